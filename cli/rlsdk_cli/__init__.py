@@ -1,0 +1,1 @@
+"""The ``rlsdk`` command line."""

@@ -1,0 +1,147 @@
+"""``rlsdk plugins list|show``: what is installed and what each plugin provides."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import warnings
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rlsdk import KINDS, get_plugin_manager
+from rlsdk.errors import PluginError
+from rlsdk.manager import RlsdkPluginManager
+
+app = typer.Typer(help="List and inspect installed plugins.", no_args_is_help=True)
+
+
+def _manager() -> RlsdkPluginManager:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # failures are listed by the commands themselves
+        return get_plugin_manager()
+
+
+def _kind_option(kind: str | None) -> str | None:
+    if kind is not None and kind not in KINDS:
+        raise typer.BadParameter(f"unknown kind {kind!r}. Choose one of: {', '.join(KINDS)}")
+    return kind
+
+
+def plugin_rows(pm: RlsdkPluginManager, kind: str | None = None) -> list[dict[str, Any]]:
+    """One row per registered plugin: distribution, version, entry point and names by kind."""
+    rows: dict[str, dict[str, Any]] = {}
+    for info in pm.plugin_infos():
+        rows[info.plugin] = {
+            "distribution": info.distribution,
+            "version": info.version,
+            "entry_point": info.plugin,
+            "provides": {},
+        }
+    for k in KINDS if kind is None else (kind,):
+        for name, providers in pm.records(k).items():
+            for _, info in providers:
+                rows[info.plugin]["provides"].setdefault(k, []).append(name)
+    for row in rows.values():
+        row["provides"] = {k: sorted(v) for k, v in row["provides"].items()}
+    return [r for r in rows.values() if kind is None or r["provides"]]
+
+
+@app.command("list")
+def list_plugins(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    kind: str | None = typer.Option(None, "--kind", help=f"Only this kind: {', '.join(KINDS)}.",
+                                    callback=_kind_option),
+) -> None:
+    """List installed plugins and the names each provides."""
+    pm = _manager()
+    rows = plugin_rows(pm, kind)
+    failures = [f.__dict__ for f in pm.failures]
+    conflicts = [
+        {"kind": k, "name": n, "providers": [i.describe() for i in infos]} for k, n, infos in pm.conflicts()
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows + [{**f, "provides": {}} for f in failures], indent=2))
+        return
+    console = Console()
+    table = Table(title="rlsdk plugins")
+    for column in ("distribution", "version", "entry point", "provides"):
+        table.add_column(column)
+    for row in rows:
+        provides = "\n".join(f"{k}: {', '.join(v)}" for k, v in row["provides"].items())
+        table.add_row(row["distribution"] or "-", row["version"] or "-", row["entry_point"], provides)
+    console.print(table)
+    for failure in failures:
+        console.print(
+            f"[red]failed to load[/red] {failure['entry_point']} from {failure['distribution']} "
+            f"{failure['version']}: {failure['error']}", markup=True, highlight=False
+        )
+    for conflict in conflicts:
+        console.print(
+            f"[yellow]conflict[/yellow] {conflict['kind']} {conflict['name']!r} provided by "
+            f"{' and '.join(conflict['providers'])}", markup=True, highlight=False
+        )
+
+
+@app.command("show")
+def show_plugin(
+    name: str = typer.Argument(..., help="A registered name or a dotted path."),
+    kind: str | None = typer.Option(None, "--kind", help="The kind, when the name is used by several.",
+                                    callback=_kind_option),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Show one implementation: kind, distribution, signature and docstring."""
+    pm = _manager()
+    kinds = [kind] if kind else [k for k in KINDS if name.strip().lower() in pm.records(k)]
+    if not kinds:
+        installed = {k: pm.names(k) for k in KINDS}
+        listing = "; ".join(f"{k}: {', '.join(v) or 'none'}" for k, v in installed.items())
+        typer.echo(f"Error: no plugin provides {name!r}. Installed: {listing} (plugin may not be installed)",
+                   err=True)
+        raise typer.Exit(2)
+    entries = []
+    for k in kinds:
+        try:
+            resolved = pm.resolve(k, name)
+        except PluginError as exc:
+            typer.echo(f"Error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        record = resolved.record
+        flags = {
+            key: value for key, value in vars(record).items() if key not in ("name", "func", "description")
+        }
+        entries.append({
+            "name": record.name,
+            "kind": k,
+            "distribution": resolved.info.distribution,
+            "version": resolved.info.version,
+            "entry_point": resolved.info.plugin,
+            "callable": f"{getattr(record.func, '__module__', '?')}:{getattr(record.func, '__qualname__', '?')}",
+            "signature": _signature(record.func),
+            "async": resolved.is_async,
+            "description": record.description,
+            "doc": inspect.getdoc(record.func) or "",
+            **flags,
+        })
+    if as_json:
+        typer.echo(json.dumps(entries if len(entries) > 1 else entries[0], indent=2))
+        return
+    console = Console()
+    for entry in entries:
+        console.print(f"[bold]{entry['name']}[/bold] ({entry['kind']})", highlight=False)
+        for key in ("distribution", "version", "entry_point", "callable", "signature", "async"):
+            console.print(f"  {key}: {entry[key]}", highlight=False, markup=False)
+        for key in set(entry) - {"name", "kind", "distribution", "version", "entry_point", "callable",
+                                 "signature", "async", "description", "doc"}:
+            console.print(f"  {key}: {entry[key]}", highlight=False, markup=False)
+        if entry["doc"]:
+            console.print("\n" + entry["doc"] + "\n", highlight=False, markup=False)
+
+
+def _signature(func: Any) -> str:
+    try:
+        return f"{getattr(func, '__name__', 'func')}{inspect.signature(func)}"
+    except (TypeError, ValueError):
+        return "?"

@@ -1,0 +1,53 @@
+"""rlsdk: the plugin SDK for LLM reinforcement-learning rollouts."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .config import RolloutConfig
+from .errors import PluginCallError, PluginConflictError, PluginError, RlsdkError, UnknownPluginError
+from .hookspecs import hookimpl, hookspec
+from .manager import RlsdkPluginManager, get_plugin_manager
+from .records import (
+    KINDS,
+    BufferFilter,
+    CustomGenerate,
+    DynamicFilter,
+    Engine,
+    GenerateRollout,
+    OverSamplingFilter,
+    PluginInfo,
+    Resolved,
+    Reward,
+)
+from .types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
+
+try:
+    __version__ = version("rlsdk")
+except PackageNotFoundError:  # running from a source tree
+    __version__ = "0.0.0"
+
+__all__ = [
+    "KINDS",
+    "BufferFilter",
+    "CustomGenerate",
+    "DynamicFilter",
+    "DynamicFilterOutput",
+    "Engine",
+    "GenerateRollout",
+    "OverSamplingFilter",
+    "PluginCallError",
+    "PluginConflictError",
+    "PluginError",
+    "PluginInfo",
+    "Resolved",
+    "Reward",
+    "RlsdkError",
+    "RlsdkPluginManager",
+    "RolloutConfig",
+    "RolloutFnEvalOutput",
+    "RolloutFnTrainOutput",
+    "Sample",
+    "UnknownPluginError",
+    "get_plugin_manager",
+    "hookimpl",
+    "hookspec",
+]

@@ -1,0 +1,196 @@
+"""The run configuration handed to every plugin as ``args``; attribute names follow slime's arguments."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclass
+class RolloutConfig:
+    """Everything a rollout step needs. Unknown keys from a config file land in ``extra`` and read as
+    attributes, so a plugin can take options of its own (``args.retriever_url``)."""
+
+    # --- plugins, by registered name or dotted path ---
+    rollout_function_path: str = "sglang"
+    """The generate_rollout plugin: one training or eval step."""
+    eval_function_path: str | None = None
+    """The generate_rollout plugin for eval; defaults to ``rollout_function_path``."""
+    custom_generate_function_path: str | None = None
+    """The custom_generate plugin that turns one sample into a response; default single-turn generate."""
+    rm_type: str = "math"
+    """The reward plugin; a sample's ``metadata["rm_type"]`` overrides it."""
+    custom_rm_path: str | None = None
+    """A reward by dotted path that takes precedence over ``rm_type`` (slime's ``--custom-rm-path``)."""
+    group_rm: bool = False
+    """Call a dotted-path reward once per group with the list of samples."""
+    rm_url: str | None = None
+    """URL of the remote reward model for the ``remote`` reward."""
+    reward_key: str | None = None
+    """Key selecting the training reward from dict rewards."""
+    eval_reward_key: str | None = None
+    """Key selecting the eval reward from dict rewards; defaults to ``reward_key``."""
+    on_invalid_reward: str = "drop_group"
+    """What an invalid reward (timeout, crash, wrong type) does: ``fail``, ``drop_group`` or ``score``."""
+    invalid_reward_value: float = 0.0
+    """The reward given to invalid samples when ``on_invalid_reward`` is ``score``."""
+    dynamic_sampling_filter_path: str | None = None
+    """The dynamic_filter plugin applied to each finished group; none keeps every group."""
+    over_sampling_filter_path: str | None = None
+    """The over_sampling_filter plugin that orders kept groups before the batch is cut."""
+    buffer_filter_path: str = "pop_first"
+    """The buffer_filter plugin that chooses which buffered groups are served first."""
+
+    # --- engine ---
+    engine: str = "embedded"
+    """The engine: ``embedded``, ``sglang``, another engine plugin, or an SGLang server/router URL."""
+    model: str | None = None
+    """Model for the embedded engine: a local Hugging Face folder; default SmolLM2-135M-Instruct."""
+    hf_checkpoint: str | None = None
+    """Tokenizer/model folder used for chat templates when it differs from ``model``."""
+    sglang_router_ip: str | None = None
+    """Host of the engine's HTTP endpoint in use (set by the engine when a run starts)."""
+    sglang_router_port: int | None = None
+    """Port of the engine's HTTP endpoint in use (set by the engine when a run starts)."""
+    sglang_server_concurrency: int = 512
+    """Requests in flight at once per engine."""
+
+    # --- data ---
+    prompt_data: str | None = None
+    """Training data: JSONL or Parquet, with an optional ``@[start:end]`` row slice."""
+    input_key: str = "input"
+    """Row key holding the prompt (a string or chat messages)."""
+    label_key: str | None = None
+    """Row key holding the label."""
+    metadata_key: str = "metadata"
+    """Row key holding per-row metadata."""
+    tool_key: str = "tools"
+    """Row key holding tool definitions for the chat template."""
+    apply_chat_template: bool = False
+    """Render prompts through the tokenizer's chat template."""
+    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra chat-template arguments, such as ``enable_thinking``."""
+    rollout_max_prompt_len: int | None = None
+    """Drop (and count) prompts longer than this many tokens."""
+    rollout_shuffle: bool = False
+    """Shuffle the data each epoch with a seed of ``rollout_seed`` and the epoch."""
+    rollout_seed: int = 42
+    """Seed for shuffling and for deterministic sampling."""
+    on_bad_row: str = "error"
+    """A malformed data row: ``error`` stops the run naming file and line, ``skip`` counts and goes on."""
+
+    # --- rollout step ---
+    num_rollout: int = 3
+    """Rollout steps to run."""
+    rollout_batch_size: int = 4
+    """Groups (prompts) kept per step."""
+    n_samples_per_prompt: int = 4
+    """Samples generated per prompt (the group size)."""
+    over_sampling_batch_size: int | None = None
+    """Groups submitted per chunk; defaults to ``rollout_batch_size``."""
+    rollout_max_response_len: int = 256
+    """Maximum new tokens per response."""
+    rollout_temperature: float = 1.0
+    rollout_top_p: float = 1.0
+    rollout_top_k: int = -1
+    rollout_stop: list[str] | None = None
+    """Stop strings."""
+    rollout_stop_token_ids: list[int] | None = None
+    """Stop token ids (EOS always stops)."""
+    rollout_skip_special_tokens: bool = False
+    sglang_enable_deterministic_inference: bool = False
+    """Give sample ``i`` of a group the sampling seed ``rollout_seed + i``."""
+    partial_rollout: bool = False
+    """Return unfinished groups to the buffer at the end of a step and resume them later."""
+    mask_offpolicy_in_partial_rollout: bool = False
+    """Loss-mask tokens generated before a partial rollout resumed."""
+
+    # --- eval ---
+    eval_prompt_data: list[str] = field(default_factory=list)
+    """Eval datasets as ``name path`` pairs flattened, as slime takes them, or paths."""
+    n_samples_per_eval_prompt: int = 1
+    eval_temperature: float | None = None
+    eval_top_p: float | None = None
+    eval_max_response_len: int | None = None
+    eval_interval: int | None = None
+    """Run eval every this many steps; none runs no eval during ``rlsdk run``."""
+
+    # --- output ---
+    output_dir: str = "rlsdk-out"
+    """Folder for rollouts.jsonl, metrics.jsonl and the resume state."""
+    resume: bool = False
+    """Continue from the state saved in ``output_dir``."""
+
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Options not known to rlsdk, kept for plugins."""
+
+    def __getattr__(self, name: str) -> Any:
+        extra = self.__dict__.get("extra", {})
+        if name in extra:
+            return extra[name]
+        raise AttributeError(f"{type(self).__name__} has no option {name!r}")
+
+    def __post_init__(self) -> None:
+        if self.over_sampling_batch_size is None:
+            self.over_sampling_batch_size = self.rollout_batch_size
+        for name in ("rollout_batch_size", "n_samples_per_prompt", "over_sampling_batch_size", "num_rollout"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.on_invalid_reward not in ("fail", "drop_group", "score"):
+            raise ValueError(
+                f"on_invalid_reward must be fail, drop_group or score, got {self.on_invalid_reward!r}"
+            )
+
+    @classmethod
+    def option_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], *, strict: bool = False) -> RolloutConfig:
+        """Build from a mapping; dashes in keys become underscores. Unknown keys go to ``extra``
+        (or raise, with a suggestion, when ``strict``)."""
+        known = set(cls.option_names())
+        kwargs: dict[str, Any] = {}
+        extra: dict[str, Any] = dict(values.get("extra", {}))
+        for key, value in values.items():
+            if key == "extra":
+                continue
+            name = key.replace("-", "_")
+            if name in known:
+                kwargs[name] = value
+            elif strict:
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"unknown option {key!r}{hint}")
+            else:
+                extra[name] = value
+        return cls(**kwargs, extra=extra)
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides: Any) -> RolloutConfig:
+        """Build from a YAML, TOML or JSON file, then apply ``overrides`` (e.g. from the CLI)."""
+        path = Path(path)
+        text = path.read_text()
+        if path.suffix == ".toml":
+            values = tomllib.loads(text)
+        elif path.suffix == ".json":
+            values = json.loads(text)
+        else:
+            values = yaml.safe_load(text) or {}
+        if not isinstance(values, dict):
+            raise ValueError(f"{path}: a config file must hold a mapping of options")
+        values.update(overrides)
+        return cls.from_dict(values)
+
+    def replace(self, **changes: Any) -> RolloutConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

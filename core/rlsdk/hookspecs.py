@@ -1,0 +1,238 @@
+"""Hook specifications: one provider hook per kind of plugin.
+
+Each hook returns (or yields) records with a name; the plugin manager collects them into one table
+per kind and the engine loop resolves implementations by name. Pluggy is used for discovery only:
+the loop calls the resolved callables directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pluggy
+
+from .records import (
+    BufferFilter,
+    CustomGenerate,
+    DynamicFilter,
+    Engine,
+    GenerateRollout,
+    OverSamplingFilter,
+    Reward,
+)
+
+PROJECT = "rlsdk"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# -------------------------------------------------------------------------
+# Rollout steps
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def rlsdk_generate_rollouts() -> Iterable[GenerateRollout]:
+    """Provide whole rollout steps.
+
+    The callable is ``generate_rollout(args, rollout_id, data_source, evaluation=False)`` and returns
+    ``RolloutFnTrainOutput`` (or ``RolloutFnEvalOutput`` when ``evaluation``); a bare list of groups
+    is wrapped, as slime does.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param rollout_id: the step number.
+    :param data_source: the :class:`rlsdk.data.DataSource` serving groups of samples.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import GenerateRollout, RolloutFnTrainOutput, hookimpl
+
+        def replay(args, rollout_id, data_source, evaluation=False):
+            groups = data_source.get_samples(args.rollout_batch_size)
+            return RolloutFnTrainOutput(samples=groups)
+
+        @hookimpl
+        def rlsdk_generate_rollouts():
+            yield GenerateRollout(name="replay", func=replay, description="Serve groups unchanged")
+    """
+
+
+@hookspec
+def rlsdk_custom_generates() -> Iterable[CustomGenerate]:
+    """Provide generators that turn one sample into a response (single-turn, multi-turn, agents).
+
+    The callable is ``async custom_generate(args, sample, sampling_params[, evaluation])`` and returns
+    the sample (or a list of samples) with ``tokens``, ``response``, ``response_length``,
+    ``rollout_log_probs``, ``loss_mask`` and ``status`` filled. ``evaluation`` is passed only when the
+    function declares it.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`; ``args.sglang_router_ip`` and
+        ``args.sglang_router_port`` address the engine's ``/generate``.
+    :param sample: the :class:`rlsdk.Sample` to complete.
+    :param sampling_params: SGLang sampling parameters for this sample.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import CustomGenerate, hookimpl
+        from rlsdk.generate import generate
+
+        async def twice(args, sample, sampling_params):
+            sample = await generate(args, sample, sampling_params)
+            sample.metadata["attempts"] = 1
+            return sample
+
+        @hookimpl
+        def rlsdk_custom_generates():
+            yield CustomGenerate(name="twice", func=twice, description="Single turn, tagged")
+    """
+
+
+# -------------------------------------------------------------------------
+# Rewards
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def rlsdk_rewards() -> Iterable[Reward]:
+    """Provide reward functions.
+
+    The callable is ``reward(args, sample, **kwargs) -> float | dict | None`` (sync or async). With
+    ``group=True`` it is ``reward(args, samples, **kwargs) -> list`` and is called once per group.
+    ``None`` marks the sample's reward invalid; it is never read as 0.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param sample: the :class:`rlsdk.Sample` to score (``samples`` for group rewards).
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import Reward, hookimpl
+
+        def exact(args, sample, **kwargs):
+            return float(sample.response.strip() == str(sample.label).strip())
+
+        @hookimpl
+        def rlsdk_rewards():
+            yield Reward(name="exact", func=exact, description="1 if the response equals the label")
+    """
+
+
+# -------------------------------------------------------------------------
+# Filters
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def rlsdk_dynamic_filters() -> Iterable[DynamicFilter]:
+    """Provide dynamic filters, applied to each finished group during a step.
+
+    The callable is ``dynamic_filter(args, samples, **kwargs) -> DynamicFilterOutput | bool``; a
+    dropped group counts under its ``reason`` in the step's metrics.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param samples: one group, all samples of one prompt, rewarded.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import DynamicFilter, DynamicFilterOutput, hookimpl
+
+        def any_correct(args, samples, **kwargs):
+            ok = any(s.get_reward_value(args) for s in samples)
+            return DynamicFilterOutput(keep=ok, reason=None if ok else "all_wrong")
+
+        @hookimpl
+        def rlsdk_dynamic_filters():
+            yield DynamicFilter(name="any_correct", func=any_correct)
+    """
+
+
+@hookspec
+def rlsdk_over_sampling_filters() -> Iterable[OverSamplingFilter]:
+    """Provide over-sampling filters, which order the kept groups before the batch is cut.
+
+    The callable is ``over_sampling_filter(args, groups, **kwargs) -> groups``; the loop keeps the
+    first ``rollout_batch_size`` groups of the result and returns the rest to the buffer.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param groups: the kept groups.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import OverSamplingFilter, hookimpl
+
+        def longest_first(args, groups, **kwargs):
+            return sorted(groups, key=lambda g: -sum(s.response_length for s in g))
+
+        @hookimpl
+        def rlsdk_over_sampling_filters():
+            yield OverSamplingFilter(name="longest_first", func=longest_first)
+    """
+
+
+@hookspec
+def rlsdk_buffer_filters() -> Iterable[BufferFilter]:
+    """Provide buffer filters, which choose the buffered groups served before fresh data.
+
+    The callable is ``buffer_filter(args, rollout_id, buffer, num_samples) -> groups``: it returns at
+    most ``num_samples`` groups and removes them from ``buffer`` (a list it may mutate).
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param rollout_id: the current step.
+    :param buffer: the buffered groups, oldest first.
+    :param num_samples: how many groups are wanted.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import BufferFilter, hookimpl
+
+        def newest_first(args, rollout_id, buffer, num_samples):
+            taken = buffer[-num_samples:] if num_samples else []
+            del buffer[len(buffer) - len(taken):]
+            return taken[::-1]
+
+        @hookimpl
+        def rlsdk_buffer_filters():
+            yield BufferFilter(name="newest_first", func=newest_first)
+    """
+
+
+# -------------------------------------------------------------------------
+# Engines
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def rlsdk_engines() -> Iterable[Engine]:
+    """Provide inference engines speaking SGLang's native protocol.
+
+    The callable is a factory ``engine(args) -> rlsdk.engine.Engine``; it may set
+    ``args.sglang_router_ip``/``args.sglang_router_port`` when the engine serves HTTP.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import Engine, hookimpl
+        from rlsdk.engine import SGLangClient
+
+        def my_cluster(args):
+            return SGLangClient("http://10.0.0.5:30000")
+
+        @hookimpl
+        def rlsdk_engines():
+            yield Engine(name="my_cluster", func=my_cluster, description="Our shared SGLang router")
+    """

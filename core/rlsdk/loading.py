@@ -1,0 +1,86 @@
+"""Loading callables from dotted or file paths, and validating their signatures once."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .errors import PluginError
+
+
+def is_path(spec: str) -> bool:
+    """A registered name has no '.', ':' or '/'; anything else is a dotted or file path."""
+    return any(ch in spec for ch in ".:/")
+
+
+def load_callable(spec: str) -> Callable[..., Any]:
+    """Load ``pkg.mod:fn``, ``pkg.mod.fn`` or ``path/to/file.py:fn``."""
+    if ":" in spec:
+        module_part, _, attr = spec.rpartition(":")
+    else:
+        module_part, _, attr = spec.rpartition(".")
+    if not module_part or not attr:
+        raise PluginError(f"cannot load {spec!r}: expected 'pkg.mod:fn', 'pkg.mod.fn' or 'file.py:fn'")
+    if module_part.endswith(".py"):
+        module = _load_file(Path(module_part), spec)
+    else:
+        try:
+            module = importlib.import_module(module_part)
+        except ImportError as exc:
+            raise PluginError(f"cannot load {spec!r}: importing {module_part!r} failed: {exc}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise PluginError(f"cannot load {spec!r}: {module_part!r} has no attribute {attr!r}") from None
+    if not callable(obj):
+        raise PluginError(f"{spec!r} is not callable: {obj!r}")
+    return obj
+
+
+def _load_file(path: Path, spec: str) -> Any:
+    path = path.expanduser().resolve()
+    if not path.is_file():
+        raise PluginError(f"cannot load {spec!r}: file {str(path)!r} does not exist")
+    module_name = f"rlsdk_file_{abs(hash(str(path)))}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    module_spec = importlib.util.spec_from_file_location(module_name, path)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise PluginError(f"cannot load {spec!r}: executing {str(path)!r} failed: {exc!r}") from exc
+    return module
+
+
+def is_async_callable(func: Callable[..., Any]) -> bool:
+    while hasattr(func, "func") and not inspect.isfunction(func):  # functools.partial
+        func = func.func
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
+
+
+def check_signature(func: Callable[..., Any], call_args: tuple[str, ...], where: str) -> bool:
+    """Check that ``func`` accepts ``call_args`` positionally; return whether it takes ``evaluation``."""
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return False  # builtins without signatures: trust them
+    expected = f"({', '.join(call_args)}, ...)"
+    try:
+        signature.bind(*call_args)
+    except TypeError as exc:
+        raise PluginError(
+            f"{where}: signature {signature} does not accept the call {expected}: {exc}"
+        ) from None
+    params = signature.parameters
+    return "evaluation" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())

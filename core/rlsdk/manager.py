@@ -1,0 +1,217 @@
+"""The plugin manager: discovers plugins through entry points and resolves implementations by name."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .errors import PluginConflictError, PluginError, UnknownPluginError
+from .loading import check_signature, is_async_callable, is_path, load_callable
+from .records import KINDS, RECORD_TYPES, PluginInfo, PluginRecord, Resolved, hook_name, normalize_name
+
+ENTRY_POINT_GROUP = "rlsdk"
+STRICT_ENV = "RLSDK_STRICT_PLUGINS"
+DISABLE_ENV = "RLSDK_DISABLE_PLUGINS"
+
+
+@dataclass(frozen=True)
+class PluginLoadFailure:
+    """A plugin that was skipped because it failed to import or register."""
+
+    entry_point: str
+    distribution: str | None
+    version: str | None
+    error: str
+
+
+class RlsdkPluginManager(pluggy.PluginManager):
+    """A pluggy manager that keeps one table of named records per kind."""
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT)
+        self.add_hookspecs(hookspecs)
+        self.failures: list[PluginLoadFailure] = []
+        self._infos: dict[str, PluginInfo] = {}
+        self._tables: dict[str, dict[str, list[tuple[PluginRecord, PluginInfo]]]] | None = None
+
+    # ----- registration -----------------------------------------------------------------------
+
+    def register(self, plugin: Any, name: str | None = None, *, info: PluginInfo | None = None) -> str | None:
+        """Register a module or object; a misspelled hook name is an error and nothing stays registered."""
+        registered = super().register(plugin, name)
+        if registered is None:
+            return None
+        try:
+            self.check_pending()
+        except pluggy.PluginValidationError as exc:
+            self.unregister(name=registered)
+            raise PluginError(f"plugin {registered!r}: {exc} (known hooks: {', '.join(map(hook_name, KINDS))})")
+        module = getattr(plugin, "__name__", None) or type(plugin).__module__
+        self._infos[registered] = info or PluginInfo(plugin=registered, module=module)
+        self._tables = None
+        return registered
+
+    def unregister(self, plugin: Any = None, name: str | None = None) -> Any:
+        result = super().unregister(plugin, name)
+        self._infos = {k: v for k, v in self._infos.items() if self.has_plugin(k)}
+        self._tables = None
+        return result
+
+    def load_entrypoints(self, group: str = ENTRY_POINT_GROUP) -> int:
+        """Load every plugin of the entry-point group; failures are reported and skipped."""
+        strict = os.environ.get(STRICT_ENV, "") not in ("", "0")
+        disabled = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
+        count = 0
+        for ep in _unique_entry_points(group):
+            if ep.name in disabled or self.has_plugin(ep.name):
+                continue
+            dist = getattr(ep, "dist", None)
+            dist_name = dist.metadata["Name"] if dist is not None else None
+            version = dist.version if dist is not None else None
+            try:
+                plugin = ep.load()
+                self.register(plugin, ep.name, info=PluginInfo(ep.name, dist_name, version, ep.value))
+            except Exception as exc:  # a broken plugin must not take the others down
+                failure = PluginLoadFailure(ep.name, dist_name, version, f"{type(exc).__name__}: {exc}")
+                if strict:
+                    raise PluginError(
+                        f"plugin {ep.name!r} from {dist_name} {version} failed to load: {failure.error}"
+                    ) from exc
+                self.failures.append(failure)
+                warnings.warn(
+                    f"rlsdk: skipped plugin {ep.name!r} from {dist_name} {version}: {failure.error} "
+                    f"(set {STRICT_ENV}=1 to make this fatal, {DISABLE_ENV}={ep.name} to silence it)",
+                    stacklevel=2,
+                )
+                continue
+            count += 1
+        return count
+
+    def plugin_info(self, name: str) -> PluginInfo:
+        return self._infos[name]
+
+    def plugin_infos(self) -> list[PluginInfo]:
+        return list(self._infos.values())
+
+    # ----- tables of records ------------------------------------------------------------------
+
+    def _collect(self) -> dict[str, dict[str, list[tuple[PluginRecord, PluginInfo]]]]:
+        if self._tables is not None:
+            return self._tables
+        tables: dict[str, dict[str, list[tuple[PluginRecord, PluginInfo]]]] = {k: {} for k in KINDS}
+        for kind in KINDS:
+            record_type = RECORD_TYPES[kind]
+            caller = getattr(self.hook, hook_name(kind))
+            for impl in caller.get_hookimpls():
+                info = self._infos.get(self.get_name(impl.plugin) or "", PluginInfo(plugin=impl.plugin_name))
+                try:
+                    result = impl.function()
+                    records = _as_records(result)
+                except Exception as exc:
+                    raise PluginError(f"{info.describe()}: hook {hook_name(kind)} raised {exc!r}") from exc
+                for record in records:
+                    if not isinstance(record, record_type):
+                        raise PluginError(
+                            f"{info.describe()}: hook {hook_name(kind)} returned {record!r}, "
+                            f"expected {record_type.__name__} records"
+                        )
+                    tables[kind].setdefault(record.name, []).append((record, info))
+        self._tables = tables
+        return tables
+
+    def names(self, kind: str) -> list[str]:
+        """The registered names of one kind, sorted."""
+        return sorted(self._collect()[_check_kind(kind)])
+
+    def records(self, kind: str) -> dict[str, list[tuple[PluginRecord, PluginInfo]]]:
+        """Name -> every (record, provenance) providing it; more than one entry is a conflict."""
+        return self._collect()[_check_kind(kind)]
+
+    def conflicts(self) -> list[tuple[str, str, list[PluginInfo]]]:
+        """(kind, name, providers) for each name provided more than once."""
+        return [
+            (kind, name, [info for _, info in providers])
+            for kind, table in self._collect().items()
+            for name, providers in sorted(table.items())
+            if len(providers) > 1
+        ]
+
+    # ----- resolution ------------------------------------------------------------------------
+
+    def resolve(self, kind: str, spec: str, **record_options: Any) -> Resolved:
+        """Resolve a registered name or a dotted/file path to a validated callable.
+
+        ``record_options`` fill record fields for paths (e.g. ``group=True`` for a dotted-path reward).
+        """
+        kind = _check_kind(kind)
+        if not isinstance(spec, str) or not spec.strip():
+            raise PluginError(f"empty {kind} name")
+        spec = spec.strip()
+        if is_path(spec):
+            func = load_callable(spec)
+            record = RECORD_TYPES[kind](name=spec.replace(".", "_").replace(":", "_").replace("/", "_"),
+                                        func=func, **record_options)
+            info = PluginInfo(plugin=spec, module=getattr(func, "__module__", None))
+        else:
+            name = normalize_name(spec)
+            providers = self.records(kind).get(name)
+            if not providers:
+                installed = ", ".join(self.names(kind)) or "none"
+                raise UnknownPluginError(
+                    f"unknown {kind} {name!r}. Choose one of: {installed} "
+                    f"(plugin may not be installed), or give a dotted path 'pkg.mod:fn'"
+                )
+            if len(providers) > 1:
+                who = "; ".join(info.describe() for _, info in providers)
+                raise PluginConflictError(
+                    f"{kind} {name!r} is provided by more than one plugin: {who}. "
+                    f"Uninstall one, or block one with {DISABLE_ENV}=<entry point>"
+                )
+            record, info = providers[0]
+        where = f"{kind} {record.name!r} from {info.describe()}"
+        accepts_evaluation = check_signature(record.func, record.call_args, where)
+        return Resolved(record, info, is_async=is_async_callable(record.func), accepts_evaluation=accepts_evaluation)
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in RECORD_TYPES:
+        raise PluginError(f"unknown plugin kind {kind!r}. Choose one of: {', '.join(KINDS)}")
+    return kind
+
+
+def _as_records(result: Any) -> list[PluginRecord]:
+    if result is None:
+        return []
+    if isinstance(result, PluginRecord):
+        return [result]
+    if isinstance(result, Iterable):
+        return list(result)
+    return [result]
+
+
+def _unique_entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
+    """Entry points of ``group``, once per (name, value) even when a distribution is on the path twice."""
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for ep in importlib.metadata.entry_points(group=group):
+        if (ep.name, ep.value) not in seen:
+            seen.add((ep.name, ep.value))
+            unique.append(ep)
+    return unique
+
+
+def get_plugin_manager(*, load_entrypoints: bool = True, plugins: Iterable[Any] = ()) -> RlsdkPluginManager:
+    """Build a plugin manager: installed plugins (unless ``load_entrypoints=False``) plus ``plugins``."""
+    pm = RlsdkPluginManager()
+    for plugin in plugins:
+        pm.register(plugin)
+    if load_entrypoints:
+        pm.load_entrypoints()
+    return pm

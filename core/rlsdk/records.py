@@ -1,0 +1,149 @@
+"""Records that plugins return from provider hooks: one per named implementation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+def normalize_name(name: str) -> str:
+    """Registered names are compared lower-cased and stripped."""
+    return name.strip().lower()
+
+
+@dataclass
+class PluginRecord:
+    """A named implementation of one kind; ``func`` is what the engine loop calls."""
+
+    kind: ClassVar[str] = ""
+    call_args: ClassVar[tuple[str, ...]] = ()
+    """Positional arguments the loop passes, used to validate the callable's signature."""
+
+    name: str
+    func: Callable[..., Any]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"a {self.kind} record needs a non-empty name, got {self.name!r}")
+        self.name = normalize_name(self.name)
+        if "." in self.name or ":" in self.name or "/" in self.name:
+            raise ValueError(f"{self.kind} name {self.name!r} may not contain '.', ':' or '/'")
+        if not callable(self.func):
+            raise TypeError(f"{self.kind} {self.name!r}: func must be callable, got {self.func!r}")
+        if not self.description:
+            doc = (getattr(self.func, "__doc__", None) or "").strip()
+            self.description = doc.splitlines()[0] if doc else ""
+
+
+@dataclass
+class GenerateRollout(PluginRecord):
+    """``generate_rollout(args, rollout_id, data_source, evaluation=False)``: one whole step."""
+
+    kind: ClassVar[str] = "generate_rollout"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "rollout_id", "data_source")
+
+
+@dataclass
+class CustomGenerate(PluginRecord):
+    """``async custom_generate(args, sample, sampling_params[, evaluation])``: one sample's response."""
+
+    kind: ClassVar[str] = "custom_generate"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "sample", "sampling_params")
+
+
+@dataclass
+class Reward(PluginRecord):
+    """``async reward(args, sample, **kwargs)``; with ``group=True``, ``reward(args, samples)`` returns a
+    list of rewards, one per sample."""
+
+    kind: ClassVar[str] = "reward"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "sample")
+    group: bool = False
+
+
+@dataclass
+class DynamicFilter(PluginRecord):
+    """``dynamic_filter(args, samples, **kwargs) -> DynamicFilterOutput | bool`` for one finished group."""
+
+    kind: ClassVar[str] = "dynamic_filter"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "samples")
+
+
+@dataclass
+class OverSamplingFilter(PluginRecord):
+    """``over_sampling_filter(args, groups, **kwargs) -> groups``: order the kept groups before the cut."""
+
+    kind: ClassVar[str] = "over_sampling_filter"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "groups")
+
+
+@dataclass
+class BufferFilter(PluginRecord):
+    """``buffer_filter(args, rollout_id, buffer, num_samples) -> groups``, removing them from ``buffer``."""
+
+    kind: ClassVar[str] = "buffer_filter"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "rollout_id", "buffer", "num_samples")
+
+
+@dataclass
+class Engine(PluginRecord):
+    """``engine(args) -> rlsdk.engine.Engine``: a factory for an engine speaking SGLang's protocol."""
+
+    kind: ClassVar[str] = "engine"
+    call_args: ClassVar[tuple[str, ...]] = ("args",)
+
+
+RECORD_TYPES: dict[str, type[PluginRecord]] = {
+    cls.kind: cls
+    for cls in (GenerateRollout, CustomGenerate, Reward, DynamicFilter, OverSamplingFilter, BufferFilter, Engine)
+}
+"""Kind name -> record type. The hook for kind ``k`` is ``rlsdk_<k>s``."""
+
+KINDS: tuple[str, ...] = tuple(RECORD_TYPES)
+
+
+def hook_name(kind: str) -> str:
+    return f"rlsdk_{kind}s"
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """Where a record came from: the entry point and distribution that registered it."""
+
+    plugin: str
+    distribution: str | None = None
+    version: str | None = None
+    module: str | None = None
+
+    def describe(self) -> str:
+        if self.distribution:
+            return f"{self.distribution} {self.version or ''}".strip()
+        return f"plugin {self.plugin!r}"
+
+
+@dataclass
+class Resolved:
+    """A record resolved by name or path, with its provenance and call facts checked once."""
+
+    record: PluginRecord
+    info: PluginInfo
+    is_async: bool = False
+    accepts_evaluation: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def kind(self) -> str:
+        return self.record.kind
+
+    @property
+    def func(self) -> Callable[..., Any]:
+        return self.record.func
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.name!r} from {self.info.describe()}"

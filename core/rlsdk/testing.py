@@ -1,0 +1,161 @@
+"""A pytest plugin for plugin authors: an isolated plugin manager and contract checks per kind.
+
+Enable it in a ``conftest.py`` with ``pytest_plugins = ["rlsdk.testing"]``, then::
+
+    def test_my_reward(rlsdk_pm):
+        rlsdk_pm.register(my_plugin_module)
+        check_reward(rlsdk_pm, "my_reward")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from .config import RolloutConfig
+from .manager import RlsdkPluginManager, get_plugin_manager
+from .records import Resolved
+from .types import DynamicFilterOutput, Sample
+
+
+@pytest.fixture
+def rlsdk_pm() -> RlsdkPluginManager:
+    """A plugin manager holding only the plugins the test registers (no entry points)."""
+    return get_plugin_manager(load_entrypoints=False)
+
+
+@pytest.fixture
+def rlsdk_args() -> RolloutConfig:
+    """A default run configuration."""
+    return RolloutConfig()
+
+
+def make_group(
+    rewards: Sequence[Any], *, group_index: int = 0, prompt: str = "What is 2 + 3?", label: Any = "5"
+) -> list[Sample]:
+    """A completed group with one sample per reward (responses say ``The answer is {i}``)."""
+    return [
+        Sample(
+            group_index=group_index,
+            index=group_index * len(rewards) + i,
+            prompt=prompt,
+            tokens=[1, 2, 3, 4],
+            response=f"The answer is {i}",
+            response_length=1,
+            label=label,
+            reward=reward,
+            status=Sample.Status.COMPLETED,
+        )
+        for i, reward in enumerate(rewards)
+    ]
+
+
+def call(resolved: Resolved, *args: Any, **kwargs: Any) -> Any:
+    """Call a resolved implementation from sync code, awaiting it when it is async."""
+    result = resolved.func(*args, **kwargs)
+    if inspect.isawaitable(result):
+        return asyncio.run(_await(result))
+    return result
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _check_reward_value(value: Any, where: str) -> None:
+    ok = value is None or isinstance(value, dict) or (
+        isinstance(value, numbers.Real) and not isinstance(value, bool)
+    )
+    assert ok, f"{where} returned {value!r}: expected a number, a dict or None (invalid)"
+
+
+def check_reward(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None,
+                 samples: list[Sample] | None = None) -> list[Any]:
+    """A reward returns a number, a dict or None for each sample; a group reward returns one per
+    sample and an empty list for an empty group. Returns the rewards."""
+    args = args or RolloutConfig()
+    resolved = pm.resolve("reward", name)
+    samples = samples if samples is not None else make_group([None, None])
+    if resolved.record.group:
+        rewards = call(resolved, args, samples)
+        assert isinstance(rewards, list) and len(rewards) == len(samples), (
+            f"{resolved.describe()} returned {rewards!r}: expected a list of {len(samples)} rewards"
+        )
+        assert call(resolved, args, []) == [], f"{resolved.describe()} must return [] for an empty group"
+    else:
+        rewards = [call(resolved, args, sample) for sample in samples]
+    for value in rewards:
+        _check_reward_value(value, resolved.describe())
+    return rewards
+
+
+def check_dynamic_filter(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None,
+                         groups: list[list[Sample]] | None = None) -> list[DynamicFilterOutput | bool]:
+    """A dynamic filter returns a bool or DynamicFilterOutput for every group, including a single
+    sample, equal rewards, invalid rewards and an empty group. Returns the verdicts."""
+    args = args or RolloutConfig()
+    resolved = pm.resolve("dynamic_filter", name)
+    groups = groups if groups is not None else [
+        make_group([0.0, 1.0, 1.0, 0.0]), make_group([1.0, 1.0]), make_group([0.5]), make_group([None, 1.0]), [],
+    ]
+    verdicts = []
+    for group in groups:
+        verdict = call(resolved, args, group)
+        assert isinstance(verdict, (bool, DynamicFilterOutput)), (
+            f"{resolved.describe()} returned {verdict!r}: expected bool or DynamicFilterOutput"
+        )
+        verdicts.append(verdict)
+    return verdicts
+
+
+def check_over_sampling_filter(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None,
+                               groups: list[list[Sample]] | None = None) -> list[list[Sample]]:
+    """An over-sampling filter returns groups taken from its input, none twice; [] for []."""
+    args = args or RolloutConfig()
+    resolved = pm.resolve("over_sampling_filter", name)
+    groups = groups if groups is not None else [
+        make_group([0.0, 1.0], group_index=0), make_group([1.0, 1.0], group_index=1),
+        make_group([0.0, 0.5, 1.0], group_index=2),
+    ]
+    result = call(resolved, args, list(groups))
+    assert isinstance(result, list), f"{resolved.describe()} returned {type(result).__name__}, expected list"
+    given = {id(g) for g in groups}
+    returned = [id(g) for g in result]
+    assert set(returned) <= given, f"{resolved.describe()} returned groups that were not given"
+    assert len(returned) == len(set(returned)), f"{resolved.describe()} returned a group twice"
+    assert call(resolved, args, []) == [], f"{resolved.describe()} must return [] for no groups"
+    return result
+
+
+def check_buffer_filter(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None,
+                        num_samples: int = 2, rollout_id: int = 0, may_drop: bool = False) -> list[list[Sample]]:
+    """A buffer filter returns at most ``num_samples`` groups, removes exactly those from the buffer
+    and loses none (unless ``may_drop``, for filters that discard stale groups); an empty buffer gives []."""
+    args = args or RolloutConfig()
+    resolved = pm.resolve("buffer_filter", name)
+    groups = [make_group([0.0, 1.0], group_index=i) for i in range(5)]
+    buffer = list(groups)
+    taken = call(resolved, args, rollout_id, buffer, num_samples)
+    assert isinstance(taken, list), f"{resolved.describe()} returned {type(taken).__name__}, expected list"
+    assert len(taken) <= num_samples, f"{resolved.describe()} returned {len(taken)} > {num_samples} groups"
+    remaining = {id(g) for g in buffer}
+    assert not any(id(g) in remaining for g in taken), f"{resolved.describe()} left served groups in the buffer"
+    dropped = {id(g) for g in groups} - remaining - {id(g) for g in taken}
+    assert not dropped or may_drop, (
+        f"{resolved.describe()} lost {len(dropped)} groups"
+    )
+    assert call(resolved, args, rollout_id, [], num_samples) == [], f"{resolved.describe()}: empty buffer"
+    return taken
+
+
+def check_callable(pm: RlsdkPluginManager, kind: str, name: str) -> Resolved:
+    """Resolve and validate the signature (for kinds that need an engine or data to run)."""
+    resolved = pm.resolve(kind, name)
+    if kind == "custom_generate":
+        assert resolved.is_async, f"{resolved.describe()} must be an async function"
+    return resolved

@@ -1,0 +1,1 @@
+"""rlsdk-filter-hub: dynamic, over-sampling and buffer filters registered by name."""

@@ -1,0 +1,1 @@
+"""rlsdk-generators: rollout functions, custom generators and engines registered by name."""

@@ -1,0 +1,1 @@
+"""rlsdk-rm-hub: reward functions registered by name."""
