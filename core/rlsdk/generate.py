@@ -1,0 +1,92 @@
+"""Single-turn generation: one ``/generate`` call through the run's engine.
+
+Custom generators call :func:`generate` for model turns, and :func:`sampling_params_for` builds
+SGLang sampling parameters from ``args``. Token ids and log-probs always come from the engine's
+``output_token_logprobs``; model output is never re-tokenized.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .runtime import get_runtime
+from .types import Sample
+
+FINISH_STATUS = {
+    "stop": Sample.Status.COMPLETED,
+    "length": Sample.Status.TRUNCATED,
+    "abort": Sample.Status.ABORTED,
+}
+
+
+def sampling_params_for(args: Any, *, evaluation: bool = False) -> dict[str, Any]:
+    """SGLang sampling parameters from the run configuration (eval overrides when ``evaluation``)."""
+
+    def pick(eval_name: str, name: str) -> Any:
+        value = getattr(args, eval_name, None) if evaluation else None
+        return getattr(args, name) if value is None else value
+
+    params: dict[str, Any] = {
+        "temperature": pick("eval_temperature", "rollout_temperature"),
+        "top_p": pick("eval_top_p", "rollout_top_p"),
+        "top_k": args.rollout_top_k,
+        "max_new_tokens": pick("eval_max_response_len", "rollout_max_response_len"),
+        "skip_special_tokens": args.rollout_skip_special_tokens,
+        "no_stop_trim": True,
+        "spaces_between_special_tokens": False,
+    }
+    if args.rollout_stop:
+        params["stop"] = list(args.rollout_stop)
+    if args.rollout_stop_token_ids:
+        params["stop_token_ids"] = list(args.rollout_stop_token_ids)
+    return params
+
+
+def prompt_ids(args: Any, sample: Sample) -> list[int]:
+    """The sample's token ids, tokenizing its prompt with the run's tokenizer when they are empty."""
+    if sample.tokens:
+        return sample.tokens
+    if not isinstance(sample.prompt, str):
+        raise ValueError(
+            f"sample {sample.group_index}/{sample.index}: chat-message prompts need --apply-chat-template"
+        )
+    tokenizer = get_runtime(args).tokenizer
+    if tokenizer is None:
+        raise RuntimeError("the run has no tokenizer to turn the prompt into token ids")
+    sample.tokens = list(tokenizer(sample.prompt, add_special_tokens=False)["input_ids"])
+    return sample.tokens
+
+
+def remaining_budget(sample: Sample, sampling_params: dict[str, Any]) -> int:
+    """New tokens still allowed: ``max_new_tokens`` less what a partial rollout already generated."""
+    return int(sampling_params.get("max_new_tokens", 0)) - sample.response_length
+
+
+def apply_output(sample: Sample, output: dict[str, Any]) -> Sample:
+    """Append one ``/generate`` response to the sample: tokens, log-probs, text, status."""
+    meta = output["meta_info"]
+    entries = meta.get("output_token_logprobs") or []
+    sample.append_response_tokens([int(e[1]) for e in entries], [float(e[0]) for e in entries])
+    sample.response += output.get("text", "")
+    sample.weight_versions.append(str(meta.get("weight_version", "default")))
+    finish = meta.get("finish_reason") or {"type": "abort"}
+    sample.status = FINISH_STATUS.get(finish["type"], Sample.Status.FAILED)
+    if finish["type"] not in FINISH_STATUS:
+        sample.metadata["generate_error"] = f"engine finish reason {finish!r}"
+    return sample
+
+
+async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any]) -> Sample:
+    """Generate the sample's response in one engine call, resuming after earlier partial tokens."""
+    input_ids = prompt_ids(args, sample)
+    budget = remaining_budget(sample, sampling_params)
+    if budget <= 0:
+        sample.status = Sample.Status.TRUNCATED
+        return sample
+    payload = {
+        "input_ids": list(input_ids),
+        "sampling_params": {**sampling_params, "max_new_tokens": budget},
+        "return_logprob": True,
+    }
+    output = await get_runtime(args).engine.generate(payload)
+    return apply_output(sample, output)

@@ -1,0 +1,55 @@
+"""The runtime of a run: plugin manager, engine and tokenizer, reachable from ``args``.
+
+Plugin call signatures are slime's, so a ``generate_rollout`` or ``custom_generate`` gets only
+``args``; :func:`get_runtime` hands it the engine and tokenizer of the run in progress. When nothing
+was bound (a function called by slime, say), one is built from ``args``: an SGLang client for
+``args.sglang_router_ip``/``args.sglang_router_port`` and the tokenizer of ``args.hf_checkpoint``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .engine import InferenceEngine
+from .manager import RlsdkPluginManager, get_plugin_manager
+
+_ATTR = "_rlsdk_runtime"
+
+
+@dataclass
+class Runtime:
+    """What plugins of one run share."""
+
+    pm: RlsdkPluginManager
+    engine: InferenceEngine
+    tokenizer: Any = None
+    state: dict[str, Any] = field(default_factory=dict)
+    """Per-run scratch space for plugins (caches, clients), keyed by the plugin's name."""
+
+
+def bind_runtime(args: Any, runtime: Runtime) -> Runtime:
+    """Attach ``runtime`` to ``args`` so every plugin of the run finds it."""
+    object.__setattr__(args, _ATTR, runtime)
+    return runtime
+
+
+def get_runtime(args: Any) -> Runtime:
+    """The runtime bound to ``args``, or one built from ``args`` for an SGLang endpoint."""
+    runtime = getattr(args, "__dict__", {}).get(_ATTR)
+    if runtime is not None:
+        return runtime
+    from .engine import SGLangClient
+
+    host, port = getattr(args, "sglang_router_ip", None), getattr(args, "sglang_router_port", None)
+    if not host or not port:
+        raise RuntimeError(
+            "no engine: run under `rlsdk run`, or set args.sglang_router_ip and args.sglang_router_port"
+        )
+    tokenizer = None
+    checkpoint = getattr(args, "hf_checkpoint", None)
+    if checkpoint:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    return bind_runtime(args, Runtime(get_plugin_manager(), SGLangClient(f"http://{host}:{port}"), tokenizer))
