@@ -1,0 +1,95 @@
+"""``rlsdk plugins`` through typer's runner and through the real console script."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from rlsdk import __version__
+from rlsdk_cli.app import app
+
+from .test_manager import REWARD_PLUGIN
+
+runner = CliRunner()
+HUBS = {"rlsdk-rm-hub", "rlsdk-filter-hub", "rlsdk-generators"}
+
+
+def _list_json(*extra: str) -> list[dict]:
+    result = runner.invoke(app, ["plugins", "list", "--json", *extra])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_list_json_shows_the_hubs_with_their_names():
+    rows = {row["distribution"]: row for row in _list_json()}
+    assert HUBS <= set(rows)
+    for row in rows.values():
+        assert set(row) >= {"distribution", "version", "entry_point", "provides"}
+    assert "f1" in rows["rlsdk-rm-hub"]["provides"]["reward"]
+    assert "pop_first" in rows["rlsdk-filter-hub"]["provides"]["buffer_filter"]
+
+
+def test_list_kind_filters_rows_and_kinds():
+    rows = _list_json("--kind", "buffer_filter")
+    assert rows and all(set(r["provides"]) == {"buffer_filter"} for r in rows)
+    result = runner.invoke(app, ["plugins", "list", "--kind", "rewards"])
+    assert result.exit_code != 0 and "Choose one of" in result.output
+
+
+def test_list_table_names_distributions():
+    result = runner.invoke(app, ["plugins", "list"])
+    assert result.exit_code == 0
+    assert "rlsdk-rm-hub" in result.stdout and "f1" in result.stdout
+
+
+def test_list_reports_a_broken_plugin_without_failing(fake_dist):
+    fake_dist("rl-plugin-broken", "0.1.0", "broken", "rl_plugin_broken", "raise ImportError('boom')\n")
+    result = runner.invoke(app, ["plugins", "list"])
+    assert result.exit_code == 0
+    assert "failed to load broken from rl-plugin-broken 0.1.0" in " ".join(result.stdout.split())
+    assert "rlsdk-rm-hub" in result.stdout
+
+
+def test_list_reports_conflicts(fake_dist):
+    fake_dist("rl-plugin-a", "1.0.0", "plugin_a", "rl_plugin_a", REWARD_PLUGIN.format(name="f1"))
+    result = runner.invoke(app, ["plugins", "list"])
+    assert "conflict reward 'f1' provided by" in " ".join(result.stdout.split())
+
+
+def test_show_prints_kind_distribution_signature_and_doc():
+    result = runner.invoke(app, ["plugins", "show", "f1", "--json"])
+    assert result.exit_code == 0, result.output
+    entry = json.loads(result.stdout)
+    assert entry["kind"] == "reward" and entry["distribution"] == "rlsdk-rm-hub"
+    assert entry["signature"].startswith("f1(args")
+    assert "F1" in entry["doc"]
+    text = runner.invoke(app, ["plugins", "show", "pop_first"])
+    assert text.exit_code == 0 and "buffer_filter" in text.stdout and "rlsdk-filter-hub" in text.stdout
+
+
+def test_show_unknown_name_lists_what_is_installed():
+    result = runner.invoke(app, ["plugins", "show", "no_such_plugin"])
+    assert result.exit_code == 2
+    assert "plugin may not be installed" in result.output and "f1" in result.output
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.stdout.strip() == f"rlsdk {__version__}"
+
+
+def test_console_script_in_a_fresh_interpreter_sees_the_same_plugins():
+    """The real console script in a subprocess (as worker processes would see plugins)."""
+    exe = shutil.which("rlsdk") or str((__import__("pathlib").Path(sys.executable).parent / "rlsdk"))
+    out = subprocess.run([exe, "plugins", "list", "--json"], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == _list_json()
+
+
+def test_cli_does_not_import_heavy_libraries():
+    code = ("import sys; from rlsdk_cli.app import app; from rlsdk import get_plugin_manager; "
+            "pm = get_plugin_manager(); [pm.names(k) for k in ('reward', 'engine')]; "
+            "print(sorted(m for m in ('torch', 'transformers', 'sglang', 'math_verify') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
