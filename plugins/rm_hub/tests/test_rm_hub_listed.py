@@ -1,7 +1,6 @@
 import json
 
 import pytest
-
 from typer.testing import CliRunner
 
 from rlsdk.testing import check_reward, make_group
