@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+DEFAULT_DATASET = Path(__file__).parent / "datasets" / "arithmetic.jsonl"
+
 
 @dataclass
 class RolloutConfig:
@@ -64,7 +66,8 @@ class RolloutConfig:
 
     # --- data ---
     prompt_data: str | None = None
-    """Training data: JSONL or Parquet, with an optional ``@[start:end]`` row slice."""
+    """Training data: JSONL or Parquet, with an optional ``@[start:end]`` row slice. None: the shipped
+    single-digit arithmetic set (chat messages, ``label`` key, chat template on)."""
     input_key: str = "input"
     """Row key holding the prompt (a string or chat messages)."""
     label_key: str | None = None
@@ -95,7 +98,7 @@ class RolloutConfig:
     """Samples generated per prompt (the group size)."""
     over_sampling_batch_size: int | None = None
     """Groups submitted per chunk; defaults to ``rollout_batch_size``."""
-    rollout_max_response_len: int = 256
+    rollout_max_response_len: int = 128
     """Maximum new tokens per response."""
     rollout_temperature: float = 1.0
     rollout_top_p: float = 1.0
@@ -111,10 +114,20 @@ class RolloutConfig:
     """Return unfinished groups to the buffer at the end of a step and resume them later."""
     mask_offpolicy_in_partial_rollout: bool = False
     """Loss-mask tokens generated before a partial rollout resumed."""
+    rollout_max_groups_per_step: int | None = None
+    """Stop pulling data after this many groups in one step (default 8x ``rollout_batch_size``), so a
+    filter that drops everything cannot loop forever; the step then returns fewer groups."""
+    generate_timeout: float | None = 600.0
+    """Seconds one sample's generation may take before it fails as hung; none waits forever."""
+    abort_timeout: float = 30.0
+    """Seconds to wait for aborted requests to return their partial output at the end of a step."""
 
     # --- eval ---
     eval_prompt_data: list[str] = field(default_factory=list)
-    """Eval datasets as ``name path`` pairs flattened, as slime takes them, or paths."""
+    """Eval datasets as ``name path`` pairs flattened, as slime takes them."""
+    eval_datasets: list[dict[str, Any]] = field(default_factory=list)
+    """Eval datasets with overrides each: ``{"name", "path", "rm_type", "n_samples_per_eval_prompt",
+    "eval_temperature", "eval_top_p", "eval_max_response_len", "eval_reward_key"}``."""
     n_samples_per_eval_prompt: int = 1
     eval_temperature: float | None = None
     eval_top_p: float | None = None
@@ -138,6 +151,10 @@ class RolloutConfig:
         raise AttributeError(f"{type(self).__name__} has no option {name!r}")
 
     def __post_init__(self) -> None:
+        if self.prompt_data is None:
+            self.prompt_data = str(DEFAULT_DATASET)
+            self.label_key = self.label_key or "label"
+            self.apply_chat_template = True
         if self.over_sampling_batch_size is None:
             self.over_sampling_batch_size = self.rollout_batch_size
         for name in ("rollout_batch_size", "n_samples_per_prompt", "over_sampling_batch_size", "num_rollout"):

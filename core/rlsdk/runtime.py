@@ -8,13 +8,41 @@ was bound (a function called by slime, say), one is built from ``args``: an SGLa
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .engine import InferenceEngine
 from .manager import RlsdkPluginManager, get_plugin_manager
 
 _ATTR = "_rlsdk_runtime"
+T = TypeVar("T")
+
+
+class BackgroundLoop:
+    """An asyncio loop in a daemon thread: engines and servers live there, and sync plugin calls
+    (slime's ``generate_rollout`` is sync) submit coroutines to it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="rlsdk-loop", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop and wait for its result (not callable from the loop itself)."""
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("BackgroundLoop.run called from its own loop: await the coroutine instead")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=10)
+        if not self.loop.is_running():
+            self.loop.close()
 
 
 @dataclass
@@ -24,8 +52,19 @@ class Runtime:
     pm: RlsdkPluginManager
     engine: InferenceEngine
     tokenizer: Any = None
+    loop: BackgroundLoop = field(default_factory=BackgroundLoop)
+    """The loop the engine lives on; sync callers run coroutines there with :meth:`run`."""
     state: dict[str, Any] = field(default_factory=dict)
     """Per-run scratch space for plugins (caches, clients), keyed by the plugin's name."""
+    progress: Callable[[int], None] | None = None
+    """Called with a sample count as groups finish, for progress bars."""
+
+    def report_progress(self, samples: int) -> None:
+        if self.progress is not None:
+            self.progress(samples)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run(coro)
 
 
 def bind_runtime(args: Any, runtime: Runtime) -> Runtime:

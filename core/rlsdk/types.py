@@ -133,6 +133,8 @@ class RolloutFnTrainOutput:
 
     samples: list[list[Sample]]
     metrics: dict[str, Any] = field(default_factory=dict)
+    discarded: list[list[Sample]] = field(default_factory=list)
+    """Groups dropped by a filter or failed, each sample's ``metadata`` saying why (rlsdk only)."""
 
 
 @dataclass

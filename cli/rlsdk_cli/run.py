@@ -1,0 +1,197 @@
+"""``rlsdk run`` and ``rlsdk eval``: the main job, with slime's flag names accepted as aliases."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import typing
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rlsdk import RolloutConfig
+from rlsdk.errors import RlsdkError
+
+console = Console(stderr=True)
+
+PLUGIN_HELP = "A registered name (see `rlsdk plugins list`) or a dotted path pkg.mod:fn."
+
+
+def build_config(config: Path | None, options: dict[str, Any], extra: list[str]) -> RolloutConfig:
+    """The config file (if any), then every option given on the command line, then ``--set k=v``."""
+    overrides = {k: v for k, v in options.items() if v is not None and v != []}
+    for item in extra:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"--set takes KEY=VALUE, got {item!r}")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
+    if isinstance(overrides.get("apply_chat_template_kwargs"), str):
+        overrides["apply_chat_template_kwargs"] = json.loads(overrides["apply_chat_template_kwargs"])
+    eval_data = overrides.pop("eval_data", [])
+    if eval_data:
+        overrides["eval_datasets"] = [dict(zip(("name", "path"), d.split("=", 1), strict=True)) for d in eval_data]
+    try:
+        if config is not None:
+            return RolloutConfig.from_file(config, **overrides)
+        return RolloutConfig.from_dict(overrides)
+    except (ValueError, TypeError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _options(
+    config: Path | None = typer.Option(None, "--config", help="YAML, TOML or JSON file of options."),
+    rollout_function_path: str | None = typer.Option(None, "--rollout", "--rollout-function-path",
+                                                     help=f"generate_rollout. {PLUGIN_HELP}"),
+    eval_function_path: str | None = typer.Option(None, "--eval-rollout", "--eval-function-path",
+                                                  help="generate_rollout for eval."),
+    custom_generate_function_path: str | None = typer.Option(
+        None, "--custom-generate", "--custom-generate-function-path", help=f"custom_generate. {PLUGIN_HELP}"),
+    rm_type: str | None = typer.Option(None, "--rm", "--rm-type", help=f"reward. {PLUGIN_HELP}"),
+    custom_rm_path: str | None = typer.Option(None, "--custom-rm-path", help="A reward by dotted path."),
+    group_rm: bool | None = typer.Option(None, "--group-rm", help="The dotted-path reward scores whole groups."),
+    rm_url: str | None = typer.Option(None, "--rm-url", help="URL of the remote reward."),
+    reward_key: str | None = typer.Option(None, "--reward-key", help="Key of dict rewards for training."),
+    eval_reward_key: str | None = typer.Option(None, "--eval-reward-key", help="Key of dict rewards for eval."),
+    on_invalid_reward: str | None = typer.Option(None, "--on-invalid-reward",
+                                                 help="fail, drop_group or score (with --invalid-reward-value)."),
+    invalid_reward_value: float | None = typer.Option(None, "--invalid-reward-value"),
+    dynamic_sampling_filter_path: str | None = typer.Option(
+        None, "--dynamic-filter", "--dynamic-sampling-filter-path", help=f"dynamic_filter. {PLUGIN_HELP}"),
+    over_sampling_filter_path: str | None = typer.Option(
+        None, "--over-sampling-filter", "--over-sampling-filter-path", help=f"over_sampling_filter. {PLUGIN_HELP}"),
+    buffer_filter_path: str | None = typer.Option(None, "--buffer-filter", "--buffer-filter-path",
+                                                  help=f"buffer_filter. {PLUGIN_HELP}"),
+    engine: str | None = typer.Option(None, "--engine", help="embedded, sglang, an engine plugin, or a URL."),
+    model: str | None = typer.Option(None, "--model", help="Local Hugging Face model folder for the embedded engine."),
+    hf_checkpoint: str | None = typer.Option(None, "--hf-checkpoint", help="Tokenizer folder (for URL engines)."),
+    prompt_data: str | None = typer.Option(None, "--data", "--prompt-data", help="JSONL or Parquet[@[a:b]]."),
+    input_key: str | None = typer.Option(None, "--input-key"),
+    label_key: str | None = typer.Option(None, "--label-key"),
+    metadata_key: str | None = typer.Option(None, "--metadata-key"),
+    tool_key: str | None = typer.Option(None, "--tool-key"),
+    apply_chat_template: bool | None = typer.Option(None, "--apply-chat-template/--no-chat-template"),
+    apply_chat_template_kwargs: str | None = typer.Option(None, "--apply-chat-template-kwargs", help="JSON."),
+    rollout_max_prompt_len: int | None = typer.Option(None, "--rollout-max-prompt-len"),
+    rollout_shuffle: bool | None = typer.Option(None, "--rollout-shuffle"),
+    rollout_seed: int | None = typer.Option(None, "--rollout-seed", "--seed"),
+    num_rollout: int | None = typer.Option(None, "--num-rollout", help="Steps to run."),
+    rollout_batch_size: int | None = typer.Option(None, "--rollout-batch-size", help="Groups kept per step."),
+    n_samples_per_prompt: int | None = typer.Option(None, "--n-samples-per-prompt"),
+    over_sampling_batch_size: int | None = typer.Option(None, "--over-sampling-batch-size"),
+    rollout_max_response_len: int | None = typer.Option(None, "--rollout-max-response-len", "--max-new-tokens"),
+    rollout_temperature: float | None = typer.Option(None, "--rollout-temperature", "--temperature"),
+    rollout_top_p: float | None = typer.Option(None, "--rollout-top-p", "--top-p"),
+    rollout_top_k: int | None = typer.Option(None, "--rollout-top-k", "--top-k"),
+    rollout_stop: list[str] = typer.Option([], "--rollout-stop", help="Stop string (repeatable)."),
+    rollout_stop_token_ids: list[int] = typer.Option([], "--rollout-stop-token-ids", help="Repeatable."),
+    sglang_enable_deterministic_inference: bool | None = typer.Option(
+        None, "--deterministic", "--sglang-enable-deterministic-inference", help="Seed sample i with seed + i."),
+    sglang_server_concurrency: int | None = typer.Option(None, "--sglang-server-concurrency"),
+    partial_rollout: bool | None = typer.Option(None, "--partial-rollout"),
+    mask_offpolicy_in_partial_rollout: bool | None = typer.Option(None, "--mask-offpolicy-in-partial-rollout"),
+    eval_data: list[str] = typer.Option([], "--eval-data", help="NAME=PATH of an eval dataset (repeatable)."),
+    eval_prompt_data: list[str] = typer.Option([], "--eval-prompt-data", help="slime's flat NAME PATH pairs."),
+    n_samples_per_eval_prompt: int | None = typer.Option(None, "--n-samples-per-eval-prompt"),
+    eval_interval: int | None = typer.Option(None, "--eval-interval", help="Eval every N steps."),
+    output_dir: str | None = typer.Option(None, "--output", "--output-dir", help="Output folder."),
+    extra: list[str] = typer.Option([], "--set", help="KEY=VALUE for any option, plugins' own included."),
+) -> dict[str, Any]:
+    """The options shared by ``rlsdk run`` and ``rlsdk eval``; parameter names are RolloutConfig's."""
+    return dict(locals())
+
+
+def with_run_options(func: Any) -> Any:
+    """Give a command every option of :func:`_options` (typer reads the signature), passed as ``**options``."""
+    hints = {**typing.get_type_hints(_options), **typing.get_type_hints(func)}
+    own = [p for p in inspect.signature(func).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    params = own + list(inspect.signature(_options).parameters.values())
+    func.__signature__ = inspect.Signature([p.replace(annotation=hints[p.name]) for p in params])
+    return func
+
+
+@with_run_options
+def run(
+    resume: bool = typer.Option(False, "--resume", help="Continue the run saved in the output folder."),
+    **options: Any,
+) -> None:
+    """Run rollout steps: with no options, the embedded engine on SmolLM2-135M and the shipped math data."""
+    extra = options.pop("extra")
+    args = build_config(options.pop("config"), {**options, "resume": resume or None}, extra)
+    from rlsdk.job import run_job
+
+    samples_per_step = args.rollout_batch_size * args.n_samples_per_prompt
+    progress = Progress(TextColumn("[bold]step {task.fields[step]}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("samples"), TimeElapsedColumn(), console=console, transient=True)
+    task = progress.add_task("rollout", total=samples_per_step, step="-")
+
+    def on_step(rollout_id: int, metrics: dict[str, Any]) -> None:
+        progress.reset(task, total=samples_per_step, step=rollout_id + 1)
+        console.print(step_table(rollout_id, metrics))
+
+    def on_eval(rollout_id: int, metrics: dict[str, Any]) -> None:
+        console.print(metrics_table(f"eval after step {rollout_id}", metrics))
+
+    progress.update(task, step=1)
+    try:
+        with progress:
+            output = run_job(args, on_step=on_step, on_eval=on_eval,
+                             progress=lambda n: progress.advance(task, n))
+    except (RlsdkError, ValueError, FileNotFoundError) as exc:
+        console.print(f"[red]Error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    console.print(f"wrote {output.folder}/rollouts.jsonl, metrics.jsonl and state.json", highlight=False)
+
+
+@with_run_options
+def evaluate(**options: Any) -> None:
+    """Evaluate the model on the eval datasets (or the training data) once."""
+    extra = options.pop("extra")
+    args = build_config(options.pop("config"), options, extra)
+    if not args.eval_datasets and not args.eval_prompt_data:
+        args.eval_datasets = [{"name": Path(args.prompt_data).stem, "path": args.prompt_data}]
+    from rlsdk.job import run_eval, running
+
+    try:
+        with running(args) as (runtime, plugins):
+            result = run_eval(args, runtime, plugins, rollout_id=0)
+    except (RlsdkError, ValueError, FileNotFoundError) as exc:
+        console.print(f"[red]Error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    Console().print(metrics_table("eval", result.metrics))
+    typer.echo(json.dumps(result.metrics))
+
+
+def step_table(rollout_id: int, metrics: dict[str, Any]) -> Table:
+    dropped = {k.removeprefix("rollout/dynamic_filter/drop_"): v for k, v in metrics.items()
+               if k.startswith("rollout/dynamic_filter/drop_")}
+    table = Table(title=f"step {rollout_id}", show_header=True)
+    for column in ("reward", "kept", "dropped", "returned", "aborted", "failed", "tokens/s", "seconds"):
+        table.add_column(column, justify="right")
+    reward = metrics.get("rollout/reward_mean")
+    table.add_row(
+        "-" if reward is None else f"{reward:.3f}",
+        str(metrics["ledger/kept"]),
+        ", ".join(f"{k}: {v}" for k, v in dropped.items()) or "0",
+        str(metrics["ledger/returned"]),
+        str(metrics.get("rollout/aborted", 0)),
+        str(metrics["ledger/failed"]),
+        f"{metrics.get('rollout/tokens_per_s', 0.0):.1f}",
+        f"{metrics.get('rollout/seconds', 0.0):.1f}",
+    )
+    return table
+
+
+def metrics_table(title: str, metrics: dict[str, Any]) -> Table:
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in metrics.items():
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    return table

@@ -1,0 +1,86 @@
+"""Eval: every prompt of one or more datasets, each with its own sampling, reward and sample count."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+from .generate import sampling_params_for
+from .plugin_calls import StepPlugins
+from .runtime import Runtime, bind_runtime
+from .types import RolloutFnEvalOutput, Sample, reward_value
+
+DATASET_OVERRIDES = ("rm_type", "n_samples_per_eval_prompt", "eval_temperature", "eval_top_p",
+                     "eval_max_response_len", "eval_reward_key", "reward_key", "input_key", "label_key")
+
+
+def eval_datasets(args: Any) -> list[dict[str, Any]]:
+    """``args.eval_datasets`` plus slime's flat ``eval_prompt_data`` (``name path name path ...``)."""
+    datasets = [dict(d) for d in args.eval_datasets]
+    flat = list(args.eval_prompt_data)
+    if len(flat) % 2:
+        raise ValueError(f"eval_prompt_data takes name/path pairs, got {flat!r}")
+    datasets += [{"name": name, "path": path} for name, path in zip(flat[::2], flat[1::2], strict=True)]
+    for d in datasets:
+        if "name" not in d or "path" not in d:
+            raise ValueError(f"an eval dataset needs a name and a path, got {d!r}")
+        unknown = set(d) - {"name", "path", *DATASET_OVERRIDES}
+        if unknown:
+            raise ValueError(f"eval dataset {d['name']!r}: unknown options {sorted(unknown)}")
+    return datasets
+
+
+def pass_at_k(correct: list[list[bool]], k: int) -> float:
+    """Unbiased pass@k over prompts with ``n >= k`` samples each (Chen et al., 2021)."""
+    scores = []
+    for row in correct:
+        n, c = len(row), sum(row)
+        if n - c < k:
+            scores.append(1.0)
+            continue
+        miss = 1.0
+        for i in range(n - c + 1, n + 1):
+            miss *= 1.0 - k / i
+        scores.append(1.0 - miss)
+    return sum(scores) / len(scores) if scores else 0.0
+
+
+async def eval_rollout(args: Any, rollout_id: int, runtime: Runtime) -> RolloutFnEvalOutput:
+    """Generate and reward every prompt of every eval dataset; no filters, no buffer."""
+    from .data import DataSource
+    from .rollout import run_group
+
+    data: dict[str, dict[str, Any]] = {}
+    metrics: dict[str, Any] = {}
+    for spec in eval_datasets(args):
+        overrides = {k: v for k, v in spec.items() if k in DATASET_OVERRIDES}
+        ds_args = bind_runtime(dataclasses.replace(args, **overrides), runtime)
+        n = ds_args.n_samples_per_eval_prompt
+        source = DataSource(ds_args, pm=runtime.pm, tokenizer=runtime.tokenizer, path=spec["path"],
+                            n_samples_per_prompt=n, shuffle=False)
+        groups = list(source.iter_groups())
+        plugins = StepPlugins.resolve(ds_args, runtime.pm)
+        params = sampling_params_for(ds_args, evaluation=True)
+        semaphore = asyncio.Semaphore(ds_args.sglang_server_concurrency)
+        await asyncio.gather(*(
+            run_group(ds_args, runtime, plugins, g, params, semaphore, rollout_id, evaluation=True)
+            for g in groups
+        ))
+        key = ds_args.eval_reward_key or ds_args.reward_key
+        rewards = [[reward_value(s.reward, key) for s in g] for g in groups]
+        flat = [r for row in rewards for r in row]
+        valid = [r for r in flat if r is not None]
+        name = spec["name"]
+        data[name] = {
+            "rewards": flat,
+            "truncated": [s.status is Sample.Status.TRUNCATED for g in groups for s in g],
+            "samples": [s for g in groups for s in g],
+        }
+        correct = [[(r or 0.0) > 0 for r in row] for row in rewards]
+        metrics[f"eval/{name}/reward_mean"] = sum(valid) / len(valid) if valid else None
+        metrics[f"eval/{name}/invalid"] = len(flat) - len(valid)
+        metrics[f"eval/{name}/prompts"] = len(groups)
+        for k in sorted({1, n}):
+            metrics[f"eval/{name}/pass@{k}"] = pass_at_k(correct, k)
+    return RolloutFnEvalOutput(data=data, metrics=metrics)

@@ -1,0 +1,222 @@
+"""The main job behind ``rlsdk run``: engine up, steps in order, outputs written, state saved."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from .manager import RlsdkPluginManager, get_plugin_manager
+from .records import Resolved
+from .runtime import Runtime, bind_runtime
+from .types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
+
+STATE_FILE = "state.json"
+
+
+def resolve_run_plugins(args: Any, pm: RlsdkPluginManager) -> dict[str, Resolved]:
+    """Resolve every plugin the run names, so a wrong name fails before any model loads."""
+    from .rewarding import resolve_reward
+
+    resolved = {
+        "generate_rollout": pm.resolve("generate_rollout", args.rollout_function_path),
+        "engine": pm.resolve("engine", engine_name(args)),
+    }
+    if args.eval_function_path:
+        resolved["eval"] = pm.resolve("generate_rollout", args.eval_function_path)
+    if args.custom_generate_function_path:
+        resolved["custom_generate"] = pm.resolve("custom_generate", args.custom_generate_function_path)
+    resolved["reward"] = resolve_reward(args, pm)
+    for kind, spec in (("dynamic_filter", args.dynamic_sampling_filter_path),
+                       ("over_sampling_filter", args.over_sampling_filter_path),
+                       ("buffer_filter", args.buffer_filter_path)):
+        if spec:
+            resolved[kind] = pm.resolve(kind, spec)
+    return resolved
+
+
+def engine_name(args: Any) -> str:
+    """``--engine URL`` means the SGLang client for that server or router."""
+    if args.engine.startswith(("http://", "https://")):
+        args.sglang_url = args.engine
+        return "sglang"
+    return args.engine
+
+
+def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime:
+    """Start the engine; serve it over HTTP on loopback when it has no URL of its own, so slime-style
+    generators that POST to ``/generate`` reach it; load the tokenizer."""
+    from .serve import start_server
+
+    runtime = Runtime(pm, engine.func(args))
+    try:
+        runtime.run(runtime.engine.start())
+        url = runtime.engine.url
+        if url is None:
+            server = runtime.run(start_server(runtime.engine, host="127.0.0.1", port=0))
+            runtime.state["server"] = server
+            url = server.url
+        parsed = urlparse(url)
+        args.sglang_router_ip, args.sglang_router_port = parsed.hostname, parsed.port
+        runtime.tokenizer = getattr(runtime.engine, "tokenizer", None) or load_tokenizer(args)
+    except BaseException:
+        close_runtime(runtime)
+        raise
+    return bind_runtime(args, runtime)
+
+
+def load_tokenizer(args: Any) -> Any:
+    checkpoint = args.hf_checkpoint or args.model
+    if not checkpoint:
+        raise ValueError("the engine has no tokenizer: pass --hf-checkpoint with the model's tokenizer folder")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(checkpoint)
+
+
+def close_runtime(runtime: Runtime) -> None:
+    server = runtime.state.pop("server", None)
+    try:
+        if server is not None:
+            runtime.run(server.close())
+        runtime.run(runtime.engine.close())
+    finally:
+        runtime.loop.close()
+
+
+class RunOutput:
+    """The output folder: ``rollouts.jsonl`` (kept samples), ``discarded.jsonl`` (dropped or failed,
+    with the reason), ``metrics.jsonl``, ``eval.jsonl`` and ``state.json`` for ``--resume``.
+
+    The state records each file's size after the step it covers; resuming truncates what a crash
+    wrote past it, so no step is written twice."""
+
+    FILES = ("rollouts.jsonl", "discarded.jsonl", "metrics.jsonl", "eval.jsonl")
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def load_state(self) -> dict[str, Any]:
+        path = self.folder / STATE_FILE
+        if not path.exists():
+            raise FileNotFoundError(f"--resume: no {STATE_FILE} in {self.folder}; nothing to resume")
+        state = json.loads(path.read_text())
+        for name, size in state["file_sizes"].items():
+            with open(self.folder / name, "a+b") as f:
+                f.truncate(size)
+        return state
+
+    def start_fresh(self) -> None:
+        for name in (*self.FILES, STATE_FILE):
+            (self.folder / name).unlink(missing_ok=True)
+
+    def append(self, name: str, rows: list[dict[str, Any]]) -> None:
+        with open(self.folder / name, "a") as f:
+            for row in rows:
+                f.write(json.dumps(row, default=str) + "\n")
+
+    def write_step(self, rollout_id: int, output: RolloutFnTrainOutput) -> None:
+        self.append("rollouts.jsonl", [{"rollout_id": rollout_id, **s.to_dict()} for g in output.samples for s in g])
+        self.append("discarded.jsonl", [{"rollout_id": rollout_id, **s.to_dict()}
+                                        for g in output.discarded for s in g])
+        metrics = {k: v for k, v in output.metrics.items()}
+        self.append("metrics.jsonl", [{"rollout_id": rollout_id, **metrics}])
+
+    def write_eval(self, rollout_id: int, output: RolloutFnEvalOutput) -> None:
+        self.append("eval.jsonl", [{"rollout_id": rollout_id, **output.metrics}])
+
+    def save_state(self, next_rollout_id: int, data_state: dict[str, Any]) -> None:
+        sizes = {name: (self.folder / name).stat().st_size if (self.folder / name).exists() else 0
+                 for name in self.FILES}
+        state = {"next_rollout_id": next_rollout_id, "file_sizes": sizes, "data": data_state}
+        tmp = self.folder / f".{STATE_FILE}.tmp"
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, self.folder / STATE_FILE)
+
+
+def as_train_output(result: Any) -> RolloutFnTrainOutput:
+    """slime accepts a bare list of groups from generate_rollout; so do we."""
+    if isinstance(result, RolloutFnTrainOutput):
+        return result
+    if isinstance(result, list) and all(isinstance(g, list) and all(isinstance(s, Sample) for s in g)
+                                        for g in result):
+        return RolloutFnTrainOutput(samples=result)
+    raise TypeError(f"generate_rollout returned {type(result).__name__}: expected RolloutFnTrainOutput "
+                    "or a list of groups of samples")
+
+
+def as_eval_output(result: Any) -> RolloutFnEvalOutput:
+    if isinstance(result, RolloutFnEvalOutput):
+        return result
+    if isinstance(result, dict):
+        return RolloutFnEvalOutput(data=result)
+    raise TypeError(f"eval generate_rollout returned {type(result).__name__}: expected RolloutFnEvalOutput")
+
+
+def call_rollout(runtime: Runtime, resolved: Resolved, *args: Any, **kwargs: Any) -> Any:
+    """Call a generate_rollout from the main thread: sync ones directly, async ones on the run's loop."""
+    if resolved.is_async:
+        return runtime.run(resolved.func(*args, **kwargs))
+    return resolved.func(*args, **kwargs)
+
+
+@contextmanager
+def running(args: Any, pm: RlsdkPluginManager | None = None) -> Iterator[tuple[Runtime, dict[str, Resolved]]]:
+    """Resolve the run's plugins, then start the engine; close everything on the way out."""
+    pm = pm or get_plugin_manager()
+    plugins = resolve_run_plugins(args, pm)
+    runtime = open_runtime(args, pm, plugins["engine"])
+    try:
+        yield runtime, plugins
+    finally:
+        close_runtime(runtime)
+
+
+def run_job(
+    args: Any,
+    pm: RlsdkPluginManager | None = None,
+    *,
+    on_step: Callable[[int, dict[str, Any]], None] | None = None,
+    on_eval: Callable[[int, dict[str, Any]], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> RunOutput:
+    """Run ``args.num_rollout`` steps (continuing a saved run with ``args.resume``)."""
+    from .data import DataSource
+
+    output = RunOutput(args.output_dir)
+    data_source = DataSource(args, pm=pm)  # an empty or unreadable dataset fails before the engine starts
+    with running(args, pm) as (runtime, plugins):
+        runtime.progress = progress
+        data_source = DataSource(args, pm=runtime.pm, tokenizer=runtime.tokenizer)
+        first = 0
+        if args.resume:
+            state = output.load_state()
+            data_source.load_state_dict(state["data"])
+            first = state["next_rollout_id"]
+        else:
+            output.start_fresh()
+        for rollout_id in range(first, args.num_rollout):
+            # generate_rollout: one whole step
+            result = as_train_output(call_rollout(runtime, plugins["generate_rollout"], args, rollout_id,
+                                                  data_source))
+            output.write_step(rollout_id, result)
+            output.save_state(rollout_id + 1, data_source.state_dict())
+            if on_step is not None:
+                on_step(rollout_id, result.metrics)
+            if args.eval_interval and (rollout_id + 1) % args.eval_interval == 0:
+                evaluated = run_eval(args, runtime, plugins, rollout_id)
+                output.write_eval(rollout_id, evaluated)
+                if on_eval is not None:
+                    on_eval(rollout_id, evaluated.metrics)
+    return output
+
+
+def run_eval(args: Any, runtime: Runtime, plugins: dict[str, Resolved], rollout_id: int) -> RolloutFnEvalOutput:
+    """generate_rollout with ``evaluation=True`` (the eval function, else the rollout function)."""
+    resolved = plugins.get("eval", plugins["generate_rollout"])
+    return as_eval_output(call_rollout(runtime, resolved, args, rollout_id, None, evaluation=True))

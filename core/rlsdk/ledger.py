@@ -1,0 +1,70 @@
+"""The step ledger: every sample that enters a rollout step leaves it exactly once, accounted for."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import RlsdkError
+from .types import Sample
+
+Group = list[Sample]
+
+
+@dataclass
+class StepLedger:
+    """Counts samples in and out of a step: kept, dropped (by reason), returned to the buffer, failed."""
+
+    entered: int = 0
+    kept: int = 0
+    returned: int = 0
+    failed: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    """One line per failed group: the first error, naming plugin, package and sample."""
+    discarded: list[Group] = field(default_factory=list)
+    """The dropped and failed groups, kept so the run can write them out."""
+
+    def enter(self, groups: list[Group]) -> None:
+        self.entered += sum(map(len, groups))
+
+    def keep(self, group: Group) -> None:
+        self.kept += len(group)
+
+    def drop(self, group: Group, reason: str) -> None:
+        self.dropped[reason] += len(group)
+        for sample in group:
+            sample.metadata["drop_reason"] = reason
+        self.discarded.append(group)
+
+    def return_to_buffer(self, group: Group) -> None:
+        self.returned += len(group)
+
+    def fail(self, group: Group, error: str) -> None:
+        self.failed += len(group)
+        self.failures.append(error)
+        self.discarded.append(group)
+
+    @property
+    def left(self) -> int:
+        return self.kept + sum(self.dropped.values()) + self.returned + self.failed
+
+    def check(self) -> None:
+        """Raise when a sample went missing or was counted twice."""
+        if self.left != self.entered:
+            raise RlsdkError(
+                f"ledger does not balance: {self.entered} samples entered, {self.left} left "
+                f"(kept {self.kept}, dropped {dict(self.dropped)}, returned {self.returned}, failed {self.failed})"
+            )
+
+    def metrics(self) -> dict[str, Any]:
+        metrics: dict[str, Any] = {
+            "ledger/entered": self.entered,
+            "ledger/kept": self.kept,
+            "ledger/returned": self.returned,
+            "ledger/failed": self.failed,
+            "ledger/dropped": sum(self.dropped.values()),
+        }
+        metrics.update({f"rollout/dynamic_filter/drop_{reason}": n for reason, n in sorted(self.dropped.items())})
+        return metrics

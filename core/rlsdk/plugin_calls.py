@@ -1,0 +1,111 @@
+"""Calling resolved plugins from the rollout loop: sync or async, guarded, with errors that name the
+plugin, its package and the sample."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .manager import RlsdkPluginManager
+from .records import Resolved
+from .types import Sample
+
+FINISHED = (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
+DEFAULT_GENERATE = "rlsdk.generate:generate"
+
+
+async def call_plugin(resolved: Resolved, *args: Any, **kwargs: Any) -> Any:
+    """Call a sync or async implementation; sync ones run inline (filters are cheap)."""
+    result = resolved.func(*args, **kwargs)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+@dataclass
+class StepPlugins:
+    """The implementations one step calls, resolved (and validated) once per step."""
+
+    pm: RlsdkPluginManager
+    custom_generate: Resolved
+    dynamic_filter: Resolved | None = None
+    over_sampling_filter: Resolved | None = None
+    _per_sample: dict[str, Resolved] = field(default_factory=dict)
+
+    @classmethod
+    def resolve(cls, args: Any, pm: RlsdkPluginManager) -> StepPlugins:
+        def optional(kind: str, spec: str | None) -> Resolved | None:
+            return pm.resolve(kind, spec) if spec else None
+
+        return cls(
+            pm=pm,
+            custom_generate=pm.resolve("custom_generate", args.custom_generate_function_path or DEFAULT_GENERATE),
+            dynamic_filter=optional("dynamic_filter", args.dynamic_sampling_filter_path),
+            over_sampling_filter=optional("over_sampling_filter", args.over_sampling_filter_path),
+        )
+
+    def generator_for(self, sample: Sample) -> Resolved:
+        """The sample's own ``generate_function_path`` (slime's per-sample override) or the run's."""
+        spec = sample.generate_function_path
+        if not spec:
+            return self.custom_generate
+        if spec not in self._per_sample:
+            self._per_sample[spec] = self.pm.resolve("custom_generate", spec)
+        return self._per_sample[spec]
+
+
+def seeded(args: Any, sampling_params: dict[str, Any], position: int) -> dict[str, Any]:
+    """Deterministic mode gives sample ``i`` of a group the seed ``rollout_seed + i``."""
+    if not args.sglang_enable_deterministic_inference:
+        return sampling_params
+    return {**sampling_params, "sampling_seed": args.rollout_seed + position}
+
+
+async def generate_group(
+    args: Any, plugins: StepPlugins, group: list[Sample], sampling_params: dict[str, Any],
+    semaphore: asyncio.Semaphore, evaluation: bool = False,
+) -> None:
+    """Run custom_generate on every unfinished sample of ``group`` concurrently; the group is updated
+    in place (a generator may return several samples for one)."""
+    results = await asyncio.gather(*(
+        generate_sample(args, plugins, sample, seeded(args, sampling_params, i), semaphore, evaluation)
+        for i, sample in enumerate(group)
+    ))
+    group[:] = [s for produced in results for s in produced]
+
+
+async def generate_sample(
+    args: Any, plugins: StepPlugins, sample: Sample, sampling_params: dict[str, Any],
+    semaphore: asyncio.Semaphore, evaluation: bool,
+) -> list[Sample]:
+    """One sample through its custom_generate, under the concurrency bound and the hang timeout."""
+    if sample.status in FINISHED:
+        return [sample]  # completed in an earlier step and served again from the buffer
+    resolved = plugins.generator_for(sample)
+    kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
+    where = f"{resolved.describe()} on sample {sample.group_index}/{sample.index}"
+    started = time.perf_counter()
+    try:
+        async with semaphore:
+            result = await asyncio.wait_for(
+                call_plugin(resolved, args, sample, sampling_params, **kwargs), timeout=args.generate_timeout
+            )
+    except TimeoutError:
+        return [_failed(sample, f"{where} hung: no result after {args.generate_timeout} s")]
+    except Exception as exc:  # a plugin's bug must not lose the step's other samples
+        return [_failed(sample, f"{where} raised {type(exc).__name__}: {exc}")]
+    produced = result if isinstance(result, list) else [result]
+    if not produced or not all(isinstance(s, Sample) for s in produced):
+        return [_failed(sample, f"{where} returned {type(result).__name__}, expected Sample or list[Sample]")]
+    for out in produced:
+        out.metadata["generate_seconds"] = time.perf_counter() - started
+    return produced
+
+
+def _failed(sample: Sample, error: str) -> Sample:
+    sample.status = Sample.Status.FAILED
+    sample.metadata["generate_error"] = error
+    return sample

@@ -1,0 +1,227 @@
+"""The ``sglang`` rollout step: slime's over-sampling algorithm, top-down, with its gaps closed.
+
+One step pulls groups in chunks, generates them under a concurrency bound, rewards each finished
+group, applies the dynamic filter, stops at ``rollout_batch_size`` kept groups, aborts the rest and
+returns every unfinished or surplus group to the buffer. Each sample that enters a step leaves it in
+the ledger as kept, dropped (with a reason), returned to the buffer, or failed (with its error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from .errors import PluginCallError
+from .generate import sampling_params_for
+from .ledger import Group, StepLedger
+from .plugin_calls import FINISHED, StepPlugins, call_plugin, generate_group
+from .rewarding import apply_invalid_policy, score_group
+from .runtime import Runtime, get_runtime
+from .types import DynamicFilterOutput, RolloutFnTrainOutput, Sample
+
+
+def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
+    """slime's ``generate_rollout`` signature: run one training step (or eval) on the run's engine."""
+    runtime = get_runtime(args)
+    if evaluation:
+        from .evaluation import eval_rollout
+
+        return runtime.run(eval_rollout(args, rollout_id, runtime))
+    return runtime.run(rollout_step(args, rollout_id, data_source, runtime))
+
+
+async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Runtime) -> RolloutFnTrainOutput:
+    """One training step, readable top to bottom."""
+    started = time.perf_counter()
+    plugins = StepPlugins.resolve(args, runtime.pm)
+    ledger = StepLedger()
+    target = args.rollout_batch_size
+    max_groups = args.rollout_max_groups_per_step or 8 * target
+    semaphore = asyncio.Semaphore(args.sglang_server_concurrency)
+    sampling_params = sampling_params_for(args)
+
+    kept: list[Group] = []
+    fallback: list[tuple[Group, str]] = []  # dropped, but DynamicFilterOutput.keep_when_insufficient
+    to_buffer: list[Group] = []
+    in_flight: dict[asyncio.Task[Group], Group] = {}
+    pulled, exhausted = 0, False
+
+    while len(kept) < target:
+        # Keep enough groups in flight to fill the batch, pulling a chunk at a time.
+        if not exhausted and pulled < max_groups and len(kept) + len(in_flight) < target:
+            chunk = min(args.over_sampling_batch_size, max_groups - pulled)
+            groups = data_source.get_samples(chunk, rollout_id)  # buffer_filter: buffered groups first
+            exhausted = not groups
+            ledger.enter(groups)
+            pulled += len(groups)
+            for group in groups:
+                task = asyncio.create_task(
+                    run_group(args, runtime, plugins, group, sampling_params, semaphore, rollout_id)
+                )
+                in_flight[task] = group
+        if not in_flight:
+            break
+        done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            group = in_flight.pop(task)
+            task.result()  # run_group records failures on the samples; only a `fail` policy raises
+            settle(args, plugins, group, ledger, kept, fallback, to_buffer)
+            runtime.report_progress(len(group))
+
+    # Abort what is still in flight: finished groups are settled, unfinished ones go to the buffer.
+    if in_flight:
+        await runtime.engine.abort()  # engine: abort every request in flight
+        done, hung = await asyncio.wait(in_flight, timeout=args.abort_timeout)
+        for task in hung:
+            task.cancel()
+        await asyncio.gather(*hung, return_exceptions=True)
+        for task, group in in_flight.items():
+            if task in done and not task.cancelled():
+                task.result()
+                settle(args, plugins, group, ledger, kept, fallback, to_buffer)
+            else:
+                to_buffer.append(reset_for_buffer(args, group, rollout_id, partial=False))
+
+    # Not enough groups passed the dynamic filter: top up with groups it allowed as a fallback.
+    for group, reason in fallback:
+        if len(kept) < target:
+            kept.append(group)
+        else:
+            ledger.drop(group, reason)
+
+    # over_sampling_filter: order the kept groups; the first rollout_batch_size form the batch.
+    if plugins.over_sampling_filter is not None:
+        kept = await order_groups(args, plugins, kept, ledger)
+    batch, surplus = kept[:target], kept[target:]
+    for group in batch:
+        ledger.keep(group)
+
+    # Unfinished and surplus groups go back to the buffer, served first next step.
+    aborted = sum(s.status not in FINISHED for g in to_buffer for s in g)
+    returned = [reset_for_buffer(args, g, rollout_id, partial=args.partial_rollout) for g in to_buffer]
+    returned += surplus
+    for group in returned:
+        ledger.return_to_buffer(group)
+    if returned:
+        data_source.add_samples(returned, rollout_id)
+
+    ledger.check()
+    metrics = step_metrics(args, batch, ledger, started)
+    metrics["rollout/aborted"] = aborted
+    return RolloutFnTrainOutput(samples=batch, metrics=metrics, discarded=ledger.discarded)
+
+
+async def run_group(
+    args: Any, runtime: Runtime, plugins: StepPlugins, group: Group, sampling_params: dict[str, Any],
+    semaphore: asyncio.Semaphore, rollout_id: int, evaluation: bool = False,
+) -> Group:
+    """Generate and reward one group in place. Failures are recorded on the samples, not raised."""
+    for sample in group:
+        sample.metadata.setdefault("start_rollout_id", rollout_id)
+    # custom_generate: each unfinished sample (buffered surplus groups are already complete)
+    await generate_group(args, plugins, group, sampling_params, semaphore, evaluation)
+    if all(s.status in FINISHED for s in group) and any(s.reward is None for s in group):
+        # reward: per sample, or once per group for group rewards
+        await score_group(args, runtime.pm, group, evaluation=evaluation)
+    return group
+
+
+def settle(
+    args: Any, plugins: StepPlugins, group: Group, ledger: StepLedger, kept: list[Group],
+    fallback: list[tuple[Group, str]], to_buffer: list[Group],
+) -> None:
+    """Decide a finished task's group: failed, unfinished (back to the buffer), dropped or kept."""
+    errors = [s.metadata["generate_error"] for s in group if "generate_error" in s.metadata]
+    if errors:
+        ledger.fail(group, errors[0])
+        return
+    if not all(s.status in FINISHED or s.status is Sample.Status.FAILED for s in group):
+        to_buffer.append(group)  # aborted mid-generation (e.g. by a weight update)
+        return
+    reason = apply_invalid_policy(args, group)  # invalid rewards: fail the run, drop, or score
+    if reason is not None:
+        ledger.drop(group, reason)
+        return
+    if plugins.dynamic_filter is None:
+        kept.append(group)
+        return
+    verdict = call_dynamic_filter(args, plugins, group)  # dynamic_filter
+    if verdict.keep:
+        kept.append(group)
+    elif verdict.keep_when_insufficient:
+        fallback.append((group, verdict.reason or "filtered"))
+    else:
+        ledger.drop(group, verdict.reason or "filtered")
+
+
+def call_dynamic_filter(args: Any, plugins: StepPlugins, group: Group) -> DynamicFilterOutput:
+    resolved = plugins.dynamic_filter
+    assert resolved is not None
+    verdict = resolved.func(args, group)
+    if isinstance(verdict, bool):
+        return DynamicFilterOutput(keep=verdict)
+    if not isinstance(verdict, DynamicFilterOutput):
+        raise PluginCallError(
+            f"{resolved.describe()} returned {type(verdict).__name__} for group {group[0].group_index}: "
+            "expected DynamicFilterOutput or bool"
+        )
+    return verdict
+
+
+async def order_groups(args: Any, plugins: StepPlugins, kept: list[Group], ledger: StepLedger) -> list[Group]:
+    """Apply the over-sampling filter; groups it leaves out count as dropped by it."""
+    resolved = plugins.over_sampling_filter
+    assert resolved is not None
+    ordered = await call_plugin(resolved, args, list(kept))
+    given = {id(g): g for g in kept}
+    if not isinstance(ordered, list) or any(id(g) not in given for g in ordered):
+        raise PluginCallError(f"{resolved.describe()} must return a list of the groups it was given")
+    returned = {id(g) for g in ordered}
+    for key, group in given.items():
+        if key not in returned:
+            ledger.drop(group, f"over_sampling_filter_{resolved.name}")
+    return ordered
+
+
+def reset_for_buffer(args: Any, group: Group, rollout_id: int, *, partial: bool) -> Group:
+    """Prepare an unfinished group for the buffer: keep its tokens to resume (partial rollout, earlier
+    tokens loss-masked when asked) or start its samples over from the prompt."""
+    for sample in group:
+        if sample.status in FINISHED:
+            continue
+        sample.metadata["returned_at_rollout_id"] = rollout_id
+        if partial and sample.response_length:
+            if args.mask_offpolicy_in_partial_rollout:
+                sample.loss_mask = [0] * sample.response_length
+            sample.status = Sample.Status.ABORTED
+            continue
+        del sample.tokens[sample.prompt_length:]
+        sample.response, sample.response_length = "", 0
+        sample.loss_mask = sample.rollout_log_probs = None
+        sample.weight_versions = []
+        sample.reward = None
+        sample.status = Sample.Status.PENDING
+    return group
+
+
+def step_metrics(args: Any, batch: list[Group], ledger: StepLedger, started: float) -> dict[str, Any]:
+    """The step's metrics: the ledger, rewards, lengths, tokens and time."""
+    samples = [s for g in batch for s in g]
+    elapsed = time.perf_counter() - started
+    tokens = sum(s.response_length for s in samples)
+    values = [v for v in (s.get_reward_value(args) for s in samples) if v is not None]
+    metrics = ledger.metrics()
+    metrics.update({
+        "rollout/groups": len(batch),
+        "rollout/samples": len(samples),
+        "rollout/reward_mean": sum(values) / len(values) if values else None,
+        "rollout/response_len_mean": tokens / len(samples) if samples else 0.0,
+        "rollout/truncated": sum(s.status is Sample.Status.TRUNCATED for s in samples),
+        "rollout/resumed": sum("returned_at_rollout_id" in s.metadata for s in samples),
+        "rollout/tokens": tokens,
+        "rollout/seconds": elapsed,
+        "rollout/tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+        "rollout/failures": ledger.failures,
+    })
+    return metrics
