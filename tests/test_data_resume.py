@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import rlsdk_filter_hub.plugin
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rlsdk import RolloutConfig, get_plugin_manager
 from rlsdk.data import START_ROLLOUT_ID, DataSource
-
-import rlsdk_filter_hub.plugin
 
 SIZES = (1, 2, 5)
 
@@ -32,8 +31,9 @@ def datasets(tmp_path_factory):
     paths = {}
     for size in SIZES:
         paths[size] = folder / f"d{size}.jsonl"
-        paths[size].write_text("".join(json.dumps({"input": f"p{i}", "metadata": {"row": i}}) + "\n"
-                                       for i in range(size)))
+        paths[size].write_text(
+            "".join(json.dumps({"input": f"p{i}", "metadata": {"row": i}}) + "\n" for i in range(size))
+        )
     return paths
 
 
@@ -72,19 +72,32 @@ def run(ds, ops, step=0):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=ops_strategy, size=st.sampled_from(SIZES), n=st.integers(1, 3), shuffle=st.booleans(),
-       buffer_filter=st.sampled_from(["pop_first", "pop_last", "drop_stale"]), staleness=st.integers(0, 3))
-def test_resume_serves_exactly_what_an_uninterrupted_run_serves(datasets, pm, ops, size, n, shuffle,
-                                                                 buffer_filter, staleness):
-    args = RolloutConfig(prompt_data=str(datasets[size]), n_samples_per_prompt=n, rollout_shuffle=shuffle,
-                         rollout_seed=7, buffer_filter_path=buffer_filter, buffer_max_staleness=staleness)
+@given(
+    ops=ops_strategy,
+    size=st.sampled_from(SIZES),
+    n=st.integers(1, 3),
+    shuffle=st.booleans(),
+    buffer_filter=st.sampled_from(["pop_first", "pop_last", "drop_stale"]),
+    staleness=st.integers(0, 3),
+)
+def test_resume_serves_exactly_what_an_uninterrupted_run_serves(
+    datasets, pm, ops, size, n, shuffle, buffer_filter, staleness
+):
+    args = RolloutConfig(
+        prompt_data=str(datasets[size]),
+        n_samples_per_prompt=n,
+        rollout_shuffle=shuffle,
+        rollout_seed=7,
+        buffer_filter_path=buffer_filter,
+        buffer_max_staleness=staleness,
+    )
     reference = DataSource(args, pm=pm)
     served, saves, added = run(reference, ops)
 
     for position, gets_before, step, state in saves:
         resumed = DataSource(args, pm=pm)
         resumed.load_state_dict(state)
-        replay, _, _ = run(resumed, ops[position + 1:], step)
+        replay, _, _ = run(resumed, ops[position + 1 :], step)
         assert replay == served[gets_before:]
         assert resumed.metrics() == reference.metrics()
 
@@ -93,7 +106,7 @@ def test_resume_serves_exactly_what_an_uninterrupted_run_serves(datasets, pm, op
     assert [g[0]["group_index"] for g in fresh] == list(range(len(fresh)))
     rows = [g[0]["metadata"]["row"] for g in fresh]
     for start in range(0, len(rows), size):
-        epoch = rows[start:start + size]
+        epoch = rows[start : start + size]
         assert len(set(epoch)) == len(epoch)
         assert shuffle or epoch == list(range(len(epoch)))
     for g in fresh:
@@ -101,6 +114,9 @@ def test_resume_serves_exactly_what_an_uninterrupted_run_serves(datasets, pm, op
 
     # every group returned to the buffer is served again, still buffered, or dropped as stale
     metrics = reference.metrics()
-    assert metrics["groups_served_from_buffer"] + metrics["buffer_size"] + metrics["buffer_groups_dropped"] == added
+    assert (
+        metrics["groups_served_from_buffer"] + metrics["buffer_size"] + metrics["buffer_groups_dropped"]
+        == added
+    )
     assert buffer_filter == "drop_stale" or metrics["buffer_groups_dropped"] == 0
     assert metrics["groups_served_fresh"] == len(fresh)

@@ -7,11 +7,10 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import rlsdk_filter_hub.plugin
 from rlsdk import RolloutConfig
 from rlsdk.data import DataPath, DataSource
 from rlsdk.errors import DataError
-
-import rlsdk_filter_hub.plugin
 
 
 @pytest.fixture
@@ -42,7 +41,9 @@ def test_data_path_parses_slices():
 
 
 def test_jsonl_keys_and_slices(pm, tmp_path):
-    rows = [{"question": f"q{i}", "answer": str(i), "meta": {"id": i}, "tools": [{"name": "t"}]} for i in range(6)]
+    rows = [
+        {"question": f"q{i}", "answer": str(i), "meta": {"id": i}, "tools": [{"name": "t"}]} for i in range(6)
+    ]
     path = write_jsonl(tmp_path / "d.jsonl", rows[:3] + [""] + rows[3:])  # a blank line is not a row
     ds = source(pm, f"{path}@[1:-1]", input_key="question", label_key="answer", metadata_key="meta")
     assert prompts(ds) == ["q1", "q2", "q3", "q4"]
@@ -54,13 +55,20 @@ def test_jsonl_keys_and_slices(pm, tmp_path):
 
 
 def test_parquet_with_json_text_metadata_and_slices(pm, tmp_path):
-    table = pa.table({"input": ["a", "b", "c", "d"], "label": ["1", "2", "3", "4"],
-                      "metadata": [json.dumps({"k": i}) for i in range(4)]})
+    table = pa.table(
+        {
+            "input": ["a", "b", "c", "d"],
+            "label": ["1", "2", "3", "4"],
+            "metadata": [json.dumps({"k": i}) for i in range(4)],
+        }
+    )
     pq.write_table(table, tmp_path / "d.parquet")
     ds = source(pm, f"{tmp_path / 'd.parquet'}@[1:3]", label_key="label")
     assert prompts(ds) == ["b", "c"]
     assert [(p.label, p.metadata, p.where.rsplit(":", 1)[1]) for p in ds.prompts] == [
-        ("2", {"k": 1}, "row 2"), ("3", {"k": 2}, "row 3")]
+        ("2", {"k": 1}, "row 2"),
+        ("3", {"k": 2}, "row 3"),
+    ]
 
 
 def test_parquet_row_missing_input_names_the_row(pm, tmp_path):

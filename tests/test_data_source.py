@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import rlsdk_filter_hub.plugin
 from rlsdk import BufferFilter, RolloutConfig, Sample, hookimpl
 from rlsdk.data import START_ROLLOUT_ID, DataSource
 from rlsdk.errors import PluginCallError, PluginError
-
-import rlsdk_filter_hub.plugin
 
 
 @pytest.fixture
@@ -21,8 +20,11 @@ def pm(rlsdk_pm):
 @pytest.fixture
 def data(tmp_path):
     path = tmp_path / "d.jsonl"
-    path.write_text("".join(json.dumps({"input": f"p{i}", "label": str(i), "metadata": {"i": i}}) + "\n"
-                            for i in range(5)))
+    path.write_text(
+        "".join(
+            json.dumps({"input": f"p{i}", "label": str(i), "metadata": {"i": i}}) + "\n" for i in range(5)
+        )
+    )
     return path
 
 
@@ -59,12 +61,16 @@ def test_epochs_without_shuffle_repeat_the_file_order(pm, data):
 
 def test_shuffle_is_seeded_by_rollout_seed_and_epoch(pm, data):
     def epochs(seed):
-        return names(make(pm, data, n_samples_per_prompt=1, rollout_shuffle=True, rollout_seed=seed).get_samples(15))
+        return names(
+            make(pm, data, n_samples_per_prompt=1, rollout_shuffle=True, rollout_seed=seed).get_samples(15)
+        )
 
     first, again, other = epochs(1), epochs(1), epochs(2)
     assert first == again and first != other
-    blocks = [first[i:i + 5] for i in (0, 5, 10)]
-    assert all(sorted(b) == [f"p{i}" for i in range(5)] for b in blocks)  # each epoch covers every prompt once
+    blocks = [first[i : i + 5] for i in (0, 5, 10)]
+    assert all(
+        sorted(b) == [f"p{i}" for i in range(5)] for b in blocks
+    )  # each epoch covers every prompt once
     assert len({tuple(b) for b in blocks}) > 1  # and the order changes with the epoch
 
 
@@ -80,7 +86,11 @@ def test_buffer_is_served_first_through_the_filter(pm, data):
     assert served[0][0].response == "partial" and served[0][0].group_index == 1
     assert served[2][0].group_index == 3
     metrics = ds.metrics()
-    assert (metrics["groups_served_fresh"], metrics["groups_served_from_buffer"], metrics["buffer_size"]) == (4, 2, 0)
+    assert (metrics["groups_served_fresh"], metrics["groups_served_from_buffer"], metrics["buffer_size"]) == (
+        4,
+        2,
+        0,
+    )
 
 
 def test_add_samples_keeps_an_earlier_start_and_takes_an_explicit_step(pm, data):
@@ -119,10 +129,15 @@ class Misbehaving:
         yield BufferFilter(name="not_a_list", func=lambda args, rollout_id, buffer, num_samples: None)
 
 
-@pytest.mark.parametrize("name,problem", [("raises", "raised ZeroDivisionError"),
-                                          ("too_many", "returned 3 groups when asked for at most 2"),
-                                          ("keeps_served", "left served groups in the buffer"),
-                                          ("not_a_list", "returned NoneType")])
+@pytest.mark.parametrize(
+    "name,problem",
+    [
+        ("raises", "raised ZeroDivisionError"),
+        ("too_many", "returned 3 groups when asked for at most 2"),
+        ("keeps_served", "left served groups in the buffer"),
+        ("not_a_list", "returned NoneType"),
+    ],
+)
 def test_a_broken_buffer_filter_is_named_and_loses_nothing(pm, data, name, problem):
     pm.register(Misbehaving())
     ds = make(pm, data, n_samples_per_prompt=1, buffer_filter_path=name)
@@ -162,7 +177,10 @@ def test_state_is_json_and_restores_buffer_and_position(pm, data, tmp_path):
     resumed = make(pm, data, n_samples_per_prompt=2, rollout_shuffle=True)
     resumed.load(tmp_path / "state" / "data.json")
     assert resumed.get_samples(8, rollout_id=1) == expected
-    assert expected[0][0].status == Sample.Status.ABORTED and expected[0][0].rollout_log_probs == [-0.5, -0.25]
+    assert expected[0][0].status == Sample.Status.ABORTED and expected[0][0].rollout_log_probs == [
+        -0.5,
+        -0.25,
+    ]
     assert resumed.metrics() == ds.metrics()
 
 
@@ -209,11 +227,12 @@ def test_slime_style_rollout_function_uses_get_and_add(pm, data):
 
     def generate_rollout(args, rollout_id, data_source, evaluation=False):
         groups = data_source.get_samples(args.over_sampling_batch_size)
-        data_source.add_samples(groups[args.rollout_batch_size:])
+        data_source.add_samples(groups[args.rollout_batch_size :])
         return groups[: args.rollout_batch_size]
 
-    args = RolloutConfig(prompt_data=str(data), rollout_batch_size=2, over_sampling_batch_size=3,
-                         n_samples_per_prompt=1)
+    args = RolloutConfig(
+        prompt_data=str(data), rollout_batch_size=2, over_sampling_batch_size=3, n_samples_per_prompt=1
+    )
     ds = DataSource(args, pm=pm)
     steps = [names(generate_rollout(args, step, ds)) for step in range(3)]
     assert steps == [["p0", "p1"], ["p2", "p3"], ["p4", "p0"]]

@@ -4,5 +4,13 @@ from .prompts import Prompt, PromptBuilder
 from .rows import BadRowPolicy, DataPath, Row, read_rows
 from .source import START_ROLLOUT_ID, DataSource
 
-__all__ = ["START_ROLLOUT_ID", "BadRowPolicy", "DataPath", "DataSource", "Prompt", "PromptBuilder", "Row",
-           "read_rows"]
+__all__ = [
+    "START_ROLLOUT_ID",
+    "BadRowPolicy",
+    "DataPath",
+    "DataSource",
+    "Prompt",
+    "PromptBuilder",
+    "Row",
+    "read_rows",
+]

@@ -51,10 +51,15 @@ class PromptBuilder:
             raise DataError("apply_chat_template needs a tokenizer: pass the model's tokenizer to DataSource")
         if tokenizer is None and args.rollout_max_prompt_len is not None:
             raise DataError("rollout_max_prompt_len needs a tokenizer to count prompt tokens")
-        if (args.apply_chat_template and getattr(tokenizer, "chat_template", None) is None
-                and "chat_template" not in args.apply_chat_template_kwargs):
-            raise DataError("apply_chat_template: the tokenizer has no chat template; give one as "
-                            "apply_chat_template_kwargs: {chat_template: ...}")
+        if (
+            args.apply_chat_template
+            and getattr(tokenizer, "chat_template", None) is None
+            and "chat_template" not in args.apply_chat_template_kwargs
+        ):
+            raise DataError(
+                "apply_chat_template: the tokenizer has no chat template; give one as "
+                "apply_chat_template_kwargs: {chat_template: ...}"
+            )
 
     def build(self, rows: Sequence[Row]) -> list[Prompt]:
         prompts = [p for p in (self._from_row(row) for row in rows) if p is not None]
@@ -78,13 +83,18 @@ class PromptBuilder:
             self.bad.report(row.where, f"no input key {args.input_key!r} (keys: {sorted(values)})")
             return None
         if not (isinstance(raw, str) or _is_messages(raw)):
-            self.bad.report(row.where, f"input {args.input_key!r} must be a string or a list of chat "
-                                       f"messages with a 'role', got {type(raw).__name__}")
+            self.bad.report(
+                row.where,
+                f"input {args.input_key!r} must be a string or a list of chat "
+                f"messages with a 'role', got {type(raw).__name__}",
+            )
             return None
         metadata = _json_field(values.get(args.metadata_key), dict)
         tools = _json_field(values.get(args.tool_key), list)
         if metadata is _INVALID or tools is _INVALID:
-            key, want = (args.metadata_key, "an object") if metadata is _INVALID else (args.tool_key, "a list")
+            key, want = (
+                (args.metadata_key, "an object") if metadata is _INVALID else (args.tool_key, "a list")
+            )
             self.bad.report(row.where, f"{key!r} must be {want} or its JSON text")
             return None
         metadata = metadata or {}
@@ -96,8 +106,10 @@ class PromptBuilder:
             if text is None:
                 return None
         elif isinstance(raw, list):
-            raise DataError(f"{row.where}: the prompt is a list of chat messages; pass --apply-chat-template "
-                            f"to render it with the tokenizer's chat template")
+            raise DataError(
+                f"{row.where}: the prompt is a list of chat messages; pass --apply-chat-template "
+                f"to render it with the tokenizer's chat template"
+            )
         else:
             text = raw
         return Prompt(prompt=text, label=label, metadata=metadata, where=row.where)
@@ -106,10 +118,13 @@ class PromptBuilder:
         messages = [{"role": "user", "content": raw}] if isinstance(raw, str) else raw
         try:
             return self.tokenizer.apply_chat_template(
-                messages, tools=tools, add_generation_prompt=True, tokenize=False,
+                messages,
+                tools=tools,
+                add_generation_prompt=True,
+                tokenize=False,
                 **self.args.apply_chat_template_kwargs,
             )
-        except Exception as exc:  # a template rejecting a row's messages is a bad row
+        except Exception as exc:  # noqa: BLE001 -- a template rejecting a row's messages is a bad row
             self.bad.report(row.where, f"the chat template failed: {type(exc).__name__}: {exc}")
             return None
 

@@ -42,7 +42,9 @@ class DataPath:
     def __str__(self) -> str:
         if self.start is None and self.end is None:
             return str(self.path)
-        return f"{self.path}@[{'' if self.start is None else self.start}:{'' if self.end is None else self.end}]"
+        return (
+            f"{self.path}@[{'' if self.start is None else self.start}:{'' if self.end is None else self.end}]"
+        )
 
 
 @dataclass

@@ -44,8 +44,16 @@ class DataSource:
     dataset or a bad row is an error before any engine starts.
     """
 
-    def __init__(self, args: Any, *, pm: Any = None, tokenizer: Any = None, path: str | Path | None = None,
-                 n_samples_per_prompt: int | None = None, shuffle: bool | None = None) -> None:
+    def __init__(
+        self,
+        args: Any,
+        *,
+        pm: Any = None,
+        tokenizer: Any = None,
+        path: str | Path | None = None,
+        n_samples_per_prompt: int | None = None,
+        shuffle: bool | None = None,
+    ) -> None:
         self.args = args
         spec = path if path is not None else args.prompt_data
         if not spec:
@@ -60,8 +68,11 @@ class DataSource:
         rows_read = len(rows) + bad.skipped
         builder = PromptBuilder(args, tokenizer, bad)
         self.prompts: list[Prompt] = builder.build(rows)
-        self._load_counts = {"rows_read": rows_read, "bad_rows_skipped": bad.skipped,
-                             "prompts_too_long": builder.too_long}
+        self._load_counts = {
+            "rows_read": rows_read,
+            "bad_rows_skipped": bad.skipped,
+            "prompts_too_long": builder.too_long,
+        }
         if not self.prompts:
             raise DataError(f"{self.data_path}: no usable prompts ({self._describe_counts()})")
         log.info("%s: %d prompts (%s)", self.data_path, len(self.prompts), self._describe_counts())
@@ -74,7 +85,11 @@ class DataSource:
         self._next_group_index = 0
         self._next_index = 0
         self._last_rollout_id = 0
-        self._counters = {"groups_served_fresh": 0, "groups_served_from_buffer": 0, "buffer_groups_dropped": 0}
+        self._counters = {
+            "groups_served_fresh": 0,
+            "groups_served_from_buffer": 0,
+            "buffer_groups_dropped": 0,
+        }
 
     def __len__(self) -> int:
         """The number of usable prompts in the dataset."""
@@ -98,7 +113,9 @@ class DataSource:
         generation started (kept if already set; else ``rollout_id``, else the last ``get_samples`` step)."""
         for position, group in enumerate(groups):
             if not isinstance(group, list) or not group or not all(isinstance(s, Sample) for s in group):
-                raise TypeError(f"add_samples: group {position} must be a non-empty list of Sample, got {group!r:.200}")
+                raise TypeError(
+                    f"add_samples: group {position} must be a non-empty list of Sample, got {group!r:.200}"
+                )
         step = self._last_rollout_id if rollout_id is None else rollout_id
         for group in groups:
             for sample in group:
@@ -122,8 +139,13 @@ class DataSource:
     def metrics(self) -> dict[str, int]:
         """Counters: rows read, bad rows skipped, prompts too long, prompts, epoch, buffer size, groups
         served fresh and from the buffer, buffered groups the buffer filter dropped."""
-        return {**self._load_counts, "prompts": len(self.prompts), "epoch": self._epoch,
-                "buffer_size": len(self.buffer), **self._counters}
+        return {
+            **self._load_counts,
+            "prompts": len(self.prompts),
+            "epoch": self._epoch,
+            "buffer_size": len(self.buffer),
+            **self._counters,
+        }
 
     def _fresh_group(self) -> list[Sample]:
         if self._offset >= len(self._order):
@@ -158,7 +180,9 @@ class DataSource:
             ) from exc
         problem = _check_buffer_filter_result(taken, work, given, num_groups)
         if problem:
-            raise PluginCallError(f"{resolved.describe()} {problem} (rollout {rollout_id}); the buffer is unchanged")
+            raise PluginCallError(
+                f"{resolved.describe()} {problem} (rollout {rollout_id}); the buffer is unchanged"
+            )
         dropped = len(self.buffer) - len(work) - len(taken)
         if dropped:
             log.info("%s dropped %d buffered groups at rollout %d", resolved.describe(), dropped, rollout_id)
@@ -187,7 +211,9 @@ class DataSource:
         try:
             return json.loads(json.dumps(state))
         except (TypeError, ValueError) as exc:
-            raise DataError(f"the data source state is not JSON-safe (check buffered samples' metadata): {exc}") from exc
+            raise DataError(
+                f"the data source state is not JSON-safe (check buffered samples' metadata): {exc}"
+            ) from exc
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a ``state_dict()``; the dataset and options should be those of the saved run."""
@@ -195,8 +221,11 @@ class DataSource:
             raise DataError(f"data source state version {state.get('version')!r} is not {STATE_VERSION}")
         for key, now in (("num_prompts", len(self.prompts)), ("shuffle", self.shuffle), ("seed", self.seed)):
             if state[key] != now:
-                warnings.warn(f"resuming data from {state['data']} with {key}={state[key]!r}, but now {key}={now!r}: "
-                              f"the order of prompts will differ from the saved run", stacklevel=2)
+                warnings.warn(
+                    f"resuming data from {state['data']} with {key}={state[key]!r}, but now {key}={now!r}: "
+                    f"the order of prompts will differ from the saved run",
+                    stacklevel=2,
+                )
         buffer = [[Sample.from_dict(sample) for sample in group] for group in state["buffer"]]
         self._epoch = state["epoch"]
         self._order = self._epoch_order(self._epoch)
@@ -227,8 +256,10 @@ class DataSource:
 
     def _describe_counts(self) -> str:
         counts = self._load_counts
-        return (f"{counts['rows_read']} rows read, {counts['bad_rows_skipped']} bad rows skipped, "
-                f"{counts['prompts_too_long']} prompts longer than rollout_max_prompt_len")
+        return (
+            f"{counts['rows_read']} rows read, {counts['bad_rows_skipped']} bad rows skipped, "
+            f"{counts['prompts_too_long']} prompts longer than rollout_max_prompt_len"
+        )
 
 
 def _resolve_buffer_filter(pm: Any, name: str) -> Any:

@@ -4,6 +4,7 @@ dict rewards, invalid rewards)."""
 from __future__ import annotations
 
 import pytest
+import rlsdk_filter_hub.plugin
 from rlsdk import DynamicFilterOutput, RolloutConfig, Sample
 from rlsdk.data import START_ROLLOUT_ID
 from rlsdk.testing import (
@@ -14,10 +15,12 @@ from rlsdk.testing import (
     make_group,
 )
 
-import rlsdk_filter_hub.plugin
-
-DYNAMIC = ["check_reward_nonzero_std", "check_reward_nonzero_std_with_fallback", "check_metric_nonzero_std",
-           "reward_range"]
+DYNAMIC = [
+    "check_reward_nonzero_std",
+    "check_reward_nonzero_std_with_fallback",
+    "check_metric_nonzero_std",
+    "reward_range",
+]
 OVER_SAMPLING = ["sort_by_reward_std", "prefer_fewer_invalid"]
 BUFFER = ["pop_first", "pop_last", "drop_stale"]
 
@@ -40,10 +43,16 @@ def verdict(pm, name, rewards, **options):
 
 # ----- contracts --------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", DYNAMIC)
 def test_dynamic_filter_contract(pm, name):
     check_dynamic_filter(pm, name)
-    dict_groups = [make_group([dapo(True), dapo(False)]), make_group([dapo(True)]), make_group([dapo(None)]), []]
+    dict_groups = [
+        make_group([dapo(True), dapo(False)]),
+        make_group([dapo(True)]),
+        make_group([dapo(None)]),
+        [],
+    ]
     check_dynamic_filter(pm, name, RolloutConfig(reward_key="score"), dict_groups)
 
 
@@ -61,14 +70,18 @@ def test_buffer_filter_contract(pm, name):
 
 
 def test_every_filter_has_a_docstring_with_an_example(pm):
-    for kind, names in (("dynamic_filter", DYNAMIC), ("over_sampling_filter", OVER_SAMPLING),
-                        ("buffer_filter", BUFFER)):
+    for kind, names in (
+        ("dynamic_filter", DYNAMIC),
+        ("over_sampling_filter", OVER_SAMPLING),
+        ("buffer_filter", BUFFER),
+    ):
         assert sorted(pm.names(kind)) == sorted(names)
         for name in names:
             assert "Example:" in (pm.resolve(kind, name).func.__doc__ or ""), name
 
 
 # ----- dynamic filters ---------------------------------------------------------------------------------
+
 
 def test_nonzero_std_keeps_spread_and_names_the_drop(pm):
     assert verdict(pm, "check_reward_nonzero_std", [1.0, 0.0, 1.0, 1.0]).keep
@@ -90,8 +103,10 @@ def test_nonzero_std_ignores_invalid_rewards(pm):
 
 def test_nonzero_std_reads_dict_rewards_at_reward_key(pm):
     assert verdict(pm, "check_reward_nonzero_std", [dapo(True), dapo(False)], reward_key="score").keep
-    assert verdict(pm, "check_reward_nonzero_std", [dapo(True), dapo(True)],
-                   reward_key="score").reason == "zero_std_1.0"
+    assert (
+        verdict(pm, "check_reward_nonzero_std", [dapo(True), dapo(True)], reward_key="score").reason
+        == "zero_std_1.0"
+    )
     with pytest.raises(KeyError, match="reward-key"):
         verdict(pm, "check_reward_nonzero_std", [dapo(True), dapo(False)])
 
@@ -112,8 +127,12 @@ def test_metric_filter_sees_accuracy_not_the_shaped_score(pm):
     result = verdict(pm, "check_metric_nonzero_std", shaped, reward_key="score")
     assert (result.keep, result.reason) == (False, "zero_std_acc_1.0")
     assert verdict(pm, "check_metric_nonzero_std", [dapo(True), dapo(False), dapo(None)]).keep
-    assert verdict(pm, "check_metric_nonzero_std", [{"score": 1, "ok": 1}, {"score": 1, "ok": 0}],
-                   dynamic_filter_metric_key="ok").keep
+    assert verdict(
+        pm,
+        "check_metric_nonzero_std",
+        [{"score": 1, "ok": 1}, {"score": 1, "ok": 0}],
+        dynamic_filter_metric_key="ok",
+    ).keep
     assert verdict(pm, "check_metric_nonzero_std", [0.0, 1.0]).keep  # a float reward is its own metric
     with pytest.raises(KeyError, match="acc"):
         verdict(pm, "check_metric_nonzero_std", [{"score": 1.0}, {"score": 0.0}])
@@ -132,6 +151,7 @@ def test_reward_range_bounds_are_exclusive(pm):
 
 
 # ----- over-sampling filters ---------------------------------------------------------------------------
+
 
 def indices(groups):
     return [g[0].group_index for g in groups]
@@ -157,12 +177,15 @@ def test_prefer_fewer_invalid(pm):
     groups = groups_of([None, None], [1.0, None], [0.0, 1.0], [float("nan"), 1.0], [1.0])
     groups[2][0].status = Sample.Status.FAILED
     assert indices(f(RolloutConfig(), groups)) == [4, 1, 2, 3, 0]
-    dict_groups = groups_of([dapo(None), dapo(True)], [{"acc": None}, {"acc": True}], [dapo(True), dapo(False)])
+    dict_groups = groups_of(
+        [dapo(None), dapo(True)], [{"acc": None}, {"acc": True}], [dapo(True), dapo(False)]
+    )
     assert indices(f(RolloutConfig(), dict_groups)) == [1, 2, 0]  # without reward_key only None is invalid
     assert indices(f(RolloutConfig(reward_key="acc"), dict_groups)) == [2, 0, 1]
 
 
 # ----- buffer filters ----------------------------------------------------------------------------------
+
 
 def buffered(*starts):
     groups = groups_of(*[[1.0, 0.0]] * len(starts))

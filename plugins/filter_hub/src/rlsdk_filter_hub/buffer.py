@@ -26,8 +26,8 @@ def pop_last(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples: i
     Example: a buffer ``[g0, g1, g2]`` asked for 2 serves ``[g2, g1]`` and keeps ``[g0]``.
     """
     count = min(max(num_samples, 0), len(buffer))
-    taken = buffer[len(buffer) - count:][::-1]
-    del buffer[len(buffer) - count:]
+    taken = buffer[len(buffer) - count :][::-1]
+    del buffer[len(buffer) - count :]
     return taken
 
 
@@ -46,8 +46,12 @@ def drop_stale(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples:
     starts = {id(g): _start(g, rollout_id) for g in buffer}
     fresh = [g for g in buffer if limit is None or rollout_id - starts[id(g)] <= limit]
     if len(fresh) < len(buffer):
-        log.info("drop_stale: dropped %d buffered groups older than %s steps at rollout %d",
-                 len(buffer) - len(fresh), limit, rollout_id)
+        log.info(
+            "drop_stale: dropped %d buffered groups older than %s steps at rollout %d",
+            len(buffer) - len(fresh),
+            limit,
+            rollout_id,
+        )
     taken = sorted(fresh, key=lambda g: starts[id(g)])[: max(num_samples, 0)]
     served = {id(g) for g in taken}
     buffer[:] = [g for g in fresh if id(g) not in served]

@@ -22,7 +22,9 @@ def check_reward_nonzero_std(args: Any, samples: list[Sample], **kwargs: Any) ->
     return _nonzero_std(valid_values(samples, reward_key(args)), "zero_std_")
 
 
-def check_reward_nonzero_std_with_fallback(args: Any, samples: list[Sample], **kwargs: Any) -> DynamicFilterOutput:
+def check_reward_nonzero_std_with_fallback(
+    args: Any, samples: list[Sample], **kwargs: Any
+) -> DynamicFilterOutput:
     """Like ``check_reward_nonzero_std``, but a dropped group may still be used when too few groups pass
     (``keep_when_insufficient=True``), so a step never starves on an easy or hard batch.
 

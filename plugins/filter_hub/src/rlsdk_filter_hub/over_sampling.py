@@ -34,4 +34,3 @@ def prefer_fewer_invalid(args: Any, groups: list[list[Sample]], **kwargs: Any) -
     """
     key = reward_key(args)
     return sorted(groups, key=lambda group: sum(is_invalid(s, key) for s in group))
-

@@ -8,8 +8,9 @@ from . import buffer, dynamic, over_sampling
 @hookimpl
 def rlsdk_dynamic_filters():
     yield DynamicFilter(name="check_reward_nonzero_std", func=dynamic.check_reward_nonzero_std)
-    yield DynamicFilter(name="check_reward_nonzero_std_with_fallback",
-                        func=dynamic.check_reward_nonzero_std_with_fallback)
+    yield DynamicFilter(
+        name="check_reward_nonzero_std_with_fallback", func=dynamic.check_reward_nonzero_std_with_fallback
+    )
     yield DynamicFilter(name="check_metric_nonzero_std", func=dynamic.check_metric_nonzero_std)
     yield DynamicFilter(name="reward_range", func=dynamic.reward_range)
 

@@ -15,7 +15,11 @@ FAILED_STATUSES = (Sample.Status.FAILED, Sample.Status.ABORTED)
 def value(sample: Sample, key: str | None) -> float | None:
     """``sample.reward`` as a float (``reward[key]`` for a dict reward); None, NaN and a None entry are
     invalid and give None. A dict reward without ``key`` is an error naming its keys."""
-    result = reward_value(sample.reward, key) if isinstance(sample.reward, dict) else reward_value(sample.reward, None)
+    result = (
+        reward_value(sample.reward, key)
+        if isinstance(sample.reward, dict)
+        else reward_value(sample.reward, None)
+    )
     return None if result is None or math.isnan(result) else result
 
 
