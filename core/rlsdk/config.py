@@ -49,6 +49,16 @@ class RolloutConfig:
     """The over_sampling_filter plugin that orders kept groups before the batch is cut."""
     buffer_filter_path: str = "pop_first"
     """The buffer_filter plugin that chooses which buffered groups are served first."""
+    buffer_max_staleness: int | None = None
+    """For the ``drop_stale`` buffer filter: drop (and count) buffered groups whose generation started
+    more than this many steps before the current one; none keeps every group."""
+    dynamic_filter_metric_key: str = "acc"
+    """For the ``check_metric_nonzero_std`` dynamic filter: the dict-reward key it reads (e.g. DAPO's
+    ``acc``) instead of the shaped reward selected by ``reward_key``."""
+    reward_range_min: float = 0.0
+    """For the ``reward_range`` dynamic filter: groups need a mean reward strictly above this."""
+    reward_range_max: float = 1.0
+    """For the ``reward_range`` dynamic filter: groups need a mean reward strictly below this."""
 
     # --- engine ---
     engine: str = "embedded"
@@ -160,6 +170,8 @@ class RolloutConfig:
         for name in ("rollout_batch_size", "n_samples_per_prompt", "over_sampling_batch_size", "num_rollout"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.on_bad_row not in ("error", "skip"):
+            raise ValueError(f"on_bad_row must be error or skip, got {self.on_bad_row!r}")
         if self.on_invalid_reward not in ("fail", "drop_group", "score"):
             raise ValueError(
                 f"on_invalid_reward must be fail, drop_group or score, got {self.on_invalid_reward!r}"

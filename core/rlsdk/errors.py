@@ -24,3 +24,7 @@ class PluginConflictError(PluginError):
 
 class PluginCallError(RlsdkError):
     """A plugin raised, hung or returned the wrong type while handling a sample."""
+
+
+class DataError(RlsdkError):
+    """A data file is missing, empty or holds a bad row; the message names the file and line."""

@@ -1,15 +1,28 @@
-"""The hook implementations that register filter_hub's filters."""
+"""The hook implementations that register filter_hub's filters (light imports only)."""
 
-from rlsdk import BufferFilter, DynamicFilter, hookimpl
+from rlsdk import BufferFilter, DynamicFilter, OverSamplingFilter, hookimpl
 
-from . import buffer, dynamic
+from . import buffer, dynamic, over_sampling
 
 
 @hookimpl
 def rlsdk_dynamic_filters():
     yield DynamicFilter(name="check_reward_nonzero_std", func=dynamic.check_reward_nonzero_std)
+    yield DynamicFilter(
+        name="check_reward_nonzero_std_with_fallback", func=dynamic.check_reward_nonzero_std_with_fallback
+    )
+    yield DynamicFilter(name="check_metric_nonzero_std", func=dynamic.check_metric_nonzero_std)
+    yield DynamicFilter(name="reward_range", func=dynamic.reward_range)
+
+
+@hookimpl
+def rlsdk_over_sampling_filters():
+    yield OverSamplingFilter(name="sort_by_reward_std", func=over_sampling.sort_by_reward_std)
+    yield OverSamplingFilter(name="prefer_fewer_invalid", func=over_sampling.prefer_fewer_invalid)
 
 
 @hookimpl
 def rlsdk_buffer_filters():
     yield BufferFilter(name="pop_first", func=buffer.pop_first)
+    yield BufferFilter(name="pop_last", func=buffer.pop_last)
+    yield BufferFilter(name="drop_stale", func=buffer.drop_stale)

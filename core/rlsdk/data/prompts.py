@@ -1,0 +1,149 @@
+"""Turning data rows into prompts: input, label, metadata and tools keys, chat templates, length filter."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import DataError
+from ..types import Messages, Sample
+from .rows import BadRowPolicy, Row
+
+
+@dataclass
+class Prompt:
+    """One usable prompt: the text sent to the engine, its token ids (empty without a tokenizer), the
+    label and metadata, and the row it came from."""
+
+    prompt: str
+    label: Any
+    metadata: dict[str, Any]
+    where: str
+    tokens: list[int] = field(default_factory=list)
+
+    def sample(self, group_index: int, index: int) -> Sample:
+        """A fresh pending Sample; label and metadata are copied so samples never share them."""
+        return Sample(
+            group_index=group_index,
+            index=index,
+            prompt=self.prompt,
+            tokens=list(self.tokens),
+            label=copy.deepcopy(self.label),
+            metadata=copy.deepcopy(self.metadata),
+        )
+
+
+class PromptBuilder:
+    """Builds prompts from rows following ``args``: ``input_key``, ``label_key``, ``metadata_key``,
+    ``tool_key``, ``apply_chat_template`` (+ ``apply_chat_template_kwargs``) and
+    ``rollout_max_prompt_len``. Prompts are tokenized without adding special tokens (a chat template
+    already holds them). Tools found in a row are also kept in ``metadata["tools"]``."""
+
+    def __init__(self, args: Any, tokenizer: Any, bad: BadRowPolicy) -> None:
+        self.args = args
+        self.tokenizer = tokenizer
+        self.bad = bad
+        self.too_long = 0
+        if tokenizer is None and args.apply_chat_template:
+            raise DataError("apply_chat_template needs a tokenizer: pass the model's tokenizer to DataSource")
+        if tokenizer is None and args.rollout_max_prompt_len is not None:
+            raise DataError("rollout_max_prompt_len needs a tokenizer to count prompt tokens")
+        if (
+            args.apply_chat_template
+            and getattr(tokenizer, "chat_template", None) is None
+            and "chat_template" not in args.apply_chat_template_kwargs
+        ):
+            raise DataError(
+                "apply_chat_template: the tokenizer has no chat template; give one as "
+                "apply_chat_template_kwargs: {chat_template: ...}"
+            )
+
+    def build(self, rows: Sequence[Row]) -> list[Prompt]:
+        prompts = [p for p in (self._from_row(row) for row in rows) if p is not None]
+        if self.tokenizer is None or not prompts:
+            return prompts
+        ids = self.tokenizer([p.prompt for p in prompts], add_special_tokens=False)["input_ids"]
+        limit = self.args.rollout_max_prompt_len
+        kept = []
+        for prompt, tokens in zip(prompts, ids):
+            if limit is not None and len(tokens) > limit:
+                self.too_long += 1
+                continue
+            prompt.tokens = list(tokens)
+            kept.append(prompt)
+        return kept
+
+    def _from_row(self, row: Row) -> Prompt | None:
+        args, values = self.args, row.values
+        raw = values.get(args.input_key)
+        if raw is None:
+            self.bad.report(row.where, f"no input key {args.input_key!r} (keys: {sorted(values)})")
+            return None
+        if not (isinstance(raw, str) or _is_messages(raw)):
+            self.bad.report(
+                row.where,
+                f"input {args.input_key!r} must be a string or a list of chat "
+                f"messages with a 'role', got {type(raw).__name__}",
+            )
+            return None
+        metadata = _json_field(values.get(args.metadata_key), dict)
+        tools = _json_field(values.get(args.tool_key), list)
+        if metadata is _INVALID or tools is _INVALID:
+            key, want = (
+                (args.metadata_key, "an object") if metadata is _INVALID else (args.tool_key, "a list")
+            )
+            self.bad.report(row.where, f"{key!r} must be {want} or its JSON text")
+            return None
+        metadata = metadata or {}
+        if tools is not None:
+            metadata.setdefault("tools", tools)
+        label = values.get(args.label_key) if args.label_key else None
+        if args.apply_chat_template:
+            text = self._render(raw, tools, row)
+            if text is None:
+                return None
+        elif isinstance(raw, list):
+            raise DataError(
+                f"{row.where}: the prompt is a list of chat messages; pass --apply-chat-template "
+                f"to render it with the tokenizer's chat template"
+            )
+        else:
+            text = raw
+        return Prompt(prompt=text, label=label, metadata=metadata, where=row.where)
+
+    def _render(self, raw: str | Messages, tools: list[Any] | None, row: Row) -> str | None:
+        messages = [{"role": "user", "content": raw}] if isinstance(raw, str) else raw
+        try:
+            return self.tokenizer.apply_chat_template(
+                messages,
+                tools=tools,
+                add_generation_prompt=True,
+                tokenize=False,
+                **self.args.apply_chat_template_kwargs,
+            )
+        except Exception as exc:  # noqa: BLE001 -- a template rejecting a row's messages is a bad row
+            self.bad.report(row.where, f"the chat template failed: {type(exc).__name__}: {exc}")
+            return None
+
+
+_INVALID = object()
+
+
+def _is_messages(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(m, dict) and "role" in m for m in value)
+
+
+def _json_field(value: Any, kind: type) -> Any:
+    """``value`` if it is None or ``kind``, its JSON decoding if that gives ``kind``, else ``_INVALID``."""
+    if value is None or isinstance(value, kind):
+        return value
+    if isinstance(value, str):
+        try:
+            decoded = json.loads(value)
+        except json.JSONDecodeError:
+            return _INVALID
+        return decoded if isinstance(decoded, kind) else _INVALID
+    return _INVALID

@@ -1,0 +1,289 @@
+"""The data source: fresh groups from a dataset, a buffer served first, and state that resumes exactly."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import tempfile
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import DataError, PluginCallError, PluginError
+from ..types import Sample
+from .prompts import Prompt, PromptBuilder
+from .rows import BadRowPolicy, DataPath, read_rows
+
+log = logging.getLogger("rlsdk.data")
+
+STATE_VERSION = 1
+START_ROLLOUT_ID = "start_rollout_id"
+"""The metadata key recording the step in which a buffered group's generation started (slime's name)."""
+
+
+class DataSource:
+    """Groups of ``n_samples_per_prompt`` samples per prompt, buffered groups first.
+
+    ``get_samples(n)`` asks the buffer filter (``args.buffer_filter_path``) for up to ``n`` buffered
+    groups, then fills up with fresh prompts; the dataset is read in epochs, shuffled with the seed
+    ``rollout_seed + epoch`` when ``rollout_shuffle`` is on. ``add_samples(groups)`` returns partial or
+    surplus groups to the buffer. ``state_dict()`` holds the position and the buffered groups as JSON,
+    so a resumed run serves exactly the groups an uninterrupted one would have::
+
+        source = DataSource(args, tokenizer=tokenizer)
+        groups = source.get_samples(4, rollout_id=0)
+        source.add_samples(groups[2:])            # e.g. unfinished groups
+        source.save("out/data_state.json")
+        resumed = DataSource(args, tokenizer=tokenizer)
+        resumed.load("out/data_state.json")        # serves groups[2:] first, then where we left off
+
+    The whole file is read, templated, tokenized and filtered when the source is built, so an empty
+    dataset or a bad row is an error before any engine starts.
+    """
+
+    def __init__(
+        self,
+        args: Any,
+        *,
+        pm: Any = None,
+        tokenizer: Any = None,
+        path: str | Path | None = None,
+        n_samples_per_prompt: int | None = None,
+        shuffle: bool | None = None,
+    ) -> None:
+        self.args = args
+        spec = path if path is not None else args.prompt_data
+        if not spec:
+            raise DataError("no training data: set prompt_data to a JSONL or Parquet file")
+        self.data_path = DataPath.parse(spec)
+        self.n_samples_per_prompt = n_samples_per_prompt or args.n_samples_per_prompt
+        self.shuffle = args.rollout_shuffle if shuffle is None else shuffle
+        self.seed = args.rollout_seed
+
+        bad = BadRowPolicy(args.on_bad_row)
+        rows = read_rows(self.data_path, bad)
+        rows_read = len(rows) + bad.skipped
+        builder = PromptBuilder(args, tokenizer, bad)
+        self.prompts: list[Prompt] = builder.build(rows)
+        self._load_counts = {
+            "rows_read": rows_read,
+            "bad_rows_skipped": bad.skipped,
+            "prompts_too_long": builder.too_long,
+        }
+        if not self.prompts:
+            raise DataError(f"{self.data_path}: no usable prompts ({self._describe_counts()})")
+        log.info("%s: %d prompts (%s)", self.data_path, len(self.prompts), self._describe_counts())
+
+        self._buffer_filter = _resolve_buffer_filter(pm, args.buffer_filter_path)
+        self.buffer: list[list[Sample]] = []
+        self._epoch = 0
+        self._offset = 0
+        self._order = self._epoch_order(0)
+        self._next_group_index = 0
+        self._next_index = 0
+        self._last_rollout_id = 0
+        self._counters = {
+            "groups_served_fresh": 0,
+            "groups_served_from_buffer": 0,
+            "buffer_groups_dropped": 0,
+        }
+
+    def __len__(self) -> int:
+        """The number of usable prompts in the dataset."""
+        return len(self.prompts)
+
+    # ----- serving --------------------------------------------------------------------------------
+
+    def get_samples(self, num_groups: int, rollout_id: int = 0) -> list[list[Sample]]:
+        """``num_groups`` groups: buffered ones chosen by the buffer filter, then fresh ones."""
+        if num_groups < 0:
+            raise ValueError(f"num_groups must be at least 0, got {num_groups}")
+        self._last_rollout_id = rollout_id
+        groups = self._take_from_buffer(num_groups, rollout_id) if self.buffer and num_groups else []
+        self._counters["groups_served_from_buffer"] += len(groups)
+        fresh = [self._fresh_group() for _ in range(num_groups - len(groups))]
+        self._counters["groups_served_fresh"] += len(fresh)
+        return groups + fresh
+
+    def add_samples(self, groups: list[list[Sample]], rollout_id: int | None = None) -> None:
+        """Return groups to the buffer. Each sample's ``metadata["start_rollout_id"]`` records the step its
+        generation started (kept if already set; else ``rollout_id``, else the last ``get_samples`` step)."""
+        for position, group in enumerate(groups):
+            if not isinstance(group, list) or not group or not all(isinstance(s, Sample) for s in group):
+                raise TypeError(
+                    f"add_samples: group {position} must be a non-empty list of Sample, got {group!r:.200}"
+                )
+        step = self._last_rollout_id if rollout_id is None else rollout_id
+        for group in groups:
+            for sample in group:
+                if sample.metadata is None:
+                    sample.metadata = {}
+                sample.metadata.setdefault(START_ROLLOUT_ID, step)
+            self.buffer.append(list(group))
+
+    def get_buffer_length(self) -> int:
+        """Groups waiting in the buffer (slime's name)."""
+        return len(self.buffer)
+
+    def iter_groups(self) -> Iterator[list[Sample]]:
+        """Every prompt once, in epoch 0's order, as a group whose ``group_index`` is its position; for eval.
+        Independent of ``get_samples`` and the buffer."""
+        n = self.n_samples_per_prompt
+        for position, prompt_index in enumerate(self._epoch_order(0)):
+            prompt = self.prompts[prompt_index]
+            yield [prompt.sample(position, position * n + i) for i in range(n)]
+
+    def metrics(self) -> dict[str, int]:
+        """Counters: rows read, bad rows skipped, prompts too long, prompts, epoch, buffer size, groups
+        served fresh and from the buffer, buffered groups the buffer filter dropped."""
+        return {
+            **self._load_counts,
+            "prompts": len(self.prompts),
+            "epoch": self._epoch,
+            "buffer_size": len(self.buffer),
+            **self._counters,
+        }
+
+    def _fresh_group(self) -> list[Sample]:
+        if self._offset >= len(self._order):
+            self._epoch += 1
+            self._offset = 0
+            self._order = self._epoch_order(self._epoch)
+        prompt = self.prompts[self._order[self._offset]]
+        self._offset += 1
+        group_index = self._next_group_index
+        self._next_group_index += 1
+        first = self._next_index
+        self._next_index += self.n_samples_per_prompt
+        return [prompt.sample(group_index, first + i) for i in range(self.n_samples_per_prompt)]
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.prompts)))
+        if self.shuffle:
+            random.Random(self.seed + epoch).shuffle(order)
+        return order
+
+    def _take_from_buffer(self, num_groups: int, rollout_id: int) -> list[list[Sample]]:
+        """Call the buffer filter on a copy of the buffer, check what it did, and only then commit."""
+        resolved = self._buffer_filter
+        work = list(self.buffer)
+        given = {id(g) for g in work}
+        try:
+            taken = resolved.func(self.args, rollout_id, work, num_groups)
+        except Exception as exc:
+            raise PluginCallError(
+                f"{resolved.describe()} raised {type(exc).__name__}: {exc} choosing {num_groups} of "
+                f"{len(self.buffer)} buffered groups at rollout {rollout_id}; the buffer is unchanged"
+            ) from exc
+        problem = _check_buffer_filter_result(taken, work, given, num_groups)
+        if problem:
+            raise PluginCallError(
+                f"{resolved.describe()} {problem} (rollout {rollout_id}); the buffer is unchanged"
+            )
+        dropped = len(self.buffer) - len(work) - len(taken)
+        if dropped:
+            log.info("%s dropped %d buffered groups at rollout %d", resolved.describe(), dropped, rollout_id)
+        self._counters["buffer_groups_dropped"] += dropped
+        self.buffer = work
+        return taken
+
+    # ----- state ----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """A JSON-safe snapshot: epoch, offset, the group/sample counters, counters and buffered groups."""
+        state = {
+            "version": STATE_VERSION,
+            "data": str(self.data_path),
+            "num_prompts": len(self.prompts),
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "epoch": self._epoch,
+            "offset": self._offset,
+            "next_group_index": self._next_group_index,
+            "next_index": self._next_index,
+            "last_rollout_id": self._last_rollout_id,
+            "counters": dict(self._counters),
+            "buffer": [[sample.to_dict() for sample in group] for group in self.buffer],
+        }
+        try:
+            return json.loads(json.dumps(state))
+        except (TypeError, ValueError) as exc:
+            raise DataError(
+                f"the data source state is not JSON-safe (check buffered samples' metadata): {exc}"
+            ) from exc
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a ``state_dict()``; the dataset and options should be those of the saved run."""
+        if state.get("version") != STATE_VERSION:
+            raise DataError(f"data source state version {state.get('version')!r} is not {STATE_VERSION}")
+        for key, now in (("num_prompts", len(self.prompts)), ("shuffle", self.shuffle), ("seed", self.seed)):
+            if state[key] != now:
+                warnings.warn(
+                    f"resuming data from {state['data']} with {key}={state[key]!r}, but now {key}={now!r}: "
+                    f"the order of prompts will differ from the saved run",
+                    stacklevel=2,
+                )
+        buffer = [[Sample.from_dict(sample) for sample in group] for group in state["buffer"]]
+        self._epoch = state["epoch"]
+        self._order = self._epoch_order(self._epoch)
+        self._offset = min(state["offset"], len(self._order))
+        self._next_group_index = state["next_group_index"]
+        self._next_index = state["next_index"]
+        self._last_rollout_id = state["last_rollout_id"]
+        self._counters = dict(state["counters"])
+        self.buffer = buffer
+
+    def save(self, path: str | Path) -> None:
+        """Write ``state_dict()`` as JSON, atomically (a crash mid-write keeps the old file)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(self.state_dict())
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+    def load(self, path: str | Path) -> None:
+        """Restore the state written by ``save(path)``."""
+        self.load_state_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+    def _describe_counts(self) -> str:
+        counts = self._load_counts
+        return (
+            f"{counts['rows_read']} rows read, {counts['bad_rows_skipped']} bad rows skipped, "
+            f"{counts['prompts_too_long']} prompts longer than rollout_max_prompt_len"
+        )
+
+
+def _resolve_buffer_filter(pm: Any, name: str) -> Any:
+    if pm is None:
+        from ..manager import get_plugin_manager
+
+        pm = get_plugin_manager()
+    resolved = pm.resolve("buffer_filter", name)
+    if resolved.is_async:
+        raise PluginError(f"{resolved.describe()} is async; buffer filters must be plain functions")
+    return resolved
+
+
+def _check_buffer_filter_result(taken: Any, left: list[Any], given: set[int], num_groups: int) -> str | None:
+    """What is wrong with a buffer filter's answer, or None."""
+    if not isinstance(taken, list):
+        return f"returned {type(taken).__name__}, expected a list of groups"
+    if len(taken) > num_groups:
+        return f"returned {len(taken)} groups when asked for at most {num_groups}"
+    taken_ids = [id(g) for g in taken]
+    if len(set(taken_ids)) != len(taken_ids) or not set(taken_ids) <= given:
+        return "returned a group twice or a group that was not in the buffer"
+    if any(id(g) not in given for g in left):
+        return "added groups to the buffer"
+    if set(taken_ids) & {id(g) for g in left}:
+        return "left served groups in the buffer"
+    return None
