@@ -39,8 +39,8 @@ def build_config(config: Path | None, options: dict[str, Any], extra: list[str])
         overrides["eval_datasets"] = [dict(zip(("name", "path"), d.split("=", 1), strict=True)) for d in eval_data]
     try:
         if config is not None:
-            return RolloutConfig.from_file(config, **overrides)
-        return RolloutConfig.from_dict(overrides)
+            return RolloutConfig.from_file(config, **overrides).with_default_data()
+        return RolloutConfig.from_dict(overrides).with_default_data()
     except (ValueError, TypeError) as exc:
         raise typer.BadParameter(str(exc)) from None
 

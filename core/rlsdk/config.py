@@ -76,8 +76,8 @@ class RolloutConfig:
 
     # --- data ---
     prompt_data: str | None = None
-    """Training data: JSONL or Parquet, with an optional ``@[start:end]`` row slice. None: the shipped
-    single-digit arithmetic set (chat messages, ``label`` key, chat template on)."""
+    """Training data: JSONL or Parquet, with an optional ``@[start:end]`` row slice. ``rlsdk run``
+    without it uses the shipped single-digit arithmetic set (see :meth:`with_default_data`)."""
     input_key: str = "input"
     """Row key holding the prompt (a string or chat messages)."""
     label_key: str | None = None
@@ -161,10 +161,6 @@ class RolloutConfig:
         raise AttributeError(f"{type(self).__name__} has no option {name!r}")
 
     def __post_init__(self) -> None:
-        if self.prompt_data is None:
-            self.prompt_data = str(DEFAULT_DATASET)
-            self.label_key = self.label_key or "label"
-            self.apply_chat_template = True
         if self.over_sampling_batch_size is None:
             self.over_sampling_batch_size = self.rollout_batch_size
         for name in ("rollout_batch_size", "n_samples_per_prompt", "over_sampling_batch_size", "num_rollout"):
@@ -217,6 +213,14 @@ class RolloutConfig:
             raise ValueError(f"{path}: a config file must hold a mapping of options")
         values.update(overrides)
         return cls.from_dict(values)
+
+    def with_default_data(self) -> RolloutConfig:
+        """With no ``prompt_data``: the shipped arithmetic set, its ``label`` key and the chat template."""
+        if self.prompt_data is None:
+            self.prompt_data = str(DEFAULT_DATASET)
+            self.label_key = self.label_key or "label"
+            self.apply_chat_template = True
+        return self
 
     def replace(self, **changes: Any) -> RolloutConfig:
         return dataclasses.replace(self, **changes)
