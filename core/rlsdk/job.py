@@ -188,8 +188,8 @@ def run_job(
     """Run ``args.num_rollout`` steps (continuing a saved run with ``args.resume``)."""
     from .data import DataSource
 
+    check_data(args)  # an empty or unreadable dataset fails before the engine starts
     output = RunOutput(args.output_dir)
-    data_source = DataSource(args, pm=pm)  # an empty or unreadable dataset fails before the engine starts
     with running(args, pm) as (runtime, plugins):
         runtime.progress = progress
         data_source = DataSource(args, pm=runtime.pm, tokenizer=runtime.tokenizer)
@@ -214,6 +214,18 @@ def run_job(
                 if on_eval is not None:
                     on_eval(rollout_id, evaluated.metrics)
     return output
+
+
+def check_data(args: Any) -> None:
+    """Read the training data's rows once, without a tokenizer: bad rows and empty files fail early."""
+    from .data import BadRowPolicy, DataPath, read_rows
+    from .errors import DataError
+
+    if not args.prompt_data:
+        raise DataError("no training data: set prompt_data (--data) to a JSONL or Parquet file")
+    data_path = DataPath.parse(args.prompt_data)
+    if not read_rows(data_path, BadRowPolicy(args.on_bad_row)):
+        raise DataError(f"{data_path}: the dataset has no rows")
 
 
 def run_eval(args: Any, runtime: Runtime, plugins: dict[str, Resolved], rollout_id: int) -> RolloutFnEvalOutput:
