@@ -37,3 +37,10 @@ def sympy_equal(a: str, b: str) -> bool:
         return bool(sympy.simplify(left - right) == 0)
     except Exception:  # unparseable or incomparable: not equal, as the MATH graders decide
         return False
+
+
+def warm_up() -> None:
+    """Fill math-verify's and sympy's first-call caches so a worker's first real grading is not slow."""
+    for answer, label in (("\\frac{1}{2}", "0.5"), ("2\\sqrt{3}", "\\sqrt{12}"), ("[1, 2)", "(1, 2]"),
+                          ("x^2+1", "1+x^2"), ("(1,2)", "(1,2)"), ("50\\%", "0.5"), ("3.14", "\\pi")):
+        math_verify_equal(answer, label)

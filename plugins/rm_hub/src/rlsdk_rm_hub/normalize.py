@@ -123,21 +123,50 @@ def as_number(s: str) -> Fraction | str | None:
     return None
 
 
-def fast_verdict(answer: str, label: str) -> bool | None:
-    """True or False when the normalized answer and label decide it exactly; None when math-verify must.
+_RADICAL = re.compile(r"^([+-]?)(\d*)\\sqrt\{(\d+)\}$")
+_BRACKETED = re.compile(r"^([(\[])([^()\[\]{}]*)([)\]])$")
 
-    Equal strings are equal. Two plain numbers are equal when exactly equal, and unequal when they differ
-    by more than a rounding tolerance (math-verify accepts ``0.333333`` for ``1/3``, so closer pairs go
-    to it).
-    """
-    a, b = fast_normalize(answer), fast_normalize(label)
-    if not a:
-        return False
+
+def _radical(s: str) -> float | None:
+    match = _RADICAL.match(s)
+    if not match or len(s) > 50:
+        return None
+    value = int(match.group(2) or 1) * float(match.group(3)) ** 0.5
+    return -value if match.group(1) == "-" else value
+
+
+def _decided_unequal(a: str, b: str) -> bool:
+    """Whether two simple closed forms (numbers, fractions, ``k\\sqrt{n}``) are numerically far apart."""
+    values = []
+    for s in (a, b):
+        number = as_number(s)
+        value = float(number) if number is not None and not isinstance(number, str) else _radical(s)
+        if value is None:
+            return False
+        values.append(value)
+    return abs(values[0] - values[1]) > 1e-6 * max(1.0, abs(values[0]), abs(values[1]))
+
+
+def _bracketed_verdict(a: str, b: str) -> bool | None:
+    """Intervals and tuples of plain numbers: equal brackets and elements, or decidedly different."""
+    x, y = _BRACKETED.match(a), _BRACKETED.match(b)
+    if not x or not y:
+        return None
+    xs, ys = x.group(2).split(","), y.group(2).split(",")
+    if len(xs) != len(ys) or len(xs) < 2:
+        return None
+    verdicts = [_number_verdict(p, q) for p, q in zip(xs, ys)]
+    if None in verdicts:
+        return None
+    return (x.group(1), x.group(3)) == (y.group(1), y.group(3)) and all(verdicts)
+
+
+def _number_verdict(a: str, b: str) -> bool | None:
     if a == b:
         return True
     x, y = as_number(a), as_number(b)
     if x is None or y is None:
-        return None
+        return False if _decided_unequal(a, b) else None
     if isinstance(x, str) and isinstance(y, str):
         return x == y
     if isinstance(x, str) or isinstance(y, str):
@@ -147,3 +176,18 @@ def fast_verdict(answer: str, label: str) -> bool | None:
     if abs(x - y) > Fraction(1, 1000) * max(1, abs(x), abs(y)):
         return False
     return None
+
+
+def fast_verdict(answer: str, label: str) -> bool | None:
+    """True or False when the normalized answer and label decide it exactly; None when math-verify must.
+
+    Equal strings are equal. Two plain numbers are equal when exactly equal, and unequal when they differ
+    by more than a rounding tolerance (math-verify accepts ``0.333333`` for ``1/3``, so closer pairs go
+    to it); simple radicals ``k\\sqrt{n}`` far from the other value are unequal; intervals and tuples of
+    plain numbers compare brackets and elements.
+    """
+    a, b = fast_normalize(answer), fast_normalize(label)
+    if not a:
+        return False
+    verdict = _number_verdict(a, b)
+    return verdict if verdict is not None else _bracketed_verdict(a, b)

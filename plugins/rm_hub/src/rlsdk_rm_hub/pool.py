@@ -26,8 +26,8 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
-PRELOAD = ["rlsdk_rm_hub.math_worker"]
-"""Modules every worker imports before it reports ready."""
+WARM_UP = ["rlsdk_rm_hub.math_worker:warm_up"]
+"""Functions every worker runs (imports, first-call caches) before it reports ready."""
 STARTUP_TIMEOUT_S = 120.0
 """How long a new worker may take to import its modules."""
 KILL_GRACE_S = 0.5
@@ -47,13 +47,20 @@ def _on_alarm(signum: int, frame: Any) -> None:
     raise GradingTimeout
 
 
+def _load(funcs: dict[str, Any], spec: str) -> Any:
+    if spec not in funcs:
+        module, _, name = spec.partition(":")
+        funcs[spec] = getattr(importlib.import_module(module), name)
+    return funcs[spec]
+
+
 def _worker_main(conn: Any) -> None:
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    for module in PRELOAD:
-        importlib.import_module(module)
-    conn.send("ready")
     funcs: dict[str, Any] = {}
+    for spec in WARM_UP:
+        _load(funcs, spec)()
+    conn.send("ready")
     while True:
         try:
             message = conn.recv()
@@ -63,10 +70,7 @@ def _worker_main(conn: Any) -> None:
             return
         spec, args, timeout = message
         try:
-            func = funcs.get(spec)
-            if func is None:
-                module, _, name = spec.partition(":")
-                func = funcs[spec] = getattr(importlib.import_module(module), name)
+            func = _load(funcs, spec)
             signal.setitimer(signal.ITIMER_REAL, timeout)
             try:
                 result = func(*args)
