@@ -46,6 +46,7 @@ MATH_CASES = [
     ("6 + 5 = 11", "11", 1.0),
     ("So the sum is 11. I hope this helps!", "11", 1.0),
     ("The final answer is $\\frac{1}{2}$.", "0.5", 1.0),
+    ("The final answer is $4/54$.", "\\frac{2}{27}", 1.0),
     ("<think>maybe \\boxed{4}</think> The answer is 5.", "5", 1.0),
 ]
 

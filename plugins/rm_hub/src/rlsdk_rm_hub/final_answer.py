@@ -18,6 +18,7 @@ _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
 _SENTENCE_END = re.compile(r"(?<!\d)[.!?](?!\d)|\n")
 _SENTENCE = re.compile(r"(?:[^.!?\n]|(?<=\d)\.(?=\d))+(?:[.!?]|\n|$)")
 _ARITHMETIC = re.compile(r"^\s*[-+]?\d[\d.,]*(?:\s*[-+*/×÷·]\s*[-+]?\d[\d.,]*)+\s*$")
+_FRACTION = re.compile(r"^\s*[-+]?\d+\s*/\s*\d+\s*$")
 _MATHY = re.compile(r"\d|\\[a-zA-Z]|\$")
 
 
@@ -68,7 +69,7 @@ def _clean(span: str) -> str | None:
     span = span.strip().strip("$").strip().rstrip(".,;:")
     if "=" in span:
         span = span.rsplit("=", 1)[1].strip()
-    if not span or not _MATHY.search(span) or _ARITHMETIC.match(span):
+    if not span or not _MATHY.search(span) or (_ARITHMETIC.match(span) and not _FRACTION.match(span)):
         return None
     number = _NUMBER.match(span)
     if number and not re.match(r"\s*(?:[-+*/^_{}()\\]|[a-zA-Z](?![a-zA-Z]))", span[number.end():]):
