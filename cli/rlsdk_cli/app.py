@@ -6,7 +6,7 @@ import typer
 
 from rlsdk import __version__
 
-from . import plugins, run
+from . import plugins, run, score
 
 app = typer.Typer(
     name="rlsdk",
@@ -18,6 +18,7 @@ app = typer.Typer(
 app.add_typer(plugins.app, name="plugins")
 app.command("run")(run.run)
 app.command("eval")(run.evaluate)
+app.command("score")(score.score)
 
 
 def _version(value: bool) -> None:

@@ -43,6 +43,21 @@ class RolloutConfig:
     """What an invalid reward (timeout, crash, wrong type) does: ``fail``, ``drop_group`` or ``score``."""
     invalid_reward_value: float = 0.0
     """The reward given to invalid samples when ``on_invalid_reward`` is ``score``."""
+    reward_timeout: float = 60.0
+    """Wall-clock seconds one sample's reward (or one group reward) may take before it is marked invalid."""
+    grader_timeout: float = 10.0
+    """Seconds one grading may run in a worker process (``math``, ``slime_math``, ``deepscaler``)
+    before the worker is killed and the sample marked invalid."""
+    grader_workers: int | None = None
+    """Worker processes for CPU-heavy grading; default ``min(4, cpu_count)``."""
+    rm_request_timeout: float = 30.0
+    """Seconds per HTTP request of the ``remote`` reward."""
+    rm_retries: int = 3
+    """Retries of the ``remote`` reward on connection errors, timeouts and 5xx (never on 4xx)."""
+    rm_backoff: float = 0.5
+    """Base seconds of the ``remote`` reward's exponential backoff (full jitter) between retries."""
+    rm_max_connections: int = 64
+    """Connections the ``remote`` reward keeps open to its server at most."""
     dynamic_sampling_filter_path: str | None = None
     """The dynamic_filter plugin applied to each finished group; none keeps every group."""
     over_sampling_filter_path: str | None = None

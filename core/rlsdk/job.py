@@ -30,7 +30,10 @@ def resolve_run_plugins(args: Any, pm: RlsdkPluginManager) -> dict[str, Resolved
         resolved["eval"] = pm.resolve("generate_rollout", args.eval_function_path)
     if args.custom_generate_function_path:
         resolved["custom_generate"] = pm.resolve("custom_generate", args.custom_generate_function_path)
-    resolved["reward"] = resolve_reward(args, pm)
+    if args.custom_rm_path:
+        resolved["reward"] = resolve_reward(pm, args.custom_rm_path, group=args.group_rm)
+    else:
+        resolved["reward"] = resolve_reward(pm, args.rm_type)
     for kind, spec in (("dynamic_filter", args.dynamic_sampling_filter_path),
                        ("over_sampling_filter", args.over_sampling_filter_path),
                        ("buffer_filter", args.buffer_filter_path)):

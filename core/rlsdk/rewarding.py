@@ -1,0 +1,239 @@
+"""Scoring samples with reward plugins, shared by the rollout loop and ``rlsdk score``.
+
+Each sample's reward is chosen as slime chooses it: ``sample.custom_rm_path``, then ``args.custom_rm_path``
+(a group reward with ``args.group_rm``), then ``sample.metadata["rm_type"]``, then ``args.rm_type``. A name
+``boxed_X`` that no plugin registers means reward ``X`` applied to the last ``\\boxed{}`` of the response
+(empty when there is none), so the prefix works for every reward, third-party ones included.
+
+A reward that raises, hangs past ``args.reward_timeout`` or returns something other than a number or a
+dict never becomes a silent 0: the sample is marked invalid (``reward=None``, status ``failed``, the reason
+in ``metadata["reward_error"]``), and :func:`apply_invalid_policy` applies ``args.on_invalid_reward``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import math
+import numbers
+import weakref
+from typing import Any
+
+from .answers import last_boxed
+from .errors import PluginCallError, PluginError
+from .loading import is_path
+from .records import Resolved, Reward, normalize_name
+from .types import Sample
+
+BOXED_PREFIX = "boxed_"
+REWARD_ERROR = "reward_error"
+"""Metadata key holding why a sample's reward is invalid (it stays after ``on_invalid_reward=score``)."""
+_STATUS_BEFORE = "status_before_reward_error"
+INVALID_DROP_REASON = "invalid_reward"
+
+_resolved: weakref.WeakKeyDictionary[Any, dict[tuple[str, bool], Resolved]] = weakref.WeakKeyDictionary()
+
+
+# ----- resolution -----------------------------------------------------------------------------------
+
+def resolve_reward(pm: Any, spec: str, *, group: bool = False) -> Resolved:
+    """Resolve a reward name, ``boxed_`` name or dotted path once per plugin manager (then cached).
+    ``group=True`` marks a dotted-path reward as a group reward (slime's ``--group-rm``)."""
+    cache = _resolved.setdefault(pm, {})
+    key = (spec.strip(), group)
+    if key not in cache:
+        cache[key] = _resolve_uncached(pm, key[0], group)
+    return cache[key]
+
+
+def _resolve_uncached(pm: Any, spec: str, group: bool) -> Resolved:
+    options = {"group": True} if group else {}
+    name = normalize_name(spec)
+    if is_path(spec) or not name.startswith(BOXED_PREFIX) or name in pm.records("reward"):
+        return pm.resolve("reward", spec, **options)
+    inner = pm.resolve("reward", spec.strip()[len(BOXED_PREFIX):], **options)
+    record = Reward(name=name, func=_boxed(inner), description=f"{inner.name} on the last \\boxed{{}} answer",
+                    group=inner.record.group)
+    return Resolved(record, inner.info, is_async=True, accepts_evaluation=inner.accepts_evaluation)
+
+
+def _boxed_sample(sample: Sample) -> Sample:
+    boxed = copy.copy(sample)
+    boxed.response = last_boxed(sample.response or "") or ""
+    return boxed
+
+
+def _boxed(inner: Resolved) -> Any:
+    async def boxed_reward(args: Any, sample: Any, **kwargs: Any) -> Any:
+        target = [_boxed_sample(s) for s in sample] if inner.record.group else _boxed_sample(sample)
+        return await _invoke(inner, args, target, kwargs)
+
+    return boxed_reward
+
+
+def reward_spec(args: Any, sample: Sample) -> tuple[str, bool]:
+    """(reward name or path, is group reward) for one sample, in slime's order of precedence."""
+    if sample.custom_rm_path:
+        return sample.custom_rm_path, False
+    if getattr(args, "custom_rm_path", None):
+        return args.custom_rm_path, bool(getattr(args, "group_rm", False))
+    rm_type = (sample.metadata or {}).get("rm_type") or getattr(args, "rm_type", None)
+    if not rm_type:
+        raise PluginError(f"sample {_where(sample)} has no reward: set rm_type (--rm) or custom_rm_path")
+    return rm_type, False
+
+
+# ----- scoring --------------------------------------------------------------------------------------
+
+async def score_group(args: Any, pm: Any, samples: list[Sample], *, evaluation: bool = False) -> None:
+    """Set ``reward`` on every sample, marking invalid ones; never raises for one bad sample.
+
+    Raises PluginError only for configuration errors: an unknown reward (before any reward runs), or a
+    dict reward without the configured ``reward_key``/``eval_reward_key``.
+    """
+    plan: dict[int, tuple[Resolved, list[Sample]]] = {}
+    for sample in samples:
+        spec, group = reward_spec(args, sample)
+        resolved = resolve_reward(pm, spec, group=group)
+        plan.setdefault(id(resolved), (resolved, []))[1].append(sample)
+    timeout = float(getattr(args, "reward_timeout", 60.0))
+    calls = []
+    for resolved, members in plan.values():
+        if resolved.record.group:
+            calls.append(_score_together(args, resolved, members, evaluation, timeout))
+        else:
+            calls.extend(_score_one(args, resolved, s, evaluation, timeout) for s in members)
+    await asyncio.gather(*calls)
+    key = (getattr(args, "eval_reward_key", None) or getattr(args, "reward_key", None)) if evaluation \
+        else getattr(args, "reward_key", None)
+    for sample in samples:
+        _check_key(args, pm, sample, key)
+
+
+async def _score_one(args: Any, resolved: Resolved, sample: Sample, evaluation: bool, timeout: float) -> None:
+    try:
+        reward = await _call(resolved, args, sample, evaluation, timeout)
+    except Exception as exc:
+        mark_invalid(sample, resolved, _failure(exc, timeout))
+        return
+    _set(sample, resolved, reward)
+
+
+async def _score_together(args: Any, resolved: Resolved, samples: list[Sample], evaluation: bool,
+                          timeout: float) -> None:
+    try:
+        rewards = await _call(resolved, args, samples, evaluation, timeout)
+    except Exception as exc:
+        for sample in samples:
+            mark_invalid(sample, resolved, _failure(exc, timeout))
+        return
+    if not isinstance(rewards, (list, tuple)) or len(rewards) != len(samples):
+        got = f"{type(rewards).__name__} of {len(rewards)}" if isinstance(rewards, (list, tuple)) \
+            else repr(rewards)[:100]
+        for sample in samples:
+            mark_invalid(sample, resolved, f"group reward returned {got}, expected a list of {len(samples)}")
+        return
+    for sample, reward in zip(samples, rewards):
+        _set(sample, resolved, reward)
+
+
+async def _call(resolved: Resolved, args: Any, target: Any, evaluation: bool, timeout: float) -> Any:
+    kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
+    return await asyncio.wait_for(_invoke(resolved, args, target, kwargs), timeout)
+
+
+async def _invoke(resolved: Resolved, args: Any, target: Any, kwargs: dict[str, Any]) -> Any:
+    """Await an async reward; run a sync one in a thread so it cannot block the event loop."""
+    if resolved.is_async:
+        return await resolved.func(args, target, **kwargs)
+    result = await asyncio.to_thread(resolved.func, args, target, **kwargs)
+    return await result if inspect.isawaitable(result) else result
+
+
+def _failure(exc: BaseException, timeout: float) -> str:
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) and not str(exc):
+        return f"timed out after {timeout:g}s (reward_timeout)"
+    return f"raised {type(exc).__name__}: {exc}"
+
+
+def _set(sample: Sample, resolved: Resolved, reward: Any) -> None:
+    problem = reward_problem(reward)
+    if problem:
+        mark_invalid(sample, resolved, problem)
+    else:
+        sample.reward = reward
+
+
+def reward_problem(reward: Any) -> str | None:
+    """Why ``reward`` is not a valid reward (a finite number or a dict), or None when it is."""
+    if isinstance(reward, dict):
+        return None
+    if isinstance(reward, numbers.Real) and not isinstance(reward, bool):
+        return None if math.isfinite(reward) else f"returned the non-finite number {reward!r}"
+    return f"returned {type(reward).__name__} {repr(reward)[:100]}, expected a number or a dict"
+
+
+def _check_key(args: Any, pm: Any, sample: Sample, key: str | None) -> None:
+    if key is None or not isinstance(sample.reward, dict) or key in sample.reward:
+        return
+    spec, group = reward_spec(args, sample)
+    raise PluginError(
+        f"{resolve_reward(pm, spec, group=group).describe()} returned a dict with keys "
+        f"{sorted(sample.reward)} for sample {_where(sample)}, which has no reward key {key!r}: "
+        f"choose one of them with --reward-key/--eval-reward-key"
+    )
+
+
+def _where(sample: Sample) -> str:
+    return f"group_index={sample.group_index} index={sample.index}"
+
+
+# ----- invalid samples --------------------------------------------------------------------------------
+
+def mark_invalid(sample: Sample, resolved: Resolved, reason: str) -> None:
+    """Mark a sample's reward invalid: ``reward=None``, status failed, the reason in its metadata."""
+    if sample.metadata is None:
+        sample.metadata = {}
+    sample.metadata.setdefault(_STATUS_BEFORE, Sample.Status(sample.status).value)
+    sample.reward = None
+    sample.status = Sample.Status.FAILED
+    sample.metadata[REWARD_ERROR] = f"{resolved.describe()} on sample {_where(sample)}: {reason}"
+
+
+def is_invalid(sample: Sample) -> bool:
+    """Whether the sample's reward is invalid and not yet handled by :func:`apply_invalid_policy`."""
+    return sample.reward is None and REWARD_ERROR in (sample.metadata or {})
+
+
+def count_invalid(samples: list[Sample]) -> int:
+    """Samples whose reward was invalid (including ones later scored by ``on_invalid_reward=score``)."""
+    return sum(REWARD_ERROR in (s.metadata or {}) for s in samples)
+
+
+def apply_invalid_policy(args: Any, group: list[Sample]) -> str | None:
+    """Apply ``args.on_invalid_reward`` to a scored group holding invalid samples.
+
+    ``fail`` raises PluginCallError with the reasons; ``drop_group`` returns the drop reason
+    ``"invalid_reward"``; ``score`` gives invalid samples ``args.invalid_reward_value`` and their status
+    back. Returns None when the group is kept.
+    """
+    invalid = [s for s in group if is_invalid(s)]
+    if not invalid:
+        return None
+    policy = getattr(args, "on_invalid_reward", "drop_group")
+    if policy == "fail":
+        reasons = "; ".join(s.metadata[REWARD_ERROR] for s in invalid[:3])
+        more = f" (and {len(invalid) - 3} more)" if len(invalid) > 3 else ""
+        raise PluginCallError(
+            f"{len(invalid)} invalid reward(s): {reasons}{more}. on_invalid_reward=fail stops the run; "
+            f"use drop_group or score to continue"
+        )
+    if policy == "drop_group":
+        return INVALID_DROP_REASON
+    if policy == "score":
+        for sample in invalid:
+            sample.reward = float(getattr(args, "invalid_reward_value", 0.0))
+            sample.status = Sample.Status(sample.metadata.pop(_STATUS_BEFORE, Sample.Status.COMPLETED.value))
+        return None
+    raise PluginError(f"on_invalid_reward must be fail, drop_group or score, got {policy!r}")

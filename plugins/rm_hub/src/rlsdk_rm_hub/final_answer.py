@@ -1,0 +1,77 @@
+"""Finding the final answer of a response: the last ``\\boxed{}``, else "the answer is X", else the
+result at the end of the last sentence that holds math. Only the final answer counts: a reply that ends by
+repeating the question (``6 + 5 = ?``) or an unevaluated sum (``the answer is 6 + 5``) has none."""
+
+from __future__ import annotations
+
+import re
+
+from rlsdk.answers import boxed_contents
+
+TAIL_CHARS = 1500
+"""Without a box, only the end of the response is searched for the final answer."""
+
+_THINK_END = "</think>"
+_ANSWER_IS = re.compile(r"(?i)\banswer\s*(?:is|:|=)\s*:?\s*")
+_DELIMITED = re.compile(r"^\s*(?:\$\$?([^$]{1,300})\$\$?|\\\((.{1,300}?)\\\)|\\\[(.{1,300}?)\\\])")
+_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
+_SENTENCE_END = re.compile(r"(?<!\d)[.!?](?!\d)|\n")
+_SENTENCE = re.compile(r"(?:[^.!?\n]|(?<=\d)\.(?=\d))+(?:[.!?]|\n|$)")
+_ARITHMETIC = re.compile(r"^\s*[-+]?\d[\d.,]*(?:\s*[-+*/×÷·]\s*[-+]?\d[\d.,]*)+\s*$")
+_FRACTION = re.compile(r"^\s*[-+]?\d+\s*/\s*\d+\s*$")
+_MATHY = re.compile(r"\d|\\[a-zA-Z]|\$")
+
+
+def answer_candidates(response: str) -> list[str]:
+    """Answers to grade, best first: the last box, then (if the response boxes several different
+    answers) all of them together as math-verify reads them; without a box, the one final answer found
+    in text. Empty when there is no final answer."""
+    text = response.rsplit(_THINK_END, 1)[-1] if _THINK_END in response else response
+    boxed = boxed_contents(text)
+    if boxed:
+        candidates = [boxed[-1]]
+        if len(set(boxed)) > 1:
+            candidates.append(", ".join("\\boxed{" + b + "}" for b in boxed))
+        return [c for c in candidates if c]
+    answer = text_answer(text[-TAIL_CHARS:])
+    return [answer] if answer else []
+
+
+def text_answer(text: str) -> str | None:
+    """The final answer of unboxed text, or None."""
+    matches = list(_ANSWER_IS.finditer(text))
+    if matches:
+        return _clean(_first_sentence(text[matches[-1].end():]))
+    for sentence in reversed(_SENTENCE.findall(text)):
+        if sentence.rstrip().endswith("?"):
+            continue  # a question, often the prompt repeated: not an answer
+        if _MATHY.search(sentence):
+            if "=" in sentence:
+                return _clean(sentence.rsplit("=", 1)[1])
+            delimited = re.findall(r"\$([^$]{1,300})\$", sentence)
+            if delimited:
+                return _clean(delimited[-1])
+            numbers = _NUMBER.findall(sentence)
+            return numbers[-1] if numbers else None
+    return None
+
+
+def _first_sentence(text: str) -> str:
+    delimited = _DELIMITED.match(text)
+    if delimited:
+        return next(g for g in delimited.groups() if g is not None)
+    return _SENTENCE_END.split(text, 1)[0]
+
+
+def _clean(span: str) -> str | None:
+    """The answer in a span that should start with one: a delimited expression, a number, or short math;
+    None for an unevaluated sum of numbers or a span without math."""
+    span = span.strip().strip("$").strip().rstrip(".,;:")
+    if "=" in span:
+        span = span.rsplit("=", 1)[1].strip()
+    if not span or not _MATHY.search(span) or (_ARITHMETIC.match(span) and not _FRACTION.match(span)):
+        return None
+    number = _NUMBER.match(span)
+    if number and not re.match(r"\s*(?:[-+*/^_{}()\\]|[a-zA-Z](?![a-zA-Z]))", span[number.end():]):
+        return number.group(0)  # "11 apples", "11 because ..." -> "11"
+    return span if len(span) <= 100 else None

@@ -1,0 +1,225 @@
+"""Worker processes for CPU-heavy grading, with a wall-clock timeout per task that cannot be missed.
+
+math-verify and sympy time out with ``signal.alarm``, which only works on a process's main thread, and
+some big-integer arithmetic never returns to the interpreter at all. So every task runs on the main
+thread of a worker process under a ``SIGALRM`` timer, and the parent kills and replaces a worker that
+does not answer within the timeout plus a short grace. Workers are fresh interpreters
+(``python -m rlsdk_rm_hub.pool``), not forks: nothing of the parent's threads or locks is inherited and the
+caller's ``__main__`` is never re-imported, so no ``if __name__ == "__main__"`` guard is needed. They start
+on first use and say when their imports are done, so start-up never counts against a task's timeout.
+One pool per process is shared (:func:`get_pool`); it is safe to use from any thread and any event loop,
+and shut down at exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import importlib
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from multiprocessing.connection import Connection
+from typing import Any
+
+WARM_UP = ["rlsdk_rm_hub.math_worker:warm_up"]
+"""Functions every worker runs (imports, first-call caches) before it reports ready."""
+STARTUP_TIMEOUT_S = 120.0
+"""How long a new worker may take to import its modules."""
+KILL_GRACE_S = 0.5
+"""How long the parent waits past the timeout before it kills a worker that did not answer."""
+
+
+class GradingTimeout(BaseException):
+    """Raised inside a worker when its timer fires; a BaseException so a grader's ``except Exception``
+    (math-verify swallows errors into ``False``) cannot turn a timeout into a silent wrong answer."""
+
+
+class WorkerError(RuntimeError):
+    """A task failed in a worker: it raised, timed out, or the worker died."""
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise GradingTimeout
+
+
+def _load(funcs: dict[str, Any], spec: str) -> Any:
+    if spec not in funcs:
+        module, _, name = spec.partition(":")
+        funcs[spec] = getattr(importlib.import_module(module), name)
+    return funcs[spec]
+
+
+def _worker_main(conn: Any) -> None:
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    funcs: dict[str, Any] = {}
+    for spec in WARM_UP:
+        _load(funcs, spec)()
+    conn.send("ready")
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        spec, args, timeout = message
+        try:
+            func = _load(funcs, spec)
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+            try:
+                result = func(*args)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            reply = (True, result)
+        except GradingTimeout:
+            reply = (False, f"timed out after {timeout:g}s")
+        except Exception as exc:  # reported to the parent, which marks the sample invalid
+            reply = (False, f"{type(exc).__name__}: {exc}")
+        conn.send(reply)
+
+
+class _Worker:
+    """One worker interpreter talking over two pipes."""
+
+    def __init__(self) -> None:
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "rlsdk_rm_hub.pool", str(to_child_r), str(from_child_w)],
+            pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
+        )
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.send_conn = Connection(to_child_w, readable=False)
+        self.recv_conn = Connection(from_child_r, writable=False)
+        if not self.recv_conn.poll(STARTUP_TIMEOUT_S) or self.recv_conn.recv() != "ready":
+            self.kill()
+            raise WorkerError(f"a grading worker did not start within {STARTUP_TIMEOUT_S:g}s")
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        self._close()
+
+    def _close(self) -> None:
+        self.send_conn.close()
+        self.recv_conn.close()
+
+    def stop(self) -> None:
+        try:
+            self.send_conn.send(None)
+            self.process.wait(1)
+        except (OSError, subprocess.TimeoutExpired):
+            self.process.kill()
+            self.process.wait()
+        self._close()
+
+
+class _DuplexConnection:
+    """A worker's two pipe ends as one object with ``recv`` and ``send``."""
+
+    def __init__(self, reader: Connection, writer: Connection) -> None:
+        self.recv, self.send = reader.recv, writer.send
+
+
+class GraderPool:
+    """``processes`` worker processes running ``"module:function"`` tasks with a timeout each."""
+
+    def __init__(self, processes: int) -> None:
+        if processes < 1:
+            raise ValueError(f"a grader pool needs at least one process, got {processes}")
+        self.processes = processes
+        self._slots: queue.Queue[_Worker | None] = queue.Queue()
+        for _ in range(processes):
+            self._slots.put(None)  # a worker is started on first use
+        self._waiters = concurrent.futures.ThreadPoolExecutor(2 * processes, thread_name_prefix="rlsdk-grader")
+        self._closed = False
+
+    def run(self, spec: str, args: tuple[Any, ...], timeout: float) -> Any:
+        """Run ``spec(*args)`` in a worker and return its result; raise WorkerError on failure."""
+        if self._closed:
+            raise WorkerError("the grader pool is shut down")
+        worker = self._slots.get()
+        try:
+            if worker is None:
+                worker = _Worker()
+            try:
+                worker.send_conn.send((spec, args, timeout))
+                if not worker.recv_conn.poll(timeout + KILL_GRACE_S):
+                    worker.kill()
+                    worker = None
+                    raise WorkerError(f"timed out after {timeout:g}s (worker killed)")
+                ok, value = worker.recv_conn.recv()
+            except (EOFError, OSError) as exc:
+                code = worker.process.poll() if worker is not None else None
+                if worker is not None:
+                    worker.kill()
+                worker = None
+                raise WorkerError(f"the grading worker died (exit code {code}): {exc!r}") from None
+            if not ok:
+                raise WorkerError(value)
+            return value
+        finally:
+            if self._closed and worker is not None:
+                worker.stop()
+            else:
+                self._slots.put(worker)
+
+    def submit(self, spec: str, args: tuple[Any, ...], timeout: float) -> concurrent.futures.Future[Any]:
+        """Run a task without blocking the caller; the future works from threads and (wrapped) event loops."""
+        return self._waiters.submit(self.run, spec, args, timeout)
+
+    async def arun(self, spec: str, args: tuple[Any, ...], timeout: float) -> Any:
+        return await asyncio.wrap_future(self.submit(spec, args, timeout))
+
+    def shutdown(self) -> None:
+        self._closed = True
+        self._waiters.shutdown(wait=False, cancel_futures=True)
+        while True:
+            try:
+                worker = self._slots.get_nowait()
+            except queue.Empty:
+                return
+            if worker is not None:
+                worker.stop()
+
+
+_pool: GraderPool | None = None
+_pool_lock = threading.Lock()
+
+
+def default_processes() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def get_pool(processes: int | None = None) -> GraderPool:
+    """The process-wide pool, created on first use; asking for another size replaces it."""
+    global _pool
+    processes = processes or default_processes()
+    with _pool_lock:
+        if _pool is None or _pool.processes != processes:
+            if _pool is not None:
+                _pool.shutdown()
+            _pool = GraderPool(processes)
+        return _pool
+
+
+@atexit.register
+def shutdown_pool() -> None:
+    """Stop the shared pool's workers (also run at interpreter exit)."""
+    global _pool
+    with _pool_lock:
+        if _pool is not None:
+            _pool.shutdown()
+            _pool = None
+
+
+if __name__ == "__main__":  # a worker: python -m rlsdk_rm_hub.pool <read fd> <write fd>
+    _worker_main(_DuplexConnection(Connection(int(sys.argv[1]), writable=False),
+                                   Connection(int(sys.argv[2]), readable=False)))

@@ -1,0 +1,179 @@
+"""Equivalence cases for each grader, pathological inputs, and calls from threads, loops and processes."""
+
+import asyncio
+import concurrent.futures
+import multiprocessing
+
+import pytest
+
+from rlsdk import Sample
+from rlsdk.rewarding import REWARD_ERROR, score_group
+from rlsdk.testing import check_reward
+from rlsdk_rm_hub.final_answer import answer_candidates
+from rlsdk_rm_hub.normalize import fast_verdict, math_normalize, minerva_normalize
+
+
+def score(pm, args, response, label, rm="math", metadata=None):
+    sample = Sample(group_index=0, index=0, response=response, label=label, metadata=dict(metadata or {}),
+                    status=Sample.Status.COMPLETED)
+    asyncio.run(score_group(args.replace(rm_type=rm), pm, [sample]))
+    return sample
+
+
+MATH_CASES = [
+    ("\\boxed{\\frac{1}{2}}", "0.5", 1.0),
+    ("\\boxed{\\dfrac12}", "\\frac{1}{2}", 1.0),
+    ("\\boxed{\\frac{2}{3}}", "\\frac{3}{4}", 0.0),
+    ("\\boxed{\\sqrt{8}}", "2\\sqrt{2}", 1.0),
+    ("\\boxed{3\\sqrt{2}}", "2\\sqrt{2}", 0.0),
+    ("\\boxed{[1, 2)}", "[1,2)", 1.0),
+    ("\\boxed{\\left[1, 2\\right)}", "[1,2)", 1.0),
+    ("\\boxed{(1, 2]}", "[1,2)", 0.0),
+    ("\\boxed{(1, 2, 3)}", "(1,2,3)", 1.0),
+    ("\\boxed{(3, 2, 1)}", "(1,2,3)", 0.0),
+    ("\\boxed{50\\%}", "0.5", 1.0),
+    ("\\boxed{5\\text{ cm}}", "5", 1.0),
+    ("\\boxed{1,000}", "1000", 1.0),
+    ("\\boxed{1{,}000}", "1000", 1.0),
+    ("\\boxed{ x^{2} + 1 }", "1+x^2", 1.0),
+    ("first \\boxed{2} then finally \\boxed{3}", "3", 1.0),
+    ("\\boxed{2} and \\boxed{3}", "2, 3", 1.0),
+    ("no answer here", "3", 0.0),
+    ("", "3", 0.0),
+    ("6 + 5 = ?", "11", 0.0),
+    ("What is 6 + 5?", "11", 0.0),
+    ("The answer is 6 + 5.", "11", 0.0),
+    ("6 + 5 = 11", "11", 1.0),
+    ("So the sum is 11. I hope this helps!", "11", 1.0),
+    ("The final answer is $\\frac{1}{2}$.", "0.5", 1.0),
+    ("The final answer is $4/54$.", "\\frac{2}{27}", 1.0),
+    ("<think>maybe \\boxed{4}</think> The answer is 5.", "5", 1.0),
+]
+
+
+@pytest.mark.parametrize("response,label,expected", MATH_CASES)
+def test_math_equivalence(hub_pm, args, response, label, expected):
+    sample = score(hub_pm, args, response, label)
+    assert sample.reward == expected, sample.metadata
+
+
+def test_fast_path_never_guesses_close_numbers():
+    assert fast_verdict("0.333333", "\\frac{1}{3}") is None  # math-verify's rounding decides
+    assert fast_verdict("12", "15") is False
+    assert fast_verdict("9" * 10000, "9" * 10000 + "0") is False
+    assert fast_verdict("x+1", "1+x") is None
+
+
+def test_final_answer_only():
+    assert answer_candidates("6 + 5 = ?") == []
+    assert answer_candidates("6 + 5 = 11.") == ["11"]
+    assert answer_candidates("The answer is 11 because 6 plus 5 is 11.") == ["11"]
+
+
+@pytest.mark.parametrize("response", [
+    "\\boxed{2^{10^{10^{10}}}}",
+    "\\boxed{" + "(" * 400 + "1" + ")" * 400 + "}",
+    "\\boxed{" + "7" * 10000 + "}",
+    "{" * 20000 + "\\boxed{1" + "}" * 20000,
+])
+def test_pathological_inputs_finish_valid_or_invalid(hub_pm, args, response):
+    sample = score(hub_pm, args, response, "3")
+    assert sample.reward == 0.0 or (sample.reward is None and "timed out" in sample.metadata[REWARD_ERROR])
+
+
+def test_timeout_is_invalid_not_zero(hub_pm, args):
+    sample = score(hub_pm, args, "\\boxed{2^{10^{10^{10}}}}", "3")
+    if sample.reward is None:
+        assert sample.status is Sample.Status.FAILED
+        assert "rlsdk-rm-hub" in sample.metadata[REWARD_ERROR] or "math" in sample.metadata[REWARD_ERROR]
+
+
+def test_grader_from_threads(args):
+    from rlsdk_rm_hub.math_grader import grade
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda pair: grade(*pair, timeout=5, processes=1),
+                                [("\\boxed{\\sqrt{12}}", "2\\sqrt{3}"), ("\\boxed{7}", "8")] * 4))
+    assert results == [1.0, 0.0] * 4
+
+
+def test_grader_from_event_loop(args):
+    from rlsdk_rm_hub.math_grader import math
+
+    async def run():
+        samples = [Sample(response="\\boxed{x^2+2x+1}", label="(x+1)^2"), Sample(response="\\boxed{x}", label="y")]
+        return await asyncio.gather(*(math(args, s) for s in samples))
+
+    assert asyncio.run(run()) == [1.0, 0.0]
+
+
+def _grade_in_child(pair):
+    from rlsdk_rm_hub.math_grader import grade
+
+    return grade(*pair, timeout=5, processes=1)
+
+
+def test_grader_from_several_processes():
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        assert pool.map(_grade_in_child, [("\\boxed{\\frac{6}{8}}", "0.75"), ("\\boxed{\\pi}", "3")]) == [1.0, 0.0]
+
+
+SLIME_CASES = [
+    ("slime_math", "so \\boxed{\\frac{1}{2}}", "0.5", 1.0),
+    ("slime_math", "so \\boxed{\\dfrac{1}{2}}", "\\boxed{\\frac12}", 1.0),
+    ("slime_math", "so \\boxed{x^2-1}", "(x-1)(x+1)", 1.0),
+    ("slime_math", "the answer is 5", "5", 0.0),
+    ("slime_math", "\\boxed{10\\%}", "10", 1.0),
+    ("deepscaler", "<think>\\boxed{4}</think> So \\boxed{5}", "5", 1.0),
+    ("deepscaler", "no marker \\boxed{5}", "5", 0.0),
+    ("deepscaler", "###Response \\boxed{90^\\circ}", ["90", "45"], 1.0),
+    ("deepscaler", "</think> \\boxed{6}", "5", 0.0),
+    ("f1", "the cat sat", "The cat sat.", 1.0),
+    ("boxed_f1", "I think \\boxed{Paris}", "paris", 1.0),
+    ("boxed_f1", "Paris", "paris", 0.0),
+]
+
+
+@pytest.mark.parametrize("rm,response,label,expected", SLIME_CASES)
+def test_slime_graders(hub_pm, args, rm, response, label, expected):
+    sample = score(hub_pm, args, response, label, rm=rm)
+    assert sample.reward == expected, sample.metadata
+
+
+@pytest.mark.parametrize("response,label,acc", [
+    ("work...\nAnswer: 1,000", "1000", True),
+    ("work...\nAnswer: $\\frac{1}{2}$", "\\frac12", True),
+    ("work...\nAnswer: 12 dollars", "12", True),
+    ("work...\nAnswer: 13", "12", False),
+    ("Answer: 12" + " filler" * 100, "12", False),
+])
+def test_dapo(hub_pm, args, response, label, acc):
+    reward = score(hub_pm, args, response, label, rm="dapo").reward
+    assert reward["acc"] is acc and reward["score"] == (1.0 if acc else -1.0) and "pred" in reward
+
+
+@pytest.mark.parametrize("response,metadata,label,expected", [
+    ("The answer is (B).", {"correct_letter": "B"}, None, 1.0),
+    ("I pick C", {}, "C", 1.0),
+    ("The answer is B", {"choices": ["red", "blue", "green", "pink"]}, "blue", 1.0),
+    ("Maybe A, maybe D. The answer is A", {"correct_letter": "D"}, None, 0.0),
+    ("no letter", {"correct_letter": "A"}, None, 0.0),
+])
+def test_gpqa(hub_pm, args, response, metadata, label, expected):
+    assert score(hub_pm, args, response, label, rm="gpqa", metadata=metadata).reward == expected
+
+
+def test_normalizers():
+    assert math_normalize("\\dfrac12") == math_normalize("\\frac{1}{2}") == math_normalize("0.5")
+    assert math_normalize("x = \\sqrt3") == "\\sqrt{3}"
+    assert minerva_normalize("\\text{12 dollars}") == "12"
+
+
+@pytest.mark.parametrize("name", ["math", "slime_math", "deepscaler", "dapo", "f1", "gpqa", "random"])
+def test_contract(hub_pm, name):
+    check_reward(hub_pm, name)
+
+
+def test_rm_type_per_sample_overrides(hub_pm, args):
+    sample = score(hub_pm, args, "\\boxed{5}", "5", rm="dapo", metadata={"rm_type": "math"})
+    assert sample.reward == 1.0
