@@ -63,7 +63,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
         if not in_flight:
             break
         done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
+        for task in [t for t in in_flight if t in done]:  # in submission order: reproducible batches
             group = in_flight.pop(task)
             task.result()  # run_group records failures on the samples; only a `fail` policy raises
             settle(args, plugins, group, ledger, kept, fallback, to_buffer)

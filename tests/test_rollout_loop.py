@@ -1,0 +1,223 @@
+"""The rollout step: ledger, over-sampling, filters, aborts, partial rollouts and plugin failures.
+
+Generation runs on :class:`ScriptedEngine` (see its module docstring for why); rewards, filters, the
+data source and the buffer are the real ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from rlsdk import CustomGenerate, DynamicFilter, DynamicFilterOutput, OverSamplingFilter, Reward, RolloutConfig, hookimpl
+from rlsdk.data import DataSource
+from rlsdk.rollout import rollout_step
+from rlsdk.runtime import Runtime, bind_runtime
+from rlsdk.types import Sample
+
+from .scripted_engine import ByteTokenizer, ScriptedEngine
+
+ANSWER = "answer {n} is here"
+
+
+def response_for(prompt: str) -> str:
+    return ANSWER.format(n=prompt.split()[0])
+
+
+def exact(args, sample, **kwargs):
+    return float(sample.response == sample.label)
+
+
+class LoopPlugins:
+    @hookimpl
+    def rlsdk_rewards(self):
+        yield Reward(name="exact", func=exact)
+
+    @hookimpl
+    def rlsdk_dynamic_filters(self):
+        def even_only(args, samples, **kwargs):
+            keep = int(samples[0].prompt.split()[0]) % 2 == 0
+            return DynamicFilterOutput(keep=keep, reason=None if keep else "odd")
+
+        def drop_all_fallback(args, samples, **kwargs):
+            return DynamicFilterOutput(keep=False, reason="never", keep_when_insufficient=True)
+
+        yield DynamicFilter(name="even_only", func=even_only)
+        yield DynamicFilter(name="drop_all", func=lambda args, samples: False)
+        yield DynamicFilter(name="drop_all_fallback", func=drop_all_fallback)
+
+    @hookimpl
+    def rlsdk_over_sampling_filters(self):
+        def highest_first(args, groups, **kwargs):
+            return sorted(groups, key=lambda g: -int(g[0].prompt.split()[0]))
+
+        yield OverSamplingFilter(name="highest_first", func=highest_first)
+
+    @hookimpl
+    def rlsdk_custom_generates(self):
+        async def broken(args, sample, sampling_params):
+            if sample.prompt.startswith("1 "):
+                raise RuntimeError("tool server down")
+            from rlsdk.generate import generate
+
+            return await generate(args, sample, sampling_params)
+
+        async def wrong_type(args, sample, sampling_params):
+            return {"text": "not a sample"}
+
+        async def hangs(args, sample, sampling_params):
+            await asyncio.sleep(3600)
+
+        yield CustomGenerate(name="broken", func=broken)
+        yield CustomGenerate(name="wrong_type", func=wrong_type)
+        yield CustomGenerate(name="hangs", func=hangs)
+
+
+@pytest.fixture
+def make_run(tmp_path, rlsdk_pm):
+    """Build (args, data source, runtime, engine) over ``n_prompts`` prompts ``"<i> ...|"``; prompts
+    whose number is in ``slow`` block after 3 tokens until aborted (only on their first attempt)."""
+    from rlsdk_filter_hub import plugin as filter_hub
+
+    rlsdk_pm.register(filter_hub)
+    rlsdk_pm.register(LoopPlugins())
+    runtimes = []
+
+    def make(n_prompts=6, slow=(), **options):
+        path = tmp_path / "data.jsonl"
+        rows = [{"input": f"{i} {'slow' if i in slow else 'fast'}|", "label": ANSWER.format(n=i)}
+                for i in range(n_prompts)]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        defaults = dict(prompt_data=str(path), label_key="label", rm_type="exact", n_samples_per_prompt=2,
+                        rollout_batch_size=2, over_sampling_batch_size=4, rollout_max_response_len=64)
+        args = RolloutConfig(**{**defaults, **options})
+
+        def script(prompt, so_far):
+            first_attempt = not so_far
+            return response_for(prompt), 3 if (int(prompt.split()[0]) in slow and first_attempt) else None
+
+        engine = ScriptedEngine(script, prompt_len=lambda ids: ids.index(ord("|")) + 1)
+        runtime = bind_runtime(args, Runtime(rlsdk_pm, engine, ByteTokenizer()))
+        runtimes.append(runtime)
+        source = DataSource(args, pm=rlsdk_pm, tokenizer=runtime.tokenizer)
+        return args, source, runtime, engine
+
+    yield make
+    for runtime in runtimes:
+        runtime.loop.close()
+
+
+def step(args, source, runtime, rollout_id=0):
+    return runtime.run(rollout_step(args, rollout_id, source, runtime))
+
+
+def prompts_of(groups):
+    return [g[0].prompt for g in groups]
+
+
+def test_step_keeps_the_batch_and_returns_surplus_groups_to_the_buffer(make_run):
+    args, source, runtime, _ = make_run()
+    out = step(args, source, runtime)
+    assert len(out.samples) == 2 and all(len(g) == 2 for g in out.samples)
+    assert all(s.reward == 1.0 and s.status is Sample.Status.COMPLETED for g in out.samples for s in g)
+    m = out.metrics
+    assert m["ledger/entered"] == 8 and m["ledger/kept"] == 4 and m["ledger/returned"] == 4
+    assert source.get_buffer_length() == 2
+    # the surplus groups are complete: served next step without generating again
+    before = len(runtime.engine.requests)
+    out2 = step(args, source, runtime, rollout_id=1)
+    assert prompts_of(out2.samples) == ["2 fast|", "3 fast|"]
+    assert len(runtime.engine.requests) - before == 4  # only the two fresh groups of the next chunk
+
+
+def test_partial_rollout_resumes_from_tokens_with_the_remaining_budget(make_run):
+    args, source, runtime, engine = make_run(slow={2, 3}, partial_rollout=True,
+                                             mask_offpolicy_in_partial_rollout=True)
+    out = step(args, source, runtime)
+    assert prompts_of(out.samples) == ["0 fast|", "1 fast|"]
+    assert out.metrics["rollout/aborted"] == 4 and out.metrics["ledger/returned"] == 4
+    buffered = [s for g in source.buffer for s in g]
+    assert all(s.response_length == 3 and s.status is Sample.Status.ABORTED for s in buffered)
+
+    out = step(args, source, runtime, rollout_id=1)
+    assert prompts_of(out.samples) == ["2 slow|", "3 slow|"]
+    resumed = [r for r in engine.requests if len(r["input_ids"]) > len(b"2 slow|")]
+    assert len(resumed) == 4
+    assert all(r["sampling_params"]["max_new_tokens"] == 64 - 3 for r in resumed)
+    for sample in (s for g in out.samples for s in g):
+        assert sample.response == response_for(sample.prompt) and sample.reward == 1.0
+        assert sample.loss_mask == [0] * 3 + [1] * (sample.response_length - 3)
+        assert len(sample.rollout_log_probs) == sample.response_length
+        assert sample.tokens == list(sample.prompt.encode()) + list(sample.response.encode())
+    assert out.metrics["rollout/resumed"] == 4
+    assert out.metrics["ledger/entered"] == out.metrics["ledger/kept"] + out.metrics["ledger/returned"]
+
+
+def test_without_partial_rollout_aborted_groups_start_over(make_run):
+    args, source, runtime, engine = make_run(slow={2, 3})
+    step(args, source, runtime)
+    assert all(s.response_length == 0 and s.status is Sample.Status.PENDING for g in source.buffer for s in g)
+    step(args, source, runtime, rollout_id=1)
+    slow = [r["input_ids"] for r in engine.requests if bytes(r["input_ids"]).startswith(b"2 slow|")]
+    assert slow == [list(b"2 slow|")] * 4  # two samples, twice, each time from the bare prompt
+
+
+def test_dynamic_filter_drops_with_reason_and_over_sampling_filter_orders(make_run):
+    args, source, runtime, _ = make_run(n_prompts=8, dynamic_sampling_filter_path="even_only",
+                                        over_sampling_filter_path="highest_first", over_sampling_batch_size=8)
+    out = step(args, source, runtime)
+    assert out.metrics["rollout/dynamic_filter/drop_odd"] == 8
+    kept_numbers = [int(p.split()[0]) for p in prompts_of(out.samples)]
+    assert kept_numbers == sorted(kept_numbers, reverse=True) and all(n % 2 == 0 for n in kept_numbers)
+    assert all(s.metadata["drop_reason"] == "odd" for g in out.discarded for s in g)
+
+
+def test_a_filter_that_drops_everything_cannot_loop_forever(make_run):
+    args, source, runtime, _ = make_run(dynamic_sampling_filter_path="drop_all", rollout_max_groups_per_step=6)
+    out = step(args, source, runtime)
+    assert out.samples == [] and out.metrics["ledger/dropped"] == 12
+
+
+def test_keep_when_insufficient_tops_up_the_batch(make_run):
+    args, source, runtime, _ = make_run(dynamic_sampling_filter_path="drop_all_fallback",
+                                        rollout_max_groups_per_step=4)
+    out = step(args, source, runtime)
+    assert len(out.samples) == 2 and out.metrics["rollout/dynamic_filter/drop_never"] == 4
+
+
+@pytest.mark.parametrize(
+    ("generator", "message"),
+    [("broken", "custom_generate 'broken' from plugin .* on sample 1/2 raised RuntimeError: tool server down"),
+     ("wrong_type", "returned dict, expected Sample or list\\[Sample\\]"),
+     ("hangs", "hung: no result after 0.2 s")],
+)
+def test_plugin_failures_are_recorded_and_accounted(make_run, generator, message):
+    args, source, runtime, _ = make_run(n_prompts=4, custom_generate_function_path=generator, generate_timeout=0.2)
+    out = step(args, source, runtime)
+    m = out.metrics
+    assert m["ledger/failed"] >= 2
+    assert any(__import__("re").search(message, f) for f in m["rollout/failures"]), m["rollout/failures"]
+    assert m["ledger/entered"] == m["ledger/kept"] + m["ledger/failed"] + m["ledger/returned"] + m["ledger/dropped"]
+    failed = [s for g in out.discarded for s in g if "generate_error" in s.metadata]
+    assert failed and all(s.status is Sample.Status.FAILED for s in failed)
+
+
+def test_deterministic_mode_seeds_each_sample(make_run):
+    args, source, runtime, engine = make_run(sglang_enable_deterministic_inference=True, rollout_seed=7)
+    step(args, source, runtime)
+    seeds = sorted({r["sampling_params"]["sampling_seed"] for r in engine.requests})
+    assert seeds == [7, 8]
+
+
+def test_ledger_balances_over_many_steps_with_partial_rollouts(make_run):
+    args, source, runtime, _ = make_run(n_prompts=10, slow={1, 4, 5, 8}, partial_rollout=True,
+                                        dynamic_sampling_filter_path="even_only")
+    seen = []
+    for rollout_id in range(6):
+        out = step(args, source, runtime, rollout_id)
+        m = out.metrics
+        assert m["ledger/entered"] == m["ledger/kept"] + m["ledger/dropped"] + m["ledger/returned"] + m["ledger/failed"]
+        seen += prompts_of(out.samples)
+    assert all(int(p.split()[0]) % 2 == 0 for p in seen)
