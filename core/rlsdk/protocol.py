@@ -64,10 +64,12 @@ def generate_response(
     logprobs: list[float] | None = None,
     token_texts: list[str] | None = None,
     started: float | None = None,
+    sent_ts: bool = True,
 ) -> dict[str, Any]:
     """One ``/generate`` response in 0.5.17's key order. ``logprobs`` (one per output id) adds the
     log-prob fields, as ``return_logprob`` does; ``started`` (a ``time.perf_counter()``) adds
-    ``e2e_latency``, which SGLang sends on finished responses."""
+    ``e2e_latency``, which SGLang sends on finished responses; ``sent_ts`` adds
+    ``response_sent_to_client_ts``, which SGLang's streams carry on the first and last chunk only."""
     meta: dict[str, Any] = {
         "id": rid,
         "finish_reason": finish_reason,
@@ -87,7 +89,8 @@ def generate_response(
     meta["dp_rank"] = None
     if started is not None:
         meta["e2e_latency"] = time.perf_counter() - started
-    meta["response_sent_to_client_ts"] = time.time()
+    if sent_ts:
+        meta["response_sent_to_client_ts"] = time.time()
     return {"text": text, "output_ids": list(output_ids), "meta_info": meta}
 
 

@@ -423,6 +423,7 @@ class EmbeddedEngine(InferenceEngine):
             prompt_tokens=len(request.prompt), finish_reason=finish, weight_version=self.weight_version,
             logprobs=list(request.logprobs) if request.return_logprob else None, token_texts=token_texts,
             started=request.started if finish is not None else None,
+            sent_ts=finish is not None or len(request.output) == 1,
         )
 
     def _finish(self, request: _Request, finish: dict[str, Any]) -> None:
