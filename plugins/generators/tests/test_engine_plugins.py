@@ -176,3 +176,33 @@ def test_abort_through_a_router_reaches_its_workers(served):
     out = asyncio.run(scenario())
     assert out["meta_info"]["finish_reason"]["type"] == "abort"
     assert out["meta_info"]["completion_tokens"] < 400
+
+
+@pytest.mark.slow
+def test_a_failing_step_fails_its_requests_and_the_engine_goes_on(served, monkeypatch):
+    """A step that raises (here: a forward pass patched to fail once) answers its requests with a 500
+    naming the failure; the next request is served normally."""
+    import httpx
+
+    batch = served.engine._batch
+    original = batch.prefill
+
+    def broken(prompts):
+        monkeypatch.setattr(batch, "prefill", original)
+        raise RuntimeError("out of memory (simulated)")
+
+    monkeypatch.setattr(batch, "prefill", broken)
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}
+    failed = httpx.post(f"{served.url}/generate", json=body, timeout=60)
+    assert failed.status_code == 500 and "out of memory (simulated)" in failed.json()["message"]
+    assert httpx.post(f"{served.url}/generate", json=body, timeout=60).json()["meta_info"]["completion_tokens"] == 2
+
+
+def test_serve_command_reports_a_missing_model_folder(tmp_path):
+    from typer.testing import CliRunner
+
+    from rlsdk_cli.app import app
+
+    result = CliRunner().invoke(app, ["serve", "--model", str(tmp_path / "missing"), "--device", "cpu"])
+    assert result.exit_code == 2
+    assert "does not exist" in result.output and "--model PATH" in result.output

@@ -17,6 +17,7 @@ import torch
 
 from rlsdk.engine import InferenceEngine
 from rlsdk.protocol import (
+    EngineError,
     EngineRequestError,
     finish_abort,
     finish_length,
@@ -44,7 +45,7 @@ class _Request:
     return_logprob: bool
     text_in_logprobs: bool
     done: asyncio.Future[dict[str, Any]]
-    stream: asyncio.Queue[dict[str, Any]] | None = None
+    stream: asyncio.Queue[dict[str, Any] | EngineError] | None = None
     generator: torch.Generator | None = None
     output: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -68,6 +69,13 @@ class EmbeddedEngine(InferenceEngine):
     merges them into the batch, or decodes one token for every running row. At most
     ``max_batch_size`` rows run at once; the rest wait. Torch work runs on one worker thread, so the
     event loop stays responsive and weight updates fall between steps.
+
+    Log-probabilities are those of the distribution each token was drawn from: softmax of
+    logits / temperature, restricted by top-k, top-p and min-p and renormalized; greedy requests
+    (temperature 0) report the model's own log-softmax. In float32 they match a plain forward pass.
+    ``pause("abort")`` (SGLang's default) aborts the requests in flight; ``in_place``/``retract`` keep
+    them, with their cache, until :meth:`resume`. A weight update without a version sets
+    ``weight_version`` to the number of updates so far.
     """
 
     def __init__(self, model: str | os.PathLike[str] | None = None, *, device: str = "auto",
@@ -159,6 +167,8 @@ class EmbeddedEngine(InferenceEngine):
         try:
             while True:
                 chunk = await request.stream.get()
+                if isinstance(chunk, EngineError):
+                    raise chunk
                 yield chunk
                 if chunk["meta_info"]["finish_reason"] is not None:
                     return
@@ -306,7 +316,14 @@ class EmbeddedEngine(InferenceEngine):
                     if live < len(self._rows):
                         await self._on_thread(self._shrink)  # free finished rows' cache
                     break
-                rows, tokens, logprobs = await self._on_thread(self._step, joining)
+                try:
+                    rows, tokens, logprobs = await self._on_thread(self._step, joining)
+                except Exception as exc:  # fail the batch's requests, keep serving new ones
+                    error = EngineError(f"the embedded engine failed on a step: {type(exc).__name__}: {exc}")
+                    for request in {id(r): r for r in [*self._rows, *joining]}.values():
+                        self._fail(request, error)
+                    await self._on_thread(self._shrink)
+                    continue
                 self.stats.steps += 1
                 self.stats.prefills += bool(joining)
                 self.stats.tokens += len(rows)
@@ -351,6 +368,13 @@ class EmbeddedEngine(InferenceEngine):
             tokens, logprobs = sampler.sample(logits)
             self._batch.set_tokens(tokens, first)
             return rows, tokens.tolist(), logprobs.tolist()
+
+    @staticmethod
+    def _fail(request: _Request, error: EngineError) -> None:
+        if not request.done.done():
+            request.done.set_exception(error)
+            if request.stream is not None:
+                request.stream.put_nowait(error)
 
     def _shrink(self) -> None:
         """Remove finished rows from the batch."""
