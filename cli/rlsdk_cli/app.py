@@ -6,7 +6,7 @@ import typer
 
 from rlsdk import __version__
 
-from . import plugins, run, score
+from . import plugins, run, score, serve
 
 app = typer.Typer(
     name="rlsdk",
@@ -19,6 +19,7 @@ app.add_typer(plugins.app, name="plugins")
 app.command("run")(run.run)
 app.command("eval")(run.evaluate)
 app.command("score")(score.score)
+app.command("serve")(serve.serve)
 
 
 def _version(value: bool) -> None:

@@ -88,6 +88,23 @@ class RolloutConfig:
     """Port of the engine's HTTP endpoint in use (set by the engine when a run starts)."""
     sglang_server_concurrency: int = 512
     """Requests in flight at once per engine."""
+    sglang_url: str | None = None
+    """URL of the SGLang server or router for the ``sglang`` engine; default from ``sglang_router_ip``/``_port``."""
+    sglang_launch: bool = False
+    """Let the ``sglang`` engine start ``python -m sglang.launch_server`` for ``model`` (needs SGLang and a GPU)."""
+    sglang_python: str | None = None
+    """Python interpreter with SGLang installed, used when ``sglang_launch``; default this one."""
+    sglang_retries: int = 5
+    """Times the ``sglang`` engine retries a request on connection errors, with exponential backoff."""
+    engine_device: str = "auto"
+    """Device of the embedded engine: ``auto`` (CUDA when available), ``cpu`` or ``cuda``."""
+    engine_dtype: str = "float32"
+    """Weights dtype of the embedded engine; float32 keeps log-probs exact, ``bfloat16`` is faster on GPU."""
+    engine_max_batch_size: int = 64
+    """Rows the embedded engine decodes together; further requests wait."""
+    model_cache_dir: str | None = None
+    """Folder for the embedded engine's converted default model; default ``$RLSDK_CACHE_DIR/models`` or
+    ``~/.cache/rlsdk/models``."""
 
     # --- data ---
     prompt_data: str | None = None

@@ -159,3 +159,50 @@ def check_callable(pm: RlsdkPluginManager, kind: str, name: str) -> Resolved:
     if kind == "custom_generate":
         assert resolved.is_async, f"{resolved.describe()} must be an async function"
     return resolved
+
+
+class ServedEngine:
+    """An engine served over HTTP on loopback from a background thread's event loop, for tests that
+    talk to it as a real client would::
+
+        with ServedEngine(EmbeddedEngine(device="cpu")) as served:
+            asyncio.run(SGLangClient(served.url).generate(...))
+            served.run(served.engine.abort())  # a coroutine on the engine's own loop
+    """
+
+    def __init__(self, engine: Any, **server_options: Any) -> None:
+        self.engine = engine
+        self.server_options = server_options
+        self.loop = asyncio.new_event_loop()
+        self.handle: Any = None
+
+    @property
+    def url(self) -> str:
+        return self.handle.url
+
+    def run(self, coroutine: Any, timeout: float = 300.0) -> Any:
+        """Run ``coroutine`` on the engine's loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def __enter__(self) -> ServedEngine:
+        import threading
+
+        from .serve import start_server
+
+        self._thread = threading.Thread(target=self.loop.run_forever, name="rlsdk-served-engine", daemon=True)
+        self._thread.start()
+        try:
+            self.run(self.engine.start())
+            self.handle = self.run(start_server(self.engine, "127.0.0.1", 0, **self.server_options))
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handle is not None:
+            self.run(self.handle.close())
+        self.run(self.engine.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(30)
+        self.loop.close()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from rlsdk import Sample
 
 _STATUS = {"stop": Sample.Status.COMPLETED, "length": Sample.Status.TRUNCATED, "abort": Sample.Status.ABORTED}
@@ -13,12 +11,11 @@ _STATUS = {"stop": Sample.Status.COMPLETED, "length": Sample.Status.TRUNCATED, "
 
 async def single_turn(args: Any, sample: Sample, sampling_params: dict[str, Any]) -> Sample:
     """Complete ``sample.tokens`` with one ``/generate`` call; tokens and log-probs come from the engine."""
-    url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
+    from rlsdk.engine import SGLangClient
+
+    client = SGLangClient.shared(f"http://{args.sglang_router_ip}:{args.sglang_router_port}")
     payload = {"input_ids": sample.tokens, "sampling_params": sampling_params, "return_logprob": True}
-    async with httpx.AsyncClient(timeout=None) as client:
-        response = await client.post(url, json=payload)
-        response.raise_for_status()
-        output = response.json()
+    output = await client.generate(payload)
     meta = output["meta_info"]
     new_tokens = [entry[1] for entry in meta["output_token_logprobs"]]
     sample.append_response_tokens(new_tokens, [entry[0] for entry in meta["output_token_logprobs"]])

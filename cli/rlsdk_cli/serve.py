@@ -1,0 +1,55 @@
+"""``rlsdk serve``: the embedded engine over HTTP with SGLang's native endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import typer
+
+
+def serve(
+    model: str | None = typer.Option(None, "--model", help="Local Hugging Face model folder; default SmolLM2-135M-Instruct."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(30000, "--port", help="Port to listen on (0 picks a free one)."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32 (exact log-probs) or bfloat16."),
+    max_batch_size: int = typer.Option(64, "--max-batch-size", help="Requests decoded together."),
+    cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Folder for the converted default model."),
+    threads: int | None = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
+) -> None:
+    """Serve the embedded engine with SGLang's protocol (/generate, /model_info, /abort_request, ...)."""
+    from rlsdk_generators.embedded import EmbeddedEngine, ModelNotFoundError
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    engine = EmbeddedEngine(model, device=device, dtype=dtype, max_batch_size=max_batch_size, cache_dir=cache_dir)
+    try:
+        asyncio.run(_serve(engine, host, port))
+    except ModelNotFoundError as exc:
+        typer.secho(f"error: {exc}", err=True, fg="red")
+        raise typer.Exit(2) from exc
+    except OSError as exc:
+        typer.secho(f"error: cannot listen on {host}:{port}: {exc}", err=True, fg="red")
+        raise typer.Exit(2) from exc
+
+
+async def _serve(engine: object, host: str, port: int) -> None:
+    from rlsdk.serve import start_server
+
+    await engine.start()  # type: ignore[attr-defined]
+    handle = await start_server(engine, host, port)  # type: ignore[arg-type]
+    info = await engine.model_info()  # type: ignore[attr-defined]
+    typer.echo(f"rlsdk serve: {info['model_path']} at {handle.url} (Ctrl-C stops)", err=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await handle.close()
+        await engine.close()  # type: ignore[attr-defined]

@@ -1,0 +1,257 @@
+"""Serve any :class:`~rlsdk.engine.InferenceEngine` over HTTP with SGLang's native endpoints.
+
+``rlsdk serve`` puts the embedded engine behind this; the rollout loop does the same on loopback so
+that slime-style generators POSTing to ``/generate`` work unchanged. Responses follow SGLang 0.5.17
+(``shared/reference/sglang-0.5.17-responses.json``): 400 bodies ``{"object": "error", ...}``,
+cumulative ``data:`` stream chunks ending in ``data: [DONE]``, an empty 200 for ``/abort_request``,
+and a 404 for ``/get_weight_version``, which 0.5.17 removed in favour of ``/model_info``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from . import __version__
+from .engine import InferenceEngine
+from .protocol import EngineRequestError, error_body, split_batch
+
+DEFAULT_MAX_BODY = 64 * 1024 * 1024
+"""Largest request body accepted, in bytes (a larger one gets 413)."""
+
+_FLUSH_TEXT = (
+    "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
+    "requests, the operation will not be performed.)\n"
+)
+_WEIGHT_VERSION_GONE = (
+    "Endpoint '/get_weight_version' or '/weight_version' is deprecated. Please use '/model_info' instead."
+)
+_ENGINE = web.AppKey("engine", InferenceEngine)
+
+
+@dataclass
+class ServerHandle:
+    """A running server: ``url`` is ``http://host:port``; ``await close()`` stops it (not the engine)."""
+
+    host: str
+    port: int
+    runner: web.AppRunner
+    engine: InferenceEngine
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def close(self) -> None:
+        if self.engine.url == self.url:
+            self.engine.url = None
+        await self.runner.cleanup()
+
+
+async def start_server(engine: InferenceEngine, host: str = "127.0.0.1", port: int = 0, *,
+                       max_body: int = DEFAULT_MAX_BODY) -> ServerHandle:
+    """Serve a started ``engine`` on ``host:port`` (port 0 picks a free one); sets ``engine.url``."""
+    app = web.Application(client_max_size=max_body, middlewares=[_errors])
+    app[_ENGINE] = engine
+    app.add_routes([
+        web.get("/health", _health),
+        web.get("/health_generate", _health_generate),
+        web.get("/model_info", _model_info),
+        web.get("/get_model_info", _model_info),
+        web.get("/get_weight_version", _weight_version_gone),
+        web.get("/weight_version", _weight_version_gone),
+        web.post("/generate", _generate),
+        web.post("/abort_request", _abort),
+        web.get("/v1/loads", _loads),
+        web.route("*", "/flush_cache", _flush_cache),
+        web.post("/pause_generation", _pause),
+        web.post("/continue_generation", _continue),
+        web.post("/update_weights_from_disk", _update_weights_from_disk),
+    ])
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound_port = runner.addresses[0][1]
+    handle = ServerHandle(host=host, port=bound_port, runner=runner, engine=engine)
+    engine.url = handle.url
+    return handle
+
+
+def _error(message: str, status: int) -> web.Response:
+    return web.json_response(error_body(message, status), status=status)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Bad requests become SGLang's 4xx error body; nothing crashes the server."""
+    try:
+        return await handler(request)
+    except EngineRequestError as exc:
+        return _error(str(exc), 400)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return _error(f"request body too large: {exc.text}", 413)
+    except web.HTTPException as exc:
+        if exc.status == 404:
+            return _error(f"no endpoint {request.method} {request.path}", 404)
+        if exc.status == 405:
+            return _error(f"{request.method} not allowed on {request.path}", 405)
+        raise
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception as exc:  # an engine failure is a 500 with its message, not a dead server
+        return _error(f"{type(exc).__name__}: {exc}", 500)
+
+
+async def _json_body(request: web.Request, *, required: bool = True) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw.strip():
+        if required:
+            raise EngineRequestError("request body is empty: expected a JSON object")
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise EngineRequestError(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise EngineRequestError(f"request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def _health_generate(request: web.Request) -> web.Response:
+    engine = request.app[_ENGINE]
+    await engine.generate({"input_ids": [0], "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
+    return web.Response(status=200)
+
+
+async def _model_info(request: web.Request) -> web.Response:
+    return web.json_response(await request.app[_ENGINE].model_info())
+
+
+async def _weight_version_gone(request: web.Request) -> web.Response:
+    return _error(_WEIGHT_VERSION_GONE, 404)
+
+
+async def _generate(request: web.Request) -> web.StreamResponse:
+    engine = request.app[_ENGINE]
+    body = await _json_body(request)
+    if not body.get("stream"):
+        return web.json_response(await engine.generate(body))
+    items = split_batch(body)
+    chunks = _merge_streams([engine.generate_stream(item) for item in items]) if items else (
+        engine.generate_stream(body)
+    )
+    first = await anext(chunks, None)  # errors in the request surface here, before the 200 is sent
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    try:
+        if first is not None:
+            await response.write(_event(first))
+            async for chunk in chunks:
+                await response.write(_event(chunk))
+        await response.write(b"data: [DONE]\n\n")
+    except ConnectionResetError:  # the client went away: stop generating for it
+        await chunks.aclose()
+        rids = body.get("rid")
+        for rid in rids if isinstance(rids, list) else [rids] if rids else []:
+            await engine.abort(rid)
+    return response
+
+
+def _event(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def _merge_streams(streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator[dict[str, Any]]:
+    """Interleave the streams of a batch, tagging each chunk with its ``index`` in the batch."""
+    queue: asyncio.Queue[tuple[int, dict[str, Any] | BaseException | None]] = asyncio.Queue()
+
+    async def pump(index: int, stream: AsyncIterator[dict[str, Any]]) -> None:
+        try:
+            async for chunk in stream:
+                await queue.put((index, chunk))
+            await queue.put((index, None))
+        except Exception as exc:
+            await queue.put((index, exc))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        open_streams = len(streams)
+        while open_streams:
+            index, item = await queue.get()
+            if item is None:
+                open_streams -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield {**item, "index": index}
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def _abort(request: web.Request) -> web.Response:
+    body = await _json_body(request, required=False)
+    rid = body.get("rid")
+    if body.get("abort_all") or not rid:
+        await request.app[_ENGINE].abort(None)
+    else:
+        for one in rid if isinstance(rid, list) else [rid]:
+            await request.app[_ENGINE].abort(str(one))
+    return web.Response(status=200)
+
+
+async def _loads(request: web.Request) -> web.Response:
+    load = await request.app[_ENGINE].load()
+    entry = {"timestamp": time.time(), "dp_rank": 0, **load}
+    return web.json_response({
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+        "version": f"rlsdk {__version__}",
+        "loads": [entry],
+    })
+
+
+async def _flush_cache(request: web.Request) -> web.Response:
+    if request.method not in ("GET", "POST"):
+        raise web.HTTPMethodNotAllowed(request.method, ["GET", "POST"])
+    flushed = await request.app[_ENGINE].flush_cache()
+    return web.Response(text=_FLUSH_TEXT, status=200 if flushed else 400)
+
+
+async def _pause(request: web.Request) -> web.Response:
+    body = await _json_body(request, required=False)
+    mode = body.get("mode", "abort")
+    if mode not in ("abort", "in_place", "retract"):
+        raise EngineRequestError(f"mode must be abort, in_place or retract, got {mode!r}")
+    await request.app[_ENGINE].pause(mode)
+    return web.json_response({"message": "Generation paused successfully.", "status": "ok"})
+
+
+async def _continue(request: web.Request) -> web.Response:
+    await request.app[_ENGINE].resume()
+    return web.json_response({"message": "Generation continued successfully.", "status": "ok"})
+
+
+async def _update_weights_from_disk(request: web.Request) -> web.Response:
+    body = await _json_body(request)
+    model_path = body.get("model_path")
+    if not isinstance(model_path, str) or not model_path:
+        raise EngineRequestError("model_path must be a non-empty string")
+    version = body.get("weight_version")
+    try:
+        await request.app[_ENGINE].update_weights_from_disk(model_path, None if version is None else str(version))
+    except (OSError, ValueError, RuntimeError, NotImplementedError) as exc:
+        return web.json_response({"success": False, "message": f"Failed to update weights: {exc}",
+                                  "num_paused_requests": 0}, status=400)
+    return web.json_response({"success": True, "message": "Succeeded to update model weights.",
+                              "num_paused_requests": 0})

@@ -1,0 +1,458 @@
+"""The embedded engine: SGLang's ``/generate`` answered in process by transformers, with continuous
+batching over a KV cache, on CPU or CUDA."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlsdk.engine import InferenceEngine
+from rlsdk.protocol import (
+    EngineError,
+    EngineRequestError,
+    finish_abort,
+    finish_length,
+    finish_stop,
+    generate_response,
+    new_rid,
+    split_batch,
+)
+
+from .batch import KVBatch
+from .model_files import resolve_model_path
+from .sampling import BatchSampler, SamplingParams
+
+_STOP_WINDOW = 8
+"""Extra tokens decoded around a stop string's length when looking for it in new text."""
+
+
+@dataclass
+class _Request:
+    """One request's state, from arrival to its response."""
+
+    rid: str
+    prompt: list[int]
+    params: SamplingParams
+    return_logprob: bool
+    text_in_logprobs: bool
+    done: asyncio.Future[dict[str, Any]]
+    stream: asyncio.Queue[dict[str, Any] | EngineError] | None = None
+    generator: torch.Generator | None = None
+    output: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class EngineStats:
+    """Counters that show batching at work."""
+
+    steps: int = 0
+    prefills: int = 0
+    tokens: int = 0
+    max_batch: int = 0
+
+
+class EmbeddedEngine(InferenceEngine):
+    """SmolLM2-135M-Instruct (default) or any local Hugging Face causal LM behind SGLang's protocol.
+
+    Concurrent requests share one running batch: each iteration either prefills waiting requests and
+    merges them into the batch, or decodes one token for every running row. At most
+    ``max_batch_size`` rows run at once; the rest wait. Torch work runs on one worker thread, so the
+    event loop stays responsive and weight updates fall between steps.
+
+    Log-probabilities are those of the distribution each token was drawn from: softmax of
+    logits / temperature, restricted by top-k, top-p and min-p and renormalized; greedy requests
+    (temperature 0) report the model's own log-softmax. In float32 they match a plain forward pass.
+    ``pause("abort")`` (SGLang's default) aborts the requests in flight; ``in_place``/``retract`` keep
+    them, with their cache, until :meth:`resume`. A weight update without a version sets
+    ``weight_version`` to the number of updates so far.
+    """
+
+    def __init__(self, model: str | os.PathLike[str] | None = None, *, device: str = "auto",
+                 dtype: str = "float32", max_batch_size: int = 64, max_prefill_tokens: int = 8192,
+                 cache_dir: str | os.PathLike[str] | None = None) -> None:
+        if dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+        if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
+            raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
+        self.model_arg = model
+        self.device_arg = device
+        self.dtype = dtype
+        self.max_batch_size = max_batch_size
+        self.max_prefill_tokens = max_prefill_tokens
+        self.cache_dir = cache_dir
+        self.url: str | None = None
+        self.weight_version = "default"
+        self.stats = EngineStats()
+        self.tokenizer: Any = None
+        self.model: Any = None
+        self.model_path: Path | None = None
+        self._updates = 0
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlsdk-embedded")
+        self._waiting: deque[_Request] = deque()
+        self._rows: list[_Request] = []
+        """Requests in the KV batch, in row order; finished ones leave at the next step."""
+        self._batch: KVBatch | None = None
+        self._sampler: BatchSampler | None = None
+        self._wake = asyncio.Event()
+        self._paused = False
+        self._scheduler: asyncio.Task[None] | None = None
+        self._eos: set[int] = set()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        if self._scheduler is not None:
+            return
+        await self._on_thread(self._load)
+        self._wake = asyncio.Event()
+        self._scheduler = asyncio.create_task(self._schedule(), name="rlsdk-embedded-scheduler")
+
+    def _load(self) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.model_path = resolve_model_path(self.model_arg, self.cache_dir)
+        device = self.device_arg
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, self.dtype))
+        self.model = model.to(device).eval()
+        self._batch = KVBatch(self.model)
+        self._shared_generator = torch.Generator(device=self._batch.device)
+        self._shared_generator.seed()
+        eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
+        eos = eos if eos is not None else self.tokenizer.eos_token_id
+        self._eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+
+    async def close(self) -> None:
+        if self._scheduler is not None:
+            await self.abort()
+            self._scheduler.cancel()
+            try:
+                await self._scheduler
+            except asyncio.CancelledError:
+                pass
+            self._scheduler = None
+        self._thread.shutdown(wait=True)
+
+    async def _on_thread(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+
+    # ---------------------------------------------------------------- requests
+
+    async def generate(self, payload: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
+        items = split_batch(payload) if isinstance(payload, dict) else None
+        if items is not None:
+            requests = [self._admit(item) for item in items]
+            return list(await asyncio.gather(*(r.done for r in requests)))
+        request = self._admit(payload)
+        return await request.done
+
+    async def generate_stream(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        request = self._admit(payload, stream=True)
+        assert request.stream is not None
+        try:
+            while True:
+                chunk = await request.stream.get()
+                if isinstance(chunk, EngineError):
+                    raise chunk
+                yield chunk
+                if chunk["meta_info"]["finish_reason"] is not None:
+                    return
+        finally:
+            if not request.done.done():  # the consumer went away
+                await self.abort(request.rid)
+
+    def _admit(self, payload: Any, stream: bool = False) -> _Request:
+        """Check one request and queue it; malformed requests raise EngineRequestError."""
+        if self._scheduler is None:
+            raise RuntimeError("EmbeddedEngine.start() must be awaited before generate()")
+        if not isinstance(payload, dict):
+            raise EngineRequestError(f"request body must be a JSON object, got {type(payload).__name__}")
+        prompt = self._prompt(payload)
+        params = SamplingParams.from_request(payload.get("sampling_params"))
+        for flag in ("return_logprob", "return_text_in_logprobs", "stream"):
+            if not isinstance(payload.get(flag, False), bool):
+                raise EngineRequestError(f"{flag} must be true or false, got {payload[flag]!r}")
+        if payload.get("top_logprobs_num") or payload.get("image_data") or payload.get("lora_path"):
+            raise EngineRequestError("top_logprobs_num, image_data and lora_path are not supported by the embedded engine")
+        rid = payload.get("rid") or new_rid()
+        if not isinstance(rid, str):
+            raise EngineRequestError(f"rid must be a string, got {rid!r}")
+        loop = asyncio.get_running_loop()
+        request = _Request(rid=rid, prompt=prompt, params=params,
+                           return_logprob=bool(payload.get("return_logprob")),
+                           text_in_logprobs=bool(payload.get("return_text_in_logprobs")),
+                           done=loop.create_future(), stream=asyncio.Queue() if stream else None)
+        if params.sampling_seed is not None and not params.greedy:
+            request.generator = torch.Generator(device=self._batch.device).manual_seed(params.sampling_seed)
+        if params.max_new_tokens == 0:
+            self._finish(request, finish_length(0))
+        else:
+            self._waiting.append(request)
+            self._wake.set()
+        return request
+
+    def _prompt(self, payload: dict[str, Any]) -> list[int]:
+        ids, text = payload.get("input_ids"), payload.get("text")
+        if ids is None and text is None:
+            raise EngineRequestError("either input_ids or text is required")
+        if ids is not None:
+            if not isinstance(ids, list):
+                raise EngineRequestError(f"input_ids must be list or null; got {type(ids).__name__}")
+            vocab = self.model.config.vocab_size
+            if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in ids):
+                raise EngineRequestError(f"input_ids must be token ids in [0, {vocab})")
+        else:
+            if not isinstance(text, str):
+                raise EngineRequestError(f"text must be a string or a list of strings; got {type(text).__name__}")
+            ids = self.tokenizer(text)["input_ids"]
+        if not ids:
+            raise EngineRequestError("the prompt is empty")
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        if limit and len(ids) >= limit:
+            raise EngineRequestError(f"the prompt has {len(ids)} tokens; the model's context is {limit}")
+        return ids
+
+    async def abort(self, rid: str | None = None) -> None:
+        for request in list(self._waiting):
+            if rid is None or request.rid == rid:
+                self._waiting.remove(request)
+                self._finish(request, finish_abort())
+        for request in self._rows:
+            if (rid is None or request.rid == rid) and not request.done.done():
+                self._finish(request, finish_abort())
+        self._wake.set()
+
+    async def load(self) -> dict[str, int]:
+        running = sum(not r.done.done() for r in self._rows)
+        return {"num_running_reqs": running, "num_waiting_reqs": len(self._waiting)}
+
+    # ---------------------------------------------------------------- control
+
+    async def model_info(self) -> dict[str, Any]:
+        config = self.model.config
+        return {
+            "model_path": str(self.model_path),
+            "tokenizer_path": str(self.model_path),
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": self.weight_version,
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": config.model_type,
+            "architectures": list(config.architectures or [type(self.model).__name__]),
+        }
+
+    async def pause(self, mode: str = "abort") -> None:
+        self._paused = True
+        if mode == "abort":
+            await self.abort()
+        await self._on_thread(lambda: None)  # the step in progress has finished
+
+    async def resume(self) -> None:
+        self._paused = False
+        self._wake.set()
+
+    async def flush_cache(self) -> bool:
+        load = await self.load()
+        return load["num_running_reqs"] + load["num_waiting_reqs"] == 0
+
+    async def update_weights_from_disk(self, model_path: str, weight_version: str | None = None) -> None:
+        """Load the weights of the Hugging Face folder ``model_path`` between two steps."""
+        from transformers import AutoModelForCausalLM
+
+        path = Path(model_path).expanduser()
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{model_path!r} is not a Hugging Face model folder (no config.json)")
+        new = await asyncio.to_thread(AutoModelForCausalLM.from_pretrained, path, dtype=getattr(torch, self.dtype))
+        await self.update_weights(new.state_dict(), weight_version)
+
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor], weight_version: str | None = None) -> None:
+        """Copy an in-process state dict into the model between two steps; ``weight_version`` defaults
+        to a count of updates. Missing or unexpected keys (other than tied aliases) raise ValueError."""
+        await self._on_thread(self._copy_weights, state_dict)
+        self._updates += 1
+        self.weight_version = weight_version if weight_version is not None else str(self._updates)
+
+    def _copy_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        current = self.model.state_dict()
+        unexpected = sorted(set(state_dict) - set(current))
+        owners: dict[int, str] = {}
+        for name, tensor in current.items():
+            owners.setdefault(tensor.data_ptr(), name)
+        given = {owners[current[name].data_ptr()] for name in state_dict if name in current}
+        missing = sorted(name for name, t in current.items() if owners[t.data_ptr()] not in given)
+        if unexpected or missing:
+            raise ValueError(f"state dict does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        with torch.inference_mode():
+            for name, tensor in state_dict.items():
+                current[name].copy_(tensor)
+
+    # ---------------------------------------------------------------- scheduling
+
+    async def _schedule(self) -> None:
+        """The engine's loop: admit waiting requests or decode a step, hand out tokens, until cancelled."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while True:
+                live = sum(not r.done.done() for r in self._rows)
+                joining = [] if self._paused else self._take_waiting(live)
+                if not joining and (self._paused or not live):
+                    if live < len(self._rows):
+                        await self._on_thread(self._shrink)  # free finished rows' cache
+                    break
+                try:
+                    rows, tokens, logprobs = await self._on_thread(self._step, joining)
+                except Exception as exc:  # fail the batch's requests, keep serving new ones
+                    error = EngineError(f"the embedded engine failed on a step: {type(exc).__name__}: {exc}")
+                    for request in {id(r): r for r in [*self._rows, *joining]}.values():
+                        self._fail(request, error)
+                    await self._on_thread(self._shrink)
+                    continue
+                self.stats.steps += 1
+                self.stats.prefills += bool(joining)
+                self.stats.tokens += len(rows)
+                self.stats.max_batch = max(self.stats.max_batch, len(self._rows))
+                for row, token, logprob in zip(rows, tokens, logprobs):
+                    if not row.done.done():  # aborted during the step
+                        self._advance(row, token, logprob)
+                await asyncio.sleep(0)  # let new requests and aborts in between steps
+
+    def _take_waiting(self, live: int) -> list[_Request]:
+        """Waiting requests that fit the batch (rows and prefill-token budget)."""
+        room = self.max_batch_size - live
+        if room <= 0 or not self._waiting or (live and not self._batch.mergeable):
+            return []
+        joining: list[_Request] = []
+        longest = 0
+        while self._waiting and len(joining) < room:
+            longest = max(longest, len(self._waiting[0].prompt))
+            if joining and longest * (len(joining) + 1) > self.max_prefill_tokens:
+                break
+            joining.append(self._waiting.popleft())
+        return joining
+
+    def _step(self, joining: list[_Request]) -> tuple[list[_Request], list[int], list[float]]:
+        """On the torch thread: drop finished rows, then prefill ``joining`` or decode every row.
+        Returns the rows that got a token, the tokens and their log-probabilities."""
+        with torch.inference_mode():
+            self._shrink()
+            if joining:
+                first = self._batch.size
+                logits = self._batch.prefill([r.prompt for r in joining])
+                sampler = self._make_sampler(joining)
+                self._rows.extend(joining)
+                self._sampler = None
+                rows = joining
+            else:
+                first = 0
+                logits = self._batch.decode()
+                if self._sampler is None:
+                    self._sampler = self._make_sampler(self._rows)
+                sampler, rows = self._sampler, list(self._rows)
+            tokens, logprobs = sampler.sample(logits)
+            self._batch.set_tokens(tokens, first)
+            return rows, tokens.tolist(), logprobs.tolist()
+
+    @staticmethod
+    def _fail(request: _Request, error: EngineError) -> None:
+        if not request.done.done():
+            request.done.set_exception(error)
+            if request.stream is not None:
+                request.stream.put_nowait(error)
+
+    def _shrink(self) -> None:
+        """Remove finished rows from the batch."""
+        keep = [i for i, r in enumerate(self._rows) if not r.done.done()]
+        if len(keep) < len(self._rows):
+            with torch.inference_mode():
+                self._batch.keep(keep)
+            self._rows = [self._rows[i] for i in keep]
+            self._sampler = None
+
+    def _make_sampler(self, rows: list[_Request]) -> BatchSampler:
+        return BatchSampler([r.params for r in rows], [r.generator for r in rows], self._shared_generator,
+                            self._batch.device)
+
+    # ---------------------------------------------------------------- responses
+
+    def _advance(self, request: _Request, token: int, logprob: float) -> bool:
+        """Record one new token; finish the request when it stops. True when it finished."""
+        request.output.append(token)
+        request.logprobs.append(logprob)
+        params = request.params
+        finish = None
+        matched = self._stop_string(request) if params.stop else None
+        if token in params.stop_token_ids or (token in self._eos and not params.ignore_eos):
+            finish = finish_stop(token)
+        elif matched is not None:
+            finish = finish_stop(matched)
+        elif len(request.output) >= params.max_new_tokens:
+            finish = finish_length(params.max_new_tokens)
+        elif len(request.prompt) + len(request.output) >= self.model.config.max_position_embeddings:
+            finish = finish_length(len(request.output))
+        if finish is not None:
+            self._finish(request, finish)
+            return True
+        if request.stream is not None:
+            request.stream.put_nowait(self._response(request, None))
+        return False
+
+    def _stop_string(self, request: _Request) -> str | None:
+        """The stop string that appears first in the newest text, if any."""
+        window = max(len(s) for s in request.params.stop) + _STOP_WINDOW
+        tail = self._decode(request.output[-window:], request.params)
+        hits = [s for s in request.params.stop if s in tail]
+        if not hits:
+            return None
+        text = self._decode(request.output, request.params)
+        return min(hits, key=lambda s: (text.find(s) if s in text else len(text)))
+
+    def _decode(self, ids: list[int], params: SamplingParams) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=params.skip_special_tokens)
+
+    def _text(self, request: _Request, finish: dict[str, Any] | None) -> str:
+        params = request.params
+        ids = request.output
+        if finish is not None and finish["type"] == "stop" and isinstance(finish["matched"], int) \
+                and not params.no_stop_trim:
+            ids = ids[:-1]  # a matched stop token stays in output_ids, not in text
+        text = self._decode(ids, params)
+        if finish is not None and finish["type"] == "stop" and isinstance(finish["matched"], str) \
+                and not params.no_stop_trim:
+            text = text[: text.find(finish["matched"])]
+        return text
+
+    def _response(self, request: _Request, finish: dict[str, Any] | None) -> dict[str, Any]:
+        token_texts = None
+        if request.return_logprob and request.text_in_logprobs:
+            token_texts = [self.tokenizer.decode([t]) for t in request.output]
+        return generate_response(
+            rid=request.rid, text=self._text(request, finish), output_ids=request.output,
+            prompt_tokens=len(request.prompt), finish_reason=finish, weight_version=self.weight_version,
+            logprobs=list(request.logprobs) if request.return_logprob else None, token_texts=token_texts,
+            started=request.started if finish is not None else None,
+            sent_ts=finish is not None or len(request.output) == 1,
+        )
+
+    def _finish(self, request: _Request, finish: dict[str, Any]) -> None:
+        response = self._response(request, finish)
+        if request.stream is not None:
+            request.stream.put_nowait(response)
+        if not request.done.done():
+            request.done.set_result(response)

@@ -1,0 +1,279 @@
+"""The SGLang client against ``rlsdk serve`` over real HTTP on loopback, with the real small model."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+import torch
+
+from rlsdk.engine import EngineRequestError, SGLangClient
+
+pytestmark = pytest.mark.slow
+
+
+def prompt_ids(served, text: str) -> list[int]:
+    return served.engine.tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=True
+    )["input_ids"]
+
+
+async def with_client(url: str, fn):
+    client = SGLangClient(url)
+    try:
+        return await fn(client)
+    finally:
+        await client.close()
+
+
+def via_http(served, payload):
+    return asyncio.run(with_client(served.url, lambda c: c.generate(payload)))
+
+
+def logprobs_of(out) -> list[float]:
+    return [entry[0] for entry in out["meta_info"]["output_token_logprobs"]]
+
+
+def forward_logprobs(served, prompt, output, temperature=1.0, top_k=None) -> list[float]:
+    """Log-probs of ``output`` after ``prompt`` from one plain forward pass (no cache, no batch)."""
+    model = served.engine.model
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt + output])).logits[0, len(prompt) - 1 : -1].float() / temperature
+    if top_k is not None:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(output)[:, None]).squeeze(1).tolist()
+
+
+def test_greedy_over_http_equals_in_process_and_transformers(served):
+    prompt = prompt_ids(served, "What is 2 + 3?")
+    payload = {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 12},
+               "return_logprob": True}
+    remote = via_http(served, payload)
+    local = served.run(served.engine.generate(payload))
+    assert remote["output_ids"] == local["output_ids"] and remote["text"] == local["text"]
+    with torch.inference_mode():
+        reference = served.engine.model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False)
+    assert remote["output_ids"] == reference[0, len(prompt):].tolist()
+    assert remote["meta_info"]["prompt_tokens"] == len(prompt)
+    assert remote["meta_info"]["completion_tokens"] == len(remote["output_ids"])
+    assert remote["meta_info"]["weight_version"] == served.engine.weight_version
+
+
+def test_batched_rows_match_single_requests(served):
+    """Left padding and joining a running batch do not change a greedy row's tokens."""
+    prompts = [prompt_ids(served, q) for q in ("Name a fruit.", "What is 7 times 6? Answer briefly.")]
+    params = {"temperature": 0, "max_new_tokens": 8}
+    batch = via_http(served, {"input_ids": prompts, "sampling_params": params})
+    alone = [via_http(served, {"input_ids": p, "sampling_params": params}) for p in prompts]
+    assert [b["output_ids"] for b in batch] == [a["output_ids"] for a in alone]
+
+
+def test_stop_string_trims_text_and_reports_the_match(served):
+    prompt = prompt_ids(served, "Count from 1 to 10, separated by commas.")
+    free = via_http(served, {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 16}})
+    assert "3" in free["text"]
+    out = via_http(served, {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 16,
+                                                                     "stop": ["3"]}})
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": "3"}
+    assert out["text"] == free["text"][: free["text"].index("3")]
+    assert out["output_ids"] == free["output_ids"][: len(out["output_ids"])]
+    kept = via_http(served, {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 16,
+                                                                      "stop": ["3"], "no_stop_trim": True}})
+    assert "3" in kept["text"]
+
+
+def test_stop_token_id_stays_in_output_ids_not_in_text(served):
+    prompt = prompt_ids(served, "Count from 1 to 10, separated by commas.")
+    free = via_http(served, {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 8}})
+    stop_id = free["output_ids"][3]
+    out = via_http(served, {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 8,
+                                                                     "stop_token_ids": [stop_id]}})
+    position = free["output_ids"].index(stop_id)
+    assert out["output_ids"] == free["output_ids"][: position + 1]
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_id}
+    assert out["text"] == served.engine.tokenizer.decode(free["output_ids"][:position], skip_special_tokens=True)
+
+
+def test_eos_stops_with_its_id(served):
+    out = via_http(served, {"input_ids": prompt_ids(served, "Say hi."),
+                            "sampling_params": {"temperature": 0, "max_new_tokens": 64}})
+    eos = served.engine.tokenizer.eos_token_id
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": eos}
+    assert out["output_ids"][-1] == eos
+
+
+def test_seeded_sampling_is_reproducible_in_any_batch(served):
+    prompt = prompt_ids(served, "Write a word.")
+    params = {"temperature": 1.0, "max_new_tokens": 10, "sampling_seed": 1234, "ignore_eos": True}
+    first = via_http(served, {"input_ids": prompt, "sampling_params": params})
+    crowd = [prompt_ids(served, f"Tell me about {w}.") for w in ("cats", "rain", "maps")]
+    batch = via_http(served, {"input_ids": [*crowd, prompt],
+                              "sampling_params": [{"temperature": 1.0, "max_new_tokens": 10}] * 3 + [params]})
+    other_seed = via_http(served, {"input_ids": prompt, "sampling_params": {**params, "sampling_seed": 99}})
+    assert batch[-1]["output_ids"] == first["output_ids"]
+    assert other_seed["output_ids"] != first["output_ids"]
+
+
+@pytest.mark.parametrize("params", [
+    {"temperature": 1.0},
+    {"temperature": 0.7, "top_k": 20},
+    {"temperature": 0.0},
+], ids=["t1", "t0.7-top_k20", "greedy"])
+def test_logprobs_match_a_forward_pass(served, params):
+    prompt = prompt_ids(served, "Give me a random animal.")
+    out = via_http(served, {"input_ids": prompt, "return_logprob": True,
+                            "sampling_params": {**params, "max_new_tokens": 10, "sampling_seed": 7}})
+    temperature = params["temperature"] or 1.0
+    expected = forward_logprobs(served, prompt, out["output_ids"], temperature, params.get("top_k"))
+    assert len(logprobs_of(out)) == len(out["output_ids"])
+    assert max(abs(a - b) for a, b in zip(logprobs_of(out), expected)) < 1e-4
+
+
+def test_top_p_logprobs_are_renormalized_over_the_nucleus(served):
+    prompt = prompt_ids(served, "Give me a random animal.")
+    out = via_http(served, {"input_ids": prompt, "return_logprob": True,
+                            "sampling_params": {"temperature": 1.0, "top_p": 0.5, "max_new_tokens": 6,
+                                                "sampling_seed": 3}})
+    raw = forward_logprobs(served, prompt, out["output_ids"])
+    assert all(lp >= r - 1e-6 for lp, r in zip(logprobs_of(out), raw))  # renormalizing raises them
+    assert any(lp > r + 1e-3 for lp, r in zip(logprobs_of(out), raw))
+
+
+def test_abort_all_and_by_rid_return_partial_tokens(served):
+    async def scenario(client):
+        long = {"sampling_params": {"max_new_tokens": 400, "ignore_eos": True}, "return_logprob": True}
+        first = asyncio.create_task(client.generate({"input_ids": prompt_ids(served, "Tell a story."), **long,
+                                                     "rid": "story"}))
+        second = asyncio.create_task(client.generate({"input_ids": prompt_ids(served, "Tell a joke."), **long}))
+        while (await client.load())["num_running_reqs"] < 2:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        await client.abort("story")
+        story = await first
+        await client.abort()
+        joke = await second
+        await client.wait_idle(timeout=30)
+        return story, joke
+
+    for out in asyncio.run(with_client(served.url, scenario)):
+        assert out["meta_info"]["finish_reason"]["type"] == "abort"
+        assert out["meta_info"]["finish_reason"]["message"] == "Aborted"
+        assert 0 < out["meta_info"]["completion_tokens"] < 400
+        assert len(out["meta_info"]["output_token_logprobs"]) == len(out["output_ids"])
+
+
+def test_64_concurrent_requests_complete_and_are_batched(served):
+    steps_before = served.engine.stats.steps
+    served.engine.stats.max_batch = 0
+
+    async def scenario(client):
+        prompts = [prompt_ids(served, f"What is {i} + {i % 7}?") for i in range(64)]
+        return await asyncio.gather(*(client.generate({"input_ids": p, "sampling_params": {
+            "temperature": 0.8, "max_new_tokens": 4}}) for p in prompts))
+
+    outs = asyncio.run(with_client(served.url, scenario))
+    assert len(outs) == 64
+    assert all(o["meta_info"]["finish_reason"]["type"] in ("stop", "length") for o in outs)
+    tokens = sum(o["meta_info"]["completion_tokens"] for o in outs)
+    assert served.engine.stats.max_batch == served.engine.max_batch_size  # rows ran together, bounded
+    assert served.engine.stats.steps - steps_before < tokens / 4
+
+
+def test_stream_is_cumulative_and_ends_with_done(served):
+    payload = {"input_ids": prompt_ids(served, "Say hello."), "return_logprob": True,
+               "sampling_params": {"temperature": 0, "max_new_tokens": 5, "ignore_eos": True}}
+    chunks = asyncio.run(with_client(served.url, lambda c: _collect(c.generate_stream(payload))))
+    assert len(chunks) == 5
+    for n, chunk in enumerate(chunks, start=1):
+        assert len(chunk["output_ids"]) == n == len(chunk["meta_info"]["output_token_logprobs"])
+        assert chunk["output_ids"][: n - 1] == chunks[n - 2]["output_ids"] if n > 1 else True
+    assert [c["meta_info"]["finish_reason"] for c in chunks[:-1]] == [None] * 4
+    assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 5}
+    assert chunks[-1]["output_ids"] == via_http(served, payload)["output_ids"]
+
+
+async def _collect(stream):
+    return [chunk async for chunk in stream]
+
+
+@pytest.mark.parametrize("body", [
+    b"{not json",
+    b"[1, 2]",
+    b'{"input_ids": "not a list"}',
+    b'{"input_ids": [1, -5]}',
+    b'{"input_ids": [1, 99999999]}',
+    b'{"input_ids": []}',
+    b'{"sampling_params": {}}',
+    b'{"input_ids": [1], "sampling_params": {"temperature": -1}}',
+    b'{"input_ids": [1], "sampling_params": {"top_p": 0}}',
+    b'{"input_ids": [1], "sampling_params": {"max_new_tokens": "many"}}',
+    b'{"input_ids": [1], "sampling_params": {"bogus": 1}}',
+    b'{"input_ids": [1], "sampling_params": {"regex": "a+"}}',
+    b'{"input_ids": [[1], [2]], "sampling_params": [{}]}',
+    b'{"input_ids": [1], "stream": true, "sampling_params": {"stop": [""]}}',
+])
+def test_malformed_requests_get_400_and_the_server_lives(served, body):
+    response = httpx.post(f"{served.url}/generate", content=body, timeout=30)
+    assert response.status_code == 400
+    assert response.json()["object"] == "error" and response.json()["message"]
+    assert httpx.get(f"{served.url}/health", timeout=30).status_code == 200
+
+
+def test_client_raises_request_errors_with_the_message(served):
+    with pytest.raises(EngineRequestError, match="must be list or null"):
+        via_http(served, {"input_ids": "not a list"})
+
+
+def test_request_body_size_is_limited(served):
+    from rlsdk.serve import start_server
+
+    small = served.run(start_server(served.engine, "127.0.0.1", 0, max_body=1024))
+    try:
+        response = httpx.post(f"{small.url}/generate", json={"input_ids": [1] * 2000}, timeout=30)
+        assert response.status_code == 413 and response.json()["code"] == 413
+    finally:
+        served.run(small.close())
+    served.engine.url = served.url
+
+
+def test_pause_holds_new_requests_until_continue(served):
+    async def scenario(client):
+        await client.pause(mode="in_place")
+        task = asyncio.create_task(client.generate({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}))
+        await asyncio.sleep(0.5)
+        held = not task.done() and (await client.load())["num_waiting_reqs"] == 1
+        await client.resume()
+        return held, await task
+
+    held, out = asyncio.run(with_client(served.url, scenario))
+    assert held and out["meta_info"]["completion_tokens"] == 2
+
+
+def test_weight_update_from_disk_and_from_a_state_dict(served):
+    path = str(served.engine.model_path)
+    payload = {"input_ids": [1, 2, 3], "sampling_params": {"temperature": 0, "max_new_tokens": 3}}
+    before = via_http(served, payload)
+
+    async def update(client):
+        await client.update_weights_from_disk(path, "step-7")
+        return await client.weight_version(), await client.generate(payload)
+
+    version, after = asyncio.run(with_client(served.url, update))
+    assert version == "step-7" and after["meta_info"]["weight_version"] == "step-7"
+    assert after["output_ids"] == before["output_ids"]
+
+    engine = served.engine
+    original = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    shifted = dict(original)
+    shifted["model.norm.weight"] = -original["model.norm.weight"]
+    served.run(engine.update_weights(shifted))
+    assert engine.weight_version.isdigit()
+    assert via_http(served, payload)["output_ids"] != before["output_ids"]
+    served.run(engine.update_weights(original, "restored"))
+    assert via_http(served, payload)["output_ids"] == before["output_ids"]
+    with pytest.raises(ValueError, match="missing"):
+        served.run(engine.update_weights({"model.norm.weight": original["model.norm.weight"]}))
+    bad = httpx.post(f"{served.url}/update_weights_from_disk", json={"model_path": "/no/such/folder"}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["success"] is False
