@@ -109,7 +109,6 @@ class Tool(PluginRecord):
     """
 
     kind: ClassVar[str] = "tool"
-    call_args: ClassVar[tuple[str, ...]] = ("args",)
     parameters: dict[str, Any] = field(default_factory=_query_parameters)
     timeout: float = 30.0
 
@@ -117,6 +116,11 @@ class Tool(PluginRecord):
         super().__post_init__()
         if not (self.timeout > 0):
             raise ValueError(f"tool {self.name!r}: timeout must be positive, got {self.timeout!r}")
+
+    @property  # type: ignore[override]
+    def call_args(self) -> tuple[str, ...]:
+        """``args`` and the schema's required parameters, which the signature must accept."""
+        return ("args", *self.parameters.get("required", []))
 
     @property
     def tag_argument(self) -> str | None:

@@ -1,10 +1,26 @@
-"""The hook implementations that register the generators package's plugins."""
+"""The hook implementations that register the generators package's plugins (no heavy imports here)."""
 
-from rlsdk import CustomGenerate, hookimpl
+from rlsdk import CustomGenerate, GenerateRollout, Tool, hookimpl
 
-from . import single_turn
+from . import calculator, multi_turn, sft, single_turn
 
 
 @hookimpl
 def rlsdk_custom_generates():
     yield CustomGenerate(name="single_turn", func=single_turn.single_turn)
+    yield CustomGenerate(name="multi_turn", func=multi_turn.multi_turn)
+
+
+@hookimpl
+def rlsdk_generate_rollouts():
+    yield GenerateRollout(name="sft", func=sft.sft)
+
+
+@hookimpl
+def rlsdk_tools():
+    yield Tool(
+        name="calculator",
+        func=calculator.calculator,
+        parameters={"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+        timeout=5.0,
+    )
