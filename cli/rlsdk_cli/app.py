@@ -6,7 +6,7 @@ import typer
 
 from rlsdk import __version__
 
-from . import plugins
+from . import buffer, plugins
 
 app = typer.Typer(
     name="rlsdk",
@@ -16,6 +16,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(plugins.app, name="plugins")
+app.add_typer(buffer.app, name="buffer")
 
 
 def _version(value: bool) -> None:

@@ -165,3 +165,24 @@ def test_unknown_tool_name_lists_installed(rlsdk_pm, small_tokenizer):
     args, _, sample, _ = setup(rlsdk_pm, small_tokenizer, [], tool_names=["search"])
     with pytest.raises(Exception, match="unknown tool 'search'. Choose one of: broken, calculator, slow"):
         run(args, sample)
+
+
+def test_multi_turn_on_embedded_engine(rlsdk_pm, small_tokenizer):
+    """End to end with the real small model through the embedded engine (exists after the merge)."""
+    embedded = pytest.importorskip("rlsdk_generators.embedded")
+    rlsdk_pm.register(generators_plugin)
+    args = RolloutConfig(tool_names=["calculator"], rollout_max_response_len=64, max_turns=2)
+    engine = embedded.EmbeddedEngine(args)
+
+    async def go():
+        async with engine:
+            bind_runtime(args, Runtime(rlsdk_pm, engine, small_tokenizer))
+            prompt = ("<|im_start|>user\nUse the calculator by writing <calculator>expression</calculator>. "
+                      "What is 12*7?<|im_end|>\n<|im_start|>assistant\n")
+            sample = Sample(group_index=0, index=0, prompt=prompt)
+            return await multi_turn(args, sample, sampling_params_for(args))
+
+    sample = asyncio.run(go())
+    assert len(sample.loss_mask) == len(sample.rollout_log_probs) == sample.response_length > 0
+    assert all(lp <= 0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if m)
+    assert all(lp == 0.0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if not m)

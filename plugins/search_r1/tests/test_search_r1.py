@@ -149,3 +149,13 @@ def test_search_r1_on_embedded_engine(rlsdk_pm, small_tokenizer):
     assert sample.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
     assert len(sample.loss_mask) == len(sample.rollout_log_probs) == sample.response_length > 0
     assert all(lp <= 0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if m)
+
+
+def test_appears_in_rlsdk_plugins_list():
+    from typer.testing import CliRunner
+
+    from rlsdk_cli.app import app
+
+    rows = json.loads(CliRunner().invoke(app, ["plugins", "list", "--json"]).stdout)
+    row = next(r for r in rows if r["distribution"] == "rl-plugin-search-r1")
+    assert row["provides"] == {"custom_generate": ["search_r1"], "reward": ["search_r1_em"], "tool": ["search"]}

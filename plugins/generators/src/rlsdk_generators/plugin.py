@@ -2,7 +2,7 @@
 
 from rlsdk import CustomGenerate, GenerateRollout, Tool, hookimpl
 
-from . import calculator, multi_turn, sft, single_turn
+from . import calculator, multi_turn, rollout_buffer, sft, single_turn
 
 
 @hookimpl
@@ -14,6 +14,7 @@ def rlsdk_custom_generates():
 @hookimpl
 def rlsdk_generate_rollouts():
     yield GenerateRollout(name="sft", func=sft.sft)
+    yield GenerateRollout(name="rollout_buffer", func=rollout_buffer.rollout_buffer)
 
 
 @hookimpl
