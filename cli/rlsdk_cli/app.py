@@ -6,7 +6,7 @@ import typer
 
 from rlsdk import __version__
 
-from . import plugins, run, score, serve
+from . import buffer, plugins, run, score, serve
 
 app = typer.Typer(
     name="rlsdk",
@@ -20,6 +20,7 @@ app.command("run")(run.run)
 app.command("eval")(run.evaluate)
 app.command("score")(score.score)
 app.command("serve")(serve.serve)
+app.add_typer(buffer.app, name="buffer")
 
 
 def _version(value: bool) -> None:

@@ -110,7 +110,8 @@ def show_plugin(
             raise typer.Exit(2) from None
         record = resolved.record
         flags = {
-            key: value for key, value in vars(record).items() if key not in ("name", "func", "description")
+            key: _describe_callable(value) if callable(value) else value
+            for key, value in vars(record).items() if key not in ("name", "func", "description")
         }
         entries.append({
             "name": record.name,
@@ -118,7 +119,7 @@ def show_plugin(
             "distribution": resolved.info.distribution,
             "version": resolved.info.version,
             "entry_point": resolved.info.plugin,
-            "callable": f"{getattr(record.func, '__module__', '?')}:{getattr(record.func, '__qualname__', '?')}",
+            "callable": _describe_callable(record.func),
             "signature": _signature(record.func),
             "async": resolved.is_async,
             "description": record.description,
@@ -145,3 +146,7 @@ def _signature(func: Any) -> str:
         return f"{getattr(func, '__name__', 'func')}{inspect.signature(func)}"
     except (TypeError, ValueError):
         return "?"
+
+
+def _describe_callable(func: Any) -> str:
+    return f"{getattr(func, '__module__', '?')}:{getattr(func, '__qualname__', '?')}"

@@ -17,6 +17,8 @@ from .records import (
     PluginInfo,
     Resolved,
     Reward,
+    TaskGenerator,
+    Tool,
 )
 from .types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
@@ -46,6 +48,8 @@ __all__ = [
     "RolloutFnEvalOutput",
     "RolloutFnTrainOutput",
     "Sample",
+    "TaskGenerator",
+    "Tool",
     "UnknownPluginError",
     "get_plugin_manager",
     "hookimpl",

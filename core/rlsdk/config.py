@@ -164,6 +164,23 @@ class RolloutConfig:
     abort_timeout: float = 30.0
     """Seconds to wait for aborted requests to return their partial output at the end of a step."""
 
+    # --- multi-turn and agents ---
+    rollout_max_context_len: int | None = None
+    """Prompt plus response tokens allowed per sample; multi-turn generators clamp each turn to it."""
+    max_turns: int = 4
+    """Model turns per sample in multi-turn generators."""
+    tool_names: list[str] = field(default_factory=list)
+    """Tool plugins the ``multi_turn`` generator may call; empty: those named in ``metadata["tools"]``."""
+    tool_call_format: str = "auto"
+    """How ``multi_turn`` reads tool calls: ``tag`` (``<name>...</name>``), ``json`` (the chat
+    template's ``<tool_call>`` JSON) or ``auto`` (either)."""
+    rollout_buffer_url: str | None = None
+    """Address of ``rlsdk buffer serve`` for the ``rollout_buffer`` rollout (slime's ``--rollout-buffer-url``)."""
+    rollout_task_type: str | None = None
+    """The task_generator plugin the ``rollout_buffer`` rollout starts on the buffer service."""
+    rollout_buffer_wait: float = 600.0
+    """Seconds the ``rollout_buffer`` rollout waits for enough complete groups before failing."""
+
     # --- eval ---
     eval_prompt_data: list[str] = field(default_factory=list)
     """Eval datasets as ``name path`` pairs flattened, as slime takes them."""
@@ -200,6 +217,8 @@ class RolloutConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.on_bad_row not in ("error", "skip"):
             raise ValueError(f"on_bad_row must be error or skip, got {self.on_bad_row!r}")
+        if self.tool_call_format not in ("auto", "tag", "json"):
+            raise ValueError(f"tool_call_format must be auto, tag or json, got {self.tool_call_format!r}")
         if self.on_invalid_reward not in ("fail", "drop_group", "score"):
             raise ValueError(
                 f"on_invalid_reward must be fail, drop_group or score, got {self.on_invalid_reward!r}"

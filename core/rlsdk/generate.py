@@ -76,17 +76,52 @@ def apply_output(sample: Sample, output: dict[str, Any]) -> Sample:
     return sample
 
 
-async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any]) -> Sample:
-    """Generate the sample's response in one engine call, resuming after earlier partial tokens."""
-    input_ids = prompt_ids(args, sample)
+def turn_budget(args: Any, sample: Sample, sampling_params: dict[str, Any]) -> int:
+    """New tokens the next turn may add: what is left of ``max_new_tokens`` for the response and, when
+    ``args.rollout_max_context_len`` is set, of the context for prompt plus response."""
     budget = remaining_budget(sample, sampling_params)
+    context = getattr(args, "rollout_max_context_len", None)
+    if context:
+        budget = min(budget, context - len(sample.tokens))
+    return budget
+
+
+async def model_turn(args: Any, sample: Sample, sampling_params: dict[str, Any], *,
+                     stop: list[str] | tuple[str, ...] = ()) -> str:
+    """Continue ``sample.tokens`` with one engine call clamped to :func:`turn_budget` (extra ``stop``
+    strings added); returns the turn's text. With no budget left the sample is marked truncated."""
+    input_ids = prompt_ids(args, sample)
+    budget = turn_budget(args, sample, sampling_params)
     if budget <= 0:
         sample.status = Sample.Status.TRUNCATED
-        return sample
-    payload = {
-        "input_ids": list(input_ids),
-        "sampling_params": {**sampling_params, "max_new_tokens": budget},
-        "return_logprob": True,
-    }
+        return ""
+    params = {**sampling_params, "max_new_tokens": budget}
+    if stop:
+        params["stop"] = list(dict.fromkeys([*(params.get("stop") or []), *stop]))
+    payload = {"input_ids": list(input_ids), "sampling_params": params, "return_logprob": True}
     output = await get_runtime(args).engine.generate(payload)
-    return apply_output(sample, output)
+    before = len(sample.response)
+    apply_output(sample, output)
+    return sample.response[before:]
+
+
+def append_observation(args: Any, sample: Sample, text: str, sampling_params: dict[str, Any]) -> bool:
+    """Append tool or environment text as response tokens with loss mask 0, cut to :func:`turn_budget`.
+    Returns False, marking the sample truncated, when it did not fit."""
+    tokenizer = get_runtime(args).tokenizer
+    if tokenizer is None:
+        raise RuntimeError("the run has no tokenizer to turn an observation into token ids")
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    kept = ids[: max(turn_budget(args, sample, sampling_params), 0)]
+    sample.append_response_tokens(kept, trainable=False)
+    sample.response += text if len(kept) == len(ids) else tokenizer.decode(kept)
+    if len(kept) < len(ids):
+        sample.status = Sample.Status.TRUNCATED
+        return False
+    return True
+
+
+async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any]) -> Sample:
+    """Generate the sample's response in one engine call, resuming after earlier partial tokens."""
+    await model_turn(args, sample, sampling_params)
+    return sample

@@ -19,6 +19,8 @@ from .records import (
     GenerateRollout,
     OverSamplingFilter,
     Reward,
+    TaskGenerator,
+    Tool,
 )
 
 PROJECT = "rlsdk"
@@ -235,4 +237,80 @@ def rlsdk_engines() -> Iterable[Engine]:
         @hookimpl
         def rlsdk_engines():
             yield Engine(name="my_cluster", func=my_cluster, description="Our shared SGLang router")
+    """
+
+
+# -------------------------------------------------------------------------
+# Agents: tools and rollout-buffer tasks
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def rlsdk_tools() -> Iterable[Tool]:
+    """Provide tools that multi-turn generators (``multi_turn``, agents) may call by name.
+
+    The callable is ``tool(args, **arguments) -> str`` (sync or async); its result is appended to the
+    sample as an observation with loss mask 0. A tool that raises or runs past the record's
+    ``timeout`` gives an observation with the error instead.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param arguments: the call's arguments, matching the record's ``parameters`` JSON schema.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import Tool, hookimpl
+
+        def word_count(args, text):
+            return str(len(text.split()))
+
+        @hookimpl
+        def rlsdk_tools():
+            yield Tool(
+                name="word_count",
+                func=word_count,
+                description="Count the words of a text",
+                parameters={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+                timeout=5.0,
+            )
+    """
+
+
+@hookspec
+def rlsdk_task_generators() -> Iterable[TaskGenerator]:
+    """Provide rollout-buffer tasks: agents that produce trajectories outside the trainer.
+
+    The callable is slime's ``run_rollout(data)``: ``rlsdk buffer serve`` runs it in a worker thread
+    when a trainer posts ``/start_rollout`` with ``"task_type": <name>``; it posts each finished
+    trajectory (``instance_id``, ``uid``, ``messages``, ``reward``, ``extra_info``) to
+    ``data["remote_buffer_url"] + "/buffer/write"``. A slime generator module registers unchanged with
+    :meth:`rlsdk.TaskGenerator.from_module`.
+
+    :param data: the ``/start_rollout`` body: ``task_type``, ``input_file``, ``num_repeat_per_sample``,
+        ``remote_engine_url``, ``remote_buffer_url``, ``sampling_params``, ...
+
+    **Example:**
+
+    .. code-block:: python
+
+        import json
+        import httpx
+        from rlsdk import TaskGenerator, hookimpl
+
+        def run_rollout(data):
+            with open(data["input_file"]) as rows:
+                for line_no, line in enumerate(rows):
+                    row = json.loads(line)
+                    for i in range(int(data["num_repeat_per_sample"])):
+                        messages = [{"role": "user", "content": row["question"]},
+                                    {"role": "assistant", "content": row["answer"]}]
+                        httpx.post(data["remote_buffer_url"] + "/buffer/write", json={
+                            "instance_id": str(line_no), "uid": f"{line_no}-{i}", "messages": messages,
+                            "reward": 1.0, "extra_info": {},
+                        })
+
+        @hookimpl
+        def rlsdk_task_generators():
+            yield TaskGenerator(name="replay_answers", func=run_rollout, description="Replay reference answers")
     """

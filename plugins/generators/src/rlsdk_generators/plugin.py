@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlsdk import CustomGenerate, Engine, hookimpl
+from rlsdk import CustomGenerate, Engine, GenerateRollout, Tool, hookimpl
 
-from . import single_turn
+from . import calculator, multi_turn, rollout_buffer, sft, single_turn
 
 
 def embedded(args: Any) -> Any:
@@ -41,6 +41,23 @@ def sglang(args: Any) -> Any:
 @hookimpl
 def rlsdk_custom_generates():
     yield CustomGenerate(name="single_turn", func=single_turn.single_turn)
+    yield CustomGenerate(name="multi_turn", func=multi_turn.multi_turn)
+
+
+@hookimpl
+def rlsdk_generate_rollouts():
+    yield GenerateRollout(name="sft", func=sft.sft)
+    yield GenerateRollout(name="rollout_buffer", func=rollout_buffer.rollout_buffer)
+
+
+@hookimpl
+def rlsdk_tools():
+    yield Tool(
+        name="calculator",
+        func=calculator.calculator,
+        parameters={"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+        timeout=5.0,
+    )
 
 
 @hookimpl

@@ -1,0 +1,46 @@
+"""Calling tool plugins from multi-turn generators: by name, with each tool's timeout, errors as text."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .records import Tool
+from .runtime import get_runtime
+
+
+@dataclass
+class ToolResult:
+    """What a tool call gave: the observation text, and the error when it failed."""
+
+    name: str
+    text: str
+    error: str | None = None
+
+
+def resolve_tools(args: Any, names: list[str]) -> dict[str, Tool]:
+    """The tool records of ``names`` from the run's plugin manager (an unknown name lists the installed)."""
+    pm = get_runtime(args).pm
+    return {tool.name: tool for tool in (pm.resolve("tool", name).record for name in names)}
+
+
+async def call_tool(args: Any, tool: Tool, arguments: dict[str, Any]) -> ToolResult:
+    """Run ``tool`` with ``arguments`` within its timeout. A tool that raises, hangs or returns
+    something unprintable gives an ``Error: ...`` observation instead of an exception."""
+    try:
+        if inspect.iscoroutinefunction(tool.func):
+            call = tool.func(args, **arguments)
+        else:
+            call = asyncio.to_thread(tool.func, args, **arguments)
+        value = await asyncio.wait_for(call, timeout=tool.timeout)
+        if isinstance(value, str):
+            return ToolResult(tool.name, value)
+        return ToolResult(tool.name, "" if value is None else json.dumps(value, default=str))
+    except asyncio.TimeoutError:
+        error = f"tool {tool.name!r} timed out after {tool.timeout:g}s"
+    except Exception as exc:  # a failing tool is an observation for the model, not a crash
+        error = f"tool {tool.name!r} failed: {type(exc).__name__}: {exc}"
+    return ToolResult(tool.name, f"Error: {error}", error)

@@ -1,0 +1,215 @@
+"""The rollout buffer service over real HTTP on loopback (``rlsdk buffer serve`` in a subprocess, or
+the same server in process where a test registers its own task generator), and the ``rollout_buffer``
+rollout that turns collected trajectories into training samples."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from rlsdk import RolloutConfig, Sample, TaskGenerator, hookimpl
+from rlsdk.rollout_buffer import BufferService, TrajectoryStore, make_buffer_server
+from rlsdk.runtime import Runtime, bind_runtime
+from rlsdk.testing import ScriptedEngine
+from rlsdk_generators import plugin as generators_plugin
+from rlsdk_generators.chat_mask import conversation_tokens
+from rlsdk_generators.rollout_buffer import rollout_buffer
+
+CLI = [sys.executable, "-c", "from rlsdk_cli.app import main; main()", "buffer", "serve", "--port", "0"]
+
+
+def item(instance, n, reward=1.0, **extra):
+    return {"instance_id": instance, "uid": f"{instance}-{n}", "reward": reward, "extra_info": extra,
+            "messages": [{"role": "user", "content": f"Question {instance}?"},
+                         {"role": "assistant", "content": f"Answer {n}."}]}
+
+
+def start_service(data_dir, *options, env=None):
+    proc = subprocess.Popen([*CLI, "--data-dir", str(data_dir), *options], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    line = proc.stdout.readline()
+    assert line.startswith("rollout buffer on "), line + proc.stderr.read()
+    return proc, line.split()[3]
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def test_kill_and_restart_loses_no_acknowledged_item(tmp_path):
+    proc, url = start_service(tmp_path)
+    acked, stop_writing = [], threading.Event()
+
+    def writer(worker):
+        with httpx.Client(timeout=5) as client:
+            for n in range(200):
+                if stop_writing.is_set():
+                    return
+                body = item(f"g{worker}", n)
+                try:
+                    if client.post(url + "/buffer/write", json=body).status_code == 200:
+                        acked.append(body["uid"])
+                except httpx.HTTPError:
+                    return  # the service died under us: this write was never acknowledged
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
+    for t in threads:
+        t.start()
+    while len(acked) < 30:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)  # items in flight while the service dies
+    proc.wait()
+    stop_writing.set()
+    for t in threads:
+        t.join()
+
+    proc, url = start_service(tmp_path)
+    try:
+        # agents retry everything they were not sure of; duplicates by uid are stored once
+        for worker in range(3):
+            for n in range(12):
+                assert httpx.post(url + "/buffer/write", json=item(f"g{worker}", n)).status_code == 200
+        data = httpx.post(url + "/get_rollout_data", json={}).json()
+        uids = [i["uid"] for i in data["data"]["data"]]
+        assert data["success"] and set(acked) <= set(uids) and len(uids) == len(set(uids))
+        assert sorted(data["data"]["meta_info"]["finished_groups"]) == ["g0", "g1", "g2"]
+        # served groups are not served again after another restart
+        stop(proc)
+        proc, url = start_service(tmp_path)
+        again = httpx.post(url + "/get_rollout_data", json={}).json()
+        assert again["success"] is False and again["data"]["data"] == []
+    finally:
+        stop(proc)
+
+
+def test_every_item_is_validated_with_a_message(tmp_path):
+    proc, url = start_service(tmp_path, "--max-body-mb", "0.01")
+    try:
+        def write(body):
+            return httpx.post(url + "/buffer/write", json=body)
+
+        cases = [
+            ([1, 2], "must be a JSON object"),
+            ({"messages": [], "reward": 1}, "needs instance_id"),
+            ({**item("a", 0), "messages": "hi"}, "messages must be a non-empty list"),
+            ({**item("a", 0), "messages": [{"content": "x"}]}, "messages[0] must be an object with a string 'role'"),
+            ({**item("a", 0), "messages": [{"role": "user", "content": "x"}]}, "no assistant turn"),
+            ({**item("a", 0), "reward": "high"}, "reward must be a number"),
+            ({**item("a", 0), "extra_info": [1]}, "extra_info must be an object"),
+        ]
+        for body, message in cases:
+            response = write(body)
+            assert response.status_code == 400 and message in response.json()["message"], (body, response.text)
+        not_json = httpx.post(url + "/buffer/write", content=b"{oops", headers={"Content-Type": "application/json"})
+        assert not_json.status_code == 400 and "not JSON" in not_json.json()["message"]
+        big = write({**item("a", 0), "extra_info": {"blob": "x" * 20000}})
+        assert big.status_code == 413 and "limit" in big.json()["message"]
+        assert httpx.post(url + "/nope", json={}).status_code == 404
+        bad_task = httpx.post(url + "/start_rollout", json={"task_type": "nonexistent"})
+        assert bad_task.status_code == 400 and "unknown task_generator 'nonexistent'" in bad_task.json()["message"]
+        assert write(item("a", 0)).status_code == 200
+    finally:
+        stop(proc)
+
+
+def test_off_loopback_requires_the_token(tmp_path):
+    refused = subprocess.run([*CLI, "--host", "0.0.0.0", "--data-dir", str(tmp_path)], capture_output=True,
+                             text=True, env={k: v for k, v in os.environ.items() if k != "RLSDK_BUFFER_TOKEN"})
+    assert refused.returncode == 2 and "needs a bearer token" in refused.stderr
+    assert not any(tmp_path.iterdir())
+    proc, url = start_service(tmp_path, "--host", "0.0.0.0", env={"RLSDK_BUFFER_TOKEN": "s3cret"})
+    try:
+        assert httpx.post(url + "/buffer/write", json=item("a", 0)).status_code == 401
+        wrong = httpx.post(url + "/get_rollout_data", json={}, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        ok = httpx.post(url + "/buffer/write", json=item("a", 0), headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+    finally:
+        stop(proc)
+
+
+class EchoTask:
+    """A task generator that writes two-sample groups for each row of its input file, with slime's
+    optional group hooks."""
+
+    @hookimpl
+    def rlsdk_task_generators(self):
+        def run_rollout(data):
+            rows = [json.loads(line) for line in open(data["input_file"])]
+            with httpx.Client() as client:
+                for r, row in enumerate(rows):
+                    for n in range(int(data["num_repeat_per_sample"])):
+                        messages = [{"role": "user", "content": row["q"]},
+                                    {"role": "assistant", "content": f"{row['a']} (try {n})"}]
+                        body = {"instance_id": r, "uid": f"{r}-{n}", "messages": messages, "reward": float(n),
+                                "extra_info": {"finish_reason": "length" if n else "stop"}}
+                        client.post(data["remote_buffer_url"] + "/buffer/write", json=body).raise_for_status()
+
+        def transform_group(group, task_type):
+            instance_id, items = group
+            return instance_id, [{**i, "extra_info": {**i["extra_info"], "task": task_type}} for i in items]
+
+        def meta_info(groups):
+            return {"seen": sum(len(v) for v in groups.values())}
+
+        yield TaskGenerator(name="echo", func=run_rollout, transform_group=transform_group,
+                            get_group_data_meta_info=meta_info)
+
+
+def test_rollout_buffer_rollout_turns_trajectories_into_samples(rlsdk_pm, small_tokenizer, tmp_path):
+    rlsdk_pm.register(generators_plugin)
+    rlsdk_pm.register(EchoTask())
+    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"))
+    server = make_buffer_server(service, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"q": f"What is {i}+1?", "a": str(i + 1)}) + "\n" for i in range(4)))
+    args = RolloutConfig(rollout_batch_size=2, n_samples_per_prompt=2, prompt_data=str(rows),
+                         rollout_buffer_url=service.url, rollout_task_type="echo", rollout_buffer_wait=30)
+    bind_runtime(args, Runtime(rlsdk_pm, ScriptedEngine(small_tokenizer, []), small_tokenizer))
+    try:
+        first = rollout_buffer(args, 0, None)
+        second = rollout_buffer(args, 1, None)
+    finally:
+        server.shutdown()
+    assert [len(g) for g in first.samples] == [2, 2] and [len(g) for g in second.samples] == [2, 2]
+    assert first.metrics["rollout/buffer/groups"] == 2
+    sample = first.samples[0][1]
+    ids, mask = conversation_tokens(small_tokenizer, sample.prompt)
+    assert sample.tokens == ids and sample.loss_mask == mask[len(ids) - sample.response_length:]
+    assert small_tokenizer.decode(ids[len(ids) - sample.response_length:]) == f"{sample.prompt[1]['content']}<|im_end|>\n"
+    assert sample.reward == 1.0 and sample.status == Sample.Status.TRUNCATED
+    assert first.samples[0][0].status == Sample.Status.COMPLETED
+    assert sample.metadata["task"] == "echo" and sample.metadata["uid"] == "0-1"
+    assert service.store.task["task_type"] == "echo"
+
+
+def test_rollout_buffer_reports_a_failing_task(rlsdk_pm, small_tokenizer, tmp_path):
+    class Broken:
+        @hookimpl
+        def rlsdk_task_generators(self):
+            def run_rollout(data):
+                raise FileNotFoundError(data["input_file"])
+
+            yield TaskGenerator(name="broken", func=run_rollout)
+
+    rlsdk_pm.register(Broken())
+    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path))
+    server = make_buffer_server(service, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    args = RolloutConfig(prompt_data="missing.jsonl", rollout_buffer_url=service.url, rollout_task_type="broken",
+                         rollout_buffer_wait=10)
+    bind_runtime(args, Runtime(rlsdk_pm, ScriptedEngine(small_tokenizer, []), small_tokenizer))
+    try:
+        with pytest.raises(RuntimeError, match="task_generator 'broken'.*raised FileNotFoundError: missing.jsonl"):
+            rollout_buffer(args, 0, None)
+    finally:
+        server.shutdown()
