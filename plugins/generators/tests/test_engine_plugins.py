@@ -73,7 +73,8 @@ def test_cache_root_follows_env(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_single_turn_generator_against_rlsdk_serve(served):
-    from rlsdk_generators.single_turn import single_turn
+    """With no run bound to ``args`` (as when slime calls it), generate() posts to the URL in args."""
+    from rlsdk.generate import generate
 
     host, port = served.url.removeprefix("http://").split(":")
     args = RolloutConfig(sglang_router_ip=host, sglang_router_port=int(port))
@@ -81,7 +82,7 @@ def test_single_turn_generator_against_rlsdk_serve(served):
     sample = Sample(prompt="x", tokens=list(prompt))
 
     async def go():
-        return await single_turn(args, sample, {"temperature": 0, "max_new_tokens": 5, "ignore_eos": True})
+        return await generate(args, sample, {"temperature": 0, "max_new_tokens": 5, "ignore_eos": True})
 
     out = asyncio.run(go())
     assert out.status == Sample.Status.TRUNCATED and out.response_length == 5

@@ -8,7 +8,9 @@ from typing import Any
 
 from rlsdk import CustomGenerate, Engine, GenerateRollout, Tool, hookimpl
 
-from . import calculator, multi_turn, rollout_buffer, sft, single_turn
+from rlsdk import generate, rollout
+
+from . import calculator, multi_turn, rollout_buffer, sft
 
 
 def embedded(args: Any) -> Any:
@@ -40,12 +42,15 @@ def sglang(args: Any) -> Any:
 
 @hookimpl
 def rlsdk_custom_generates():
-    yield CustomGenerate(name="single_turn", func=single_turn.single_turn)
+    yield CustomGenerate(name="single_turn", func=generate.generate,
+                         description="One /generate call through the run's engine (the default)")
     yield CustomGenerate(name="multi_turn", func=multi_turn.multi_turn)
 
 
 @hookimpl
 def rlsdk_generate_rollouts():
+    yield GenerateRollout(name="sglang", func=rollout.generate_rollout,
+                          description="Over-sampling rollout with dynamic filter, abort and partial rollouts")
     yield GenerateRollout(name="sft", func=sft.sft)
     yield GenerateRollout(name="rollout_buffer", func=rollout_buffer.rollout_buffer)
 
