@@ -32,12 +32,14 @@ Script = Callable[[str, list[int]], tuple[str, int | None]]
 
 
 class ScriptedEngine(InferenceEngine):
-    """Answers each request with a scripted response; a request told to block emits its first tokens
-    and then waits until it is aborted, returning those tokens with ``finish_reason`` ``abort``."""
+    """Answers each request with a scripted response. A request told to block is a long-tail request:
+    it emits its first tokens, then finishes after ``slow_seconds`` unless aborted first, in which
+    case it returns those tokens with ``finish_reason`` ``abort``."""
 
-    def __init__(self, script: Script, prompt_len: Callable[[list[int]], int]) -> None:
+    def __init__(self, script: Script, prompt_len: Callable[[list[int]], int], slow_seconds: float = 10.0) -> None:
         self.script = script
         self.prompt_len = prompt_len
+        self.slow_seconds = slow_seconds
         self.requests: list[dict[str, Any]] = []
         self._blocked: list[asyncio.Future[None]] = []
         self.aborts = 0
@@ -53,11 +55,14 @@ class ScriptedEngine(InferenceEngine):
                                   else "stop", "matched": 0}
         await asyncio.sleep(0)
         if block_after is not None and block_after < len(new):
-            new = new[:block_after]
             blocked = asyncio.get_running_loop().create_future()
             self._blocked.append(blocked)
-            await blocked
-            finish = {"type": "abort", "message": "Aborted"}
+            try:
+                await asyncio.wait_for(asyncio.shield(blocked), self.slow_seconds)
+                new = new[:block_after]
+                finish = {"type": "abort", "message": "Aborted"}
+            except TimeoutError:
+                self._blocked.remove(blocked)
         return {
             "text": bytes(new).decode(errors="replace"),
             "output_ids": new,

@@ -78,14 +78,15 @@ class LoopPlugins:
 @pytest.fixture
 def make_run(tmp_path, rlsdk_pm):
     """Build (args, data source, runtime, engine) over ``n_prompts`` prompts ``"<i> ...|"``; prompts
-    whose number is in ``slow`` block after 3 tokens until aborted (only on their first attempt)."""
+    whose number is in ``slow`` stall after 3 tokens for ``slow_seconds`` or until aborted (only on
+    their first attempt)."""
     from rlsdk_filter_hub import plugin as filter_hub
 
     rlsdk_pm.register(filter_hub)
     rlsdk_pm.register(LoopPlugins())
     runtimes = []
 
-    def make(n_prompts=6, slow=(), **options):
+    def make(n_prompts=6, slow=(), slow_seconds=10.0, **options):
         path = tmp_path / "data.jsonl"
         rows = [{"input": f"{i} {'slow' if i in slow else 'fast'}|", "label": ANSWER.format(n=i)}
                 for i in range(n_prompts)]
@@ -98,7 +99,7 @@ def make_run(tmp_path, rlsdk_pm):
             first_attempt = not so_far
             return response_for(prompt), 3 if (int(prompt.split()[0]) in slow and first_attempt) else None
 
-        engine = ScriptedEngine(script, prompt_len=lambda ids: ids.index(ord("|")) + 1)
+        engine = ScriptedEngine(script, prompt_len=lambda ids: ids.index(ord("|")) + 1, slow_seconds=slow_seconds)
         runtime = bind_runtime(args, Runtime(rlsdk_pm, engine, ByteTokenizer()))
         runtimes.append(runtime)
         source = DataSource(args, pm=rlsdk_pm, tokenizer=runtime.tokenizer)
@@ -212,8 +213,8 @@ def test_deterministic_mode_seeds_each_sample(make_run):
 
 
 def test_ledger_balances_over_many_steps_with_partial_rollouts(make_run):
-    args, source, runtime, _ = make_run(n_prompts=10, slow={1, 4, 5, 8}, partial_rollout=True,
-                                        dynamic_sampling_filter_path="even_only")
+    args, source, runtime, _ = make_run(n_prompts=10, slow={1, 4, 5, 8}, slow_seconds=0.05,
+                                        partial_rollout=True, dynamic_sampling_filter_path="even_only")
     seen = []
     for rollout_id in range(6):
         out = step(args, source, runtime, rollout_id)
