@@ -144,7 +144,7 @@ def run(
             output = run_job(args, on_step=on_step, on_eval=on_eval,
                              progress=lambda n: progress.advance(task, n))
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
-        console.print(f"[red]Error:[/red] {exc}", highlight=False)
+        console.print(f"[red]Error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     console.print(f"wrote {output.folder}/rollouts.jsonl, metrics.jsonl and state.json", highlight=False)
 
@@ -162,7 +162,7 @@ def evaluate(**options: Any) -> None:
         with running(args) as (runtime, plugins):
             result = run_eval(args, runtime, plugins, rollout_id=0)
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
-        console.print(f"[red]Error:[/red] {exc}", highlight=False)
+        console.print(f"[red]Error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     Console().print(metrics_table("eval", result.metrics))
     typer.echo(json.dumps(result.metrics))

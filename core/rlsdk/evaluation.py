@@ -55,7 +55,8 @@ async def eval_rollout(args: Any, rollout_id: int, runtime: Runtime) -> RolloutF
     metrics: dict[str, Any] = {}
     for spec in eval_datasets(args):
         overrides = {k: v for k, v in spec.items() if k in DATASET_OVERRIDES}
-        ds_args = bind_runtime(dataclasses.replace(args, **overrides), runtime)
+        ds_args = dataclasses.replace(args, **overrides)
+        bind_runtime(ds_args, runtime)
         n = ds_args.n_samples_per_eval_prompt
         source = DataSource(ds_args, pm=runtime.pm, tokenizer=runtime.tokenizer, path=spec["path"],
                             n_samples_per_prompt=n, shuffle=False)

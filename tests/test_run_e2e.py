@@ -1,0 +1,143 @@
+"""`rlsdk run` and `rlsdk eval` end to end on the embedded engine with the real small model.
+
+Sizes are tiny (a few prompts, short responses) so the module stays within a couple of minutes on
+two CPU cores; the model's safetensors copy is cached after its first conversion.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlsdk import RolloutConfig
+from rlsdk.config import DEFAULT_DATASET
+from rlsdk.job import run_job
+
+pytestmark = pytest.mark.slow
+
+SLIME_FUNCS = Path(__file__).parent / "slime_style" / "slime_funcs.py"
+TINY = ["--num-rollout", "2", "--rollout-batch-size", "2", "--n-samples-per-prompt", "2",
+        "--rollout-max-response-len", "12", "--data", f"{DEFAULT_DATASET}@[0:12]", "--rollout-shuffle",
+        "--apply-chat-template", "--label-key", "label"]
+
+
+def rlsdk(*argv: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    """The real console script in a fresh process."""
+    exe = Path(sys.executable).with_name("rlsdk")
+    return subprocess.run([str(exe), *argv], capture_output=True, text=True, timeout=timeout)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def check_ledger(metrics: list[dict]) -> None:
+    for m in metrics:
+        assert m["ledger/entered"] == (m["ledger/kept"] + m["ledger/dropped"] + m["ledger/returned"]
+                                       + m["ledger/failed"])
+
+
+def check_sample(row: dict) -> None:
+    n = row["response_length"]
+    assert n > 0 and len(row["rollout_log_probs"]) == n
+    assert row["loss_mask"] is None or len(row["loss_mask"]) == n
+    assert all(lp <= 0.0 for lp in row["rollout_log_probs"])
+    assert row["status"] in ("completed", "truncated")
+
+
+def test_rlsdk_run_writes_rollouts_metrics_and_state(tmp_path):
+    out = tmp_path / "run"
+    result = rlsdk("run", *TINY, "--output", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "step 1" in result.stderr and "kept" in result.stderr
+    rows = read_jsonl(out / "rollouts.jsonl")
+    assert [r["rollout_id"] for r in rows] == [0] * 4 + [1] * 4
+    for row in rows:
+        check_sample(row)
+        assert row["reward"] in (0.0, 1.0) and row["label"]
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert len(metrics) == 2
+    check_ledger(metrics)
+    assert json.loads((out / "state.json").read_text())["next_rollout_id"] == 2
+
+
+def test_resume_after_a_killed_run_serves_exactly_the_remaining_groups(tmp_path):
+    """An uninterrupted run and a run killed after its first step, then resumed, write the same
+    prompts in the same order, each step once."""
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    options = [*TINY, "--num-rollout", "3", "--rollout-max-response-len", "4"]
+    assert rlsdk("run", *options, "--output", str(whole)).returncode == 0
+
+    exe = Path(sys.executable).with_name("rlsdk")
+    process = subprocess.Popen([str(exe), "run", *options, "--output", str(broken)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    state = broken / "state.json"
+    deadline = time.monotonic() + 300
+    while not (state.exists() and json.loads(state.read_text())["next_rollout_id"] >= 1):
+        assert process.poll() is None and time.monotonic() < deadline, "the run ended before its first step"
+        time.sleep(0.2)
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:  # it finished first: the resume below then has nothing left to do
+        pass
+    process.wait()
+
+    resumed = rlsdk("run", *options, "--output", str(broken), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expect = [(r["rollout_id"], r["group_index"], r["prompt"])
+              for r in read_jsonl(whole / "rollouts.jsonl")]
+    got = [(r["rollout_id"], r["group_index"], r["prompt"])
+           for r in read_jsonl(broken / "rollouts.jsonl")]
+    assert got == expect
+    assert [m["rollout_id"] for m in read_jsonl(broken / "metrics.jsonl")] == [0, 1, 2]
+
+
+def test_slime_style_functions_run_unchanged_by_path(tmp_path):
+    """slime functions loaded by file path: a generator that POSTs to /generate itself (the embedded
+    engine is served on loopback during the run), a dict reward with --reward-key, a bool dynamic
+    filter and a buffer filter."""
+    out = tmp_path / "run"
+    result = rlsdk(
+        "run", *TINY, "--output", str(out),
+        "--custom-generate-function-path", f"{SLIME_FUNCS}:generate",
+        "--custom-rm-path", f"{SLIME_FUNCS}:reward", "--reward-key", "score",
+        "--dynamic-sampling-filter-path", f"{SLIME_FUNCS}:keep_all",
+        "--buffer-filter-path", f"{SLIME_FUNCS}:newest_first",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_jsonl(out / "rollouts.jsonl")
+    assert len(rows) == 8
+    for row in rows:
+        check_sample(row)
+        assert row["metadata"]["slime_style"] is True
+        assert set(row["reward"]) == {"score", "length"}
+    check_ledger(read_jsonl(out / "metrics.jsonl"))
+
+
+def test_invalid_names_fail_before_the_model_loads(tmp_path):
+    result = rlsdk("run", "--rm", "deepscalr", "--output", str(tmp_path), timeout=60)
+    assert result.returncode != 0
+    assert "Choose one of:" in result.stderr and "deepscaler" in result.stderr
+    assert "plugin may not be installed" in result.stderr
+    assert not (tmp_path / "rollouts.jsonl").exists()
+
+
+def test_eval_reports_pass_at_k_per_dataset(tmp_path):
+    data = tmp_path / "eval.jsonl"
+    data.write_text("".join(line + "\n" for line in DEFAULT_DATASET.read_text().splitlines()[:3]))
+    args = RolloutConfig(prompt_data=str(data), label_key="label", apply_chat_template=True,
+                         eval_datasets=[{"name": "arith", "path": str(data), "n_samples_per_eval_prompt": 2,
+                                         "eval_max_response_len": 12}],
+                         eval_interval=1, num_rollout=1, rollout_batch_size=1, n_samples_per_prompt=2,
+                         rollout_max_response_len=8, output_dir=str(tmp_path / "out"))
+    run_job(args)
+    evaluated = read_jsonl(tmp_path / "out" / "eval.jsonl")[0]
+    assert evaluated["eval/arith/prompts"] == 3
+    assert 0.0 <= evaluated["eval/arith/pass@1"] <= evaluated["eval/arith/pass@2"] <= 1.0
