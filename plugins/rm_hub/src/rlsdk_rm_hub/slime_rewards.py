@@ -35,13 +35,7 @@ async def rules_equal(answer: str, label: str, args: Any) -> bool:
 
 async def slime_math(args: Any, sample: Any, **kwargs: Any) -> float:
     """slime's ``math``: last \\boxed{} of the response vs the label (boxed or not); MATH rules or sympy."""
-    answer = last_boxed(sample.response or "")
-    if answer is None:
-        return 0.0
-    for gold in _labels(sample.label):
-        if await rules_equal(answer, gold, args):
-            return 1.0
-    return 0.0
+    return await _score_answer(last_boxed(sample.response or ""), sample.label, args)
 
 
 async def deepscaler(args: Any, sample: Any, **kwargs: Any) -> float:
@@ -53,9 +47,14 @@ async def deepscaler(args: Any, sample: Any, **kwargs: Any) -> float:
             break
     else:
         return 0.0
+    return await _score_answer(answer, sample.label, args)
+
+
+async def _score_answer(answer: str | None, label: Any, args: Any) -> float:
+    """1.0 when ``answer`` equals any of the labels under MATH rules or sympy, else 0.0."""
     if answer is None:
         return 0.0
-    for gold in _labels(sample.label):
+    for gold in _labels(label):
         if await rules_equal(answer, gold, args):
             return 1.0
     return 0.0
