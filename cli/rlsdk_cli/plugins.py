@@ -67,8 +67,9 @@ def list_plugins(
         return
     console = Console()
     table = Table(title="rlsdk plugins")
-    for column in ("distribution", "version", "entry point", "provides"):
+    for column in ("distribution", "version", "entry point"):
         table.add_column(column)
+    table.add_column("provides", overflow="fold")
     for row in rows:
         provides = "\n".join(f"{k}: {', '.join(v)}" for k, v in row["provides"].items())
         table.add_row(row["distribution"] or "-", row["version"] or "-", row["entry_point"], provides)
