@@ -116,8 +116,8 @@ class BenchPlugins:
 
     @hookimpl
     def rlsdk_rewards(self):
-        yield Reward(name="bench_mixed", func=mixed_reward)
-        yield Reward(name="bench_varied", func=varied_reward)
+        yield Reward(name="bench_mixed", func=mixed_reward, cheap=True)
+        yield Reward(name="bench_varied", func=varied_reward, cheap=True)
 
 
 def make_args(data: Path, step_samples: int, *, reward: str, over_sample: bool) -> RolloutConfig:
