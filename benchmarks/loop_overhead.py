@@ -118,6 +118,7 @@ class BenchPlugins:
     def rlsdk_rewards(self):
         yield Reward(name="bench_mixed", func=mixed_reward, cheap=True)
         yield Reward(name="bench_varied", func=varied_reward, cheap=True)
+        yield Reward(name="bench_mixed_threaded", func=mixed_reward)
 
 
 def make_args(data: Path, step_samples: int, *, reward: str, over_sample: bool) -> RolloutConfig:
@@ -133,8 +134,9 @@ def make_args(data: Path, step_samples: int, *, reward: str, over_sample: bool) 
 # ----- rlsdk ----------------------------------------------------------------------------------------
 
 def run_rlsdk(data: Path, step_samples: int, steps: int, *, latency: float, reward: str,
-              over_sample: bool) -> tuple[list[float], int]:
-    """Step times (the first step is a warm-up, not returned) and kept samples over the timed steps."""
+              over_sample: bool) -> tuple[list[float], list[float], int]:
+    """Wall and CPU step times (the first step is a warm-up, not returned) and kept samples over the
+    timed steps."""
     from rlsdk_filter_hub import plugin as filter_hub
 
     pm = get_plugin_manager(load_entrypoints=False)
@@ -144,19 +146,20 @@ def run_rlsdk(data: Path, step_samples: int, steps: int, *, latency: float, rewa
     engine = pm.resolve("engine", "bench_instant").func(args)
     runtime = bind_runtime(args, Runtime(pm, engine, ByteTokenizer()))
     source = DataSource(args, pm=pm, tokenizer=runtime.tokenizer)
-    times, kept = [], 0
+    times, cpu, kept = [], [], 0
     try:
         for rollout_id in range(steps + 1):
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             out = generate_rollout(args, rollout_id, source)
             times.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - cpu_start)
             assert out.metrics["ledger/entered"] == (
                 out.metrics["ledger/kept"] + out.metrics["ledger/dropped"] + out.metrics["ledger/returned"]
             ), out.metrics
             kept += sum(map(len, out.samples)) if rollout_id else 0
     finally:
         runtime.loop.close()
-    return times[1:], kept
+    return times[1:], cpu[1:], kept
 
 
 # ----- the minimal loop -------------------------------------------------------------------------------
@@ -211,43 +214,55 @@ class MinimalLoop:
 
 
 def run_minimal(data: Path, step_samples: int, steps: int, *, latency: float, reward: str,
-                over_sample: bool) -> tuple[list[float], int]:
+                over_sample: bool) -> tuple[list[float], list[float], int]:
     args = make_args(data, step_samples, reward=reward, over_sample=over_sample)
     loop = MinimalLoop(args, InstantEngine(latency), mixed_reward if reward == "bench_mixed" else varied_reward)
     background = BackgroundLoop()
-    times, kept = [], 0
+    times, cpu, kept = [], [], 0
     try:
         for index in range(steps + 1):
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             batch = background.run(loop.step())
             times.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - cpu_start)
             kept += sum(map(len, batch)) if index else 0
     finally:
         background.close()
-    return times[1:], kept
+    return times[1:], cpu[1:], kept
 
 
 # ----- the report -------------------------------------------------------------------------------------
 
-def throughput(data: Path, size: int, samples: int) -> dict[str, Any]:
+def throughput(data: Path, size: int, samples: int, repeat: int) -> dict[str, Any]:
+    """Kept samples per second of both loops at one step size: the best of ``repeat`` runs each, in wall
+    time and in this process's CPU time (the latter is steadier on a shared machine)."""
     steps = max(3, samples // size)
     options = dict(latency=0.0, reward="bench_mixed", over_sample=True)
-    base_times, base_kept = run_minimal(data, size, steps, **options)
-    times, kept = run_rlsdk(data, size, steps, **options)
-    row = {
-        "step_samples": size,
-        "steps": steps,
-        "rlsdk_samples_per_s": kept / sum(times),
-        "baseline_samples_per_s": base_kept / sum(base_times),
-    }
+    row: dict[str, Any] = {"step_samples": size, "steps": steps}
+    for name, run in (("baseline", run_minimal), ("rlsdk", run_rlsdk)):
+        wall = cpu = 0.0
+        for _ in range(repeat):
+            times, cpu_times, kept = run(data, size, steps, **options)
+            wall, cpu = max(wall, kept / sum(times)), max(cpu, kept / sum(cpu_times))
+        row[f"{name}_samples_per_s"], row[f"{name}_cpu_samples_per_s"] = wall, cpu
     print(json.dumps(row), file=sys.stderr)
+    return row
+
+
+def threaded_reward(data: Path, size: int, samples: int) -> dict[str, Any]:
+    """rlsdk with the same reward registered without ``cheap=True``: one worker-thread hop per sample."""
+    steps = max(3, samples // size)
+    times, cpu, kept = run_rlsdk(data, size, steps, latency=0.0, reward="bench_mixed_threaded", over_sample=True)
+    row = {"step_samples": size, "steps": steps, "rlsdk_samples_per_s": kept / sum(times),
+           "rlsdk_cpu_samples_per_s": kept / sum(cpu)}
+    print(json.dumps({"threaded_reward": row}), file=sys.stderr)
     return row
 
 
 def overhead(data: Path, size: int, latency: float, steps: int) -> dict[str, Any]:
     options = dict(latency=latency, reward="bench_varied", over_sample=False)
-    base_times, _ = run_minimal(data, size, steps, **options)
-    times, _ = run_rlsdk(data, size, steps, **options)
+    base_times, _, _ = run_minimal(data, size, steps, **options)
+    times, _, _ = run_rlsdk(data, size, steps, **options)
     step, base_step = sum(times) / len(times), sum(base_times) / len(base_times)
     report = {
         "latency_s": latency,
@@ -268,6 +283,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="16,64,256,1024,4096", help="step sizes in samples")
     parser.add_argument("--samples", type=int, default=16384, help="samples timed per step size (at least 3 steps)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per step size; the best counts")
     parser.add_argument("--latency", type=float, default=10.0, help="seconds per request in the overhead part")
     parser.add_argument("--latency-samples", type=int, default=1024, help="step size of the overhead part")
     parser.add_argument("--latency-steps", type=int, default=2)
@@ -276,16 +292,17 @@ def main() -> None:
     sizes = [int(s) for s in opts.sizes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         data = write_prompts(Path(tmp) / "prompts.jsonl", 2000)
-        rows = [throughput(data, size, opts.samples) for size in sizes]
+        rows = [throughput(data, size, opts.samples, opts.repeat) for size in sizes]
+        best = max(rows, key=lambda r: r["rlsdk_samples_per_s"])
+        threaded = threaded_reward(data, best["step_samples"], opts.samples)
         latency = overhead(data, opts.latency_samples, opts.latency, opts.latency_steps)
-    best = max(rows, key=lambda r: r["rlsdk_samples_per_s"])
     best_baseline = max(r["baseline_samples_per_s"] for r in rows)
     report = {
         "benchmark": "loop_overhead",
         "machine": machine(core),
         "inputs": {
             "step_sizes": sizes, "n_samples_per_prompt": N_SAMPLES, "response_tokens": RESPONSE_TOKENS,
-            "samples_per_size": opts.samples, "reward": "sync, trivial", "dynamic_filter": "check_reward_nonzero_std",
+            "samples_per_size": opts.samples, "reward": "sync, trivial, cheap=True", "dynamic_filter": "check_reward_nonzero_std",
             "dropped_share": 0.25, "over_sampling_batch_size": "4/3 x rollout_batch_size",
         },
         "throughput": rows,
@@ -293,6 +310,7 @@ def main() -> None:
         "samples_per_s": best["rlsdk_samples_per_s"],
         "best_step_samples": best["step_samples"],
         "baseline_samples_per_s": best_baseline,
+        "threaded_reward": threaded,
         "overhead_share": latency["rlsdk_overhead_share"],
         "targets": {"samples_per_s": TARGET_SAMPLES_PER_S, "overhead_share": TARGET_OVERHEAD_SHARE},
         "meets_target": best["rlsdk_samples_per_s"] >= TARGET_SAMPLES_PER_S
