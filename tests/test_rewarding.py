@@ -147,3 +147,27 @@ def test_invalid_policy(pm):
     assert apply_invalid_policy(args.replace(on_invalid_reward="score", invalid_reward_value=-1.0), scored) is None
     assert [s.reward for s in scored] == [-1.0, -1.0]
     assert all(s.status is Sample.Status.COMPLETED for s in scored) and count_invalid(scored) == 2
+
+
+def test_cheap_rewards_run_inline_and_still_mark_bad_results(rlsdk_pm):
+    import threading
+
+    threads = []
+
+    def cheap_exact(args, sample, **kwargs):
+        threads.append(threading.current_thread())
+        return float(sample.response == sample.label)
+
+    class Cheap:
+        @hookimpl
+        def rlsdk_rewards(self):
+            yield Reward(name="cheap_exact", func=cheap_exact, cheap=True)
+            yield Reward(name="cheap_crash", func=crash, cheap=True)
+
+    rlsdk_pm.register(Cheap(), "cheap")
+    assert [s.reward for s in run(rlsdk_pm, group(), rm_type="cheap_exact")] == [1.0] * 3
+    assert threads == [threading.main_thread()] * 3  # on the event loop, no worker thread
+    samples = run(rlsdk_pm, group(2), rm_type="cheap_crash")
+    assert all(s.reward is None and "ValueError: kaboom" in s.metadata[REWARD_ERROR] for s in samples)
+    with pytest.raises(ValueError, match="cheap=True is for plain functions"):
+        Reward(name="async_cheap", func=length, cheap=True)

@@ -86,23 +86,25 @@ async def generate_sample(
         return [sample]  # completed in an earlier step and served again from the buffer
     resolved = plugins.generator_for(sample)
     kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
-    where = f"{resolved.describe()} on sample {sample.group_index}/{sample.index}"
     started = time.perf_counter()
     try:
-        async with semaphore:
-            result = await asyncio.wait_for(
-                call_plugin(resolved, args, sample, sampling_params, **kwargs), timeout=args.generate_timeout
-            )
+        async with semaphore, asyncio.timeout(args.generate_timeout):
+            result = await call_plugin(resolved, args, sample, sampling_params, **kwargs)
     except TimeoutError:
-        return [_failed(sample, f"{where} hung: no result after {args.generate_timeout} s")]
+        return [_failed(sample, f"{_where(resolved, sample)} hung: no result after {args.generate_timeout} s")]
     except Exception as exc:  # a plugin's bug must not lose the step's other samples
-        return [_failed(sample, f"{where} raised {type(exc).__name__}: {exc}")]
+        return [_failed(sample, f"{_where(resolved, sample)} raised {type(exc).__name__}: {exc}")]
     produced = result if isinstance(result, list) else [result]
     if not produced or not all(isinstance(s, Sample) for s in produced):
-        return [_failed(sample, f"{where} returned {type(result).__name__}, expected Sample or list[Sample]")]
+        return [_failed(sample, f"{_where(resolved, sample)} returned {type(result).__name__}, "
+                                "expected Sample or list[Sample]")]
     for out in produced:
         out.metadata["generate_seconds"] = time.perf_counter() - started
     return produced
+
+
+def _where(resolved: Resolved, sample: Sample) -> str:
+    return f"{resolved.describe()} on sample {sample.group_index}/{sample.index}"
 
 
 def _failed(sample: Sample, error: str) -> Sample:

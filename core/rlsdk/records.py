@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .loading import is_async_callable
+
 
 def normalize_name(name: str) -> str:
     """Registered names are compared lower-cased and stripped."""
@@ -61,6 +63,16 @@ class Reward(PluginRecord):
     kind: ClassVar[str] = "reward"
     call_args: ClassVar[tuple[str, ...]] = ("args", "sample")
     group: bool = False
+    cheap: bool = False
+    """A plain (sync) function that returns in microseconds, e.g. an exact-match comparison. The rollout
+    loop calls it inline on its event loop instead of in a worker thread: no thread hop per sample, but
+    also no ``reward_timeout``, so a cheap reward must never block or hang."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.cheap and is_async_callable(self.func):
+            raise ValueError(f"reward {self.name!r}: cheap=True is for plain functions; async rewards never "
+                             "leave the event loop anyway")
 
 
 @dataclass

@@ -8,6 +8,9 @@ Each sample's reward is chosen as slime chooses it: ``sample.custom_rm_path``, t
 A reward that raises, hangs past ``args.reward_timeout`` or returns something other than a number or a
 dict never becomes a silent 0: the sample is marked invalid (``reward=None``, status ``failed``, the reason
 in ``metadata["reward_error"]``), and :func:`apply_invalid_policy` applies ``args.on_invalid_reward``.
+
+Async rewards run on the event loop; plain functions run in a worker thread so a slow one cannot stall
+the loop, except rewards registered with ``Reward(..., cheap=True)``, which are called inline.
 """
 
 from __future__ import annotations
@@ -102,9 +105,13 @@ async def score_group(args: Any, pm: Any, samples: list[Sample], *, evaluation: 
     for resolved, members in plan.values():
         if resolved.record.group:
             calls.append(_score_together(args, resolved, members, evaluation, timeout))
+        elif resolved.record.cheap:
+            for sample in members:
+                _score_inline(args, resolved, sample, evaluation)
         else:
             calls.extend(_score_one(args, resolved, s, evaluation, timeout) for s in members)
-    await asyncio.gather(*calls)
+    if calls:
+        await asyncio.gather(*calls)
     key = (getattr(args, "eval_reward_key", None) or getattr(args, "reward_key", None)) if evaluation \
         else getattr(args, "reward_key", None)
     for sample in samples:
@@ -116,6 +123,17 @@ async def _score_one(args: Any, resolved: Resolved, sample: Sample, evaluation: 
         reward = await _call(resolved, args, sample, evaluation, timeout)
     except Exception as exc:
         mark_invalid(sample, resolved, _failure(exc, timeout))
+        return
+    _set(sample, resolved, reward)
+
+
+def _score_inline(args: Any, resolved: Resolved, sample: Sample, evaluation: bool) -> None:
+    """A ``cheap`` reward, called on the event loop: no thread hop, no timeout."""
+    kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
+    try:
+        reward = resolved.func(args, sample, **kwargs)
+    except Exception as exc:
+        mark_invalid(sample, resolved, _failure(exc, 0.0))
         return
     _set(sample, resolved, reward)
 
@@ -140,13 +158,17 @@ async def _score_together(args: Any, resolved: Resolved, samples: list[Sample], 
 
 async def _call(resolved: Resolved, args: Any, target: Any, evaluation: bool, timeout: float) -> Any:
     kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
-    return await asyncio.wait_for(_invoke(resolved, args, target, kwargs), timeout)
+    async with asyncio.timeout(timeout):
+        return await _invoke(resolved, args, target, kwargs)
 
 
 async def _invoke(resolved: Resolved, args: Any, target: Any, kwargs: dict[str, Any]) -> Any:
-    """Await an async reward; run a sync one in a thread so it cannot block the event loop."""
+    """Await an async reward; run a sync one in a thread so it cannot block the event loop, unless it
+    declared itself ``cheap``."""
     if resolved.is_async:
         return await resolved.func(args, target, **kwargs)
+    if resolved.record.cheap:
+        return resolved.func(args, target, **kwargs)
     result = await asyncio.to_thread(resolved.func, args, target, **kwargs)
     return await result if inspect.isawaitable(result) else result
 

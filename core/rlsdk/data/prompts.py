@@ -31,9 +31,19 @@ class Prompt:
             index=index,
             prompt=self.prompt,
             tokens=list(self.tokens),
-            label=copy.deepcopy(self.label),
-            metadata=copy.deepcopy(self.metadata),
+            label=_own_copy(self.label),
+            metadata=_own_copy(self.metadata),
         )
+
+
+def _own_copy(value: Any) -> Any:
+    """A deep copy of ``value``; immutable scalars and empty dicts (the usual label and metadata) skip
+    ``copy.deepcopy``'s dispatch, which costs more than the rest of building a sample."""
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if type(value) is dict and not value:
+        return {}
+    return copy.deepcopy(value)
 
 
 class PromptBuilder:

@@ -1,0 +1,49 @@
+"""The rollout-loop benchmarks run end to end at a tiny size and print their JSON report last.
+Shapes only: timings are never asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def report(script: str, *options: str) -> dict:
+    done = subprocess.run([sys.executable, str(BENCHMARKS / script), *options], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(60)
+def test_loop_overhead_reports_both_loops():
+    out = report("loop_overhead.py", "--sizes", "16,64", "--samples", "64", "--latency", "0.01",
+                 "--latency-samples", "16", "--latency-steps", "1")
+    assert out["benchmark"] == "loop_overhead" and {"cpu", "python"} <= set(out["machine"])
+    assert [row["step_samples"] for row in out["throughput"]] == [16, 64]
+    for row in out["throughput"]:
+        assert row["rlsdk_samples_per_s"] > 0 and row["baseline_samples_per_s"] > 0
+    assert out["samples_per_s"] == max(r["rlsdk_samples_per_s"] for r in out["throughput"])
+    assert out["ratio"] == pytest.approx(out["samples_per_s"] / out["baseline_samples_per_s"])
+    assert out["latency"]["latency_s"] == 0.01 and "rlsdk_overhead_share" in out["latency"]
+    assert isinstance(out["meets_target"], bool)
+
+
+@pytest.mark.timeout(60)
+def test_long_tail_compares_sync_and_partial_without_losing_samples():
+    out = report("long_tail.py", "--steps", "3", "--batch-size", "4", "--slots", "32", "--max-len", "512",
+                 "--median-len", "100")
+    assert out["benchmark"] == "long_tail" and out["inputs"]["time"] == "simulated"
+    sync, partial = out["sync"], out["partial"]
+    assert not sync["partial_rollout"] and partial["partial_rollout"]
+    assert sync["over_sampling_batch_size"] == 4 and partial["over_sampling_batch_size"] == 8
+    for mode in (sync, partial):
+        assert mode["kept_samples"] == 3 * 4 * 8  # same kept batch in both modes
+        assert mode["samples_lost"] == 0
+        assert mode["tokens_generated"] == mode["tokens_kept"] + mode["tokens_in_buffer_at_end"] + mode["tokens_wasted"]
+    assert out["ratio"] == pytest.approx(sync["step_s_mean"] / partial["step_s_mean"])
