@@ -14,12 +14,13 @@ def rlsdk_rewards():
                  description="slime's math: last \\boxed{} vs label by MATH normalization or sympy")
     yield Reward(name="deepscaler", func=slime_rewards.deepscaler,
                  description="DeepScaleR: last \\boxed{} after </think>, MATH normalization or sympy; 1/0")
-    yield Reward(name="dapo", func=slime_rewards.dapo,
+    # cheap=True: linear-time string work, called on the event loop without a thread hop
+    yield Reward(name="dapo", func=slime_rewards.dapo, cheap=True,
                  description="DAPO: Minerva 'Answer:' in the last 300 chars; {score: ±1, acc, pred}")
-    yield Reward(name="f1", func=f1.f1, description="SQuAD token F1 between response and label")
-    yield Reward(name="gpqa", func=slime_rewards.gpqa,
+    yield Reward(name="f1", func=f1.f1, cheap=True, description="SQuAD token F1 between response and label")
+    yield Reward(name="gpqa", func=slime_rewards.gpqa, cheap=True,
                  description="GPQA: chosen letter vs metadata.correct_letter; 1/0")
-    yield Reward(name="random", func=slime_rewards.random, description="0 or 1 at random")
+    yield Reward(name="random", func=slime_rewards.random, cheap=True, description="0 or 1 at random")
     for name in ("remote", "remote_rm"):
         yield Reward(name=name, func=remote.remote,
                      description="POST {prompt, response, label} to --rm-url; a number or a dict back")
