@@ -80,6 +80,8 @@ def test_reward_exact_match_and_format_score(rlsdk_pm):
                sample("Canberra"), sample("<answer>x</answer> then <answer>au</answer>", {"target": ["Au"]})]
     assert check_reward(rlsdk_pm, "search_r1_em", args, samples) == [1.0, 0.2, 0.0, 1.0]
     assert check_reward(rlsdk_pm, "search_r1_em", RolloutConfig(), samples[1:2]) == [0.0]
+    with pytest.raises(ValueError, match="no golden answers: name the data.s answer key with --label-key"):
+        search_r1_em(args, sample("<answer>Canberra</answer>", None))
 
 
 def test_installed_plugin_registers_its_names():
@@ -188,7 +190,7 @@ def test_search_r1_through_rlsdk_run(tmp_path, small_tokenizer):
     rlsdk = shutil.which("rlsdk", path=str(Path(sys.executable).parent)) or shutil.which("rlsdk")
     assert rlsdk, "the rlsdk console script is not installed"
     command = [rlsdk, "run", "--custom-generate", "search_r1", "--rm", "search_r1_em", "--data", str(QUESTIONS),
-               "--apply-chat-template", "--num-rollout", "1", "--rollout-batch-size", "2",
+               "--label-key", "label", "--apply-chat-template", "--num-rollout", "1", "--rollout-batch-size", "2",
                "--n-samples-per-prompt", "2", "--max-new-tokens", "96", "--temperature", "0",
                "--set", "search_r1_topk=1", "--set", "max_turns=2", "--output", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300,
@@ -207,7 +209,8 @@ def test_search_r1_through_rlsdk_run(tmp_path, small_tokenizer):
         trainable = [lp for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if m]
         assert all(lp <= 0 for lp in trainable) and any(lp < 0 for lp in trainable)
         assert all(lp == 0.0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if not m)
-        assert sample.reward in (0.0, 1.0)
+        assert sample.label == questions()[sample.group_index]["label"]
+        assert sample.reward == search_r1_em(RolloutConfig(), sample)
         searched += bool(blocks)
     assert searched >= 1
     metrics, = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
