@@ -57,6 +57,23 @@ def prompt_ids(args: Any, sample: Sample) -> list[int]:
     return sample.tokens
 
 
+def engine_prompt(args: Any, sample: Sample, input_ids: list[int]) -> dict[str, Any]:
+    """The prompt part of a ``/generate`` body: ``input_ids``, or for a sample with images
+    (``multimodal_inputs["images"]``) SGLang's ``text`` (prompt plus the response so far) and
+    ``image_data``."""
+    images = (sample.multimodal_inputs or {}).get("images")
+    if not images:
+        return {"input_ids": list(input_ids)}
+    if not isinstance(sample.prompt, str):
+        raise ValueError(
+            f"sample {sample.group_index}/{sample.index}: prompts with images need --apply-chat-template"
+        )
+    text = sample.prompt
+    if sample.response_length:
+        text += get_runtime(args).tokenizer.decode(sample.tokens[-sample.response_length:])
+    return {"text": text, "image_data": list(images)}
+
+
 def remaining_budget(sample: Sample, sampling_params: dict[str, Any]) -> int:
     """New tokens still allowed: ``max_new_tokens`` less what a partial rollout already generated."""
     return int(sampling_params.get("max_new_tokens", 0)) - sample.response_length
@@ -98,7 +115,7 @@ async def model_turn(args: Any, sample: Sample, sampling_params: dict[str, Any],
     params = {**sampling_params, "max_new_tokens": budget}
     if stop:
         params["stop"] = list(dict.fromkeys([*(params.get("stop") or []), *stop]))
-    payload = {"input_ids": list(input_ids), "sampling_params": params, "return_logprob": True}
+    payload = {**engine_prompt(args, sample, input_ids), "sampling_params": params, "return_logprob": True}
     output = await get_runtime(args).engine.generate(payload)
     before = len(sample.response)
     apply_output(sample, output)

@@ -195,7 +195,9 @@ def run_job(
     output = RunOutput(args.output_dir)
     with running(args, pm) as (runtime, plugins):
         runtime.progress = progress
-        data_source = DataSource(args, pm=runtime.pm, tokenizer=runtime.tokenizer)
+        data_source = DataSource(args, pm=runtime.pm, tokenizer=runtime.tokenizer,
+                                 keep_messages=plugins["generate_rollout"].record.chat_messages)
+        check_images(runtime, data_source)
         first = 0
         if args.resume:
             state = output.load_state()
@@ -229,6 +231,19 @@ def check_data(args: Any) -> None:
     data_path = DataPath.parse(args.prompt_data)
     if not read_rows(data_path, BadRowPolicy(args.on_bad_row)):
         raise DataError(f"{data_path}: the dataset has no rows")
+
+
+def check_images(runtime: Runtime, data_source: Any) -> None:
+    """Prompts with images need a model with image understanding: say so before generating."""
+    if not data_source.has_images:
+        return
+    info = runtime.run(runtime.engine.model_info())
+    if not info.get("has_image_understanding"):
+        from .errors import DataError
+
+        raise DataError(f"{data_source.data_path} has prompts with images, but the engine's model "
+                        f"{info.get('model_path')!r} cannot take images (no image understanding): "
+                        f"use a vision-language model")
 
 
 def run_eval(args: Any, runtime: Runtime, plugins: dict[str, Resolved], rollout_id: int) -> RolloutFnEvalOutput:

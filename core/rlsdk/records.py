@@ -45,6 +45,9 @@ class GenerateRollout(PluginRecord):
 
     kind: ClassVar[str] = "generate_rollout"
     call_args: ClassVar[tuple[str, ...]] = ("args", "rollout_id", "data_source")
+    chat_messages: bool = False
+    """The rollout takes chat-message prompts as messages (it applies the chat template itself, as ``sft``
+    does): without ``apply_chat_template`` the data source keeps them instead of refusing them."""
 
 
 @dataclass

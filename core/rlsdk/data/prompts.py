@@ -6,23 +6,27 @@ import copy
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
 from ..types import Messages, Sample
+from .images import split_images, text_only
 from .rows import BadRowPolicy, Row
 
 
 @dataclass
 class Prompt:
-    """One usable prompt: the text sent to the engine, its token ids (empty without a tokenizer), the
-    label and metadata, and the row it came from."""
+    """One usable prompt: the text sent to the engine (or the chat messages, for rollouts that take
+    them), its token ids (empty without a tokenizer), the label and metadata, the images of its
+    messages, and the row it came from."""
 
-    prompt: str
+    prompt: str | Messages
     label: Any
     metadata: dict[str, Any]
     where: str
     tokens: list[int] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
 
     def sample(self, group_index: int, index: int) -> Sample:
         """A fresh pending Sample; label and metadata are copied so samples never share them."""
@@ -33,6 +37,7 @@ class Prompt:
             tokens=list(self.tokens),
             label=_own_copy(self.label),
             metadata=_own_copy(self.metadata),
+            multimodal_inputs={"images": list(self.images)} if self.images else None,
         )
 
 
@@ -50,12 +55,18 @@ class PromptBuilder:
     """Builds prompts from rows following ``args``: ``input_key``, ``label_key``, ``metadata_key``,
     ``tool_key``, ``apply_chat_template`` (+ ``apply_chat_template_kwargs``) and
     ``rollout_max_prompt_len``. Prompts are tokenized without adding special tokens (a chat template
-    already holds them). Tools found in a row are also kept in ``metadata["tools"]``."""
+    already holds them). Tools found in a row are also kept in ``metadata["tools"]``. Images in the
+    messages (relative paths resolved against ``folder``) are kept in ``Prompt.images`` and rendered as
+    ``{"type": "image"}`` parts. With ``keep_messages``, chat messages stay messages when no chat
+    template is applied (for rollouts that tokenize whole conversations, such as ``sft``)."""
 
-    def __init__(self, args: Any, tokenizer: Any, bad: BadRowPolicy) -> None:
+    def __init__(self, args: Any, tokenizer: Any, bad: BadRowPolicy, *, folder: Path = Path("."),
+                 keep_messages: bool = False) -> None:
         self.args = args
         self.tokenizer = tokenizer
         self.bad = bad
+        self.folder = folder
+        self.keep_messages = keep_messages
         self.too_long = 0
         if tokenizer is None and args.apply_chat_template:
             raise DataError("apply_chat_template needs a tokenizer: pass the model's tokenizer to DataSource")
@@ -75,10 +86,17 @@ class PromptBuilder:
         prompts = [p for p in (self._from_row(row) for row in rows) if p is not None]
         if self.tokenizer is None or not prompts:
             return prompts
-        ids = self.tokenizer([p.prompt for p in prompts], add_special_tokens=False)["input_ids"]
+        texts = [p.prompt for p in prompts if isinstance(p.prompt, str)]
+        if not texts:
+            return prompts
+        ids = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"])
         limit = self.args.rollout_max_prompt_len
         kept = []
-        for prompt, tokens in zip(prompts, ids):
+        for prompt in prompts:
+            if not isinstance(prompt.prompt, str):  # chat messages, kept for a rollout that templates them
+                kept.append(prompt)
+                continue
+            tokens = next(ids)
             if limit is not None and len(tokens) > limit:
                 self.too_long += 1
                 continue
@@ -111,32 +129,49 @@ class PromptBuilder:
         if tools is not None:
             metadata.setdefault("tools", tools)
         label = values.get(args.label_key) if args.label_key else None
-        if args.apply_chat_template:
-            text = self._render(raw, tools, row)
-            if text is None:
+        images: list[str] = []
+        messages = raw
+        if isinstance(raw, list):
+            try:
+                messages, images = split_images(raw, self.folder)
+            except ValueError as exc:
+                self.bad.report(row.where, str(exc))
                 return None
-        elif isinstance(raw, list):
+        prompt: str | Messages | None
+        if args.apply_chat_template:
+            prompt = self._render(messages, tools, row)
+            if prompt is None:
+                return None
+        elif isinstance(raw, list) and not self.keep_messages:
             raise DataError(
                 f"{row.where}: the prompt is a list of chat messages; pass --apply-chat-template "
                 f"to render it with the tokenizer's chat template"
             )
         else:
-            text = raw
-        return Prompt(prompt=text, label=label, metadata=metadata, where=row.where)
+            prompt = raw
+        return Prompt(prompt=prompt, label=label, metadata=metadata, where=row.where, images=images)
 
     def _render(self, raw: str | Messages, tools: list[Any] | None, row: Row) -> str | None:
+        """The chat template's text; content parts go to the template as they are, and as their joined
+        text where it takes string contents only (a text-only model's; the images stay with the sample)."""
         messages = [{"role": "user", "content": raw}] if isinstance(raw, str) else raw
         try:
-            return self.tokenizer.apply_chat_template(
-                messages,
-                tools=tools,
-                add_generation_prompt=True,
-                tokenize=False,
-                **self.args.apply_chat_template_kwargs,
-            )
+            return self._apply_template(messages, tools)
         except Exception as exc:  # noqa: BLE001 -- a template rejecting a row's messages is a bad row
+            flat = text_only(messages)
+            if flat is not None:
+                try:
+                    return self._apply_template(flat, tools)
+                except Exception:  # noqa: BLE001 -- report the first failure
+                    pass
             self.bad.report(row.where, f"the chat template failed: {type(exc).__name__}: {exc}")
             return None
+
+    def _apply_template(self, messages: Messages, tools: list[Any] | None) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=False,
+            **self.args.apply_chat_template_kwargs,
+        )
 
 
 _INVALID = object()

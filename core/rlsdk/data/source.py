@@ -41,7 +41,8 @@ class DataSource:
         resumed.load("out/data_state.json")        # serves groups[2:] first, then where we left off
 
     The whole file is read, templated, tokenized and filtered when the source is built, so an empty
-    dataset or a bad row is an error before any engine starts.
+    dataset or a bad row is an error before any engine starts. ``keep_messages`` keeps chat-message
+    prompts as messages when no chat template is applied (for rollouts such as ``sft``).
     """
 
     def __init__(
@@ -53,6 +54,7 @@ class DataSource:
         path: str | Path | None = None,
         n_samples_per_prompt: int | None = None,
         shuffle: bool | None = None,
+        keep_messages: bool = False,
     ) -> None:
         self.args = args
         spec = path if path is not None else args.prompt_data
@@ -66,7 +68,8 @@ class DataSource:
         bad = BadRowPolicy(args.on_bad_row)
         rows = read_rows(self.data_path, bad)
         rows_read = len(rows) + bad.skipped
-        builder = PromptBuilder(args, tokenizer, bad)
+        builder = PromptBuilder(args, tokenizer, bad, folder=self.data_path.path.parent,
+                                keep_messages=keep_messages)
         self.prompts: list[Prompt] = builder.build(rows)
         self._load_counts = {
             "rows_read": rows_read,
@@ -90,6 +93,11 @@ class DataSource:
             "groups_served_from_buffer": 0,
             "buffer_groups_dropped": 0,
         }
+
+    @property
+    def has_images(self) -> bool:
+        """Whether any prompt carries images (the engine's model must take them)."""
+        return any(p.images for p in self.prompts)
 
     def __len__(self) -> int:
         """The number of usable prompts in the dataset."""

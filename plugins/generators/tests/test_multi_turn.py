@@ -1,7 +1,7 @@
 """The multi_turn generator against ``rlsdk.testing.ScriptedEngine``, a stand-in for the embedded
 engine that plays back scripted turns in SGLang's response shape with SmolLM2's real tokenizer.
 These check token-by-token alignment of tokens, loss masks and log-probs; the end-to-end test with
-the real model is ``test_multi_turn_on_embedded_engine`` (skipped until the embedded engine exists)."""
+the real model is ``test_multi_turn_on_embedded_engine``."""
 
 import asyncio
 import json
@@ -167,22 +167,35 @@ def test_unknown_tool_name_lists_installed(rlsdk_pm, small_tokenizer):
         run(args, sample)
 
 
-def test_multi_turn_on_embedded_engine(rlsdk_pm, small_tokenizer):
-    """End to end with the real small model through the embedded engine (exists after the merge)."""
-    embedded = pytest.importorskip("rlsdk_generators.embedded")
+CALCULATOR_CHAT = [
+    {"role": "system", "content": "You compute with a calculator. Always start your reply with <calculator> "
+                                  "expression </calculator>; its result comes back between <result> and </result>."},
+    {"role": "user", "content": "What is 3*4?"},
+    {"role": "assistant", "content": "<calculator>3*4</calculator>\n<result>\n12\n</result>\nThe answer is 12."},
+    {"role": "user", "content": "What is 25+17?"},
+    {"role": "assistant", "content": "<calculator>25+17</calculator>\n<result>\n42\n</result>\nThe answer is 42."},
+    {"role": "user", "content": "What is 12*7?"},
+]
+
+
+def test_multi_turn_on_embedded_engine(rlsdk_pm, served):
+    """End to end with the real small model (greedy), one worked example making it call the tool."""
     rlsdk_pm.register(generators_plugin)
-    args = RolloutConfig(tool_names=["calculator"], rollout_max_response_len=64, max_turns=2)
-    engine = embedded.EmbeddedEngine(args)
-
-    async def go():
-        async with engine:
-            bind_runtime(args, Runtime(rlsdk_pm, engine, small_tokenizer))
-            prompt = ("<|im_start|>user\nUse the calculator by writing <calculator>expression</calculator>. "
-                      "What is 12*7?<|im_end|>\n<|im_start|>assistant\n")
-            sample = Sample(group_index=0, index=0, prompt=prompt)
-            return await multi_turn(args, sample, sampling_params_for(args))
-
-    sample = asyncio.run(go())
+    engine = served.engine
+    args = RolloutConfig(tool_names=["calculator"], rollout_max_response_len=32, max_turns=2, rollout_temperature=0.0)
+    runtime = bind_runtime(args, Runtime(rlsdk_pm, engine, engine.tokenizer))
+    prompt = engine.tokenizer.apply_chat_template(CALCULATOR_CHAT, tokenize=False, add_generation_prompt=True)
+    try:
+        sample = served.run(multi_turn(args, Sample(group_index=0, index=0, prompt=prompt), sampling_params_for(args)))
+    finally:
+        runtime.loop.close()
+    state = sample.metadata["multi_turn"]
+    assert state["tool_calls"] >= 1 and state["tool_errors"] == [], sample.response
+    assert "\n<result>\n84\n</result>\n" in sample.response
     assert len(sample.loss_mask) == len(sample.rollout_log_probs) == sample.response_length > 0
+    assert len(sample.tokens) == len(engine.tokenizer(prompt, add_special_tokens=False)["input_ids"]) + sample.response_length
+    observed = [t for t, m in zip(sample.tokens[-sample.response_length:], sample.loss_mask) if not m]
+    assert engine.tokenizer.decode(observed) == "\n<result>\n84\n</result>\n" * state["tool_calls"]
     assert all(lp <= 0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if m)
+    assert any(lp < 0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if m)
     assert all(lp == 0.0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if not m)

@@ -13,7 +13,9 @@ import time
 import httpx
 import pytest
 
+import rlsdk_filter_hub.plugin
 from rlsdk import RolloutConfig, Sample, TaskGenerator, hookimpl
+from rlsdk.data import DataSource
 from rlsdk.rollout_buffer import BufferService, TrajectoryStore, make_buffer_server
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import ScriptedEngine
@@ -36,6 +38,14 @@ def start_service(data_dir, *options, env=None):
     line = proc.stdout.readline()
     assert line.startswith("rollout buffer on "), line + proc.stderr.read()
     return proc, line.split()[3]
+
+
+def data_source(pm, args, tokenizer):
+    """The data source as `rlsdk run --rollout rollout_buffer` builds it (the rollout does not read it:
+    agents read ``input_file`` themselves)."""
+    pm.register(rlsdk_filter_hub.plugin)
+    keep = pm.resolve("generate_rollout", "rollout_buffer").record.chat_messages
+    return DataSource(args, pm=pm, tokenizer=tokenizer, keep_messages=keep)
 
 
 def stop(proc):
@@ -172,12 +182,13 @@ def test_rollout_buffer_rollout_turns_trajectories_into_samples(rlsdk_pm, small_
     threading.Thread(target=server.serve_forever, daemon=True).start()
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"q": f"What is {i}+1?", "a": str(i + 1)}) + "\n" for i in range(4)))
-    args = RolloutConfig(rollout_batch_size=2, n_samples_per_prompt=2, prompt_data=str(rows),
+    args = RolloutConfig(rollout_batch_size=2, n_samples_per_prompt=2, prompt_data=str(rows), input_key="q",
                          rollout_buffer_url=service.url, rollout_task_type="echo", rollout_buffer_wait=30)
     bind_runtime(args, Runtime(rlsdk_pm, ScriptedEngine(small_tokenizer, []), small_tokenizer))
+    source = data_source(rlsdk_pm, args, small_tokenizer)
     try:
-        first = rollout_buffer(args, 0, None)
-        second = rollout_buffer(args, 1, None)
+        first = rollout_buffer(args, 0, source)
+        second = rollout_buffer(args, 1, source)
     finally:
         server.shutdown()
     assert [len(g) for g in first.samples] == [2, 2] and [len(g) for g in second.samples] == [2, 2]
@@ -202,14 +213,18 @@ def test_rollout_buffer_reports_a_failing_task(rlsdk_pm, small_tokenizer, tmp_pa
             yield TaskGenerator(name="broken", func=run_rollout)
 
     rlsdk_pm.register(Broken())
-    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path))
+    rlsdk_pm.register(generators_plugin)
+    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"))
     server = make_buffer_server(service, port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    args = RolloutConfig(prompt_data="missing.jsonl", rollout_buffer_url=service.url, rollout_task_type="broken",
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text(json.dumps({"input": [{"role": "user", "content": "Hi"}]}) + "\n")
+    args = RolloutConfig(prompt_data=str(chats), rollout_buffer_url=service.url, rollout_task_type="broken",
                          rollout_buffer_wait=10)
     bind_runtime(args, Runtime(rlsdk_pm, ScriptedEngine(small_tokenizer, []), small_tokenizer))
+    source = data_source(rlsdk_pm, args, small_tokenizer)  # chat messages, kept for the agents
     try:
-        with pytest.raises(RuntimeError, match="task_generator 'broken'.*raised FileNotFoundError: missing.jsonl"):
-            rollout_buffer(args, 0, None)
+        with pytest.raises(RuntimeError, match="task_generator 'broken'.*raised FileNotFoundError: .*chats.jsonl"):
+            rollout_buffer(args, 0, source)
     finally:
         server.shutdown()

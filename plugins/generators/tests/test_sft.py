@@ -1,33 +1,38 @@
-"""The ``sft`` rollout. ``ListSource`` stands in for rlsdk's data source (built on another branch)
-with the one call the rollout makes, ``get_samples(n)``; the masks come from the real tokenizer."""
+"""The ``sft`` rollout on rlsdk's data source; the masks come from the real tokenizer. The engine is
+``rlsdk.testing.ScriptedEngine`` with no turns: the sft rollout never generates."""
+
+import json
 
 import pytest
+import rlsdk_filter_hub.plugin
 
 from rlsdk import RolloutConfig, Sample
+from rlsdk.data import DataSource
+from rlsdk.errors import DataError
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import ScriptedEngine
 from rlsdk_generators import plugin as generators_plugin
 from rlsdk_generators.chat_mask import conversation_tokens
 
 
-class ListSource:
-    def __init__(self, groups):
-        self.groups = groups
+def sft_source(pm, tokenizer, path, rows, rollout="sft", **options):
+    """The data source as `rlsdk run --rollout sft` builds it: chat messages kept as they are."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pm.register(generators_plugin)
+    pm.register(rlsdk_filter_hub.plugin)
+    args = RolloutConfig(prompt_data=str(path), input_key="messages", n_samples_per_prompt=1, **options)
+    keep = pm.resolve("generate_rollout", rollout).record.chat_messages
+    bind_runtime(args, Runtime(pm, ScriptedEngine(tokenizer, []), tokenizer))
+    return args, DataSource(args, pm=pm, tokenizer=tokenizer, keep_messages=keep)
 
-    def get_samples(self, n):
-        taken, self.groups = self.groups[:n], self.groups[n:]
-        return taken
 
-
-def test_sft_rollout_fills_tokens_and_masks(rlsdk_pm, small_tokenizer):
-    rlsdk_pm.register(generators_plugin)
-    args = RolloutConfig(rollout_batch_size=2, n_samples_per_prompt=1)
-    bind_runtime(args, Runtime(rlsdk_pm, ScriptedEngine(small_tokenizer, []), small_tokenizer))
+def test_sft_rollout_fills_tokens_and_masks(rlsdk_pm, small_tokenizer, tmp_path):
     chats = [[{"role": "user", "content": f"Say {i}."}, {"role": "assistant", "content": f"{i}."},
               {"role": "user", "content": "Again."}, {"role": "assistant", "content": f"{i} again."}] for i in range(3)]
-    source = ListSource([[Sample(group_index=i, index=i, prompt=chat)] for i, chat in enumerate(chats)])
+    args, source = sft_source(rlsdk_pm, small_tokenizer, tmp_path / "chats.jsonl", [{"messages": c} for c in chats],
+                              rollout_batch_size=2)
     output = rlsdk_pm.resolve("generate_rollout", "sft").func(args, 0, source)
-    assert len(output.samples) == 2 and len(source.groups) == 1
+    assert len(output.samples) == 2 and source.metrics()["groups_served_fresh"] == 2
     sample = output.samples[1][0]
     ids, mask = conversation_tokens(small_tokenizer, chats[1])
     first = mask.index(1)
@@ -37,12 +42,18 @@ def test_sft_rollout_fills_tokens_and_masks(rlsdk_pm, small_tokenizer):
     assert output.metrics["rollout/sft/response_tokens"] == sum(s.response_length for g in output.samples for s in g)
 
 
-def test_sft_rollout_names_the_bad_sample(rlsdk_pm, small_tokenizer):
-    rlsdk_pm.register(generators_plugin)
-    args = RolloutConfig(rollout_batch_size=1)
-    bind_runtime(args, Runtime(rlsdk_pm, ScriptedEngine(small_tokenizer, []), small_tokenizer))
+def test_sft_rollout_names_the_bad_sample(rlsdk_pm, small_tokenizer, tmp_path):
+    rows = [{"messages": "plain text"}, {"messages": [{"role": "user", "content": "hi"}]}]
+    args, source = sft_source(rlsdk_pm, small_tokenizer, tmp_path / "bad.jsonl", rows, rollout_batch_size=1,
+                              rollout_shuffle=False)
     sft = rlsdk_pm.resolve("generate_rollout", "sft").func
-    with pytest.raises(ValueError, match="sample 0/3: the sft rollout needs chat messages"):
-        sft(args, 0, ListSource([[Sample(group_index=0, index=3, prompt="plain text")]]))
-    with pytest.raises(ValueError, match="sample 0/4: the conversation has no assistant message"):
-        sft(args, 0, ListSource([[Sample(group_index=0, index=4, prompt=[{"role": "user", "content": "hi"}])]]))
+    with pytest.raises(ValueError, match="sample 0/0: the sft rollout needs chat messages"):
+        sft(args, 0, source)
+    with pytest.raises(ValueError, match="sample 1/1: the conversation has no assistant message"):
+        sft(args, 1, source)
+
+
+def test_rollouts_that_generate_still_refuse_untemplated_messages(rlsdk_pm, small_tokenizer, tmp_path):
+    with pytest.raises(DataError, match="--apply-chat-template"):
+        sft_source(rlsdk_pm, small_tokenizer, tmp_path / "chat.jsonl",
+                   [{"messages": [{"role": "user", "content": "hi"}]}], rollout="sglang")

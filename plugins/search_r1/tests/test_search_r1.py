@@ -1,12 +1,18 @@
 """rl-plugin-search-r1: retriever, /retrieve server, reward, and the generator.
 
-The generator tests run against ``rlsdk.testing.ScriptedEngine``, a stand-in that plays back scripted
-turns in SGLang's response shape with SmolLM2's real tokenizer, until the end-to-end test on the
-embedded engine (``test_search_r1_on_embedded_engine``) can run.
+Most generator tests run against ``rlsdk.testing.ScriptedEngine``, a stand-in that plays back scripted
+turns in SGLang's response shape with SmolLM2's real tokenizer, to check alignment token by token;
+``test_search_r1_on_embedded_engine`` runs the real small model, and ``test_search_r1_through_rlsdk_run``
+the whole `rlsdk run` command.
 """
 
 import asyncio
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -21,7 +27,7 @@ from rl_plugin_search_r1.server import serve_in_thread
 from rlsdk import RolloutConfig, Sample, get_plugin_manager
 from rlsdk.generate import sampling_params_for
 from rlsdk.runtime import Runtime, bind_runtime
-from rlsdk.testing import ScriptedEngine, check_callable, check_reward
+from rlsdk.testing import ScriptedEngine, ServedEngine, check_callable, check_reward
 
 PROMPT = "<|im_start|>user\nWhat is the capital of Australia?<|im_end|>\n<|im_start|>assistant\n"
 
@@ -33,7 +39,7 @@ def questions():
 def test_bm25_finds_the_passage_for_every_shipped_question():
     index = load_index(str(CORPUS))
     for row in questions():
-        question = row["input"][0]["content"].rsplit("Question: ", 1)[1]
+        question = row["input"][-1]["content"]
         (top, _), = index.search(question, topk=1)
         assert any(answer.lower() in top["contents"].lower() for answer in row["label"]), question
 
@@ -74,6 +80,8 @@ def test_reward_exact_match_and_format_score(rlsdk_pm):
                sample("Canberra"), sample("<answer>x</answer> then <answer>au</answer>", {"target": ["Au"]})]
     assert check_reward(rlsdk_pm, "search_r1_em", args, samples) == [1.0, 0.2, 0.0, 1.0]
     assert check_reward(rlsdk_pm, "search_r1_em", RolloutConfig(), samples[1:2]) == [0.0]
+    with pytest.raises(ValueError, match="no golden answers: name the data.s answer key with --label-key"):
+        search_r1_em(args, sample("<answer>Canberra</answer>", None))
 
 
 def test_installed_plugin_registers_its_names():
@@ -130,25 +138,84 @@ def test_dead_retriever_becomes_an_error_observation(rlsdk_pm, small_tokenizer):
     assert sample.metadata["search_r1"]["errors"][0].startswith("tool 'search' failed: ConnectError")
 
 
-def test_search_r1_on_embedded_engine(rlsdk_pm, small_tokenizer):
-    """End to end with the real small model through the embedded engine (exists after the merge)."""
+@pytest.fixture(scope="module")
+def served():
+    """The real small model behind ``rlsdk serve`` on loopback, one per module."""
     embedded = pytest.importorskip("rlsdk_generators.embedded")
-    engine = embedded.EmbeddedEngine(RolloutConfig())
+    with ServedEngine(embedded.EmbeddedEngine(device="cpu", max_batch_size=8)) as served:
+        yield served
+
+
+def information_blocks(tokenizer, sample):
+    """The decoded runs of response tokens with loss mask 0."""
+    runs, run = [], []
+    for token, mask in zip(sample.tokens[len(sample.tokens) - sample.response_length:], sample.loss_mask):
+        if mask:
+            if run:
+                runs.append(tokenizer.decode(run))
+            run = []
+        else:
+            run.append(token)
+    return runs + ([tokenizer.decode(run)] if run else [])
+
+
+def test_search_r1_on_embedded_engine(rlsdk_pm, served):
+    """The real small model, greedy, on a shipped question: its worked examples make it search."""
     rlsdk_pm.register(search_r1_plugin)
-    args = RolloutConfig(rollout_max_response_len=96, extra={"max_turns": 2})
-
-    async def go():
-        async with engine:
-            bind_runtime(args, Runtime(rlsdk_pm, engine, small_tokenizer))
-            row = questions()[3]
-            prompt = small_tokenizer.apply_chat_template(row["input"], tokenize=False, add_generation_prompt=True)
-            sample = Sample(group_index=0, index=0, prompt=prompt, label=row["label"])
-            return await search_r1(args, sample, sampling_params_for(args))
-
-    sample = asyncio.run(go())
-    assert sample.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
+    engine = served.engine
+    args = RolloutConfig(rollout_max_response_len=96, rollout_temperature=0.0, extra={"max_turns": 2, "search_r1_topk": 1})
+    runtime = bind_runtime(args, Runtime(rlsdk_pm, engine, engine.tokenizer))
+    row = questions()[3]
+    prompt = engine.tokenizer.apply_chat_template(row["input"], tokenize=False, add_generation_prompt=True)
+    try:
+        sample = served.run(search_r1(args, Sample(group_index=0, index=0, prompt=prompt, label=row["label"]),
+                                      sampling_params_for(args)))
+    finally:
+        runtime.loop.close()
+    assert sample.metadata["search_r1"]["searches"] >= 1, sample.response
+    assert sample.response.startswith("<search>") and "Canberra is the capital" in sample.response
     assert len(sample.loss_mask) == len(sample.rollout_log_probs) == sample.response_length > 0
-    assert all(lp <= 0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if m)
+    blocks = information_blocks(engine.tokenizer, sample)
+    assert blocks and all(b.startswith("\n\n<information>Doc 1(Title: ") for b in blocks)
+    assert all(b.endswith("</information>\n\n") for b in blocks[:-1])  # only the last may be cut by the budget
+    model_logprobs = [lp for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if m]
+    assert all(lp <= 0 for lp in model_logprobs) and any(lp < 0 for lp in model_logprobs)
+    assert all(lp == 0.0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if not m)
+    assert sample.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
+
+
+def test_search_r1_through_rlsdk_run(tmp_path, small_tokenizer):
+    """The real `rlsdk` console script on the embedded engine, with the shipped questions; greedy so
+    that the model searches (it does on its worked examples)."""
+    rlsdk = shutil.which("rlsdk", path=str(Path(sys.executable).parent)) or shutil.which("rlsdk")
+    assert rlsdk, "the rlsdk console script is not installed"
+    command = [rlsdk, "run", "--custom-generate", "search_r1", "--rm", "search_r1_em", "--data", str(QUESTIONS),
+               "--label-key", "label", "--apply-chat-template", "--num-rollout", "1", "--rollout-batch-size", "2",
+               "--n-samples-per-prompt", "2", "--max-new-tokens", "96", "--temperature", "0",
+               "--set", "search_r1_topk=1", "--set", "max_turns=2", "--output", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rows) == 4
+    searched = 0
+    for row in rows:
+        sample = Sample.from_dict({k: v for k, v in row.items() if k != "rollout_id"})
+        assert len(sample.loss_mask) == len(sample.rollout_log_probs) == sample.response_length > 0
+        assert sample.tokens[:sample.prompt_length] == small_tokenizer(sample.prompt, add_special_tokens=False)["input_ids"]
+        blocks = information_blocks(small_tokenizer, sample)
+        assert len(blocks) == sample.metadata["search_r1"]["searches"]
+        assert all(b.startswith("\n\n<information>Doc 1(Title: ") for b in blocks)
+        trainable = [lp for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if m]
+        assert all(lp <= 0 for lp in trainable) and any(lp < 0 for lp in trainable)
+        assert all(lp == 0.0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if not m)
+        assert sample.label == questions()[sample.group_index]["label"]
+        assert sample.reward == search_r1_em(RolloutConfig(), sample)
+        searched += bool(blocks)
+    assert searched >= 1
+    metrics, = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert metrics["ledger/entered"] == 4 == (metrics["ledger/kept"] + metrics["ledger/dropped"]
+                                              + metrics["ledger/returned"] + metrics["ledger/failed"])
 
 
 def test_appears_in_rlsdk_plugins_list():

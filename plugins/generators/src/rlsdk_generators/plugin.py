@@ -51,8 +51,8 @@ def rlsdk_custom_generates():
 def rlsdk_generate_rollouts():
     yield GenerateRollout(name="sglang", func=rollout.generate_rollout,
                           description="Over-sampling rollout with dynamic filter, abort and partial rollouts")
-    yield GenerateRollout(name="sft", func=sft.sft)
-    yield GenerateRollout(name="rollout_buffer", func=rollout_buffer.rollout_buffer)
+    yield GenerateRollout(name="sft", func=sft.sft, chat_messages=True)
+    yield GenerateRollout(name="rollout_buffer", func=rollout_buffer.rollout_buffer, chat_messages=True)
 
 
 @hookimpl

@@ -28,6 +28,8 @@ def golden_answers(label: Any) -> list[str]:
 
 def search_r1_em(args: Any, sample: Sample, **kwargs: Any) -> float:
     """1.0 when the last <answer> exactly matches a golden answer, the format score when it does not, 0 without one."""
+    if sample.label is None:
+        raise ValueError("the sample has no golden answers: name the data's answer key with --label-key")
     answers = ANSWER.findall(sample.response)
     if not answers:
         return 0.0

@@ -187,8 +187,11 @@ class EmbeddedEngine(InferenceEngine):
         for flag in ("return_logprob", "return_text_in_logprobs", "stream"):
             if not isinstance(payload.get(flag, False), bool):
                 raise EngineRequestError(f"{flag} must be true or false, got {payload[flag]!r}")
-        if payload.get("top_logprobs_num") or payload.get("image_data") or payload.get("lora_path"):
-            raise EngineRequestError("top_logprobs_num, image_data and lora_path are not supported by the embedded engine")
+        if payload.get("image_data"):
+            raise EngineRequestError(f"the model {self.model_path.name} cannot take images (it has no image "
+                                     f"understanding): image_data is not supported; use a vision-language model")
+        if payload.get("top_logprobs_num") or payload.get("lora_path"):
+            raise EngineRequestError("top_logprobs_num and lora_path are not supported by the embedded engine")
         rid = payload.get("rid") or new_rid()
         if not isinstance(rid, str):
             raise EngineRequestError(f"rid must be a string, got {rid!r}")
