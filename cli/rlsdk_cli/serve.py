@@ -17,16 +17,13 @@ def serve(
     dtype: str = typer.Option("float32", "--dtype", help="float32 (exact log-probs) or bfloat16."),
     max_batch_size: int = typer.Option(64, "--max-batch-size", help="Requests decoded together."),
     cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Folder for the converted default model."),
-    threads: int | None = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
+    threads: int | None = typer.Option(None, "--threads", help="CPU threads for torch (default: all cores but one)."),
 ) -> None:
     """Serve the embedded engine with SGLang's protocol (/generate, /model_info, /abort_request, ...)."""
     from rlsdk_generators.embedded import EmbeddedEngine, ModelNotFoundError
 
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
-    engine = EmbeddedEngine(model, device=device, dtype=dtype, max_batch_size=max_batch_size, cache_dir=cache_dir)
+    engine = EmbeddedEngine(model, device=device, dtype=dtype, max_batch_size=max_batch_size, cache_dir=cache_dir,
+                            threads=threads)
     try:
         asyncio.run(_serve(engine, host, port))
     except ModelNotFoundError as exc:

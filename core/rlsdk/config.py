@@ -102,6 +102,8 @@ class RolloutConfig:
     """Weights dtype of the embedded engine; float32 keeps log-probs exact, ``bfloat16`` is faster on GPU."""
     engine_max_batch_size: int = 64
     """Rows the embedded engine decodes together; further requests wait."""
+    engine_threads: int | None = None
+    """CPU threads for the embedded engine's torch; default all cores but one."""
     model_cache_dir: str | None = None
     """Folder for the embedded engine's converted default model; default ``$RLSDK_CACHE_DIR/models`` or
     ``~/.cache/rlsdk/models``."""

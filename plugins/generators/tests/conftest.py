@@ -9,10 +9,7 @@ from rlsdk.testing import ServedEngine
 
 @pytest.fixture(scope="module")
 def served():
-    import torch
-
     from rlsdk_generators.embedded import EmbeddedEngine
 
-    torch.set_num_threads(2)
     with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=32)) as served:
         yield served

@@ -18,7 +18,8 @@ def embedded(args: Any) -> Any:
     from .embedded import EmbeddedEngine
 
     return EmbeddedEngine(args.model, device=args.engine_device, dtype=args.engine_dtype,
-                          max_batch_size=args.engine_max_batch_size, cache_dir=args.model_cache_dir)
+                          max_batch_size=args.engine_max_batch_size, cache_dir=args.model_cache_dir,
+                          threads=args.engine_threads)
 
 
 def sglang(args: Any) -> Any:

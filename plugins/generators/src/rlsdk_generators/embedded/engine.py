@@ -62,6 +62,12 @@ class EngineStats:
     max_batch: int = 0
 
 
+def default_cpu_threads() -> int:
+    """All cores but one: the event loop, the HTTP server and reward workers need one, and torch's
+    spinning OpenMP threads slow down many times over when they share cores with other work."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
 class EmbeddedEngine(InferenceEngine):
     """SmolLM2-135M-Instruct (default) or any local Hugging Face causal LM behind SGLang's protocol.
 
@@ -80,7 +86,7 @@ class EmbeddedEngine(InferenceEngine):
 
     def __init__(self, model: str | os.PathLike[str] | None = None, *, device: str = "auto",
                  dtype: str = "float32", max_batch_size: int = 64, max_prefill_tokens: int = 8192,
-                 cache_dir: str | os.PathLike[str] | None = None) -> None:
+                 cache_dir: str | os.PathLike[str] | None = None, threads: int | None = None) -> None:
         if dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
         if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
@@ -93,6 +99,7 @@ class EmbeddedEngine(InferenceEngine):
         self.max_batch_size = max_batch_size
         self.max_prefill_tokens = max_prefill_tokens
         self.cache_dir = cache_dir
+        self.threads = threads
         self.url: str | None = None
         self.weight_version = "default"
         self.stats = EngineStats()
@@ -127,6 +134,8 @@ class EmbeddedEngine(InferenceEngine):
         device = self.device_arg
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cpu":  # on the thread that runs every forward pass (OpenMP settings are per thread)
+            torch.set_num_threads(self.threads or default_cpu_threads())
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, self.dtype))
         self.model = model.to(device).eval()
