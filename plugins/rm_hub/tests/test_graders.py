@@ -177,3 +177,16 @@ def test_contract(hub_pm, name):
 def test_rm_type_per_sample_overrides(hub_pm, args):
     sample = score(hub_pm, args, "\\boxed{5}", "5", rm="dapo", metadata={"rm_type": "math"})
     assert sample.reward == 1.0
+
+
+@pytest.mark.parametrize("name", ["math", "slime_math", "deepscaler", "dapo", "f1"])
+def test_a_sample_without_label_is_invalid_not_zero(rlsdk_pm, name):
+    """A forgotten --label-key must not score every sample 0: the reward is invalid, naming the fix."""
+    from rlsdk import RolloutConfig
+    from rlsdk_rm_hub import plugin
+
+    rlsdk_pm.register(plugin)
+    sample = Sample(response="</think> The answer is \\boxed{4}. Answer: 4", label=None)
+    asyncio.run(score_group(RolloutConfig(rm_type=name, reward_key="score"), rlsdk_pm, [sample]))
+    assert sample.reward is None and sample.status is Sample.Status.FAILED
+    assert "--label-key" in sample.metadata[REWARD_ERROR]

@@ -7,6 +7,8 @@ import re
 import string
 from typing import Any
 
+from .labels import labels
+
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = set(string.punctuation)
 
@@ -34,5 +36,4 @@ def f1_score(prediction: str, truth: str) -> float:
 
 def f1(args: Any, sample: Any, **kwargs: Any) -> float:
     """SQuAD token F1 of the response against the label (the best of several labels)."""
-    labels = sample.label if isinstance(sample.label, list) else [sample.label]
-    return max(f1_score(sample.response, str(label)) for label in labels)
+    return max(f1_score(sample.response, label) for label in labels(sample.label))

@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 from .final_answer import answer_candidates
+from .labels import labels
 from .normalize import fast_verdict
 from .pool import WorkerError, get_pool
 
@@ -58,16 +59,12 @@ class VerdictCache:
 cache = VerdictCache()
 
 
-def _labels(label: Any) -> list[str]:
-    labels = label if isinstance(label, (list, tuple)) else [label]
-    return [str(x).strip() for x in labels if x is not None and str(x).strip()]
-
-
 def _plan(response: str, label: Any) -> tuple[bool, list[tuple[str, str]]]:
     """Decide what the fast path can; return (correct, pairs math-verify must still judge)."""
     pending = []
+    golds = labels(label)
     for answer in answer_candidates(response or ""):
-        for gold in _labels(label):
+        for gold in golds:
             verdict = fast_verdict(answer, gold)
             if verdict:
                 return True, []

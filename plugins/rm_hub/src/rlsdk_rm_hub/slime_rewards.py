@@ -11,15 +11,11 @@ from typing import Any
 
 from rlsdk.answers import last_boxed
 
+from .labels import labels
 from .normalize import math_normalize, minerva_normalize
 from .pool import get_pool
 
 SYMPY_EQUAL = "rlsdk_rm_hub.math_worker:sympy_equal"
-
-
-def _labels(label: Any) -> list[str]:
-    labels = label if isinstance(label, (list, tuple)) else [label]
-    return [str(x) for x in labels if x is not None]
 
 
 async def rules_equal(answer: str, label: str, args: Any) -> bool:
@@ -54,7 +50,7 @@ async def _score_answer(answer: str | None, label: Any, args: Any) -> float:
     """1.0 when ``answer`` equals any of the labels under MATH rules or sympy, else 0.0."""
     if answer is None:
         return 0.0
-    for gold in _labels(label):
+    for gold in labels(label):
         if await rules_equal(answer, gold, args):
             return 1.0
     return 0.0
@@ -81,7 +77,7 @@ def dapo(args: Any, sample: Any, **kwargs: Any) -> dict[str, Any]:
     ``args.dapo_strict_box`` reads the last \\boxed{} instead of ``Answer:``."""
     pred = dapo_prediction(sample.response or "", bool(getattr(args, "dapo_strict_box", False)))
     normalized = minerva_normalize(pred) if pred is not None else "[INVALID]"
-    acc = any(normalized == minerva_normalize(gold) for gold in _labels(sample.label)) and pred is not None
+    acc = any(normalized == minerva_normalize(gold) for gold in labels(sample.label)) and pred is not None
     return {"score": 1.0 if acc else -1.0, "acc": acc, "pred": normalized}
 
 
