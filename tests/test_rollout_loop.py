@@ -35,6 +35,13 @@ class LoopPlugins:
     def rlsdk_rewards(self):
         yield Reward(name="exact", func=exact)
 
+        def crashes_on_odd(args, sample, **kwargs):
+            if int(sample.prompt.split()[0]) % 2:
+                raise ValueError("grader crashed")
+            return exact(args, sample)
+
+        yield Reward(name="crashes_on_odd", func=crashes_on_odd)
+
     @hookimpl
     def rlsdk_dynamic_filters(self):
         def even_only(args, samples, **kwargs):
@@ -203,6 +210,21 @@ def test_plugin_failures_are_recorded_and_accounted(make_run, generator, message
     assert m["ledger/entered"] == m["ledger/kept"] + m["ledger/failed"] + m["ledger/returned"] + m["ledger/dropped"]
     failed = [s for g in out.discarded for s in g if "generate_error" in s.metadata]
     assert failed and all(s.status is Sample.Status.FAILED for s in failed)
+
+
+@pytest.mark.parametrize("policy", ["drop_group", "score"])
+def test_invalid_rewards_are_counted_and_follow_the_policy(make_run, policy):
+    args, source, runtime, _ = make_run(n_prompts=4, rm_type="crashes_on_odd", on_invalid_reward=policy,
+                                        invalid_reward_value=-1.0, rollout_batch_size=2, over_sampling_batch_size=4)
+    out = step(args, source, runtime)
+    m = out.metrics
+    if policy == "drop_group":  # both odd groups dropped
+        assert m["rollout/invalid_rewards"] == 4 and m["rollout/dynamic_filter/drop_invalid_reward"] == 4
+        assert prompts_of(out.samples) == ["0 fast|", "2 fast|"]
+    else:  # group 1 kept with the configured value; group 3 is surplus, back in the buffer
+        assert m["rollout/invalid_rewards"] == 2 and source.get_buffer_length() == 2
+        assert [s.reward for s in out.samples[1]] == [-1.0, -1.0]
+        assert "grader crashed" in out.samples[1][0].metadata["reward_error"]
 
 
 def test_deterministic_mode_seeds_each_sample(make_run):

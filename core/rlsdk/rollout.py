@@ -16,7 +16,7 @@ from .errors import PluginCallError
 from .generate import sampling_params_for
 from .ledger import Group, StepLedger
 from .plugin_calls import FINISHED, StepPlugins, call_plugin, generate_group
-from .rewarding import apply_invalid_policy, score_group
+from .rewarding import apply_invalid_policy, count_invalid, score_group
 from .runtime import Runtime, get_runtime
 from .types import DynamicFilterOutput, RolloutFnTrainOutput, Sample
 
@@ -109,6 +109,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
     ledger.check()
     metrics = step_metrics(args, batch, ledger, started)
     metrics["rollout/aborted"] = aborted
+    metrics["rollout/invalid_rewards"] = count_invalid([s for g in (*batch, *ledger.discarded) for s in g])
     return RolloutFnTrainOutput(samples=batch, metrics=metrics, discarded=ledger.discarded)
 
 
