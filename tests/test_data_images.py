@@ -5,7 +5,6 @@ is in plugins/generators/tests/test_multimodal.py."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest

@@ -52,7 +52,7 @@ class RlsdkPluginManager(pluggy.PluginManager):
             self.check_pending()
         except pluggy.PluginValidationError as exc:
             self.unregister(name=registered)
-            raise PluginError(f"plugin {registered!r}: {exc} (known hooks: {', '.join(map(hook_name, KINDS))})")
+            raise PluginError(f"plugin {registered!r}: {exc} (known hooks: {', '.join(map(hook_name, KINDS))})") from None
         module = getattr(plugin, "__name__", None) or type(plugin).__module__
         self._infos[registered] = info or PluginInfo(plugin=registered, module=module)
         self._tables = None

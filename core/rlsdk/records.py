@@ -221,7 +221,6 @@ class Resolved:
     info: PluginInfo
     is_async: bool = False
     accepts_evaluation: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
