@@ -5,12 +5,14 @@ The model is a 0.5B-class configuration (default: the shared bench model, a 0.48
 SmolLM2's tokenizer) with random weights, so nothing is downloaded and sampled outputs run to their
 length limit. Every path gets the same prompts (``--requests`` prompts of ``--prompt-len`` tokens)
 and the same sampling parameters (those ``rlsdk run`` derives from its options, log-probs included),
-at the same batch (``--batch`` rows decoded together).
+at the same batch (``--batch`` rows decoded together). The in-process figures are the best of
+``--repeat`` passes after a full warm-up pass (the first pass over new sequence lengths runs at a
+third of the speed on a fresh process: kernel choices and cache blocks for every length).
 
 - ``engine``: ``EmbeddedEngine.generate`` called directly, all requests at once (the baseline);
 - ``http``: the same engine behind ``rlsdk.serve`` on loopback, reached by ``SGLangClient``;
 - ``rlsdk_run``: ``rlsdk run --engine embedded`` in a fresh process over a JSONL of the prompts' text,
-  ``--num-rollout`` steps of ``--requests`` samples; its figure is the best step's
+  ``--steps`` steps of ``--requests`` samples; its figure is the best step's
   ``rollout/tokens_per_s`` (step tokens over step seconds: generation, rewards and bookkeeping; the
   first step also warms the engine up).
 
@@ -72,7 +74,7 @@ async def engine_and_http(folder: Path, prompts: list[list[int]], opts: argparse
     engine = EmbeddedEngine(folder, device=opts.device, dtype=opts.dtype, max_batch_size=opts.batch)
     await engine.start()
     try:
-        await timed_requests(engine.generate, payloads(prompts, {**params, "max_new_tokens": 8}))  # warm-up
+        await timed_requests(engine.generate, requests)  # warm-up: kernels and cache blocks of every length
         results: dict[str, Any] = {"sampling_params": params}
         for _ in range(opts.repeat):
             engine_run = await timed_requests(engine.generate, requests)
@@ -134,8 +136,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256, help="Rows the engine decodes together.")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--rm", default="math", help="The reward of the rlsdk run path.")
-    parser.add_argument("--steps", type=int, default=2, help="rlsdk run steps (the best one counts).")
-    parser.add_argument("--repeat", type=int, default=1, help="Timed passes per in-process path (best counts).")
+    parser.add_argument("--steps", type=int, default=3, help="rlsdk run steps (the best one counts).")
+    parser.add_argument("--repeat", type=int, default=2, help="Timed passes per in-process path (best counts).")
     parser.add_argument("--tiny", action="store_true", help="Shrink the model (for checking on a CPU).")
     parser.add_argument("--skip-run", action="store_true", help="Leave out the rlsdk run path.")
     opts = parser.parse_args()

@@ -5,7 +5,7 @@ Both get ``--batch`` prompts of ``--prompt-len`` tokens at once and sample ``--n
 (temperature 1, no top-k/top-p, end-of-sequence ignored so every row runs to the limit), in bf16 with
 random weights from the bench model's config. ``generate`` is the baseline; the engine also returns
 each token's log-probability, as RL needs. Each figure is the best of ``--repeat`` timed passes after a
-short warm-up. The last line is one JSON object; ``ratio`` = the engine's tokens/s over ``generate``'s.
+full warm-up pass. The last line is one JSON object; ``ratio`` = the engine's tokens/s over ``generate``'s.
 
     python benchmarks/gpu/embedded_vs_generate.py --model-config .gpu/bench-model [--batch 256]
 """
@@ -42,7 +42,7 @@ def time_generate(folder: Path, prompts: list[list[int]], opts: argparse.Namespa
             torch.cuda.synchronize()
         return (out.shape[1] - ids.shape[1]) * ids.shape[0], time.perf_counter() - started
 
-    once(8)  # warm-up
+    once(opts.new_tokens)  # warm-up: kernels and cache blocks of every length
     runs = [once(opts.new_tokens) for _ in range(opts.repeat)]
     del model
     if opts.device.startswith("cuda"):
@@ -66,7 +66,7 @@ async def time_engine(folder: Path, prompts: list[list[int]], opts: argparse.Nam
         return sum(r["meta_info"]["completion_tokens"] for r in responses), time.perf_counter() - started
 
     try:
-        await once(8)  # warm-up
+        await once(opts.new_tokens)  # warm-up: kernels and cache blocks of every length
         runs = [await once(opts.new_tokens) for _ in range(opts.repeat)]
         return {**figure(runs), "engine_stats": vars(engine.stats)}
     finally:
