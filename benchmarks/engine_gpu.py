@@ -4,7 +4,9 @@
 The model is a 0.5B-class configuration (default: the shared bench model, a 0.48B Llama with
 SmolLM2's tokenizer) with random weights, so nothing is downloaded and sampled outputs run to their
 length limit. Every path gets the same prompts (``--requests`` prompts of ``--prompt-len`` tokens)
-and the same sampling parameters (those ``rlsdk run`` derives from its options, log-probs included),
+and the same sampling parameters (those ``rlsdk run`` derives from its options, log-probs included,
+plus ``ignore_eos``, which the run gets from ``--custom-generate workload:to_length``: a row that
+stopped early would change the batch's shape mid-pass and the figures with it),
 at the same batch (``--batch`` rows decoded together). The in-process figures are the best of
 ``--repeat`` passes after a full warm-up pass (the first pass over new sequence lengths runs at a
 third of the speed on a fresh process: kernel choices and cache blocks for every length).
@@ -69,7 +71,7 @@ async def engine_and_http(folder: Path, prompts: list[list[int]], opts: argparse
     from rlsdk.serve import start_server
     from rlsdk_generators.embedded import EmbeddedEngine
 
-    params = sampling_params_for(RolloutConfig.from_dict(run_settings(opts)))
+    params = {**sampling_params_for(RolloutConfig.from_dict(run_settings(opts))), "ignore_eos": True}
     requests = payloads(prompts, params)
     engine = EmbeddedEngine(folder, device=opts.device, dtype=opts.dtype, max_batch_size=opts.batch)
     await engine.start()
@@ -94,7 +96,10 @@ async def engine_and_http(folder: Path, prompts: list[list[int]], opts: argparse
 
 
 def best(current: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
-    return new if current is None or new["tokens_per_s"] > current["tokens_per_s"] else current
+    """The faster pass, with every pass's tokens/s in ``all_tokens_per_s``."""
+    runs = [*(current or {}).get("all_tokens_per_s", []), new["tokens_per_s"]]
+    chosen = new if current is None or new["tokens_per_s"] > current["tokens_per_s"] else current
+    return {**chosen, "all_tokens_per_s": runs}
 
 
 def through_rlsdk_run(folder: Path, prompts: list[list[int]], work: Path, opts: argparse.Namespace) -> dict[str, Any]:
@@ -106,14 +111,17 @@ def through_rlsdk_run(folder: Path, prompts: list[list[int]], work: Path, opts: 
     settings = run_settings(opts)
     cmd = [sys.executable, "-m", "rlsdk_cli.app", "run", "--engine", "embedded", "--model", str(folder),
            "--data", str(dataset), "--label-key", "label", "--no-chat-template", "--rm", opts.rm,
-           "--num-rollout", str(opts.steps), "--rollout-batch-size", str(settings["rollout_batch_size"]),
+           "--custom-generate", "workload:to_length", "--num-rollout", str(opts.steps),
+           "--rollout-batch-size", str(settings["rollout_batch_size"]),
            "--n-samples-per-prompt", "1", "--max-new-tokens", str(opts.new_tokens),
            "--temperature", str(opts.temperature), "--top-p", "1.0", "--top-k", "-1",
            "--sglang-server-concurrency", str(settings["sglang_server_concurrency"]), "--output", str(out),
            "--set", f"engine_device={opts.device}", "--set", f"engine_dtype={opts.dtype}",
            "--set", f"engine_max_batch_size={opts.batch}"]
+    here = str(Path(__file__).resolve().parent / "gpu")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
     started = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"rlsdk run failed ({proc.returncode}):\n{proc.stderr[-4000:]}")

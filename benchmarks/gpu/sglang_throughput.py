@@ -7,7 +7,7 @@ temperature 1. The straight client posts the ``/generate`` bodies itself over on
 once without log-probs and once with ``return_logprob`` (the baseline, since RL needs log-probs).
 ``rlsdk run --engine URL`` gets the same prompts as a JSONL of their text, one sample per prompt,
 ``--sglang-server-concurrency`` = ``--in-flight``, the ``math`` reward (by default) and a generator that
-forwards to rlsdk's single-turn generate with ``ignore_eos`` added (:func:`to_length`); its figure is
+forwards to rlsdk's single-turn generate with ``ignore_eos`` added (``workload.to_length``); its figure is
 the step's ``rollout/tokens_per_s`` (tokens over the whole step: generation, rewards, bookkeeping).
 The prefix cache is flushed before each timed pass. Each figure is the best of ``--repeat`` passes.
 
@@ -33,13 +33,6 @@ from typing import Any
 from workload import machine, make_prompts, write_dataset
 
 HERE = Path(__file__).resolve().parent
-
-
-async def to_length(args: Any, sample: Any, sampling_params: dict[str, Any]) -> Any:
-    """rlsdk's single-turn generate with ``ignore_eos``: every response runs to ``max_new_tokens``."""
-    from rlsdk.generate import generate
-
-    return await generate(args, sample, {**sampling_params, "ignore_eos": True})
 
 
 async def straight(url: str, prompts: list[list[int]], opts: argparse.Namespace, logprob: bool) -> dict[str, Any]:
@@ -68,7 +61,7 @@ def through_rlsdk(url: str, dataset: Path, work: Path, opts: argparse.Namespace)
     out = work / "run"
     cmd = [sys.executable, "-m", "rlsdk_cli.app", "run", "--engine", url, "--hf-checkpoint", str(opts.model_config),
            "--data", str(dataset), "--label-key", "label", "--no-chat-template", "--rm", opts.rm,
-           "--custom-generate", "sglang_throughput:to_length", "--num-rollout", "1",
+           "--custom-generate", "workload:to_length", "--num-rollout", "1",
            "--rollout-batch-size", str(opts.requests), "--n-samples-per-prompt", "1",
            "--max-new-tokens", str(opts.new_tokens), "--temperature", str(opts.temperature),
            "--sglang-server-concurrency", str(opts.in_flight), "--output", str(out)]

@@ -79,6 +79,14 @@ def write_dataset(tokenizer: Any, prompts: list[list[int]], path: str | Path, la
     return path
 
 
+async def to_length(args: Any, sample: Any, sampling_params: dict[str, Any]) -> Any:
+    """A custom generate for ``rlsdk run --custom-generate workload:to_length``: rlsdk's single-turn
+    generate with ``ignore_eos``, so every response runs to ``max_new_tokens`` as in the baselines."""
+    from rlsdk.generate import generate
+
+    return await generate(args, sample, {**sampling_params, "ignore_eos": True})
+
+
 def machine() -> dict[str, Any]:
     """The card, its driver and the software versions the figures were taken with."""
     import torch
