@@ -27,4 +27,5 @@ cp -r "$model" "$out/bench-model" && chmod -R u+w "$out/bench-model"
 mkdir -p "$out/benchmarks"
 cp -r "$root/benchmarks/engine_gpu.py" "$root/benchmarks/gpu" "$out/benchmarks/"
 rm -rf "$out/benchmarks/gpu/__pycache__"
+rm -rf "$root/build" "$root"/plugins/*/build  # setuptools leftovers of the wheel builds
 du -sh "$out/rlsdk-wheels" "$out/bench-model" "$out/benchmarks"
