@@ -90,7 +90,7 @@ class InferenceEngine(abc.ABC):
 
 
 def __getattr__(name: str) -> Any:
-    if name == "SGLangClient":  # httpx loads only when the client is used
+    if name == "SGLangClient":  # aiohttp loads only when the client is used
         from .sglang_client import SGLangClient
 
         return SGLangClient

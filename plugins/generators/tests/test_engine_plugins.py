@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 
@@ -134,6 +135,37 @@ def test_a_server_that_comes_up_late_is_reached_by_retrying():
             await runner.cleanup()
 
     assert asyncio.run(scenario()) == "late"
+
+
+def test_long_stream_chunks_are_read_whole():
+    """Cumulative stream chunks with log-probs reach hundreds of KiB after a few thousand tokens. A
+    stand-in server sends such chunks (the real engine would take minutes on a CPU to generate them),
+    split across writes as a network would."""
+    chunks = [{"text": "x" * 100_000, "meta_info": {"finish_reason": None}},
+              {"text": "y" * 150_000, "meta_info": {"finish_reason": {"type": "length", "length": 2}}}]
+
+    async def stream(request):
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode() + b"data: [DONE]\n\n"
+        for start in range(0, len(body), 30_000):
+            await response.write(body[start:start + 30_000])
+        return response
+
+    async def scenario():
+        app = web.Application()
+        app.add_routes([web.post("/generate", stream)])
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        client = SGLangClient(f"http://127.0.0.1:{runner.addresses[0][1]}")
+        try:
+            return [c async for c in client.generate_stream({"input_ids": [1]})]
+        finally:
+            await client.close()
+            await runner.cleanup()
+
+    assert asyncio.run(scenario()) == chunks
 
 
 @pytest.mark.slow

@@ -1,0 +1,185 @@
+"""Tokens/s of the embedded engine on a GPU: alone, through the SGLang client over HTTP, and through
+``rlsdk run`` (not run in CI: it needs a CUDA card).
+
+The model is a 0.5B-class configuration (default: the shared bench model, a 0.48B Llama with
+SmolLM2's tokenizer) with random weights, so nothing is downloaded and sampled outputs run to their
+length limit. Every path gets the same prompts (``--requests`` prompts of ``--prompt-len`` tokens)
+and the same sampling parameters (those ``rlsdk run`` derives from its options, log-probs included,
+plus ``ignore_eos``, which the run gets from ``--custom-generate workload:to_length``: a row that
+stopped early would change the batch's shape mid-pass and the figures with it),
+at the same batch (``--batch`` rows decoded together). The in-process figures are the best of
+``--repeat`` passes after a full warm-up pass (the first pass over new sequence lengths runs at a
+third of the speed on a fresh process: kernel choices and cache blocks for every length).
+
+- ``engine``: ``EmbeddedEngine.generate`` called directly, all requests at once (the baseline);
+- ``http``: the same engine behind ``rlsdk.serve`` on loopback, reached by ``SGLangClient``;
+- ``rlsdk_run``: ``rlsdk run --engine embedded`` in a fresh process over a JSONL of the prompts' text,
+  ``--steps`` steps of ``--requests`` samples; its figure is the best step's
+  ``rollout/tokens_per_s`` (step tokens over step seconds: generation, rewards and bookkeeping; the
+  first step also warms the engine up).
+
+The last line printed is one JSON object: inputs, the three figures, the machine and card, and
+``ratio`` = rlsdk run's tokens/s over the engine's alone (>1 better; target at least 0.95).
+
+    python benchmarks/engine_gpu.py --model-config PATH/bench-model [--requests 256 --batch 256]
+    python benchmarks/engine_gpu.py --device cpu --dtype float32 --tiny   # a quick check without a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
+from workload import TINY, machine, make_prompts, random_checkpoint, write_dataset  # noqa: E402
+
+
+def run_settings(opts: argparse.Namespace) -> dict[str, Any]:
+    """The options ``rlsdk run`` gets; the engine and HTTP paths use the sampling parameters they imply."""
+    return {"rollout_batch_size": opts.requests, "n_samples_per_prompt": 1,
+            "rollout_max_response_len": opts.new_tokens, "rollout_temperature": opts.temperature,
+            "rollout_top_p": 1.0, "rollout_top_k": -1, "sglang_server_concurrency": max(512, opts.requests)}
+
+
+def payloads(prompts: list[list[int]], sampling_params: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"input_ids": ids, "sampling_params": dict(sampling_params), "return_logprob": True} for ids in prompts]
+
+
+async def timed_requests(send: Any, requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """Send every request at once through ``send``; tokens generated over wall seconds."""
+    started = time.perf_counter()
+    responses = await asyncio.gather(*(send(r) for r in requests))
+    seconds = time.perf_counter() - started
+    tokens = sum(r["meta_info"]["completion_tokens"] for r in responses)
+    assert all(len(r["meta_info"]["output_token_logprobs"]) == r["meta_info"]["completion_tokens"] for r in responses)
+    return {"tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1)}
+
+
+async def engine_and_http(folder: Path, prompts: list[list[int]], opts: argparse.Namespace) -> dict[str, Any]:
+    """The engine alone, then behind ``rlsdk.serve`` through ``SGLangClient``; one engine, warmed up first."""
+    from rlsdk import RolloutConfig
+    from rlsdk.engine import SGLangClient
+    from rlsdk.generate import sampling_params_for
+    from rlsdk.serve import start_server
+    from rlsdk_generators.embedded import EmbeddedEngine
+
+    params = {**sampling_params_for(RolloutConfig.from_dict(run_settings(opts))), "ignore_eos": True}
+    requests = payloads(prompts, params)
+    engine = EmbeddedEngine(folder, device=opts.device, dtype=opts.dtype, max_batch_size=opts.batch)
+    await engine.start()
+    try:
+        await timed_requests(engine.generate, requests)  # warm-up: kernels and cache blocks of every length
+        results: dict[str, Any] = {"sampling_params": params}
+        for _ in range(opts.repeat):
+            engine_run = await timed_requests(engine.generate, requests)
+            results["engine"] = best(results.get("engine"), engine_run)
+        server = await start_server(engine, "127.0.0.1", 0)
+        client = SGLangClient(server.url, concurrency=max(512, opts.requests))
+        try:
+            for _ in range(opts.repeat):
+                results["http"] = best(results.get("http"), await timed_requests(client.generate, requests))
+        finally:
+            await client.close()
+            await server.close()
+        results["engine_stats"] = vars(engine.stats)
+        return results
+    finally:
+        await engine.close()
+
+
+def best(current: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """The faster pass, with every pass's tokens/s in ``all_tokens_per_s``."""
+    runs = [*(current or {}).get("all_tokens_per_s", []), new["tokens_per_s"]]
+    chosen = new if current is None or new["tokens_per_s"] > current["tokens_per_s"] else current
+    return {**chosen, "all_tokens_per_s": runs}
+
+
+def through_rlsdk_run(folder: Path, prompts: list[list[int]], work: Path, opts: argparse.Namespace) -> dict[str, Any]:
+    """``rlsdk run`` in a fresh process over the prompts' text; the best step's tokens/s."""
+    from transformers import AutoTokenizer
+
+    dataset = write_dataset(AutoTokenizer.from_pretrained(folder), prompts, work / "prompts.jsonl")
+    out = work / "run"
+    settings = run_settings(opts)
+    cmd = [sys.executable, "-m", "rlsdk_cli.app", "run", "--engine", "embedded", "--model", str(folder),
+           "--data", str(dataset), "--label-key", "label", "--no-chat-template", "--rm", opts.rm,
+           "--custom-generate", "workload:to_length", "--num-rollout", str(opts.steps),
+           "--rollout-batch-size", str(settings["rollout_batch_size"]),
+           "--n-samples-per-prompt", "1", "--max-new-tokens", str(opts.new_tokens),
+           "--temperature", str(opts.temperature), "--top-p", "1.0", "--top-k", "-1",
+           "--sglang-server-concurrency", str(settings["sglang_server_concurrency"]), "--output", str(out),
+           "--set", f"engine_device={opts.device}", "--set", f"engine_dtype={opts.dtype}",
+           "--set", f"engine_max_batch_size={opts.batch}"]
+    here = str(Path(__file__).resolve().parent / "gpu")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"rlsdk run failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    figures = [{"tokens": s["rollout/tokens"], "seconds": round(s["rollout/seconds"], 3),
+                "tokens_per_s": round(s["rollout/tokens_per_s"], 1)} for s in steps]
+    chosen = max(figures, key=lambda f: f["tokens_per_s"])
+    return {**chosen, "steps": figures, "process_seconds": round(wall, 1), "command": " ".join(cmd[1:])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-config", default=os.environ.get("BENCH_MODEL", ".gpu/bench-model"),
+                        help="Folder with config.json and the tokenizer (weights are made up).")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--requests", type=int, default=256)
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=256, help="Rows the engine decodes together.")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--rm", default="math", help="The reward of the rlsdk run path.")
+    parser.add_argument("--steps", type=int, default=3, help="rlsdk run steps (the best one counts).")
+    parser.add_argument("--repeat", type=int, default=2, help="Timed passes per in-process path (best counts).")
+    parser.add_argument("--tiny", action="store_true", help="Shrink the model (for checking on a CPU).")
+    parser.add_argument("--skip-run", action="store_true", help="Leave out the rlsdk run path.")
+    opts = parser.parse_args()
+
+    from transformers import AutoTokenizer
+
+    with tempfile.TemporaryDirectory(prefix="engine-gpu-") as tmp:
+        work = Path(tmp)
+        folder = random_checkpoint(opts.model_config, work / "model", dtype=opts.dtype, device=opts.device,
+                                   overrides=TINY if opts.tiny else None)
+        prompts = make_prompts(AutoTokenizer.from_pretrained(folder), opts.requests, opts.prompt_len)
+        results = asyncio.run(engine_and_http(folder, prompts, opts))
+        if opts.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()
+        run = None if opts.skip_run else through_rlsdk_run(folder, prompts, work, opts)
+    baseline = results["engine"]["tokens_per_s"]
+    report = {
+        "benchmark": "engine_gpu",
+        "inputs": {"model_config": str(opts.model_config), "tiny": opts.tiny, "weights": "random",
+                   "device": opts.device, "dtype": opts.dtype, "requests": opts.requests,
+                   "prompt_len": opts.prompt_len, "new_tokens": opts.new_tokens, "batch": opts.batch,
+                   "reward": opts.rm, "sampling_params": results["sampling_params"]},
+        "engine": results["engine"],
+        "http": results["http"],
+        "rlsdk_run": run,
+        "engine_stats": results["engine_stats"],
+        "machine": machine(),
+        "ratio_http": round(results["http"]["tokens_per_s"] / baseline, 3),
+        "ratio": None if run is None else round(run["tokens_per_s"] / baseline, 3),
+    }
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

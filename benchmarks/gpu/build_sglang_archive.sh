@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Fetch SGLang 0.5.17's wheels for the GPU machine and cut them into pieces that fit one device call
+# each. Runs on a CPU machine with PyPI access; not part of CI.
+#
+#   benchmarks/gpu/build_sglang_archive.sh [WHEEL_LIST] [OUT_DIR] [PIECE_SIZE]
+#
+# WHEEL_LIST: wheel file names, one a line (default: the shared sglang-0.5.17-wheels.txt, the 109 wheels
+# SGLang needs on top of the GPU image's packages). OUT_DIR (default .gpu, ignored by git) receives
+# wheels/ and sglang-wheels.tar split into PIECE_SIZE pieces (default 62M: a call carries at most
+# 64 MiB, the checkout included) named sglang-wheels.tar.part-NN. The wheels are already compressed;
+# an uncompressed tar costs no CPU here and unpacks in seconds there (benchmarks/gpu/device.sh).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+list=${1:-}
+if [ -z "$list" ]; then
+  for candidate in "$root/shared/gpu/sglang-0.5.17-wheels.txt" "$root/../shared/gpu/sglang-0.5.17-wheels.txt"; do
+    [ -f "$candidate" ] && list=$candidate && break
+  done
+fi
+[ -f "$list" ] || { echo "no wheel list: pass the path of sglang-0.5.17-wheels.txt" >&2; exit 2; }
+out=${2:-$root/.gpu}
+piece=${3:-62M}
+mkdir -p "$out/wheels"
+platforms=()
+for n in 39 38 37 36 35 34 33 32 31 30 29 28 27 26 25 24 17; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
+platforms+=(--platform manylinux2014_x86_64 --platform linux_x86_64 --platform any)
+# name==version from each file name (its first two dash-separated fields)
+mapfile -t specs < <(sed -E 's/^([^-]+)-([^-]+)-.*/\1==\2/' "$list")
+PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --abi cp312 --abi abi3 --abi none "${platforms[@]}" -d "$out/wheels" "${specs[@]}"
+missing=$(comm -23 <(sort "$list") <(ls "$out/wheels" | sort))
+[ -z "$missing" ] || { echo "not downloaded: $missing" >&2; exit 1; }
+rm -f "$out"/sglang-wheels.tar.part-*
+(cd "$out/wheels" && tar cf - $(cat "$list")) | split -b "$piece" -d -a 2 - "$out/sglang-wheels.tar.part-"
+ls -l "$out"/sglang-wheels.tar.part-*

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The GPU machine's side of the benchmarks (not part of CI). Run from the repository root there, with
+# the carry folder (default .gpu/, filled by prepare.sh and build_sglang_archive.sh) beside it:
+#
+#   bash benchmarks/gpu/device.sh piece      # copy the carried SGLang piece(s) to /tmp/chunks (one call each)
+#   bash benchmarks/gpu/device.sh setup      # reassemble SGLang into /tmp/site; rlsdk into /tmp/rl
+#   bash benchmarks/gpu/device.sh embedded   # engine_gpu.py and embedded_vs_generate.py
+#   bash benchmarks/gpu/device.sh server     # start SGLang 0.5.17 on the bench model, random weights
+#   bash benchmarks/gpu/device.sh sglang     # wait for it; sglang_checks.py and sglang_throughput.py
+#
+# Several phases may be given in one call. Results (one JSON file per script, its log) go to $OUT
+# (default /tmp/gpu-results). GPU_DIR overrides the carry folder.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+here=$(cd "$(dirname "$0")" && pwd)
+gpu=$(cd "${GPU_DIR:-.gpu}" && pwd)
+out=${OUT:-/tmp/gpu-results}
+chunks=/tmp/chunks site=/tmp/site rl=/tmp/rl port=${SGLANG_PORT:-30000}
+url=http://127.0.0.1:$port
+mkdir -p "$out"
+
+sglang_env() { PYTHONPATH=$site:$site/nvidia_cutlass_dsl/dsl_packages "$@"; }
+rlsdk_env() { PYTHONPATH=$rl:$here "$@"; }
+
+bench() {  # bench NAME SCRIPT ARGS...: the log to $OUT/NAME.log, the last line (the JSON) to $OUT/NAME.json
+  local name=$1; shift
+  echo "== $name"
+  rlsdk_env python3 "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  tail -n 1 "$out/$name.log" >"$out/$name.json"
+  echo "$name exited $rc: $(head -c 600 "$out/$name.json")"
+}
+
+piece() {
+  mkdir -p "$chunks"
+  cp "$gpu"/sglang-wheels.tar.part-* "$chunks"/ && ls "$chunks" | tr '\n' ' ' && echo
+}
+
+setup() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$rl" "$gpu"/rlsdk-wheels/*.whl || return 1
+  rm -rf /tmp/sglang-wheels "$site" && mkdir -p /tmp/sglang-wheels "$site"
+  cat "$chunks"/sglang-wheels.tar.part-* | tar xf - -C /tmp/sglang-wheels || return 1
+  echo "wheels: $(ls /tmp/sglang-wheels | wc -l)"
+  # A wheel is a zip laid out as site-packages (none of these has .data/purelib or platlib): unzip them
+  # all in parallel, as pip install --target would place them.
+  python3 "$here/unpack_wheels.py" /tmp/sglang-wheels "$site" || return 1
+  sglang_env python3 -c "import sglang, sgl_kernel, flashinfer, transformers; print('sglang', sglang.__version__, 'transformers', transformers.__version__)"
+}
+
+embedded() {
+  bench engine_gpu "$here/../engine_gpu.py" --model-config "$gpu/bench-model" --repeat 2
+  bench embedded_vs_generate "$here/embedded_vs_generate.py" --model-config "$gpu/bench-model" --repeat 2
+}
+
+server() {
+  cd /tmp && sglang_env setsid nohup python3 -m sglang.launch_server --model-path "$gpu/bench-model" \
+      --load-format dummy --host 127.0.0.1 --port "$port" --tp 1 --mem-fraction-static 0.7 \
+      >/tmp/sglang.log 2>&1 </dev/null &
+  cd - >/dev/null
+  echo "SGLang starting (log /tmp/sglang.log)"
+}
+
+wait_ready() {
+  for _ in $(seq 1 400); do
+    python3 -c "import urllib.request; urllib.request.urlopen('$url/health', timeout=2)" 2>/dev/null \
+        && { echo "SGLang ready"; return 0; }
+    pgrep -f sglang.launch_server >/dev/null || { echo "SGLang exited"; tail -n 40 /tmp/sglang.log; return 1; }
+    sleep 1
+  done
+  echo "SGLang not ready"; tail -n 40 /tmp/sglang.log; return 1
+}
+
+sglang() {
+  wait_ready || { cp /tmp/sglang.log "$out/"; return 1; }
+  bench sglang_checks "$here/sglang_checks.py" --url "$url" --model-config "$gpu/bench-model"
+  bench sglang_throughput "$here/sglang_throughput.py" --url "$url" --model-config "$gpu/bench-model" --repeat 2
+  tail -n 200 /tmp/sglang.log >"$out/sglang.log"
+}
+
+for phase in "$@"; do
+  case $phase in
+    piece|setup|embedded|server|sglang) echo "### $phase"; $phase || echo "### $phase failed" ;;
+    *) echo "unknown phase $phase" >&2; exit 2 ;;
+  esac
+done

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Fill the carry folder (default .gpu/, ignored by git) with what the GPU machine lacks besides SGLang:
+# wheels of rlsdk and its plugin packages built from this checkout, math-verify and its two
+# dependencies (the math reward), the bench model (config + tokenizer) and the benchmark scripts.
+# Runs on a CPU machine with PyPI access; not part of CI.
+#
+#   benchmarks/gpu/prepare.sh [BENCH_MODEL_DIR] [OUT_DIR]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+model=${1:-}
+if [ -z "$model" ]; then
+  for candidate in "$root/shared/gpu/bench-model" "$root/../shared/gpu/bench-model"; do
+    [ -d "$candidate" ] && model=$candidate && break
+  done
+fi
+[ -f "$model/config.json" ] || { echo "no bench model: pass the folder of shared/gpu/bench-model" >&2; exit 2; }
+out=${2:-$root/.gpu}
+mkdir -p "$out"
+rm -rf "$out/rlsdk-wheels" "$out/bench-model" "$out/benchmarks"
+for package in . plugins/rm_hub plugins/filter_hub plugins/generators plugins/search_r1; do
+  python3 -m pip wheel -q --no-deps -w "$out/rlsdk-wheels" "$root/$package"
+done
+PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform any -d "$out/rlsdk-wheels" \
+    math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2
+cp -r "$model" "$out/bench-model" && chmod -R u+w "$out/bench-model"
+mkdir -p "$out/benchmarks"
+cp -r "$root/benchmarks/engine_gpu.py" "$root/benchmarks/gpu" "$out/benchmarks/"
+rm -rf "$out/benchmarks/gpu/__pycache__"
+rm -rf "$root/build" "$root"/plugins/*/build  # setuptools leftovers of the wheel builds
+du -sh "$out/rlsdk-wheels" "$out/bench-model" "$out/benchmarks"

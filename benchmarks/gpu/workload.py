@@ -1,0 +1,122 @@
+"""What the GPU benchmarks share: a random-weight checkpoint built from a config, prompts of an exact
+token length that survive a text round trip, and a description of the machine.
+
+Random weights make the model's next-token distribution nearly flat, so sampled outputs run to their
+length limit (an end-of-sequence token is drawn about once per 49,152 tokens) and every path measured
+generates the same number of tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import random
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16}
+"""Config overrides for a model small enough to check the scripts on a CPU in seconds."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+
+
+def random_checkpoint(config_dir: str | Path, out_dir: str | Path, *, dtype: str = "bfloat16",
+                      device: str = "cpu", overrides: dict[str, Any] | None = None, seed: int = 0) -> Path:
+    """Save a Hugging Face folder with ``config_dir``'s config (``overrides`` applied) and tokenizer and
+    freshly initialised random weights, so ``from_pretrained`` and the embedded engine can load it."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config_dir, out_dir = Path(config_dir), Path(out_dir)
+    config = AutoConfig.from_pretrained(config_dir)
+    for key, value in (overrides or {}).items():
+        setattr(config, key, value)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    for name in TOKENIZER_FILES:
+        if (config_dir / name).is_file():
+            shutil.copy(config_dir / name, out_dir / name)
+    del model
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return out_dir
+
+
+def word_tokens(tokenizer: Any) -> list[int]:
+    """Token ids that are one lower-case word with a leading space (`` cat``): a text made of them
+    tokenizes back to exactly one token per word."""
+    ids = []
+    for token, token_id in tokenizer.get_vocab().items():
+        if re.fullmatch(r"\u0120[a-z]{3,8}", token):  # byte-level BPE writes the space as U+0120
+            ids.append(token_id)
+    return sorted(ids)
+
+
+def make_prompts(tokenizer: Any, count: int, length: int, seed: int = 0) -> list[list[int]]:
+    """``count`` prompts of exactly ``length`` token ids each, whose decoded text encodes back to them."""
+    rng = random.Random(seed)
+    vocab = word_tokens(tokenizer)
+    prompts = [[rng.choice(vocab) for _ in range(length)] for _ in range(count)]
+    for ids in prompts[:8]:
+        again = tokenizer(tokenizer.decode(ids), add_special_tokens=False)["input_ids"]
+        if again != ids:
+            raise RuntimeError("prompt text does not round-trip through the tokenizer")
+    return prompts
+
+
+def write_dataset(tokenizer: Any, prompts: list[list[int]], path: str | Path, label: str = "0") -> Path:
+    """A JSONL dataset of the prompts as text (``input``) with a fixed ``label``."""
+    path = Path(path)
+    with open(path, "w") as f:
+        for ids in prompts:
+            f.write(json.dumps({"input": tokenizer.decode(ids), "label": label}) + "\n")
+    return path
+
+
+async def to_length(args: Any, sample: Any, sampling_params: dict[str, Any]) -> Any:
+    """A custom generate for ``rlsdk run --custom-generate workload:to_length``: rlsdk's single-turn
+    generate with ``ignore_eos``, so every response runs to ``max_new_tokens`` as in the baselines."""
+    from rlsdk.generate import generate
+
+    return await generate(args, sample, {**sampling_params, "ignore_eos": True})
+
+
+def machine() -> dict[str, Any]:
+    """The card, its driver and the software versions the figures were taken with."""
+    import torch
+    import transformers
+
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cpu_count": _cpu_count(),
+    }
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update(card=torch.cuda.get_device_name(0), card_memory_gib=round(props.total_memory / 2**30, 1),
+                    cuda=torch.version.cuda, driver=_driver())
+    else:
+        info["card"] = None
+    return info
+
+
+def _cpu_count() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
+
+
+def _driver() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
