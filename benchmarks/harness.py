@@ -1,4 +1,4 @@
-"""What the rollout-loop benchmarks share: a byte tokenizer, a synthetic dataset, the machine, one core.
+"""What the rollout-loop benchmarks share: a synthetic dataset, the machine, one core.
 
 Imported by ``loop_overhead.py`` and ``long_tail.py`` (run as scripts, so this folder is on ``sys.path``).
 """
@@ -10,18 +10,6 @@ import os
 import platform
 from pathlib import Path
 from typing import Any
-
-
-class ByteTokenizer:
-    """Token ids are UTF-8 bytes: prompts need ids, and a real tokenizer would only add noise here."""
-
-    def __call__(self, text: str | list[str], add_special_tokens: bool = False) -> dict[str, Any]:
-        if isinstance(text, list):
-            return {"input_ids": [list(t.encode()) for t in text]}
-        return {"input_ids": list(text.encode())}
-
-    def decode(self, ids: list[int]) -> str:
-        return bytes(ids).decode(errors="replace")
 
 
 def write_prompts(path: Path, count: int) -> Path:

@@ -42,13 +42,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import ByteTokenizer, machine, write_prompts
-
+from harness import machine, write_prompts
 from rlsdk import Engine, Reward, RolloutConfig, Sample, get_plugin_manager, hookimpl
 from rlsdk.data import DataSource
 from rlsdk.engine import InferenceEngine
 from rlsdk.rollout import generate_rollout
 from rlsdk.runtime import Runtime, bind_runtime
+from rlsdk.testing import ByteTokenizer
 
 N_SAMPLES = 8
 TOKEN_BASE = 1000

@@ -32,14 +32,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import ByteTokenizer, machine, pin_one_core, write_prompts
-
+from harness import machine, pin_one_core, write_prompts
 from rlsdk import DynamicFilterOutput, Engine, Reward, RolloutConfig, Sample, get_plugin_manager, hookimpl
 from rlsdk.data import DataSource
 from rlsdk.engine import InferenceEngine
 from rlsdk.generate import sampling_params_for
 from rlsdk.rollout import generate_rollout
 from rlsdk.runtime import BackgroundLoop, Runtime, bind_runtime
+from rlsdk.testing import ByteTokenizer
 
 N_SAMPLES = 8
 RESPONSE_TOKENS = 16

@@ -1,6 +1,6 @@
 """The rollout step: ledger, over-sampling, filters, aborts, partial rollouts and plugin failures.
 
-Generation runs on :class:`ScriptedEngine` (see its module docstring for why); rewards, filters, the
+Generation runs on :class:`LongTailEngine` (see its module docstring for why); rewards, filters, the
 data source and the buffer are the real ones.
 """
 
@@ -10,14 +10,22 @@ import asyncio
 import json
 
 import pytest
-
-from rlsdk import CustomGenerate, DynamicFilter, DynamicFilterOutput, OverSamplingFilter, Reward, RolloutConfig, hookimpl
+from rlsdk import (
+    CustomGenerate,
+    DynamicFilter,
+    DynamicFilterOutput,
+    OverSamplingFilter,
+    Reward,
+    RolloutConfig,
+    hookimpl,
+)
 from rlsdk.data import DataSource
 from rlsdk.rollout import rollout_step
 from rlsdk.runtime import Runtime, bind_runtime
+from rlsdk.testing import ByteTokenizer
 from rlsdk.types import Sample
 
-from .scripted_engine import ByteTokenizer, ScriptedEngine
+from .long_tail_engine import LongTailEngine
 
 ANSWER = "answer {n} is here"
 
@@ -106,7 +114,7 @@ def make_run(tmp_path, rlsdk_pm):
             first_attempt = not so_far
             return response_for(prompt), 3 if (int(prompt.split()[0]) in slow and first_attempt) else None
 
-        engine = ScriptedEngine(script, prompt_len=lambda ids: ids.index(ord("|")) + 1, slow_seconds=slow_seconds)
+        engine = LongTailEngine(script, prompt_len=lambda ids: ids.index(ord("|")) + 1, slow_seconds=slow_seconds)
         runtime = bind_runtime(args, Runtime(rlsdk_pm, engine, ByteTokenizer()))
         runtimes.append(runtime)
         source = DataSource(args, pm=rlsdk_pm, tokenizer=runtime.tokenizer)

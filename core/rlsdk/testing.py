@@ -52,6 +52,19 @@ def small_tokenizer() -> Any:
     return AutoTokenizer.from_pretrained(str(folder), gguf_file=gguf.name)
 
 
+class ByteTokenizer:
+    """Token ids are UTF-8 bytes: enough for prompts and responses in tests and benchmarks where a real
+    tokenizer would only add cost and noise (``tokenizer(text)["input_ids"]``, ``decode``)."""
+
+    def __call__(self, text: str | list[str], add_special_tokens: bool = False) -> dict[str, Any]:
+        if isinstance(text, list):
+            return {"input_ids": [list(t.encode()) for t in text]}
+        return {"input_ids": list(text.encode())}
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(ids).decode(errors="replace")
+
+
 def make_group(
     rewards: Sequence[Any], *, group_index: int = 0, prompt: str = "What is 2 + 3?", label: Any = "5"
 ) -> list[Sample]:

@@ -14,24 +14,11 @@ from typing import Any
 
 from rlsdk.engine import InferenceEngine
 
-
-class ByteTokenizer:
-    """Token ids are UTF-8 bytes: enough for prompts and responses in loop tests."""
-
-    def __call__(self, text: str | list[str], add_special_tokens: bool = False) -> dict[str, Any]:
-        if isinstance(text, list):
-            return {"input_ids": [list(t.encode()) for t in text]}
-        return {"input_ids": list(text.encode())}
-
-    def decode(self, ids: list[int]) -> str:
-        return bytes(ids).decode(errors="replace")
-
-
 Script = Callable[[str, list[int]], tuple[str, int | None]]
 """(prompt text, response ids so far) -> (full response text, block after this many new tokens or None)."""
 
 
-class ScriptedEngine(InferenceEngine):
+class LongTailEngine(InferenceEngine):
     """Answers each request with a scripted response. A request told to block is a long-tail request:
     it emits its first tokens, then finishes after ``slow_seconds`` unless aborted first, in which
     case it returns those tokens with ``finish_reason`` ``abort``."""
