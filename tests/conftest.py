@@ -35,3 +35,12 @@ def fake_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     yield make
     for module in created:
         sys.modules.pop(module, None)
+
+
+@pytest.fixture
+def pm(rlsdk_pm):
+    """A fresh plugin manager with filter_hub registered (the data source resolves its buffer filter)."""
+    import rlsdk_filter_hub.plugin
+
+    rlsdk_pm.register(rlsdk_filter_hub.plugin)
+    return rlsdk_pm

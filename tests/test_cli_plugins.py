@@ -5,10 +5,9 @@ import shutil
 import subprocess
 import sys
 
-from typer.testing import CliRunner
-
 from rlsdk import __version__
 from rlsdk_cli.app import app
+from typer.testing import CliRunner
 
 from .test_manager import REWARD_PLUGIN
 

@@ -7,16 +7,9 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import rlsdk_filter_hub.plugin
 from rlsdk import RolloutConfig
 from rlsdk.data import DataPath, DataSource
 from rlsdk.errors import DataError
-
-
-@pytest.fixture
-def pm(rlsdk_pm):
-    rlsdk_pm.register(rlsdk_filter_hub.plugin)
-    return rlsdk_pm
 
 
 def write_jsonl(path, rows):

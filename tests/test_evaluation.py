@@ -1,5 +1,4 @@
 import pytest
-
 from rlsdk import RolloutConfig
 from rlsdk.evaluation import eval_datasets, pass_at_k
 

@@ -4,7 +4,6 @@ import asyncio
 import sys
 
 import pytest
-
 from rlsdk import (
     DynamicFilter,
     PluginConflictError,

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from rlsdk import RolloutConfig
 from rlsdk.config import DEFAULT_DATASET
 from rlsdk.job import run_job

@@ -2,9 +2,8 @@
 
 import json
 
-from typer.testing import CliRunner
-
 from rlsdk_cli.app import app
+from typer.testing import CliRunner
 
 
 def write(path, lines):

@@ -10,7 +10,6 @@ from pathlib import Path
 import httpx
 import pytest
 from aiohttp import web
-
 from rlsdk.engine import EngineRequestError, SGLangClient
 from rlsdk.testing import ServedEngine
 
@@ -21,7 +20,6 @@ SINGLE = FACTS["single"][1]
 @pytest.fixture(scope="module")
 def served():
     import torch
-
     from rlsdk_generators.embedded import EmbeddedEngine
 
     torch.set_num_threads(2)

@@ -1,7 +1,6 @@
 import json
 
 import pytest
-
 from rlsdk import RolloutConfig, Sample
 from rlsdk.types import reward_value
 
