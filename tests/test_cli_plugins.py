@@ -5,9 +5,10 @@ import shutil
 import subprocess
 import sys
 
+from typer.testing import CliRunner
+
 from rlsdk import __version__
 from rlsdk_cli.app import app
-from typer.testing import CliRunner
 
 from .test_manager import REWARD_PLUGIN
 

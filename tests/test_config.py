@@ -1,4 +1,5 @@
 import pytest
+
 from rlsdk import RolloutConfig
 
 

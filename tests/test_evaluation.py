@@ -1,4 +1,5 @@
 import pytest
+
 from rlsdk import RolloutConfig
 from rlsdk.evaluation import eval_datasets, pass_at_k
 

@@ -4,6 +4,7 @@ import asyncio
 import sys
 
 import pytest
+
 from rlsdk import (
     DynamicFilter,
     PluginConflictError,

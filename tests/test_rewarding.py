@@ -5,6 +5,7 @@ import asyncio
 import time
 
 import pytest
+
 from rlsdk import PluginCallError, PluginError, Reward, RolloutConfig, Sample, hookimpl
 from rlsdk.rewarding import REWARD_ERROR, apply_invalid_policy, count_invalid, score_group
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from rlsdk import RolloutConfig
 from rlsdk.config import DEFAULT_DATASET
 from rlsdk.job import run_job

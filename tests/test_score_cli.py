@@ -2,8 +2,9 @@
 
 import json
 
-from rlsdk_cli.app import app
 from typer.testing import CliRunner
+
+from rlsdk_cli.app import app
 
 
 def write(path, lines):

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 from aiohttp import web
+
 from rlsdk.engine import EngineRequestError, SGLangClient
 from rlsdk.testing import ServedEngine
 
@@ -20,6 +21,7 @@ SINGLE = FACTS["single"][1]
 @pytest.fixture(scope="module")
 def served():
     import torch
+
     from rlsdk_generators.embedded import EmbeddedEngine
 
     torch.set_num_threads(2)

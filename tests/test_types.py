@@ -1,6 +1,7 @@
 import json
 
 import pytest
+
 from rlsdk import RolloutConfig, Sample
 from rlsdk.types import reward_value
 
