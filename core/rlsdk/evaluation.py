@@ -46,7 +46,7 @@ def pass_at_k(correct: list[list[bool]], k: int) -> float:
     return sum(scores) / len(scores) if scores else 0.0
 
 
-async def eval_rollout(args: Any, rollout_id: int, runtime: Runtime) -> RolloutFnEvalOutput:
+async def eval_rollout(args: Any, runtime: Runtime) -> RolloutFnEvalOutput:
     """Generate and reward every prompt of every eval dataset; no filters, no buffer."""
     from .data import DataSource
     from .rollout import run_group
@@ -65,7 +65,7 @@ async def eval_rollout(args: Any, rollout_id: int, runtime: Runtime) -> RolloutF
         params = sampling_params_for(ds_args, evaluation=True)
         semaphore = asyncio.Semaphore(ds_args.sglang_server_concurrency)
         await asyncio.gather(*(
-            run_group(ds_args, runtime, plugins, g, params, semaphore, rollout_id, evaluation=True)
+            run_group(ds_args, runtime, plugins, g, params, semaphore, evaluation=True)
             for g in groups
         ))
         key = ds_args.eval_reward_key or ds_args.reward_key

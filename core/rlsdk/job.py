@@ -127,8 +127,7 @@ class RunOutput:
         self.append("rollouts.jsonl", [{"rollout_id": rollout_id, **s.to_dict()} for g in output.samples for s in g])
         self.append("discarded.jsonl", [{"rollout_id": rollout_id, **s.to_dict()}
                                         for g in output.discarded for s in g])
-        metrics = {k: v for k, v in output.metrics.items()}
-        self.append("metrics.jsonl", [{"rollout_id": rollout_id, **metrics}])
+        self.append("metrics.jsonl", [{"rollout_id": rollout_id, **output.metrics}])
 
     def write_eval(self, rollout_id: int, output: RolloutFnEvalOutput) -> None:
         self.append("eval.jsonl", [{"rollout_id": rollout_id, **output.metrics}])

@@ -27,7 +27,7 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     if evaluation:
         from .evaluation import eval_rollout
 
-        return runtime.run(eval_rollout(args, rollout_id, runtime))
+        return runtime.run(eval_rollout(args, runtime))
     return runtime.run(rollout_step(args, rollout_id, data_source, runtime))
 
 
@@ -43,7 +43,8 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
 
     kept: list[Group] = []
     fallback: list[tuple[Group, str]] = []  # dropped, but DynamicFilterOutput.keep_when_insufficient
-    to_buffer: list[Group] = []
+    to_buffer: list[Group] = []  # unfinished: resumed from their tokens with partial rollouts
+    restarted: list[Group] = []  # hung past the abort timeout: their state is unknown, start over
     in_flight: dict[asyncio.Task[Group], Group] = {}
     pulled, exhausted = 0, False
 
@@ -57,7 +58,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
             pulled += len(groups)
             for group in groups:
                 task = asyncio.create_task(
-                    run_group(args, runtime, plugins, group, sampling_params, semaphore, rollout_id)
+                    run_group(args, runtime, plugins, group, sampling_params, semaphore)
                 )
                 in_flight[task] = group
         if not in_flight:
@@ -81,7 +82,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
                 task.result()
                 settle(args, plugins, group, ledger, kept, fallback, to_buffer)
             else:
-                to_buffer.append(reset_for_buffer(args, group, rollout_id, partial=False))
+                restarted.append(reset_for_buffer(args, group, rollout_id, partial=False))
 
     # Not enough groups passed the dynamic filter: top up with groups it allowed as a fallback.
     for group, reason in fallback:
@@ -98,9 +99,9 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
         ledger.keep(group)
 
     # Unfinished and surplus groups go back to the buffer, served first next step.
-    aborted = sum(s.status not in FINISHED for g in to_buffer for s in g)
+    aborted = sum(s.status not in FINISHED for g in (*to_buffer, *restarted) for s in g)
     returned = [reset_for_buffer(args, g, rollout_id, partial=args.partial_rollout) for g in to_buffer]
-    returned += surplus
+    returned += restarted + surplus
     for group in returned:
         ledger.return_to_buffer(group)
     if returned:
@@ -115,11 +116,9 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
 
 async def run_group(
     args: Any, runtime: Runtime, plugins: StepPlugins, group: Group, sampling_params: dict[str, Any],
-    semaphore: asyncio.Semaphore, rollout_id: int, evaluation: bool = False,
+    semaphore: asyncio.Semaphore, evaluation: bool = False,
 ) -> Group:
     """Generate and reward one group in place. Failures are recorded on the samples, not raised."""
-    for sample in group:
-        sample.metadata.setdefault("start_rollout_id", rollout_id)
     # custom_generate: each unfinished sample (buffered surplus groups are already complete)
     await generate_group(args, plugins, group, sampling_params, semaphore, evaluation)
     if all(s.status in FINISHED for s in group) and any(s.reward is None for s in group):
