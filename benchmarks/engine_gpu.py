@@ -7,21 +7,31 @@ length limit. Every path gets the same prompts (``--requests`` prompts of ``--pr
 and the same sampling parameters (those ``rlsdk run`` derives from its options, log-probs included,
 plus ``ignore_eos``, which the run gets from ``--custom-generate workload:to_length``: a row that
 stopped early would change the batch's shape mid-pass and the figures with it),
-at the same batch (``--batch`` rows decoded together). The in-process figures are the best of
-``--repeat`` passes after a full warm-up pass (the first pass over new sequence lengths runs at a
-third of the speed on a fresh process: kernel choices and cache blocks for every length).
+at the same batch (``--batch`` rows decoded together).
 
-- ``engine``: ``EmbeddedEngine.generate`` called directly, all requests at once (the baseline);
+The same code's throughput differs by up to a fifth between two processes on one card, so one process
+per path cannot tell a gap from that spread. Each of ``--rounds`` fresh processes therefore measures
+both paths, one after the other (the engine alone first in odd rounds, ``rlsdk run`` first in even
+ones), and the ratio is taken within each process. A path's figure in a process is its best pass after
+a full warm-up pass (the first pass over new sequence lengths runs at a third of the speed in a fresh
+process: kernel choices and cache blocks for every length).
+
+- ``engine``: ``EmbeddedEngine.generate`` called directly, all requests at once (the baseline), a
+  warm-up pass then ``--repeat`` timed passes;
 - ``http``: the same engine behind ``rlsdk.serve`` on loopback, reached by ``SGLangClient``;
-- ``rlsdk_run``: ``rlsdk run --engine embedded`` in a fresh process over a JSONL of the prompts' text,
-  ``--steps`` steps of ``--requests`` samples; its figure is the best step's
-  ``rollout/tokens_per_s`` (step tokens over step seconds: generation, rewards and bookkeeping; the
-  first step also warms the engine up).
+- ``rlsdk_run``: the ``rlsdk run --engine embedded`` command (its typer app, called in the process) over
+  a JSONL of the prompts' text, ``--steps`` steps of ``--requests`` samples, with its own engine; its
+  figure is the best step's ``rollout/tokens_per_s`` (step tokens over step seconds: generation,
+  rewards and bookkeeping; the first step also warms the engine up).
 
-The last line printed is one JSON object: inputs, the three figures, the machine and card, and
-``ratio`` = rlsdk run's tokens/s over the engine's alone (>1 better; target at least 0.95).
+Each figure comes with the engine's ``busy_share`` (time in steps over wall time) and ``ms_per_step``,
+which tell slower steps (contention inside the forward pass) from time lost between steps.
 
-    python benchmarks/engine_gpu.py --model-config PATH/bench-model [--requests 256 --batch 256]
+The last line printed is one JSON object: inputs, every process's figures, each path's median, the
+machine and card, and ``ratio``: the median over processes of rlsdk run's tokens/s over the engine's
+alone in the same process (>1 better; target at least 0.95).
+
+    python benchmarks/engine_gpu.py --model-config PATH/bench-model [--requests 256 --batch 256 --rounds 4]
     python benchmarks/engine_gpu.py --device cpu --dtype float32 --tiny   # a quick check without a GPU
 """
 
@@ -31,6 +41,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,7 +50,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
-from workload import TINY, machine, make_prompts, random_checkpoint, write_dataset  # noqa: E402
+from workload import (  # noqa: E402
+    ENGINE_TRACE,
+    TINY,
+    engine_counters,
+    engine_share,
+    machine,
+    make_prompts,
+    random_checkpoint,
+    write_dataset,
+)
 
 
 def run_settings(opts: argparse.Namespace) -> dict[str, Any]:
@@ -53,14 +73,17 @@ def payloads(prompts: list[list[int]], sampling_params: dict[str, Any]) -> list[
     return [{"input_ids": ids, "sampling_params": dict(sampling_params), "return_logprob": True} for ids in prompts]
 
 
-async def timed_requests(send: Any, requests: list[dict[str, Any]]) -> dict[str, Any]:
-    """Send every request at once through ``send``; tokens generated over wall seconds."""
+async def timed_requests(send: Any, requests: list[dict[str, Any]], stats: Any) -> dict[str, Any]:
+    """Send every request at once through ``send``; tokens generated over wall seconds, and the engine's
+    share of that time (``stats``: the engine's counters)."""
+    before = engine_counters(stats)
     started = time.perf_counter()
     responses = await asyncio.gather(*(send(r) for r in requests))
     seconds = time.perf_counter() - started
     tokens = sum(r["meta_info"]["completion_tokens"] for r in responses)
     assert all(len(r["meta_info"]["output_token_logprobs"]) == r["meta_info"]["completion_tokens"] for r in responses)
-    return {"tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1)}
+    return {"tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1),
+            **engine_share(before, engine_counters(stats))}
 
 
 async def engine_and_http(folder: Path, prompts: list[list[int]], opts: argparse.Namespace) -> dict[str, Any]:
@@ -76,21 +99,21 @@ async def engine_and_http(folder: Path, prompts: list[list[int]], opts: argparse
     engine = EmbeddedEngine(folder, device=opts.device, dtype=opts.dtype, max_batch_size=opts.batch)
     await engine.start()
     try:
-        await timed_requests(engine.generate, requests)  # warm-up: kernels and cache blocks of every length
-        results: dict[str, Any] = {"sampling_params": params}
+        await timed_requests(engine.generate, requests, engine.stats)  # warm-up: kernels and cache blocks
+        results: dict[str, Any] = {}
         for _ in range(opts.repeat):
-            engine_run = await timed_requests(engine.generate, requests)
+            engine_run = await timed_requests(engine.generate, requests, engine.stats)
             results["engine"] = best(results.get("engine"), engine_run)
         server = await start_server(engine, "127.0.0.1", 0)
         client = SGLangClient(server.url, concurrency=max(512, opts.requests))
         try:
             for _ in range(opts.repeat):
-                results["http"] = best(results.get("http"), await timed_requests(client.generate, requests))
+                http_run = await timed_requests(client.generate, requests, engine.stats)
+                results["http"] = best(results.get("http"), http_run)
         finally:
             await client.close()
             await server.close()
-        results["engine_stats"] = vars(engine.stats)
-        return results
+        return {"sampling_params": params, **results, "engine_stats": vars(engine.stats)}
     finally:
         await engine.close()
 
@@ -102,34 +125,80 @@ def best(current: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     return {**chosen, "all_tokens_per_s": runs}
 
 
-def through_rlsdk_run(folder: Path, prompts: list[list[int]], work: Path, opts: argparse.Namespace) -> dict[str, Any]:
-    """``rlsdk run`` in a fresh process over the prompts' text; the best step's tokens/s."""
-    from transformers import AutoTokenizer
-
-    dataset = write_dataset(AutoTokenizer.from_pretrained(folder), prompts, work / "prompts.jsonl")
-    out = work / "run"
-    settings = run_settings(opts)
-    cmd = [sys.executable, "-m", "rlsdk_cli.app", "run", "--engine", "embedded", "--model", str(folder),
-           "--data", str(dataset), "--label-key", "label", "--no-chat-template", "--rm", opts.rm,
-           "--custom-generate", "workload:to_length", "--num-rollout", str(opts.steps),
-           "--rollout-batch-size", str(settings["rollout_batch_size"]),
-           "--n-samples-per-prompt", "1", "--max-new-tokens", str(opts.new_tokens),
-           "--temperature", str(opts.temperature), "--top-p", "1.0", "--top-k", "-1",
-           "--sglang-server-concurrency", str(settings["sglang_server_concurrency"]), "--output", str(out),
-           "--set", f"engine_device={opts.device}", "--set", f"engine_dtype={opts.dtype}",
-           "--set", f"engine_max_batch_size={opts.batch}"]
+def measure(folder: Path, work: Path, first: str, opts: argparse.Namespace) -> dict[str, Any]:
+    """One fresh process (this script with ``--child``) measuring both paths, ``first`` first."""
+    cmd = [sys.executable, __file__, "--child", "--work", str(work), "--first", first,
+           "--device", opts.device, "--dtype", opts.dtype, "--requests", str(opts.requests),
+           "--new-tokens", str(opts.new_tokens), "--batch", str(opts.batch), "--temperature",
+           str(opts.temperature), "--repeat", str(opts.repeat), "--rm", opts.rm, "--steps", str(opts.steps)]
+    if opts.skip_run:
+        cmd.append("--skip-run")
     here = str(Path(__file__).resolve().parent / "gpu")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
-    started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - started
     if proc.returncode != 0:
-        raise RuntimeError(f"rlsdk run failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"the measuring process failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def child(opts: argparse.Namespace) -> dict[str, Any]:
+    """Both paths in this process, in the order ``--first`` says."""
+    work = Path(opts.work)
+    prompts = json.loads((work / "prompts.json").read_text())
+    paths = ["engine", "run"] if opts.first == "engine" else ["run", "engine"]
+    results: dict[str, Any] = {"first": opts.first}
+    for path in paths:
+        if path == "engine":
+            results.update(asyncio.run(engine_and_http(work / "model", prompts, opts)))
+        elif not opts.skip_run:
+            results["rlsdk_run"] = through_rlsdk_run(work / "model", work / "prompts.jsonl", work / "run", opts)
+        if opts.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()
+    return results
+
+
+def through_rlsdk_run(folder: Path, dataset: Path, out: Path, opts: argparse.Namespace) -> dict[str, Any]:
+    """The ``rlsdk run`` command over the prompts' text, in this process; the best step's tokens/s."""
+    from rlsdk_cli.app import app
+
+    settings = run_settings(opts)
+    argv = ["run", "--engine", "embedded", "--model", str(folder),
+            "--data", str(dataset), "--label-key", "label", "--no-chat-template", "--rm", opts.rm,
+            "--custom-generate", "workload:to_length", "--num-rollout", str(opts.steps),
+            "--rollout-batch-size", str(settings["rollout_batch_size"]),
+            "--n-samples-per-prompt", "1", "--max-new-tokens", str(opts.new_tokens),
+            "--temperature", str(opts.temperature), "--top-p", "1.0", "--top-k", "-1",
+            "--sglang-server-concurrency", str(settings["sglang_server_concurrency"]), "--output", str(out),
+            "--set", f"engine_device={opts.device}", "--set", f"engine_dtype={opts.dtype}",
+            "--set", f"engine_max_batch_size={opts.batch}"]
+    trace = out.parent / f"{out.name}-engine.jsonl"
+    trace.unlink(missing_ok=True)
+    os.environ[ENGINE_TRACE] = str(trace)
+    started = time.perf_counter()
+    code = app(argv, standalone_mode=False)
+    wall = time.perf_counter() - started
+    if code:
+        raise RuntimeError(f"rlsdk run exited {code}")
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    figures = [{"tokens": s["rollout/tokens"], "seconds": round(s["rollout/seconds"], 3),
-                "tokens_per_s": round(s["rollout/tokens_per_s"], 1)} for s in steps]
+    calls = [json.loads(line) for line in trace.read_text().splitlines()]
+    figures = []
+    for n, step in enumerate(steps):  # every step's samples finish before the next step starts
+        chunk = calls[n * opts.requests:(n + 1) * opts.requests]
+        first = {k: min(c["before"][k] for c in chunk) for k in ("time", "steps", "busy_seconds")}
+        last = {k: max(c["after"][k] for c in chunk) for k in ("time", "steps", "busy_seconds")}
+        figures.append({"tokens": step["rollout/tokens"], "seconds": round(step["rollout/seconds"], 3),
+                        "tokens_per_s": round(step["rollout/tokens_per_s"], 1), **engine_share(first, last)})
     chosen = max(figures, key=lambda f: f["tokens_per_s"])
-    return {**chosen, "steps": figures, "process_seconds": round(wall, 1), "command": " ".join(cmd[1:])}
+    return {**chosen, "steps": figures, "run_seconds": round(wall, 1), "command": "rlsdk " + " ".join(argv)}
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each process's figure and the median of them."""
+    figures = [r["tokens_per_s"] for r in runs]
+    return {"tokens_per_s": round(statistics.median(figures), 1), "per_process": figures,
+            "busy_share": [r["busy_share"] for r in runs], "ms_per_step": [r["ms_per_step"] for r in runs]}
 
 
 def main() -> None:
@@ -145,10 +214,17 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--rm", default="math", help="The reward of the rlsdk run path.")
     parser.add_argument("--steps", type=int, default=3, help="rlsdk run steps (the best one counts).")
-    parser.add_argument("--repeat", type=int, default=2, help="Timed passes per in-process path (best counts).")
+    parser.add_argument("--repeat", type=int, default=2, help="Timed engine passes per process (best counts).")
+    parser.add_argument("--rounds", type=int, default=4, help="Fresh processes, each measuring both paths.")
     parser.add_argument("--tiny", action="store_true", help="Shrink the model (for checking on a CPU).")
     parser.add_argument("--skip-run", action="store_true", help="Leave out the rlsdk run path.")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--first", choices=["engine", "run"], default="engine", help=argparse.SUPPRESS)
     opts = parser.parse_args()
+    if opts.child:
+        print(json.dumps(child(opts)))
+        return
 
     from transformers import AutoTokenizer
 
@@ -156,27 +232,36 @@ def main() -> None:
         work = Path(tmp)
         folder = random_checkpoint(opts.model_config, work / "model", dtype=opts.dtype, device=opts.device,
                                    overrides=TINY if opts.tiny else None)
-        prompts = make_prompts(AutoTokenizer.from_pretrained(folder), opts.requests, opts.prompt_len)
-        results = asyncio.run(engine_and_http(folder, prompts, opts))
-        if opts.device.startswith("cuda"):
-            import torch
-
-            torch.cuda.empty_cache()
-        run = None if opts.skip_run else through_rlsdk_run(folder, prompts, work, opts)
-    baseline = results["engine"]["tokens_per_s"]
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        prompts = make_prompts(tokenizer, opts.requests, opts.prompt_len)
+        (work / "prompts.json").write_text(json.dumps(prompts))
+        write_dataset(tokenizer, prompts, work / "prompts.jsonl")
+        processes = []
+        for round_ in range(opts.rounds):
+            processes.append(measure(folder, work, "engine" if round_ % 2 == 0 else "run", opts))
+            figures = {k: processes[-1][k]["tokens_per_s"] for k in ("engine", "rlsdk_run") if k in processes[-1]}
+            print(f"process {round_ + 1}: {figures}", file=sys.stderr)
+    engine = median_of([p["engine"] for p in processes])
+    http = median_of([p["http"] for p in processes])
+    run = None if opts.skip_run else median_of([p["rlsdk_run"] for p in processes])
+    paired = [] if opts.skip_run else [
+        round(p["rlsdk_run"]["tokens_per_s"] / p["engine"]["tokens_per_s"], 3) for p in processes]
     report = {
         "benchmark": "engine_gpu",
         "inputs": {"model_config": str(opts.model_config), "tiny": opts.tiny, "weights": "random",
                    "device": opts.device, "dtype": opts.dtype, "requests": opts.requests,
                    "prompt_len": opts.prompt_len, "new_tokens": opts.new_tokens, "batch": opts.batch,
-                   "reward": opts.rm, "sampling_params": results["sampling_params"]},
-        "engine": results["engine"],
-        "http": results["http"],
+                   "reward": opts.rm, "rounds": opts.rounds, "repeat": opts.repeat, "steps": opts.steps,
+                   "sampling_params": processes[0]["sampling_params"]},
+        "engine": engine,
+        "http": http,
         "rlsdk_run": run,
-        "engine_stats": results["engine_stats"],
+        "ratios_per_process": paired,
+        "processes": processes,
         "machine": machine(),
-        "ratio_http": round(results["http"]["tokens_per_s"] / baseline, 3),
-        "ratio": None if run is None else round(run["tokens_per_s"] / baseline, 3),
+        "ratio_http": round(statistics.median(
+            p["http"]["tokens_per_s"] / p["engine"]["tokens_per_s"] for p in processes), 3),
+        "ratio": round(statistics.median(paired), 3) if paired else None,
     }
     print(json.dumps(report))
 

@@ -129,9 +129,10 @@ def test_abort_shape(served):
     async def scenario():
         client = SGLangClient(served.url)
         try:
+            steps = served.engine.stats.steps
             task = asyncio.create_task(client.generate({"input_ids": [1, 2], "sampling_params": {
                 "max_new_tokens": 500, "ignore_eos": True}}))
-            while (await client.load())["num_running_reqs"] == 0:
+            while served.engine.stats.steps < steps + 2:  # prefilled and decoding: some tokens to return
                 await asyncio.sleep(0.05)
             response = await client._request("POST", "/abort_request", body={"abort_all": True})
             return response, await task

@@ -9,11 +9,13 @@ generates the same number of tokens.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import random
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,12 +81,41 @@ def write_dataset(tokenizer: Any, prompts: list[list[int]], path: str | Path, la
     return path
 
 
+ENGINE_TRACE = "RLSDK_BENCH_ENGINE_TRACE"
+"""Environment variable naming a file: ``to_length`` appends the engine's counters before and after each
+call there (engines with ``stats`` only), so the run's engine time can be set against its wall time."""
+
+
 async def to_length(args: Any, sample: Any, sampling_params: dict[str, Any]) -> Any:
     """A custom generate for ``rlsdk run --custom-generate workload:to_length``: rlsdk's single-turn
     generate with ``ignore_eos``, so every response runs to ``max_new_tokens`` as in the baselines."""
     from rlsdk.generate import generate
+    from rlsdk.runtime import get_runtime
 
-    return await generate(args, sample, {**sampling_params, "ignore_eos": True})
+    stats = getattr(get_runtime(args).engine, "stats", None)
+    before = engine_counters(stats)
+    result = await generate(args, sample, {**sampling_params, "ignore_eos": True})
+    trace = os.environ.get(ENGINE_TRACE)
+    if trace and stats is not None:
+        with open(trace, "a") as f:
+            f.write(json.dumps({"before": before, "after": engine_counters(stats)}) + "\n")
+    return result
+
+
+def engine_counters(stats: Any) -> dict[str, float] | None:
+    """The embedded engine's step count and time in steps, with the wall clock."""
+    if stats is None:
+        return None
+    return {"time": time.perf_counter(), "steps": stats.steps, "busy_seconds": stats.busy_seconds}
+
+
+def engine_share(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Between two ``engine_counters``: the share of wall time the engine spent in steps, ms per step."""
+    wall = after["time"] - before["time"]
+    busy = after["busy_seconds"] - before["busy_seconds"]
+    steps = after["steps"] - before["steps"]
+    return {"busy_share": round(busy / wall, 3) if wall else 0.0,
+            "ms_per_step": round(1000 * busy / steps, 2) if steps else 0.0, "engine_steps": steps}
 
 
 def machine() -> dict[str, Any]:

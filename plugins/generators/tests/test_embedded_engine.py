@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import pytest
@@ -179,6 +180,25 @@ def test_64_concurrent_requests_complete_and_are_batched(served):
     tokens = sum(o["meta_info"]["completion_tokens"] for o in outs)
     assert served.engine.stats.max_batch == served.engine.max_batch_size  # rows ran together, bounded
     assert served.engine.stats.steps - steps_before < tokens / 4
+
+
+def test_engine_keeps_decoding_while_the_event_loop_is_blocked(served):
+    """The engine steps on its own thread: a coroutine that holds the event loop (an inline reward or
+    a slow filter, say) does not stall generation. The loop is held until ten steps have run."""
+    async def scenario():
+        payload = {"input_ids": prompt_ids(served, "Count to fifty."),
+                   "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}
+        task = asyncio.ensure_future(served.engine.generate(payload))
+        await asyncio.sleep(0)  # the request is queued
+        before = served.engine.stats.steps
+        deadline = time.monotonic() + 120
+        while served.engine.stats.steps < before + 10 and time.monotonic() < deadline:
+            time.sleep(0.01)  # blocks the event loop
+        return served.engine.stats.steps - before, await task
+
+    steps_while_blocked, out = served.run(scenario())
+    assert steps_while_blocked >= 10
+    assert out["meta_info"]["completion_tokens"] == 40
 
 
 def test_stream_is_cumulative_and_ends_with_done(served):

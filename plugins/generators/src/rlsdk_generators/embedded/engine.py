@@ -4,11 +4,13 @@ batching over a KV cache, on CPU or CUDA."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,8 @@ _STOP_WINDOW = 8
 
 @dataclass
 class _Request:
-    """One request's state, from arrival to its response."""
+    """One request's state, from arrival to its response. ``output``, ``logprobs`` and ``finished``
+    change only under the engine's lock; ``done`` and ``stream`` only on the event loop."""
 
     rid: str
     prompt: list[int]
@@ -50,16 +53,31 @@ class _Request:
     output: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
+    finished: bool = False
 
 
 @dataclass
 class EngineStats:
-    """Counters that show batching at work."""
+    """Counters that show batching at work; ``busy_seconds`` is the time spent in steps (forward pass,
+    sampling and reading the tokens back), the rest of the engine thread's time is waiting or handing out."""
 
     steps: int = 0
     prefills: int = 0
     tokens: int = 0
     max_batch: int = 0
+    busy_seconds: float = 0.0
+
+
+def run_job(job: Callable[[], Any], future: Future[Any]) -> None:
+    """Run ``job`` and settle ``future`` with its result or exception (unless it was cancelled)."""
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        result = job()
+    except BaseException as exc:  # noqa: BLE001 - the waiting coroutine re-raises it
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
 
 
 def default_cpu_threads() -> int:
@@ -73,8 +91,10 @@ class EmbeddedEngine(InferenceEngine):
 
     Concurrent requests share one running batch: each iteration either prefills waiting requests and
     merges them into the batch, or decodes one token for every running row. At most
-    ``max_batch_size`` rows run at once; the rest wait. Torch work runs on one worker thread, so the
-    event loop stays responsive and weight updates fall between steps.
+    ``max_batch_size`` rows run at once; the rest wait. The engine runs on its own thread: it steps
+    while there are rows to run, whatever the event loop is busy with, and hands finished responses
+    (and stream chunks) to the loop once per step. Weight updates and loading run on that thread too,
+    between two steps.
 
     Log-probabilities are those of the distribution each token was drawn from: softmax of
     logits / temperature, restricted by top-k, top-p and min-p and renormalized; greedy requests
@@ -104,28 +124,45 @@ class EmbeddedEngine(InferenceEngine):
         self.weight_version = "default"
         self.stats = EngineStats()
         self.tokenizer: Any = None
+        """For the event loop's side (text prompts, the run's data); the engine thread decodes with its own."""
         self.model: Any = None
         self.model_path: Path | None = None
+        self._detokenizer: Any = None
         self._updates = 0
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlsdk-embedded")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = False
+        # Shared between the event loop and the engine thread, under the lock:
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
         self._waiting: deque[_Request] = deque()
+        self._joining: list[_Request] = []
+        """Taken from ``_waiting`` for the prefill in progress."""
         self._rows: list[_Request] = []
         """Requests in the KV batch, in row order; finished ones leave at the next step."""
+        self._jobs: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
+        self._paused = False
+        self._closing = False
+        # The engine thread's alone:
         self._batch: KVBatch | None = None
         self._sampler: BatchSampler | None = None
-        self._wake = asyncio.Event()
-        self._paused = False
-        self._scheduler: asyncio.Task[None] | None = None
         self._eos: set[int] = set()
 
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        if self._scheduler is not None:
+        if self._thread is not None:
             return
-        await self._on_thread(self._load)
-        self._wake = asyncio.Event()
-        self._scheduler = asyncio.create_task(self._schedule(), name="rlsdk-embedded-scheduler")
+        self._loop = asyncio.get_running_loop()
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="rlsdk-embedded", daemon=True)
+        self._thread.start()
+        try:
+            await self._on_thread(self._load)
+        except BaseException:
+            await self._stop_thread()
+            raise
+        self._ready = True
 
     def _load(self) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -137,6 +174,7 @@ class EmbeddedEngine(InferenceEngine):
         if device == "cpu":  # on the thread that runs every forward pass (OpenMP settings are per thread)
             torch.set_num_threads(self.threads or default_cpu_threads())
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self._detokenizer = AutoTokenizer.from_pretrained(self.model_path)  # a Rust tokenizer is not shared
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, self.dtype))
         self.model = model.to(device).eval()
         self._batch = KVBatch(self.model)
@@ -147,18 +185,29 @@ class EmbeddedEngine(InferenceEngine):
         self._eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
 
     async def close(self) -> None:
-        if self._scheduler is not None:
-            await self.abort()
-            self._scheduler.cancel()
-            try:
-                await self._scheduler
-            except asyncio.CancelledError:
-                pass
-            self._scheduler = None
-        self._thread.shutdown(wait=True)
+        if self._thread is None:
+            return
+        await self.abort()
+        await self._stop_thread()
 
-    async def _on_thread(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+    async def _stop_thread(self) -> None:
+        with self._work:
+            self._closing = True
+            self._work.notify()
+        assert self._thread is not None
+        await asyncio.to_thread(self._thread.join)
+        self._thread = None
+        self._ready = False
+
+    async def _on_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` on the engine thread, before its next step."""
+        future: Future[Any] = Future()
+        with self._work:
+            if self._closing:
+                raise RuntimeError("the embedded engine is closed")
+            self._jobs.append((functools.partial(fn, *args), future))
+            self._work.notify()
+        return await asyncio.wrap_future(future)
 
     # ---------------------------------------------------------------- requests
 
@@ -187,7 +236,7 @@ class EmbeddedEngine(InferenceEngine):
 
     def _admit(self, payload: Any, stream: bool = False) -> _Request:
         """Check one request and queue it; malformed requests raise EngineRequestError."""
-        if self._scheduler is None:
+        if not self._ready:
             raise RuntimeError("EmbeddedEngine.start() must be awaited before generate()")
         if not isinstance(payload, dict):
             raise EngineRequestError(f"request body must be a JSON object, got {type(payload).__name__}")
@@ -211,11 +260,14 @@ class EmbeddedEngine(InferenceEngine):
                            done=loop.create_future(), stream=asyncio.Queue() if stream else None)
         if params.sampling_seed is not None and not params.greedy:
             request.generator = torch.Generator(device=self._batch.device).manual_seed(params.sampling_seed)
-        if params.max_new_tokens == 0:
-            self._finish(request, finish_length(0))
-        else:
-            self._waiting.append(request)
-            self._wake.set()
+        with self._work:
+            if params.max_new_tokens == 0:
+                out = [self._finish(request, finish_length(0))]
+            else:
+                out = []
+                self._waiting.append(request)
+                self._work.notify()
+        self._deliver(out)
         return request
 
     def _prompt(self, payload: dict[str, Any]) -> list[int]:
@@ -240,18 +292,25 @@ class EmbeddedEngine(InferenceEngine):
         return ids
 
     async def abort(self, rid: str | None = None) -> None:
-        for request in list(self._waiting):
-            if rid is None or request.rid == rid:
-                self._waiting.remove(request)
-                self._finish(request, finish_abort())
-        for request in self._rows:
-            if (rid is None or request.rid == rid) and not request.done.done():
-                self._finish(request, finish_abort())
-        self._wake.set()
+        with self._work:
+            kept: deque[_Request] = deque()
+            out = []
+            for request in self._waiting:
+                if rid is None or request.rid == rid:
+                    out.append(self._finish(request, finish_abort()))
+                else:
+                    kept.append(request)
+            self._waiting = kept
+            for request in (*self._joining, *self._rows):
+                if not request.finished and (rid is None or request.rid == rid):
+                    out.append(self._finish(request, finish_abort()))
+            self._work.notify()  # a paused engine frees the aborted rows' cache
+        self._deliver(out)
 
     async def load(self) -> dict[str, int]:
-        running = sum(not r.done.done() for r in self._rows)
-        return {"num_running_reqs": running, "num_waiting_reqs": len(self._waiting)}
+        with self._lock:
+            running = sum(not r.finished for r in (*self._joining, *self._rows))
+            return {"num_running_reqs": running, "num_waiting_reqs": len(self._waiting)}
 
     # ---------------------------------------------------------------- control
 
@@ -270,14 +329,16 @@ class EmbeddedEngine(InferenceEngine):
         }
 
     async def pause(self, mode: str = "abort") -> None:
-        self._paused = True
+        with self._lock:
+            self._paused = True
         if mode == "abort":
             await self.abort()
         await self._on_thread(lambda: None)  # the step in progress has finished
 
     async def resume(self) -> None:
-        self._paused = False
-        self._wake.set()
+        with self._work:
+            self._paused = False
+            self._work.notify()
 
     async def flush_cache(self) -> bool:
         load = await self.load()
@@ -314,39 +375,39 @@ class EmbeddedEngine(InferenceEngine):
             for name, tensor in state_dict.items():
                 current[name].copy_(tensor)
 
-    # ---------------------------------------------------------------- scheduling
+    # ---------------------------------------------------------------- the engine thread
 
-    async def _schedule(self) -> None:
-        """The engine's loop: admit waiting requests or decode a step, hand out tokens, until cancelled."""
+    def _run(self) -> None:
+        """The engine thread: jobs first, then prefill waiting requests or decode the running rows;
+        finished responses go to the event loop once per step. Ends when the engine closes."""
         while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while True:
-                live = sum(not r.done.done() for r in self._rows)
-                joining = [] if self._paused else self._take_waiting(live)
-                if not joining and (self._paused or not live):
-                    if live < len(self._rows):
-                        await self._on_thread(self._shrink)  # free finished rows' cache
-                    break
-                try:
-                    rows, tokens, logprobs = await self._on_thread(self._step, joining)
-                except Exception as exc:  # fail the batch's requests, keep serving new ones
-                    error = EngineError(f"the embedded engine failed on a step: {type(exc).__name__}: {exc}")
-                    for request in {id(r): r for r in [*self._rows, *joining]}.values():
-                        self._fail(request, error)
-                    await self._on_thread(self._shrink)
-                    continue
-                self.stats.steps += 1
-                self.stats.prefills += bool(joining)
-                self.stats.tokens += len(rows)
-                self.stats.max_batch = max(self.stats.max_batch, len(self._rows))
-                for row, token, logprob in zip(rows, tokens, logprobs):
-                    if not row.done.done():  # aborted during the step
-                        self._advance(row, token, logprob)
-                await asyncio.sleep(0)  # let new requests and aborts in between steps
+            with self._work:
+                self._work.wait_for(self._has_work)
+                if self._jobs:
+                    job, future = self._jobs.popleft()
+                elif self._closing:
+                    return
+                else:
+                    job = None
+                    self._joining = [] if self._paused else self._take_waiting()
+                    joining = self._joining
+                    idle = not joining and (self._paused or all(r.finished for r in self._rows))
+            if job is not None:
+                run_job(job, future)
+            elif idle:
+                self._shrink()  # free finished rows' cache
+            else:
+                self._deliver_soon(self._step(joining))
 
-    def _take_waiting(self, live: int) -> list[_Request]:
-        """Waiting requests that fit the batch (rows and prefill-token budget)."""
+    def _has_work(self) -> bool:
+        """Under the lock: whether the engine thread has something to do."""
+        if self._jobs or self._closing or any(r.finished for r in self._rows):
+            return True
+        return not self._paused and bool(self._waiting or self._rows)
+
+    def _take_waiting(self) -> list[_Request]:
+        """Under the lock: waiting requests that fit the batch (rows and prefill-token budget)."""
+        live = sum(not r.finished for r in self._rows)
         room = self.max_batch_size - live
         if room <= 0 or not self._waiting or (live and not self._batch.mergeable):
             return []
@@ -359,52 +420,97 @@ class EmbeddedEngine(InferenceEngine):
             joining.append(self._waiting.popleft())
         return joining
 
-    def _step(self, joining: list[_Request]) -> tuple[list[_Request], list[int], list[float]]:
-        """On the torch thread: drop finished rows, then prefill ``joining`` or decode every row.
-        Returns the rows that got a token, the tokens and their log-probabilities."""
-        with torch.inference_mode():
-            self._shrink()
+    def _step(self, joining: list[_Request]) -> list[tuple[_Request, dict[str, Any] | EngineError]]:
+        """Drop finished rows, then prefill ``joining`` or decode every row, and record each row's new
+        token. Returns what goes to the event loop: finished responses, stream chunks, errors."""
+        started = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                self._shrink()
+                if joining:
+                    first = self._batch.size
+                    logits = self._batch.prefill([r.prompt for r in joining])
+                    sampler = self._make_sampler(joining)
+                    self._sampler = None
+                    rows = joining
+                else:
+                    first = 0
+                    logits = self._batch.decode()
+                    if self._sampler is None:
+                        self._sampler = self._make_sampler(self._rows)
+                    sampler, rows = self._sampler, list(self._rows)
+                tokens, logprobs = sampler.sample(logits)
+                self._batch.set_tokens(tokens, first)
+                tokens, logprobs = tokens.tolist(), logprobs.tolist()
+        except Exception as exc:  # fail the batch's requests, keep serving new ones
+            error = EngineError(f"the embedded engine failed on a step: {type(exc).__name__}: {exc}")
+            with self._lock:
+                failed = [r for r in (*self._rows, *joining) if not r.finished]
+                for request in failed:
+                    request.finished = True
+                self._rows, self._joining = [], []
+            with torch.inference_mode():
+                self._batch.keep([])
+            self._sampler = None
+            return [(request, error) for request in failed]
+        self.stats.busy_seconds += time.perf_counter() - started
+        self.stats.steps += 1
+        self.stats.prefills += bool(joining)
+        self.stats.tokens += len(rows)
+        out: list[tuple[_Request, dict[str, Any] | EngineError]] = []
+        with self._lock:
             if joining:
-                first = self._batch.size
-                logits = self._batch.prefill([r.prompt for r in joining])
-                sampler = self._make_sampler(joining)
                 self._rows.extend(joining)
-                self._sampler = None
-                rows = joining
-            else:
-                first = 0
-                logits = self._batch.decode()
-                if self._sampler is None:
-                    self._sampler = self._make_sampler(self._rows)
-                sampler, rows = self._sampler, list(self._rows)
-            tokens, logprobs = sampler.sample(logits)
-            self._batch.set_tokens(tokens, first)
-            return rows, tokens.tolist(), logprobs.tolist()
-
-    @staticmethod
-    def _fail(request: _Request, error: EngineError) -> None:
-        if not request.done.done():
-            request.done.set_exception(error)
-            if request.stream is not None:
-                request.stream.put_nowait(error)
+                self._joining = []
+            self.stats.max_batch = max(self.stats.max_batch, len(self._rows))
+            for row, token, logprob in zip(rows, tokens, logprobs):
+                if not row.finished:  # aborted during the step
+                    self._advance(row, token, logprob, out)
+        return out
 
     def _shrink(self) -> None:
         """Remove finished rows from the batch."""
-        keep = [i for i, r in enumerate(self._rows) if not r.done.done()]
-        if len(keep) < len(self._rows):
-            with torch.inference_mode():
-                self._batch.keep(keep)
-            self._rows = [self._rows[i] for i in keep]
-            self._sampler = None
+        with self._lock:
+            keep = [i for i, r in enumerate(self._rows) if not r.finished]
+            if len(keep) == len(self._rows):
+                return
+            rows = [self._rows[i] for i in keep]
+        with torch.inference_mode():
+            self._batch.keep(keep)
+        with self._lock:  # only this thread changes the rows; the loop may have finished more meanwhile
+            self._rows = rows
+        self._sampler = None
 
     def _make_sampler(self, rows: list[_Request]) -> BatchSampler:
         return BatchSampler([r.params for r in rows], [r.generator for r in rows], self._shared_generator,
                             self._batch.device)
 
-    # ---------------------------------------------------------------- responses
+    def _deliver_soon(self, out: list[tuple[_Request, dict[str, Any] | EngineError]]) -> None:
+        """From the engine thread: hand ``out`` to the event loop."""
+        if out:
+            try:
+                self._loop.call_soon_threadsafe(self._deliver, out)
+            except RuntimeError:  # the event loop is closed: nobody is waiting any more
+                pass
 
-    def _advance(self, request: _Request, token: int, logprob: float) -> bool:
-        """Record one new token; finish the request when it stops. True when it finished."""
+    @staticmethod
+    def _deliver(out: list[tuple[_Request, dict[str, Any] | EngineError]]) -> None:
+        """On the event loop: stream chunks and errors to streams, final responses and errors to ``done``."""
+        for request, item in out:
+            if request.stream is not None:
+                request.stream.put_nowait(item)
+            if request.done.done():
+                continue
+            if isinstance(item, EngineError):
+                request.done.set_exception(item)
+            elif item["meta_info"]["finish_reason"] is not None:
+                request.done.set_result(item)
+
+    # ---------------------------------------------------------------- responses (under the lock)
+
+    def _advance(self, request: _Request, token: int, logprob: float,
+                 out: list[tuple[_Request, dict[str, Any] | EngineError]]) -> None:
+        """Record one new token; finish the request when it stops. What the loop must hand out goes to ``out``."""
         request.output.append(token)
         request.logprobs.append(logprob)
         params = request.params
@@ -419,11 +525,9 @@ class EmbeddedEngine(InferenceEngine):
         elif len(request.prompt) + len(request.output) >= self.model.config.max_position_embeddings:
             finish = finish_length(len(request.output))
         if finish is not None:
-            self._finish(request, finish)
-            return True
-        if request.stream is not None:
-            request.stream.put_nowait(self._response(request, None))
-        return False
+            out.append(self._finish(request, finish))
+        elif request.stream is not None:
+            out.append((request, self._response(request, None)))
 
     def _stop_string(self, request: _Request) -> str | None:
         """The stop string that appears first in the newest text, if any."""
@@ -436,7 +540,7 @@ class EmbeddedEngine(InferenceEngine):
         return min(hits, key=lambda s: (text.find(s) if s in text else len(text)))
 
     def _decode(self, ids: list[int], params: SamplingParams) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=params.skip_special_tokens)
+        return self._detokenizer.decode(ids, skip_special_tokens=params.skip_special_tokens)
 
     def _text(self, request: _Request, finish: dict[str, Any] | None) -> str:
         params = request.params
@@ -453,7 +557,7 @@ class EmbeddedEngine(InferenceEngine):
     def _response(self, request: _Request, finish: dict[str, Any] | None) -> dict[str, Any]:
         token_texts = None
         if request.return_logprob and request.text_in_logprobs:
-            token_texts = [self.tokenizer.decode([t]) for t in request.output]
+            token_texts = [self._detokenizer.decode([t]) for t in request.output]
         return generate_response(
             rid=request.rid, text=self._text(request, finish), output_ids=request.output,
             prompt_tokens=len(request.prompt), finish_reason=finish, weight_version=self.weight_version,
@@ -462,9 +566,6 @@ class EmbeddedEngine(InferenceEngine):
             sent_ts=finish is not None or len(request.output) == 1,
         )
 
-    def _finish(self, request: _Request, finish: dict[str, Any]) -> None:
-        response = self._response(request, finish)
-        if request.stream is not None:
-            request.stream.put_nowait(response)
-        if not request.done.done():
-            request.done.set_result(response)
+    def _finish(self, request: _Request, finish: dict[str, Any]) -> tuple[_Request, dict[str, Any]]:
+        request.finished = True
+        return request, self._response(request, finish)
