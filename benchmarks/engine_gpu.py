@@ -10,26 +10,25 @@ stopped early would change the batch's shape mid-pass and the figures with it),
 at the same batch (``--batch`` rows decoded together).
 
 The same code's throughput differs by up to a fifth between two processes on one card, so one process
-per path cannot tell a gap from that spread. Each of ``--rounds`` fresh processes therefore measures
-both paths, one after the other (the engine alone first in odd rounds, ``rlsdk run`` first in even
-ones), and the ratio is taken within each process. A path's figure in a process is its best pass after
-a full warm-up pass (the first pass over new sequence lengths runs at a third of the speed in a fresh
-process: kernel choices and cache blocks for every length).
+per path cannot tell a gap from that spread. Each of ``--rounds`` rounds runs both paths, each in a
+fresh process, one after the other (the engine alone first in odd rounds, ``rlsdk run`` first in even
+ones); the ratio is taken within each round and its median reported. A path's figure in a process is
+its best pass after a full warm-up pass (the first pass over new sequence lengths runs at a third of
+the speed in a fresh process: kernel choices and cache blocks for every length).
 
 - ``engine``: ``EmbeddedEngine.generate`` called directly, all requests at once (the baseline), a
   warm-up pass then ``--repeat`` timed passes;
 - ``http``: the same engine behind ``rlsdk.serve`` on loopback, reached by ``SGLangClient``;
-- ``rlsdk_run``: the ``rlsdk run --engine embedded`` command (its typer app, called in the process) over
-  a JSONL of the prompts' text, ``--steps`` steps of ``--requests`` samples, with its own engine; its
-  figure is the best step's ``rollout/tokens_per_s`` (step tokens over step seconds: generation,
+- ``rlsdk_run``: ``rlsdk run --engine embedded`` over a JSONL of the prompts' text, ``--steps`` steps of
+  ``--requests`` samples; its figure is the best step's ``rollout/tokens_per_s`` (step tokens over step seconds: generation,
   rewards and bookkeeping; the first step also warms the engine up).
 
 Each figure comes with the engine's ``busy_share`` (time in steps over wall time) and ``ms_per_step``,
 which tell slower steps (contention inside the forward pass) from time lost between steps.
 
 The last line printed is one JSON object: inputs, every process's figures, each path's median, the
-machine and card, and ``ratio``: the median over processes of rlsdk run's tokens/s over the engine's
-alone in the same process (>1 better; target at least 0.95).
+machine and card, and ``ratio``: the median over rounds of rlsdk run's tokens/s over the engine's alone
+(>1 better; target at least 0.95).
 
     python benchmarks/engine_gpu.py --model-config PATH/bench-model [--requests 256 --batch 256 --rounds 4]
     python benchmarks/engine_gpu.py --device cpu --dtype float32 --tiny   # a quick check without a GPU
@@ -125,62 +124,39 @@ def best(current: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     return {**chosen, "all_tokens_per_s": runs}
 
 
-def measure(folder: Path, work: Path, first: str, opts: argparse.Namespace) -> dict[str, Any]:
-    """One fresh process (this script with ``--child``) measuring both paths, ``first`` first."""
-    cmd = [sys.executable, __file__, "--child", "--work", str(work), "--first", first,
+def engine_alone(work: Path, opts: argparse.Namespace) -> dict[str, Any]:
+    """The engine and HTTP paths in a fresh process (this script with ``--child``)."""
+    cmd = [sys.executable, __file__, "--child", "--work", str(work),
            "--device", opts.device, "--dtype", opts.dtype, "--requests", str(opts.requests),
            "--new-tokens", str(opts.new_tokens), "--batch", str(opts.batch), "--temperature",
-           str(opts.temperature), "--repeat", str(opts.repeat), "--rm", opts.rm, "--steps", str(opts.steps)]
-    if opts.skip_run:
-        cmd.append("--skip-run")
-    here = str(Path(__file__).resolve().parent / "gpu")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+           str(opts.temperature), "--repeat", str(opts.repeat)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"the measuring process failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"the engine process failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def child(opts: argparse.Namespace) -> dict[str, Any]:
-    """Both paths in this process, in the order ``--first`` says."""
-    work = Path(opts.work)
-    prompts = json.loads((work / "prompts.json").read_text())
-    paths = ["engine", "run"] if opts.first == "engine" else ["run", "engine"]
-    results: dict[str, Any] = {"first": opts.first}
-    for path in paths:
-        if path == "engine":
-            results.update(asyncio.run(engine_and_http(work / "model", prompts, opts)))
-        elif not opts.skip_run:
-            results["rlsdk_run"] = through_rlsdk_run(work / "model", work / "prompts.jsonl", work / "run", opts)
-        if opts.device.startswith("cuda"):
-            import torch
-
-            torch.cuda.empty_cache()
-    return results
-
-
-def through_rlsdk_run(folder: Path, dataset: Path, out: Path, opts: argparse.Namespace) -> dict[str, Any]:
-    """The ``rlsdk run`` command over the prompts' text, in this process; the best step's tokens/s."""
-    from rlsdk_cli.app import app
-
+def through_rlsdk_run(work: Path, out: Path, opts: argparse.Namespace) -> dict[str, Any]:
+    """``rlsdk run`` in a fresh process over the prompts' text; the best step's tokens/s."""
     settings = run_settings(opts)
-    argv = ["run", "--engine", "embedded", "--model", str(folder),
-            "--data", str(dataset), "--label-key", "label", "--no-chat-template", "--rm", opts.rm,
-            "--custom-generate", "workload:to_length", "--num-rollout", str(opts.steps),
-            "--rollout-batch-size", str(settings["rollout_batch_size"]),
-            "--n-samples-per-prompt", "1", "--max-new-tokens", str(opts.new_tokens),
-            "--temperature", str(opts.temperature), "--top-p", "1.0", "--top-k", "-1",
-            "--sglang-server-concurrency", str(settings["sglang_server_concurrency"]), "--output", str(out),
-            "--set", f"engine_device={opts.device}", "--set", f"engine_dtype={opts.dtype}",
-            "--set", f"engine_max_batch_size={opts.batch}"]
+    cmd = [sys.executable, "-m", "rlsdk_cli.app", "run", "--engine", "embedded", "--model", str(work / "model"),
+           "--data", str(work / "prompts.jsonl"), "--label-key", "label", "--no-chat-template", "--rm", opts.rm,
+           "--custom-generate", "workload:to_length", "--num-rollout", str(opts.steps),
+           "--rollout-batch-size", str(settings["rollout_batch_size"]),
+           "--n-samples-per-prompt", "1", "--max-new-tokens", str(opts.new_tokens),
+           "--temperature", str(opts.temperature), "--top-p", "1.0", "--top-k", "-1",
+           "--sglang-server-concurrency", str(settings["sglang_server_concurrency"]), "--output", str(out),
+           "--set", f"engine_device={opts.device}", "--set", f"engine_dtype={opts.dtype}",
+           "--set", f"engine_max_batch_size={opts.batch}"]
+    here = str(Path(__file__).resolve().parent / "gpu")
     trace = out.parent / f"{out.name}-engine.jsonl"
-    trace.unlink(missing_ok=True)
-    os.environ[ENGINE_TRACE] = str(trace)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
+           ENGINE_TRACE: str(trace)}
     started = time.perf_counter()
-    code = app(argv, standalone_mode=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started
-    if code:
-        raise RuntimeError(f"rlsdk run exited {code}")
+    if proc.returncode != 0:
+        raise RuntimeError(f"rlsdk run failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     calls = [json.loads(line) for line in trace.read_text().splitlines()]
     figures = []
@@ -191,7 +167,7 @@ def through_rlsdk_run(folder: Path, dataset: Path, out: Path, opts: argparse.Nam
         figures.append({"tokens": step["rollout/tokens"], "seconds": round(step["rollout/seconds"], 3),
                         "tokens_per_s": round(step["rollout/tokens_per_s"], 1), **engine_share(first, last)})
     chosen = max(figures, key=lambda f: f["tokens_per_s"])
-    return {**chosen, "steps": figures, "run_seconds": round(wall, 1), "command": "rlsdk " + " ".join(argv)}
+    return {**chosen, "steps": figures, "process_seconds": round(wall, 1), "command": " ".join(cmd[1:])}
 
 
 def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -215,15 +191,16 @@ def main() -> None:
     parser.add_argument("--rm", default="math", help="The reward of the rlsdk run path.")
     parser.add_argument("--steps", type=int, default=3, help="rlsdk run steps (the best one counts).")
     parser.add_argument("--repeat", type=int, default=2, help="Timed engine passes per process (best counts).")
-    parser.add_argument("--rounds", type=int, default=4, help="Fresh processes, each measuring both paths.")
+    parser.add_argument("--rounds", type=int, default=4, help="Rounds of one fresh process per path.")
     parser.add_argument("--tiny", action="store_true", help="Shrink the model (for checking on a CPU).")
     parser.add_argument("--skip-run", action="store_true", help="Leave out the rlsdk run path.")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
-    parser.add_argument("--first", choices=["engine", "run"], default="engine", help=argparse.SUPPRESS)
     opts = parser.parse_args()
-    if opts.child:
-        print(json.dumps(child(opts)))
+    if opts.child:  # one engine process: the engine and HTTP figures as JSON
+        work = Path(opts.work)
+        prompts = json.loads((work / "prompts.json").read_text())
+        print(json.dumps(asyncio.run(engine_and_http(work / "model", prompts, opts))))
         return
 
     from transformers import AutoTokenizer
@@ -236,31 +213,41 @@ def main() -> None:
         prompts = make_prompts(tokenizer, opts.requests, opts.prompt_len)
         (work / "prompts.json").write_text(json.dumps(prompts))
         write_dataset(tokenizer, prompts, work / "prompts.jsonl")
-        processes = []
+        if opts.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()
+        rounds: list[dict[str, Any]] = []
         for round_ in range(opts.rounds):
-            processes.append(measure(folder, work, "engine" if round_ % 2 == 0 else "run", opts))
-            figures = {k: processes[-1][k]["tokens_per_s"] for k in ("engine", "rlsdk_run") if k in processes[-1]}
-            print(f"process {round_ + 1}: {figures}", file=sys.stderr)
-    engine = median_of([p["engine"] for p in processes])
-    http = median_of([p["http"] for p in processes])
-    run = None if opts.skip_run else median_of([p["rlsdk_run"] for p in processes])
+            figures: dict[str, Any] = {"first": "engine" if round_ % 2 == 0 else "rlsdk_run"}
+            for path in ("engine", "rlsdk_run") if round_ % 2 == 0 else ("rlsdk_run", "engine"):
+                if path == "engine":
+                    figures.update(engine_alone(work, opts))
+                elif not opts.skip_run:
+                    figures["rlsdk_run"] = through_rlsdk_run(work, work / f"run-{round_}", opts)
+            rounds.append(figures)
+            print(f"round {round_ + 1}: " + ", ".join(f"{k} {figures[k]['tokens_per_s']}"
+                                                   for k in ("engine", "rlsdk_run") if k in figures), file=sys.stderr)
+    engine = median_of([r["engine"] for r in rounds])
+    http = median_of([r["http"] for r in rounds])
+    run = None if opts.skip_run else median_of([r["rlsdk_run"] for r in rounds])
     paired = [] if opts.skip_run else [
-        round(p["rlsdk_run"]["tokens_per_s"] / p["engine"]["tokens_per_s"], 3) for p in processes]
+        round(r["rlsdk_run"]["tokens_per_s"] / r["engine"]["tokens_per_s"], 3) for r in rounds]
     report = {
         "benchmark": "engine_gpu",
         "inputs": {"model_config": str(opts.model_config), "tiny": opts.tiny, "weights": "random",
                    "device": opts.device, "dtype": opts.dtype, "requests": opts.requests,
                    "prompt_len": opts.prompt_len, "new_tokens": opts.new_tokens, "batch": opts.batch,
                    "reward": opts.rm, "rounds": opts.rounds, "repeat": opts.repeat, "steps": opts.steps,
-                   "sampling_params": processes[0]["sampling_params"]},
+                   "sampling_params": rounds[0]["sampling_params"]},
         "engine": engine,
         "http": http,
         "rlsdk_run": run,
-        "ratios_per_process": paired,
-        "processes": processes,
+        "ratios_per_round": paired,
+        "rounds": rounds,
         "machine": machine(),
         "ratio_http": round(statistics.median(
-            p["http"]["tokens_per_s"] / p["engine"]["tokens_per_s"] for p in processes), 3),
+            r["http"]["tokens_per_s"] / r["engine"]["tokens_per_s"] for r in rounds), 3),
         "ratio": round(statistics.median(paired), 3) if paired else None,
     }
     print(json.dumps(report))
