@@ -141,3 +141,14 @@ def test_eval_reports_pass_at_k_per_dataset(tmp_path):
     evaluated = read_jsonl(tmp_path / "out" / "eval.jsonl")[0]
     assert evaluated["eval/arith/prompts"] == 3
     assert 0.0 <= evaluated["eval/arith/pass@1"] <= evaluated["eval/arith/pass@2"] <= 1.0
+
+
+def test_startup_objects_are_frozen_only_inside_the_block():
+    import gc
+
+    from rlsdk.runtime import startup_objects_frozen
+
+    assert gc.get_freeze_count() == 0
+    with startup_objects_frozen():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0

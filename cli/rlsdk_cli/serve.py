@@ -35,6 +35,7 @@ def serve(
 
 
 async def _serve(engine: object, host: str, port: int) -> None:
+    from rlsdk.runtime import startup_objects_frozen
     from rlsdk.serve import start_server
 
     await engine.start()  # type: ignore[attr-defined]
@@ -46,7 +47,8 @@ async def _serve(engine: object, host: str, port: int) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        with startup_objects_frozen():
+            await stop.wait()
     finally:
         await handle.close()
         await engine.close()  # type: ignore[attr-defined]

@@ -150,7 +150,9 @@ def test_abort_all_and_by_rid_return_partial_tokens(served):
         second = asyncio.create_task(client.generate({"input_ids": prompt_ids(served, "Tell a joke."), **long}))
         while (await client.load())["num_running_reqs"] < 2:
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)
+        steps = served.engine.stats.steps
+        while served.engine.stats.steps < steps + 3:  # both prefilled and decoding
+            await asyncio.sleep(0.05)
         await client.abort("story")
         story = await first
         await client.abort()

@@ -12,13 +12,16 @@ from transformers.cache_utils import DynamicLayer
 
 
 class KVBatch:
-    """The KV cache, attention mask ``(B, L)`` and next input tokens ``(B,)`` of the running rows.
+    """The KV cache, boolean attention mask ``(B, L)`` and next input tokens ``(B,)`` of the running rows.
 
     Rows are left-padded to a common length; a row's position ids count only its real tokens, so a
     row's logits do not depend on which other rows share the batch (up to float rounding)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, boolean_decode_mask: bool = False) -> None:
         self.model = model
+        self.boolean_decode_mask = boolean_decode_mask
+        """Decode with the ready 4D boolean mask ``(B, 1, 1, L)`` (the ``rlsdk_grouped`` attention's input)
+        instead of having transformers build one from the 2D mask every step."""
         self.device = next(model.parameters()).device
         # transformers 5.2x names the cache argument ``cache``; earlier releases ``past_key_values``
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -40,7 +43,7 @@ class KVBatch:
         length = max(len(p) for p in prompts)
         pad = self.model.config.pad_token_id or 0
         ids = torch.tensor([[pad] * (length - len(p)) + p for p in prompts], device=self.device)
-        mask = torch.tensor([[0] * (length - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        mask = torch.tensor([[False] * (length - len(p)) + [True] * len(p) for p in prompts], device=self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
@@ -53,7 +56,8 @@ class KVBatch:
         assert self.mask is not None and self.tokens is not None
         positions = self.mask.sum(-1, keepdim=True)
         self.mask = torch.cat([self.mask, self.mask.new_ones(self.size, 1)], dim=1)
-        out = self.model(input_ids=self.tokens[:, None], attention_mask=self.mask, position_ids=positions,
+        mask = self.mask[:, None, None, :] if self.boolean_decode_mask else self.mask
+        out = self.model(input_ids=self.tokens[:, None], attention_mask=mask, position_ids=positions,
                          use_cache=True, **{self.cache_arg: self.cache})
         self.cache = getattr(out, self.cache_arg)
         return out.logits[:, -1, :].float()

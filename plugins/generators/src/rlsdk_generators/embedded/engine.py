@@ -29,6 +29,8 @@ from rlsdk.protocol import (
     split_batch,
 )
 
+from . import attention
+from .attention import full_attention_only
 from .batch import KVBatch
 from .model_files import resolve_model_path
 from .sampling import BatchSampler, SamplingParams
@@ -165,7 +167,7 @@ class EmbeddedEngine(InferenceEngine):
         self._ready = True
 
     def _load(self) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
         self.model_path = resolve_model_path(self.model_arg, self.cache_dir)
         device = self.device_arg
@@ -175,9 +177,11 @@ class EmbeddedEngine(InferenceEngine):
             torch.set_num_threads(self.threads or default_cpu_threads())
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self._detokenizer = AutoTokenizer.from_pretrained(self.model_path)  # a Rust tokenizer is not shared
-        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, self.dtype))
+        grouped = full_attention_only(AutoConfig.from_pretrained(self.model_path))
+        options = {"attn_implementation": attention.register()} if grouped else {}
+        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, self.dtype), **options)
         self.model = model.to(device).eval()
-        self._batch = KVBatch(self.model)
+        self._batch = KVBatch(self.model, boolean_decode_mask=grouped)
         self._shared_generator = torch.Generator(device=self._batch.device)
         self._shared_generator.seed()
         eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
