@@ -48,7 +48,7 @@ setup() {
 }
 
 embedded() {
-  bench engine_gpu "$here/../engine_gpu.py" --model-config "$gpu/bench-model" --repeat 2
+  bench engine_gpu "$here/../engine_gpu.py" --model-config "$gpu/bench-model" --repeat 2 --rounds 3
   bench embedded_vs_generate "$here/embedded_vs_generate.py" --model-config "$gpu/bench-model" --repeat 2
 }
 

@@ -8,6 +8,7 @@ generates the same number of tokens.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import platform
@@ -82,8 +83,10 @@ def write_dataset(tokenizer: Any, prompts: list[list[int]], path: str | Path, la
 
 
 ENGINE_TRACE = "RLSDK_BENCH_ENGINE_TRACE"
-"""Environment variable naming a file: ``to_length`` appends the engine's counters before and after each
-call there (engines with ``stats`` only), so the run's engine time can be set against its wall time."""
+"""Environment variable naming a file: ``to_length`` notes the engine's counters before and after each
+call (engines with ``stats`` only) and the process writes them there, one JSON line per call, when it
+exits (no file work inside a step), so the run's engine time can be set against its wall time."""
+_calls: list[dict[str, Any]] = []
 
 
 async def to_length(args: Any, sample: Any, sampling_params: dict[str, Any]) -> Any:
@@ -95,11 +98,16 @@ async def to_length(args: Any, sample: Any, sampling_params: dict[str, Any]) -> 
     stats = getattr(get_runtime(args).engine, "stats", None)
     before = engine_counters(stats)
     result = await generate(args, sample, {**sampling_params, "ignore_eos": True})
-    trace = os.environ.get(ENGINE_TRACE)
-    if trace and stats is not None:
-        with open(trace, "a") as f:
-            f.write(json.dumps({"before": before, "after": engine_counters(stats)}) + "\n")
+    if stats is not None and os.environ.get(ENGINE_TRACE):
+        if not _calls:
+            atexit.register(_write_calls, os.environ[ENGINE_TRACE])
+        _calls.append({"before": before, "after": engine_counters(stats)})
     return result
+
+
+def _write_calls(path: str) -> None:
+    with open(path, "w") as f:
+        f.writelines(json.dumps(call) + "\n" for call in _calls)
 
 
 def engine_counters(stats: Any) -> dict[str, float] | None:

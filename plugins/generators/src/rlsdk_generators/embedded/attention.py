@@ -1,4 +1,4 @@
-"""Decode-step attention for the embedded engine, registered with transformers as ``rlsdk_grouped``.
+"""Decode-step attention for the embedded engine on CPU, registered with transformers as ``rlsdk_grouped``.
 
 A decode step has one query per row over a left-padded cache, so it needs a padding mask. With a mask,
 transformers' SDPA path first copies every key and value head once per query head sharing it
@@ -6,6 +6,9 @@ transformers' SDPA path first copies every key and value head once per query hea
 place (two batched matrix products and a softmax, as in transformers' eager attention, without the
 copies), under the boolean mask ``(B, 1, 1, L)`` the engine passes in. Prompts (several queries per
 row) and anything unusual (sliding windows, attention sinks, float masks) go to SDPA unchanged.
+
+About 8% more tokens/s than SDPA for SmolLM2-135M on two CPU cores; on CUDA the engine keeps SDPA, whose
+fused kernels were faster there than these small batched products.
 """
 
 from __future__ import annotations

@@ -177,7 +177,8 @@ class EmbeddedEngine(InferenceEngine):
             torch.set_num_threads(self.threads or default_cpu_threads())
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self._detokenizer = AutoTokenizer.from_pretrained(self.model_path)  # a Rust tokenizer is not shared
-        grouped = full_attention_only(AutoConfig.from_pretrained(self.model_path))
+        # On CUDA, SDPA's fused kernels beat the grouped products (18.0k against 15.1k tokens/s on an H200)
+        grouped = device == "cpu" and full_attention_only(AutoConfig.from_pretrained(self.model_path))
         options = {"attn_implementation": attention.register()} if grouped else {}
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, self.dtype), **options)
         self.model = model.to(device).eval()
