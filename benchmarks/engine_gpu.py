@@ -20,8 +20,8 @@ the speed in a fresh process: kernel choices and cache blocks for every length).
   warm-up pass then ``--repeat`` timed passes;
 - ``http``: the same engine behind ``rlsdk.serve`` on loopback, reached by ``SGLangClient``;
 - ``rlsdk_run``: ``rlsdk run --engine embedded`` over a JSONL of the prompts' text, ``--steps`` steps of
-  ``--requests`` samples; its figure is the best step's ``rollout/tokens_per_s`` (step tokens over step seconds: generation,
-  rewards and bookkeeping; the first step also warms the engine up).
+  ``--requests`` samples; its figure is the best step's ``rollout/tokens_per_s`` (step tokens over step
+  seconds: generation, rewards and bookkeeping; the first step also warms the engine up).
 
 Each figure comes with the engine's ``busy_share`` (time in steps over wall time) and ``ms_per_step``,
 which tell slower steps (contention inside the forward pass) from time lost between steps.
@@ -30,7 +30,7 @@ The last line printed is one JSON object: inputs, every process's figures, each 
 machine and card, and ``ratio``: the median over rounds of rlsdk run's tokens/s over the engine's alone
 (>1 better; target at least 0.95).
 
-    python benchmarks/engine_gpu.py --model-config PATH/bench-model [--requests 256 --batch 256 --rounds 4]
+    python benchmarks/engine_gpu.py --model-config PATH/bench-model [--requests 256 --batch 256 --rounds 3]
     python benchmarks/engine_gpu.py --device cpu --dtype float32 --tiny   # a quick check without a GPU
 """
 
@@ -193,7 +193,7 @@ def main() -> None:
     parser.add_argument("--rm", default="math", help="The reward of the rlsdk run path.")
     parser.add_argument("--steps", type=int, default=3, help="rlsdk run steps (the best one counts).")
     parser.add_argument("--repeat", type=int, default=2, help="Timed engine passes per process (best counts).")
-    parser.add_argument("--rounds", type=int, default=4, help="Rounds of one fresh process per path.")
+    parser.add_argument("--rounds", type=int, default=3, help="Rounds of one fresh process per path.")
     parser.add_argument("--tiny", action="store_true", help="Shrink the model (for checking on a CPU).")
     parser.add_argument("--skip-run", action="store_true", help="Leave out the rlsdk run path.")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
