@@ -135,7 +135,9 @@ class GraderPool:
         if processes < 1:
             raise ValueError(f"a grader pool needs at least one process, got {processes}")
         self.processes = processes
-        self._slots: queue.Queue[_Worker | None] = queue.Queue()
+        # Last in, first out: an idle worker is reused before an empty slot starts a new one, so a new
+        # worker (1-3 s of imports) starts only when every started one is busy.
+        self._slots: queue.LifoQueue[_Worker | None] = queue.LifoQueue()
         for _ in range(processes):
             self._slots.put(None)  # a worker is started on first use
         self._waiters = concurrent.futures.ThreadPoolExecutor(2 * processes, thread_name_prefix="rlsdk-grader")
