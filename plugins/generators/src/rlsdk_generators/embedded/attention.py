@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 NAME = "rlsdk_grouped"
 
@@ -25,8 +26,6 @@ def grouped_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value
                       **kwargs: Any) -> tuple[torch.Tensor, None]:
     """Attention in transformers' interface: ``query (B, H, q, D)``, ``key``/``value (B, Hkv, L, D)``;
     returns ``(B, q, H, D)``."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     batch, heads, queries, dim = query.shape
     kv_heads = key.shape[1]
     plain = (queries == 1 and attention_mask is not None and attention_mask.dtype == torch.bool

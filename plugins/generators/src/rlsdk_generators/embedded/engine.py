@@ -406,15 +406,17 @@ class EmbeddedEngine(InferenceEngine):
 
     def _has_work(self) -> bool:
         """Under the lock: whether the engine thread has something to do."""
-        if self._jobs or self._closing or any(r.finished for r in self._rows):
+        if self._jobs or self._closing or (not self._paused and (self._waiting or self._rows)):
             return True
-        return not self._paused and bool(self._waiting or self._rows)
+        return any(r.finished for r in self._rows)  # a paused engine frees finished rows' cache
 
     def _take_waiting(self) -> list[_Request]:
         """Under the lock: waiting requests that fit the batch (rows and prefill-token budget)."""
+        if not self._waiting:
+            return []
         live = sum(not r.finished for r in self._rows)
         room = self.max_batch_size - live
-        if room <= 0 or not self._waiting or (live and not self._batch.mergeable):
+        if room <= 0 or (live and not self._batch.mergeable):
             return []
         joining: list[_Request] = []
         longest = 0
