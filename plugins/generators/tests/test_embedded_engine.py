@@ -47,6 +47,11 @@ def forward_logprobs(served, prompt, output, temperature=1.0, top_k=None) -> lis
     return torch.log_softmax(logits, -1).gather(1, torch.tensor(output)[:, None]).squeeze(1).tolist()
 
 
+def assert_logprobs_close(out, expected: list[float]) -> None:
+    """The response's log-probs equal ``expected`` within 1e-4 (a NaN fails)."""
+    torch.testing.assert_close(torch.tensor(logprobs_of(out)), torch.tensor(expected), atol=1e-4, rtol=0)
+
+
 def test_greedy_over_http_equals_in_process_and_transformers(served):
     prompt = prompt_ids(served, "What is 2 + 3?")
     payload = {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 12},
@@ -128,8 +133,35 @@ def test_logprobs_match_a_forward_pass(served, params):
                             "sampling_params": {**params, "max_new_tokens": 10, "sampling_seed": 7}})
     temperature = params["temperature"] or 1.0
     expected = forward_logprobs(served, prompt, out["output_ids"], temperature, params.get("top_k"))
-    assert len(logprobs_of(out)) == len(out["output_ids"])
-    assert max(abs(a - b) for a, b in zip(logprobs_of(out), expected)) < 1e-4
+    assert_logprobs_close(out, expected)
+
+
+def test_rows_past_the_cache_slack_and_rows_joining_and_leaving_keep_forward_logprobs(served):
+    """A row decodes past its cache buffers' free columns (a refill) while a shorter row joins mid-way
+    (a merge) and finishes (a select); both rows' log-probs still match a plain forward pass."""
+    from rlsdk_generators.embedded.batch import SLACK
+
+    engine = served.engine
+    long_prompt, short_prompt = prompt_ids(served, "Tell me a long story."), prompt_ids(served, "Say hi.")
+
+    def payload(prompt, tokens):
+        return {"input_ids": prompt, "return_logprob": True,
+                "sampling_params": {"temperature": 1.0, "sampling_seed": 3, "ignore_eos": True,
+                                    "max_new_tokens": tokens}}
+
+    async def both():
+        long = asyncio.create_task(engine.generate(payload(long_prompt, SLACK + 20)))
+        steps = engine.stats.steps
+        while engine.stats.steps < steps + 10:
+            await asyncio.sleep(0.01)
+        short = await engine.generate(payload(short_prompt, 6))
+        return await long, short
+
+    long, short = served.run(both())
+    assert len(long["output_ids"]) == SLACK + 20 and len(short["output_ids"]) == 6
+    for prompt, out in ((long_prompt, long), (short_prompt, short)):
+        expected = forward_logprobs(served, prompt, out["output_ids"])
+        assert_logprobs_close(out, expected)
 
 
 def test_top_p_logprobs_are_renormalized_over_the_nucleus(served):

@@ -10,6 +10,62 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+SLACK = 128
+"""Free token columns a cache buffer gets beyond its contents: decode steps write their token in place,
+and the cache is copied once every ``SLACK`` steps instead of on every step."""
+
+
+class SlackLayer(DynamicLayer):
+    """A full-attention cache layer whose ``keys`` and ``values`` ``(B, H, L, D)`` are views into
+    buffers with room for more columns. transformers' ``DynamicLayer`` concatenates on every update,
+    which copies the whole cache each decode step (for a 0.5B model at batch 256, gigabytes per step)
+    and hands the memory allocator a new size every time.
+
+    Built from ``parts``: blocks of rows stacked in order, each right-aligned to the longest (left
+    padding zeroed: masked columns must still be finite, as ``0 * nan`` poisons attention)."""
+
+    def __init__(self, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        super().__init__()
+        keys = parts[0][0]
+        self.dtype, self.device = keys.dtype, keys.device
+        self.is_initialized = True
+        self._fill(parts, 0)
+
+    def _fill(self, parts: list[tuple[torch.Tensor, torch.Tensor]], incoming: int) -> None:
+        """New buffers holding ``parts``, with room for ``incoming`` more columns plus the slack."""
+        length = max(k.shape[-2] for k, _ in parts)
+        rows = sum(k.shape[0] for k, _ in parts)
+        self._buffers = tuple(t.new_empty((rows, *t.shape[1:-2], length + incoming + SLACK, t.shape[-1]))
+                              for t in parts[0])
+        first = 0
+        for part in parts:
+            pad = length - part[0].shape[-2]
+            for buffer, t in zip(self._buffers, part):
+                block = buffer[first:first + t.shape[0]]
+                block[..., :pad, :].zero_()
+                block[..., pad:length, :].copy_(t)
+            first += part[0].shape[0]
+        self.keys, self.values = (b[..., :length, :] for b in self._buffers)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        length, incoming = self.keys.shape[-2], key_states.shape[-2]
+        # anything that replaced the views (a batch select, an offload) gets new buffers
+        own = all(view.data_ptr() == buffer.data_ptr() for view, buffer in zip((self.keys, self.values), self._buffers))
+        if not own or length + incoming > self._buffers[0].shape[-2]:
+            self._fill([(self.keys, self.values)], incoming)
+        for buffer, new in zip(self._buffers, (key_states, value_states)):
+            buffer[..., length:length + incoming, :].copy_(new)
+        self.keys, self.values = (b[..., :length + incoming, :] for b in self._buffers)
+        return self.keys, self.values
+
+
+def slack_cache(layers: list[list[tuple[torch.Tensor, torch.Tensor]]]) -> DynamicCache:
+    """A cache of ``SlackLayer``, one per item of ``layers`` (that layer's parts)."""
+    cache = DynamicCache()
+    cache.layers = [SlackLayer(parts) for parts in layers]
+    return cache
+
 
 class KVBatch:
     """The KV cache, boolean attention mask ``(B, L)`` and next input tokens ``(B,)`` of the running rows.
@@ -36,7 +92,7 @@ class KVBatch:
     @property
     def mergeable(self) -> bool:
         """Whether new rows can join a running cache (plain full-attention layers only)."""
-        return self.cache is None or all(type(layer) is DynamicLayer for layer in self.cache.layers)
+        return self.cache is None or all(type(layer) in (DynamicLayer, SlackLayer) for layer in self.cache.layers)
 
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
         """Run ``prompts`` as new rows appended to the batch; returns their last logits ``(n, V)``."""
@@ -72,8 +128,8 @@ class KVBatch:
         mask = self.mask[index]
         start = int(mask.any(0).long().argmax())  # first column some row uses
         if self.mergeable:
-            layers = [(layer.keys[index, :, start:], layer.values[index, :, start:]) for layer in self.cache.layers]
-            self.cache = DynamicCache(ddp_cache_data=layers)
+            self.cache = slack_cache([[(layer.keys[index, :, start:], layer.values[index, :, start:])]
+                                      for layer in self.cache.layers])
             mask = mask[:, start:]
         else:
             self.cache.batch_select_indices(index)
@@ -88,25 +144,17 @@ class KVBatch:
 
     def _append(self, cache: DynamicCache, mask: torch.Tensor) -> None:
         if self.cache is None or self.mask is None:
-            self.cache, self.mask = cache, mask
+            mergeable = all(type(layer) is DynamicLayer for layer in cache.layers)
+            self.cache = slack_cache([[(layer.keys, layer.values)] for layer in cache.layers]) if mergeable else cache
+            self.mask = mask
             return
-        old, new = self.mask.shape[1], mask.shape[1]
-        width = max(old, new)
-        layers = [
-            (torch.cat([_left_pad(a.keys, width), _left_pad(b.keys, width)]),
-             torch.cat([_left_pad(a.values, width), _left_pad(b.values, width)]))
-            for a, b in zip(self.cache.layers, cache.layers)
-        ]
-        self.cache = DynamicCache(ddp_cache_data=layers)
+        width = max(self.mask.shape[1], mask.shape[1])
+        self.cache = slack_cache([[(a.keys, a.values), (b.keys, b.values)]
+                                  for a, b in zip(self.cache.layers, cache.layers)])
         self.mask = torch.cat([_left_pad(self.mask, width), _left_pad(mask, width)])
 
 
-def _left_pad(t: torch.Tensor, width: int) -> torch.Tensor:
-    """Zero-pad the sequence dimension (-2 for KV ``(B, H, L, D)``, -1 for masks ``(B, L)``) on the left."""
-    dim = -1 if t.dim() == 2 else -2
-    missing = width - t.shape[dim]
-    if missing == 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = missing
-    return torch.cat([t.new_zeros(shape), t], dim=dim)
+def _left_pad(mask: torch.Tensor, width: int) -> torch.Tensor:
+    """Pad a ``(B, L)`` mask with ``False`` on the left to ``width`` columns."""
+    missing = width - mask.shape[1]
+    return mask if missing == 0 else torch.cat([mask.new_zeros(mask.shape[0], missing), mask], dim=1)
