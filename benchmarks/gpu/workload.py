@@ -9,6 +9,7 @@ generates the same number of tokens.
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import platform
@@ -110,20 +111,68 @@ def _write_calls(path: str) -> None:
         f.writelines(json.dumps(call) + "\n" for call in _calls)
 
 
+class _GcClock:
+    """Seconds this process spent in garbage collections (every thread stops for them)."""
+
+    seconds = 0.0
+    _started = 0.0
+
+    @classmethod
+    def callback(cls, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            cls._started = time.perf_counter()
+        else:
+            cls.seconds += time.perf_counter() - cls._started
+
+
+gc.callbacks.append(_GcClock.callback)  # both measured processes import this module
+
+
+def _engine_thread_counters() -> dict[str, float]:
+    """CPU seconds and context switches of the embedded engine's thread (Linux ``/proc``), else zeros."""
+    import threading
+
+    thread = next((t for t in threading.enumerate() if t.name == "rlsdk-embedded"), None)
+    try:
+        task = Path(f"/proc/self/task/{thread.native_id}") if thread else None
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split() if task else None
+        status = dict(line.split(":", 1) for line in (task / "status").read_text().splitlines()) if task else None
+    except OSError:
+        fields = status = None
+    if not fields or not status:
+        return {"engine_cpu_seconds": 0.0, "switches": 0, "forced_switches": 0, "engine_on_cpu": -1}
+    ticks = os.sysconf("SC_CLK_TCK")
+    return {"engine_cpu_seconds": (int(fields[11]) + int(fields[12])) / ticks,  # utime + stime
+            "engine_on_cpu": int(fields[36]),  # the core it last ran on
+            "switches": int(status["voluntary_ctxt_switches"]),
+            "forced_switches": int(status["nonvoluntary_ctxt_switches"])}
+
+
 def engine_counters(stats: Any) -> dict[str, float] | None:
-    """The embedded engine's step count and time in steps, with the wall clock."""
+    """The embedded engine's step count and time in steps, its thread's CPU time and context switches,
+    the process's garbage-collection time, with the wall clock."""
     if stats is None:
         return None
-    return {"time": time.perf_counter(), "steps": stats.steps, "busy_seconds": stats.busy_seconds}
+    return {"time": time.perf_counter(), "steps": stats.steps, "busy_seconds": stats.busy_seconds,
+            "gc_seconds": _GcClock.seconds, **_engine_thread_counters()}
+
+
+COUNTERS = ("time", "steps", "busy_seconds", "gc_seconds", "engine_cpu_seconds", "switches", "forced_switches")
 
 
 def engine_share(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """Between two ``engine_counters``: the share of wall time the engine spent in steps, ms per step."""
-    wall = after["time"] - before["time"]
-    busy = after["busy_seconds"] - before["busy_seconds"]
-    steps = after["steps"] - before["steps"]
+    """Between two ``engine_counters``: the share of wall time the engine spent in steps, ms per step,
+    the share of step time its thread was on a CPU, the share of wall time in garbage collection, and
+    the engine thread's context switches per step (waits for the GIL or the GPU, and preemptions)."""
+    delta = {k: after[k] - before[k] for k in COUNTERS}
+    wall, busy, steps = delta["time"], delta["busy_seconds"], delta["steps"]
     return {"busy_share": round(busy / wall, 3) if wall else 0.0,
-            "ms_per_step": round(1000 * busy / steps, 2) if steps else 0.0, "engine_steps": steps}
+            "ms_per_step": round(1000 * busy / steps, 2) if steps else 0.0, "engine_steps": steps,
+            "engine_cpu_share": round(delta["engine_cpu_seconds"] / busy, 3) if busy else 0.0,
+            "gc_share": round(delta["gc_seconds"] / wall, 4) if wall else 0.0,
+            "switches_per_step": round(delta["switches"] / steps, 2) if steps else 0.0,
+            "forced_switches_per_step": round(delta["forced_switches"] / steps, 2) if steps else 0.0,
+            "engine_on_cpu": after.get("engine_on_cpu", -1)}
 
 
 def machine() -> dict[str, Any]:
@@ -136,6 +185,7 @@ def machine() -> dict[str, Any]:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "cpu_count": _cpu_count(),
+        **_cpu_topology(),
     }
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
@@ -146,9 +196,14 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def _cpu_count() -> int:
-    import os
+def _cpu_topology() -> dict[str, Any]:
+    """Whether cores share a physical core (SMT) and how many NUMA nodes there are (Linux ``/sys``)."""
+    smt = Path("/sys/devices/system/cpu/smt/active")
+    return {"smt": smt.read_text().strip() == "1" if smt.exists() else None,
+            "numa_nodes": len(list(Path("/sys/devices/system/node").glob("node[0-9]*")))}
 
+
+def _cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlsdk_generators.embedded.attention import full_attention_only, grouped_attention
+from rlsdk_generators.embedded.attention import full_attention_only, grouped_attention, sdpa_without_cudnn
 
 
 def test_grouped_decode_matches_sdpa_with_repeated_heads():
@@ -48,3 +48,12 @@ def test_padding_changes_nothing_for_the_real_tokens():
 ])
 def test_only_full_attention_models_use_it(config, expected):
     assert full_attention_only(SimpleNamespace(**config)) is expected
+
+
+def test_cuda_steps_leave_cudnn_attention_out_and_restore_the_flags():
+    """The flags are process-wide and readable without a GPU; the speed-up itself is measured on one."""
+    before = torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled()
+    with sdpa_without_cudnn():
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.mem_efficient_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
+    assert (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled()) == before

@@ -13,6 +13,7 @@ fused kernels were faster there than these small batched products.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -56,3 +57,15 @@ def full_attention_only(config: Any) -> bool:
     if layer_types:
         return set(layer_types) == {"full_attention"}
     return not getattr(config, "sliding_window", None) or getattr(config, "use_sliding_window", True) is False
+
+
+def sdpa_without_cudnn() -> AbstractContextManager[None]:
+    """SDPA limited to its flash, memory-efficient and math kernels, for the engine's steps on CUDA.
+
+    With a padding mask, torch 2.11 on an H200 picks cuDNN attention, which builds a plan for every new
+    key length: 58 ms the first time a length is seen, 0.2 ms after. A decode step's cache is one column
+    longer than the last, so every step of a pass over new lengths paid it (3.3k tokens/s instead of
+    12.8k for the bench model at batch 256); the memory-efficient kernel has no per-length set-up."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])

@@ -4,6 +4,7 @@ batching over a KV cache, on CPU or CUDA."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import threading
@@ -149,6 +150,8 @@ class EmbeddedEngine(InferenceEngine):
         self._batch: KVBatch | None = None
         self._sampler: BatchSampler | None = None
         self._eos: set[int] = set()
+        self._kernels: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+        """Entered around every step: the SDPA kernels allowed on this device."""
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -182,6 +185,7 @@ class EmbeddedEngine(InferenceEngine):
         options = {"attn_implementation": attention.register()} if grouped else {}
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, self.dtype), **options)
         self.model = model.to(device).eval()
+        self._kernels = attention.sdpa_without_cudnn if device.startswith("cuda") else contextlib.nullcontext
         self._batch = KVBatch(self.model, boolean_decode_mask=grouped)
         self._shared_generator = torch.Generator(device=self._batch.device)
         self._shared_generator.seed()
@@ -432,7 +436,7 @@ class EmbeddedEngine(InferenceEngine):
         token. Returns what goes to the event loop: finished responses, stream chunks, errors."""
         started = time.perf_counter()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), self._kernels():
                 self._shrink()
                 if joining:
                     first = self._batch.size
