@@ -128,42 +128,63 @@ class _GcClock:
 gc.callbacks.append(_GcClock.callback)  # both measured processes import this module
 
 
-def _engine_thread_counters() -> dict[str, float]:
-    """CPU seconds and context switches of the embedded engine's thread (Linux ``/proc``), else zeros."""
+def _task_fields(task: Path) -> tuple[list[str], dict[str, str]]:
+    """A thread's ``stat`` fields after its name, and its ``status`` lines (Linux ``/proc``)."""
+    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+    status = dict(line.split(":", 1) for line in (task / "status").read_text().splitlines() if ":" in line)
+    return fields, status
+
+
+def _thread_counters() -> dict[str, float]:
+    """The embedded engine thread's CPU seconds, context switches and last core; the CPU seconds of the
+    process's other threads (the loop, the progress display, torch's and CUDA's); the busy seconds of
+    the whole machine (other processes included: grader workers). Zeros where ``/proc`` is missing."""
     import threading
 
-    thread = next((t for t in threading.enumerate() if t.name == "rlsdk-embedded"), None)
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    engine = next((t.native_id for t in threading.enumerate() if t.name == "rlsdk-embedded"), None)
+    counters = {"engine_cpu_seconds": 0.0, "switches": 0, "forced_switches": 0, "engine_on_cpu": -1,
+                "other_threads_cpu_seconds": 0.0, "machine_busy_seconds": 0.0}
     try:
-        task = Path(f"/proc/self/task/{thread.native_id}") if thread else None
-        fields = (task / "stat").read_text().rsplit(")", 1)[1].split() if task else None
-        status = dict(line.split(":", 1) for line in (task / "status").read_text().splitlines()) if task else None
+        tasks = list(Path("/proc/self/task").iterdir())
+        cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
     except OSError:
-        fields = status = None
-    if not fields or not status:
-        return {"engine_cpu_seconds": 0.0, "switches": 0, "forced_switches": 0, "engine_on_cpu": -1}
-    ticks = os.sysconf("SC_CLK_TCK")
-    return {"engine_cpu_seconds": (int(fields[11]) + int(fields[12])) / ticks,  # utime + stime
-            "engine_on_cpu": int(fields[36]),  # the core it last ran on
-            "switches": int(status["voluntary_ctxt_switches"]),
-            "forced_switches": int(status["nonvoluntary_ctxt_switches"])}
+        return counters
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in cpu[:8])
+    counters["machine_busy_seconds"] = (user + nice + system + irq + softirq + steal) / ticks
+    for task in tasks:
+        try:
+            fields, status = _task_fields(task)
+        except OSError:  # the thread ended meanwhile
+            continue
+        seconds = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+        if engine is not None and task.name == str(engine):
+            counters.update(engine_cpu_seconds=seconds, engine_on_cpu=int(fields[36]),
+                            switches=int(status["voluntary_ctxt_switches"]),
+                            forced_switches=int(status["nonvoluntary_ctxt_switches"]))
+        else:
+            counters["other_threads_cpu_seconds"] += seconds
+    return counters
 
 
 def engine_counters(stats: Any) -> dict[str, float] | None:
-    """The embedded engine's step count and time in steps, its thread's CPU time and context switches,
-    the process's garbage-collection time, with the wall clock."""
+    """The embedded engine's step count and time in steps, thread and machine CPU counters, the process's
+    garbage-collection time, with the wall clock."""
     if stats is None:
         return None
     return {"time": time.perf_counter(), "steps": stats.steps, "busy_seconds": stats.busy_seconds,
-            "gc_seconds": _GcClock.seconds, **_engine_thread_counters()}
+            "gc_seconds": _GcClock.seconds, **_thread_counters()}
 
 
-COUNTERS = ("time", "steps", "busy_seconds", "gc_seconds", "engine_cpu_seconds", "switches", "forced_switches")
+COUNTERS = ("time", "steps", "busy_seconds", "gc_seconds", "engine_cpu_seconds", "switches", "forced_switches",
+            "other_threads_cpu_seconds", "machine_busy_seconds")
 
 
 def engine_share(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """Between two ``engine_counters``: the share of wall time the engine spent in steps, ms per step,
-    the share of step time its thread was on a CPU, the share of wall time in garbage collection, and
-    the engine thread's context switches per step (waits for the GIL or the GPU, and preemptions)."""
+    the share of step time its thread was on a CPU, the share of wall time in garbage collection, the
+    engine thread's context switches per step (waits for the GIL or the GPU, and preemptions), the
+    process's other threads' CPU time over wall time, and the machine's busy cores."""
     delta = {k: after[k] - before[k] for k in COUNTERS}
     wall, busy, steps = delta["time"], delta["busy_seconds"], delta["steps"]
     return {"busy_share": round(busy / wall, 3) if wall else 0.0,
@@ -172,6 +193,8 @@ def engine_share(before: dict[str, float], after: dict[str, float]) -> dict[str,
             "gc_share": round(delta["gc_seconds"] / wall, 4) if wall else 0.0,
             "switches_per_step": round(delta["switches"] / steps, 2) if steps else 0.0,
             "forced_switches_per_step": round(delta["forced_switches"] / steps, 2) if steps else 0.0,
+            "other_threads_cpu_share": round(delta["other_threads_cpu_seconds"] / wall, 3) if wall else 0.0,
+            "machine_busy_cores": round(delta["machine_busy_seconds"] / wall, 2) if wall else 0.0,
             "engine_on_cpu": after.get("engine_on_cpu", -1)}
 
 
