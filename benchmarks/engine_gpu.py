@@ -27,7 +27,8 @@ Each figure comes with the engine's ``busy_share`` (time in steps over wall time
 which tell slower steps (contention inside the forward pass) from time lost between steps, and with
 the engine thread's ``engine_cpu_share`` (its CPU time over its step time), ``switches_per_step`` and
 ``forced_switches_per_step`` (it waited, for the GIL or the GPU; it was preempted), the process's
-``gc_share`` and ``other_threads_cpu_share``, and the machine's ``machine_busy_cores``. The engine process's ``warm_up`` pass is reported too: what a pass over new lengths costs.
+``gc_share`` and ``other_threads_cpu_share``, and the machine's ``machine_busy_cores``. The engine
+process's ``warm_up`` pass is reported too: what a pass over new lengths costs.
 
 The last line printed is one JSON object: inputs, every process's figures, each path's median, the
 machine and card, and ``ratio``: the median over rounds of rlsdk run's tokens/s over the engine's alone

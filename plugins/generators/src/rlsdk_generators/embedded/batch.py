@@ -51,7 +51,8 @@ class SlackLayer(DynamicLayer):
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         length, incoming = self.keys.shape[-2], key_states.shape[-2]
         # anything that replaced the views (a batch select, an offload) gets new buffers
-        own = all(view.data_ptr() == buffer.data_ptr() for view, buffer in zip((self.keys, self.values), self._buffers))
+        views = (self.keys, self.values)
+        own = all(view.data_ptr() == buffer.data_ptr() for view, buffer in zip(views, self._buffers))
         if not own or length + incoming > self._buffers[0].shape[-2]:
             self._fill([(self.keys, self.values)], incoming)
         for buffer, new in zip(self._buffers, (key_states, value_states)):
