@@ -17,6 +17,7 @@ import random
 import re
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -88,21 +89,29 @@ ENGINE_TRACE = "RLSDK_BENCH_ENGINE_TRACE"
 call (engines with ``stats`` only) and the process writes them there, one JSON line per call, when it
 exits (no file work inside a step), so the run's engine time can be set against its wall time."""
 _calls: list[dict[str, Any]] = []
+_in_flight = 0
 
 
 async def to_length(args: Any, sample: Any, sampling_params: dict[str, Any]) -> Any:
     """A custom generate for ``rlsdk run --custom-generate workload:to_length``: rlsdk's single-turn
-    generate with ``ignore_eos``, so every response runs to ``max_new_tokens`` as in the baselines."""
+    generate with ``ignore_eos``, so every response runs to ``max_new_tokens`` as in the baselines.
+    The ``/proc`` counters are read only by the first call to start and the last to end while calls
+    overlap (the others reuse that reading), so the probe adds two readings per step, not one per call."""
     from rlsdk.generate import generate
     from rlsdk.runtime import get_runtime
 
+    global _in_flight
     stats = getattr(get_runtime(args).engine, "stats", None)
-    before = engine_counters(stats)
-    result = await generate(args, sample, {**sampling_params, "ignore_eos": True})
+    before = engine_counters(stats, fresh=_in_flight == 0)
+    _in_flight += 1
+    try:
+        result = await generate(args, sample, {**sampling_params, "ignore_eos": True})
+    finally:
+        _in_flight -= 1
     if stats is not None and os.environ.get(ENGINE_TRACE):
         if not _calls:
             atexit.register(_write_calls, os.environ[ENGINE_TRACE])
-        _calls.append({"before": before, "after": engine_counters(stats)})
+        _calls.append({"before": before, "after": engine_counters(stats, fresh=_in_flight == 0)})
     return result
 
 
@@ -139,8 +148,6 @@ def _thread_counters() -> dict[str, float]:
     """The embedded engine thread's CPU seconds, context switches and last core; the CPU seconds of the
     process's other threads (the loop, the progress display, torch's and CUDA's); the busy seconds of
     the whole machine (other processes included: grader workers). Zeros where ``/proc`` is missing."""
-    import threading
-
     ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     engine = next((t.native_id for t in threading.enumerate() if t.name == "rlsdk-embedded"), None)
     counters = {"engine_cpu_seconds": 0.0, "switches": 0, "forced_switches": 0, "engine_on_cpu": -1,
@@ -167,13 +174,18 @@ def _thread_counters() -> dict[str, float]:
     return counters
 
 
-def engine_counters(stats: Any) -> dict[str, float] | None:
-    """The embedded engine's step count and time in steps, thread and machine CPU counters, the process's
-    garbage-collection time, with the wall clock."""
+_last_thread_counters: dict[str, float] = {}
+
+
+def engine_counters(stats: Any, fresh: bool = True) -> dict[str, float] | None:
+    """The embedded engine's step count and time in steps, thread and machine CPU counters (the last
+    reading unless ``fresh``), the process's garbage-collection time, with the wall clock."""
     if stats is None:
         return None
+    if fresh or not _last_thread_counters:
+        _last_thread_counters.update(_thread_counters())
     return {"time": time.perf_counter(), "steps": stats.steps, "busy_seconds": stats.busy_seconds,
-            "gc_seconds": _GcClock.seconds, **_thread_counters()}
+            "gc_seconds": _GcClock.seconds, **_last_thread_counters}
 
 
 COUNTERS = ("time", "steps", "busy_seconds", "gc_seconds", "engine_cpu_seconds", "switches", "forced_switches",
