@@ -92,8 +92,8 @@ class KVBatch:
 
     @property
     def mergeable(self) -> bool:
-        """Whether new rows can join a running cache (plain full-attention layers only)."""
-        return self.cache is None or all(type(layer) in (DynamicLayer, SlackLayer) for layer in self.cache.layers)
+        """Whether new rows can join a running cache."""
+        return self.cache is None or _full_attention(self.cache)
 
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
         """Run ``prompts`` as new rows appended to the batch; returns their last logits ``(n, V)``."""
@@ -145,14 +145,20 @@ class KVBatch:
 
     def _append(self, cache: DynamicCache, mask: torch.Tensor) -> None:
         if self.cache is None or self.mask is None:
-            mergeable = all(type(layer) is DynamicLayer for layer in cache.layers)
-            self.cache = slack_cache([[(layer.keys, layer.values)] for layer in cache.layers]) if mergeable else cache
+            full = _full_attention(cache)
+            self.cache = slack_cache([[(layer.keys, layer.values)] for layer in cache.layers]) if full else cache
             self.mask = mask
             return
         width = max(self.mask.shape[1], mask.shape[1])
         self.cache = slack_cache([[(a.keys, a.values), (b.keys, b.values)]
                                   for a, b in zip(self.cache.layers, cache.layers)])
         self.mask = torch.cat([_left_pad(self.mask, width), _left_pad(mask, width)])
+
+
+def _full_attention(cache: DynamicCache) -> bool:
+    """Whether every layer is a plain full-attention one (no sliding window): such layers can be
+    merged, selected and kept in ``SlackLayer`` buffers."""
+    return all(type(layer) in (DynamicLayer, SlackLayer) for layer in cache.layers)
 
 
 def _left_pad(mask: torch.Tensor, width: int) -> torch.Tensor:
