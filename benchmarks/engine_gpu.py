@@ -35,7 +35,7 @@ machine and card, and ``ratio``: the median over rounds of rlsdk run's tokens/s 
 (>1 better; target at least 0.95). ``ratio_busy`` is the same median for busy shares: what the run
 loses between engine steps, whatever the speed of the steps in each process.
 
-    python benchmarks/engine_gpu.py --model-config PATH/bench-model [--requests 256 --batch 256 --rounds 3]
+    python benchmarks/engine_gpu.py --model-config PATH/bench-model [--requests 256 --batch 256 --rounds 7]
     python benchmarks/engine_gpu.py --device cpu --dtype float32 --tiny   # a quick check without a GPU
 """
 
@@ -199,7 +199,7 @@ def main() -> None:
     parser.add_argument("--rm", default="math", help="The reward of the rlsdk run path.")
     parser.add_argument("--steps", type=int, default=3, help="rlsdk run steps (the best one counts).")
     parser.add_argument("--repeat", type=int, default=2, help="Timed engine passes per process (best counts).")
-    parser.add_argument("--rounds", type=int, default=3, help="Rounds of one fresh process per path.")
+    parser.add_argument("--rounds", type=int, default=7, help="Rounds of one fresh process per path.")
     parser.add_argument("--tiny", action="store_true", help="Shrink the model (for checking on a CPU).")
     parser.add_argument("--skip-run", action="store_true", help="Leave out the rlsdk run path.")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -4,7 +4,8 @@
 #
 #   bash benchmarks/gpu/device.sh piece      # copy the carried SGLang piece(s) to /tmp/chunks (one call each)
 #   bash benchmarks/gpu/device.sh setup      # reassemble SGLang into /tmp/site; rlsdk into /tmp/rl
-#   bash benchmarks/gpu/device.sh embedded   # engine_gpu.py and embedded_vs_generate.py
+#   bash benchmarks/gpu/device.sh embedded   # engine_gpu.py (7 rounds, about 7.5 minutes: a call of its own)
+#   bash benchmarks/gpu/device.sh generate   # embedded_vs_generate.py
 #   bash benchmarks/gpu/device.sh server     # start SGLang 0.5.17 on the bench model, random weights
 #   bash benchmarks/gpu/device.sh sglang     # wait for it; sglang_checks.py and sglang_throughput.py
 #
@@ -48,7 +49,10 @@ setup() {
 }
 
 embedded() {
-  bench engine_gpu "$here/../engine_gpu.py" --model-config "$gpu/bench-model" --repeat 2 --rounds 3
+  bench engine_gpu "$here/../engine_gpu.py" --model-config "$gpu/bench-model"
+}
+
+generate() {
   bench embedded_vs_generate "$here/embedded_vs_generate.py" --model-config "$gpu/bench-model" --repeat 2
 }
 
@@ -79,7 +83,7 @@ sglang() {
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|server|sglang) echo "### $phase"; $phase || echo "### $phase failed" ;;
+    piece|setup|embedded|generate|server|sglang) echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac
 done

@@ -243,6 +243,18 @@ def _cpu_count() -> int:
 
 
 def _driver() -> str | None:
+    """The NVIDIA driver's version: from NVML (``nvidia-ml-py``, which CUDA builds of torch bring), else
+    from ``nvidia-smi`` (not on ``PATH`` on every GPU machine)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # not installed, or no driver library
+        pass
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30)
