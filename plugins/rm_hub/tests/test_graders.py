@@ -117,7 +117,31 @@ def test_sequential_tasks_reuse_one_worker():
     try:
         assert [pool.run(MATH_VERIFY, pair, timeout=10) for pair in [("1/2", "0.5"), ("x", "y"), ("2", "2")]] \
             == [True, False, True]
-        assert sum(worker is not None for worker in pool._slots.queue) == 1  # the idle workers, all started
+        assert len(pool._slots.idle) == 1  # the idle workers, all started
+    finally:
+        pool.shutdown()
+
+
+def test_a_killed_worker_is_replaced_only_when_no_idle_one_is_left():
+    """After a worker is killed for not answering, the next task goes to an idle worker, not to a new
+    one (seconds of imports). The stuck worker is real: it blocks SIGALRM, so its timer cannot stop a
+    sleep and the parent must kill it."""
+    import signal
+
+    from rlsdk_rm_hub.pool import GraderPool, WorkerError
+
+    pool = GraderPool(processes=2)
+    try:
+        both = [pool.submit("time:sleep", (0.5,), 10) for _ in range(2)]  # overlapping: two workers start
+        assert [f.result() for f in both] == [None, None]
+        pids = {worker.process.pid for worker in pool._slots.idle}
+        assert len(pids) == 2
+        pool.run("signal:pthread_sigmask", (signal.SIG_BLOCK, [signal.SIGALRM]), 10)
+        with pytest.raises(WorkerError, match="worker killed"):
+            pool.run("time:sleep", (5,), 0.2)  # the same worker: last in, first out
+        survivor = pool.run("os:getpid", (), 10)
+        assert survivor in pids
+        assert [worker.process.pid for worker in pool._slots.idle] == [survivor]
     finally:
         pool.shutdown()
 

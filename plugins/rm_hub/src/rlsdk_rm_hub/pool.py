@@ -18,7 +18,6 @@ import atexit
 import concurrent.futures
 import importlib
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -128,6 +127,42 @@ class _DuplexConnection:
         self.recv, self.send = reader.recv, writer.send
 
 
+class _Slots:
+    """A pool's slots: idle workers, and empty slots where a worker may start. An idle worker (the most
+    recently used) is always taken before an empty slot, so a new worker (1-3 s of imports) starts only
+    when every started one is busy, also after a worker was killed."""
+
+    def __init__(self, empty: int) -> None:
+        self.idle: list[_Worker] = []
+        self._empty = empty
+        self._changed = threading.Condition()
+
+    def take(self) -> _Worker | None:
+        """An idle worker, else None for an empty slot; waits while every slot is in use."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.idle or self._empty)
+            if self.idle:
+                return self.idle.pop()
+            self._empty -= 1
+            return None
+
+    def give(self, worker: _Worker | None) -> None:
+        """Hand a slot back: its worker, or None when it has none (never started, killed or stopped)."""
+        with self._changed:
+            if worker is None:
+                self._empty += 1
+            else:
+                self.idle.append(worker)
+            self._changed.notify()
+
+    def take_idle(self) -> list[_Worker]:
+        """Every idle worker, their slots left empty."""
+        with self._changed:
+            idle, self.idle = self.idle, []
+            self._empty += len(idle)
+            return idle
+
+
 class GraderPool:
     """``processes`` worker processes running ``"module:function"`` tasks with a timeout each."""
 
@@ -135,11 +170,7 @@ class GraderPool:
         if processes < 1:
             raise ValueError(f"a grader pool needs at least one process, got {processes}")
         self.processes = processes
-        # Last in, first out: an idle worker is reused before an empty slot starts a new one, so a new
-        # worker (1-3 s of imports) starts only when every started one is busy.
-        self._slots: queue.LifoQueue[_Worker | None] = queue.LifoQueue()
-        for _ in range(processes):
-            self._slots.put(None)  # a worker is started on first use
+        self._slots = _Slots(processes)  # a worker is started on first use
         self._waiters = concurrent.futures.ThreadPoolExecutor(2 * processes, thread_name_prefix="rlsdk-grader")
         self._closed = False
 
@@ -147,8 +178,10 @@ class GraderPool:
         """Run ``spec(*args)`` in a worker and return its result; raise WorkerError on failure."""
         if self._closed:
             raise WorkerError("the grader pool is shut down")
-        worker = self._slots.get()
+        worker = self._slots.take()
         try:
+            if self._closed:  # shut down while this task waited for a slot
+                raise WorkerError("the grader pool is shut down")
             if worker is None:
                 worker = _Worker()
             try:
@@ -170,8 +203,8 @@ class GraderPool:
         finally:
             if self._closed and worker is not None:
                 worker.stop()
-            else:
-                self._slots.put(worker)
+                worker = None
+            self._slots.give(worker)
 
     def submit(self, spec: str, args: tuple[Any, ...], timeout: float) -> concurrent.futures.Future[Any]:
         """Run a task without blocking the caller; the future works from threads and (wrapped) event loops."""
@@ -181,15 +214,11 @@ class GraderPool:
         return await asyncio.wrap_future(self.submit(spec, args, timeout))
 
     def shutdown(self) -> None:
+        """Stop the idle workers; busy ones stop when their task ends."""
         self._closed = True
         self._waiters.shutdown(wait=False, cancel_futures=True)
-        while True:
-            try:
-                worker = self._slots.get_nowait()
-            except queue.Empty:
-                return
-            if worker is not None:
-                worker.stop()
+        for worker in self._slots.take_idle():
+            worker.stop()
 
 
 _pool: GraderPool | None = None
