@@ -102,6 +102,9 @@ class RolloutConfig:
     """Weights dtype of the embedded engine; float32 keeps log-probs exact, ``bfloat16`` is faster on GPU."""
     engine_max_batch_size: int = 64
     """Rows the embedded engine decodes together; further requests wait."""
+    engine_static_decode: bool | None = None
+    """Embedded engine: decode steps over fixed cache buffers, replayed from CUDA graphs on CUDA (default
+    there for models whose layers all attend to the whole context); ``false``: every step eager."""
     engine_threads: int | None = None
     """CPU threads for the embedded engine's torch; default all cores but one."""
     model_cache_dir: str | None = None

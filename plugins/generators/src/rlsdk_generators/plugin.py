@@ -19,7 +19,7 @@ def embedded(args: Any) -> Any:
 
     return EmbeddedEngine(args.model, device=args.engine_device, dtype=args.engine_dtype,
                           max_batch_size=args.engine_max_batch_size, cache_dir=args.model_cache_dir,
-                          threads=args.engine_threads)
+                          threads=args.engine_threads, static_decode=args.engine_static_decode)
 
 
 def sglang(args: Any) -> Any:

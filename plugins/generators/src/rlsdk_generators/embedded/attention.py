@@ -7,8 +7,9 @@ place (two batched matrix products and a softmax, as in transformers' eager atte
 copies), under the boolean mask ``(B, 1, 1, L)`` the engine passes in. Prompts (several queries per
 row) and anything unusual (sliding windows, attention sinks, float masks) go to SDPA unchanged.
 
-About 8% more tokens/s than SDPA for SmolLM2-135M on two CPU cores; on CUDA the engine keeps SDPA, whose
-fused kernels were faster there than these small batched products.
+About 8% more tokens/s than SDPA for SmolLM2-135M on two CPU cores. On CUDA the engine uses it for
+static decode steps (whole cache buffers under a mask, see ``static_decode``); eager steps there keep
+SDPA, whose fused kernels beat these small batched products when every kernel is launched from Python.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from .static_decode import MIN_FREE_COLUMNS, GraphRecorder, StaticDecode
+
 SLACK = 128
 """Free token columns a cache buffer gets beyond its contents: decode steps write their token in place,
 and the cache is copied once every ``SLACK`` steps instead of on every step."""
@@ -35,29 +37,36 @@ class SlackLayer(DynamicLayer):
         """New buffers holding ``parts``, with room for ``incoming`` more columns plus the slack."""
         length = max(k.shape[-2] for k, _ in parts)
         rows = sum(k.shape[0] for k, _ in parts)
-        self._buffers = tuple(t.new_empty((rows, *t.shape[1:-2], length + incoming + SLACK, t.shape[-1]))
+        # whole multiples of 64 columns: static decode steps attend over every column, and matrix
+        # products over an odd number of columns fall back to kernels several times slower on CUDA
+        columns = -(-(length + incoming + SLACK) // 64) * 64
+        self.buffers = tuple(t.new_empty((rows, *t.shape[1:-2], columns, t.shape[-1]))
                               for t in parts[0])
         first = 0
         for part in parts:
             pad = length - part[0].shape[-2]
-            for buffer, t in zip(self._buffers, part):
+            for buffer, t in zip(self.buffers, part):
                 block = buffer[first:first + t.shape[0]]
                 block[..., :pad, :].zero_()
                 block[..., pad:length, :].copy_(t)
             first += part[0].shape[0]
-        self.keys, self.values = (b[..., :length, :] for b in self._buffers)
+        self.use(length)
+
+    def use(self, length: int) -> None:
+        """Make ``keys`` and ``values`` the buffers' first ``length`` columns."""
+        self.keys, self.values = (b[..., :length, :] for b in self.buffers)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         length, incoming = self.keys.shape[-2], key_states.shape[-2]
         # anything that replaced the views (a batch select, an offload) gets new buffers
         views = (self.keys, self.values)
-        own = all(view.data_ptr() == buffer.data_ptr() for view, buffer in zip(views, self._buffers))
-        if not own or length + incoming > self._buffers[0].shape[-2]:
+        own = all(view.data_ptr() == buffer.data_ptr() for view, buffer in zip(views, self.buffers))
+        if not own or length + incoming > self.buffers[0].shape[-2]:
             self._fill([(self.keys, self.values)], incoming)
-        for buffer, new in zip(self._buffers, (key_states, value_states)):
+        for buffer, new in zip(self.buffers, (key_states, value_states)):
             buffer[..., length:length + incoming, :].copy_(new)
-        self.keys, self.values = (b[..., :length + incoming, :] for b in self._buffers)
+        self.use(length + incoming)
         return self.keys, self.values
 
 
@@ -74,17 +83,26 @@ class KVBatch:
     Rows are left-padded to a common length; a row's position ids count only its real tokens, so a
     row's logits do not depend on which other rows share the batch (up to float rounding)."""
 
-    def __init__(self, model: Any, boolean_decode_mask: bool = False) -> None:
+    def __init__(self, model: Any, boolean_decode_mask: bool = False, static_decode: bool = False) -> None:
         self.model = model
         self.boolean_decode_mask = boolean_decode_mask
         """Decode with the ready 4D boolean mask ``(B, 1, 1, L)`` (the ``rlsdk_grouped`` attention's input)
         instead of having transformers build one from the 2D mask every step."""
+        self.static_decode = static_decode
+        """Decode with :class:`StaticDecode` steps while the buffers stay the same (full-attention caches
+        only), replayed from CUDA graphs on CUDA; other steps (the first on new buffers) run eagerly."""
         self.device = next(model.parameters()).device
         # transformers 5.2x names the cache argument ``cache``; earlier releases ``past_key_values``
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.cache: DynamicCache | None = None
         self.mask: torch.Tensor | None = None
         self.tokens: torch.Tensor | None = None
+        self._static: StaticDecode | None = None
+        """While set, the current length is its ``length`` and the cache's views and ``mask`` lag behind."""
+        self._eager_buffers: object = None
+        """The first layer's buffers after the last eager decode step: a static step is set up on buffers
+        that served an eager step (those that live for one step only are not worth a capture)."""
+        self._recorder = GraphRecorder() if static_decode and self.device.type == "cuda" else None
 
     @property
     def size(self) -> int:
@@ -109,18 +127,30 @@ class KVBatch:
         return out.logits[:, -1, :].float()
 
     def decode(self) -> torch.Tensor:
-        """One step for every row, feeding ``tokens``; returns the next logits ``(B, V)``."""
-        assert self.mask is not None and self.tokens is not None
+        """One step for every row, feeding ``tokens``; returns the next logits ``(B, V)`` (on a static
+        step, a tensor the next step overwrites)."""
+        assert self.mask is not None and self.tokens is not None and self.cache is not None
+        if self.static_decode and self.mergeable:
+            buffers = [layer.buffers for layer in self.cache.layers]
+            if self._static is not None and self._static.fits(buffers):
+                return self._static.step(self.tokens)
+            self._settle()
+            if buffers[0] is self._eager_buffers and buffers[0][0].shape[-2] - self.mask.shape[1] >= MIN_FREE_COLUMNS:
+                self._static = StaticDecode(self.model, self.cache_arg, buffers, self.mask, self._recorder)
+                return self._static.step(self.tokens)
         positions = self.mask.sum(-1, keepdim=True)
         self.mask = torch.cat([self.mask, self.mask.new_ones(self.size, 1)], dim=1)
         mask = self.mask[:, None, None, :] if self.boolean_decode_mask else self.mask
         out = self.model(input_ids=self.tokens[:, None], attention_mask=mask, position_ids=positions,
                          use_cache=True, **{self.cache_arg: self.cache})
         self.cache = getattr(out, self.cache_arg)
+        if self.static_decode and self.mergeable:
+            self._eager_buffers = self.cache.layers[0].buffers
         return out.logits[:, -1, :].float()
 
     def keep(self, rows: list[int]) -> None:
         """Keep only ``rows`` (in this order), dropping padding columns no remaining row needs."""
+        self._settle()
         if not rows:
             self.cache = self.mask = self.tokens = None
             return
@@ -143,7 +173,18 @@ class KVBatch:
         else:
             self.tokens = torch.cat([self.tokens[:first_row], tokens])
 
+    def _settle(self) -> None:
+        """End the static steps: bring the cache's views and ``mask`` up to their length."""
+        if self._static is None:
+            return
+        length = self._static.length
+        for layer in self.cache.layers:
+            layer.use(length)
+        self.mask = self._static.mask[:, :length]
+        self._static = None
+
     def _append(self, cache: DynamicCache, mask: torch.Tensor) -> None:
+        self._settle()
         if self.cache is None or self.mask is None:
             full = _full_attention(cache)
             self.cache = slack_cache([[(layer.keys, layer.values)] for layer in cache.layers]) if full else cache

@@ -1,0 +1,125 @@
+"""Static decode steps (fixed buffers, a 4D mask over every column; CUDA graphs on CUDA) against eager
+steps, on the real small model on CPU, and captured as CUDA graphs where a GPU is present."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from rlsdk.testing import ServedEngine
+
+pytestmark = pytest.mark.slow
+
+
+def greedy_run(batch, steps_between: list[int]) -> list[torch.Tensor]:
+    """Prefill two rows, then in turn: decode, merge a third row, decode past the buffers' free columns
+    (a refill), keep two rows in a new order, decode. Feeds greedy tokens; returns every step's logits."""
+    seen = []
+
+    def feed(logits, first=0):
+        seen.append(logits.clone())
+        batch.set_tokens(logits.argmax(-1), first)
+
+    with torch.inference_mode():
+        feed(batch.prefill([[1, 2, 3, 4, 5], [7, 8]]))
+        for n, change in zip(steps_between, ("join", "keep", None)):
+            for _ in range(n):
+                feed(batch.decode())
+            if change == "join":
+                first = batch.size
+                feed(batch.prefill([[9, 10, 11]]), first)
+            elif change == "keep":
+                batch.keep([2, 0])
+    return seen
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from transformers import AutoModelForCausalLM
+
+    from rlsdk_generators.embedded import attention
+    from rlsdk_generators.embedded.model_files import resolve_model_path
+
+    return AutoModelForCausalLM.from_pretrained(resolve_model_path(None, None), dtype=torch.float32,
+                                                attn_implementation=attention.register()).eval()
+
+
+def test_static_steps_give_the_eager_steps_logits(smollm2, monkeypatch):
+    """Through a merge, a refill and a select, static steps' logits equal eager ones; and static steps
+    did run (all but the first step on each new set of buffers). A small slack makes the buffers fill
+    up within 70 steps."""
+    from rlsdk_generators.embedded import batch, static_decode
+
+    monkeypatch.setattr(batch, "SLACK", 8)
+    static_steps = []
+    step = static_decode.StaticDecode.step
+    monkeypatch.setattr(static_decode.StaticDecode, "step", lambda self, t: static_steps.append(1) or step(self, t))
+    plan = [5, 70, 20]
+    KVBatch = batch.KVBatch
+    eager = greedy_run(KVBatch(smollm2, boolean_decode_mask=True), plan)
+    static = greedy_run(KVBatch(smollm2, boolean_decode_mask=True, static_decode=True), plan)
+    assert len(static) == len(eager)
+    for a, b in zip(eager, static):
+        torch.testing.assert_close(b, a, atol=2e-4, rtol=0)
+    assert len(static_steps) >= sum(plan) - 8
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA card")
+def test_cuda_graph_steps_give_the_eager_steps_logits():
+    """On CUDA static steps are replayed from captured graphs; float32, a random two-layer Llama (no
+    download: the real small model's package may be missing on a GPU machine)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlsdk_generators.embedded import attention
+    from rlsdk_generators.embedded.batch import SLACK, KVBatch
+
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
+                         num_key_value_heads=4, vocab_size=1000, attn_implementation=attention.register())
+    model = LlamaForCausalLM(config).cuda().eval()
+    plan = [5, SLACK + 20, 30]
+    eager = greedy_run(KVBatch(model, boolean_decode_mask=True), plan)
+    graphed = KVBatch(model, boolean_decode_mask=True, static_decode=True)
+    static = greedy_run(graphed, plan)
+    for a, b in zip(eager, static):
+        torch.testing.assert_close(b, a, atol=1e-4, rtol=0)
+    assert graphed._static is not None and graphed._static.graph is not None
+
+
+def test_engine_with_static_decode_keeps_finished_rows_until_a_quarter_have_finished():
+    """With static decode a finished row stays in the batch (decoded, its tokens dropped) until a quarter
+    of the rows have finished; every row still gets forward-pass log-probs, and the engine counts
+    only the tokens it returned."""
+    from rlsdk_generators.embedded import EmbeddedEngine
+    from rlsdk_generators.embedded.batch import SLACK
+
+    lengths = (SLACK + 30, 4, 12, 40, 40, 40)
+    with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=8, static_decode=True)) as served:
+        engine = served.engine
+        prompts = [engine.tokenizer(f"Tell me story number {i}.")["input_ids"] for i in range(len(lengths))]
+        kept = []
+
+        def payload(prompt, tokens):
+            return {"input_ids": prompt, "return_logprob": True,
+                    "sampling_params": {"temperature": 1.0, "sampling_seed": 3, "ignore_eos": True,
+                                        "max_new_tokens": tokens}}
+
+        async def all_rows():
+            keep = engine._batch.keep
+            engine._batch.keep = lambda rows: kept.append(len(rows)) or keep(rows)
+            before = engine.stats.tokens
+            outs = await asyncio.gather(*(engine.generate(payload(p, n)) for p, n in zip(prompts, lengths)))
+            return outs, engine.stats.tokens - before
+
+        outs, counted = served.run(all_rows())
+        assert [len(o["output_ids"]) for o in outs] == list(lengths)
+        assert kept[0] == 4  # the 4-token row waited for the 12-token one
+        assert counted == sum(lengths)
+        for prompt, out in zip(prompts, outs):
+            with torch.inference_mode():
+                logits = engine.model(torch.tensor([prompt + out["output_ids"]])).logits[0, len(prompt) - 1:-1]
+            expected = torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(out["output_ids"])[:, None])
+            got = torch.tensor([entry[0] for entry in out["meta_info"]["output_token_logprobs"]])
+            torch.testing.assert_close(got, expected.squeeze(1), atol=1e-4, rtol=0)
