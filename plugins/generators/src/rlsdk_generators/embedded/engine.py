@@ -60,6 +60,17 @@ class _Request:
 
 
 @dataclass
+class _Launched:
+    """A decode step on its way: its rows, and its tokens and log-probs being copied back from the
+    device (``done`` is recorded after the copies; None on CPU, where they are ready)."""
+
+    rows: list[_Request]
+    tokens: torch.Tensor
+    logprobs: torch.Tensor
+    done: torch.cuda.Event | None
+
+
+@dataclass
 class EngineStats:
     """Counters that show batching at work; ``busy_seconds`` is the time spent in steps (forward pass,
     sampling and reading the tokens back), the rest of the engine thread's time is waiting or handing out."""
@@ -109,7 +120,10 @@ class EmbeddedEngine(InferenceEngine):
     ``static_decode`` (default: on CUDA, for models whose layers all attend to the whole context) runs
     decode steps as :class:`~.static_decode.StaticDecode` steps replayed from CUDA graphs while the batch
     keeps its cache buffers; finished rows then stay in the batch (decoded, their tokens dropped) until
-    a quarter of the rows have finished or new rows join, so that the graph lives on.
+    a quarter of the rows have finished or new rows join, so that the graph lives on. Consecutive decode
+    steps then overlap: a step is launched before the previous one's tokens are read back and recorded,
+    so that the rows' Python bookkeeping runs while the device works (a row that finishes decodes one
+    more token, which is dropped).
     """
 
     def __init__(self, model: str | os.PathLike[str] | None = None, *, device: str = "auto",
@@ -156,6 +170,8 @@ class EmbeddedEngine(InferenceEngine):
         # The engine thread's alone:
         self._batch: KVBatch | None = None
         self._sampler: BatchSampler | None = None
+        self._launched: _Launched | None = None
+        """The decode step launched last, not yet recorded (static decode only)."""
         self._eos: set[int] = set()
         self._kernels: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
         """Entered around every step: the SDPA kernels allowed on this device."""
@@ -414,15 +430,17 @@ class EmbeddedEngine(InferenceEngine):
                     joining = self._joining
                     idle = not joining and (self._paused or all(r.finished for r in self._rows))
             if job is not None:
+                self._deliver_soon(self._collect())
                 run_job(job, future)
             elif idle:
+                self._deliver_soon(self._collect())
                 self._shrink()  # free finished rows' cache
             else:
                 self._deliver_soon(self._step(joining))
 
     def _has_work(self) -> bool:
         """Under the lock: whether the engine thread has something to do."""
-        if self._jobs or self._closing or (not self._paused and (self._waiting or self._rows)):
+        if self._jobs or self._closing or self._launched or (not self._paused and (self._waiting or self._rows)):
             return True
         return any(r.finished for r in self._rows)  # a paused engine frees finished rows' cache
 
@@ -445,9 +463,14 @@ class EmbeddedEngine(InferenceEngine):
 
     def _step(self, joining: list[_Request]) -> list[tuple[_Request, dict[str, Any] | EngineError]]:
         """Drop finished rows, then prefill ``joining`` or decode every row, and record each row's new
-        token. Returns what goes to the event loop: finished responses, stream chunks, errors."""
+        token (with static decode, a decode step's tokens are recorded after the next step is launched).
+        Returns what goes to the event loop: finished responses, stream chunks, errors."""
         started = time.perf_counter()
+        overlap = self._batch.static_decode and not joining
+        out: list[tuple[_Request, dict[str, Any] | EngineError]] = []
         try:
+            if not overlap:
+                out += self._collect()
             with torch.inference_mode(), self._kernels():
                 self._shrink(force=bool(joining))
                 if joining:
@@ -464,7 +487,16 @@ class EmbeddedEngine(InferenceEngine):
                     sampler, rows = self._sampler, list(self._rows)
                 tokens, logprobs = sampler.sample(logits)
                 self._batch.set_tokens(tokens, first)
-                tokens, logprobs = tokens.tolist(), logprobs.tolist()
+                if overlap:
+                    launched = _Launched(rows, tokens.to("cpu", non_blocking=True),
+                                         logprobs.to("cpu", non_blocking=True), None)
+                    if tokens.is_cuda:
+                        launched.done = torch.cuda.Event()
+                        launched.done.record()
+                    out += self._collect()  # the previous step's tokens, while this one runs
+                    self._launched = launched
+                else:
+                    out += self._record(rows, tokens.tolist(), logprobs.tolist(), joining=bool(joining))
         except Exception as exc:  # fail the batch's requests, keep serving new ones
             error = EngineError(f"the embedded engine failed on a step: {type(exc).__name__}: {exc}")
             with self._lock:
@@ -472,21 +504,36 @@ class EmbeddedEngine(InferenceEngine):
                 for request in failed:
                     request.finished = True
                 self._rows, self._joining = [], []
+            self._launched = None
             with torch.inference_mode():
                 self._batch.keep([])
             self._sampler = None
-            return [(request, error) for request in failed]
+            return out + [(request, error) for request in failed]
         self.stats.busy_seconds += time.perf_counter() - started
         self.stats.steps += 1
         self.stats.prefills += bool(joining)
+        return out
+
+    def _collect(self) -> list[tuple[_Request, dict[str, Any] | EngineError]]:
+        """Wait for the launched decode step's tokens, if any, and record them."""
+        launched, self._launched = self._launched, None
+        if launched is None:
+            return []
+        if launched.done is not None:
+            launched.done.synchronize()
+        return self._record(launched.rows, launched.tokens.tolist(), launched.logprobs.tolist(), joining=False)
+
+    def _record(self, rows: list[_Request], tokens: list[int], logprobs: list[float],
+                joining: bool) -> list[tuple[_Request, dict[str, Any] | EngineError]]:
+        """Give each row its new token (``joining``: the rows just prefilled join the batch)."""
         out: list[tuple[_Request, dict[str, Any] | EngineError]] = []
         with self._lock:
             if joining:
-                self._rows.extend(joining)
+                self._rows.extend(rows)
                 self._joining = []
             self.stats.max_batch = max(self.stats.max_batch, len(self._rows))
             for row, token, logprob in zip(rows, tokens, logprobs):
-                if not row.finished:  # finished before (static decode) or aborted during the step
+                if not row.finished:  # finished in an earlier step (static decode) or aborted since
                     self._advance(row, token, logprob, out)
                     self.stats.tokens += 1
         return out
