@@ -127,8 +127,12 @@ def run(
     from rlsdk.job import run_job
 
     samples_per_step = args.rollout_batch_size * args.n_samples_per_prompt
+    # Each refresh renders the bar in a thread that holds the GIL meanwhile; at rich's default 10 per
+    # second that slowed the embedded engine's CUDA-graph steps by about 5% on an H100. Not drawn at all
+    # where nobody sees it (stderr is not a terminal).
     progress = Progress(TextColumn("[bold]step {task.fields[step]}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("samples"), TimeElapsedColumn(), console=console, transient=True)
+                        TextColumn("samples"), TimeElapsedColumn(), console=console, transient=True,
+                        refresh_per_second=2, disable=not console.is_terminal)
     task = progress.add_task("rollout", total=samples_per_step, step="-")
 
     def on_step(rollout_id: int, metrics: dict[str, Any]) -> None:
