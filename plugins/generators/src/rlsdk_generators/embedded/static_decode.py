@@ -1,9 +1,9 @@
 """Decode steps over fixed tensors, captured once as a CUDA graph and replayed while the batch keeps its
 cache buffers. Everything here runs on the engine's torch thread.
 
-An eager decode step of a 0.5B model launches a few thousand small kernels from Python: on an H200 at
-batch 256 the GPU waits on that thread for most of the step, so the engine runs only as fast as one
-CPU core (and varies with it). A static step writes the new token's keys and values into the cache
+An eager decode step of a 0.5B model launches a few thousand small kernels from Python: on an H100 at
+batch 256 the GPU worked 5.1 ms of a 13.8 ms step, so the engine ran only as fast as one CPU core (and
+varied with it). A static step writes the new token's keys and values into the cache
 buffers at a column held in a tensor and attends over every buffer column under a 4D mask, so the
 same kernels with the same arguments serve every step until the buffers change (a row joins or
 leaves, or the buffers fill up); on CUDA they are replayed from a graph with one launch.
