@@ -46,6 +46,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
     to_buffer: list[Group] = []  # unfinished: resumed from their tokens with partial rollouts
     restarted: list[Group] = []  # hung past the abort timeout: their state is unknown, start over
     in_flight: dict[asyncio.Task[Group], Group] = {}
+    finished = asyncio.Event()  # set as a task ends: cheaper than asyncio.wait, which hooks every task per call
     pulled, exhausted = 0, False
 
     while len(kept) < target:
@@ -60,11 +61,13 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
                 task = asyncio.create_task(
                     run_group(args, runtime, plugins, group, sampling_params, semaphore)
                 )
+                task.add_done_callback(lambda _: finished.set())
                 in_flight[task] = group
         if not in_flight:
             break
-        done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-        for task in [t for t in in_flight if t in done]:  # in submission order: reproducible batches
+        await finished.wait()
+        finished.clear()
+        for task in [t for t in in_flight if t.done()]:  # in submission order: reproducible batches
             group = in_flight.pop(task)
             task.result()  # run_group records failures on the samples; only a `fail` policy raises
             settle(args, plugins, group, ledger, kept, fallback, to_buffer)
