@@ -66,6 +66,49 @@ def test_static_steps_give_the_eager_steps_logits(smollm2, monkeypatch):
     assert len(static_steps) >= sum(plan) - 8
 
 
+def test_rows_joining_every_few_steps_stop_setting_up_static_steps(monkeypatch):
+    """A capture costs several steps, so buffers that change every three steps (a row joins) soon get
+    eager steps only, and a batch that then keeps its buffers gets static steps again; the logits equal
+    eager ones throughout. A random two-layer Llama: only the set-up policy is under test."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlsdk_generators.embedded import attention, static_decode
+    from rlsdk_generators.embedded.batch import KVBatch
+
+    set_up = []
+    init = static_decode.StaticDecode.__init__
+    monkeypatch.setattr(static_decode.StaticDecode, "__init__",
+                        lambda self, *a, **k: set_up.append(1) or init(self, *a, **k))
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=300, attn_implementation=attention.register())
+    model = LlamaForCausalLM(config).eval()
+    batches = (KVBatch(model, boolean_decode_mask=True), KVBatch(model, boolean_decode_mask=True, static_decode=True))
+
+    def run(steps: int, join: bool) -> None:
+        with torch.inference_mode():
+            for _ in range(steps):
+                eager, static = (batch.decode() for batch in batches)
+                torch.testing.assert_close(static, eager, atol=1e-5, rtol=0)
+                for batch in batches:
+                    batch.set_tokens(eager.argmax(-1))
+            if join:
+                first = batches[0].size
+                logits = [batch.prefill([[5, 6, 7]]) for batch in batches]
+                for batch in batches:
+                    batch.set_tokens(logits[0].argmax(-1), first)
+
+    with torch.inference_mode():
+        for batch in batches:
+            batch.set_tokens(batch.prefill([[1, 2, 3, 4]]).argmax(-1))
+    for _ in range(12):
+        run(3, join=True)
+    assert len(set_up) <= 3
+    before = len(set_up)
+    run(60, join=False)
+    assert len(set_up) == before + 1 and batches[1]._static.steps > 40
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA card")
 def test_cuda_graph_steps_give_the_eager_steps_logits():
     """On CUDA static steps are replayed from captured graphs; float32, a random two-layer Llama (no

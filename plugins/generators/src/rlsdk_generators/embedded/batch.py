@@ -10,7 +10,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from .static_decode import MIN_FREE_COLUMNS, GraphRecorder, StaticDecode
+from .static_decode import MAX_WAIT, MIN_FREE_COLUMNS, WORTH_STEPS, GraphRecorder, StaticDecode
 
 SLACK = 128
 """Free token columns a cache buffer gets beyond its contents: decode steps write their token in place,
@@ -100,8 +100,12 @@ class KVBatch:
         self._static: StaticDecode | None = None
         """While set, the current length is its ``length`` and the cache's views and ``mask`` lag behind."""
         self._eager_buffers: object = None
-        """The first layer's buffers after the last eager decode step: a static step is set up on buffers
-        that served an eager step (those that live for one step only are not worth a capture)."""
+        """The first layer's buffers after the last eager decode step, which ``_eager_run`` steps in a row
+        used: a static step is set up on buffers that served ``_wait`` eager steps. The wait doubles when
+        a static step's buffers change within ``WORTH_STEPS`` steps (rows joining or leaving every few
+        steps would otherwise pay a capture each time) and halves when they last."""
+        self._eager_run = 0
+        self._wait = 1
         self._recorder = GraphRecorder() if static_decode and self.device.type == "cuda" else None
 
     @property
@@ -135,7 +139,8 @@ class KVBatch:
             if self._static is not None and self._static.fits(buffers):
                 return self._static.step(self.tokens)
             self._settle()
-            if buffers[0] is self._eager_buffers and buffers[0][0].shape[-2] - self.mask.shape[1] >= MIN_FREE_COLUMNS:
+            if (buffers[0] is self._eager_buffers and self._eager_run >= self._wait
+                    and buffers[0][0].shape[-2] - self.mask.shape[1] >= MIN_FREE_COLUMNS):
                 self._static = StaticDecode(self.model, self.cache_arg, buffers, self.mask, self._recorder)
                 return self._static.step(self.tokens)
         positions = self.mask.sum(-1, keepdim=True)
@@ -145,7 +150,9 @@ class KVBatch:
                          use_cache=True, **{self.cache_arg: self.cache})
         self.cache = getattr(out, self.cache_arg)
         if self.static_decode and self.mergeable:
-            self._eager_buffers = self.cache.layers[0].buffers
+            buffers = self.cache.layers[0].buffers
+            self._eager_run = self._eager_run + 1 if buffers is self._eager_buffers else 1
+            self._eager_buffers = buffers
         return out.logits[:, -1, :].float()
 
     def keep(self, rows: list[int]) -> None:
@@ -181,6 +188,8 @@ class KVBatch:
         for layer in self.cache.layers:
             layer.use(length)
         self.mask = self._static.mask[:, :length]
+        worth = self._static.steps >= WORTH_STEPS
+        self._wait = max(1, self._wait // 2) if worth else min(MAX_WAIT, self._wait * 2)
         self._static = None
 
     def _append(self, cache: DynamicCache, mask: torch.Tensor) -> None:

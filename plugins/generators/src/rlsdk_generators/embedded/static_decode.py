@@ -20,6 +20,11 @@ from transformers.cache_utils import DynamicLayer
 
 MIN_FREE_COLUMNS = 16
 """A static step is set up only if its buffers have room for at least this many more tokens."""
+WORTH_STEPS = 16
+"""Steps a capture must serve to pay for itself (on an H100 a capture cost about 30-50 ms, four to seven
+replayed steps of the bench model at batch 256): fewer, and the batch waits longer before the next one."""
+MAX_WAIT = 64
+"""The most eager steps a set of buffers must serve before a static step is set up on them."""
 
 
 class _ColumnWriter(DynamicLayer):
@@ -63,6 +68,7 @@ class StaticDecode:
         self.cache.layers = [_ColumnWriter(keys, values, self.column) for keys, values in buffers]
         self.graph: torch.cuda.CUDAGraph | None = None
         self.logits: torch.Tensor | None = None
+        self.steps = 0
 
     def fits(self, buffers: list[tuple[torch.Tensor, torch.Tensor]]) -> bool:
         """Whether a step can run on these buffers: the same ones, with a free column left."""
@@ -73,6 +79,7 @@ class StaticDecode:
         self.column.fill_(self.length)
         self.mask[:, self.length] = True
         self.length += 1
+        self.steps += 1
         if self.recorder is None:
             return self._forward()
         if self.graph is None:  # a replay repeats the same writes, so running the step first is harmless
