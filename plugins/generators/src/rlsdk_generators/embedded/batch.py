@@ -90,7 +90,7 @@ class KVBatch:
         instead of having transformers build one from the 2D mask every step."""
         self.static_decode = static_decode
         """Decode with :class:`StaticDecode` steps while the buffers stay the same (full-attention caches
-        only), replayed from CUDA graphs on CUDA; other steps (the first on new buffers) run eagerly."""
+        only), replayed from CUDA graphs on CUDA; the first steps on new buffers run eagerly (see ``_wait``)."""
         self.device = next(model.parameters()).device
         # transformers 5.2x names the cache argument ``cache``; earlier releases ``past_key_values``
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
