@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rlsdk.engine import EngineRequestError, SGLangClient
+from rlsdk.testing import ServedEngine
 
 pytestmark = pytest.mark.slow
 
@@ -332,3 +333,36 @@ def test_weight_update_from_disk_and_from_a_state_dict(served):
         served.run(engine.update_weights({"model.norm.weight": original["model.norm.weight"]}))
     bad = httpx.post(f"{served.url}/update_weights_from_disk", json={"model_path": "/no/such/folder"}, timeout=30)
     assert bad.status_code == 400 and bad.json()["success"] is False
+
+
+def test_engine_with_static_decode_keeps_finished_rows_until_a_quarter_have_finished():
+    """With static decode a finished row stays in the batch (decoded, its tokens dropped) until a quarter
+    of the rows have finished; every row still gets forward-pass log-probs, and the engine counts
+    only the tokens it returned."""
+    from rlsdk_generators.embedded import EmbeddedEngine
+    from rlsdk_generators.embedded.batch import SLACK
+
+    lengths = (SLACK + 30, 4, 12, 40, 40, 40)
+    with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=8, static_decode=True)) as served:
+        engine = served.engine
+        prompts = [engine.tokenizer(f"Tell me story number {i}.")["input_ids"] for i in range(len(lengths))]
+        kept = []
+
+        def payload(prompt, tokens):
+            return {"input_ids": prompt, "return_logprob": True,
+                    "sampling_params": {"temperature": 1.0, "sampling_seed": 3, "ignore_eos": True,
+                                        "max_new_tokens": tokens}}
+
+        async def all_rows():
+            keep = engine._batch.keep
+            engine._batch.keep = lambda rows: kept.append(len(rows)) or keep(rows)
+            before = engine.stats.tokens
+            outs = await asyncio.gather(*(engine.generate(payload(p, n)) for p, n in zip(prompts, lengths)))
+            return outs, engine.stats.tokens - before
+
+        outs, counted = served.run(all_rows())
+        assert [len(o["output_ids"]) for o in outs] == list(lengths)
+        assert kept[0] == 4  # the 4-token row waited for the 12-token one
+        assert counted == sum(lengths)
+        for prompt, out in zip(prompts, outs):
+            assert_logprobs_close(out, forward_logprobs(served, prompt, out["output_ids"]))

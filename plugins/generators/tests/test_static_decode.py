@@ -3,12 +3,8 @@ steps, on the real small model on CPU, and captured as CUDA graphs where a GPU i
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import torch
-
-from rlsdk.testing import ServedEngine
 
 pytestmark = pytest.mark.slow
 
@@ -35,6 +31,19 @@ def greedy_run(batch, steps_between: list[int]) -> list[torch.Tensor]:
     return seen
 
 
+def tiny_llama(hidden: int, layers: int, heads: int, kv_heads: int, vocab: int):
+    """A random Llama with the engine's attention: for what only needs some full-attention model."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlsdk_generators.embedded import attention
+
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab,
+                         attn_implementation=attention.register())
+    return LlamaForCausalLM(config).eval()
+
+
 @pytest.fixture(scope="module")
 def smollm2():
     from transformers import AutoModelForCausalLM
@@ -55,7 +64,8 @@ def test_static_steps_give_the_eager_steps_logits(smollm2, monkeypatch):
     monkeypatch.setattr(batch, "SLACK", 8)
     static_steps = []
     step = static_decode.StaticDecode.step
-    monkeypatch.setattr(static_decode.StaticDecode, "step", lambda self, t: static_steps.append(1) or step(self, t))
+    monkeypatch.setattr(static_decode.StaticDecode, "step",
+                        lambda self, t: static_steps.append(1) or step(self, t))
     plan = [5, 70, 20]
     KVBatch = batch.KVBatch
     eager = greedy_run(KVBatch(smollm2, boolean_decode_mask=True), plan)
@@ -70,20 +80,16 @@ def test_rows_joining_every_few_steps_stop_setting_up_static_steps(monkeypatch):
     """A capture costs several steps, so buffers that change every three steps (a row joins) soon get
     eager steps only, and a batch that then keeps its buffers gets static steps again; the logits equal
     eager ones throughout. A random two-layer Llama: only the set-up policy is under test."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from rlsdk_generators.embedded import attention, static_decode
+    from rlsdk_generators.embedded import static_decode
     from rlsdk_generators.embedded.batch import KVBatch
 
     set_up = []
     init = static_decode.StaticDecode.__init__
     monkeypatch.setattr(static_decode.StaticDecode, "__init__",
                         lambda self, *a, **k: set_up.append(1) or init(self, *a, **k))
-    torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=300, attn_implementation=attention.register())
-    model = LlamaForCausalLM(config).eval()
-    batches = (KVBatch(model, boolean_decode_mask=True), KVBatch(model, boolean_decode_mask=True, static_decode=True))
+    model = tiny_llama(hidden=64, layers=2, heads=4, kv_heads=2, vocab=300)
+    batches = (KVBatch(model, boolean_decode_mask=True),
+               KVBatch(model, boolean_decode_mask=True, static_decode=True))
 
     def run(steps: int, join: bool) -> None:
         with torch.inference_mode():
@@ -113,15 +119,9 @@ def test_rows_joining_every_few_steps_stop_setting_up_static_steps(monkeypatch):
 def test_cuda_graph_steps_give_the_eager_steps_logits():
     """On CUDA static steps are replayed from captured graphs; float32, a random two-layer Llama (no
     download: the real small model's package may be missing on a GPU machine)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from rlsdk_generators.embedded import attention
     from rlsdk_generators.embedded.batch import SLACK, KVBatch
 
-    torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
-                         num_key_value_heads=4, vocab_size=1000, attn_implementation=attention.register())
-    model = LlamaForCausalLM(config).cuda().eval()
+    model = tiny_llama(hidden=256, layers=2, heads=8, kv_heads=4, vocab=1000).cuda()
     plan = [5, SLACK + 20, 30]
     eager = greedy_run(KVBatch(model, boolean_decode_mask=True), plan)
     graphed = KVBatch(model, boolean_decode_mask=True, static_decode=True)
@@ -129,40 +129,3 @@ def test_cuda_graph_steps_give_the_eager_steps_logits():
     for a, b in zip(eager, static):
         torch.testing.assert_close(b, a, atol=1e-4, rtol=0)
     assert graphed._static is not None and graphed._static.graph is not None
-
-
-def test_engine_with_static_decode_keeps_finished_rows_until_a_quarter_have_finished():
-    """With static decode a finished row stays in the batch (decoded, its tokens dropped) until a quarter
-    of the rows have finished; every row still gets forward-pass log-probs, and the engine counts
-    only the tokens it returned."""
-    from rlsdk_generators.embedded import EmbeddedEngine
-    from rlsdk_generators.embedded.batch import SLACK
-
-    lengths = (SLACK + 30, 4, 12, 40, 40, 40)
-    with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=8, static_decode=True)) as served:
-        engine = served.engine
-        prompts = [engine.tokenizer(f"Tell me story number {i}.")["input_ids"] for i in range(len(lengths))]
-        kept = []
-
-        def payload(prompt, tokens):
-            return {"input_ids": prompt, "return_logprob": True,
-                    "sampling_params": {"temperature": 1.0, "sampling_seed": 3, "ignore_eos": True,
-                                        "max_new_tokens": tokens}}
-
-        async def all_rows():
-            keep = engine._batch.keep
-            engine._batch.keep = lambda rows: kept.append(len(rows)) or keep(rows)
-            before = engine.stats.tokens
-            outs = await asyncio.gather(*(engine.generate(payload(p, n)) for p, n in zip(prompts, lengths)))
-            return outs, engine.stats.tokens - before
-
-        outs, counted = served.run(all_rows())
-        assert [len(o["output_ids"]) for o in outs] == list(lengths)
-        assert kept[0] == 4  # the 4-token row waited for the 12-token one
-        assert counted == sum(lengths)
-        for prompt, out in zip(prompts, outs):
-            with torch.inference_mode():
-                logits = engine.model(torch.tensor([prompt + out["output_ids"]])).logits[0, len(prompt) - 1:-1]
-            expected = torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(out["output_ids"])[:, None])
-            got = torch.tensor([entry[0] for entry in out["meta_info"]["output_token_logprobs"]])
-            torch.testing.assert_close(got, expected.squeeze(1), atol=1e-4, rtol=0)
