@@ -68,6 +68,9 @@ def test_final_answer_only():
     assert answer_candidates("6 + 5 = ?") == []
     assert answer_candidates("6 + 5 = 11.") == ["11"]
     assert answer_candidates("The answer is 11 because 6 plus 5 is 11.") == ["11"]
+    assert answer_candidates("So THE ANSWER: 12. Then more words") == ["12"]
+    assert answer_candidates("the anſwer is 13. We checked 5 cases.") == ["13"]  # what (?i) matches, the casefold pre-check sees
+    assert answer_candidates("It costs 2.5 dollars. Is that 3.5?\nok") == ["2.5"]  # decimals stay in a sentence
 
 
 @pytest.mark.parametrize("response", [
