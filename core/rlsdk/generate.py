@@ -83,7 +83,7 @@ def apply_output(sample: Sample, output: dict[str, Any]) -> Sample:
     """Append one ``/generate`` response to the sample: tokens, log-probs, text, status."""
     meta = output["meta_info"]
     entries = meta.get("output_token_logprobs") or []
-    sample.append_response_tokens([int(e[1]) for e in entries], [float(e[0]) for e in entries])
+    sample.append_response_tokens([int(e[1]) for e in entries], [e[0] for e in entries])  # it makes them floats
     sample.response += output.get("text", "")
     sample.weight_versions.append(str(meta.get("weight_version", "default")))
     finish = meta.get("finish_reason") or {"type": "abort"}
