@@ -70,10 +70,9 @@ async def generate_group(
 ) -> None:
     """Run custom_generate on every unfinished sample of ``group`` concurrently; the group is updated
     in place (a generator may return several samples for one)."""
-    results = await asyncio.gather(*(
-        generate_sample(args, plugins, sample, seeded(args, sampling_params, i), semaphore, evaluation)
-        for i, sample in enumerate(group)
-    ))
+    calls = [generate_sample(args, plugins, sample, seeded(args, sampling_params, i), semaphore, evaluation)
+             for i, sample in enumerate(group)]
+    results = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)  # one sample: no task
     group[:] = [s for produced in results for s in produced]
 
 

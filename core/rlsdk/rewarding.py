@@ -110,7 +110,9 @@ async def score_group(args: Any, pm: Any, samples: list[Sample], *, evaluation: 
                 _score_inline(args, resolved, sample, evaluation)
         else:
             calls.extend(_score_one(args, resolved, s, evaluation, timeout) for s in members)
-    if calls:
+    if len(calls) == 1:
+        await calls[0]  # no task to wrap it in
+    elif calls:
         await asyncio.gather(*calls)
     key = (getattr(args, "eval_reward_key", None) or getattr(args, "reward_key", None)) if evaluation \
         else getattr(args, "reward_key", None)
