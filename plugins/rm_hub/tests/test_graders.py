@@ -232,3 +232,39 @@ def test_a_sample_without_label_is_invalid_not_zero(rlsdk_pm, name):
     asyncio.run(score_group(RolloutConfig(rm_type=name, reward_key="score"), rlsdk_pm, [sample]))
     assert sample.reward is None and sample.status is Sample.Status.FAILED
     assert "--label-key" in sample.metadata[REWARD_ERROR]
+
+
+def test_warm_starts_one_worker_ahead_that_the_first_task_uses():
+    """warm() starts one real worker in the background, once; the first task then runs on it."""
+    import time
+
+    from rlsdk_rm_hub.pool import GraderPool
+
+    pool = GraderPool(processes=2)
+    try:
+        pool.warm()
+        pool.warm()
+        deadline = time.monotonic() + 60
+        while not pool._slots.idle and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(pool._slots.idle) == 1
+        warmed = pool._slots.idle[0].process.pid
+        assert pool.run("os:getpid", (), 10) == warmed
+        assert len(pool._slots.idle) == 1  # warm() again started nothing
+    finally:
+        pool.shutdown()
+
+
+def test_the_math_reward_warms_the_shared_pool_on_first_call(hub_pm, args):
+    """A response the fast path settles still starts a worker for the answers to come."""
+    import time
+
+    from rlsdk_rm_hub import pool
+
+    pool.shutdown_pool()
+    assert score(hub_pm, args, "\\boxed{3}", "3").reward == 1.0
+    shared = pool.get_pool(getattr(args, "grader_workers", None))
+    deadline = time.monotonic() + 60
+    while not shared._slots.idle and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(shared._slots.idle) == 1

@@ -96,10 +96,11 @@ def grade(response: str, label: Any, *, timeout: float = 10.0, processes: int | 
 
 async def math(args: Any, sample: Any, **kwargs: Any) -> float:
     """1.0 if the final answer (boxed or not) is mathematically equal to the label, by math-verify."""
+    timeout, processes = _options(args)
+    get_pool(processes).warm()  # the first answer math-verify must judge need not wait for its imports
     correct, pending = _plan(sample.response, sample.label)
     if correct:
         return 1.0
-    timeout, processes = _options(args)
     futures = [_submit(pair, timeout, processes) for pair in pending]
     # shield: a cancelled caller must not cancel a verdict that other samples share
     results = await asyncio.gather(*(asyncio.shield(asyncio.wrap_future(f)) for f in futures))

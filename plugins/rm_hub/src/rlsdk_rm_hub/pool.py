@@ -6,7 +6,8 @@ thread of a worker process under a ``SIGALRM`` timer, and the parent kills and r
 does not answer within the timeout plus a short grace. Workers are fresh interpreters
 (``python -m rlsdk_rm_hub.pool``), not forks: nothing of the parent's threads or locks is inherited and the
 caller's ``__main__`` is never re-imported, so no ``if __name__ == "__main__"`` guard is needed. They start
-on first use and say when their imports are done, so start-up never counts against a task's timeout.
+on first use (one ahead of it with :meth:`GraderPool.warm`) and say when their imports are done, so
+start-up never counts against a task's timeout.
 One pool per process is shared (:func:`get_pool`); it is safe to use from any thread and any event loop,
 and shut down at exit.
 """
@@ -173,6 +174,7 @@ class GraderPool:
         self._slots = _Slots(processes)  # a worker is started on first use
         self._waiters = concurrent.futures.ThreadPoolExecutor(2 * processes, thread_name_prefix="rlsdk-grader")
         self._closed = False
+        self._warming = threading.Lock()  # held for good by the first warm()
 
     def run(self, spec: str, args: tuple[Any, ...], timeout: float) -> Any:
         """Run ``spec(*args)`` in a worker and return its result; raise WorkerError on failure."""
@@ -200,6 +202,25 @@ class GraderPool:
             if not ok:
                 raise WorkerError(value)
             return value
+        finally:
+            if self._closed and worker is not None:
+                worker.stop()
+                worker = None
+            self._slots.give(worker)
+
+    def warm(self) -> None:
+        """Start one worker in the background, once per pool (later calls return at once), so that the
+        first task finds it ready instead of waiting seconds for its imports."""
+        if self._warming.acquire(blocking=False):  # a daemon thread: exiting never waits for the imports
+            threading.Thread(target=self._start_one, name="rlsdk-grader-warm", daemon=True).start()
+
+    def _start_one(self) -> None:
+        worker = self._slots.take()  # an idle worker when a task started one first: nothing to do
+        try:
+            if worker is None and not self._closed:
+                worker = _Worker()
+        except WorkerError:
+            worker = None  # the first task will start one and report why it cannot
         finally:
             if self._closed and worker is not None:
                 worker.stop()

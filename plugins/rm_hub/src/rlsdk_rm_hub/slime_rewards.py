@@ -48,6 +48,7 @@ async def deepscaler(args: Any, sample: Any, **kwargs: Any) -> float:
 
 async def _score_answer(answer: str | None, label: Any, args: Any) -> float:
     """1.0 when ``answer`` equals any of the labels under MATH rules or sympy, else 0.0."""
+    get_pool(getattr(args, "grader_workers", None)).warm()  # sympy's imports before the first answer needs it
     if answer is None:
         return 0.0
     for gold in labels(label):
