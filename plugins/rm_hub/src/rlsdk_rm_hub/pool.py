@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import functools
 import importlib
 import os
 import signal
@@ -246,6 +247,7 @@ _pool: GraderPool | None = None
 _pool_lock = threading.Lock()
 
 
+@functools.cache  # os.cpu_count() reads /sys each time, and reward calls ask on every sample
 def default_processes() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
