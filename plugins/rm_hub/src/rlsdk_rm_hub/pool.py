@@ -131,31 +131,45 @@ class _DuplexConnection:
 
 class _Slots:
     """A pool's slots: idle workers, and empty slots where a worker may start. An idle worker (the most
-    recently used) is always taken before an empty slot, so a new worker (1-3 s of imports) starts only
-    when every started one is busy, also after a worker was killed."""
+    recently used) is always taken before an empty slot, and a worker started ahead of use is waited for,
+    so a new worker (1-3 s of imports) starts only when every started one is busy, also after a worker
+    was killed."""
 
     def __init__(self, empty: int) -> None:
         self.idle: list[_Worker] = []
         self._empty = empty
+        self._ahead = 0  # workers starting ahead of use (GraderPool.warm)
         self._changed = threading.Condition()
 
     def take(self) -> _Worker | None:
-        """An idle worker, else None for an empty slot; waits while every slot is in use."""
+        """An idle worker, else None for an empty slot; waits while every slot is in use or while a
+        worker started ahead of use is on its way."""
         with self._changed:
-            self._changed.wait_for(lambda: self.idle or self._empty)
+            self._changed.wait_for(lambda: self.idle or (self._empty and not self._ahead))
             if self.idle:
                 return self.idle.pop()
             self._empty -= 1
             return None
 
-    def give(self, worker: _Worker | None) -> None:
-        """Hand a slot back: its worker, or None when it has none (never started, killed or stopped)."""
+    def take_ahead(self) -> bool:
+        """An empty slot for a worker started ahead of use; False when a worker is idle or no slot is empty."""
         with self._changed:
+            if self.idle or not self._empty:
+                return False
+            self._empty -= 1
+            self._ahead += 1
+            return True
+
+    def give(self, worker: _Worker | None, ahead: bool = False) -> None:
+        """Hand a slot back: its worker, or None when it has none (never started, killed or stopped);
+        ``ahead`` for the slot of :meth:`take_ahead`."""
+        with self._changed:
+            self._ahead -= ahead
             if worker is None:
                 self._empty += 1
             else:
                 self.idle.append(worker)
-            self._changed.notify()
+            self._changed.notify_all()
 
     def take_idle(self) -> list[_Worker]:
         """Every idle worker, their slots left empty."""
@@ -212,21 +226,23 @@ class GraderPool:
     def warm(self) -> None:
         """Start one worker in the background, once per pool (later calls return at once), so that the
         first task finds it ready instead of waiting seconds for its imports."""
-        if self._warming.acquire(blocking=False):  # a daemon thread: exiting never waits for the imports
-            threading.Thread(target=self._start_one, name="rlsdk-grader-warm", daemon=True).start()
+        # the slot is taken here, so a task sent next waits for this worker; nothing to do when a task
+        # started one first. A daemon thread: exiting never waits for the imports.
+        if self._warming.acquire(blocking=False) and self._slots.take_ahead():
+            threading.Thread(target=self._start_ahead, name="rlsdk-grader-warm", daemon=True).start()
 
-    def _start_one(self) -> None:
-        worker = self._slots.take()  # an idle worker when a task started one first: nothing to do
+    def _start_ahead(self) -> None:
+        worker = None
         try:
-            if worker is None and not self._closed:
+            if not self._closed:
                 worker = _Worker()
         except WorkerError:
-            worker = None  # the first task will start one and report why it cannot
+            pass  # the first task will start one and report why it cannot
         finally:
             if self._closed and worker is not None:
                 worker.stop()
                 worker = None
-            self._slots.give(worker)
+            self._slots.give(worker, ahead=True)
 
     def submit(self, spec: str, args: tuple[Any, ...], timeout: float) -> concurrent.futures.Future[Any]:
         """Run a task without blocking the caller; the future works from threads and (wrapped) event loops."""
