@@ -96,7 +96,7 @@ async def engine_and_http(folder: Path, prompts: list[list[int]], opts: argparse
     from rlsdk import RolloutConfig
     from rlsdk.engine import SGLangClient
     from rlsdk.generate import sampling_params_for
-    from rlsdk.runtime import startup_objects_frozen
+    from rlsdk.runtime import tuned_garbage_collector
     from rlsdk.serve import start_server
     from rlsdk_generators.embedded import EmbeddedEngine
 
@@ -105,7 +105,7 @@ async def engine_and_http(folder: Path, prompts: list[list[int]], opts: argparse
     engine = EmbeddedEngine(folder, device=opts.device, dtype=opts.dtype, max_batch_size=opts.batch)
     await engine.start()
     try:
-        with startup_objects_frozen():  # as rlsdk run does: the same garbage collector costs on both paths
+        with tuned_garbage_collector():  # as rlsdk run does: the same garbage collector costs on both paths
             # warm-up: kernels and cache blocks for every length (its figure tells what a first pass costs)
             results: dict[str, Any] = {"warm_up": await timed_requests(engine.generate, requests, engine.stats)}
             for _ in range(opts.repeat):

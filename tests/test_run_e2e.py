@@ -143,12 +143,16 @@ def test_eval_reports_pass_at_k_per_dataset(tmp_path):
     assert 0.0 <= evaluated["eval/arith/pass@1"] <= evaluated["eval/arith/pass@2"] <= 1.0
 
 
-def test_startup_objects_are_frozen_only_inside_the_block():
+def test_the_collector_is_tuned_only_inside_the_block():
+    """Startup objects frozen and young collections less often inside; Python's settings after."""
     import gc
 
-    from rlsdk.runtime import startup_objects_frozen
+    from rlsdk.runtime import YOUNG_COLLECTION_THRESHOLD, tuned_garbage_collector
 
     assert gc.get_freeze_count() == 0
-    with startup_objects_frozen():
+    before = gc.get_threshold()
+    with tuned_garbage_collector():
         assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (YOUNG_COLLECTION_THRESHOLD, *before[1:])
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before

@@ -35,7 +35,7 @@ def serve(
 
 
 async def _serve(engine: object, host: str, port: int) -> None:
-    from rlsdk.runtime import startup_objects_frozen
+    from rlsdk.runtime import tuned_garbage_collector
     from rlsdk.serve import start_server
 
     await engine.start()  # type: ignore[attr-defined]
@@ -47,7 +47,7 @@ async def _serve(engine: object, host: str, port: int) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        with startup_objects_frozen():
+        with tuned_garbage_collector():
             await stop.wait()
     finally:
         await handle.close()

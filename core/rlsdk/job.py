@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 from .manager import RlsdkPluginManager, get_plugin_manager
 from .records import Resolved
-from .runtime import Runtime, bind_runtime, startup_objects_frozen
+from .runtime import Runtime, bind_runtime, tuned_garbage_collector
 from .types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 STATE_FILE = "state.json"
@@ -174,7 +174,7 @@ def running(args: Any, pm: RlsdkPluginManager | None = None) -> Iterator[tuple[R
     plugins = resolve_run_plugins(args, pm)
     runtime = open_runtime(args, pm, plugins["engine"])
     try:
-        with startup_objects_frozen():
+        with tuned_garbage_collector():
             yield runtime, plugins
     finally:
         close_runtime(runtime)

