@@ -254,6 +254,25 @@ async def _collect(stream):
     return [chunk async for chunk in stream]
 
 
+def test_a_stream_chunk_holds_back_a_character_split_across_tokens(served):
+    """"🙂" is two tokens: the chunk after the first has no text yet instead of a "\ufffd" that the next
+    chunk would replace, so stream texts stay cumulative (a sampled stream hit this now and then)."""
+    from rlsdk_generators.embedded.engine import _Request
+    from rlsdk_generators.embedded.sampling import SamplingParams
+
+    engine = served.engine
+    ids = engine._detokenizer("🙂", add_special_tokens=False)["input_ids"]
+    assert len(ids) == 2
+    request = _Request(rid="r", prompt=[1], params=SamplingParams(), return_logprob=False,
+                       text_in_logprobs=False, done=None)
+    texts = []
+    for token in ids:
+        request.output.append(token)
+        texts.append(engine._text(request, None))
+    assert texts == ["", "🙂"]
+    assert engine._text(request, {"type": "length", "length": 2}) == "🙂"
+
+
 @pytest.mark.parametrize("body", [
     b"{not json",
     b"[1, 2]",

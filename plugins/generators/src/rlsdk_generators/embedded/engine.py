@@ -621,8 +621,9 @@ class EmbeddedEngine(InferenceEngine):
                 and not params.no_stop_trim:
             ids = ids[:-1]  # a matched stop token stays in output_ids, not in text
         text = self._decode(ids, params)
-        if finish is not None and finish["type"] == "stop" and isinstance(finish["matched"], str) \
-                and not params.no_stop_trim:
+        if finish is None:  # a stream chunk holds back a character whose bytes have not all come, as SGLang's does
+            return text.rstrip("\ufffd")
+        if finish["type"] == "stop" and isinstance(finish["matched"], str) and not params.no_stop_trim:
             text = text[: text.find(finish["matched"])]
         return text
 
