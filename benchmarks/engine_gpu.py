@@ -12,7 +12,9 @@ at the same batch (``--batch`` rows decoded together).
 The same code's throughput differs by up to a fifth between two processes on one card, so one process
 per path cannot tell a gap from that spread. Each of ``--rounds`` rounds runs both paths, each in a
 fresh process, one after the other (the engine alone first in odd rounds, ``rlsdk run`` first in even
-ones); the ratio is taken within each round and its median reported. A path's figure in a process is
+ones: keep ``--rounds`` even, so that each path goes first as often, since the second process of a
+round ran its steps slower in all seven rounds of one H100 run); the ratio is taken within each round
+and its median reported. A path's figure in a process is
 its best pass after a full warm-up pass (the first pass over new sequence lengths runs at a third of
 the speed in a fresh process: kernel choices and cache blocks for every length).
 
@@ -35,7 +37,7 @@ machine and card, and ``ratio``: the median over rounds of rlsdk run's tokens/s 
 (>1 better; target at least 0.95). ``ratio_busy`` is the same median for busy shares: what the run
 loses between engine steps, whatever the speed of the steps in each process.
 
-    python benchmarks/engine_gpu.py --model-config PATH/bench-model [--requests 256 --batch 256 --rounds 7]
+    python benchmarks/engine_gpu.py --model-config PATH/bench-model [--requests 256 --batch 256 --rounds 8]
     python benchmarks/engine_gpu.py --device cpu --dtype float32 --tiny   # a quick check without a GPU
 """
 
@@ -199,7 +201,8 @@ def main() -> None:
     parser.add_argument("--rm", default="math", help="The reward of the rlsdk run path.")
     parser.add_argument("--steps", type=int, default=3, help="rlsdk run steps (the best one counts).")
     parser.add_argument("--repeat", type=int, default=2, help="Timed engine passes per process (best counts).")
-    parser.add_argument("--rounds", type=int, default=7, help="Rounds of one fresh process per path.")
+    parser.add_argument("--rounds", type=int, default=8,
+                        help="Rounds of one fresh process per path (even: each path first in half of them).")
     parser.add_argument("--tiny", action="store_true", help="Shrink the model (for checking on a CPU).")
     parser.add_argument("--skip-run", action="store_true", help="Leave out the rlsdk run path.")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

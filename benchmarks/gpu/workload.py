@@ -137,40 +137,39 @@ class _GcClock:
 gc.callbacks.append(_GcClock.callback)  # both measured processes import this module
 
 
-def _task_fields(task: Path) -> tuple[list[str], dict[str, str]]:
-    """A thread's ``stat`` fields after its name, and its ``status`` lines (Linux ``/proc``)."""
-    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-    status = dict(line.split(":", 1) for line in (task / "status").read_text().splitlines() if ":" in line)
-    return fields, status
+def _stat_fields(path: str) -> list[str]:
+    """A process's or thread's ``stat`` fields after its name (Linux ``/proc``)."""
+    return Path(path).read_text().rsplit(")", 1)[1].split()
 
 
 def _thread_counters() -> dict[str, float]:
     """The embedded engine thread's CPU seconds, context switches and last core; the CPU seconds of the
     process's other threads (the loop, the progress display, torch's and CUDA's); the busy seconds of
-    the whole machine (other processes included: grader workers). Zeros where ``/proc`` is missing."""
+    the whole machine (other processes included: grader workers). Zeros where ``/proc`` is missing.
+    Four files, whatever the number of threads: the reading sits inside the ``rlsdk run`` step it probes."""
     ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     engine = next((t.native_id for t in threading.enumerate() if t.name == "rlsdk-embedded"), None)
     counters = {"engine_cpu_seconds": 0.0, "switches": 0, "forced_switches": 0, "engine_on_cpu": -1,
                 "other_threads_cpu_seconds": 0.0, "machine_busy_seconds": 0.0}
     try:
-        tasks = list(Path("/proc/self/task").iterdir())
         cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        process = _stat_fields("/proc/self/stat")
+        if engine is not None:
+            fields = _stat_fields(f"/proc/self/task/{engine}/stat")
+            status = dict(line.split(":", 1) for line in Path(f"/proc/self/task/{engine}/status").read_text()
+                          .splitlines() if ":" in line)
     except OSError:
         return counters
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in cpu[:8])
     counters["machine_busy_seconds"] = (user + nice + system + irq + softirq + steal) / ticks
-    for task in tasks:
-        try:
-            fields, status = _task_fields(task)
-        except OSError:  # the thread ended meanwhile
-            continue
-        seconds = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
-        if engine is not None and task.name == str(engine):
-            counters.update(engine_cpu_seconds=seconds, engine_on_cpu=int(fields[36]),
-                            switches=int(status["voluntary_ctxt_switches"]),
-                            forced_switches=int(status["nonvoluntary_ctxt_switches"]))
-        else:
-            counters["other_threads_cpu_seconds"] += seconds
+    total = (int(process[11]) + int(process[12])) / ticks  # utime + stime of every thread
+    if engine is not None:
+        engine_seconds = (int(fields[11]) + int(fields[12])) / ticks
+        counters.update(engine_cpu_seconds=engine_seconds, engine_on_cpu=int(fields[36]),
+                        switches=int(status["voluntary_ctxt_switches"]),
+                        forced_switches=int(status["nonvoluntary_ctxt_switches"]))
+        total -= engine_seconds
+    counters["other_threads_cpu_seconds"] = total
     return counters
 
 
