@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/gpu/device.sh piece      # copy the carried SGLang piece(s) to /tmp/chunks (one call each)
 #   bash benchmarks/gpu/device.sh setup      # reassemble SGLang into /tmp/site; rlsdk into /tmp/rl
-#   bash benchmarks/gpu/device.sh embedded   # engine_gpu.py (7 rounds, about 7.5 minutes: a call of its own)
+#   bash benchmarks/gpu/device.sh embedded   # engine_gpu.py (8 rounds, about 7.5-8.5 minutes: a call of its own)
 #   bash benchmarks/gpu/device.sh generate   # embedded_vs_generate.py
 #   bash benchmarks/gpu/device.sh server     # start SGLang 0.5.17 on the bench model, random weights
 #   bash benchmarks/gpu/device.sh sglang     # wait for it; sglang_checks.py and sglang_throughput.py
