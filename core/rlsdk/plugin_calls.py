@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .deadlines import deadline
 from .manager import RlsdkPluginManager
 from .records import Resolved
 from .types import Sample
@@ -87,9 +88,9 @@ async def generate_sample(
     kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
     started = time.perf_counter()
     try:
-        async with semaphore:  # the hang timeout starts once the sample may run, not while it queues
-            async with asyncio.timeout(args.generate_timeout):
-                result = await call_plugin(resolved, args, sample, sampling_params, **kwargs)
+        # the hang timeout starts once the semaphore lets the sample run, not while it queues
+        async with semaphore, deadline(args.generate_timeout):
+            result = await call_plugin(resolved, args, sample, sampling_params, **kwargs)
     except TimeoutError:
         return [_failed(sample, f"{_where(resolved, sample)} hung: no result after {args.generate_timeout} s")]
     except Exception as exc:  # a plugin's bug must not lose the step's other samples

@@ -24,6 +24,7 @@ import weakref
 from typing import Any
 
 from .answers import last_boxed
+from .deadlines import deadline
 from .errors import PluginCallError, PluginError
 from .loading import is_path
 from .records import Resolved, Reward, normalize_name
@@ -160,7 +161,7 @@ async def _score_together(args: Any, resolved: Resolved, samples: list[Sample], 
 
 async def _call(resolved: Resolved, args: Any, target: Any, evaluation: bool, timeout: float) -> Any:
     kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
-    async with asyncio.timeout(timeout):
+    async with deadline(timeout):
         return await _invoke(resolved, args, target, kwargs)
 
 
