@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from rlsdk import deadlines
 from rlsdk.deadlines import GRANULARITY, deadline
 
 
@@ -50,6 +51,7 @@ def test_concurrent_calls_share_one_timer_and_only_late_ones_time_out():
         return await asyncio.gather(*(one(i) for i in range(500)), return_exceptions=True)
 
     results, timers = run_counting_timers(main)
+    assert not deadlines._open  # every bucket closed: nothing kept for the loop
     assert [isinstance(r, TimeoutError) for r in results] == [i % 2 == 0 for i in range(500)]
     sleeps = 500  # asyncio.sleep sets one timer per call
     assert timers - sleeps <= 2  # one shared deadline (two if the calls straddle a rounding boundary)
