@@ -164,7 +164,8 @@ class _Slots:
         """Hand a slot back: its worker, or None when it has none (never started, killed or stopped);
         ``ahead`` for the slot of :meth:`take_ahead`."""
         with self._changed:
-            self._ahead -= ahead
+            if ahead:
+                self._ahead -= 1
             if worker is None:
                 self._empty += 1
             else:
@@ -236,7 +237,7 @@ class GraderPool:
         try:
             if not self._closed:
                 worker = _Worker()
-        except WorkerError:
+        except (WorkerError, OSError):
             pass  # the first task will start one and report why it cannot
         finally:
             if self._closed and worker is not None:
