@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .deadlines import deadline
 from .manager import RlsdkPluginManager
@@ -16,6 +17,7 @@ from .types import Sample
 
 FINISHED = (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
 DEFAULT_GENERATE = "rlsdk.generate:generate"
+T = TypeVar("T")
 
 
 async def call_plugin(resolved: Resolved, *args: Any, **kwargs: Any) -> Any:
@@ -24,6 +26,14 @@ async def call_plugin(resolved: Resolved, *args: Any, **kwargs: Any) -> Any:
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+async def gather_calls(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Await ``calls`` concurrently, as ``asyncio.gather``; a single one directly, without the task that
+    gather wraps each call in (groups of one sample are common, and a task costs a few µs)."""
+    if len(calls) == 1:
+        return [await calls[0]]
+    return list(await asyncio.gather(*calls))
 
 
 @dataclass
@@ -73,7 +83,7 @@ async def generate_group(
     in place (a generator may return several samples for one)."""
     calls = [generate_sample(args, plugins, sample, seeded(args, sampling_params, i), semaphore, evaluation)
              for i, sample in enumerate(group)]
-    results = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)  # one sample: no task
+    results = await gather_calls(calls)
     group[:] = [s for produced in results for s in produced]
 
 

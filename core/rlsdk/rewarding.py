@@ -27,6 +27,7 @@ from .answers import last_boxed
 from .deadlines import deadline
 from .errors import PluginCallError, PluginError
 from .loading import is_path
+from .plugin_calls import gather_calls
 from .records import Resolved, Reward, normalize_name
 from .types import Sample
 
@@ -111,10 +112,7 @@ async def score_group(args: Any, pm: Any, samples: list[Sample], *, evaluation: 
                 _score_inline(args, resolved, sample, evaluation)
         else:
             calls.extend(_score_one(args, resolved, s, evaluation, timeout) for s in members)
-    if len(calls) == 1:
-        await calls[0]  # no task to wrap it in
-    elif calls:
-        await asyncio.gather(*calls)
+    await gather_calls(calls)
     key = (getattr(args, "eval_reward_key", None) or getattr(args, "reward_key", None)) if evaluation \
         else getattr(args, "reward_key", None)
     for sample in samples:
