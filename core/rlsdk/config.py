@@ -217,7 +217,8 @@ class RolloutConfig:
     def __post_init__(self) -> None:
         if self.over_sampling_batch_size is None:
             self.over_sampling_batch_size = self.rollout_batch_size
-        for name in ("rollout_batch_size", "n_samples_per_prompt", "over_sampling_batch_size", "num_rollout"):
+        for name in ("rollout_batch_size", "n_samples_per_prompt", "over_sampling_batch_size", "num_rollout",
+                     "sglang_server_concurrency"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.on_bad_row not in ("error", "skip"):

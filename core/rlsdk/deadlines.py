@@ -1,86 +1,114 @@
-"""Timeouts for many concurrent calls on few timers.
+"""Timeouts for many concurrent calls on one timer per duration.
 
-``asyncio.timeout`` puts one timer per call into the event loop's heap, whose entries compare in Python:
-with a thousand samples in flight it cost about 3.8 µs a call on the CI VM, and the rollout loop sets one
-per sample and one per reward call. :func:`deadline` (1.3 µs) has the same behaviour (the task is cancelled at
-the deadline and ``TimeoutError`` raised in its place; a cancellation from elsewhere still propagates), but
-calls whose deadlines fall in the same :data:`GRANULARITY` share one timer, so they may end up to that much
-later than asked.
+``asyncio.timeout`` puts one timer per call into the event loop's heap, whose entries compare in Python,
+and its ``async with`` builds two coroutines per call; the rollout loop sets one timeout per sample and one
+per reward call. :func:`deadline` behaves as ``asyncio.timeout`` does (at the deadline the task is
+cancelled and ``TimeoutError`` raised in its place; a cancellation from elsewhere still propagates), but it
+is a plain ``with`` block, and the calls of one duration on one loop wait in a queue: in start order, which
+is also their order of expiry, watched by a single timer set for the oldest.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 from types import TracebackType
 from typing import Any, Self
 
-GRANULARITY = 0.05
-"""Seconds: deadlines are rounded up to a multiple of this, and calls with the same one share a timer."""
 
+class _Queue:
+    """The running calls of one duration on one loop, oldest first, and the timer set for the oldest."""
 
-class _Bucket:
-    """The calls that share one deadline, and its timer."""
+    __slots__ = ("loop", "seconds", "calls", "timer", "idle_check")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
-        self.loop, self.when = loop, when
-        self.guards: set[_Deadline] = set()
-        self.handle = loop.call_at(when, self.expire)
-        self.expired = False
+    def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        self.loop, self.seconds = loop, seconds
+        self.calls: dict[_Deadline, float] = {}  # call -> when it expires; insertion order is expiry order
+        self.timer: asyncio.TimerHandle | None = None
+        self.idle_check = False
+
+    def add(self, call: _Deadline) -> None:
+        when = self.calls[call] = self.loop.time() + self.seconds
+        if self.timer is None:
+            self.timer = self.loop.call_at(when, self.expire)
+
+    def remove(self, call: _Deadline) -> None:
+        del self.calls[call]
+        if not self.calls and not self.idle_check:
+            # Empty now, but calls that run one at a time empty it at every call: look again once the
+            # loop has run what it has ready, and only then drop the timer and the loop's table.
+            self.idle_check = True
+            self.loop.call_soon(self.close_if_idle)
+
+    def close_if_idle(self) -> None:
+        self.idle_check = False
+        if not self.calls:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.close()
 
     def expire(self) -> None:
-        self.expired = True
-        self.close()  # nothing new joins it
-        for guard in self.guards:
-            guard.task.cancel()
+        """Cancel every call whose deadline has passed; set the timer for the oldest of the rest."""
+        self.timer = None
+        now = self.loop.time()
+        late = []
+        for call, when in self.calls.items():
+            if when > now:
+                self.timer = self.loop.call_at(when, self.expire)
+                break
+            late.append(call)
+        for call in late:
+            del self.calls[call]
+            call.expired = True
+            call.task.cancel()
+        if not self.calls:
+            self.close()
 
     def close(self) -> None:
-        """Take the bucket out of its loop's table (and the table out of ``_open`` once it is empty)."""
-        table = _open.get(self.loop)
-        if table is not None and table.get(self.when) is self:
-            del table[self.when]
-            if not table:
-                del _open[self.loop]
+        self.timer = None
+        queues = _queues.get(self.loop)
+        if queues is not None and queues.get(self.seconds) is self:
+            del queues[self.seconds]
+            if not queues:
+                del _queues[self.loop]
 
 
-_open: dict[asyncio.AbstractEventLoop, dict[float, _Bucket]] = {}
-"""Each loop's buckets that calls may still join, by deadline; a loop is here only while it has some."""
+_queues: dict[asyncio.AbstractEventLoop, dict[float, _Queue]] = {}
+"""Each loop's queues by duration; a loop is here only while it has calls running under a deadline."""
 
 
 class _Deadline:
-    """``async with deadline(seconds)``: see the module docstring."""
+    """``with deadline(seconds)``: see the module docstring."""
+
+    __slots__ = ("seconds", "task", "cancelling", "queue", "expired")
 
     def __init__(self, seconds: float | None) -> None:
         self.seconds = seconds
+        self.expired = False
 
-    async def __aenter__(self) -> Self:
+    def __enter__(self) -> Self:
         if self.seconds is None:
             return self
         loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
+        task = asyncio.current_task(loop)
         if task is None:
             raise RuntimeError("deadline() must be used inside a task")
-        self.task = task
-        self.cancelling = task.cancelling()
-        when = math.ceil((loop.time() + self.seconds) / GRANULARITY) * GRANULARITY
-        table = _open.setdefault(loop, {})
-        bucket = table.get(when)
-        if bucket is None:
-            bucket = table[when] = _Bucket(loop, when)
-        bucket.guards.add(self)
-        self.bucket = bucket
+        self.task, self.cancelling = task, task.cancelling()
+        queues = _queues.get(loop)
+        if queues is None:
+            queues = _queues[loop] = {}
+        queue = queues.get(self.seconds)
+        if queue is None:
+            queue = queues[self.seconds] = _Queue(loop, self.seconds)
+        queue.add(self)
+        self.queue = queue
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> Any:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Any:
         if self.seconds is None:
             return None
-        bucket = self.bucket
-        bucket.guards.discard(self)
-        if not bucket.expired:
-            if not bucket.guards:  # the last call of its deadline: no timer left behind
-                bucket.handle.cancel()
-                bucket.close()
+        if not self.expired:
+            self.queue.remove(self)
             return None
         # the deadline passed while the block ran, and cancelled this task
         if self.task.uncancel() <= self.cancelling and exc_type is asyncio.CancelledError:
@@ -89,5 +117,6 @@ class _Deadline:
 
 
 def deadline(seconds: float | None) -> _Deadline:
-    """Like ``asyncio.timeout(seconds)`` (None: no deadline), sharing timers between calls."""
+    """Like ``asyncio.timeout(seconds)`` (None: no deadline) in a plain ``with``, sharing one timer per
+    duration between concurrent calls."""
     return _Deadline(seconds)

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 from typing import Any
 
+from .concurrency import ConcurrencyLimit
 from .generate import sampling_params_for
 from .plugin_calls import StepPlugins
 from .runtime import Runtime, bind_runtime
@@ -63,9 +64,9 @@ async def eval_rollout(args: Any, runtime: Runtime) -> RolloutFnEvalOutput:
         groups = list(source.iter_groups())
         plugins = StepPlugins.resolve(ds_args, runtime.pm)
         params = sampling_params_for(ds_args, evaluation=True)
-        semaphore = asyncio.Semaphore(ds_args.sglang_server_concurrency)
+        limit = ConcurrencyLimit(ds_args.sglang_server_concurrency)
         await asyncio.gather(*(
-            run_group(ds_args, runtime, plugins, g, params, semaphore, evaluation=True)
+            run_group(ds_args, runtime, plugins, g, params, limit, evaluation=True)
             for g in groups
         ))
         key = ds_args.eval_reward_key or ds_args.reward_key

@@ -7,11 +7,13 @@ SGLang sampling parameters from ``args``. Token ids and log-probs always come fr
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 from .runtime import get_runtime
 from .types import Sample
 
+_LOG_PROB, _TOKEN_ID = itemgetter(0), itemgetter(1)  # of an output_token_logprobs entry
 FINISH_STATUS = {
     "stop": Sample.Status.COMPLETED,
     "length": Sample.Status.TRUNCATED,
@@ -61,7 +63,7 @@ def engine_prompt(args: Any, sample: Sample, input_ids: list[int]) -> dict[str, 
     """The prompt part of a ``/generate`` body: ``input_ids``, or for a sample with images
     (``multimodal_inputs["images"]``) SGLang's ``text`` (prompt plus the response so far) and
     ``image_data``."""
-    images = (sample.multimodal_inputs or {}).get("images")
+    images = sample.multimodal_inputs and sample.multimodal_inputs.get("images")
     if not images:
         return {"input_ids": list(input_ids)}
     if not isinstance(sample.prompt, str):
@@ -83,7 +85,7 @@ def apply_output(sample: Sample, output: dict[str, Any]) -> Sample:
     """Append one ``/generate`` response to the sample: tokens, log-probs, text, status."""
     meta = output["meta_info"]
     entries = meta.get("output_token_logprobs") or []
-    sample.append_response_tokens([int(e[1]) for e in entries], [e[0] for e in entries])  # it makes them floats
+    sample.append_response_tokens(list(map(int, map(_TOKEN_ID, entries))), list(map(_LOG_PROB, entries)))
     sample.response += output.get("text", "")
     sample.weight_versions.append(str(meta.get("weight_version", "default")))
     finish = meta.get("finish_reason") or {"type": "abort"}
@@ -103,19 +105,31 @@ def turn_budget(args: Any, sample: Sample, sampling_params: dict[str, Any]) -> i
     return budget
 
 
-async def model_turn(args: Any, sample: Sample, sampling_params: dict[str, Any], *,
-                     stop: list[str] | tuple[str, ...] = ()) -> str:
-    """Continue ``sample.tokens`` with one engine call clamped to :func:`turn_budget` (extra ``stop``
-    strings added); returns the turn's text. With no budget left the sample is marked truncated."""
+def turn_payload(args: Any, sample: Sample, sampling_params: dict[str, Any], *,
+                 stop: list[str] | tuple[str, ...] = ()) -> dict[str, Any] | None:
+    """The ``/generate`` body continuing ``sample.tokens``, clamped to :func:`turn_budget` (extra ``stop``
+    strings added); None, with the sample marked truncated, when no budget is left."""
     input_ids = prompt_ids(args, sample)
     budget = turn_budget(args, sample, sampling_params)
     if budget <= 0:
         sample.status = Sample.Status.TRUNCATED
-        return ""
+        return None
     params = {**sampling_params, "max_new_tokens": budget}
     if stop:
         params["stop"] = list(dict.fromkeys([*(params.get("stop") or []), *stop]))
-    payload = {**engine_prompt(args, sample, input_ids), "sampling_params": params, "return_logprob": True}
+    payload = engine_prompt(args, sample, input_ids)
+    payload["sampling_params"] = params
+    payload["return_logprob"] = True
+    return payload
+
+
+async def model_turn(args: Any, sample: Sample, sampling_params: dict[str, Any], *,
+                     stop: list[str] | tuple[str, ...] = ()) -> str:
+    """Continue ``sample.tokens`` with one engine call (see :func:`turn_payload`); returns the turn's text.
+    With no budget left the sample is marked truncated."""
+    payload = turn_payload(args, sample, sampling_params, stop=stop)
+    if payload is None:
+        return ""
     output = await get_runtime(args).engine.generate(payload)
     before = len(sample.response)
     apply_output(sample, output)
@@ -140,5 +154,7 @@ def append_observation(args: Any, sample: Sample, text: str, sampling_params: di
 
 async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any]) -> Sample:
     """Generate the sample's response in one engine call, resuming after earlier partial tokens."""
-    await model_turn(args, sample, sampling_params)
+    payload = turn_payload(args, sample, sampling_params)  # model_turn's work, one coroutine less a sample
+    if payload is not None:
+        apply_output(sample, await get_runtime(args).engine.generate(payload))
     return sample

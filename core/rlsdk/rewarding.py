@@ -97,26 +97,28 @@ async def score_group(args: Any, pm: Any, samples: list[Sample], *, evaluation: 
     Raises PluginError only for configuration errors: an unknown reward (before any reward runs), or a
     dict reward without the configured ``reward_key``/``eval_reward_key``.
     """
-    plan: dict[int, tuple[Resolved, list[Sample]]] = {}
+    plan: dict[tuple[str, bool], tuple[Resolved, list[Sample]]] = {}  # samples by reward
     for sample in samples:
-        spec, group = reward_spec(args, sample)
-        resolved = resolve_reward(pm, spec, group=group)
-        plan.setdefault(id(resolved), (resolved, []))[1].append(sample)
+        spec = reward_spec(args, sample)
+        if spec not in plan:
+            plan[spec] = (resolve_reward(pm, spec[0], group=spec[1]), [])
+        plan[spec][1].append(sample)
     timeout = float(getattr(args, "reward_timeout", 60.0))
     calls = []
     for resolved, members in plan.values():
         if resolved.record.group:
             calls.append(_score_together(args, resolved, members, evaluation, timeout))
         elif resolved.record.cheap:
-            for sample in members:
-                _score_inline(args, resolved, sample, evaluation)
+            _score_inline(args, resolved, members, evaluation)
         else:
             calls.extend(_score_one(args, resolved, s, evaluation, timeout) for s in members)
-    await gather_calls(calls)
+    if calls:
+        await gather_calls(calls)
     key = (getattr(args, "eval_reward_key", None) or getattr(args, "reward_key", None)) if evaluation \
         else getattr(args, "reward_key", None)
-    for sample in samples:
-        _check_key(args, pm, sample, key)
+    if key is not None:
+        for sample in samples:
+            _check_key(args, pm, sample, key)
 
 
 async def _score_one(args: Any, resolved: Resolved, sample: Sample, evaluation: bool, timeout: float) -> None:
@@ -128,15 +130,16 @@ async def _score_one(args: Any, resolved: Resolved, sample: Sample, evaluation: 
     _set(sample, resolved, reward)
 
 
-def _score_inline(args: Any, resolved: Resolved, sample: Sample, evaluation: bool) -> None:
+def _score_inline(args: Any, resolved: Resolved, samples: list[Sample], evaluation: bool) -> None:
     """A ``cheap`` reward, called on the event loop: no thread hop, no timeout."""
     kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
-    try:
-        reward = resolved.func(args, sample, **kwargs)
-    except Exception as exc:
-        mark_invalid(sample, resolved, _failure(exc, 0.0))
-        return
-    _set(sample, resolved, reward)
+    for sample in samples:
+        try:
+            reward = resolved.func(args, sample, **kwargs)
+        except Exception as exc:
+            mark_invalid(sample, resolved, _failure(exc, 0.0))
+            continue
+        _set(sample, resolved, reward)
 
 
 async def _score_together(args: Any, resolved: Resolved, samples: list[Sample], evaluation: bool,
@@ -159,7 +162,7 @@ async def _score_together(args: Any, resolved: Resolved, samples: list[Sample], 
 
 async def _call(resolved: Resolved, args: Any, target: Any, evaluation: bool, timeout: float) -> Any:
     kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
-    async with deadline(timeout):
+    with deadline(timeout):
         return await _invoke(resolved, args, target, kwargs)
 
 
@@ -190,6 +193,8 @@ def _set(sample: Sample, resolved: Resolved, reward: Any) -> None:
 
 def reward_problem(reward: Any) -> str | None:
     """Why ``reward`` is not a valid reward (a finite number or a dict), or None when it is."""
+    if type(reward) is float:  # the usual case, checked first
+        return None if math.isfinite(reward) else f"returned the non-finite number {reward!r}"
     if isinstance(reward, dict):
         return None
     if isinstance(reward, numbers.Real) and not isinstance(reward, bool):
@@ -241,7 +246,7 @@ def apply_invalid_policy(args: Any, group: list[Sample]) -> str | None:
     ``"invalid_reward"``; ``score`` gives invalid samples ``args.invalid_reward_value`` and their status
     back. Returns None when the group is kept.
     """
-    invalid = [s for s in group if is_invalid(s)]
+    invalid = [s for s in group if s.reward is None and is_invalid(s)]
     if not invalid:
         return None
     policy = getattr(args, "on_invalid_reward", "drop_group")

@@ -12,6 +12,7 @@ import asyncio
 import time
 from typing import Any
 
+from .concurrency import ConcurrencyLimit
 from .errors import PluginCallError
 from .generate import sampling_params_for
 from .ledger import Group, StepLedger
@@ -19,6 +20,10 @@ from .plugin_calls import FINISHED, StepPlugins, call_plugin, generate_group
 from .rewarding import apply_invalid_policy, count_invalid, score_group
 from .runtime import Runtime, get_runtime
 from .types import DynamicFilterOutput, RolloutFnTrainOutput, Sample
+
+SUBMIT_SLICE = 64
+"""Samples whose tasks a step creates before it lets them run (and send their requests) while it goes on
+creating the rest of a chunk."""
 
 
 def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
@@ -38,7 +43,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
     ledger = StepLedger()
     target = args.rollout_batch_size
     max_groups = args.rollout_max_groups_per_step or 8 * target
-    semaphore = asyncio.Semaphore(args.sglang_server_concurrency)
+    limit = ConcurrencyLimit(args.sglang_server_concurrency)
     sampling_params = sampling_params_for(args)
 
     kept: list[Group] = []
@@ -57,12 +62,17 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
             exhausted = not groups
             ledger.enter(groups)
             pulled += len(groups)
+            unsent = 0
             for group in groups:
                 task = asyncio.create_task(
-                    run_group(args, runtime, plugins, group, sampling_params, semaphore)
+                    run_group(args, runtime, plugins, group, sampling_params, limit)
                 )
                 task.add_done_callback(lambda _: finished.set())
                 in_flight[task] = group
+                unsent += len(group)
+                if unsent >= SUBMIT_SLICE:  # let these start: the engine gets the chunk's first requests early
+                    unsent = 0
+                    await asyncio.sleep(0)
         if not in_flight:
             break
         await finished.wait()
@@ -119,11 +129,11 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
 
 async def run_group(
     args: Any, runtime: Runtime, plugins: StepPlugins, group: Group, sampling_params: dict[str, Any],
-    semaphore: asyncio.Semaphore, evaluation: bool = False,
+    limit: ConcurrencyLimit, evaluation: bool = False,
 ) -> Group:
     """Generate and reward one group in place. Failures are recorded on the samples, not raised."""
     # custom_generate: each unfinished sample (buffered surplus groups are already complete)
-    await generate_group(args, plugins, group, sampling_params, semaphore, evaluation)
+    await generate_group(args, plugins, group, sampling_params, limit, evaluation)
     if all(s.status in FINISHED for s in group) and any(s.reward is None for s in group):
         # reward: per sample, or once per group for group rewards
         await score_group(args, runtime.pm, group, evaluation=evaluation)

@@ -68,32 +68,31 @@ class Sample:
             if trainable:
                 raise ValueError("trainable tokens need their log-probs from the engine")
             log_probs = [0.0] * len(tokens)
-        log_probs = [float(lp) for lp in log_probs]
+        log_probs = list(map(float, log_probs))
         if len(log_probs) != len(tokens):
             raise ValueError(f"{len(tokens)} tokens but {len(log_probs)} log-probs")
         self._check_alignment()
+        n = self.response_length
         if self.loss_mask is None:
-            self.loss_mask = [1] * self.response_length
+            self.loss_mask = [1] * n
         if self.rollout_log_probs is None:
-            self.rollout_log_probs = [0.0] * self.response_length
-        self.tokens.extend(tokens)
-        self.loss_mask.extend([1 if trainable else 0] * len(tokens))
-        self.rollout_log_probs.extend(log_probs)
-        self.response_length += len(tokens)
+            self.rollout_log_probs = [0.0] * n
+        self.tokens += tokens
+        self.loss_mask += [1 if trainable else 0] * len(tokens)
+        self.rollout_log_probs += log_probs
+        self.response_length = n + len(tokens)
 
     def _check_alignment(self) -> None:
-        for name in ("loss_mask", "rollout_log_probs"):
-            value = getattr(self, name)
-            if value is not None and len(value) != self.response_length:
+        n, mask, log_probs = self.response_length, self.loss_mask, self.rollout_log_probs
+        if (mask is None or len(mask) == n) and (log_probs is None or len(log_probs) == n) and n <= len(self.tokens):
+            return
+        for name, value in (("loss_mask", mask), ("rollout_log_probs", log_probs)):
+            if value is not None and len(value) != n:
                 raise ValueError(
                     f"sample {self.group_index}/{self.index}: {name} has {len(value)} entries "
-                    f"but response_length is {self.response_length}"
+                    f"but response_length is {n}"
                 )
-        if self.response_length > len(self.tokens):
-            raise ValueError(
-                f"sample {self.group_index}/{self.index}: response_length {self.response_length} "
-                f"exceeds {len(self.tokens)} tokens"
-            )
+        raise ValueError(f"sample {self.group_index}/{self.index}: response_length {n} exceeds {len(self.tokens)} tokens")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict with slime's field names."""

@@ -1,0 +1,55 @@
+"""A bound on concurrent calls, as ``asyncio.Semaphore``, for the rollout loop's one call per sample.
+
+``async with semaphore`` costs three coroutines per call even when a slot is free, which is nearly
+always; :class:`ConcurrencyLimit` takes and gives a free slot with plain calls and only waits, first come
+first served, when none is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+
+class ConcurrencyLimit:
+    """At most ``limit`` holders at once: ``take_now()`` or ``await take()``, then ``give()``."""
+
+    __slots__ = ("free", "_waiting")
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"a concurrency limit must be at least 1, got {limit}")
+        self.free = limit
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    def take_now(self) -> bool:
+        """Take a slot if one is free (never while tasks wait: ``give`` hands slots to them directly)."""
+        if self.free:
+            self.free -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        """Take a slot, waiting in line for one if needed; a task cancelled while it waits takes none."""
+        if self.take_now():
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.cancelled():
+                if waiter in self._waiting:
+                    self._waiting.remove(waiter)
+            else:  # handed a slot just as it was cancelled: pass it on
+                self.give()
+            raise
+
+    def give(self) -> None:
+        """Hand the slot to the first task still waiting, or free it."""
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.free += 1
