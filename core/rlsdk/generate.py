@@ -85,7 +85,8 @@ def apply_output(sample: Sample, output: dict[str, Any]) -> Sample:
     """Append one ``/generate`` response to the sample: tokens, log-probs, text, status."""
     meta = output["meta_info"]
     entries = meta.get("output_token_logprobs") or []
-    sample.append_response_tokens(list(map(int, map(_TOKEN_ID, entries))), list(map(_LOG_PROB, entries)))
+    # it makes lists of them, the log-probs floats
+    sample.append_response_tokens(map(int, map(_TOKEN_ID, entries)), map(_LOG_PROB, entries))
     sample.response += output.get("text", "")
     sample.weight_versions.append(str(meta.get("weight_version", "default")))
     finish = meta.get("finish_reason") or {"type": "abort"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +57,7 @@ class Sample:
         return len(self.tokens) - self.response_length
 
     def append_response_tokens(
-        self, tokens: list[int], log_probs: list[float] | None = None, trainable: bool = True
+        self, tokens: Iterable[int], log_probs: Iterable[float] | None = None, trainable: bool = True
     ) -> None:
         """Append response tokens keeping ``tokens``, ``loss_mask`` and ``rollout_log_probs`` aligned.
 
