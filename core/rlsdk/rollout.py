@@ -70,7 +70,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
                 task.add_done_callback(lambda _: finished.set())
                 in_flight[task] = group
                 unsent += len(group)
-                if unsent >= SUBMIT_SLICE:  # let these start: the engine gets the chunk's first requests early
+                if unsent >= SUBMIT_SLICE:  # let these start: the engine gets a chunk's first requests early
                     unsent = 0
                     await asyncio.sleep(0)
         if not in_flight:
