@@ -1,4 +1,5 @@
-"""rlsdk.concurrency.ConcurrencyLimit: asyncio.Semaphore's bound, first come first served, no slot lost."""
+"""rlsdk.concurrency: ConcurrencyLimit (asyncio.Semaphore's bound, first come first served, no slot lost) and
+gather_calls (asyncio.gather's results and cancellation)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 
 import pytest
 
-from rlsdk.concurrency import ConcurrencyLimit
+from rlsdk.concurrency import ConcurrencyLimit, gather_calls
 
 
 async def hold(limit, inside, log, name, seconds=0.01):
@@ -76,3 +77,39 @@ def test_a_slot_handed_to_a_task_cancelled_before_it_runs_is_passed_on():
 def test_a_limit_below_one_is_refused():
     with pytest.raises(ValueError, match="at least 1"):
         ConcurrencyLimit(0)
+
+
+def test_gather_calls_returns_results_in_order_and_runs_calls_concurrently():
+    async def call(i):
+        await asyncio.sleep(0.05 * (3 - i))
+        return i
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        results = await gather_calls([call(i) for i in range(3)])
+        return results, loop.time() - started
+
+    results, seconds = asyncio.run(main())
+    assert results == [0, 1, 2] and seconds < 0.25  # one after another would take 0.3 s
+
+
+def test_a_cancelled_gather_calls_ends_its_calls_before_the_caller_sees_it():
+    ended = []
+
+    async def call(i):
+        try:
+            await asyncio.sleep(10)
+        finally:
+            await asyncio.sleep(0)  # clean-up that takes a turn of the loop
+            ended.append(i)
+
+    async def main():
+        task = asyncio.create_task(gather_calls([call(i) for i in range(3)]))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return sorted(ended)
+
+    assert asyncio.run(main()) == [0, 1, 2]

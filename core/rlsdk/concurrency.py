@@ -1,14 +1,39 @@
-"""A bound on concurrent calls, as ``asyncio.Semaphore``, for the rollout loop's one call per sample.
+"""Concurrency for the rollout loop's calls, one or more per sample, cheaper than asyncio's own.
 
-``async with semaphore`` costs three coroutines per call even when a slot is free, which is nearly
-always; :class:`ConcurrencyLimit` takes and gives a free slot with plain calls and only waits, first come
-first served, when none is left.
+:class:`ConcurrencyLimit` bounds concurrent calls as ``asyncio.Semaphore`` does, but ``async with
+semaphore`` costs three coroutines per call even when a slot is free, which is nearly always; it takes and
+gives a free slot with plain calls and only waits, first come first served, when none is left.
+:func:`gather_calls` awaits calls concurrently as ``asyncio.gather`` does, with one task fewer per call.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+async def gather_calls(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Await ``calls`` concurrently and return their results in order, as ``asyncio.gather`` does, for
+    less: the first call runs in the caller's task and each other one in a task of its own, created
+    directly (groups of one sample are common, and a task costs a few µs). If the caller is cancelled
+    or a call raises, the calls still running are cancelled, and have ended when the error reaches the
+    caller."""
+    if len(calls) == 1:
+        return [await calls[0]]
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(call) for call in calls[1:]]
+    try:
+        first = await calls[0]
+        return [first, *[await task for task in tasks]]
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 class ConcurrencyLimit:

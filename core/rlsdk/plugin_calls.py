@@ -3,14 +3,12 @@ plugin, its package and the sample."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import time
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from .concurrency import ConcurrencyLimit
+from .concurrency import ConcurrencyLimit, gather_calls
 from .deadlines import deadline
 from .manager import RlsdkPluginManager
 from .records import Resolved
@@ -18,7 +16,6 @@ from .types import Sample
 
 FINISHED = (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
 DEFAULT_GENERATE = "rlsdk.generate:generate"
-T = TypeVar("T")
 
 
 async def call_plugin(resolved: Resolved, *args: Any, **kwargs: Any) -> Any:
@@ -27,24 +24,6 @@ async def call_plugin(resolved: Resolved, *args: Any, **kwargs: Any) -> Any:
     if inspect.isawaitable(result):
         result = await result
     return result
-
-
-async def gather_calls(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
-    """Await ``calls`` concurrently and return their results in order, as ``asyncio.gather`` does, for
-    less: the first call runs in the caller's task and each other one in a task of its own, created
-    directly (groups of one sample are common, and a task costs a few µs). If the caller is cancelled
-    or a call raises, the calls still running are cancelled."""
-    if len(calls) == 1:
-        return [await calls[0]]
-    loop = asyncio.get_running_loop()
-    tasks = [loop.create_task(call) for call in calls[1:]]
-    try:
-        first = await calls[0]
-        return [first, *[await task for task in tasks]]
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        raise
 
 
 @dataclass

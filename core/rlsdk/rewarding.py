@@ -24,10 +24,10 @@ import weakref
 from typing import Any
 
 from .answers import last_boxed
+from .concurrency import gather_calls
 from .deadlines import deadline
 from .errors import PluginCallError, PluginError
 from .loading import is_path
-from .plugin_calls import gather_calls
 from .records import Resolved, Reward, normalize_name
 from .types import Sample
 
