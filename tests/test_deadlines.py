@@ -54,7 +54,7 @@ def test_concurrent_calls_share_one_timer_and_only_late_ones_time_out():
     assert not deadlines._queues  # nothing kept for the loop once its calls are over
     assert [isinstance(r, TimeoutError) for r in results] == [i % 2 == 0 for i in range(500)]
     sleeps = 500  # asyncio.sleep sets one timer per call
-    # one timer for the oldest call, set again only for calls that started after the oldest had expired
+    # one timer for the oldest call, set again for later calls no sooner than RESOLUTION after it went off
     assert timers - sleeps <= 10
 
 

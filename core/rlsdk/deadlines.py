@@ -5,7 +5,9 @@ and its ``async with`` builds two coroutines per call; the rollout loop sets one
 per reward call. :func:`deadline` behaves as ``asyncio.timeout`` does (at the deadline the task is
 cancelled and ``TimeoutError`` raised in its place; a cancellation from elsewhere still propagates), but it
 is a plain ``with`` block, and the calls of one duration on one loop wait in a queue: in start order, which
-is also their order of expiry, watched by a single timer set for the oldest.
+is also their order of expiry, watched by a single timer set for the oldest. When it goes off, the calls
+whose deadlines have passed time out, and it is set again for the next deadline, but no sooner than
+:data:`RESOLUTION` from then: calls that started close together time out together, at most that late.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from __future__ import annotations
 import asyncio
 from types import TracebackType
 from typing import Any, Self
+
+RESOLUTION = 0.01
+"""Seconds: after the timer goes off it is set again no sooner than this, so a call may time out that late."""
 
 
 class _Queue:
@@ -52,8 +57,8 @@ class _Queue:
         now = self.loop.time()
         late = []
         for call, when in self.calls.items():
-            if when > now:
-                self.timer = self.loop.call_at(when, self.expire)
+            if when > now:  # not yet: set the timer again, for no sooner than RESOLUTION from now
+                self.timer = self.loop.call_at(max(when, now + RESOLUTION), self.expire)
                 break
             late.append(call)
         for call in late:
