@@ -148,6 +148,25 @@ def test_step_keeps_the_batch_and_returns_surplus_groups_to_the_buffer(make_run)
     assert len(runtime.engine.requests) - before == 4  # only the two fresh groups of the next chunk
 
 
+def test_a_step_sends_requests_before_it_has_created_every_task_of_a_chunk(make_run):
+    """Every SUBMIT_SLICE samples the step lets the tasks it created run, so the engine gets the first
+    requests of a 512-sample chunk while the other groups' tasks do not exist yet."""
+    args, source, runtime, engine = make_run(n_prompts=64, n_samples_per_prompt=8, rollout_batch_size=64,
+                                             over_sampling_batch_size=64)
+    tasks_at_first_request = []
+    generate = engine.generate
+
+    async def counting(payload):
+        if not tasks_at_first_request:
+            tasks_at_first_request.append(len(asyncio.all_tasks()))
+        return await generate(payload)
+
+    engine.generate = counting
+    out = step(args, source, runtime)
+    assert out.metrics["ledger/kept"] == 512
+    assert tasks_at_first_request[0] < 64  # without the slices: the step, 64 groups and 7 samples' tasks
+
+
 def test_partial_rollout_resumes_from_tokens_with_the_remaining_budget(make_run):
     args, source, runtime, engine = make_run(slow={2, 3}, partial_rollout=True,
                                              mask_offpolicy_in_partial_rollout=True)
