@@ -193,11 +193,10 @@ def _set(sample: Sample, resolved: Resolved, reward: Any) -> None:
 
 def reward_problem(reward: Any) -> str | None:
     """Why ``reward`` is not a valid reward (a finite number or a dict), or None when it is."""
-    if type(reward) is float:  # the usual case, checked first
-        return None if math.isfinite(reward) else f"returned the non-finite number {reward!r}"
     if isinstance(reward, dict):
         return None
-    if isinstance(reward, numbers.Real) and not isinstance(reward, bool):
+    # a float, the usual case, is tested before the slower abstract-class check
+    if type(reward) is float or (isinstance(reward, numbers.Real) and not isinstance(reward, bool)):
         return None if math.isfinite(reward) else f"returned the non-finite number {reward!r}"
     return f"returned {type(reward).__name__} {repr(reward)[:100]}, expected a number or a dict"
 

@@ -84,19 +84,18 @@ class Sample:
         self.response_length = n + len(tokens)
 
     def _check_alignment(self) -> None:
-        n, mask, log_probs = self.response_length, self.loss_mask, self.rollout_log_probs
-        aligned = (mask is None or len(mask) == n) and (log_probs is None or len(log_probs) == n)
-        if aligned and n <= len(self.tokens):
-            return
-        for name, value in (("loss_mask", mask), ("rollout_log_probs", log_probs)):
+        n = self.response_length
+        for name, value in (("loss_mask", self.loss_mask), ("rollout_log_probs", self.rollout_log_probs)):
             if value is not None and len(value) != n:
                 raise ValueError(
                     f"sample {self.group_index}/{self.index}: {name} has {len(value)} entries "
                     f"but response_length is {n}"
                 )
-        raise ValueError(
-            f"sample {self.group_index}/{self.index}: response_length {n} exceeds {len(self.tokens)} tokens"
-        )
+        if n > len(self.tokens):
+            raise ValueError(
+                f"sample {self.group_index}/{self.index}: response_length {n} "
+                f"exceeds {len(self.tokens)} tokens"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict with slime's field names."""
