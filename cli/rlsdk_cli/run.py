@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import typing
@@ -24,14 +25,7 @@ PLUGIN_HELP = "A registered name (see `rlsdk plugins list`) or a dotted path pkg
 def build_config(config: Path | None, options: dict[str, Any], extra: list[str]) -> RolloutConfig:
     """The config file (if any), then every option given on the command line, then ``--set k=v``."""
     overrides = {k: v for k, v in options.items() if v is not None and v != []}
-    for item in extra:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise typer.BadParameter(f"--set takes KEY=VALUE, got {item!r}")
-        try:
-            overrides[key] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[key] = value
+    overrides.update(parse_set(extra))
     if isinstance(overrides.get("apply_chat_template_kwargs"), str):
         overrides["apply_chat_template_kwargs"] = json.loads(overrides["apply_chat_template_kwargs"])
     eval_data = overrides.pop("eval_data", [])
@@ -43,6 +37,20 @@ def build_config(config: Path | None, options: dict[str, Any], extra: list[str])
         return RolloutConfig.from_dict(overrides).with_default_data()
     except (ValueError, TypeError) as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` pairs; values are JSON where they parse as JSON, else strings."""
+    values: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"--set takes KEY=VALUE, got {item!r}")
+        try:
+            values[key] = json.loads(value)
+        except json.JSONDecodeError:
+            values[key] = value
+    return values
 
 
 def _options(
@@ -107,12 +115,34 @@ def _options(
     return dict(locals())
 
 
+def training_options() -> list[inspect.Parameter]:
+    """One ``--kebab-case`` option per field of :class:`~rlsdk.training.options.TrainingOptions`, with the
+    field's docstring as help: the training options' single source."""
+    from rlsdk.training.options import TrainingOptions, option_docs
+
+    docs = option_docs()
+    hints = typing.get_type_hints(TrainingOptions)
+    params = []
+    for field in dataclasses.fields(TrainingOptions):
+        annotation = hints[field.name]
+        base = next((a for a in typing.get_args(annotation) if a is not type(None)), annotation)
+        default = f" [default: {field.default}]" if field.default not in (None, False) else ""
+        option = typer.Option(None, "--" + field.name.replace("_", "-"), help=docs.get(field.name, "") + default,
+                              rich_help_panel="Training")
+        params.append(inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                                        annotation=typing.Optional[base]))  # noqa: UP045 (typer needs Optional)
+    return params
+
+
 def with_run_options(func: Any) -> Any:
-    """Give a command every option of :func:`_options` (typer reads the signature), passed as ``**options``."""
+    """Give a command every option of :func:`_options` and the training options (typer reads the
+    signature), passed as ``**options``."""
     hints = {**typing.get_type_hints(_options), **typing.get_type_hints(func)}
     own = [p for p in inspect.signature(func).parameters.values() if p.kind is not p.VAR_KEYWORD]
-    params = own + list(inspect.signature(_options).parameters.values())
-    func.__signature__ = inspect.Signature([p.replace(annotation=hints[p.name]) for p in params])
+    params = [p.replace(annotation=hints[p.name])
+              for p in own + list(inspect.signature(_options).parameters.values())]
+    keyword = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+    func.__signature__ = inspect.Signature(keyword + training_options())
     return func
 
 
@@ -124,7 +154,15 @@ def run(
     """Run rollout steps: with no options, the embedded engine on SmolLM2-135M and the shipped math data."""
     extra = options.pop("extra")
     args = build_config(options.pop("config"), {**options, "resume": resume or None}, extra)
-    from rlsdk.job import run_job
+    from rlsdk.job import resumed_settings, run_job
+
+    if resume:
+        given = {k: v for k, v in options.items() if v is not None and v != []}
+        try:
+            args = RolloutConfig.from_dict(resumed_settings(args.output_dir, {**given, **parse_set(extra)}))
+        except (ValueError, TypeError, FileNotFoundError) as exc:
+            console.print(f"[red]Error:[/red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
 
     samples_per_step = args.rollout_batch_size * args.n_samples_per_prompt
     # Each refresh renders the bar in a thread that holds the GIL meanwhile; at rich's default 10 per
@@ -172,23 +210,31 @@ def evaluate(**options: Any) -> None:
     typer.echo(json.dumps(result.metrics))
 
 
+TRAIN_COLUMNS = (("loss", "train/loss", "{:.4f}"), ("KL", "train/kl_loss", "{:.4f}"),
+                 ("entropy", "train/entropy_loss", "{:.3f}"), ("clip", "train/pg_clipfrac", "{:.3f}"),
+                 ("grad norm", "train/grad_norm", "{:.3f}"), ("train s", "train/seconds", "{:.1f}"),
+                 ("sync s", "train/sync_seconds", "{:.2f}"))
+
+
 def step_table(rollout_id: int, metrics: dict[str, Any]) -> Table:
+    """The step's row; a rollout function that reports no ledger (a slime-style bare list) shows ``-``."""
     dropped = {k.removeprefix("rollout/dynamic_filter/drop_"): v for k, v in metrics.items()
                if k.startswith("rollout/dynamic_filter/drop_")}
     table = Table(title=f"step {rollout_id}", show_header=True)
-    for column in ("reward", "kept", "dropped", "returned", "aborted", "failed", "tokens/s", "seconds"):
-        table.add_column(column, justify="right")
-    reward = metrics.get("rollout/reward_mean")
-    table.add_row(
-        "-" if reward is None else f"{reward:.3f}",
-        str(metrics["ledger/kept"]),
-        ", ".join(f"{k}: {v}" for k, v in dropped.items()) or "0",
-        str(metrics["ledger/returned"]),
-        str(metrics.get("rollout/aborted", 0)),
-        str(metrics["ledger/failed"]),
-        f"{metrics.get('rollout/tokens_per_s', 0.0):.1f}",
-        f"{metrics.get('rollout/seconds', 0.0):.1f}",
-    )
+    columns = [("reward", "rollout/reward_mean", "{:.3f}"), ("kept", "ledger/kept", "{}"),
+               ("dropped", None, ""), ("returned", "ledger/returned", "{}"), ("aborted", "rollout/aborted", "{}"),
+               ("failed", "ledger/failed", "{}"), ("tokens/s", "rollout/tokens_per_s", "{:.1f}"),
+               ("seconds", "rollout/seconds", "{:.1f}")]
+    columns += [c for c in TRAIN_COLUMNS if c[1] in metrics]
+    cells = []
+    for name, key, fmt in columns:
+        table.add_column(name, justify="right")
+        if key is None:
+            cells.append(", ".join(f"{k}: {v}" for k, v in dropped.items()) or "0")
+        else:
+            value = metrics.get(key)
+            cells.append("-" if value is None else fmt.format(value))
+    table.add_row(*cells)
     return table
 
 

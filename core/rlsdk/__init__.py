@@ -13,12 +13,14 @@ from .records import (
     DynamicFilter,
     Engine,
     GenerateRollout,
+    Loss,
     OverSamplingFilter,
     PluginInfo,
     Resolved,
     Reward,
     TaskGenerator,
     Tool,
+    Trainer,
 )
 from .types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
@@ -35,6 +37,7 @@ __all__ = [
     "DynamicFilterOutput",
     "Engine",
     "GenerateRollout",
+    "Loss",
     "OverSamplingFilter",
     "PluginCallError",
     "PluginConflictError",
@@ -50,6 +53,7 @@ __all__ = [
     "Sample",
     "TaskGenerator",
     "Tool",
+    "Trainer",
     "UnknownPluginError",
     "get_plugin_manager",
     "hookimpl",

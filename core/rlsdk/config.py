@@ -12,12 +12,15 @@ from typing import Any
 
 import yaml
 
+from .training.options import ADVANTAGE_ESTIMATORS, KL_LOSS_TYPES, LOSS_TYPES, TrainingOptions
+
 DEFAULT_DATASET = Path(__file__).parent / "datasets" / "arithmetic.jsonl"
 
 
 @dataclass
-class RolloutConfig:
-    """Everything a rollout step needs. Unknown keys from a config file land in ``extra`` and read as
+class RolloutConfig(TrainingOptions):
+    """Everything a run needs: the rollout step's options here, the trainer's in
+    :class:`~rlsdk.training.options.TrainingOptions`. Unknown keys from a config file land in ``extra`` and read as
     attributes, so a plugin can take options of its own (``args.retriever_url``)."""
 
     # --- plugins, by registered name or dotted path ---
@@ -229,6 +232,14 @@ class RolloutConfig:
             raise ValueError(
                 f"on_invalid_reward must be fail, drop_group or score, got {self.on_invalid_reward!r}"
             )
+        for name, choices in (("advantage_estimator", ADVANTAGE_ESTIMATORS), ("loss_type", LOSS_TYPES),
+                              ("kl_loss_type", KL_LOSS_TYPES)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+        if self.loss_type == "custom_loss" and not self.custom_loss_function_path:
+            raise ValueError("loss_type custom_loss needs custom_loss_function_path (a loss name or dotted path)")
+        if self.use_tis and self.use_rollout_logprobs:
+            raise ValueError("use_tis and use_rollout_logprobs cannot be set together (as in slime)")
 
     @classmethod
     def option_names(cls) -> list[str]:

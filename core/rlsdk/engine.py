@@ -78,6 +78,13 @@ class InferenceEngine(abc.ABC):
         """Reload weights from a checkpoint folder (``/update_weights_from_disk``)."""
         raise NotImplementedError(f"{type(self).__name__} cannot update weights from disk")
 
+    in_process_weights: bool = False
+    """Whether :meth:`update_weights` takes tensors of this process (no round trip through disk)."""
+
+    async def update_weights(self, state_dict: Any, weight_version: str | None = None) -> None:
+        """Copy a Hugging Face state dict of this process into the served model (``in_process_weights``)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot take weights in process: use update_weights_from_disk")
+
     async def close(self) -> None:
         """Release the engine's resources."""
 

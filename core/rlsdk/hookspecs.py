@@ -17,10 +17,12 @@ from .records import (
     DynamicFilter,
     Engine,
     GenerateRollout,
+    Loss,
     OverSamplingFilter,
     Reward,
     TaskGenerator,
     Tool,
+    Trainer,
 )
 
 PROJECT = "rlsdk"
@@ -313,4 +315,77 @@ def rlsdk_task_generators() -> Iterable[TaskGenerator]:
         @hookimpl
         def rlsdk_task_generators():
             yield TaskGenerator(name="replay_answers", func=run_rollout, description="Replay reference answers")
+    """
+
+
+# -------------------------------------------------------------------------
+# Training: trainers and losses
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def rlsdk_trainers() -> Iterable[Trainer]:
+    """Provide policy trainers for ``rlsdk run --train`` (``--trainer NAME``).
+
+    The callable is a factory ``trainer(args) -> rlsdk.training.Trainer``: an object that trains on a
+    step's kept samples, reports per-token log-probs for the trust check, hands its weights to the
+    engine and saves and loads checkpoints. Heavy imports (torch, megatron) belong inside the factory.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig` (slime's training option names: ``lr``,
+        ``global_batch_size``, ``micro_batch_size``, ``eps_clip``, ...).
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import Trainer, hookimpl
+
+        def frozen_embeddings(args):
+            from rlsdk.training.torch_trainer import TorchTrainer
+
+            trainer = TorchTrainer(args)
+            trainer.model.get_input_embeddings().requires_grad_(False)
+            return trainer
+
+        @hookimpl
+        def rlsdk_trainers():
+            yield Trainer(name="frozen_embeddings", func=frozen_embeddings,
+                          description="The torch trainer with frozen input embeddings")
+    """
+
+
+@hookspec
+def rlsdk_losses() -> Iterable[Loss]:
+    """Provide losses for ``--loss-type custom_loss --custom-loss-function-path NAME``.
+
+    The callable has slime's custom-loss signature ``loss(args, batch, logits, sum_of_sample_mean)``
+    and returns ``(loss, metrics)``: a scalar tensor and a dict of detached scalar tensors.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param batch: one micro-batch as slime builds it: ``unconcat_tokens``, ``total_lengths``,
+        ``response_lengths``, ``loss_masks``, ``advantages``, ``log_probs`` (before this step),
+        ``rollout_log_probs``, ``ref_log_probs`` (with a KL term) and ``rewards``; lists with one
+        tensor (or number) per sample.
+    :param logits: the packed logits ``[1, sum(total_lengths), vocab]`` of the micro-batch's samples.
+    :param sum_of_sample_mean: reduces a packed per-response-token tensor to the sum over samples of
+        each sample's masked mean (or the masked token sum with ``--calculate-per-token-loss``).
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import Loss, hookimpl
+        from rlsdk.training.losses import log_probs_and_entropy
+
+        def reinforce(args, batch, logits, sum_of_sample_mean):
+            import torch
+
+            log_probs, _ = log_probs_and_entropy(logits, batch, args, with_entropy=False)
+            advantages = torch.cat(batch["advantages"])
+            loss = sum_of_sample_mean(-advantages * torch.cat(log_probs))
+            return loss, {"loss": loss.detach()}
+
+        @hookimpl
+        def rlsdk_losses():
+            yield Loss(name="reinforce", func=reinforce, description="Plain REINFORCE")
     """

@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 
 from .manager import RlsdkPluginManager, get_plugin_manager
 from .records import Resolved
+from .report import RunReport
 from .runtime import Runtime, bind_runtime, tuned_garbage_collector
 from .types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
@@ -26,6 +27,10 @@ def resolve_run_plugins(args: Any, pm: RlsdkPluginManager) -> dict[str, Resolved
         "generate_rollout": pm.resolve("generate_rollout", args.rollout_function_path),
         "engine": pm.resolve("engine", engine_name(args)),
     }
+    if args.train:
+        resolved["trainer"] = pm.resolve("trainer", args.trainer)
+        loss = args.custom_loss_function_path if args.loss_type == "custom_loss" else args.loss_type
+        resolved["loss"] = pm.resolve("loss", loss)
     if args.eval_function_path:
         resolved["eval"] = pm.resolve("generate_rollout", args.eval_function_path)
     if args.custom_generate_function_path:
@@ -132,13 +137,60 @@ class RunOutput:
     def write_eval(self, rollout_id: int, output: RolloutFnEvalOutput) -> None:
         self.append("eval.jsonl", [{"rollout_id": rollout_id, **output.metrics}])
 
-    def save_state(self, next_rollout_id: int, data_state: dict[str, Any]) -> None:
+    def run_state(self, next_rollout_id: int, data_state: dict[str, Any], args: Any) -> dict[str, Any]:
+        """What ``--resume`` needs: the next step, the output files' sizes, the data position and buffer,
+        the run's settings and the installed plugins' versions."""
         sizes = {name: (self.folder / name).stat().st_size if (self.folder / name).exists() else 0
                  for name in self.FILES}
-        state = {"next_rollout_id": next_rollout_id, "file_sizes": sizes, "data": data_state}
+        return {"next_rollout_id": next_rollout_id, "file_sizes": sizes, "data": data_state,
+                "settings": saved_settings(args), "plugins": installed_plugins()}
+
+    def save_state(self, state: dict[str, Any]) -> None:
         tmp = self.folder / f".{STATE_FILE}.tmp"
-        tmp.write_text(json.dumps(state))
+        tmp.write_text(json.dumps(state, default=str))
         os.replace(tmp, self.folder / STATE_FILE)
+
+
+RESUME_MAY_CHANGE = frozenset({
+    "num_rollout", "resume", "output_dir", "eval_interval", "save_interval", "report_to", "sync_check_tol",
+    "sglang_server_concurrency", "engine_threads", "train_threads", "generate_timeout", "reward_timeout",
+    "grader_workers", "grader_timeout", "abort_timeout", "engine_max_batch_size",
+})
+"""Options a resumed run may set differently from the saved run; any other given option must match."""
+
+
+def saved_settings(args: Any) -> dict[str, Any]:
+    settings = args.to_dict()
+    for key in ("resume", "sglang_router_ip", "sglang_router_port"):
+        settings.pop(key, None)
+    return settings
+
+
+def installed_plugins() -> dict[str, str]:
+    """Distribution -> version of every installed rlsdk plugin."""
+    import importlib.metadata
+
+    found = {}
+    for ep in importlib.metadata.entry_points(group="rlsdk"):
+        dist = getattr(ep, "dist", None)
+        if dist is not None:
+            found[dist.metadata["Name"]] = dist.version
+    return dict(sorted(found.items()))
+
+
+def resumed_settings(folder: str | Path, given: dict[str, Any]) -> dict[str, Any]:
+    """The saved run's settings with ``given`` options applied; an option that differs from the saved
+    one is an error unless it is in :data:`RESUME_MAY_CHANGE`."""
+    path = Path(folder) / STATE_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"--resume: no {STATE_FILE} in {folder}; nothing to resume")
+    settings = dict(json.loads(path.read_text())["settings"])
+    conflicts = [f"{key} (saved {settings.get(key)!r}, given {value!r})" for key, value in given.items()
+                 if key not in RESUME_MAY_CHANGE and key in settings and settings[key] != value]
+    if conflicts:
+        raise ValueError(f"--resume: options differ from the saved run: {'; '.join(conflicts)}. Only these may "
+                         f"change on resume: {', '.join(sorted(RESUME_MAY_CHANGE))}")
+    return {**settings, **given, "resume": True}
 
 
 def as_train_output(result: Any) -> RolloutFnTrainOutput:
@@ -198,27 +250,70 @@ def run_job(
         data_source = DataSource(args, pm=runtime.pm, tokenizer=runtime.tokenizer,
                                  keep_messages=plugins["generate_rollout"].record.chat_messages)
         check_images(runtime, data_source)
+        training = open_training(args, runtime, plugins, output.folder) if args.train else None
+        report = RunReport(output.folder, args.report_to) if args.train else None
         first = 0
         if args.resume:
             state = output.load_state()
             data_source.load_state_dict(state["data"])
             first = state["next_rollout_id"]
+            if training is not None and state.get("checkpoint"):
+                training.restore(Path(state["checkpoint"]))
         else:
             output.start_fresh()
+            output.save_state(output.run_state(0, data_source.state_dict(), args))
         for rollout_id in range(first, args.num_rollout):
             # generate_rollout: one whole step
             result = as_train_output(call_rollout(runtime, plugins["generate_rollout"], args, rollout_id,
                                                   data_source))
+            check_step(rollout_id, result)
+            if training is not None:
+                # trainer: learn from the kept groups, sync the engine, check it serves the new weights
+                result.metrics.update(training.train(rollout_id, result))
             output.write_step(rollout_id, result)
-            output.save_state(rollout_id + 1, data_source.state_dict())
             if on_step is not None:
                 on_step(rollout_id, result.metrics)
             if args.eval_interval and (rollout_id + 1) % args.eval_interval == 0:
                 evaluated = run_eval(args, runtime, plugins, rollout_id)
                 output.write_eval(rollout_id, evaluated)
+                result.metrics.update(evaluated.metrics)
                 if on_eval is not None:
                     on_eval(rollout_id, evaluated.metrics)
+            state = output.run_state(rollout_id + 1, data_source.state_dict(), args)
+            if training is None:
+                output.save_state(state)
+            elif training.checkpoint_due(rollout_id):
+                # A training run resumes from its last checkpoint: state.json moves only with one.
+                state["checkpoint"] = str(training.save(rollout_id, state))
+                output.save_state(state)
+            if report is not None:
+                report.add(rollout_id, result.metrics)
+        if report is not None:
+            report.close()
     return output
+
+
+def open_training(args: Any, runtime: Runtime, plugins: dict[str, Resolved], folder: Path) -> Any:
+    """The trainer, built from the engine's model unless ``--hf-checkpoint``/``--model`` names one."""
+    from .training.session import TrainingSession
+
+    if not (args.hf_checkpoint or args.model):
+        args.hf_checkpoint = runtime.run(runtime.engine.model_info())["model_path"]
+    return TrainingSession(args, runtime, plugins["trainer"], folder)
+
+
+def check_step(rollout_id: int, result: RolloutFnTrainOutput) -> None:
+    """A step that kept nothing because its samples failed is a failed run, not an empty step."""
+    metrics = result.metrics
+    failed = metrics.get("ledger/failed", 0)
+    if result.samples or not failed:
+        return
+    from .errors import RlsdkError
+
+    first = next((s.metadata.get("generate_error") for g in result.discarded for s in g
+                  if s.metadata.get("generate_error")), None)
+    raise RlsdkError(f"step {rollout_id} kept no samples: {failed} of {metrics.get('ledger/entered', failed)} "
+                     f"failed" + (f"; the first error: {first}" if first else ""))
 
 
 def check_data(args: Any) -> None:

@@ -19,6 +19,8 @@ class PluginRecord:
     """A named implementation of one kind; ``func`` is what the engine loop calls."""
 
     kind: ClassVar[str] = ""
+    hook: ClassVar[str] = ""
+    """The provider hook's name; ``rlsdk_<kind>s`` unless a record type says otherwise."""
     call_args: ClassVar[tuple[str, ...]] = ()
     """Positional arguments the loop passes, used to validate the callable's signature."""
 
@@ -110,6 +112,23 @@ class Engine(PluginRecord):
     call_args: ClassVar[tuple[str, ...]] = ("args",)
 
 
+@dataclass
+class Trainer(PluginRecord):
+    """``trainer(args) -> rlsdk.training.Trainer``: a factory for the policy trainer of ``rlsdk run --train``."""
+
+    kind: ClassVar[str] = "trainer"
+    call_args: ClassVar[tuple[str, ...]] = ("args",)
+
+
+@dataclass
+class Loss(PluginRecord):
+    """``loss(args, batch, logits, sum_of_sample_mean) -> (loss, metrics)``: slime's custom-loss signature."""
+
+    kind: ClassVar[str] = "loss"
+    hook: ClassVar[str] = "rlsdk_losses"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "batch", "logits", "sum_of_sample_mean")
+
+
 def _query_parameters() -> dict[str, Any]:
     return {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
 
@@ -187,15 +206,15 @@ class TaskGenerator(PluginRecord):
 RECORD_TYPES: dict[str, type[PluginRecord]] = {
     cls.kind: cls
     for cls in (GenerateRollout, CustomGenerate, Reward, DynamicFilter, OverSamplingFilter, BufferFilter, Engine,
-                Tool, TaskGenerator)
+                Tool, TaskGenerator, Trainer, Loss)
 }
-"""Kind name -> record type. The hook for kind ``k`` is ``rlsdk_<k>s``."""
+"""Kind name -> record type. The hook for kind ``k`` is ``rlsdk_<k>s`` (``rlsdk_losses`` for ``loss``)."""
 
 KINDS: tuple[str, ...] = tuple(RECORD_TYPES)
 
 
 def hook_name(kind: str) -> str:
-    return f"rlsdk_{kind}s"
+    return RECORD_TYPES[kind].hook or f"rlsdk_{kind}s"
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,12 @@ def bind_runtime(args: Any, runtime: Runtime) -> Runtime:
     return runtime
 
 
+def get_plugin_manager_of(args: Any) -> RlsdkPluginManager:
+    """The plugin manager of the run bound to ``args``, or a fresh one of the installed plugins."""
+    runtime = getattr(args, "__dict__", {}).get(_ATTR)
+    return runtime.pm if runtime is not None else get_plugin_manager()
+
+
 def get_runtime(args: Any) -> Runtime:
     """The runtime bound to ``args``, or one built from ``args`` for an SGLang endpoint."""
     runtime = getattr(args, "__dict__", {}).get(_ATTR)

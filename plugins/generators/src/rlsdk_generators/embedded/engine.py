@@ -145,6 +145,7 @@ class EmbeddedEngine(InferenceEngine):
         self.threads = threads
         self.static_decode = static_decode
         self.url: str | None = None
+        self.in_process_weights = True
         self.weight_version = "default"
         self.stats = EngineStats()
         self.tokenizer: Any = None
@@ -253,8 +254,41 @@ class EmbeddedEngine(InferenceEngine):
         if items is not None:
             requests = [self._admit(item) for item in items]
             return list(await asyncio.gather(*(r.done for r in requests)))
+        if isinstance(payload, dict) and payload.get("logprob_start_len", -1) not in (None, -1):
+            return await self._score(payload)
         request = self._admit(payload)
         return await request.done
+
+    async def _score(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Log-probs of the prompt's own tokens from ``logprob_start_len`` on (``input_token_logprobs``,
+        the first token's ``None``), as SGLang answers ``max_new_tokens: 0`` with ``return_logprob``.
+        Raw model log-probs (temperature 1): what the trainer's trust check compares."""
+        if not self._ready:
+            raise RuntimeError("EmbeddedEngine.start() must be awaited before generate()")
+        prompt = self._prompt(payload)
+        start = payload.get("logprob_start_len")
+        params = SamplingParams.from_request(payload.get("sampling_params"))
+        if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < len(prompt):
+            raise EngineRequestError(f"logprob_start_len must be an index into the {len(prompt)} prompt tokens, "
+                                     f"got {start!r}")
+        if params.max_new_tokens != 0 or payload.get("return_logprob") is not True:
+            raise EngineRequestError("the embedded engine returns prompt log-probs (logprob_start_len) only "
+                                     "with return_logprob true and max_new_tokens 0")
+
+        def forward() -> list[float | None]:
+            with torch.inference_mode(), self._kernels():
+                ids = torch.tensor([prompt], device=self._batch.device)
+                logits = self.model(input_ids=ids, use_cache=False).logits[0, :-1].float()
+                picked = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
+            return [None, *picked.tolist()][start:]
+
+        logprobs = await self._on_thread(forward)
+        response = generate_response(rid=payload.get("rid") or new_rid(), text="", output_ids=[],
+                                     prompt_tokens=len(prompt), finish_reason=finish_length(0),
+                                     weight_version=self.weight_version, logprobs=[])
+        response["meta_info"]["input_token_logprobs"] = [
+            [lp, tok, None] for lp, tok in zip(logprobs, prompt[start:], strict=True)]
+        return response
 
     async def generate_stream(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         request = self._admit(payload, stream=True)

@@ -1,0 +1,96 @@
+"""A step's kept samples as training tensors, cut into global and micro batches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..types import Sample
+
+
+@dataclass
+class TrainSample:
+    """One sample's tensors: every token, the response's loss mask and rollout log-probs."""
+
+    tokens: torch.Tensor
+    response_length: int
+    loss_mask: torch.Tensor
+    rollout_log_probs: torch.Tensor | None
+    reward: float
+
+    @property
+    def total_length(self) -> int:
+        return int(self.tokens.numel())
+
+    @classmethod
+    def from_sample(cls, sample: Sample, reward: float) -> TrainSample:
+        n = sample.response_length
+        if n > len(sample.tokens):
+            raise ValueError(f"sample {sample.group_index}/{sample.index}: response_length {n} exceeds "
+                             f"its {len(sample.tokens)} tokens")
+        mask = sample.loss_mask if sample.loss_mask is not None else [1] * n
+        logps = sample.rollout_log_probs
+        if len(mask) != n or (logps is not None and len(logps) != n):
+            raise ValueError(f"sample {sample.group_index}/{sample.index}: loss_mask and rollout_log_probs "
+                             f"must have response_length ({n}) entries")
+        return cls(tokens=torch.tensor(sample.tokens, dtype=torch.long), response_length=n,
+                   loss_mask=torch.tensor(mask, dtype=torch.float32),
+                   rollout_log_probs=None if logps is None else torch.tensor(logps, dtype=torch.float32),
+                   reward=reward)
+
+
+def slices(count: int, size: int) -> Iterator[slice]:
+    for start in range(0, count, size):
+        yield slice(start, min(start + size, count))
+
+
+def micro_batches(samples: list[TrainSample], micro_batch_size: int,
+                  max_tokens: int | None = None) -> list[list[int]]:
+    """Indices of each micro-batch, in order: ``micro_batch_size`` samples, or with ``max_tokens`` as many
+    as fit that many padded tokens (a longer sample goes alone)."""
+    if max_tokens is None:
+        return [list(range(len(samples)))[s] for s in slices(len(samples), micro_batch_size)]
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i, sample in enumerate(samples):
+        longest_with = max(longest, sample.total_length)
+        if current and longest_with * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest_with = [], sample.total_length
+        current.append(i)
+        longest = longest_with
+    if current:
+        batches.append(current)
+    return batches
+
+
+def loss_batch(samples: list[TrainSample], indices: list[int], per_sample: dict[str, list[Any]]) -> dict[str, Any]:
+    """A micro-batch in slime's shape: lists with one entry per sample."""
+    batch: dict[str, Any] = {
+        "unconcat_tokens": [samples[i].tokens for i in indices],
+        "total_lengths": [samples[i].total_length for i in indices],
+        "response_lengths": [samples[i].response_length for i in indices],
+        "loss_masks": [samples[i].loss_mask for i in indices],
+        "rewards": [samples[i].reward for i in indices],
+    }
+    rollout = [samples[i].rollout_log_probs for i in indices]
+    batch["rollout_log_probs"] = rollout if all(r is not None for r in rollout) else []
+    for key, values in per_sample.items():
+        batch[key] = [values[i] for i in indices] if values else []
+    return batch
+
+
+def padded(samples: list[TrainSample], indices: list[int], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ``input_ids`` and ``attention_mask`` of a micro-batch."""
+    longest = max(samples[i].total_length for i in indices)
+    ids = torch.full((len(indices), longest), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(indices), longest), dtype=torch.long)
+    for row, i in enumerate(indices):
+        n = samples[i].total_length
+        ids[row, :n] = samples[i].tokens
+        mask[row, :n] = 1
+    return ids, mask

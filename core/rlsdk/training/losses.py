@@ -1,0 +1,149 @@
+"""slime's losses on packed logits: the clipped policy gradient (PPO, GSPO, CISPO, dual clip, TIS,
+entropy and KL terms) and the SFT loss, plus the helpers a custom loss needs.
+
+A loss gets one micro-batch: ``batch`` (lists with one entry per sample: ``unconcat_tokens``,
+``total_lengths``, ``response_lengths``, ``loss_masks``, ``advantages``, ``log_probs``,
+``rollout_log_probs``, ``ref_log_probs``), the packed ``logits`` ``[1, sum(total_lengths), vocab]``
+and ``sum_of_sample_mean``; it returns ``(loss, metrics)``. Losses are summed over the samples of the
+micro-batch; the trainer divides by the samples (or tokens) of the global batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .advantages import approx_kl
+
+Reducer = Callable[[torch.Tensor], torch.Tensor]
+
+
+def sum_of_sample_mean_fn(response_lengths: list[int], loss_masks: list[torch.Tensor],
+                          per_token: bool = False) -> Reducer:
+    """A reducer of packed per-response-token values: the sum over samples of each sample's masked mean,
+    or with ``per_token`` the masked sum over every token."""
+
+    def reduce(x: torch.Tensor) -> torch.Tensor:
+        total = x.new_zeros(())
+        for part, mask in zip(x.split(response_lengths), loss_masks, strict=True):
+            masked = (part * mask).sum()
+            total = total + (masked if per_token else masked / mask.sum().clamp_min(1))
+        return total
+
+    return reduce
+
+
+def response_logits(logits: torch.Tensor, batch: dict[str, Any], temperature: float = 1.0) -> torch.Tensor:
+    """The packed rows of ``logits`` that predict each sample's response tokens, divided by the sampling
+    temperature (as the engine's log-probs are): ``[sum(response_lengths), vocab]``."""
+    rows = logits.squeeze(0)
+    pieces, offset = [], 0
+    for total, response in zip(batch["total_lengths"], batch["response_lengths"], strict=True):
+        pieces.append(rows[offset + total - response - 1: offset + total - 1])
+        offset += total
+    out = torch.cat(pieces).float()
+    return out / temperature if temperature not in (0, 1) else out
+
+
+def log_probs_and_entropy(logits: torch.Tensor, batch: dict[str, Any], args: Any,
+                          with_entropy: bool = True) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    """Per-sample log-probs of the response tokens (and entropies of the predicting distributions)."""
+    rows = response_logits(logits, batch, getattr(args, "rollout_temperature", 1.0) or 1.0)
+    targets = torch.cat([tokens[total - response:] for tokens, total, response in zip(
+        batch["unconcat_tokens"], batch["total_lengths"], batch["response_lengths"], strict=True)])
+    log_softmax = torch.log_softmax(rows, dim=-1)
+    log_probs = log_softmax.gather(-1, targets.to(rows.device).unsqueeze(-1)).squeeze(-1)
+    lengths = list(batch["response_lengths"])
+    entropy = None
+    if with_entropy:
+        entropy = list((-(log_softmax.exp() * log_softmax).sum(-1)).split(lengths))
+    return list(log_probs.split(lengths)), entropy
+
+
+def clipped_policy_loss(ppo_kl: torch.Tensor, advantages: torch.Tensor, eps_clip: float, eps_clip_high: float,
+                        eps_clip_c: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate per token (with dual clip when ``eps_clip_c``); returns (loss, clipped)."""
+    ratio = torch.exp(-ppo_kl)
+    unclipped = -ratio * advantages
+    clipped = -ratio.clamp(1 - eps_clip, 1 + eps_clip_high) * advantages
+    loss = torch.maximum(unclipped, clipped)
+    clip_fraction = (clipped > unclipped).float()
+    if eps_clip_c is not None:
+        if eps_clip_c <= 1:
+            raise ValueError(f"eps_clip_c must be above 1 for dual-clip PPO, got {eps_clip_c}")
+        loss = torch.where(advantages < 0, torch.minimum(-eps_clip_c * advantages, loss), loss)
+    return loss, clip_fraction
+
+
+def cispo_loss(ppo_kl: torch.Tensor, log_probs: torch.Tensor, advantages: torch.Tensor, eps_clip: float,
+               eps_clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """CISPO: the ratio clipped under stop-gradient weights ``-advantage * log_prob``."""
+    ratio = torch.exp(-ppo_kl)
+    truncated = ratio.clamp(1 - eps_clip, 1 + eps_clip_high)
+    return -truncated.detach() * advantages * log_probs, (truncated != ratio).float()
+
+
+def sequence_kl(old: list[torch.Tensor], new: list[torch.Tensor], masks: list[torch.Tensor]) -> torch.Tensor:
+    """GSPO: each sample's masked mean of (old - new) log-probs, repeated over its tokens."""
+    return torch.cat([(((o - n) * m).sum() / m.sum().clamp_min(1)).expand_as(n)
+                      for o, n, m in zip(old, new, masks, strict=True)])
+
+
+def policy_loss(args: Any, batch: dict[str, Any], logits: torch.Tensor,
+                sum_of_sample_mean: Reducer) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """slime's ``policy_loss``: clipped policy gradient minus ``entropy_coef`` times entropy plus
+    ``kl_loss_coef`` times the KL to the reference, with TIS against the rollout log-probs."""
+    log_prob_list, entropy_list = log_probs_and_entropy(logits, batch, args, with_entropy=True)
+    assert entropy_list is not None
+    old_list = batch["rollout_log_probs"] if args.use_rollout_logprobs else batch.get("log_probs")
+    if not old_list:
+        old_list = [lp.detach() for lp in log_prob_list]
+    advantages = torch.cat(batch["advantages"])
+    log_probs, old = torch.cat(log_prob_list), torch.cat(old_list)
+    if args.advantage_estimator == "gspo":
+        ppo_kl = sequence_kl(old_list, log_prob_list, batch["loss_masks"])
+    else:
+        ppo_kl = old - log_probs
+    eps_high = args.eps_clip if args.eps_clip_high is None else args.eps_clip_high
+    if args.advantage_estimator == "cispo":
+        pg_loss, clip_fraction = cispo_loss(ppo_kl, log_probs, advantages, args.eps_clip, eps_high)
+    else:
+        pg_loss, clip_fraction = clipped_policy_loss(ppo_kl, advantages, args.eps_clip, eps_high, args.eps_clip_c)
+
+    metrics: dict[str, torch.Tensor] = {}
+    if args.use_tis:
+        train_old = torch.cat(batch.get("log_probs") or [lp.detach() for lp in log_prob_list])
+        rollout = torch.cat(batch["rollout_log_probs"])
+        tis = torch.exp(train_old - rollout)
+        weights = tis.clamp(args.tis_clip_low, args.tis_clip)
+        pg_loss = pg_loss * weights
+        metrics["tis"] = sum_of_sample_mean(tis).detach()
+        metrics["tis_clipfrac"] = sum_of_sample_mean((weights != tis).float()).detach()
+
+    pg = sum_of_sample_mean(pg_loss)
+    entropy = sum_of_sample_mean(torch.cat(entropy_list))
+    loss = pg - args.entropy_coef * entropy
+    metrics.update(pg_loss=pg.detach(), entropy_loss=entropy.detach(),
+                   pg_clipfrac=sum_of_sample_mean(clip_fraction).detach(),
+                   ppo_kl=sum_of_sample_mean(ppo_kl).detach())
+    if args.use_kl_loss:
+        kl = approx_kl(log_probs, torch.cat(batch["ref_log_probs"]), args.kl_loss_type)
+        kl_loss = sum_of_sample_mean(kl)
+        loss = loss + args.kl_loss_coef * kl_loss
+        metrics["kl_loss"] = kl_loss.detach()
+    if batch.get("rollout_log_probs"):
+        compared = log_probs if args.use_rollout_logprobs else old
+        metrics["train_rollout_logprob_abs_diff"] = sum_of_sample_mean(
+            (compared.detach() - torch.cat(batch["rollout_log_probs"])).abs())
+    metrics["loss"] = loss.detach()
+    return loss, metrics
+
+
+def sft_loss(args: Any, batch: dict[str, Any], logits: torch.Tensor,
+             sum_of_sample_mean: Reducer) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """slime's ``sft_loss``: the negative log-likelihood of the trained response tokens."""
+    log_prob_list, _ = log_probs_and_entropy(logits, batch, args, with_entropy=False)
+    loss = -sum_of_sample_mean(torch.cat(log_prob_list))
+    return loss, {"loss": loss.detach()}

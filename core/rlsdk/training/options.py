@@ -1,0 +1,120 @@
+"""The options of ``rlsdk run --train``, with slime's names, defaults and meanings.
+
+:class:`rlsdk.RolloutConfig` inherits these fields, so a trainer and a loss read them from ``args``
+exactly as slime's do (``args.eps_clip``, ``args.kl_loss_coef``, ...). ``rlsdk run`` turns each field
+into a command-line option (``--eps-clip``, ``--use-kl-loss``) with the field's docstring as its help.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ADVANTAGE_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
+LOSS_TYPES = ("policy_loss", "sft_loss", "custom_loss")
+KL_LOSS_TYPES = ("k1", "k2", "k3", "low_var_kl")
+
+
+@dataclass
+class TrainingOptions:
+    """Trainer, optimizer, loss and checkpoint options (used with ``train``)."""
+
+    # --- the loop ---
+    train: bool = False
+    """Train the policy on every step's kept samples and sync the new weights to the engine."""
+    trainer: str = "torch"
+    """The trainer plugin (``torch``, or another by name or dotted path)."""
+    lr: float = 1e-6
+    """AdamW learning rate (slime's default 1e-6; the default demo sets its own)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-8
+    clip_grad: float = 1.0
+    """Clip the global gradient norm to this value before every optimizer step (0 turns clipping off)."""
+    global_batch_size: int | None = None
+    """Samples per optimizer step; default every sample of the step (one optimizer step per rollout)."""
+    num_steps_per_rollout: int | None = None
+    """Optimizer steps per rollout step: sets ``global_batch_size`` to the step's samples divided by it."""
+    micro_batch_size: int = 8
+    """Samples per forward/backward pass; gradients accumulate over a global batch."""
+    max_tokens_per_gpu: int | None = None
+    """Pack micro-batches up to this many (padded) tokens instead of ``micro_batch_size`` samples."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: less memory, about a third more compute."""
+    train_dtype: str = "auto"
+    """Trainer weights: ``auto`` (float32 on CPU, bfloat16 on CUDA), ``float32`` or ``bfloat16``."""
+    train_device: str = "auto"
+    """Trainer device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``."""
+    train_threads: int | None = None
+    """CPU threads for the trainer's torch; default every core."""
+
+    # --- advantages and losses ---
+    advantage_estimator: str = "grpo"
+    """``grpo``, ``gspo``, ``cispo``, ``reinforce_plus_plus`` or ``reinforce_plus_plus_baseline``."""
+    custom_advantage_function_path: str | None = None
+    """A dotted path ``fn(args, rollout_data)`` that sets ``rollout_data["advantages"]`` and ``["returns"]``."""
+    loss_type: str = "policy_loss"
+    """``policy_loss`` (PPO-style clipped policy gradient), ``sft_loss`` or ``custom_loss``."""
+    custom_loss_function_path: str | None = None
+    """With ``loss_type: custom_loss``: a loss plugin by name, or a dotted path with slime's signature."""
+    eps_clip: float = 0.2
+    """PPO clip range below 1 (and above, unless ``eps_clip_high``)."""
+    eps_clip_high: float | None = None
+    """PPO clip range above 1 (DAPO's clip-higher); default ``eps_clip``."""
+    eps_clip_c: float | None = None
+    """Dual-clip PPO's bound (> 1) on the loss of negative-advantage tokens."""
+    use_kl_loss: bool = False
+    """Add ``kl_loss_coef`` times the KL to the reference model to the loss (loads a reference model)."""
+    kl_loss_coef: float = 0.0
+    kl_loss_type: str = "k1"
+    """KL estimator: ``k1``, ``k2``, ``k3`` or ``low_var_kl`` (k3 clamped to [-10, 10])."""
+    kl_coef: float = 0.0
+    """KL penalty folded into the reward (reinforce_plus_plus estimators; loads a reference model)."""
+    gamma: float = 1.0
+    """Discount of ``reinforce_plus_plus`` returns."""
+    entropy_coef: float = 0.0
+    """Subtract this times the mean entropy from the loss."""
+    use_tis: bool = False
+    """Truncated importance sampling: weight each token's loss by exp(train - rollout log-prob),
+    clipped to [``tis_clip_low``, ``tis_clip``]."""
+    tis_clip: float = 2.0
+    tis_clip_low: float = 0.0
+    use_rollout_logprobs: bool = False
+    """Use the engine's log-probs as the old policy's in the ratio (no old-policy forward pass)."""
+    calculate_per_token_loss: bool = False
+    """Average the loss over tokens of the global batch instead of over samples."""
+    disable_grpo_std_normalization: bool = False
+    """Dr. GRPO: subtract the group mean reward without dividing by the group's standard deviation."""
+    disable_rewards_normalization: bool = False
+    """Use raw rewards as advantages (no group mean subtracted)."""
+    normalize_advantages: bool = False
+    """Whiten advantages over the batch's trained tokens."""
+    ref_load: str | None = None
+    """Hugging Face folder of the reference model for KL terms; default the starting policy."""
+
+    # --- sync, checkpoints, reporting ---
+    sync_check_tol: float = 0.05
+    """After each weight sync the engine's and trainer's log-probs of a probe sample may differ by at
+    most this (nats); above it the run stops (the engine serves other weights than the trainer's)."""
+    save: str | None = None
+    """Folder for checkpoints (``step_N/``); default ``<output_dir>/checkpoints`` when ``save_interval`` is set."""
+    save_interval: int | None = None
+    """Save a checkpoint every this many steps (and after the last)."""
+    report_to: str | None = None
+    """``tensorboard``: also write TensorBoard event files to ``<output_dir>/tensorboard``."""
+
+
+def option_docs(cls: type = TrainingOptions) -> dict[str, str]:
+    """Each field's docstring (the string literal under it), for ``--help``."""
+    import ast
+    import inspect
+    import textwrap
+
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for field_node, doc in zip(body, body[1:], strict=False):
+        if (isinstance(field_node, ast.AnnAssign) and isinstance(field_node.target, ast.Name)
+                and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)):
+            docs[field_node.target.id] = " ".join(str(doc.value.value).replace("``", "`").split())
+    return docs

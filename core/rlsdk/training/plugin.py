@@ -1,0 +1,40 @@
+"""Core's training plugins: the ``torch`` trainer and slime's ``policy_loss`` and ``sft_loss``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..hookspecs import hookimpl
+from ..records import Loss, Trainer
+
+
+def torch_trainer(args: Any) -> Any:
+    """AdamW on a Hugging Face causal LM (float32 on CPU, bfloat16 on CUDA)."""
+    from .torch_trainer import TorchTrainer
+
+    return TorchTrainer(args)
+
+
+def policy_loss(args: Any, batch: Any, logits: Any, sum_of_sample_mean: Any) -> Any:
+    """slime's clipped policy gradient (PPO/GSPO/CISPO, TIS, entropy and KL terms)."""
+    from .losses import policy_loss as loss
+
+    return loss(args, batch, logits, sum_of_sample_mean)
+
+
+def sft_loss(args: Any, batch: Any, logits: Any, sum_of_sample_mean: Any) -> Any:
+    """Negative log-likelihood of the trained response tokens."""
+    from .losses import sft_loss as loss
+
+    return loss(args, batch, logits, sum_of_sample_mean)
+
+
+@hookimpl
+def rlsdk_trainers() -> Any:
+    yield Trainer(name="torch", func=torch_trainer)
+
+
+@hookimpl
+def rlsdk_losses() -> Any:
+    yield Loss(name="policy_loss", func=policy_loss)
+    yield Loss(name="sft_loss", func=sft_loss)

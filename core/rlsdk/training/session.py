@@ -1,0 +1,86 @@
+"""The training half of ``rlsdk run --train``: after each rollout step, train, sync, check, checkpoint."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..records import Resolved
+from ..runtime import Runtime
+from ..types import RolloutFnTrainOutput
+from .sync import sync_weights, trust_check
+from .trainer import PolicyTrainer
+
+CHECKPOINT_META = "rlsdk_checkpoint.json"
+
+
+class TrainingSession:
+    """The run's trainer, the engine's weight version, and the checkpoints.
+
+    ``weight_version`` counts syncs: the engine starts at ``0`` (the starting weights) and serves version
+    ``n`` after the n-th train step, so each sample's ``weight_versions`` say which policy sampled it.
+    """
+
+    def __init__(self, args: Any, runtime: Runtime, trainer_plugin: Resolved, output_folder: Path) -> None:
+        self.args = args
+        self.runtime = runtime
+        self.output_folder = output_folder
+        self.trainer: PolicyTrainer = trainer_plugin.func(args)
+        if not isinstance(self.trainer, PolicyTrainer):
+            raise TypeError(f"{trainer_plugin.describe()} returned {type(self.trainer).__name__}: expected a "
+                            "rlsdk.training.PolicyTrainer")
+        self.weight_version = 0
+
+    @property
+    def checkpoint_root(self) -> Path:
+        return Path(self.args.save) if self.args.save else self.output_folder / "checkpoints"
+
+    def sync(self) -> dict[str, float]:
+        """Weights to the engine, then the trust check on ``probe``-less syncs is skipped."""
+        seconds = self.runtime.run(sync_weights(self.runtime.engine, self.trainer, str(self.weight_version),
+                                                self.output_folder / "sync-weights"))
+        return {"train/sync_seconds": seconds, "train/weight_version": self.weight_version}
+
+    def train(self, rollout_id: int, result: RolloutFnTrainOutput) -> dict[str, Any]:
+        """One train step on the kept groups, the sync, and the trust check on the batch's first sample."""
+        if not result.samples:
+            raise RuntimeError(f"step {rollout_id} kept no samples: nothing to train on")
+        metrics = self.trainer.train_step(rollout_id, result.samples)
+        self.weight_version += 1
+        metrics.update(self.sync())
+        probe = result.samples[-1][0]
+        metrics["train/sync_logprob_max_diff"] = self.runtime.run(
+            trust_check(self.runtime.engine, self.trainer, probe, self.args.sync_check_tol))
+        if "train/train_rollout_logprob_abs_diff" in metrics:
+            metrics["train/rollout_logprob_diff"] = metrics.pop("train/train_rollout_logprob_abs_diff")
+        return metrics
+
+    def checkpoint_due(self, rollout_id: int) -> bool:
+        last = rollout_id + 1 == self.args.num_rollout
+        interval = self.args.save_interval
+        return last or bool(interval and (rollout_id + 1) % interval == 0)
+
+    def save(self, rollout_id: int, run_state: dict[str, Any]) -> Path:
+        """Write ``step_<rollout_id>/`` (model in Hugging Face format, optimizer, random states) with the
+        run's state beside it; written to a temporary folder and renamed, so a crash leaves none half-done."""
+        root = self.checkpoint_root
+        root.mkdir(parents=True, exist_ok=True)
+        final = root / f"step_{rollout_id}"
+        staging = root / f".step_{rollout_id}.tmp"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        self.trainer.save_checkpoint(staging)
+        meta = {"rollout_id": rollout_id, "weight_version": self.weight_version, **run_state}
+        (staging / CHECKPOINT_META).write_text(json.dumps(meta, default=str))
+        shutil.rmtree(final, ignore_errors=True)
+        staging.rename(final)
+        return final
+
+    def restore(self, folder: Path) -> None:
+        """Load a checkpoint into the trainer and hand its weights to the engine."""
+        meta = json.loads((folder / CHECKPOINT_META).read_text())
+        self.trainer.load_checkpoint(folder)
+        self.weight_version = int(meta["weight_version"])
+        self.sync()

@@ -1,0 +1,75 @@
+"""Weight sync from the trainer to the engine, and the trust check that follows every sync.
+
+An engine in this process (the embedded engine) takes the trainer's tensors directly; any other engine
+(an SGLang server) loads a Hugging Face folder the trainer writes, through ``/update_weights_from_disk``.
+The trust check then asks the engine for the log-probs of a probe sample's response tokens (SGLang's
+``logprob_start_len`` with ``max_new_tokens: 0``) and compares them with the trainer's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from ..engine import InferenceEngine
+from ..errors import RlsdkError
+from ..types import Sample
+from .trainer import PolicyTrainer
+
+
+class WeightSyncError(RlsdkError):
+    """The engine serves other weights than the trainer's (the trust check failed)."""
+
+
+async def sync_weights(engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str,
+                       disk_folder: Path) -> float:
+    """Give the engine the trainer's weights as ``weight_version``; returns the seconds it took."""
+    started = time.perf_counter()
+    if engine.in_process_weights:
+        await engine.pause("in_place")
+        try:
+            await engine.update_weights(trainer.weights(), weight_version)
+            await engine.flush_cache()
+        finally:
+            await engine.resume()
+    else:
+        staging = disk_folder.with_name(disk_folder.name + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        await asyncio.to_thread(trainer.save_hf_model, staging)
+        shutil.rmtree(disk_folder, ignore_errors=True)
+        staging.rename(disk_folder)
+        await engine.update_weights_from_disk(str(disk_folder.resolve()), weight_version)
+    return time.perf_counter() - started
+
+
+async def engine_log_probs(engine: InferenceEngine, sample: Sample) -> list[float]:
+    """The engine's log-probs (temperature 1) of ``sample``'s response tokens under its current weights."""
+    payload = {"input_ids": list(sample.tokens), "return_logprob": True, "logprob_start_len": sample.prompt_length,
+               "sampling_params": {"max_new_tokens": 0, "temperature": 1.0}}
+    response = await engine.generate(payload)
+    assert isinstance(response, dict)
+    entries = response.get("meta_info", {}).get("input_token_logprobs") or []
+    if len(entries) != sample.response_length:
+        raise WeightSyncError(f"trust check: the engine returned {len(entries)} prompt log-probs for a probe of "
+                              f"{sample.response_length} response tokens (does it support logprob_start_len?)")
+    return [float(entry[0]) for entry in entries]
+
+
+async def trust_check(engine: InferenceEngine, trainer: PolicyTrainer, probe: Sample, tolerance: float) -> float:
+    """The largest |engine - trainer| log-prob over ``probe``'s response tokens; above ``tolerance`` a
+    :class:`WeightSyncError`."""
+    if probe.response_length == 0:
+        return 0.0
+    served = await engine_log_probs(engine, probe)
+    trained = (await asyncio.to_thread(trainer.response_log_probs, [probe]))[0]
+    diff = max(abs(a - b) for a, b in zip(served, trained, strict=True))
+    if not diff <= tolerance:
+        raise WeightSyncError(
+            f"trust check failed after the weight sync: the engine's log-probs for a probe sample (group "
+            f"{probe.group_index}, index {probe.index}, {probe.response_length} response tokens) differ from the "
+            f"trainer's by up to {diff:.4g} nats (tolerance --sync-check-tol {tolerance}): the engine is serving "
+            f"other weights than the trainer's")
+    return diff

@@ -1,0 +1,236 @@
+"""The ``torch`` trainer: a Hugging Face causal LM trained with AdamW on one device.
+
+float32 on CPU (log-probs then match the embedded engine's to about 1e-5), bfloat16 on CUDA. A step's
+samples are cut into global batches (one optimizer step each) and micro-batches (one forward and
+backward pass each, gradients accumulated); the loss is slime's (or a ``loss`` plugin) on packed logits.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import resource
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..loading import load_callable
+from ..runtime import get_plugin_manager_of
+from ..types import Sample
+from .advantages import approx_kl, compute_advantages, normalize_rewards
+from .batch import TrainSample, loss_batch, micro_batches, padded, slices
+from .losses import log_probs_and_entropy, sum_of_sample_mean_fn
+from .trainer import PolicyTrainer
+
+OPTIMIZER_FILE = "optimizer.pt"
+RNG_FILE = "rng.pt"
+
+
+class TorchTrainer(PolicyTrainer):
+    """AdamW on a ``transformers`` causal LM; options from ``args`` (slime's names)."""
+
+    def __init__(self, args: Any) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.args = args
+        self.model_path = args.hf_checkpoint or args.model
+        if not self.model_path:
+            raise ValueError("the torch trainer needs a Hugging Face model folder: pass --model or --hf-checkpoint")
+        device = args.train_device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        dtype = args.train_dtype
+        if dtype == "auto":
+            dtype = "bfloat16" if self.device.type == "cuda" else "float32"
+        self.dtype = getattr(torch, dtype)
+        if self.device.type == "cpu":
+            torch.set_num_threads(args.train_threads or os.cpu_count() or 1)
+        torch.manual_seed(args.rollout_seed)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype).to(self.device)
+        self.model.config.use_cache = False
+        if args.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+        self.model.train()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=args.lr, weight_decay=args.weight_decay,
+                                           betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_eps)
+        self.loss_fn = resolve_loss(args)
+        self.ref_model = None
+        if args.use_kl_loss or args.kl_coef:
+            self.ref_model = AutoModelForCausalLM.from_pretrained(args.ref_load or self.model_path, dtype=self.dtype)
+            self.ref_model.to(self.device).eval().requires_grad_(False)
+
+    # ------------------------------------------------------------------ training
+
+    def train_step(self, rollout_id: int, groups: list[list[Sample]]) -> dict[str, float]:
+        args = self.args
+        started = time.perf_counter()
+        samples = [s for group in groups for s in group]
+        if not samples:
+            raise ValueError(f"step {rollout_id}: no samples to train on")
+        raw = [sample.get_reward_value(args) for sample in samples]
+        if any(r is None for r in raw):
+            raise ValueError(f"step {rollout_id}: a kept sample has no reward")
+        rewards = normalize_rewards(args, [float(r) for r in raw if r is not None], [len(g) for g in groups])
+        data = [TrainSample.from_sample(s, r) for s, r in zip(samples, rewards, strict=True)]
+        masks = [d.loss_mask for d in data]
+
+        gbs = args.global_batch_size or len(data)
+        if args.num_steps_per_rollout:
+            gbs = max(1, len(data) // args.num_steps_per_rollout)
+        one_optimizer_step = gbs >= len(data)
+        per_sample: dict[str, list[Any]] = {"log_probs": [], "ref_log_probs": []}
+        # The old policy's log-probs: the current ones, detached, when the whole batch is one optimizer step.
+        if not one_optimizer_step and not args.use_rollout_logprobs or args.kl_coef and not args.use_rollout_logprobs:
+            per_sample["log_probs"] = self._log_probs(self.model, data)
+        if self.ref_model is not None:
+            per_sample["ref_log_probs"] = self._log_probs(self.ref_model, data)
+        old = per_sample["log_probs"] or ([d.rollout_log_probs for d in data] if args.use_rollout_logprobs else [])
+        if args.kl_coef and old:
+            kl = [approx_kl(o, r, args.kl_loss_type) for o, r in zip(old, per_sample["ref_log_probs"], strict=True)]
+        else:
+            kl = [torch.zeros(d.response_length) for d in data]
+        per_sample["advantages"] = self._advantages(rewards, kl, masks, data, per_sample)
+
+        totals: dict[str, float] = {}
+        grad_norms = []
+        tokens = 0
+        for global_batch in slices(len(data), gbs):
+            indices = list(range(len(data)))[global_batch]
+            part = [data[i] for i in indices]
+            denominator = (sum(float(d.loss_mask.sum()) for d in part) if args.calculate_per_token_loss
+                           else float(len(part)))
+            for micro in micro_batches(part, args.micro_batch_size, args.max_tokens_per_gpu):
+                chosen = [indices[i] for i in micro]
+                batch = loss_batch(data, chosen, per_sample)
+                logits = self._packed_logits(self.model, data, chosen)
+                reduce = sum_of_sample_mean_fn(batch["response_lengths"], batch["loss_masks"],
+                                               args.calculate_per_token_loss)
+                loss, metrics = self.loss_fn(args, batch, logits, reduce)
+                (loss / max(denominator, 1.0)).backward()
+                for key, value in metrics.items():
+                    totals[key] = totals.get(key, 0.0) + float(value) / max(denominator, 1.0)
+                tokens += sum(batch["total_lengths"])
+            grad_norms.append(self._optimizer_step())
+        steps = len(grad_norms)
+        seconds = time.perf_counter() - started
+        out = {f"train/{k}": v / steps for k, v in totals.items()}
+        out.update({
+            "train/grad_norm": sum(grad_norms) / steps,
+            "train/optimizer_steps": steps,
+            "train/samples": len(data),
+            "train/seconds": seconds,
+            "train/tokens_per_s": tokens / seconds if seconds else 0.0,
+            "train/peak_memory_gb": peak_memory_gb(self.device),
+            "train/lr": self.optimizer.param_groups[0]["lr"],
+        })
+        return out
+
+    def _advantages(self, rewards: list[float], kl: list[torch.Tensor], masks: list[torch.Tensor],
+                    data: list[TrainSample], per_sample: dict[str, list[Any]]) -> list[torch.Tensor]:
+        args = self.args
+        if not args.custom_advantage_function_path:
+            return compute_advantages(args, rewards, kl, masks)
+        rollout_data: dict[str, Any] = {
+            "rewards": rewards, "kl": kl, "loss_masks": masks,
+            "response_lengths": [d.response_length for d in data],
+            "total_lengths": [d.total_length for d in data],
+            "rollout_log_probs": [d.rollout_log_probs for d in data], **per_sample,
+        }
+        load_callable(args.custom_advantage_function_path)(args, rollout_data)
+        if "advantages" not in rollout_data:
+            raise ValueError(f"custom advantage function {args.custom_advantage_function_path!r} did not set "
+                             "rollout_data['advantages']")
+        return list(rollout_data["advantages"])
+
+    def _optimizer_step(self) -> float:
+        if self.args.clip_grad and self.args.clip_grad > 0:
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.clip_grad)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in self.model.parameters() if p.grad is not None])
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def _packed_logits(self, model: Any, data: list[TrainSample], indices: list[int]) -> torch.Tensor:
+        """``[1, sum(total_lengths), vocab]``: the micro-batch's logits, padding removed."""
+        ids, mask = padded(data, indices, self.tokenizer.pad_token_id or 0)
+        logits = model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
+        return torch.cat([logits[row, :data[i].total_length] for row, i in enumerate(indices)]).unsqueeze(0)
+
+    @torch.no_grad()
+    def _log_probs(self, model: Any, data: list[TrainSample]) -> list[torch.Tensor]:
+        out: list[torch.Tensor] = []
+        for micro in micro_batches(data, self.args.micro_batch_size, self.args.max_tokens_per_gpu):
+            batch = loss_batch(data, micro, {})
+            log_probs, _ = log_probs_and_entropy(self._packed_logits(model, data, micro), batch, self.args,
+                                                 with_entropy=False)
+            out.extend(lp.float().cpu() for lp in log_probs)
+        return out
+
+    def response_log_probs(self, samples: list[Sample]) -> list[list[float]]:
+        data = [TrainSample.from_sample(s, 0.0) for s in samples]
+        unit = _AtTemperatureOne(self.args)
+        saved, self.args = self.args, unit
+        try:
+            return [lp.tolist() for lp in self._log_probs(self.model, data)]
+        finally:
+            self.args = saved
+
+    # ------------------------------------------------------------------ weights and checkpoints
+
+    def weights(self) -> Mapping[str, Any]:
+        return self.model.state_dict()
+
+    def save_hf_model(self, folder: Path) -> None:
+        self.model.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+
+    def save_checkpoint(self, folder: Path) -> None:
+        self.save_hf_model(folder)
+        torch.save(self.optimizer.state_dict(), folder / OPTIMIZER_FILE)
+        torch.save({"torch": torch.get_rng_state(), "python": random.getstate(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+                   folder / RNG_FILE)
+
+    def load_checkpoint(self, folder: Path) -> None:
+        from safetensors.torch import load_model
+
+        load_model(self.model, str(folder / "model.safetensors"), device=str(self.device))
+        self.optimizer.load_state_dict(torch.load(folder / OPTIMIZER_FILE, map_location=self.device))
+        rng = torch.load(folder / RNG_FILE, weights_only=False)
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        if rng["cuda"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+class _AtTemperatureOne:
+    """``args`` with the sampling temperature at 1: the trust check compares raw log-probs."""
+
+    def __init__(self, args: Any) -> None:
+        self._args = args
+        self.rollout_temperature = 1.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._args, name)
+
+
+def resolve_loss(args: Any) -> Any:
+    """``loss_type``'s function: a built-in by name, or ``custom_loss_function_path`` (a loss plugin or path)."""
+    name = args.custom_loss_function_path if args.loss_type == "custom_loss" else args.loss_type
+    return get_plugin_manager_of(args).resolve("loss", name).func
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    """Peak resident memory of this process (CPU) or peak allocated GPU memory, in GB."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 1e9
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 1e9 if sys.platform == "darwin" else rss / 1e6
+

@@ -1,0 +1,43 @@
+"""The trainer protocol: what ``rlsdk run --train`` asks of a ``trainer`` plugin."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..types import Sample
+
+
+class PolicyTrainer(abc.ABC):
+    """Trains the policy on each step's kept groups and hands its weights to the engine.
+
+    ``trainer(args)`` builds one from ``args.hf_checkpoint`` (a Hugging Face folder); the loop then calls
+    :meth:`train_step` once per rollout step, :meth:`weights` (or :meth:`save_hf_model` for engines
+    that load from disk) to sync, and :meth:`response_log_probs` for the trust check.
+    """
+
+    @abc.abstractmethod
+    def train_step(self, rollout_id: int, groups: list[list[Sample]]) -> dict[str, float]:
+        """One rollout step's training: advantages, losses, optimizer steps. Returns ``train/*`` metrics."""
+
+    @abc.abstractmethod
+    def response_log_probs(self, samples: list[Sample]) -> list[list[float]]:
+        """The current policy's log-probs of each sample's response tokens (at temperature 1)."""
+
+    @abc.abstractmethod
+    def weights(self) -> Mapping[str, Any]:
+        """The policy's weights as a Hugging Face state dict, for engines in the same process."""
+
+    @abc.abstractmethod
+    def save_hf_model(self, folder: Path) -> None:
+        """Write the policy as a Hugging Face model folder (config, safetensors, tokenizer)."""
+
+    @abc.abstractmethod
+    def save_checkpoint(self, folder: Path) -> None:
+        """Write everything :meth:`load_checkpoint` needs: the model, the optimizer, random states."""
+
+    @abc.abstractmethod
+    def load_checkpoint(self, folder: Path) -> None:
+        """Restore the state :meth:`save_checkpoint` wrote."""
