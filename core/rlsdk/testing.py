@@ -183,6 +183,74 @@ def check_buffer_filter(pm: RlsdkPluginManager, name: str, args: RolloutConfig |
     return taken
 
 
+def check_loss(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None) -> tuple[Any, dict[str, Any]]:
+    """A loss returns a scalar tensor that gradients flow through and a dict of detached scalar metrics,
+    for a micro-batch of two samples (one with a masked token) over uniform logits. Returns both."""
+    import torch
+
+    args = args or RolloutConfig()
+    resolved = pm.resolve("loss", name)
+    lengths = [3, 1]
+    batch = {
+        "unconcat_tokens": [torch.tensor([0, 1, 2, 2, 2]), torch.tensor([0, 1, 2])],
+        "total_lengths": [5, 3], "response_lengths": lengths,
+        "loss_masks": [torch.tensor([1.0, 1.0, 0.0]), torch.tensor([1.0])],
+        "advantages": [torch.tensor([0.5, 0.5, 0.5]), torch.tensor([-1.0])],
+        "log_probs": [], "rollout_log_probs": [torch.full((n,), -1.0986) for n in lengths],
+        "ref_log_probs": [torch.full((n,), -1.0986) for n in lengths], "rewards": [1.0, 0.0],
+    }
+    from .training.losses import sum_of_sample_mean_fn
+
+    logits = torch.zeros(1, 8, 3, requires_grad=True)
+    result = resolved.func(args, batch, logits, sum_of_sample_mean_fn(lengths, batch["loss_masks"]))
+    assert isinstance(result, tuple) and len(result) == 2, f"{resolved.describe()} must return (loss, metrics)"
+    loss, metrics = result
+    assert isinstance(loss, torch.Tensor) and loss.dim() == 0, f"{resolved.describe()}: loss must be a scalar tensor"
+    assert bool(torch.isfinite(loss)), f"{resolved.describe()} returned a non-finite loss {loss}"
+    loss.backward()
+    assert logits.grad is not None, f"{resolved.describe()}: no gradient reaches the logits"
+    assert isinstance(metrics, dict), f"{resolved.describe()}: metrics must be a dict"
+    for key, value in metrics.items():
+        assert isinstance(value, torch.Tensor | float | int) and not getattr(value, "requires_grad", False), (
+            f"{resolved.describe()}: metric {key!r} must be a detached scalar")
+    return loss, metrics
+
+
+def check_trainer(pm: RlsdkPluginManager, name: str, args: RolloutConfig) -> Any:
+    """A trainer built from ``args`` (whose ``hf_checkpoint`` names a small model folder) is a
+    :class:`~rlsdk.training.PolicyTrainer`: a train step on two groups returns numeric ``train/*``
+    metrics, its log-probs cover each response token, its weights are a state dict, and a checkpoint
+    saved and loaded gives back the same log-probs. Returns the trainer."""
+    import math
+    import tempfile
+
+    from .training.trainer import PolicyTrainer
+
+    resolved = pm.resolve("trainer", name)
+    trainer = resolved.func(args)
+    assert isinstance(trainer, PolicyTrainer), f"{resolved.describe()} returned {type(trainer).__name__}"
+    groups = [[Sample(group_index=g, index=2 * g + i, tokens=[1, 2, 3, 4 + i], response_length=2, reward=float(i),
+                      rollout_log_probs=[-1.0, -1.0], status=Sample.Status.COMPLETED) for i in range(2)]
+              for g in range(2)]
+    metrics = trainer.train_step(0, groups)
+    assert metrics and all(k.startswith("train/") and isinstance(v, int | float) and math.isfinite(v)
+                           for k, v in metrics.items()), f"{resolved.describe()}: bad metrics {metrics}"
+    samples = [s for g in groups for s in g]
+    log_probs = trainer.response_log_probs(samples)
+    assert [len(lp) for lp in log_probs] == [2] * 4, f"{resolved.describe()}: one log-prob per response token"
+    assert len(trainer.weights()) > 0, f"{resolved.describe()}: weights() is empty"
+    with tempfile.TemporaryDirectory() as folder:
+        from pathlib import Path
+
+        trainer.save_checkpoint(Path(folder))
+        trainer.train_step(1, groups)
+        trainer.load_checkpoint(Path(folder))
+        again = trainer.response_log_probs(samples)
+    assert all(abs(a - b) < 1e-4 for x, y in zip(log_probs, again, strict=True) for a, b in zip(x, y, strict=True)), (
+        f"{resolved.describe()}: a loaded checkpoint does not give back the saved policy")
+    return trainer
+
+
 def check_callable(pm: RlsdkPluginManager, kind: str, name: str) -> Resolved:
     """Resolve and validate the signature (for kinds that need an engine or data to run)."""
     resolved = pm.resolve(kind, name)

@@ -47,18 +47,20 @@ def response_logits(logits: torch.Tensor, batch: dict[str, Any], temperature: fl
     return out / temperature if temperature not in (0, 1) else out
 
 
-def log_probs_and_entropy(logits: torch.Tensor, batch: dict[str, Any], args: Any,
-                          with_entropy: bool = True) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
-    """Per-sample log-probs of the response tokens (and entropies of the predicting distributions)."""
+def log_probs_and_entropy(logits: torch.Tensor, batch: dict[str, Any], args: Any, with_entropy: bool = True,
+                          entropy_grad: bool = True) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    """Per-sample log-probs of the response tokens (and entropies of the predicting distributions;
+    without ``entropy_grad`` they are computed outside autograd, a metric only)."""
     rows = response_logits(logits, batch, getattr(args, "rollout_temperature", 1.0) or 1.0)
     targets = torch.cat([tokens[total - response:] for tokens, total, response in zip(
         batch["unconcat_tokens"], batch["total_lengths"], batch["response_lengths"], strict=True)])
-    log_softmax = torch.log_softmax(rows, dim=-1)
-    log_probs = log_softmax.gather(-1, targets.to(rows.device).unsqueeze(-1)).squeeze(-1)
+    normalizer = torch.logsumexp(rows, dim=-1)
+    log_probs = rows.gather(-1, targets.to(rows.device).unsqueeze(-1)).squeeze(-1) - normalizer
     lengths = list(batch["response_lengths"])
     entropy = None
     if with_entropy:
-        entropy = list((-(log_softmax.exp() * log_softmax).sum(-1)).split(lengths))
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = list((normalizer - (torch.softmax(rows, dim=-1) * rows).sum(-1)).split(lengths))
     return list(log_probs.split(lengths)), entropy
 
 
@@ -95,7 +97,8 @@ def policy_loss(args: Any, batch: dict[str, Any], logits: torch.Tensor,
                 sum_of_sample_mean: Reducer) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """slime's ``policy_loss``: clipped policy gradient minus ``entropy_coef`` times entropy plus
     ``kl_loss_coef`` times the KL to the reference, with TIS against the rollout log-probs."""
-    log_prob_list, entropy_list = log_probs_and_entropy(logits, batch, args, with_entropy=True)
+    log_prob_list, entropy_list = log_probs_and_entropy(logits, batch, args, with_entropy=True,
+                                                        entropy_grad=bool(args.entropy_coef))
     assert entropy_list is not None
     old_list = batch["rollout_log_probs"] if args.use_rollout_logprobs else batch.get("log_probs")
     if not old_list:
