@@ -142,3 +142,27 @@ def test_policy_loss_tis_weights_and_kl_term():
     assert metrics["kl_loss"].item() == pytest.approx(0.5)
     assert loss.item() == pytest.approx(-3.0 + 0.05)
     assert metrics["train_rollout_logprob_abs_diff"].item() == pytest.approx(math.log(4.0))
+
+
+def test_shared_prompts_give_the_logits_of_separate_sequences():
+    """One row per distinct prompt (responses masked from each other) equals one forward per sample."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlsdk.training.batch import SharedPrompts, TrainSample
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2)
+    model = LlamaForCausalLM(config).eval()
+
+    def sample(tokens, response):
+        return TrainSample(torch.tensor(tokens), response, torch.ones(response), None, 0.0)
+
+    data = [sample([1, 2, 3, 4, 5], 2), sample([1, 2, 3, 6, 7, 8], 3), sample([9, 4, 5], 1), sample([1, 2, 3, 9], 1)]
+    layout = SharedPrompts.build(data, [0, 1, 2, 3])
+    assert layout.input_ids.shape[0] == 2  # prompts [1, 2, 3] and [9, 4]
+    with torch.no_grad():
+        packed = model(input_ids=layout.input_ids, position_ids=layout.position_ids,
+                       attention_mask=layout.attention_mask).logits.flatten(0, 1)[layout.gather]
+        separate = torch.cat([model(input_ids=d.tokens[None]).logits[0] for d in data])
+    assert (packed - separate).abs().max() < 1e-5

@@ -84,13 +84,49 @@ def loss_batch(samples: list[TrainSample], indices: list[int], per_sample: dict[
     return batch
 
 
-def padded(samples: list[TrainSample], indices: list[int], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ``input_ids`` and ``attention_mask`` of a micro-batch."""
-    longest = max(samples[i].total_length for i in indices)
-    ids = torch.full((len(indices), longest), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(indices), longest), dtype=torch.long)
-    for row, i in enumerate(indices):
-        n = samples[i].total_length
-        ids[row, :n] = samples[i].tokens
-        mask[row, :n] = 1
-    return ids, mask
+@dataclass
+class SharedPrompts:
+    """A micro-batch laid out with each distinct prompt once: a row holds one prompt followed by every
+    response to it, each response attending to the prompt and to itself only (a 4D mask, positions that
+    restart after the prompt). A group of n samples then costs one prompt instead of n.
+
+    ``gather`` indexes the flattened ``[rows * length]`` outputs into the packed order of the samples
+    (each sample's prompt positions, then its response positions), which is what losses read."""
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    gather: torch.Tensor
+
+    @classmethod
+    def build(cls, samples: list[TrainSample], indices: list[int], dtype: torch.dtype = torch.float32,
+              pad_id: int = 0) -> SharedPrompts:
+        rows: dict[tuple[int, ...], list[int]] = {}
+        for i in indices:
+            sample = samples[i]
+            rows.setdefault(tuple(sample.tokens[:sample.total_length - sample.response_length].tolist()), []).append(i)
+        longest = max(len(p) + sum(samples[i].response_length for i in members) for p, members in rows.items())
+        ids = torch.full((len(rows), longest), pad_id, dtype=torch.long)
+        positions = torch.zeros((len(rows), longest), dtype=torch.long)
+        segment = torch.full((len(rows), longest), -1, dtype=torch.long)  # -1 padding, 0 prompt, k response k
+        where: dict[int, torch.Tensor] = {}
+        for row, (prompt, members) in enumerate(rows.items()):
+            p = len(prompt)
+            ids[row, :p] = torch.tensor(prompt, dtype=torch.long)
+            positions[row, :p] = torch.arange(p)
+            segment[row, :p] = 0
+            start = p
+            for k, i in enumerate(members, start=1):
+                n = samples[i].response_length
+                ids[row, start:start + n] = samples[i].tokens[p:]
+                positions[row, start:start + n] = torch.arange(p, p + n)
+                segment[row, start:start + n] = k
+                flat = row * longest
+                where[i] = torch.cat([torch.arange(flat, flat + p), torch.arange(flat + start, flat + start + n)])
+                start += n
+        causal = torch.ones(longest, longest, dtype=torch.bool).tril()
+        same = (segment[:, :, None] == segment[:, None, :]) | (segment[:, None, :] == 0)
+        allowed = causal & same & (segment[:, None, :] >= 0)
+        allowed |= torch.eye(longest, dtype=torch.bool)  # padding rows attend to themselves: no NaN rows
+        mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+        return cls(ids, positions, mask[:, None], torch.cat([where[i] for i in indices]))

@@ -22,7 +22,7 @@ from ..loading import load_callable
 from ..runtime import get_plugin_manager_of
 from ..types import Sample
 from .advantages import approx_kl, compute_advantages, normalize_rewards
-from .batch import TrainSample, loss_batch, micro_batches, padded, slices
+from .batch import SharedPrompts, TrainSample, loss_batch, micro_batches, slices
 from .losses import log_probs_and_entropy, sum_of_sample_mean_fn
 from .trainer import PolicyTrainer
 
@@ -158,10 +158,12 @@ class TorchTrainer(PolicyTrainer):
         return float(norm)
 
     def _packed_logits(self, model: Any, data: list[TrainSample], indices: list[int]) -> torch.Tensor:
-        """``[1, sum(total_lengths), vocab]``: the micro-batch's logits, padding removed."""
-        ids, mask = padded(data, indices, self.tokenizer.pad_token_id or 0)
-        logits = model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
-        return torch.cat([logits[row, :data[i].total_length] for row, i in enumerate(indices)]).unsqueeze(0)
+        """``[1, sum(total_lengths), vocab]``: the micro-batch's logits in slime's packed layout, computed
+        with each distinct prompt once (:class:`~.batch.SharedPrompts`)."""
+        layout = SharedPrompts.build(data, indices, self.dtype, self.tokenizer.pad_token_id or 0)
+        logits = model(input_ids=layout.input_ids.to(self.device), position_ids=layout.position_ids.to(self.device),
+                       attention_mask=layout.attention_mask.to(self.device)).logits
+        return logits.flatten(0, 1).index_select(0, layout.gather.to(self.device)).unsqueeze(0)
 
     @torch.no_grad()
     def _log_probs(self, model: Any, data: list[TrainSample]) -> list[torch.Tensor]:
