@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -33,10 +33,19 @@ def build_config(config: Path | None, options: dict[str, Any], extra: list[str])
         overrides["eval_datasets"] = [dict(zip(("name", "path"), d.split("=", 1), strict=True)) for d in eval_data]
     try:
         if config is not None:
-            return RolloutConfig.from_file(config, **overrides).with_default_data()
-        return RolloutConfig.from_dict(overrides).with_default_data()
+            args = RolloutConfig.from_file(config, **overrides)
+        else:
+            args = RolloutConfig.from_dict(overrides)
+        return args.with_default_data(given=set(overrides) | set(file_keys(config)))
     except (ValueError, TypeError) as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def file_keys(config: Path | None) -> list[str]:
+    """The option names a config file sets (for the demo defaults, which apply only to options not given)."""
+    if config is None:
+        return []
+    return [key.replace("-", "_") for key in RolloutConfig.read_file(config)]
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -216,24 +225,34 @@ TRAIN_COLUMNS = (("loss", "train/loss", "{:.4f}"), ("KL", "train/kl_loss", "{:.4
                  ("sync s", "train/sync_seconds", "{:.2f}"))
 
 
-def step_table(rollout_id: int, metrics: dict[str, Any]) -> Table:
-    """The step's row; a rollout function that reports no ledger (a slime-style bare list) shows ``-``."""
-    dropped = {k.removeprefix("rollout/dynamic_filter/drop_"): v for k, v in metrics.items()
-               if k.startswith("rollout/dynamic_filter/drop_")}
-    table = Table(title=f"step {rollout_id}", show_header=True)
-    columns = [("reward", "rollout/reward_mean", "{:.3f}"), ("kept", "ledger/kept", "{}"),
-               ("dropped", None, ""), ("returned", "ledger/returned", "{}"), ("aborted", "rollout/aborted", "{}"),
-               ("failed", "ledger/failed", "{}"), ("tokens/s", "rollout/tokens_per_s", "{:.1f}"),
-               ("seconds", "rollout/seconds", "{:.1f}")]
-    columns += [c for c in TRAIN_COLUMNS if c[1] in metrics]
+def step_table(rollout_id: int, metrics: dict[str, Any]) -> Group:
+    """The step's rollout row, and with ``--train`` its train row; a rollout function that reports no
+    ledger (a slime-style bare list) shows ``-``."""
+    dropped = ", ".join(f"{k.removeprefix('rollout/dynamic_filter/drop_')}: {v}" for k, v in metrics.items()
+                        if k.startswith("rollout/dynamic_filter/drop_")) or "0"
+    rollout = row_table(f"step {rollout_id}", metrics, ROLLOUT_COLUMNS, dropped=dropped)
+    if not any(key in metrics for _, key, _ in TRAIN_COLUMNS):
+        return Group(rollout)
+    return Group(rollout, row_table(f"step {rollout_id}: train", metrics, TRAIN_COLUMNS))
+
+
+ROLLOUT_COLUMNS = (("reward", "rollout/reward_mean", "{:.3f}"), ("kept", "ledger/kept", "{}"),
+                   ("dropped", "dropped", "{}"), ("returned", "ledger/returned", "{}"),
+                   ("aborted", "rollout/aborted", "{}"), ("failed", "ledger/failed", "{}"),
+                   ("tokens/s", "rollout/tokens_per_s", "{:.1f}"), ("seconds", "rollout/seconds", "{:.1f}"))
+TRAIN_COLUMNS = (("loss", "train/loss", "{:.4f}"), ("KL", "train/kl_loss", "{:.4f}"),
+                 ("entropy", "train/entropy_loss", "{:.3f}"), ("clip", "train/pg_clipfrac", "{:.3f}"),
+                 ("grad norm", "train/grad_norm", "{:.3f}"), ("train s", "train/seconds", "{:.1f}"),
+                 ("sync s", "train/sync_seconds", "{:.2f}"))
+
+
+def row_table(title: str, metrics: dict[str, Any], columns: tuple[tuple[str, str, str], ...], **given: Any) -> Table:
+    table = Table(title=title, show_header=True)
     cells = []
     for name, key, fmt in columns:
         table.add_column(name, justify="right")
-        if key is None:
-            cells.append(", ".join(f"{k}: {v}" for k, v in dropped.items()) or "0")
-        else:
-            value = metrics.get(key)
-            cells.append("-" if value is None else fmt.format(value))
+        value = given.get(key, metrics.get(key))
+        cells.append("-" if value is None else fmt.format(value))
     table.add_row(*cells)
     return table
 

@@ -14,7 +14,12 @@ import yaml
 
 from .training.options import ADVANTAGE_ESTIMATORS, KL_LOSS_TYPES, LOSS_TYPES, TrainingOptions
 
-DEFAULT_DATASET = Path(__file__).parent / "datasets" / "arithmetic.jsonl"
+DEFAULT_DATASET = Path(__file__).parent / "datasets" / "arithmetic-train.jsonl"
+DEFAULT_EVAL_DATASET = Path(__file__).parent / "datasets" / "arithmetic-eval.jsonl"
+DEMO_TRAINING = {"num_rollout": 16, "rollout_batch_size": 8, "n_samples_per_prompt": 8, "lr": 1e-5,
+                 "rollout_max_response_len": 40, "eval_interval": 4, "n_samples_per_eval_prompt": 2,
+                 "rollout_shuffle": True}
+"""``rlsdk run --train`` on the shipped data: settings that apply unless given (others keep slime's defaults)."""
 
 
 @dataclass
@@ -266,9 +271,9 @@ class RolloutConfig(TrainingOptions):
                 extra[name] = value
         return cls(**kwargs, extra=extra)
 
-    @classmethod
-    def from_file(cls, path: str | Path, **overrides: Any) -> RolloutConfig:
-        """Build from a YAML, TOML or JSON file, then apply ``overrides`` (e.g. from the CLI)."""
+    @staticmethod
+    def read_file(path: str | Path) -> dict[str, Any]:
+        """The options of a YAML, TOML or JSON file."""
         path = Path(path)
         text = path.read_text()
         if path.suffix == ".toml":
@@ -279,15 +284,30 @@ class RolloutConfig(TrainingOptions):
             values = yaml.safe_load(text) or {}
         if not isinstance(values, dict):
             raise ValueError(f"{path}: a config file must hold a mapping of options")
-        values.update(overrides)
-        return cls.from_dict(values)
+        return values
 
-    def with_default_data(self) -> RolloutConfig:
-        """With no ``prompt_data``: the shipped arithmetic set, its ``label`` key and the chat template."""
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides: Any) -> RolloutConfig:
+        """Build from a YAML, TOML or JSON file, then apply ``overrides`` (e.g. from the CLI)."""
+        return cls.from_dict({**cls.read_file(path), **overrides})
+
+    def with_default_data(self, given: set[str] | frozenset[str] = frozenset()) -> RolloutConfig:
+        """With no ``prompt_data``: the shipped arithmetic training set, its ``label`` key and the chat
+        template; with ``train`` also the disjoint eval set and :data:`DEMO_TRAINING` for the options not
+        in ``given``."""
         if self.prompt_data is None:
             self.prompt_data = str(DEFAULT_DATASET)
             self.label_key = self.label_key or "label"
             self.apply_chat_template = True
+            if self.train:
+                for name, value in DEMO_TRAINING.items():
+                    if name not in given:
+                        setattr(self, name, value)
+                if "over_sampling_batch_size" not in given:
+                    self.over_sampling_batch_size = self.rollout_batch_size
+                if not self.eval_datasets and not self.eval_prompt_data:
+                    self.eval_datasets = [{"name": "arithmetic-eval", "path": str(DEFAULT_EVAL_DATASET)}]
+                self.__post_init__()
         return self
 
     def replace(self, **changes: Any) -> RolloutConfig:

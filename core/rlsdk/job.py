@@ -261,6 +261,8 @@ def run_job(
                 training.restore(Path(state["checkpoint"]))
         else:
             output.start_fresh()
+            if training is not None and args.eval_interval:  # the curve's starting point
+                output.write_eval(-1, run_eval(args, runtime, plugins, -1))
             output.save_state(output.run_state(0, data_source.state_dict(), args))
         for rollout_id in range(first, args.num_rollout):
             # generate_rollout: one whole step

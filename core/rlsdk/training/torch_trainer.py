@@ -49,7 +49,7 @@ class TorchTrainer(PolicyTrainer):
             dtype = "bfloat16" if self.device.type == "cuda" else "float32"
         self.dtype = getattr(torch, dtype)
         if self.device.type == "cpu":
-            torch.set_num_threads(args.train_threads or os.cpu_count() or 1)
+            torch.set_num_threads(args.train_threads or len(os.sched_getaffinity(0)))
         torch.manual_seed(args.rollout_seed)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype).to(self.device)

@@ -97,7 +97,7 @@ def run_job(job: Callable[[], Any], future: Future[Any]) -> None:
 def default_cpu_threads() -> int:
     """All cores but one: the event loop, the HTTP server and reward workers need one, and torch's
     spinning OpenMP threads slow down many times over when they share cores with other work."""
-    return max(1, (os.cpu_count() or 2) - 1)
+    return max(1, len(os.sched_getaffinity(0)) - 1)
 
 
 class EmbeddedEngine(InferenceEngine):
