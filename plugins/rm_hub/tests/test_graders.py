@@ -113,12 +113,12 @@ def test_grader_from_event_loop(args):
 def test_sequential_tasks_reuse_one_worker():
     """A new worker (seconds of imports) starts only when every started one is busy: tasks that never
     overlap are all served by the first."""
-    from rlsdk_rm_hub.math_grader import MATH_VERIFY
+    from rlsdk_rm_hub.math_grader import GRADE
     from rlsdk_rm_hub.pool import GraderPool
 
     pool = GraderPool(processes=3)
     try:
-        assert [pool.run(MATH_VERIFY, pair, timeout=10) for pair in [("1/2", "0.5"), ("x", "y"), ("2", "2")]] \
+        assert [pool.run(GRADE, pair, timeout=10) for pair in [("1/2", "0.5"), ("x", "y"), ("2", "2")]] \
             == [True, False, True]
         assert len(pool._slots.idle) == 1  # the idle workers, all started
     finally:
