@@ -2,11 +2,13 @@
 
 Three graders: rlsdk's ``math`` reward, math-verify alone (``verify(parse("$label$"), parse(response))``,
 the field's default) and ``slime_math`` (slime's grader logic in rlsdk). Accuracy is measured on
-``benchmarks/graders/cases.jsonl``: hand-decided cases, each with its truth and the reason for it. Every
+``benchmarks/graders/cases.jsonl``: hand-decided cases, each with its truth and the reason for it (batch
+``held_out`` was written after the grader passed batch ``first``, and first run as a held-out check). Every
 grader runs each case in a worker process under the same timeout (math-verify in rlsdk's grading pool, so
 a case that hangs in C is killed); a case that times out or fails counts as wrong. Throughput is measured
-on groups of 8 responses per prompt with 2 to 4 distinct final answers, each response 2 to 4 KB of
-reasoning with inline LaTeX before the answer (mostly ``\\boxed{}``, some "The final answer is ...").
+on groups of 8 responses per prompt with 2 to 4 distinct final answers (integers, decimals, fractions,
+radicals, intervals, and one group in ten a polynomial that only sympy decides), each response 2 to 4 KB
+of reasoning with inline LaTeX before the answer (mostly ``\\boxed{}``, some "The final answer is ...").
 Both sides use the same number of worker processes. The last line printed is one JSON object.
 
     python benchmarks/graders.py [--groups 200] [--processes 2] [--timeout 10] [--skip-throughput]
@@ -92,9 +94,11 @@ def _grade_cases(grader: str, cases: list[dict], timeout: float, processes: int)
 
 
 def _result(future) -> float | None:
+    from rlsdk_rm_hub.pool import WorkerError
+
     try:
         return float(future.result())
-    except Exception:
+    except WorkerError:  # timed out or failed: undecided
         return None
 
 
@@ -104,14 +108,17 @@ def accuracy(cases: list[dict], rewards: list[float | None]) -> dict:
     false_pos = [c["id"] for c, r in zip(cases, rewards) if r == 1.0 and not c["correct"]]
     positives = [r for c, r in zip(cases, rewards) if c["correct"]]
     per_category: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
+    per_batch: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
     for c, r in zip(cases, rewards):
-        per_category[c["category"]][0] += r is not None and (r == 1.0) == c["correct"]
-        per_category[c["category"]][1] += 1
+        for group in (per_category[c["category"]], per_batch[c.get("batch", "first")]):
+            group[0] += r is not None and (r == 1.0) == c["correct"]
+            group[1] += 1
     return {
         "agreement": round(1 - len(wrong) / len(cases), 4),
         "false_positives": len(false_pos),
         "recall": round(sum(r == 1.0 for r in positives) / len(positives), 4),
         "undecided": sum(r is None for r in rewards),
+        "per_batch": {k: f"{v[0]}/{v[1]}" for k, v in sorted(per_batch.items())},
         "per_category": {k: f"{v[0]}/{v[1]}" for k, v in sorted(per_category.items())},
         "wrong": wrong,
     }
@@ -122,6 +129,10 @@ def accuracy(cases: list[dict], rewards: list[float | None]) -> dict:
 def _value(rng: random.Random) -> tuple[str, list[str], list[str]]:
     """A label, equivalent spellings of it, and wrong answers of the same kind."""
     kind = rng.random()
+    if kind < 0.1:  # symbolic: only sympy (in a worker) can tell
+        a = rng.randint(2, 9)
+        return (f"(x+{a})^2", [f"x^2+{2 * a}x+{a * a}", f"(x+{a})^2", f"({a}+x)^2"],
+                [f"x^2+{a * a}", f"(x-{a})^2", f"x^2+{a}x+{a * a}"])
     if kind < 0.5:
         n = rng.randint(2, 5000)
         spellings = [str(n), f"{n:,}" if n >= 1000 else f"{n}.0"]
@@ -245,7 +256,7 @@ def main() -> None:
     cases = load_cases()
     by_id = {c["id"]: c for c in cases}
     result: dict = {"cases": len(cases), "processes": options.processes, "timeout_s": options.timeout}
-    for grader in options.graders.split(","):
+    for grader in filter(None, options.graders.split(",")):
         started = time.perf_counter()
         rewards = _grade_cases(grader, cases, options.timeout, options.processes)
         summary = accuracy(cases, rewards)

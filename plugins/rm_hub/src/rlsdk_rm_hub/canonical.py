@@ -37,7 +37,7 @@ _JOINER = re.compile(r"(?i)^\s*(?:and|or|,)\s*$")
 _CHOICE = re.compile(r"^\(?[A-E]\)\s+(?=\S)")
 _THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\{,\}|,|\\,|\s)\d{3})+(?![\d])")
 _PLAIN_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
-_REPEATING = re.compile(r"(-?)(\d*)\.(\d*)(?:\\overline\{(\d+)\}|\\overline(\d)|\\dot\{(\d)\}|\\dot(\d))")
+_REPEATING = re.compile(r"(?<![\d.])(-?)(\d*)\.(\d*)(?:\\overline\{(\d+)\}|\\overline(\d)|\\dot\{(\d)\}|\\dot(\d))")
 _E_NOTATION = re.compile(r"(?<![\w.\\])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
 _TRAILING = re.compile(r"[\s.;]+$")
 

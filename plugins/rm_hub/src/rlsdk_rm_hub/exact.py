@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import re
 from fractions import Fraction
-from typing import Union
 
 MAX_BITS = 1 << 20
 """Largest numerator or denominator computed exactly (about 315,000 digits)."""
@@ -55,7 +54,7 @@ class Huge:
         return hash(self.key())
 
 
-Value = Union[Fraction, Huge]
+Value = Fraction | Huge
 
 
 # ----- tokens and redundant parentheses ------------------------------------------------------------
@@ -84,8 +83,9 @@ def _tokens(text: str) -> list[str]:
 _OPEN = {"(": ")", "{": "}", "[": "]"}
 
 
-def _drop_redundant_groups(tokens: list[str]) -> list[str]:
-    """``((x))`` to ``(x)`` and ``{(x)}`` to ``(x)`` in one linear pass, so deep nesting costs no depth."""
+def drop_redundant_groups(tokens: list[str]) -> list[str]:
+    """``((x))`` to ``(x)`` and ``{(x)}`` to ``{x}`` in one linear pass, so deep nesting costs no depth
+    (tokens, or the characters of a LaTeX string); raises NotNumeric when brackets are unbalanced."""
     match: dict[int, int] = {}
     stack: list[int] = []
     for i, t in enumerate(tokens):
@@ -501,7 +501,7 @@ def value(text: str) -> Value | None:
     if not text or not _CHEAP.match(text):
         return None
     try:
-        return _Parser(_drop_redundant_groups(_tokens(text))).parse()
+        return _Parser(drop_redundant_groups(_tokens(text))).parse()
     except (NotNumeric, ZeroDivisionError, OverflowError, ValueError, IndexError, RecursionError):
         return None
 

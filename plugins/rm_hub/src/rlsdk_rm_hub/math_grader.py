@@ -24,7 +24,10 @@ from .pool import WorkerError, get_pool
 
 CACHE_SIZE = 100_000
 GRADE = "rlsdk_rm_hub.math_worker:grade_pair"
-_PLAIN_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:/\d+)?$|^[+-]?\\frac\{\d+\}\{\d+\}$")
+_NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:/\d+)?|[+-]?\\frac\{\d+\}\{\d+\}"
+_PLAIN_NUMBER = re.compile(f"^(?:{_NUMBER})$")
+_RADICAL = re.compile(r"^([+-]?)(\d*)\\sqrt\{?(\d+)\}?$")
+_BRACKETED = re.compile(r"^([(\[])([^()\[\]{}]*,[^()\[\]{}]*)([)\]])$")
 QUICK_MAX_CHARS = 200
 
 
@@ -65,17 +68,40 @@ cache = VerdictCache()
 
 
 def quick_verdict(answer: str, label: str) -> bool | None:
-    """True or False when equal canonical spellings or two plain numbers (integers, decimals, fractions)
-    settle it exactly; None when a worker must decide."""
-    a, b = canonical(answer), canonical(label)
+    """True or False when equal canonical spellings, two plain numbers (integers, decimals, fractions),
+    simple radicals ``k\\sqrt{n}`` or intervals and tuples of plain numbers settle it exactly; None when
+    a worker must decide."""
+    a, b = canonical(answer).replace(" ", ""), canonical(label).replace(" ", "")  # math mode ignores spaces
     if not a:
         return False
     if a == b:
         return True
-    if len(a) <= QUICK_MAX_CHARS and len(b) <= QUICK_MAX_CHARS and _PLAIN_NUMBER.match(a) and _PLAIN_NUMBER.match(b):
-        x, y = exact.value(a), exact.value(b)
-        if x is not None and y is not None:
-            return x == y
+    if len(a) > QUICK_MAX_CHARS or len(b) > QUICK_MAX_CHARS:
+        return None
+    x, y = _BRACKETED.match(a), _BRACKETED.match(b)
+    if x and y:
+        xs, ys = x.group(2).split(","), y.group(2).split(",")
+        verdicts = [_scalar_verdict(p, q) for p, q in zip(xs, ys)] if len(xs) == len(ys) else [False]
+        if None in verdicts:
+            return None
+        return (x.group(1), x.group(3)) == (y.group(1), y.group(3)) and all(verdicts)
+    return _scalar_verdict(a, b)
+
+
+def _scalar_verdict(a: str, b: str) -> bool | None:
+    x, y = _squared_with_sign(a), _squared_with_sign(b)
+    return None if x is None or y is None else x == y
+
+
+def _squared_with_sign(s: str) -> tuple[int, object] | None:
+    """(sign, value squared) of a plain number or ``k\\sqrt{n}``, exact; None for anything else."""
+    if _PLAIN_NUMBER.match(s):
+        value = exact.value(s)
+        return None if value is None else ((value > 0) - (value < 0), value * value)
+    radical = _RADICAL.match(s)
+    if radical:
+        k, n = int(radical.group(2) or 1), int(radical.group(3))
+        return ((-1 if radical.group(1) == "-" else 1) * (k * n > 0), k * k * n)
     return None
 
 

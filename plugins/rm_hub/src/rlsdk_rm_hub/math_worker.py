@@ -6,7 +6,8 @@ worker processes and the fork server).
 1. the canonical spellings (:mod:`.canonical`) are equal; the empty set only equals the empty set;
 2. a name before the value (``x = 5``, ``f(x) = ...``) is dropped when the other side has none;
 3. both are arithmetic of numbers: exact values (:mod:`.exact`), huge ones by structure, never evaluated
-   beyond a bound; a huge number against anything that is not arithmetic is unequal, never sent to sympy;
+   beyond a bound; a huge number against anything that is not arithmetic is unequal, never sent to sympy,
+   and so is an answer too long or too deeply nested for sympy's parser (structural checks first);
 4. math-verify decides sets, intervals, tuples, matrices, equations and symbolic expressions; a "yes" for
    two numeric constants stands only if they also agree to 40 significant digits (math-verify rounds to 6
    places, so ``10^{-7}`` would equal ``0``);
@@ -31,8 +32,13 @@ logging.getLogger("math_verify").setLevel(logging.ERROR)  # timeouts are ours (s
 _NAME = re.compile(r"(?:^|(?<=,))\s*(?:[a-zA-Z](?:_\{?\w+\}?)?(?:\([a-z]\))?|\([a-z](?:,\s*[a-z])+\))"
                    r"\s*(?:=|\\in(?![a-zA-Z]))\s*")
 _RELATION = re.compile(r"=|\\in(?![a-zA-Z])|\\[lg]e(?:q)?(?![a-zA-Z])|<|>")
-_HUGE = re.compile(r"\^\s*\{[^{}]*\^|\d{6,}\s*\)?\s*!|\^\s*\{?\s*-?\d{6,}")
+_HUGE = re.compile(r"\^\s*\{[^{}]*\^|(?<!\d)\d{6,}\s*\)?\s*!|\^\s*\{?\s*-?\d{6,}")
 _IMAGINARY = re.compile(r"(?<![a-zA-Z\\])i(?![a-zA-Z])")
+MAX_SYMBOLIC_CHARS = 1500
+MAX_SYMBOLIC_NESTING = 10
+MAX_SYMBOLIC_POWERS = 30
+"""Beyond these sizes an answer is not handed to math-verify and sympy (whose parsers and simplifiers take
+minutes on them): what steps 1 to 3 did not show equal is unequal."""
 AGREEMENT_DIGITS = 40
 """Two numeric constants math-verify calls equal must agree to this many significant digits."""
 
@@ -61,9 +67,14 @@ def _equal(a: str, b: str) -> bool:
     if EMPTY_SET in (a, b):
         return False
     a, b = _drop_names(a, b)
+    if _set_against_tuple(a, b) or _set_against_tuple(b, a):
+        return False
     verdict = _exact_verdict(a, b)
     if verdict is not None:
         return verdict
+    a, b = _without_redundant_brackets(a), _without_redundant_brackets(b)
+    if _too_large_for_sympy(a) or _too_large_for_sympy(b):
+        return False
     target, gold = math_verify.parse(as_math_verify_input(a), parsing_timeout=None), _parse(b)
     if math_verify.verify(gold, target, timeout_seconds=None):
         return not _numerically_apart(gold, target)
@@ -80,6 +91,11 @@ def _drop_names(a: str, b: str) -> tuple[str, str]:
     return a, b
 
 
+def _set_against_tuple(a: str, b: str) -> bool:
+    """A set ``\\{1, 2\\}`` is neither the pair nor the interval ``(1, 2)`` (math-verify says it is)."""
+    return (a.startswith("\\{") and a.endswith("\\}") and b[:1] in "([" and b[-1:] in ")]" and "," in b)
+
+
 def _exact_verdict(a: str, b: str) -> bool | None:
     """Decided when both sides are arithmetic of numbers, or one is huge: None when sympy may decide."""
     x, y = exact.value(a), exact.value(b)
@@ -88,6 +104,27 @@ def _exact_verdict(a: str, b: str) -> bool | None:
     if isinstance(x, exact.Huge) or isinstance(y, exact.Huge) or _HUGE.search(a) or _HUGE.search(b):
         return False
     return None
+
+
+def _without_redundant_brackets(s: str) -> str:
+    """``((x))`` as ``(x)``: math-verify's parser takes seconds per level of nested parentheses."""
+    try:
+        return "".join(exact.drop_redundant_groups(list(s)))
+    except exact.NotNumeric:  # unbalanced (escaped braces, half-open intervals): leave it
+        return s
+
+
+def _too_large_for_sympy(s: str) -> bool:
+    if len(s) > MAX_SYMBOLIC_CHARS or s.count("^") > MAX_SYMBOLIC_POWERS:
+        return True
+    depth = deepest = 0
+    for ch in s:
+        if ch in "({[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")}]":
+            depth -= 1
+    return deepest > MAX_SYMBOLIC_NESTING
 
 
 def _numerically_apart(gold: list, target: list) -> bool:
