@@ -506,16 +506,6 @@ def value(text: str) -> Value | None:
         return None
 
 
-def log10_magnitude(x: Value) -> float:
-    """log10 |x| for a nonzero value, ``inf`` for terms too large to estimate."""
-    if isinstance(x, Fraction):
-        return math.log10(abs(x.numerator)) - math.log10(x.denominator)
-    best = -math.inf
-    for key, c in x.terms.items():
-        best = max(best, _term_log10(key) + math.log10(abs(c)))
-    return best
-
-
 def _term_log10(key: Key) -> float:
     total = 0.0
     for base, e in key:
