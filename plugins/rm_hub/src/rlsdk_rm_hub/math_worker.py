@@ -76,7 +76,8 @@ def _equal(a: str, b: str) -> bool:
     if _too_large_for_sympy(a) or _too_large_for_sympy(b):
         return False
     target, gold = math_verify.parse(as_math_verify_input(a), parsing_timeout=None), _parse(b)
-    if math_verify.verify(gold, target, timeout_seconds=None):
+    # an inequality is the set it defines, on either side: x > 3 is (3, oo)
+    if math_verify.verify(gold, target, allow_set_relation_comp=True, timeout_seconds=None):
         return not _numerically_apart(gold, target)
     return _imaginary_equal(a, b)
 
