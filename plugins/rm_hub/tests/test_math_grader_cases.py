@@ -80,6 +80,8 @@ def test_math_meets_the_targets_on_the_public_set(hub_pm, args):
     ("√2", "\\sqrt2"),
     ("\\mathrm{e}^2", "e^2"),
     ("90^\\circ", "90"),
+    ("24 square meters", "24"),
+    ("2a + m", "2a + m"),  # a letter after an operator is a variable, not a unit
     ("\\begin{pmatrix}1 & 2 \\\\ 3 & 4\\end{pmatrix}", "\\begin{pmatrix}1 & 2 \\\\ 3 & 4\\end{pmatrix}"),
 ])
 def test_canonical_spellings(text, expected):

@@ -40,6 +40,10 @@ _PLAIN_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _REPEATING = re.compile(r"(?<![\d.])(-?)(\d*)\.(\d*)(?:\\overline\{(\d+)\}|\\overline(\d)|\\dot\{(\d)\}|\\dot(\d))")
 _E_NOTATION = re.compile(r"(?<![\w.\\])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
 _TRAILING = re.compile(r"[\s.;]+$")
+_UNIT_WORD = re.compile(
+    r"\s*(?:(?:square|sq\.?|cubic)\s+)?\b(?:cm|mm|km|m|kg|g|mg|s|sec|seconds?|min|minutes?|h|hrs?|hours?|days?|"
+    r"in|inches|inch|ft|feet|foot|yd|yards?|miles?|mph|meters?|metres?|units?|dollars?|cents?|euros?|pounds?|"
+    r"degrees?|liters?|litres?|L|ml|mL|km/h|m/s|cm/s)(?:\^\{?\d\}?)?\s*$")
 
 
 def canonical(text: str) -> str:
@@ -53,7 +57,7 @@ def canonical(text: str) -> str:
     s = _DEGREES.sub("", s)
     s = _CURRENCY.sub("", s)
     s = s.replace("\\mathrm{e}", "e").replace("\\textrm{e}", "e")
-    s = _unwrap(s)
+    s = _strip_unit(_unwrap(s))
     s = _CHOICE.sub("", s.strip())
     s = _EMPTY.sub(lambda m: EMPTY_SET + " ", s)
     s = _E_NOTATION.sub(lambda m: f"{m.group(1)}\\times 10^{{{int(m.group(2))}}}", s)
@@ -125,13 +129,7 @@ def _repeating_fraction(match: re.Match) -> str:
     return sign + text
 
 
-_UNIT_WORD = re.compile(
-    r"\s*(?:(?:square|sq\.?|cubic)\s+)?\b(?:cm|mm|km|m|kg|g|mg|s|sec|seconds?|min|minutes?|h|hrs?|hours?|days?|"
-    r"in|inches|inch|ft|feet|foot|yd|yards?|miles?|mph|meters?|metres?|units?|dollars?|cents?|euros?|pounds?|"
-    r"degrees?|liters?|litres?|L|ml|mL|km/h|m/s|cm/s)(?:\^\{?\d\}?)?\s*$")
-
-
-def strip_unit(s: str) -> str:
+def _strip_unit(s: str) -> str:
     """``s`` without a trailing unit word after a number (``15 cm``, ``24 square meters``)."""
     match = _UNIT_WORD.search(s)
     if match and match.start() > 0 and re.search(r"[\d}]\s*$", s[:match.start()]):
@@ -139,14 +137,14 @@ def strip_unit(s: str) -> str:
     return s
 
 
-PERCENT = re.compile(r"\s*(?:\\%|%|\\text\{\s*percent\s*\}|\s+percent)\s*$")
+_PERCENT = re.compile(r"\s*(?:\\%|%|\\text\{\s*percent\s*\}|\s+percent)\s*$")
 
 
 def percent_variants(answer: str, label: str) -> list[tuple[str, str]]:
     """Pairs to compare for a percentage: both signs dropped when both sides have one; against a label
     without one, the bare number (``5\\%`` for ``5``) or the fraction (``5\\%`` for ``0.05``)."""
-    a_pct, l_pct = PERCENT.search(answer), PERCENT.search(label)
-    a, lab = PERCENT.sub("", answer), PERCENT.sub("", label)
+    a_pct, l_pct = _PERCENT.search(answer), _PERCENT.search(label)
+    a, lab = _PERCENT.sub("", answer), _PERCENT.sub("", label)
     if a_pct and l_pct or not (a_pct or l_pct):
         return [(a, lab)]
     if a_pct:

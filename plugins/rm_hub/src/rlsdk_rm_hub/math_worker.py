@@ -3,14 +3,16 @@ math-verify and sympy comparisons (heavy imports at load are fine here; this mod
 worker processes and the fork server).
 
 :func:`grade_pair` decides in order of cost, each step bounded:
-1. the canonical spellings (:mod:`.canonical`) are equal; the empty set only equals the empty set;
-2. a name before the value (``x = 5``, ``f(x) = ...``) is dropped when the other side has none;
+1. the canonical spellings (:mod:`.canonical`) are equal; the empty set only equals the empty set; a
+   percentage against a label without the sign is its number of percent or that over 100;
+2. a name before the value (``x = 5``, ``f(x) = ...``) is dropped when the other side has none; a set
+   ``\\{1, 2\\}`` never equals a pair or interval ``(1, 2)``;
 3. both are arithmetic of numbers: exact values (:mod:`.exact`), huge ones by structure, never evaluated
    beyond a bound; a huge number against anything that is not arithmetic is unequal, never sent to sympy,
    and so is an answer too long or too deeply nested for sympy's parser (structural checks first);
-4. math-verify decides sets, intervals, tuples, matrices, equations and symbolic expressions; a "yes" for
-   two numeric constants stands only if they also agree to 40 significant digits (math-verify rounds to 6
-   places, so ``10^{-7}`` would equal ``0``);
+4. math-verify decides sets, intervals (an inequality is the interval it defines), tuples, matrices,
+   equations and symbolic expressions; a "yes" for two numeric constants stands only if they also agree
+   to 40 significant digits (math-verify rounds to 6 places, so ``10^{-7}`` would equal ``0``);
 5. with ``i`` as the imaginary unit, sympy decides what math-verify read as a variable.
 """
 
