@@ -1,9 +1,10 @@
-"""The ``math`` reward: math-verify's equivalence behind an exact fast path and a verdict cache.
+"""The ``math`` reward: exact comparison, then math-verify under a budget, behind a fast path and a cache.
 
-For each response: find the final answer (:mod:`.final_answer`), decide it in process when normalized
-strings or plain numbers settle it (:func:`.normalize.fast_verdict`), else ask math-verify in a worker
-process (:mod:`.pool`). Verdicts are cached by (answer, label), and a verdict already being computed is
-shared, so the 8 responses of a group with 3 distinct answers cost at most 3 math-verify calls.
+For each response: find the final answer (:mod:`.final_answer`), decide it in process when canonical
+spellings or plain numbers settle it (:func:`quick_verdict`), else in a worker process
+(:func:`.math_worker.grade_pair`, bounded by a timeout: :mod:`.pool`). Verdicts are cached by
+(answer, label), and a verdict already being computed is shared, so the 8 responses of a group with 3
+distinct answers cost at most 3 worker calls.
 """
 
 from __future__ import annotations
@@ -11,16 +12,23 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import re
 import threading
 from typing import Any
 
-from .final_answer import answer_candidates
+from . import exact
+from .canonical import canonical
+from .final_answer import answer_candidates, is_list
 from .labels import labels
-from .normalize import fast_verdict
 from .pool import WorkerError, get_pool
 
 CACHE_SIZE = 100_000
-MATH_VERIFY = "rlsdk_rm_hub.math_worker:math_verify_equal"
+GRADE = "rlsdk_rm_hub.math_worker:grade_pair"
+_NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:/\d+)?|[+-]?\\frac\{\d+\}\{\d+\}"
+_PLAIN_NUMBER = re.compile(f"^(?:{_NUMBER})$")
+_RADICAL = re.compile(r"^([+-]?)(\d*)\\sqrt\{?(\d+)\}?$")
+_BRACKETED = re.compile(r"^([(\[])([^()\[\]{}]*,[^()\[\]{}]*)([)\]])$")
+QUICK_MAX_CHARS = 200
 
 
 class VerdictCache:
@@ -59,22 +67,63 @@ class VerdictCache:
 cache = VerdictCache()
 
 
+def quick_verdict(answer: str, label: str) -> bool | None:
+    """True or False when equal canonical spellings, two plain numbers (integers, decimals, fractions),
+    simple radicals ``k\\sqrt{n}`` or intervals and tuples of plain numbers settle it exactly; None when
+    a worker must decide."""
+    a, b = canonical(answer).replace(" ", ""), canonical(label).replace(" ", "")  # math mode ignores spaces
+    if not a:
+        return False
+    if a == b:
+        return True
+    if len(a) > QUICK_MAX_CHARS or len(b) > QUICK_MAX_CHARS:
+        return None
+    x, y = _BRACKETED.match(a), _BRACKETED.match(b)
+    if x and y:
+        xs, ys = x.group(2).split(","), y.group(2).split(",")
+        verdicts = [_scalar_verdict(p, q) for p, q in zip(xs, ys)] if len(xs) == len(ys) else [False]
+        if None in verdicts:
+            return None
+        return (x.group(1), x.group(3)) == (y.group(1), y.group(3)) and all(verdicts)
+    return _scalar_verdict(a, b)
+
+
+def _scalar_verdict(a: str, b: str) -> bool | None:
+    x, y = _squared_with_sign(a), _squared_with_sign(b)
+    return None if x is None or y is None else x == y
+
+
+def _squared_with_sign(s: str) -> tuple[int, object] | None:
+    """(sign, value squared) of a plain number or ``k\\sqrt{n}``, exact; None for anything else."""
+    if _PLAIN_NUMBER.match(s):
+        value = exact.value(s)
+        return None if value is None else ((value > 0) - (value < 0), value * value)
+    radical = _RADICAL.match(s)
+    if radical:
+        k, n = int(radical.group(2) or 1), int(radical.group(3))
+        return ((-1 if radical.group(1) == "-" else 1) * (k * n > 0), k * k * n)
+    return None
+
+
 def _plan(response: str, label: Any) -> tuple[bool, list[tuple[str, str]]]:
-    """Decide what the fast path can; return (correct, pairs math-verify must still judge)."""
-    pending = []
+    """Decide what the fast path can; return (correct, pairs a worker must still judge)."""
     golds = labels(label)
-    for answer in answer_candidates(response or ""):
-        for gold in golds:
-            verdict = fast_verdict(answer, gold)
-            if verdict:
-                return True, []
-            if verdict is None:
-                pending.append((answer, gold))
+    candidates = answer_candidates(response or "")
+    # the final answer against every label; all boxed answers together only against a list label
+    pairs = [(c, g) for c in candidates[:1] for g in golds] + [(c, g) for c in candidates[1:] for g in golds
+                                                               if is_list(g)]
+    pending = []
+    for answer, gold in pairs:
+        verdict = quick_verdict(answer, gold)
+        if verdict:
+            return True, []
+        if verdict is None:
+            pending.append((answer, gold))
     return False, pending
 
 
 def _submit(pair: tuple[str, str], timeout: float, processes: int | None) -> concurrent.futures.Future[bool]:
-    return cache.get_or_submit(pair, lambda: get_pool(processes).submit(MATH_VERIFY, pair, timeout))
+    return cache.get_or_submit(pair, lambda: get_pool(processes).submit(GRADE, pair, timeout))
 
 
 def _options(args: Any) -> tuple[float, int | None]:
@@ -84,7 +133,7 @@ def _options(args: Any) -> tuple[float, int | None]:
 
 def grade(response: str, label: Any, *, timeout: float = 10.0, processes: int | None = None) -> float:
     """1.0 when the final answer of ``response`` equals ``label`` (or one of a list of labels), else 0.0.
-    Blocks the calling thread; raises WorkerError when math-verify times out or fails."""
+    Blocks the calling thread; raises WorkerError when a worker times out or fails."""
     correct, pending = _plan(response, label)
     if correct:
         return 1.0
@@ -95,9 +144,9 @@ def grade(response: str, label: Any, *, timeout: float = 10.0, processes: int | 
 
 
 async def math(args: Any, sample: Any, **kwargs: Any) -> float:
-    """1.0 if the final answer (boxed or not) is mathematically equal to the label, by math-verify."""
+    """1.0 if the final answer (boxed or not) is mathematically equal to the label, else 0.0."""
     timeout, processes = _options(args)
-    get_pool(processes).warm()  # the first answer math-verify must judge need not wait for its imports
+    get_pool(processes).warm()  # the first answer a worker must judge need not wait for its imports
     correct, pending = _plan(sample.response, sample.label)
     if correct:
         return 1.0

@@ -9,7 +9,7 @@ from . import f1, math_grader, remote, slime_rewards
 @hookimpl
 def rlsdk_rewards():
     yield Reward(name="math", func=math_grader.math,
-                 description="Final answer (boxed or not) equal to the label, by math-verify; fast and cached")
+                 description="Final answer (boxed or not) equal to the label: exact, then math-verify; cached")
     yield Reward(name="slime_math", func=slime_rewards.slime_math,
                  description="slime's math: last \\boxed{} vs label by MATH normalization or sympy")
     yield Reward(name="deepscaler", func=slime_rewards.deepscaler,
