@@ -31,18 +31,19 @@ def plugin_manager() -> RlsdkPluginManager:
 
 def kind_module_hooks(kind: str) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """A module's ``__getattr__`` and ``__dir__`` that make every installed ``kind`` plugin an attribute."""
-    adapted: dict[str, Any] = {}
+    adapted: dict[str, tuple[RlsdkPluginManager, Any]] = {}
 
     def __getattr__(name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        if name not in adapted:
+        pm = plugin_manager()
+        if name not in adapted or adapted[name][0] is not pm:
             try:
-                resolved = plugin_manager().resolve(kind, name)
+                resolved = pm.resolve(kind, name)
             except UnknownPluginError as exc:
                 raise AttributeError(f"rlsdk.slime.{kind} has no {name!r}: {exc}") from None
-            adapted[name] = ADAPTERS[kind](resolved)
-        return adapted[name]
+            adapted[name] = (pm, ADAPTERS[kind](resolved))
+        return adapted[name][1]
 
     def __dir__() -> list[str]:
         return sorted(plugin_manager().names(kind))
