@@ -12,12 +12,10 @@ import importlib
 import inspect
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from rlsdk import DynamicFilterOutput, Sample, hookimpl
-from rlsdk import slime_compat
+from rlsdk import DynamicFilterOutput, Sample, hookimpl, slime_compat
 from rlsdk.loading import load_callable
 from rlsdk.records import BufferFilter, DynamicFilter, Reward
 from rlsdk.slime import adapters
