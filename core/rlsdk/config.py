@@ -212,6 +212,10 @@ class RolloutConfig:
         extra = self.__dict__.get("extra", {})
         if name in extra:
             return extra[name]
+        from .slime_args import SLIME_ARG_DEFAULTS  # slime's arguments that slime functions read
+
+        if name in SLIME_ARG_DEFAULTS:
+            return SLIME_ARG_DEFAULTS[name]
         raise AttributeError(f"{type(self).__name__} has no option {name!r}")
 
     def __post_init__(self) -> None:
