@@ -281,3 +281,52 @@ def test_foreign_and_unknown_statuses_are_never_silently_recycled(rlsdk_pm, rlsd
     assert out.status is Sample.Status(expected)
     if expected == "failed":
         assert "unknown status 'weird'" in out.metadata["generate_error"]
+
+
+# ----- args, rewards and accounting as slime's functions expect ------------------------------------
+
+def test_args_answer_slimes_arguments_and_survive_deepcopy_and_pickle(rlsdk_args):
+    import copy
+    import pickle
+
+    from rlsdk.runtime import Runtime, bind_runtime, get_runtime
+
+    assert rlsdk_args.sglang_dp_size == 1 and rlsdk_args.router_policy is None
+    assert rlsdk_args.use_distributed_post is False
+    runtime = Runtime(None, object())  # type: ignore[arg-type]
+    try:
+        bind_runtime(rlsdk_args, runtime)
+        assert get_runtime(copy.deepcopy(rlsdk_args)) is runtime  # examples deepcopy(args)
+        assert pickle.loads(pickle.dumps(rlsdk_args)).__dict__["_rlsdk_runtime"] is None
+    finally:
+        runtime.loop.close()
+
+
+def test_rewards_a_generator_already_set_are_kept(rlsdk_pm, rlsdk_args):
+    """slime's agents score their samples themselves; slime rewards only samples without one."""
+    from rlsdk.rewarding import score_group
+
+    rlsdk_pm.register(Plugins(), "test_plugins")
+    scored, fresh = Sample(response="abc", reward=0.8), Sample(response="abcd")
+    asyncio.run(score_group(rlsdk_args.replace(rm_type="length_sync"), rlsdk_pm, [scored, fresh]))
+    assert (scored.reward, fresh.reward) == (0.8, 4.0)
+
+
+def test_the_ledger_counts_samples_a_generator_adds():
+    from rlsdk.ledger import StepLedger
+
+    ledger, group = StepLedger(), [Sample()]
+    ledger.enter([group])
+    group += [Sample(), Sample()]  # slime's multi-agent generator returns several samples for one
+    ledger.count_produced(group)
+    ledger.keep(group)
+    ledger.check()
+    assert (ledger.entered, ledger.produced) == (3, 2)
+
+
+def test_rollouts_rows_keep_the_step_and_the_samples_own_rollout_id():
+    from rlsdk.job import sample_row
+
+    row = sample_row(3, Sample(rollout_id=7, index=1))
+    assert row["rollout_id"] == 3 and row["sample_rollout_id"] == 7
+    assert Sample.from_dict(row).index == 1  # rlsdk's own rollouts.jsonl reads back

@@ -93,6 +93,16 @@ def close_runtime(runtime: Runtime) -> None:
         runtime.loop.close()
 
 
+def sample_row(rollout_id: int, sample: Sample) -> dict[str, Any]:
+    """A line of rollouts.jsonl: the sample's dict, whose ``rollout_id`` is the step's; the sample's own
+    ``rollout_id`` (slime's id of the rollout it came from, set by agents) goes to ``sample_rollout_id``."""
+    row = sample.to_dict()
+    own = row.pop("rollout_id", None)
+    if own is not None:
+        row["sample_rollout_id"] = own
+    return {"rollout_id": rollout_id, **row}
+
+
 class RunOutput:
     """The output folder: ``rollouts.jsonl`` (kept samples), ``discarded.jsonl`` (dropped or failed,
     with the reason), ``metrics.jsonl``, ``eval.jsonl`` and ``state.json`` for ``--resume``.
@@ -126,9 +136,8 @@ class RunOutput:
                 f.write(json.dumps(row, default=str) + "\n")
 
     def write_step(self, rollout_id: int, output: RolloutFnTrainOutput) -> None:
-        self.append("rollouts.jsonl", [{"rollout_id": rollout_id, **s.to_dict()} for g in output.samples for s in g])
-        self.append("discarded.jsonl", [{"rollout_id": rollout_id, **s.to_dict()}
-                                        for g in output.discarded for s in g])
+        self.append("rollouts.jsonl", [sample_row(rollout_id, s) for g in output.samples for s in g])
+        self.append("discarded.jsonl", [sample_row(rollout_id, s) for g in output.discarded for s in g])
         self.append("metrics.jsonl", [{"rollout_id": rollout_id, **output.metrics}])
 
     def write_eval(self, rollout_id: int, output: RolloutFnEvalOutput) -> None:

@@ -80,6 +80,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
         for task in [t for t in in_flight if t.done()]:  # in submission order: reproducible batches
             group = in_flight.pop(task)
             task.result()  # run_group records failures on the samples; only a `fail` policy raises
+            ledger.count_produced(group)
             settle(args, plugins, group, ledger, kept, fallback, to_buffer)
             runtime.report_progress(len(group))
 
@@ -93,6 +94,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
         for task, group in in_flight.items():
             if task in done and not task.cancelled():
                 task.result()
+                ledger.count_produced(group)
                 settle(args, plugins, group, ledger, kept, fallback, to_buffer)
             else:
                 restarted.append(reset_for_buffer(args, group, rollout_id, partial=False))
