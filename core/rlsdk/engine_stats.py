@@ -14,8 +14,10 @@ _SPEC_META_KEYS = {"spec_accept_token_num": "spec_accept_token_num", "spec_draft
 class _Counters:
     """Integer counters that round-trip through plain dicts (missing keys are 0)."""
 
+    __slots__ = ()
+
     def to_dict(self) -> dict[str, int]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        return {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Any:
@@ -23,7 +25,7 @@ class _Counters:
         return cls(**{f.name: data.get(f.name, 0) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
 
 
-@dataclass
+@dataclass(slots=True)
 class SpecInfo(_Counters):
     """Speculative decoding: accepted and drafted tokens, verification rounds, completion tokens."""
 
@@ -45,7 +47,7 @@ class SpecInfo(_Counters):
             setattr(self, name, getattr(self, name) + meta_info.get(key, 0))
 
 
-@dataclass
+@dataclass(slots=True)
 class PrefixCacheInfo(_Counters):
     """Prefix cache: prompt tokens served from the cache out of all prompt tokens."""
 
