@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from .errors import RlsdkError
 from .manager import RlsdkPluginManager, get_plugin_manager
 from .records import Resolved
 from .runtime import Runtime, bind_runtime, tuned_garbage_collector
@@ -222,6 +223,7 @@ def run_job(
                                                   data_source))
             output.write_step(rollout_id, result)
             output.save_state(rollout_id + 1, data_source.state_dict())
+            check_step(args, rollout_id, result.metrics)
             if on_step is not None:
                 on_step(rollout_id, result.metrics)
             if args.eval_interval and (rollout_id + 1) % args.eval_interval == 0:
@@ -230,6 +232,16 @@ def run_job(
                 if on_eval is not None:
                     on_eval(rollout_id, evaluated.metrics)
     return output
+
+
+def check_step(args: Any, rollout_id: int, metrics: dict[str, Any]) -> None:
+    """A step whose every sample failed stops the run with the causes (``on_failed_step=fail``), after
+    the step's samples and the run's state are written."""
+    failed = metrics.get("ledger/failed", 0)
+    if failed and failed == metrics.get("ledger/entered") and args.on_failed_step == "fail":
+        causes = "; ".join(dict.fromkeys(metrics.get("rollout/failures", [])).keys()) or "unknown"
+        raise RlsdkError(f"step {rollout_id}: all {failed} samples failed ({causes}); the samples are in "
+                         "discarded.jsonl (--on-failed-step continue goes on)")
 
 
 def check_data(args: Any) -> None:
