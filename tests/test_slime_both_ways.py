@@ -330,3 +330,14 @@ def test_rollouts_rows_keep_the_step_and_the_samples_own_rollout_id():
     row = sample_row(3, Sample(rollout_id=7, index=1))
     assert row["rollout_id"] == 3 and row["sample_rollout_id"] == 7
     assert Sample.from_dict(row).index == 1  # rlsdk's own rollouts.jsonl reads back
+
+
+def test_slimes_multi_value_flags_are_accepted_as_slime_writes_them():
+    from rlsdk_cli.app import spread_multi_value_flags
+
+    argv = ["run", "--eval-prompt-data", "aime", "a.jsonl", "gsm", "g.jsonl", "--rollout-stop", "</a>", "</s>",
+            "--num-rollout", "2", "--rollout-stop-token-ids"]
+    assert spread_multi_value_flags(argv) == [
+        "run", "--eval-prompt-data", "aime", "--eval-prompt-data", "a.jsonl", "--eval-prompt-data", "gsm",
+        "--eval-prompt-data", "g.jsonl", "--rollout-stop", "</a>", "--rollout-stop", "</s>", "--num-rollout", "2",
+        "--rollout-stop-token-ids"]  # left without a value: the parser reports it
