@@ -341,3 +341,60 @@ def test_slimes_multi_value_flags_are_accepted_as_slime_writes_them():
         "run", "--eval-prompt-data", "aime", "--eval-prompt-data", "a.jsonl", "--eval-prompt-data", "gsm",
         "--eval-prompt-data", "g.jsonl", "--rollout-stop", "</a>", "--rollout-stop", "</s>", "--num-rollout", "2",
         "--rollout-stop-token-ids"]  # left without a value: the parser reports it
+
+
+# ----- slime's functions under rlsdk with slime installed ----------------------------------------------
+
+SLIME_FUNCTIONS = """
+from slime.rollout.filter_hub.base_types import DynamicFilterOutput
+from slime.utils.types import Sample
+
+
+async def reward(args, sample, **kwargs):
+    if not isinstance(sample, Sample):
+        raise TypeError("Sample must be an instance of Sample class.")
+    sample.metadata["seen_by_slime"] = True
+    return float(sample.response == sample.label)
+
+
+async def generate(args, sample, sampling_params):
+    assert isinstance(sample, Sample)
+    sample.response, sample.status = "4", Sample.Status.COMPLETED
+    return sample
+
+
+def zero_std(args, samples, **kwargs):
+    assert all(isinstance(s, Sample) for s in samples)
+    return DynamicFilterOutput(keep=False, reason="zero_std_1.0")
+
+
+def take_last(args, rollout_id, buffer, num_samples):
+    taken = buffer[-num_samples:]
+    del buffer[-num_samples:]
+    return taken
+"""
+
+
+def test_slime_functions_get_slimes_own_samples_when_slime_is_installed(fake_slime, tmp_path, rlsdk_pm,
+                                                                          rlsdk_args):
+    from rlsdk.rewarding import score_group
+    from rlsdk.rollout import call_dynamic_filter
+
+    path = tmp_path / "slime_functions.py"
+    path.write_text(SLIME_FUNCTIONS)
+    sample = Sample(response="4", label="4", tokens=[1, 2])
+    asyncio.run(score_group(rlsdk_args.replace(custom_rm_path=f"{path}:reward"), rlsdk_pm, [sample]))
+    assert sample.reward == 1.0 and sample.metadata["seen_by_slime"] is True
+
+    generate = rlsdk_pm.resolve("custom_generate", f"{path}:generate")
+    out = asyncio.run(generate.func(rlsdk_args, sample, {}))
+    assert out is sample and sample.status is Sample.Status.COMPLETED and sample.tokens == [1, 2]
+
+    plugins = type("Plugins", (), {"dynamic_filter": rlsdk_pm.resolve("dynamic_filter", f"{path}:zero_std")})
+    verdict = call_dynamic_filter(rlsdk_args, plugins, [sample])
+    assert isinstance(verdict, DynamicFilterOutput) and (verdict.keep, verdict.reason) == (False, "zero_std_1.0")
+
+    buffer = [[Sample(index=1)], [Sample(index=2)]]
+    first = buffer[0][0]
+    taken = rlsdk_pm.resolve("buffer_filter", f"{path}:take_last").func(rlsdk_args, 0, buffer, 1)
+    assert [g[0].index for g in taken] == [2] and buffer[0][0] is first and len(buffer) == 1

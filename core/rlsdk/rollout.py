@@ -176,6 +176,11 @@ def call_dynamic_filter(args: Any, plugins: StepPlugins, group: Group) -> Dynami
     verdict = resolved.func(args, group)
     if isinstance(verdict, bool):
         return DynamicFilterOutput(keep=verdict)
+    if getattr(verdict, "ndim", None) == 0:  # a numpy or torch boolean, as slime's own filter returns
+        return DynamicFilterOutput(keep=bool(verdict))
+    if type(verdict).__name__ == "DynamicFilterOutput" and not isinstance(verdict, DynamicFilterOutput):
+        verdict = DynamicFilterOutput(keep=bool(verdict.keep), reason=verdict.reason,  # slime's own class
+                                      keep_when_insufficient=bool(verdict.keep_when_insufficient))
     if not isinstance(verdict, DynamicFilterOutput):
         raise PluginCallError(
             f"{resolved.describe()} returned {type(verdict).__name__} for group {group[0].group_index}: "
