@@ -1,7 +1,7 @@
 """slime's command-line arguments that slime's rollout code and examples read but rlsdk has no option
 for, with slime's defaults: ``args.<name>`` answers them (a config file or ``extra`` may set them), so a
 slime function that reads, say, ``args.sglang_dp_size`` runs unchanged. rlsdk's one engine behind one
-URL is slime's single data-parallel engine without Ray."""
+URL is slime's single data-parallel engine without Ray (``rollout_num_engines`` 1)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ SLIME_ARG_DEFAULTS: dict[str, Any] = {
     "use_rollout_routing_replay": False,
     "rollout_num_gpus": None,
     "rollout_num_gpus_per_engine": 1,
-    "rollout_num_engines": None,
+    "rollout_num_engines": 1,  # slime derives it from its GPUs; rlsdk's run has one engine
     "num_gpus_per_node": 8,
     "context_parallel_size": 1,
     "ci_test": False,

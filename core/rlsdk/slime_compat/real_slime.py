@@ -59,6 +59,13 @@ class _Converter:
         return [[self.back(s) for s in g] for g in groups]
 
 
+def init_slime_http_client(args: Any) -> None:
+    """slime's ``post`` needs its client, which slime's trainer makes at start-up: make it (once)."""
+    http_utils = importlib.import_module("slime.utils.http_utils")
+    if getattr(http_utils, "_http_client", True) is None:
+        http_utils.init_http_client(args)
+
+
 def for_real_slime(kind: str, func: Callable[..., Any]) -> Callable[..., Any]:
     """``func`` (a slime function loaded by path) taking and giving slime's samples when slime is
     installed; ``func`` itself otherwise, or for kinds whose arguments hold no samples."""
@@ -89,6 +96,7 @@ def _reward(func: Callable[..., Any], cls: type) -> Callable[..., Any]:
 
 def _custom_generate(func: Callable[..., Any], cls: type) -> Callable[..., Any]:
     async def custom_generate(args: Any, sample: Any, sampling_params: Any, **kwargs: Any) -> Any:
+        init_slime_http_client(args)
         c = _Converter(cls)
         result = func(args, c.out(sample), sampling_params, **kwargs)
         result = await result if inspect.isawaitable(result) else result
