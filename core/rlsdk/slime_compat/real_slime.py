@@ -61,7 +61,10 @@ class _Converter:
 
 def init_slime_http_client(args: Any) -> None:
     """slime's ``post`` needs its client, which slime's trainer makes at start-up: make it (once)."""
-    http_utils = importlib.import_module("slime.utils.http_utils")
+    try:
+        http_utils = importlib.import_module("slime.utils.http_utils")
+    except ImportError:  # a slime without it has no client to make
+        return
     if getattr(http_utils, "_http_client", True) is None:
         http_utils.init_http_client(args)
 
