@@ -223,8 +223,19 @@ def test_slime_modules_stand_in_as_rlsdks(no_slime):
     from slime.rollout.rm_hub.math_dapo_utils import compute_score
     from slime.utils.types import Sample as SlimeSample
 
+    from slime.rollout.base_types import RolloutFnTrainOutput, call_rollout_fn
+    from slime.rollout.filter_hub.base_types import call_dynamic_filter, should_drop_dynamic_filter_output
+
     assert SlimeSample is Sample and StandIn is DynamicFilterOutput
     assert compute_score("Answer: 42", "42")["acc"] is True
+    assert call_dynamic_filter(None, None, []) == StandIn(keep=True)
+    assert call_dynamic_filter(lambda *a: False, None, []) == StandIn(keep=False)
+    lenient = StandIn(keep=False, keep_when_insufficient=True)
+    assert not should_drop_dynamic_filter_output(lenient, remaining_batch_size=2, target_data_size=2)
+    assert should_drop_dynamic_filter_output(lenient, remaining_batch_size=3, target_data_size=2)
+    legacy = call_rollout_fn(lambda args, rollout_id, data_source, evaluation: [[Sample()]], None, 0, None,
+                             evaluation=False)
+    assert isinstance(legacy, RolloutFnTrainOutput) and len(legacy.samples) == 1
     assert sys.modules["rlsdk.types"].__spec__.name == "rlsdk.types"
     with pytest.raises(ModuleNotFoundError, match="stands in only for"):
         importlib.import_module("slime.backends.megatron_utils")

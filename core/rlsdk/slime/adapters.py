@@ -53,17 +53,8 @@ def kind_module_hooks(kind: str) -> tuple[Callable[[str], Any], Callable[[], lis
 
 # ----- args and samples ---------------------------------------------------------------------------
 
-def _defaults() -> dict[str, Callable[[], Any]]:
-    made: dict[str, Callable[[], Any]] = {}
-    for f in dataclasses.fields(RolloutConfig):
-        if f.default is not dataclasses.MISSING:
-            made[f.name] = functools.partial(lambda value: value, f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            made[f.name] = f.default_factory
-    return made
-
-
-_DEFAULTS = _defaults()
+_OPTIONS = {f.name: f for f in dataclasses.fields(RolloutConfig)
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
 
 
 class SlimeArgs:
@@ -77,8 +68,9 @@ class SlimeArgs:
         try:
             return getattr(object.__getattribute__(self, "slime_args"), name)
         except AttributeError:
-            if name in _DEFAULTS:
-                return _DEFAULTS[name]()
+            option = _OPTIONS.get(name)
+            if option is not None:  # rlsdk's default for an option slime does not have
+                return option.default_factory() if option.default is dataclasses.MISSING else option.default
             raise AttributeError(f"neither slime's args nor rlsdk's options have {name!r}") from None
 
     def __setattr__(self, name: str, value: Any) -> None:

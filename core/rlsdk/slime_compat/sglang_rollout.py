@@ -16,15 +16,16 @@ __all__ = ["GenerateState", "generate", "generate_rollout", "get_model_url"]
 
 
 class GenerateState:
-    """The process's generation state, one per process as in slime (later ``args`` are ignored)."""
-
-    _instance: GenerateState | None = None
+    """The generation state, one per run (slime has one per process; a process may hold several rlsdk
+    runs), kept in the run's scratch space; later ``args`` of the same run are ignored, as in slime."""
 
     def __new__(cls, args: Any) -> Self:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-            cls._instance._start(args)
-        return cls._instance
+        scratch = get_runtime(args).state
+        if "slime.GenerateState" not in scratch:
+            state = super().__new__(cls)
+            state._start(args)
+            scratch["slime.GenerateState"] = state
+        return scratch["slime.GenerateState"]
 
     def _start(self, args: Any) -> None:
         self.args = args
@@ -57,11 +58,6 @@ class GenerateState:
             yield rank
         finally:
             self.dp_counts[rank] -= 1
-
-    @classmethod
-    def forget(cls) -> None:
-        """Drop the state (a new run builds its own)."""
-        cls._instance = None
 
 
 def get_model_url(args: Any, model_name: str, endpoint: str = "/generate") -> str:

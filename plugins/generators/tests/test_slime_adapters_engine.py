@@ -17,6 +17,16 @@ from rlsdk.slime.adapters import view
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def served():
+    """One served engine (the adapters do not depend on the decode mode the shared fixture varies)."""
+    from rlsdk.testing import ServedEngine
+    from rlsdk_generators.embedded import EmbeddedEngine
+
+    with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=8)) as engine:
+        yield engine
+
+
 def load_function(path: str):
     module, _, name = path.rpartition(".")
     return getattr(importlib.import_module(module), name)
