@@ -219,12 +219,11 @@ def test_slime_samples_convert_to_rlsdk_and_back(fake_slime):
 # ----- slime's modules without slime -----------------------------------------------------------------
 
 def test_slime_modules_stand_in_as_rlsdks(no_slime):
+    from slime.rollout.base_types import RolloutFnTrainOutput, call_rollout_fn
     from slime.rollout.filter_hub.base_types import DynamicFilterOutput as StandIn
+    from slime.rollout.filter_hub.base_types import call_dynamic_filter, should_drop_dynamic_filter_output
     from slime.rollout.rm_hub.math_dapo_utils import compute_score
     from slime.utils.types import Sample as SlimeSample
-
-    from slime.rollout.base_types import RolloutFnTrainOutput, call_rollout_fn
-    from slime.rollout.filter_hub.base_types import call_dynamic_filter, should_drop_dynamic_filter_output
 
     assert SlimeSample is Sample and StandIn is DynamicFilterOutput
     assert compute_score("Answer: 42", "42")["acc"] is True
