@@ -271,3 +271,18 @@ def test_ledger_balances_over_many_steps_with_partial_rollouts(make_run):
         assert m["ledger/entered"] == m["ledger/kept"] + m["ledger/dropped"] + m["ledger/returned"] + m["ledger/failed"]
         seen += prompts_of(out.samples)
     assert all(int(p.split()[0]) % 2 == 0 for p in seen)
+
+
+def test_a_step_whose_every_sample_failed_stops_the_run_with_the_causes(make_run):
+    """Never a quiet step of nothing: all samples failed -> an error naming the causes (configurable)."""
+    from rlsdk.errors import RlsdkError
+    from rlsdk.job import check_step
+
+    args, source, runtime, _ = make_run(n_prompts=4, custom_generate_function_path="wrong_type",
+                                        rollout_max_groups_per_step=2)
+    out = step(args, source, runtime)
+    assert out.metrics["ledger/failed"] == out.metrics["ledger/entered"] == 4
+    with pytest.raises(RlsdkError, match="step 0: all 4 samples failed .*returned dict"):
+        check_step(args, 0, out.metrics)
+    check_step(args.replace(on_failed_step="continue"), 0, out.metrics)
+    check_step(args, 0, {**out.metrics, "ledger/entered": 5})  # one sample got through: no error

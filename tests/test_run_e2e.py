@@ -121,6 +121,24 @@ def test_slime_style_functions_run_unchanged_by_path(tmp_path):
     check_ledger(read_jsonl(out / "metrics.jsonl"))
 
 
+def test_a_slime_example_folder_runs_unchanged_without_slime(tmp_path):
+    """A generator written as slime's examples are (slime imports, sibling imports, GenerateState, post,
+    slime's append_response_tokens with meta_info, deepcopy(args)), by file path, slime absent."""
+    example = Path(__file__).parent / "slime_style" / "tool_example" / "generate_with_tool.py"
+    out = tmp_path / "run"
+    result = rlsdk("run", *TINY, "--num-rollout", "1", "--output", str(out),
+                   "--custom-generate-function-path", f"{example}:generate",
+                   "--custom-rm-path", f"{example}:reward_func")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_jsonl(out / "rollouts.jsonl")
+    assert len(rows) == 4
+    for row in rows:
+        assert row["metadata"]["turns"] == 2 and row["status"] in ("completed", "truncated")
+        assert "<tool>ok</tool>" in row["response"] and 0 in row["loss_mask"]
+        assert len(row["loss_mask"]) == len(row["rollout_log_probs"]) == row["response_length"]
+        assert row["reward"] in (0.0, 1.0)
+
+
 def test_invalid_names_fail_before_the_model_loads(tmp_path):
     result = rlsdk("run", "--rm", "deepscalr", "--output", str(tmp_path), timeout=60)
     assert result.returncode != 0

@@ -36,8 +36,38 @@ def _root(
     """rlsdk: installable plugins for LLM reinforcement-learning rollouts."""
 
 
+SLIME_MULTI_VALUE_FLAGS = ("--eval-prompt-data", "--rollout-stop", "--rollout-stop-token-ids")
+"""slime's options that take several values after one flag (``--eval-prompt-data aime a.jsonl gsm g.jsonl``);
+the CLI takes them repeated, so slime's form is spread out before parsing."""
+
+
+def spread_multi_value_flags(argv: list[str]) -> list[str]:
+    """``--flag a b c`` -> ``--flag a --flag b --flag c`` for :data:`SLIME_MULTI_VALUE_FLAGS`; the values run
+    until the next token that starts with ``--`` (a flag left without a value stays, for the parser's error)."""
+    out: list[str] = []
+    flag, pending = None, False
+    for token in argv:
+        if token.startswith("--"):
+            if pending:
+                out.append(flag)
+            flag = token if token in SLIME_MULTI_VALUE_FLAGS else None
+            pending = flag is not None
+            if flag is None:
+                out.append(token)
+        elif flag is not None:
+            out += [flag, token]
+            pending = False
+        else:
+            out.append(token)
+    if pending:
+        out.append(flag)
+    return out
+
+
 def main() -> None:
-    app()
+    import sys
+
+    app(args=spread_multi_value_flags(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -51,6 +51,9 @@ class RolloutConfig(TrainingOptions):
     """What an invalid reward (timeout, crash, wrong type) does: ``fail``, ``drop_group`` or ``score``."""
     invalid_reward_value: float = 0.0
     """The reward given to invalid samples when ``on_invalid_reward`` is ``score``."""
+    on_failed_step: str = "fail"
+    """A training step whose every sample failed: ``fail`` stops the run with the causes (a non-zero exit),
+    ``continue`` goes on to the next step."""
     reward_timeout: float = 60.0
     """Wall-clock seconds one sample's reward (or one group reward) may take before it is marked invalid."""
     grader_timeout: float = 10.0
@@ -220,6 +223,10 @@ class RolloutConfig(TrainingOptions):
         extra = self.__dict__.get("extra", {})
         if name in extra:
             return extra[name]
+        from .slime_args import SLIME_ARG_DEFAULTS  # slime's arguments that slime functions read
+
+        if name in SLIME_ARG_DEFAULTS:
+            return SLIME_ARG_DEFAULTS[name]
         raise AttributeError(f"{type(self).__name__} has no option {name!r}")
 
     def __post_init__(self) -> None:
@@ -233,6 +240,8 @@ class RolloutConfig(TrainingOptions):
             raise ValueError(f"on_bad_row must be error or skip, got {self.on_bad_row!r}")
         if self.tool_call_format not in ("auto", "tag", "json"):
             raise ValueError(f"tool_call_format must be auto, tag or json, got {self.tool_call_format!r}")
+        if self.on_failed_step not in ("fail", "continue"):
+            raise ValueError(f"on_failed_step must be fail or continue, got {self.on_failed_step!r}")
         if self.on_invalid_reward not in ("fail", "drop_group", "score"):
             raise ValueError(
                 f"on_invalid_reward must be fail, drop_group or score, got {self.on_invalid_reward!r}"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from .errors import RlsdkError
 from .manager import RlsdkPluginManager, get_plugin_manager
 from .records import Resolved
 from .report import RunReport
@@ -70,6 +71,8 @@ def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime
             url = server.url
         parsed = urlparse(url)
         args.sglang_router_ip, args.sglang_router_port = parsed.hostname, parsed.port
+        if not args.hf_checkpoint and getattr(runtime.engine, "model_path", None):
+            args.hf_checkpoint = str(runtime.engine.model_path)  # slime's functions load tokenizers from it
         runtime.tokenizer = getattr(runtime.engine, "tokenizer", None) or load_tokenizer(args)
     except BaseException:
         close_runtime(runtime)
@@ -94,6 +97,16 @@ def close_runtime(runtime: Runtime) -> None:
         runtime.run(runtime.engine.close())
     finally:
         runtime.loop.close()
+
+
+def sample_row(rollout_id: int, sample: Sample) -> dict[str, Any]:
+    """A line of rollouts.jsonl: the sample's dict, whose ``rollout_id`` is the step's; the sample's own
+    ``rollout_id`` (slime's id of the rollout it came from, set by agents) goes to ``sample_rollout_id``."""
+    row = sample.to_dict()
+    own = row.pop("rollout_id", None)
+    if own is not None:
+        row["sample_rollout_id"] = own
+    return {"rollout_id": rollout_id, **row}
 
 
 class RunOutput:
@@ -129,9 +142,8 @@ class RunOutput:
                 f.write(json.dumps(row, default=str) + "\n")
 
     def write_step(self, rollout_id: int, output: RolloutFnTrainOutput) -> None:
-        self.append("rollouts.jsonl", [{"rollout_id": rollout_id, **s.to_dict()} for g in output.samples for s in g])
-        self.append("discarded.jsonl", [{"rollout_id": rollout_id, **s.to_dict()}
-                                        for g in output.discarded for s in g])
+        self.append("rollouts.jsonl", [sample_row(rollout_id, s) for g in output.samples for s in g])
+        self.append("discarded.jsonl", [sample_row(rollout_id, s) for g in output.discarded for s in g])
         self.append("metrics.jsonl", [{"rollout_id": rollout_id, **output.metrics}])
 
     def write_eval(self, rollout_id: int, output: RolloutFnEvalOutput) -> None:
@@ -268,11 +280,14 @@ def run_job(
             # generate_rollout: one whole step
             result = as_train_output(call_rollout(runtime, plugins["generate_rollout"], args, rollout_id,
                                                   data_source))
-            check_step(rollout_id, result)
-            if training is not None:
+            if training is not None and result.samples:
                 # trainer: learn from the kept groups, sync the engine, check it serves the new weights
                 result.metrics.update(training.train(rollout_id, result))
             output.write_step(rollout_id, result)
+            state = output.run_state(rollout_id + 1, data_source.state_dict(), args)
+            if training is None:
+                output.save_state(state)
+            check_step(args, rollout_id, result.metrics)
             if on_step is not None:
                 on_step(rollout_id, result.metrics)
             if args.eval_interval and (rollout_id + 1) % args.eval_interval == 0:
@@ -281,10 +296,7 @@ def run_job(
                 result.metrics.update(evaluated.metrics)
                 if on_eval is not None:
                     on_eval(rollout_id, evaluated.metrics)
-            state = output.run_state(rollout_id + 1, data_source.state_dict(), args)
-            if training is None:
-                output.save_state(state)
-            elif training.checkpoint_due(rollout_id):
+            if training is not None and training.checkpoint_due(rollout_id):
                 # A training run resumes from its last checkpoint: state.json moves only with one.
                 state["checkpoint"] = str(training.save(rollout_id, state))
                 output.save_state(state)
@@ -296,26 +308,20 @@ def run_job(
 
 
 def open_training(args: Any, runtime: Runtime, plugins: dict[str, Resolved], folder: Path) -> Any:
-    """The trainer, built from the engine's model unless ``--hf-checkpoint``/``--model`` names one."""
+    """The trainer, built from ``--hf-checkpoint`` (the embedded engine's model folder by default)."""
     from .training.session import TrainingSession
 
-    if not (args.hf_checkpoint or args.model):
-        args.hf_checkpoint = runtime.run(runtime.engine.model_info())["model_path"]
     return TrainingSession(args, runtime, plugins["trainer"], folder)
 
 
-def check_step(rollout_id: int, result: RolloutFnTrainOutput) -> None:
-    """A step that kept nothing because its samples failed is a failed run, not an empty step."""
-    metrics = result.metrics
+def check_step(args: Any, rollout_id: int, metrics: dict[str, Any]) -> None:
+    """A step whose every sample failed stops the run with the causes (``on_failed_step=fail``), after
+    the step's samples and the run's state are written."""
     failed = metrics.get("ledger/failed", 0)
-    if result.samples or not failed:
-        return
-    from .errors import RlsdkError
-
-    first = next((s.metadata.get("generate_error") for g in result.discarded for s in g
-                  if s.metadata.get("generate_error")), None)
-    raise RlsdkError(f"step {rollout_id} kept no samples: {failed} of {metrics.get('ledger/entered', failed)} "
-                     f"failed" + (f"; the first error: {first}" if first else ""))
+    if failed and failed == metrics.get("ledger/entered") and args.on_failed_step == "fail":
+        causes = "; ".join(dict.fromkeys(metrics.get("rollout/failures", [])).keys()) or "unknown"
+        raise RlsdkError(f"step {rollout_id}: all {failed} samples failed ({causes}); the samples are in "
+                         "discarded.jsonl (--on-failed-step continue goes on)")
 
 
 def check_data(args: Any) -> None:

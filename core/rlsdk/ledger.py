@@ -25,9 +25,21 @@ class StepLedger:
     """One line per failed group: the first error, naming plugin, package and sample."""
     discarded: list[Group] = field(default_factory=list)
     """The dropped and failed groups, kept so the run can write them out."""
+    produced: int = 0
+    """Samples custom generators added beyond those they were given (slime's agents return several)."""
+    _sizes: dict[int, int] = field(default_factory=dict, repr=False)
 
     def enter(self, groups: list[Group]) -> None:
         self.entered += sum(map(len, groups))
+        for group in groups:
+            self._sizes[id(group)] = len(group)
+
+    def count_produced(self, group: Group) -> None:
+        """Count the samples a generator added to ``group`` since it entered as entered too."""
+        extra = len(group) - self._sizes.pop(id(group), len(group))
+        if extra > 0:
+            self.entered += extra
+            self.produced += extra
 
     def keep(self, group: Group) -> None:
         self.kept += len(group)
@@ -61,6 +73,7 @@ class StepLedger:
     def metrics(self) -> dict[str, Any]:
         metrics: dict[str, Any] = {
             "ledger/entered": self.entered,
+            "ledger/produced": self.produced,
             "ledger/kept": self.kept,
             "ledger/returned": self.returned,
             "ledger/failed": self.failed,

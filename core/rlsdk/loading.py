@@ -26,6 +26,9 @@ def load_callable(spec: str) -> Callable[..., Any]:
         module_part, _, attr = spec.rpartition(".")
     if not module_part or not attr:
         raise PluginError(f"cannot load {spec!r}: expected 'pkg.mod:fn', 'pkg.mod.fn' or 'file.py:fn'")
+    from . import slime_compat
+
+    slime_compat.install()  # slime's functions import slime's modules: rlsdk's stand in when slime is absent
     if module_part.endswith(".py"):
         module = _load_file(Path(module_part), spec)
     else:
@@ -54,6 +57,8 @@ def _load_file(path: Path, spec: str) -> Any:
     module_spec = importlib.util.spec_from_file_location(module_name, path)
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
+    if str(path.parent) not in sys.path:  # sibling imports, as slime's examples do (`from prompts import`)
+        sys.path.insert(0, str(path.parent))
     sys.modules[module_name] = module
     try:
         module_spec.loader.exec_module(module)

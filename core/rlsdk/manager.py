@@ -155,7 +155,9 @@ class RlsdkPluginManager(pluggy.PluginManager):
             raise PluginError(f"empty {kind} name")
         spec = spec.strip()
         if is_path(spec):
-            func = load_callable(spec)
+            from .slime_compat.real_slime import for_real_slime
+
+            func = for_real_slime(kind, load_callable(spec))  # slime's own samples, when slime is installed
             record = RECORD_TYPES[kind](name=spec.replace(".", "_").replace(":", "_").replace("/", "_"),
                                         func=func, **record_options)
             info = PluginInfo(plugin=spec, module=getattr(func, "__module__", None))

@@ -106,13 +106,25 @@ async def generate_sample(
         produced = [result]
     else:
         produced = result if isinstance(result, list) else [result]
+        produced = [Sample.from_dict(s.to_dict()) if _is_foreign_sample(s) else s for s in produced]
         if not produced or not all(isinstance(s, Sample) for s in produced):
             return [_failed(sample, f"{_where(resolved, sample)} returned {type(result).__name__}, "
                                     "expected Sample or list[Sample]")]
     seconds = time.perf_counter() - started
     for out in produced:
+        if type(out.status) is not Sample.Status:  # slime's Status enum, a plain string, or nonsense
+            try:
+                out.status = Sample.Status(out.status)
+            except ValueError:
+                return [_failed(sample, f"{_where(resolved, sample)} set the unknown status {out.status!r} "
+                                        f"(expected one of {[s.value for s in Sample.Status]})")]
         out.metadata["generate_seconds"] = seconds
     return produced
+
+
+def _is_foreign_sample(value: Any) -> bool:
+    """A Sample of slime's own class (slime installed): converted through its dict, as slime writes it."""
+    return not isinstance(value, Sample) and type(value).__name__ == "Sample" and hasattr(value, "to_dict")
 
 
 def _where(resolved: Resolved, sample: Sample) -> str:

@@ -92,7 +92,8 @@ def reward_spec(args: Any, sample: Sample) -> tuple[str, bool]:
 # ----- scoring --------------------------------------------------------------------------------------
 
 async def score_group(args: Any, pm: Any, samples: list[Sample], *, evaluation: bool = False) -> None:
-    """Set ``reward`` on every sample, marking invalid ones; never raises for one bad sample.
+    """Set ``reward`` on every sample that has none (a group reward scores every sample), marking
+    invalid ones; never raises for one bad sample.
 
     Raises PluginError only for configuration errors: an unknown reward (before any reward runs), or a
     dict reward without the configured ``reward_key``/``eval_reward_key``.
@@ -100,6 +101,8 @@ async def score_group(args: Any, pm: Any, samples: list[Sample], *, evaluation: 
     plan: dict[tuple[str, bool], tuple[Resolved, list[Sample]]] = {}  # samples by reward
     for sample in samples:
         spec = reward_spec(args, sample)
+        if sample.reward is not None and not spec[1]:
+            continue  # a custom generator already scored it (slime's agents do): kept, as slime keeps it
         if spec not in plan:
             plan[spec] = (resolve_reward(pm, spec[0], group=spec[1]), [])
         plan[spec][1].append(sample)

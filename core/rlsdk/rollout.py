@@ -80,6 +80,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
         for task in [t for t in in_flight if t.done()]:  # in submission order: reproducible batches
             group = in_flight.pop(task)
             task.result()  # run_group records failures on the samples; only a `fail` policy raises
+            ledger.count_produced(group)
             settle(args, plugins, group, ledger, kept, fallback, to_buffer)
             runtime.report_progress(len(group))
 
@@ -93,6 +94,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
         for task, group in in_flight.items():
             if task in done and not task.cancelled():
                 task.result()
+                ledger.count_produced(group)
                 settle(args, plugins, group, ledger, kept, fallback, to_buffer)
             else:
                 restarted.append(reset_for_buffer(args, group, rollout_id, partial=False))
@@ -174,6 +176,11 @@ def call_dynamic_filter(args: Any, plugins: StepPlugins, group: Group) -> Dynami
     verdict = resolved.func(args, group)
     if isinstance(verdict, bool):
         return DynamicFilterOutput(keep=verdict)
+    if getattr(verdict, "ndim", None) == 0:  # a numpy or torch boolean, as slime's own filter returns
+        return DynamicFilterOutput(keep=bool(verdict))
+    if type(verdict).__name__ == "DynamicFilterOutput" and not isinstance(verdict, DynamicFilterOutput):
+        verdict = DynamicFilterOutput(keep=bool(verdict.keep), reason=verdict.reason,  # slime's own class
+                                      keep_when_insufficient=bool(verdict.keep_when_insufficient))
     if not isinstance(verdict, DynamicFilterOutput):
         raise PluginCallError(
             f"{resolved.describe()} returned {type(verdict).__name__} for group {group[0].group_index}: "

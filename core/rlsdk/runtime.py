@@ -86,12 +86,25 @@ class Runtime:
     progress: Callable[[int], None] | None = None
     """Called with a sample count as groups finish, for progress bars."""
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Runtime:
+        """A copy of ``args`` (slime's examples ``deepcopy(args)``) belongs to the same run."""
+        return self
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        """Pickled ``args`` (sent to another process) carry no runtime: there, :func:`get_runtime` builds
+        one from the engine's URL."""
+        return _no_runtime, ()
+
     def report_progress(self, samples: int) -> None:
         if self.progress is not None:
             self.progress(samples)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run(coro)
+
+
+def _no_runtime() -> None:
+    return None
 
 
 def bind_runtime(args: Any, runtime: Runtime) -> Runtime:

@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .engine_stats import PrefixCacheInfo, SpecInfo
+
 Reward = float | dict[str, Any] | None
 Messages = list[dict[str, Any]]
 
@@ -27,6 +29,12 @@ class Sample:
         ABORTED = "aborted"
         FAILED = "failed"
 
+        @classmethod
+        def _missing_(cls, value: object) -> Sample.Status | None:
+            """``Sample.Status(slime_status)``: another enum's member with one of these values."""
+            inner = getattr(value, "value", None)
+            return cls(inner) if isinstance(inner, str) and inner in cls._value2member_map_ else None
+
     group_index: int | None = None
     index: int | None = None
     prompt: str | Messages = ""
@@ -45,8 +53,22 @@ class Sample:
     generate_function_path: str | None = None
     custom_rm_path: str | None = None
     remove_sample: bool = False
-    prefix_cache_info: dict[str, Any] = field(default_factory=dict)
-    spec_info: dict[str, Any] = field(default_factory=dict)
+    prefix_cache_info: PrefixCacheInfo = field(default_factory=PrefixCacheInfo)
+    spec_info: SpecInfo = field(default_factory=SpecInfo)
+    # slime's other fields, so slime's functions and data read and write them unchanged
+    rollout_id: int | None = None
+    multimodal_train_inputs: dict[str, Any] | None = None
+    multimodal_train_input_id: str | None = None
+    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    rollout_top_p_token_ids: Any = None
+    rollout_top_p_token_offsets: Any = None
+    rollout_routed_experts: Any = None
+    teacher_log_probs: list[float] | None = None
+    train_metadata: dict[str, Any] | None = None
+    non_generation_time: float = 0.0
+
+    SpecInfo = SpecInfo
+    PrefixCacheInfo = PrefixCacheInfo
 
     def get_reward_value(self, args: Any) -> float | None:
         """The scalar reward: ``reward[args.reward_key]`` for dict rewards, else the reward itself."""
@@ -56,17 +78,37 @@ class Sample:
     def prompt_length(self) -> int:
         return len(self.tokens) - self.response_length
 
+    @property
+    def effective_response_length(self) -> int:
+        """Response tokens that train: the loss mask's sum (all of them without a mask)."""
+        return sum(self.loss_mask) if self.loss_mask is not None else self.response_length
+
     def append_response_tokens(
-        self, tokens: Iterable[int], log_probs: Iterable[float] | None = None, trainable: bool = True
+        self, tokens: Iterable[int] | Any = None, /, log_probs: Iterable[float] | None = None,
+        trainable: bool = True, **slime_form: Any,
     ) -> None:
         """Append response tokens keeping ``tokens``, ``loss_mask`` and ``rollout_log_probs`` aligned.
 
         Model tokens (``trainable=True``) need their engine log-probs and get loss mask 1; tool or
         environment tokens get loss mask 0 and log-prob placeholders of 0.0.
+
+        slime's form is accepted too: ``append_response_tokens(args, tokens=..., log_probs=...,
+        trainable=..., meta_info=..., text=..., update_terminal_info=True)``; ``text`` is appended to
+        ``response`` and ``meta_info`` (SGLang's) updates the engine statistics, weight versions and status.
         """
-        tokens = list(tokens)
+        if "tokens" in slime_form:
+            args, tokens = tokens, slime_form.pop("tokens")
+            log_probs = slime_form.pop("log_probs", log_probs)
+            trainable = slime_form.pop("trainable", trainable)
+        else:
+            args = slime_form.pop("args", None)
+        text, meta_info = slime_form.pop("text", None), slime_form.pop("meta_info", None)
+        update_terminal_info = slime_form.pop("update_terminal_info", True)
+        if slime_form:
+            raise TypeError(f"append_response_tokens got unexpected arguments {sorted(slime_form)}")
+        tokens = list(tokens or ())
         if log_probs is None:
-            if trainable:
+            if trainable and tokens:
                 raise ValueError("trainable tokens need their log-probs from the engine")
             log_probs = [0.0] * len(tokens)
         log_probs = list(map(float, log_probs))
@@ -82,6 +124,26 @@ class Sample:
         self.loss_mask += [1 if trainable else 0] * len(tokens)
         self.rollout_log_probs += log_probs
         self.response_length = n + len(tokens)
+        if text is not None:
+            self.response += text
+        if meta_info is not None and update_terminal_info:
+            self.apply_finish_info(meta_info, args)
+
+    def apply_finish_info(self, meta_info: dict[str, Any], args: Any = None) -> None:
+        """What SGLang's final ``meta_info`` says about the sample, as slime records it: prefix cache hits
+        (speculative decoding too with ``args.sglang_speculative_algorithm``), the weight version, and the
+        status from ``finish_reason`` (length: truncated, abort: aborted, stop: completed)."""
+        if "finish_reason" not in meta_info:
+            return
+        if getattr(args, "sglang_speculative_algorithm", None):
+            self.spec_info.add(meta_info)
+        self.prefix_cache_info.add(meta_info)
+        if "weight_version" in meta_info:
+            self.weight_versions.append(meta_info["weight_version"])
+        finish = (meta_info["finish_reason"] or {}).get("type")
+        status = {"length": "truncated", "abort": "aborted", "stop": "completed"}.get(finish)
+        if status is not None:
+            self.status = Sample.Status(status)
 
     def _check_alignment(self) -> None:
         n = self.response_length
@@ -98,21 +160,28 @@ class Sample:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict with slime's field names."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """A JSON-ready dict with slime's field names (and any attribute set beyond them, as slime's)."""
+        data = dict(vars(self))
         data["status"] = self.status.value
+        data["spec_info"] = self.spec_info.to_dict()
+        data["prefix_cache_info"] = self.prefix_cache_info.to_dict()
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Sample:
+        """The sample of :meth:`to_dict` or of slime's; keys that are no field become attributes."""
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown Sample fields: {sorted(unknown)}")
-        values = dict(data)
+        values = {k: v for k, v in data.items() if k in known}
         if "status" in values:
             values["status"] = cls.Status(values["status"])
-        return cls(**values)
+        for name, kind in (("spec_info", SpecInfo), ("prefix_cache_info", PrefixCacheInfo)):
+            if name in values and not isinstance(values[name], kind):
+                values[name] = kind.from_dict(values[name])
+        sample = cls(**values)
+        for key, value in data.items():
+            if key not in known:
+                setattr(sample, key, value)
+        return sample
 
 
 def reward_value(reward: Reward, reward_key: str | None) -> float | None:

@@ -191,7 +191,7 @@ def test_slime_graders(hub_pm, args, rm, response, label, expected):
 
 @pytest.mark.parametrize("response,label,acc", [
     ("work...\nAnswer: 1,000", "1000", True),
-    ("work...\nAnswer: $\\frac{1}{2}$", "\\frac12", True),
+    ("work...\nAnswer: $42$<|im_end|>", "42.0", True),
     ("work...\nAnswer: 12 dollars", "12", True),
     ("work...\nAnswer: 13", "12", False),
     ("Answer: 12" + " filler" * 100, "12", False),
@@ -202,7 +202,7 @@ def test_dapo(hub_pm, args, response, label, acc):
 
 
 @pytest.mark.parametrize("response,metadata,label,expected", [
-    ("The answer is (B).", {"correct_letter": "B"}, None, 1.0),
+    ("The answer is B.", {"correct_letter": "B"}, None, 1.0),
     ("I pick C", {}, "C", 1.0),
     ("The answer is B", {"choices": ["red", "blue", "green", "pink"]}, "blue", 1.0),
     ("Maybe A, maybe D. The answer is A", {"correct_letter": "D"}, None, 0.0),

@@ -31,7 +31,7 @@ def pop_last(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples: i
     return taken
 
 
-def drop_stale(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples: int) -> list[list[Any]]:
+def drop_stale(args: Any, rollout_id: int | None, buffer: list[list[Any]], num_samples: int) -> list[list[Any]]:
     """Drop groups whose generation started more than ``args.buffer_max_staleness`` steps before
     ``rollout_id``, then serve the rest oldest first (ties in buffer order).
 
@@ -42,7 +42,8 @@ def drop_stale(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples:
     Example: with ``buffer_max_staleness: 2`` at rollout 5, groups started at steps ``[2, 4, 3]`` lose
     the first (5 - 2 > 2); asked for 1, the filter serves the group from step 3 and keeps the one from 4.
     """
-    limit = getattr(args, "buffer_max_staleness", None)
+    # slime calls buffer filters with rollout_id=None: then no group can be judged stale
+    limit = getattr(args, "buffer_max_staleness", None) if rollout_id is not None else None
     starts = {id(g): _start(g, rollout_id) for g in buffer}
     fresh = [g for g in buffer if limit is None or rollout_id - starts[id(g)] <= limit]
     if len(fresh) < len(buffer):
@@ -52,13 +53,13 @@ def drop_stale(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples:
             limit,
             rollout_id,
         )
-    taken = sorted(fresh, key=lambda g: starts[id(g)])[: max(num_samples, 0)]
+    taken = sorted(fresh, key=lambda g: (starts[id(g)] is None, starts[id(g)] or 0))[: max(num_samples, 0)]
     served = {id(g) for g in taken}
     buffer[:] = [g for g in fresh if id(g) not in served]
     return taken
 
 
-def _start(group: list[Any], default: int) -> int:
+def _start(group: list[Any], default: int | None) -> int | None:
     starts = [s.metadata.get(START_ROLLOUT_ID) for s in group if s.metadata]
     starts = [s for s in starts if isinstance(s, int)]
     return min(starts) if starts else default

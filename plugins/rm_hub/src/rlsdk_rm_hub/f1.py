@@ -1,4 +1,4 @@
-"""SQuAD-style token F1 between a response and its label."""
+"""SQuAD-style token F1 between a response and its label, with slime's verdicts."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import re
 import string
 from typing import Any
 
-from .labels import labels
+from .labels import slime_labels
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = set(string.punctuation)
+_EXACT_ONLY = ("yes", "no", "noanswer")
+ZERO = (0, 0, 0)
 
 
 def normalize_answer(text: str) -> str:
@@ -19,21 +21,22 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
-def f1_score(prediction: str, truth: str) -> float:
-    """Token-overlap F1 of the normalized strings; two empty strings score 1."""
-    pred_tokens = normalize_answer(prediction).split()
-    truth_tokens = normalize_answer(truth).split()
-    if not pred_tokens or not truth_tokens:
-        return float(pred_tokens == truth_tokens)
-    common = collections.Counter(pred_tokens) & collections.Counter(truth_tokens)
-    overlap = sum(common.values())
+def f1_score(prediction: str | None, truth: str) -> tuple[float, float, float]:
+    """(F1, precision, recall) of the normalized tokens; ``(0, 0, 0)`` for no prediction, no overlap, or a
+    yes/no/noanswer on either side that is not matched exactly (slime's rule)."""
+    if prediction is None:
+        return ZERO
+    pred, gold = normalize_answer(prediction), normalize_answer(truth)
+    if (pred in _EXACT_ONLY or gold in _EXACT_ONLY) and pred != gold:
+        return ZERO
+    pred_tokens, gold_tokens = pred.split(), gold.split()
+    overlap = sum((collections.Counter(pred_tokens) & collections.Counter(gold_tokens)).values())
     if overlap == 0:
-        return 0.0
-    precision = overlap / len(pred_tokens)
-    recall = overlap / len(truth_tokens)
-    return 2 * precision * recall / (precision + recall)
+        return ZERO
+    precision, recall = overlap / len(pred_tokens), overlap / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall), precision, recall
 
 
 def f1(args: Any, sample: Any, **kwargs: Any) -> float:
     """SQuAD token F1 of the response against the label (the best of several labels)."""
-    return max(f1_score(sample.response, label) for label in labels(sample.label))
+    return float(max(f1_score(sample.response, str(label))[0] for label in slime_labels(sample.label)))

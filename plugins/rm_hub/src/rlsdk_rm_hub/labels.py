@@ -13,3 +13,12 @@ def labels(label: Any) -> list[str]:
     if not answers:
         raise ValueError("the sample has no label: name the data's answer key with --label-key")
     return answers
+
+
+def slime_labels(label: Any) -> list[Any]:
+    """The accepted answers as slime's rewards compare them: unchanged (``""`` and ``0`` included, which
+    slime scores 0), several for a list label; only a missing label (None) is the error of :func:`labels`."""
+    items = [x for x in label if x is not None] if isinstance(label, (list, tuple)) else [label]
+    if not items or items == [None]:
+        labels(None)
+    return items

@@ -1,85 +1,134 @@
-"""String normalizations of math answers: the MATH benchmark's, Minerva's (DAPO), and a conservative one
-for the ``math`` grader's exact-match fast path, plus exact number comparison."""
+"""String normalizations of math answers: the MATH benchmark's and Minerva's (DAPO), exactly as slime
+applies them, and a conservative one for the ``math`` grader's exact-match fast path, plus exact number
+comparison."""
 
 from __future__ import annotations
 
 import re
 from fractions import Fraction
 
-# ----- MATH (Hendrycks et al.) normalization, used by slime_math and deepscaler ----------------------
+# ----- MATH (Hendrycks et al.) normalization, as slime's math_utils applies it (slime_math, deepscaler) --
+# Verdicts must equal slime's, quirks included, so each step below is one documented rule of that
+# normalization, in its order; the slime-named wrappers in slime_modules/ expose them to slime's tests.
 
-_UNIT_TEXT = re.compile(r"\\text\{\s*[^{}]*\}\s*$")
-_SQRT_SHORT = re.compile(r"\\sqrt\s*([^\s{\\])")
-_FRAC_SHORT = re.compile(r"\\frac\s*([^\s{\\])\s*([^\s{\\])")
-_FRAC_HALF_SHORT = re.compile(r"\\frac\s*\{([^{}]*)\}\s*([^\s{\\])")
-_FRAC_FIRST_SHORT = re.compile(r"\\frac\s*([^\s{\\])\s*\{")
-_SLASH_INT = re.compile(r"^(-?\d+)/(\d+)$")
+_TEXT_WRAPPED = re.compile(r"\\text\{(?P<text>.+?)\}")
+_CANONICAL_SLASH = re.compile(r"(0|-?[1-9][0-9]*)/(0|-?[1-9][0-9]*)")
+
+
+def mathd_normalize(answer: str | None) -> str | None:
+    """slime's ``mathd_normalize_answer``: strip, unwrap a ``\\text{...}`` that encloses the whole
+    answer, then :func:`math_normalize`; an answer that normalization chokes on is kept as it is."""
+    if answer is None:
+        return None
+    answer = answer.strip()
+    wrapped = _TEXT_WRAPPED.fullmatch(answer)
+    if wrapped:
+        answer = wrapped.group("text").strip()
+    try:
+        return math_normalize(answer)
+    except (IndexError, ValueError):
+        return answer
+
+
+def _sqrt_braced(s: str) -> str:
+    head, *tails = s.split("\\sqrt")
+    return head + "".join("\\sqrt" + (t if t[0] == "{" else "{" + t[0] + "}" + t[1:]) for t in tails)
+
+
+def _frac_braced(s: str) -> str:
+    head, *tails = s.split("\\frac")
+    out = [head]
+    for tail in tails:
+        if tail[0] == "{":
+            out.append("\\frac" + tail)
+        elif len(tail) < 2:
+            return s  # "\frac" then one character: the whole string is left as it was
+        elif tail[1] == "{":
+            out.append("\\frac{" + tail[0] + "}" + tail[1:])
+        else:
+            out.append("\\frac{" + tail[0] + "}{" + tail[1] + "}" + tail[2:])
+    return "".join(out)
 
 
 def math_normalize(text: str) -> str:
-    """Normalize an answer the way the MATH benchmark's equivalence check does: drop spacing, ``\\left``,
-    degrees, dollars, units, percent; ``dfrac``/``tfrac`` to ``frac``; braces on short ``\\frac``/``\\sqrt``;
-    ``0.5`` and ``a/b`` to ``\\frac``; a short ``x =`` prefix removed."""
-    s = str(text).strip().replace("\n", "").replace("\\!", "")
-    s = s.replace("\\\\", "\\").replace("tfrac", "frac").replace("dfrac", "frac")
-    s = s.replace("\\left", "").replace("\\right", "")
-    s = s.replace("^{\\circ}", "").replace("^\\circ", "").replace("\\$", "").replace("$", "")
-    s = _UNIT_TEXT.sub("", s).strip()
-    s = s.replace("\\%", "").replace("%", "")
-    s = s.replace(" .", " 0.").replace("{.", "{0.")
-    if s.startswith("."):
+    """slime's ``_strip_string`` (the MATH benchmark's): drop line breaks, ``\\!``, ``\\left``/``\\right``,
+    degrees, ``\\$``, ``\\%`` and a unit after ``\\text{ ``; ``dfrac``/``tfrac`` to ``frac``; a leading
+    ``.`` gets its ``0``; a prefix of at most two characters before a single ``=`` goes; ``\\sqrt3`` and
+    ``\\frac12`` get braces; spaces go; ``0.5`` and canonical integer ``a/b`` become ``\\frac``.
+    Raises IndexError or ValueError on a dangling ``\\sqrt``/``\\frac`` or several unit markers, as slime."""
+    s = text.replace("\n", "").replace("\\!", "").replace("\\\\", "\\")
+    s = s.replace("tfrac", "frac").replace("dfrac", "frac").replace("\\left", "").replace("\\right", "")
+    s = s.replace("^{\\circ}", "").replace("^\\circ", "").replace("\\$", "")
+    if "\\text{ " in s:
+        before, *after = s.split("\\text{ ")
+        if len(after) != 1:
+            raise ValueError(f"more than one unit marker in {text!r}")
+        s = before
+    s = s.replace("\\%", "").replace(" .", " 0.").replace("{.", "{0.")
+    if not s:
+        return s
+    if s[0] == ".":
         s = "0" + s
-    parts = s.split("=")
-    if len(parts) == 2 and len(parts[0].strip()) <= 2:
-        s = parts[1]
-    s = _SQRT_SHORT.sub(r"\\sqrt{\1}", s)
-    s = s.replace(" ", "")
-    s = _FRAC_SHORT.sub(r"\\frac{\1}{\2}", s)
-    s = _FRAC_HALF_SHORT.sub(r"\\frac{\1}{\2}", s)
-    s = _FRAC_FIRST_SHORT.sub(r"\\frac{\1}{", s)
+    sides = s.split("=")
+    if len(sides) == 2 and len(sides[0]) <= 2:
+        s = sides[1]
+    if "\\sqrt" in s:
+        s = _sqrt_braced(s)
+    s = _frac_braced(s.replace(" ", ""))
     if s == "0.5":
-        s = "\\frac{1}{2}"
-    match = _SLASH_INT.match(s)
-    if match:
-        s = f"\\frac{{{match.group(1)}}}{{{match.group(2)}}}"
-    return s
+        return "\\frac{1}{2}"
+    slash = _CANONICAL_SLASH.fullmatch(s)
+    return f"\\frac{{{slash.group(1)}}}{{{slash.group(2)}}}" if slash else s
 
 
-# ----- Minerva normalization, used by dapo ---------------------------------------------------------
+def mathd_equal(answer: str | None, label: str | None) -> bool:
+    """slime's ``grade_answer_mathd``: the MATH-normalized strings are equal."""
+    return mathd_normalize(label) == mathd_normalize(answer)
 
-_MINERVA_REMOVE = ("an ", "a ", ".$", "\\$", "\\ ", " ", "mbox", ",\\text{and}", "\\text{and}", "\\text{m}")
-_MINERVA_UNITS = (
-    "square", "ways", "integers", "dollars", "mph", "inches", "ft", "hours", "km", "units", "\\ldots",
-    "sue", "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters",
-    "meals", "edges", "students", "childrentickets", "multiples", "\\text{s}", "\\text{.}",
-    "\\text{\ns}", "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", "^\\circ", "^{\\circ}",
+
+# ----- Minerva normalization, as slime's math_dapo_utils applies it (dapo) ------------------------------
+
+_MINERVA_SUBSTITUTIONS = (
+    ("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" ", ""), ("mbox", "text"),
+    (",\\text{and}", ","), ("\\text{and}", ","), ("\\text{m}", "\\text{}"),
 )
-_WRAPPERS = re.compile(r"\\(?:text|textbf|overline|boxed|mathrm)\{(.*?)\}")
-_INLINE_MATH = re.compile(r"\$(.+?)\$")
-_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d+)?$")
+_MINERVA_REMOVED = (
+    "square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots", "sue",
+    "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters", "meals",
+    "edges", "students", "childrentickets", "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}",
+    "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}", "\\;",
+    ",\\!", "{,}", '"', "\\dots", "<|im_end|>", "<|endoftext|>",
+)
+_MINERVA_REWRITES = (
+    (re.compile(r"(.*?)(\$)(.*?)(\$)(.*)"), r"$\3$"),  # keep only the first $...$ of the answer
+    (re.compile(r"\\text\{(.*?)\}"), r"\1"),
+    (re.compile(r"\\textbf\{(.*?)\}"), r"\1"),
+    (re.compile(r"\\overline\{(.*?)\}"), r"\1"),
+    (re.compile(r"\\boxed\{(.*)\}"), r"\1"),
+    (re.compile(r"frac([^{])(.)"), r"frac{\1}{\2}"),
+    (re.compile(r"sqrt([^{])"), r"sqrt{\1}"),
+)
 
 
-def minerva_normalize(text: str) -> str:
-    """Normalize a final answer as the Minerva paper does (DAPO's grader): keep the right side of the last
-    ``=``, drop articles, spacing, unit words and text wrappers, fix short ``\\frac``/``\\sqrt``, drop
-    thousands separators."""
+def minerva_normalize(text: object) -> str:
+    """slime's ``normalize_final_answer`` (Minerva's, DAPO's grader): the right side of the last ``=``;
+    articles, spaces, ``\\$``, unit words and end-of-turn tokens removed; the first ``$...$`` kept;
+    ``\\text``/``\\textbf``/``\\overline``/``\\boxed`` unwrapped; short ``frac``/``sqrt`` braced; dollar
+    signs dropped; commas of an all-digit answer dropped."""
     s = str(text).split("=")[-1]
-    for old in _MINERVA_REMOVE:
-        s = s.replace(old, "")
-    for unit in _MINERVA_UNITS:
-        s = s.replace(unit, "")
-    inline = _INLINE_MATH.search(s)
-    if inline:
-        s = inline.group(1)
-    s = _WRAPPERS.sub(r"\1", s)
-    s = _WRAPPERS.sub(r"\1", s)
-    s = _FRAC_SHORT.sub(r"\\frac{\1}{\2}", s)
-    s = _FRAC_FIRST_SHORT.sub(r"\\frac{\1}{", s)
-    s = _SQRT_SHORT.sub(r"\\sqrt{\1}", s)
-    s = s.replace("$", "").strip()
-    if _THOUSANDS.match(s):
+    for old, new in _MINERVA_SUBSTITUTIONS:
+        s = s.replace(old, new)
+    for removed in _MINERVA_REMOVED:
+        s = s.replace(removed, "")
+    for pattern, replacement in _MINERVA_REWRITES:
+        s = pattern.sub(replacement, s)
+    s = s.replace("$", "")
+    if s.replace(",", "").isdigit():
         s = s.replace(",", "")
-    return s
+    return s.strip()
+
+
+_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d+)?$")
 
 
 # ----- the math grader's fast path -----------------------------------------------------------------

@@ -1,0 +1,249 @@
+"""Adapters from rlsdk's resolved plugins to slime's calling conventions (see :mod:`rlsdk.slime`).
+
+slime awaits every custom reward, expects its own ``DynamicFilterOutput`` (anything else it wraps as a
+truthy ``keep``), passes ``rollout_id=None`` to buffer filters, calls ``data_source.get_samples(n)``, and
+checks ``isinstance`` against its own ``Sample``; its ``args`` lacks rlsdk's options. Each adapter
+bridges exactly those differences and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from ..config import RolloutConfig
+from ..errors import PluginCallError, UnknownPluginError
+from ..manager import RlsdkPluginManager, get_plugin_manager
+from ..records import Resolved
+from ..types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
+
+
+@functools.cache
+def plugin_manager() -> RlsdkPluginManager:
+    """The installed plugins, discovered once per process."""
+    return get_plugin_manager()
+
+
+def kind_module_hooks(kind: str) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A module's ``__getattr__`` and ``__dir__`` that make every installed ``kind`` plugin an attribute."""
+    adapted: dict[str, tuple[RlsdkPluginManager, Any]] = {}
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        pm = plugin_manager()
+        if name not in adapted or adapted[name][0] is not pm:
+            try:
+                resolved = pm.resolve(kind, name)
+            except UnknownPluginError as exc:
+                raise AttributeError(f"rlsdk.slime.{kind} has no {name!r}: {exc}") from None
+            adapted[name] = (pm, ADAPTERS[kind](resolved))
+        return adapted[name][1]
+
+    def __dir__() -> list[str]:
+        return sorted(plugin_manager().names(kind))
+
+    return __getattr__, __dir__
+
+
+# ----- args and samples ---------------------------------------------------------------------------
+
+_OPTIONS = {f.name: f for f in dataclasses.fields(RolloutConfig)
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+
+
+class SlimeArgs:
+    """slime's ``args`` as rlsdk's plugins read them: slime's values first, rlsdk's defaults for the options
+    slime does not have. Writes go to slime's ``args``; the runtime rlsdk binds stays on this view."""
+
+    def __init__(self, args: Any) -> None:
+        object.__setattr__(self, "slime_args", args)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return getattr(object.__getattribute__(self, "slime_args"), name)
+        except AttributeError:
+            option = _OPTIONS.get(name)
+            if option is not None:  # rlsdk's default for an option slime does not have
+                return option.default_factory() if option.default is dataclasses.MISSING else option.default
+            raise AttributeError(f"neither slime's args nor rlsdk's options have {name!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self.slime_args, name, value)
+
+
+_views: dict[int, SlimeArgs] = {}
+
+
+def view(args: Any) -> SlimeArgs:
+    """One view per slime ``args`` object (so an engine client built for it is built once)."""
+    if isinstance(args, SlimeArgs):
+        return args
+    found = _views.get(id(args))
+    if found is None or found.slime_args is not args:
+        found = _views[id(args)] = SlimeArgs(args)
+    return found
+
+
+def slime_class(module: str, name: str) -> type | None:
+    """slime's class when slime (or rlsdk's stand-in for it) is importable, else None."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError:
+        return None
+
+
+def to_rlsdk(sample: Any) -> Sample:
+    return sample if isinstance(sample, Sample) else Sample.from_dict(sample.to_dict())
+
+
+def to_slime(sample: Any) -> Any:
+    cls = slime_class("slime.utils.types", "Sample")
+    if cls is None or isinstance(sample, cls):
+        return sample
+    return cls.from_dict(sample.to_dict())
+
+
+def _groups(groups: list[list[Any]], convert: Callable[[Any], Any]) -> list[list[Any]]:
+    return [[convert(s) for s in group] for group in groups]
+
+
+# ----- one adapter per kind -----------------------------------------------------------------------
+
+def reward_adapter(resolved: Resolved) -> Callable[..., Any]:
+    """``async rm(args, sample, **kw)`` (``samples`` for a group reward), as slime awaits it; a sync
+    reward runs in a thread so it cannot stall slime's loop."""
+
+    async def call(args: Any, target: Any, **kwargs: Any) -> Any:
+        from ..rewarding import reward_problem
+
+        if resolved.is_async:
+            result = await resolved.func(view(args), target, **kwargs)
+        elif resolved.record.cheap:
+            result = resolved.func(view(args), target, **kwargs)
+        else:
+            result = await asyncio.to_thread(resolved.func, view(args), target, **kwargs)
+        problems = [reward_problem(r) for r in result] if resolved.record.group else [reward_problem(result)]
+        if any(problems):
+            raise PluginCallError(f"{resolved.describe()} {next(p for p in problems if p)}")
+        return result
+
+    if resolved.record.group:
+        async def group_reward(args: Any, samples: list[Any], **kwargs: Any) -> list[Any]:
+            return await call(args, samples, **kwargs)
+        return _named(group_reward, resolved)
+
+    async def reward(args: Any, sample: Any, **kwargs: Any) -> Any:
+        return await call(args, sample, **kwargs)
+    return _named(reward, resolved)
+
+
+def dynamic_filter_adapter(resolved: Resolved) -> Callable[..., Any]:
+    """``f(args, samples, **kw)`` returning slime's ``DynamicFilterOutput`` when slime is importable."""
+
+    def dynamic_filter(args: Any, samples: list[Any], **kwargs: Any) -> Any:
+        verdict = resolved.func(view(args), samples, **kwargs)
+        if not isinstance(verdict, DynamicFilterOutput):
+            verdict = DynamicFilterOutput(keep=bool(verdict))
+        cls = slime_class("slime.rollout.filter_hub.base_types", "DynamicFilterOutput")
+        if cls is None or isinstance(verdict, cls):
+            return verdict
+        return cls(keep=bool(verdict.keep), reason=verdict.reason,
+                   keep_when_insufficient=verdict.keep_when_insufficient)
+    return _named(dynamic_filter, resolved)
+
+
+def over_sampling_filter_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def over_sampling_filter(args: Any, groups: list[list[Any]], **kwargs: Any) -> list[list[Any]]:
+        return resolved.func(view(args), groups, **kwargs)
+    return _named(over_sampling_filter, resolved)
+
+
+def buffer_filter_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def buffer_filter(args: Any, rollout_id: int | None, buffer: list[list[Any]], num_samples: int) -> list:
+        return resolved.func(view(args), rollout_id, buffer, num_samples)
+    return _named(buffer_filter, resolved)
+
+
+def custom_generate_adapter(resolved: Resolved) -> Callable[..., Any]:
+    """``async generate(args, sample, sampling_params, evaluation=False)``: slime's sample in, converted
+    to rlsdk's and back (a plugin may return several)."""
+
+    async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False) -> Any:
+        kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
+        result = resolved.func(view(args), to_rlsdk(sample), sampling_params, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return [to_slime(s) for s in result] if isinstance(result, list) else to_slime(result)
+    return _named(generate, resolved)
+
+
+class SlimeDataSource:
+    """slime's data source as rlsdk's rollouts call it: ``get_samples(n, rollout_id)`` and
+    ``add_samples(groups)`` with rlsdk's samples, whatever slime's own signatures are."""
+
+    def __init__(self, data_source: Any) -> None:
+        self.data_source = data_source
+        params = inspect.signature(data_source.get_samples).parameters
+        self._takes_rollout_id = len(params) > 1 or any(p.kind is p.VAR_POSITIONAL for p in params.values())
+
+    def get_samples(self, num_samples: int, rollout_id: int | None = None) -> list[list[Sample]]:
+        if self._takes_rollout_id:
+            groups = self.data_source.get_samples(num_samples, rollout_id)
+        else:
+            groups = self.data_source.get_samples(num_samples)
+        return _groups(groups, to_rlsdk)
+
+    def add_samples(self, groups: list[list[Sample]], rollout_id: int | None = None) -> None:
+        self.data_source.add_samples(_groups(groups, to_slime))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.data_source, name)
+
+
+def generate_rollout_adapter(resolved: Resolved) -> Callable[..., Any]:
+    """``generate_rollout(args, rollout_id, data_source, evaluation=False)`` returning slime's output
+    types and samples when slime is importable."""
+
+    def generate_rollout(args: Any, rollout_id: Any, data_source: Any, evaluation: bool = False) -> Any:
+        from ..runtime import get_runtime
+
+        rollout_args, source = view(args), SlimeDataSource(data_source)
+        output = resolved.func(rollout_args, rollout_id, source, evaluation=evaluation)
+        if inspect.isawaitable(output):
+            output = get_runtime(rollout_args).run(output)
+        return _slime_output(output, evaluation)
+    return _named(generate_rollout, resolved)
+
+
+def _slime_output(output: Any, evaluation: bool) -> Any:
+    if evaluation:
+        data = output.data if isinstance(output, RolloutFnEvalOutput) else output
+        data = {name: {**d, "samples": [to_slime(s) for s in d.get("samples", [])]} for name, d in data.items()}
+        cls = slime_class("slime.rollout.base_types", "RolloutFnEvalOutput") or RolloutFnEvalOutput
+        return cls(data=data, metrics=getattr(output, "metrics", None))
+    groups = output.samples if isinstance(output, RolloutFnTrainOutput) else output
+    cls = slime_class("slime.rollout.base_types", "RolloutFnTrainOutput") or RolloutFnTrainOutput
+    return cls(samples=_groups(groups, to_slime), metrics=getattr(output, "metrics", None))
+
+
+def _named(func: Callable[..., Any], resolved: Resolved) -> Callable[..., Any]:
+    func.__name__ = func.__qualname__ = resolved.name
+    func.__doc__ = f"{resolved.describe()}, adapted to slime's calling convention."
+    func.__wrapped_plugin__ = resolved  # type: ignore[attr-defined]
+    return func
+
+
+ADAPTERS: dict[str, Callable[[Resolved], Callable[..., Any]]] = {
+    "reward": reward_adapter,
+    "dynamic_filter": dynamic_filter_adapter,
+    "over_sampling_filter": over_sampling_filter_adapter,
+    "buffer_filter": buffer_filter_adapter,
+    "custom_generate": custom_generate_adapter,
+    "generate_rollout": generate_rollout_adapter,
+}

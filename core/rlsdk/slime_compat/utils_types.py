@@ -1,0 +1,5 @@
+"""Stands in for ``slime.utils.types``."""
+
+from ..types import Sample
+
+__all__ = ["Sample"]
