@@ -72,8 +72,9 @@ def metrics(out: Path) -> list[dict]:
 def test_the_reward_rises(tiny_llama, run_files, tmp_path):
     """GRPO on a reward a quarter of random first tokens earn: the policy learns to earn it."""
     out = tmp_path / "out"
-    run_job(train_args(tiny_llama, run_files, out))
+    run_job(train_args(tiny_llama, run_files, out, report_to="tensorboard"))
     rows = metrics(out)
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     start = sum(r["rollout/reward_mean"] for r in rows[:3]) / 3
     end = sum(r["rollout/reward_mean"] for r in rows[-3:]) / 3
     assert end > start + 0.3, [round(r["rollout/reward_mean"], 3) for r in rows]
