@@ -29,6 +29,7 @@ def test_list_json_shows_the_hubs_with_their_names():
         assert set(row) >= {"distribution", "version", "entry_point", "provides"}
     assert "f1" in rows["rlsdk-rm-hub"]["provides"]["reward"]
     assert "pop_first" in rows["rlsdk-filter-hub"]["provides"]["buffer_filter"]
+    assert rows["rlsdk"]["provides"] == {"trainer": ["torch"], "loss": ["policy_loss", "sft_loss"]}
 
 
 def test_list_kind_filters_rows_and_kinds():

@@ -46,7 +46,8 @@ def plugin_rows(pm: RlsdkPluginManager, kind: str | None = None) -> list[dict[st
                 rows[info.plugin]["provides"].setdefault(k, []).append(name)
     for row in rows.values():
         row["provides"] = {k: sorted(v) for k, v in row["provides"].items()}
-    return [r for r in rows.values() if kind is None or r["provides"]]
+    listed = [r for r in rows.values() if kind is None or r["provides"]]
+    return sorted(listed, key=lambda r: (r["distribution"] or "", r["entry_point"]))  # entry-point order varies
 
 
 @app.command("list")
