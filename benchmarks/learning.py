@@ -43,7 +43,7 @@ def main() -> None:
     cores = sorted(os.sched_getaffinity(0))[:opts.cores] if opts.cores else None
     started = time.perf_counter()
     done = subprocess.run(command, preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,
-                          stdout=sys.stderr, stderr=sys.stderr)
+                          stdout=sys.stderr, stderr=sys.stderr, check=False)
     minutes = (time.perf_counter() - started) / 60
     steps, evals = rows(out / "metrics.jsonl"), rows(out / "eval.jsonl")
     key = next((k for row in evals for k in row if k.endswith("/reward_mean")), None)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlsdk import Loss, Reward, RolloutConfig, Trainer, get_plugin_manager, hookimpl
+from rlsdk import Loss, RolloutConfig, Trainer, get_plugin_manager, hookimpl
 from rlsdk.job import run_job
 from rlsdk.testing import check_loss, check_trainer
 from rlsdk.training.sync import WeightSyncError
@@ -57,9 +57,9 @@ def run_files(tmp_path: Path) -> tuple[Path, str]:
 
 def train_args(tiny_llama: Path, run_files: tuple[Path, str], out: Path, **options) -> RolloutConfig:
     data, reward = run_files
-    values = dict(model=str(tiny_llama), prompt_data=str(data), rm_type=reward, train=True, lr=3e-2,
-                  rollout_batch_size=4, n_samples_per_prompt=8, rollout_max_response_len=2, num_rollout=12,
-                  engine_threads=1, train_threads=1, output_dir=str(out), sync_check_tol=1e-3)
+    values = {"model": str(tiny_llama), "prompt_data": str(data), "rm_type": reward, "train": True, "lr": 3e-2,
+              "rollout_batch_size": 4, "n_samples_per_prompt": 8, "rollout_max_response_len": 2, "num_rollout": 12,
+              "engine_threads": 1, "train_threads": 1, "output_dir": str(out), "sync_check_tol": 1e-3}
     values.update(options)
     return RolloutConfig(**values)
 

@@ -9,7 +9,13 @@ import torch
 
 from rlsdk import RolloutConfig
 from rlsdk.training.advantages import approx_kl, compute_advantages, normalize_rewards
-from rlsdk.training.losses import clipped_policy_loss, cispo_loss, policy_loss, sequence_kl, sum_of_sample_mean_fn
+from rlsdk.training.losses import (
+    cispo_loss,
+    clipped_policy_loss,
+    policy_loss,
+    sequence_kl,
+    sum_of_sample_mean_fn,
+)
 
 
 def args(**options):

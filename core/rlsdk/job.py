@@ -138,8 +138,7 @@ class RunOutput:
 
     def append(self, name: str, rows: list[dict[str, Any]]) -> None:
         with open(self.folder / name, "a") as f:
-            for row in rows:
-                f.write(json.dumps(row, default=str) + "\n")
+            f.writelines(json.dumps(row, default=str) + "\n" for row in rows)
 
     def write_step(self, rollout_id: int, output: RolloutFnTrainOutput) -> None:
         self.append("rollouts.jsonl", [sample_row(rollout_id, s) for g in output.samples for s in g])

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 
-
 class RunReport:
     """Draws ``curves.png`` (train and eval reward, loss per step) from ``metrics.jsonl`` and ``eval.jsonl``
     after each step, so a resumed run's curve covers the whole run; with ``report_to="tensorboard"`` it

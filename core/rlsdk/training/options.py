@@ -109,11 +109,12 @@ def option_docs(cls: type = TrainingOptions) -> dict[str, str]:
     """Each field's docstring (the string literal under it), for ``--help``."""
     import ast
     import inspect
+    import itertools
     import textwrap
 
     body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
     docs = {}
-    for field_node, doc in zip(body, body[1:], strict=False):
+    for field_node, doc in itertools.pairwise(body):
         if (isinstance(field_node, ast.AnnAssign) and isinstance(field_node.target, ast.Name)
                 and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)):
             docs[field_node.target.id] = " ".join(str(doc.value.value).replace("``", "`").split())

@@ -12,7 +12,6 @@ import asyncio
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 from ..engine import InferenceEngine
 from ..errors import RlsdkError
