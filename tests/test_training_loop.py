@@ -143,6 +143,25 @@ def test_a_custom_loss_by_name_and_by_dotted_path(tiny_llama, run_files, tmp_pat
     assert metrics(tmp_path / "by-path")[0]["train/loss"] > 0  # an NLL
 
 
+def test_an_engine_over_http_takes_the_weights_from_disk(tiny_llama, run_files, tmp_path):
+    """The path of an SGLang server (``--engine URL``): the trainer writes a Hugging Face folder, the engine
+    loads it through ``/update_weights_from_disk`` and the trust check asks for prompt log-probs over HTTP.
+    The server is ``rlsdk serve``'s, speaking SGLang's protocol, since SGLang needs a GPU."""
+    from rlsdk_generators.embedded.engine import EmbeddedEngine
+
+    from rlsdk.testing import ServedEngine
+
+    out = tmp_path / "out"
+    with ServedEngine(EmbeddedEngine(str(tiny_llama), device="cpu", threads=1), weights_dirs=[out]) as served:
+        run_job(train_args(tiny_llama, run_files, out, engine=served.url, hf_checkpoint=str(tiny_llama),
+                           num_rollout=2))
+        served_version = served.run(served.engine.model_info())["weight_version"]
+    rows = metrics(out)
+    assert [r["train/weight_version"] for r in rows] == [1, 2] and served_version == "2"
+    assert all(r["train/sync_logprob_max_diff"] < 1e-3 for r in rows)
+    assert (out / "sync-weights" / "model.safetensors").exists()
+
+
 def test_the_torch_trainer_passes_the_contract_check(tiny_llama):
     check_trainer(get_plugin_manager(), "torch", RolloutConfig(hf_checkpoint=str(tiny_llama), lr=1e-3,
                                                               train_threads=1))
