@@ -145,15 +145,22 @@ class RlsdkPluginManager(pluggy.PluginManager):
 
     # ----- resolution ------------------------------------------------------------------------
 
-    def resolve(self, kind: str, spec: str, **record_options: Any) -> Resolved:
+    def resolve(self, kind: str, spec: str, *, registered_only: bool = False, **record_options: Any) -> Resolved:
         """Resolve a registered name or a dotted/file path to a validated callable.
 
-        ``record_options`` fill record fields for paths (e.g. ``group=True`` for a dotted-path reward).
+        ``registered_only=True`` refuses paths, for names that come from the network: a path would load
+        and run any code the sender names. ``record_options`` fill record fields for paths (e.g.
+        ``group=True`` for a dotted-path reward).
         """
         kind = _check_kind(kind)
         if not isinstance(spec, str) or not spec.strip():
             raise PluginError(f"empty {kind} name")
         spec = spec.strip()
+        if registered_only and is_path(spec):
+            raise UnknownPluginError(
+                f"{kind} {spec[:100]!r} is a path: only registered names are accepted here. "
+                f"Choose one of: {', '.join(self.names(kind)) or 'none'}"
+            )
         if is_path(spec):
             func = load_callable(spec)
             record = RECORD_TYPES[kind](name=spec.replace(".", "_").replace(":", "_").replace("/", "_"),

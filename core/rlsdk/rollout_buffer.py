@@ -28,6 +28,7 @@ from typing import Any
 from .errors import PluginError
 from .manager import RlsdkPluginManager
 from .records import TaskGenerator
+from .service_guard import is_json, token_matches
 
 DEFAULT_MAX_BODY = 64 << 20
 TOKEN_ENV = "RLSDK_BUFFER_TOKEN"
@@ -185,7 +186,9 @@ class BufferService:
 
     def task(self) -> TaskGenerator | None:
         name = self.store.task.get("task_type")
-        return self.pm.resolve("task_generator", name).record if name else None  # type: ignore[return-value]
+        if not name:
+            return None
+        return self.pm.resolve("task_generator", name, registered_only=True).record  # type: ignore[return-value]
 
     def start_rollout(self, body: Any) -> tuple[int, dict[str, Any]]:
         if not isinstance(body, dict) or not isinstance(body.get("task_type"), str):
@@ -197,7 +200,7 @@ class BufferService:
         except (TypeError, ValueError):
             return 400, {"success": False, "message": "num_repeat_per_sample must be a positive integer"}
         try:
-            task = self.pm.resolve("task_generator", body["task_type"])
+            task = self.pm.resolve("task_generator", body["task_type"], registered_only=True)
         except PluginError as exc:
             return 400, {"success": False, "message": str(exc)}
         body = {**body, "remote_buffer_url": body.get("remote_buffer_url") or self.url}
@@ -255,8 +258,12 @@ def make_buffer_server(service: BufferService, host: str = "127.0.0.1", port: in
             self.wfile.write(data)
 
         def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-            if token and self.headers.get("Authorization") != f"Bearer {token}":
+            if token and not token_matches(self.headers.get("Authorization"), token):
                 return self._reply(401, {"success": False, "message": "missing or wrong bearer token"})
+            if self.headers.get("Origin") is not None:
+                return self._reply(403, {"success": False, "message": "requests from web pages are refused"})
+            if not is_json(self.headers.get("Content-Type")):
+                return self._reply(415, {"success": False, "message": "Content-Type must be application/json"})
             route = routes.get(self.path.split("?")[0])
             if route is None:
                 return self._reply(404, {"success": False, "message": f"no endpoint {self.path}; use {', '.join(routes)}"})
