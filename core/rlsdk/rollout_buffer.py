@@ -262,7 +262,7 @@ def make_buffer_server(service: BufferService, host: str = "127.0.0.1", port: in
                 return self._reply(401, {"success": False, "message": "missing or wrong bearer token"})
             if self.headers.get("Origin") is not None:
                 return self._reply(403, {"success": False, "message": "requests from web pages are refused"})
-            if not is_json(self.headers.get("Content-Type")):
+            if self.headers.get("Content-Type") and not is_json(self.headers.get("Content-Type")):
                 return self._reply(415, {"success": False, "message": "Content-Type must be application/json"})
             route = routes.get(self.path.split("?")[0])
             if route is None:

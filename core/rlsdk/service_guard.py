@@ -5,8 +5,8 @@
 - Requests from web pages are refused: a page can make a browser send a cross-site POST (a form post as
   ``text/plain``, ``application/x-www-form-urlencoded`` or ``multipart/form-data``, or a body-less
   ``fetch``) without asking the server first, but not a JSON one, and the browser always names the page in
-  ``Origin``. So a body must say ``Content-Type: application/json``, and a request whose ``Origin`` is
-  not the service itself gets 403.
+  ``Origin``. So a request whose ``Origin`` is not the service itself gets 403, and a ``Content-Type``
+  other than JSON gets 415 (programs that send none, as some slime-style clients do, are served).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def guard(token: str | None, error: ErrorReply) -> Any:
         if origin is not None and origin.partition("://")[2] != request.host:
             return error(f"requests from web pages are refused (Origin: {origin[:100]})", 403)
         content_type = request.headers.get("Content-Type")
-        if (request.can_read_body or content_type) and not is_json(content_type):
+        if content_type and not is_json(content_type):
             return error(f"Content-Type must be application/json, got {content_type!r:.100}", 415)
         return await handler(request)
 

@@ -33,14 +33,12 @@ def test_cross_site_requests_are_refused(buffer_service):
     item = {"instance_id": "a", "uid": "a-0", "reward": 1.0,
             "messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]}
     raw = json.dumps(item).encode()
-    for content_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
-                         None):
-        headers = {"Content-Type": content_type} if content_type else {}
-        answer = httpx.post(service.url + "/buffer/write", content=raw, headers=headers)
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+        answer = httpx.post(service.url + "/buffer/write", content=raw, headers={"Content-Type": content_type})
         assert answer.status_code == 415, (content_type, answer.text)
     page = httpx.post(service.url + "/buffer/write", json=item, headers={"Origin": "http://evil.example"})
     assert page.status_code == 403
-    for path in ("/get_rollout_data", "/start_rollout"):  # body-less fetch from a page
-        assert httpx.post(service.url + path, headers={"Origin": "http://evil.example"}).status_code == 403
+    for path in ("/get_rollout_data", "/start_rollout"):  # a fetch from a page with an untyped body
+        assert httpx.post(service.url + path, content=raw, headers={"Origin": "http://evil.example"}).status_code == 403
     assert httpx.post(service.url + "/get_rollout_data", json={}).json()["data"]["data"] == []
     assert httpx.post(service.url + "/buffer/write", json=item).status_code == 200
