@@ -1,4 +1,4 @@
-"""The blocking pool (sync rewards and tools): a stuck call is abandoned, not waited for, with real threads."""
+"""The blocking pool (sync rewards and tools), real threads: a stuck call is abandoned, not waited for."""
 
 from __future__ import annotations
 

@@ -33,7 +33,8 @@ class PoolExhausted(RuntimeError):
 class _Call:
     __slots__ = ("run", "loop", "future", "state")
 
-    def __init__(self, run: Callable[[], Any], loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:
+    def __init__(self, run: Callable[[], Any], loop: asyncio.AbstractEventLoop,
+                 future: asyncio.Future[Any]) -> None:
         self.run, self.loop, self.future = run, loop, future
         self.state = "queued"  # then "running", and "done" or "abandoned"
 
@@ -41,7 +42,8 @@ class _Call:
 class BlockingPool:
     """Up to ``workers`` threads running blocking calls; see the module docstring."""
 
-    def __init__(self, workers: int = DEFAULT_WORKERS, max_abandoned: int | None = None, name: str = "rlsdk-blocking"):
+    def __init__(self, workers: int = DEFAULT_WORKERS, max_abandoned: int | None = None,
+                 name: str = "rlsdk-blocking") -> None:
         if workers < 1:
             raise ValueError(f"a blocking pool needs at least 1 worker, got {workers}")
         self.workers = workers
@@ -62,9 +64,9 @@ class BlockingPool:
         with self._lock:
             if self.abandoned >= self.max_abandoned:
                 raise PoolExhausted(
-                    f"all {self.abandoned} threads of {self.name} that may be abandoned are stuck in calls that "
-                    f"timed out; no more blocking calls can run in this process (make the callable return, "
-                    f"or make it async)"
+                    f"all {self.abandoned} threads of {self.name} that may be abandoned are stuck in calls "
+                    f"that timed out; no more blocking calls can run in this process (make the callable "
+                    f"return, or make it async)"
                 )
             self._queued += 1
             if self._queued > self._idle and self._threads < self.workers:

@@ -18,12 +18,30 @@ def test_score_with_a_hanging_sync_reward_finishes_and_marks_the_sample(tmp_path
         "def rm(args, sample, **kw):\n"
         "    if sample.label == 'hang':\n"
         "        threading.Event().wait()\n"
-        "    return 1.0\n")
+        "    return 1.0\n"
+    )
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
-    src.write_text("".join(json.dumps({"response": "r", "label": label}) + "\n" for label in ("ok", "hang", "ok")))
+    src.write_text(
+        "".join(json.dumps({"response": "r", "label": label}) + "\n" for label in ("ok", "hang", "ok"))
+    )
     started = time.monotonic()
-    done = subprocess.run([*RLSDK, "score", "--rm", f"{tmp_path / 'stuck_rm.py'}:rm", "-i", str(src), "-o", str(out),
-                           "--timeout", "0.5"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            *RLSDK,
+            "score",
+            "--rm",
+            f"{tmp_path / 'stuck_rm.py'}:rm",
+            "-i",
+            str(src),
+            "-o",
+            str(out),
+            "--timeout",
+            "0.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - started < 30
     rows = [json.loads(line) for line in out.read_text().splitlines()]

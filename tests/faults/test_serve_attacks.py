@@ -44,20 +44,34 @@ def server(served):
 
 def test_off_loopback_needs_a_token_before_loading_anything(tmp_path):
     env_without = {k: v for k, v in __import__("os").environ.items() if k != "RLSDK_SERVE_TOKEN"}
-    refused = subprocess.run([*RLSDK, "serve", "--host", "0.0.0.0", "--port", "0"], capture_output=True, text=True,
-                             timeout=60, env=env_without)
+    refused = subprocess.run(
+        [*RLSDK, "serve", "--host", "0.0.0.0", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env_without,
+    )
     assert refused.returncode == 2 and "needs a bearer token" in refused.stderr
 
 
 def test_token_is_required_on_every_endpoint(server):
     url = server(token="s3cret")
-    for method, path in [("GET", "/model_info"), ("POST", "/pause_generation"), ("POST", "/abort_request"),
-                         ("POST", "/update_weights_from_disk"), ("POST", "/generate")]:
+    for method, path in [
+        ("GET", "/model_info"),
+        ("POST", "/pause_generation"),
+        ("POST", "/abort_request"),
+        ("POST", "/update_weights_from_disk"),
+        ("POST", "/generate"),
+    ]:
         assert httpx.request(method, url + path, json={}).status_code == 401, path
         wrong = httpx.request(method, url + path, json={}, headers={"Authorization": "Bearer s3cre"})
         assert wrong.status_code == 401, path
-    ok = httpx.post(url + "/generate", json={**PROMPT, "sampling_params": {"max_new_tokens": 1}},
-                    headers={"Authorization": "Bearer s3cret"}, timeout=60)
+    ok = httpx.post(
+        url + "/generate",
+        json={**PROMPT, "sampling_params": {"max_new_tokens": 1}},
+        headers={"Authorization": "Bearer s3cret"},
+        timeout=60,
+    )
     assert ok.status_code == 200 and ok.json()["meta_info"]["completion_tokens"] == 1
 
 
@@ -65,8 +79,11 @@ def test_cross_site_requests_are_refused(served):
     page = {"Origin": "http://evil.example"}
     for path in ("/pause_generation", "/abort_request", "/flush_cache"):
         assert httpx.post(served.url + path, headers=page).status_code == 403, path
-    form = httpx.post(served.url + "/generate", content=b'{"input_ids": [1], "sampling_params": {}}',
-                      headers={"Content-Type": "text/plain"})
+    form = httpx.post(
+        served.url + "/generate",
+        content=b'{"input_ids": [1], "sampling_params": {}}',
+        headers={"Content-Type": "text/plain"},
+    )
     assert form.status_code == 415
     assert httpx.get(served.url + "/health").status_code == 200
 
@@ -80,25 +97,32 @@ def test_weights_load_only_from_allowed_folders(served, server, tmp_path):
         denied = httpx.post(url + "/update_weights_from_disk", json={"model_path": path}, timeout=60)
         assert denied.status_code == 403 and denied.json()["success"] is False, path
     url = server(weights_dirs=[model.parent])
-    ok = httpx.post(url + "/update_weights_from_disk", json={"model_path": str(model), "weight_version": "v2"},
-                    timeout=120)
+    ok = httpx.post(
+        url + "/update_weights_from_disk",
+        json={"model_path": str(model), "weight_version": "v2"},
+        timeout=120,
+    )
     assert ok.status_code == 200 and ok.json()["success"] is True
 
 
-@pytest.mark.parametrize("params,message", [
-    ({"temperature": float("nan")}, "finite"),
-    ({"temperature": float("inf")}, "finite"),
-    ({"top_p": float("nan")}, "finite"),
-    ({"sampling_seed": 2**70}, "sampling_seed"),
-    ({"top_k": 0}, "top_k"),
-    ({"max_new_tokens": -1}, "max_new_tokens"),
-])
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"temperature": float("nan")}, "finite"),
+        ({"temperature": float("inf")}, "finite"),
+        ({"top_p": float("nan")}, "finite"),
+        ({"sampling_seed": 2**70}, "sampling_seed"),
+        ({"top_k": 0}, "top_k"),
+        ({"max_new_tokens": -1}, "max_new_tokens"),
+    ],
+)
 def test_bad_sampling_params_are_a_400_for_that_request_only(served, params, message):
     import json
 
     body = json.dumps({**PROMPT, "sampling_params": {"max_new_tokens": 1, **params}})  # NaN as JSON allows
-    answer = httpx.post(served.url + "/generate", content=body, headers={"Content-Type": "application/json"},
-                        timeout=60)
+    answer = httpx.post(
+        served.url + "/generate", content=body, headers={"Content-Type": "application/json"}, timeout=60
+    )
     assert answer.status_code == 400 and message in answer.json()["message"], answer.text
 
 
@@ -134,7 +158,9 @@ def test_a_client_that_goes_away_has_its_generation_aborted(served):
     body = {**PROMPT, "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True, "temperature": 1.0}}
     for stream in (False, True):
         if stream:  # the first chunk arrives, then the client leaves
-            with httpx.stream("POST", served.url + "/generate", json={**body, "stream": True}, timeout=30) as response:
+            with httpx.stream(
+                "POST", served.url + "/generate", json={**body, "stream": True}, timeout=30
+            ) as response:
                 next(response.iter_bytes())
         else:  # the client gives up waiting and closes its connection
             with pytest.raises(httpx.ReadTimeout):
