@@ -37,7 +37,13 @@ def _root(
 
 
 def main() -> None:
-    app()
+    from rlsdk.errors import RlsdkError
+
+    try:
+        app()
+    except RlsdkError as exc:  # an error rlsdk explains (a plugin failing in strict mode, ...): one line
+        typer.echo(f"Error: {exc}", err=True)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

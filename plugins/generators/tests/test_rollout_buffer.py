@@ -252,3 +252,16 @@ def test_surplus_groups_stay_in_the_service_across_a_trainer_crash(rlsdk_pm, sma
         later = [rollout_buffer(args, step, source) for step in (1, 2)]
     served = [s.metadata["uid"] for out in (first, *later) for group in out.samples for s in group]
     assert sorted(served) == [f"{r}-{n}" for r in range(3) for n in range(2)]
+
+
+def test_waiting_in_vain_is_an_error_rlsdk_run_reports_in_one_line(rlsdk_pm, small_tokenizer, tmp_path):
+    """It used to be a bare TimeoutError, which `rlsdk run` showed as a raw traceback."""
+    from rlsdk.errors import RlsdkError
+
+    rlsdk_pm.register(generators_plugin)
+    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"))
+    with ServedBuffer(service):
+        args = RolloutConfig(rollout_batch_size=1, rollout_buffer_url=service.url, rollout_buffer_wait=0.2)
+        bind_runtime(args, Runtime(rlsdk_pm, ScriptedEngine(small_tokenizer, []), small_tokenizer))
+        with pytest.raises(RlsdkError, match="0 of 1 complete groups after 0.2s .*are agents writing to it"):
+            rollout_buffer(args, 0, None)

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from rlsdk import RolloutFnTrainOutput, Sample
+from rlsdk.errors import RlsdkError
 from rlsdk.rollout_buffer import TOKEN_ENV
 from rlsdk.runtime import get_runtime
 
@@ -18,10 +19,15 @@ LEASE_SECONDS = 60.0
 """Seconds the service waits for this rollout's acknowledgement of groups it handed out."""
 
 
+class RolloutBufferError(RlsdkError, RuntimeError):
+    """The buffer service refused, its task failed, or complete groups did not come in time: an error
+    ``rlsdk run`` reports in one line."""
+
+
 def _post(client: Any, url: str, body: dict[str, Any]) -> dict[str, Any]:
     response = client.post(url, json=body)
     if response.status_code >= 400:
-        raise RuntimeError(f"rollout buffer {url} answered {response.status_code}: {response.text[:300]}")
+        raise RolloutBufferError(f"rollout buffer {url} answered {response.status_code}: {response.text[:300]}")
     return response.json()
 
 
@@ -80,7 +86,7 @@ def rollout_buffer(args: Any, rollout_id: int, data_source: Any, evaluation: boo
             answer = _post(client, base + "/get_rollout_data", wanted)
             data = answer.get("data") or {}
             if data.get("meta_info", {}).get("task_errors"):
-                raise RuntimeError(f"rollout buffer task failed: {data['meta_info']['task_errors'][-1]}")
+                raise RolloutBufferError(f"rollout buffer task failed: {data['meta_info']['task_errors'][-1]}")
             lease_id = data.get("meta_info", {}).get("lease_id")
             if answer.get("success") and lease_id:
                 if client.post(base + "/ack_rollout_data", json={"lease_id": lease_id}).status_code == 200:
@@ -90,9 +96,9 @@ def rollout_buffer(args: Any, rollout_id: int, data_source: Any, evaluation: boo
                     groups.extend(by_instance.values())
                 continue  # an acknowledgement that came too late: the groups will be served again
             if time.monotonic() > deadline:
-                raise TimeoutError(
+                raise RolloutBufferError(
                     f"rollout buffer {base}: {len(groups)} of {args.rollout_batch_size} complete groups "
-                    f"after {args.rollout_buffer_wait:g}s"
+                    f"after {args.rollout_buffer_wait:g}s (--rollout-buffer-wait); are agents writing to it?"
                 )
             time.sleep(POLL_SECONDS)
     samples = []
