@@ -26,12 +26,12 @@ from aiohttp import web
 
 from . import __version__
 from .engine import InferenceEngine
-from .protocol import EngineRequestError, error_body, new_rid, split_batch
+from .protocol import SERVE_TOKEN_ENV, EngineRequestError, error_body, new_rid, split_batch
 from .service_guard import check_binding, guard
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
 """Largest request body accepted, in bytes (a larger one gets 413)."""
-TOKEN_ENV = "RLSDK_SERVE_TOKEN"
+TOKEN_ENV = SERVE_TOKEN_ENV
 
 _FLUSH_TEXT = (
     "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "

@@ -49,4 +49,7 @@ def test_strict_mode_failure_is_one_line_not_a_traceback(fake_dist):
     strict = rlsdk(site, "plugins", "list", RLSDK_STRICT_PLUGINS="1")
     assert strict.returncode == 1
     assert "Traceback" not in strict.stderr, strict.stderr
-    assert strict.stderr.startswith("Error: plugin 'gpu' from rl-plugin-gpu 0.2.0") and "needs a GPU" in strict.stderr
+    assert (
+        strict.stderr.startswith("Error: plugin 'gpu' from rl-plugin-gpu 0.2.0")
+        and "needs a GPU" in strict.stderr
+    )

@@ -75,6 +75,41 @@ def test_token_is_required_on_every_endpoint(server):
     assert ok.status_code == 200 and ok.json()["meta_info"]["completion_tokens"] == 1
 
 
+def test_the_engine_client_sends_the_token(server, monkeypatch):
+    import asyncio
+
+    from rlsdk.engine import SGLangClient
+
+    url = server(token="s3cret")
+    monkeypatch.setenv("RLSDK_SERVE_TOKEN", "s3cret")
+
+    async def generate():
+        client = SGLangClient(url)
+        try:
+            return await client.generate({**PROMPT, "sampling_params": {"max_new_tokens": 1}})
+        finally:
+            await client.close()
+
+    assert asyncio.run(generate())["meta_info"]["completion_tokens"] == 1
+
+
+def test_slow_clients_do_not_hold_up_the_others(served):
+    """Half-open connections cost the aiohttp server a coroutine each, not a thread."""
+    import socket
+
+    host, port = served.url.removeprefix("http://").split(":")
+    slow = [socket.create_connection((host, int(port))) for _ in range(200)]
+    for sock in slow:
+        sock.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+    started = time.perf_counter()
+    ok = httpx.post(
+        served.url + "/generate", json={**PROMPT, "sampling_params": {"max_new_tokens": 1}}, timeout=30
+    )
+    assert ok.status_code == 200 and time.perf_counter() - started < 5
+    for sock in slow:
+        sock.close()
+
+
 def test_cross_site_requests_are_refused(served):
     page = {"Origin": "http://evil.example"}
     for path in ("/pause_generation", "/abort_request", "/flush_cache"):
