@@ -25,7 +25,7 @@ def test_stuck_calls_are_abandoned_and_later_calls_still_run():
         return results, time.perf_counter() - started
 
     results, seconds = asyncio.run(scenario())
-    assert results == [n * n for n in range(10)] and seconds < 1
+    assert results == [n * n for n in range(10)] and seconds < 2
     assert pool.abandoned == 2
     release.set()  # the stuck calls return: their threads rejoin (or leave), nothing is delivered
     deadline = time.monotonic() + 5

@@ -24,12 +24,12 @@ def serve(
         [], "--allow-weights-dir", help="Folder /update_weights_from_disk may load from (repeatable; none: refused)."),
 ) -> None:
     """Serve the embedded engine with SGLang's protocol (/generate, /model_info, /abort_request, ...)."""
-    from rlsdk.serve import TOKEN_ENV
+    from rlsdk.protocol import SERVE_TOKEN_ENV
     from rlsdk.service_guard import check_binding
     from rlsdk_generators.embedded import EmbeddedEngine, ModelNotFoundError
 
     try:
-        check_binding("rlsdk serve", host, token, TOKEN_ENV)
+        check_binding("rlsdk serve", host, token, SERVE_TOKEN_ENV)
     except ValueError as exc:
         typer.secho(f"error: {exc}", err=True, fg="red")
         raise typer.Exit(2) from None

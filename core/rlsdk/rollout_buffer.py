@@ -432,7 +432,7 @@ async def start_buffer_server(service: BufferService, host: str = "127.0.0.1", p
         if error is not None:
             return error
         status, answer, lease_id = service.get_rollout_data(body)
-        if lease_id is None or "lease_seconds" in body:
+        if lease_id is None or (isinstance(body, dict) and "lease_seconds" in body):
             return _reply(answer, status)  # a leasing client acknowledges what it received
         # a client that never acknowledges: served once the whole answer has left on its connection
         response = _reply(answer, status)

