@@ -57,3 +57,20 @@ def test_cross_site_requests_are_refused(buffer_service):
         )
     assert httpx.post(service.url + "/get_rollout_data", json={}).json()["data"]["data"] == []
     assert httpx.post(service.url + "/buffer/write", json=item).status_code == 200
+
+
+def test_odd_json_bodies_get_answers_not_500s(buffer_service):
+    service = buffer_service()
+    item = {
+        "instance_id": "a",
+        "reward": 1.0,
+        "messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}],
+    }
+    for path in ("/start_rollout", "/buffer/write", "/get_rollout_data", "/ack_rollout_data"):
+        for body in (b"5", b"[1]", b'"x"', b"null", b'{"max_groups": true}', b'{"lease_seconds": -1}'):
+            httpx.post(service.url + "/buffer/write", json=item).raise_for_status()  # a group is ready
+            answer = httpx.post(
+                service.url + path, content=body, headers={"Content-Type": "application/json"}
+            )
+            assert answer.status_code in (200, 400, 409), (path, body, answer.text)
+            assert answer.json()["success"] is False or path == "/get_rollout_data", (path, body)
