@@ -149,6 +149,8 @@ def test_weights_load_only_from_allowed_folders(served, server, tmp_path):
         ({"sampling_seed": 2**70}, "sampling_seed"),
         ({"top_k": 0}, "top_k"),
         ({"max_new_tokens": -1}, "max_new_tokens"),
+        ({"stop": ["never"] * 10_000}, "at most 64 strings"),
+        ({"stop": "x" * 100_000}, "at most 64 strings"),
     ],
 )
 def test_bad_sampling_params_are_a_400_for_that_request_only(served, params, message):

@@ -14,6 +14,10 @@ from rlsdk.protocol import EngineRequestError
 GREEDY_TEMPERATURE = 1e-6
 """At or below this temperature (or with ``top_k == 1``) decoding is greedy, as in SGLang."""
 
+MAX_STOPS = 64
+MAX_STOP_CHARS = 1024
+"""Limits on ``stop`` strings, which are searched after every token for every row of the batch."""
+
 # SGLang parameters the embedded engine accepts only at their no-op value.
 _UNSUPPORTED_DEFAULTS: dict[str, Any] = {
     "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0, "min_new_tokens": 0,
@@ -106,7 +110,12 @@ def _bool(key: str, value: Any) -> bool:
 def _stop(key: str, value: Any) -> list[str]:
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-        raise EngineRequestError(f"sampling_params.stop must be a string or a list of non-empty strings, got {value!r}")
+        raise EngineRequestError(
+            f"sampling_params.stop must be a string or a list of non-empty strings, got {value!r:.200}")
+    if len(stops) > MAX_STOPS or max(map(len, stops), default=0) > MAX_STOP_CHARS:
+        # every stop string is looked for after every token, on the thread that decodes the whole batch
+        raise EngineRequestError(f"sampling_params.stop takes at most {MAX_STOPS} strings of at most "
+                                 f"{MAX_STOP_CHARS} characters")
     return stops
 
 
