@@ -20,6 +20,8 @@ def serve(
     threads: int | None = typer.Option(None, "--threads", help="CPU threads for torch (default: all cores but one)."),
     token: str | None = typer.Option(None, "--token", envvar="RLSDK_SERVE_TOKEN",
                                      help="Bearer token required from clients (needed off loopback)."),
+    max_connections: int = typer.Option(1024, "--max-connections", min=1,
+                                        help="Open connections at once; more are answered 503."),
     allow_weights_dir: list[Path] = typer.Option(
         [], "--allow-weights-dir", help="Folder /update_weights_from_disk may load from (repeatable; none: refused)."),
 ) -> None:
@@ -36,7 +38,8 @@ def serve(
     engine = EmbeddedEngine(model, device=device, dtype=dtype, max_batch_size=max_batch_size, cache_dir=cache_dir,
                             threads=threads)
     try:
-        asyncio.run(_serve(engine, host, port, token=token, weights_dirs=allow_weights_dir))
+        asyncio.run(_serve(engine, host, port, token=token, weights_dirs=allow_weights_dir,
+                           max_connections=max_connections))
     except ModelNotFoundError as exc:
         typer.secho(f"error: {exc}", err=True, fg="red")
         raise typer.Exit(2) from exc

@@ -42,8 +42,8 @@ from aiohttp import web
 from .errors import PluginError
 from .manager import RlsdkPluginManager
 from .records import TaskGenerator
+from .service_guard import ConnectionLimits, guard
 from .service_guard import check_binding as _check_binding
-from .service_guard import guard
 
 DEFAULT_MAX_BODY = 64 << 20
 TOKEN_ENV = "RLSDK_BUFFER_TOKEN"
@@ -366,16 +366,14 @@ class BufferServer:
 
     service: BufferService
     runner: web.AppRunner
-    server: asyncio.base_events.Server
-    watchdog: asyncio.Task[None]
+    limits: ConnectionLimits
 
     @property
     def url(self) -> str:
         return self.service.url
 
     async def close(self) -> None:
-        self.watchdog.cancel()
-        self.server.close()
+        self.limits.close()
         await self.runner.cleanup()
 
 
@@ -386,31 +384,12 @@ async def start_buffer_server(service: BufferService, host: str = "127.0.0.1", p
     """Serve ``service`` on ``host:port`` (port 0 picks a free one) until ``close()``; sets ``service.url``.
     Off loopback a ``token`` is required (ValueError otherwise)."""
     check_binding(host, token)
-    busy: dict[Any, int] = {}  # transport -> requests in progress
-    last_seen: dict[Any, float] = {}  # transport -> when it connected or last finished a request
-
-    @web.middleware
-    async def track(request: web.Request, handler: Any) -> web.StreamResponse:
-        transport = request.transport
-        busy[transport] = busy.get(transport, 0) + 1
-        try:
-            return await handler(request)
-        finally:
-            busy[transport] -= 1
-            last_seen[transport] = time.monotonic()
+    limits = ConnectionLimits(max_body=max_body, read_timeout=read_timeout, idle_timeout=read_timeout,
+                              max_connections=max_connections)
 
     async def read_body(request: web.Request) -> tuple[Any, web.Response | None]:
-        """(the JSON body, None), or (None, the error answer)."""
-        if request.content_length is not None and request.content_length > max_body:
-            length = request.content_length
-            return None, _error(f"body of {length} bytes is over the {max_body}-byte limit", 413)
-        try:
-            async with asyncio.timeout(read_timeout):
-                raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return None, _error(f"body is over the {max_body}-byte limit", 413)
-        except TimeoutError:
-            return None, _error(f"body not received within {read_timeout:g}s", 408)
+        """(the JSON body, None), or (None, the error answer); ``limits`` has read it already."""
+        raw = await request.read()
         try:
             return (parse_json(raw) if raw.strip() else {}), None
         except (ValueError, UnicodeDecodeError) as exc:
@@ -445,7 +424,8 @@ async def start_buffer_server(service: BufferService, host: str = "127.0.0.1", p
         await asyncio.to_thread(service.store.ack, lease_id)
         return response
 
-    app = web.Application(client_max_size=max_body, middlewares=[guard(token, _error), track])
+    app = web.Application(client_max_size=max_body,
+                          middlewares=[guard(token, _error), limits.middleware(_error)])
     app.add_routes([
         web.post("/start_rollout", endpoint(service.start_rollout)),
         web.post("/buffer/write", endpoint(service.write, in_thread=True)),
@@ -455,45 +435,6 @@ async def start_buffer_server(service: BufferService, host: str = "127.0.0.1", p
     runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True,
                            keepalive_timeout=read_timeout)
     await runner.setup()
-    handlers = runner.server
-    assert handlers is not None
-
-    def connection() -> asyncio.Protocol:
-        return _Refuse() if len(handlers.connections) >= max_connections else handlers()
-
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(connection, host, port)
-    bound = server.sockets[0].getsockname()[1]
+    bound = await limits.listen(runner, host, port)
     service.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bound}"
-
-    async def close_idle_connections() -> None:
-        """Close connections that sent no complete request for ``read_timeout`` (slow or half-open)."""
-        while True:
-            await asyncio.sleep(min(1.0, read_timeout / 4))
-            now = time.monotonic()
-            for handler in list(handlers.connections):
-                transport = handler.transport
-                if transport is None:
-                    continue
-                since = last_seen.setdefault(transport, now)
-                if not busy.get(transport) and now - since > read_timeout:
-                    transport.close()
-            for transport in [t for t in last_seen if t.is_closing()]:
-                last_seen.pop(transport, None)
-                busy.pop(transport, None)
-
-    watchdog = asyncio.create_task(close_idle_connections())
-    return BufferServer(service, runner, server, watchdog)
-
-
-_TOO_MANY = b'{"success": false, "message": "too many open connections; try again later"}'
-
-
-class _Refuse(asyncio.Protocol):
-    """A connection over the limit: answered 503 and closed."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                f"Content-Length: {len(_TOO_MANY)}\r\n\r\n")
-        transport.write(head.encode() + _TOO_MANY)  # type: ignore[attr-defined]
-        transport.close()
+    return BufferServer(service, runner, limits)

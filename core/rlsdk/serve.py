@@ -27,10 +27,16 @@ from aiohttp import web
 from . import __version__
 from .engine import InferenceEngine
 from .protocol import SERVE_TOKEN_ENV, EngineRequestError, error_body, new_rid, split_batch
-from .service_guard import check_binding, guard
+from .service_guard import ConnectionLimits, check_binding, guard
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
 """Largest request body accepted, in bytes (a larger one gets 413)."""
+DEFAULT_MAX_CONNECTIONS = 1024
+"""Open connections at once (the engine client pools up to its concurrency, 512, plus 8)."""
+READ_TIMEOUT = 60.0
+"""Seconds a request body may take to arrive (408 after)."""
+IDLE_TIMEOUT = 300.0
+"""Seconds a connection may stay out of a request (sending one slowly, or idle) before it is closed."""
 
 _FLUSH_TEXT = (
     "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
@@ -51,6 +57,7 @@ class ServerHandle:
     port: int
     runner: web.AppRunner
     engine: InferenceEngine
+    limits: ConnectionLimits
 
     @property
     def url(self) -> str:
@@ -59,18 +66,24 @@ class ServerHandle:
     async def close(self) -> None:
         if self.engine.url == self.url:
             self.engine.url = None
+        self.limits.close()
         await self.runner.cleanup()
 
 
 async def start_server(engine: InferenceEngine, host: str = "127.0.0.1", port: int = 0, *,
                        max_body: int = DEFAULT_MAX_BODY, token: str | None = None,
-                       weights_dirs: Sequence[str | os.PathLike[str]] = ()) -> ServerHandle:
+                       weights_dirs: Sequence[str | os.PathLike[str]] = (),
+                       max_connections: int = DEFAULT_MAX_CONNECTIONS) -> ServerHandle:
     """Serve a started ``engine`` on ``host:port`` (port 0 picks a free one); sets ``engine.url``.
 
     Off loopback a ``token`` is required (ValueError otherwise). ``/update_weights_from_disk`` loads only
-    from inside ``weights_dirs`` (none: it is refused)."""
+    from inside ``weights_dirs`` (none: it is refused). Slow and idle connections are closed and at most
+    ``max_connections`` are open at once (:class:`~rlsdk.service_guard.ConnectionLimits`)."""
     check_binding("rlsdk serve", host, token, SERVE_TOKEN_ENV)
-    app = web.Application(client_max_size=max_body, middlewares=[guard(token, _error), _errors])
+    limits = ConnectionLimits(max_body=max_body, read_timeout=READ_TIMEOUT, idle_timeout=IDLE_TIMEOUT,
+                              max_connections=max_connections)
+    app = web.Application(client_max_size=max_body,
+                          middlewares=[guard(token, _error), limits.middleware(_error), _errors])
     app[_ENGINE] = engine
     app[_WEIGHTS_DIRS] = tuple(Path(d).resolve() for d in weights_dirs)
     app.add_routes([
@@ -91,10 +104,8 @@ async def start_server(engine: InferenceEngine, host: str = "127.0.0.1", port: i
     # handler_cancellation: a client that disconnects cancels its handler, which aborts its generation
     runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound_port = runner.addresses[0][1]
-    handle = ServerHandle(host=host, port=bound_port, runner=runner, engine=engine)
+    bound_port = await limits.listen(runner, host, port)
+    handle = ServerHandle(host=host, port=bound_port, runner=runner, engine=engine, limits=limits)
     engine.url = handle.url
     return handle
 
@@ -110,8 +121,6 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return await handler(request)
     except EngineRequestError as exc:
         return _error(str(exc), 400)
-    except web.HTTPRequestEntityTooLarge as exc:
-        return _error(f"request body too large: {exc.text}", 413)
     except web.HTTPException as exc:
         if exc.status == 404:
             return _error(f"no endpoint {request.method} {request.path}", 404)
@@ -285,9 +294,8 @@ async def _update_weights_from_disk(request: web.Request) -> web.Response:
     if not any(Path(model_path).resolve().is_relative_to(folder) for folder in allowed):
         why = f"{model_path[:200]!r} is not inside {', '.join(map(str, allowed))}" if allowed else \
             "loading weights over HTTP is off"
-        return web.json_response({"success": False, "num_paused_requests": 0,
-                                  "message": f"Failed to update weights: {why} "
-                                             f"(start rlsdk serve with --allow-weights-dir FOLDER)"}, status=403)
+        message = f"Failed to update weights: {why} (start rlsdk serve with --allow-weights-dir FOLDER)"
+        return web.json_response({"success": False, "message": message, "num_paused_requests": 0}, status=403)
     version = body.get("weight_version")
     try:
         await request.app[_ENGINE].update_weights_from_disk(model_path, None if version is None else str(version))

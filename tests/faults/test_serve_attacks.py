@@ -110,6 +110,22 @@ def test_slow_clients_do_not_hold_up_the_others(served):
         sock.close()
 
 
+def test_connections_past_the_limit_are_refused(server):
+    import socket
+
+    url = server(max_connections=3)
+    host, port = url.removeprefix("http://").split(":")
+    held = [socket.create_connection((host, int(port))) for _ in range(3)]
+    time.sleep(0.2)
+    extra = socket.create_connection((host, int(port)))
+    extra.settimeout(5)
+    assert extra.recv(100).startswith(b"HTTP/1.1 503")
+    for sock in [*held, extra]:
+        sock.close()
+    time.sleep(0.2)
+    assert httpx.get(url + "/health", timeout=10).status_code == 200
+
+
 def test_cross_site_requests_are_refused(served):
     page = {"Origin": "http://evil.example"}
     for path in ("/pause_generation", "/abort_request", "/flush_cache"):
