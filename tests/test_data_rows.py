@@ -92,6 +92,16 @@ def test_bad_row_is_an_error_naming_file_and_line(pm, tmp_path, line, problem):
     assert "on_bad_row: skip" in str(info.value)
 
 
+def test_one_bad_utf8_byte_is_one_bad_row(pm, tmp_path):
+    """A byte that is not UTF-8 used to reject the whole file, even with on_bad_row: skip."""
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b'{"input": "first"}\n{"input": "caf\xe9"}\n{"input": "l\xc3\xa9 last"}\n')
+    ds = source(pm, path, on_bad_row="skip")
+    assert prompts(ds) == ["first", "l\u00e9 last"] and ds.metrics()["bad_rows_skipped"] == 1
+    with pytest.raises(DataError, match=f"{path}:line 2: not UTF-8 text"):
+        source(pm, path)
+
+
 def test_bad_rows_are_skipped_and_counted(pm, tmp_path):
     path = write_jsonl(tmp_path / "bad.jsonl", [line for line, _ in BAD_ROWS] + ['{"input": "last"}'])
     ds = source(pm, path, on_bad_row="skip")

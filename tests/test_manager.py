@@ -86,8 +86,37 @@ def test_wrong_record_type_names_the_plugin(rlsdk_pm):
             return [DynamicFilter(name="x", func=lambda args, samples: True)]
 
     rlsdk_pm.register(Wrong(), name="wrong")
-    with pytest.raises(PluginError, match="plugin 'wrong'.*expected Reward records"):
-        rlsdk_pm.names("reward")
+    with pytest.warns(UserWarning, match="plugin 'wrong'.*expected Reward records"):
+        assert rlsdk_pm.names("reward") == []
+    assert "expected Reward records" in rlsdk_pm.failures[0].error
+
+
+def test_a_hook_that_raises_is_skipped_not_fatal(rlsdk_pm, monkeypatch):
+    """A plugin hook that raised used to break every command, including ones that never use its kind."""
+
+    class Broken:
+        @hookimpl
+        def rlsdk_rewards(self):
+            raise RuntimeError("no GPU here")
+
+        @hookimpl
+        def rlsdk_dynamic_filters(self):
+            yield DynamicFilter(name="keep", func=lambda args, samples: True)
+
+    class Good:
+        @hookimpl
+        def rlsdk_rewards(self):
+            yield Reward(name="exact", func=module_level_reward)
+
+    rlsdk_pm.register(Broken(), name="broken")
+    rlsdk_pm.register(Good(), name="good")
+    with pytest.warns(UserWarning, match="skipped plugin 'broken'.*rlsdk_rewards raised RuntimeError: no GPU here"):
+        assert rlsdk_pm.names("reward") == ["exact"]
+    assert rlsdk_pm.names("dynamic_filter") == ["keep"]
+    monkeypatch.setenv("RLSDK_STRICT_PLUGINS", "1")
+    strict = get_plugin_manager(load_entrypoints=False, plugins=[Broken()])
+    with pytest.raises(PluginError, match="rlsdk_rewards raised RuntimeError: no GPU here"):
+        strict.names("reward")
 
 
 def test_record_rejects_bad_names():
@@ -164,6 +193,15 @@ def test_plugin_that_fails_to_import_is_reported_and_skipped(fake_dist):
     assert [(f.entry_point, f.distribution, f.version) for f in pm.failures] == [
         ("broken", "rl-plugin-broken", "0.1.0")]
     assert "no numpy here" in pm.failures[0].error
+    assert pm.resolve("reward", "exact").name == "exact"
+
+
+def test_a_plugin_calling_sys_exit_at_import_is_skipped(fake_dist):
+    """``sys.exit()`` at import used to end every command silently (SystemExit is no Exception)."""
+    fake_dist("rl-plugin-exits", "0.1.0", "exits", "rl_plugin_exits", "import sys\nsys.exit(3)\n")
+    fake_dist("rl-plugin-exact", "1.0.0", "exact", "rl_plugin_exact", REWARD_PLUGIN.format(name="exact"))
+    with pytest.warns(UserWarning, match="skipped plugin 'exits' from rl-plugin-exits 0.1.0: SystemExit\\(3\\)"):
+        pm = get_plugin_manager()
     assert pm.resolve("reward", "exact").name == "exact"
 
 

@@ -67,7 +67,13 @@ def spread_multi_value_flags(argv: list[str]) -> list[str]:
 def main() -> None:
     import sys
 
-    app(args=spread_multi_value_flags(sys.argv[1:]))
+    from rlsdk.errors import RlsdkError
+
+    try:
+        app(args=spread_multi_value_flags(sys.argv[1:]))
+    except RlsdkError as exc:  # an error rlsdk explains (a plugin failing in strict mode, ...): one line
+        typer.echo(f"Error: {exc}", err=True)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

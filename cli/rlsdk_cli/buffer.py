@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import warnings
 
 import typer
@@ -18,10 +20,14 @@ def serve(
     token: str | None = typer.Option(None, envvar="RLSDK_BUFFER_TOKEN",
                                      help="Bearer token required from clients."),
     max_body_mb: float = typer.Option(64.0, help="Largest request body, in MiB."),
+    read_timeout: float = typer.Option(30.0, min=0.1,
+                                       help="Seconds a connection may idle or take to send a request."),
+    max_connections: int = typer.Option(256, min=1, help="Open connections at once; more are answered 503."),
 ) -> None:
-    """Serve /start_rollout, /buffer/write and /get_rollout_data; prints the URL once listening."""
+    """Serve /start_rollout, /buffer/write, /get_rollout_data and /ack_rollout_data; prints the URL once
+    listening. Ctrl-C or SIGTERM stops it; every acknowledged item is already on disk."""
     from rlsdk import get_plugin_manager
-    from rlsdk.rollout_buffer import BufferService, TrajectoryStore, check_binding, make_buffer_server
+    from rlsdk.rollout_buffer import BufferService, TrajectoryStore, check_binding
 
     try:
         check_binding(host, token)
@@ -33,11 +39,28 @@ def serve(
         pm = get_plugin_manager()
     store = TrajectoryStore(data_dir)
     service = BufferService(pm, store)
-    server = make_buffer_server(service, host, port, token=token, max_body=int(max_body_mb * (1 << 20)))
-    counts = store.counts()
-    typer.echo(f"rollout buffer on {service.url} (data in {os.path.abspath(data_dir)}, "
-               f"{counts['pending_items']} items pending)")
+    options = {"token": token, "max_body": int(max_body_mb * (1 << 20)), "read_timeout": read_timeout,
+               "max_connections": max_connections}
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        server.server_close()
+        asyncio.run(_serve(service, host, port, data_dir, options))
+    except OSError as exc:
+        typer.echo(f"Error: cannot listen on {host}:{port}: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+async def _serve(service: object, host: str, port: int, data_dir: str, options: dict[str, object]) -> None:
+    from rlsdk.rollout_buffer import start_buffer_server
+
+    server = await start_buffer_server(service, host, port, **options)  # type: ignore[arg-type]
+    counts = server.service.store.counts()
+    typer.echo(f"rollout buffer on {server.url} (data in {os.path.abspath(data_dir)}, "
+               f"{counts['pending_items']} items pending)")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.close()
+    typer.echo("rollout buffer stopped", err=True)

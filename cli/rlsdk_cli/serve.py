@@ -11,21 +11,35 @@ import typer
 
 def serve(
     model: str | None = typer.Option(None, "--model", help="Local Hugging Face model folder; default SmolLM2-135M-Instruct."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; anything but loopback needs a token."),
     port: int = typer.Option(30000, "--port", help="Port to listen on (0 picks a free one)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     dtype: str = typer.Option("float32", "--dtype", help="float32 (exact log-probs) or bfloat16."),
     max_batch_size: int = typer.Option(64, "--max-batch-size", help="Requests decoded together."),
     cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Folder for the converted default model."),
     threads: int | None = typer.Option(None, "--threads", help="CPU threads for torch (default: all cores but one)."),
+    token: str | None = typer.Option(None, "--token", envvar="RLSDK_SERVE_TOKEN",
+                                     help="Bearer token required from clients (needed off loopback)."),
+    max_connections: int = typer.Option(1024, "--max-connections", min=1,
+                                        help="Open connections at once; more are answered 503."),
+    allow_weights_dir: list[Path] = typer.Option(
+        [], "--allow-weights-dir", help="Folder /update_weights_from_disk may load from (repeatable; none: refused)."),
 ) -> None:
     """Serve the embedded engine with SGLang's protocol (/generate, /model_info, /abort_request, ...)."""
+    from rlsdk.protocol import SERVE_TOKEN_ENV
+    from rlsdk.service_guard import check_binding
     from rlsdk_generators.embedded import EmbeddedEngine, ModelNotFoundError
 
+    try:
+        check_binding("rlsdk serve", host, token, SERVE_TOKEN_ENV)
+    except ValueError as exc:
+        typer.secho(f"error: {exc}", err=True, fg="red")
+        raise typer.Exit(2) from None
     engine = EmbeddedEngine(model, device=device, dtype=dtype, max_batch_size=max_batch_size, cache_dir=cache_dir,
                             threads=threads)
     try:
-        asyncio.run(_serve(engine, host, port))
+        asyncio.run(_serve(engine, host, port, token=token, weights_dirs=allow_weights_dir,
+                           max_connections=max_connections))
     except ModelNotFoundError as exc:
         typer.secho(f"error: {exc}", err=True, fg="red")
         raise typer.Exit(2) from exc
@@ -34,12 +48,12 @@ def serve(
         raise typer.Exit(2) from exc
 
 
-async def _serve(engine: object, host: str, port: int) -> None:
+async def _serve(engine: object, host: str, port: int, **server_options: object) -> None:
     from rlsdk.runtime import tuned_garbage_collector
     from rlsdk.serve import start_server
 
     await engine.start()  # type: ignore[attr-defined]
-    handle = await start_server(engine, host, port)  # type: ignore[arg-type]
+    handle = await start_server(engine, host, port, **server_options)  # type: ignore[arg-type]
     info = await engine.model_info()  # type: ignore[attr-defined]
     typer.echo(f"rlsdk serve: {info['model_path']} at {handle.url} (Ctrl-C stops)", err=True)
     stop = asyncio.Event()

@@ -78,21 +78,26 @@ class RlsdkPluginManager(pluggy.PluginManager):
             try:
                 plugin = ep.load()
                 self.register(plugin, ep.name, info=PluginInfo(ep.name, dist_name, version, ep.value))
-            except Exception as exc:  # a broken plugin must not take the others down
-                failure = PluginLoadFailure(ep.name, dist_name, version, f"{type(exc).__name__}: {exc}")
-                if strict:
-                    raise PluginError(
-                        f"plugin {ep.name!r} from {dist_name} {version} failed to load: {failure.error}"
-                    ) from exc
-                self.failures.append(failure)
-                warnings.warn(
-                    f"rlsdk: skipped plugin {ep.name!r} from {dist_name} {version}: {failure.error} "
-                    f"(set {STRICT_ENV}=1 to make this fatal, {DISABLE_ENV}={ep.name} to silence it)",
-                    stacklevel=2,
-                )
+            except (Exception, SystemExit) as exc:  # a broken plugin (even one calling sys.exit) is skipped
+                error = f"SystemExit({exc.code!r}) at import" if isinstance(exc, SystemExit) else \
+                    f"{type(exc).__name__}: {exc}"
+                self._report(PluginLoadFailure(ep.name, dist_name, version, error), strict, exc)
                 continue
             count += 1
         return count
+
+    def _report(self, failure: PluginLoadFailure, strict: bool, exc: BaseException) -> None:
+        """A plugin that failed to load or whose hook failed: fatal in strict mode, else warned and kept
+        in ``failures``."""
+        where = f"plugin {failure.entry_point!r} from {failure.distribution} {failure.version}"
+        if strict:
+            raise PluginError(f"{where} failed to load: {failure.error}") from exc
+        self.failures.append(failure)
+        warnings.warn(
+            f"rlsdk: skipped {where}: {failure.error} "
+            f"(set {STRICT_ENV}=1 to make this fatal, {DISABLE_ENV}={failure.entry_point} to silence it)",
+            stacklevel=3,
+        )
 
     def plugin_info(self, name: str) -> PluginInfo:
         return self._infos[name]
@@ -106,22 +111,24 @@ class RlsdkPluginManager(pluggy.PluginManager):
         if self._tables is not None:
             return self._tables
         tables: dict[str, dict[str, list[tuple[PluginRecord, PluginInfo]]]] = {k: {} for k in KINDS}
+        strict = os.environ.get(STRICT_ENV, "") not in ("", "0")
         for kind in KINDS:
             record_type = RECORD_TYPES[kind]
             caller = getattr(self.hook, hook_name(kind))
             for impl in caller.get_hookimpls():
                 info = self._infos.get(self.get_name(impl.plugin) or "", PluginInfo(plugin=impl.plugin_name))
                 try:
-                    result = impl.function()
-                    records = _as_records(result)
-                except Exception as exc:
-                    raise PluginError(f"{info.describe()}: hook {hook_name(kind)} raised {exc!r}") from exc
+                    records = _as_records(impl.function())
+                    wrong = [r for r in records if not isinstance(r, record_type)]
+                    if wrong:
+                        raise PluginError(f"returned {wrong[0]!r:.200}, expected {record_type.__name__} records")
+                except (Exception, SystemExit) as exc:  # one broken hook must not break every command
+                    error = f"hook {hook_name(kind)} " + (str(exc) if isinstance(exc, PluginError) else
+                                                          f"raised {type(exc).__name__}: {exc}")
+                    self._report(PluginLoadFailure(info.plugin, info.distribution, info.version, error),
+                                 strict, exc)
+                    continue
                 for record in records:
-                    if not isinstance(record, record_type):
-                        raise PluginError(
-                            f"{info.describe()}: hook {hook_name(kind)} returned {record!r}, "
-                            f"expected {record_type.__name__} records"
-                        )
                     tables[kind].setdefault(record.name, []).append((record, info))
         self._tables = tables
         return tables
@@ -145,15 +152,22 @@ class RlsdkPluginManager(pluggy.PluginManager):
 
     # ----- resolution ------------------------------------------------------------------------
 
-    def resolve(self, kind: str, spec: str, **record_options: Any) -> Resolved:
+    def resolve(self, kind: str, spec: str, *, registered_only: bool = False, **record_options: Any) -> Resolved:
         """Resolve a registered name or a dotted/file path to a validated callable.
 
-        ``record_options`` fill record fields for paths (e.g. ``group=True`` for a dotted-path reward).
+        ``registered_only=True`` refuses paths, for names that come from the network: a path would load
+        and run any code the sender names. ``record_options`` fill record fields for paths (e.g.
+        ``group=True`` for a dotted-path reward).
         """
         kind = _check_kind(kind)
         if not isinstance(spec, str) or not spec.strip():
             raise PluginError(f"empty {kind} name")
         spec = spec.strip()
+        if registered_only and is_path(spec):
+            raise UnknownPluginError(
+                f"{kind} {spec[:100]!r} is a path: only registered names are accepted here. "
+                f"Choose one of: {', '.join(self.names(kind)) or 'none'}"
+            )
         if is_path(spec):
             from .slime_compat.real_slime import for_real_slime
 

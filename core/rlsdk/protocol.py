@@ -12,6 +12,9 @@ from typing import Any
 
 from .errors import RlsdkError
 
+SERVE_TOKEN_ENV = "RLSDK_SERVE_TOKEN"
+"""The bearer token ``rlsdk serve`` requires off loopback, and the engine client sends when it is set."""
+
 
 class EngineError(RlsdkError):
     """An engine failed to answer a request."""

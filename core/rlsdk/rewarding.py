@@ -9,8 +9,9 @@ A reward that raises, hangs past ``args.reward_timeout`` or returns something ot
 dict never becomes a silent 0: the sample is marked invalid (``reward=None``, status ``failed``, the reason
 in ``metadata["reward_error"]``), and :func:`apply_invalid_policy` applies ``args.on_invalid_reward``.
 
-Async rewards run on the event loop; plain functions run in a worker thread so a slow one cannot stall
-the loop, except rewards registered with ``Reward(..., cheap=True)``, which are called inline.
+Async rewards run on the event loop; plain functions run in a thread of :mod:`rlsdk.blocking`'s pool so a
+slow one cannot stall the loop, and one that hangs is abandoned at its timeout (nothing waits for it, not
+even shutdown), except rewards registered with ``Reward(..., cheap=True)``, which are called inline.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import weakref
 from typing import Any
 
 from .answers import last_boxed
+from .blocking import blocking_pool
 from .concurrency import gather_calls
 from .deadlines import deadline
 from .errors import PluginCallError, PluginError
@@ -170,13 +172,13 @@ async def _call(resolved: Resolved, args: Any, target: Any, evaluation: bool, ti
 
 
 async def _invoke(resolved: Resolved, args: Any, target: Any, kwargs: dict[str, Any]) -> Any:
-    """Await an async reward; run a sync one in a thread so it cannot block the event loop, unless it
-    declared itself ``cheap``."""
+    """Await an async reward; run a sync one in a blocking-pool thread so it cannot block the event loop,
+    unless it declared itself ``cheap``."""
     if resolved.is_async:
         return await resolved.func(args, target, **kwargs)
     if resolved.record.cheap:
         return resolved.func(args, target, **kwargs)
-    result = await asyncio.to_thread(resolved.func, args, target, **kwargs)
+    result = await blocking_pool().run(resolved.func, args, target, **kwargs)
     return await result if inspect.isawaitable(result) else result
 
 

@@ -1,49 +1,87 @@
 """The rollout buffer service: slime-compatible HTTP endpoints for agents that produce trajectories
-outside the trainer (``rlsdk buffer serve``).
+outside the trainer (``rlsdk buffer serve``), on aiohttp.
 
-- ``POST /start_rollout``: a trainer starts the task_generator plugin named by ``task_type`` in a
-  worker thread, with the body as its ``data`` (``num_repeat_per_sample`` is the group size).
+- ``POST /start_rollout``: a trainer starts the task_generator plugin named by ``task_type`` (a registered
+  name only: never a path, which would run code the request names) in a worker thread, with the body as
+  its ``data`` (``num_repeat_per_sample`` is the group size). The same task already running is not
+  started twice, so a resumed trainer may ask again.
 - ``POST /buffer/write``: an agent writes one trajectory ``{"instance_id", "uid", "messages", "reward",
-  "extra_info"}``; it is validated, appended to disk (fsync) and only then acknowledged. A ``uid``
-  written twice is stored once, so agents may retry a write whose answer they did not get.
-- ``POST /get_rollout_data``: a trainer takes every complete group (the task's ``is_valid_group`` and
-  ``transform_group`` hooks apply); served groups are logged to disk too, so a restart serves each
-  group once and loses none.
+  "extra_info"}``; it is validated (rewards finite), appended to disk (fsync) and only then acknowledged.
+  A ``uid`` written twice is stored once, so agents may retry a write whose answer they did not get.
+- ``POST /get_rollout_data``: a trainer takes complete groups (at most ``max_groups``; the task's
+  ``is_valid_group`` and ``transform_group`` hooks apply). They are leased, not yet served: a trainer that
+  sends ``lease_seconds`` acknowledges them with ``POST /ack_rollout_data {"lease_id"}``, and groups whose
+  lease runs out are served again. For a client that does neither (slime's), the groups count as served
+  once the whole answer has been written to its connection, and go back if the connection breaks first.
+  Only acknowledged groups are logged as served on disk, so a crash at any point loses no group: at worst
+  an unacknowledged one is served again.
 
-Loopback by default; bound elsewhere it requires ``Authorization: Bearer <token>``.
+Loopback by default; bound elsewhere it requires ``Authorization: Bearer <token>`` (see
+:mod:`rlsdk.service_guard`). Bodies are size-checked and read under a timeout, idle or slow connections
+are closed, and the number of open connections is bounded.
 """
 
 from __future__ import annotations
 
-import ipaddress
+import asyncio
+import functools
 import json
+import math
 import numbers
 import os
 import threading
+import time
 import traceback
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from aiohttp import web
 
 from .errors import PluginError
 from .manager import RlsdkPluginManager
 from .records import TaskGenerator
+from .service_guard import ConnectionLimits, guard
+from .service_guard import check_binding as _check_binding
 
 DEFAULT_MAX_BODY = 64 << 20
 TOKEN_ENV = "RLSDK_BUFFER_TOKEN"
+DEFAULT_LEASE_SECONDS = 300.0
+"""How long groups handed to a trainer wait for its acknowledgement before they are served again."""
+DEFAULT_READ_TIMEOUT = 30.0
+"""Seconds a connection may stay idle, or take to send a request, before it is closed."""
+DEFAULT_MAX_CONNECTIONS = 256
+"""Open connections at once; more are answered 503 and closed."""
+
+_dumps = functools.partial(json.dumps, allow_nan=False)
 
 
 class InvalidItem(ValueError):
     """A written trajectory that does not have the expected shape."""
 
 
+def parse_json(raw: bytes) -> Any:
+    """Standard JSON only: ``NaN`` and ``Infinity`` (which Python's json reads) are refused."""
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} is not standard JSON")
+
+    return json.loads(raw, parse_constant=refuse)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def validate_item(item: Any) -> dict[str, Any]:
-    """A trajectory item checked and normalized: ``instance_id`` and ``uid`` as strings, ``extra_info`` a dict."""
+    """A trajectory item checked and normalized: ``instance_id`` and ``uid`` as strings, ``extra_info`` a
+    dict, rewards finite."""
     if not isinstance(item, dict):
         raise InvalidItem(f"a trajectory must be a JSON object, got {type(item).__name__}")
     missing = [k for k in ("instance_id", "messages", "reward") if k not in item]
     if missing:
-        raise InvalidItem(f"a trajectory needs {', '.join(missing)} (keys: instance_id, uid, messages, reward, extra_info)")
+        raise InvalidItem(f"a trajectory needs {', '.join(missing)} "
+                          f"(keys: instance_id, uid, messages, reward, extra_info)")
     if not isinstance(item["instance_id"], (str, int)) or isinstance(item["instance_id"], bool):
         raise InvalidItem(f"instance_id must be a string or integer, got {item['instance_id']!r:.80}")
     messages = item["messages"]
@@ -57,8 +95,11 @@ def validate_item(item: Any) -> dict[str, Any]:
     if not any(m["role"] == "assistant" for m in messages):
         raise InvalidItem("messages have no assistant turn to train on")
     reward = item["reward"]
-    if not (isinstance(reward, numbers.Real) and not isinstance(reward, bool)) and not isinstance(reward, dict):
-        raise InvalidItem(f"reward must be a number or an object of numbers, got {reward!r:.80}")
+    if isinstance(reward, dict):
+        if not all(_finite(v) for v in reward.values()):
+            raise InvalidItem(f"reward must be a number or an object of numbers (finite), got {reward!r:.80}")
+    elif not _finite(reward):
+        raise InvalidItem(f"reward must be a number (finite) or an object of numbers, got {reward!r:.80}")
     extra_info = item.get("extra_info", {})
     if not isinstance(extra_info, dict):
         raise InvalidItem("extra_info must be an object")
@@ -69,23 +110,35 @@ def validate_item(item: Any) -> dict[str, Any]:
 
 
 def _default_meta_info(groups: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    rewards = [i["reward"] for items in groups.values() for i in items if isinstance(i["reward"], numbers.Real)]
+    rewards = [i["reward"] for items in groups.values() for i in items
+               if isinstance(i["reward"], numbers.Real)]
     total = sum(len(items) for items in groups.values())
     return {"total_samples": total, "num_groups": len(groups),
             "avg_group_size": total / len(groups) if groups else 0,
             "avg_reward": sum(rewards) / len(rewards) if rewards else 0}
 
 
+@dataclass
+class Lease:
+    """Groups handed out and not yet acknowledged: ``groups`` by instance id, pending again at ``expires``."""
+
+    expires: float
+    groups: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
 class TrajectoryStore:
     """Trajectories grouped by ``instance_id``, kept in append-only JSONL files under ``folder``:
-    ``items.jsonl`` (every accepted item), ``served.jsonl`` (uids handed to a trainer) and ``task.json``
-    (the last ``/start_rollout`` body). Reopening the folder restores the unserved groups."""
+    ``items.jsonl`` (every accepted item), ``served.jsonl`` (uids of acknowledged groups) and ``task.json``
+    (the last ``/start_rollout`` body). Reopening the folder restores every unacknowledged group; a last
+    line cut by a crash (never acknowledged: the answer follows the fsync) is cut off the file, so the
+    next append starts a line of its own."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.lock = threading.Lock()
         self.groups: dict[str, list[dict[str, Any]]] = {}
+        self.leases: dict[str, Lease] = {}
         self.since_read: dict[str, list[dict[str, Any]]] = {}
         self.seen: set[str] = set()
         self.written = 0
@@ -102,32 +155,33 @@ class TrajectoryStore:
         path = self.folder / name
         if not path.exists():
             return []
-        values = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                values.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash mid-write was never acknowledged
-        return values
+        data = path.read_bytes()
+        complete = data.rfind(b"\n") + 1
+        if complete < len(data):  # a line cut by a crash mid-write
+            with open(path, "r+b") as file:
+                file.truncate(complete)
+                os.fsync(file.fileno())
+        return [json.loads(line) for line in data[:complete].splitlines() if line.strip()]
 
     def _append(self, name: str, values: list[Any]) -> None:
         with open(self.folder / name, "a", encoding="utf-8") as out:
-            out.write("".join(json.dumps(v) + "\n" for v in values))
+            out.write("".join(_dumps(v) + "\n" for v in values))
             out.flush()
             os.fsync(out.fileno())
 
     def save_task(self, body: dict[str, Any]) -> None:
         with self.lock:
             tmp = self.folder / "task.json.tmp"
-            tmp.write_text(json.dumps(body))
+            tmp.write_text(_dumps(body))
             os.replace(tmp, self.folder / "task.json")
             self.task = body
 
     def append(self, item: dict[str, Any]) -> bool:
-        """Store a validated item on disk, then in memory; False for a uid already stored."""
+        """Store a validated item on disk, then in memory; False for a uid already stored. An item
+        without a uid gets a random one, which no agent's uid can clash with."""
         with self.lock:
             if item.get("uid") is None:
-                item = {**item, "uid": f"{item['instance_id']}#{self.written}"}
+                item = {**item, "uid": f"{item['instance_id']}#{uuid.uuid4().hex}"}
             if item["uid"] in self.seen:
                 return False
             self._append("items.jsonl", [item])
@@ -137,40 +191,70 @@ class TrajectoryStore:
             self.since_read.setdefault(item["instance_id"], []).append(item)
             return True
 
-    def take_ready(self, task: TaskGenerator | None) -> dict[str, Any]:
-        """Remove and return the complete groups' items (``{"data", "meta_info"}``), logged as served."""
+    def lease_ready(self, task: TaskGenerator | None, *, max_groups: int | None = None,
+                    lease_seconds: float = DEFAULT_LEASE_SECONDS) -> tuple[str | None, dict[str, Any]]:
+        """Lease complete groups: (lease id, or None when there are none; ``{"data", "meta_info"}``).
+        They stay on disk as unserved until :meth:`ack`; :meth:`release` or the lease's end returns them."""
         group_size = int(self.task.get("num_repeat_per_sample") or 1)
         task_type = self.task.get("task_type")
         is_valid = (task and task.is_valid_group) or (lambda group, size, _type: len(group[1]) >= size)
         transform = (task and task.transform_group) or (lambda group, _type: group)
         meta = (task and task.get_group_data_meta_info) or _default_meta_info
         with self.lock:
+            self._expire(time.monotonic())
             meta_info = dict(meta(self.since_read))
-            ready = [(iid, items) for iid, items in self.groups.items() if is_valid((iid, items), group_size, task_type)]
+            ready = [(iid, items) for iid, items in self.groups.items()
+                     if is_valid((iid, items), group_size, task_type)]
+            ready = ready[:max_groups] if max_groups is not None else ready
             data = []
             for instance_id, items in ready:
                 data.extend(transform((instance_id, items), task_type)[1])
+            lease_id = None
             if ready:
-                self._append("served.jsonl", [i["uid"] for _, items in ready for i in items])
+                lease_id = uuid.uuid4().hex
+                self.leases[lease_id] = Lease(time.monotonic() + lease_seconds, dict(ready))
                 for instance_id, _ in ready:
                     del self.groups[instance_id]
                 self.since_read = {}
             meta_info["finished_groups"] = [iid for iid, _ in ready]
-            return {"data": data, "meta_info": meta_info}
+            meta_info["lease_id"] = lease_id
+            return lease_id, {"data": data, "meta_info": meta_info}
+
+    def ack(self, lease_id: str) -> int | None:
+        """Log a lease's groups as served (fsync); the number of items, or None for an unknown or ended
+        lease (its groups are pending again and will be served again)."""
+        with self.lock:
+            lease = self.leases.pop(lease_id, None)
+            if lease is None:
+                return None
+            uids = [i["uid"] for items in lease.groups.values() for i in items]
+            try:
+                self._append("served.jsonl", uids)
+            except BaseException:
+                self.leases[lease_id] = lease
+                raise
+            return len(uids)
+
+    def release(self, lease_id: str) -> None:
+        """Return a lease's groups to the pending ones, ahead of items written since."""
+        with self.lock:
+            lease = self.leases.pop(lease_id, None)
+            if lease is not None:
+                self._restore(lease)
+
+    def _expire(self, now: float) -> None:
+        for lease_id in [k for k, lease in self.leases.items() if lease.expires <= now]:
+            self._restore(self.leases.pop(lease_id))
+
+    def _restore(self, lease: Lease) -> None:
+        for instance_id, items in lease.groups.items():
+            self.groups[instance_id] = items + self.groups.get(instance_id, [])
 
     def counts(self) -> dict[str, int]:
         with self.lock:
             return {"written": self.written, "pending_items": sum(len(v) for v in self.groups.values()),
-                    "pending_groups": len(self.groups)}
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+                    "pending_groups": len(self.groups),
+                    "leased_groups": sum(len(lease.groups) for lease in self.leases.values())}
 
 
 class BufferService:
@@ -181,11 +265,14 @@ class BufferService:
         self.store = store
         self.url = ""
         self.task_errors: list[str] = []
-        self.threads: list[threading.Thread] = []
+        self.tasks: dict[str, threading.Thread] = {}
 
     def task(self) -> TaskGenerator | None:
         name = self.store.task.get("task_type")
-        return self.pm.resolve("task_generator", name).record if name else None  # type: ignore[return-value]
+        if not name:
+            return None
+        resolved = self.pm.resolve("task_generator", name, registered_only=True)
+        return resolved.record  # type: ignore[return-value]
 
     def start_rollout(self, body: Any) -> tuple[int, dict[str, Any]]:
         if not isinstance(body, dict) or not isinstance(body.get("task_type"), str):
@@ -197,15 +284,18 @@ class BufferService:
         except (TypeError, ValueError):
             return 400, {"success": False, "message": "num_repeat_per_sample must be a positive integer"}
         try:
-            task = self.pm.resolve("task_generator", body["task_type"])
+            task = self.pm.resolve("task_generator", body["task_type"], registered_only=True)
         except PluginError as exc:
             return 400, {"success": False, "message": str(exc)}
+        running = self.tasks.get(task.name)
+        if running is not None and running.is_alive():
+            return 200, {"success": True, "message": "Rollout already running", "task_type": task.name}
         body = {**body, "remote_buffer_url": body.get("remote_buffer_url") or self.url}
         self.store.save_task(body)
         thread = threading.Thread(target=self._run_task, args=(task, body), daemon=True,
                                   name=f"rlsdk-task-{task.name}")
         thread.start()
-        self.threads.append(thread)
+        self.tasks[task.name] = thread
         return 200, {"success": True, "message": "Rollout started", "task_type": task.name}
 
     def _run_task(self, task: Any, body: dict[str, Any]) -> None:
@@ -222,60 +312,129 @@ class BufferService:
             return 400, {"success": False, "message": f"invalid trajectory: {exc}"}
         stored = self.store.append(item)
         message = "Data has been successfully written to buffer" if stored else "duplicate uid: already stored"
-        return 200, {"success": True, "message": message, "data": {"data": [], "meta_info": self.store.counts()}}
+        return 200, {"success": True, "message": message,
+                     "data": {"data": [], "meta_info": self.store.counts()}}
 
-    def get_rollout_data(self, body: Any) -> tuple[int, dict[str, Any]]:
-        result = self.store.take_ready(self.task())
+    def get_rollout_data(self, body: Any) -> tuple[int, dict[str, Any], str | None]:
+        """(status, answer, lease id or None); ``body`` may hold ``max_groups`` and ``lease_seconds``."""
+        body = body if isinstance(body, dict) else {}
+        max_groups, lease_seconds = body.get("max_groups"), body.get("lease_seconds", DEFAULT_LEASE_SECONDS)
+        if max_groups is not None and (type(max_groups) is not int or max_groups < 1):
+            message = f"max_groups must be a positive integer, got {max_groups!r:.40}"
+            return 400, {"success": False, "message": message}, None
+        if not _finite(lease_seconds) or lease_seconds <= 0:
+            message = f"lease_seconds must be a positive number, got {lease_seconds!r:.40}"
+            return 400, {"success": False, "message": message}, None
+        lease_id, result = self.store.lease_ready(self.task(), max_groups=max_groups,
+                                                  lease_seconds=lease_seconds)
         result["meta_info"]["task_errors"] = list(self.task_errors)
         n = len(result["data"])
         message = f"Successfully read {n} items" if n else "No data available to read"
-        return 200, {"success": bool(n), "message": message, "data": result}
+        return 200, {"success": bool(n), "message": message, "data": result}, lease_id
+
+    def ack_rollout_data(self, body: Any) -> tuple[int, dict[str, Any]]:
+        lease_id = body.get("lease_id") if isinstance(body, dict) else None
+        if not isinstance(lease_id, str):
+            return 400, {"success": False,
+                         "message": "ack_rollout_data needs a JSON object with a 'lease_id'"}
+        acknowledged = self.store.ack(lease_id)
+        if acknowledged is None:
+            return 409, {"success": False, "message": f"unknown or ended lease {lease_id[:64]!r}: its groups "
+                                                      f"were not acknowledged and will be served again"}
+        return 200, {"success": True, "message": f"{acknowledged} items acknowledged",
+                     "acknowledged": acknowledged}
 
 
 def check_binding(host: str, token: str | None) -> None:
     """Refuse to serve off loopback without a bearer token."""
-    if not is_loopback(host) and not token:
-        raise ValueError(f"binding the rollout buffer to {host} needs a bearer token (--token or ${TOKEN_ENV})")
+    _check_binding("the rollout buffer", host, token, TOKEN_ENV)
 
 
-def make_buffer_server(service: BufferService, host: str = "127.0.0.1", port: int = 8889, *,
-                       token: str | None = None, max_body: int = DEFAULT_MAX_BODY) -> ThreadingHTTPServer:
-    """The HTTP server of ``service`` (call ``serve_forever``). Off loopback a ``token`` is required."""
+# ----- HTTP ---------------------------------------------------------------------------------------------
+
+def _reply(body: dict[str, Any], status: int = 200) -> web.Response:
+    return web.json_response(body, status=status, dumps=_dumps)
+
+
+def _error(message: str, status: int) -> web.Response:
+    return _reply({"success": False, "message": message}, status)
+
+
+@dataclass
+class BufferServer:
+    """A running buffer server: ``url``; ``await close()`` stops it."""
+
+    service: BufferService
+    runner: web.AppRunner
+    limits: ConnectionLimits
+
+    @property
+    def url(self) -> str:
+        return self.service.url
+
+    async def close(self) -> None:
+        self.limits.close()
+        await self.runner.cleanup()
+
+
+async def start_buffer_server(service: BufferService, host: str = "127.0.0.1", port: int = 8889, *,
+                              token: str | None = None, max_body: int = DEFAULT_MAX_BODY,
+                              read_timeout: float = DEFAULT_READ_TIMEOUT,
+                              max_connections: int = DEFAULT_MAX_CONNECTIONS) -> BufferServer:
+    """Serve ``service`` on ``host:port`` (port 0 picks a free one) until ``close()``; sets ``service.url``.
+    Off loopback a ``token`` is required (ValueError otherwise)."""
     check_binding(host, token)
-    routes = {"/start_rollout": service.start_rollout, "/buffer/write": service.write,
-              "/get_rollout_data": service.get_rollout_data}
+    limits = ConnectionLimits(max_body=max_body, read_timeout=read_timeout, idle_timeout=read_timeout,
+                              max_connections=max_connections)
 
-    class Handler(BaseHTTPRequestHandler):
-        def _reply(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    async def read_body(request: web.Request) -> tuple[Any, web.Response | None]:
+        """(the JSON body, None), or (None, the error answer); ``limits`` has read it already."""
+        raw = await request.read()
+        try:
+            return (parse_json(raw) if raw.strip() else {}), None
+        except (ValueError, UnicodeDecodeError) as exc:
+            return None, _error(f"body is not JSON: {exc}", 400)
 
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-            if token and self.headers.get("Authorization") != f"Bearer {token}":
-                return self._reply(401, {"success": False, "message": "missing or wrong bearer token"})
-            route = routes.get(self.path.split("?")[0])
-            if route is None:
-                return self._reply(404, {"success": False, "message": f"no endpoint {self.path}; use {', '.join(routes)}"})
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                return self._reply(400, {"success": False, "message": "bad Content-Length"})
-            if length > max_body:
-                self.close_connection = True
-                return self._reply(413, {"success": False, "message": f"body of {length} bytes is over the {max_body}-byte limit"})
-            try:
-                body = json.loads(self.rfile.read(length) or b"{}")
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                return self._reply(400, {"success": False, "message": f"body is not JSON: {exc}"})
-            self._reply(*route(body))
+    def endpoint(method: Any, *, in_thread: bool = False) -> Any:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            body, error = await read_body(request)
+            if error is not None:
+                return error
+            # writes and acknowledgements fsync: off the event loop
+            status, answer = await asyncio.to_thread(method, body) if in_thread else method(body)
+            return _reply(answer, status)
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+        return handle
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    service.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{server.server_address[1]}"
-    return server
+    async def get_rollout_data(request: web.Request) -> web.StreamResponse:
+        body, error = await read_body(request)
+        if error is not None:
+            return error
+        status, answer, lease_id = service.get_rollout_data(body)
+        if lease_id is None or (isinstance(body, dict) and "lease_seconds" in body):
+            return _reply(answer, status)  # a leasing client acknowledges what it received
+        # a client that never acknowledges: served once the whole answer has left on its connection
+        response = _reply(answer, status)
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except BaseException:
+            service.store.release(lease_id)
+            raise
+        await asyncio.to_thread(service.store.ack, lease_id)
+        return response
+
+    app = web.Application(client_max_size=max_body,
+                          middlewares=[guard(token, _error), limits.middleware(_error)])
+    app.add_routes([
+        web.post("/start_rollout", endpoint(service.start_rollout)),
+        web.post("/buffer/write", endpoint(service.write, in_thread=True)),
+        web.post("/get_rollout_data", get_rollout_data),
+        web.post("/ack_rollout_data", endpoint(service.ack_rollout_data, in_thread=True)),
+    ])
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True,
+                           keepalive_timeout=read_timeout)
+    await runner.setup()
+    bound = await limits.listen(runner, host, port)
+    service.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bound}"
+    return BufferServer(service, runner, limits)

@@ -65,11 +65,25 @@ class BackgroundLoop:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def close(self) -> None:
+        """Cancel the tasks still running (after Ctrl-C, the step's), let them unwind, then stop: a loop
+        stopped under pending tasks prints "Task was destroyed but it is pending!" for each."""
         if self.loop.is_running():
+            try:
+                asyncio.run_coroutine_threadsafe(_cancel_all(), self.loop).result(timeout=10)
+            except (TimeoutError, RuntimeError):
+                pass  # tasks that will not unwind: stop anyway
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=10)
         if not self.loop.is_running():
             self.loop.close()
+
+
+async def _cancel_all() -> None:
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=5)
 
 
 @dataclass

@@ -5,25 +5,38 @@ that slime-style generators POSTing to ``/generate`` work unchanged. Responses f
 (``shared/reference/sglang-0.5.17-responses.json``): 400 bodies ``{"object": "error", ...}``,
 cumulative ``data:`` stream chunks ending in ``data: [DONE]``, an empty 200 for ``/abort_request``,
 and a 404 for ``/get_weight_version``, which 0.5.17 removed in favour of ``/model_info``.
+
+Loopback by default; bound anywhere else it needs a bearer token (the rules of
+:mod:`rlsdk.service_guard`, shared with the buffer service). ``/update_weights_from_disk`` loads only
+from folders the operator allowed (``weights_dirs``); a client that goes away has its generation aborted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from . import __version__
 from .engine import InferenceEngine
-from .protocol import EngineRequestError, error_body, split_batch
+from .protocol import SERVE_TOKEN_ENV, EngineRequestError, error_body, new_rid, split_batch
+from .service_guard import ConnectionLimits, check_binding, guard
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
 """Largest request body accepted, in bytes (a larger one gets 413)."""
+DEFAULT_MAX_CONNECTIONS = 1024
+"""Open connections at once (the engine client pools up to its concurrency, 512, plus 8)."""
+READ_TIMEOUT = 60.0
+"""Seconds a request body may take to arrive (408 after)."""
+IDLE_TIMEOUT = 300.0
+"""Seconds a connection may stay out of a request (sending one slowly, or idle) before it is closed."""
 
 _FLUSH_TEXT = (
     "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
@@ -33,6 +46,7 @@ _WEIGHT_VERSION_GONE = (
     "Endpoint '/get_weight_version' or '/weight_version' is deprecated. Please use '/model_info' instead."
 )
 _ENGINE = web.AppKey("engine", InferenceEngine)
+_WEIGHTS_DIRS = web.AppKey("weights_dirs", tuple)
 
 
 @dataclass
@@ -43,6 +57,7 @@ class ServerHandle:
     port: int
     runner: web.AppRunner
     engine: InferenceEngine
+    limits: ConnectionLimits
 
     @property
     def url(self) -> str:
@@ -51,14 +66,26 @@ class ServerHandle:
     async def close(self) -> None:
         if self.engine.url == self.url:
             self.engine.url = None
+        self.limits.close()
         await self.runner.cleanup()
 
 
 async def start_server(engine: InferenceEngine, host: str = "127.0.0.1", port: int = 0, *,
-                       max_body: int = DEFAULT_MAX_BODY) -> ServerHandle:
-    """Serve a started ``engine`` on ``host:port`` (port 0 picks a free one); sets ``engine.url``."""
-    app = web.Application(client_max_size=max_body, middlewares=[_errors])
+                       max_body: int = DEFAULT_MAX_BODY, token: str | None = None,
+                       weights_dirs: Sequence[str | os.PathLike[str]] = (),
+                       max_connections: int = DEFAULT_MAX_CONNECTIONS) -> ServerHandle:
+    """Serve a started ``engine`` on ``host:port`` (port 0 picks a free one); sets ``engine.url``.
+
+    Off loopback a ``token`` is required (ValueError otherwise). ``/update_weights_from_disk`` loads only
+    from inside ``weights_dirs`` (none: it is refused). Slow and idle connections are closed and at most
+    ``max_connections`` are open at once (:class:`~rlsdk.service_guard.ConnectionLimits`)."""
+    check_binding("rlsdk serve", host, token, SERVE_TOKEN_ENV)
+    limits = ConnectionLimits(max_body=max_body, read_timeout=READ_TIMEOUT, idle_timeout=IDLE_TIMEOUT,
+                              max_connections=max_connections)
+    app = web.Application(client_max_size=max_body,
+                          middlewares=[guard(token, _error), limits.middleware(_error), _errors])
     app[_ENGINE] = engine
+    app[_WEIGHTS_DIRS] = tuple(Path(d).resolve() for d in weights_dirs)
     app.add_routes([
         web.get("/health", _health),
         web.get("/health_generate", _health_generate),
@@ -74,12 +101,11 @@ async def start_server(engine: InferenceEngine, host: str = "127.0.0.1", port: i
         web.post("/continue_generation", _continue),
         web.post("/update_weights_from_disk", _update_weights_from_disk),
     ])
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # handler_cancellation: a client that disconnects cancels its handler, which aborts its generation
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound_port = runner.addresses[0][1]
-    handle = ServerHandle(host=host, port=bound_port, runner=runner, engine=engine)
+    bound_port = await limits.listen(runner, host, port)
+    handle = ServerHandle(host=host, port=bound_port, runner=runner, engine=engine, limits=limits)
     engine.url = handle.url
     return handle
 
@@ -95,8 +121,6 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return await handler(request)
     except EngineRequestError as exc:
         return _error(str(exc), 400)
-    except web.HTTPRequestEntityTooLarge as exc:
-        return _error(f"request body too large: {exc.text}", 413)
     except web.HTTPException as exc:
         if exc.status == 404:
             return _error(f"no endpoint {request.method} {request.path}", 404)
@@ -144,9 +168,13 @@ async def _weight_version_gone(request: web.Request) -> web.Response:
 
 async def _generate(request: web.Request) -> web.StreamResponse:
     engine = request.app[_ENGINE]
-    body = await _json_body(request)
+    body = _with_rids(await _json_body(request))
     if not body.get("stream"):
-        return web.json_response(await engine.generate(body))
+        try:
+            return web.json_response(await engine.generate(body))
+        except asyncio.CancelledError:  # the client went away: stop generating for it
+            await _abort_rids(engine, body)
+            raise
     items = split_batch(body)
     chunks = _merge_streams([engine.generate_stream(item) for item in items]) if items else (
         engine.generate_stream(body)
@@ -160,12 +188,27 @@ async def _generate(request: web.Request) -> web.StreamResponse:
             async for chunk in chunks:
                 await response.write(_event(chunk))
         await response.write(b"data: [DONE]\n\n")
-    except ConnectionResetError:  # the client went away: stop generating for it
+    except (ConnectionResetError, asyncio.CancelledError) as exc:  # the client went away
         await chunks.aclose()
-        rids = body.get("rid")
-        for rid in rids if isinstance(rids, list) else [rids] if rids else []:
-            await engine.abort(rid)
+        await _abort_rids(engine, body)
+        if isinstance(exc, asyncio.CancelledError):
+            raise
     return response
+
+
+def _with_rids(body: dict[str, Any]) -> dict[str, Any]:
+    """The request with a ``rid`` for every prompt, so that it can be aborted when its client goes away."""
+    if body.get("rid") is not None:
+        return body
+    items = split_batch(body)
+    return {**body, "rid": [new_rid() for _ in items] if items is not None else new_rid()}
+
+
+async def _abort_rids(engine: InferenceEngine, body: dict[str, Any]) -> None:
+    rids = body.get("rid")
+    for rid in rids if isinstance(rids, list) else [rids]:
+        if isinstance(rid, str):
+            await engine.abort(rid)
 
 
 def _event(chunk: dict[str, Any]) -> bytes:
@@ -247,6 +290,12 @@ async def _update_weights_from_disk(request: web.Request) -> web.Response:
     model_path = body.get("model_path")
     if not isinstance(model_path, str) or not model_path:
         raise EngineRequestError("model_path must be a non-empty string")
+    allowed = request.app[_WEIGHTS_DIRS]
+    if not any(Path(model_path).resolve().is_relative_to(folder) for folder in allowed):
+        why = f"{model_path[:200]!r} is not inside {', '.join(map(str, allowed))}" if allowed else \
+            "loading weights over HTTP is off"
+        message = f"Failed to update weights: {why} (start rlsdk serve with --allow-weights-dir FOLDER)"
+        return web.json_response({"success": False, "message": message, "num_paused_requests": 0}, status=403)
     version = body.get("weight_version")
     try:
         await request.app[_ENGINE].update_weights_from_disk(model_path, None if version is None else str(version))

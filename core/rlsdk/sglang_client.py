@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import weakref
@@ -15,7 +16,7 @@ from typing import Any
 import aiohttp
 
 from .engine import InferenceEngine
-from .protocol import EngineError, EngineRequestError, EngineUnavailableError
+from .protocol import SERVE_TOKEN_ENV, EngineError, EngineRequestError, EngineUnavailableError
 
 _RETRYABLE = (aiohttp.ClientConnectionError,)
 """Connection refused, reset or dropped before an answer: retried with backoff. A read timeout is not."""
@@ -91,7 +92,9 @@ class SGLangClient(InferenceEngine):
         if self._client is None:
             connector = aiohttp.TCPConnector(limit=self.concurrency + 8, limit_per_host=0)
             timeout = aiohttp.ClientTimeout(total=self.timeout, connect=10.0)
-            self._client = aiohttp.ClientSession(connector=connector, timeout=timeout)
+            token = os.environ.get(SERVE_TOKEN_ENV)  # rlsdk serve's token (SGLang's --api-key is one too)
+            headers = {"Authorization": f"Bearer {token}"} if token else None
+            self._client = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers)
             self._slots = asyncio.Semaphore(self.concurrency)
         return self._client
 

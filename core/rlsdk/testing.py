@@ -306,6 +306,43 @@ class ServedEngine:
         self.loop.close()
 
 
+class ServedBuffer:
+    """A rollout buffer service on loopback, run from a background thread's event loop, for tests whose
+    task generators are registered in process (``rlsdk buffer serve`` in a subprocess serves installed
+    plugins only)::
+
+        with ServedBuffer(BufferService(pm, TrajectoryStore(tmp_path))) as served:
+            httpx.post(served.url + "/buffer/write", json=item)
+    """
+
+    def __init__(self, service: Any, **server_options: Any) -> None:
+        self.service = service
+        self.server_options = server_options
+        self.loop = asyncio.new_event_loop()
+        self.server: Any = None
+
+    @property
+    def url(self) -> str:
+        return self.service.url
+
+    def __enter__(self) -> ServedBuffer:
+        import threading
+
+        from .rollout_buffer import start_buffer_server
+
+        self._thread = threading.Thread(target=self.loop.run_forever, name="rlsdk-served-buffer", daemon=True)
+        self._thread.start()
+        start = start_buffer_server(self.service, "127.0.0.1", 0, **self.server_options)
+        self.server = asyncio.run_coroutine_threadsafe(start, self.loop).result(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.close(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(30)
+        self.loop.close()
+
+
 class ScriptedEngine(InferenceEngine):
     """A stand-in engine for testing generators without a model: it answers each ``/generate`` with
     the next scripted turn, in SGLang's response shape, tokenized by ``tokenizer``.

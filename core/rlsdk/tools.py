@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from .blocking import blocking_pool
 from .records import Tool
 from .runtime import get_runtime
 
@@ -34,7 +35,7 @@ async def call_tool(args: Any, tool: Tool, arguments: dict[str, Any]) -> ToolRes
         if inspect.iscoroutinefunction(tool.func):
             call = tool.func(args, **arguments)
         else:
-            call = asyncio.to_thread(tool.func, args, **arguments)
+            call = blocking_pool().run(tool.func, args, **arguments)  # abandoned if it hangs
         value = await asyncio.wait_for(call, timeout=tool.timeout)
         if isinstance(value, str):
             return ToolResult(tool.name, value)

@@ -85,15 +85,17 @@ def read_rows(data_path: DataPath, bad: BadRowPolicy) -> list[Row]:
 
 
 def _read_jsonl(data_path: DataPath, bad: BadRowPolicy) -> list[Row]:
-    try:
-        lines = data_path.path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{data_path.path}: not UTF-8 text: {exc}") from exc
+    lines = data_path.path.read_bytes().splitlines()  # decoded line by line: one bad byte is one bad row
     numbered = [(number, line) for number, line in enumerate(lines, 1) if line.strip()]
     rows = []
     for position in data_path.rows_in(len(numbered)):
-        number, line = numbered[position]
+        number, raw = numbered[position]
         where = f"{data_path.path}:line {number}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad.report(where, f"not UTF-8 text: {exc}")
+            continue
         try:
             values = json.loads(line)
         except json.JSONDecodeError as exc:

@@ -335,7 +335,14 @@ def test_weight_update_from_disk_and_from_a_state_dict(served):
         await client.update_weights_from_disk(path, "step-7")
         return await client.weight_version(), await client.generate(payload)
 
-    version, after = asyncio.run(with_client(served.url, update))
+    from rlsdk.serve import start_server
+
+    allowing = served.run(start_server(served.engine, "127.0.0.1", 0, weights_dirs=[served.engine.model_path]))
+    try:
+        version, after = asyncio.run(with_client(allowing.url, update))
+    finally:
+        served.run(allowing.close())
+    served.engine.url = served.url
     assert version == "step-7" and after["meta_info"]["weight_version"] == "step-7"
     assert after["output_ids"] == before["output_ids"]
 
@@ -351,7 +358,7 @@ def test_weight_update_from_disk_and_from_a_state_dict(served):
     with pytest.raises(ValueError, match="missing"):
         served.run(engine.update_weights({"model.norm.weight": original["model.norm.weight"]}))
     bad = httpx.post(f"{served.url}/update_weights_from_disk", json={"model_path": "/no/such/folder"}, timeout=30)
-    assert bad.status_code == 400 and bad.json()["success"] is False
+    assert bad.status_code == 403 and bad.json()["success"] is False  # no folder allowed on this server
 
 
 def test_engine_with_static_decode_keeps_finished_rows_until_a_quarter_have_finished():

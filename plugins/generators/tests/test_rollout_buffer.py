@@ -16,9 +16,9 @@ import pytest
 import rlsdk_filter_hub.plugin
 from rlsdk import RolloutConfig, Sample, TaskGenerator, hookimpl
 from rlsdk.data import DataSource
-from rlsdk.rollout_buffer import BufferService, TrajectoryStore, make_buffer_server
+from rlsdk.rollout_buffer import BufferService, TrajectoryStore
 from rlsdk.runtime import Runtime, bind_runtime
-from rlsdk.testing import ScriptedEngine
+from rlsdk.testing import ScriptedEngine, ServedBuffer
 from rlsdk_generators import plugin as generators_plugin
 from rlsdk_generators.chat_mask import conversation_tokens
 from rlsdk_generators.rollout_buffer import rollout_buffer
@@ -87,11 +87,13 @@ def test_kill_and_restart_loses_no_acknowledged_item(tmp_path):
         for worker in range(3):
             for n in range(12):
                 assert httpx.post(url + "/buffer/write", json=item(f"g{worker}", n)).status_code == 200
-        data = httpx.post(url + "/get_rollout_data", json={}).json()
+        data = httpx.post(url + "/get_rollout_data", json={"lease_seconds": 30}).json()
         uids = [i["uid"] for i in data["data"]["data"]]
         assert data["success"] and set(acked) <= set(uids) and len(uids) == len(set(uids))
         assert sorted(data["data"]["meta_info"]["finished_groups"]) == ["g0", "g1", "g2"]
-        # served groups are not served again after another restart
+        lease = {"lease_id": data["data"]["meta_info"]["lease_id"]}
+        assert httpx.post(url + "/ack_rollout_data", json=lease).json()["acknowledged"] == len(uids)
+        # acknowledged groups are not served again after another restart
         stop(proc)
         proc, url = start_service(tmp_path)
         again = httpx.post(url + "/get_rollout_data", json={}).json()
@@ -178,19 +180,16 @@ def test_rollout_buffer_rollout_turns_trajectories_into_samples(rlsdk_pm, small_
     rlsdk_pm.register(generators_plugin)
     rlsdk_pm.register(EchoTask())
     service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"))
-    server = make_buffer_server(service, port=0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"q": f"What is {i}+1?", "a": str(i + 1)}) + "\n" for i in range(4)))
     args = RolloutConfig(rollout_batch_size=2, n_samples_per_prompt=2, prompt_data=str(rows), input_key="q",
                          rollout_buffer_url=service.url, rollout_task_type="echo", rollout_buffer_wait=30)
     bind_runtime(args, Runtime(rlsdk_pm, ScriptedEngine(small_tokenizer, []), small_tokenizer))
     source = data_source(rlsdk_pm, args, small_tokenizer)
-    try:
+    with ServedBuffer(service):
+        args.rollout_buffer_url = service.url
         first = rollout_buffer(args, 0, source)
         second = rollout_buffer(args, 1, source)
-    finally:
-        server.shutdown()
     assert [len(g) for g in first.samples] == [2, 2] and [len(g) for g in second.samples] == [2, 2]
     assert first.metrics["rollout/buffer/groups"] == 2
     sample = first.samples[0][1]
@@ -215,16 +214,54 @@ def test_rollout_buffer_reports_a_failing_task(rlsdk_pm, small_tokenizer, tmp_pa
     rlsdk_pm.register(Broken())
     rlsdk_pm.register(generators_plugin)
     service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"))
-    server = make_buffer_server(service, port=0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     chats = tmp_path / "chats.jsonl"
     chats.write_text(json.dumps({"input": [{"role": "user", "content": "Hi"}]}) + "\n")
     args = RolloutConfig(prompt_data=str(chats), rollout_buffer_url=service.url, rollout_task_type="broken",
                          rollout_buffer_wait=10)
     bind_runtime(args, Runtime(rlsdk_pm, ScriptedEngine(small_tokenizer, []), small_tokenizer))
     source = data_source(rlsdk_pm, args, small_tokenizer)  # chat messages, kept for the agents
-    try:
+    with ServedBuffer(service):
+        args.rollout_buffer_url = service.url
         with pytest.raises(RuntimeError, match="task_generator 'broken'.*raised FileNotFoundError: .*chats.jsonl"):
             rollout_buffer(args, 0, source)
-    finally:
-        server.shutdown()
+
+
+def test_surplus_groups_stay_in_the_service_across_a_trainer_crash(rlsdk_pm, small_tokenizer, tmp_path):
+    """The rollout took every complete group and kept the surplus in its own memory: a trainer that died
+    (or resumed) lost them. Now it asks for what it needs, and the rest stays in the service, on disk."""
+    rlsdk_pm.register(generators_plugin)
+    rlsdk_pm.register(EchoTask())
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"q": f"What is {i}+1?", "a": str(i + 1)}) + "\n" for i in range(3)))
+    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"))
+    with ServedBuffer(service):
+        def fresh_trainer():
+            args = RolloutConfig(rollout_batch_size=1, n_samples_per_prompt=2, prompt_data=str(rows), input_key="q",
+                                 rollout_buffer_url=service.url, rollout_task_type="echo", rollout_buffer_wait=30)
+            bind_runtime(args, Runtime(rlsdk_pm, ScriptedEngine(small_tokenizer, []), small_tokenizer))
+            return args
+
+        args = fresh_trainer()
+        source = data_source(rlsdk_pm, args, small_tokenizer)
+        first = rollout_buffer(args, 0, source)
+        deadline = time.monotonic() + 10
+        while service.store.counts()["written"] < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert service.store.counts()["pending_groups"] == 2  # not pulled into the trainer's memory
+        args = fresh_trainer()  # the trainer died and came back: its memory is gone
+        later = [rollout_buffer(args, step, source) for step in (1, 2)]
+    served = [s.metadata["uid"] for out in (first, *later) for group in out.samples for s in group]
+    assert sorted(served) == [f"{r}-{n}" for r in range(3) for n in range(2)]
+
+
+def test_waiting_in_vain_is_an_error_rlsdk_run_reports_in_one_line(rlsdk_pm, small_tokenizer, tmp_path):
+    """It used to be a bare TimeoutError, which `rlsdk run` showed as a raw traceback."""
+    from rlsdk.errors import RlsdkError
+
+    rlsdk_pm.register(generators_plugin)
+    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"))
+    with ServedBuffer(service):
+        args = RolloutConfig(rollout_batch_size=1, rollout_buffer_url=service.url, rollout_buffer_wait=0.2)
+        bind_runtime(args, Runtime(rlsdk_pm, ScriptedEngine(small_tokenizer, []), small_tokenizer))
+        with pytest.raises(RlsdkError, match="0 of 1 complete groups after 0.2s .*are agents writing to it"):
+            rollout_buffer(args, 0, None)

@@ -8,18 +8,26 @@ import time
 from typing import Any
 
 from rlsdk import RolloutFnTrainOutput, Sample
+from rlsdk.errors import RlsdkError
 from rlsdk.rollout_buffer import TOKEN_ENV
 from rlsdk.runtime import get_runtime
 
 from .sft import fill_from_messages
 
 POLL_SECONDS = 0.5
+LEASE_SECONDS = 60.0
+"""Seconds the service waits for this rollout's acknowledgement of groups it handed out."""
+
+
+class RolloutBufferError(RlsdkError, RuntimeError):
+    """The buffer service refused, its task failed, or complete groups did not come in time: an error
+    ``rlsdk run`` reports in one line."""
 
 
 def _post(client: Any, url: str, body: dict[str, Any]) -> dict[str, Any]:
     response = client.post(url, json=body)
     if response.status_code >= 400:
-        raise RuntimeError(f"rollout buffer {url} answered {response.status_code}: {response.text[:300]}")
+        raise RolloutBufferError(f"rollout buffer {url} answered {response.status_code}: {response.text[:300]}")
     return response.json()
 
 
@@ -51,7 +59,9 @@ def item_to_sample(args: Any, tokenizer: Any, item: dict[str, Any], group_index:
 
 def rollout_buffer(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> RolloutFnTrainOutput:
     """Collect ``rollout_batch_size`` complete groups from the buffer service at ``args.rollout_buffer_url``,
-    starting ``args.rollout_task_type`` there on the first step; surplus groups wait for the next step."""
+    starting ``args.rollout_task_type`` there (a task already running is not started again). Groups are
+    asked for no more than are needed and acknowledged once received, so none waits in this process's
+    memory: the others stay in the service, on disk."""
     import httpx
 
     if evaluation:
@@ -61,39 +71,40 @@ def rollout_buffer(args: Any, rollout_id: int, data_source: Any, evaluation: boo
     runtime = get_runtime(args)
     if runtime.tokenizer is None:
         raise RuntimeError("the rollout_buffer rollout needs the run's tokenizer (its chat template)")
-    state = runtime.state.setdefault("rollout_buffer", {"started": False, "groups": [], "meta_info": []})
+    state = runtime.state.setdefault("rollout_buffer", {"started": False})
     base = args.rollout_buffer_url.rstrip("/")
     token = os.environ.get(TOKEN_ENV)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    groups: list[list[dict[str, Any]]] = []
     with httpx.Client(timeout=60, headers=headers) as client:
         if not state["started"] and args.rollout_task_type:
             _post(client, base + "/start_rollout", start_payload(args))
         state["started"] = True
         deadline = time.monotonic() + args.rollout_buffer_wait
-        while len(state["groups"]) < args.rollout_batch_size:
-            answer = _post(client, base + "/get_rollout_data", {})
+        while len(groups) < args.rollout_batch_size:
+            wanted = {"max_groups": args.rollout_batch_size - len(groups), "lease_seconds": LEASE_SECONDS}
+            answer = _post(client, base + "/get_rollout_data", wanted)
             data = answer.get("data") or {}
             if data.get("meta_info", {}).get("task_errors"):
-                raise RuntimeError(f"rollout buffer task failed: {data['meta_info']['task_errors'][-1]}")
-            if answer.get("success"):
-                state["meta_info"].append(data.get("meta_info", {}))
-                by_instance: dict[str, list[dict[str, Any]]] = {}
-                for item in data.get("data", []):
-                    by_instance.setdefault(str(item["instance_id"]), []).append(item)
-                state["groups"].extend(by_instance.values())
-                continue
+                raise RolloutBufferError(f"rollout buffer task failed: {data['meta_info']['task_errors'][-1]}")
+            lease_id = data.get("meta_info", {}).get("lease_id")
+            if answer.get("success") and lease_id:
+                if client.post(base + "/ack_rollout_data", json={"lease_id": lease_id}).status_code == 200:
+                    by_instance: dict[str, list[dict[str, Any]]] = {}
+                    for item in data.get("data", []):
+                        by_instance.setdefault(str(item["instance_id"]), []).append(item)
+                    groups.extend(by_instance.values())
+                continue  # an acknowledgement that came too late: the groups will be served again
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"rollout buffer {base}: {len(state['groups'])} of {args.rollout_batch_size} complete groups "
-                    f"after {args.rollout_buffer_wait:g}s"
+                raise RolloutBufferError(
+                    f"rollout buffer {base}: {len(groups)} of {args.rollout_batch_size} complete groups "
+                    f"after {args.rollout_buffer_wait:g}s (--rollout-buffer-wait); are agents writing to it?"
                 )
             time.sleep(POLL_SECONDS)
-    taken, state["groups"] = state["groups"][: args.rollout_batch_size], state["groups"][args.rollout_batch_size:]
     samples = []
-    for g, group in enumerate(taken):
+    for g, group in enumerate(groups):
         base_index = rollout_id * args.rollout_batch_size + g
         samples.append([item_to_sample(args, runtime.tokenizer, item, base_index, base_index * len(group) + i)
                         for i, item in enumerate(group)])
-    metrics = {"rollout/buffer/groups": len(taken), "rollout/buffer/groups_waiting": len(state["groups"]),
-               "rollout/buffer/samples": sum(len(g) for g in samples)}
+    metrics = {"rollout/buffer/groups": len(groups), "rollout/buffer/samples": sum(len(g) for g in samples)}
     return RolloutFnTrainOutput(samples=samples, metrics=metrics)

@@ -37,6 +37,10 @@ from .model_files import resolve_model_path
 from .sampling import BatchSampler, SamplingParams
 
 _STOP_WINDOW = 8
+MAX_CHARS_PER_TOKEN = 32
+"""A ``text`` longer than the context times this is refused before tokenizing (tokens are far shorter)."""
+INLINE_TOKENIZE_CHARS = 4096
+"""A ``text`` up to this many characters is tokenized on the event loop (quicker than a thread hop)."""
 """Extra tokens decoded around a stop string's length when looking for it in new text."""
 
 
@@ -252,11 +256,12 @@ class EmbeddedEngine(InferenceEngine):
     async def generate(self, payload: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
         items = split_batch(payload) if isinstance(payload, dict) else None
         if items is not None:
-            requests = [self._admit(item) for item in items]
+            prompts = [await self._prompt(item) for item in items]  # every item checked before any runs
+            requests = [self._admit(item, prompt) for item, prompt in zip(items, prompts)]
             return list(await asyncio.gather(*(r.done for r in requests)))
         if isinstance(payload, dict) and payload.get("logprob_start_len", -1) not in (None, -1):
             return await self._score(payload)
-        request = self._admit(payload)
+        request = self._admit(payload, await self._prompt(payload))
         return await request.done
 
     async def _score(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -265,7 +270,7 @@ class EmbeddedEngine(InferenceEngine):
         Raw model log-probs (temperature 1): what the trainer's trust check compares."""
         if not self._ready:
             raise RuntimeError("EmbeddedEngine.start() must be awaited before generate()")
-        prompt = self._prompt(payload)
+        prompt = await self._prompt(payload)
         start = payload.get("logprob_start_len")
         params = SamplingParams.from_request(payload.get("sampling_params"))
         if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < len(prompt):
@@ -291,7 +296,7 @@ class EmbeddedEngine(InferenceEngine):
         return response
 
     async def generate_stream(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        request = self._admit(payload, stream=True)
+        request = self._admit(payload, await self._prompt(payload), stream=True)
         assert request.stream is not None
         try:
             while True:
@@ -305,14 +310,10 @@ class EmbeddedEngine(InferenceEngine):
             if not request.done.done():  # the consumer went away
                 await self.abort(request.rid)
 
-    def _admit(self, payload: Any, stream: bool = False) -> _Request:
-        """Check one request and queue it; malformed requests raise EngineRequestError."""
-        if not self._ready:
-            raise RuntimeError("EmbeddedEngine.start() must be awaited before generate()")
-        if not isinstance(payload, dict):
-            raise EngineRequestError(f"request body must be a JSON object, got {type(payload).__name__}")
-        prompt = self._prompt(payload)
-        params = SamplingParams.from_request(payload.get("sampling_params"))
+    def _admit(self, payload: dict[str, Any], prompt: list[int], stream: bool = False) -> _Request:
+        """Check one request whose prompt :meth:`_prompt` gave, and queue it; malformed requests raise
+        EngineRequestError."""
+        params = SamplingParams.from_request(payload.get("sampling_params"), self.model.config.vocab_size)
         for flag in ("return_logprob", "return_text_in_logprobs", "stream"):
             if not isinstance(payload.get(flag, False), bool):
                 raise EngineRequestError(f"{flag} must be true or false, got {payload[flag]!r}")
@@ -341,26 +342,43 @@ class EmbeddedEngine(InferenceEngine):
         self._deliver(out)
         return request
 
-    def _prompt(self, payload: dict[str, Any]) -> list[int]:
+    async def _prompt(self, payload: Any) -> list[int]:
+        """The request's prompt as token ids. Sizes are checked before any work; a long text is tokenized
+        in a worker thread, so one request cannot freeze the event loop the others share."""
+        if not self._ready:
+            raise RuntimeError("EmbeddedEngine.start() must be awaited before generate()")
+        if not isinstance(payload, dict):
+            raise EngineRequestError(f"request body must be a JSON object, got {type(payload).__name__}")
         ids, text = payload.get("input_ids"), payload.get("text")
         if ids is None and text is None:
             raise EngineRequestError("either input_ids or text is required")
+        limit = getattr(self.model.config, "max_position_embeddings", None)
         if ids is not None:
             if not isinstance(ids, list):
                 raise EngineRequestError(f"input_ids must be list or null; got {type(ids).__name__}")
+            self._check_prompt_length(len(ids), limit)
             vocab = self.model.config.vocab_size
             if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in ids):
                 raise EngineRequestError(f"input_ids must be token ids in [0, {vocab})")
         else:
             if not isinstance(text, str):
                 raise EngineRequestError(f"text must be a string or a list of strings; got {type(text).__name__}")
-            ids = self.tokenizer(text)["input_ids"]
+            if limit and len(text) > limit * MAX_CHARS_PER_TOKEN:
+                raise EngineRequestError(f"text has {len(text)} characters, more than the model's context of "
+                                         f"{limit} tokens can hold (at most {MAX_CHARS_PER_TOKEN} characters a token)")
+            if len(text) <= INLINE_TOKENIZE_CHARS:
+                ids = self.tokenizer(text)["input_ids"]
+            else:
+                ids = (await asyncio.to_thread(self.tokenizer, text))["input_ids"]
         if not ids:
             raise EngineRequestError("the prompt is empty")
-        limit = getattr(self.model.config, "max_position_embeddings", None)
-        if limit and len(ids) >= limit:
-            raise EngineRequestError(f"the prompt has {len(ids)} tokens; the model's context is {limit}")
+        self._check_prompt_length(len(ids), limit)
         return ids
+
+    @staticmethod
+    def _check_prompt_length(length: int, limit: int | None) -> None:
+        if limit and length >= limit:
+            raise EngineRequestError(f"the prompt has {length} tokens; the model's context is {limit}")
 
     async def abort(self, rid: str | None = None) -> None:
         with self._work:

@@ -3,6 +3,7 @@ token under the distribution it was actually drawn from."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +13,10 @@ from rlsdk.protocol import EngineRequestError
 
 GREEDY_TEMPERATURE = 1e-6
 """At or below this temperature (or with ``top_k == 1``) decoding is greedy, as in SGLang."""
+
+MAX_STOPS = 64
+MAX_STOP_CHARS = 1024
+"""Limits on ``stop`` strings, which are searched after every token for every row of the batch."""
 
 # SGLang parameters the embedded engine accepts only at their no-op value.
 _UNSUPPORTED_DEFAULTS: dict[str, Any] = {
@@ -43,8 +48,9 @@ class SamplingParams:
         return self.temperature <= GREEDY_TEMPERATURE or self.top_k == 1
 
     @classmethod
-    def from_request(cls, raw: Any) -> SamplingParams:
-        """Check a request's ``sampling_params``; anything malformed raises :class:`EngineRequestError`."""
+    def from_request(cls, raw: Any, vocab_size: int | None = None) -> SamplingParams:
+        """Check a request's ``sampling_params``; anything malformed raises :class:`EngineRequestError`.
+        A ``top_k`` of ``vocab_size`` or more restricts nothing, so it becomes -1 (off)."""
         if raw is None:
             raw = {}
         if not isinstance(raw, dict):
@@ -70,6 +76,10 @@ class SamplingParams:
             raise EngineRequestError(f"min_p must be in [0, 1], got {params.min_p}")
         if params.max_new_tokens < 0:
             raise EngineRequestError(f"max_new_tokens must be >= 0, got {params.max_new_tokens}")
+        if params.sampling_seed is not None and not 0 <= params.sampling_seed < 2**63:
+            raise EngineRequestError(f"sampling_seed must be in [0, 2**63), got {params.sampling_seed}")
+        if vocab_size is not None and params.top_k >= vocab_size:
+            params.top_k = -1
         return params
 
 
@@ -82,7 +92,13 @@ def _int(key: str, value: Any) -> int:
 def _float(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise EngineRequestError(f"sampling_params.{key} must be a number, got {value!r}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise EngineRequestError(f"sampling_params.{key} must be a finite number, got {value!r:.40}")
+    return number
 
 
 def _bool(key: str, value: Any) -> bool:
@@ -94,7 +110,12 @@ def _bool(key: str, value: Any) -> bool:
 def _stop(key: str, value: Any) -> list[str]:
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-        raise EngineRequestError(f"sampling_params.stop must be a string or a list of non-empty strings, got {value!r}")
+        raise EngineRequestError(
+            f"sampling_params.stop must be a string or a list of non-empty strings, got {value!r:.200}")
+    if len(stops) > MAX_STOPS or max(map(len, stops), default=0) > MAX_STOP_CHARS:
+        # every stop string is looked for after every token, on the thread that decodes the whole batch
+        raise EngineRequestError(f"sampling_params.stop takes at most {MAX_STOPS} strings of at most "
+                                 f"{MAX_STOP_CHARS} characters")
     return stops
 
 

@@ -1,0 +1,177 @@
+"""Faults on ``rlsdk buffer serve`` (a real subprocess on loopback, SIGKILL, raw sockets): nothing
+acknowledged is ever lost, and bad or slow clients cannot take it down."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import httpx
+
+
+def item(instance, n=None, reward=1.0):
+    body = {
+        "instance_id": instance,
+        "reward": reward,
+        "messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": f"A{n}"}],
+    }
+    return body if n is None else {**body, "uid": f"{instance}-{n}"}
+
+
+def take(url, **body):
+    return httpx.post(url + "/get_rollout_data", json=body).json()["data"]
+
+
+def uids(data):
+    return sorted(i["uid"] for i in data["data"])
+
+
+def raw_request(url, head: bytes, timeout=5.0) -> bytes:
+    """Send ``head`` as it is on a new connection; the start of the answer."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(head)
+        return sock.recv(65536)
+
+
+def test_unacknowledged_groups_are_served_again(buffer_service):
+    """Groups were logged as served before the answer reached the trainer: a dropped connection lost
+    them. Now they are leased; a lease that is not acknowledged ends and the groups are served again."""
+    service = buffer_service()
+    for n in range(2):
+        httpx.post(service.url + "/buffer/write", json=item("a", n)).raise_for_status()
+    first = take(service.url, lease_seconds=0.3)
+    assert uids(first) == ["a-0", "a-1"]
+    assert take(service.url, lease_seconds=0.3)["data"] == []  # leased: not served twice at once
+    time.sleep(0.5)
+    again = take(service.url, lease_seconds=30)
+    assert uids(again) == ["a-0", "a-1"]
+    late = httpx.post(service.url + "/ack_rollout_data", json={"lease_id": first["meta_info"]["lease_id"]})
+    assert late.status_code == 409 and "served again" in late.json()["message"]
+    ok = httpx.post(service.url + "/ack_rollout_data", json={"lease_id": again["meta_info"]["lease_id"]})
+    assert ok.json()["acknowledged"] == 2 and take(service.url)["data"] == []
+
+
+def test_sigkill_between_lease_and_ack_loses_nothing(buffer_service, tmp_path):
+    service = buffer_service()
+    for group in ("a", "b"):
+        for n in range(2):
+            httpx.post(service.url + "/buffer/write", json=item(group, n)).raise_for_status()
+    acked = take(service.url, lease_seconds=30, max_groups=1)
+    assert (
+        httpx.post(
+            service.url + "/ack_rollout_data", json={"lease_id": acked["meta_info"]["lease_id"]}
+        ).status_code
+        == 200
+    )
+    leased = take(service.url, lease_seconds=30)
+    assert len(uids(acked)) == len(uids(leased)) == 2
+    service.kill()  # the trainer received the second group, the service died before its acknowledgement
+    service = buffer_service(data_dir=tmp_path / "buffer")
+    assert uids(take(service.url)) == uids(leased)
+
+
+def test_a_line_cut_by_a_crash_does_not_swallow_the_next_item(buffer_service, tmp_path):
+    """The cut line was never acknowledged; the next item used to be appended onto it, unreadable at the
+    following restart: an acknowledged item lost."""
+    service = buffer_service()
+    httpx.post(service.url + "/buffer/write", json=item("a", 0)).raise_for_status()
+    service.kill()
+    items = tmp_path / "buffer" / "items.jsonl"
+    with open(items, "ab") as file:  # what a crash in the middle of a write leaves
+        file.write(json.dumps(item("a", 1)).encode()[:40])
+    service = buffer_service(data_dir=tmp_path / "buffer")
+    assert httpx.post(service.url + "/buffer/write", json=item("a", 2)).status_code == 200
+    service.kill()
+    service = buffer_service(data_dir=tmp_path / "buffer")
+    assert uids(take(service.url)) == ["a-0", "a-2"]
+
+
+def test_a_uid_like_a_generated_one_drops_nothing(buffer_service):
+    """Uid-less items used to get ``<instance>#<count>``: an agent's own uid ``a#1`` made them duplicates."""
+    service = buffer_service()
+    httpx.post(service.url + "/buffer/write", json={**item("a"), "uid": "a#1"}).raise_for_status()
+    for _ in range(3):
+        answer = httpx.post(service.url + "/buffer/write", json=item("a")).json()
+        assert answer["message"] == "Data has been successfully written to buffer"
+    assert len(take(service.url)["data"]) == 4
+
+
+def test_non_finite_rewards_are_refused(buffer_service):
+    service = buffer_service()
+    for reward in ("NaN", "Infinity", "-Infinity", '{"acc": NaN}'):
+        body = json.dumps(item("a", 0)).replace('"reward": 1.0', f'"reward": {reward}')
+        answer = httpx.post(
+            service.url + "/buffer/write", content=body, headers={"Content-Type": "application/json"}
+        )
+        assert answer.status_code == 400 and "not standard JSON" in answer.json()["message"], reward
+    overflow = json.dumps(item("a", 0)).replace('"reward": 1.0', '"reward": 1e999')  # parses as inf
+    answer = httpx.post(
+        service.url + "/buffer/write", content=overflow, headers={"Content-Type": "application/json"}
+    )
+    assert answer.status_code == 400 and "finite" in answer.json()["message"]
+    assert take(service.url)["data"] == []
+
+
+def test_lengths_that_lie_are_refused(buffer_service):
+    service = buffer_service("--max-body-mb", "0.01")
+    body = json.dumps(item("a", 0)).encode()
+    host = service.url.removeprefix("http://")
+    for length in (b"-1", b"-100", b"abc"):
+        answer = raw_request(
+            service.url,
+            b"POST /buffer/write HTTP/1.1\r\nHost: "
+            + host.encode()
+            + b"\r\nContent-Type: application/json\r\nContent-Length: "
+            + length
+            + b"\r\n\r\n"
+            + body,
+        )
+        assert answer.split(b" ")[1] == b"400", answer[:200]
+    huge = raw_request(
+        service.url,
+        b"POST /buffer/write HTTP/1.1\r\nHost: "
+        + host.encode()
+        + b"\r\nContent-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n"
+        + body,
+    )
+    assert huge.split(b" ")[1] == b"413", huge[:200]
+    assert take(service.url)["data"] == []
+
+
+def test_slow_and_half_open_clients_are_cut_off(buffer_service):
+    """500 half-open connections used to hold 501 threads; now a connection that sends no whole request
+    within the read timeout is closed, and past the connection limit new ones get a 503."""
+    service = buffer_service("--read-timeout", "1", "--max-connections", "20")
+    host, port = service.url.removeprefix("http://").split(":")
+    slow = []
+    for _ in range(30):
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(b"POST /buffer/write HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+        slow.append(sock)
+    time.sleep(0.3)
+    refused = httpx.post(service.url + "/buffer/write", json=item("a", 0))
+    assert refused.status_code == 503
+    started = time.monotonic()
+    while time.monotonic() - started < 10:
+        try:
+            if httpx.post(service.url + "/buffer/write", json=item("a", 0)).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    assert time.monotonic() - started < 5, "slow connections were not closed"
+    for sock in slow:
+        sock.settimeout(2)
+        answer = sock.recv(200)  # closed by the service: refused (503) past the limit, or cut off
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 503"), answer
+        sock.close()
+    body_late = socket.create_connection((host, int(port)))  # headers, then a body that never comes
+    body_late.sendall(
+        b"POST /buffer/write HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 100\r\n\r\n{"
+    )
+    body_late.settimeout(5)
+    assert body_late.recv(200).startswith(b"HTTP/1.1 408")
+    body_late.close()
