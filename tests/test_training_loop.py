@@ -209,3 +209,17 @@ def test_resume_refuses_a_conflicting_flag(tmp_path):
     assert resumed_settings(tmp_path, {"num_rollout": 9})["num_rollout"] == 9
     with pytest.raises(ValueError, match="lr"):
         resumed_settings(tmp_path, {"lr": 1e-3})
+
+
+def test_the_step_tables_show_a_dash_for_what_a_rollout_did_not_report():
+    """A slime-style rollout returning a bare list reports no ledger: the table must not fail (issue 19, item 3)."""
+    from rich.console import Console
+
+    from rlsdk_cli.run import step_table
+
+    console = Console(width=80, record=True)
+    console.print(step_table(0, {}))
+    console.print(step_table(1, {"rollout/reward_mean": 0.5, "ledger/kept": 4, "train/loss": 0.25}))
+    text = console.export_text()
+    assert "0.500" in text and "0.2500" in text and "step 1: train" in text
+    assert max(len(line) for line in text.splitlines()) <= 80

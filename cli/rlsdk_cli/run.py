@@ -197,6 +197,9 @@ def run(
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
         console.print(f"[red]Error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        console.print(f"interrupted; continue with: rlsdk run --resume --output {args.output_dir}", highlight=False)
+        raise typer.Exit(130) from None
     console.print(f"wrote {output.folder}/rollouts.jsonl, metrics.jsonl and state.json", highlight=False)
 
 

@@ -15,6 +15,7 @@ from .manager import RlsdkPluginManager, get_plugin_manager
 from .records import Resolved
 from .report import RunReport
 from .runtime import Runtime, bind_runtime, tuned_garbage_collector
+from .training.options import loss_spec
 from .types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 STATE_FILE = "state.json"
@@ -28,10 +29,9 @@ def resolve_run_plugins(args: Any, pm: RlsdkPluginManager) -> dict[str, Resolved
         "generate_rollout": pm.resolve("generate_rollout", args.rollout_function_path),
         "engine": pm.resolve("engine", engine_name(args)),
     }
-    if args.train:
+    if args.train:  # a trainer builds its own loss from args; resolved here too, to fail before any model loads
         resolved["trainer"] = pm.resolve("trainer", args.trainer)
-        loss = args.custom_loss_function_path if args.loss_type == "custom_loss" else args.loss_type
-        resolved["loss"] = pm.resolve("loss", loss)
+        resolved["loss"] = pm.resolve("loss", loss_spec(args))
     if args.eval_function_path:
         resolved["eval"] = pm.resolve("generate_rollout", args.eval_function_path)
     if args.custom_generate_function_path:
@@ -148,13 +148,14 @@ class RunOutput:
     def write_eval(self, rollout_id: int, output: RolloutFnEvalOutput) -> None:
         self.append("eval.jsonl", [{"rollout_id": rollout_id, **output.metrics}])
 
-    def run_state(self, next_rollout_id: int, data_state: dict[str, Any], args: Any) -> dict[str, Any]:
+    def run_state(self, next_rollout_id: int, data_state: dict[str, Any], args: Any,
+                  pm: RlsdkPluginManager) -> dict[str, Any]:
         """What ``--resume`` needs: the next step, the output files' sizes, the data position and buffer,
         the run's settings and the installed plugins' versions."""
         sizes = {name: (self.folder / name).stat().st_size if (self.folder / name).exists() else 0
                  for name in self.FILES}
         return {"next_rollout_id": next_rollout_id, "file_sizes": sizes, "data": data_state,
-                "settings": saved_settings(args), "plugins": installed_plugins()}
+                "settings": saved_settings(args), "plugins": plugin_versions(pm)}
 
     def save_state(self, state: dict[str, Any]) -> None:
         tmp = self.folder / f".{STATE_FILE}.tmp"
@@ -177,16 +178,20 @@ def saved_settings(args: Any) -> dict[str, Any]:
     return settings
 
 
-def installed_plugins() -> dict[str, str]:
-    """Distribution -> version of every installed rlsdk plugin."""
-    import importlib.metadata
+def plugin_versions(pm: RlsdkPluginManager) -> dict[str, str | None]:
+    """Distribution -> version of every plugin the run loaded."""
+    return dict(sorted((info.distribution, info.version) for info in pm.plugin_infos() if info.distribution))
 
-    found = {}
-    for ep in importlib.metadata.entry_points(group="rlsdk"):
-        dist = getattr(ep, "dist", None)
-        if dist is not None:
-            found[dist.metadata["Name"]] = dist.version
-    return dict(sorted(found.items()))
+
+def warn_changed_plugins(saved: dict[str, Any], pm: RlsdkPluginManager) -> None:
+    """A resumed run whose plugins changed version since the run was saved may not continue it exactly."""
+    now = plugin_versions(pm)
+    changed = [f"{name} {saved.get(name)} -> {now.get(name)}" for name in sorted(set(saved) | set(now))
+               if saved.get(name) != now.get(name)]
+    if changed:
+        import warnings
+
+        warnings.warn(f"--resume: plugins changed since the run was saved: {'; '.join(changed)}", stacklevel=2)
 
 
 def resumed_settings(folder: str | Path, given: dict[str, Any]) -> dict[str, Any]:
@@ -268,13 +273,14 @@ def run_job(
             state = output.load_state()
             data_source.load_state_dict(state["data"])
             first = state["next_rollout_id"]
+            warn_changed_plugins(state.get("plugins", {}), runtime.pm)
             if training is not None and state.get("checkpoint"):
                 training.restore(Path(state["checkpoint"]))
         else:
             output.start_fresh()
             if training is not None and args.eval_interval:  # the curve's starting point
                 output.write_eval(-1, run_eval(args, runtime, plugins, -1))
-            output.save_state(output.run_state(0, data_source.state_dict(), args))
+            output.save_state(output.run_state(0, data_source.state_dict(), args, runtime.pm))
         for rollout_id in range(first, args.num_rollout):
             # generate_rollout: one whole step
             result = as_train_output(call_rollout(runtime, plugins["generate_rollout"], args, rollout_id,
@@ -283,7 +289,7 @@ def run_job(
                 # trainer: learn from the kept groups, sync the engine, check it serves the new weights
                 result.metrics.update(training.train(rollout_id, result))
             output.write_step(rollout_id, result)
-            state = output.run_state(rollout_id + 1, data_source.state_dict(), args)
+            state = output.run_state(rollout_id + 1, data_source.state_dict(), args, runtime.pm)
             if training is None:
                 output.save_state(state)
             check_step(args, rollout_id, result.metrics)

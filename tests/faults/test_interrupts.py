@@ -29,6 +29,7 @@ def test_ctrl_c_mid_step_leaves_no_flood_of_asyncio_errors(tmp_path):
     time.sleep(2)  # generating step 0
     proc.send_signal(signal.SIGINT)
     output = proc.communicate(timeout=60)[0]
-    assert proc.returncode != 0
+    assert proc.returncode == 130
+    assert f"continue with: rlsdk run --resume --output {tmp_path / 'run'}" in output
     for noise in ("Task was destroyed but it is pending", "Event loop is closed", "Exception ignored in"):
         assert noise not in output, "".join(seen) + output

@@ -105,6 +105,11 @@ class TrainingOptions:
     """``tensorboard``: also write TensorBoard event files to ``<output_dir>/tensorboard``."""
 
 
+def loss_spec(args: TrainingOptions) -> str:
+    """The loss plugin ``args`` select: ``loss_type``, or ``custom_loss_function_path`` for ``custom_loss``."""
+    return (args.custom_loss_function_path or "") if args.loss_type == "custom_loss" else args.loss_type
+
+
 def option_docs(cls: type = TrainingOptions) -> dict[str, str]:
     """Each field's docstring (the string literal under it), for ``--help``."""
     import ast

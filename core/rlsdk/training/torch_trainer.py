@@ -24,6 +24,7 @@ from ..types import Sample
 from .advantages import approx_kl, compute_advantages, normalize_rewards
 from .batch import SharedPrompts, TrainSample, loss_batch, micro_batches, slices
 from .losses import log_probs_and_entropy, sum_of_sample_mean_fn
+from .options import loss_spec
 from .trainer import PolicyTrainer
 
 OPTIMIZER_FILE = "optimizer.pt"
@@ -225,8 +226,7 @@ class _AtTemperatureOne:
 
 def resolve_loss(args: Any) -> Any:
     """``loss_type``'s function: a built-in by name, or ``custom_loss_function_path`` (a loss plugin or path)."""
-    name = args.custom_loss_function_path if args.loss_type == "custom_loss" else args.loss_type
-    return get_plugin_manager_of(args).resolve("loss", name).func
+    return get_plugin_manager_of(args).resolve("loss", loss_spec(args)).func
 
 
 def peak_memory_gb(device: torch.device) -> float:
