@@ -198,7 +198,8 @@ def run(
         console.print(f"[red]Error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        console.print(f"interrupted; continue with: rlsdk run --resume --output {args.output_dir}", highlight=False)
+        console.print(f"interrupted; continue with: rlsdk run --resume --output {args.output_dir}", highlight=False,
+                      soft_wrap=True)
         raise typer.Exit(130) from None
     console.print(f"wrote {output.folder}/rollouts.jsonl, metrics.jsonl and state.json", highlight=False)
 
