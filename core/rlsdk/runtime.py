@@ -52,17 +52,18 @@ class BackgroundLoop:
     """An asyncio loop in a daemon thread: engines and servers live there, and sync plugin calls
     (slime's ``generate_rollout`` is sync) submit coroutines to it."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "rlsdk-loop") -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="rlsdk-loop", daemon=True)
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop and wait for its result (not callable from the loop itself)."""
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for its result, at most ``timeout`` seconds (not callable
+        from the loop itself)."""
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("BackgroundLoop.run called from its own loop: await the coroutine instead")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def close(self) -> None:
         """Cancel the tasks still running (after Ctrl-C, the step's), let them unwind, then stop: a loop

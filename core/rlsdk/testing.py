@@ -271,7 +271,6 @@ class ServedEngine:
     def __init__(self, engine: Any, **server_options: Any) -> None:
         self.engine = engine
         self.server_options = server_options
-        self.loop = asyncio.new_event_loop()
         self.handle: Any = None
 
     @property
@@ -280,15 +279,13 @@ class ServedEngine:
 
     def run(self, coroutine: Any, timeout: float = 300.0) -> Any:
         """Run ``coroutine`` on the engine's loop and return its result."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+        return self._loop.run(coroutine, timeout)
 
     def __enter__(self) -> ServedEngine:
-        import threading
-
+        from .runtime import BackgroundLoop
         from .serve import start_server
 
-        self._thread = threading.Thread(target=self.loop.run_forever, name="rlsdk-served-engine", daemon=True)
-        self._thread.start()
+        self._loop = BackgroundLoop("rlsdk-served-engine")
         try:
             self.run(self.engine.start())
             self.handle = self.run(start_server(self.engine, "127.0.0.1", 0, **self.server_options))
@@ -301,9 +298,7 @@ class ServedEngine:
         if self.handle is not None:
             self.run(self.handle.close())
         self.run(self.engine.close())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(30)
-        self.loop.close()
+        self._loop.close()
 
 
 class ServedBuffer:
@@ -318,7 +313,6 @@ class ServedBuffer:
     def __init__(self, service: Any, **server_options: Any) -> None:
         self.service = service
         self.server_options = server_options
-        self.loop = asyncio.new_event_loop()
         self.server: Any = None
 
     @property
@@ -326,21 +320,16 @@ class ServedBuffer:
         return self.service.url
 
     def __enter__(self) -> ServedBuffer:
-        import threading
-
         from .rollout_buffer import start_buffer_server
+        from .runtime import BackgroundLoop
 
-        self._thread = threading.Thread(target=self.loop.run_forever, name="rlsdk-served-buffer", daemon=True)
-        self._thread.start()
-        start = start_buffer_server(self.service, "127.0.0.1", 0, **self.server_options)
-        self.server = asyncio.run_coroutine_threadsafe(start, self.loop).result(30)
+        self._loop = BackgroundLoop("rlsdk-served-buffer")
+        self.server = self._loop.run(start_buffer_server(self.service, "127.0.0.1", 0, **self.server_options), 30)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.close(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(30)
-        self.loop.close()
+        self._loop.run(self.server.close(), 30)
+        self._loop.close()
 
 
 class ScriptedEngine(InferenceEngine):

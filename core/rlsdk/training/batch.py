@@ -52,7 +52,7 @@ def micro_batches(samples: list[TrainSample], micro_batch_size: int,
     """Indices of each micro-batch, in order: ``micro_batch_size`` samples, or with ``max_tokens`` as many
     as fit that many padded tokens (a longer sample goes alone)."""
     if max_tokens is None:
-        return [list(range(len(samples)))[s] for s in slices(len(samples), micro_batch_size)]
+        return [list(range(s.start, s.stop)) for s in slices(len(samples), micro_batch_size)]
     batches: list[list[int]] = []
     current: list[int] = []
     longest = 0

@@ -48,10 +48,14 @@ def response_logits(logits: torch.Tensor, batch: dict[str, Any], temperature: fl
 
 
 def log_probs_and_entropy(logits: torch.Tensor, batch: dict[str, Any], args: Any, with_entropy: bool = True,
-                          entropy_grad: bool = True) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+                          entropy_grad: bool = True, temperature: float | None = None,
+                          ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
     """Per-sample log-probs of the response tokens (and entropies of the predicting distributions;
-    without ``entropy_grad`` they are computed outside autograd, a metric only)."""
-    rows = response_logits(logits, batch, getattr(args, "rollout_temperature", 1.0) or 1.0)
+    without ``entropy_grad`` they are computed outside autograd, a metric only), at ``temperature``
+    (default the sampling temperature ``args.rollout_temperature``)."""
+    if temperature is None:
+        temperature = getattr(args, "rollout_temperature", 1.0) or 1.0
+    rows = response_logits(logits, batch, temperature)
     targets = torch.cat([tokens[total - response:] for tokens, total, response in zip(
         batch["unconcat_tokens"], batch["total_lengths"], batch["response_lengths"], strict=True)])
     normalizer = torch.logsumexp(rows, dim=-1)

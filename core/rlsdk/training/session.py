@@ -38,7 +38,7 @@ class TrainingSession:
         return Path(self.args.save) if self.args.save else self.output_folder / "checkpoints"
 
     def sync(self) -> dict[str, float]:
-        """Weights to the engine, then the trust check on ``probe``-less syncs is skipped."""
+        """The trainer's weights to the engine as the current ``weight_version``."""
         seconds = self.runtime.run(sync_weights(self.runtime.engine, self.trainer, str(self.weight_version),
                                                 self.output_folder / "sync-weights"))
         return {"train/sync_seconds": seconds, "train/weight_version": self.weight_version}

@@ -87,7 +87,7 @@ class TorchTrainer(PolicyTrainer):
         one_optimizer_step = gbs >= len(data)
         per_sample: dict[str, list[Any]] = {"log_probs": [], "ref_log_probs": []}
         # The old policy's log-probs: the current ones, detached, when the whole batch is one optimizer step.
-        if not one_optimizer_step and not args.use_rollout_logprobs or args.kl_coef and not args.use_rollout_logprobs:
+        if not args.use_rollout_logprobs and (not one_optimizer_step or args.kl_coef):
             per_sample["log_probs"] = self._log_probs(self.model, data)
         if self.ref_model is not None:
             per_sample["ref_log_probs"] = self._log_probs(self.ref_model, data)
@@ -102,7 +102,7 @@ class TorchTrainer(PolicyTrainer):
         grad_norms = []
         tokens = 0
         for global_batch in slices(len(data), gbs):
-            indices = list(range(len(data)))[global_batch]
+            indices = list(range(global_batch.start, global_batch.stop))
             part = [data[i] for i in indices]
             denominator = (sum(float(d.loss_mask.sum()) for d in part) if args.calculate_per_token_loss
                            else float(len(part)))
@@ -167,23 +167,18 @@ class TorchTrainer(PolicyTrainer):
         return logits.flatten(0, 1).index_select(0, layout.gather.to(self.device)).unsqueeze(0)
 
     @torch.no_grad()
-    def _log_probs(self, model: Any, data: list[TrainSample]) -> list[torch.Tensor]:
+    def _log_probs(self, model: Any, data: list[TrainSample], temperature: float | None = None) -> list[torch.Tensor]:
         out: list[torch.Tensor] = []
         for micro in micro_batches(data, self.args.micro_batch_size, self.args.max_tokens_per_gpu):
             batch = loss_batch(data, micro, {})
             log_probs, _ = log_probs_and_entropy(self._packed_logits(model, data, micro), batch, self.args,
-                                                 with_entropy=False)
+                                                 with_entropy=False, temperature=temperature)
             out.extend(lp.float().cpu() for lp in log_probs)
         return out
 
     def response_log_probs(self, samples: list[Sample]) -> list[list[float]]:
         data = [TrainSample.from_sample(s, 0.0) for s in samples]
-        unit = _AtTemperatureOne(self.args)
-        saved, self.args = self.args, unit
-        try:
-            return [lp.tolist() for lp in self._log_probs(self.model, data)]
-        finally:
-            self.args = saved
+        return [lp.tolist() for lp in self._log_probs(self.model, data, temperature=1.0)]
 
     # ------------------------------------------------------------------ weights and checkpoints
 
@@ -211,17 +206,6 @@ class TorchTrainer(PolicyTrainer):
         random.setstate(rng["python"])
         if rng["cuda"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
-
-
-class _AtTemperatureOne:
-    """``args`` with the sampling temperature at 1: the trust check compares raw log-probs."""
-
-    def __init__(self, args: Any) -> None:
-        self._args = args
-        self.rollout_temperature = 1.0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._args, name)
 
 
 def resolve_loss(args: Any) -> Any:

@@ -130,6 +130,8 @@ class EmbeddedEngine(InferenceEngine):
     more token, which is dropped).
     """
 
+    in_process_weights = True
+
     def __init__(self, model: str | os.PathLike[str] | None = None, *, device: str = "auto",
                  dtype: str = "float32", max_batch_size: int = 64, max_prefill_tokens: int = 8192,
                  cache_dir: str | os.PathLike[str] | None = None, threads: int | None = None,
@@ -149,7 +151,6 @@ class EmbeddedEngine(InferenceEngine):
         self.threads = threads
         self.static_decode = static_decode
         self.url: str | None = None
-        self.in_process_weights = True
         self.weight_version = "default"
         self.stats = EngineStats()
         self.tokenizer: Any = None
