@@ -17,6 +17,7 @@ from .training.options import ADVANTAGE_ESTIMATORS, KL_LOSS_TYPES, LOSS_TYPES, T
 DEFAULT_DATASET = Path(__file__).parent / "datasets" / "arithmetic-train.jsonl"
 DEFAULT_EVAL_DATASET = Path(__file__).parent / "datasets" / "arithmetic-eval.jsonl"
 DEMO_TRAINING = {"num_rollout": 16, "rollout_batch_size": 8, "n_samples_per_prompt": 8, "lr": 1e-5,
+                 "global_batch_size": 32, "eps_clip_high": 0.28, "use_rollout_logprobs": True,
                  "rollout_max_response_len": 40, "eval_interval": 4, "n_samples_per_eval_prompt": 2,
                  "rollout_shuffle": True}
 """``rlsdk run --train`` on the shipped data: settings that apply unless given (others keep slime's defaults)."""

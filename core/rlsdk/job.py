@@ -295,7 +295,8 @@ def run_job(
             check_step(args, rollout_id, result.metrics)
             if on_step is not None:
                 on_step(rollout_id, result.metrics)
-            if args.eval_interval and (rollout_id + 1) % args.eval_interval == 0:
+            last = rollout_id + 1 == args.num_rollout
+            if args.eval_interval and ((rollout_id + 1) % args.eval_interval == 0 or last):
                 evaluated = run_eval(args, runtime, plugins, rollout_id)
                 output.write_eval(rollout_id, evaluated)
                 result.metrics.update(evaluated.metrics)

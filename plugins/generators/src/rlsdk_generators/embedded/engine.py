@@ -219,6 +219,9 @@ class EmbeddedEngine(InferenceEngine):
         options = {"attn_implementation": attention.register()} if grouped else {}
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, self.dtype), **options)
         self.model = model.to(device).eval()
+        if device == "cpu":  # own the weights: a map of the safetensors file would page-fault the first sync
+            for parameter in self.model.parameters():
+                parameter.data = parameter.data.clone()
         self._kernels = attention.sdpa_without_cudnn if device.startswith("cuda") else contextlib.nullcontext
         self._batch = KVBatch(self.model, boolean_decode_mask=grouped, static_decode=static)
         self._shared_generator = torch.Generator(device=self._batch.device)
