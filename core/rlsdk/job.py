@@ -19,6 +19,9 @@ from .training.options import loss_spec
 from .types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 STATE_FILE = "state.json"
+STATE_SAVED = "state_saved"
+"""``runtime.state`` key of the callables run with each run state once it is on disk: a rollout that took
+data from a service acknowledges it there only when a saved state covers its step."""
 SHOWN_CAUSES = 3
 """Distinct causes a failed step's error quotes; the rest are in discarded.jsonl."""
 
@@ -126,6 +129,8 @@ class RunOutput:
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.on_saved: list[Callable[[dict[str, Any]], None]] = []
+        """Called with each state after it is saved (see :data:`STATE_SAVED`)."""
 
     def load_state(self) -> dict[str, Any]:
         path = self.folder / STATE_FILE
@@ -166,6 +171,8 @@ class RunOutput:
         tmp = self.folder / f".{STATE_FILE}.tmp"
         tmp.write_text(json.dumps(state, default=str))
         os.replace(tmp, self.folder / STATE_FILE)
+        for callback in self.on_saved:
+            callback(state)
 
 
 RESUME_MAY_CHANGE = frozenset({
@@ -268,6 +275,7 @@ def run_job(
     output = RunOutput(args.output_dir)
     with running(args, pm) as (runtime, plugins):
         runtime.progress = progress
+        output.on_saved = runtime.state.setdefault(STATE_SAVED, [])
         data_source = DataSource(args, pm=runtime.pm, tokenizer=runtime.tokenizer,
                                  keep_messages=plugins["generate_rollout"].record.chat_messages)
         check_images(runtime, data_source)
