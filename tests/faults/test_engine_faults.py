@@ -280,10 +280,16 @@ def test_a_step_the_engine_fails_exits_non_zero_and_resume_serves_its_prompts_ag
     result = rlsdk_run("--resume", "--output", str(out), "--num-rollout", "3")
     assert result.returncode == 0, result.stdout + result.stderr
 
-    def served(folder: Path) -> list[tuple]:
+    def served(folder: Path, first_step: int) -> list[list[tuple]]:
+        """Each step's samples, in any order within the step."""
         return [
-            (r["group_index"], r["index"], r["prompt"], r["response"])
-            for r in rows(folder / "rollouts.jsonl")
+            sorted(
+                (r["group_index"], r["index"], r["prompt"], r["response"])
+                for r in rows(folder / "rollouts.jsonl")
+                if r["rollout_id"] == step
+            )
+            for step in (first_step, first_step + 1)
         ]
 
-    assert sorted(served(out)) == sorted(served(uninterrupted)) and len(served(out)) == 8
+    assert served(out, first_step=1) == served(uninterrupted, first_step=0)
+    assert [len(step) for step in served(out, first_step=1)] == [4, 4]
