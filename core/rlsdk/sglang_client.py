@@ -147,8 +147,9 @@ class SGLangClient(InferenceEngine):
                     response = Reply(answer.status, await answer.text(), url)
             except _RETRYABLE as exc:
                 if attempt == self.retries:
+                    tries = f"{attempt + 1} {'try' if attempt == 0 else 'tries'}"
                     raise EngineUnavailableError(
-                        f"cannot reach SGLang at {url} after {self.retries + 1} tries: {exc!r}"
+                        f"cannot reach SGLang at {url} after {tries}: {type(exc).__name__}: {exc}"
                     ) from exc
                 continue
             if response.status_code < 500 or response.status_code in ok_statuses:

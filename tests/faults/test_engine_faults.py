@@ -66,8 +66,8 @@ def run_options(engine_url: str, tokenizer: str, data: Path, out: Path, *more: s
     ]
 
 
-def rlsdk_run(*options: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*RLSDK, "run", *options], check=False, capture_output=True, text=True, timeout=120)
+def rlsdk_run(*options: str, command: str = "run") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*RLSDK, command, *options], check=False, capture_output=True, text=True, timeout=120)
 
 
 def dead_port() -> int:
@@ -83,15 +83,16 @@ def rows(path: Path) -> list[dict]:
 # ---------------------------------------------------------------- the health check before the first step
 
 
-def test_a_dead_port_stops_the_run_before_any_data_is_used(word_tokenizer, data, tmp_path):
+@pytest.mark.parametrize("command", ["run", "eval"])
+def test_a_dead_port_stops_the_run_before_any_data_is_used(word_tokenizer, data, tmp_path, command):
     url = f"http://127.0.0.1:{dead_port()}"
     out = tmp_path / "run"
-    result = rlsdk_run(*run_options(url, word_tokenizer, data, out))
+    result = rlsdk_run(*run_options(url, word_tokenizer, data, out), command=command)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     assert "engine 'sglang' from rlsdk-generators" in output and f"at {url} failed its health check" in output
-    assert "cannot reach SGLang" in output and "no step ran, no data was used" in output
-    assert "Traceback" not in output
+    assert "cannot reach SGLang" in output and "after 2 tries: ClientConnectorError: Cannot connect" in output
+    assert "no step ran, no data was used" in output and "Traceback" not in output
     assert not (out / "state.json").exists() and not rows(out / "discarded.jsonl")
 
 
