@@ -51,7 +51,8 @@ def unreadable(source: str, problem: str, expected: str, got: Any) -> EngineResp
 def check_generate_response(answer: Any, source: str) -> Any:
     """``answer`` if it has the shape of a ``/generate`` response (a list of them for a batch body), else
     :class:`EngineResponseError` naming ``source``. Checks the structure and the first log-prob entry, not
-    every entry: the readers of the entries turn a bad one into the same error."""
+    every entry (a few microseconds an answer however long it is); a bad later entry fails its sample when
+    it is read."""
     for item in answer if isinstance(answer, list) and answer else [answer]:
         problem = _generate_response_problem(item)
         if problem:

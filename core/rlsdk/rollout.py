@@ -238,8 +238,8 @@ def reset_for_buffer(args: Any, group: Group, rollout_id: int, *, partial: bool)
 
 def engine_failed(group: Group) -> bool:
     """Whether the engine failed the group (see :data:`ENGINE_FAULT`) and its prompt may be served again."""
-    return any(s.metadata.get(ENGINE_FAULT) for s in group) and \
-        all(s.metadata.get(ENGINE_REQUEUES, 0) < MAX_ENGINE_REQUEUES for s in group)
+    faulted = any(s.metadata.get(ENGINE_FAULT) for s in group)
+    return faulted and all(s.metadata.get(ENGINE_REQUEUES, 0) < MAX_ENGINE_REQUEUES for s in group)
 
 
 def restart_group(args: Any, group: Group, rollout_id: int) -> Group:
