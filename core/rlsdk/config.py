@@ -107,7 +107,10 @@ class RolloutConfig(TrainingOptions):
     sglang_python: str | None = None
     """Python interpreter with SGLang installed, used when ``sglang_launch``; default this one."""
     sglang_retries: int = 5
-    """Times the ``sglang`` engine retries a request on connection errors, with exponential backoff."""
+    """Times the ``sglang`` engine retries a request on connection errors and HTTP 5xx (never on 4xx), with
+    exponential backoff; then the sample fails with the reason and its prompt is served again later."""
+    sglang_backoff: float = 0.25
+    """Base seconds of the ``sglang`` engine's exponential backoff (full jitter, at most 10 s a wait)."""
     engine_device: str = "auto"
     """Device of the embedded engine: ``auto`` (CUDA when available), ``cpu`` or ``cuda``."""
     engine_dtype: str = "float32"

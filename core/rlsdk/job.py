@@ -19,6 +19,11 @@ from .training.options import loss_spec
 from .types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 STATE_FILE = "state.json"
+STATE_SAVED = "state_saved"
+"""``runtime.state`` key of the callables run with each run state once it is on disk: a rollout that took
+data from a service acknowledges it there only when a saved state covers its step."""
+SHOWN_CAUSES = 3
+"""Distinct causes a failed step's error quotes; the rest are in discarded.jsonl."""
 
 
 def resolve_run_plugins(args: Any, pm: RlsdkPluginManager) -> dict[str, Resolved]:
@@ -57,13 +62,16 @@ def engine_name(args: Any) -> str:
 
 
 def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime:
-    """Start the engine; serve it over HTTP on loopback when it has no URL of its own, so slime-style
-    generators that POST to ``/generate`` reach it; load the tokenizer."""
+    """Start the engine and check its health; serve it over HTTP on loopback when it has no URL of its
+    own, so slime-style generators that POST to ``/generate`` reach it; load the tokenizer."""
+    from .engine_health import check_engine_health
     from .serve import start_server
 
     runtime = Runtime(pm, engine.func(args))
     try:
         runtime.run(runtime.engine.start())
+        # a dead or broken engine stops the run here, before any data is taken
+        runtime.run(check_engine_health(runtime.engine, engine, args.generate_timeout))
         url = runtime.engine.url
         if url is None:
             server = runtime.run(start_server(runtime.engine, host="127.0.0.1", port=0))
@@ -121,6 +129,8 @@ class RunOutput:
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.on_saved: list[Callable[[dict[str, Any]], None]] = []
+        """Called with each state after it is saved (see :data:`STATE_SAVED`)."""
 
     def load_state(self) -> dict[str, Any]:
         path = self.folder / STATE_FILE
@@ -161,6 +171,8 @@ class RunOutput:
         tmp = self.folder / f".{STATE_FILE}.tmp"
         tmp.write_text(json.dumps(state, default=str))
         os.replace(tmp, self.folder / STATE_FILE)
+        for callback in self.on_saved:
+            callback(state)
 
 
 RESUME_MAY_CHANGE = frozenset({
@@ -263,6 +275,7 @@ def run_job(
     output = RunOutput(args.output_dir)
     with running(args, pm) as (runtime, plugins):
         runtime.progress = progress
+        output.on_saved = runtime.state.setdefault(STATE_SAVED, [])
         data_source = DataSource(args, pm=runtime.pm, tokenizer=runtime.tokenizer,
                                  keep_messages=plugins["generate_rollout"].record.chat_messages)
         check_images(runtime, data_source)
@@ -325,9 +338,15 @@ def check_step(args: Any, rollout_id: int, metrics: dict[str, Any]) -> None:
     the step's samples and the run's state are written."""
     failed = metrics.get("ledger/failed", 0)
     if failed and failed == metrics.get("ledger/entered") and args.on_failed_step == "fail":
-        causes = "; ".join(dict.fromkeys(metrics.get("rollout/failures", [])).keys()) or "unknown"
-        raise RlsdkError(f"step {rollout_id}: all {failed} samples failed ({causes}); the samples are in "
-                         "discarded.jsonl (--on-failed-step continue goes on)")
+        causes = list(dict.fromkeys(metrics.get("rollout/failures", [])))
+        shown = "; ".join(causes[:SHOWN_CAUSES]) or "unknown"
+        if len(causes) > SHOWN_CAUSES:
+            shown += f"; {len(causes) - SHOWN_CAUSES} more in discarded.jsonl"
+        requeued = metrics.get("ledger/requeued", 0)
+        kept_data = (f"; their prompts are not used up ({requeued} samples back in the data, served again on "
+                     "--resume)") if requeued else ""
+        raise RlsdkError(f"step {rollout_id}: all {failed} samples failed ({shown}); the samples are in "
+                         f"discarded.jsonl{kept_data} (--on-failed-step continue goes on)")
 
 
 def check_data(args: Any) -> None:

@@ -27,6 +27,8 @@ class StepLedger:
     """The dropped and failed groups, kept so the run can write them out."""
     produced: int = 0
     """Samples custom generators added beyond those they were given (slime's agents return several)."""
+    requeued: int = 0
+    """Failed samples whose prompts went back to the data source to be served again (counted as failed)."""
     _sizes: dict[int, int] = field(default_factory=dict, repr=False)
 
     def enter(self, groups: list[Group]) -> None:
@@ -58,6 +60,10 @@ class StepLedger:
         self.failures.append(error)
         self.discarded.append(group)
 
+    def requeue(self, group: Group) -> None:
+        """A failed group's prompt goes back to the data source: the failure stays counted."""
+        self.requeued += len(group)
+
     @property
     def left(self) -> int:
         return self.kept + sum(self.dropped.values()) + self.returned + self.failed
@@ -77,6 +83,7 @@ class StepLedger:
             "ledger/kept": self.kept,
             "ledger/returned": self.returned,
             "ledger/failed": self.failed,
+            "ledger/requeued": self.requeued,
             "ledger/dropped": sum(self.dropped.values()),
         }
         metrics.update({f"rollout/dynamic_filter/drop_{reason}": n for reason, n in sorted(self.dropped.items())})

@@ -11,11 +11,15 @@ from typing import Any
 from .concurrency import ConcurrencyLimit, gather_calls
 from .deadlines import deadline
 from .manager import RlsdkPluginManager
+from .protocol import EngineError, EngineRequestError
 from .records import Resolved
 from .types import Sample
 
 FINISHED = (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
 DEFAULT_GENERATE = "rlsdk.generate:generate"
+ENGINE_FAULT = "engine_fault"
+"""Metadata key set (True) on a sample that failed because the engine did: unreachable, an HTTP 5xx after
+retries, an unreadable answer. Not the sample's fault, so its prompt is served again."""
 
 
 async def call_plugin(resolved: Resolved, *args: Any, **kwargs: Any) -> Any:
@@ -101,7 +105,10 @@ async def generate_sample(
     except TimeoutError:
         return [_failed(sample, f"{_where(resolved, sample)} hung: no result after {args.generate_timeout} s")]
     except Exception as exc:  # a plugin's bug must not lose the step's other samples
-        return [_failed(sample, f"{_where(resolved, sample)} raised {type(exc).__name__}: {exc}")]
+        failed = _failed(sample, f"{_where(resolved, sample)} raised {type(exc).__name__}: {exc}")
+        if is_engine_fault(exc):
+            failed.metadata[ENGINE_FAULT] = True
+        return [failed]
     if type(result) is Sample:  # the usual case, checked first
         produced = [result]
     else:
@@ -120,6 +127,16 @@ async def generate_sample(
                                         f"(expected one of {[s.value for s in Sample.Status]})")]
         out.metadata["generate_seconds"] = seconds
     return produced
+
+
+def is_engine_fault(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an exception it was raised from, is the engine's failure (not a 4xx: a request
+    the engine refused is the request's fault)."""
+    while exc is not None:
+        if isinstance(exc, EngineError) and not isinstance(exc, EngineRequestError):
+            return True
+        exc = exc.__cause__
+    return False
 
 
 def _is_foreign_sample(value: Any) -> bool:

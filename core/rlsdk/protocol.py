@@ -6,6 +6,7 @@ in :mod:`rlsdk.serve`, so both follow the real server's shapes (``shared/referen
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any
@@ -26,6 +27,63 @@ class EngineRequestError(EngineError, ValueError):
 
 class EngineUnavailableError(EngineError, ConnectionError):
     """The engine could not be reached (after retries)."""
+
+
+class EngineResponseError(EngineError):
+    """The engine answered something that is not an answer of SGLang's protocol (not JSON, wrong shape)."""
+
+
+GENERATE_RESPONSE = ('{"text": str, "meta_info": {"finish_reason": {"type": "stop"|"length"|"abort", ...} or null, '
+                     '"output_token_logprobs": [[logprob, token_id, text], ...], ...}, ...}')
+"""What a ``/generate`` answer looks like, for error messages."""
+
+SHOWN_CHARS = 200
+"""How much of an unreadable answer an error message quotes."""
+
+
+def unreadable(source: str, problem: str, expected: str, got: Any) -> EngineResponseError:
+    """The error for an answer of ``source`` (an engine's URL and path) that cannot be read."""
+    text = got if isinstance(got, str) else json.dumps(got, default=repr)
+    shown = repr(text[:SHOWN_CHARS]) + (f" ... ({len(text)} characters)" if len(text) > SHOWN_CHARS else "")
+    return EngineResponseError(f"{source}: {problem}; expected {expected}, got {shown}")
+
+
+def check_generate_response(answer: Any, source: str) -> Any:
+    """``answer`` if it has the shape of a ``/generate`` response (a list of them for a batch body), else
+    :class:`EngineResponseError` naming ``source``. Checks the structure and the first log-prob entry, not
+    every entry (a few microseconds an answer however long it is); a bad later entry fails its sample when
+    it is read."""
+    for item in answer if isinstance(answer, list) and answer else [answer]:
+        problem = _generate_response_problem(item)
+        if problem:
+            raise unreadable(source, f"unreadable /generate answer ({problem})", GENERATE_RESPONSE, answer)
+    return answer
+
+
+def _generate_response_problem(item: Any) -> str | None:
+    if not isinstance(item, dict):
+        return f"a JSON {type(item).__name__}, not an object"
+    meta = item.get("meta_info")
+    if not isinstance(meta, dict):
+        return "no meta_info object"
+    if not isinstance(item.get("text", ""), str):
+        return "text is not a string"
+    finish = meta.get("finish_reason")
+    if finish is not None and not (isinstance(finish, dict) and isinstance(finish.get("type"), str)):
+        return "finish_reason is neither null nor an object with a type"
+    entries = meta.get("output_token_logprobs")
+    if entries is None:
+        return None
+    if not isinstance(entries, list):
+        return "output_token_logprobs is not a list"
+    if entries and not _is_logprob_entry(entries[0]):
+        return "output_token_logprobs entries are not [logprob, token_id, ...]"
+    return None
+
+
+def _is_logprob_entry(entry: Any) -> bool:
+    return (isinstance(entry, list) and len(entry) >= 2 and isinstance(entry[0], int | float)
+            and isinstance(entry[1], int) and not isinstance(entry[1], bool))
 
 
 def error_body(message: str, code: int = 400) -> dict[str, Any]:

@@ -9,6 +9,7 @@ the ledger as kept, dropped (with a reason), returned to the buffer, or failed (
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from typing import Any
 
@@ -16,7 +17,7 @@ from .concurrency import ConcurrencyLimit
 from .errors import PluginCallError
 from .generate import sampling_params_for
 from .ledger import Group, StepLedger
-from .plugin_calls import FINISHED, StepPlugins, call_plugin, generate_group
+from .plugin_calls import ENGINE_FAULT, FINISHED, StepPlugins, call_plugin, generate_group
 from .rewarding import apply_invalid_policy, count_invalid, score_group
 from .runtime import Runtime, get_runtime
 from .types import DynamicFilterOutput, RolloutFnTrainOutput, Sample
@@ -24,6 +25,11 @@ from .types import DynamicFilterOutput, RolloutFnTrainOutput, Sample
 SUBMIT_SLICE = 64
 """Samples whose tasks a step creates before it lets them run (and send their requests) while it goes on
 creating the rest of a chunk."""
+MAX_ENGINE_REQUEUES = 3
+"""Times the prompt of a group the engine failed goes back to the data source; the next failure uses it up,
+so a prompt that breaks the engine every time is not served forever."""
+ENGINE_REQUEUES = "engine_requeues"
+"""Metadata key: how many times the sample's prompt came back after the engine failed its group."""
 
 
 def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
@@ -119,6 +125,11 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
     returned += restarted + surplus
     for group in returned:
         ledger.return_to_buffer(group)
+    # Groups the engine failed stay failed, but their prompts go back too, in data order: no data used up.
+    requeued = sorted((g for g in ledger.discarded if engine_failed(g)), key=lambda g: g[0].group_index)
+    for group in requeued:
+        ledger.requeue(group)
+    returned += [restart_group(args, g, rollout_id) for g in requeued]
     if returned:
         data_source.add_samples(returned, rollout_id)
 
@@ -223,6 +234,24 @@ def reset_for_buffer(args: Any, group: Group, rollout_id: int, *, partial: bool)
         sample.reward = None
         sample.status = Sample.Status.PENDING
     return group
+
+
+def engine_failed(group: Group) -> bool:
+    """Whether the engine failed the group (see :data:`ENGINE_FAULT`) and its prompt may be served again."""
+    faulted = any(s.metadata.get(ENGINE_FAULT) for s in group)
+    return faulted and all(s.metadata.get(ENGINE_REQUEUES, 0) < MAX_ENGINE_REQUEUES for s in group)
+
+
+def restart_group(args: Any, group: Group, rollout_id: int) -> Group:
+    """A copy of a failed group with every sample back at its prompt, for the data source; the failed
+    samples stay as they are, with their errors, in the step's discarded groups."""
+    fresh = copy.deepcopy(group)
+    for sample in fresh:
+        for key in ("generate_error", ENGINE_FAULT, "generate_seconds"):
+            sample.metadata.pop(key, None)
+        sample.metadata[ENGINE_REQUEUES] = sample.metadata.get(ENGINE_REQUEUES, 0) + 1
+        sample.status = Sample.Status.PENDING
+    return reset_for_buffer(args, fresh, rollout_id, partial=False)
 
 
 def step_metrics(args: Any, batch: list[Group], ledger: StepLedger, started: float) -> dict[str, Any]:

@@ -11,8 +11,9 @@ outside the trainer (``rlsdk buffer serve``), on aiohttp.
 - ``POST /get_rollout_data``: a trainer takes complete groups (at most ``max_groups``; the task's
   ``is_valid_group`` and ``transform_group`` hooks apply). They are leased, not yet served: a trainer that
   sends ``lease_seconds`` acknowledges them with ``POST /ack_rollout_data {"lease_id"}``, and groups whose
-  lease runs out are served again. For a client that does neither (slime's), the groups count as served
-  once the whole answer has been written to its connection, and go back if the connection breaks first.
+  lease runs out are served again (``POST /release_rollout_data {"lease_id"}`` gives them back at once).
+  For a client that does neither (slime's), the groups count as served once the whole answer has been
+  written to its connection, and go back if the connection breaks first.
   Only acknowledged groups are logged as served on disk, so a crash at any point loses no group: at worst
   an unacknowledged one is served again.
 
@@ -344,6 +345,16 @@ class BufferService:
         return 200, {"success": True, "message": f"{acknowledged} items acknowledged",
                      "acknowledged": acknowledged}
 
+    def release_rollout_data(self, body: Any) -> tuple[int, dict[str, Any]]:
+        """Give a lease's groups back at once, to be served again first (a trainer that restarted without
+        them); an unknown or ended lease is already back."""
+        lease_id = body.get("lease_id") if isinstance(body, dict) else None
+        if not isinstance(lease_id, str):
+            return 400, {"success": False,
+                         "message": "release_rollout_data needs a JSON object with a 'lease_id'"}
+        self.store.release(lease_id)
+        return 200, {"success": True, "message": "released: its groups will be served again"}
+
 
 def check_binding(host: str, token: str | None) -> None:
     """Refuse to serve off loopback without a bearer token."""
@@ -431,6 +442,7 @@ async def start_buffer_server(service: BufferService, host: str = "127.0.0.1", p
         web.post("/buffer/write", endpoint(service.write, in_thread=True)),
         web.post("/get_rollout_data", get_rollout_data),
         web.post("/ack_rollout_data", endpoint(service.ack_rollout_data, in_thread=True)),
+        web.post("/release_rollout_data", endpoint(service.release_rollout_data)),
     ])
     runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True,
                            keepalive_timeout=read_timeout)

@@ -15,11 +15,23 @@ from typing import Any
 
 import aiohttp
 
+from .backoff import backoff_delay
 from .engine import InferenceEngine
-from .protocol import SERVE_TOKEN_ENV, EngineError, EngineRequestError, EngineUnavailableError
+from .protocol import (
+    GENERATE_RESPONSE,
+    SERVE_TOKEN_ENV,
+    EngineError,
+    EngineRequestError,
+    EngineUnavailableError,
+    check_generate_response,
+    unreadable,
+)
 
-_RETRYABLE = (aiohttp.ClientConnectionError,)
-"""Connection refused, reset or dropped before an answer: retried with backoff. A read timeout is not."""
+_RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+"""Connection refused, reset or dropped before a whole answer: retried with backoff, as an HTTP 5xx is.
+A read timeout is not."""
+MAX_BACKOFF = 10.0
+"""Seconds one wait between retries lasts at most."""
 _SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, SGLangClient]] = (
     weakref.WeakKeyDictionary()
 )
@@ -27,22 +39,29 @@ _SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, SGLangCl
 
 @dataclass
 class Reply:
-    """One HTTP answer, read whole: status and body."""
+    """One HTTP answer, read whole: status, body and the URL that gave it."""
 
     status_code: int
     text: str
+    url: str = ""
 
-    def json(self) -> Any:
-        return json.loads(self.text)
+    def json(self, expected: str = "a JSON body") -> Any:
+        """The body as JSON; :class:`EngineResponseError` naming the URL when it is not JSON."""
+        try:
+            return json.loads(self.text)
+        except ValueError:
+            raise unreadable(self.url, f"answered {self.status_code} with a body that is not JSON", expected,
+                             self.text) from None
 
 
 class SGLangClient(InferenceEngine):
     """A real SGLang server or router (or ``rlsdk serve``) by URL.
 
     One pooled aiohttp session (httpx's pool costs too much CPU at hundreds of requests in flight:
-    it halved a real server's throughput); at most ``concurrency`` requests in flight; connection errors are retried
-    ``retries`` times with exponential backoff from ``backoff`` seconds. Abort, pause, flush and weight
-    updates go to every worker of a router (``GET /workers``), since the router does not forward them.
+    it halved a real server's throughput); at most ``concurrency`` requests in flight; connection errors and
+    HTTP 5xx answers are retried ``retries`` times with exponential backoff (full jitter) from ``backoff``
+    seconds; answers that are not SGLang's shapes raise :class:`EngineResponseError`. Abort, pause, flush
+    and weight updates go to every worker of a router (``GET /workers``), since the router does not forward them.
     """
 
     def __init__(self, url: str, *, concurrency: int = 512, timeout: float = 3600.0, retries: int = 5,
@@ -116,22 +135,27 @@ class SGLangClient(InferenceEngine):
 
     async def _request(self, method: str, path: str, *, base: str | None = None, body: Any = None,
                        ok_statuses: tuple[int, ...] = ()) -> Reply:
-        """One HTTP call with retries on connection errors; 4xx/5xx raise (unless in ``ok_statuses``)."""
+        """One HTTP call, retried on connection errors and 5xx; a 4xx or the last 5xx raises (unless its
+        status is in ``ok_statuses``)."""
         client = self._ensure_client()
         url = f"{base or self.url}{path}"
         for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(backoff_delay(attempt - 1, self.backoff, MAX_BACKOFF))
             try:
                 async with client.request(method, url, json=body) as answer:
-                    response = Reply(answer.status, await answer.text())
-                break
+                    response = Reply(answer.status, await answer.text(), url)
             except _RETRYABLE as exc:
                 if attempt == self.retries:
+                    tries = f"{attempt + 1} {'try' if attempt == 0 else 'tries'}"
                     raise EngineUnavailableError(
-                        f"cannot reach SGLang at {url} after {self.retries + 1} tries: {exc!r}"
+                        f"cannot reach SGLang at {url} after {tries}: {type(exc).__name__}: {exc}"
                     ) from exc
-                await asyncio.sleep(min(self.backoff * 2**attempt, 10.0))
+                continue
+            if response.status_code < 500 or response.status_code in ok_statuses:
+                break
         if response.status_code >= 400 and response.status_code not in ok_statuses:
-            _raise_for(response, url)
+            _raise_for(response, url, tries=attempt + 1)
         return response
 
     # ---------------------------------------------------------------- generation
@@ -140,7 +164,8 @@ class SGLangClient(InferenceEngine):
         self._ensure_client()
         assert self._slots is not None
         async with self._slots:
-            return (await self._request("POST", "/generate", body=payload)).json()
+            reply = await self._request("POST", "/generate", body=payload)
+        return check_generate_response(reply.json(GENERATE_RESPONSE), reply.url)
 
     async def generate_stream(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         client = self._ensure_client()
@@ -151,13 +176,18 @@ class SGLangClient(InferenceEngine):
                     if r.status >= 400:
                         _raise_for(Reply(r.status, await r.text()), f"{self.url}/generate")
                     async for raw in r.content:
-                        line = raw.decode().strip()
+                        line = raw.decode(errors="replace").strip()
                         if not line.startswith("data:"):
                             continue
                         data = line[len("data:"):].strip()
                         if data == "[DONE]":
                             return
-                        yield json.loads(data)
+                        source = f"{self.url}/generate (stream)"
+                        try:
+                            chunk = json.loads(data)
+                        except ValueError:
+                            raise unreadable(source, "a chunk that is not JSON", GENERATE_RESPONSE, data) from None
+                        yield check_generate_response(chunk, source)
             except _RETRYABLE as exc:
                 raise EngineUnavailableError(f"stream from {self.url} failed: {exc!r}") from exc
 
@@ -247,14 +277,16 @@ class SGLangClient(InferenceEngine):
             self._process = None
 
 
-def _raise_for(response: Reply, url: str) -> None:
+def _raise_for(response: Reply, url: str, tries: int = 1) -> None:
     try:
-        message = response.json().get("message") or response.text
+        message = json.loads(response.text).get("message") or response.text
     except (ValueError, AttributeError):
         message = response.text
+    message = str(message)[:500]
     if 400 <= response.status_code < 500:
         raise EngineRequestError(f"{url} answered {response.status_code}: {message}")
-    raise EngineError(f"{url} answered {response.status_code}: {message}")
+    after = f" after {tries} tries" if tries > 1 else ""
+    raise EngineError(f"{url} answered {response.status_code}{after}: {message}")
 
 
 def _has_sglang(python: str) -> bool:

@@ -57,3 +57,109 @@ def buffer_service(tmp_path) -> Iterator:
     yield start
     for service in started:
         service.kill()
+
+
+class MisbehavingEngine:
+    """A real HTTP server on loopback that speaks SGLang's ``/generate`` (one token per request, from the
+    sum of the prompt's ids, in 0.5.17's response shape) until told to misbehave:
+
+    - ``mode``: ``"ok"``; ``"500"`` (every ``/generate`` an SGLang error body with status 500); ``"garbage"``
+      (200 with an HTML page); ``"wrong_shape"`` (200 with JSON that is no ``/generate`` answer);
+      ``"broken_after_probe"`` (the health check's one-token request answered, every other one 500);
+    - ``fail_next``: that many requests answered 503 first, ``reset_next``: that many connections cut
+      before an answer, whatever the mode;
+    - ``fail_prompt``: requests with these prompt ids answered 500 (one bad prompt).
+
+    ``requests`` counts the ``/generate`` requests that reached it."""
+
+    def __init__(self) -> None:
+        from aiohttp import web
+
+        from rlsdk.runtime import BackgroundLoop
+
+        self.mode = "ok"
+        self.fail_next = self.reset_next = 0
+        self.fail_prompt: list[int] | None = None
+        self.requests = 0
+        self._loop = BackgroundLoop("misbehaving-engine")
+        app = web.Application()
+        app.add_routes([web.post("/generate", self._generate), web.post("/abort_request", self._abort)])
+        self._runner = web.AppRunner(app)
+
+        async def start() -> int:
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            await site.start()
+            return self._runner.addresses[0][1]
+
+        self.url = f"http://127.0.0.1:{self._loop.run(start(), timeout=30)}"
+
+    async def _generate(self, request):
+        from aiohttp import web
+
+        from rlsdk.protocol import error_body, finish_length, generate_response
+
+        self.requests += 1
+        body = await request.json()
+        ids = body.get("input_ids") or [0]
+        if self.reset_next:
+            self.reset_next -= 1
+            request.transport.close()  # the client sees the connection cut before an answer
+            return web.Response()
+        if self.fail_next:
+            self.fail_next -= 1
+            return web.json_response(error_body("engine overloaded", 503), status=503)
+        probe = ids == [0]
+        if self.mode == "500" or (self.mode == "broken_after_probe" and not probe) or ids == self.fail_prompt:
+            return web.json_response(error_body("CUDA error: an illegal memory access", 500), status=500)
+        if self.mode == "garbage":
+            return web.Response(
+                text="<html><body>502 Bad Gateway" + " " * 300 + "</body></html>", content_type="text/html"
+            )
+        if self.mode == "wrong_shape":
+            return web.json_response({"choices": [{"text": "hello"}]})
+        token = 2 + sum(ids) % 30
+        return web.json_response(
+            generate_response(
+                rid="r",
+                text=f" w{token - 2}",
+                output_ids=[token],
+                prompt_tokens=len(ids),
+                finish_reason=finish_length(1),
+                weight_version="default",
+                logprobs=[-0.5],
+            )
+        )
+
+    async def _abort(self, request):
+        from aiohttp import web
+
+        return web.Response()
+
+    def close(self) -> None:
+        self._loop.run(self._runner.cleanup(), timeout=30)
+        self._loop.close()
+
+
+@pytest.fixture
+def misbehaving_engine() -> Iterator[MisbehavingEngine]:
+    engine = MisbehavingEngine()
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def word_tokenizer(tmp_path_factory) -> str:
+    """A folder with a word-level tokenizer of 32 words (``<eos>``, ``<pad>``, ``w0`` ... ``w29``), built
+    here in milliseconds, for runs against an HTTP engine that need ``--hf-checkpoint``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("word-tokenizer")
+    words = ["<eos>", "<pad>", *[f"w{i}" for i in range(30)]]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<pad>").save_pretrained(
+        folder
+    )
+    return str(folder)

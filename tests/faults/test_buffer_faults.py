@@ -8,6 +8,7 @@ import socket
 import time
 
 import httpx
+import pytest
 
 
 def item(instance, n=None, reward=1.0):
@@ -175,3 +176,41 @@ def test_slow_and_half_open_clients_are_cut_off(buffer_service):
     body_late.settimeout(5)
     assert body_late.recv(200).startswith(b"HTTP/1.1 408")
     body_late.close()
+
+
+def test_groups_a_run_took_come_back_when_it_dies_before_saving_them(
+    buffer_service, misbehaving_engine, small_tokenizer, tmp_path
+):
+    """The ``rollout_buffer`` rollout acknowledged groups as they came: a run that died before the state
+    holding them was saved (in a training run, before its next checkpoint) lost them for good. Now they stay
+    leased until a saved state covers their step, and the run started again releases the rest. Here the
+    run takes group ``a``, then dies waiting for ``b``; ``rlsdk buffer serve`` is a real subprocess, the run
+    is ``run_job`` in process (its engine, only health-checked, the misbehaving server in good mood)."""
+    from rlsdk import RolloutConfig
+    from rlsdk.errors import RlsdkError
+    from rlsdk.job import run_job
+
+    service = buffer_service()
+    for n in range(2):
+        httpx.post(service.url + "/buffer/write", json=item("a", n)).raise_for_status()
+    tokenizer = tmp_path / "tokenizer"
+    small_tokenizer.save_pretrained(tokenizer)
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text(json.dumps({"input": [{"role": "user", "content": "Q"}]}) + "\n")
+    out = tmp_path / "run"
+    args = {"engine": misbehaving_engine.url, "hf_checkpoint": str(tokenizer), "prompt_data": str(chats),
+            "rollout_function_path": "rollout_buffer", "rollout_buffer_url": service.url, "num_rollout": 1,
+            "rollout_batch_size": 2, "n_samples_per_prompt": 2, "rollout_buffer_wait": 1.0, "output_dir": str(out)}
+    with pytest.raises(RlsdkError, match="1 of 2 complete groups"):
+        run_job(RolloutConfig(**args))
+    assert take(service.url)["data"] == []  # a is still leased to the dead run
+
+    for n in range(2):
+        httpx.post(service.url + "/buffer/write", json=item("b", n)).raise_for_status()
+    run_job(RolloutConfig(**args, resume=True))
+    rows = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert sorted(r["metadata"]["uid"] for r in rows) == ["a-0", "a-1", "b-0", "b-1"]
+    assert json.loads((out / "rollout_buffer_leases.json").read_text()) == []  # acknowledged once saved
+    service.kill()
+    restarted = buffer_service(data_dir=tmp_path / "buffer")  # from its folder: nothing left to serve
+    assert take(restarted.url)["data"] == []

@@ -26,7 +26,8 @@ def sglang(args: Any) -> Any:
     """A real SGLang server or router by URL, or one launched with ``python -m sglang.launch_server``."""
     from rlsdk.engine import SGLangClient
 
-    options = {"concurrency": args.sglang_server_concurrency, "retries": args.sglang_retries}
+    options = {"concurrency": args.sglang_server_concurrency, "retries": args.sglang_retries,
+               "backoff": args.sglang_backoff}
     if args.sglang_launch:
         model = args.model or args.hf_checkpoint
         if not model:

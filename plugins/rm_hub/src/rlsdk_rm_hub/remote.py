@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import numbers
-import random
 import weakref
 from typing import Any
+
+from rlsdk.backoff import backoff_delay
 
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, int], Any]] = (
     weakref.WeakKeyDictionary()
@@ -29,11 +30,6 @@ def _client(max_connections: int) -> Any:
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         per_loop[key] = httpx.AsyncClient(limits=limits)
     return per_loop[key]
-
-
-def backoff_delay(attempt: int, base: float, cap: float = 30.0) -> float:
-    """Full-jitter exponential backoff: uniform in [0, min(cap, base * 2**attempt)]."""
-    return random.uniform(0, min(cap, base * 2**attempt))
 
 
 async def post_reward(url: str, payload: dict[str, Any], *, timeout: float, retries: int,
