@@ -1,0 +1,71 @@
+"""The built-in tool-call parsers and the chat-request checks (no model needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlsdk.agents import FunctionCall
+from rlsdk.agents.completions import ChatRequestError, parse_chat_request
+from rlsdk.agents.tool_parsers import format_hermes, format_json, parse_hermes, parse_json
+
+TOOLS = [{"type": "function", "function": {"name": "calculator", "parameters": {"type": "object"}}}]
+
+
+def test_json_parser_takes_calls_to_known_tools_and_leaves_the_rest_as_content():
+    text = 'Let me compute. {"name": "calculator", "arguments": {"expression": "2 + 3"}} {"a": 1}'
+    parsed = parse_json(text, TOOLS)
+    assert parsed.calls == [FunctionCall("calculator", {"expression": "2 + 3"})]
+    assert parsed.content == 'Let me compute.  {"a": 1}'
+    assert parse_json('{"name": "unknown", "arguments": {}}', TOOLS).calls == []
+    assert parse_json('{"name": "calculator", "arguments": "{\\"expression\\": \\"1\\"}"}', TOOLS).calls == [
+        FunctionCall("calculator", {"expression": "1"})
+    ]
+    assert parse_json('{"name": "calculator", "arguments": {"expression": "1"}}', None).calls == []
+    assert parse_json("{broken", TOOLS).content == "{broken"
+
+
+def test_hermes_parser_reads_tool_call_blocks_even_an_unclosed_last_one():
+    text = 'Sure.\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "4"}}\n</tool_call>\n<tool_call>{"name": "x", "arguments": {}}'
+    parsed = parse_hermes(text, TOOLS)
+    assert parsed.content == "Sure."
+    assert parsed.calls == [FunctionCall("calculator", {"expression": "4"}), FunctionCall("x", {})]
+    assert parse_hermes("<tool_call>not json</tool_call>", TOOLS).calls == []
+    assert parse_hermes("plain", TOOLS).content == "plain"
+
+
+@pytest.mark.parametrize(("fmt", "parse"), [(format_json, parse_json), (format_hermes, parse_hermes)])
+def test_formatted_calls_parse_back(fmt, parse):
+    calls = [FunctionCall("calculator", {"expression": "7 * 6"})]
+    assert parse(fmt(calls), TOOLS).calls == calls
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({}, "messages must be a non-empty list"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "only text parts"),
+        ({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}, "not supported"),
+        ({"messages": [{"role": "user", "content": "x"}], "n": 0}, "n must be"),
+        ({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature must be"),
+        ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}, "top_logprobs"),
+        ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, "tools must be"),
+        ({"messages": [{"role": "assistant", "content": None, "tool_calls": [
+            {"type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]}, "not JSON"),
+    ],
+)
+def test_bad_requests_say_what_is_wrong(body, message):
+    with pytest.raises(ChatRequestError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_chat_request(body)
+
+
+def test_messages_compare_as_the_model_sees_them():
+    """An assistant message sent back as the openai client serialises it (extra keys, ids, arguments as
+    text with other spacing) equals the one the server returned."""
+    returned = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]}
+    sent_back = {"role": "assistant", "content": "", "refusal": None, "annotations": None, "tool_calls": [
+        {"id": "call_other", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}}]}
+    one = parse_chat_request({"messages": [returned]}).messages
+    other = parse_chat_request({"messages": [sent_back]}).messages
+    assert one == other == [{"role": "assistant", "content": "", "tool_calls": [{"name": "f", "arguments": {"a": 1}}]}]
