@@ -4,7 +4,6 @@ in front of an SGLang-protocol server (``rlsdk serve`` stands in for SGLang, whi
 
 from __future__ import annotations
 
-
 import httpx
 import openai
 import pytest

@@ -12,13 +12,30 @@ from rlsdk_generators.calculator import calculator
 from .notes import search
 
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "calculator", "description": "Evaluate an arithmetic expression.",
-        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
-                       "required": ["expression"]}}},
-    {"type": "function", "function": {
-        "name": "search", "description": "Search the local notes for a fact.",
-        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the local notes for a fact.",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string"}},
+                "required": ["query"],
+            },
+        },
+    },
 ]
 SYSTEM = "Answer the question. Use a tool when it helps."
 
@@ -29,7 +46,11 @@ def _call(call_id: str, name: str, arguments: dict[str, str]) -> dict[str, Any]:
 
 EXAMPLES: list[dict[str, Any]] = [
     {"role": "user", "content": "What is 12 * 3?"},
-    {"role": "assistant", "content": None, "tool_calls": [_call("ex1", "calculator", {"expression": "12 * 3"})]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [_call("ex1", "calculator", {"expression": "12 * 3"})],
+    },
     {"role": "tool", "tool_call_id": "ex1", "content": "36"},
     {"role": "assistant", "content": "The answer is 36."},
     {"role": "user", "content": "Who wrote the notes about the river Elm?"},
@@ -62,8 +83,11 @@ def question(sample: Any) -> str:
 async def tool_agent(args: Any, sample: Any, client: Any) -> dict[str, Any]:
     """Answer ``sample``'s question with the calculator and search tools; returns the final answer
     (None when the turns ran out) and the number of tool calls."""
-    messages: list[Any] = [{"role": "system", "content": SYSTEM}, *EXAMPLES,
-                           {"role": "user", "content": question(sample)}]
+    messages: list[Any] = [
+        {"role": "system", "content": SYSTEM},
+        *EXAMPLES,
+        {"role": "user", "content": question(sample)},
+    ]
     calls = 0
     for _ in range(getattr(args, "max_turns", 4)):
         reply = await client.chat.completions.create(model="policy", messages=messages, tools=TOOLS)
@@ -77,6 +101,7 @@ async def tool_agent(args: Any, sample: Any, client: Any) -> dict[str, Any]:
                 arguments = json.loads(call.function.arguments)
             except json.JSONDecodeError:
                 arguments = {}
-            messages.append({"role": "tool", "tool_call_id": call.id,
-                             "content": run_tool(call.function.name, arguments)})
+            messages.append(
+                {"role": "tool", "tool_call_id": call.id, "content": run_tool(call.function.name, arguments)}
+            )
     return {"answer": None, "tool_calls": calls}

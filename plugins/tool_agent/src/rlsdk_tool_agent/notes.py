@@ -22,7 +22,12 @@ def _words(text: str) -> set[str]:
 def search(query: str, limit: int = 1) -> str:
     """The ``limit`` notes sharing the most words with ``query`` (title words count twice), or a miss."""
     asked = _words(query)
-    scored = sorted(((2 * len(asked & _words(n["title"])) + len(asked & _words(n["text"])), i)
-                     for i, n in enumerate(_notes())), reverse=True)
+    scored = sorted(
+        (
+            (2 * len(asked & _words(n["title"])) + len(asked & _words(n["text"])), i)
+            for i, n in enumerate(_notes())
+        ),
+        reverse=True,
+    )
     found = [_notes()[i]["text"] for score, i in scored[:limit] if score > 0]
     return "\n".join(found) if found else "No notes match that query."

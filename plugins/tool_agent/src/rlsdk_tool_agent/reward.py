@@ -12,4 +12,6 @@ def tool_agent_answer(args: Any, sample: Any, **kwargs: Any) -> float:
     answer = result.get("answer") if isinstance(result, dict) else None
     if not answer or sample.label is None:
         return 0.0
-    return float(re.search(rf"(?<![\w.]){re.escape(str(sample.label).lower())}(?![\w])", answer.lower()) is not None)
+    return float(
+        re.search(rf"(?<![\w.]){re.escape(str(sample.label).lower())}(?![\w])", answer.lower()) is not None
+    )
