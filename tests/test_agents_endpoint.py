@@ -165,3 +165,27 @@ def test_a_session_is_closed_with_its_record(served):
     closed = httpx.delete(f"{served.url}/sessions/{sid}").json()
     assert closed["trajectory"]["prompt_length"] > 0
     assert httpx.get(f"{served.url}/sessions/{sid}").status_code == 404
+
+
+def test_rlsdk_serve_upstream_fronts_a_server_with_the_chat_endpoint(served):
+    """``rlsdk serve --upstream URL --model TOKENIZER`` in a subprocess: the OpenAI endpoint and sessions in
+    front of an SGLang-protocol server."""
+    import re
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "rlsdk_cli.app", "serve", "--upstream", served.url, "--model",
+               str(served.engine.model_path), "--port", "0"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stderr.readline()
+        url = re.search(r"at (http://\S+)", line).group(1)
+        sid = httpx.post(url + "/sessions").json()["id"]
+        client = openai.OpenAI(base_url=f"{url}/sessions/{sid}/v1", api_key="-", max_retries=0)
+        reply = ask(client, [{"role": "user", "content": "Say yes."}])
+        assert reply.choices[0].message.content
+        trajectory = httpx.get(f"{url}/sessions/{sid}").json()["trajectory"]
+        assert sum(trajectory["loss_mask"]) == reply.usage.completion_tokens
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -257,15 +257,17 @@ class ChatEndpoint:
         """The ``chat.completion`` body for ``request``."""
         prepared = self.prepare(request, session)
         payloads = self._payloads(prepared, request.n)
-        if prepared.sampling["max_new_tokens"] == 0:
-            outputs = [_empty_output() for _ in payloads]
-        else:
-            try:
+        try:
+            if prepared.sampling["max_new_tokens"] == 0:
+                outputs = [_empty_output() for _ in payloads]
+            else:
                 outputs = await asyncio.gather(*(self.engine.generate(p) for p in payloads))
-            except asyncio.CancelledError:  # the client went away
+            results = [self._choice(request, output) for output in outputs]
+        except BaseException as exc:  # the engine refused or aborted it, or the client went away
+            _failed(prepared.turn, exc)
+            if isinstance(exc, asyncio.CancelledError):
                 await asyncio.gather(*(self.engine.abort(p["rid"]) for p in payloads), return_exceptions=True)
-                raise
-        results = [self._choice(request, output) for output in outputs]
+            raise
         if prepared.turn is not None:
             prepared.turn.choices = [choice for _, choice in results]
         body = self._envelope("chat.completion")
@@ -325,7 +327,8 @@ class ChatEndpoint:
                 if parsed.calls:
                     rest["tool_calls"] = [{"index": k, **call} for k, call in enumerate(_tool_calls(parsed))]
                 yield {**envelope, "choices": [_chunk(i, rest, logprobs, choice.finish_reason)]}
-        except BaseException:
+        except BaseException as exc:
+            _failed(prepared.turn, exc)
             await asyncio.gather(*(self.engine.abort(p["rid"]) for p in payloads), return_exceptions=True)
             raise
         choices = [c for c in finished if c is not None]
@@ -365,6 +368,11 @@ class ChatEndpoint:
             "object": "list",
             "data": [{"id": self.model_id, "object": "model", "created": 0, "owned_by": "rlsdk"}],
         }
+
+
+def _failed(turn: Turn | None, exc: BaseException) -> None:
+    if turn is not None:
+        turn.error = f"{type(exc).__name__}: {exc}"
 
 
 def _held_back(text: str, stops: list[str], marker: str | None) -> str:

@@ -28,10 +28,16 @@ MAX_BODY = 16 * 1024 * 1024
 
 
 def resolve_parser(pm: RlsdkPluginManager, spec: str, tokenizer: Any) -> ToolCallParser:
-    """The tool-call parser by name; ``auto`` is ``hermes`` for chat templates that write ``<tool_call>``
-    and ``json`` otherwise."""
+    """The tool-call parser by name (or dotted path); ``auto`` is ``hermes`` for chat templates that write
+    ``<tool_call>`` and ``json`` otherwise. Core's own parsers are there even in a manager without them."""
     if spec == "auto":
         spec = "hermes" if "<tool_call>" in str(getattr(tokenizer, "chat_template", None) or "") else "json"
+    if spec not in pm.names("tool_call_parser"):
+        from .plugin import rlsdk_tool_call_parsers
+
+        builtin = {record.name: record for record in rlsdk_tool_call_parsers()}
+        if spec in builtin:
+            return builtin[spec]
     record = pm.resolve("tool_call_parser", spec).record
     assert isinstance(record, ToolCallParser)
     return record
@@ -113,6 +119,8 @@ async def _models(request: web.Request) -> web.Response:
 async def _completions(request: web.Request) -> web.StreamResponse:
     chat = request.app[_CHAT]
     session = _session(request)
+    if session is not None and session.aborted:  # the step is over for this sample: nothing more runs
+        return openai_error("the session's generation was aborted", 503)
     try:
         try:
             body = json.loads(await request.read())

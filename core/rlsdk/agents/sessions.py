@@ -44,6 +44,8 @@ class Turn:
     fork: dict[str, Any] | None = None
     """Why this turn branched the tree (``reason``, ``diverged_at`` message index), or None."""
     choices: list[Choice] = field(default_factory=list)
+    error: str | None = None
+    """Why the turn has no answer (the engine refused or aborted it): it is then no sibling of a retry."""
 
     def path_messages(self, choice: int) -> list[dict[str, Any]]:
         return [*self.messages, self.choices[choice].message]
@@ -107,7 +109,7 @@ class Session:
                 path = turn.path_messages(c)
                 if len(path) > best_length and messages[: len(path)] == path:
                     best, best_length = (turn.index, c), len(path)
-        siblings = [t for t in self.turns if t.parent == best]
+        siblings = [t for t in self.turns if t.parent == best and t.error is None]
         fork = None
         if siblings:
             closest = max(siblings, key=lambda t: _common_prefix(t.messages, messages))
