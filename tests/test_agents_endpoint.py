@@ -11,13 +11,33 @@ import pytest
 from rlsdk.testing import ServedEngine
 
 pytestmark = pytest.mark.slow
-TOOLS = [{"type": "function", "function": {
-    "name": "calculator", "description": "Evaluate an arithmetic expression.",
-    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    }
+]
 SHOTS = [
     {"role": "user", "content": "What is 12 * 3?"},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "12 * 3"}'}}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "calculator", "arguments": '{"expression": "12 * 3"}'},
+            }
+        ],
+    },
     {"role": "tool", "tool_call_id": "c1", "content": "36"},
     {"role": "assistant", "content": "The answer is 36."},
 ]
@@ -41,7 +61,9 @@ def record(served, sid: str) -> dict:
 
 
 def ask(client, messages, **options):
-    return client.chat.completions.create(model="m", messages=messages, temperature=0, max_tokens=24, **options)
+    return client.chat.completions.create(
+        model="m", messages=messages, temperature=0, max_tokens=24, **options
+    )
 
 
 def test_models_and_a_plain_completion(served):
@@ -70,7 +92,10 @@ def test_continuing_reuses_recorded_ids_exactly_and_edits_fork(served):
     ask(client, messages, tools=TOOLS)
     turns = record(served, sid)["turns"]
     assert [t["parent"] for t in turns] == [None, [0, 0]] and record(served, sid)["forks"] == []
-    assert turns[1]["prompt_ids"][: turns[1]["reused"]] == turns[0]["prompt_ids"] + turns[0]["choices"][0]["output_ids"]
+    assert (
+        turns[1]["prompt_ids"][: turns[1]["reused"]]
+        == turns[0]["prompt_ids"] + turns[0]["choices"][0]["output_ids"]
+    )
     # the agent edits the tool result it sent: a fork from the first turn, recorded with where it diverged
     edited = [*messages[:-1], {"role": "tool", "tool_call_id": "x", "content": "4000"}]
     ask(client, edited, tools=TOOLS)
@@ -78,7 +103,9 @@ def test_continuing_reuses_recorded_ids_exactly_and_edits_fork(served):
     ask(client, messages, tools=TOOLS)
     forks = record(served, sid)["forks"]
     assert [(f["turn"], f["reason"], f["diverged_at"]) for f in forks] == [
-        (2, "edited", len(messages) - 1), (3, "resampled", len(messages))]
+        (2, "edited", len(messages) - 1),
+        (3, "resampled", len(messages)),
+    ]
     trajectory = record(served, sid)["trajectory"]
     assert trajectory["turns"] == [[0, 0], [3, 0]]
     assert len(trajectory["tokens"]) == trajectory["prompt_length"] + len(trajectory["loss_mask"])
@@ -98,7 +125,9 @@ def test_streaming_gives_the_same_turn_as_a_whole_answer(served):
 
 def test_streamed_tool_calls_arrive_at_the_end_with_nothing_of_the_json_as_content(served):
     _, client = session(served)
-    chunks = list(ask(client, [*SHOTS, {"role": "user", "content": "What is 37 * 91?"}], tools=TOOLS, stream=True))
+    chunks = list(
+        ask(client, [*SHOTS, {"role": "user", "content": "What is 37 * 91?"}], tools=TOOLS, stream=True)
+    )
     assert not "".join(c.choices[0].delta.content or "" for c in chunks)
     calls = [call for c in chunks for call in c.choices[0].delta.tool_calls or []]
     assert [call.function.name for call in calls] == ["calculator"]
@@ -108,8 +137,9 @@ def test_streamed_tool_calls_arrive_at_the_end_with_nothing_of_the_json_as_conte
 def test_n_choices_and_stop_sequences(served):
     sid, client = session(served)
     messages = [{"role": "user", "content": "List three colours, one per line."}]
-    reply = client.chat.completions.create(model="m", messages=messages, n=3, temperature=1.0, max_tokens=24,
-                                           stop=["\n"])
+    reply = client.chat.completions.create(
+        model="m", messages=messages, n=3, temperature=1.0, max_tokens=24, stop=["\n"]
+    )
     assert len(reply.choices) == 3 and [c.index for c in reply.choices] == [0, 1, 2]
     assert all("\n" not in (c.message.content or "") for c in reply.choices)
     assert len(record(served, sid)["turns"][0]["choices"]) == 3
@@ -140,9 +170,13 @@ def test_a_proxy_in_front_of_an_sglang_protocol_server(served):
         server = await start_chat_server(chat)
         try:
             sid = chat.sessions.open().id
-            client = openai.AsyncOpenAI(base_url=f"{server.url}/sessions/{sid}/v1", api_key="-", max_retries=0)
+            client = openai.AsyncOpenAI(
+                base_url=f"{server.url}/sessions/{sid}/v1", api_key="-", max_retries=0
+            )
             messages = [{"role": "user", "content": "Name a fruit."}]
-            first = await client.chat.completions.create(model="m", messages=messages, temperature=0, max_tokens=12)
+            first = await client.chat.completions.create(
+                model="m", messages=messages, temperature=0, max_tokens=12
+            )
             messages += [first.choices[0].message, {"role": "user", "content": "Another one."}]
             await client.chat.completions.create(model="m", messages=messages, temperature=0, max_tokens=12)
             models = (await client.models.list()).model_dump()
@@ -155,7 +189,10 @@ def test_a_proxy_in_front_of_an_sglang_protocol_server(served):
     assert models["data"][0]["id"] == str(served.engine.model_path)
     assert [t.parent for t in recorded.turns] == [None, (0, 0)] and recorded.forks() == []
     trajectory = recorded.trajectory()
-    assert trajectory.tokens[: recorded.turns[1].reused] == recorded.turns[0].prompt_ids + recorded.turns[0].choices[0].output_ids
+    assert (
+        trajectory.tokens[: recorded.turns[1].reused]
+        == recorded.turns[0].prompt_ids + recorded.turns[0].choices[0].output_ids
+    )
     assert sum(trajectory.loss_mask) == sum(len(t.choices[0].output_ids) for t in recorded.turns)
 
 
@@ -174,8 +211,18 @@ def test_rlsdk_serve_upstream_fronts_a_server_with_the_chat_endpoint(served):
     import subprocess
     import sys
 
-    command = [sys.executable, "-m", "rlsdk_cli.app", "serve", "--upstream", served.url, "--model",
-               str(served.engine.model_path), "--port", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "rlsdk_cli.app",
+        "serve",
+        "--upstream",
+        served.url,
+        "--model",
+        str(served.engine.model_path),
+        "--port",
+        "0",
+    ]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         line = process.stderr.readline()
