@@ -4,6 +4,8 @@ in front of an SGLang-protocol server (``rlsdk serve`` stands in for SGLang, whi
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import openai
 import pytest
@@ -236,3 +238,86 @@ def test_rlsdk_serve_upstream_fronts_a_server_with_the_chat_endpoint(served):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def run_agent(served, func, *, sample_index: int = 1, after=None):
+    """``openai_agent`` on one sample, in a run whose engine is ``served`` (its loopback server's endpoint)."""
+    from rlsdk import Agent, RolloutConfig, Sample, get_plugin_manager, hookimpl
+    from rlsdk.agents.openai_agent import openai_agent
+    from rlsdk.runtime import Runtime, bind_runtime
+
+    class Agents:
+        @hookimpl
+        def rlsdk_agents(self):
+            yield Agent(name="under_test", func=func)
+
+    pm = get_plugin_manager(load_entrypoints=False, plugins=[Agents()])
+    args = RolloutConfig.from_dict({"agent_function_path": "under_test"})
+    runtime = Runtime(pm, served.engine, served.engine.tokenizer, loop=served._loop)
+    runtime.state["server"] = served.handle
+    bind_runtime(args, runtime)
+    sample = Sample(group_index=0, index=sample_index, prompt="Say hi.")
+    params = {"temperature": 0.0, "max_new_tokens": 64}
+
+    async def go():
+        if after is not None:
+            task = asyncio.ensure_future(after())
+        try:
+            return await openai_agent(args, sample, params)
+        finally:
+            if after is not None:
+                await task
+
+    return served.run(go())
+
+
+def test_openai_agent_fills_the_sample_from_a_sync_agents_session(served):
+    def sync_agent(args, sample, client):
+        assert isinstance(client, openai.OpenAI)
+        reply = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": sample.prompt}], max_tokens=8
+        )
+        return {"said": reply.choices[0].message.content}
+
+    sample = run_agent(served, sync_agent)
+    agent = sample.metadata["agent"]
+    assert agent["name"] == "under_test" and agent["turns"] == 1 and agent["forks"] == []
+    assert agent["messages"][-1] == {"role": "assistant", "content": agent["result"]["said"]}
+    assert sample.loss_mask == [1] * sample.response_length and 0 < sample.response_length <= 8
+    assert (
+        served.engine.tokenizer.decode(sample.tokens[-sample.response_length :], skip_special_tokens=True)
+        == agent["result"]["said"]
+    )
+
+
+def test_a_failing_agent_is_named_with_its_plugin_and_sample(served):
+    from rlsdk.errors import PluginCallError
+
+    async def broken(args, sample, client):
+        raise ValueError("no idea")
+
+    async def silent(args, sample, client):
+        return "nothing asked"
+
+    with pytest.raises(
+        PluginCallError, match=r"agent 'under_test' from .* on sample 0/1 raised ValueError: no idea"
+    ):
+        run_agent(served, broken)
+    with pytest.raises(PluginCallError, match="made no chat completion request"):
+        run_agent(served, silent)
+
+
+def test_an_aborted_turn_returns_the_sample_unfinished(served):
+    from rlsdk import Sample
+
+    async def talker(args, sample, client):
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "Tell a story."}], max_tokens=200
+        )
+
+    async def abort_soon():
+        await asyncio.sleep(1.0)
+        await served.engine.abort()
+
+    sample = run_agent(served, talker, after=abort_soon)
+    assert sample.status is Sample.Status.ABORTED and sample.response_length == 0

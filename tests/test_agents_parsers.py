@@ -69,3 +69,12 @@ def test_messages_compare_as_the_model_sees_them():
     one = parse_chat_request({"messages": [returned]}).messages
     other = parse_chat_request({"messages": [sent_back]}).messages
     assert one == other == [{"role": "assistant", "content": "", "tool_calls": [{"name": "f", "arguments": {"a": 1}}]}]
+
+
+@pytest.mark.parametrize("name", ["json", "hermes"])
+def test_core_parsers_pass_the_plugin_kit(rlsdk_pm, name):
+    from rlsdk.agents import plugin
+    from rlsdk.testing import check_tool_call_parser
+
+    rlsdk_pm.register(plugin)
+    assert check_tool_call_parser(rlsdk_pm, name).info.module == "rlsdk.agents.plugin"
