@@ -1,4 +1,4 @@
-"""The built-in tool-call parsers and the chat-request checks (no model needed)."""
+"""The built-in tool-call parsers, the chat-request checks and the session tree (no model needed)."""
 
 from __future__ import annotations
 
@@ -50,8 +50,18 @@ def test_formatted_calls_parse_back(fmt, parse):
         ({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature must be"),
         ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}, "top_logprobs"),
         ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, "tools must be"),
-        ({"messages": [{"role": "assistant", "content": None, "tool_calls": [
-            {"type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]}, "not JSON"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{oops"}}],
+                    }
+                ]
+            },
+            "not JSON",
+        ),
     ],
 )
 def test_bad_requests_say_what_is_wrong(body, message):
@@ -62,13 +72,29 @@ def test_bad_requests_say_what_is_wrong(body, message):
 def test_messages_compare_as_the_model_sees_them():
     """An assistant message sent back as the openai client serialises it (extra keys, ids, arguments as
     text with other spacing) equals the one the server returned."""
-    returned = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]}
-    sent_back = {"role": "assistant", "content": "", "refusal": None, "annotations": None, "tool_calls": [
-        {"id": "call_other", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}}]}
+    returned = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+        ],
+    }
+    sent_back = {
+        "role": "assistant",
+        "content": "",
+        "refusal": None,
+        "annotations": None,
+        "tool_calls": [
+            {"id": "call_other", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}}
+        ],
+    }
     one = parse_chat_request({"messages": [returned]}).messages
     other = parse_chat_request({"messages": [sent_back]}).messages
-    assert one == other == [{"role": "assistant", "content": "", "tool_calls": [{"name": "f", "arguments": {"a": 1}}]}]
+    assert (
+        one
+        == other
+        == [{"role": "assistant", "content": "", "tool_calls": [{"name": "f", "arguments": {"a": 1}}]}]
+    )
 
 
 @pytest.mark.parametrize("name", ["json", "hermes"])
@@ -78,3 +104,50 @@ def test_core_parsers_pass_the_plugin_kit(rlsdk_pm, name):
 
     rlsdk_pm.register(plugin)
     assert check_tool_call_parser(rlsdk_pm, name).info.module == "rlsdk.agents.plugin"
+
+
+def test_the_session_store_is_bounded():
+    from rlsdk.agents.sessions import SessionStore
+
+    store = SessionStore(max_sessions=2)
+    first, _ = store.open(), store.open()
+    with pytest.raises(OverflowError, match="2 sessions are open"):
+        store.open()
+    store.close(first.id)
+    assert store.open().id != first.id and len(store) == 2
+
+
+def test_the_message_tree_reuses_ids_and_records_forks():
+    from rlsdk.agents.sessions import Choice, Session
+
+    session = Session("s")
+    user = [
+        {
+            "role": "user",
+            "content": "q",
+        }
+    ]
+    answer = {"role": "assistant", "content": "a"}
+    first = session.record_turn(user, None, [1, 2, 3], session.plan(user, None))
+    first.choices = [Choice(answer, [4, 5], [-0.1, -0.2], "stop", "0")]
+    follow_up = [*user, answer, {"role": "user", "content": "more"}]
+    plan = session.plan(follow_up, None)
+    assert (plan.parent, plan.fork, plan.new_messages) == ((0, 0), None, follow_up[2:])
+    assert session.recorded_ids((0, 0))[1] == [1, 2, 3, 4, 5]
+    second = session.record_turn(follow_up, None, [1, 2, 3, 4, 5, 6, 7], plan)
+    second.choices = [Choice({"role": "assistant", "content": "b"}, [8], [-0.3], "length", "1")]
+    assert second.reused == 5 and session.response_tokens(second.prompt_ids, (0, 0)) == 4
+    # a new system prompt extends no recorded turn: a new root, forked at message 0
+    plan = session.plan([{"role": "system", "content": "be brief"}, *user], None)
+    assert plan.parent is None and plan.fork == {"reason": "new_root", "diverged_at": 0, "sibling": 0}
+    trajectory = session.trajectory()
+    assert trajectory.turns == [(0, 0), (1, 0)] and trajectory.finish_reason == "length"
+    assert (trajectory.tokens, trajectory.prompt_length) == ([1, 2, 3, 4, 5, 6, 7, 8], 3)
+    assert trajectory.loss_mask == [1, 1, 0, 0, 1] and trajectory.rollout_log_probs == [
+        -0.1,
+        -0.2,
+        0.0,
+        0.0,
+        -0.3,
+    ]
+    assert trajectory.weight_versions == ["0", "1"]
