@@ -341,21 +341,22 @@ def rlsdk_tool_call_parsers() -> Iterable[ToolCallParser]:
         from rlsdk.agents import FunctionCall, ParsedTurn
 
         def call_lines(text, tools):
-            calls = [FunctionCall(**json.loads(line[5:])) for line in text.splitlines() if line.startswith("CALL ")]
-            content = "\n".join(line for line in text.splitlines() if not line.startswith("CALL "))
-            return ParsedTurn(content=content, calls=calls)
+            lines = text.splitlines()
+            calls = [FunctionCall(**json.loads(line[5:])) for line in lines if line.startswith("CALL ")]
+            return ParsedTurn(" ".join(line for line in lines if not line.startswith("CALL ")), calls)
+
+        def write_calls(calls):
+            return "\\n".join("CALL " + json.dumps({"name": c.name, "arguments": c.arguments}) for c in calls)
 
         @hookimpl
         def rlsdk_tool_call_parsers():
-            yield ToolCallParser(name="call_lines", func=call_lines, marker="CALL ",
-                                 format_calls=lambda calls: "\n".join(
-                                     "CALL " + json.dumps({"name": c.name, "arguments": c.arguments}) for c in calls))
+            yield ToolCallParser(name="call_lines", func=call_lines, marker="CALL ", format_calls=write_calls)
     """
 
 
 @hookspec
 def rlsdk_agents() -> Iterable[Agent]:
-    """Provide agents for the ``openai_agent`` custom_generate (``--set agent=NAME``).
+    """Provide agents for the ``openai_agent`` custom_generate (``--set agent_function_path=NAME``).
 
     The callable is ``agent(args, sample, client) -> result`` (sync or async) and talks to the model only
     through ``client``: an ``openai.AsyncOpenAI`` for async agents, an ``openai.OpenAI`` for sync ones,
