@@ -321,3 +321,32 @@ def test_an_aborted_turn_returns_the_sample_unfinished(served):
 
     sample = run_agent(served, talker, after=abort_soon)
     assert sample.status is Sample.Status.ABORTED and sample.response_length == 0
+
+
+def test_a_failing_tool_call_parser_is_named(served):
+    from rlsdk import ToolCallParser, get_plugin_manager, hookimpl
+    from rlsdk.agents.server import chat_endpoint, start_chat_server
+
+    def broken(text, tools):
+        raise KeyError("oops")
+
+    class Parsers:
+        @hookimpl
+        def rlsdk_tool_call_parsers(self):
+            yield ToolCallParser(name="broken", func=broken)
+
+    async def run() -> httpx.Response:
+        pm = get_plugin_manager(load_entrypoints=False, plugins=[Parsers()])
+        chat = await chat_endpoint(served.engine, served.engine.tokenizer, pm=pm, tool_call_parser="broken")
+        server = await start_chat_server(chat)
+        try:
+            async with httpx.AsyncClient(timeout=300) as client:
+                body = {"messages": [{"role": "user", "content": "Hi"}], "tools": TOOLS, "max_tokens": 4}
+                return await client.post(server.url + "/v1/chat/completions", json=body)
+        finally:
+            await server.close()
+
+    response = served.run(run())
+    assert response.status_code == 500
+    assert "tool_call_parser 'broken' from plugin" in response.json()["error"]["message"]
+    assert "raised KeyError" in response.json()["error"]["message"]

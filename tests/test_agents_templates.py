@@ -37,7 +37,7 @@ HERMES_STYLE = (  # written for this test: tools in the system turn, calls as <t
 @pytest.fixture
 def parsers():
     pm = get_plugin_manager(load_entrypoints=False)
-    return lambda name, tokenizer: resolve_parser(pm, name, tokenizer)
+    return lambda name, tokenizer: resolve_parser(pm, name, tokenizer).record
 
 
 def test_a_template_without_tools_gets_them_from_the_json_parser(small_tokenizer, parsers):

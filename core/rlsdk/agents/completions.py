@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine import InferenceEngine
+from ..errors import PluginCallError
 from ..protocol import new_rid
-from ..records import ToolCallParser
+from ..records import Resolved, ToolCallParser
 from .chat_template import ChatTemplate, canonical_message
 from .sessions import Choice, Session, SessionStore, Turn
 from .tool_parsers import ParsedTurn
@@ -155,14 +156,14 @@ class _Prepared:
 
 
 class ChatEndpoint:
-    """Chat completions on ``engine`` with ``tokenizer``'s chat template and the tool-call ``parser``.
-    Requests through a session of ``sessions`` are recorded token for token."""
+    """Chat completions on ``engine`` with ``tokenizer``'s chat template and the tool-call ``parser`` (a
+    resolved tool_call_parser). Requests through a session of ``sessions`` are recorded token for token."""
 
     def __init__(
         self,
         engine: InferenceEngine,
         tokenizer: Any,
-        parser: ToolCallParser,
+        parser: Resolved,
         model_id: str,
         *,
         sessions: SessionStore | None = None,
@@ -173,7 +174,10 @@ class ChatEndpoint:
         self.parser = parser
         self.model_id = model_id
         self.sessions = sessions or SessionStore()
-        self.template = ChatTemplate(tokenizer, parser, template_kwargs)
+        record = parser.record
+        assert isinstance(record, ToolCallParser)
+        self.marker = record.marker
+        self.template = ChatTemplate(tokenizer, record, template_kwargs)
 
     # ---------------------------------------------------------------------------------- preparing
 
@@ -240,7 +244,7 @@ class ChatEndpoint:
             raise GenerationAborted("the engine aborted the turn")
         entries = meta.get("output_token_logprobs") or []
         text = output.get("text", "")
-        parsed = self.parser.func(text, request.tools) if request.parse_tools else ParsedTurn(text)
+        parsed = self._parse(text, request.tools) if request.parse_tools else ParsedTurn(text)
         reason = "length" if finish == "length" else "tool_calls" if parsed.calls else "stop"
         message = canonical_message(_assistant(parsed), "the answer")
         return parsed, Choice(
@@ -250,6 +254,18 @@ class ChatEndpoint:
             reason,
             str(meta.get("weight_version", "default")),
         )
+
+    def _parse(self, text: str, tools: list[dict[str, Any]] | None) -> ParsedTurn:
+        """The tool_call_parser plugin's reading of a turn; its failure names it."""
+        try:
+            parsed = self.parser.func(text, tools)
+        except Exception as exc:
+            raise PluginCallError(f"{self.parser.describe()} raised {type(exc).__name__}: {exc}") from exc
+        if not isinstance(parsed, ParsedTurn):
+            raise PluginCallError(
+                f"{self.parser.describe()} returned {type(parsed).__name__}, expected rlsdk.agents.ParsedTurn"
+            )
+        return parsed
 
     # ---------------------------------------------------------------------------------- answering
 
@@ -296,7 +312,7 @@ class ChatEndpoint:
         else:
             streams = merge_streams([self.engine.generate_stream(p) for p in payloads])
         stops = prepared.sampling.get("stop", [])
-        marker = self.parser.marker if request.parse_tools else None
+        marker = self.marker if request.parse_tools else None
         sent_text = [""] * request.n
         sent_tokens = [0] * request.n
         finished: list[Choice | None] = [None] * request.n

@@ -118,7 +118,9 @@ async def _state(args: Any, runtime: Runtime) -> dict[str, Any]:
         )
         server = runtime.state["agent_endpoint"] = await start_chat_server(chat)
     else:
-        server.chat.template.template_kwargs = dict(args.apply_chat_template_kwargs)  # the run's, as in its data
+        server.chat.template.template_kwargs = dict(
+            args.apply_chat_template_kwargs
+        )  # the run's, as in its data
     options = {
         "api_key": os.environ.get(SERVE_TOKEN_ENV) or "rlsdk",
         "max_retries": 0,

@@ -15,10 +15,12 @@ from typing import Any
 
 from aiohttp import web
 
+from .. import __version__
 from ..engine import InferenceEngine
+from ..errors import PluginCallError
 from ..manager import RlsdkPluginManager, get_plugin_manager
 from ..protocol import SERVE_TOKEN_ENV, EngineRequestError
-from ..records import ToolCallParser
+from ..records import PluginInfo, Resolved
 from ..service_guard import ConnectionLimits, check_binding, guard
 from .completions import ChatEndpoint, ChatRequestError, GenerationAborted, parse_chat_request
 from .sessions import Session
@@ -27,7 +29,7 @@ _CHAT = web.AppKey("chat", ChatEndpoint)
 MAX_BODY = 16 * 1024 * 1024
 
 
-def resolve_parser(pm: RlsdkPluginManager, spec: str, tokenizer: Any) -> ToolCallParser:
+def resolve_parser(pm: RlsdkPluginManager, spec: str, tokenizer: Any) -> Resolved:
     """The tool-call parser by name (or dotted path); ``auto`` is ``hermes`` for chat templates that write
     ``<tool_call>`` and ``json`` otherwise. Core's own parsers are there even in a manager without them."""
     if spec == "auto":
@@ -37,10 +39,8 @@ def resolve_parser(pm: RlsdkPluginManager, spec: str, tokenizer: Any) -> ToolCal
 
         builtin = {record.name: record for record in rlsdk_tool_call_parsers()}
         if spec in builtin:
-            return builtin[spec]
-    record = pm.resolve("tool_call_parser", spec).record
-    assert isinstance(record, ToolCallParser)
-    return record
+            return Resolved(builtin[spec], PluginInfo("agents", "rlsdk", __version__, "rlsdk.agents.plugin"))
+    return pm.resolve("tool_call_parser", spec)
 
 
 async def chat_endpoint(
@@ -135,6 +135,8 @@ async def _completions(request: web.Request) -> web.StreamResponse:
         first = await anext(chunks)  # a bad request fails here, before the 200 is sent
     except (ChatRequestError, EngineRequestError, ValueError) as exc:
         return openai_error(str(exc), 400)
+    except PluginCallError as exc:  # the tool-call parser failed
+        return openai_error(str(exc), 500)
     except GenerationAborted as exc:
         if session is not None:
             session.aborted = True
@@ -146,10 +148,10 @@ async def _completions(request: web.Request) -> web.StreamResponse:
         async for chunk in chunks:
             await response.write(_event(chunk))
         await response.write(b"data: [DONE]\n\n")
-    except GenerationAborted as exc:  # after the 200: an error event, as OpenAI sends mid-stream
-        if session is not None:
+    except (GenerationAborted, PluginCallError) as exc:  # after the 200: an error event, as OpenAI sends
+        if session is not None and isinstance(exc, GenerationAborted):
             session.aborted = True
-        await response.write(_event({"error": {"message": str(exc), "type": "server_error", "code": 503}}))
+        await response.write(_event({"error": {"message": str(exc), "type": "server_error", "code": 500}}))
     except (ConnectionResetError, asyncio.CancelledError):
         await chunks.aclose()
         raise
