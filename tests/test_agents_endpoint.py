@@ -333,7 +333,7 @@ def test_a_failing_tool_call_parser_is_named(served):
     class Parsers:
         @hookimpl
         def rlsdk_tool_call_parsers(self):
-            yield ToolCallParser(name="broken", func=broken)
+            yield ToolCallParser(name="broken", func=broken, tools_prompt=lambda tools: "Tools: calculator.")
 
     async def run() -> httpx.Response:
         pm = get_plugin_manager(load_entrypoints=False, plugins=[Parsers()])

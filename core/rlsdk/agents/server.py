@@ -133,10 +133,10 @@ async def _completions(request: web.Request) -> web.StreamResponse:
             return web.json_response(await chat.complete(chat_request, session))
         chunks = chat.stream(chat_request, session)
         first = await anext(chunks)  # a bad request fails here, before the 200 is sent
-    except (ChatRequestError, EngineRequestError, ValueError) as exc:
-        return openai_error(str(exc), 400)
     except PluginCallError as exc:  # the tool-call parser failed
         return openai_error(str(exc), 500)
+    except (ChatRequestError, EngineRequestError, ValueError) as exc:
+        return openai_error(str(exc), 400)
     except GenerationAborted as exc:
         if session is not None:
             session.aborted = True

@@ -127,6 +127,7 @@ def _agent():
     return Resolved(Agent(name="tool_agent", func=tool_agent), PluginInfo("tool_agent"))
 
 
+@pytest.mark.timeout(600)
 def test_rlsdk_run_trains_the_agent_with_token_exact_samples(tmp_path):
     """``rlsdk run --custom-generate openai_agent --set agent_function_path=tool_agent`` on the embedded
     engine, with a train step: samples come from the sessions, no false forks, the fork rate reported."""
@@ -142,8 +143,8 @@ def test_rlsdk_run_trains_the_agent_with_token_exact_samples(tmp_path):
             "num_rollout": 1,
             "rollout_batch_size": 1,
             "n_samples_per_prompt": 2,
-            "rollout_max_response_len": 64,
-            "max_turns": 2,
+            "rollout_max_response_len": 32,
+            "max_turns": 1,
             "output_dir": str(tmp_path),
             "engine_device": "cpu",
             "train": True,
