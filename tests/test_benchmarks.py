@@ -13,9 +13,9 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def report(script: str, *options: str) -> dict:
+def report(script: str, *options: str, timeout: float = 60) -> dict:
     done = subprocess.run([sys.executable, str(BENCHMARKS / script), *options], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=timeout)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -47,3 +47,16 @@ def test_long_tail_compares_sync_and_partial_without_losing_samples():
         assert mode["samples_lost"] == 0
         assert mode["tokens_generated"] == mode["tokens_kept"] + mode["tokens_in_buffer_at_end"] + mode["tokens_wasted"]
     assert out["ratio"] == pytest.approx(sync["step_s_mean"] / partial["step_s_mean"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_agent_sessions_counts_forks_and_times_both_paths():
+    out = report("agent_sessions.py", "--sessions", "2", "--turns", "2", "--latency-turns", "3", "--max-tokens", "4",
+                 timeout=170)
+    assert out["benchmark"] == "agent_sessions"
+    assert out["false_forks"]["sessions"] == 2 and out["false_forks"]["turns"] == 4
+    assert out["false_forks"]["forks"] == 0  # the agent never edits its history
+    latency = out["latency"]
+    assert latency["turns"] == 2 and latency["chat_s_median"] > 0 and latency["generate_s_median"] > 0
+    assert latency["overhead"] == pytest.approx(latency["chat_s_median"] / latency["generate_s_median"] - 1)

@@ -8,6 +8,7 @@ from .hookspecs import hookimpl, hookspec
 from .manager import RlsdkPluginManager, get_plugin_manager
 from .records import (
     KINDS,
+    Agent,
     BufferFilter,
     CustomGenerate,
     DynamicFilter,
@@ -20,6 +21,7 @@ from .records import (
     Reward,
     TaskGenerator,
     Tool,
+    ToolCallParser,
     Trainer,
 )
 from .types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
@@ -31,6 +33,7 @@ except PackageNotFoundError:  # running from a source tree
 
 __all__ = [
     "KINDS",
+    "Agent",
     "BufferFilter",
     "CustomGenerate",
     "DynamicFilter",
@@ -53,6 +56,7 @@ __all__ = [
     "Sample",
     "TaskGenerator",
     "Tool",
+    "ToolCallParser",
     "Trainer",
     "UnknownPluginError",
     "get_plugin_manager",

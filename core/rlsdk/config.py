@@ -194,6 +194,11 @@ class RolloutConfig(TrainingOptions):
     tool_call_format: str = "auto"
     """How ``multi_turn`` reads tool calls: ``tag`` (``<name>...</name>``), ``json`` (the chat
     template's ``<tool_call>`` JSON) or ``auto`` (either)."""
+    agent_function_path: str | None = None
+    """The agent plugin (or dotted path) the ``openai_agent`` custom_generate runs for each sample."""
+    tool_call_parser: str = "auto"
+    """How ``/v1/chat/completions`` reads tool calls: a tool_call_parser plugin (``json``, ``hermes``) or
+    ``auto`` (``hermes`` for chat templates that write ``<tool_call>``, else ``json``)."""
     rollout_buffer_url: str | None = None
     """Address of ``rlsdk buffer serve`` for the ``rollout_buffer`` rollout (slime's ``--rollout-buffer-url``)."""
     rollout_task_type: str | None = None

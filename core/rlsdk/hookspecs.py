@@ -12,6 +12,7 @@ from collections.abc import Iterable
 import pluggy
 
 from .records import (
+    Agent,
     BufferFilter,
     CustomGenerate,
     DynamicFilter,
@@ -22,6 +23,7 @@ from .records import (
     Reward,
     TaskGenerator,
     Tool,
+    ToolCallParser,
     Trainer,
 )
 
@@ -315,6 +317,72 @@ def rlsdk_task_generators() -> Iterable[TaskGenerator]:
         @hookimpl
         def rlsdk_task_generators():
             yield TaskGenerator(name="replay_answers", func=run_rollout, description="Replay reference answers")
+    """
+
+
+@hookspec
+def rlsdk_tool_call_parsers() -> Iterable[ToolCallParser]:
+    """Provide tool-call parsers for ``/v1/chat/completions`` (``--tool-call-parser NAME``).
+
+    The callable is ``parse(text, tools) -> rlsdk.agents.ParsedTurn``: the content and the function calls
+    (``name``, ``arguments`` as a dict) of one model turn. The record's ``format_calls`` and
+    ``tools_prompt`` write calls and tool definitions in the model's format for chat templates that render
+    neither.
+
+    :param text: the turn's text, special tokens skipped.
+    :param tools: the request's ``tools``, OpenAI function definitions.
+
+    **Example:**
+
+    .. code-block:: python
+
+        import json
+        from rlsdk import ToolCallParser, hookimpl
+        from rlsdk.agents import FunctionCall, ParsedTurn
+
+        def call_lines(text, tools):
+            lines = text.splitlines()
+            calls = [FunctionCall(**json.loads(line[5:])) for line in lines if line.startswith("CALL ")]
+            return ParsedTurn(" ".join(line for line in lines if not line.startswith("CALL ")), calls)
+
+        def write_calls(calls):
+            return "\\n".join("CALL " + json.dumps({"name": c.name, "arguments": c.arguments}) for c in calls)
+
+        @hookimpl
+        def rlsdk_tool_call_parsers():
+            yield ToolCallParser(name="call_lines", func=call_lines, marker="CALL ", format_calls=write_calls)
+    """
+
+
+@hookspec
+def rlsdk_agents() -> Iterable[Agent]:
+    """Provide agents for the ``openai_agent`` custom_generate (``--set agent_function_path=NAME``).
+
+    The callable is ``agent(args, sample, client) -> result`` (sync or async) and talks to the model only
+    through ``client``: an ``openai.AsyncOpenAI`` for async agents, an ``openai.OpenAI`` for sync ones,
+    bound to the sample's session, which records every turn's tokens. The result (JSON-ready) and the
+    transcript land in ``sample.metadata["agent"]`` for rewards.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param sample: the :class:`rlsdk.Sample` (its ``prompt``, ``label`` and ``metadata``).
+    :param client: the OpenAI client bound to the sample's session.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import Agent, hookimpl
+
+        async def ask_twice(args, sample, client):
+            messages = [{"role": "user", "content": sample.prompt}]
+            first = await client.chat.completions.create(model="policy", messages=messages)
+            messages += [first.choices[0].message, {"role": "user", "content": "Are you sure?"}]
+            second = await client.chat.completions.create(model="policy", messages=messages)
+            return second.choices[0].message.content
+
+        @hookimpl
+        def rlsdk_agents():
+            yield Agent(name="ask_twice", func=ask_twice, description="Answer, then reconsider")
     """
 
 

@@ -41,6 +41,8 @@ def resolve_run_plugins(args: Any, pm: RlsdkPluginManager) -> dict[str, Resolved
         resolved["eval"] = pm.resolve("generate_rollout", args.eval_function_path)
     if args.custom_generate_function_path:
         resolved["custom_generate"] = pm.resolve("custom_generate", args.custom_generate_function_path)
+    if args.agent_function_path:
+        resolved["agent"] = pm.resolve("agent", args.agent_function_path)
     if args.custom_rm_path:
         resolved["reward"] = resolve_reward(pm, args.custom_rm_path, group=args.group_rm)
     else:
@@ -74,7 +76,8 @@ def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime
         runtime.run(check_engine_health(runtime.engine, engine, args.generate_timeout))
         url = runtime.engine.url
         if url is None:
-            server = runtime.run(start_server(runtime.engine, host="127.0.0.1", port=0))
+            server = runtime.run(start_server(runtime.engine, host="127.0.0.1", port=0, pm=pm,
+                                              tool_call_parser=args.tool_call_parser))
             runtime.state["server"] = server
             url = server.url
         parsed = urlparse(url)
@@ -98,9 +101,9 @@ def load_tokenizer(args: Any) -> Any:
 
 
 def close_runtime(runtime: Runtime) -> None:
-    server = runtime.state.pop("server", None)
+    servers = [runtime.state.pop(key, None) for key in ("server", "agent_endpoint")]  # agent_endpoint: agents/
     try:
-        if server is not None:
+        for server in filter(None, servers):
             runtime.run(server.close())
         runtime.run(runtime.engine.close())
     finally:

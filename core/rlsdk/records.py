@@ -203,10 +203,37 @@ class TaskGenerator(PluginRecord):
         )
 
 
+@dataclass
+class ToolCallParser(PluginRecord):
+    """``parse(text, tools) -> rlsdk.agents.ParsedTurn``: the content and tool calls of one model turn,
+    for ``/v1/chat/completions``.
+
+    ``marker`` is the text that starts a call (a stream holds content back from it until the turn ends).
+    ``format_calls(calls) -> str`` writes calls back in the model's own format and ``tools_prompt(tools)
+    -> str`` describes the tools, for chat templates that render neither (a re-rendered history, a
+    system message)."""
+
+    kind: ClassVar[str] = "tool_call_parser"
+    call_args: ClassVar[tuple[str, ...]] = ("text", "tools")
+    marker: str = ""
+    format_calls: Callable[..., str] | None = None
+    tools_prompt: Callable[..., str] | None = None
+
+
+@dataclass
+class Agent(PluginRecord):
+    """``agent(args, sample, client) -> result`` (sync or async): an agent that talks to the model only
+    through ``client``, an ``openai.OpenAI`` (``openai.AsyncOpenAI`` for async agents) bound to the
+    sample's session; run by the ``openai_agent`` custom_generate."""
+
+    kind: ClassVar[str] = "agent"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "sample", "client")
+
+
 RECORD_TYPES: dict[str, type[PluginRecord]] = {
     cls.kind: cls
     for cls in (GenerateRollout, CustomGenerate, Reward, DynamicFilter, OverSamplingFilter, BufferFilter, Engine,
-                Tool, TaskGenerator, Trainer, Loss)
+                Tool, TaskGenerator, Trainer, Loss, ToolCallParser, Agent)
 }
 """Kind name -> record type. The hook for kind ``k`` is ``rlsdk_<k>s`` (``rlsdk_losses`` for ``loss``)."""
 

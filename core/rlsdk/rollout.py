@@ -13,6 +13,7 @@ import copy
 import time
 from typing import Any
 
+from .agents.sessions import agent_metrics
 from .concurrency import ConcurrencyLimit
 from .errors import PluginCallError
 from .generate import sampling_params_for
@@ -137,6 +138,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
     metrics = step_metrics(args, batch, ledger, started)
     metrics["rollout/aborted"] = aborted
     metrics["rollout/invalid_rewards"] = count_invalid([s for g in (*batch, *ledger.discarded) for s in g])
+    metrics.update(agent_metrics([s for g in (*batch, *ledger.discarded) for s in g]))  # openai_agent's forks
     return RolloutFnTrainOutput(samples=batch, metrics=metrics, discarded=ledger.discarded)
 
 

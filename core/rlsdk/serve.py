@@ -58,6 +58,8 @@ class ServerHandle:
     runner: web.AppRunner
     engine: InferenceEngine
     limits: ConnectionLimits
+    chat: Any = None
+    """The OpenAI-compatible endpoint (:class:`rlsdk.agents.ChatEndpoint`) when the engine has a chat template."""
 
     @property
     def url(self) -> str:
@@ -73,12 +75,15 @@ class ServerHandle:
 async def start_server(engine: InferenceEngine, host: str = "127.0.0.1", port: int = 0, *,
                        max_body: int = DEFAULT_MAX_BODY, token: str | None = None,
                        weights_dirs: Sequence[str | os.PathLike[str]] = (),
-                       max_connections: int = DEFAULT_MAX_CONNECTIONS) -> ServerHandle:
+                       max_connections: int = DEFAULT_MAX_CONNECTIONS, pm: Any = None,
+                       tool_call_parser: str = "auto") -> ServerHandle:
     """Serve a started ``engine`` on ``host:port`` (port 0 picks a free one); sets ``engine.url``.
 
     Off loopback a ``token`` is required (ValueError otherwise). ``/update_weights_from_disk`` loads only
     from inside ``weights_dirs`` (none: it is refused). Slow and idle connections are closed and at most
-    ``max_connections`` are open at once (:class:`~rlsdk.service_guard.ConnectionLimits`)."""
+    ``max_connections`` are open at once (:class:`~rlsdk.service_guard.ConnectionLimits`). An engine whose
+    ``tokenizer`` has a chat template also answers ``/v1/chat/completions`` (:mod:`rlsdk.agents.server`), reading tool calls
+    with ``tool_call_parser`` from ``pm`` (default: the installed plugins)."""
     check_binding("rlsdk serve", host, token, SERVE_TOKEN_ENV)
     limits = ConnectionLimits(max_body=max_body, read_timeout=READ_TIMEOUT, idle_timeout=IDLE_TIMEOUT,
                               max_connections=max_connections)
@@ -101,11 +106,17 @@ async def start_server(engine: InferenceEngine, host: str = "127.0.0.1", port: i
         web.post("/continue_generation", _continue),
         web.post("/update_weights_from_disk", _update_weights_from_disk),
     ])
+    chat = None
+    if getattr(getattr(engine, "tokenizer", None), "chat_template", None):
+        from .agents.server import add_chat_routes, chat_endpoint
+
+        chat = await chat_endpoint(engine, engine.tokenizer, pm=pm, tool_call_parser=tool_call_parser)  # type: ignore[attr-defined]
+        add_chat_routes(app, chat)
     # handler_cancellation: a client that disconnects cancels its handler, which aborts its generation
     runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
     await runner.setup()
     bound_port = await limits.listen(runner, host, port)
-    handle = ServerHandle(host=host, port=bound_port, runner=runner, engine=engine, limits=limits)
+    handle = ServerHandle(host=host, port=bound_port, runner=runner, engine=engine, limits=limits, chat=chat)
     engine.url = handle.url
     return handle
 
@@ -176,7 +187,7 @@ async def _generate(request: web.Request) -> web.StreamResponse:
             await _abort_rids(engine, body)
             raise
     items = split_batch(body)
-    chunks = _merge_streams([engine.generate_stream(item) for item in items]) if items else (
+    chunks = merge_streams([engine.generate_stream(item) for item in items]) if items else (
         engine.generate_stream(body)
     )
     first = await anext(chunks, None)  # errors in the request surface here, before the 200 is sent
@@ -215,7 +226,7 @@ def _event(chunk: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
 
 
-async def _merge_streams(streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator[dict[str, Any]]:
+async def merge_streams(streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator[dict[str, Any]]:
     """Interleave the streams of a batch, tagging each chunk with its ``index`` in the batch."""
     queue: asyncio.Queue[tuple[int, dict[str, Any] | BaseException | None]] = asyncio.Queue()
 

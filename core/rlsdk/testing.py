@@ -251,6 +251,24 @@ def check_trainer(pm: RlsdkPluginManager, name: str, args: RolloutConfig) -> Any
     return trainer
 
 
+def check_tool_call_parser(pm: RlsdkPluginManager, name: str) -> Resolved:
+    """A tool-call parser returns a ParsedTurn: plain text is all content with no call, and the calls its
+    ``format_calls`` writes parse back to the same calls."""
+    from .agents import FunctionCall, ParsedTurn
+
+    resolved = pm.resolve("tool_call_parser", name)
+    tools = [{"type": "function", "function": {"name": "calculator", "parameters": {"type": "object"}}}]
+    plain = resolved.func("The answer is 4.", tools)
+    assert isinstance(plain, ParsedTurn), f"{resolved.describe()} must return a ParsedTurn, got {plain!r:.100}"
+    assert plain.calls == [] and plain.content == "The answer is 4.", f"{resolved.describe()}: plain text {plain}"
+    format_calls = getattr(resolved.record, "format_calls", None)
+    if format_calls is not None:
+        calls = [FunctionCall("calculator", {"expression": "2 + 2"})]
+        parsed = resolved.func(format_calls(calls), tools)
+        assert parsed.calls == calls, f"{resolved.describe()}: its own format_calls parsed as {parsed.calls}"
+    return resolved
+
+
 def check_callable(pm: RlsdkPluginManager, kind: str, name: str) -> Resolved:
     """Resolve and validate the signature (for kinds that need an engine or data to run)."""
     resolved = pm.resolve(kind, name)

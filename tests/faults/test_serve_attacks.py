@@ -62,6 +62,9 @@ def test_token_is_required_on_every_endpoint(server):
         ("POST", "/abort_request"),
         ("POST", "/update_weights_from_disk"),
         ("POST", "/generate"),
+        ("GET", "/v1/models"),
+        ("POST", "/v1/chat/completions"),
+        ("POST", "/sessions"),
     ]:
         assert httpx.request(method, url + path, json={}).status_code == 401, path
         wrong = httpx.request(method, url + path, json={}, headers={"Authorization": "Bearer s3cre"})

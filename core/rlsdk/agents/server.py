@@ -1,0 +1,242 @@
+"""The OpenAI-compatible routes (``/v1/models``, ``/v1/chat/completions``) and the session routes, added to
+``rlsdk serve`` and the run's loopback server, or served on their own in front of any engine (an SGLang
+server or router by URL: :func:`start_chat_server`).
+
+A session's client uses the base URL ``<server>/sessions/<id>/v1``; ``POST /sessions`` opens one,
+``GET /sessions/<id>`` returns its record (turns, forks, the training trajectory) and ``DELETE`` closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from aiohttp import web
+
+from .. import __version__
+from ..engine import InferenceEngine
+from ..errors import PluginCallError
+from ..manager import RlsdkPluginManager, get_plugin_manager
+from ..protocol import SERVE_TOKEN_ENV, EngineRequestError
+from ..records import PluginInfo, Resolved
+from ..service_guard import ConnectionLimits, check_binding, guard
+from .completions import ChatEndpoint, ChatRequestError, GenerationAborted, parse_chat_request
+from .sessions import Session
+
+_CHAT = web.AppKey("chat", ChatEndpoint)
+MAX_BODY = 16 * 1024 * 1024
+
+
+def resolve_parser(pm: RlsdkPluginManager, spec: str, tokenizer: Any) -> Resolved:
+    """The tool-call parser by name (or dotted path); ``auto`` is ``hermes`` for chat templates that write
+    ``<tool_call>`` and ``json`` otherwise. Core's own parsers are there even in a manager without them."""
+    if spec == "auto":
+        spec = "hermes" if "<tool_call>" in str(getattr(tokenizer, "chat_template", None) or "") else "json"
+    if spec not in pm.names("tool_call_parser"):
+        from .plugin import rlsdk_tool_call_parsers
+
+        builtin = {record.name: record for record in rlsdk_tool_call_parsers()}
+        if spec in builtin:
+            return Resolved(builtin[spec], PluginInfo("agents", "rlsdk", __version__, "rlsdk.agents.plugin"))
+    return pm.resolve("tool_call_parser", spec)
+
+
+async def chat_endpoint(
+    engine: InferenceEngine,
+    tokenizer: Any,
+    *,
+    pm: RlsdkPluginManager | None = None,
+    tool_call_parser: str = "auto",
+    template_kwargs: dict[str, Any] | None = None,
+) -> ChatEndpoint:
+    """A chat endpoint on a started ``engine``, named after its model as SGLang names it."""
+    parser = resolve_parser(pm or get_plugin_manager(), tool_call_parser, tokenizer)
+    model_id = str((await engine.model_info()).get("model_path") or "default")
+    return ChatEndpoint(engine, tokenizer, parser, model_id, template_kwargs=template_kwargs)
+
+
+def add_chat_routes(app: web.Application, chat: ChatEndpoint) -> None:
+    app[_CHAT] = chat
+    app.add_routes(
+        [
+            web.get("/v1/models", _models),
+            web.post("/v1/chat/completions", _completions),
+            web.post("/sessions", _open_session),
+            web.get("/sessions/{session}", _session_record),
+            web.delete("/sessions/{session}", _close_session),
+            web.get("/sessions/{session}/v1/models", _models),
+            web.post("/sessions/{session}/v1/chat/completions", _completions),
+        ]
+    )
+
+
+def openai_error(message: str, status: int) -> web.Response:
+    """OpenAI's error body."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return web.json_response(
+        {"error": {"message": message, "type": kind, "param": None, "code": status}}, status=status
+    )
+
+
+class UnknownSession(LookupError):
+    """A session route for an id that is not open: answered 404."""
+
+
+def _session(request: web.Request) -> Session | None:
+    """The request's session (None outside ``/sessions/<id>/``)."""
+    session_id = request.match_info.get("session")
+    if session_id is None:
+        return None
+    session = request.app[_CHAT].sessions.get(session_id)
+    if session is None:
+        raise UnknownSession(f"no open session {session_id[:64]!r}")
+    return session
+
+
+def _openai_errors(handler: Any) -> Any:
+    """Unknown sessions and full stores get OpenAI's error body, whatever the app's own middleware does."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except UnknownSession as exc:
+            return openai_error(str(exc), 404)
+        except OverflowError as exc:
+            return openai_error(str(exc), 429)
+
+    return handle
+
+
+@_openai_errors
+async def _models(request: web.Request) -> web.Response:
+    _session(request)
+    return web.json_response(request.app[_CHAT].models())
+
+
+@_openai_errors
+async def _completions(request: web.Request) -> web.StreamResponse:
+    chat = request.app[_CHAT]
+    session = _session(request)
+    if session is not None and session.aborted:  # the step is over for this sample: nothing more runs
+        return openai_error("the session's generation was aborted", 503)
+    try:
+        try:
+            body = json.loads(await request.read())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ChatRequestError(f"request body is not valid JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise ChatRequestError("request body must be a JSON object")
+        chat_request = parse_chat_request(body)
+        if not chat_request.stream:
+            return web.json_response(await chat.complete(chat_request, session))
+        chunks = chat.stream(chat_request, session)
+        first = await anext(chunks)  # a bad request fails here, before the 200 is sent
+    except PluginCallError as exc:  # the tool-call parser failed
+        return openai_error(str(exc), 500)
+    except (ChatRequestError, EngineRequestError, ValueError) as exc:
+        return openai_error(str(exc), 400)
+    except GenerationAborted as exc:
+        if session is not None:
+            session.aborted = True
+        return openai_error(str(exc), 503)
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    try:
+        await response.write(_event(first))
+        async for chunk in chunks:
+            await response.write(_event(chunk))
+        await response.write(b"data: [DONE]\n\n")
+    except (GenerationAborted, PluginCallError) as exc:  # after the 200: an error event, as OpenAI sends
+        if session is not None and isinstance(exc, GenerationAborted):
+            session.aborted = True
+        await response.write(_event({"error": {"message": str(exc), "type": "server_error", "code": 500}}))
+    except (ConnectionResetError, asyncio.CancelledError):
+        await chunks.aclose()
+        raise
+    return response
+
+
+def _event(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+
+
+@_openai_errors
+async def _open_session(request: web.Request) -> web.Response:
+    return web.json_response({"id": request.app[_CHAT].sessions.open().id})
+
+
+@_openai_errors
+async def _session_record(request: web.Request) -> web.Response:
+    session = _session(request)
+    assert session is not None
+    return web.json_response(session_record(session))
+
+
+@_openai_errors
+async def _close_session(request: web.Request) -> web.Response:
+    session = _session(request)
+    assert session is not None
+    request.app[_CHAT].sessions.close(session.id)
+    return web.json_response(session_record(session))
+
+
+def session_record(session: Session) -> dict[str, Any]:
+    """A session as JSON: every turn (prompt ids, choices with sampled ids and log-probs), its forks and
+    the trajectory for training (None before the first answer)."""
+    trajectory = session.trajectory()
+    return {
+        "id": session.id,
+        "turns": [asdict(turn) for turn in session.turns],
+        "forks": session.forks(),
+        "trajectory": asdict(trajectory) if trajectory is not None else None,
+    }
+
+
+@dataclass
+class ChatServer:
+    """A running :func:`start_chat_server`: ``url`` is ``http://host:port``; ``await close()`` stops it."""
+
+    host: str
+    port: int
+    runner: web.AppRunner
+    chat: ChatEndpoint
+    limits: ConnectionLimits
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def close(self) -> None:
+        self.limits.close()
+        await self.runner.cleanup()
+
+
+async def start_chat_server(
+    chat: ChatEndpoint,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    token: str | None = None,
+    max_connections: int = 1024,
+) -> ChatServer:
+    """Serve ``chat`` (an endpoint on any engine, e.g. an SGLang client) on its own: the OpenAI and
+    session routes and ``/health``, under the rules of :mod:`rlsdk.service_guard`."""
+    check_binding("the chat endpoint", host, token, SERVE_TOKEN_ENV)
+    limits = ConnectionLimits(
+        max_body=MAX_BODY, read_timeout=60.0, idle_timeout=300.0, max_connections=max_connections
+    )
+    app = web.Application(
+        client_max_size=MAX_BODY, middlewares=[guard(token, openai_error), limits.middleware(openai_error)]
+    )
+    app.add_routes([web.get("/health", _health)])
+    add_chat_routes(app, chat)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
+    await runner.setup()
+    bound = await limits.listen(runner, host, port)
+    return ChatServer(host, bound, runner, chat, limits)
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.Response(status=200)
