@@ -120,7 +120,7 @@ def reward_adapter(resolved: Resolved) -> Callable[..., Any]:
     reward runs in a thread so it cannot stall slime's loop."""
 
     async def call(args: Any, target: Any, **kwargs: Any) -> Any:
-        from ..rewarding import reward_problem
+        from ..plugin_calls import reward_problem
 
         if resolved.is_async:
             result = await resolved.func(view(args), target, **kwargs)
