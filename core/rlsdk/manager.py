@@ -17,6 +17,8 @@ from .loading import check_signature, is_async_callable, is_path, load_callable
 from .records import KINDS, RECORD_TYPES, PluginInfo, PluginRecord, Resolved, hook_name, normalize_name
 
 ENTRY_POINT_GROUP = "rlsdk"
+CORE_DISTRIBUTION = "rlsdk"
+"""Core's own plugins (the defaults and the torch trainer) are this distribution's entry points."""
 STRICT_ENV = "RLSDK_STRICT_PLUGINS"
 DISABLE_ENV = "RLSDK_DISABLE_PLUGINS"
 
@@ -64,16 +66,20 @@ class RlsdkPluginManager(pluggy.PluginManager):
         self._tables = None
         return result
 
-    def load_entrypoints(self, group: str = ENTRY_POINT_GROUP) -> int:
-        """Load every plugin of the entry-point group; failures are reported and skipped."""
+    def load_entrypoints(self, group: str = ENTRY_POINT_GROUP, *, distributions: Iterable[str] | None = None) -> int:
+        """Load every plugin of the entry-point group (only those of ``distributions`` when given); failures are
+        reported and skipped."""
         strict = os.environ.get(STRICT_ENV, "") not in ("", "0")
         disabled = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
+        wanted = None if distributions is None else set(distributions)
         count = 0
         for ep in _unique_entry_points(group):
             if ep.name in disabled or self.has_plugin(ep.name):
                 continue
             dist = getattr(ep, "dist", None)
             dist_name = dist.metadata["Name"] if dist is not None else None
+            if wanted is not None and dist_name not in wanted:
+                continue
             version = dist.version if dist is not None else None
             try:
                 plugin = ep.load()
@@ -224,10 +230,10 @@ def _unique_entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
 
 
 def get_plugin_manager(*, load_entrypoints: bool = True, plugins: Iterable[Any] = ()) -> RlsdkPluginManager:
-    """Build a plugin manager: installed plugins (unless ``load_entrypoints=False``) plus ``plugins``."""
+    """Build a plugin manager: ``plugins``, then the installed plugins, or with ``load_entrypoints=False`` core's own
+    only (the defaults are part of core: a manager without them could not run a step)."""
     pm = RlsdkPluginManager()
     for plugin in plugins:
         pm.register(plugin)
-    if load_entrypoints:
-        pm.load_entrypoints()
+    pm.load_entrypoints(distributions=None if load_entrypoints else [CORE_DISTRIBUTION])
     return pm

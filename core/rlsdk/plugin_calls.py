@@ -29,7 +29,7 @@ from .records import Resolved
 from .types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 FINISHED = (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
-DEFAULT_GENERATE = "rlsdk.generate:generate"
+DEFAULT_GENERATE = "single_turn"
 
 
 def run_to_completion(result: Any) -> Any:

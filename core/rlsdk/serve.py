@@ -74,7 +74,7 @@ async def start_server(engine: InferenceEngine, host: str = "127.0.0.1", port: i
                        max_body: int = DEFAULT_MAX_BODY, token: str | None = None,
                        weights_dirs: Sequence[str | os.PathLike[str]] = (),
                        max_connections: int = DEFAULT_MAX_CONNECTIONS) -> ServerHandle:
-    """Serve a started ``engine`` on ``host:port`` (port 0 picks a free one); sets ``engine.url``.
+    """Serve a started ``engine`` on ``host:port`` (port 0 picks a free one); sets ``engine.url`` if it has none.
 
     Off loopback a ``token`` is required (ValueError otherwise). ``/update_weights_from_disk`` loads only
     from inside ``weights_dirs`` (none: it is refused). Slow and idle connections are closed and at most
@@ -106,7 +106,8 @@ async def start_server(engine: InferenceEngine, host: str = "127.0.0.1", port: i
     await runner.setup()
     bound_port = await limits.listen(runner, host, port)
     handle = ServerHandle(host=host, port=bound_port, runner=runner, engine=engine, limits=limits)
-    engine.url = handle.url
+    if engine.url is None:  # an engine with a URL of its own (a client, served as a proxy) keeps it
+        engine.url = handle.url
     return handle
 
 

@@ -32,7 +32,8 @@ from .types import DynamicFilterOutput, Sample
 
 @pytest.fixture
 def rlsdk_pm() -> RlsdkPluginManager:
-    """A plugin manager holding only the plugins the test registers (no entry points)."""
+    """A plugin manager holding core's own plugins (the defaults, the torch trainer) and those the test registers,
+    but no installed plugin package."""
     return get_plugin_manager(load_entrypoints=False)
 
 

@@ -23,6 +23,5 @@ def rlsdk_over_sampling_filters():
 
 @hookimpl
 def rlsdk_buffer_filters():
-    yield BufferFilter(name="pop_first", func=buffer.pop_first)
     yield BufferFilter(name="pop_last", func=buffer.pop_last)
     yield BufferFilter(name="drop_stale", func=buffer.drop_stale)
