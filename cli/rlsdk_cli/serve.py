@@ -58,13 +58,13 @@ def serve(
 
 
 def engine_args(flags: dict[str, Any], settings: list[str]) -> Any:
-    """The run configuration the engine factory reads: the given flags, then ``--set`` (unknown keys refused)."""
+    """The run configuration the engine factory reads: the given flags, then ``--set`` (checked, as a run's)."""
     from rlsdk import RolloutConfig
 
     from .run import parse_set
 
     values = {k: v for k, v in flags.items() if v is not None}
-    return RolloutConfig.from_dict({**values, **parse_set(settings)}, strict=True)
+    return RolloutConfig.from_dict({**values, **parse_set(settings)})
 
 
 async def _serve(engine: Any, host: str, port: int, **server_options: Any) -> None:
