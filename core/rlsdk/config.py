@@ -35,7 +35,7 @@ ALIASES = {
 """Short names of options (``--rm``, ``rm:`` in a config file) beside slime's long ones."""
 
 
-@dataclass
+@dataclass(init=False)
 class RolloutConfig(TrainingOptions):
     """Everything a run needs: core's options, the rollout step's here and the trainer's in
     :class:`~rlsdk.training.options.TrainingOptions`. Plugins declare options of their own (``rlsdk_options``):
@@ -180,6 +180,24 @@ class RolloutConfig(TrainingOptions):
     extra: dict[str, Any] = field(default_factory=dict)
     """The plugins' options given for this run (and slime's arguments that rlsdk has no option for)."""
 
+    def __init__(self, **values: Any) -> None:
+        """Core options by keyword, and the installed plugins' options (kept in ``extra``); an unknown key is a
+        ValueError with a did-you-mean. ``extra`` itself is taken as given (it was checked when built)."""
+        extra = dict(values.pop("extra", None) or {})
+        fields = [f for f in dataclasses.fields(self) if f.name != "extra"]
+        names = {f.name for f in fields}
+        loose = {key: values.pop(key) for key in [k for k in values if k not in names]}
+        if loose:  # only then are the installed plugins loaded
+            extra.update(plugin_values(loose, installed_options()))
+        for f in fields:
+            if f.name in values:
+                value = values[f.name]
+            else:
+                value = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            setattr(self, f.name, value)
+        self.extra = extra
+        self.__post_init__()
+
     def __getattr__(self, name: str) -> Any:
         """A plugin option (set in ``extra``, else its declared default) or one of slime's arguments."""
         extra = self.__dict__.get("extra", {})
@@ -239,9 +257,7 @@ class RolloutConfig(TrainingOptions):
         extra = plugin_values({k: v for k, v in given.items() if k not in core}, declared)
         if pm is not None:
             extra = {**{name: option.default for name, option in declared.items()}, **extra}
-        args = cls.__new__(cls)
-        cls._from_fields(args, **core_values, extra=extra)  # type: ignore[attr-defined]
-        return args
+        return cls(**core_values, extra=extra)
 
     @staticmethod
     def read_file(path: str | Path) -> dict[str, Any]:
@@ -292,20 +308,6 @@ class RolloutConfig(TrainingOptions):
         return dataclasses.asdict(self)
 
 
-RolloutConfig._from_fields = RolloutConfig.__init__  # type: ignore[attr-defined]
-
-
-def _init(self: RolloutConfig, **values: Any) -> None:
-    """``RolloutConfig(**options)``: core options, and the installed plugins' options (kept in ``extra``); an
-    unknown key is a ValueError with a did-you-mean. ``extra`` itself is taken as given (checked when built)."""
-    extra = dict(values.pop("extra", None) or {})
-    fields = set(RolloutConfig.option_names())
-    loose = {key: values.pop(key) for key in [k for k in values if k not in fields]}
-    if loose:  # only then are the installed plugins loaded
-        extra.update(plugin_values(loose, installed_options()))
-    RolloutConfig._from_fields(self, **values, extra=extra)  # type: ignore[attr-defined]
-
-
 def plugin_values(values: dict[str, Any], declared: dict[str, Option]) -> dict[str, Any]:
     """``values`` of plugins' options (checked) and slime's arguments; anything else is a ValueError naming the
     closest known option."""
@@ -321,9 +323,6 @@ def plugin_values(values: dict[str, Any], declared: dict[str, Option]) -> dict[s
             hint = f" (did you mean {close[0]!r}?)" if close else " (see `rlsdk run --help`)"
             raise ValueError(f"unknown option {key!r}{hint}")
     return checked
-
-
-RolloutConfig.__init__ = _init  # type: ignore[method-assign]
 
 
 @functools.cache

@@ -72,8 +72,9 @@ def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime
             url = server.url
         parsed = urlparse(url)
         args.sglang_router_ip, args.sglang_router_port = parsed.hostname, parsed.port
-        if not args.hf_checkpoint and getattr(runtime.engine, "model_path", None):
-            args.hf_checkpoint = str(runtime.engine.model_path)  # slime's functions load tokenizers from it
+        model_path = getattr(runtime.engine, "model_path", None)
+        if not args.hf_checkpoint and model_path:
+            args.hf_checkpoint = str(model_path)  # slime's functions load tokenizers from it
         runtime.tokenizer = getattr(runtime.engine, "tokenizer", None) or load_tokenizer(args)
     except BaseException:
         close_runtime(runtime)

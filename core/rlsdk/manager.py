@@ -171,7 +171,7 @@ class RlsdkPluginManager(pluggy.PluginManager):
         for impl in self.hook.rlsdk_options.get_hookimpls():
             info = self._infos.get(self.get_name(impl.plugin) or "", PluginInfo(plugin=impl.plugin_name))
             try:
-                declared: list[Any] = list(impl.function() or ())
+                declared: list[Any] = _as_records(impl.function())
                 wrong = [o for o in declared if not isinstance(o, Option)]
                 if wrong:
                     raise PluginError(f"returned {wrong[0]!r:.200}, expected Option records")
@@ -235,7 +235,7 @@ class RlsdkPluginManager(pluggy.PluginManager):
                 )
             record, info = providers[0]
         where = f"{kind} {record.name!r} from {info.describe()}"
-        accepts_evaluation = check_signature(record.func, record.call_args, where)
+        accepts_evaluation = check_signature(record.func, record.signature_args(), where)
         return Resolved(record, info, is_async=is_async_callable(record.func), accepts_evaluation=accepts_evaluation)
 
 

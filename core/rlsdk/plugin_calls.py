@@ -262,7 +262,7 @@ async def call_reward(args: Any, resolved: Resolved, target: Sample | list[Sampl
         with deadline(timeout):
             if resolved.is_async:
                 result = await resolved.func(args, target, **kwargs)
-            elif resolved.record.cheap:  # type: ignore[attr-defined]
+            elif resolved.record.cheap:
                 result = resolved.func(args, target, **kwargs)
             else:
                 result = await blocking_pool().run(resolved.func, args, target, **kwargs)

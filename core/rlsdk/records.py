@@ -41,6 +41,10 @@ class PluginRecord:
             doc = (getattr(self.func, "__doc__", None) or "").strip()
             self.description = doc.splitlines()[0] if doc else ""
 
+    def signature_args(self) -> tuple[str, ...]:
+        """The positional arguments the callable must accept: :attr:`call_args`, for most kinds."""
+        return self.call_args
+
 
 @dataclass
 class GenerateRollout(PluginRecord):
@@ -152,8 +156,7 @@ class Tool(PluginRecord):
         if not (self.timeout > 0):
             raise ValueError(f"tool {self.name!r}: timeout must be positive, got {self.timeout!r}")
 
-    @property  # type: ignore[override]
-    def call_args(self) -> tuple[str, ...]:
+    def signature_args(self) -> tuple[str, ...]:
         """``args`` and the schema's required parameters, which the signature must accept."""
         return ("args", *self.parameters.get("required", []))
 

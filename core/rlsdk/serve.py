@@ -190,7 +190,7 @@ async def _generate(request: web.Request) -> web.StreamResponse:
                 await response.write(_event(chunk))
         await response.write(b"data: [DONE]\n\n")
     except (ConnectionResetError, asyncio.CancelledError) as exc:  # the client went away
-        await chunks.aclose()
+        await chunks.aclose()  # type: ignore[attr-defined]  # an async generator's, which the engine's stream is
         await _abort_rids(engine, body)
         if isinstance(exc, asyncio.CancelledError):
             raise

@@ -103,7 +103,7 @@ def check_reward(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None =
     def reward(target: Any) -> Any:
         return run_to_completion(call_reward(args, resolved, target, timeout=args.reward_timeout))
 
-    if resolved.record.group:  # type: ignore[attr-defined]
+    if resolved.record.group:
         assert reward([]) == [], f"{resolved.describe()} must return [] for an empty group"
         return reward(samples)
     return [reward(sample) for sample in samples]
@@ -162,7 +162,7 @@ def check_loss(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = N
     args = args or RolloutConfig()
     resolved = pm.resolve("loss", name)
     lengths = [3, 1]
-    batch = {
+    batch: dict[str, Any] = {
         "unconcat_tokens": [torch.tensor([0, 1, 2, 2, 2]), torch.tensor([0, 1, 2])],
         "total_lengths": [5, 3], "response_lengths": lengths,
         "loss_masks": [torch.tensor([1.0, 1.0, 0.0]), torch.tensor([1.0])],
@@ -326,7 +326,8 @@ class ScriptedEngine(InferenceEngine):
         turn = self.turns.pop(0)
         turn = {"text": turn} if isinstance(turn, str) else turn
         params = payload.get("sampling_params", {})
-        text, finish = turn["text"], {"type": "stop", "matched": None}
+        finish: dict[str, Any] = {"type": "stop", "matched": None}
+        text = turn["text"]
         hits = [(text.find(s) + len(s), s) for s in params.get("stop") or [] if s in text]
         if hits:
             end, matched = min(hits)

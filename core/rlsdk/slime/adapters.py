@@ -226,11 +226,11 @@ def _slime_output(output: Any, evaluation: bool) -> Any:
     if evaluation:
         data = output.data if isinstance(output, RolloutFnEvalOutput) else output
         data = {name: {**d, "samples": [to_slime(s) for s in d.get("samples", [])]} for name, d in data.items()}
-        cls = slime_class("slime.rollout.base_types", "RolloutFnEvalOutput") or RolloutFnEvalOutput
+        cls: Any = slime_class("slime.rollout.base_types", "RolloutFnEvalOutput") or RolloutFnEvalOutput
         return cls(data=data, metrics=getattr(output, "metrics", None))
     groups = output.samples if isinstance(output, RolloutFnTrainOutput) else output
-    cls = slime_class("slime.rollout.base_types", "RolloutFnTrainOutput") or RolloutFnTrainOutput
-    return cls(samples=_groups(groups, to_slime), metrics=getattr(output, "metrics", None))
+    train_cls: Any = slime_class("slime.rollout.base_types", "RolloutFnTrainOutput") or RolloutFnTrainOutput
+    return train_cls(samples=_groups(groups, to_slime), metrics=getattr(output, "metrics", None))
 
 
 def _named(func: Callable[..., Any], resolved: Resolved) -> Callable[..., Any]:

@@ -36,7 +36,12 @@ def drop_stale(args: Any, rollout_id: int | None, buffer: list[list[Any]], num_s
     # slime calls buffer filters with rollout_id=None: then no group can be judged stale
     limit = getattr(args, "buffer_max_staleness", None) if rollout_id is not None else None
     starts = {id(g): _start(g, rollout_id) for g in buffer}
-    fresh = [g for g in buffer if limit is None or rollout_id - starts[id(g)] <= limit]
+
+    def stale(group: list[Any]) -> bool:
+        start = starts[id(group)]
+        return limit is not None and rollout_id is not None and start is not None and rollout_id - start > limit
+
+    fresh = [g for g in buffer if not stale(g)]
     if len(fresh) < len(buffer):
         log.info(
             "drop_stale: dropped %d buffered groups older than %s steps at rollout %d",
