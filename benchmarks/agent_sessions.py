@@ -142,7 +142,7 @@ def main() -> None:
     parser.add_argument("--latency-turns", type=int, default=20)
     parser.add_argument("--max-tokens", type=int, default=16)
     options = parser.parse_args()
-    from rlsdk_generators.embedded import EmbeddedEngine
+    from rlsdk_embedded import EmbeddedEngine
 
     with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=8)) as served:
         forks = false_forks(served, options.sessions, options.turns, options.max_tokens)

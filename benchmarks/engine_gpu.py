@@ -100,7 +100,7 @@ async def engine_and_http(folder: Path, prompts: list[list[int]], opts: argparse
     from rlsdk.generate import sampling_params_for
     from rlsdk.runtime import tuned_garbage_collector
     from rlsdk.serve import start_server
-    from rlsdk_generators.embedded import EmbeddedEngine
+    from rlsdk_embedded import EmbeddedEngine
 
     params = {**sampling_params_for(RolloutConfig.from_dict(run_settings(opts))), "ignore_eos": True}
     requests = payloads(prompts, params)

@@ -39,7 +39,7 @@ def fake_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture
 def pm(rlsdk_pm):
-    """A fresh plugin manager with filter_hub registered (the data source resolves its buffer filter)."""
+    """A fresh plugin manager with filter_hub registered (pop_last and drop_stale beside core's pop_first)."""
     import rlsdk_filter_hub.plugin
 
     rlsdk_pm.register(rlsdk_filter_hub.plugin)

@@ -47,7 +47,7 @@ SHOTS = [
 
 @pytest.fixture(scope="module")
 def served():
-    from rlsdk_generators.embedded import EmbeddedEngine
+    from rlsdk_embedded import EmbeddedEngine
 
     with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=16)) as served:
         yield served

@@ -13,7 +13,7 @@ from rlsdk_cli.app import app
 from .test_manager import REWARD_PLUGIN
 
 runner = CliRunner()
-HUBS = {"rlsdk-rm-hub", "rlsdk-filter-hub", "rlsdk-generators"}
+HUBS = {"rlsdk-rm-hub", "rlsdk-filter-hub", "rlsdk-generators", "rlsdk-embedded"}
 
 
 def _list_json(*extra: str) -> list[dict]:
@@ -23,13 +23,15 @@ def _list_json(*extra: str) -> list[dict]:
 
 
 def test_list_json_shows_the_hubs_with_their_names():
-    rows = {row["distribution"]: row for row in _list_json()}
-    assert HUBS <= set(rows)
+    rows = {row["entry_point"]: row for row in _list_json()}
+    assert HUBS <= {row["distribution"] for row in rows.values()}
     for row in rows.values():
         assert set(row) >= {"distribution", "version", "entry_point", "provides"}
-    assert "f1" in rows["rlsdk-rm-hub"]["provides"]["reward"]
-    assert "pop_first" in rows["rlsdk-filter-hub"]["provides"]["buffer_filter"]
-    assert rows["rlsdk"]["provides"] == {"trainer": ["torch"], "loss": ["policy_loss", "sft_loss"]}
+    assert "f1" in rows["rm_hub"]["provides"]["reward"]
+    assert rows["defaults"]["distribution"] == rows["training"]["distribution"] == "rlsdk"
+    assert rows["defaults"]["provides"] == {"generate_rollout": ["sglang"], "custom_generate": ["single_turn"],
+                                            "buffer_filter": ["pop_first"], "engine": ["sglang"]}
+    assert rows["training"]["provides"] == {"trainer": ["torch"], "loss": ["policy_loss", "sft_loss"]}
 
 
 def test_list_kind_filters_rows_and_kinds():
@@ -67,7 +69,7 @@ def test_show_prints_kind_distribution_signature_and_doc():
     assert entry["signature"].startswith("f1(args")
     assert "F1" in entry["doc"]
     text = runner.invoke(app, ["plugins", "show", "pop_first"])
-    assert text.exit_code == 0 and "buffer_filter" in text.stdout and "rlsdk-filter-hub" in text.stdout
+    assert text.exit_code == 0 and "buffer_filter" in text.stdout and "distribution: rlsdk\n" in text.stdout
 
 
 def test_show_unknown_name_lists_what_is_installed():

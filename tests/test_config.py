@@ -1,6 +1,6 @@
 import pytest
 
-from rlsdk import RolloutConfig
+from rlsdk import Option, RolloutConfig, hookimpl
 
 
 def test_defaults_follow_slime_names():
@@ -11,14 +11,65 @@ def test_defaults_follow_slime_names():
     assert args.rollout_seed == 42
 
 
-def test_from_yaml_file_with_overrides_and_extra_options(tmp_path):
+class RetrieverOptions:
+    @hookimpl
+    def rlsdk_options(self):
+        yield Option("retriever_url", str, help="URL of the retrieval server")
+        yield Option("retriever_topk", int, 3, help="Passages per search")
+
+
+@pytest.fixture
+def retriever_pm(rlsdk_pm):
+    rlsdk_pm.register(RetrieverOptions(), "retriever")
+    return rlsdk_pm
+
+
+def test_from_yaml_file_with_overrides_and_plugin_options(tmp_path, retriever_pm):
     path = tmp_path / "run.yaml"
     path.write_text("rollout-batch-size: 8\nn_samples_per_prompt: 2\nretriever_url: http://127.0.0.1:9\n")
-    args = RolloutConfig.from_file(path, rm_type="f1")
+    args = RolloutConfig.from_file(path, pm=retriever_pm, rm_type="f1")
     assert args.rollout_batch_size == 8 and args.over_sampling_batch_size == 8
     assert args.n_samples_per_prompt == 2
     assert args.rm_type == "f1"
-    assert args.retriever_url == "http://127.0.0.1:9"
+    assert args.retriever_url == "http://127.0.0.1:9" and args.retriever_topk == 3  # declared default
+    assert args.replace(num_rollout=1).retriever_topk == 3
+
+
+@pytest.mark.parametrize(("values", "error"), [
+    ({"rollout_batch_sise": 3}, "unknown option 'rollout_batch_sise' (did you mean 'rollout_batch_size'?)"),
+    ({"rm_typ": "math"}, "unknown option 'rm_typ' (did you mean 'rm_type'?)"),
+    ({"retriever_url": 3}, "option 'retriever_url' takes a str, got 3"),
+    ({"retriever_topk": "3"}, "option 'retriever_topk' takes a int, got '3'"),
+    ({"rollout_temprature": 0}, "did you mean 'rollout_temperature'?"),
+    ({"rollout_temperature": "hot"}, "option 'rollout_temperature' takes a float, got 'hot'"),
+])
+def test_unknown_keys_and_wrong_types_are_errors_with_a_did_you_mean(values, error, retriever_pm, tmp_path):
+    with pytest.raises(ValueError) as raised:
+        RolloutConfig.from_dict(values, pm=retriever_pm)
+    assert error in str(raised.value)
+    path = tmp_path / "run.json"
+    path.write_text(__import__("json").dumps(values))
+    with pytest.raises(ValueError, match=f"{path}: "):
+        RolloutConfig.from_file(path, pm=retriever_pm)
+
+
+def test_short_names_work_in_config_files_too():
+    args = RolloutConfig.from_dict({"rm": "f1", "data": "x.jsonl", "temperature": 0})
+    assert (args.rm_type, args.prompt_data, args.rollout_temperature) == ("f1", "x.jsonl", 0.0)
+
+
+def test_slime_arguments_rlsdk_ignores_are_accepted_with_slimes_defaults():
+    args = RolloutConfig.from_dict({"sglang_dp_size": 2, "use_distributed_post": True})
+    assert args.sglang_dp_size == 2 and args.use_distributed_post is True and args.rollout_num_engines == 1
+
+
+def test_the_installed_plugins_options_read_their_defaults_and_are_checked():
+    """rlsdk-generators declares max_turns and tool_call_format (installed in the test environment)."""
+    assert RolloutConfig().max_turns == 4 and RolloutConfig(max_turns=2).max_turns == 2
+    with pytest.raises(ValueError, match="'tool_call_format' must be one of auto, tag, json, got 'xml'"):
+        RolloutConfig(tool_call_format="xml")
+    with pytest.raises(ValueError, match="did you mean 'max_turns'"):
+        RolloutConfig(max_turn=2)
 
 
 def test_from_toml_file(tmp_path):
@@ -26,11 +77,6 @@ def test_from_toml_file(tmp_path):
     path.write_text('rm_type = "deepscaler"\nrollout_stop = ["</answer>"]\n')
     args = RolloutConfig.from_file(path)
     assert args.rm_type == "deepscaler" and args.rollout_stop == ["</answer>"]
-
-
-def test_strict_from_dict_suggests_the_option_meant():
-    with pytest.raises(ValueError, match="did you mean 'rollout_batch_size'"):
-        RolloutConfig.from_dict({"rollout_batch_sise": 3}, strict=True)
 
 
 def test_unknown_attribute_is_a_clear_error():

@@ -140,21 +140,9 @@ def test_a_broken_buffer_filter_is_named_and_loses_nothing(pm, data, name, probl
     assert names(ds.buffer) == ["p0", "p1", "p2"]
 
 
-def test_unknown_or_async_buffer_filter_fails_at_construction(pm, data):
+def test_unknown_buffer_filter_fails_at_construction(pm, data):
     with pytest.raises(PluginError, match="Choose one of: drop_stale, pop_first, pop_last"):
         make(pm, data, buffer_filter_path="pop_random")
-
-    async def later(args, rollout_id, buffer, num_samples):
-        return []
-
-    class Async:
-        @hookimpl
-        def rlsdk_buffer_filters(self):
-            yield BufferFilter(name="later", func=later)
-
-    pm.register(Async())
-    with pytest.raises(PluginError, match="is async"):
-        make(pm, data, buffer_filter_path="later")
 
 
 def test_state_is_json_and_restores_buffer_and_position(pm, data, tmp_path):

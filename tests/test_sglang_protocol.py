@@ -22,7 +22,7 @@ SINGLE = FACTS["single"][1]
 def served():
     import torch
 
-    from rlsdk_generators.embedded import EmbeddedEngine
+    from rlsdk_embedded import EmbeddedEngine
 
     torch.set_num_threads(2)
     with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=8)) as served:

@@ -276,7 +276,7 @@ def test_foreign_and_unknown_statuses_are_never_silently_recycled(rlsdk_pm, rlsd
     """slime's Status members count as rlsdk's (same values); an unknown status fails the sample with
     the cause, where it was once counted as aborted and recycled."""
     from rlsdk.concurrency import ConcurrencyLimit
-    from rlsdk.plugin_calls import StepPlugins, generate_sample
+    from rlsdk.plugin_calls import StepPlugins, call_custom_generate
     from rlsdk.records import CustomGenerate
 
     async def slime_generator(args, sample, sampling_params):
@@ -287,7 +287,7 @@ def test_foreign_and_unknown_statuses_are_never_silently_recycled(rlsdk_pm, rlsd
         CustomGenerate(name="slime_generator", func=slime_generator)])})(), "gen")
     args = rlsdk_args.replace(custom_generate_function_path="slime_generator")
     plugins = StepPlugins.resolve(args, rlsdk_pm)
-    [out] = asyncio.run(generate_sample(args, plugins, Sample(), {}, ConcurrencyLimit(1), False))
+    [out] = asyncio.run(call_custom_generate(args, plugins.custom_generate, Sample(), {}, ConcurrencyLimit(1)))
     assert out.status is Sample.Status(expected)
     if expected == "failed":
         assert "unknown status 'weird'" in out.metadata["generate_error"]
@@ -400,8 +400,8 @@ def test_slime_functions_get_slimes_own_samples_when_slime_is_installed(fake_sli
     out = asyncio.run(generate.func(rlsdk_args, sample, {}))
     assert out is sample and sample.status is Sample.Status.COMPLETED and sample.tokens == [1, 2]
 
-    plugins = type("Plugins", (), {"dynamic_filter": rlsdk_pm.resolve("dynamic_filter", f"{path}:zero_std")})
-    verdict = call_dynamic_filter(rlsdk_args, plugins, [sample])
+    zero_std = rlsdk_pm.resolve("dynamic_filter", f"{path}:zero_std")
+    verdict = asyncio.run(call_dynamic_filter(rlsdk_args, zero_std, [sample]))
     assert isinstance(verdict, DynamicFilterOutput) and (verdict.keep, verdict.reason) == (False, "zero_std_1.0")
 
     buffer = [[Sample(index=1)], [Sample(index=2)]]

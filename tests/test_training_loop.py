@@ -147,7 +147,7 @@ def test_an_engine_over_http_takes_the_weights_from_disk(tiny_llama, run_files, 
     """The path of an SGLang server (``--engine URL``): the trainer writes a Hugging Face folder, the engine
     loads it through ``/update_weights_from_disk`` and the trust check asks for prompt log-probs over HTTP.
     The server is ``rlsdk serve``'s, speaking SGLang's protocol, since SGLang needs a GPU."""
-    from rlsdk_generators.embedded.engine import EmbeddedEngine
+    from rlsdk_embedded.engine import EmbeddedEngine
 
     from rlsdk.testing import ServedEngine
 

@@ -52,7 +52,7 @@ def time_generate(folder: Path, prompts: list[list[int]], opts: argparse.Namespa
 
 async def time_engine(folder: Path, prompts: list[list[int]], opts: argparse.Namespace) -> dict[str, Any]:
     """The embedded engine with the whole batch in flight at once."""
-    from rlsdk_generators.embedded import EmbeddedEngine
+    from rlsdk_embedded import EmbeddedEngine
 
     engine = EmbeddedEngine(folder, device=opts.device, dtype=opts.dtype, max_batch_size=opts.batch)
     await engine.start()

@@ -17,7 +17,7 @@ fi
 out=${2:-$root/.gpu}
 mkdir -p "$out"
 rm -rf "$out/rlsdk-wheels" "$out/bench-model" "$out/benchmarks"
-for package in . plugins/rm_hub plugins/filter_hub plugins/generators plugins/search_r1; do
+for package in . plugins/rm_hub plugins/filter_hub plugins/embedded plugins/generators plugins/search_r1; do
   python3 -m pip wheel -q --no-deps -w "$out/rlsdk-wheels" "$root/$package"
 done
 PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \

@@ -45,10 +45,11 @@ def spread_multi_value_flags(argv: list[str]) -> list[str]:
     """``--flag a b c`` -> ``--flag a --flag b --flag c`` for :data:`SLIME_MULTI_VALUE_FLAGS`; the values run
     until the next token that starts with ``--`` (a flag left without a value stays, for the parser's error)."""
     out: list[str] = []
-    flag, pending = None, False
+    flag: str | None = None
+    pending = False  # a multi-value flag still waiting for its first value
     for token in argv:
         if token.startswith("--"):
-            if pending:
+            if pending and flag is not None:
                 out.append(flag)
             flag = token if token in SLIME_MULTI_VALUE_FLAGS else None
             pending = flag is not None
@@ -59,7 +60,7 @@ def spread_multi_value_flags(argv: list[str]) -> list[str]:
             pending = False
         else:
             out.append(token)
-    if pending:
+    if pending and flag is not None:
         out.append(flag)
     return out
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import asyncio
 import os
 import signal
@@ -48,7 +50,7 @@ def serve(
         raise typer.Exit(2) from None
 
 
-async def _serve(service: object, host: str, port: int, data_dir: str, options: dict[str, object]) -> None:
+async def _serve(service: object, host: str, port: int, data_dir: str, options: Mapping[str, object]) -> None:
     from rlsdk.rollout_buffer import start_buffer_server
 
     server = await start_buffer_server(service, host, port, **options)  # type: ignore[arg-type]

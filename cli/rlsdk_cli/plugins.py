@@ -103,7 +103,7 @@ def show_plugin(
         typer.echo(f"Error: no plugin provides {name!r}. Installed: {listing} (plugin may not be installed)",
                    err=True)
         raise typer.Exit(2)
-    entries = []
+    entries: list[dict[str, Any]] = []
     for k in kinds:
         try:
             resolved = pm.resolve(k, name)
@@ -127,6 +127,9 @@ def show_plugin(
             "description": record.description,
             "doc": inspect.getdoc(record.func) or "",
             **flags,
+            "options": [{"name": option.name, "type": option.type.__name__, "default": option.default,
+                         "help": option.help, **({"choices": list(option.choices)} if option.choices else {})}
+                        for option, info in pm.options().values() if info.plugin == resolved.info.plugin],
         })
     if as_json:
         typer.echo(json.dumps(entries if len(entries) > 1 else entries[0], indent=2))
@@ -137,8 +140,15 @@ def show_plugin(
         for key in ("distribution", "version", "entry_point", "callable", "signature", "async"):
             console.print(f"  {key}: {entry[key]}", highlight=False, markup=False)
         for key in set(entry) - {"name", "kind", "distribution", "version", "entry_point", "callable",
-                                 "signature", "async", "description", "doc"}:
+                                 "signature", "async", "description", "doc", "options"}:
             console.print(f"  {key}: {entry[key]}", highlight=False, markup=False)
+        if entry["options"]:
+            console.print(f"  options of {entry['distribution'] or entry['entry_point']} (--set NAME=VALUE, or "
+                          "--name-in-kebab-case):", highlight=False, markup=False)
+        for option in entry["options"]:
+            choices = f", one of {', '.join(map(str, option['choices']))}" if "choices" in option else ""
+            console.print(f"    {option['name']} ({option['type']}, default {option['default']!r}{choices}): "
+                          f"{option['help']}", highlight=False, markup=False)
         if entry["doc"]:
             console.print("\n" + entry["doc"] + "\n", highlight=False, markup=False)
 

@@ -11,23 +11,24 @@ from typing import Any
 
 import typer
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from rlsdk import RolloutConfig
+from rlsdk.config import ALIASES
 from rlsdk.errors import RlsdkError
 
 console = Console(stderr=True)
 
-PLUGIN_HELP = "A registered name (see `rlsdk plugins list`) or a dotted path pkg.mod:fn."
-
-
 def build_config(config: Path | None, options: dict[str, Any], extra: list[str]) -> RolloutConfig:
-    """The config file (if any), then every option given on the command line, then ``--set k=v``."""
+    """The config file (if any), then every option given on the command line, then ``--set k=v``; an unknown
+    key or a value of the wrong type, in any of them, is an error naming it."""
     overrides = {k: v for k, v in options.items() if v is not None and v != []}
     overrides.update(parse_set(extra))
-    if isinstance(overrides.get("apply_chat_template_kwargs"), str):
-        overrides["apply_chat_template_kwargs"] = json.loads(overrides["apply_chat_template_kwargs"])
+    for name, value in overrides.items():
+        if isinstance(value, str) and name in DICT_OPTIONS:
+            overrides[name] = json.loads(value)
     eval_data = overrides.pop("eval_data", [])
     if eval_data:
         overrides["eval_datasets"] = [dict(zip(("name", "path"), d.split("=", 1), strict=True)) for d in eval_data]
@@ -62,96 +63,72 @@ def parse_set(items: list[str]) -> dict[str, Any]:
     return values
 
 
-def _options(
+SPECIAL_FLAGS = {"apply_chat_template": ("--apply-chat-template/--no-chat-template",)}
+"""Options whose command-line form is not ``--`` and the name (or a short name of :data:`rlsdk.config.ALIASES`)."""
+NOT_FLAGS = frozenset({"resume", "sglang_router_ip", "sglang_router_port", "eval_datasets"})
+"""Options the command line does not take: ``--resume`` is the command's own, the engine sets the router's
+address, and eval datasets come as ``--eval-data NAME=PATH``."""
+DICT_OPTIONS = frozenset({"apply_chat_template_kwargs"})
+"""Options given as JSON on the command line."""
+
+
+def _common(
     config: Path | None = typer.Option(None, "--config", help="YAML, TOML or JSON file of options."),
-    rollout_function_path: str | None = typer.Option(None, "--rollout", "--rollout-function-path",
-                                                     help=f"generate_rollout. {PLUGIN_HELP}"),
-    eval_function_path: str | None = typer.Option(None, "--eval-rollout", "--eval-function-path",
-                                                  help="generate_rollout for eval."),
-    custom_generate_function_path: str | None = typer.Option(
-        None, "--custom-generate", "--custom-generate-function-path", help=f"custom_generate. {PLUGIN_HELP}"),
-    rm_type: str | None = typer.Option(None, "--rm", "--rm-type", help=f"reward. {PLUGIN_HELP}"),
-    custom_rm_path: str | None = typer.Option(None, "--custom-rm-path", help="A reward by dotted path."),
-    group_rm: bool | None = typer.Option(None, "--group-rm", help="The dotted-path reward scores whole groups."),
-    rm_url: str | None = typer.Option(None, "--rm-url", help="URL of the remote reward."),
-    reward_key: str | None = typer.Option(None, "--reward-key", help="Key of dict rewards for training."),
-    eval_reward_key: str | None = typer.Option(None, "--eval-reward-key", help="Key of dict rewards for eval."),
-    on_invalid_reward: str | None = typer.Option(None, "--on-invalid-reward",
-                                                 help="fail, drop_group or score (with --invalid-reward-value)."),
-    invalid_reward_value: float | None = typer.Option(None, "--invalid-reward-value"),
-    dynamic_sampling_filter_path: str | None = typer.Option(
-        None, "--dynamic-filter", "--dynamic-sampling-filter-path", help=f"dynamic_filter. {PLUGIN_HELP}"),
-    over_sampling_filter_path: str | None = typer.Option(
-        None, "--over-sampling-filter", "--over-sampling-filter-path", help=f"over_sampling_filter. {PLUGIN_HELP}"),
-    buffer_filter_path: str | None = typer.Option(None, "--buffer-filter", "--buffer-filter-path",
-                                                  help=f"buffer_filter. {PLUGIN_HELP}"),
-    engine: str | None = typer.Option(None, "--engine", help="embedded, sglang, an engine plugin, or a URL."),
-    model: str | None = typer.Option(None, "--model", help="Local Hugging Face model folder for the embedded engine."),
-    hf_checkpoint: str | None = typer.Option(None, "--hf-checkpoint", help="Tokenizer folder (for URL engines)."),
-    prompt_data: str | None = typer.Option(None, "--data", "--prompt-data", help="JSONL or Parquet[@[a:b]]."),
-    input_key: str | None = typer.Option(None, "--input-key"),
-    label_key: str | None = typer.Option(None, "--label-key"),
-    metadata_key: str | None = typer.Option(None, "--metadata-key"),
-    tool_key: str | None = typer.Option(None, "--tool-key"),
-    apply_chat_template: bool | None = typer.Option(None, "--apply-chat-template/--no-chat-template"),
-    apply_chat_template_kwargs: str | None = typer.Option(None, "--apply-chat-template-kwargs", help="JSON."),
-    rollout_max_prompt_len: int | None = typer.Option(None, "--rollout-max-prompt-len"),
-    rollout_shuffle: bool | None = typer.Option(None, "--rollout-shuffle"),
-    rollout_seed: int | None = typer.Option(None, "--rollout-seed", "--seed"),
-    num_rollout: int | None = typer.Option(None, "--num-rollout", help="Steps to run."),
-    rollout_batch_size: int | None = typer.Option(None, "--rollout-batch-size", help="Groups kept per step."),
-    n_samples_per_prompt: int | None = typer.Option(None, "--n-samples-per-prompt"),
-    over_sampling_batch_size: int | None = typer.Option(None, "--over-sampling-batch-size"),
-    rollout_max_response_len: int | None = typer.Option(None, "--rollout-max-response-len", "--max-new-tokens"),
-    rollout_temperature: float | None = typer.Option(None, "--rollout-temperature", "--temperature"),
-    rollout_top_p: float | None = typer.Option(None, "--rollout-top-p", "--top-p"),
-    rollout_top_k: int | None = typer.Option(None, "--rollout-top-k", "--top-k"),
-    rollout_stop: list[str] = typer.Option([], "--rollout-stop", help="Stop string (repeatable)."),
-    rollout_stop_token_ids: list[int] = typer.Option([], "--rollout-stop-token-ids", help="Repeatable."),
-    sglang_enable_deterministic_inference: bool | None = typer.Option(
-        None, "--deterministic", "--sglang-enable-deterministic-inference", help="Seed sample i with seed + i."),
-    sglang_server_concurrency: int | None = typer.Option(None, "--sglang-server-concurrency"),
-    partial_rollout: bool | None = typer.Option(None, "--partial-rollout"),
-    mask_offpolicy_in_partial_rollout: bool | None = typer.Option(None, "--mask-offpolicy-in-partial-rollout"),
     eval_data: list[str] = typer.Option([], "--eval-data", help="NAME=PATH of an eval dataset (repeatable)."),
-    eval_prompt_data: list[str] = typer.Option([], "--eval-prompt-data", help="slime's flat NAME PATH pairs."),
-    n_samples_per_eval_prompt: int | None = typer.Option(None, "--n-samples-per-eval-prompt"),
-    eval_interval: int | None = typer.Option(None, "--eval-interval", help="Eval every N steps."),
-    output_dir: str | None = typer.Option(None, "--output", "--output-dir", help="Output folder."),
     extra: list[str] = typer.Option([], "--set", help="KEY=VALUE for any option, plugins' own included."),
-) -> dict[str, Any]:
-    """The options shared by ``rlsdk run`` and ``rlsdk eval``; parameter names are RolloutConfig's."""
-    return dict(locals())
+) -> None:
+    """The options of ``rlsdk run`` and ``rlsdk eval`` that are not run options themselves."""
 
 
-def training_options() -> list[inspect.Parameter]:
-    """One ``--kebab-case`` option per field of :class:`~rlsdk.training.options.TrainingOptions`, with the
-    field's docstring as help: the training options' single source."""
-    from rlsdk.training.options import TrainingOptions, option_docs
+def option_parameters() -> list[inspect.Parameter]:
+    """One command-line option per run option: core's (:func:`rlsdk.config.core_options`, from RolloutConfig's
+    fields and docstrings) and those the installed plugins declare, each with its help and default."""
+    from rlsdk.config import core_options, installed_plugin_options
+    from rlsdk.training.options import TrainingOptions
 
-    docs = option_docs()
-    hints = typing.get_type_hints(TrainingOptions)
+    training = {f.name for f in dataclasses.fields(TrainingOptions)}
+    hints = typing.get_type_hints(RolloutConfig)
     params = []
-    for field in dataclasses.fields(TrainingOptions):
-        annotation = hints[field.name]
-        base = next((a for a in typing.get_args(annotation) if a is not type(None)), annotation)
-        default = f" [default: {field.default}]" if field.default not in (None, False) else ""
-        option = typer.Option(None, "--" + field.name.replace("_", "-"), help=docs.get(field.name, "") + default,
-                              rich_help_panel="Training")
-        params.append(inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=option,
-                                        annotation=typing.Optional[base]))  # noqa: UP045 (typer needs Optional)
+    for name, option in core_options().items():
+        if name not in NOT_FLAGS:
+            panel = "Training" if name in training else "Run"
+            params.append(_parameter(option, panel, hints[name]))
+    try:
+        declared = installed_plugin_options()
+    except RlsdkError:  # two plugins declaring one option differently: `rlsdk run` itself says so
+        declared = {}
+    for name, (option, info) in sorted(declared.items()):
+        params.append(_parameter(option, f"Plugin options ({info.distribution or info.plugin})", None))
     return params
 
 
+def _parameter(option: Any, panel: str, hint: Any) -> inspect.Parameter:
+    default = option.default
+    unset = default is None or default is False or default == [] or default == {}
+    choices = f" One of: {', '.join(map(str, option.choices))}." if option.choices else ""
+    help_text = escape((option.help or "") + choices + ("" if unset else f" (default: {default})"))
+    names = [short for short, name in ALIASES.items() if name == option.name] + [option.name]
+    flags = SPECIAL_FLAGS.get(option.name) or tuple("--" + n.replace("_", "-") for n in names)
+    if option.type is list:
+        items = [a for a in typing.get_args(hint) if a is not type(None)] if hint is not None else []
+        item = (typing.get_args(items[0]) or (str,))[0] if items else str
+        return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, annotation=typing.cast(Any, list)[item],
+                                 default=typer.Option([], *flags, help=help_text + " (repeatable)",
+                                                      rich_help_panel=panel))
+    kind = str if option.type is dict else option.type
+    return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY,
+                             annotation=typing.Optional[kind],  # noqa: UP045 (typer needs Optional)
+                             default=typer.Option(None, *flags, help=help_text, rich_help_panel=panel))
+
+
 def with_run_options(func: Any) -> Any:
-    """Give a command every option of :func:`_options` and the training options (typer reads the
+    """Give a command ``--config``, ``--eval-data``, ``--set`` and one option per run option (typer reads the
     signature), passed as ``**options``."""
-    hints = {**typing.get_type_hints(_options), **typing.get_type_hints(func)}
+    hints = {**typing.get_type_hints(_common), **typing.get_type_hints(func)}
     own = [p for p in inspect.signature(func).parameters.values() if p.kind is not p.VAR_KEYWORD]
-    params = [p.replace(annotation=hints[p.name])
-              for p in own + list(inspect.signature(_options).parameters.values())]
-    keyword = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
-    func.__signature__ = inspect.Signature(keyword + training_options())
+    params = [p.replace(annotation=hints[p.name], kind=inspect.Parameter.KEYWORD_ONLY)
+              for p in own + list(inspect.signature(_common).parameters.values())]
+    func.__signature__ = inspect.Signature(params + option_parameters())
     return func
 
 
@@ -210,7 +187,8 @@ def evaluate(**options: Any) -> None:
     extra = options.pop("extra")
     args = build_config(options.pop("config"), options, extra)
     if not args.eval_datasets and not args.eval_prompt_data:
-        args.eval_datasets = [{"name": Path(args.prompt_data).stem, "path": args.prompt_data}]
+        data = str(args.prompt_data)  # with_default_data set it
+        args.eval_datasets = [{"name": Path(data).stem, "path": data}]
     from rlsdk.job import run_eval, running
 
     try:

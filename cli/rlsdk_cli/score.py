@@ -85,8 +85,11 @@ def score(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pm = get_plugin_manager()
-    args = RolloutConfig(rm_type=rm, rm_url=rm_url, reward_key=reward_key, reward_timeout=timeout,
-                         grader_timeout=min(timeout, RolloutConfig.grader_timeout), grader_workers=workers)
+    given = {"rm_type": rm, "reward_key": reward_key, "reward_timeout": timeout, "rm_url": rm_url,
+             "grader_workers": workers}  # the last two are rm_hub's options
+    args = RolloutConfig.from_dict({k: v for k, v in given.items() if v is not None}, pm=pm)
+    if "grader_timeout" in args.extra:  # grading in a worker stops within the reward's own timeout
+        args.extra["grader_timeout"] = min(timeout, args.extra["grader_timeout"])
     if group_rm:
         args = args.replace(rm_type=rm, custom_rm_path=rm, group_rm=True)
     err = Console(stderr=True)

@@ -1,23 +1,30 @@
-"""``rlsdk serve``: the embedded engine over HTTP with SGLang's native endpoints."""
+"""``rlsdk serve``: an engine plugin (the embedded engine by default) over HTTP with SGLang's native endpoints."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
 from pathlib import Path
+from typing import Any
 
 import typer
 
 
 def serve(
+    engine: str = typer.Option("embedded", "--engine", help="The engine plugin to serve, by name "
+                               "(`rlsdk plugins list --kind engine`) or dotted path."),
     model: str | None = typer.Option(None, "--model", help="Local Hugging Face model folder; default SmolLM2-135M-Instruct."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; anything but loopback needs a token."),
     port: int = typer.Option(30000, "--port", help="Port to listen on (0 picks a free one)."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32 (exact log-probs) or bfloat16."),
-    max_batch_size: int = typer.Option(64, "--max-batch-size", help="Requests decoded together."),
+    device: str | None = typer.Option(None, "--device", help="auto, cpu or cuda (engine_device)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="float32 (exact log-probs) or bfloat16 (engine_dtype)."),
+    max_batch_size: int | None = typer.Option(None, "--max-batch-size", help="Requests decoded together."),
     cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Folder for the converted default model."),
     threads: int | None = typer.Option(None, "--threads", help="CPU threads for torch (default: all cores but one)."),
+    static_decode: bool | None = typer.Option(None, "--static-decode/--no-static-decode",
+                                              help="Decode over fixed buffers (CUDA graphs on CUDA)."),
+    settings: list[str] = typer.Option([], "--set", help="KEY=VALUE: any engine setting, the engine plugin's own "
+                                       "included (e.g. sglang_url for --engine sglang)."),
     token: str | None = typer.Option(None, "--token", envvar="RLSDK_SERVE_TOKEN",
                                      help="Bearer token required from clients (needed off loopback)."),
     max_connections: int = typer.Option(1024, "--max-connections", min=1,
@@ -32,42 +39,53 @@ def serve(
 ) -> None:
     """Serve the embedded engine with SGLang's protocol (/generate, /model_info, /abort_request, ...) and an
     OpenAI-compatible /v1/chat/completions that records token-exact sessions."""
+    from rlsdk import get_plugin_manager
+    from rlsdk.errors import RlsdkError
+    from rlsdk.plugin_calls import call_engine
     from rlsdk.protocol import SERVE_TOKEN_ENV
     from rlsdk.service_guard import check_binding
-    from rlsdk_generators.embedded import EmbeddedEngine, ModelNotFoundError
 
+    flags = {"model": model, "engine_device": device, "engine_dtype": dtype, "engine_max_batch_size": max_batch_size,
+             "model_cache_dir": str(cache_dir) if cache_dir else None, "engine_threads": threads,
+             "engine_static_decode": static_decode}
     try:
         check_binding("rlsdk serve", host, token, SERVE_TOKEN_ENV)
-    except ValueError as exc:
+        if upstream is not None:
+            if model is None:
+                raise ValueError("--upstream needs --model: the served model's tokenizer folder")
+            asyncio.run(_serve_chat(upstream, model, host, port, tool_call_parser, token=token,
+                                    max_connections=max_connections))
+            return
+        args = engine_args(flags, settings)
+        pm = get_plugin_manager()
+        built = call_engine(pm.resolve("engine", engine), args)
+        asyncio.run(_serve(built, host, port, token=token, weights_dirs=allow_weights_dir,
+                           max_connections=max_connections, pm=pm, tool_call_parser=tool_call_parser))
+    except (RlsdkError, ValueError) as exc:
         typer.secho(f"error: {exc}", err=True, fg="red")
         raise typer.Exit(2) from None
-    if upstream is not None:
-        if model is None:
-            typer.secho("error: --upstream needs --model: the served model's tokenizer folder", err=True, fg="red")
-            raise typer.Exit(2)
-        asyncio.run(_serve_chat(upstream, model, host, port, tool_call_parser, token=token,
-                                max_connections=max_connections))
-        return
-    engine = EmbeddedEngine(model, device=device, dtype=dtype, max_batch_size=max_batch_size, cache_dir=cache_dir,
-                            threads=threads)
-    try:
-        asyncio.run(_serve(engine, host, port, token=token, weights_dirs=allow_weights_dir,
-                           max_connections=max_connections, tool_call_parser=tool_call_parser))
-    except ModelNotFoundError as exc:
-        typer.secho(f"error: {exc}", err=True, fg="red")
-        raise typer.Exit(2) from exc
     except OSError as exc:
         typer.secho(f"error: cannot listen on {host}:{port}: {exc}", err=True, fg="red")
         raise typer.Exit(2) from exc
 
 
-async def _serve(engine: object, host: str, port: int, **server_options: object) -> None:
+def engine_args(flags: dict[str, Any], settings: list[str]) -> Any:
+    """The run configuration the engine factory reads: the given flags, then ``--set`` (checked, as a run's)."""
+    from rlsdk import RolloutConfig
+
+    from .run import parse_set
+
+    values = {k: v for k, v in flags.items() if v is not None}
+    return RolloutConfig.from_dict({**values, **parse_set(settings)})
+
+
+async def _serve(engine: Any, host: str, port: int, **server_options: Any) -> None:
     from rlsdk.runtime import tuned_garbage_collector
     from rlsdk.serve import start_server
 
-    await engine.start()  # type: ignore[attr-defined]
-    handle = await start_server(engine, host, port, **server_options)  # type: ignore[arg-type]
-    info = await engine.model_info()  # type: ignore[attr-defined]
+    await engine.start()
+    handle = await start_server(engine, host, port, **server_options)
+    info = await engine.model_info()
     typer.echo(f"rlsdk serve: {info['model_path']} at {handle.url} (Ctrl-C stops)", err=True)
     try:
         with tuned_garbage_collector():

@@ -12,7 +12,7 @@ def boxed_contents(text: str) -> list[str]:
 
     An unclosed box is ignored. Linear in the length of ``text``.
     """
-    found = []
+    found: list[str] = []
     pos = 0
     while True:
         match = _BOXED.search(text, pos)

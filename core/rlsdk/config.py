@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import tomllib
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .training.options import ADVANTAGE_ESTIMATORS, KL_LOSS_TYPES, LOSS_TYPES, TrainingOptions
+from .records import Option
+from .training.options import ADVANTAGE_ESTIMATORS, KL_LOSS_TYPES, LOSS_TYPES, TrainingOptions, option_docs
 
 DEFAULT_DATASET = Path(__file__).parent / "datasets" / "arithmetic-train.jsonl"
 DEFAULT_EVAL_DATASET = Path(__file__).parent / "datasets" / "arithmetic-eval.jsonl"
@@ -21,13 +25,22 @@ DEMO_TRAINING = {"num_rollout": 16, "rollout_batch_size": 8, "n_samples_per_prom
                  "rollout_max_response_len": 40, "eval_interval": 4, "n_samples_per_eval_prompt": 2,
                  "rollout_shuffle": True}
 """``rlsdk run --train`` on the shipped data: settings that apply unless given (others keep slime's defaults)."""
+ALIASES = {
+    "rollout": "rollout_function_path", "eval_rollout": "eval_function_path",
+    "custom_generate": "custom_generate_function_path", "rm": "rm_type",
+    "dynamic_filter": "dynamic_sampling_filter_path", "over_sampling_filter": "over_sampling_filter_path",
+    "buffer_filter": "buffer_filter_path", "data": "prompt_data", "seed": "rollout_seed",
+    "max_new_tokens": "rollout_max_response_len", "temperature": "rollout_temperature", "top_p": "rollout_top_p",
+    "top_k": "rollout_top_k", "deterministic": "sglang_enable_deterministic_inference", "output": "output_dir",
+}
+"""Short names of options (``--rm``, ``rm:`` in a config file) beside slime's long ones."""
 
 
-@dataclass
+@dataclass(init=False)
 class RolloutConfig(TrainingOptions):
-    """Everything a run needs: the rollout step's options here, the trainer's in
-    :class:`~rlsdk.training.options.TrainingOptions`. Unknown keys from a config file land in ``extra`` and read as
-    attributes, so a plugin can take options of its own (``args.retriever_url``)."""
+    """Everything a run needs: core's options, the rollout step's here and the trainer's in
+    :class:`~rlsdk.training.options.TrainingOptions`. Plugins declare options of their own (``rlsdk_options``):
+    they are kept in ``extra`` and read as attributes (``args.retriever_url``), their default when unset."""
 
     # --- plugins, by registered name or dotted path ---
     rollout_function_path: str = "sglang"
@@ -42,8 +55,6 @@ class RolloutConfig(TrainingOptions):
     """A reward by dotted path that takes precedence over ``rm_type`` (slime's ``--custom-rm-path``)."""
     group_rm: bool = False
     """Call a dotted-path reward once per group with the list of samples."""
-    rm_url: str | None = None
-    """URL of the remote reward model for the ``remote`` reward."""
     reward_key: str | None = None
     """Key selecting the training reward from dict rewards."""
     eval_reward_key: str | None = None
@@ -57,35 +68,12 @@ class RolloutConfig(TrainingOptions):
     ``continue`` goes on to the next step."""
     reward_timeout: float = 60.0
     """Wall-clock seconds one sample's reward (or one group reward) may take before it is marked invalid."""
-    grader_timeout: float = 10.0
-    """Seconds one grading may run in a worker process (``math``, ``slime_math``, ``deepscaler``)
-    before the worker is killed and the sample marked invalid."""
-    grader_workers: int | None = None
-    """Worker processes for CPU-heavy grading; default ``min(4, cpu_count)``."""
-    rm_request_timeout: float = 30.0
-    """Seconds per HTTP request of the ``remote`` reward."""
-    rm_retries: int = 3
-    """Retries of the ``remote`` reward on connection errors, timeouts and 5xx (never on 4xx)."""
-    rm_backoff: float = 0.5
-    """Base seconds of the ``remote`` reward's exponential backoff (full jitter) between retries."""
-    rm_max_connections: int = 64
-    """Connections the ``remote`` reward keeps open to its server at most."""
     dynamic_sampling_filter_path: str | None = None
     """The dynamic_filter plugin applied to each finished group; none keeps every group."""
     over_sampling_filter_path: str | None = None
     """The over_sampling_filter plugin that orders kept groups before the batch is cut."""
     buffer_filter_path: str = "pop_first"
     """The buffer_filter plugin that chooses which buffered groups are served first."""
-    buffer_max_staleness: int | None = None
-    """For the ``drop_stale`` buffer filter: drop (and count) buffered groups whose generation started
-    more than this many steps before the current one; none keeps every group."""
-    dynamic_filter_metric_key: str = "acc"
-    """For the ``check_metric_nonzero_std`` dynamic filter: the dict-reward key it reads (e.g. DAPO's
-    ``acc``) instead of the shaped reward selected by ``reward_key``."""
-    reward_range_min: float = 0.0
-    """For the ``reward_range`` dynamic filter: groups need a mean reward strictly above this."""
-    reward_range_max: float = 1.0
-    """For the ``reward_range`` dynamic filter: groups need a mean reward strictly below this."""
 
     # --- engine ---
     engine: str = "embedded"
@@ -111,20 +99,6 @@ class RolloutConfig(TrainingOptions):
     exponential backoff; then the sample fails with the reason and its prompt is served again later."""
     sglang_backoff: float = 0.25
     """Base seconds of the ``sglang`` engine's exponential backoff (full jitter, at most 10 s a wait)."""
-    engine_device: str = "auto"
-    """Device of the embedded engine: ``auto`` (CUDA when available), ``cpu`` or ``cuda``."""
-    engine_dtype: str = "float32"
-    """Weights dtype of the embedded engine; float32 keeps log-probs exact, ``bfloat16`` is faster on GPU."""
-    engine_max_batch_size: int = 64
-    """Rows the embedded engine decodes together; further requests wait."""
-    engine_static_decode: bool | None = None
-    """Embedded engine: decode steps over fixed cache buffers, replayed from CUDA graphs on CUDA (default
-    there for models whose layers all attend to the whole context); ``false``: every step eager."""
-    engine_threads: int | None = None
-    """CPU threads for the embedded engine's torch; default all cores but one."""
-    model_cache_dir: str | None = None
-    """Folder for the embedded engine's converted default model; default ``$RLSDK_CACHE_DIR/models`` or
-    ``~/.cache/rlsdk/models``."""
 
     # --- data ---
     prompt_data: str | None = None
@@ -187,24 +161,11 @@ class RolloutConfig(TrainingOptions):
     # --- multi-turn and agents ---
     rollout_max_context_len: int | None = None
     """Prompt plus response tokens allowed per sample; multi-turn generators clamp each turn to it."""
-    max_turns: int = 4
-    """Model turns per sample in multi-turn generators."""
-    tool_names: list[str] = field(default_factory=list)
-    """Tool plugins the ``multi_turn`` generator may call; empty: those named in ``metadata["tools"]``."""
-    tool_call_format: str = "auto"
-    """How ``multi_turn`` reads tool calls: ``tag`` (``<name>...</name>``), ``json`` (the chat
-    template's ``<tool_call>`` JSON) or ``auto`` (either)."""
     agent_function_path: str | None = None
     """The agent plugin (or dotted path) the ``openai_agent`` custom_generate runs for each sample."""
     tool_call_parser: str = "auto"
     """How ``/v1/chat/completions`` reads tool calls: a tool_call_parser plugin (``json``, ``hermes``) or
     ``auto`` (``hermes`` for chat templates that write ``<tool_call>``, else ``json``)."""
-    rollout_buffer_url: str | None = None
-    """Address of ``rlsdk buffer serve`` for the ``rollout_buffer`` rollout (slime's ``--rollout-buffer-url``)."""
-    rollout_task_type: str | None = None
-    """The task_generator plugin the ``rollout_buffer`` rollout starts on the buffer service."""
-    rollout_buffer_wait: float = 600.0
-    """Seconds the ``rollout_buffer`` rollout waits for enough complete groups before failing."""
 
     # --- eval ---
     eval_prompt_data: list[str] = field(default_factory=list)
@@ -226,16 +187,39 @@ class RolloutConfig(TrainingOptions):
     """Continue from the state saved in ``output_dir``."""
 
     extra: dict[str, Any] = field(default_factory=dict)
-    """Options not known to rlsdk, kept for plugins."""
+    """The plugins' options given for this run (and slime's arguments that rlsdk has no option for)."""
+
+    def __init__(self, **values: Any) -> None:
+        """Core options by keyword, and the installed plugins' options (kept in ``extra``); an unknown key is a
+        ValueError with a did-you-mean. ``extra`` itself is taken as given (it was checked when built)."""
+        extra = dict(values.pop("extra", None) or {})
+        fields = [f for f in dataclasses.fields(self) if f.name != "extra"]
+        names = {f.name for f in fields}
+        loose = {key: values.pop(key) for key in [k for k in values if k not in names]}
+        if loose:  # only then are the installed plugins loaded
+            extra.update(plugin_values(loose, installed_options()))
+        for f in fields:
+            if f.name in values:
+                value = values[f.name]
+            else:
+                value = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            setattr(self, f.name, value)
+        self.extra = extra
+        self.__post_init__()
 
     def __getattr__(self, name: str) -> Any:
+        """A plugin option (set in ``extra``, else its declared default) or one of slime's arguments."""
         extra = self.__dict__.get("extra", {})
         if name in extra:
             return extra[name]
-        from .slime_args import SLIME_ARG_DEFAULTS  # slime's arguments that slime functions read
+        if not name.startswith("_"):
+            declared = installed_options()
+            if name in declared:
+                return declared[name].default
+            from .slime_args import SLIME_ARG_DEFAULTS  # slime's arguments that slime functions read
 
-        if name in SLIME_ARG_DEFAULTS:
-            return SLIME_ARG_DEFAULTS[name]
+            if name in SLIME_ARG_DEFAULTS:
+                return SLIME_ARG_DEFAULTS[name]
         raise AttributeError(f"{type(self).__name__} has no option {name!r}")
 
     def __post_init__(self) -> None:
@@ -247,8 +231,6 @@ class RolloutConfig(TrainingOptions):
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.on_bad_row not in ("error", "skip"):
             raise ValueError(f"on_bad_row must be error or skip, got {self.on_bad_row!r}")
-        if self.tool_call_format not in ("auto", "tag", "json"):
-            raise ValueError(f"tool_call_format must be auto, tag or json, got {self.tool_call_format!r}")
         if self.on_failed_step not in ("fail", "continue"):
             raise ValueError(f"on_failed_step must be fail or continue, got {self.on_failed_step!r}")
         if self.on_invalid_reward not in ("fail", "drop_group", "score"):
@@ -269,25 +251,22 @@ class RolloutConfig(TrainingOptions):
         return [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], *, strict: bool = False) -> RolloutConfig:
-        """Build from a mapping; dashes in keys become underscores. Unknown keys go to ``extra``
-        (or raise, with a suggestion, when ``strict``)."""
-        known = set(cls.option_names())
-        kwargs: dict[str, Any] = {}
-        extra: dict[str, Any] = dict(values.get("extra", {}))
-        for key, value in values.items():
-            if key == "extra":
-                continue
-            name = key.replace("-", "_")
-            if name in known:
-                kwargs[name] = value
-            elif strict:
-                close = difflib.get_close_matches(name, known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ValueError(f"unknown option {key!r}{hint}")
-            else:
-                extra[name] = value
-        return cls(**kwargs, extra=extra)
+    def from_dict(cls, values: dict[str, Any], *, pm: Any = None) -> RolloutConfig:
+        """Build from a mapping (a config file, ``--set``, the command line); dashes in keys become underscores.
+
+        Every value is checked against its option: core's (this class's fields), the options the plugins of
+        ``pm`` declare (default: the installed ones; they land in ``extra``, with the defaults of the rest when
+        ``pm`` is given) or slime's arguments. An unknown key or a value of the wrong type is a ValueError
+        naming it, with a did-you-mean."""
+        declared = declared_options(pm)
+        given = {ALIASES.get(k, k): v for k, v in ((k.replace("-", "_"), v) for k, v in values.items()) if k != "extra"}
+        given.update(values.get("extra") or {})
+        core = core_options()
+        core_values = {key: core[key].check(value) for key, value in given.items() if key in core}
+        extra = plugin_values({k: v for k, v in given.items() if k not in core}, declared)
+        if pm is not None:
+            extra = {**{name: option.default for name, option in declared.items()}, **extra}
+        return cls(**core_values, extra=extra)
 
     @staticmethod
     def read_file(path: str | Path) -> dict[str, Any]:
@@ -305,9 +284,12 @@ class RolloutConfig(TrainingOptions):
         return values
 
     @classmethod
-    def from_file(cls, path: str | Path, **overrides: Any) -> RolloutConfig:
+    def from_file(cls, path: str | Path, *, pm: Any = None, **overrides: Any) -> RolloutConfig:
         """Build from a YAML, TOML or JSON file, then apply ``overrides`` (e.g. from the CLI)."""
-        return cls.from_dict({**cls.read_file(path), **overrides})
+        try:
+            return cls.from_dict({**cls.read_file(path), **overrides}, pm=pm)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
 
     def with_default_data(self, given: set[str] | frozenset[str] = frozenset()) -> RolloutConfig:
         """With no ``prompt_data``: the shipped arithmetic training set, its ``label`` key and the chat
@@ -333,3 +315,72 @@ class RolloutConfig(TrainingOptions):
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def plugin_values(values: dict[str, Any], declared: dict[str, Option]) -> dict[str, Any]:
+    """``values`` of plugins' options (checked) and slime's arguments; anything else is a ValueError naming the
+    closest known option."""
+    checked = {}
+    for key, value in values.items():
+        if key in declared:
+            checked[key] = declared[key].check(value)
+        elif key in slime_argument_names():
+            checked[key] = value
+        else:
+            known = [*RolloutConfig.option_names(), *declared, *slime_argument_names()]
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else " (see `rlsdk run --help`)"
+            raise ValueError(f"unknown option {key!r}{hint}")
+    return checked
+
+
+@functools.cache
+def core_options() -> dict[str, Option]:
+    """Core's options, one per field of :class:`RolloutConfig` (its training options included), with the
+    field's type, default and docstring: the single source of ``rlsdk run``'s options and their checks."""
+    docs = {**option_docs(TrainingOptions), **option_docs(RolloutConfig)}
+    hints = typing.get_type_hints(RolloutConfig)
+    options = {}
+    for f in dataclasses.fields(RolloutConfig):
+        if f.name == "extra":
+            continue
+        kind = hints[f.name]
+        if isinstance(kind, types.UnionType):  # X | None
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        base = typing.get_origin(kind) or kind
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        options[f.name] = Option(name=f.name, type=base, default=default, help=docs.get(f.name, ""))
+    return options
+
+
+@functools.cache
+def installed_plugin_options() -> dict[str, tuple[Option, Any]]:
+    """Name -> (option, provenance) of the options the installed plugins declare; their plugin manager is loaded
+    once per process, quietly (a plugin that fails to load is reported by the run's own manager)."""
+    import warnings
+
+    from .manager import get_plugin_manager
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return get_plugin_manager().options()
+
+
+def installed_options() -> dict[str, Option]:
+    """The options the installed plugins declare."""
+    return {name: option for name, (option, _) in installed_plugin_options().items()}
+
+
+def declared_options(pm: Any) -> dict[str, Option]:
+    """The options the plugins of ``pm`` declare (None: the installed plugins')."""
+    if pm is None:
+        return installed_options()
+    return {name: option for name, (option, _) in pm.options().items()}
+
+
+@functools.cache
+def slime_argument_names() -> frozenset[str]:
+    """slime's arguments rlsdk has no option for but accepts, for slime functions that read them."""
+    from .slime_args import SLIME_ARG_DEFAULTS
+
+    return frozenset(SLIME_ARG_DEFAULTS)

@@ -14,10 +14,10 @@ _SPEC_META_KEYS = {"spec_accept_token_num": "spec_accept_token_num", "spec_draft
 class _Counters:
     """Integer counters that round-trip through plain dicts (missing keys are 0)."""
 
-    __slots__ = ()
+    __slots__: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
+        return {name: getattr(self, name) for name in self.__slots__}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Any:

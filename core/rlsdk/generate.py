@@ -10,6 +10,7 @@ from __future__ import annotations
 from operator import itemgetter
 from typing import Any
 
+from .protocol import EngineError
 from .runtime import get_runtime
 from .types import Sample
 
@@ -81,8 +82,10 @@ def remaining_budget(sample: Sample, sampling_params: dict[str, Any]) -> int:
     return int(sampling_params.get("max_new_tokens", 0)) - sample.response_length
 
 
-def apply_output(sample: Sample, output: dict[str, Any]) -> Sample:
+def apply_output(sample: Sample, output: dict[str, Any] | list[dict[str, Any]]) -> Sample:
     """Append one ``/generate`` response to the sample: tokens, log-probs, text, status."""
+    if isinstance(output, list):  # the engine's answer to a batch, which a single request never is
+        raise EngineError(f"the engine answered one request with {len(output)} responses")
     meta = output["meta_info"]
     entries = meta.get("output_token_logprobs") or []
     # it makes lists of them, the log-probs floats

@@ -19,6 +19,7 @@ from .records import (
     Engine,
     GenerateRollout,
     Loss,
+    Option,
     OverSamplingFilter,
     Reward,
     TaskGenerator,
@@ -456,4 +457,28 @@ def rlsdk_losses() -> Iterable[Loss]:
         @hookimpl
         def rlsdk_losses():
             yield Loss(name="reinforce", func=reinforce, description="Plain REINFORCE")
+    """
+
+
+# -------------------------------------------------------------------------
+# Options
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def rlsdk_options() -> Iterable[Option]:
+    """Declare the run options this plugin reads from ``args``: ``rlsdk run --help`` and ``rlsdk plugins show``
+    list them, and a config file, ``--set`` or a flag with a wrong type or a misspelled key is an error.
+    ``args.<name>`` reads the option's default when the run does not set it.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import Option, hookimpl
+
+        @hookimpl
+        def rlsdk_options():
+            yield Option(name="retriever_url", type=str, help="URL of the retrieval server")
+            yield Option(name="retriever_topk", type=int, default=3, help="Passages per search")
     """

@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 
 from .errors import RlsdkError
 from .manager import RlsdkPluginManager, get_plugin_manager
+from .plugin_calls import call_engine, call_eval_rollout, call_generate_rollout
 from .records import Resolved
 from .report import RunReport
 from .runtime import Runtime, bind_runtime, tuned_garbage_collector
@@ -69,7 +70,7 @@ def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime
     from .engine_health import check_engine_health
     from .serve import start_server
 
-    runtime = Runtime(pm, engine.func(args))
+    runtime = Runtime(pm, call_engine(engine, args))
     try:
         runtime.run(runtime.engine.start())
         # a dead or broken engine stops the run here, before any data is taken
@@ -82,8 +83,9 @@ def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime
             url = server.url
         parsed = urlparse(url)
         args.sglang_router_ip, args.sglang_router_port = parsed.hostname, parsed.port
-        if not args.hf_checkpoint and getattr(runtime.engine, "model_path", None):
-            args.hf_checkpoint = str(runtime.engine.model_path)  # slime's functions load tokenizers from it
+        model_path = getattr(runtime.engine, "model_path", None)
+        if not args.hf_checkpoint and model_path:
+            args.hf_checkpoint = str(model_path)  # slime's functions load tokenizers from it
         runtime.tokenizer = getattr(runtime.engine, "tokenizer", None) or load_tokenizer(args)
     except BaseException:
         close_runtime(runtime)
@@ -224,32 +226,6 @@ def resumed_settings(folder: str | Path, given: dict[str, Any]) -> dict[str, Any
     return {**settings, **given, "resume": True}
 
 
-def as_train_output(result: Any) -> RolloutFnTrainOutput:
-    """slime accepts a bare list of groups from generate_rollout; so do we."""
-    if isinstance(result, RolloutFnTrainOutput):
-        return result
-    if isinstance(result, list) and all(isinstance(g, list) and all(isinstance(s, Sample) for s in g)
-                                        for g in result):
-        return RolloutFnTrainOutput(samples=result)
-    raise TypeError(f"generate_rollout returned {type(result).__name__}: expected RolloutFnTrainOutput "
-                    "or a list of groups of samples")
-
-
-def as_eval_output(result: Any) -> RolloutFnEvalOutput:
-    if isinstance(result, RolloutFnEvalOutput):
-        return result
-    if isinstance(result, dict):
-        return RolloutFnEvalOutput(data=result)
-    raise TypeError(f"eval generate_rollout returned {type(result).__name__}: expected RolloutFnEvalOutput")
-
-
-def call_rollout(runtime: Runtime, resolved: Resolved, *args: Any, **kwargs: Any) -> Any:
-    """Call a generate_rollout from the main thread: sync ones directly, async ones on the run's loop."""
-    if resolved.is_async:
-        return runtime.run(resolved.func(*args, **kwargs))
-    return resolved.func(*args, **kwargs)
-
-
 @contextmanager
 def running(args: Any, pm: RlsdkPluginManager | None = None) -> Iterator[tuple[Runtime, dict[str, Resolved]]]:
     """Resolve the run's plugins, then start the engine; close everything on the way out."""
@@ -299,8 +275,7 @@ def run_job(
             output.save_state(output.run_state(0, data_source.state_dict(), args, runtime.pm))
         for rollout_id in range(first, args.num_rollout):
             # generate_rollout: one whole step
-            result = as_train_output(call_rollout(runtime, plugins["generate_rollout"], args, rollout_id,
-                                                  data_source))
+            result = call_generate_rollout(runtime, plugins["generate_rollout"], args, rollout_id, data_source)
             if training is not None and result.samples:
                 # trainer: learn from the kept groups, sync the engine, check it serves the new weights
                 result.metrics.update(training.train(rollout_id, result))
@@ -380,4 +355,4 @@ def check_images(runtime: Runtime, data_source: Any) -> None:
 def run_eval(args: Any, runtime: Runtime, plugins: dict[str, Resolved], rollout_id: int) -> RolloutFnEvalOutput:
     """generate_rollout with ``evaluation=True`` (the eval function, else the rollout function)."""
     resolved = plugins.get("eval", plugins["generate_rollout"])
-    return as_eval_output(call_rollout(runtime, resolved, args, rollout_id, None, evaluation=True))
+    return call_eval_rollout(runtime, resolved, args, rollout_id)

@@ -14,9 +14,11 @@ import pluggy
 from . import hookspecs
 from .errors import PluginConflictError, PluginError, UnknownPluginError
 from .loading import check_signature, is_async_callable, is_path, load_callable
-from .records import KINDS, RECORD_TYPES, PluginInfo, PluginRecord, Resolved, hook_name, normalize_name
+from .records import KINDS, RECORD_TYPES, Option, PluginInfo, PluginRecord, Resolved, hook_name, normalize_name
 
 ENTRY_POINT_GROUP = "rlsdk"
+CORE_DISTRIBUTION = "rlsdk"
+"""Core's own plugins (the defaults and the torch trainer) are this distribution's entry points."""
 STRICT_ENV = "RLSDK_STRICT_PLUGINS"
 DISABLE_ENV = "RLSDK_DISABLE_PLUGINS"
 
@@ -40,6 +42,7 @@ class RlsdkPluginManager(pluggy.PluginManager):
         self.failures: list[PluginLoadFailure] = []
         self._infos: dict[str, PluginInfo] = {}
         self._tables: dict[str, dict[str, list[tuple[PluginRecord, PluginInfo]]]] | None = None
+        self._options: dict[str, tuple[Option, PluginInfo]] | None = None
 
     # ----- registration -----------------------------------------------------------------------
 
@@ -52,28 +55,33 @@ class RlsdkPluginManager(pluggy.PluginManager):
             self.check_pending()
         except pluggy.PluginValidationError as exc:
             self.unregister(name=registered)
-            raise PluginError(f"plugin {registered!r}: {exc} (known hooks: {', '.join(map(hook_name, KINDS))})") from None
+            hooks = ", ".join([*map(hook_name, KINDS), "rlsdk_options"])
+            raise PluginError(f"plugin {registered!r}: {exc} (known hooks: {hooks})") from None
         module = getattr(plugin, "__name__", None) or type(plugin).__module__
         self._infos[registered] = info or PluginInfo(plugin=registered, module=module)
-        self._tables = None
+        self._tables = self._options = None
         return registered
 
     def unregister(self, plugin: Any = None, name: str | None = None) -> Any:
         result = super().unregister(plugin, name)
         self._infos = {k: v for k, v in self._infos.items() if self.has_plugin(k)}
-        self._tables = None
+        self._tables = self._options = None
         return result
 
-    def load_entrypoints(self, group: str = ENTRY_POINT_GROUP) -> int:
-        """Load every plugin of the entry-point group; failures are reported and skipped."""
+    def load_entrypoints(self, group: str = ENTRY_POINT_GROUP, *, distributions: Iterable[str] | None = None) -> int:
+        """Load every plugin of the entry-point group (only those of ``distributions`` when given); failures are
+        reported and skipped."""
         strict = os.environ.get(STRICT_ENV, "") not in ("", "0")
         disabled = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
+        wanted = None if distributions is None else set(distributions)
         count = 0
         for ep in _unique_entry_points(group):
             if ep.name in disabled or self.has_plugin(ep.name):
                 continue
             dist = getattr(ep, "dist", None)
             dist_name = dist.metadata["Name"] if dist is not None else None
+            if wanted is not None and dist_name not in wanted:
+                continue
             version = dist.version if dist is not None else None
             try:
                 plugin = ep.load()
@@ -150,9 +158,44 @@ class RlsdkPluginManager(pluggy.PluginManager):
             if len(providers) > 1
         ]
 
+    def options(self) -> dict[str, tuple[Option, PluginInfo]]:
+        """Name -> (option, provenance) of every run option the plugins declare (``rlsdk_options``). Two plugins
+        may declare one option alike; declaring it differently is a conflict naming both."""
+        if self._options is not None:
+            return self._options
+        from .config import RolloutConfig
+
+        core = set(RolloutConfig.option_names())
+        strict = os.environ.get(STRICT_ENV, "") not in ("", "0")
+        options: dict[str, tuple[Option, PluginInfo]] = {}
+        for impl in self.hook.rlsdk_options.get_hookimpls():
+            info = self._infos.get(self.get_name(impl.plugin) or "", PluginInfo(plugin=impl.plugin_name))
+            try:
+                declared: list[Any] = _as_records(impl.function())
+                wrong = [o for o in declared if not isinstance(o, Option)]
+                if wrong:
+                    raise PluginError(f"returned {wrong[0]!r:.200}, expected Option records")
+                shadowing = [o.name for o in declared if o.name in core]
+                if shadowing:
+                    raise PluginError(f"declares {shadowing}, which are core options")
+            except (Exception, SystemExit) as exc:  # one broken hook must not break every command
+                error = "hook rlsdk_options " + (str(exc) if isinstance(exc, PluginError) else
+                                                 f"raised {type(exc).__name__}: {exc}")
+                self._report(PluginLoadFailure(info.plugin, info.distribution, info.version, error), strict, exc)
+                continue
+            for option in declared:
+                if option.name in options and options[option.name][0] != option:
+                    raise PluginConflictError(
+                        f"option {option.name!r} is declared differently by {options[option.name][1].describe()} "
+                        f"and {info.describe()}. Uninstall one, or block one with {DISABLE_ENV}=<entry point>")
+                options.setdefault(option.name, (option, info))
+        self._options = options
+        return options
+
     # ----- resolution ------------------------------------------------------------------------
 
-    def resolve(self, kind: str, spec: str, *, registered_only: bool = False, **record_options: Any) -> Resolved:
+    def resolve(self, kind: str, spec: str, *, registered_only: bool = False,
+                **record_options: Any) -> Resolved[Any]:
         """Resolve a registered name or a dotted/file path to a validated callable.
 
         ``registered_only=True`` refuses paths, for names that come from the network: a path would load
@@ -192,7 +235,7 @@ class RlsdkPluginManager(pluggy.PluginManager):
                 )
             record, info = providers[0]
         where = f"{kind} {record.name!r} from {info.describe()}"
-        accepts_evaluation = check_signature(record.func, record.call_args, where)
+        accepts_evaluation = check_signature(record.func, record.signature_args(), where)
         return Resolved(record, info, is_async=is_async_callable(record.func), accepts_evaluation=accepts_evaluation)
 
 
@@ -224,10 +267,10 @@ def _unique_entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
 
 
 def get_plugin_manager(*, load_entrypoints: bool = True, plugins: Iterable[Any] = ()) -> RlsdkPluginManager:
-    """Build a plugin manager: installed plugins (unless ``load_entrypoints=False``) plus ``plugins``."""
+    """Build a plugin manager: ``plugins``, then the installed plugins, or with ``load_entrypoints=False`` core's own
+    only (the defaults are part of core: a manager without them could not run a step)."""
     pm = RlsdkPluginManager()
     for plugin in plugins:
         pm.register(plugin)
-    if load_entrypoints:
-        pm.load_entrypoints()
+    pm.load_entrypoints(distributions=None if load_entrypoints else [CORE_DISTRIBUTION])
     return pm

@@ -1,34 +1,136 @@
-"""Calling resolved plugins from the rollout loop: sync or async, guarded, with errors that name the
-plugin, its package and the sample."""
+"""The one call point per plugin kind: every caller (the rollout loop, eval, ``rlsdk score``, the data source,
+``rlsdk run``'s job and :mod:`rlsdk.testing`'s contract checks) calls a resolved plugin through the function of
+its kind here, so a plugin that passes the testing kit behaves the same in the loop.
+
+Each function calls the plugin the same way, sync or async (an awaitable result is awaited), turns any failure
+(an exception, a timeout, a result of the wrong shape) into a :class:`~rlsdk.errors.PluginCallError` that names
+the plugin, its distribution and the sample or group, and checks the result the same way for every caller.
+``custom_generate`` and ``reward`` failures are recorded on their sample instead (one bad sample must not lose
+the step's others); the rest raise.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import math
+import numbers
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .blocking import blocking_pool
 from .concurrency import ConcurrencyLimit, gather_calls
 from .deadlines import deadline
+from .errors import PluginCallError, RlsdkError
 from .manager import RlsdkPluginManager
 from .protocol import EngineError, EngineRequestError
 from .records import Resolved
-from .types import Sample
+from .types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 FINISHED = (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
-DEFAULT_GENERATE = "rlsdk.generate:generate"
+DEFAULT_GENERATE = "single_turn"
 ENGINE_FAULT = "engine_fault"
 """Metadata key set (True) on a sample that failed because the engine did: unreachable, an HTTP 5xx after
 retries, an unreadable answer. Not the sample's fault, so its prompt is served again."""
 
 
-async def call_plugin(resolved: Resolved, *args: Any, **kwargs: Any) -> Any:
-    """Call a sync or async implementation; sync ones run inline (filters are cheap)."""
-    result = resolved.func(*args, **kwargs)
-    if inspect.isawaitable(result):
-        result = await result
+def run_to_completion(result: Any) -> Any:
+    """``result``, awaited to completion when it is awaitable, from sync code: on a fresh event loop, or
+    on one in a helper thread when this thread already runs a loop (a sync caller inside the rollout step)."""
+    if not inspect.isawaitable(result):
+        return result
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_await(result))
+    outcome: dict[str, Any] = {}
+
+    def finish() -> None:
+        try:
+            outcome["value"] = asyncio.run(_await(result))
+        except BaseException as exc:  # handed back to the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=finish, name="rlsdk-sync-plugin-call")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _raised(resolved: Resolved, where: str, exc: BaseException) -> PluginCallError:
+    return PluginCallError(f"{resolved.describe()} {where} raised {type(exc).__name__}: {exc}")
+
+
+def _group_where(group: list[Sample]) -> str:
+    if not group:
+        return "on an empty group"
+    first = group[0]
+    return f"on group {first.group_index} (samples {', '.join(str(s.index) for s in group)})"
+
+
+def _sample_where(sample: Sample) -> str:
+    return f"on sample {sample.group_index}/{sample.index}"
+
+
+# ----- generate_rollout ------------------------------------------------------------------------------------
+
+def call_generate_rollout(runtime: Any, resolved: Resolved, args: Any, rollout_id: int,
+                          data_source: Any) -> RolloutFnTrainOutput:
+    """One whole training step from the main thread; a bare list of groups is wrapped, as slime does."""
+    where = f"at rollout {rollout_id}"
+    return as_train_output(resolved, _call_rollout(runtime, resolved, where, args, rollout_id, data_source), where)
+
+
+def call_eval_rollout(runtime: Any, resolved: Resolved, args: Any, rollout_id: int) -> RolloutFnEvalOutput:
+    """generate_rollout with ``evaluation=True`` (no data source); an eval dict is wrapped, as slime does."""
+    where = f"at eval after rollout {rollout_id}"
+    result = _call_rollout(runtime, resolved, where, args, rollout_id, None, evaluation=True)
+    return as_eval_output(resolved, result, where)
+
+
+def _call_rollout(runtime: Any, resolved: Resolved, where: str, *args: Any, **kwargs: Any) -> Any:
+    """A sync rollout is called directly, an async one runs on the run's loop. rlsdk's own errors (a data
+    error, a reward policy of ``fail``) pass unchanged: they already say what went wrong."""
+    try:
+        result = resolved.func(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = runtime.run(_await(result))
+    except RlsdkError:
+        raise
+    except Exception as exc:
+        raise _raised(resolved, where, exc) from exc
     return result
 
+
+def as_train_output(resolved: Resolved, result: Any, where: str = "") -> RolloutFnTrainOutput:
+    """slime accepts a bare list of groups from generate_rollout; so do we."""
+    if isinstance(result, RolloutFnTrainOutput):
+        return result
+    if isinstance(result, list) and all(isinstance(g, list) and all(isinstance(s, Sample) for s in g)
+                                        for g in result):
+        return RolloutFnTrainOutput(samples=result)
+    raise PluginCallError(f"{resolved.describe()} {where} returned {type(result).__name__}: expected "
+                          "RolloutFnTrainOutput or a list of groups of samples")
+
+
+def as_eval_output(resolved: Resolved, result: Any, where: str = "") -> RolloutFnEvalOutput:
+    if isinstance(result, RolloutFnEvalOutput):
+        return result
+    if isinstance(result, dict):
+        return RolloutFnEvalOutput(data=result)
+    raise PluginCallError(f"{resolved.describe()} {where} returned {type(result).__name__}: expected "
+                          "RolloutFnEvalOutput or a dict")
+
+
+# ----- custom_generate -------------------------------------------------------------------------------------
 
 @dataclass
 class StepPlugins:
@@ -75,37 +177,41 @@ async def generate_group(
 ) -> None:
     """Run custom_generate on every unfinished sample of ``group`` concurrently; the group is updated
     in place (a generator may return several samples for one)."""
-    calls = [generate_sample(args, plugins, sample, seeded(args, sampling_params, i), limit, evaluation)
+    calls = [call_custom_generate(args, plugins.generator_for(sample), sample, seeded(args, sampling_params, i),
+                                  limit, evaluation)
              for i, sample in enumerate(group)]
     results = await gather_calls(calls)
     group[:] = [s for produced in results for s in produced]
 
 
-async def generate_sample(
-    args: Any, plugins: StepPlugins, sample: Sample, sampling_params: dict[str, Any],
-    limit: ConcurrencyLimit, evaluation: bool,
+async def call_custom_generate(
+    args: Any, resolved: Resolved, sample: Sample, sampling_params: dict[str, Any],
+    limit: ConcurrencyLimit | None = None, evaluation: bool = False,
 ) -> list[Sample]:
-    """One sample through its custom_generate, under the concurrency bound and the hang timeout."""
+    """One sample through its custom_generate, under the concurrency bound and ``args.generate_timeout``.
+    Returns the samples it produced; a failure returns the sample failed, the error (naming the plugin) in
+    ``metadata["generate_error"]``."""
     if sample.status in FINISHED:
         return [sample]  # completed in an earlier step and served again from the buffer
-    resolved = plugins.generator_for(sample)
     kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
     started = time.perf_counter()
     try:
-        if not limit.take_now():
+        if limit is not None and not limit.take_now():
             await limit.take()
         try:
             # the hang timeout starts once the limit lets the sample run, not while it queues
-            with deadline(args.generate_timeout):  # call_plugin, inlined: one coroutine less per sample
+            with deadline(args.generate_timeout):
                 result = resolved.func(args, sample, sampling_params, **kwargs)
                 if resolved.is_async or inspect.isawaitable(result):
                     result = await result
         finally:
-            limit.give()
+            if limit is not None:
+                limit.give()
     except TimeoutError:
-        return [_failed(sample, f"{_where(resolved, sample)} hung: no result after {args.generate_timeout} s")]
+        return [_failed(sample, f"{resolved.describe()} {_sample_where(sample)} hung: no result after "
+                                f"{args.generate_timeout} s")]
     except Exception as exc:  # a plugin's bug must not lose the step's other samples
-        failed = _failed(sample, f"{_where(resolved, sample)} raised {type(exc).__name__}: {exc}")
+        failed = _failed(sample, str(_raised(resolved, _sample_where(sample), exc)))
         if is_engine_fault(exc):
             failed.metadata[ENGINE_FAULT] = True
         return [failed]
@@ -115,16 +221,16 @@ async def generate_sample(
         produced = result if isinstance(result, list) else [result]
         produced = [Sample.from_dict(s.to_dict()) if _is_foreign_sample(s) else s for s in produced]
         if not produced or not all(isinstance(s, Sample) for s in produced):
-            return [_failed(sample, f"{_where(resolved, sample)} returned {type(result).__name__}, "
-                                    "expected Sample or list[Sample]")]
+            return [_failed(sample, f"{resolved.describe()} {_sample_where(sample)} returned "
+                                    f"{type(result).__name__}, expected Sample or list[Sample]")]
     seconds = time.perf_counter() - started
     for out in produced:
         if type(out.status) is not Sample.Status:  # slime's Status enum, a plain string, or nonsense
             try:
                 out.status = Sample.Status(out.status)
             except ValueError:
-                return [_failed(sample, f"{_where(resolved, sample)} set the unknown status {out.status!r} "
-                                        f"(expected one of {[s.value for s in Sample.Status]})")]
+                return [_failed(sample, f"{resolved.describe()} {_sample_where(sample)} set the unknown status "
+                                        f"{out.status!r} (expected one of {[s.value for s in Sample.Status]})")]
         out.metadata["generate_seconds"] = seconds
     return produced
 
@@ -144,11 +250,181 @@ def _is_foreign_sample(value: Any) -> bool:
     return not isinstance(value, Sample) and type(value).__name__ == "Sample" and hasattr(value, "to_dict")
 
 
-def _where(resolved: Resolved, sample: Sample) -> str:
-    return f"{resolved.describe()} on sample {sample.group_index}/{sample.index}"
-
-
 def _failed(sample: Sample, error: str) -> Sample:
     sample.status = Sample.Status.FAILED
     sample.metadata["generate_error"] = error
     return sample
+
+
+# ----- reward ----------------------------------------------------------------------------------------------
+
+class InvalidReward(PluginCallError):
+    """A reward raised, timed out or returned something that is not a reward; ``reason`` says which."""
+
+    def __init__(self, resolved: Resolved, where: str, reason: str) -> None:
+        super().__init__(f"{resolved.describe()} {where}: {reason}")
+        self.reason = reason
+
+
+async def call_reward(args: Any, resolved: Resolved, target: Sample | list[Sample], *, evaluation: bool = False,
+                      timeout: float | None = None) -> Any:
+    """The reward of one sample, or the list of rewards of a group (``target`` a list) for a group reward.
+
+    Async rewards are awaited; sync ones run in a thread of :mod:`rlsdk.blocking`'s pool so a slow one cannot
+    stall the loop (abandoned at ``timeout``), except ``cheap`` ones, which are called inline. Returns a
+    number, a dict, or None (the reward marks the sample invalid); raises :class:`InvalidReward` otherwise."""
+    where = _group_where(target) if isinstance(target, list) else _sample_where(target)
+    kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
+    try:
+        with deadline(timeout):
+            if resolved.is_async:
+                result = await resolved.func(args, target, **kwargs)
+            elif resolved.record.cheap:
+                result = resolved.func(args, target, **kwargs)
+            else:
+                result = await blocking_pool().run(resolved.func, args, target, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+    except InvalidReward:  # a wrapped reward's own (``boxed_`` names): it names the inner reward
+        raise
+    except (TimeoutError, asyncio.TimeoutError) as exc:
+        reason = f"timed out after {timeout:g}s (reward_timeout)" if not str(exc) and timeout else \
+            f"raised {type(exc).__name__}: {exc}"
+        raise InvalidReward(resolved, where, reason) from exc
+    except Exception as exc:
+        raise InvalidReward(resolved, where, f"raised {type(exc).__name__}: {exc}") from exc
+    if isinstance(target, list):
+        if not isinstance(result, (list, tuple)) or len(result) != len(target):
+            got = f"{type(result).__name__} of {len(result)}" if isinstance(result, (list, tuple)) \
+                else repr(result)[:100]
+            raise InvalidReward(resolved, where, f"group reward returned {got}, expected a list of {len(target)}")
+        for value in result:
+            _check_reward(resolved, where, value)
+        return list(result)
+    _check_reward(resolved, where, result)
+    return result
+
+
+def call_cheap_reward(args: Any, resolved: Resolved, sample: Sample, *, evaluation: bool = False) -> Any:
+    """:func:`call_reward` for a ``cheap`` reward from sync code on the loop: no coroutine, no thread, no
+    timeout (the rollout loop's fast path for exact-match rewards)."""
+    kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
+    try:
+        result = resolved.func(args, sample, **kwargs)
+    except Exception as exc:
+        raise InvalidReward(resolved, _sample_where(sample), f"raised {type(exc).__name__}: {exc}") from exc
+    problem = None if result is None else reward_problem(result)
+    if problem:
+        raise InvalidReward(resolved, _sample_where(sample), problem)
+    return result
+
+
+def _check_reward(resolved: Resolved, where: str, value: Any) -> None:
+    problem = None if value is None else reward_problem(value)
+    if problem:
+        raise InvalidReward(resolved, where, problem)
+
+
+def reward_problem(reward: Any) -> str | None:
+    """Why ``reward`` is not a valid reward (a finite number or a dict), or None when it is."""
+    if isinstance(reward, dict):
+        return None
+    # a float, the usual case, is tested before the slower abstract-class check
+    if type(reward) is float or (isinstance(reward, numbers.Real) and not isinstance(reward, bool)):
+        return None if math.isfinite(reward) else f"returned the non-finite number {reward!r}"
+    return f"returned {type(reward).__name__} {repr(reward)[:100]}, expected a number or a dict"
+
+
+# ----- filters ---------------------------------------------------------------------------------------------
+
+async def call_dynamic_filter(args: Any, resolved: Resolved, group: list[Sample]) -> DynamicFilterOutput:
+    """The filter's verdict on one finished group: a bool (also a numpy or torch boolean, as slime's own filter
+    returns), slime's ``DynamicFilterOutput`` or rlsdk's, always given back as rlsdk's."""
+    try:
+        verdict = resolved.func(args, group)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+    except Exception as exc:
+        raise _raised(resolved, _group_where(group), exc) from exc
+    if isinstance(verdict, DynamicFilterOutput):
+        return verdict
+    if isinstance(verdict, bool) or getattr(verdict, "ndim", None) == 0:
+        return DynamicFilterOutput(keep=bool(verdict))
+    if type(verdict).__name__ == "DynamicFilterOutput":  # slime's own class
+        return DynamicFilterOutput(keep=bool(verdict.keep), reason=verdict.reason,
+                                   keep_when_insufficient=bool(getattr(verdict, "keep_when_insufficient", False)))
+    raise PluginCallError(f"{resolved.describe()} {_group_where(group)} returned {type(verdict).__name__}: "
+                          "expected DynamicFilterOutput or bool")
+
+
+async def call_over_sampling_filter(args: Any, resolved: Resolved, groups: list[list[Sample]]) -> list[list[Sample]]:
+    """The kept groups in the filter's order: a list of groups it was given, none twice (it may leave some out)."""
+    where = f"on {len(groups)} kept groups"
+    try:
+        ordered = resolved.func(args, list(groups))
+        if inspect.isawaitable(ordered):
+            ordered = await ordered
+    except Exception as exc:
+        raise _raised(resolved, where, exc) from exc
+    given = {id(g) for g in groups}
+    if not isinstance(ordered, list):
+        raise PluginCallError(f"{resolved.describe()} {where} returned {type(ordered).__name__}: expected a list "
+                              "of the groups it was given")
+    returned = [id(g) for g in ordered]
+    if not set(returned) <= given or len(set(returned)) != len(returned):
+        raise PluginCallError(f"{resolved.describe()} {where} returned a group twice or one it was not given: it "
+                              "must return a list of the groups it was given")
+    return ordered
+
+
+def call_buffer_filter(args: Any, resolved: Resolved, rollout_id: int, buffer: list[list[Sample]],
+                       num_samples: int) -> tuple[list[list[Sample]], list[list[Sample]]]:
+    """``(served, left)``: the groups the filter serves (at most ``num_samples``) and the buffer it leaves.
+
+    The filter works on a copy, so ``buffer`` is unchanged when it fails; sync code calls it (slime's data
+    source API is sync), an async filter is run to completion. Groups in neither list were dropped by it."""
+    where = f"choosing {num_samples} of {len(buffer)} buffered groups at rollout {rollout_id}"
+    left = list(buffer)
+    given = {id(g) for g in buffer}
+    try:
+        served = run_to_completion(resolved.func(args, rollout_id, left, num_samples))
+    except Exception as exc:
+        raise PluginCallError(f"{resolved.describe()} raised {type(exc).__name__}: {exc} ({where}); the buffer "
+                              "is unchanged") from exc
+    problem = _buffer_problem(served, left, given, num_samples)
+    if problem:
+        raise PluginCallError(f"{resolved.describe()} {problem} ({where}); the buffer is unchanged")
+    return served, left
+
+
+def _buffer_problem(served: Any, left: list[Any], given: set[int], num_samples: int) -> str | None:
+    if not isinstance(served, list):
+        return f"returned {type(served).__name__}, expected a list of groups"
+    if len(served) > num_samples:
+        return f"returned {len(served)} groups when asked for at most {num_samples}"
+    served_ids = [id(g) for g in served]
+    if len(set(served_ids)) != len(served_ids) or not set(served_ids) <= given:
+        return "returned a group twice or a group that was not in the buffer"
+    if any(id(g) not in given for g in left):
+        return "added groups to the buffer"
+    if set(served_ids) & {id(g) for g in left}:
+        return "left served groups in the buffer"
+    return None
+
+
+# ----- engine ----------------------------------------------------------------------------------------------
+
+def call_engine(resolved: Resolved, args: Any) -> Any:
+    """Build the engine the factory makes from ``args``: an :class:`rlsdk.engine.InferenceEngine`."""
+    from .engine import InferenceEngine
+
+    try:
+        engine = run_to_completion(resolved.func(args))
+    except RlsdkError:
+        raise
+    except Exception as exc:
+        raise _raised(resolved, "building the engine", exc) from exc
+    if not isinstance(engine, InferenceEngine):
+        raise PluginCallError(f"{resolved.describe()} returned {type(engine).__name__}: expected an "
+                              "rlsdk.engine.InferenceEngine")
+    return engine

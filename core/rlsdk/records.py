@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from .loading import is_async_callable
 
@@ -39,6 +40,10 @@ class PluginRecord:
         if not self.description:
             doc = (getattr(self.func, "__doc__", None) or "").strip()
             self.description = doc.splitlines()[0] if doc else ""
+
+    def signature_args(self) -> tuple[str, ...]:
+        """The positional arguments the callable must accept: :attr:`call_args`, for most kinds."""
+        return self.call_args
 
 
 @dataclass
@@ -151,8 +156,7 @@ class Tool(PluginRecord):
         if not (self.timeout > 0):
             raise ValueError(f"tool {self.name!r}: timeout must be positive, got {self.timeout!r}")
 
-    @property  # type: ignore[override]
-    def call_args(self) -> tuple[str, ...]:
+    def signature_args(self) -> tuple[str, ...]:
         """``args`` and the schema's required parameters, which the signature must accept."""
         return ("args", *self.parameters.get("required", []))
 
@@ -230,6 +234,52 @@ class Agent(PluginRecord):
     call_args: ClassVar[tuple[str, ...]] = ("args", "sample", "client")
 
 
+OPTION_TYPES: tuple[type, ...] = (str, int, float, bool, list, dict)
+
+
+@dataclass
+class Option:
+    """A run option a plugin reads from ``args`` (``args.<name>``): declared so that ``rlsdk run --help`` and
+    ``rlsdk plugins show`` list it and a value of the wrong type, or a misspelled key, is an error.
+
+    ``type`` is ``str``, ``int``, ``float``, ``bool``, ``list`` or ``dict``; ``default`` is what
+    ``args.<name>`` reads when the run does not set it (None: unset); ``choices`` limits the values."""
+
+    name: str
+    type: type
+    default: Any = None
+    help: str = ""
+    choices: tuple[Any, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip().isidentifier():
+            raise ValueError(f"an option name must be an identifier, got {self.name!r}")
+        self.name = normalize_name(self.name)
+        if self.type not in OPTION_TYPES:
+            raise TypeError(f"option {self.name!r}: type must be one of "
+                            f"{', '.join(t.__name__ for t in OPTION_TYPES)}, got {self.type!r}")
+        if self.default is not None:
+            self.default = self.check(self.default)
+
+    def check(self, value: Any) -> Any:
+        """``value`` as this option's type (an int for a float option becomes a float); ValueError when it is
+        not one, or not one of ``choices``."""
+        if value is None:
+            return None
+        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        elif self.type is list and isinstance(value, str):  # one item, as --set key=item gives it
+            value = [value]
+        elif self.type is str and isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
+            raise ValueError(f"option {self.name!r} takes a {self.type.__name__}, got {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"option {self.name!r} must be one of {', '.join(map(str, self.choices))}, "
+                             f"got {value!r}")
+        return value
+
+
 RECORD_TYPES: dict[str, type[PluginRecord]] = {
     cls.kind: cls
     for cls in (GenerateRollout, CustomGenerate, Reward, DynamicFilter, OverSamplingFilter, BufferFilter, Engine,
@@ -259,11 +309,15 @@ class PluginInfo:
         return f"plugin {self.plugin!r}"
 
 
-@dataclass
-class Resolved:
-    """A record resolved by name or path, with its provenance and call facts checked once."""
+RecordT = TypeVar("RecordT", bound=PluginRecord)
 
-    record: PluginRecord
+
+@dataclass
+class Resolved(Generic[RecordT]):
+    """A record resolved by name or path, with its provenance and call facts checked once. Resolving by a kind's
+    name gives ``Resolved[Any]``: the record's kind-specific fields (``group``, ``cheap``) are read as given."""
+
+    record: RecordT
     info: PluginInfo
     is_async: bool = False
     accepts_evaluation: bool = False

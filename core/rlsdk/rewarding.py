@@ -9,27 +9,21 @@ A reward that raises, hangs past ``args.reward_timeout`` or returns something ot
 dict never becomes a silent 0: the sample is marked invalid (``reward=None``, status ``failed``, the reason
 in ``metadata["reward_error"]``), and :func:`apply_invalid_policy` applies ``args.on_invalid_reward``.
 
-Async rewards run on the event loop; plain functions run in a thread of :mod:`rlsdk.blocking`'s pool so a
-slow one cannot stall the loop, and one that hangs is abandoned at its timeout (nothing waits for it, not
-even shutdown), except rewards registered with ``Reward(..., cheap=True)``, which are called inline.
+Rewards are called through :func:`rlsdk.plugin_calls.call_reward` (async ones on the event loop, plain ones in
+a thread of :mod:`rlsdk.blocking`'s pool, ``cheap`` ones inline).
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import inspect
-import math
-import numbers
 import weakref
 from typing import Any
 
 from .answers import last_boxed
-from .blocking import blocking_pool
 from .concurrency import gather_calls
-from .deadlines import deadline
 from .errors import PluginCallError, PluginError
 from .loading import is_path
+from .plugin_calls import InvalidReward, call_cheap_reward, call_reward
 from .records import Resolved, Reward, normalize_name
 from .types import Sample
 
@@ -62,7 +56,7 @@ def _resolve_uncached(pm: Any, spec: str, group: bool) -> Resolved:
     inner = pm.resolve("reward", spec.strip()[len(BOXED_PREFIX):], **options)
     record = Reward(name=name, func=_boxed(inner), description=f"{inner.name} on the last \\boxed{{}} answer",
                     group=inner.record.group)
-    return Resolved(record, inner.info, is_async=True, accepts_evaluation=inner.accepts_evaluation)
+    return Resolved(record, inner.info, is_async=True, accepts_evaluation=True)
 
 
 def _boxed_sample(sample: Sample) -> Sample:
@@ -72,9 +66,9 @@ def _boxed_sample(sample: Sample) -> Sample:
 
 
 def _boxed(inner: Resolved) -> Any:
-    async def boxed_reward(args: Any, sample: Any, **kwargs: Any) -> Any:
+    async def boxed_reward(args: Any, sample: Any, evaluation: bool = False) -> Any:
         target = [_boxed_sample(s) for s in sample] if inner.record.group else _boxed_sample(sample)
-        return await _invoke(inner, args, target, kwargs)
+        return await call_reward(args, inner, target, evaluation=evaluation)
 
     return boxed_reward
 
@@ -128,21 +122,20 @@ async def score_group(args: Any, pm: Any, samples: list[Sample], *, evaluation: 
 
 async def _score_one(args: Any, resolved: Resolved, sample: Sample, evaluation: bool, timeout: float) -> None:
     try:
-        reward = await _call(resolved, args, sample, evaluation, timeout)
-    except Exception as exc:
-        mark_invalid(sample, resolved, _failure(exc, timeout))
+        reward = await call_reward(args, resolved, sample, evaluation=evaluation, timeout=timeout)
+    except InvalidReward as exc:
+        mark_invalid(sample, resolved, exc.reason)
         return
     _set(sample, resolved, reward)
 
 
 def _score_inline(args: Any, resolved: Resolved, samples: list[Sample], evaluation: bool) -> None:
     """A ``cheap`` reward, called on the event loop: no thread hop, no timeout."""
-    kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
     for sample in samples:
         try:
-            reward = resolved.func(args, sample, **kwargs)
-        except Exception as exc:
-            mark_invalid(sample, resolved, _failure(exc, 0.0))
+            reward = call_cheap_reward(args, resolved, sample, evaluation=evaluation)
+        except InvalidReward as exc:
+            mark_invalid(sample, resolved, exc.reason)
             continue
         _set(sample, resolved, reward)
 
@@ -150,60 +143,20 @@ def _score_inline(args: Any, resolved: Resolved, samples: list[Sample], evaluati
 async def _score_together(args: Any, resolved: Resolved, samples: list[Sample], evaluation: bool,
                           timeout: float) -> None:
     try:
-        rewards = await _call(resolved, args, samples, evaluation, timeout)
-    except Exception as exc:
+        rewards = await call_reward(args, resolved, samples, evaluation=evaluation, timeout=timeout)
+    except InvalidReward as exc:
         for sample in samples:
-            mark_invalid(sample, resolved, _failure(exc, timeout))
+            mark_invalid(sample, resolved, exc.reason)
         return
-    if not isinstance(rewards, (list, tuple)) or len(rewards) != len(samples):
-        got = f"{type(rewards).__name__} of {len(rewards)}" if isinstance(rewards, (list, tuple)) \
-            else repr(rewards)[:100]
-        for sample in samples:
-            mark_invalid(sample, resolved, f"group reward returned {got}, expected a list of {len(samples)}")
-        return
-    for sample, reward in zip(samples, rewards):
+    for sample, reward in zip(samples, rewards, strict=True):
         _set(sample, resolved, reward)
 
 
-async def _call(resolved: Resolved, args: Any, target: Any, evaluation: bool, timeout: float) -> Any:
-    kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
-    with deadline(timeout):
-        return await _invoke(resolved, args, target, kwargs)
-
-
-async def _invoke(resolved: Resolved, args: Any, target: Any, kwargs: dict[str, Any]) -> Any:
-    """Await an async reward; run a sync one in a blocking-pool thread so it cannot block the event loop,
-    unless it declared itself ``cheap``."""
-    if resolved.is_async:
-        return await resolved.func(args, target, **kwargs)
-    if resolved.record.cheap:
-        return resolved.func(args, target, **kwargs)
-    result = await blocking_pool().run(resolved.func, args, target, **kwargs)
-    return await result if inspect.isawaitable(result) else result
-
-
-def _failure(exc: BaseException, timeout: float) -> str:
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) and not str(exc):
-        return f"timed out after {timeout:g}s (reward_timeout)"
-    return f"raised {type(exc).__name__}: {exc}"
-
-
 def _set(sample: Sample, resolved: Resolved, reward: Any) -> None:
-    problem = reward_problem(reward)
-    if problem:
-        mark_invalid(sample, resolved, problem)
+    if reward is None:
+        mark_invalid(sample, resolved, "returned None (the reward marks the sample invalid)")
     else:
         sample.reward = reward
-
-
-def reward_problem(reward: Any) -> str | None:
-    """Why ``reward`` is not a valid reward (a finite number or a dict), or None when it is."""
-    if isinstance(reward, dict):
-        return None
-    # a float, the usual case, is tested before the slower abstract-class check
-    if type(reward) is float or (isinstance(reward, numbers.Real) and not isinstance(reward, bool)):
-        return None if math.isfinite(reward) else f"returned the non-finite number {reward!r}"
-    return f"returned {type(reward).__name__} {repr(reward)[:100]}, expected a number or a dict"
 
 
 def _check_key(args: Any, pm: Any, sample: Sample, key: str | None) -> None:

@@ -18,10 +18,17 @@ from .concurrency import ConcurrencyLimit
 from .errors import PluginCallError
 from .generate import sampling_params_for
 from .ledger import Group, StepLedger
-from .plugin_calls import ENGINE_FAULT, FINISHED, StepPlugins, call_plugin, generate_group
+from .plugin_calls import (
+    ENGINE_FAULT,
+    FINISHED,
+    StepPlugins,
+    call_dynamic_filter,
+    call_over_sampling_filter,
+    generate_group,
+)
 from .rewarding import apply_invalid_policy, count_invalid, score_group
 from .runtime import Runtime, get_runtime
-from .types import DynamicFilterOutput, RolloutFnTrainOutput, Sample
+from .types import RolloutFnTrainOutput, Sample
 
 SUBMIT_SLICE = 64
 """Samples whose tasks a step creates before it lets them run (and send their requests) while it goes on
@@ -88,7 +95,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
             group = in_flight.pop(task)
             task.result()  # run_group records failures on the samples; only a `fail` policy raises
             ledger.count_produced(group)
-            settle(args, plugins, group, ledger, kept, fallback, to_buffer)
+            await settle(args, plugins, group, ledger, kept, fallback, to_buffer)
             runtime.report_progress(len(group))
 
     # Abort what is still in flight: finished groups are settled, unfinished ones go to the buffer.
@@ -102,7 +109,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
             if task in done and not task.cancelled():
                 task.result()
                 ledger.count_produced(group)
-                settle(args, plugins, group, ledger, kept, fallback, to_buffer)
+                await settle(args, plugins, group, ledger, kept, fallback, to_buffer)
             else:
                 restarted.append(reset_for_buffer(args, group, rollout_id, partial=False))
 
@@ -155,7 +162,7 @@ async def run_group(
     return group
 
 
-def settle(
+async def settle(
     args: Any, plugins: StepPlugins, group: Group, ledger: StepLedger, kept: list[Group],
     fallback: list[tuple[Group, str]], to_buffer: list[Group],
 ) -> None:
@@ -174,7 +181,13 @@ def settle(
     if plugins.dynamic_filter is None:
         kept.append(group)
         return
-    verdict = call_dynamic_filter(args, plugins, group)  # dynamic_filter
+    try:
+        verdict = await call_dynamic_filter(args, plugins.dynamic_filter, group)  # dynamic_filter
+    except PluginCallError as exc:  # a filter's bug fails its group, named; the step goes on
+        for sample in group:
+            sample.metadata["filter_error"] = str(exc)
+        ledger.fail(group, str(exc))
+        return
     if verdict.keep:
         kept.append(group)
     elif verdict.keep_when_insufficient:
@@ -183,36 +196,14 @@ def settle(
         ledger.drop(group, verdict.reason or "filtered")
 
 
-def call_dynamic_filter(args: Any, plugins: StepPlugins, group: Group) -> DynamicFilterOutput:
-    resolved = plugins.dynamic_filter
-    assert resolved is not None
-    verdict = resolved.func(args, group)
-    if isinstance(verdict, bool):
-        return DynamicFilterOutput(keep=verdict)
-    if getattr(verdict, "ndim", None) == 0:  # a numpy or torch boolean, as slime's own filter returns
-        return DynamicFilterOutput(keep=bool(verdict))
-    if type(verdict).__name__ == "DynamicFilterOutput" and not isinstance(verdict, DynamicFilterOutput):
-        verdict = DynamicFilterOutput(keep=bool(verdict.keep), reason=verdict.reason,  # slime's own class
-                                      keep_when_insufficient=bool(verdict.keep_when_insufficient))
-    if not isinstance(verdict, DynamicFilterOutput):
-        raise PluginCallError(
-            f"{resolved.describe()} returned {type(verdict).__name__} for group {group[0].group_index}: "
-            "expected DynamicFilterOutput or bool"
-        )
-    return verdict
-
-
 async def order_groups(args: Any, plugins: StepPlugins, kept: list[Group], ledger: StepLedger) -> list[Group]:
     """Apply the over-sampling filter; groups it leaves out count as dropped by it."""
     resolved = plugins.over_sampling_filter
     assert resolved is not None
-    ordered = await call_plugin(resolved, args, list(kept))
-    given = {id(g): g for g in kept}
-    if not isinstance(ordered, list) or any(id(g) not in given for g in ordered):
-        raise PluginCallError(f"{resolved.describe()} must return a list of the groups it was given")
+    ordered = await call_over_sampling_filter(args, resolved, kept)
     returned = {id(g) for g in ordered}
-    for key, group in given.items():
-        if key not in returned:
+    for group in kept:
+        if id(group) not in returned:
             ledger.drop(group, f"over_sampling_filter_{resolved.name}")
     return ordered
 

@@ -273,7 +273,7 @@ class BufferService:
         if not name:
             return None
         resolved = self.pm.resolve("task_generator", name, registered_only=True)
-        return resolved.record  # type: ignore[return-value]
+        return resolved.record
 
     def start_rollout(self, body: Any) -> tuple[int, dict[str, Any]]:
         if not isinstance(body, dict) or not isinstance(body.get("task_type"), str):

@@ -77,7 +77,7 @@ async def start_server(engine: InferenceEngine, host: str = "127.0.0.1", port: i
                        weights_dirs: Sequence[str | os.PathLike[str]] = (),
                        max_connections: int = DEFAULT_MAX_CONNECTIONS, pm: Any = None,
                        tool_call_parser: str = "auto") -> ServerHandle:
-    """Serve a started ``engine`` on ``host:port`` (port 0 picks a free one); sets ``engine.url``.
+    """Serve a started ``engine`` on ``host:port`` (port 0 picks a free one); sets ``engine.url`` if it has none.
 
     Off loopback a ``token`` is required (ValueError otherwise). ``/update_weights_from_disk`` loads only
     from inside ``weights_dirs`` (none: it is refused). Slow and idle connections are closed and at most
@@ -117,7 +117,8 @@ async def start_server(engine: InferenceEngine, host: str = "127.0.0.1", port: i
     await runner.setup()
     bound_port = await limits.listen(runner, host, port)
     handle = ServerHandle(host=host, port=bound_port, runner=runner, engine=engine, limits=limits, chat=chat)
-    engine.url = handle.url
+    if engine.url is None:  # an engine with a URL of its own (a client, served as a proxy) keeps it
+        engine.url = handle.url
     return handle
 
 
@@ -200,7 +201,7 @@ async def _generate(request: web.Request) -> web.StreamResponse:
                 await response.write(_event(chunk))
         await response.write(b"data: [DONE]\n\n")
     except (ConnectionResetError, asyncio.CancelledError) as exc:  # the client went away
-        await chunks.aclose()
+        await chunks.aclose()  # type: ignore[attr-defined]  # an async generator's, which the engine's stream is
         await _abort_rids(engine, body)
         if isinstance(exc, asyncio.CancelledError):
             raise

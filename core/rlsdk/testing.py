@@ -9,10 +9,7 @@ Enable it in a ``conftest.py`` with ``pytest_plugins = ["rlsdk.testing"]``, then
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
-import inspect
-import numbers
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,13 +19,21 @@ import pytest
 from .config import RolloutConfig
 from .engine import InferenceEngine
 from .manager import RlsdkPluginManager, get_plugin_manager
+from .plugin_calls import (
+    call_buffer_filter,
+    call_dynamic_filter,
+    call_over_sampling_filter,
+    call_reward,
+    run_to_completion,
+)
 from .records import Resolved
 from .types import DynamicFilterOutput, Sample
 
 
 @pytest.fixture
 def rlsdk_pm() -> RlsdkPluginManager:
-    """A plugin manager holding only the plugins the test registers (no entry points)."""
+    """A plugin manager holding core's own plugins (the defaults, the torch trainer) and those the test registers,
+    but no installed plugin package."""
     return get_plugin_manager(load_entrypoints=False)
 
 
@@ -85,101 +90,67 @@ def make_group(
     ]
 
 
-def call(resolved: Resolved, *args: Any, **kwargs: Any) -> Any:
-    """Call a resolved implementation from sync code, awaiting it when it is async."""
-    result = resolved.func(*args, **kwargs)
-    if inspect.isawaitable(result):
-        return asyncio.run(_await(result))
-    return result
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
-
-
-def _check_reward_value(value: Any, where: str) -> None:
-    ok = value is None or isinstance(value, dict) or (
-        isinstance(value, numbers.Real) and not isinstance(value, bool)
-    )
-    assert ok, f"{where} returned {value!r}: expected a number, a dict or None (invalid)"
-
-
 def check_reward(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None,
                  samples: list[Sample] | None = None) -> list[Any]:
-    """A reward returns a number, a dict or None for each sample; a group reward returns one per
-    sample and an empty list for an empty group. Returns the rewards."""
+    """A reward returns a number, a dict or None (invalid) for each sample; a group reward returns one per
+    sample and an empty list for an empty group. Called as the rollout loop calls it
+    (:func:`rlsdk.plugin_calls.call_reward`, under ``args.reward_timeout``), so a reward that fails here
+    raises the loop's error. Returns the rewards."""
     args = args or RolloutConfig()
     resolved = pm.resolve("reward", name)
     samples = samples if samples is not None else make_group([None, None])
+
+    def reward(target: Any) -> Any:
+        return run_to_completion(call_reward(args, resolved, target, timeout=args.reward_timeout))
+
     if resolved.record.group:
-        rewards = call(resolved, args, samples)
-        assert isinstance(rewards, list) and len(rewards) == len(samples), (
-            f"{resolved.describe()} returned {rewards!r}: expected a list of {len(samples)} rewards"
-        )
-        assert call(resolved, args, []) == [], f"{resolved.describe()} must return [] for an empty group"
-    else:
-        rewards = [call(resolved, args, sample) for sample in samples]
-    for value in rewards:
-        _check_reward_value(value, resolved.describe())
-    return rewards
+        assert reward([]) == [], f"{resolved.describe()} must return [] for an empty group"
+        return reward(samples)
+    return [reward(sample) for sample in samples]
 
 
 def check_dynamic_filter(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None,
-                         groups: list[list[Sample]] | None = None) -> list[DynamicFilterOutput | bool]:
-    """A dynamic filter returns a bool or DynamicFilterOutput for every group, including a single
-    sample, equal rewards, invalid rewards and an empty group. Returns the verdicts."""
+                         groups: list[list[Sample]] | None = None) -> list[DynamicFilterOutput]:
+    """A dynamic filter gives a verdict for every group, including a single sample, equal rewards, invalid
+    rewards and an empty group, called as the rollout loop calls it
+    (:func:`rlsdk.plugin_calls.call_dynamic_filter`). Returns the verdicts."""
     args = args or RolloutConfig()
     resolved = pm.resolve("dynamic_filter", name)
     groups = groups if groups is not None else [
         make_group([0.0, 1.0, 1.0, 0.0]), make_group([1.0, 1.0]), make_group([0.5]), make_group([None, 1.0]), [],
     ]
-    verdicts = []
-    for group in groups:
-        verdict = call(resolved, args, group)
-        assert isinstance(verdict, (bool, DynamicFilterOutput)), (
-            f"{resolved.describe()} returned {verdict!r}: expected bool or DynamicFilterOutput"
-        )
-        verdicts.append(verdict)
-    return verdicts
+    return [run_to_completion(call_dynamic_filter(args, resolved, group)) for group in groups]
 
 
 def check_over_sampling_filter(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None,
                                groups: list[list[Sample]] | None = None) -> list[list[Sample]]:
-    """An over-sampling filter returns groups taken from its input, none twice; [] for []."""
+    """An over-sampling filter returns groups taken from its input, none twice, and [] for [], as the rollout
+    loop checks it (:func:`rlsdk.plugin_calls.call_over_sampling_filter`). Returns its order."""
     args = args or RolloutConfig()
     resolved = pm.resolve("over_sampling_filter", name)
     groups = groups if groups is not None else [
         make_group([0.0, 1.0], group_index=0), make_group([1.0, 1.0], group_index=1),
         make_group([0.0, 0.5, 1.0], group_index=2),
     ]
-    result = call(resolved, args, list(groups))
-    assert isinstance(result, list), f"{resolved.describe()} returned {type(result).__name__}, expected list"
-    given = {id(g) for g in groups}
-    returned = [id(g) for g in result]
-    assert set(returned) <= given, f"{resolved.describe()} returned groups that were not given"
-    assert len(returned) == len(set(returned)), f"{resolved.describe()} returned a group twice"
-    assert call(resolved, args, []) == [], f"{resolved.describe()} must return [] for no groups"
+    result = run_to_completion(call_over_sampling_filter(args, resolved, groups))
+    assert run_to_completion(call_over_sampling_filter(args, resolved, [])) == [], (
+        f"{resolved.describe()} must return [] for no groups")
     return result
 
 
 def check_buffer_filter(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None,
                         num_samples: int = 2, rollout_id: int = 0, may_drop: bool = False) -> list[list[Sample]]:
-    """A buffer filter returns at most ``num_samples`` groups, removes exactly those from the buffer
-    and loses none (unless ``may_drop``, for filters that discard stale groups); an empty buffer gives []."""
+    """A buffer filter serves at most ``num_samples`` groups, removes exactly those from the buffer and loses
+    none (unless ``may_drop``, for filters that discard stale groups); an empty buffer gives []. Called as the
+    data source calls it (:func:`rlsdk.plugin_calls.call_buffer_filter`). Returns the groups served."""
     args = args or RolloutConfig()
     resolved = pm.resolve("buffer_filter", name)
     groups = [make_group([0.0, 1.0], group_index=i) for i in range(5)]
-    buffer = list(groups)
-    taken = call(resolved, args, rollout_id, buffer, num_samples)
-    assert isinstance(taken, list), f"{resolved.describe()} returned {type(taken).__name__}, expected list"
-    assert len(taken) <= num_samples, f"{resolved.describe()} returned {len(taken)} > {num_samples} groups"
-    remaining = {id(g) for g in buffer}
-    assert not any(id(g) in remaining for g in taken), f"{resolved.describe()} left served groups in the buffer"
-    dropped = {id(g) for g in groups} - remaining - {id(g) for g in taken}
-    assert not dropped or may_drop, (
-        f"{resolved.describe()} lost {len(dropped)} groups"
-    )
-    assert call(resolved, args, rollout_id, [], num_samples) == [], f"{resolved.describe()}: empty buffer"
+    taken, left = call_buffer_filter(args, resolved, rollout_id, groups, num_samples)
+    dropped = len(groups) - len(left) - len(taken)
+    assert not dropped or may_drop, f"{resolved.describe()} lost {dropped} groups"
+    assert call_buffer_filter(args, resolved, rollout_id, [], num_samples)[0] == [], (
+        f"{resolved.describe()}: an empty buffer must serve []")
     return taken
 
 
@@ -191,7 +162,7 @@ def check_loss(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = N
     args = args or RolloutConfig()
     resolved = pm.resolve("loss", name)
     lengths = [3, 1]
-    batch = {
+    batch: dict[str, Any] = {
         "unconcat_tokens": [torch.tensor([0, 1, 2, 2, 2]), torch.tensor([0, 1, 2])],
         "total_lengths": [5, 3], "response_lengths": lengths,
         "loss_masks": [torch.tensor([1.0, 1.0, 0.0]), torch.tensor([1.0])],
@@ -373,7 +344,8 @@ class ScriptedEngine(InferenceEngine):
         turn = self.turns.pop(0)
         turn = {"text": turn} if isinstance(turn, str) else turn
         params = payload.get("sampling_params", {})
-        text, finish = turn["text"], {"type": "stop", "matched": None}
+        finish: dict[str, Any] = {"type": "stop", "matched": None}
+        text = turn["text"]
         hits = [(text.find(s) + len(s), s) for s in params.get("stop") or [] if s in text]
         if hits:
             end, matched = min(hits)

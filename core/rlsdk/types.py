@@ -141,7 +141,7 @@ class Sample:
         if "weight_version" in meta_info:
             self.weight_versions.append(meta_info["weight_version"])
         finish = (meta_info["finish_reason"] or {}).get("type")
-        status = {"length": "truncated", "abort": "aborted", "stop": "completed"}.get(finish)
+        status = {"length": "truncated", "abort": "aborted", "stop": "completed"}.get(str(finish))
         if status is not None:
             self.status = Sample.Status(status)
 

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError, PluginCallError, PluginError
+from ..errors import DataError
+from ..plugin_calls import call_buffer_filter
 from ..types import Sample
 from .prompts import Prompt, PromptBuilder
 from .rows import BadRowPolicy, DataPath, read_rows
@@ -175,27 +176,14 @@ class DataSource:
         return order
 
     def _take_from_buffer(self, num_groups: int, rollout_id: int) -> list[list[Sample]]:
-        """Call the buffer filter on a copy of the buffer, check what it did, and only then commit."""
+        """The buffer filter's choice, checked before the buffer changes (buffer_filter)."""
         resolved = self._buffer_filter
-        work = list(self.buffer)
-        given = {id(g) for g in work}
-        try:
-            taken = resolved.func(self.args, rollout_id, work, num_groups)
-        except Exception as exc:
-            raise PluginCallError(
-                f"{resolved.describe()} raised {type(exc).__name__}: {exc} choosing {num_groups} of "
-                f"{len(self.buffer)} buffered groups at rollout {rollout_id}; the buffer is unchanged"
-            ) from exc
-        problem = _check_buffer_filter_result(taken, work, given, num_groups)
-        if problem:
-            raise PluginCallError(
-                f"{resolved.describe()} {problem} (rollout {rollout_id}); the buffer is unchanged"
-            )
-        dropped = len(self.buffer) - len(work) - len(taken)
+        taken, left = call_buffer_filter(self.args, resolved, rollout_id, self.buffer, num_groups)
+        dropped = len(self.buffer) - len(left) - len(taken)
         if dropped:
             log.info("%s dropped %d buffered groups at rollout %d", resolved.describe(), dropped, rollout_id)
         self._counters["buffer_groups_dropped"] += dropped
-        self.buffer = work
+        self.buffer = left
         return taken
 
     # ----- state ----------------------------------------------------------------------------------
@@ -275,23 +263,4 @@ def _resolve_buffer_filter(pm: Any, name: str) -> Any:
         from ..manager import get_plugin_manager
 
         pm = get_plugin_manager()
-    resolved = pm.resolve("buffer_filter", name)
-    if resolved.is_async:
-        raise PluginError(f"{resolved.describe()} is async; buffer filters must be plain functions")
-    return resolved
-
-
-def _check_buffer_filter_result(taken: Any, left: list[Any], given: set[int], num_groups: int) -> str | None:
-    """What is wrong with a buffer filter's answer, or None."""
-    if not isinstance(taken, list):
-        return f"returned {type(taken).__name__}, expected a list of groups"
-    if len(taken) > num_groups:
-        return f"returned {len(taken)} groups when asked for at most {num_groups}"
-    taken_ids = [id(g) for g in taken]
-    if len(set(taken_ids)) != len(taken_ids) or not set(taken_ids) <= given:
-        return "returned a group twice or a group that was not in the buffer"
-    if any(id(g) not in given for g in left):
-        return "added groups to the buffer"
-    if set(taken_ids) & {id(g) for g in left}:
-        return "left served groups in the buffer"
-    return None
+    return pm.resolve("buffer_filter", name)

@@ -9,14 +9,14 @@ bridges exactly those differences and nothing else.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import copy
 import functools
 import importlib
 import inspect
 from collections.abc import Callable
 from typing import Any
 
-from ..config import RolloutConfig
+from ..config import core_options, installed_options
 from ..errors import PluginCallError, UnknownPluginError
 from ..manager import RlsdkPluginManager, get_plugin_manager
 from ..records import Resolved
@@ -53,9 +53,6 @@ def kind_module_hooks(kind: str) -> tuple[Callable[[str], Any], Callable[[], lis
 
 # ----- args and samples ---------------------------------------------------------------------------
 
-_OPTIONS = {f.name: f for f in dataclasses.fields(RolloutConfig)
-            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
-
 
 class SlimeArgs:
     """slime's ``args`` as rlsdk's plugins read them: slime's values first, rlsdk's defaults for the options
@@ -68,9 +65,9 @@ class SlimeArgs:
         try:
             return getattr(object.__getattribute__(self, "slime_args"), name)
         except AttributeError:
-            option = _OPTIONS.get(name)
-            if option is not None:  # rlsdk's default for an option slime does not have
-                return option.default_factory() if option.default is dataclasses.MISSING else option.default
+            option = core_options().get(name) or installed_options().get(name)
+            if option is not None:  # rlsdk's default for an option slime does not have (core's or a plugin's)
+                return copy.copy(option.default)
             raise AttributeError(f"neither slime's args nor rlsdk's options have {name!r}") from None
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -90,7 +87,7 @@ def view(args: Any) -> SlimeArgs:
     return found
 
 
-def slime_class(module: str, name: str) -> type | None:
+def slime_class(module: str, name: str) -> Any:
     """slime's class when slime (or rlsdk's stand-in for it) is importable, else None."""
     try:
         return getattr(importlib.import_module(module), name)
@@ -109,6 +106,10 @@ def to_slime(sample: Any) -> Any:
     return cls.from_dict(sample.to_dict())
 
 
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
 def _groups(groups: list[list[Any]], convert: Callable[[Any], Any]) -> list[list[Any]]:
     return [[convert(s) for s in group] for group in groups]
 
@@ -120,7 +121,7 @@ def reward_adapter(resolved: Resolved) -> Callable[..., Any]:
     reward runs in a thread so it cannot stall slime's loop."""
 
     async def call(args: Any, target: Any, **kwargs: Any) -> Any:
-        from ..rewarding import reward_problem
+        from ..plugin_calls import reward_problem
 
         if resolved.is_async:
             result = await resolved.func(view(args), target, **kwargs)
@@ -216,7 +217,7 @@ def generate_rollout_adapter(resolved: Resolved) -> Callable[..., Any]:
         rollout_args, source = view(args), SlimeDataSource(data_source)
         output = resolved.func(rollout_args, rollout_id, source, evaluation=evaluation)
         if inspect.isawaitable(output):
-            output = get_runtime(rollout_args).run(output)
+            output = get_runtime(rollout_args).run(_awaited(output))
         return _slime_output(output, evaluation)
     return _named(generate_rollout, resolved)
 
@@ -225,11 +226,11 @@ def _slime_output(output: Any, evaluation: bool) -> Any:
     if evaluation:
         data = output.data if isinstance(output, RolloutFnEvalOutput) else output
         data = {name: {**d, "samples": [to_slime(s) for s in d.get("samples", [])]} for name, d in data.items()}
-        cls = slime_class("slime.rollout.base_types", "RolloutFnEvalOutput") or RolloutFnEvalOutput
+        cls: Any = slime_class("slime.rollout.base_types", "RolloutFnEvalOutput") or RolloutFnEvalOutput
         return cls(data=data, metrics=getattr(output, "metrics", None))
     groups = output.samples if isinstance(output, RolloutFnTrainOutput) else output
-    cls = slime_class("slime.rollout.base_types", "RolloutFnTrainOutput") or RolloutFnTrainOutput
-    return cls(samples=_groups(groups, to_slime), metrics=getattr(output, "metrics", None))
+    train_cls: Any = slime_class("slime.rollout.base_types", "RolloutFnTrainOutput") or RolloutFnTrainOutput
+    return train_cls(samples=_groups(groups, to_slime), metrics=getattr(output, "metrics", None))
 
 
 def _named(func: Callable[..., Any], resolved: Resolved) -> Callable[..., Any]:

@@ -15,7 +15,7 @@ from ..types import Sample
 from . import real_slime_importable
 
 
-def slime_sample_class() -> type | None:
+def slime_sample_class() -> Any:
     """slime's own ``Sample`` when a real slime is importable, else None."""
     if not real_slime_importable():
         return None
@@ -29,7 +29,7 @@ def slime_sample_class() -> type | None:
 class _Converter:
     """rlsdk's samples to slime's and back, remembering which is which so identities survive."""
 
-    def __init__(self, cls: type) -> None:
+    def __init__(self, cls: Any) -> None:
         self.cls = cls
         self.originals: dict[int, Sample] = {}
 

@@ -53,7 +53,8 @@ class TorchTrainer(PolicyTrainer):
             torch.set_num_threads(args.train_threads or len(os.sched_getaffinity(0)))
         torch.manual_seed(args.rollout_seed)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype).to(self.device)
+        self.model = torch.nn.Module.to(AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype),
+                                        self.device)
         self.model.config.use_cache = False
         if args.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
@@ -64,7 +65,7 @@ class TorchTrainer(PolicyTrainer):
         self.ref_model = None
         if args.use_kl_loss or args.kl_coef:
             self.ref_model = AutoModelForCausalLM.from_pretrained(args.ref_load or self.model_path, dtype=self.dtype)
-            self.ref_model.to(self.device).eval().requires_grad_(False)
+            torch.nn.Module.to(self.ref_model, self.device).eval().requires_grad_(False)
 
     # ------------------------------------------------------------------ training
 

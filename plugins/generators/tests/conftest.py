@@ -1,4 +1,5 @@
-"""A module-scoped ``rlsdk serve`` of the real small model (SmolLM2-135M-Instruct, CPU, float32)."""
+"""A module-scoped ``rlsdk serve`` of the real small model (SmolLM2-135M-Instruct, CPU, float32): the engine the
+agents and tools are tested against (its decode paths are tested twice, eager and static, in rlsdk-embedded)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,9 @@ import pytest
 from rlsdk.testing import ServedEngine
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["eager", "static"])
-def served(request):
-    """Every test twice: eager decode steps (the CPU default), and static ones (the CUDA default, here
-    run eagerly: the same buffers, masks and overlapped steps, without graph capture)."""
-    from rlsdk_generators.embedded import EmbeddedEngine
+@pytest.fixture(scope="module")
+def served():
+    from rlsdk_embedded import EmbeddedEngine
 
-    with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=32, static_decode=request.param)) as served:
+    with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=32)) as served:
         yield served

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 def served():
     """One served engine (the adapters do not depend on the decode mode the shared fixture varies)."""
     from rlsdk.testing import ServedEngine
-    from rlsdk_generators.embedded import EmbeddedEngine
+    from rlsdk_embedded import EmbeddedEngine
 
     with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=8)) as engine:
         yield engine

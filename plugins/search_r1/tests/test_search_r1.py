@@ -141,7 +141,7 @@ def test_dead_retriever_becomes_an_error_observation(rlsdk_pm, small_tokenizer):
 @pytest.fixture(scope="module")
 def served():
     """The real small model behind ``rlsdk serve`` on loopback, one per module."""
-    embedded = pytest.importorskip("rlsdk_generators.embedded")
+    embedded = pytest.importorskip("rlsdk_embedded")
     with ServedEngine(embedded.EmbeddedEngine(device="cpu", max_batch_size=8)) as served:
         yield served
 

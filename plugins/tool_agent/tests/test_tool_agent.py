@@ -59,7 +59,7 @@ def test_samples_are_token_exact_where_retokenising_the_transcript_is_not():
     template, gives other ids than the model sampled; that session's sample must still hold exactly the
     sampled ids: every turn's prompt is the previous turn's prompt and sampled ids plus the new messages,
     each model turn's ids decode to the message the agent got, and only model ids train."""
-    from rlsdk_generators.embedded import EmbeddedEngine
+    from rlsdk_embedded import EmbeddedEngine
 
     async def sessions(served):
         chat = served.handle.chat

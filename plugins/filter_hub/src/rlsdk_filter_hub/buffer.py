@@ -1,4 +1,5 @@
-"""Buffer filters: which buffered groups are served before fresh data. Each removes what it returns."""
+"""Buffer filters: which buffered groups are served before fresh data. Each removes what it returns.
+(``pop_first``, the default, is core's own: :func:`rlsdk.defaults.pop_first`.)"""
 
 from __future__ import annotations
 
@@ -8,16 +9,6 @@ from typing import Any
 from rlsdk.data import START_ROLLOUT_ID
 
 log = logging.getLogger("rlsdk_filter_hub")
-
-
-def pop_first(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples: int) -> list[list[Any]]:
-    """Serve the oldest groups first (FIFO), removing them from the buffer.
-
-    Example: a buffer ``[g0, g1, g2]`` asked for 2 serves ``[g0, g1]`` and keeps ``[g2]``.
-    """
-    taken = buffer[: max(num_samples, 0)]
-    del buffer[: len(taken)]
-    return taken
 
 
 def pop_last(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples: int) -> list[list[Any]]:
@@ -45,7 +36,12 @@ def drop_stale(args: Any, rollout_id: int | None, buffer: list[list[Any]], num_s
     # slime calls buffer filters with rollout_id=None: then no group can be judged stale
     limit = getattr(args, "buffer_max_staleness", None) if rollout_id is not None else None
     starts = {id(g): _start(g, rollout_id) for g in buffer}
-    fresh = [g for g in buffer if limit is None or rollout_id - starts[id(g)] <= limit]
+
+    def stale(group: list[Any]) -> bool:
+        start = starts[id(group)]
+        return limit is not None and rollout_id is not None and start is not None and rollout_id - start > limit
+
+    fresh = [g for g in buffer if not stale(g)]
     if len(fresh) < len(buffer):
         log.info(
             "drop_stale: dropped %d buffered groups older than %s steps at rollout %d",

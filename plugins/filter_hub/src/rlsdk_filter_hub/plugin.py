@@ -1,6 +1,6 @@
 """The hook implementations that register filter_hub's filters (light imports only)."""
 
-from rlsdk import BufferFilter, DynamicFilter, OverSamplingFilter, hookimpl
+from rlsdk import BufferFilter, DynamicFilter, Option, OverSamplingFilter, hookimpl
 
 from . import buffer, dynamic, over_sampling
 
@@ -23,6 +23,18 @@ def rlsdk_over_sampling_filters():
 
 @hookimpl
 def rlsdk_buffer_filters():
-    yield BufferFilter(name="pop_first", func=buffer.pop_first)
     yield BufferFilter(name="pop_last", func=buffer.pop_last)
     yield BufferFilter(name="drop_stale", func=buffer.drop_stale)
+
+
+@hookimpl
+def rlsdk_options():
+    yield Option("buffer_max_staleness", int, help="For the drop_stale buffer filter: drop (and count) buffered "
+                 "groups whose generation started more than this many steps before the current one; none keeps "
+                 "every group.")
+    yield Option("dynamic_filter_metric_key", str, "acc", help="For the check_metric_nonzero_std dynamic filter: "
+                 "the dict-reward key it reads (e.g. DAPO's acc) instead of the shaped reward of reward_key.")
+    yield Option("reward_range_min", float, 0.0, help="For the reward_range dynamic filter: groups need a mean "
+                 "reward strictly above this.")
+    yield Option("reward_range_max", float, 1.0, help="For the reward_range dynamic filter: groups need a mean "
+                 "reward strictly below this.")

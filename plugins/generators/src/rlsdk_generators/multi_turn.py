@@ -19,13 +19,13 @@ def tool_names(args: Any, sample: Sample) -> list[str]:
     """``args.tool_names``, else the names of the sample's tool definitions (``metadata["tools"]``)."""
     if args.tool_names:
         return list(args.tool_names)
-    names = []
+    names: list[str] = []
     for tool in sample.metadata.get("tools") or []:
-        if isinstance(tool, str):
-            names.append(tool)
-        elif isinstance(tool, dict):
-            names.append((tool.get("function") or tool).get("name"))
-    return [n for n in names if n]
+        name = tool if isinstance(tool, str) else (tool.get("function") or tool).get("name") \
+            if isinstance(tool, dict) else None
+        if name:
+            names.append(name)
+    return names
 
 
 def tag_observation(results: list[ToolResult]) -> str:

@@ -97,7 +97,7 @@ def drop_redundant_groups(tokens: list[str]) -> list[str]:
             match[stack.pop()] = i
     if stack:
         raise NotNumeric("unbalanced brackets")
-    drop = set()
+    drop: set[int] = set()
     for open_i, close_i in match.items():
         inner = open_i + 1
         while inner in drop:  # already-dropped inner groups do not count
@@ -346,7 +346,7 @@ def add(a: Value, b: Value) -> Value:
 
 def _merge_small(terms: dict[Key, Fraction]) -> dict[Key, Fraction]:
     """Terms whose keys have small values are summed into one rational term."""
-    total, big = Fraction(0), {}
+    total, big = Fraction(0), dict[Key, Fraction]()
     for key, c in terms.items():
         small = _small(key)
         if small is None:
@@ -480,7 +480,9 @@ def factorial(x: Value) -> Value:
 
 
 def binomial(n: Value, k: Value) -> Value:
-    if not all(isinstance(v, Fraction) and v.denominator == 1 and v >= 0 for v in (n, k)) or n > 10 ** 6:
+    if not (isinstance(n, Fraction) and isinstance(k, Fraction)):
+        raise NotNumeric("binomial")
+    if n.denominator != 1 or k.denominator != 1 or n < 0 or k < 0 or n > 10 ** 6:
         raise NotNumeric("binomial")
     return Fraction(math.comb(int(n), int(k)))
 

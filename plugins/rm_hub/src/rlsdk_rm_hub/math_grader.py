@@ -14,6 +14,7 @@ import collections
 import concurrent.futures
 import re
 import threading
+from fractions import Fraction
 from typing import Any
 
 from . import exact
@@ -97,7 +98,7 @@ def _squared_with_sign(s: str) -> tuple[int, object] | None:
     """(sign, value squared) of a plain number or ``k\\sqrt{n}``, exact; None for anything else."""
     if _PLAIN_NUMBER.match(s):
         value = exact.value(s)
-        return None if value is None else ((value > 0) - (value < 0), value * value)
+        return ((value > 0) - (value < 0), value * value) if isinstance(value, Fraction) else None
     radical = _RADICAL.match(s)
     if radical:
         k, n = int(radical.group(2) or 1), int(radical.group(3))

@@ -222,7 +222,7 @@ def _number_verdict(a: str, b: str) -> bool | None:
         return None
     if x == y:
         return True
-    if abs(x - y) > Fraction(1, 1000) * max(1, abs(x), abs(y)):
+    if abs(x - y) > Fraction(1, 1000) * max(Fraction(1), abs(x), abs(y)):
         return False
     return None
 

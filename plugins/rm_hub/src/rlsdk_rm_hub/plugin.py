@@ -1,7 +1,7 @@
 """The hook implementations that register rm_hub's rewards (implementations load lazily: heavy modules
 such as math-verify and httpx are imported only inside the calls that need them)."""
 
-from rlsdk import Reward, hookimpl
+from rlsdk import Option, Reward, hookimpl
 
 from . import f1, math_grader, remote, slime_rewards
 
@@ -24,3 +24,20 @@ def rlsdk_rewards():
     for name in ("remote", "remote_rm"):
         yield Reward(name=name, func=remote.remote,
                      description="POST {prompt, response, label} to --rm-url; a number or a dict back")
+
+
+@hookimpl
+def rlsdk_options():
+    yield Option("rm_url", str, help="URL of the remote reward model for the remote reward (slime's --rm-url).")
+    yield Option("grader_timeout", float, 10.0, help="Seconds one grading may run in a worker process (math, "
+                 "slime_math, deepscaler) before the worker is killed and the sample marked invalid.")
+    yield Option("grader_workers", int, help="Worker processes for CPU-heavy grading; default min(4, cpu_count).")
+    yield Option("rm_request_timeout", float, 30.0, help="Seconds per HTTP request of the remote reward.")
+    yield Option("rm_retries", int, 3, help="Retries of the remote reward on connection errors, timeouts and 5xx "
+                 "(never on 4xx).")
+    yield Option("rm_backoff", float, 0.5, help="Base seconds of the remote reward's exponential backoff (full "
+                 "jitter) between retries.")
+    yield Option("rm_max_connections", int, 64, help="Connections the remote reward keeps open to its server at "
+                 "most.")
+    yield Option("dapo_strict_box", bool, False, help="The dapo reward reads the last \\boxed{} instead of "
+                 "'Answer:'.")

@@ -59,8 +59,10 @@ def _reward_from(response: Any) -> float | dict[str, Any]:
         value = response.json()
     except ValueError:
         raise RemoteRewardError(f"{response.request.url} answered malformed JSON: {response.text[:200]!r}") from None
-    if isinstance(value, dict) or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
+    if isinstance(value, dict):
         return value
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
     raise RemoteRewardError(f"{response.request.url} answered {value!r}: expected a number or an object")
 
 

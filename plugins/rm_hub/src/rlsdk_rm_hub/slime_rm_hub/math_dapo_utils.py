@@ -36,7 +36,10 @@ def is_correct_minerva(solution_str: str, gt: Any, gt_need_extract: bool = False
     if answer_pattern != MINERVA_ANSWER.pattern:
         raise NotImplementedError("rlsdk's is_correct_minerva reads only the default 'Answer:' pattern")
     if gt_need_extract:
-        gt = remove_boxed(last_boxed_only_string(gt))
+        boxed = last_boxed_only_string(gt)
+        if boxed is None:
+            raise ValueError(f"gt_need_extract: the label {gt[:100]!r} has no \\boxed{{}}")
+        gt = remove_boxed(boxed)
     return minerva_correct(solution_str, gt)
 
 

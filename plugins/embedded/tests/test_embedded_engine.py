@@ -141,7 +141,7 @@ def test_rows_past_the_cache_slack_and_rows_joining_and_leaving_keep_forward_log
     """A row decodes past its cache buffers' free columns (a refill) while a shorter row joins mid-way
     (a merge) and finishes (a select, whose new buffers the long row outgrows 60 steps before its end);
     both rows' log-probs still match a plain forward pass."""
-    from rlsdk_generators.embedded.batch import SLACK
+    from rlsdk_embedded.batch import SLACK
 
     engine = served.engine
     long_prompt, short_prompt = prompt_ids(served, "Tell me a long story."), prompt_ids(served, "Say hi.")
@@ -257,8 +257,8 @@ async def _collect(stream):
 def test_a_stream_chunk_holds_back_a_character_split_across_tokens(served):
     """"🙂" is two tokens: the chunk after the first has no text yet instead of a "\ufffd" that the next
     chunk would replace, so stream texts stay cumulative (a sampled stream hit this now and then)."""
-    from rlsdk_generators.embedded.engine import _Request
-    from rlsdk_generators.embedded.sampling import SamplingParams
+    from rlsdk_embedded.engine import _Request
+    from rlsdk_embedded.sampling import SamplingParams
 
     engine = served.engine
     ids = engine._detokenizer("🙂", add_special_tokens=False)["input_ids"]
@@ -365,8 +365,8 @@ def test_engine_with_static_decode_keeps_finished_rows_until_a_quarter_have_fini
     """With static decode a finished row stays in the batch (decoded, its tokens dropped) until a quarter
     of the rows have finished; every row still gets forward-pass log-probs, and the engine counts
     only the tokens it returned."""
-    from rlsdk_generators.embedded import EmbeddedEngine
-    from rlsdk_generators.embedded.batch import SLACK
+    from rlsdk_embedded import EmbeddedEngine
+    from rlsdk_embedded.batch import SLACK
 
     lengths = (SLACK + 30, 4, 12, 40, 40, 40)
     with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=8, static_decode=True)) as served:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlsdk_generators.embedded.attention import full_attention_only, grouped_attention, sdpa_without_cudnn
+from rlsdk_embedded.attention import full_attention_only, grouped_attention, sdpa_without_cudnn
 
 
 def test_grouped_decode_matches_sdpa_with_repeated_heads():

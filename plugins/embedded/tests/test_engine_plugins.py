@@ -12,7 +12,7 @@ from aiohttp import web
 
 from rlsdk import RolloutConfig, Sample, get_plugin_manager
 from rlsdk.engine import EngineError, EngineUnavailableError, SGLangClient
-from rlsdk_generators.embedded import ModelNotFoundError, model_files, resolve_model_path
+from rlsdk_embedded import ModelNotFoundError, model_files, resolve_model_path
 
 
 def test_engines_are_registered_by_entry_point():

@@ -35,7 +35,7 @@ def tiny_llama(hidden: int, layers: int, heads: int, kv_heads: int, vocab: int):
     """A random Llama with the engine's attention: for what only needs some full-attention model."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rlsdk_generators.embedded import attention
+    from rlsdk_embedded import attention
 
     torch.manual_seed(0)
     config = LlamaConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
@@ -48,8 +48,8 @@ def tiny_llama(hidden: int, layers: int, heads: int, kv_heads: int, vocab: int):
 def smollm2():
     from transformers import AutoModelForCausalLM
 
-    from rlsdk_generators.embedded import attention
-    from rlsdk_generators.embedded.model_files import resolve_model_path
+    from rlsdk_embedded import attention
+    from rlsdk_embedded.model_files import resolve_model_path
 
     return AutoModelForCausalLM.from_pretrained(resolve_model_path(None, None), dtype=torch.float32,
                                                 attn_implementation=attention.register()).eval()
@@ -59,7 +59,7 @@ def test_static_steps_give_the_eager_steps_logits(smollm2, monkeypatch):
     """Through a merge, a refill and a select, static steps' logits equal eager ones; and static steps
     did run (all but a few eager steps on each new set of buffers). A small slack makes the buffers fill
     up within 70 steps."""
-    from rlsdk_generators.embedded import batch, static_decode
+    from rlsdk_embedded import batch, static_decode
 
     monkeypatch.setattr(batch, "SLACK", 8)
     static_steps = []
@@ -80,8 +80,8 @@ def test_rows_joining_every_few_steps_stop_setting_up_static_steps(monkeypatch):
     """A capture costs several steps, so buffers that change every three steps (a row joins) soon get
     eager steps only, and a batch that then keeps its buffers gets static steps again; the logits equal
     eager ones throughout. A random two-layer Llama: only the set-up policy is under test."""
-    from rlsdk_generators.embedded import static_decode
-    from rlsdk_generators.embedded.batch import KVBatch
+    from rlsdk_embedded import static_decode
+    from rlsdk_embedded.batch import KVBatch
 
     set_up = []
     init = static_decode.StaticDecode.__init__
@@ -119,7 +119,7 @@ def test_rows_joining_every_few_steps_stop_setting_up_static_steps(monkeypatch):
 def test_cuda_graph_steps_give_the_eager_steps_logits():
     """On CUDA static steps are replayed from captured graphs; float32, a random two-layer Llama (no
     download: the real small model's package may be missing on a GPU machine)."""
-    from rlsdk_generators.embedded.batch import SLACK, KVBatch
+    from rlsdk_embedded.batch import SLACK, KVBatch
 
     model = tiny_llama(hidden=256, layers=2, heads=8, kv_heads=4, vocab=1000).cuda()
     plan = [5, SLACK + 20, 30]

@@ -1,0 +1,64 @@
+"""Core's own rollout plugins, registered through core's entry point like any other (as conda and llm do):
+the ``sglang`` rollout, the ``single_turn`` generator, the ``sglang`` engine (the SGLang-protocol client) and
+the ``pop_first`` buffer filter. With them and the ``torch`` trainer, rlsdk runs against any SGLang-protocol
+server, and tests, without a plugin package."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import generate, rollout
+from .hookspecs import hookimpl
+from .records import BufferFilter, CustomGenerate, Engine, GenerateRollout
+
+
+def sglang_engine(args: Any) -> Any:
+    """A real SGLang server or router by URL, or one launched with ``python -m sglang.launch_server``."""
+    from .sglang_client import SGLangClient
+
+    options = {"concurrency": args.sglang_server_concurrency, "retries": args.sglang_retries,
+               "backoff": args.sglang_backoff}
+    if args.sglang_launch:
+        model = args.model or args.hf_checkpoint
+        if not model:
+            raise ValueError("sglang_launch needs --model: the model folder SGLang should serve")
+        return SGLangClient.launching(model, host=args.sglang_router_ip or "127.0.0.1",
+                                      port=args.sglang_router_port or 30000, python=args.sglang_python, **options)
+    url = args.sglang_url
+    if not url:
+        if not (args.sglang_router_ip and args.sglang_router_port):
+            raise ValueError("the sglang engine needs --sglang-url (or sglang_router_ip and sglang_router_port)")
+        url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+    return SGLangClient(url, **options)
+
+
+def pop_first(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples: int) -> list[list[Any]]:
+    """Serve the oldest groups first (FIFO), removing them from the buffer.
+
+    Example: a buffer ``[g0, g1, g2]`` asked for 2 serves ``[g0, g1]`` and keeps ``[g2]``.
+    """
+    taken = buffer[: max(num_samples, 0)]
+    del buffer[: len(taken)]
+    return taken
+
+
+@hookimpl
+def rlsdk_generate_rollouts() -> Any:
+    yield GenerateRollout(name="sglang", func=rollout.generate_rollout,
+                          description="Over-sampling rollout with dynamic filter, abort and partial rollouts")
+
+
+@hookimpl
+def rlsdk_custom_generates() -> Any:
+    yield CustomGenerate(name="single_turn", func=generate.generate,
+                         description="One /generate call through the run's engine (the default)")
+
+
+@hookimpl
+def rlsdk_engines() -> Any:
+    yield Engine(name="sglang", func=sglang_engine)
+
+
+@hookimpl
+def rlsdk_buffer_filters() -> Any:
+    yield BufferFilter(name="pop_first", func=pop_first)

@@ -1,0 +1,105 @@
+"""Core runs and tests without any plugin package: its own entry point registers the ``sglang`` rollout, the
+``single_turn`` generator, the ``sglang`` engine (the SGLang-protocol client) and the ``pop_first`` buffer
+filter; ``rlsdk serve`` resolves its engine by name. The server behind the client is ``rlsdk serve``'s, in
+process, over a scripted engine (``LongTailEngine``: no model is needed to show what core alone does)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+from rlsdk import RolloutConfig, get_plugin_manager
+from rlsdk.data import DataSource
+from rlsdk.job import resolve_run_plugins
+from rlsdk.plugin_calls import call_engine, call_generate_rollout
+from rlsdk.runtime import Runtime, bind_runtime
+from rlsdk.sglang_client import SGLangClient
+from rlsdk.testing import ByteTokenizer, ServedEngine
+
+from .long_tail_engine import LongTailEngine
+
+PLUGIN_PACKAGES = "embedded,filter_hub,generators,rm_hub,search_r1"
+RLSDK = [sys.executable, "-c", "from rlsdk_cli.app import main; main()"]
+
+
+EXACT = "def exact(args, sample, **kwargs):\n    return float(sample.response == sample.label)\n"
+
+
+@pytest.fixture
+def core_only(monkeypatch):
+    """The installed plugins with every plugin package blocked: core's own entry points only."""
+    monkeypatch.setenv("RLSDK_DISABLE_PLUGINS", PLUGIN_PACKAGES)
+    return get_plugin_manager()
+
+
+@pytest.fixture
+def served():
+    engine = LongTailEngine(lambda prompt, so_far: (f"answer {prompt[0]}", None), lambda ids: ids.index(ord("|")) + 1)
+    with ServedEngine(engine) as served:
+        yield served
+
+
+def test_core_registers_the_defaults_itself(core_only):
+    assert {info.distribution for info in core_only.plugin_infos()} == {"rlsdk"}
+    assert core_only.names("generate_rollout") == ["sglang"]
+    assert core_only.names("custom_generate") == ["single_turn"]
+    assert core_only.names("engine") == ["sglang"]
+    assert core_only.names("buffer_filter") == ["pop_first"]
+    assert core_only.names("trainer") == ["torch"]
+
+
+def test_core_alone_runs_a_step_against_an_sglang_protocol_server(core_only, served, tmp_path):
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"input": f"{i}|", "label": f"answer {i}"}) + "\n" for i in range(4)))
+    (tmp_path / "rewards.py").write_text(EXACT)
+    args = RolloutConfig(engine=served.url, prompt_data=str(data), label_key="label",
+                         custom_rm_path=f"{tmp_path}/rewards.py:exact",
+                         rollout_batch_size=2, n_samples_per_prompt=2, over_sampling_batch_size=3)
+    plugins = resolve_run_plugins(args, core_only)
+    assert {k: r.info.distribution for k, r in plugins.items() if k != "reward"} == {
+        "generate_rollout": "rlsdk", "engine": "rlsdk", "buffer_filter": "rlsdk"}
+    engine = call_engine(plugins["engine"], args)
+    assert isinstance(engine, SGLangClient) and engine.url == served.url
+    runtime = bind_runtime(args, Runtime(core_only, engine, ByteTokenizer()))
+    try:
+        runtime.run(engine.start())
+        source = DataSource(args, pm=core_only, tokenizer=runtime.tokenizer)
+        out = call_generate_rollout(runtime, plugins["generate_rollout"], args, 0, source)
+        assert [s.reward for g in out.samples for s in g] == [1.0] * 4
+        assert source.get_buffer_length() == 1  # the surplus group, served first next step by pop_first
+        again = call_generate_rollout(runtime, plugins["generate_rollout"], args, 1, source)
+        assert again.samples[0][0].prompt == "2|"
+    finally:
+        runtime.run(engine.close())
+        runtime.loop.close()
+
+
+def test_serve_resolves_its_engine_by_name_and_keeps_its_settings(served):
+    """``rlsdk serve --engine sglang --set sglang_url=...``: core's client engine, served as a loopback proxy."""
+    proc = subprocess.Popen([*RLSDK, "serve", "--engine", "sglang", "--set", f"sglang_url={served.url}",
+                             "--port", "0"], stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()  # type: ignore[union-attr]
+        assert line.startswith("rlsdk serve: scripted at http://127.0.0.1:"), line
+        url = line.split(" at ")[1].split()[0]
+        response = httpx.post(url + "/generate", json={"input_ids": list(b"7|"), "sampling_params":
+                                                       {"max_new_tokens": 16}}, timeout=30).json()
+        assert response["text"] == "answer 7" and response["meta_info"]["finish_reason"]["type"] == "stop"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize(("options", "error"), [
+    (["--engine", "nope"], "unknown engine 'nope'. Choose one of: embedded, sglang"),
+    (["--engine", "sglang"], "the sglang engine needs --sglang-url"),
+    (["--set", "engine_dtyp=bfloat16"], "unknown option 'engine_dtyp' (did you mean 'engine_dtype'?)"),
+])
+def test_serve_names_what_is_wrong_before_loading_anything(options, error):
+    result = subprocess.run([*RLSDK, "serve", "--port", "0", *options], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode == 2 and error in " ".join(result.stderr.split()), result.stderr

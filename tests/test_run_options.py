@@ -1,0 +1,61 @@
+"""``rlsdk run``'s options come from one source: core's from RolloutConfig's fields and docstrings, the plugins'
+from their ``rlsdk_options`` hooks. Unknown keys, on the command line, in ``--set`` and in config files, are
+errors with a did-you-mean, before any model loads. Runs the real CLI (typer's runner, installed plugins)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from rlsdk_cli.app import app
+
+runner = CliRunner()
+
+
+def invoke(*argv: str):
+    return runner.invoke(app, list(argv), env={"COLUMNS": "200"})
+
+
+def test_help_lists_core_and_plugin_options_with_defaults():
+    text = invoke("run", "--help").stdout
+    assert "--rollout-batch-size" in text and "Groups (prompts) kept per step. (default: 4)" in text
+    assert "--lr" in text and "(default: 1e-06)" in text  # training options, from TrainingOptions
+    assert "Plugin options (rlsdk-generators)" in text and "--max-turns" in text
+    assert "One of: auto, tag, json. (default: auto)" in text  # tool_call_format's choices
+    assert "Plugin options (rlsdk-embedded)" in text and "--engine-device" in text
+    assert "`@[start:end]` row slice" in text  # help text is not read as markup
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["--set", "rollout_temprature=0"], "unknown option 'rollout_temprature' (did you mean 'rollout_temperature'?)"),
+    (["--set", "max_turns=two"], "option 'max_turns' takes a int, got 'two'"),
+    (["--set", "tool_call_format=xml"], "'tool_call_format' must be one of auto, tag, json, got 'xml'"),
+    (["--rollout-batch-sise", "3"], "No such option: --rollout-batch-sise (Possible options: --global-batch-size, --micro-batch-size, --rollout-batch-size)"),
+    (["--max-turns", "x"], "Invalid value for '--max-turns'"),
+])
+def test_unknown_or_wrong_options_are_errors_naming_them(argv, error, tmp_path):
+    result = invoke("run", *argv, "--output", str(tmp_path))
+    assert result.exit_code == 2 and error in " ".join(result.output.split()), result.output
+    assert not list(tmp_path.iterdir())  # nothing ran
+
+
+def test_config_file_keys_are_checked_too(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("rollout_batch_sise: 8\n")
+    result = invoke("run", "--config", str(config), "--output", str(tmp_path / "out"))
+    assert result.exit_code == 2
+    assert f"{config}: unknown option 'rollout_batch_sise' (did you mean 'rollout_batch_size'?)" in \
+        " ".join(result.output.replace("│", " ").split())
+
+
+def test_plugins_show_lists_the_options_the_plugin_declares():
+    entry = json.loads(invoke("plugins", "show", "drop_stale", "--json").stdout)
+    options = {o["name"]: o for o in entry["options"]}
+    assert options["buffer_max_staleness"] == {
+        "name": "buffer_max_staleness", "type": "int", "default": None,
+        "help": options["buffer_max_staleness"]["help"]}
+    assert "drop_stale" in options["buffer_max_staleness"]["help"]
+    text = invoke("plugins", "show", "multi_turn").stdout
+    assert "tool_call_format (str, default 'auto', one of auto, tag, json)" in text
