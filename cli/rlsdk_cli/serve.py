@@ -92,7 +92,7 @@ async def _serve(engine: Any, host: str, port: int, **server_options: Any) -> No
             await _until_stopped()
     finally:
         await handle.close()
-        await engine.close()  # type: ignore[attr-defined]
+        await engine.close()
 
 
 async def _serve_chat(upstream: str, tokenizer_folder: str, host: str, port: int, tool_call_parser: str,

@@ -134,7 +134,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
     for group in returned:
         ledger.return_to_buffer(group)
     # Groups the engine failed stay failed, but their prompts go back too, in data order: no data used up.
-    requeued = sorted((g for g in ledger.discarded if engine_failed(g)), key=lambda g: g[0].group_index)
+    requeued = sorted((g for g in ledger.discarded if engine_failed(g)), key=lambda g: g[0].group_index or 0)
     for group in requeued:
         ledger.requeue(group)
     returned += [restart_group(args, g, rollout_id) for g in requeued]

@@ -8,7 +8,7 @@ import asyncio
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,7 +88,7 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
             messages=canonical,
             tools=tools,
             parse_tools=bool(tools) and choice == "auto",
-            n=_bounded(body, "n", 1, 1, MAX_CHOICES),
+            n=_bounded(body, "n", 1, 1, MAX_CHOICES) or 1,
             stream=bool(_typed(body, "stream", bool, False)),
             include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
             stop=list(stop),
@@ -273,11 +273,12 @@ class ChatEndpoint:
         """The ``chat.completion`` body for ``request``."""
         prepared = self.prepare(request, session)
         payloads = self._payloads(prepared, request.n)
+        outputs: list[Any]
         try:
             if prepared.sampling["max_new_tokens"] == 0:
                 outputs = [_empty_output() for _ in payloads]
             else:
-                outputs = await asyncio.gather(*(self.engine.generate(p) for p in payloads))
+                outputs = list(await asyncio.gather(*(self.engine.generate(p) for p in payloads)))
             results = [self._choice(request, output) for output in outputs]
         except BaseException as exc:  # the engine refused or aborted it, or the client went away
             _failed(prepared.turn, exc)
@@ -299,7 +300,7 @@ class ChatEndpoint:
         body["usage"] = _usage(len(prepared.prompt_ids), sum(len(c.output_ids) for _, c in results))
         return body
 
-    async def stream(self, request: ChatRequest, session: Session | None) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, request: ChatRequest, session: Session | None) -> AsyncGenerator[dict[str, Any]]:
         """``chat.completion.chunk`` bodies: content as it comes (held back from a possible stop string or
         tool call), then each choice's tool calls and finish reason."""
         from ..serve import merge_streams

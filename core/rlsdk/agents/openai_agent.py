@@ -121,7 +121,7 @@ async def _state(args: Any, runtime: Runtime) -> dict[str, Any]:
         server.chat.template.template_kwargs = dict(
             args.apply_chat_template_kwargs
         )  # the run's, as in its data
-    options = {
+    options: dict[str, Any] = {
         "api_key": os.environ.get(SERVE_TOKEN_ENV) or "rlsdk",
         "max_retries": 0,
         "timeout": args.generate_timeout or 3600.0,

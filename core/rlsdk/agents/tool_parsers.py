@@ -28,9 +28,8 @@ class ParsedTurn:
 
 def tool_names(tools: list[dict[str, Any]] | None) -> set[str]:
     """The function names of OpenAI tool definitions."""
-    return {(tool.get("function") or {}).get("name") for tool in tools or [] if isinstance(tool, dict)} - {
-        None
-    }
+    functions = [tool.get("function") or {} for tool in tools or [] if isinstance(tool, dict)]
+    return {function["name"] for function in functions if isinstance(function.get("name"), str)}
 
 
 def _arguments(value: Any) -> dict[str, Any] | None:
