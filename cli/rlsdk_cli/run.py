@@ -26,8 +26,9 @@ def build_config(config: Path | None, options: dict[str, Any], extra: list[str])
     """The config file (if any), then every option given on the command line, then ``--set k=v``."""
     overrides = {k: v for k, v in options.items() if v is not None and v != []}
     overrides.update(parse_set(extra))
-    if isinstance(overrides.get("apply_chat_template_kwargs"), str):
-        overrides["apply_chat_template_kwargs"] = json.loads(overrides["apply_chat_template_kwargs"])
+    for key in ("apply_chat_template_kwargs", "ray_runtime_env"):  # JSON options
+        if isinstance(overrides.get(key), str):
+            overrides[key] = json.loads(overrides[key])
     eval_data = overrides.pop("eval_data", [])
     if eval_data:
         overrides["eval_datasets"] = [dict(zip(("name", "path"), d.split("=", 1), strict=True)) for d in eval_data]
@@ -118,6 +119,13 @@ def _options(
     n_samples_per_eval_prompt: int | None = typer.Option(None, "--n-samples-per-eval-prompt"),
     eval_interval: int | None = typer.Option(None, "--eval-interval", help="Eval every N steps."),
     output_dir: str | None = typer.Option(None, "--output", "--output-dir", help="Output folder."),
+    ray_address: str | None = typer.Option(
+        None, "--ray", metavar="[ADDRESS]", rich_help_panel="Ray",
+        help="Run on Ray: alone, a local cluster; `auto` or `ray://host:10001` joins a running one."),
+    num_engines: int | None = typer.Option(None, "--num-engines", rich_help_panel="Ray",
+                                           help="Engine actors (with --ray), least-loaded routing."),
+    ray_runtime_env: str | None = typer.Option(None, "--runtime-env", rich_help_panel="Ray",
+                                               help="Ray runtime environment for the workers, as JSON."),
     extra: list[str] = typer.Option([], "--set", help="KEY=VALUE for any option, plugins' own included."),
 ) -> dict[str, Any]:
     """The options shared by ``rlsdk run`` and ``rlsdk eval``; parameter names are RolloutConfig's."""

@@ -122,6 +122,20 @@ class RolloutConfig(TrainingOptions):
     """Folder for the embedded engine's converted default model; default ``$RLSDK_CACHE_DIR/models`` or
     ``~/.cache/rlsdk/models``."""
 
+    # --- Ray (rlsdk[ray]) ---
+    ray_address: str | None = None
+    """Run on Ray: ``local`` starts a cluster on this machine (dashboard off), ``auto`` or ``ray://host:port``
+    joins a running one; engines run as actors, CPU-heavy grading as tasks. None: no Ray."""
+    num_engines: int = 1
+    """Engine actors on Ray; requests go to the least-loaded one, a dead one is restarted."""
+    ray_runtime_env: dict[str, Any] | None = None
+    """Ray runtime environment for the workers (``env_vars``, ``pip``, ``working_dir``...), as Ray takes it."""
+    ray_engine_cpus: float = 1.0
+    """Logical CPUs each engine actor asks Ray for."""
+    ray_start_timeout: float = 300.0
+    """Seconds an actor may take to be placed, start and load its model before the run stops naming its
+    node, device, port and log file."""
+
     # --- data ---
     prompt_data: str | None = None
     """Training data: JSONL or Parquet, with an optional ``@[start:end]`` row slice. ``rlsdk run``
@@ -233,9 +247,11 @@ class RolloutConfig(TrainingOptions):
         if self.over_sampling_batch_size is None:
             self.over_sampling_batch_size = self.rollout_batch_size
         for name in ("rollout_batch_size", "n_samples_per_prompt", "over_sampling_batch_size", "num_rollout",
-                     "sglang_server_concurrency"):
+                     "sglang_server_concurrency", "num_engines"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.num_engines > 1 and not self.ray_address:
+            raise ValueError(f"num_engines {self.num_engines} needs ray_address (--ray): engines run as Ray actors")
         if self.on_bad_row not in ("error", "skip"):
             raise ValueError(f"on_bad_row must be error or skip, got {self.on_bad_row!r}")
         if self.tool_call_format not in ("auto", "tag", "json"):
