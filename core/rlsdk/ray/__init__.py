@@ -36,6 +36,7 @@ def on_ray(args: Any, pm: RlsdkPluginManager, plugins: dict[str, Resolved]) -> I
     from .trainer_actor import RemoteTrainer
 
     cluster = connect(args)
+    trainers: list[RemoteTrainer] = []
     try:
         driver = plugin_versions(pm)
         check_nodes(driver, args.ray_start_timeout)
@@ -43,9 +44,15 @@ def on_ray(args: Any, pm: RlsdkPluginManager, plugins: dict[str, Resolved]) -> I
         engine_spec = engine_name(args)
         swapped = {**plugins, "engine": _with_factory(plugins["engine"],
                                                       lambda a: RayEnginePool(a, engine_spec, driver))}
+        def remote_trainer(a: Any) -> RemoteTrainer:
+            trainers.append(RemoteTrainer(a, a.trainer, driver))
+            return trainers[-1]
+
         if "trainer" in plugins:
-            swapped["trainer"] = _with_factory(plugins["trainer"], lambda a: RemoteTrainer(a, a.trainer, driver))
+            swapped["trainer"] = _with_factory(plugins["trainer"], remote_trainer)
         yield swapped
     finally:
         set_cluster_task_pool(None)
+        for trainer in trainers:
+            trainer.close()
         cluster.close()

@@ -63,10 +63,11 @@ def connect(args: Any) -> Cluster:
 
 
 def local_cpus(args: Any) -> int:
-    """Logical CPUs of a local cluster: the machine's, or more when the engines ask for more (each engine
-    sets its own torch threads; Ray's count only places actors), plus one for grading tasks."""
+    """Logical CPUs of a local cluster: the machine's, or what the engines, the trainer and one grading
+    task ask for when that is more (each engine and the trainer set their own torch threads: Ray's count only
+    places actors)."""
     engines = int(args.num_engines * args.ray_engine_cpus + 0.999)
-    return max(os.cpu_count() or 1, engines + 1)
+    return max(os.cpu_count() or 1, engines + 2)
 
 
 def local_object_store() -> int:
@@ -154,12 +155,13 @@ async def start(actor: Any, what: str, place_text: str, call: Any, timeout: floa
 
 
 def first_line(exc: BaseException) -> str:
-    """The error a Ray exception carries, without Ray's traceback banner."""
+    """The error a Ray exception carries, without Ray's traceback banner and advice: the cause of a task's
+    error, else the first sentence of Ray's message."""
     cause = getattr(exc, "cause", None)
     if cause is not None:
         return f"{type(cause).__name__}: {cause}"
-    text = str(exc).strip().splitlines()
-    return text[-1] if text else type(exc).__name__
+    text = " ".join(str(exc).split())
+    return text.split(". ")[0] if text else type(exc).__name__
 
 
 async def _awaitable(ref: Any) -> Any:

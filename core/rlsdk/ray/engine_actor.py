@@ -22,7 +22,7 @@ def actor_resources(args: Any) -> dict[str, Any]:
 
 
 def actor_device(args: Any) -> str:
-    return args.engine_device if args.engine_device != "auto" else "auto (cuda when the node has one, else cpu)"
+    return args.engine_device
 
 
 class EngineActor:
