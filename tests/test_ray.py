@@ -16,16 +16,16 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from rlsdk import CustomGenerate, RolloutConfig, get_plugin_manager, hookimpl  # noqa: E402
-from rlsdk.generate import generate  # noqa: E402
-from rlsdk.job import run_job  # noqa: E402
-from rlsdk.ledger import audit_run  # noqa: E402
-from rlsdk.ray.cluster import ActorStartError  # noqa: E402
-from rlsdk.ray.environments import PluginEnvironmentError, differences  # noqa: E402
-from rlsdk.ray.task_pool import RayTaskPool  # noqa: E402
-from rlsdk.ray.trainer_actor import RemoteTrainer, TrainerLostError  # noqa: E402
-from rlsdk.runtime import get_runtime  # noqa: E402
-from rlsdk.task_pools import set_cluster_task_pool  # noqa: E402
+from rlsdk import CustomGenerate, RolloutConfig, get_plugin_manager, hookimpl
+from rlsdk.generate import generate
+from rlsdk.job import run_job
+from rlsdk.ledger import audit_run
+from rlsdk.ray.cluster import ActorStartError
+from rlsdk.ray.environments import PluginEnvironmentError, differences
+from rlsdk.ray.task_pool import RayTaskPool
+from rlsdk.ray.trainer_actor import RemoteTrainer, TrainerLostError
+from rlsdk.runtime import get_runtime
+from rlsdk.task_pools import set_cluster_task_pool
 
 SLOW_TASK = '''
 import os, time
@@ -42,8 +42,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A local cluster on 2 CPUs whose workers can import ``slow_task`` (the folder returned)."""
     helpers = tmp_path_factory.mktemp("ray-helpers")
     (helpers / "slow_task.py").write_text(SLOW_TASK)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 << 20, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(helpers)}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=200 << 20,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": str(helpers)}},
+    )
     yield helpers
     ray.shutdown()
 
@@ -53,17 +58,32 @@ def run_files(tmp_path: Path) -> tuple[Path, str]:
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"input": f"w{i} w{i + 1} w{i + 2}"}) + "\n" for i in range(16)))
     reward = tmp_path / "reward.py"
-    reward.write_text("def first_token_mod4(args, sample, **kwargs):\n"
-                      "    return float(sample.response_length > 0 and sample.tokens[sample.prompt_length] % 4 == 0)\n")
+    reward.write_text(
+        "def first_token_mod4(args, sample, **kwargs):\n"
+        "    return float(sample.response_length > 0 and sample.tokens[sample.prompt_length] % 4 == 0)\n"
+    )
     return data, f"{reward}:first_token_mod4"
 
 
 def ray_args(tiny_llama: Path, run_files: tuple[Path, str], out: Path, **options) -> RolloutConfig:
     data, reward = run_files
-    values = {"model": str(tiny_llama), "prompt_data": str(data), "rm_type": reward, "rollout_batch_size": 4,
-              "n_samples_per_prompt": 8, "rollout_max_response_len": 16, "num_rollout": 2, "engine_threads": 1,
-              "train_threads": 1, "output_dir": str(out), "ray_address": "local", "ray_engine_cpus": 0.5,
-              "ray_start_timeout": 120.0, "sync_check_tol": 1e-3, "lr": 3e-2}
+    values = {
+        "model": str(tiny_llama),
+        "prompt_data": str(data),
+        "rm_type": reward,
+        "rollout_batch_size": 4,
+        "n_samples_per_prompt": 8,
+        "rollout_max_response_len": 16,
+        "num_rollout": 2,
+        "engine_threads": 1,
+        "train_threads": 1,
+        "output_dir": str(out),
+        "ray_address": "local",
+        "ray_engine_cpus": 0.5,
+        "ray_start_timeout": 120.0,
+        "sync_check_tol": 1e-3,
+        "lr": 3e-2,
+    }
     values.update(options)
     return RolloutConfig(**values)
 
@@ -105,12 +125,20 @@ class KillOneEngine:
 
 
 @pytest.mark.timeout(240)
-def test_an_engine_killed_mid_step_is_restarted_and_the_run_loses_nothing(cluster, tiny_llama, run_files,
-                                                                           tmp_path):
+def test_an_engine_killed_mid_step_is_restarted_and_the_run_loses_nothing(
+    cluster, tiny_llama, run_files, tmp_path
+):
     killer = KillOneEngine()
     out = tmp_path / "out"
-    args = ray_args(tiny_llama, run_files, out, num_engines=2, train=True, num_rollout=5,
-                    custom_generate_function_path="kill_one_engine")
+    args = ray_args(
+        tiny_llama,
+        run_files,
+        out,
+        num_engines=2,
+        train=True,
+        num_rollout=5,
+        custom_generate_function_path="kill_one_engine",
+    )
     run_job(args, get_plugin_manager(plugins=[killer]))
 
     engine, in_flight = killer.killed
@@ -123,14 +151,17 @@ def test_an_engine_killed_mid_step_is_restarted_and_the_run_loses_nothing(cluste
     assert len(rows) == 5
     assert rows[1]["rollout/aborted"] > 0 and rows[1]["ledger/returned"] > 0  # its groups went to the buffer
     for row in rows:  # every step balanced and every sync passed the trust check on every live engine
-        assert row["ledger/entered"] == row["ledger/kept"] + row["ledger/dropped"] + row["ledger/returned"] \
-            + row["ledger/failed"]
+        assert (
+            row["ledger/entered"]
+            == row["ledger/kept"] + row["ledger/dropped"] + row["ledger/returned"] + row["ledger/failed"]
+        )
         assert row["ledger/failed"] == 0 and row["train/sync_logprob_max_diff"] < 1e-3
     assert audit_run(out)["lost"] == 0 and audit_run(out)["duplicated"] == 0
 
 
-def test_a_worker_lacking_a_plugin_stops_the_run_before_the_first_step(cluster, tiny_llama, run_files, tmp_path,
-                                                                       fake_dist):
+def test_a_worker_lacking_a_plugin_stops_the_run_before_the_first_step(
+    cluster, tiny_llama, run_files, tmp_path, fake_dist
+):
     """The plugin is installed on the driver's path only: Ray's workers do not have it."""
     fake_dist("rlsdk-ghost", "1.0", "ghost", "ghost_plugin", "")
     out = tmp_path / "out"
@@ -179,7 +210,9 @@ def test_math_grading_goes_to_ray_tasks_while_a_run_is_on_ray(cluster):
 
 def test_an_engine_that_cannot_be_placed_names_what_it_asked_for(cluster, tiny_llama, run_files, tmp_path):
     args = ray_args(tiny_llama, run_files, tmp_path / "out", ray_engine_cpus=64.0, ray_start_timeout=2.0)
-    with pytest.raises(ActorStartError, match=r"engine 0 was not placed on any node within 2s .*'num_cpus': 64"):
+    with pytest.raises(
+        ActorStartError, match=r"engine 0 was not placed on any node within 2s .*'num_cpus': 64"
+    ):
         run_job(args)
 
 
@@ -189,15 +222,19 @@ def test_an_engine_that_fails_to_start_names_node_device_port_and_log(cluster, r
         run_job(args, get_plugin_manager())
     message = str(error.value)
     assert message.startswith("engine 0 failed to start after")
-    assert f"node {ray.util.get_node_ip_address()}, pid " in message and ", device cpu, port none, log " in message
+    assert (
+        f"node {ray.util.get_node_ip_address()}, pid " in message
+        and ", device cpu, port none, log " in message
+    )
     assert str(tmp_path / "no-model") in message  # the engine's own error
     log_file = message.split(", log ")[1].split(":")[0]
     assert Path(log_file).exists()
 
 
 @pytest.mark.timeout(180)
-def test_a_trainer_that_dies_stops_the_run_naming_the_last_checkpoint(cluster, tiny_llama, run_files, tmp_path,
-                                                                     monkeypatch):
+def test_a_trainer_that_dies_stops_the_run_naming_the_last_checkpoint(
+    cluster, tiny_llama, run_files, tmp_path, monkeypatch
+):
     train_step = RemoteTrainer.train_step
 
     def dying(self, rollout_id, groups):
@@ -208,7 +245,18 @@ def test_a_trainer_that_dies_stops_the_run_naming_the_last_checkpoint(cluster, t
     monkeypatch.setattr(RemoteTrainer, "train_step", dying)
     out = tmp_path / "out"
     with pytest.raises(TrainerLostError) as error:
-        run_job(ray_args(tiny_llama, run_files, out, train=True, num_rollout=3, save_interval=1,
-                         rollout_max_response_len=2))
-    assert f"The last checkpoint is {out / 'checkpoints' / 'step_1'}: continue with rlsdk run --resume " \
-           f"--output {out}" in str(error.value)
+        run_job(
+            ray_args(
+                tiny_llama,
+                run_files,
+                out,
+                train=True,
+                num_rollout=3,
+                save_interval=1,
+                rollout_max_response_len=2,
+            )
+        )
+    assert (
+        f"The last checkpoint is {out / 'checkpoints' / 'step_1'}: continue with rlsdk run --resume "
+        f"--output {out}" in str(error.value)
+    )

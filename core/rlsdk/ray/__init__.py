@@ -42,8 +42,11 @@ def on_ray(args: Any, pm: RlsdkPluginManager, plugins: dict[str, Resolved]) -> I
         check_nodes(driver, args.ray_start_timeout)
         set_cluster_task_pool(RayTaskPool())
         engine_spec = engine_name(args)
-        swapped = {**plugins, "engine": _with_factory(plugins["engine"],
-                                                      lambda a: RayEnginePool(a, engine_spec, driver))}
+        swapped = {
+            **plugins,
+            "engine": _with_factory(plugins["engine"], lambda a: RayEnginePool(a, engine_spec, driver)),
+        }
+
         def remote_trainer(a: Any) -> RemoteTrainer:
             trainers.append(RemoteTrainer(a, a.trainer, driver))
             return trainers[-1]

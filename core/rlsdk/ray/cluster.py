@@ -55,8 +55,12 @@ def connect(args: Any) -> Cluster:
     if ray.is_initialized():  # a caller (a test, a notebook) connected already: use that cluster
         return Cluster(address="existing", connected=False)
     if args.ray_address == LOCAL:
-        ray.init(num_cpus=local_cpus(args), include_dashboard=False, object_store_memory=local_object_store(),
-                 **options)
+        ray.init(
+            num_cpus=local_cpus(args),
+            include_dashboard=False,
+            object_store_memory=local_object_store(),
+            **options,
+        )
         return Cluster(address=LOCAL, connected=True)
     ray.init(address=args.ray_address, **options)
     return Cluster(address=args.ray_address, connected=True)
@@ -86,9 +90,14 @@ def worker_info() -> dict[str, Any]:
 
     context = ray.get_runtime_context()
     pid = os.getpid()
-    return {"node": ray.util.get_node_ip_address(), "node_id": context.get_node_id(), "pid": pid,
-            "log_file": worker_log_file(pid), "gpus": [str(g) for g in ray.get_gpu_ids()],
-            "plugins": plugin_versions(get_plugin_manager())}
+    return {
+        "node": ray.util.get_node_ip_address(),
+        "node_id": context.get_node_id(),
+        "pid": pid,
+        "log_file": worker_log_file(pid),
+        "gpus": [str(g) for g in ray.get_gpu_ids()],
+        "plugins": plugin_versions(get_plugin_manager()),
+    }
 
 
 def logs_folder() -> str:
@@ -111,15 +120,18 @@ def worker_log_file(pid: int) -> str:
 def describe_place(info: dict[str, Any], *, device: str, port: int | None) -> str:
     """``node 10.0.0.5, pid 123, device cpu, port none, log /tmp/ray/.../worker-...out``."""
     gpus = f" (GPUs {','.join(info['gpus'])})" if info.get("gpus") else ""
-    return (f"node {info['node']}, pid {info['pid']}, device {device}{gpus}, port {port or 'none'}, "
-            f"log {info['log_file']}")
+    return (
+        f"node {info['node']}, pid {info['pid']}, device {device}{gpus}, port {port or 'none'}, "
+        f"log {info['log_file']}"
+    )
 
 
 def free_resources() -> str:
     ray = import_ray()
     free = ray.available_resources()
-    return ", ".join(f"{k} {v:g}" for k, v in sorted(free.items()) if not k.startswith(("node:", "memory",
-                                                                                          "object_store")))
+    return ", ".join(
+        f"{k} {v:g}" for k, v in sorted(free.items()) if not k.startswith(("node:", "memory", "object_store"))
+    )
 
 
 async def place(actor: Any, what: str, asked: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -134,8 +146,9 @@ async def place(actor: Any, what: str, asked: dict[str, Any], timeout: float) ->
             f"{asked}; the cluster has free: {free_resources() or 'nothing'}. Ray's logs: {logs_folder()}"
         ) from None
     except ray.exceptions.RayError as exc:
-        raise ActorStartError(f"{what} died before it started: {first_line(exc)}. Ray's logs: {logs_folder()}") \
-            from None
+        raise ActorStartError(
+            f"{what} died before it started: {first_line(exc)}. Ray's logs: {logs_folder()}"
+        ) from None
 
 
 async def start(actor: Any, what: str, place_text: str, call: Any, timeout: float) -> Any:
@@ -146,12 +159,15 @@ async def start(actor: Any, what: str, place_text: str, call: Any, timeout: floa
         return await asyncio.wait_for(_awaitable(call), timeout)
     except TimeoutError:
         ray.kill(actor)
-        raise ActorStartError(f"{what} did not start within {timeout:g}s (ray_start_timeout) on {place_text}") \
-            from None
+        raise ActorStartError(
+            f"{what} did not start within {timeout:g}s (ray_start_timeout) on {place_text}"
+        ) from None
     except ray.exceptions.RayError as exc:
         ray.kill(actor)
-        raise ActorStartError(f"{what} failed to start after {time.perf_counter() - started:.1f}s on "
-                              f"{place_text}: {first_line(exc)}") from None
+        raise ActorStartError(
+            f"{what} failed to start after {time.perf_counter() - started:.1f}s on "
+            f"{place_text}: {first_line(exc)}"
+        ) from None
 
 
 def first_line(exc: BaseException) -> str:

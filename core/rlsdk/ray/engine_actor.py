@@ -46,8 +46,11 @@ class EngineActor:
         await engine.start()
         self.engine = engine
         model_path = getattr(engine, "model_path", None)
-        return {"in_process_weights": engine.in_process_weights, "url": engine.url,
-                "model_path": str(model_path) if model_path else None}
+        return {
+            "in_process_weights": engine.in_process_weights,
+            "url": engine.url,
+            "model_path": str(model_path) if model_path else None,
+        }
 
     async def ping(self) -> bool:
         return self.engine is not None

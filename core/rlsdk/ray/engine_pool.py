@@ -84,7 +84,9 @@ class RayEnginePool(InferenceEngine):
         self.replicas_ = [Replica(index=i) for i in range(args.num_engines)]
         self.recoveries: list[Recovery] = []
         self.model_path: str | None = None
-        self._weights: tuple[str, Any, str | None] | None = None  # ("state", ref, version) or ("disk", path, ...)
+        self._weights: tuple[str, Any, str | None] | None = (
+            None  # ("state", ref, version) or ("disk", path, ...)
+        )
         self._probe: Any = None  # the TrustProbe the current weights passed
         self._sync_lock = asyncio.Lock()
         self._changed = asyncio.Condition()
@@ -95,7 +97,9 @@ class RayEnginePool(InferenceEngine):
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        results = await asyncio.gather(*(self._start_actor(r) for r in self.replicas_), return_exceptions=True)
+        results = await asyncio.gather(
+            *(self._start_actor(r) for r in self.replicas_), return_exceptions=True
+        )
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
             await self.close()
@@ -112,8 +116,11 @@ class RayEnginePool(InferenceEngine):
         ray = import_ray()
         args, what = self.args, f"engine {replica.index}"
         resources = actor_resources(args)
-        actor = ray.remote(EngineActor).options(max_concurrency=1000, max_restarts=0, **resources) \
+        actor = (
+            ray.remote(EngineActor)
+            .options(max_concurrency=1000, max_restarts=0, **resources)
             .remote(args, replica.index)
+        )
         info = await place(actor, what, resources, args.ray_start_timeout)
         port = None
         place_text = describe_place(info, device=actor_device(args), port=port)
@@ -157,9 +164,10 @@ class RayEnginePool(InferenceEngine):
         """The live engine with the fewest requests in flight (then the fewest sent); waits while none is
         alive, for one to rejoin."""
         async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(lambda: self._failure or any(r.alive for r in
-                                                                                       self.replicas_)),
-                                   self.args.ray_start_timeout * MAX_RESTARTS)
+            await asyncio.wait_for(
+                self._changed.wait_for(lambda: self._failure or any(r.alive for r in self.replicas_)),
+                self.args.ray_start_timeout * MAX_RESTARTS,
+            )
         if self._failure is not None:
             raise self._failure
         return min((r for r in self.replicas_ if r.alive), key=lambda r: (r.in_flight, r.sent))
@@ -213,7 +221,9 @@ class RayEnginePool(InferenceEngine):
         """Call ``method`` on each engine; an engine that died meanwhile is left to its restart."""
         ray = import_ray()
         actors = [r.actor for r in replicas]
-        results = await asyncio.gather(*(getattr(a, method).remote(*args) for a in actors), return_exceptions=True)
+        results = await asyncio.gather(
+            *(getattr(a, method).remote(*args) for a in actors), return_exceptions=True
+        )
         answered = []
         for replica, actor, result in zip(replicas, actors, results, strict=True):
             if isinstance(result, (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)):
@@ -230,8 +240,11 @@ class RayEnginePool(InferenceEngine):
         """Put the weights in Ray's object store once (unless they are there already, as a remote trainer's
         are) and have every live engine take them; a restarted engine takes the same ones."""
         ray = import_ray()
-        ref = state_dict if isinstance(state_dict, ray.ObjectRef) else \
-            await asyncio.to_thread(ray.put, dict(state_dict))
+        ref = (
+            state_dict
+            if isinstance(state_dict, ray.ObjectRef)
+            else await asyncio.to_thread(ray.put, dict(state_dict))
+        )
         async with self._sync_lock:
             self._weights, self._probe = ("state", ref, weight_version), None
             await self._on_each([r for r in self.replicas_ if r.alive], "update_weights", ref, weight_version)
@@ -239,8 +252,9 @@ class RayEnginePool(InferenceEngine):
     async def update_weights_from_disk(self, model_path: str, weight_version: str | None = None) -> None:
         async with self._sync_lock:
             self._weights, self._probe = ("disk", model_path, weight_version), None
-            await self._on_each([r for r in self.replicas_ if r.alive], "update_weights_from_disk", model_path,
-                                weight_version)
+            await self._on_each(
+                [r for r in self.replicas_ if r.alive], "update_weights_from_disk", model_path, weight_version
+            )
 
     def remember_trust_probe(self, probe: Any) -> None:
         self._probe = probe
@@ -274,19 +288,23 @@ class RayEnginePool(InferenceEngine):
                     await self._catch_up(replica)
                     replica.alive = True
                 recovery.rejoined_at = time.time()
-                log.warning("%s rejoined %.1fs after it was lost", replica.name,
-                            recovery.rejoined_at - recovery.detected_at)
+                log.warning(
+                    "%s rejoined %.1fs after it was lost",
+                    replica.name,
+                    recovery.rejoined_at - recovery.detected_at,
+                )
                 await self._notify()
                 return
             except asyncio.CancelledError:
                 raise
             except ActorStartError as exc:
                 error = exc
-            except Exception as exc:  # a failed trust check or a weight load: the run cannot trust this engine
+            except Exception as exc:  # noqa: BLE001 - a failed trust check or weight load: the engine is not trusted
                 error = exc
                 break
-        self._failure = EngineLostError(f"engine {replica.index} could not be brought back after it died "
-                                        f"({recovery.cause}): {error}")
+        self._failure = EngineLostError(
+            f"engine {replica.index} could not be brought back after it died ({recovery.cause}): {error}"
+        )
         await self._notify()
 
     async def _catch_up(self, replica: Replica) -> None:
@@ -325,8 +343,12 @@ def aborted(payload: dict[str, Any], message: str) -> Any:
     bodies = split_batch(payload)
     if bodies is not None:
         return [aborted(body, message) for body in bodies]
-    return generate_response(rid=payload.get("rid") or new_rid(), text="", output_ids=[], prompt_tokens=0,
-                             finish_reason=finish_abort(message), weight_version="",
-                             logprobs=[] if payload.get("return_logprob") else None)
-
-
+    return generate_response(
+        rid=payload.get("rid") or new_rid(),
+        text="",
+        output_ids=[],
+        prompt_tokens=0,
+        finish_reason=finish_abort(message),
+        weight_version="",
+        logprobs=[] if payload.get("return_logprob") else None,
+    )

@@ -34,7 +34,8 @@ def check_worker(what: str, info: dict[str, Any], driver: dict[str, str | None])
         raise PluginEnvironmentError(
             f"{what} on node {info['node']} (pid {info['pid']}, log {info['log_file']}) has other plugins than "
             f"the driver: {'; '.join(lines)}. Install the same versions on every node (or pass them with "
-            f"--runtime-env) before the run starts")
+            f"--runtime-env) before the run starts"
+        )
 
 
 def check_nodes(driver: dict[str, str | None], timeout: float) -> list[dict[str, Any]]:
@@ -45,13 +46,17 @@ def check_nodes(driver: dict[str, str | None], timeout: float) -> list[dict[str,
 
     probe = ray.remote(num_cpus=0, max_retries=0)(worker_info)
     nodes = [node for node in ray.nodes() if node.get("Alive")]
-    refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote()
-            for node in nodes]
-    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+    refs = [
+        probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote()
+        for node in nodes
+    ]
+    _, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout)
     if pending:
         late = [nodes[refs.index(ref)]["NodeManagerAddress"] for ref in pending]
-        raise PluginEnvironmentError(f"the nodes {', '.join(late)} did not run a worker within {timeout:g}s "
-                                     "(ray_start_timeout) to report their plugins")
+        raise PluginEnvironmentError(
+            f"the nodes {', '.join(late)} did not run a worker within {timeout:g}s "
+            "(ray_start_timeout) to report their plugins"
+        )
     infos = ray.get(refs)
     for info in infos:
         check_worker("a worker", info, driver)

@@ -49,7 +49,7 @@ def run_task(spec: str, args: tuple[Any, ...], timeout: float) -> tuple[bool, An
         return True, func(*args)
     except _Timeout:
         return False, f"timed out after {timeout:g}s"
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - reported to the caller, which marks the sample invalid
         return False, f"{type(exc).__name__}: {exc}"
     finally:
         if timed:
@@ -61,8 +61,9 @@ class RayTaskPool:
 
     def __init__(self, cpus_per_task: float = 1.0) -> None:
         ray = import_ray()
-        self._remote = ray.remote(run_task).options(num_cpus=cpus_per_task, max_retries=RETRIES,
-                                                     retry_exceptions=False)
+        self._remote = ray.remote(run_task).options(
+            num_cpus=cpus_per_task, max_retries=RETRIES, retry_exceptions=False
+        )
 
     def submit(self, spec: str, args: tuple[Any, ...], timeout: float) -> concurrent.futures.Future[Any]:
         ray = import_ray()
@@ -76,11 +77,16 @@ class RayTaskPool:
             try:
                 ok, value = done.result()
             except ray.exceptions.TaskCancelledError:
-                result.set_exception(TaskError(f"{spec} timed out after {timeout:g}s (its Ray worker killed)"))
+                result.set_exception(
+                    TaskError(f"{spec} timed out after {timeout:g}s (its Ray worker killed)")
+                )
             except ray.exceptions.RayError as exc:
                 result.set_exception(TaskError(f"{spec} failed on Ray: {first_line(exc)}"))
             else:
-                result.set_result(value) if ok else result.set_exception(TaskError(f"{spec}: {value}"))
+                if ok:
+                    result.set_result(value)
+                else:
+                    result.set_exception(TaskError(f"{spec}: {value}"))
 
         ref.future().add_done_callback(settle)
         watchdog.start()

@@ -40,8 +40,10 @@ class TrainerActor:
         resolved = get_plugin_manager().resolve("trainer", spec)
         self.trainer = resolved.func(self.args)
         if not isinstance(self.trainer, PolicyTrainer):
-            raise TypeError(f"{resolved.describe()} returned {type(self.trainer).__name__}: expected a "
-                            "rlsdk.training.PolicyTrainer")
+            raise TypeError(
+                f"{resolved.describe()} returned {type(self.trainer).__name__}: expected a "
+                "rlsdk.training.PolicyTrainer"
+            )
         return type(self.trainer).__name__
 
     def call(self, method: str, *args: Any) -> Any:
@@ -63,7 +65,10 @@ class RemoteTrainer(PolicyTrainer):
     @staticmethod
     async def _start(args: Any, spec: str, driver_plugins: dict[str, str | None]) -> tuple[Any, str]:
         ray = import_ray()
-        resources = {"num_cpus": 1, "num_gpus": 1 if getattr(args, "train_device", "cpu").startswith("cuda") else 0}
+        resources = {
+            "num_cpus": 1,
+            "num_gpus": 1 if getattr(args, "train_device", "cpu").startswith("cuda") else 0,
+        }
         actor = ray.remote(TrainerActor).options(max_restarts=0, **resources).remote(args)
         info = await place(actor, "the trainer", resources, args.ray_start_timeout)
         place_text = describe_place(info, device=getattr(args, "train_device", "cpu"), port=None)
@@ -77,12 +82,18 @@ class RemoteTrainer(PolicyTrainer):
 
     def _call(self, method: str, *args: Any) -> Any:
         ray = import_ray()
-        call = self.actor.weights_ref.remote() if method == "weights_ref" else self.actor.call.remote(method, *args)
+        call = (
+            self.actor.weights_ref.remote()
+            if method == "weights_ref"
+            else self.actor.call.remote(method, *args)
+        )
         try:
             return ray.get(call)
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-            raise TrainerLostError(f"the trainer died ({self.place_text}): {first_line(exc)}. "
-                                   f"{last_checkpoint_advice(self.output_dir)}") from None
+            raise TrainerLostError(
+                f"the trainer died ({self.place_text}): {first_line(exc)}. "
+                f"{last_checkpoint_advice(self.output_dir)}"
+            ) from None
 
     def train_step(self, rollout_id: int, groups: list[list[Sample]]) -> dict[str, float]:
         return self._call("train_step", rollout_id, groups)
