@@ -3,8 +3,8 @@ gone, and what does Ray's start-up add to ``rlsdk run``.
 
 A ``rlsdk run --train --ray --num-engines 2`` (the embedded engine on SmolLM2-135M, or ``--tiny`` a
 2-layer random Llama) runs ``--steps`` steps while a killer thread SIGKILLs the process of a random engine
-``--kills`` times, each at a random moment while a rollout step is generating (after the previous engine
-rejoined). Reported:
+``--kills`` times, each at a random moment while it has requests in flight (after the previous engine
+rejoined); ``--spares 1`` keeps a started engine ready to take a dead one's place. Reported:
 
 - ``samples_lost``: samples the data source handed out that are neither kept, discarded nor in the buffer
   at the end (:func:`rlsdk.ledger.audit_run`). Must be 0.
@@ -14,7 +14,7 @@ rejoined). Reported:
 - ``startup``: wall time of the same 1-step ``rlsdk run`` in a fresh process without Ray and with
   ``--ray`` (one engine), and the difference: what Ray's start-up adds on one machine.
 
-    python benchmarks/faults.py [--kills 3] [--steps 8] [--tiny] [--no-startup]
+    python benchmarks/faults.py [--kills 3] [--steps 8] [--spares 0] [--tiny] [--no-startup]
 """
 
 from __future__ import annotations
@@ -87,34 +87,47 @@ def run_options(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 class Killer(threading.Thread):
-    """SIGKILLs a random live engine ``kills`` times, each while a step is generating, once every engine
-    is up again; records the kill times."""
+    """SIGKILLs a random engine with requests in flight ``kills`` times, each a random 0.5-3 s after every
+    engine is up again; records the kill times."""
 
     def __init__(self, args: Any, kills: int, seed: int) -> None:
         super().__init__(name="killer", daemon=True)
         self.args, self.kills, self.random = args, kills, random.Random(seed)
-        self.generating = threading.Event()
         self.done = threading.Event()
         self.killed_at: list[float] = []
         self.pool: Any = None
 
     def run(self) -> None:
-        from rlsdk.runtime import get_runtime
-
-        while len(self.killed_at) < self.kills and not self.done.is_set():
-            self.generating.wait()
-            self.pool = get_runtime(self.args).engine
-            if not all(r.alive for r in self.pool.replicas_):
-                time.sleep(0.1)
-                continue
-            time.sleep(self.random.uniform(0.2, 1.5))
-            if not self.generating.is_set() or self.done.is_set():
-                continue
-            victim = self.random.choice([r for r in self.pool.replicas_ if r.alive])
+        while self.pool is None and not self.done.wait(0.1):
+            runtime = vars(self.args).get("_rlsdk_runtime")  # bound once the engines are up
+            self.pool = runtime.engine if runtime else None
+        while len(self.killed_at) < self.kills and not self.done.wait(self.random.uniform(0.5, 3.0)):
+            busy = self.wait_for(
+                lambda: (
+                    all(r.alive for r in self.pool.replicas_)
+                    and [r for r in self.pool.replicas_ if r.in_flight]
+                ),
+                0.02,
+            )
+            if not busy:
+                return
+            victim = self.random.choice(busy)
             self.killed_at.append(time.time())
-            print(f"killing engine {victim.index} (pid {victim.info['pid']})", file=sys.stderr)
+            print(
+                f"killing engine {victim.index} (pid {victim.info['pid']}, {victim.in_flight} requests)",
+                file=sys.stderr,
+            )
             os.kill(victim.info["pid"], signal.SIGKILL)
-            time.sleep(1.0)
+            self.wait_for(lambda v=victim: not v.alive, 0.02)  # noticed
+            self.wait_for(lambda: all(r.alive for r in self.pool.replicas_), 0.1)  # and back
+
+    def wait_for(self, condition: Any, every: float) -> Any:
+        """The first true value of ``condition()``, polled every ``every`` seconds; None once the run ended."""
+        while not self.done.wait(every):
+            value = condition()
+            if value:
+                return value
+        return None
 
 
 def faults(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -125,29 +138,29 @@ def faults(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
     out = work / "faults"
     options = run_options(opts, work)
     args = RolloutConfig(
-        **options, num_rollout=opts.steps, output_dir=str(out), ray_address="local", num_engines=2
+        **options,
+        num_rollout=opts.steps,
+        output_dir=str(out),
+        ray_address="local",
+        num_engines=2,
+        ray_spare_engines=opts.spares,
     ).with_default_data(given={*options, "num_rollout"})
     killer = Killer(args, opts.kills, opts.seed)
     killer.start()
     steps: list[dict[str, Any]] = []
 
     def on_step(rollout_id: int, metrics: dict[str, Any]) -> None:
-        killer.generating.clear()
         steps.append(metrics)
         print(
             f"step {rollout_id}: returned {metrics['ledger/returned']}, kept {metrics['ledger/kept']}",
             file=sys.stderr,
         )
 
-    def progress(samples: int) -> None:
-        killer.generating.set()
-
     started = time.perf_counter()
     try:
-        run_job(args, on_step=on_step, progress=progress)
+        run_job(args, on_step=on_step)
     finally:
         killer.done.set()
-        killer.generating.set()
     audit = audit_run(out)
     recoveries = killer.pool.recoveries if killer.pool is not None else []
     recovery_seconds = [
@@ -187,6 +200,7 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--spares", type=int, default=0, help="Spare engines started beside the two.")
     parser.add_argument("--tiny", action="store_true", help="A 2-layer random Llama instead of SmolLM2-135M.")
     parser.add_argument("--no-startup", action="store_true", help="Skip the start-up comparison.")
     opts = parser.parse_args()
@@ -199,8 +213,10 @@ def main() -> None:
                 "python": platform.python_version(),
                 "cpus": os.cpu_count(),
                 "cpu": platform.processor() or platform.machine(),
+                "load_average_at_start": round(os.getloadavg()[0], 1),
             },
             "engines": 2,
+            "spares": opts.spares,
             "steps": opts.steps,
             **faults(opts, work),
         }

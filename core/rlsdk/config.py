@@ -129,9 +129,13 @@ class RolloutConfig(TrainingOptions):
     num_engines: int = 1
     """Engine actors on Ray; requests go to the least-loaded one, a dead one is restarted."""
     ray_runtime_env: dict[str, Any] | None = None
-    """Ray runtime environment for the workers (``env_vars``, ``pip``, ``working_dir``...), as Ray takes it."""
+    """Ray runtime environment for the workers (``env_vars``, ``pip``, ``working_dir``...), as Ray takes it
+    (``--runtime-env`` JSON)."""
     ray_engine_cpus: float = 1.0
     """Logical CPUs each engine actor asks Ray for."""
+    ray_spare_engines: int = 0
+    """Engine actors kept started beside the serving ones, each ready to take a dead engine's place at once
+    (it then takes the current weights and the trust check); each costs an engine's CPUs and memory."""
     ray_start_timeout: float = 300.0
     """Seconds an actor may take to be placed, start and load its model before the run stops naming its
     node, device, port and log file."""
@@ -251,7 +255,7 @@ class RolloutConfig(TrainingOptions):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.num_engines > 1 and not self.ray_address:
-            raise ValueError(f"num_engines {self.num_engines} needs ray_address (--ray): engines run as Ray actors")
+            raise ValueError(f"num_engines {self.num_engines} needs ray_address (--ray): engines are Ray actors")
         if self.on_bad_row not in ("error", "skip"):
             raise ValueError(f"on_bad_row must be error or skip, got {self.on_bad_row!r}")
         if self.tool_call_format not in ("auto", "tag", "json"):

@@ -167,7 +167,8 @@ RESUME_MAY_CHANGE = frozenset({
     "num_rollout", "resume", "output_dir", "eval_interval", "save_interval", "report_to", "sync_check_tol",
     "sglang_server_concurrency", "engine_threads", "train_threads", "generate_timeout", "reward_timeout",
     "grader_workers", "grader_timeout", "abort_timeout", "engine_max_batch_size",
-    "ray_address", "num_engines", "ray_runtime_env", "ray_engine_cpus", "ray_start_timeout",
+    "ray_address", "num_engines", "ray_runtime_env", "ray_engine_cpus", "ray_spare_engines",
+    "ray_start_timeout",
 })
 """Options a resumed run may set differently from the saved run; any other given option must match."""
 

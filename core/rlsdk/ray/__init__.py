@@ -33,10 +33,10 @@ def on_ray(args: Any, pm: RlsdkPluginManager, plugins: dict[str, Resolved]) -> I
     from .engine_pool import RayEnginePool
     from .environments import check_nodes
     from .task_pool import RayTaskPool
-    from .trainer_actor import RemoteTrainer
+    from .trainer_actor import RemoteTrainer, TrainerLaunch, launch_trainer
 
     cluster = connect(args)
-    trainers: list[RemoteTrainer] = []
+    launched: list[TrainerLaunch] = []
     try:
         driver = plugin_versions(pm)
         check_nodes(driver, args.ray_start_timeout)
@@ -47,15 +47,14 @@ def on_ray(args: Any, pm: RlsdkPluginManager, plugins: dict[str, Resolved]) -> I
             "engine": _with_factory(plugins["engine"], lambda a: RayEnginePool(a, engine_spec, driver)),
         }
 
-        def remote_trainer(a: Any) -> RemoteTrainer:
-            trainers.append(RemoteTrainer(a, a.trainer, driver))
-            return trainers[-1]
-
-        if "trainer" in plugins:
-            swapped["trainer"] = _with_factory(plugins["trainer"], remote_trainer)
+        if "trainer" in plugins:  # launched now, so that it starts while the engines start
+            launched.append(launch_trainer(args))
+            swapped["trainer"] = _with_factory(
+                plugins["trainer"], lambda a: RemoteTrainer(a, a.trainer, driver, launched[0])
+            )
         yield swapped
     finally:
         set_cluster_task_pool(None)
-        for trainer in trainers:
-            trainer.close()
+        for launch in launched:
+            launch.kill()
         cluster.close()

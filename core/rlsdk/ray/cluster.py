@@ -70,7 +70,7 @@ def local_cpus(args: Any) -> int:
     """Logical CPUs of a local cluster: the machine's, or what the engines, the trainer and one grading
     task ask for when that is more (each engine and the trainer set their own torch threads: Ray's count only
     places actors)."""
-    engines = int(args.num_engines * args.ray_engine_cpus + 0.999)
+    engines = int((args.num_engines + args.ray_spare_engines) * args.ray_engine_cpus + 0.999)
     return max(os.cpu_count() or 1, engines + 2)
 
 
@@ -134,11 +134,12 @@ def free_resources() -> str:
     )
 
 
-async def place(actor: Any, what: str, asked: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Wait until ``actor`` is placed and its process answers :meth:`where`; its :func:`worker_info`."""
+async def place(actor: Any, where: Any, what: str, asked: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Wait until ``actor`` is placed and answers ``where`` (the reference of its ``where()`` call); the
+    :func:`worker_info` it answers."""
     ray = import_ray()
     try:
-        return await asyncio.wait_for(_awaitable(actor.where.remote()), timeout)
+        return await asyncio.wait_for(_awaitable(where), timeout)
     except TimeoutError:
         ray.kill(actor)
         raise ActorStartError(

@@ -84,22 +84,30 @@ class RayEnginePool(InferenceEngine):
         self.replicas_ = [Replica(index=i) for i in range(args.num_engines)]
         self.recoveries: list[Recovery] = []
         self.model_path: str | None = None
-        self._weights: tuple[str, Any, str | None] | None = (
-            None  # ("state", ref, version) or ("disk", path, ...)
-        )
-        self._probe: Any = None  # the TrustProbe the current weights passed
+        self._weights: tuple[str, Any, str | None] | None = None
+        """The weights the engines serve since the last sync: ("state", object ref, version) or ("disk",
+        folder, version); None before the first sync."""
+        self._probe: Any = None
+        """The TrustProbe the engines passed with those weights (None while a sync is under way)."""
         self._sync_lock = asyncio.Lock()
         self._changed = asyncio.Condition()
         self._failure: BaseException | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._rids: dict[str, Replica] = {}
+        self._spares: list[Replica] = []
+        """Engines started beside the serving ones (``ray_spare_engines``), each ready to take the place of
+        one that dies."""
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        spares = [Replica(index=-1) for _ in range(self.args.ray_spare_engines)]
         results = await asyncio.gather(
-            *(self._start_actor(r) for r in self.replicas_), return_exceptions=True
+            *(self._start_actor(r) for r in self.replicas_),
+            *(self._start_actor(s, "a spare engine") for s in spares),
+            return_exceptions=True,
         )
+        self._spares = spares
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
             await self.close()
@@ -111,17 +119,17 @@ class RayEnginePool(InferenceEngine):
             replica.alive = True
         self._spawn(self._health_checks())
 
-    async def _start_actor(self, replica: Replica) -> None:
+    async def _start_actor(self, replica: Replica, what: str | None = None) -> None:
         """Create, place, check and start one engine actor within ``ray_start_timeout`` each."""
         ray = import_ray()
-        args, what = self.args, f"engine {replica.index}"
+        args, what = self.args, what or f"engine {replica.index}"
         resources = actor_resources(args)
         actor = (
             ray.remote(EngineActor)
             .options(max_concurrency=1000, max_restarts=0, **resources)
             .remote(args, replica.index)
         )
-        info = await place(actor, what, resources, args.ray_start_timeout)
+        info = await place(actor, actor.where.remote(), what, resources, args.ray_start_timeout)
         port = None
         place_text = describe_place(info, device=actor_device(args), port=port)
         try:
@@ -141,7 +149,7 @@ class RayEnginePool(InferenceEngine):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         ray = import_ray()
-        for replica in self.replicas_:
+        for replica in [*self.replicas_, *self._spares]:
             if replica.actor is not None:
                 try:
                     await asyncio.wait_for(replica.actor.close.remote(), 10)
@@ -163,6 +171,9 @@ class RayEnginePool(InferenceEngine):
     async def _pick(self) -> Replica:
         """The live engine with the fewest requests in flight (then the fewest sent); waits while none is
         alive, for one to rejoin."""
+        live = [r for r in self.replicas_ if r.alive]
+        if live and self._failure is None:
+            return min(live, key=lambda r: (r.in_flight, r.sent))
         async with self._changed:
             await asyncio.wait_for(
                 self._changed.wait_for(lambda: self._failure or any(r.alive for r in self.replicas_)),
@@ -280,10 +291,20 @@ class RayEnginePool(InferenceEngine):
     async def _recover(self, replica: Replica, recovery: Recovery) -> None:
         """Start the engine again, give it the current weights, check it, let it rejoin; after
         :data:`MAX_RESTARTS` failed attempts the run stops."""
+        ray = import_ray()
         error: BaseException | None = None
         for _ in range(MAX_RESTARTS):
             try:
-                await self._start_actor(replica)
+                if self._spares:  # a started spare takes its place; another spare starts meanwhile
+                    spare = self._spares.pop(0)
+                    replica.actor, replica.info, replica.place_text = (
+                        spare.actor,
+                        spare.info,
+                        spare.place_text,
+                    )
+                    self._spawn(self._add_spare())
+                else:
+                    await self._start_actor(replica)
                 async with self._sync_lock:
                     await self._catch_up(replica)
                     replica.alive = True
@@ -297,15 +318,24 @@ class RayEnginePool(InferenceEngine):
                 return
             except asyncio.CancelledError:
                 raise
-            except ActorStartError as exc:
+            except (ActorStartError, ray.exceptions.RayActorError) as exc:  # try again with a fresh actor
                 error = exc
-            except Exception as exc:  # noqa: BLE001 - a failed trust check or weight load: the engine is not trusted
+            except Exception as exc:  # noqa: BLE001 - a failed trust check or weight load: not to be trusted
                 error = exc
                 break
         self._failure = EngineLostError(
             f"engine {replica.index} could not be brought back after it died ({recovery.cause}): {error}"
         )
         await self._notify()
+
+    async def _add_spare(self) -> None:
+        spare = Replica(index=-1)
+        try:
+            await self._start_actor(spare, "a spare engine")
+        except ActorStartError as exc:
+            log.warning("no spare engine: %s", exc)
+            return
+        self._spares.append(spare)
 
     async def _catch_up(self, replica: Replica) -> None:
         """Give a restarted engine the weights the others serve, and check it against their trust probe

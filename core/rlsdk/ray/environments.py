@@ -32,9 +32,9 @@ def check_worker(what: str, info: dict[str, Any], driver: dict[str, str | None])
     lines = differences(driver, info["plugins"])
     if lines:
         raise PluginEnvironmentError(
-            f"{what} on node {info['node']} (pid {info['pid']}, log {info['log_file']}) has other plugins than "
-            f"the driver: {'; '.join(lines)}. Install the same versions on every node (or pass them with "
-            f"--runtime-env) before the run starts"
+            f"{what} on node {info['node']} (pid {info['pid']}, log {info['log_file']}) has other plugins "
+            f"than the driver: {'; '.join(lines)}. Install the same versions on every node (or pass them "
+            "with --runtime-env) before the run starts"
         )
 
 

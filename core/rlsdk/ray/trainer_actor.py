@@ -6,15 +6,17 @@ that dies stops the run, naming the last checkpoint to ``--resume`` from."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import RlsdkError
 from ..training.trainer import PolicyTrainer
 from ..types import Sample
-from .cluster import describe_place, first_line, import_ray, place, start
+from .cluster import describe_place, first_line, import_ray, place, start, worker_info
 from .environments import check_worker
 
 
@@ -30,13 +32,19 @@ class TrainerActor:
         self.trainer: PolicyTrainer | None = None
 
     def where(self) -> dict[str, Any]:
-        from .cluster import worker_info
+        """:func:`worker_info`, after importing torch where this environment has it: the trainer actor is
+        launched beside the engines, so its seconds of imports overlap theirs."""
+        if importlib.util.find_spec("torch") is not None:
+            import torch  # noqa: F401
 
         return worker_info()
 
-    def start(self, spec: str) -> str:
+    def start(self, spec: str, hf_checkpoint: str | None) -> str:
+        """Resolve the trainer plugin here and build it from ``hf_checkpoint`` (the engine's model folder,
+        known once the engines started) unless the run names its own."""
         from ..manager import get_plugin_manager
 
+        self.args.hf_checkpoint = self.args.hf_checkpoint or hf_checkpoint
         resolved = get_plugin_manager().resolve("trainer", spec)
         self.trainer = resolved.func(self.args)
         if not isinstance(self.trainer, PolicyTrainer):
@@ -55,30 +63,52 @@ class TrainerActor:
         return [import_ray().put(dict(self.trainer.weights()))]
 
 
+@dataclass
+class TrainerLaunch:
+    """A trainer actor on its way: created, its :meth:`TrainerActor.where` sent."""
+
+    actor: Any
+    where: Any
+    resources: dict[str, Any]
+
+    def kill(self) -> None:
+        import_ray().kill(self.actor)
+
+
+def launch_trainer(args: Any) -> TrainerLaunch:
+    """Create the trainer actor now (before the engines start, so both start at once)."""
+    ray = import_ray()
+    device = getattr(args, "train_device", "cpu")
+    resources = {"num_cpus": 1, "num_gpus": 1 if device.startswith("cuda") else 0}
+    actor = ray.remote(TrainerActor).options(max_restarts=0, **resources).remote(args)
+    return TrainerLaunch(actor, actor.where.remote(), resources)
+
+
 class RemoteTrainer(PolicyTrainer):
     """The driver's side of a :class:`TrainerActor`."""
 
-    def __init__(self, args: Any, spec: str, driver_plugins: dict[str, str | None]) -> None:
+    def __init__(
+        self, args: Any, spec: str, driver_plugins: dict[str, str | None], launch: TrainerLaunch
+    ) -> None:
         self.output_dir = Path(args.output_dir)
-        self.actor, self.place_text = asyncio.run(self._start(args, spec, driver_plugins))
+        self.actor = launch.actor
+        self.place_text = asyncio.run(self._start(args, spec, driver_plugins, launch))
 
     @staticmethod
-    async def _start(args: Any, spec: str, driver_plugins: dict[str, str | None]) -> tuple[Any, str]:
-        ray = import_ray()
-        resources = {
-            "num_cpus": 1,
-            "num_gpus": 1 if getattr(args, "train_device", "cpu").startswith("cuda") else 0,
-        }
-        actor = ray.remote(TrainerActor).options(max_restarts=0, **resources).remote(args)
-        info = await place(actor, "the trainer", resources, args.ray_start_timeout)
+    async def _start(
+        args: Any, spec: str, driver_plugins: dict[str, str | None], launch: TrainerLaunch
+    ) -> str:
+        ray, actor = import_ray(), launch.actor
+        info = await place(actor, launch.where, "the trainer", launch.resources, args.ray_start_timeout)
         place_text = describe_place(info, device=getattr(args, "train_device", "cpu"), port=None)
         try:
             check_worker("the trainer", info, driver_plugins)
         except RlsdkError:
             ray.kill(actor)
             raise
-        await start(actor, "the trainer", place_text, actor.start.remote(spec), args.ray_start_timeout)
-        return actor, place_text
+        call = actor.start.remote(spec, args.hf_checkpoint)
+        await start(actor, "the trainer", place_text, call, args.ray_start_timeout)
+        return place_text
 
     def _call(self, method: str, *args: Any) -> Any:
         ray = import_ray()
@@ -113,9 +143,6 @@ class RemoteTrainer(PolicyTrainer):
 
     def load_checkpoint(self, folder: Path) -> None:
         self._call("load_checkpoint", folder)
-
-    def close(self) -> None:
-        import_ray().kill(self.actor)
 
 
 def last_checkpoint_advice(output_dir: Path) -> str:

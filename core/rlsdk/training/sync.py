@@ -75,19 +75,21 @@ class TrustProbe:
         served = await engine_log_probs(engine, self.sample)
         diff = max(abs(a - b) for a, b in zip(served, self.expected, strict=True))
         if not diff <= self.tolerance:
-            probe = self.sample
+            probe, name = self.sample, getattr(engine, "name", "the engine")
             raise WeightSyncError(
-                f"trust check failed after the weight sync: {getattr(engine, 'name', 'the engine')}'s log-probs "
-                f"for a probe sample (group {probe.group_index}, index {probe.index}, {probe.response_length} "
-                f"response tokens) differ from the trainer's by up to {diff:.4g} nats (tolerance --sync-check-tol "
-                f"{self.tolerance}): the engine is serving other weights than the trainer's")
+                f"trust check failed after the weight sync: {name}'s log-probs for a probe sample (group "
+                f"{probe.group_index}, index {probe.index}, {probe.response_length} response tokens) differ "
+                f"from the trainer's by up to {diff:.4g} nats (tolerance --sync-check-tol {self.tolerance}): "
+                "the engine is serving other weights than the trainer's")
         return diff
 
 
 async def trust_check(engine: InferenceEngine, trainer: PolicyTrainer, probe: Sample, tolerance: float) -> float:
     """The largest |engine - trainer| log-prob over ``probe``'s response tokens, for each of the engine's
     replicas; above ``tolerance`` a :class:`WeightSyncError`."""
-    expected = (await asyncio.to_thread(trainer.response_log_probs, [probe]))[0] if probe.response_length else []
+    expected = []
+    if probe.response_length:
+        expected = (await asyncio.to_thread(trainer.response_log_probs, [probe]))[0]
     checked = TrustProbe(probe, expected, tolerance)
     diff = max([await checked.check(replica) for replica in engine.replicas()], default=0.0)
     engine.remember_trust_probe(checked)
