@@ -260,3 +260,28 @@ def test_a_trainer_that_dies_stops_the_run_naming_the_last_checkpoint(
         f"The last checkpoint is {out / 'checkpoints' / 'step_1'}: continue with rlsdk run --resume "
         f"--output {out}" in str(error.value)
     )
+
+
+def test_ray_without_an_address_means_a_local_cluster_and_the_runtime_env_is_json():
+    from rlsdk_cli.app import fill_optional_values
+    from rlsdk_cli.run import build_config
+
+    assert fill_optional_values(["run", "--ray", "--num-engines", "2"]) == [
+        "run",
+        "--ray",
+        "local",
+        "--num-engines",
+        "2",
+    ]
+    assert fill_optional_values(["run", "--ray"]) == ["run", "--ray", "local"]
+    assert fill_optional_values(["run", "--ray", "auto"]) == ["run", "--ray", "auto"]
+    args = build_config(
+        None, {"ray_address": "local", "num_engines": 2, "ray_runtime_env": '{"env_vars": {"A": "1"}}'}, []
+    )
+    assert (args.ray_address, args.num_engines, args.ray_runtime_env) == (
+        "local",
+        2,
+        {"env_vars": {"A": "1"}},
+    )
+    with pytest.raises(ValueError, match="num_engines 2 needs ray_address"):
+        RolloutConfig(num_engines=2)
