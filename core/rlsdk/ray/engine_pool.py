@@ -46,6 +46,8 @@ class Recovery:
     detected_at: float
     cause: str
     rejoined_at: float | None = None
+    by_spare: bool = False
+    """A spare engine took its place (else a new one was started)."""
 
 
 @dataclass(eq=False)
@@ -302,8 +304,10 @@ class RayEnginePool(InferenceEngine):
                         spare.info,
                         spare.place_text,
                     )
+                    recovery.by_spare = True
                     self._spawn(self._add_spare())
                 else:
+                    recovery.by_spare = False
                     await self._start_actor(replica)
                 async with self._sync_lock:
                     await self._catch_up(replica)
