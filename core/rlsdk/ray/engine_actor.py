@@ -3,7 +3,10 @@ and started on the actor's event loop, answering the engine protocol's calls for
 
 The actor hosts any engine plugin: the ``embedded`` engine on a CPU node, or an engine that launches an
 SGLang server on the GPUs Ray gave the actor. What differs per engine kind is only the resources the
-actor asks for (:func:`actor_resources`)."""
+actor asks for (:func:`actor_resources`). For SGLang engines that leaves: a free port per actor before
+the engine is built (``args.sglang_router_port``, reported back in ``start()``'s ``url``), placement groups
+for engines over several GPUs (slime's ``--rollout-num-gpus-per-engine``), and weights from disk on a
+filesystem every node sees (the pool forwards ``update_weights_from_disk`` to each actor)."""
 
 from __future__ import annotations
 
