@@ -65,13 +65,28 @@ def spread_multi_value_flags(argv: list[str]) -> list[str]:
     return out
 
 
+OPTIONAL_VALUES = {"--ray": "local"}
+"""Options whose value may be left out: ``rlsdk run --ray`` means ``--ray local``."""
+
+
+def fill_optional_values(argv: list[str]) -> list[str]:
+    """Give each option of :data:`OPTIONAL_VALUES` that has no value (last, or followed by an option) its
+    default value."""
+    out: list[str] = []
+    for i, token in enumerate(argv):
+        out.append(token)
+        if token in OPTIONAL_VALUES and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
+            out.append(OPTIONAL_VALUES[token])
+    return out
+
+
 def main() -> None:
     import sys
 
     from rlsdk.errors import RlsdkError
 
     try:
-        app(args=spread_multi_value_flags(sys.argv[1:]))
+        app(args=fill_optional_values(spread_multi_value_flags(sys.argv[1:])))
     except RlsdkError as exc:  # an error rlsdk explains (a plugin failing in strict mode, ...): one line
         typer.echo(f"Error: {exc}", err=True)
         raise SystemExit(1) from None

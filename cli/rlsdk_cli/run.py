@@ -68,7 +68,7 @@ SPECIAL_FLAGS = {"apply_chat_template": ("--apply-chat-template/--no-chat-templa
 NOT_FLAGS = frozenset({"resume", "sglang_router_ip", "sglang_router_port", "eval_datasets"})
 """Options the command line does not take: ``--resume`` is the command's own, the engine sets the router's
 address, and eval datasets come as ``--eval-data NAME=PATH``."""
-DICT_OPTIONS = frozenset({"apply_chat_template_kwargs"})
+DICT_OPTIONS = frozenset({"apply_chat_template_kwargs", "ray_runtime_env"})
 """Options given as JSON on the command line."""
 
 

@@ -32,6 +32,7 @@ ALIASES = {
     "buffer_filter": "buffer_filter_path", "data": "prompt_data", "seed": "rollout_seed",
     "max_new_tokens": "rollout_max_response_len", "temperature": "rollout_temperature", "top_p": "rollout_top_p",
     "top_k": "rollout_top_k", "deterministic": "sglang_enable_deterministic_inference", "output": "output_dir",
+    "ray": "ray_address", "runtime_env": "ray_runtime_env",
 }
 """Short names of options (``--rm``, ``rm:`` in a config file) beside slime's long ones."""
 
@@ -99,6 +100,24 @@ class RolloutConfig(TrainingOptions):
     exponential backoff; then the sample fails with the reason and its prompt is served again later."""
     sglang_backoff: float = 0.25
     """Base seconds of the ``sglang`` engine's exponential backoff (full jitter, at most 10 s a wait)."""
+
+    # --- Ray (rlsdk[ray]) ---
+    ray_address: str | None = None
+    """Run on Ray: ``local`` starts a cluster on this machine (dashboard off), ``auto`` or ``ray://host:port``
+    joins a running one; engines run as actors, CPU-heavy grading as tasks. None: no Ray."""
+    num_engines: int = 1
+    """Engine actors on Ray; requests go to the least-loaded one, a dead one is restarted."""
+    ray_runtime_env: dict[str, Any] | None = None
+    """Ray runtime environment for the workers (``env_vars``, ``pip``, ``working_dir``...), as Ray takes it
+    (``--runtime-env`` JSON)."""
+    ray_engine_cpus: float = 1.0
+    """Logical CPUs each engine actor asks Ray for."""
+    ray_spare_engines: int = 0
+    """Engine actors kept started beside the serving ones, each ready to take a dead engine's place at once
+    (it then takes the current weights and the trust check); each costs an engine's CPUs and memory."""
+    ray_start_timeout: float = 300.0
+    """Seconds an actor may take to be placed, start and load its model before the run stops naming its
+    node, device, port and log file."""
 
     # --- data ---
     prompt_data: str | None = None
@@ -226,9 +245,11 @@ class RolloutConfig(TrainingOptions):
         if self.over_sampling_batch_size is None:
             self.over_sampling_batch_size = self.rollout_batch_size
         for name in ("rollout_batch_size", "n_samples_per_prompt", "over_sampling_batch_size", "num_rollout",
-                     "sglang_server_concurrency"):
+                     "sglang_server_concurrency", "num_engines"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.num_engines > 1 and not self.ray_address:
+            raise ValueError(f"num_engines {self.num_engines} needs ray_address (--ray): engines are Ray actors")
         if self.on_bad_row not in ("error", "skip"):
             raise ValueError(f"on_bad_row must be error or skip, got {self.on_bad_row!r}")
         if self.on_failed_step not in ("fail", "continue"):

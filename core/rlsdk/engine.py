@@ -85,6 +85,15 @@ class InferenceEngine(abc.ABC):
         """Copy a Hugging Face state dict of this process into the served model (``in_process_weights``)."""
         raise NotImplementedError(f"{type(self).__name__} cannot take weights in process: use update_weights_from_disk")
 
+    def replicas(self) -> list[InferenceEngine]:
+        """The engines behind this one that each serve their own copy of the weights (an engine pool's live
+        members); the trust check probes each. An engine on its own is its only replica."""
+        return [self]
+
+    def remember_trust_probe(self, probe: Any) -> None:
+        """Called with the :class:`~rlsdk.training.sync.TrustProbe` every replica just passed; an engine pool
+        checks an engine it restarts against it."""
+
     async def close(self) -> None:
         """Release the engine's resources."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -184,6 +184,8 @@ RESUME_MAY_CHANGE = frozenset({
     "num_rollout", "resume", "output_dir", "eval_interval", "save_interval", "report_to", "sync_check_tol",
     "sglang_server_concurrency", "engine_threads", "train_threads", "generate_timeout", "reward_timeout",
     "grader_workers", "grader_timeout", "abort_timeout", "engine_max_batch_size",
+    "ray_address", "num_engines", "ray_runtime_env", "ray_engine_cpus", "ray_spare_engines",
+    "ray_start_timeout",
 })
 """Options a resumed run may set differently from the saved run; any other given option must match."""
 
@@ -231,12 +233,17 @@ def running(args: Any, pm: RlsdkPluginManager | None = None) -> Iterator[tuple[R
     """Resolve the run's plugins, then start the engine; close everything on the way out."""
     pm = pm or get_plugin_manager()
     plugins = resolve_run_plugins(args, pm)
-    runtime = open_runtime(args, pm, plugins["engine"])
-    try:
-        with tuned_garbage_collector():
-            yield runtime, plugins
-    finally:
-        close_runtime(runtime)
+    with ExitStack() as stack:
+        if args.ray_address:  # engines, trainer and grading as Ray actors and tasks
+            from .ray import on_ray
+
+            plugins = stack.enter_context(on_ray(args, pm, plugins))
+        runtime = open_runtime(args, pm, plugins["engine"])
+        try:
+            with tuned_garbage_collector():
+                yield runtime, plugins
+        finally:
+            close_runtime(runtime)
 
 
 def run_job(

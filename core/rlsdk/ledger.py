@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .errors import RlsdkError
@@ -88,3 +89,22 @@ class StepLedger:
         }
         metrics.update({f"rollout/dynamic_filter/drop_{reason}": n for reason, n in sorted(self.dropped.items())})
         return metrics
+
+
+def audit_run(folder: str | Path) -> dict[str, int]:
+    """Account for every sample a run's data source handed out (sample indices ``0..next_index-1``): each
+    must be in ``rollouts.jsonl`` (kept), ``discarded.jsonl`` (dropped or failed) or the saved buffer.
+    ``lost`` counts those found nowhere, ``duplicated`` those found twice."""
+    import json
+
+    folder = Path(folder)
+    state = json.loads((folder / "state.json").read_text())["data"]
+    seen: Counter[int] = Counter()
+    for name in ("rollouts.jsonl", "discarded.jsonl"):
+        path = folder / name
+        if path.exists():
+            seen.update(json.loads(line)["index"] for line in path.read_text().splitlines())
+    seen.update(sample["index"] for group in state["buffer"] for sample in group)
+    drawn = set(range(state["next_index"]))
+    return {"drawn": len(drawn), "kept_or_discarded_or_buffered": len(seen),
+            "lost": len(drawn - set(seen)), "duplicated": sum(n - 1 for n in seen.values() if n > 1)}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine import InferenceEngine
@@ -57,18 +58,39 @@ async def engine_log_probs(engine: InferenceEngine, sample: Sample) -> list[floa
     return [float(entry[0]) for entry in entries]
 
 
+@dataclass
+class TrustProbe:
+    """A probe sample with the trainer's log-probs of its response under the weights just synced: every
+    engine serving those weights must give the same within ``tolerance``. An engine pool keeps the last
+    one passed, to check an engine it restarts before it rejoins."""
+
+    sample: Sample
+    expected: list[float]
+    tolerance: float
+
+    async def check(self, engine: InferenceEngine) -> float:
+        """The largest |engine - trainer| log-prob; above the tolerance a :class:`WeightSyncError`."""
+        if self.sample.response_length == 0:
+            return 0.0
+        served = await engine_log_probs(engine, self.sample)
+        diff = max(abs(a - b) for a, b in zip(served, self.expected, strict=True))
+        if not diff <= self.tolerance:
+            probe, name = self.sample, getattr(engine, "name", "the engine")
+            raise WeightSyncError(
+                f"trust check failed after the weight sync: {name}'s log-probs for a probe sample (group "
+                f"{probe.group_index}, index {probe.index}, {probe.response_length} response tokens) differ "
+                f"from the trainer's by up to {diff:.4g} nats (tolerance --sync-check-tol {self.tolerance}): "
+                "the engine is serving other weights than the trainer's")
+        return diff
+
+
 async def trust_check(engine: InferenceEngine, trainer: PolicyTrainer, probe: Sample, tolerance: float) -> float:
-    """The largest |engine - trainer| log-prob over ``probe``'s response tokens; above ``tolerance`` a
-    :class:`WeightSyncError`."""
-    if probe.response_length == 0:
-        return 0.0
-    served = await engine_log_probs(engine, probe)
-    trained = (await asyncio.to_thread(trainer.response_log_probs, [probe]))[0]
-    diff = max(abs(a - b) for a, b in zip(served, trained, strict=True))
-    if not diff <= tolerance:
-        raise WeightSyncError(
-            f"trust check failed after the weight sync: the engine's log-probs for a probe sample (group "
-            f"{probe.group_index}, index {probe.index}, {probe.response_length} response tokens) differ from the "
-            f"trainer's by up to {diff:.4g} nats (tolerance --sync-check-tol {tolerance}): the engine is serving "
-            f"other weights than the trainer's")
+    """The largest |engine - trainer| log-prob over ``probe``'s response tokens, for each of the engine's
+    replicas; above ``tolerance`` a :class:`WeightSyncError`."""
+    expected = []
+    if probe.response_length:
+        expected = (await asyncio.to_thread(trainer.response_log_probs, [probe]))[0]
+    checked = TrustProbe(probe, expected, tolerance)
+    diff = max([await checked.check(replica) for replica in engine.replicas()], default=0.0)
+    engine.remember_trust_probe(checked)
     return diff

@@ -27,6 +27,8 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
+from rlsdk.task_pools import TaskPool, cluster_task_pool
+
 WARM_UP = ["rlsdk_rm_hub.math_worker:warm_up"]
 """Functions every worker runs (imports, first-call caches) before it reports ready."""
 STARTUP_TIMEOUT_S = 120.0
@@ -269,9 +271,13 @@ def default_processes() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def get_pool(processes: int | None = None) -> GraderPool:
-    """The process-wide pool, created on first use; asking for another size replaces it."""
+def get_pool(processes: int | None = None) -> GraderPool | TaskPool:
+    """The cluster's pool while the run is on Ray (:func:`rlsdk.task_pools.cluster_task_pool`), else the
+    process-wide pool, created on first use; asking for another size replaces it."""
     global _pool
+    cluster = cluster_task_pool()
+    if cluster is not None:
+        return cluster
     processes = processes or default_processes()
     with _pool_lock:
         if _pool is None or _pool.processes != processes:

@@ -1,0 +1,91 @@
+"""One engine in a Ray actor: the engine plugin the run names, resolved from the worker's own environment
+and started on the actor's event loop, answering the engine protocol's calls for the driver's pool.
+
+The actor hosts any engine plugin: the ``embedded`` engine on a CPU node, or an engine that launches an
+SGLang server on the GPUs Ray gave the actor. What differs per engine kind is only the resources the
+actor asks for (:func:`actor_resources`). For SGLang engines that leaves: a free port per actor before
+the engine is built (``args.sglang_router_port``, reported back in ``start()``'s ``url``), placement groups
+for engines over several GPUs (slime's ``--rollout-num-gpus-per-engine``), and weights from disk on a
+filesystem every node sees (the pool forwards ``update_weights_from_disk`` to each actor)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .cluster import worker_info
+
+
+def actor_resources(args: Any) -> dict[str, Any]:
+    """The Ray resources of one engine actor: ``ray_engine_cpus`` CPUs, and ``rollout_num_gpus_per_engine``
+    GPUs for an engine on CUDA."""
+    resources: dict[str, Any] = {"num_cpus": args.ray_engine_cpus}
+    if args.engine_device.startswith("cuda"):
+        resources["num_gpus"] = getattr(args, "rollout_num_gpus_per_engine", 1) or 1
+    return resources
+
+
+def actor_device(args: Any) -> str:
+    return args.engine_device
+
+
+class EngineActor:
+    """A Ray actor holding one engine (an async actor: its calls run on the actor's event loop)."""
+
+    def __init__(self, args: Any, index: int) -> None:
+        self.args = args
+        self.index = index
+        self.engine: Any = None
+
+    async def where(self) -> dict[str, Any]:
+        """Node, process, log file and installed plugins of this actor (see :func:`worker_info`)."""
+        return worker_info()
+
+    async def start(self) -> dict[str, Any]:
+        """Resolve the engine plugin here, build and start it; what the pool needs to know of it."""
+        from ..job import engine_name
+        from ..manager import get_plugin_manager
+
+        engine = get_plugin_manager().resolve("engine", engine_name(self.args)).func(self.args)
+        await engine.start()
+        self.engine = engine
+        model_path = getattr(engine, "model_path", None)
+        return {
+            "in_process_weights": engine.in_process_weights,
+            "url": engine.url,
+            "model_path": str(model_path) if model_path else None,
+        }
+
+    async def ping(self) -> bool:
+        return self.engine is not None
+
+    async def generate(self, payload: dict[str, Any]) -> Any:
+        return await self.engine.generate(payload)
+
+    async def abort(self, rid: str | None = None) -> None:
+        await self.engine.abort(rid)
+
+    async def load(self) -> dict[str, int]:
+        return await self.engine.load()
+
+    async def model_info(self) -> dict[str, Any]:
+        return await self.engine.model_info()
+
+    async def pause(self, mode: str) -> None:
+        await self.engine.pause(mode)
+
+    async def resume(self) -> None:
+        await self.engine.resume()
+
+    async def flush_cache(self) -> bool:
+        return await self.engine.flush_cache()
+
+    async def update_weights(self, state_dict: Any, weight_version: str | None) -> None:
+        """Take the weights (Ray resolved the driver's object reference to the state dict here)."""
+        await self.engine.update_weights(state_dict, weight_version)
+
+    async def update_weights_from_disk(self, model_path: str, weight_version: str | None) -> None:
+        await self.engine.update_weights_from_disk(model_path, weight_version)
+
+    async def close(self) -> None:
+        if self.engine is not None:
+            await self.engine.close()

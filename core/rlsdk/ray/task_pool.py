@@ -1,0 +1,102 @@
+"""CPU-heavy tasks (the math grader's) as Ray tasks across the cluster's nodes.
+
+Each task imports its ``"module:function"`` from the worker's own environment and runs it on the worker's
+main thread under a ``SIGALRM`` timer (math-verify's timeouts need the main thread). A worker that dies
+with a task (killed, out of memory, its node gone) costs nothing but time: Ray runs the task again on
+another worker, so the sample is scored elsewhere. A task still running past its timeout plus a grace is
+cancelled and its worker killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import importlib
+import signal
+import threading
+from typing import Any
+
+from ..errors import RlsdkError
+from .cluster import first_line, import_ray
+
+RETRIES = 3
+"""Times a task is run again after its worker died."""
+KILL_GRACE_S = 2.0
+"""Seconds past its timeout after which a task's worker is killed."""
+
+
+class TaskError(RlsdkError):
+    """A task raised, timed out, or lost its worker more than :data:`RETRIES` times."""
+
+
+class _Timeout(BaseException):
+    """Raised in a task by its timer; a BaseException so a grader's ``except Exception`` cannot hide it."""
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise _Timeout
+
+
+def run_task(spec: str, args: tuple[Any, ...], timeout: float) -> tuple[bool, Any]:
+    """``spec(*args)`` in this worker: (True, result), or (False, why) when it raised or timed out."""
+    module, _, name = spec.partition(":")
+    func = getattr(importlib.import_module(module), name)
+    timed = threading.current_thread() is threading.main_thread()
+    if timed:
+        signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        return True, func(*args)
+    except _Timeout:
+        return False, f"timed out after {timeout:g}s"
+    except Exception as exc:  # noqa: BLE001 - reported to the caller, which marks the sample invalid
+        return False, f"{type(exc).__name__}: {exc}"
+    finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+class RayTaskPool:
+    """A :class:`rlsdk.task_pools.TaskPool` of Ray tasks (one logical CPU each)."""
+
+    def __init__(self, cpus_per_task: float = 1.0) -> None:
+        ray = import_ray()
+        self._remote = ray.remote(run_task).options(
+            num_cpus=cpus_per_task, max_retries=RETRIES, retry_exceptions=False
+        )
+
+    def submit(self, spec: str, args: tuple[Any, ...], timeout: float) -> concurrent.futures.Future[Any]:
+        ray = import_ray()
+        ref = self._remote.remote(spec, args, timeout)
+        result: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        watchdog = threading.Timer(timeout + KILL_GRACE_S, ray.cancel, (ref,), {"force": True})
+        watchdog.daemon = True
+
+        def settle(done: concurrent.futures.Future[Any]) -> None:
+            watchdog.cancel()
+            try:
+                ok, value = done.result()
+            except ray.exceptions.TaskCancelledError:
+                result.set_exception(
+                    TaskError(f"{spec} timed out after {timeout:g}s (its Ray worker killed)")
+                )
+            except ray.exceptions.RayError as exc:
+                result.set_exception(TaskError(f"{spec} failed on Ray: {first_line(exc)}"))
+            else:
+                if ok:
+                    result.set_result(value)
+                else:
+                    result.set_exception(TaskError(f"{spec}: {value}"))
+
+        ref.future().add_done_callback(settle)
+        watchdog.start()
+        return result
+
+    async def arun(self, spec: str, args: tuple[Any, ...], timeout: float) -> Any:
+        return await asyncio.wrap_future(self.submit(spec, args, timeout))
+
+    def run(self, spec: str, args: tuple[Any, ...], timeout: float) -> Any:
+        return self.submit(spec, args, timeout).result()
+
+    def warm(self) -> None:
+        """Ray keeps its workers started; nothing to do."""

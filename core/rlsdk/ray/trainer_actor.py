@@ -1,0 +1,159 @@
+"""The trainer in a Ray actor: the ``trainer`` plugin resolved and built in the actor's own environment,
+driven through :class:`RemoteTrainer`, a :class:`~rlsdk.training.trainer.PolicyTrainer` that forwards each
+call. Its weights go to the engines through Ray's object store without a copy in the driver. A trainer
+that dies stops the run, naming the last checkpoint to ``--resume`` from."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import RlsdkError
+from ..training.trainer import PolicyTrainer
+from ..types import Sample
+from .cluster import describe_place, first_line, import_ray, place, start, worker_info
+from .environments import check_worker
+
+
+class TrainerLostError(RlsdkError):
+    """The trainer actor died; the run stops."""
+
+
+class TrainerActor:
+    """A Ray actor holding the run's trainer."""
+
+    def __init__(self, args: Any) -> None:
+        self.args = args
+        self.trainer: PolicyTrainer | None = None
+
+    def where(self) -> dict[str, Any]:
+        """:func:`worker_info`, after importing torch where this environment has it: the trainer actor is
+        launched beside the engines, so its seconds of imports overlap theirs."""
+        if importlib.util.find_spec("torch") is not None:
+            import torch  # noqa: F401
+
+        return worker_info()
+
+    def start(self, spec: str, hf_checkpoint: str | None) -> str:
+        """Resolve the trainer plugin here and build it from ``hf_checkpoint`` (the engine's model folder,
+        known once the engines started) unless the run names its own."""
+        from ..manager import get_plugin_manager
+
+        self.args.hf_checkpoint = self.args.hf_checkpoint or hf_checkpoint
+        resolved = get_plugin_manager().resolve("trainer", spec)
+        self.trainer = resolved.func(self.args)
+        if not isinstance(self.trainer, PolicyTrainer):
+            raise TypeError(
+                f"{resolved.describe()} returned {type(self.trainer).__name__}: expected a "
+                "rlsdk.training.PolicyTrainer"
+            )
+        return type(self.trainer).__name__
+
+    def call(self, method: str, *args: Any) -> Any:
+        return getattr(self.trainer, method)(*args)
+
+    def weights_ref(self) -> list[Any]:
+        """The state dict put in the object store, its reference in a list (so the driver gets the
+        reference, not the tensors)."""
+        assert self.trainer is not None, "start() builds the trainer first"
+        return [import_ray().put(dict(self.trainer.weights()))]
+
+
+@dataclass
+class TrainerLaunch:
+    """A trainer actor on its way: created, its :meth:`TrainerActor.where` sent."""
+
+    actor: Any
+    where: Any
+    resources: dict[str, Any]
+
+    def kill(self) -> None:
+        import_ray().kill(self.actor)
+
+
+def launch_trainer(args: Any) -> TrainerLaunch:
+    """Create the trainer actor now (before the engines start, so both start at once)."""
+    ray = import_ray()
+    device = getattr(args, "train_device", "cpu")
+    resources = {"num_cpus": 1, "num_gpus": 1 if device.startswith("cuda") else 0}
+    actor = ray.remote(TrainerActor).options(max_restarts=0, **resources).remote(args)
+    return TrainerLaunch(actor, actor.where.remote(), resources)
+
+
+class RemoteTrainer(PolicyTrainer):
+    """The driver's side of a :class:`TrainerActor`."""
+
+    def __init__(
+        self, args: Any, spec: str, driver_plugins: dict[str, str | None], launch: TrainerLaunch
+    ) -> None:
+        self.output_dir = Path(args.output_dir)
+        self.actor = launch.actor
+        self.place_text = asyncio.run(self._start(args, spec, driver_plugins, launch))
+
+    @staticmethod
+    async def _start(
+        args: Any, spec: str, driver_plugins: dict[str, str | None], launch: TrainerLaunch
+    ) -> str:
+        ray, actor = import_ray(), launch.actor
+        info = await place(actor, launch.where, "the trainer", launch.resources, args.ray_start_timeout)
+        place_text = describe_place(info, device=getattr(args, "train_device", "cpu"), port=None)
+        try:
+            check_worker("the trainer", info, driver_plugins)
+        except RlsdkError:
+            ray.kill(actor)
+            raise
+        call = actor.start.remote(spec, args.hf_checkpoint)
+        await start(actor, "the trainer", place_text, call, args.ray_start_timeout)
+        return place_text
+
+    def _call(self, method: str, *args: Any) -> Any:
+        ray = import_ray()
+        call = (
+            self.actor.weights_ref.remote()
+            if method == "weights_ref"
+            else self.actor.call.remote(method, *args)
+        )
+        try:
+            return ray.get(call)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            raise TrainerLostError(
+                f"the trainer died ({self.place_text}): {first_line(exc)}. "
+                f"{last_checkpoint_advice(self.output_dir)}"
+            ) from None
+
+    def train_step(self, rollout_id: int, groups: list[list[Sample]]) -> dict[str, float]:
+        return self._call("train_step", rollout_id, groups)
+
+    def response_log_probs(self, samples: list[Sample]) -> list[list[float]]:
+        return self._call("response_log_probs", samples)
+
+    def weights(self) -> Mapping[str, Any]:
+        """An object reference to the state dict, which the engine pool hands to each engine as it is."""
+        return self._call("weights_ref")[0]
+
+    def save_hf_model(self, folder: Path) -> None:
+        self._call("save_hf_model", folder)
+
+    def save_checkpoint(self, folder: Path) -> None:
+        self._call("save_checkpoint", folder)
+
+    def load_checkpoint(self, folder: Path) -> None:
+        self._call("load_checkpoint", folder)
+
+
+def last_checkpoint_advice(output_dir: Path) -> str:
+    """Where ``--resume`` would continue the run from, read from its ``state.json``."""
+    from ..job import STATE_FILE
+
+    try:
+        checkpoint = json.loads((output_dir / STATE_FILE).read_text()).get("checkpoint")
+    except (OSError, ValueError):
+        checkpoint = None
+    if not checkpoint:
+        return f"No checkpoint was saved yet: start the run again (rlsdk run --output {output_dir})"
+    return f"The last checkpoint is {checkpoint}: continue with rlsdk run --resume --output {output_dir}"
