@@ -5,6 +5,7 @@ Like a real server it starts slowly (``FAKE_SGLANG_DELAY`` seconds, logging as i
 into its process group (``FAKE_SGLANG_PIDS``: a file that receives both pids) and then answers
 ``/health``, ``/health_generate`` and ``/get_model_info`` on ``--host``/``--port``. ``FAKE_SGLANG_EXIT``
 makes it exit with that status during start-up instead, as a server that cannot load its model does.
+``-c CODE`` (rlsdk asking whether sglang is importable) succeeds.
 """
 
 import asyncio
@@ -22,6 +23,8 @@ def flag(argv: list[str], name: str) -> str:
 
 def main() -> None:
     argv = sys.argv[1:]
+    if argv[:1] == ["-c"]:
+        return
     module = argv[1] if argv[:1] == ["-m"] else "?"
     print(f"fake {module} starting: {' '.join(argv)}", flush=True)
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])

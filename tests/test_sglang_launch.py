@@ -217,3 +217,43 @@ def test_no_orphans_when_rlsdk_is_interrupted_or_killed(fake_python, tmp_path, h
         for pid in recorded_pids(pids_file) if pids_file.exists() else []:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_rlsdk_run_passes_unknown_sglang_flags_to_the_servers(fake_python, tmp_path, monkeypatch):
+    """The CLI end to end: the fake server starts with the passed-through flags, the run then fails (the
+    fake generates nothing) and leaves no process behind; a mistyped flag is still an error."""
+    from typer.testing import CliRunner
+
+    from rlsdk_cli.app import app
+
+    monkeypatch.setenv("FAKE_SGLANG_PIDS", str(tmp_path / "pids"))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--engine",
+            "sglang",
+            "--hf-checkpoint",
+            str(tmp_path / "no-model"),
+            "--output",
+            str(out),
+            "--sglang-python",
+            fake_python,
+            "--sglang-chunked-prefill-size",
+            "4096",
+            "--sglang-cuda-graph-bs",
+            "1",
+            "2",
+            "--sglang-enable-torch-compile",
+            "--num-rollout",
+            "1",
+        ],
+    )
+    assert result.exit_code != 0
+    log = (out / "logs" / "sglang-server-0.log").read_text()
+    assert "--chunked-prefill-size 4096 --cuda-graph-bs 1 2 --enable-torch-compile" in log
+    assert wait_gone(recorded_pids(tmp_path / "pids"), timeout=10)
+    typo = CliRunner().invoke(app, ["run", "--rollout-batch-sise", "2"])
+    assert typo.exit_code == 2
+    assert "did you mean --rollout-batch-size" in " ".join(typo.output.replace("│", " ").split())

@@ -313,7 +313,7 @@ def launcher_for(args: Any, log_dir: Path) -> SGLangLauncher:
     python = plan.engines[0].command[0]
     if not has_module(python, "sglang"):
         raise EngineError(
-            f"SGLang is not installed for {python}: pip install 'rlsdk[sglang]' there (needs a "
+            f"SGLang is not installed for {python}: pip install sglang==0.5.17 there (needs a "
             "CUDA GPU), or pass --sglang-url of a running server"
         )
     if plan.router_command and not has_module(python, "sglang_router"):
