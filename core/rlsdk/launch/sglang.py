@@ -203,6 +203,7 @@ class SGLangLauncher:
                 e.command,
                 log_dir / f"sglang-server-{e.index}.log",
                 env,
+                cwd=log_dir,
             )
             for e in plan.engines
         ]
@@ -212,6 +213,7 @@ class SGLangLauncher:
                 plan.router_command,
                 log_dir / "sglang-router.log",
                 env,
+                cwd=log_dir,
             )
             if plan.router_command
             else None
@@ -309,6 +311,8 @@ def launcher_for(args: Any, log_dir: Path) -> SGLangLauncher:
             "engine sglang without --sglang-url launches SGLang: pass --hf-checkpoint (the model "
             "folder to serve)"
         )
+    if Path(model).exists():  # the servers run in the log folder: a relative path would not reach the model
+        model = Path(model).resolve()
     plan = plan_launch(args, str(model))
     python = plan.engines[0].command[0]
     if not has_module(python, "sglang"):

@@ -90,7 +90,7 @@ class FlatWeights:
 def serialize_for_sglang(weights: FlatWeights) -> str:
     """The ``serialized_named_tensors`` entry of one tensor-parallel rank (CUDA IPC handles, no data)."""
     try:
-        from sglang.srt.utils import MultiprocessingSerializer
+        from sglang.srt.utils.common import MultiprocessingSerializer
         from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions
         from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorMetadata
     except ImportError:

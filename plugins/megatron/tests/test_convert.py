@@ -79,6 +79,7 @@ def test_config_mapping_for_llama_and_qwen2():
     transformer, gpt = megatron_config({**config, "head_dim": 8})
     assert transformer["num_query_groups"] == 2 and transformer["kv_channels"] == 8
     assert transformer["ffn_hidden_size"] == 48 and transformer["normalization"] == "RMSNorm"
+    assert transformer["activation_func"] is torch.nn.functional.silu
     assert (
         transformer["gated_linear_unit"]
         and not transformer["add_bias_linear"]

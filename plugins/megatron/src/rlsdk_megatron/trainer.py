@@ -40,6 +40,7 @@ def init_distributed() -> int:
     """A one-process NCCL group unless a launcher (torchrun) set one up; returns the world size."""
     import torch.distributed as dist
 
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if not dist.is_initialized():
         from rlsdk.launch.sglang import free_port
 
@@ -48,15 +49,26 @@ def init_distributed() -> int:
         dist.init_process_group(
             "nccl", rank=int(os.environ.get("RANK", "0")), world_size=int(os.environ.get("WORLD_SIZE", "1"))
         )
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     return dist.get_world_size()
+
+
+def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """Every ``*.safetensors`` file of a Hugging Face folder (one file or shards), on the CPU."""
+    from safetensors.torch import load_file
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"rlsdk-megatron: no *.safetensors weights in {folder}")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    return state
 
 
 class MegatronTrainer(TorchTrainer):
     """AdamW on a megatron-core ``GPTModel``; options from ``args`` (slime's names)."""
 
     def __init__(self, args: Any) -> None:
-        from safetensors.torch import load_file
         from transformers import AutoTokenizer
 
         if not torch.cuda.is_available():
@@ -85,7 +97,7 @@ class MegatronTrainer(TorchTrainer):
         )
         self.hf_config = json.loads((Path(self.model_path) / "config.json").read_text())
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.model = self._build(load_file(str(Path(self.model_path) / MODEL_FILE)))
+        self.model = self._build(read_hf_weights(Path(self.model_path)))
         self.model.train()
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
@@ -97,8 +109,8 @@ class MegatronTrainer(TorchTrainer):
         self.loss_fn = resolve_loss(args)
         self.ref_model = None
         if args.use_kl_loss or args.kl_coef:
-            reference = Path(args.ref_load or self.model_path) / MODEL_FILE
-            self.ref_model = self._build(load_file(str(reference))).eval().requires_grad_(False)
+            reference = read_hf_weights(Path(args.ref_load or self.model_path))
+            self.ref_model = self._build(reference).eval().requires_grad_(False)
 
     def _build(self, hf_state: dict[str, torch.Tensor]) -> Any:
         from megatron.core.models.gpt import GPTModel
@@ -114,7 +126,8 @@ class MegatronTrainer(TorchTrainer):
             recompute_method="uniform" if self.args.gradient_checkpointing else None,
             recompute_num_layers=1 if self.args.gradient_checkpointing else None,
         )
-        model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(), **gpt)
+        spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+        model = GPTModel(config=config, transformer_layer_spec=spec, **gpt)
         model.to(device=self.device, dtype=self.dtype)
         missing, unexpected = model.load_state_dict(hf_to_megatron(hf_state, self.hf_config), strict=False)
         missing = [k for k in missing if not k.endswith("_extra_state")]
@@ -150,7 +163,8 @@ class MegatronTrainer(TorchTrainer):
         from safetensors.torch import save_file
 
         folder.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().contiguous() for k, v in self.weights().items()}
+        # Copies: the split q, k, v (and gate, up) are views of one tensor, which safetensors refuses.
+        state = {k: v.detach().to("cpu", copy=True) for k, v in self.weights().items()}
         if self.hf_config.get("tie_word_embeddings"):
             state.pop("lm_head.weight", None)
         save_file(state, str(folder / MODEL_FILE), metadata={"format": "pt"})
@@ -158,8 +172,6 @@ class MegatronTrainer(TorchTrainer):
         self.tokenizer.save_pretrained(folder)
 
     def load_checkpoint(self, folder: Path) -> None:
-        from safetensors.torch import load_file
-
-        converted = hf_to_megatron(load_file(str(folder / MODEL_FILE)), self.hf_config)
+        converted = hf_to_megatron(read_hf_weights(folder), self.hf_config)
         self.model.load_state_dict(converted, strict=False)
         self._load_optimizer_and_rng(folder)
