@@ -92,11 +92,13 @@ class ColocatedTensorSync(WeightSync):
         await engine.resume_memory(["weights"])  # type: ignore[attr-defined]
         flat = await asyncio.to_thread(FlatWeights.pack, trainer.weights().items())
         payload = await asyncio.to_thread(serialize_for_sglang, flat)
+        # No flush here: the cache was flushed before the release and the KV cache is not back yet (slime's
+        # order: weights, update, then KV cache and CUDA graphs).
         for worker in await engine.workers():  # type: ignore[attr-defined]
             ranks = await engine.tp_size(worker)  # type: ignore[attr-defined]
             await engine.post_weights(worker, "/update_weights_from_tensor", {  # type: ignore[attr-defined]
                 "serialized_named_tensors": [payload] * ranks, "load_format": LOAD_FORMAT,
-                "flush_cache": True, "weight_version": weight_version})
+                "flush_cache": False, "weight_version": weight_version})
         del flat
         await asyncio.to_thread(_collect_ipc)
         await engine.resume_memory(["kv_cache", "cuda_graph"])  # type: ignore[attr-defined]

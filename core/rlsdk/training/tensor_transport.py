@@ -89,6 +89,8 @@ class FlatWeights:
 
 def serialize_for_sglang(weights: FlatWeights) -> str:
     """The ``serialized_named_tensors`` entry of one tensor-parallel rank (CUDA IPC handles, no data)."""
+    if weights.flat.is_cuda:  # the server reads the memory on its own stream: the copy must be done
+        torch.cuda.synchronize(weights.flat.device)
     try:
         from sglang.srt.utils.common import MultiprocessingSerializer
         from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions
