@@ -1,17 +1,20 @@
-"""Weight-sync strategies: chosen by flags, and the bytes SGLang's tensor endpoints take.
+"""Weight-sync strategies: chosen by flags, the bytes SGLang's tensor endpoints take, and the call
+sequences against SGLang's weight endpoints restated in a real server process.
 
-CUDA IPC and NCCL need GPUs (benchmarks/gpu/gpu_loop_check.py runs them against real SGLang); here the
+CUDA IPC and NCCL need GPUs (benchmarks/gpu/gpu_loop.py runs them against real SGLang); here the
 payload is built from CPU tensors (ForkingPickler shares them through file descriptors instead of CUDA
 IPC handles, so the receiver borrows the sender's multiprocessing key to fetch them), unpickled in another process under SGLang 0.5.17's module allowlist and rebuilt the way
 SGLang rebuilds a flattened bucket."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import multiprocessing
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ from rlsdk import RolloutConfig
 from rlsdk.sglang_client import SGLangClient
 from rlsdk.training.sync import ColocatedTensorSync, DiskSync, InProcessSync, NcclBroadcastSync, choose_sync
 from rlsdk.training.tensor_transport import FlatWeights, serialize_for_sglang
+from rlsdk.training.torch_trainer import TorchTrainer
 
 
 class InProcessEngine:
@@ -110,3 +114,95 @@ def test_distributed_body_announces_the_broadcast_layout():
         "load_format": "flattened_bucket",
     }
     assert flat.flat.dtype == torch.uint8 and flat.flat.numel() == 2 * 3 * 2 + 5 * 4
+
+
+FAKE_SERVER = Path(__file__).with_name("fake_sglang_weights_server.py")
+
+
+@pytest.fixture
+def weights_server(tmp_path: Path):
+    """SGLang's weight endpoints restated in a real server process (``fake_sglang_weights_server.py``)."""
+    import httpx
+
+    from rlsdk.launch.sglang import free_port
+
+    port = free_port()
+    authkey = multiprocessing.current_process().authkey.hex()
+    log = (tmp_path / "server.log").open("wb")
+    server = subprocess.Popen([sys.executable, str(FAKE_SERVER), str(port), authkey], stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(f"{url}/health").status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        server.kill()
+        server.wait()
+
+
+def loaded(url: str) -> dict:
+    import httpx
+
+    return httpx.get(f"{url}/loaded").json()
+
+
+def assert_holds_trainer_weights(state: dict, trainer: TorchTrainer) -> None:
+    weights = trainer.weights()
+    assert set(state["weights"]) == set(weights)
+    for name, (dtype, shape, total) in state["weights"].items():
+        assert (dtype, shape) == (str(weights[name].dtype), list(weights[name].shape)), name
+        assert total == pytest.approx(float(weights[name].float().sum()), rel=1e-5, abs=1e-5), name
+
+
+@pytest.fixture
+def trainer(tiny_llama: Path) -> TorchTrainer:
+    return TorchTrainer(RolloutConfig(hf_checkpoint=str(tiny_llama), train=True, train_threads=1))
+
+
+def test_colocated_sync_releases_then_resumes_weights_updates_then_resumes_the_cache(weights_server, trainer):
+    client = SGLangClient(weights_server)
+    sync = ColocatedTensorSync()
+
+    async def two_steps() -> None:
+        try:
+            await sync.push(client, trainer, "1")  # a first sync with no train step before it releases first
+            await sync.before_train(client)
+            await sync.push(client, trainer, "2")
+        finally:
+            await client.close()
+
+    asyncio.run(two_steps())
+    state = loaded(weights_server)
+    one_step = [
+        "release:cuda_graph,kv_cache,weights",
+        "resume:weights",
+        "update_weights_from_tensor",
+        "resume:cuda_graph,kv_cache",
+    ]
+    assert state["calls"] == one_step * 2 and state["weight_version"] == "2"
+    assert_holds_trainer_weights(state, trainer)
+
+
+def test_broadcast_sync_joins_the_group_once_and_sends_the_weights(weights_server, trainer):
+    """NCCL's protocol over gloo (no GPUs here): rendezvous, group, one flattened broadcast per sync."""
+    client = SGLangClient(weights_server)
+    sync = NcclBroadcastSync(backend="gloo")
+
+    async def two_syncs() -> None:
+        try:
+            await sync.push(client, trainer, "1")
+            with torch.no_grad():
+                next(trainer.model.parameters()).add_(1.0)
+            await sync.push(client, trainer, "2")
+        finally:
+            await client.close()
+
+    asyncio.run(two_syncs())
+    state = loaded(weights_server)
+    assert state["calls"] == ["init_weights_update_group"] + ["update_weights_from_distributed"] * 2
+    assert state["weight_version"] == "2"
+    assert_holds_trainer_weights(state, trainer)

@@ -108,7 +108,8 @@ class ColocatedTensorSync(WeightSync):
 def _collect_ipc() -> None:
     import torch
 
-    torch.cuda.ipc_collect()  # free the trainer's copy once the servers dropped their handles
+    if torch.cuda.is_initialized():
+        torch.cuda.ipc_collect()  # free the trainer's copy once the servers dropped their handles
 
 
 class NcclBroadcastSync(WeightSync):
@@ -117,8 +118,9 @@ class NcclBroadcastSync(WeightSync):
     name = "nccl"
     group_name = "rlsdk_weight_sync"
 
-    def __init__(self, master_address: str = "127.0.0.1") -> None:
+    def __init__(self, master_address: str = "127.0.0.1", backend: str = "nccl") -> None:
         self.master_address = master_address
+        self.backend = backend
         self.group: Any = None
         self.workers: list[str] = []
 
@@ -133,10 +135,11 @@ class NcclBroadcastSync(WeightSync):
         offsets = [1 + sum(ranks[:i]) for i in range(len(ranks))]
         joins = [engine.post_weights(worker, "/init_weights_update_group", {
             "master_address": self.master_address, "master_port": port, "rank_offset": offset,
-            "world_size": world, "group_name": self.group_name, "backend": "nccl"})
+            "world_size": world, "group_name": self.group_name, "backend": self.backend})
             for worker, offset in zip(self.workers, offsets, strict=True)]
         self.group, *_ = await asyncio.gather(
-            asyncio.to_thread(init_broadcast_group, self.master_address, port, world, self.group_name), *joins)
+            asyncio.to_thread(init_broadcast_group, self.master_address, port, world, self.group_name, self.backend),
+            *joins)
 
     async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
         from .tensor_transport import FlatWeights
@@ -153,9 +156,11 @@ class NcclBroadcastSync(WeightSync):
         import torch
         import torch.distributed as dist
 
-        torch.cuda.set_device(flat.flat.device)
+        if flat.flat.is_cuda:
+            torch.cuda.set_device(flat.flat.device)
         dist.broadcast(flat.flat, src=0, group=self.group)
-        torch.cuda.synchronize()
+        if flat.flat.is_cuda:
+            torch.cuda.synchronize()
 
 
 def choose_sync(args: Any, engine: InferenceEngine, disk_folder: Path) -> WeightSync:
