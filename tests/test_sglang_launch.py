@@ -101,6 +101,13 @@ def test_one_engine_command_line_follows_slimes_flags():
     ]
 
 
+def test_a_given_router_port_is_where_clients_connect():
+    one = plan_launch(RolloutConfig(sglang_router_port=31234), "/m", python="py")
+    assert one.url == "http://127.0.0.1:31234" and one.engines[0].port == 31234
+    two = plan_launch(RolloutConfig(sglang_router_port=31234, rollout_num_gpus=2), "/m", python="py")
+    assert two.url == "http://127.0.0.1:31234" and 31234 not in [e.port for e in two.engines]
+
+
 def test_several_engines_get_their_own_gpus_and_a_router():
     args = RolloutConfig(
         train=True, rollout_num_gpus=4, rollout_num_gpus_per_engine=2, tensor_model_parallel_size=2

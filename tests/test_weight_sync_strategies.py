@@ -184,6 +184,7 @@ def test_colocated_sync_releases_then_resumes_weights_updates_then_resumes_the_c
         "resume:cuda_graph,kv_cache",
     ]
     assert state["calls"] == one_step * 2 and state["weight_version"] == "2"
+    assert set(sync.timings) == {"resume_weights_seconds", "update_seconds", "resume_cache_seconds"}
     assert_holds_trainer_weights(state, trainer)
 
 
@@ -204,5 +205,6 @@ def test_broadcast_sync_joins_the_group_once_and_sends_the_weights(weights_serve
     asyncio.run(two_syncs())
     state = loaded(weights_server)
     assert state["calls"] == ["init_weights_update_group"] + ["update_weights_from_distributed"] * 2
+    assert sync.timings["join_seconds"] < 0.05 and sync.timings["broadcast_seconds"] > 0  # joined once
     assert state["weight_version"] == "2"
     assert_holds_trainer_weights(state, trainer)

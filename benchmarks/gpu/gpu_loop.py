@@ -251,6 +251,7 @@ def train_and_sync(opts: argparse.Namespace, weight_sync: str) -> dict[str, Any]
                     "release_seconds": round(t1 - t0, 4),
                     "train_seconds": round(t2 - t1, 3),
                     "sync_seconds": round(t4 - t3, 4),
+                    **{k: round(v, 4) for k, v in strategy.timings.items()},
                     "trust_check_seconds": round(t5 - t4, 4),
                     "logprob_diff_after_sync": round(after, 5),
                     "logprob_diff_stale": round(stale, 5),

@@ -128,7 +128,13 @@ def plan_launch(
         )
     count = total // per_engine
     host = args.sglang_router_ip or "127.0.0.1"
-    ports = list(ports) if ports is not None else [free_port(host) for _ in range(count + (count > 1))]
+    if (
+        ports is None
+    ):  # a given sglang_router_port is the address clients use: the router's, or the one server's
+        ports = [free_port(host) for _ in range(count)] + ([free_port(host)] if count > 1 else [])
+        if count == 1 and args.sglang_router_port:
+            ports = [args.sglang_router_port]
+    ports = list(ports)
     # Colocated engines share GPUs 0.. with the trainer; otherwise they start after the trainer's.
     first_gpu = 0 if args.colocate else trainer_gpu_count(args)
     flags = server_flags(sglang_options(args))

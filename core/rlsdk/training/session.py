@@ -43,7 +43,8 @@ class TrainingSession:
         """The trainer's weights to the engine as the current ``weight_version``."""
         seconds = self.runtime.run(sync_weights(self.runtime.engine, self.trainer, str(self.weight_version),
                                                 self.weight_sync))
-        return {"train/sync_seconds": seconds, "train/weight_version": self.weight_version}
+        parts = {f"train/sync_{part}": value for part, value in self.weight_sync.timings.items()}
+        return {"train/sync_seconds": seconds, **parts, "train/weight_version": self.weight_version}
 
     def train(self, rollout_id: int, result: RolloutFnTrainOutput) -> dict[str, Any]:
         """One train step on the kept groups, the sync, and the trust check on the batch's first sample."""

@@ -36,6 +36,11 @@ class WeightSync:
     """How the trainer's weights reach the engine. :meth:`before_train` runs before each train step."""
 
     name = "base"
+    timings: dict[str, float]
+    """Seconds of the last push's parts, where a strategy splits them (``train/sync_<part>`` metrics)."""
+
+    def __init__(self) -> None:
+        self.timings = {}
 
     async def before_train(self, engine: InferenceEngine) -> None:
         """Free what the engine holds that the trainer needs (colocated GPUs); nothing by default."""
@@ -60,6 +65,7 @@ class DiskSync(WeightSync):
     name = "disk"
 
     def __init__(self, folder: Path) -> None:
+        super().__init__()
         self.folder = folder
 
     async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
@@ -77,6 +83,7 @@ class ColocatedTensorSync(WeightSync):
     name = "tensor"
 
     def __init__(self) -> None:
+        super().__init__()
         self.released = False
 
     async def before_train(self, engine: InferenceEngine) -> None:
@@ -89,7 +96,9 @@ class ColocatedTensorSync(WeightSync):
 
         if not self.released:  # a sync with no train step before it (a restored checkpoint)
             await self.before_train(engine)
+        started = time.perf_counter()
         await engine.resume_memory(["weights"])  # type: ignore[attr-defined]
+        resumed = time.perf_counter()
         flat = await asyncio.to_thread(FlatWeights.pack, trainer.weights().items())
         payload = await asyncio.to_thread(serialize_for_sglang, flat)
         # No flush here: the cache was flushed before the release and the KV cache is not back yet (slime's
@@ -101,8 +110,11 @@ class ColocatedTensorSync(WeightSync):
                 "flush_cache": False, "weight_version": weight_version})
         del flat
         await asyncio.to_thread(_collect_ipc)
+        updated = time.perf_counter()
         await engine.resume_memory(["kv_cache", "cuda_graph"])  # type: ignore[attr-defined]
         self.released = False
+        self.timings = {"resume_weights_seconds": resumed - started, "update_seconds": updated - resumed,
+                        "resume_cache_seconds": time.perf_counter() - updated}
 
 
 def _collect_ipc() -> None:
@@ -119,6 +131,7 @@ class NcclBroadcastSync(WeightSync):
     group_name = "rlsdk_weight_sync"
 
     def __init__(self, master_address: str = "127.0.0.1", backend: str = "nccl") -> None:
+        super().__init__()
         self.master_address = master_address
         self.backend = backend
         self.group: Any = None
@@ -144,13 +157,16 @@ class NcclBroadcastSync(WeightSync):
     async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
         from .tensor_transport import FlatWeights
 
+        started = time.perf_counter()
         if self.group is None:
             await self._join(engine)
+        joined = time.perf_counter()
         flat = await asyncio.to_thread(FlatWeights.pack, trainer.weights().items())
         body = flat.distributed_body(self.group_name, weight_version)
         announce = [engine.post_weights(w, "/update_weights_from_distributed", body)  # type: ignore[attr-defined]
                     for w in self.workers]
         await asyncio.gather(asyncio.to_thread(self._broadcast, flat), *announce)
+        self.timings = {"join_seconds": joined - started, "broadcast_seconds": time.perf_counter() - joined}
 
     def _broadcast(self, flat: Any) -> None:
         import torch
