@@ -28,7 +28,7 @@ from .process_group import ManagedProcess
 SET_BY_RLSDK = {
     "model_path": "--hf-checkpoint / --model",
     "host": "sglang_router_ip",
-    "port": "sglang_router_port (the router's; servers get free ports)",
+    "port": "sglang_router_port (the router's, or the one server's)",
     "tp_size": "--rollout-num-gpus-per-engine",
     "tensor_parallel_size": "--rollout-num-gpus-per-engine",
     "base_gpu_id": "--rollout-num-gpus and --colocate",
@@ -77,9 +77,10 @@ def server_flags(options: Mapping[str, Any]) -> list[str]:
                 f"{key}: rlsdk sets the server's --{name.replace('_', '-')} itself; use {SET_BY_RLSDK[name]}"
             )
         flags.append("--" + name.replace("_", "-"))
-        if value is True:
-            continue
-        flags.extend(str(v) for v in value) if isinstance(value, list | tuple) else flags.append(str(value))
+        if isinstance(value, list | tuple):
+            flags.extend(str(v) for v in value)
+        elif value is not True:
+            flags.append(str(value))
     return flags
 
 
