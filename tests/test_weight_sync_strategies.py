@@ -184,7 +184,12 @@ def test_colocated_sync_releases_then_resumes_weights_updates_then_resumes_the_c
         "resume:cuda_graph,kv_cache",
     ]
     assert state["calls"] == one_step * 2 and state["weight_version"] == "2"
-    assert set(sync.timings) == {"resume_weights_seconds", "update_seconds", "resume_cache_seconds"}
+    assert set(sync.timings) == {
+        "release_seconds",
+        "resume_weights_seconds",
+        "update_seconds",
+        "resume_cache_seconds",
+    }
     assert_holds_trainer_weights(state, trainer)
 
 

@@ -28,12 +28,12 @@ class TrainingSession:
         self.args = args
         self.runtime = runtime
         self.output_folder = output_folder
+        self.weight_sync = choose_sync(args, runtime.engine, output_folder / "sync-weights")  # before any model loads
         self.trainer: PolicyTrainer = trainer_plugin.func(args)
         if not isinstance(self.trainer, PolicyTrainer):
             raise TypeError(f"{trainer_plugin.describe()} returned {type(self.trainer).__name__}: expected a "
                             "rlsdk.training.PolicyTrainer")
         self.weight_version = 0
-        self.weight_sync = choose_sync(args, runtime.engine, output_folder / "sync-weights")
 
     @property
     def checkpoint_root(self) -> Path:
@@ -50,9 +50,7 @@ class TrainingSession:
         """One train step on the kept groups, the sync, and the trust check on the batch's first sample."""
         if not result.samples:
             raise RuntimeError(f"step {rollout_id} kept no samples: nothing to train on")
-        started = time.perf_counter()
         self.runtime.run(self.weight_sync.before_train(self.runtime.engine))
-        release_seconds = time.perf_counter() - started
         metrics = self.trainer.train_step(rollout_id, result.samples)
         self.weight_version += 1
         metrics.update(self.sync())
@@ -61,8 +59,6 @@ class TrainingSession:
         metrics["train/sync_logprob_max_diff"] = self.runtime.run(
             trust_check(self.runtime.engine, self.trainer, probe, self.args.sync_check_tol))
         metrics["train/trust_check_seconds"] = time.perf_counter() - started
-        if self.weight_sync.name == "tensor":
-            metrics["train/release_memory_seconds"] = release_seconds
         if "train/train_rollout_logprob_abs_diff" in metrics:
             metrics["train/rollout_logprob_diff"] = metrics.pop("train/train_rollout_logprob_abs_diff")
         return metrics

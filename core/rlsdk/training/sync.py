@@ -85,11 +85,14 @@ class ColocatedTensorSync(WeightSync):
     def __init__(self) -> None:
         super().__init__()
         self.released = False
+        self.release_seconds = 0.0
 
     async def before_train(self, engine: InferenceEngine) -> None:
+        started = time.perf_counter()
         await engine.flush_cache()
         await engine.release_memory()  # type: ignore[attr-defined]
         self.released = True
+        self.release_seconds = time.perf_counter() - started
 
     async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
         from .tensor_transport import LOAD_FORMAT, FlatWeights, serialize_for_sglang
@@ -113,8 +116,8 @@ class ColocatedTensorSync(WeightSync):
         updated = time.perf_counter()
         await engine.resume_memory(["kv_cache", "cuda_graph"])  # type: ignore[attr-defined]
         self.released = False
-        self.timings = {"resume_weights_seconds": resumed - started, "update_seconds": updated - resumed,
-                        "resume_cache_seconds": time.perf_counter() - updated}
+        self.timings = {"release_seconds": self.release_seconds, "resume_weights_seconds": resumed - started,
+                        "update_seconds": updated - resumed, "resume_cache_seconds": time.perf_counter() - updated}
 
 
 def _collect_ipc() -> None:
