@@ -8,6 +8,10 @@
 #   bash benchmarks/gpu/device.sh generate   # embedded_vs_generate.py
 #   bash benchmarks/gpu/device.sh server     # start SGLang 0.5.17 on the bench model, random weights
 #   bash benchmarks/gpu/device.sh sglang     # wait for it; sglang_checks.py and sglang_throughput.py
+#   bash benchmarks/gpu/device.sh launch     # gpu_loop.py throughput: hand-started vs rlsdk-launched SGLang (~7 min)
+#   bash benchmarks/gpu/device.sh colocate   # gpu_loop.py colocate: train step, CUDA-IPC sync, trust check (~4 min)
+#   bash benchmarks/gpu/device.sh nccl       # gpu_loop.py nccl: the same through an NCCL broadcast (two GPUs)
+#   bash benchmarks/gpu/device.sh megatron   # megatron_parity.py: megatron vs torch trainer (~2 min)
 #
 # Several phases may be given in one call. Results (one JSON file per script, its log) go to $OUT
 # (default /tmp/gpu-results). GPU_DIR overrides the carry folder.
@@ -45,6 +49,9 @@ setup() {
   # A wheel is a zip laid out as site-packages (none of these has .data/purelib or platlib): unzip them
   # all in parallel, as pip install --target would place them.
   python3 "$here/unpack_wheels.py" /tmp/sglang-wheels "$site" || return 1
+  # The interpreter rlsdk's launcher runs SGLang with: SGLang's folder first on its path, and only there.
+  printf '#!/bin/sh\nPYTHONPATH=%s:%s/nvidia_cutlass_dsl/dsl_packages exec python3 "$@"\n' "$site" "$site" \
+      >/tmp/sglang-python && chmod +x /tmp/sglang-python
   sglang_env python3 -c "import sglang, sgl_kernel, flashinfer, transformers; print('sglang', sglang.__version__, 'transformers', transformers.__version__)"
 }
 
@@ -81,9 +88,28 @@ sglang() {
   tail -n 200 /tmp/sglang.log >"$out/sglang.log"
 }
 
+launch() {
+  bench gpu_loop_throughput "$here/gpu_loop.py" throughput --model-config "$gpu/bench-model" \
+      --sglang-python /tmp/sglang-python --repeat 2
+}
+
+colocate() {
+  bench gpu_loop_colocate "$here/gpu_loop.py" colocate --model-config "$gpu/bench-model" \
+      --sglang-python /tmp/sglang-python
+}
+
+nccl() {
+  bench gpu_loop_nccl "$here/gpu_loop.py" nccl --model-config "$gpu/bench-model" --sglang-python /tmp/sglang-python
+}
+
+megatron() {
+  bench megatron_parity "$here/megatron_parity.py" --model-config "$gpu/bench-model"
+}
+
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|generate|server|sglang) echo "### $phase"; $phase || echo "### $phase failed" ;;
+    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|megatron)
+      echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac
 done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fill the carry folder (default .gpu/, ignored by git) with what the GPU machine lacks besides SGLang:
 # wheels of rlsdk and its plugin packages built from this checkout, math-verify and its two
-# dependencies (the math reward), the bench model (config + tokenizer) and the benchmark scripts.
+# dependencies (the math reward), megatron-core, the bench model (config + tokenizer) and the benchmark
+# scripts.
 # Runs on a CPU machine with PyPI access; not part of CI.
 #
 #   benchmarks/gpu/prepare.sh [BENCH_MODEL_DIR] [OUT_DIR]
@@ -17,12 +18,15 @@ fi
 out=${2:-$root/.gpu}
 mkdir -p "$out"
 rm -rf "$out/rlsdk-wheels" "$out/bench-model" "$out/benchmarks"
-for package in . plugins/rm_hub plugins/filter_hub plugins/embedded plugins/generators plugins/search_r1; do
+for package in . plugins/rm_hub plugins/filter_hub plugins/embedded plugins/generators plugins/search_r1 plugins/megatron; do
   python3 -m pip wheel -q --no-deps -w "$out/rlsdk-wheels" "$root/$package"
 done
 PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform any -d "$out/rlsdk-wheels" \
     math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2
+# megatron-core for --trainer megatron: one cp312 wheel (2.4 MiB) needing only torch, numpy, packaging.
+PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --abi cp312 --platform manylinux_2_28_x86_64 -d "$out/rlsdk-wheels" megatron-core==0.19.2
 cp -r "$model" "$out/bench-model" && chmod -R u+w "$out/bench-model"
 mkdir -p "$out/benchmarks"
 cp -r "$root/benchmarks/engine_gpu.py" "$root/benchmarks/gpu" "$out/benchmarks/"

@@ -16,7 +16,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(plugins.app, name="plugins")
-app.command("run")(run.run)
+app.command("run", context_settings=run.SGLANG_PASSTHROUGH)(run.run)
 app.command("eval")(run.evaluate)
 app.command("score")(score.score)
 app.command("serve")(serve.serve)

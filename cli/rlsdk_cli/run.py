@@ -132,13 +132,42 @@ def with_run_options(func: Any) -> Any:
     return func
 
 
+SGLANG_PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+"""``rlsdk run`` takes any ``--sglang-*`` flag for the SGLang servers it launches, as slime does."""
+
+
+def sglang_server_options(tokens: list[str], known: list[str]) -> list[str]:
+    """Unknown ``--sglang-NAME [VALUE...]`` flags as ``sglang_NAME=VALUE`` settings (a bare flag is true,
+    several values a list); any other unknown token is the parser's usual error, with the ``known``
+    option closest to it."""
+    settings: dict[str, list[Any]] = {}
+    name = None
+    for token in tokens:
+        if token.startswith("--sglang-"):
+            key, sep, value = token[2:].partition("=")
+            name = key.replace("-", "_")
+            settings[name] = [value] if sep else []
+        elif name is not None and not token.startswith("--"):
+            settings[name].append(token)
+        else:
+            import difflib
+
+            flag = token.split("=", 1)[0]
+            raise typer.BadParameter(f"no such option {flag}" + "".join(
+                f" (did you mean {close}?)" for close in difflib.get_close_matches(flag, known, n=1)))
+    parsed = {k: [parse_set([f"v={v}"])["v"] for v in values] for k, values in settings.items()}
+    return [f"{k}={json.dumps(True if not v else v[0] if len(v) == 1 else v)}" for k, v in parsed.items()]
+
+
 @with_run_options
 def run(
+    context: typer.Context,
     resume: bool = typer.Option(False, "--resume", help="Continue the run saved in the output folder."),
     **options: Any,
 ) -> None:
     """Run rollout steps: with no options, the embedded engine on SmolLM2-135M and the shipped math data."""
-    extra = options.pop("extra")
+    known = [flag for param in context.command.params for flag in param.opts]
+    extra = options.pop("extra") + sglang_server_options(context.args, known)
     args = build_config(options.pop("config"), {**options, "resume": resume or None}, extra)
     from rlsdk.job import resumed_settings, run_job
 

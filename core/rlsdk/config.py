@@ -16,7 +16,14 @@ from typing import Any
 import yaml
 
 from .records import Option
-from .training.options import ADVANTAGE_ESTIMATORS, KL_LOSS_TYPES, LOSS_TYPES, TrainingOptions, option_docs
+from .training.options import (
+    ADVANTAGE_ESTIMATORS,
+    KL_LOSS_TYPES,
+    LOSS_TYPES,
+    WEIGHT_SYNC_MODES,
+    TrainingOptions,
+    option_docs,
+)
 
 DEFAULT_DATASET = Path(__file__).parent / "datasets" / "arithmetic-train.jsonl"
 DEFAULT_EVAL_DATASET = Path(__file__).parent / "datasets" / "arithmetic-eval.jsonl"
@@ -90,11 +97,12 @@ class RolloutConfig(TrainingOptions):
     sglang_server_concurrency: int = 512
     """Requests in flight at once per engine."""
     sglang_url: str | None = None
-    """URL of the SGLang server or router for the ``sglang`` engine; default from ``sglang_router_ip``/``_port``."""
+    """URL of the SGLang server or router for the ``sglang`` engine; default from ``sglang_router_ip``/``_port``;
+    with neither, the engine launches SGLang on this machine's GPUs (``rollout_num_gpus``, ``colocate``)."""
     sglang_launch: bool = False
-    """Let the ``sglang`` engine start ``python -m sglang.launch_server`` for ``model`` (needs SGLang and a GPU)."""
+    """Launch SGLang even though ``sglang_router_ip``/``_port`` are set (they then name the router's address)."""
     sglang_python: str | None = None
-    """Python interpreter with SGLang installed, used when ``sglang_launch``; default this one."""
+    """Python interpreter with SGLang installed, used for launched servers; default this one."""
     sglang_retries: int = 5
     """Times the ``sglang`` engine retries a request on connection errors and HTTP 5xx (never on 4xx), with
     exponential backoff; then the sample fails with the reason and its prompt is served again later."""
@@ -259,7 +267,7 @@ class RolloutConfig(TrainingOptions):
                 f"on_invalid_reward must be fail, drop_group or score, got {self.on_invalid_reward!r}"
             )
         for name, choices in (("advantage_estimator", ADVANTAGE_ESTIMATORS), ("loss_type", LOSS_TYPES),
-                              ("kl_loss_type", KL_LOSS_TYPES)):
+                              ("kl_loss_type", KL_LOSS_TYPES), ("weight_sync", WEIGHT_SYNC_MODES)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
         if self.loss_type == "custom_loss" and not self.custom_loss_function_path:

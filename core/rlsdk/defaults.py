@@ -5,6 +5,7 @@ server, and tests, without a plugin package."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from . import generate, rollout
@@ -13,23 +14,21 @@ from .records import BufferFilter, CustomGenerate, Engine, GenerateRollout
 
 
 def sglang_engine(args: Any) -> Any:
-    """A real SGLang server or router by URL, or one launched with ``python -m sglang.launch_server``."""
+    """A real SGLang server or router by URL; without one, rlsdk launches SGLang servers (and a router)
+    on this machine's GPUs for ``--hf-checkpoint`` (:mod:`rlsdk.launch.sglang`)."""
     from .sglang_client import SGLangClient
 
     options = {"concurrency": args.sglang_server_concurrency, "retries": args.sglang_retries,
                "backoff": args.sglang_backoff}
-    if args.sglang_launch:
-        model = args.model or args.hf_checkpoint
-        if not model:
-            raise ValueError("sglang_launch needs --model: the model folder SGLang should serve")
-        return SGLangClient.launching(model, host=args.sglang_router_ip or "127.0.0.1",
-                                      port=args.sglang_router_port or 30000, python=args.sglang_python, **options)
     url = args.sglang_url
-    if not url:
-        if not (args.sglang_router_ip and args.sglang_router_port):
-            raise ValueError("the sglang engine needs --sglang-url (or sglang_router_ip and sglang_router_port)")
+    if not url and args.sglang_router_ip and args.sglang_router_port and not args.sglang_launch:
         url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
-    return SGLangClient(url, **options)
+    if url:
+        return SGLangClient(url, **options)
+    from .launch.sglang import launcher_for
+
+    launcher = launcher_for(args, Path(args.output_dir) / "logs")
+    return SGLangClient(launcher.url, launcher=launcher, **options)
 
 
 def pop_first(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples: int) -> list[list[Any]]:

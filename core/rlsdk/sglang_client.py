@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
-import subprocess
-import sys
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -26,6 +23,9 @@ from .protocol import (
     check_generate_response,
     unreadable,
 )
+
+if TYPE_CHECKING:
+    from .launch.sglang import SGLangLauncher
 
 _RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 """Connection refused, reset or dropped before a whole answer: retried with backoff, as an HTTP 5xx is.
@@ -65,7 +65,7 @@ class SGLangClient(InferenceEngine):
     """
 
     def __init__(self, url: str, *, concurrency: int = 512, timeout: float = 3600.0, retries: int = 5,
-                 backoff: float = 0.25) -> None:
+                 backoff: float = 0.25, launcher: SGLangLauncher | None = None) -> None:
         self.url = url.rstrip("/")
         self.concurrency = concurrency
         self.timeout = timeout
@@ -73,8 +73,9 @@ class SGLangClient(InferenceEngine):
         self.backoff = backoff
         self._client: aiohttp.ClientSession | None = None
         self._slots: asyncio.Semaphore | None = None
-        self._launch: list[str] | None = None
-        self._process: subprocess.Popen[bytes] | None = None
+        self.launcher = launcher
+        """The servers (and router) this client started (:mod:`rlsdk.launch.sglang`) and stops on close."""
+        self._launched = False
 
     @classmethod
     def shared(cls, url: str) -> SGLangClient:
@@ -84,28 +85,13 @@ class SGLangClient(InferenceEngine):
             clients[url] = cls(url)
         return clients[url]
 
-    @classmethod
-    def launching(cls, model_path: str, *, host: str = "127.0.0.1", port: int = 30000,
-                  python: str | None = None, extra_args: Sequence[str] = (), **kwargs: Any) -> SGLangClient:
-        """A client whose :meth:`start` runs ``python -m sglang.launch_server`` and waits for it."""
-        python = python or sys.executable
-        if not _has_sglang(python):
-            raise EngineError(
-                f"SGLang is not installed for {python}: install it there (pip install 'sglang[all]', "
-                "needs a CUDA GPU) or point --sglang-url at a running server"
-            )
-        client = cls(f"http://{host}:{port}", **kwargs)
-        client._launch = [python, "-m", "sglang.launch_server", "--model-path", model_path,
-                          "--host", host, "--port", str(port), *extra_args]
-        return client
-
     # ---------------------------------------------------------------- transport
 
-    async def start(self, ready_timeout: float = 900.0) -> None:
+    async def start(self) -> None:
+        if self.launcher is not None and not self._launched:
+            await self.launcher.start()
+            self._launched = True
         self._ensure_client()
-        if self._launch and self._process is None:
-            self._process = subprocess.Popen(self._launch)
-            await self._wait_ready(ready_timeout)
 
     def _ensure_client(self) -> aiohttp.ClientSession:
         if self._client is None:
@@ -116,22 +102,6 @@ class SGLangClient(InferenceEngine):
             self._client = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers)
             self._slots = asyncio.Semaphore(self.concurrency)
         return self._client
-
-    async def _wait_ready(self, timeout: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while loop.time() < deadline:
-            if self._process is not None and self._process.poll() is not None:
-                raise EngineError(f"sglang.launch_server exited with {self._process.returncode}: {self._launch}")
-            try:
-                async with self._ensure_client().get(f"{self.url}/health",
-                                                     timeout=aiohttp.ClientTimeout(total=5)) as response:
-                    if response.status == 200:
-                        return
-            except (aiohttp.ClientError, asyncio.TimeoutError):
-                pass
-            await asyncio.sleep(1.0)
-        raise EngineUnavailableError(f"SGLang at {self.url} not ready after {timeout:.0f}s")
 
     async def _request(self, method: str, path: str, *, base: str | None = None, body: Any = None,
                        ok_statuses: tuple[int, ...] = ()) -> Reply:
@@ -264,17 +234,39 @@ class SGLangClient(InferenceEngine):
         finally:
             await self.resume()
 
+    # ---------------------------------------------------------------- GPU weight sync (SGLang only)
+
+    async def tp_size(self, worker: str) -> int:
+        """A worker's tensor-parallel size (``/server_info``), one CUDA-IPC payload per rank."""
+        response = await self._request("GET", "/server_info", base=worker, ok_statuses=(404,))
+        if response.status_code == 404:
+            response = await self._request("GET", "/get_server_info", base=worker)
+        return int(response.json().get("tp_size", 1))
+
+    async def release_memory(self, tags: list[str] | None = None) -> None:
+        """``/release_memory_occupation`` on every worker (all of weights, KV cache and CUDA graphs by
+        default); the server needs ``--enable-memory-saver`` (``--colocate`` launches it so)."""
+        for worker in await self.workers():
+            await self._request("POST", "/release_memory_occupation", base=worker, body={"tags": tags})
+
+    async def resume_memory(self, tags: list[str] | None = None) -> None:
+        for worker in await self.workers():
+            await self._request("POST", "/resume_memory_occupation", base=worker, body={"tags": tags})
+
+    async def post_weights(self, worker: str, path: str, body: dict[str, Any]) -> None:
+        """One weight-update call (``/update_weights_from_tensor``, ``/init_weights_update_group``,
+        ``/update_weights_from_distributed``) that must answer ``success``."""
+        result = (await self._request("POST", path, base=worker, body=body, ok_statuses=(400,))).json()
+        if not result.get("success", False):
+            raise EngineError(f"{worker}{path} failed: {result.get('message')}")
+
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
             self._client = None
-        if self._process is not None:
-            self._process.terminate()
-            try:
-                await asyncio.to_thread(self._process.wait, 30)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-            self._process = None
+        if self.launcher is not None and self._launched:
+            await asyncio.to_thread(self.launcher.stop)
+            self._launched = False
 
 
 def _raise_for(response: Reply, url: str, tries: int = 1) -> None:
@@ -288,12 +280,3 @@ def _raise_for(response: Reply, url: str, tries: int = 1) -> None:
     after = f" after {tries} tries" if tries > 1 else ""
     raise EngineError(f"{url} answered {response.status_code}{after}: {message}")
 
-
-def _has_sglang(python: str) -> bool:
-    if python == sys.executable:
-        return importlib.util.find_spec("sglang") is not None
-    check = "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') is None)"
-    try:
-        return subprocess.run([python, "-c", check], capture_output=True, timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False

@@ -14,8 +14,6 @@ SLIME_ARG_DEFAULTS: dict[str, Any] = {
     "router_policy": None,
     "use_distributed_post": False,
     "use_rollout_routing_replay": False,
-    "rollout_num_gpus": None,
-    "rollout_num_gpus_per_engine": 1,
     "rollout_num_engines": 1,  # slime derives it from its GPUs; rlsdk's run has one engine
     "num_gpus_per_node": 8,
     "context_parallel_size": 1,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 ADVANTAGE_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
 LOSS_TYPES = ("policy_loss", "sft_loss", "custom_loss")
 KL_LOSS_TYPES = ("k1", "k2", "k3", "low_var_kl")
+WEIGHT_SYNC_MODES = ("auto", "tensor", "nccl", "disk")
 
 
 @dataclass
@@ -92,6 +93,29 @@ class TrainingOptions:
     """Whiten advantages over the batch's trained tokens."""
     ref_load: str | None = None
     """Hugging Face folder of the reference model for KL terms; default the starting policy."""
+
+    # --- GPUs: launched SGLang engines, weight sync, model parallelism (slime's names) ---
+    rollout_num_gpus: int | None = None
+    """GPUs for the SGLang engines ``engine: sglang`` launches (no ``sglang_url``); default one engine's."""
+    rollout_num_gpus_per_engine: int = 1
+    """GPUs per launched SGLang engine (its tensor-parallel size); several engines get a router in front."""
+    colocate: bool = False
+    """Trainer and engines share the GPUs: the engines release their memory while the trainer runs and
+    take the weights as CUDA tensors (``update_weights_from_tensor``), never through disk."""
+    sglang_mem_fraction_static: float | None = None
+    """GPU memory fraction a launched SGLang engine reserves for weights and KV cache (SGLang's default
+    when unset; with ``colocate`` leave room for the trainer). Any other ``sglang_*`` key in a config
+    file, ``--set`` or an unknown ``--sglang-*`` flag is passed to the servers as ``--*``."""
+    sglang_startup_timeout: float = 900.0
+    """Seconds a launched SGLang engine (or router) may take to answer ``/health_generate``."""
+    weight_sync: str = "auto"
+    """How weights reach a GPU engine: ``tensor`` (CUDA IPC, needs ``colocate``), ``nccl`` (a broadcast
+    group with the engines), ``disk`` (a Hugging Face folder); ``auto``: in process for the embedded
+    engine, else ``tensor`` with ``colocate``, else ``disk``."""
+    tensor_model_parallel_size: int = 1
+    """megatron trainer: tensor-parallel size (data-parallel size is the world size over TP x PP)."""
+    pipeline_model_parallel_size: int = 1
+    """megatron trainer: pipeline-parallel size."""
 
     # --- sync, checkpoints, reporting ---
     sync_check_tol: float = 0.05

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 from ..records import Resolved
 from ..runtime import Runtime
 from ..types import RolloutFnTrainOutput
-from .sync import sync_weights, trust_check
+from .sync import choose_sync, sync_weights, trust_check
 from .trainer import PolicyTrainer
 
 CHECKPOINT_META = "rlsdk_checkpoint.json"
@@ -27,6 +28,7 @@ class TrainingSession:
         self.args = args
         self.runtime = runtime
         self.output_folder = output_folder
+        self.weight_sync = choose_sync(args, runtime.engine, output_folder / "sync-weights")  # before any model loads
         self.trainer: PolicyTrainer = trainer_plugin.func(args)
         if not isinstance(self.trainer, PolicyTrainer):
             raise TypeError(f"{trainer_plugin.describe()} returned {type(self.trainer).__name__}: expected a "
@@ -40,19 +42,23 @@ class TrainingSession:
     def sync(self) -> dict[str, float]:
         """The trainer's weights to the engine as the current ``weight_version``."""
         seconds = self.runtime.run(sync_weights(self.runtime.engine, self.trainer, str(self.weight_version),
-                                                self.output_folder / "sync-weights"))
-        return {"train/sync_seconds": seconds, "train/weight_version": self.weight_version}
+                                                self.weight_sync))
+        parts = {f"train/sync_{part}": value for part, value in self.weight_sync.timings.items()}
+        return {"train/sync_seconds": seconds, **parts, "train/weight_version": self.weight_version}
 
     def train(self, rollout_id: int, result: RolloutFnTrainOutput) -> dict[str, Any]:
         """One train step on the kept groups, the sync, and the trust check on the batch's first sample."""
         if not result.samples:
             raise RuntimeError(f"step {rollout_id} kept no samples: nothing to train on")
+        self.runtime.run(self.weight_sync.before_train(self.runtime.engine))
         metrics = self.trainer.train_step(rollout_id, result.samples)
         self.weight_version += 1
         metrics.update(self.sync())
         probe = result.samples[-1][0]
+        started = time.perf_counter()
         metrics["train/sync_logprob_max_diff"] = self.runtime.run(
             trust_check(self.runtime.engine, self.trainer, probe, self.args.sync_check_tol))
+        metrics["train/trust_check_seconds"] = time.perf_counter() - started
         if "train/train_rollout_logprob_abs_diff" in metrics:
             metrics["train/rollout_logprob_diff"] = metrics.pop("train/train_rollout_logprob_abs_diff")
         return metrics

@@ -1,7 +1,15 @@
 """Weight sync from the trainer to the engine, and the trust check that follows every sync.
 
-An engine in this process (the embedded engine) takes the trainer's tensors directly; any other engine
-(an SGLang server) loads a Hugging Face folder the trainer writes, through ``/update_weights_from_disk``.
+Four strategies (``weight_sync``; ``auto`` picks by engine and ``colocate``):
+
+- ``in_process``: an engine in this process (the embedded engine) takes the trainer's tensors directly.
+- ``tensor`` (colocated on the GPUs): SGLang releases its memory while the trainer runs
+  (``/release_memory_occupation``), takes the weights' memory back, receives CUDA-IPC handles to the
+  trainer's tensors (``/update_weights_from_tensor``; nothing touches disk), then its KV cache and CUDA graphs.
+- ``nccl`` (separate GPUs): the servers join an NCCL group with the trainer as rank 0
+  (``/init_weights_update_group``, once) and receive a broadcast (``/update_weights_from_distributed``).
+- ``disk``: the trainer writes a Hugging Face folder the engine loads (``/update_weights_from_disk``).
+
 The trust check then asks the engine for the log-probs of a probe sample's response tokens (SGLang's
 ``logprob_start_len`` with ``max_new_tokens: 0``) and compares them with the trainer's.
 """
@@ -13,6 +21,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..engine import InferenceEngine
 from ..errors import RlsdkError
@@ -24,24 +33,179 @@ class WeightSyncError(RlsdkError):
     """The engine serves other weights than the trainer's (the trust check failed)."""
 
 
-async def sync_weights(engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str,
-                       disk_folder: Path) -> float:
-    """Give the engine the trainer's weights as ``weight_version``; returns the seconds it took."""
-    started = time.perf_counter()
-    if engine.in_process_weights:
+class WeightSync:
+    """How the trainer's weights reach the engine. :meth:`before_train` runs before each train step."""
+
+    name = "base"
+    timings: dict[str, float]
+    """Seconds of the last push's parts, where a strategy splits them (``train/sync_<part>`` metrics)."""
+
+    def __init__(self) -> None:
+        self.timings = {}
+
+    async def before_train(self, engine: InferenceEngine) -> None:
+        """Free what the engine holds that the trainer needs (colocated GPUs); nothing by default."""
+
+    async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
+        raise NotImplementedError
+
+
+class InProcessSync(WeightSync):
+    name = "in_process"
+
+    async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
         await engine.pause("in_place")
         try:
             await engine.update_weights(trainer.weights(), weight_version)
             await engine.flush_cache()
         finally:
             await engine.resume()
-    else:
-        staging = disk_folder.with_name(disk_folder.name + ".tmp")
+
+
+class DiskSync(WeightSync):
+    name = "disk"
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+
+    async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
+        staging = self.folder.with_name(self.folder.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
         await asyncio.to_thread(trainer.save_hf_model, staging)
-        shutil.rmtree(disk_folder, ignore_errors=True)
-        staging.rename(disk_folder)
-        await engine.update_weights_from_disk(str(disk_folder.resolve()), weight_version)
+        shutil.rmtree(self.folder, ignore_errors=True)
+        staging.rename(self.folder)
+        await engine.update_weights_from_disk(str(self.folder.resolve()), weight_version)
+
+
+class ColocatedTensorSync(WeightSync):
+    """CUDA IPC into SGLang servers sharing the trainer's GPUs (launched with ``--enable-memory-saver``)."""
+
+    name = "tensor"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released = False
+        self.release_seconds = 0.0
+
+    async def before_train(self, engine: InferenceEngine) -> None:
+        started = time.perf_counter()
+        await engine.flush_cache()
+        await engine.release_memory()  # type: ignore[attr-defined]
+        self.released = True
+        self.release_seconds = time.perf_counter() - started
+
+    async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
+        from .tensor_transport import LOAD_FORMAT, FlatWeights, serialize_for_sglang
+
+        if not self.released:  # a sync with no train step before it (a restored checkpoint)
+            await self.before_train(engine)
+        started = time.perf_counter()
+        await engine.resume_memory(["weights"])  # type: ignore[attr-defined]
+        resumed = time.perf_counter()
+        flat = await asyncio.to_thread(FlatWeights.pack, trainer.weights().items())
+        payload = await asyncio.to_thread(serialize_for_sglang, flat)
+        # No flush here: the cache was flushed before the release and the KV cache is not back yet (slime's
+        # order: weights, update, then KV cache and CUDA graphs).
+        for worker in await engine.workers():  # type: ignore[attr-defined]
+            ranks = await engine.tp_size(worker)  # type: ignore[attr-defined]
+            await engine.post_weights(worker, "/update_weights_from_tensor", {  # type: ignore[attr-defined]
+                "serialized_named_tensors": [payload] * ranks, "load_format": LOAD_FORMAT,
+                "flush_cache": False, "weight_version": weight_version})
+        del flat
+        await asyncio.to_thread(_collect_ipc)
+        updated = time.perf_counter()
+        await engine.resume_memory(["kv_cache", "cuda_graph"])  # type: ignore[attr-defined]
+        self.released = False
+        self.timings = {"release_seconds": self.release_seconds, "resume_weights_seconds": resumed - started,
+                        "update_seconds": updated - resumed, "resume_cache_seconds": time.perf_counter() - updated}
+
+
+def _collect_ipc() -> None:
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.ipc_collect()  # free the trainer's copy once the servers dropped their handles
+
+
+class NcclBroadcastSync(WeightSync):
+    """A broadcast from the trainer (rank 0) to SGLang servers on other GPUs."""
+
+    name = "nccl"
+    group_name = "rlsdk_weight_sync"
+
+    def __init__(self, master_address: str = "127.0.0.1", backend: str = "nccl") -> None:
+        super().__init__()
+        self.master_address = master_address
+        self.backend = backend
+        self.group: Any = None
+        self.workers: list[str] = []
+
+    async def _join(self, engine: Any) -> None:
+        from ..launch.sglang import free_port
+        from .tensor_transport import init_broadcast_group
+
+        self.workers = await engine.workers()
+        ranks = [await engine.tp_size(worker) for worker in self.workers]
+        port = free_port(self.master_address)
+        world = 1 + sum(ranks)
+        offsets = [1 + sum(ranks[:i]) for i in range(len(ranks))]
+        joins = [engine.post_weights(worker, "/init_weights_update_group", {
+            "master_address": self.master_address, "master_port": port, "rank_offset": offset,
+            "world_size": world, "group_name": self.group_name, "backend": self.backend})
+            for worker, offset in zip(self.workers, offsets, strict=True)]
+        self.group, *_ = await asyncio.gather(
+            asyncio.to_thread(init_broadcast_group, self.master_address, port, world, self.group_name, self.backend),
+            *joins)
+
+    async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
+        from .tensor_transport import FlatWeights
+
+        started = time.perf_counter()
+        if self.group is None:
+            await self._join(engine)
+        joined = time.perf_counter()
+        flat = await asyncio.to_thread(FlatWeights.pack, trainer.weights().items())
+        body = flat.distributed_body(self.group_name, weight_version)
+        announce = [engine.post_weights(w, "/update_weights_from_distributed", body)  # type: ignore[attr-defined]
+                    for w in self.workers]
+        await asyncio.gather(asyncio.to_thread(self._broadcast, flat), *announce)
+        self.timings = {"join_seconds": joined - started, "broadcast_seconds": time.perf_counter() - joined}
+
+    def _broadcast(self, flat: Any) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if flat.flat.is_cuda:
+            torch.cuda.set_device(flat.flat.device)
+        dist.broadcast(flat.flat, src=0, group=self.group)
+        if flat.flat.is_cuda:
+            torch.cuda.synchronize()
+
+
+def choose_sync(args: Any, engine: InferenceEngine, disk_folder: Path) -> WeightSync:
+    """The strategy ``args.weight_sync`` names; ``auto``: in process for an in-process engine, ``tensor``
+    with ``colocate``, else ``disk``."""
+    mode = getattr(args, "weight_sync", "auto")
+    if mode == "auto":
+        mode = "in_process" if engine.in_process_weights else "tensor" if args.colocate else "disk"
+    if mode in ("tensor", "nccl") and not hasattr(engine, "post_weights"):
+        raise ValueError(f"--weight-sync {mode} needs an SGLang engine; {type(engine).__name__} takes "
+                         "in-process or disk sync (--weight-sync auto or disk)")
+    if mode == "tensor" and not args.colocate:
+        raise ValueError("--weight-sync tensor passes CUDA memory handles: it needs --colocate (engines on the "
+                         "trainer's GPUs); use --weight-sync nccl for engines on other GPUs")
+    if mode == "in_process" and not engine.in_process_weights:
+        raise ValueError(f"{type(engine).__name__} cannot take weights in process")
+    strategies = {"in_process": InProcessSync, "tensor": ColocatedTensorSync, "nccl": NcclBroadcastSync}
+    return DiskSync(disk_folder) if mode == "disk" else strategies[mode]()
+
+
+async def sync_weights(engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str,
+                       strategy: WeightSync) -> float:
+    """Give the engine the trainer's weights as ``weight_version``; returns the seconds it took."""
+    started = time.perf_counter()
+    await strategy.push(engine, trainer, weight_version)
     return time.perf_counter() - started
 
 

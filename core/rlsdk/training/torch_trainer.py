@@ -201,6 +201,9 @@ class TorchTrainer(PolicyTrainer):
         from safetensors.torch import load_model
 
         load_model(self.model, str(folder / "model.safetensors"), device=str(self.device))
+        self._load_optimizer_and_rng(folder)
+
+    def _load_optimizer_and_rng(self, folder: Path) -> None:
         self.optimizer.load_state_dict(torch.load(folder / OPTIMIZER_FILE, map_location=self.device))
         rng = torch.load(folder / RNG_FILE, weights_only=False)
         torch.set_rng_state(rng["torch"])

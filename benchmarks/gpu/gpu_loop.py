@@ -1,0 +1,357 @@
+"""The GPU loop's checks on a real SGLang 0.5.17 (not run in CI; one device call per subcommand, each
+under 9 minutes; the last line printed is one JSON object).
+
+``throughput``: SGLang started by hand (``python -m sglang.launch_server``, the SGLang benchmark's flags)
+and the same server started by rlsdk's launcher (``rlsdk.launch.sglang``, the flags passed through as
+``sglang_*`` options), one after the other on the same card; tokens/s of the shared workload (the straight
+client with log-probs, as ``sglang_throughput.py``) on each, plus one ``rlsdk run`` rollout step through the
+launched server. ``ratio`` = launched over hand-started (target >= 0.95). Start-up seconds of each.
+
+``colocate``: random bf16 weights of the bench model in a Hugging Face folder; rlsdk launches SGLang on
+it with ``colocate`` (memory saver); the torch trainer on the same GPU; per step: release SGLang's memory,
+one train step on samples SGLang generated (random +-1 rewards), the colocated CUDA-IPC sync, the trust
+check. Reported: sync seconds per step (target <= 0.15 s on one H100), release seconds, train seconds,
+the trust check's seconds and log-prob differences (before any training, after training but before the
+sync, after the sync), one sync through disk for comparison, and one more through sglang's own
+serializer classes when sglang imports in this process.
+
+``nccl``: the same with SGLang on GPU 1 and the trainer on GPU 0, weights broadcast through NCCL
+(target <= 0.3 s a sync); needs two GPUs.
+
+    PYTHONPATH=/tmp/rl:benchmarks/gpu python3 benchmarks/gpu/gpu_loop.py colocate \\
+        --model-config .gpu/bench-model --sglang-python /tmp/sglang-python
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sglang_throughput import best, flush, straight, through_rlsdk
+from workload import machine, make_prompts, random_checkpoint, write_dataset
+
+from rlsdk import RolloutConfig, Sample
+from rlsdk.launch.sglang import SGLangLauncher, free_port, plan_launch
+from rlsdk.sglang_client import SGLangClient
+
+
+def hand_started(opts: argparse.Namespace, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """SGLang as benchmarks/gpu/device.sh starts it."""
+    command = [
+        opts.sglang_python,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(opts.model_config),
+        "--load-format",
+        "dummy",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--tp",
+        "1",
+        "--mem-fraction-static",
+        str(opts.mem_fraction),
+    ]
+    return subprocess.Popen(
+        command, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True, cwd="/tmp"
+    )
+
+
+async def wait_health(url: str, process: subprocess.Popen[bytes], timeout: float) -> None:
+    import aiohttp
+
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"hand-started SGLang exited with {process.returncode}")
+            try:
+                async with session.get(
+                    f"{url}/health_generate", timeout=aiohttp.ClientTimeout(total=30)
+                ) as r:
+                    if r.status == 200:
+                        return
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            await asyncio.sleep(0.5)
+    raise TimeoutError(f"hand-started SGLang not ready after {timeout}s")
+
+
+def measure(url: str, prompts: list[list[int]], opts: argparse.Namespace) -> dict[str, Any]:
+    warm = argparse.Namespace(**{**vars(opts), "new_tokens": 8})
+    asyncio.run(straight(url, prompts[: opts.in_flight], warm, logprob=True))
+    result = None
+    for _ in range(opts.repeat):
+        asyncio.run(flush(url))
+        result = best(result, asyncio.run(straight(url, prompts, opts, logprob=True)))
+    assert result is not None
+    return result
+
+
+def throughput(opts: argparse.Namespace) -> dict[str, Any]:
+    import signal
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(opts.model_config)
+    prompts = make_prompts(tokenizer, opts.requests, opts.prompt_len)
+    work = Path(tempfile.mkdtemp(prefix="gpu-loop-"))
+    port = free_port()
+    started = time.perf_counter()
+    process = hand_started(opts, port, work / "hand.log")
+    try:
+        asyncio.run(wait_health(f"http://127.0.0.1:{port}", process, opts.startup_timeout))
+        hand_startup = time.perf_counter() - started
+        hand = measure(f"http://127.0.0.1:{port}", prompts, opts)
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(60)
+    time.sleep(5)  # let the card's memory go
+
+    args = RolloutConfig(
+        sglang_python=opts.sglang_python,
+        sglang_mem_fraction_static=opts.mem_fraction,
+        sglang_startup_timeout=opts.startup_timeout,
+        extra={"sglang_load_format": "dummy"},
+    )
+    launcher = SGLangLauncher(plan_launch(args, str(opts.model_config)), work / "logs", opts.startup_timeout)
+    started = time.perf_counter()
+    asyncio.run(launcher.start())
+    try:
+        launched_startup = time.perf_counter() - started
+        launched = measure(launcher.url, prompts, opts)
+        dataset = write_dataset(tokenizer, prompts, work / "prompts.jsonl")
+        asyncio.run(flush(launcher.url))
+        opts.rm = "math"
+        rollout = through_rlsdk(launcher.url, dataset, work, opts)
+    finally:
+        launcher.stop()
+    return {
+        "check": "launched_vs_hand_throughput",
+        "hand": {**hand, "startup_seconds": round(hand_startup, 1)},
+        "launched": {
+            **launched,
+            "startup_seconds": round(launched_startup, 1),
+            "command": " ".join(launcher.plan.engines[0].command),
+        },
+        "rlsdk_run_through_launched": rollout,
+        "ratio": round(launched["tokens_per_s"] / hand["tokens_per_s"], 3),
+        "rlsdk_run_ratio": round(rollout["tokens_per_s"] / hand["tokens_per_s"], 3),
+    }
+
+
+async def generate_samples(
+    client: SGLangClient, tokenizer: Any, count: int, new_tokens: int
+) -> list[list[Sample]]:
+    """Groups of 4 samples from SGLang (prompt of 64 words, ``new_tokens`` sampled with log-probs), random
+    +-1 rewards so the advantages are not zero."""
+    rng = random.Random(0)
+    prompts = make_prompts(tokenizer, count // 4, 64)
+    params = {"max_new_tokens": new_tokens, "temperature": 1.0, "ignore_eos": True}
+
+    async def one(group: int, index: int, ids: list[int]) -> Sample:
+        body = {"input_ids": ids, "sampling_params": params, "return_logprob": True}
+        out = await client.generate(body)
+        assert isinstance(out, dict)
+        entries = out["meta_info"]["output_token_logprobs"]
+        tokens = [int(e[1]) for e in entries]
+        return Sample(
+            group_index=group,
+            index=index,
+            tokens=ids + tokens,
+            response_length=len(tokens),
+            rollout_log_probs=[float(e[0]) for e in entries],
+            reward=rng.choice([-1.0, 1.0]),
+            status=Sample.Status.COMPLETED,
+        )
+
+    groups = [asyncio.gather(*(one(g, i, p) for i in range(4))) for g, p in enumerate(prompts)]
+    return [list(group) for group in await asyncio.gather(*groups)]
+
+
+def train_and_sync(opts: argparse.Namespace, weight_sync: str) -> dict[str, Any]:
+    """The ``colocate`` and ``nccl`` checks: launch, generate, then steps of release/train/sync/check."""
+    import torch
+
+    from rlsdk.runtime import BackgroundLoop
+    from rlsdk.training.sync import DiskSync, choose_sync, engine_log_probs
+    from rlsdk.training.torch_trainer import TorchTrainer
+
+    colocate = weight_sync == "tensor"
+    work = Path(tempfile.mkdtemp(prefix="gpu-loop-"))
+    folder = random_checkpoint(opts.model_config, work / "weights", device="cuda")
+    torch.cuda.empty_cache()
+    args = RolloutConfig(
+        hf_checkpoint=str(folder),
+        train=True,
+        colocate=colocate,
+        weight_sync=weight_sync,
+        sglang_python=opts.sglang_python,
+        sglang_mem_fraction_static=opts.mem_fraction,
+        sglang_startup_timeout=opts.startup_timeout,
+        lr=opts.lr,
+        micro_batch_size=8,
+        rollout_temperature=1.0,
+        train_device="cuda",
+    )
+    launcher = SGLangLauncher(plan_launch(args, str(folder)), work / "logs", opts.startup_timeout)
+    client = SGLangClient(launcher.url, launcher=launcher)
+    loop = BackgroundLoop()
+    started = time.perf_counter()
+    loop.run(client.start())
+    report: dict[str, Any] = {
+        "check": f"{weight_sync}_sync",
+        "startup_seconds": round(time.perf_counter() - started, 1),
+        "command": " ".join(launcher.plan.engines[0].command),
+    }
+    try:
+        trainer = TorchTrainer(args)
+        groups = loop.run(generate_samples(client, trainer.tokenizer, opts.samples, opts.new_tokens))
+        probe = groups[0][0]
+        strategy = choose_sync(args, client, work / "disk-sync")
+
+        def gap(served: list[float], trained: list[float]) -> float:
+            return max(abs(a - b) for a, b in zip(served, trained, strict=True))
+
+        def diff() -> float:
+            return gap(loop.run(engine_log_probs(client, probe)), trainer.response_log_probs([probe])[0])
+
+        report["logprob_diff_before_training"] = round(diff(), 5)
+        steps = []
+        for step in range(opts.steps):
+            served_before = loop.run(engine_log_probs(client, probe))
+            t0 = time.perf_counter()
+            loop.run(strategy.before_train(client))
+            t1 = time.perf_counter()
+            metrics = trainer.train_step(step, groups)
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            stale = gap(
+                served_before, trainer.response_log_probs([probe])[0]
+            )  # what an unsynced engine serves
+            t3 = time.perf_counter()
+            loop.run(strategy.push(client, trainer, str(step + 1)))
+            t4 = time.perf_counter()
+            after = diff()
+            t5 = time.perf_counter()
+            steps.append(
+                {
+                    "release_seconds": round(t1 - t0, 4),
+                    "train_seconds": round(t2 - t1, 3),
+                    "sync_seconds": round(t4 - t3, 4),
+                    **{k: round(v, 4) for k, v in strategy.timings.items()},
+                    "trust_check_seconds": round(t5 - t4, 4),
+                    "logprob_diff_after_sync": round(after, 5),
+                    "logprob_diff_stale": round(stale, 5),
+                    "train_tokens_per_s": round(metrics["train/tokens_per_s"], 1),
+                    "loss": round(metrics["train/loss"], 5),
+                }
+            )
+        report["steps"] = steps
+        syncs = [s["sync_seconds"] for s in steps[1:]] or [steps[0]["sync_seconds"]]  # the first warms up
+        report["sync_seconds_median"] = statistics.median(syncs)
+        report["trust_check_pass"] = all(s["logprob_diff_after_sync"] <= args.sync_check_tol for s in steps)
+        report["sync_check_tol"] = args.sync_check_tol
+        report["weight_version"] = loop.run(client.weight_version())
+        if colocate:
+            report["sglang_serializer"] = sglang_serializer_sync(loop, client, trainer, strategy, diff)
+        t0 = time.perf_counter()
+        loop.run(DiskSync(work / "disk-sync").push(client, trainer, "disk"))
+        report["disk_sync_seconds"] = round(time.perf_counter() - t0, 3)
+        report["logprob_diff_after_disk_sync"] = round(diff(), 5)
+    finally:
+        loop.run(client.close())
+    report["machine"] = machine()
+    return report
+
+
+def sglang_serializer_sync(loop: Any, client: Any, trainer: Any, strategy: Any, diff: Any) -> dict[str, Any]:
+    """One more colocated sync with sglang importable in this process (its serializer and metadata classes,
+    device by UUID). The image's packages stay first on the path; SGLang's own folder is appended."""
+    site = os.environ.get("SGLANG_SITE", "/tmp/site")
+    sys.path.extend([site, f"{site}/nvidia_cutlass_dsl/dsl_packages"])
+    try:
+        from sglang.srt.utils.common import MultiprocessingSerializer  # noqa: F401
+        from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorMetadata  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 (any import failure: report it, keep the other results)
+        return {"skipped": f"{type(exc).__name__}: {exc}"[:300]}
+    times = []
+    for version in ("sglang-1", "sglang-2"):
+        loop.run(strategy.before_train(client))
+        t0 = time.perf_counter()
+        loop.run(strategy.push(client, trainer, version))
+        times.append(round(time.perf_counter() - t0, 4))
+    return {"sync_seconds": times, "logprob_diff_after_sync": round(diff(), 5)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("check", choices=["throughput", "colocate", "nccl"])
+    parser.add_argument("--model-config", default=".gpu/bench-model")
+    parser.add_argument(
+        "--sglang-python",
+        default="/tmp/sglang-python",
+        help="An interpreter that imports sglang (device.sh setup writes this wrapper).",
+    )
+    parser.add_argument(
+        "--mem-fraction",
+        type=float,
+        default=None,
+        help="SGLang's --mem-fraction-static (default 0.7; 0.5 with colocate)",
+    )
+    parser.add_argument("--startup-timeout", type=float, default=300.0)
+    parser.add_argument("--requests", type=int, default=1024)
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--in-flight", type=int, default=512)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--samples", type=int, default=32, help="colocate/nccl: samples per train step")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=1e-5)
+    opts = parser.parse_args()
+    opts.model_config = Path(opts.model_config).resolve()
+    if opts.mem_fraction is None:
+        opts.mem_fraction = 0.5 if opts.check == "colocate" else 0.7
+    if opts.check == "throughput":
+        report = {"benchmark": "gpu_loop", **throughput(opts), "machine": machine()}
+    else:
+        opts.new_tokens = min(opts.new_tokens, 128)
+        report = {
+            "benchmark": "gpu_loop",
+            **train_and_sync(opts, "tensor" if opts.check == "colocate" else "nccl"),
+        }
+    report["inputs"] = {k: str(v) if isinstance(v, Path) else v for k, v in vars(opts).items()}
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException as exc:  # the device call's one answer is the last line: make it say what broke
+        import traceback
+
+        print(
+            json.dumps(
+                {
+                    "benchmark": "gpu_loop",
+                    "error": f"{type(exc).__name__}: {exc}"[:2000],
+                    "traceback": traceback.format_exc()[-6000:],
+                }
+            )
+        )
+        raise

@@ -1,0 +1,175 @@
+"""The megatron trainer against the torch trainer on one GPU (not run in CI; one device call, about two
+minutes; the last line printed is one JSON object).
+
+Both trainers load the same Hugging Face folder (random bf16 weights of the bench model, or
+``--checkpoint``) and get the same batch: ``--samples`` samples in groups of 4, prompts of
+``--prompt-len`` and responses of ``--response-len`` random tokens, random +-1 rewards. Reported:
+
+- per-token log-probs of every response token before training: max and mean |megatron - torch|
+  (``logprob_pass``: mean <= ``--logprob-mean-tol`` and max <= ``--logprob-max-tol`` nats, bfloat16's
+  rounding of logits around 5 is about 0.02), beside the spread of the log-probs themselves;
+- the first train step's loss (same weights, same batch): relative difference (``loss_pass``: <= 1%). The
+  loss is ``sft_loss`` (the responses' negative log-likelihood): a first policy-gradient step has ratio 1
+  and group-centred advantages, so its loss is 0 whatever the model computes;
+- tokens/s of ``--steps`` more train steps each (median; target megatron >= torch);
+- at the end the megatron weights, converted to Hugging Face format, loaded into the torch trainer's
+  model give the megatron trainer's log-probs (``sync_pass``: the conversion every sync relies on).
+
+    PYTHONPATH=/tmp/rl:benchmarks/gpu python3 benchmarks/gpu/megatron_parity.py --model-config .gpu/bench-model
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from workload import machine, random_checkpoint
+
+from rlsdk import RolloutConfig, Sample
+
+
+def batch(samples: int, prompt_len: int, response_len: int, vocab: int) -> list[list[Sample]]:
+    rng = random.Random(0)
+    groups = []
+    for g in range(samples // 4):
+        prompt = [rng.randrange(vocab) for _ in range(prompt_len)]
+        groups.append(
+            [
+                Sample(
+                    group_index=g,
+                    index=i,
+                    tokens=prompt + [rng.randrange(vocab) for _ in range(response_len)],
+                    response_length=response_len,
+                    reward=rng.choice([-1.0, 1.0]),
+                    status=Sample.Status.COMPLETED,
+                )
+                for i in range(4)
+            ]
+        )
+    return groups
+
+
+def gaps(a: list[list[float]], b: list[list[float]]) -> tuple[float, float]:
+    flat = [abs(x - y) for row_a, row_b in zip(a, b, strict=True) for x, y in zip(row_a, row_b, strict=True)]
+    return max(flat), sum(flat) / len(flat)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model-config", default=".gpu/bench-model")
+    parser.add_argument("--checkpoint", help="A Hugging Face folder with weights (default: random weights)")
+    parser.add_argument("--samples", type=int, default=32)
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--response-len", type=int, default=256)
+    parser.add_argument("--micro-batch-size", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument(
+        "--init-range",
+        type=float,
+        default=0.05,
+        help="std of the random weights (the config's 0.02 leaves attention nearly uniform, "
+        "where a wrong head layout would hardly show)",
+    )
+    parser.add_argument("--logprob-mean-tol", type=float, default=0.03)
+    parser.add_argument("--logprob-max-tol", type=float, default=0.25)
+    opts = parser.parse_args()
+
+    import torch
+
+    from rlsdk.training.torch_trainer import TorchTrainer
+    from rlsdk_megatron.trainer import MegatronTrainer
+
+    work = Path(tempfile.mkdtemp(prefix="megatron-parity-"))
+    folder = (
+        Path(opts.checkpoint)
+        if opts.checkpoint
+        else random_checkpoint(
+            opts.model_config, work / "w", device="cuda", overrides={"initializer_range": opts.init_range}
+        )
+    )
+    args = RolloutConfig(
+        hf_checkpoint=str(folder),
+        train=True,
+        lr=1e-5,
+        micro_batch_size=opts.micro_batch_size,
+        train_device="cuda",
+        rollout_temperature=1.0,
+        loss_type="sft_loss",
+    )
+    config = json.loads((folder / "config.json").read_text())
+    groups = batch(opts.samples, opts.prompt_len, opts.response_len, config["vocab_size"])
+    samples = [s for g in groups for s in g]
+    trainers = {"torch": TorchTrainer(args), "megatron": MegatronTrainer(args)}
+    log_probs = {name: t.response_log_probs(samples) for name, t in trainers.items()}
+    max_gap, mean_gap = gaps(log_probs["megatron"], log_probs["torch"])
+    first = {name: t.train_step(0, groups) for name, t in trainers.items()}
+    loss = {name: m["train/loss"] for name, m in first.items()}
+    loss_gap = abs(loss["megatron"] - loss["torch"]) / max(abs(loss["torch"]), 1e-8)
+
+    speed: dict[str, Any] = {}
+    for name, trainer in trainers.items():
+        rates = [
+            round(trainer.train_step(step, groups)["train/tokens_per_s"], 1)
+            for step in range(1, opts.steps + 1)
+        ]
+        speed[name] = {"tokens_per_s_median": statistics.median(rates), "tokens_per_s": rates}
+    speed["peak_memory_gb_both"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
+
+    # The megatron weights in Hugging Face format, as every sync hands them to an engine.
+    megatron, reference = trainers["megatron"], trainers["torch"]
+    missing, unexpected = reference.model.load_state_dict(dict(megatron.weights()), strict=False)
+    sync_max, sync_mean = gaps(reference.response_log_probs(samples), megatron.response_log_probs(samples))
+    report = {
+        "benchmark": "megatron_parity",
+        "inputs": {
+            **vars(opts),
+            "checkpoint": str(folder),
+            "loss_type": "sft_loss",
+            "weights": "given" if opts.checkpoint else "random bf16 (bench model config)",
+        },
+        "logprob_max_abs_diff": round(max_gap, 5),
+        "logprob_mean_abs_diff": round(mean_gap, 6),
+        "logprob_pass": mean_gap <= opts.logprob_mean_tol and max_gap <= opts.logprob_max_tol,
+        "logprob_std_torch": round(statistics.pstdev(x for row in log_probs["torch"] for x in row), 4),
+        "loss": loss,
+        "loss_rel_diff": round(loss_gap, 5),
+        "loss_pass": loss_gap <= 0.01,
+        "converted_weights": {
+            "missing": missing[:5],
+            "unexpected": unexpected[:5],
+            "logprob_max_abs_diff": round(sync_max, 5),
+            "logprob_mean_abs_diff": round(sync_mean, 6),
+        },
+        "sync_pass": not missing and not unexpected and sync_mean <= opts.logprob_mean_tol,
+        "speed": speed,
+        "speed_ratio": round(
+            speed["megatron"]["tokens_per_s_median"] / speed["torch"]["tokens_per_s_median"], 3
+        ),
+        "machine": machine(),
+    }
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException as exc:  # the device call's one answer is the last line: make it say what broke
+        import traceback
+
+        print(
+            json.dumps(
+                {
+                    "benchmark": "megatron_parity",
+                    "error": f"{type(exc).__name__}: {exc}"[:2000],
+                    "traceback": traceback.format_exc()[-6000:],
+                }
+            )
+        )
+        raise

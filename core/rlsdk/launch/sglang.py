@@ -1,0 +1,336 @@
+"""``engine: sglang`` without a URL: rlsdk starts the SGLang servers itself, as slime does.
+
+``rollout_num_gpus / rollout_num_gpus_per_engine`` servers (``python -m sglang.launch_server``), each on
+its own GPUs (``--base-gpu-id``, ``--tp-size``), and with more than one an ``sglang_router`` in front; the
+client talks to the router (or the single server). Options follow slime's: every ``sglang_<name>`` option
+becomes the server flag ``--<name>``, except those rlsdk sets itself (:data:`SET_BY_RLSDK`). Start-up waits
+for ``/health_generate`` (a real one-token generation) with a timeout; every error names the server's log.
+Never imports sglang: the servers run in their own processes (``sglang_python`` may be another interpreter).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from ..protocol import EngineError, EngineUnavailableError
+from .process_group import ManagedProcess
+
+SET_BY_RLSDK = {
+    "model_path": "--hf-checkpoint / --model",
+    "host": "sglang_router_ip",
+    "port": "sglang_router_port (the router's, or the one server's)",
+    "tp_size": "--rollout-num-gpus-per-engine",
+    "tensor_parallel_size": "--rollout-num-gpus-per-engine",
+    "base_gpu_id": "--rollout-num-gpus and --colocate",
+    "enable_memory_saver": "--colocate",
+}
+"""Server flags rlsdk derives from its own options; a ``sglang_<name>`` for one of them is an error
+naming the option to use instead (as slime skips them)."""
+
+CLIENT_OPTIONS = frozenset(
+    {
+        "sglang_url",
+        "sglang_launch",
+        "sglang_python",
+        "sglang_retries",
+        "sglang_server_concurrency",
+        "sglang_router_ip",
+        "sglang_router_port",
+        "sglang_startup_timeout",
+        "sglang_model_routers",
+    }
+)
+"""``sglang_*`` options that configure rlsdk's side, never passed to a server."""
+
+
+class SGLangLaunchError(EngineError):
+    """A launched SGLang server or router failed to start, or died."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def server_flags(options: Mapping[str, Any]) -> list[str]:
+    """The server flags of every ``sglang_<name>`` in ``options`` (config fields and extra keys).
+
+    ``True`` gives a bare ``--name``, ``False`` and ``None`` nothing, a list its values after one flag."""
+    flags: list[str] = []
+    for key, value in options.items():
+        if not key.startswith("sglang_") or key in CLIENT_OPTIONS or value is None or value is False:
+            continue
+        name = key.removeprefix("sglang_")
+        if name in SET_BY_RLSDK:
+            raise ValueError(
+                f"{key}: rlsdk sets the server's --{name.replace('_', '-')} itself; use {SET_BY_RLSDK[name]}"
+            )
+        flags.append("--" + name.replace("_", "-"))
+        if isinstance(value, list | tuple):
+            flags.extend(str(v) for v in value)
+        elif value is not True:
+            flags.append(str(value))
+    return flags
+
+
+def sglang_options(args: Any) -> dict[str, Any]:
+    """``args``' ``sglang_*`` options: the fields (``sglang_mem_fraction_static``, ...) and extra keys."""
+    fields = {k: v for k, v in vars(args).items() if k.startswith("sglang_")}
+    return {**fields, **{k: v for k, v in getattr(args, "extra", {}).items() if k.startswith("sglang_")}}
+
+
+@dataclass
+class EnginePlan:
+    """One server: its command line and where it listens."""
+
+    index: int
+    port: int
+    gpus: list[int]
+    command: list[str]
+
+
+@dataclass
+class LaunchPlan:
+    """Every process of a launch, before anything starts (what the tests check)."""
+
+    host: str
+    engines: list[EnginePlan]
+    router_port: int | None
+    router_command: list[str] | None
+
+    @property
+    def url(self) -> str:
+        port = self.router_port if self.router_command else self.engines[0].port
+        return f"http://{self.host}:{port}"
+
+
+def plan_launch(
+    args: Any, model_path: str, python: str | None = None, ports: Sequence[int] | None = None
+) -> LaunchPlan:
+    """The servers (and router) ``args`` ask for. ``ports`` (servers', then the router's) default to free ones."""
+    python = python or args.sglang_python or sys.executable
+    per_engine = args.rollout_num_gpus_per_engine
+    total = args.rollout_num_gpus or per_engine
+    if per_engine < 1 or total < 1 or total % per_engine:
+        raise ValueError(
+            f"--rollout-num-gpus ({total}) must be a positive multiple of "
+            f"--rollout-num-gpus-per-engine ({per_engine})"
+        )
+    count = total // per_engine
+    host = args.sglang_router_ip or "127.0.0.1"
+    if (
+        ports is None
+    ):  # a given sglang_router_port is the address clients use: the router's, or the one server's
+        ports = [free_port(host) for _ in range(count)] + ([free_port(host)] if count > 1 else [])
+        if count == 1 and args.sglang_router_port:
+            ports = [args.sglang_router_port]
+    ports = list(ports)
+    # Colocated engines share GPUs 0.. with the trainer; otherwise they start after the trainer's.
+    first_gpu = 0 if args.colocate else trainer_gpu_count(args)
+    flags = server_flags(sglang_options(args))
+    if args.colocate:
+        flags.append("--enable-memory-saver")
+    engines = []
+    for i in range(count):
+        gpus = list(range(first_gpu + i * per_engine, first_gpu + (i + 1) * per_engine))
+        command = [
+            python,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            model_path,
+            "--host",
+            host,
+            "--port",
+            str(ports[i]),
+            "--tp-size",
+            str(per_engine),
+            "--base-gpu-id",
+            str(gpus[0]),
+            "--random-seed",
+            str(args.rollout_seed + i),
+            *flags,
+        ]
+        engines.append(EnginePlan(i, ports[i], gpus, command))
+    if count == 1:
+        return LaunchPlan(host, engines, None, None)
+    router_port = args.sglang_router_port or ports[count]
+    router = [
+        python,
+        "-m",
+        "sglang_router.launch_router",
+        "--host",
+        host,
+        "--port",
+        str(router_port),
+        "--worker-urls",
+        *(f"http://{host}:{e.port}" for e in engines),
+    ]
+    return LaunchPlan(host, engines, router_port, router)
+
+
+def trainer_gpu_count(args: Any) -> int:
+    """GPUs the trainer holds when not colocated: one per model-parallel rank of one data-parallel replica
+    (``rlsdk run`` trains in one process), and none without ``train``."""
+    if not args.train:
+        return 0
+    return args.tensor_model_parallel_size * args.pipeline_model_parallel_size
+
+
+def server_environment() -> dict[str, str]:
+    """The servers' environment: SGLang's memory saver cannot work with expandable segments (as slime
+    notes), so the trainer's allocator settings are not inherited."""
+    env = dict(os.environ)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    env.pop("PYTORCH_ALLOC_CONF", None)
+    return env
+
+
+class SGLangLauncher:
+    """Starts the planned processes, waits until each answers, stops them all (no orphans)."""
+
+    def __init__(self, plan: LaunchPlan, log_dir: Path, startup_timeout: float = 900.0) -> None:
+        self.plan = plan
+        self.startup_timeout = startup_timeout
+        env = server_environment()
+        self.servers = [
+            ManagedProcess(
+                f"SGLang server {e.index} (GPUs {','.join(map(str, e.gpus))}, port {e.port})",
+                e.command,
+                log_dir / f"sglang-server-{e.index}.log",
+                env,
+                cwd=log_dir,
+            )
+            for e in plan.engines
+        ]
+        self.router = (
+            ManagedProcess(
+                f"sglang-router (port {plan.router_port})",
+                plan.router_command,
+                log_dir / "sglang-router.log",
+                env,
+                cwd=log_dir,
+            )
+            if plan.router_command
+            else None
+        )
+
+    @property
+    def url(self) -> str:
+        return self.plan.url
+
+    @property
+    def processes(self) -> list[ManagedProcess]:
+        return [*self.servers, *([self.router] if self.router else [])]
+
+    async def start(self) -> None:
+        """Start the servers together, wait for each to generate, then the router; on any failure stop all."""
+        try:
+            for server in self.servers:
+                server.start()
+            async with aiohttp.ClientSession() as session:
+                await asyncio.gather(
+                    *(
+                        self._wait_ready(
+                            session, server, f"http://{self.plan.host}:{e.port}", "/health_generate"
+                        )
+                        for server, e in zip(self.servers, self.plan.engines, strict=True)
+                    )
+                )
+                if self.router is not None:
+                    self.router.start()
+                    await self._wait_ready(session, self.router, self.url, "/health")
+                await self._check_model_info(session)
+        except BaseException:
+            await asyncio.to_thread(self.stop)
+            raise
+
+    async def _wait_ready(
+        self, session: aiohttp.ClientSession, process: ManagedProcess, url: str, path: str
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.startup_timeout
+        while True:
+            code = process.exit_code()
+            if code is not None:
+                raise SGLangLaunchError(
+                    f"{process.name} exited with status {code} while starting; log: "
+                    f"{process.log_path}\n{process.log_tail()}"
+                )
+            try:
+                async with session.get(url + path, timeout=aiohttp.ClientTimeout(total=30)) as response:
+                    if response.status == 200:
+                        return
+            except (TimeoutError, aiohttp.ClientError):
+                pass
+            if loop.time() > deadline:
+                raise EngineUnavailableError(
+                    f"{process.name} did not answer {path} within {self.startup_timeout:.0f}s "
+                    f"(--sglang-startup-timeout); log: {process.log_path}\n{process.log_tail()}"
+                )
+            await asyncio.sleep(0.5)
+
+    async def _check_model_info(self, session: aiohttp.ClientSession) -> None:
+        """Every server serves a generation model (``/get_model_info``, which 0.5.17 still answers)."""
+        for server, engine in zip(self.servers, self.plan.engines, strict=True):
+            async with session.get(f"http://{self.plan.host}:{engine.port}/get_model_info") as response:
+                info = await response.json(content_type=None) if response.status == 200 else {}
+            if info.get("is_generation") is False:
+                raise SGLangLaunchError(
+                    f"{server.name} serves {info.get('model_path')!r}, which is not a "
+                    f"generation model; log: {server.log_path}"
+                )
+
+    def stop(self) -> None:
+        """Stop the router, then the servers (each process group: SIGTERM, then SIGKILL)."""
+        for process in reversed(self.processes):
+            process.stop()
+
+
+def has_module(python: str, module: str) -> bool:
+    """Whether ``python`` can import ``module`` (without importing it here)."""
+    check = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    try:
+        return (
+            subprocess.run([python, "-c", check], check=False, capture_output=True, timeout=60).returncode
+            == 0
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def launcher_for(args: Any, log_dir: Path) -> SGLangLauncher:
+    """The launcher for ``args``: checks that SGLang (and the router, for several engines) is installed."""
+    model = args.hf_checkpoint or args.model
+    if not model:
+        raise ValueError(
+            "engine sglang without --sglang-url launches SGLang: pass --hf-checkpoint (the model "
+            "folder to serve)"
+        )
+    if Path(model).exists():  # the servers run in the log folder: a relative path would not reach the model
+        model = Path(model).resolve()
+    plan = plan_launch(args, str(model))
+    python = plan.engines[0].command[0]
+    if not has_module(python, "sglang"):
+        raise EngineError(
+            f"SGLang is not installed for {python}: pip install sglang==0.5.17 there (needs a "
+            "CUDA GPU), or pass --sglang-url of a running server"
+        )
+    if plan.router_command and not has_module(python, "sglang_router"):
+        raise EngineError(
+            f"{len(plan.engines)} engines need sglang-router in front: pip install sglang-router "
+            f"for {python}, or launch one engine (--rollout-num-gpus "
+            f"{args.rollout_num_gpus_per_engine})"
+        )
+    return SGLangLauncher(plan, log_dir, args.sglang_startup_timeout)

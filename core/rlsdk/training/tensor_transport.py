@@ -1,0 +1,142 @@
+"""The trainer's weights in the shapes SGLang's weight-update endpoints take (read from sglang 0.5.17).
+
+- ``/update_weights_from_tensor`` with ``load_format: "flattened_bucket"``: per tensor-parallel rank one
+  base64 string of a ``ForkingPickler`` pickle of ``{"flattened_tensor", "metadata"}``: every tensor
+  flattened to bytes and concatenated (one CUDA allocation, so one IPC handle), and per tensor its
+  ``name, shape, dtype, start_idx, end_idx, numel``. The server unpickles it with an allowlist of modules
+  (torch, ``types``, ``sglang.srt.weight_sync``, ...): the metadata is sglang's own
+  ``FlattenedTensorMetadata`` and the pickling sglang's ``MultiprocessingSerializer`` (which records the
+  device by UUID) when sglang is importable, else ``types.SimpleNamespace`` records and a plain
+  ``ForkingPickler`` (device by index: trainer and server must see the same CUDA device numbering).
+- ``/update_weights_from_distributed`` with ``load_format: "flattened_bucket"``: the same byte layout,
+  broadcast from rank 0 of an NCCL group the servers joined through ``/init_weights_update_group``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import types
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.multiprocessing  # registers the tensor reductions with ForkingPickler
+
+LOAD_FORMAT = "flattened_bucket"
+
+
+@dataclass
+class FlatWeights:
+    """Named tensors flattened into one byte tensor, with the records to cut them back out."""
+
+    flat: torch.Tensor
+    names: list[str]
+    shapes: list[list[int]]
+    dtypes: list[torch.dtype]
+
+    @classmethod
+    def pack(cls, named: Iterable[tuple[str, torch.Tensor]]) -> FlatWeights:
+        names, shapes, dtypes, pieces = [], [], [], []
+        for name, tensor in named:
+            names.append(name)
+            shapes.append(list(tensor.shape))
+            dtypes.append(tensor.dtype)
+            pieces.append(tensor.detach().contiguous().flatten().view(torch.uint8))
+        if not pieces:
+            raise ValueError("no weights to send")
+        return cls(torch.cat(pieces), names, shapes, dtypes)
+
+    def records(self, record_type: Any = types.SimpleNamespace) -> list[Any]:
+        """One record per tensor with the fields SGLang's bucket reads."""
+        out, start = [], 0
+        for name, shape, dtype in zip(self.names, self.shapes, self.dtypes, strict=True):
+            numel = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+            out.append(
+                record_type(
+                    name=name,
+                    shape=torch.Size(shape),
+                    dtype=dtype,
+                    start_idx=start,
+                    end_idx=start + numel,
+                    numel=numel,
+                )
+            )
+            start += numel
+        return out
+
+    def unpack(self) -> list[tuple[str, torch.Tensor]]:
+        """The named tensors again (views into :attr:`flat`), as the server rebuilds them."""
+        return [
+            (r.name, self.flat[r.start_idx : r.end_idx].view(r.dtype).reshape(r.shape))
+            for r in self.records()
+        ]
+
+    def distributed_body(self, group_name: str, weight_version: str | None) -> dict[str, Any]:
+        """The ``/update_weights_from_distributed`` body announcing this broadcast."""
+        return {
+            "names": self.names,
+            "dtypes": [str(d).removeprefix("torch.") for d in self.dtypes],
+            "shapes": self.shapes,
+            "group_name": group_name,
+            "flush_cache": True,
+            "weight_version": weight_version,
+            "load_format": LOAD_FORMAT,
+        }
+
+
+def serialize_for_sglang(weights: FlatWeights) -> str:
+    """The ``serialized_named_tensors`` entry of one tensor-parallel rank (CUDA IPC handles, no data)."""
+    if weights.flat.is_cuda:  # the server reads the memory on its own stream: the copy must be done
+        torch.cuda.synchronize(weights.flat.device)
+    try:
+        from sglang.srt.utils.common import MultiprocessingSerializer
+        from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions
+        from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorMetadata
+    except ImportError:
+        from multiprocessing.reduction import ForkingPickler
+
+        buffer = io.BytesIO()
+        ForkingPickler(buffer).dump({"flattened_tensor": weights.flat, "metadata": weights.records()})
+        return base64.b64encode(buffer.getvalue()).decode()
+    monkey_patch_torch_reductions()
+    payload = {"flattened_tensor": weights.flat, "metadata": weights.records(FlattenedTensorMetadata)}
+    return MultiprocessingSerializer.serialize(payload, output_str=True)
+
+
+def init_broadcast_group(
+    master_address: str,
+    master_port: int,
+    world_size: int,
+    group_name: str,
+    backend: str = "nccl",
+    timeout: float = 600.0,
+) -> Any:
+    """Rank 0 (the trainer) of the group SGLang's ``/init_weights_update_group`` builds on its side: a
+    TCP rendezvous at ``master_address:master_port`` with keys under ``group_name``, outside the default
+    process group (which a megatron trainer already uses)."""
+    from torch.distributed.distributed_c10d import (
+        Backend,
+        PrefixStore,
+        _new_process_group_helper,
+        _world,
+        rendezvous,
+    )
+
+    store, rank, world_size = next(
+        rendezvous(f"tcp://{master_address}:{master_port}", 0, world_size, timeout=timedelta(seconds=timeout))
+    )
+    store.set_timeout(timedelta(seconds=timeout))
+    group, _ = _new_process_group_helper(
+        world_size,
+        rank,
+        [],
+        Backend(backend),
+        PrefixStore(group_name, store),
+        group_name=group_name,  # type: ignore[arg-type]  # torch types it as GroupName, a NewType of str
+        timeout=timedelta(seconds=timeout),
+    )
+    _world.pg_group_ranks[group] = {i: i for i in range(world_size)}
+    return group

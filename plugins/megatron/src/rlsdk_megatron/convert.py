@@ -1,0 +1,216 @@
+"""Hugging Face Llama/Qwen2 <-> megatron-core ``GPTModel`` (local layer spec): configuration and weights.
+
+Pure torch, no megatron import, so it runs (and is tested) on CPU. Megatron's layout differs from
+Hugging Face's in two fused matrices:
+
+- ``self_attention.linear_qkv``: q, k and v stacked per query group: for each of the ``num_key_value_heads``
+  groups its ``heads / groups`` query heads, then its key head, then its value head (rows of ``head_dim``).
+- ``mlp.linear_fc1``: the gate projection above the up projection (SwiGLU's two halves).
+
+These are whole (tensor-parallel size 1) state dicts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the conversion needs of a Hugging Face config."""
+
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_groups: int
+    head_dim: int
+    tied: bool
+    qkv_bias: bool
+
+    @classmethod
+    def from_hf(cls, config: dict[str, Any]) -> ModelShape:
+        heads = config["num_attention_heads"]
+        return cls(
+            num_layers=config["num_hidden_layers"],
+            hidden_size=config["hidden_size"],
+            num_heads=heads,
+            num_groups=config.get("num_key_value_heads") or heads,
+            head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+            tied=bool(config.get("tie_word_embeddings", False)),
+            qkv_bias=has_qkv_bias(config),
+        )
+
+
+def has_qkv_bias(config: dict[str, Any]) -> bool:
+    return config.get("model_type") == "qwen2" or bool(config.get("attention_bias", False))
+
+
+def megatron_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(TransformerConfig kwargs, GPTModel kwargs)`` for a Hugging Face config (a dict of config.json);
+    the trainer adds dtype and parallel sizes. Fusions that need Apex or Transformer Engine are off."""
+    model_type = config.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(
+            f"rlsdk-megatron converts {', '.join(SUPPORTED_MODEL_TYPES)} models, not {model_type!r}"
+        )
+    if config.get("rope_scaling"):
+        raise ValueError(f"rlsdk-megatron: rope_scaling {config['rope_scaling']} is not supported yet")
+    if config.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"rlsdk-megatron: hidden_act {config['hidden_act']!r} (SwiGLU with silu expected)")
+    shape = ModelShape.from_hf(config)
+    transformer = {
+        "num_layers": shape.num_layers,
+        "hidden_size": shape.hidden_size,
+        "num_attention_heads": shape.num_heads,
+        "num_query_groups": shape.num_groups,
+        "kv_channels": shape.head_dim,
+        "ffn_hidden_size": config["intermediate_size"],
+        "normalization": "RMSNorm",
+        "layernorm_epsilon": config.get("rms_norm_eps", 1e-6),
+        "gated_linear_unit": True,
+        "activation_func": torch.nn.functional.silu,
+        "add_bias_linear": False,
+        "add_qkv_bias": shape.qkv_bias,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "attention_softmax_in_fp32": True,
+        "bias_activation_fusion": False,
+        "masked_softmax_fusion": False,
+        "persist_layer_norm": False,
+        "bias_dropout_fusion": False,
+        "apply_rope_fusion": False,
+        "gradient_accumulation_fusion": False,
+    }
+    gpt = {
+        "vocab_size": config["vocab_size"],
+        "max_sequence_length": config.get("max_position_embeddings", 4096),
+        "position_embedding_type": "rope",
+        "rotary_base": int(config.get("rope_theta", 10000)),
+        "rotary_percent": 1.0,
+        "share_embeddings_and_output_weights": shape.tied,
+        "parallel_output": False,
+    }
+    return transformer, gpt
+
+
+_LAYER = re.compile(r"^(?:model\.)?layers\.(\d+)\.(.+)$")
+_HF_TO_MEGATRON_LAYER = {
+    "input_layernorm.weight": "input_layernorm.weight",
+    "self_attn.o_proj.weight": "self_attention.linear_proj.weight",
+    "post_attention_layernorm.weight": "pre_mlp_layernorm.weight",
+    "mlp.down_proj.weight": "mlp.linear_fc2.weight",
+}
+_HF_TO_MEGATRON_TOP = {
+    "model.embed_tokens.weight": "embedding.word_embeddings.weight",
+    "model.norm.weight": "decoder.final_layernorm.weight",
+    "lm_head.weight": "output_layer.weight",
+}
+
+
+def fuse_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, shape: ModelShape) -> torch.Tensor:
+    """Hugging Face q, k, v (weights ``[out, hidden]`` or biases ``[out]``) -> megatron's grouped qkv."""
+    per_group = shape.num_heads // shape.num_groups
+    rest = q.shape[1:]
+    q = q.reshape(shape.num_groups, per_group * shape.head_dim, *rest)
+    k = k.reshape(shape.num_groups, shape.head_dim, *rest)
+    v = v.reshape(shape.num_groups, shape.head_dim, *rest)
+    return torch.cat([q, k, v], dim=1).reshape(-1, *rest)
+
+
+def split_qkv(qkv: torch.Tensor, shape: ModelShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    per_group = shape.num_heads // shape.num_groups
+    rest = qkv.shape[1:]
+    grouped = qkv.reshape(shape.num_groups, (per_group + 2) * shape.head_dim, *rest)
+    q, k, v = grouped.split([per_group * shape.head_dim, shape.head_dim, shape.head_dim], dim=1)
+    return q.reshape(-1, *rest), k.reshape(-1, *rest), v.reshape(-1, *rest)
+
+
+def hf_to_megatron(state: dict[str, torch.Tensor], config: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """A Hugging Face state dict -> a (tensor-parallel size 1) ``GPTModel`` state dict."""
+    shape = ModelShape.from_hf(config)
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in state.items():
+        if name in _HF_TO_MEGATRON_TOP:
+            if not (name == "lm_head.weight" and shape.tied):
+                out[_HF_TO_MEGATRON_TOP[name]] = tensor
+            continue
+        match = _LAYER.match(name)
+        if match is None:
+            raise KeyError(f"rlsdk-megatron: no megatron name for Hugging Face weight {name!r}")
+        layer, rest = match.groups()
+        if rest in _HF_TO_MEGATRON_LAYER:
+            out[f"decoder.layers.{layer}.{_HF_TO_MEGATRON_LAYER[rest]}"] = tensor
+        elif rest.startswith(("self_attn.k_proj.", "self_attn.v_proj.", "mlp.up_proj.")):
+            continue  # fused with q_proj / gate_proj below
+        elif rest.startswith("self_attn.q_proj."):
+            kind = rest.rsplit(".", 1)[1]
+            prefix = f"model.layers.{layer}.self_attn"
+            out[f"decoder.layers.{layer}.self_attention.linear_qkv.{kind}"] = fuse_qkv(
+                tensor,
+                _layer_weight(state, prefix, "k_proj", kind),
+                _layer_weight(state, prefix, "v_proj", kind),
+                shape,
+            )
+        elif rest == "mlp.gate_proj.weight":
+            out[f"decoder.layers.{layer}.mlp.linear_fc1.weight"] = torch.cat(
+                [tensor, _layer_weight(state, f"model.layers.{layer}.mlp", "up_proj", "weight")]
+            )
+        else:
+            raise KeyError(f"rlsdk-megatron: no megatron name for Hugging Face weight {name!r}")
+    return out
+
+
+def _layer_weight(state: dict[str, torch.Tensor], prefix: str, module: str, kind: str) -> torch.Tensor:
+    name = f"{prefix}.{module}.{kind}"
+    if name not in state:
+        raise KeyError(f"rlsdk-megatron: the Hugging Face checkpoint lacks {name!r}")
+    return state[name]
+
+
+_MEGATRON_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+_MEGATRON_TO_HF_LAYER = {v: k for k, v in _HF_TO_MEGATRON_LAYER.items()}
+_MEGATRON_TO_HF_TOP = {v: k for k, v in _HF_TO_MEGATRON_TOP.items()}
+
+
+def megatron_to_hf(state: dict[str, torch.Tensor], config: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """A (merged) ``GPTModel`` state dict -> Hugging Face names and layout; ``_extra_state`` entries are
+    skipped, and a tied model's ``lm_head.weight`` is the embedding (as Hugging Face's state dict has it)."""
+    shape = ModelShape.from_hf(config)
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in state.items():
+        if name.endswith("_extra_state"):
+            continue
+        if name in _MEGATRON_TO_HF_TOP:
+            out[_MEGATRON_TO_HF_TOP[name]] = tensor
+            continue
+        match = _MEGATRON_LAYER.match(name)
+        if match is None:
+            raise KeyError(f"rlsdk-megatron: no Hugging Face name for megatron weight {name!r}")
+        layer, rest = match.groups()
+        prefix = f"model.layers.{layer}"
+        if rest in _MEGATRON_TO_HF_LAYER:
+            out[f"{prefix}.{_MEGATRON_TO_HF_LAYER[rest]}"] = tensor
+        elif rest.startswith("self_attention.linear_qkv."):
+            kind = rest.rsplit(".", 1)[1]
+            q, k, v = split_qkv(tensor, shape)
+            out.update(
+                {
+                    f"{prefix}.self_attn.q_proj.{kind}": q,
+                    f"{prefix}.self_attn.k_proj.{kind}": k,
+                    f"{prefix}.self_attn.v_proj.{kind}": v,
+                }
+            )
+        elif rest == "mlp.linear_fc1.weight":
+            gate, up = tensor.chunk(2, dim=0)
+            out.update({f"{prefix}.mlp.gate_proj.weight": gate, f"{prefix}.mlp.up_proj.weight": up})
+        else:
+            raise KeyError(f"rlsdk-megatron: no Hugging Face name for megatron weight {name!r}")
+    if shape.tied and "model.embed_tokens.weight" in out:
+        out["lm_head.weight"] = out["model.embed_tokens.weight"]
+    return out

@@ -1,0 +1,101 @@
+"""Hugging Face <-> megatron-core conversion on tiny real transformers models (megatron-core itself
+ships only cp312 CUDA wheels, so these tests need neither: the conversion is plain torch)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlsdk_megatron.convert import ModelShape, fuse_qkv, hf_to_megatron, megatron_config, megatron_to_hf
+
+TINY = {
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 64,
+    "max_position_embeddings": 128,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 100000.0,
+}
+
+
+def tiny_model(model_type: str, tied: bool) -> tuple[dict, dict]:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(model_type, **TINY, tie_word_embeddings=tied)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    return model.state_dict(), {
+        "model_type": model_type,
+        **TINY,
+        "tie_word_embeddings": tied,
+        "hidden_act": "silu",
+    }
+
+
+@pytest.mark.parametrize(("model_type", "tied"), [("llama", True), ("llama", False), ("qwen2", False)])
+def test_round_trip_keeps_every_name_and_tensor(model_type, tied):
+    hf, config = tiny_model(model_type, tied)
+    megatron = hf_to_megatron(hf, config)
+    layer = "decoder.layers.1."
+    expected = {
+        "input_layernorm.weight",
+        "self_attention.linear_qkv.weight",
+        "self_attention.linear_proj.weight",
+        "pre_mlp_layernorm.weight",
+        "mlp.linear_fc1.weight",
+        "mlp.linear_fc2.weight",
+    }
+    if model_type == "qwen2":
+        expected.add("self_attention.linear_qkv.bias")
+    assert {k.removeprefix(layer) for k in megatron if k.startswith(layer)} == expected
+    assert ("output_layer.weight" in megatron) is not tied
+    assert megatron[layer + "self_attention.linear_qkv.weight"].shape == (4 * 8 + 2 * 2 * 8, 32)
+    assert megatron[layer + "mlp.linear_fc1.weight"].shape == (2 * 48, 32)
+    back = megatron_to_hf({**megatron, layer + "self_attention.linear_qkv._extra_state": None}, config)
+    assert back.keys() == hf.keys()
+    for name, tensor in hf.items():
+        assert torch.equal(back[name], tensor), name
+
+
+def test_qkv_is_grouped_per_query_group_and_fc1_is_gate_then_up():
+    shape = ModelShape(
+        num_layers=1, hidden_size=2, num_heads=4, num_groups=2, head_dim=1, tied=False, qkv_bias=False
+    )
+    q = torch.tensor([[10.0], [11.0], [12.0], [13.0]])  # heads 0,1 in group 0; heads 2,3 in group 1
+    k = torch.tensor([[20.0], [21.0]])
+    v = torch.tensor([[30.0], [31.0]])
+    assert fuse_qkv(q, k, v, shape).flatten().tolist() == [10, 11, 20, 30, 12, 13, 21, 31]
+    hf, config = tiny_model("llama", False)
+    fc1 = hf_to_megatron(hf, config)["decoder.layers.0.mlp.linear_fc1.weight"]
+    assert torch.equal(fc1[:48], hf["model.layers.0.mlp.gate_proj.weight"])
+    assert torch.equal(fc1[48:], hf["model.layers.0.mlp.up_proj.weight"])
+
+
+def test_config_mapping_for_llama_and_qwen2():
+    _, config = tiny_model("llama", True)
+    transformer, gpt = megatron_config({**config, "head_dim": 8})
+    assert transformer["num_query_groups"] == 2 and transformer["kv_channels"] == 8
+    assert transformer["ffn_hidden_size"] == 48 and transformer["normalization"] == "RMSNorm"
+    assert transformer["activation_func"] is torch.nn.functional.silu
+    assert (
+        transformer["gated_linear_unit"]
+        and not transformer["add_bias_linear"]
+        and not transformer["add_qkv_bias"]
+    )
+    assert gpt == {
+        "vocab_size": 64,
+        "max_sequence_length": 128,
+        "position_embedding_type": "rope",
+        "rotary_base": 100000,
+        "rotary_percent": 1.0,
+        "share_embeddings_and_output_weights": True,
+        "parallel_output": False,
+    }
+    assert megatron_config({**config, "model_type": "qwen2"})[0]["add_qkv_bias"]
+    with pytest.raises(ValueError, match="not 'gpt2'"):
+        megatron_config({**config, "model_type": "gpt2"})
+    with pytest.raises(ValueError, match="rope_scaling"):
+        megatron_config({**config, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})

@@ -1,0 +1,34 @@
+"""The ``megatron`` trainer is registered by entry point, listed, and refuses clearly where it cannot run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from rlsdk import RolloutConfig, get_plugin_manager
+from rlsdk_cli.app import app
+from rlsdk_megatron.trainer import parallel_sizes
+
+
+def test_listed_and_resolvable():
+    listing = json.loads(CliRunner().invoke(app, ["plugins", "list", "--json"]).stdout)
+    assert any(p["distribution"] == "rlsdk-megatron" for p in listing)
+    assert get_plugin_manager().resolve("trainer", "megatron").func.__module__ == "rlsdk_megatron.plugin"
+
+
+def test_parallel_sizes_follow_slimes_flags():
+    args = RolloutConfig(tensor_model_parallel_size=2, pipeline_model_parallel_size=2)
+    assert parallel_sizes(args, 8) == (2, 2, 2)
+    with pytest.raises(
+        ValueError, match="6 GPU\\(s\\) cannot hold tensor-parallel size 2 x pipeline-parallel size 2"
+    ):
+        parallel_sizes(args, 6)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
+def test_without_cuda_the_trainer_says_to_use_torch():
+    with pytest.raises(RuntimeError, match="CUDA GPUs only: use --trainer torch"):
+        get_plugin_manager().resolve("trainer", "megatron").func(RolloutConfig(hf_checkpoint="/m"))

@@ -1,0 +1,66 @@
+"""Stands in for ``python -m sglang.launch_server`` (and ``-m sglang_router.launch_router``) where SGLang
+cannot run (no CUDA): launch tests pass this file as ``sglang_python``.
+
+Like a real server it starts slowly (``FAKE_SGLANG_DELAY`` seconds, logging as it goes), forks a worker
+into its process group (``FAKE_SGLANG_PIDS``: a file that receives both pids) and then answers
+``/health``, ``/health_generate`` and ``/get_model_info`` on ``--host``/``--port``. ``FAKE_SGLANG_EXIT``
+makes it exit with that status during start-up instead, as a server that cannot load its model does.
+``-c CODE`` (rlsdk asking whether sglang is importable) succeeds.
+"""
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+from aiohttp import web
+
+
+def flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    if argv[:1] == ["-c"]:
+        return
+    module = argv[1] if argv[:1] == ["-m"] else "?"
+    print(f"fake {module} starting: {' '.join(argv)}", flush=True)
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    if os.environ.get("FAKE_SGLANG_PIDS"):
+        with open(os.environ["FAKE_SGLANG_PIDS"], "a") as f:
+            f.write(f"{os.getpid()} {worker.pid}\n")
+    time.sleep(float(os.environ.get("FAKE_SGLANG_DELAY", "0")))
+    if os.environ.get("FAKE_SGLANG_EXIT"):
+        print("RuntimeError: CUDA out of memory (fake)", flush=True)
+        sys.exit(int(os.environ["FAKE_SGLANG_EXIT"]))
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def model_info(request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "model_path": flag(argv, "--model-path") if "--model-path" in argv else "",
+                "is_generation": True,
+            }
+        )
+
+    app = web.Application()
+    app.router.add_get("/health", ok)
+    app.router.add_get("/health_generate", ok)
+    app.router.add_get("/get_model_info", model_info)
+    print("fake server ready", flush=True)
+    asyncio.run(serve(app, flag(argv, "--host"), int(flag(argv, "--port"))))
+
+
+async def serve(app: web.Application, host: str, port: int) -> None:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

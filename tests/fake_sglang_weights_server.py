@@ -1,0 +1,199 @@
+"""Stands in for SGLang 0.5.17's weight-update endpoints where SGLang cannot run (no CUDA), restating
+what the server does with each request (read from its source: ``http_server.py``, ``io_struct.py``,
+``weight_updater.py``, ``tensor_bucket.py``, ``utils/common.py``):
+
+- ``/release_memory_occupation`` and ``/resume_memory_occupation`` with ``tags`` (a resumed tag must have
+  been released; ``None`` means all of weights, KV cache, CUDA graphs);
+- ``/update_weights_from_tensor``: ``serialized_named_tensors[tp_rank]`` base64-decoded and unpickled
+  under SGLang's module allowlist, ``load_format: flattened_bucket`` rebuilt into named tensors; refused
+  while the weights' memory is released;
+- ``/init_weights_update_group`` (a TCP rendezvous as rank ``rank_offset`` of a group whose store keys
+  are prefixed by ``group_name``) and ``/update_weights_from_distributed`` (a broadcast from rank 0 of
+  one flattened byte tensor, rebuilt by names, dtypes and shapes), over gloo instead of NCCL;
+- ``/server_info`` (``tp_size`` 1), ``/flush_cache``; ``GET /loaded`` answers what it holds: per weight
+  its dtype, shape and sum, the calls in order and the weight version.
+
+``python fake_sglang_weights_server.py PORT AUTHKEY_HEX``: the key lets it fetch CPU tensors shared by
+file descriptor from the test process (CUDA tensors travel as IPC handles instead).
+"""
+
+import asyncio
+import base64
+import io
+import multiprocessing
+import pickle
+import sys
+from datetime import timedelta
+
+import torch
+from aiohttp import web
+
+ALLOWED = (
+    "builtins.",
+    "collections.",
+    "copyreg.",
+    "functools.",
+    "itertools.",
+    "operator.",
+    "types.",
+    "weakref.",
+    "torch.",
+    "multiprocessing.resource_sharer.",
+    "multiprocessing.reduction.",
+    "pickletools.",
+    "sglang.srt.weight_sync.tensor_bucket.",
+)
+ALL_TAGS = {"weights", "kv_cache", "cuda_graph"}
+
+
+class Allowlist(pickle.Unpickler):
+    def find_class(self, module, name):
+        if not (module + ".").startswith(ALLOWED):
+            raise RuntimeError(f"Blocked unsafe class loading ({module}.{name})")
+        return super().find_class(module, name)
+
+
+class State:
+    def __init__(self):
+        self.released = set()
+        self.weights = {}
+        self.calls = []
+        self.version = "default"
+        self.groups = {}
+
+
+def rebuild(flat, metadata):
+    return {m.name: flat[m.start_idx : m.end_idx].view(m.dtype).reshape(m.shape) for m in metadata}
+
+
+def join_group(master_address, master_port, rank, world_size, group_name):
+    from torch.distributed.distributed_c10d import (
+        Backend,
+        PrefixStore,
+        _new_process_group_helper,
+        _world,
+        rendezvous,
+    )
+
+    store, rank, world_size = next(
+        rendezvous(f"tcp://{master_address}:{master_port}", rank, world_size, timeout=timedelta(seconds=60))
+    )
+    group, _ = _new_process_group_helper(
+        world_size,
+        rank,
+        [],
+        Backend("gloo"),
+        PrefixStore(group_name, store),
+        group_name=group_name,
+        timeout=timedelta(seconds=60),
+    )
+    _world.pg_group_ranks[group] = {i: i for i in range(world_size)}
+    return group
+
+
+def make_app(state):
+    async def tags_call(request, name):
+        body = await request.json()
+        tags = set(body.get("tags") or ALL_TAGS)
+        if name == "resume" and not tags <= state.released:
+            return web.json_response(
+                {"error": f"resume of {sorted(tags - state.released)}: not released"}, status=400
+            )
+        state.released = state.released | tags if name == "release" else state.released - tags
+        state.calls.append(f"{name}:{','.join(sorted(tags))}")
+        return web.json_response({})
+
+    async def release(request):
+        return await tags_call(request, "release")
+
+    async def resume(request):
+        return await tags_call(request, "resume")
+
+    async def from_tensor(request):
+        body = await request.json()
+        state.calls.append("update_weights_from_tensor")
+        if "weights" in state.released:
+            return web.json_response({"success": False, "message": "weights released"}, status=400)
+        payload = Allowlist(io.BytesIO(base64.b64decode(body["serialized_named_tensors"][0]))).load()
+        assert body["load_format"] == "flattened_bucket", body["load_format"]
+        state.weights = {
+            k: v.clone() for k, v in rebuild(payload["flattened_tensor"], payload["metadata"]).items()
+        }
+        state.version = body.get("weight_version") or state.version
+        return web.json_response({"success": True, "message": "Success"})
+
+    async def init_group(request):
+        body = await request.json()
+        state.calls.append("init_weights_update_group")
+        state.groups[body["group_name"]] = await asyncio.to_thread(
+            join_group,
+            body["master_address"],
+            body["master_port"],
+            body["rank_offset"],
+            body["world_size"],
+            body["group_name"],
+        )
+        return web.json_response({"success": True, "message": "ok"})
+
+    async def from_distributed(request):
+        body = await request.json()
+        state.calls.append("update_weights_from_distributed")
+        assert body["load_format"] == "flattened_bucket", body["load_format"]
+        parts, metadata, start = [], [], 0
+        for name, dtype, shape in zip(body["names"], body["dtypes"], body["shapes"], strict=True):
+            empty = torch.empty(shape, dtype=getattr(torch, dtype)).flatten().view(torch.uint8)
+            parts.append(empty)
+            metadata.append(
+                type(
+                    "Meta",
+                    (),
+                    {
+                        "name": name,
+                        "dtype": getattr(torch, dtype),
+                        "shape": shape,
+                        "start_idx": start,
+                        "end_idx": start + empty.numel(),
+                    },
+                )
+            )
+            start += empty.numel()
+        flat = torch.cat(parts)
+        group = state.groups[body["group_name"]]
+        await asyncio.to_thread(torch.distributed.broadcast, flat, 0, group)
+        state.weights = rebuild(flat, metadata)
+        state.version = body.get("weight_version") or state.version
+        return web.json_response({"success": True, "message": "ok"})
+
+    async def loaded(request):
+        return web.json_response(
+            {
+                "weights": {
+                    k: [str(v.dtype), list(v.shape), float(v.float().sum())] for k, v in state.weights.items()
+                },
+                "calls": state.calls,
+                "weight_version": state.version,
+            }
+        )
+
+    async def server_info(request):
+        return web.json_response({"tp_size": 1})
+
+    async def ok(request):
+        return web.json_response({})
+
+    app = web.Application(client_max_size=1 << 30)
+    app.router.add_post("/release_memory_occupation", release)
+    app.router.add_post("/resume_memory_occupation", resume)
+    app.router.add_post("/update_weights_from_tensor", from_tensor)
+    app.router.add_post("/init_weights_update_group", init_group)
+    app.router.add_post("/update_weights_from_distributed", from_distributed)
+    app.router.add_get("/loaded", loaded)
+    app.router.add_get("/server_info", server_info)
+    app.router.add_get("/flush_cache", ok)
+    app.router.add_get("/health", ok)
+    return app
+
+
+if __name__ == "__main__":
+    multiprocessing.current_process().authkey = bytes.fromhex(sys.argv[2])
+    web.run_app(make_app(State()), host="127.0.0.1", port=int(sys.argv[1]), print=None)

@@ -1,0 +1,215 @@
+"""Weight-sync strategies: chosen by flags, the bytes SGLang's tensor endpoints take, and the call
+sequences against SGLang's weight endpoints restated in a real server process.
+
+CUDA IPC and NCCL need GPUs (benchmarks/gpu/gpu_loop.py runs them against real SGLang); here the
+payload is built from CPU tensors (ForkingPickler shares them through file descriptors instead of CUDA
+IPC handles, so the receiver borrows the sender's multiprocessing key to fetch them), unpickled in another process under SGLang 0.5.17's module allowlist and rebuilt the way
+SGLang rebuilds a flattened bucket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlsdk import RolloutConfig
+from rlsdk.sglang_client import SGLangClient
+from rlsdk.training.sync import ColocatedTensorSync, DiskSync, InProcessSync, NcclBroadcastSync, choose_sync
+from rlsdk.training.tensor_transport import FlatWeights, serialize_for_sglang
+from rlsdk.training.torch_trainer import TorchTrainer
+
+
+class InProcessEngine:
+    in_process_weights = True
+
+
+def test_auto_picks_by_engine_and_colocate(tmp_path: Path):
+    client = SGLangClient("http://127.0.0.1:1")
+    assert isinstance(choose_sync(RolloutConfig(), InProcessEngine(), tmp_path), InProcessSync)  # type: ignore[arg-type]
+    assert isinstance(choose_sync(RolloutConfig(colocate=True), client, tmp_path), ColocatedTensorSync)
+    assert isinstance(choose_sync(RolloutConfig(), client, tmp_path), DiskSync)
+    assert isinstance(choose_sync(RolloutConfig(weight_sync="nccl"), client, tmp_path), NcclBroadcastSync)
+    assert isinstance(
+        choose_sync(RolloutConfig(weight_sync="disk", colocate=True), client, tmp_path), DiskSync
+    )
+
+
+def test_impossible_choices_say_what_to_use(tmp_path: Path):
+    client = SGLangClient("http://127.0.0.1:1")
+    with pytest.raises(ValueError, match="needs --colocate .* use --weight-sync nccl"):
+        choose_sync(RolloutConfig(weight_sync="tensor"), client, tmp_path)
+    with pytest.raises(ValueError, match="--weight-sync nccl needs an SGLang engine"):
+        choose_sync(RolloutConfig(weight_sync="nccl"), InProcessEngine(), tmp_path)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="weight_sync must be one of auto, tensor, nccl, disk"):
+        RolloutConfig(weight_sync="ipc")
+
+
+SGLANG_RECEIVER = textwrap.dedent("""
+    # SGLang 0.5.17's receiving side: its module allowlist (utils/common.py SafeUnpickler) and its
+    # flattened-bucket rebuild (weight_sync/tensor_bucket.py), restated.
+    import base64, io, json, multiprocessing, pickle, sys, torch
+    multiprocessing.current_process().authkey = bytes.fromhex(sys.argv[1])  # to fetch the sender's fds
+    ALLOWED = ("builtins.", "collections.", "copyreg.", "functools.", "itertools.", "operator.", "types.",
+               "weakref.", "torch.", "multiprocessing.resource_sharer.", "multiprocessing.reduction.",
+               "pickletools.", "sglang.srt.weight_sync.tensor_bucket.")
+    class Allowlist(pickle.Unpickler):
+        def find_class(self, module, name):
+            if not (module + ".").startswith(ALLOWED):
+                raise RuntimeError(f"blocked {module}.{name}")
+            return super().find_class(module, name)
+    payload = Allowlist(io.BytesIO(base64.b64decode(sys.stdin.read(), validate=True))).load()
+    flat = payload["flattened_tensor"]
+    for meta in payload["metadata"]:
+        tensor = flat[meta.start_idx:meta.end_idx].view(meta.dtype).reshape(meta.shape)
+        assert meta.numel == meta.end_idx - meta.start_idx
+        print(json.dumps([meta.name, str(meta.dtype), list(tensor.shape), float(tensor.float().sum())]))
+""")
+
+
+def test_flattened_bucket_payload_is_what_sglang_rebuilds():
+    torch.manual_seed(0)
+    weights = {
+        "model.embed_tokens.weight": torch.randn(8, 4, dtype=torch.bfloat16),
+        "model.layers.0.self_attn.q_proj.bias": torch.randn(4, dtype=torch.float32),
+        "model.norm.weight": torch.randn(4, dtype=torch.bfloat16),
+    }
+    flat = FlatWeights.pack(weights.items())
+    assert [name for name, _ in flat.unpack()] == list(weights)
+    assert all(torch.equal(t, weights[n]) for n, t in flat.unpack())
+    payload = serialize_for_sglang(flat)  # sglang is not installed here: ForkingPickler + SimpleNamespace
+    authkey = multiprocessing.current_process().authkey.hex()
+    received = subprocess.run(
+        [sys.executable, "-c", SGLANG_RECEIVER, authkey],
+        input=payload,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert received.returncode == 0, received.stderr
+    rows = [json.loads(line) for line in received.stdout.splitlines()]
+    assert [r[:3] for r in rows] == [[n, str(t.dtype), list(t.shape)] for n, t in weights.items()]
+    for (*_, total), tensor in zip(rows, weights.values(), strict=True):
+        assert total == pytest.approx(float(tensor.float().sum()), rel=1e-6)
+
+
+def test_distributed_body_announces_the_broadcast_layout():
+    flat = FlatWeights.pack([("a", torch.zeros(2, 3, dtype=torch.bfloat16)), ("b", torch.zeros(5))])
+    body = flat.distributed_body("g", "7")
+    assert body == {
+        "names": ["a", "b"],
+        "dtypes": ["bfloat16", "float32"],
+        "shapes": [[2, 3], [5]],
+        "group_name": "g",
+        "flush_cache": True,
+        "weight_version": "7",
+        "load_format": "flattened_bucket",
+    }
+    assert flat.flat.dtype == torch.uint8 and flat.flat.numel() == 2 * 3 * 2 + 5 * 4
+
+
+FAKE_SERVER = Path(__file__).with_name("fake_sglang_weights_server.py")
+
+
+@pytest.fixture
+def weights_server(tmp_path: Path):
+    """SGLang's weight endpoints restated in a real server process (``fake_sglang_weights_server.py``)."""
+    import httpx
+
+    from rlsdk.launch.sglang import free_port
+
+    port = free_port()
+    authkey = multiprocessing.current_process().authkey.hex()
+    log = (tmp_path / "server.log").open("wb")
+    server = subprocess.Popen([sys.executable, str(FAKE_SERVER), str(port), authkey], stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(f"{url}/health").status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        server.kill()
+        server.wait()
+
+
+def loaded(url: str) -> dict:
+    import httpx
+
+    return httpx.get(f"{url}/loaded").json()
+
+
+def assert_holds_trainer_weights(state: dict, trainer: TorchTrainer) -> None:
+    weights = trainer.weights()
+    assert set(state["weights"]) == set(weights)
+    for name, (dtype, shape, total) in state["weights"].items():
+        assert (dtype, shape) == (str(weights[name].dtype), list(weights[name].shape)), name
+        assert total == pytest.approx(float(weights[name].float().sum()), rel=1e-5, abs=1e-5), name
+
+
+@pytest.fixture
+def trainer(tiny_llama: Path) -> TorchTrainer:
+    return TorchTrainer(RolloutConfig(hf_checkpoint=str(tiny_llama), train=True, train_threads=1))
+
+
+def test_colocated_sync_releases_then_resumes_weights_updates_then_resumes_the_cache(weights_server, trainer):
+    client = SGLangClient(weights_server)
+    sync = ColocatedTensorSync()
+
+    async def two_steps() -> None:
+        try:
+            await sync.push(client, trainer, "1")  # a first sync with no train step before it releases first
+            await sync.before_train(client)
+            await sync.push(client, trainer, "2")
+        finally:
+            await client.close()
+
+    asyncio.run(two_steps())
+    state = loaded(weights_server)
+    one_step = [
+        "release:cuda_graph,kv_cache,weights",
+        "resume:weights",
+        "update_weights_from_tensor",
+        "resume:cuda_graph,kv_cache",
+    ]
+    assert state["calls"] == one_step * 2 and state["weight_version"] == "2"
+    assert set(sync.timings) == {
+        "release_seconds",
+        "resume_weights_seconds",
+        "update_seconds",
+        "resume_cache_seconds",
+    }
+    assert_holds_trainer_weights(state, trainer)
+
+
+def test_broadcast_sync_joins_the_group_once_and_sends_the_weights(weights_server, trainer):
+    """NCCL's protocol over gloo (no GPUs here): rendezvous, group, one flattened broadcast per sync."""
+    client = SGLangClient(weights_server)
+    sync = NcclBroadcastSync(backend="gloo")
+
+    async def two_syncs() -> None:
+        try:
+            await sync.push(client, trainer, "1")
+            with torch.no_grad():
+                next(trainer.model.parameters()).add_(1.0)
+            await sync.push(client, trainer, "2")
+        finally:
+            await client.close()
+
+    asyncio.run(two_syncs())
+    state = loaded(weights_server)
+    assert state["calls"] == ["init_weights_update_group"] + ["update_weights_from_distributed"] * 2
+    assert sync.timings["join_seconds"] < 0.05 and sync.timings["broadcast_seconds"] > 0  # joined once
+    assert state["weight_version"] == "2"
+    assert_holds_trainer_weights(state, trainer)
