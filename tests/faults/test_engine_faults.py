@@ -90,7 +90,7 @@ def test_a_dead_port_stops_the_run_before_any_data_is_used(word_tokenizer, data,
     result = rlsdk_run(*run_options(url, word_tokenizer, data, out), command=command)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
-    assert "engine 'sglang' from rlsdk-generators" in output and f"at {url} failed its health check" in output
+    assert "engine 'sglang' from rlsdk " in output and f"at {url} failed its health check" in output
     assert "cannot reach SGLang" in output and "after 2 tries: ClientConnectorError: Cannot connect" in output
     assert "no step ran, no data was used" in output and "Traceback" not in output
     assert not (out / "state.json").exists() and not rows(out / "discarded.jsonl")
