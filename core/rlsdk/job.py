@@ -49,11 +49,8 @@ def resolve_run_plugins(args: Any, pm: RlsdkPluginManager) -> dict[str, Resolved
 
 
 def engine_name(args: Any) -> str:
-    """``--engine URL`` means the SGLang client for that server or router."""
-    if args.engine.startswith(("http://", "https://")):
-        args.sglang_url = args.engine
-        return "sglang"
-    return args.engine
+    """``--engine URL`` names the ``sglang`` engine, which reads the URL from ``args.engine``."""
+    return "sglang" if args.engine.startswith(("http://", "https://")) else args.engine
 
 
 def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime:

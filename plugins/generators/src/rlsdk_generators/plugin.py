@@ -33,7 +33,7 @@ def sglang(args: Any) -> Any:
             raise ValueError("sglang_launch needs --model: the model folder SGLang should serve")
         return SGLangClient.launching(model, host=args.sglang_router_ip or "127.0.0.1",
                                       port=args.sglang_router_port or 30000, python=args.sglang_python, **options)
-    url = args.sglang_url
+    url = args.sglang_url or (args.engine if args.engine.startswith(("http://", "https://")) else None)
     if not url:
         if not (args.sglang_router_ip and args.sglang_router_port):
             raise ValueError("the sglang engine needs --sglang-url (or sglang_router_ip and sglang_router_port)")
