@@ -54,7 +54,7 @@ def instant_engine(latency: float = 0.0) -> FakeEngine:
     """Benchmark engine: answers every ``/generate`` with the same short response, at once or after a
     fixed ``latency``. Not a model; it exists so that only the loop's own cost is measured."""
     ids = [ord("a") + i % 26 for i in range(RESPONSE_TOKENS)]
-    reply = FakeReply(text=bytes(ids).decode(), ids=ids, seconds=latency)
+    reply = FakeReply(text=bytes(ids).decode(), ids=ids, seconds=latency, logprobs=[-0.5] * len(ids))
     return FakeEngine(lambda payload, call: reply, keep_payloads=False, model_path="bench_instant")
 
 

@@ -404,15 +404,17 @@ class FakeEngine(InferenceEngine):
         return self.turns.pop(0)
 
     async def generate(self, payload: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
-        bodies = protocol.split_batch(payload)
-        if bodies is not None:
+        ids_in = payload.get("input_ids")
+        if (type(ids_in) is list and ids_in and type(ids_in[0]) is list) or type(payload.get("text")) is list:
+            bodies = protocol.split_batch(payload) or []
             return list(await asyncio.gather(*(self.generate(body) for body in bodies)))
         self.requests += 1
         if self.keep_payloads:
             self.payloads.append(payload)
         call = self.requests
         reply = self.respond(payload, call)
-        reply = FakeReply(text=reply) if isinstance(reply, str) else reply
+        if type(reply) is str:
+            reply = FakeReply(text=reply)
         params = payload.get("sampling_params") or {}
         text, ids, finish = self._response(reply, params)
         rid = payload.get("rid") or f"fake-{call}"
@@ -426,14 +428,13 @@ class FakeEngine(InferenceEngine):
         if reply.abort:
             finish = protocol.finish_abort()
         self.generated_tokens += len(ids)
-        logprobs = reply.logprobs
-        if logprobs is None:
-            logprobs = [-call - j / 1000 for j in range(len(ids))]
-        prompt = payload.get("input_ids")
+        logprobs = None
+        if payload.get("return_logprob"):
+            logprobs = reply.logprobs[: len(ids)] if reply.logprobs is not None else [
+                -call - j / 1000 for j in range(len(ids))]
         return protocol.generate_response(
-            rid=rid, text=text, output_ids=ids, prompt_tokens=len(prompt) if isinstance(prompt, list) else 0,
-            finish_reason=finish, weight_version=self.weight_version,
-            logprobs=logprobs[: len(ids)] if payload.get("return_logprob") else None, sent_ts=False)
+            rid=rid, text=text, output_ids=ids, prompt_tokens=len(ids_in) if type(ids_in) is list else 0,
+            finish_reason=finish, weight_version=self.weight_version, logprobs=logprobs, sent_ts=False)
 
     def _response(self, reply: FakeReply, params: dict[str, Any]) -> tuple[str, list[int], dict[str, Any]]:
         """The reply's text and ids cut as SGLang would cut them, and the finish reason."""
@@ -454,7 +455,7 @@ class FakeEngine(InferenceEngine):
         if limit is not None and len(ids) > limit:
             ids = ids[:limit]
             text, finish = self.tokenizer.decode(ids), protocol.finish_length(limit)
-        return text, list(ids), finish
+        return text, ids, finish
 
     async def _run(self, rid: str, seconds: float) -> float:
         """Take a slot (waiting in order when ``slots`` are all busy), run ``seconds`` on the loop's clock;
