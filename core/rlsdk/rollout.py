@@ -9,6 +9,7 @@ the ledger as kept, dropped (with a reason), returned to the buffer, or failed (
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from typing import Any
 
@@ -225,6 +226,16 @@ def reset_for_buffer(args: Any, group: Group, rollout_id: int, *, partial: bool)
     return group
 
 
+def scored_reward_metrics(args: Any, groups: list[Group]) -> dict[str, Any]:
+    """Rewards before the filters (kept and dropped groups): their mean and the mean over groups of the
+    rewards' population standard deviation."""
+    rows = [[v for v in (s.get_reward_value(args) for s in g) if v is not None] for g in groups]
+    values = [v for row in rows for v in row]
+    spreads = [statistics.pstdev(row) for row in rows if row]
+    return {"rollout/reward_mean_before_filter": sum(values) / len(values) if values else None,
+            "rollout/reward_group_std_mean": sum(spreads) / len(spreads) if spreads else None}
+
+
 def step_metrics(args: Any, batch: list[Group], ledger: StepLedger, started: float) -> dict[str, Any]:
     """The step's metrics: the ledger, rewards, lengths, tokens and time."""
     samples = [s for g in batch for s in g]
@@ -236,6 +247,7 @@ def step_metrics(args: Any, batch: list[Group], ledger: StepLedger, started: flo
         "rollout/groups": len(batch),
         "rollout/samples": len(samples),
         "rollout/reward_mean": sum(values) / len(values) if values else None,
+        **scored_reward_metrics(args, [*batch, *ledger.discarded]),
         "rollout/response_len_mean": tokens / len(samples) if samples else 0.0,
         "rollout/truncated": sum(s.status is Sample.Status.TRUNCATED for s in samples),
         "rollout/resumed": sum("returned_at_rollout_id" in s.metadata for s in samples),
