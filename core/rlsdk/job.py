@@ -148,7 +148,8 @@ class RunOutput:
         self.append("metrics.jsonl", [{"rollout_id": rollout_id, **output.metrics}])
 
     def write_eval(self, rollout_id: int, output: RolloutFnEvalOutput) -> None:
-        """The eval's metrics to ``eval.jsonl``, its samples (with their dataset) to ``eval_samples.jsonl``."""
+        """The eval's metrics to ``eval.jsonl``, its samples (with their dataset) to
+        ``eval_samples.jsonl``."""
         self.append("eval.jsonl", [{"rollout_id": rollout_id, **output.metrics}])
         self.append("eval_samples.jsonl", [{"dataset": name, **sample_row(rollout_id, s)}
                                            for name, data in output.data.items() if isinstance(data, dict)
@@ -272,7 +273,8 @@ def run_job(
     output = RunOutput(args.output_dir)
     if not args.resume:
         output.start_fresh(args.overwrite)  # so does an output folder holding another run
-    status(f"starting the {args.engine} engine" + (" (loading the model)" if args.engine == "embedded" else ""))
+    loading = " (loading the model)" if args.engine == "embedded" else ""
+    status(f"starting the {args.engine} engine{loading}")
     with running(args, pm) as (runtime, plugins):
         status("reading the data")
         runtime.progress = progress
