@@ -86,9 +86,16 @@ class LoopPlugins:
         async def hangs(args, sample, sampling_params):
             await asyncio.sleep(3600)
 
+        async def counts_attempts(args, sample, sampling_params):
+            from rlsdk.generate import generate
+
+            sample.metadata["attempts"] = sample.metadata.get("attempts", 0) + 1
+            return await generate(args, sample, sampling_params)
+
         yield CustomGenerate(name="broken", func=broken)
         yield CustomGenerate(name="wrong_type", func=wrong_type)
         yield CustomGenerate(name="hangs", func=hangs)
+        yield CustomGenerate(name="counts_attempts", func=counts_attempts)
 
 
 @pytest.fixture
@@ -197,12 +204,17 @@ def test_partial_rollout_resumes_from_tokens_with_the_remaining_budget(make_run)
 
 
 def test_without_partial_rollout_aborted_groups_start_over(make_run):
-    args, source, runtime, engine = make_run(slow={2, 3})
+    args, source, runtime, engine = make_run(slow={2, 3}, custom_generate_function_path="counts_attempts")
     step(args, source, runtime)
-    assert all(s.response_length == 0 and s.status is Sample.Status.PENDING for g in source.buffer for s in g)
-    step(args, source, runtime, rollout_id=1)
+    buffered = [s for g in source.buffer for s in g]
+    assert all(s.response_length == 0 and s.status is Sample.Status.PENDING for s in buffered)
+    assert all("attempts" not in s.metadata for s in buffered)  # nothing of the abandoned attempt
+    out = step(args, source, runtime, rollout_id=1)
     slow = [r["input_ids"] for r in engine.payloads if bytes(r["input_ids"]).startswith(b"2 slow|")]
     assert slow == [list(b"2 slow|")] * 4  # two samples, twice, each time from the bare prompt
+    assert all(s.metadata["attempts"] == 1 for g in out.samples for s in g)
+    assert all("attempts" not in s.metadata and s.metadata["returned_at_rollout_id"] == 1
+               for g in source.buffer for s in g)
 
 
 def test_dynamic_filter_drops_with_reason_and_over_sampling_filter_orders(make_run):
@@ -217,8 +229,10 @@ def test_dynamic_filter_drops_with_reason_and_over_sampling_filter_orders(make_r
 
 def test_a_filter_that_drops_everything_cannot_loop_forever(make_run):
     args, source, runtime, _ = make_run(dynamic_sampling_filter_path="drop_all", rollout_max_groups_per_step=6)
-    out = step(args, source, runtime)
+    with pytest.warns(RuntimeWarning, match=r"step 0: 0 of 2 groups \(12 samples dropped, 0 failed\): it pulled 6 groups, the cap"):
+        out = step(args, source, runtime)
     assert out.samples == [] and out.metrics["ledger/dropped"] == 12
+    assert out.metrics["rollout/short_of_batch"] == 2
 
 
 def test_keep_when_insufficient_tops_up_the_batch(make_run):

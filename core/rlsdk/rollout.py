@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+import warnings
 from typing import Any
 
 from .concurrency import ConcurrencyLimit
@@ -52,6 +53,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
     to_buffer: list[Group] = []  # unfinished: resumed from their tokens with partial rollouts
     restarted: list[Group] = []  # hung past the abort timeout: their state is unknown, start over
     in_flight: dict[asyncio.Task[Group], Group] = {}
+    entry_metadata: dict[int, dict[str, Any]] = {}  # id(sample) -> its metadata as it entered the step
     finished = asyncio.Event()  # set as a task ends: cheaper than asyncio.wait, which hooks every task per call
     pulled, exhausted = 0, False
 
@@ -62,6 +64,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
             groups = data_source.get_samples(chunk, rollout_id)  # buffer_filter: buffered groups first
             exhausted = not groups
             ledger.enter(groups)
+            entry_metadata.update((id(s), dict(s.metadata)) for g in groups for s in g)
             pulled += len(groups)
             unsent = 0
             for group in groups:
@@ -98,7 +101,8 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
                 ledger.count_produced(group)
                 settle(args, plugins, group, ledger, kept, fallback, to_buffer)
             else:
-                restarted.append(reset_for_buffer(args, group, rollout_id, partial=False))
+                restarted.append(reset_for_buffer(args, group, rollout_id, partial=False,
+                                                  metadata=entry_metadata))
 
     # Not enough groups passed the dynamic filter: top up with groups it allowed as a fallback.
     for group, reason in fallback:
@@ -116,7 +120,8 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
 
     # Unfinished and surplus groups go back to the buffer, served first next step.
     aborted = sum(s.status not in FINISHED for g in (*to_buffer, *restarted) for s in g)
-    returned = [reset_for_buffer(args, g, rollout_id, partial=args.partial_rollout) for g in to_buffer]
+    returned = [reset_for_buffer(args, g, rollout_id, partial=args.partial_rollout, metadata=entry_metadata)
+                for g in to_buffer]
     returned += restarted + surplus
     for group in returned:
         ledger.return_to_buffer(group)
@@ -125,6 +130,13 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
 
     ledger.check()
     metrics = step_metrics(args, batch, ledger, started)
+    if len(batch) < target:  # said, not silent: the trainer gets a smaller batch
+        why = (f"the data ran out after {pulled} groups" if exhausted else
+               f"it pulled {pulled} groups, the cap (--set rollout_max_groups_per_step=N; default 8 x "
+               f"rollout_batch_size)")
+        warnings.warn(f"step {rollout_id}: {len(batch)} of {target} groups ({sum(ledger.dropped.values())} "
+                      f"samples dropped, {ledger.failed} failed): {why}", RuntimeWarning, stacklevel=1)
+    metrics["rollout/short_of_batch"] = target - len(batch)
     metrics["rollout/aborted"] = aborted
     metrics["rollout/invalid_rewards"] = count_invalid([s for g in (*batch, *ledger.discarded) for s in g])
     return RolloutFnTrainOutput(samples=batch, metrics=metrics, discarded=ledger.discarded)
@@ -205,18 +217,22 @@ async def order_groups(args: Any, plugins: StepPlugins, kept: list[Group], ledge
     return ordered
 
 
-def reset_for_buffer(args: Any, group: Group, rollout_id: int, *, partial: bool) -> Group:
+def reset_for_buffer(args: Any, group: Group, rollout_id: int, *, partial: bool,
+                     metadata: dict[int, dict[str, Any]] | None = None) -> Group:
     """Prepare an unfinished group for the buffer: keep its tokens to resume (partial rollout, earlier
-    tokens loss-masked when asked) or start its samples over from the prompt."""
+    tokens loss-masked when asked) or start its samples over from the prompt, with the metadata it had
+    when it entered the step (``metadata``, by ``id(sample)``): nothing of the abandoned attempt stays."""
     for sample in group:
         if sample.status in FINISHED:
             continue
-        sample.metadata["returned_at_rollout_id"] = rollout_id
         if partial and sample.response_length:
+            sample.metadata["returned_at_rollout_id"] = rollout_id
             if args.mask_offpolicy_in_partial_rollout:
                 sample.loss_mask = [0] * sample.response_length
             sample.status = Sample.Status.ABORTED
             continue
+        entered = (metadata or {}).get(id(sample), sample.metadata)
+        sample.metadata = {**entered, "returned_at_rollout_id": rollout_id}
         del sample.tokens[sample.prompt_length:]
         sample.response, sample.response_length = "", 0
         sample.loss_mask = sample.rollout_log_probs = None
