@@ -138,6 +138,8 @@ def test_slime_style_functions_run_unchanged_by_path(tmp_path):
     for row in rows:
         check_sample(row)
         assert row["metadata"]["slime_style"] is True
+        # the default engine names its model folder, so AutoTokenizer.from_pretrained(args.hf_checkpoint) works
+        assert (Path(row["metadata"]["hf_checkpoint"]) / "tokenizer_config.json").exists()
         assert set(row["reward"]) == {"score", "length"}
     check_ledger(read_jsonl(out / "metrics.jsonl"))
 
