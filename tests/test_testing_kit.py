@@ -21,18 +21,21 @@ def test_the_kit_imports_without_pytest():
 
 def test_fake_engine_cuts_like_sglang_and_aborts_running_requests():
     async def scenario():
-        engine = FakeEngine(["one two|three", "abcdef", FakeReply("slow answer", seconds=30)])
-        stopped = await engine.generate({"input_ids": [1], "sampling_params": {"stop": ["|"]},
-                                         "return_logprob": True})
+        engine = FakeEngine(["one two|three"] * 2 + ["abcdef", FakeReply("slow answer", seconds=30)])
+        keep = {"stop": ["|"], "no_stop_trim": True}
+        stopped = await engine.generate({"input_ids": [1], "sampling_params": keep, "return_logprob": True})
+        trimmed = await engine.generate({"input_ids": [1], "sampling_params": {"stop": ["|"]}})
         cut = await engine.generate({"input_ids": [1], "sampling_params": {"max_new_tokens": 3}})
         slow = asyncio.create_task(engine.generate({"input_ids": [1]}))
         while (await engine.load())["num_running_reqs"] == 0:
             await asyncio.sleep(0)
         await engine.abort()
-        return stopped, cut, await slow
+        return stopped, trimmed, cut, await slow
 
-    stopped, cut, slow = asyncio.run(scenario())
-    assert stopped["text"] == "one two|" and stopped["meta_info"]["finish_reason"] == {"type": "stop", "matched": "|"}
+    stopped, trimmed, cut, slow = asyncio.run(scenario())
+    assert stopped["text"] == "one two|"
+    assert stopped["meta_info"]["finish_reason"] == {"type": "stop", "matched": "|"}
+    assert trimmed["text"] == "one two" and trimmed["output_ids"] == list(b"one two|")  # SGLang trims by default
     assert [entry[1] for entry in stopped["meta_info"]["output_token_logprobs"]] == list(b"one two|")
     assert cut["text"] == "abc" and cut["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
     assert "output_token_logprobs" not in cut["meta_info"]  # only when return_logprob asks, as in SGLang

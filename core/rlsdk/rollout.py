@@ -9,7 +9,7 @@ the ledger as kept, dropped (with a reason), returned to the buffer, or failed (
 from __future__ import annotations
 
 import asyncio
-import statistics
+import math
 import time
 import warnings
 from typing import Any
@@ -247,9 +247,15 @@ def scored_reward_metrics(args: Any, groups: list[Group]) -> dict[str, Any]:
     rewards' population standard deviation."""
     rows = [[v for v in (s.get_reward_value(args) for s in g) if v is not None] for g in groups]
     values = [v for row in rows for v in row]
-    spreads = [statistics.pstdev(row) for row in rows if row]
+    spreads = [_pstdev(row) for row in rows if row]
     return {"rollout/reward_mean_before_filter": sum(values) / len(values) if values else None,
             "rollout/reward_group_std_mean": sum(spreads) / len(spreads) if spreads else None}
+
+
+def _pstdev(values: list[float]) -> float:
+    """Population standard deviation in floats (``statistics.pstdev`` works in fractions: 20 times slower)."""
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
 
 
 def step_metrics(args: Any, batch: list[Group], ledger: StepLedger, started: float) -> dict[str, Any]:

@@ -375,9 +375,9 @@ class FakeEngine(InferenceEngine):
 
         engine = FakeEngine(["The answer is 5.<|im_end|>"], tokenizer)
 
-    Like SGLang it keeps a matched ``stop`` string (as with ``no_stop_trim``), stops at
-    ``max_new_tokens`` (finish reason ``length``), and keeps an ending ``tokenizer.eos_token`` in the ids
-    but not the text. A reply with ``seconds`` runs that long unless :meth:`abort` ends it first; with
+    Like SGLang it stops at a ``stop`` string or an ending ``tokenizer.eos_token`` (both stay in the ids;
+    in the text only with ``no_stop_trim``, which rlsdk's sampling parameters set) and at
+    ``max_new_tokens`` (finish reason ``length``). A reply with ``seconds`` runs that long unless :meth:`abort` ends it first; with
     ``slots`` at most that many run at once and the rest wait in order. ``payloads`` records every request
     (``keep_payloads=False`` keeps only the count, for benchmarks)."""
 
@@ -439,6 +439,7 @@ class FakeEngine(InferenceEngine):
     def _response(self, reply: FakeReply, params: dict[str, Any]) -> tuple[str, list[int], dict[str, Any]]:
         """The reply's text and ids cut as SGLang would cut them, and the finish reason."""
         text, ids, finish = reply.text, reply.ids, protocol.finish_stop(None)
+        keep = params.get("no_stop_trim", False)
         if ids is None:
             assert text is not None, "FakeReply needs text or ids"
             hits = [(text.find(s) + len(s), s) for s in params.get("stop") or [] if s in text]
@@ -447,8 +448,10 @@ class FakeEngine(InferenceEngine):
                 end, matched = min(hits)
                 text, finish = text[:end], protocol.finish_stop(matched)
             ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-            if not hits and eos and text.endswith(eos):
-                text, finish = text[: -len(eos)], protocol.finish_stop(ids[-1])
+            if hits and not keep:
+                text = text[: -len(finish["matched"])]
+            elif not hits and eos and text.endswith(eos):
+                text, finish = text if keep else text[: -len(eos)], protocol.finish_stop(ids[-1])
         elif text is None:
             text = self.tokenizer.decode(ids)
         limit = params.get("max_new_tokens")

@@ -74,7 +74,7 @@ def test_tag_style_tool_call_masks_the_observation(rlsdk_pm, small_tokenizer):
     check_alignment(sample, prompt_ids, [(ids(tok, said1), True, 1), (ids(tok, observation), False, None),
                                          (ids(tok, turn2), True, 2)])
     assert sample.status == Sample.Status.COMPLETED
-    assert sample.response == said1 + observation + "The answer is 84."
+    assert sample.response == said1 + observation + turn2  # the end-of-turn token stays (no_stop_trim)
     assert sample.metadata["multi_turn"]["turns"] == 2 and sample.metadata["multi_turn"]["tool_calls"] == 1
     first, second = engine.payloads
     assert "</calculator>" in first["sampling_params"]["stop"]
