@@ -180,7 +180,7 @@ RESUME_MAY_CHANGE = frozenset({
 
 def saved_settings(args: Any) -> dict[str, Any]:
     settings = args.to_dict()
-    for key in ("resume", "sglang_router_ip", "sglang_router_port"):
+    for key in ("resume", "overwrite", "sglang_router_ip", "sglang_router_port"):
         settings.pop(key, None)
     return settings
 
