@@ -377,9 +377,9 @@ class FakeEngine(InferenceEngine):
 
     Like SGLang it stops at a ``stop`` string or an ending ``tokenizer.eos_token`` (both stay in the ids;
     in the text only with ``no_stop_trim``, which rlsdk's sampling parameters set) and at
-    ``max_new_tokens`` (finish reason ``length``). A reply with ``seconds`` runs that long unless :meth:`abort` ends it first; with
-    ``slots`` at most that many run at once and the rest wait in order. ``payloads`` records every request
-    (``keep_payloads=False`` keeps only the count, for benchmarks)."""
+    ``max_new_tokens`` (finish reason ``length``). A reply with ``seconds`` runs that long unless
+    :meth:`abort` ends it first; with ``slots`` at most that many run at once and the rest wait in order.
+    ``payloads`` records every request (``keep_payloads=False`` keeps only the count, for benchmarks)."""
 
     def __init__(self, replies: Sequence[str | FakeReply] | Respond, tokenizer: Any = None, *,
                  slots: int | None = None, keep_payloads: bool = True, model_path: str = "fake") -> None:
