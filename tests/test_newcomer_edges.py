@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from rlsdk import Sample
 from rlsdk.errors import RlsdkError
 from rlsdk.job import STATE_FILE, RunOutput
-from rlsdk.rollout import scored_reward_metrics
+from rlsdk.rollout import group_rewards, scored_reward_metrics
 from rlsdk_cli.app import app
 from rlsdk_cli.run import step_table
 
@@ -55,13 +55,13 @@ def test_a_folder_holding_a_run_is_replaced_only_with_overwrite(tmp_path):
 
 
 def test_rewards_before_the_filter_and_the_groups_spread():
-    groups = [
-        [Sample(reward=1.0), Sample(reward=0.0)],
-        [Sample(reward=1.0), Sample(reward=1.0)],
-        [Sample(reward=None)],
-    ]
-    metrics = scored_reward_metrics(None, groups)
-    assert metrics == {"rollout/reward_mean_before_filter": 0.75, "rollout/reward_group_std_mean": 0.25}
+    kept = group_rewards(None, [[Sample(reward=1.0), Sample(reward=0.0)]])
+    dropped = group_rewards(None, [[Sample(reward=1.0), Sample(reward=1.0)], [Sample(reward=None)]])
+    assert scored_reward_metrics(kept, dropped) == {
+        "rollout/reward_mean": 0.5,
+        "rollout/reward_mean_before_filter": 0.75,
+        "rollout/reward_group_std_mean": 0.25,
+    }
 
 
 def test_the_step_table_keeps_every_drop_reason_whole_at_80_columns():

@@ -21,7 +21,7 @@ from .ledger import Group, StepLedger
 from .plugin_calls import FINISHED, StepPlugins, call_plugin, generate_group
 from .rewarding import apply_invalid_policy, count_invalid, score_group
 from .runtime import Runtime, get_runtime
-from .types import DynamicFilterOutput, RolloutFnTrainOutput, Sample
+from .types import DynamicFilterOutput, RolloutFnTrainOutput, Sample, reward_value
 
 SUBMIT_SLICE = 64
 """Samples whose tasks a step creates before it lets them run (and send their requests) while it goes on
@@ -53,7 +53,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
     to_buffer: list[Group] = []  # unfinished: resumed from their tokens with partial rollouts
     restarted: list[Group] = []  # hung past the abort timeout: their state is unknown, start over
     in_flight: dict[asyncio.Task[Group], Group] = {}
-    entry_metadata: dict[int, dict[str, Any]] = {}  # id(sample) -> its metadata as it entered the step
+    entry_metadata: dict[int, dict[str, Any]] = {}  # id(sample) -> its metadata entering the step, if any
     finished = asyncio.Event()  # set as a task ends: cheaper than asyncio.wait, which hooks every task per call
     pulled, exhausted = 0, False
 
@@ -64,7 +64,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
             groups = data_source.get_samples(chunk, rollout_id)  # buffer_filter: buffered groups first
             exhausted = not groups
             ledger.enter(groups)
-            entry_metadata.update((id(s), dict(s.metadata)) for g in groups for s in g)
+            entry_metadata.update((id(s), dict(s.metadata)) for g in groups for s in g if s.metadata)
             pulled += len(groups)
             unsent = 0
             for group in groups:
@@ -231,7 +231,7 @@ def reset_for_buffer(args: Any, group: Group, rollout_id: int, *, partial: bool,
                 sample.loss_mask = [0] * sample.response_length
             sample.status = Sample.Status.ABORTED
             continue
-        entered = (metadata or {}).get(id(sample), sample.metadata)
+        entered = sample.metadata if metadata is None else metadata.get(id(sample), {})
         sample.metadata = {**entered, "returned_at_rollout_id": rollout_id}
         del sample.tokens[sample.prompt_length:]
         sample.response, sample.response_length = "", 0
@@ -242,13 +242,20 @@ def reset_for_buffer(args: Any, group: Group, rollout_id: int, *, partial: bool,
     return group
 
 
-def scored_reward_metrics(args: Any, groups: list[Group]) -> dict[str, Any]:
-    """Rewards before the filters (kept and dropped groups): their mean and the mean over groups of the
-    rewards' population standard deviation."""
-    rows = [[v for v in (s.get_reward_value(args) for s in g) if v is not None] for g in groups]
-    values = [v for row in rows for v in row]
-    spreads = [_pstdev(row) for row in rows if row]
-    return {"rollout/reward_mean_before_filter": sum(values) / len(values) if values else None,
+def group_rewards(args: Any, groups: list[Group]) -> list[list[float]]:
+    """Each group's valid scalar rewards."""
+    key = getattr(args, "reward_key", None)
+    return [[v for v in (reward_value(s.reward, key) for s in g) if v is not None] for g in groups]
+
+
+def scored_reward_metrics(kept: list[list[float]], dropped: list[list[float]]) -> dict[str, Any]:
+    """The kept groups' mean reward, and before the filters (kept and dropped groups, by their
+    :func:`group_rewards`) the mean and the mean over groups of the population standard deviation."""
+    kept_values = [v for row in kept for v in row]
+    values = kept_values + [v for row in dropped for v in row]
+    spreads = [_pstdev(row) for rows in (kept, dropped) for row in rows if row]
+    return {"rollout/reward_mean": sum(kept_values) / len(kept_values) if kept_values else None,
+            "rollout/reward_mean_before_filter": sum(values) / len(values) if values else None,
             "rollout/reward_group_std_mean": sum(spreads) / len(spreads) if spreads else None}
 
 
@@ -263,13 +270,11 @@ def step_metrics(args: Any, batch: list[Group], ledger: StepLedger, started: flo
     samples = [s for g in batch for s in g]
     elapsed = time.perf_counter() - started
     tokens = sum(s.response_length for s in samples)
-    values = [v for v in (s.get_reward_value(args) for s in samples) if v is not None]
     metrics = ledger.metrics()
     metrics.update({
         "rollout/groups": len(batch),
         "rollout/samples": len(samples),
-        "rollout/reward_mean": sum(values) / len(values) if values else None,
-        **scored_reward_metrics(args, [*batch, *ledger.discarded]),
+        **scored_reward_metrics(group_rewards(args, batch), group_rewards(args, ledger.discarded)),
         "rollout/response_len_mean": tokens / len(samples) if samples else 0.0,
         "rollout/truncated": sum(s.status is Sample.Status.TRUNCATED for s in samples),
         "rollout/resumed": sum("returned_at_rollout_id" in s.metadata for s in samples),
