@@ -1,9 +1,9 @@
 """Long-tail rollouts: slime's synchronous loop against over-sampling plus partial rollouts, in simulated time.
 
-The engine (``SimulatedEngine``) gives each sample a response length drawn from a capped log-normal
-(median ``--median-len``, sigma ``--sigma``, cap ``--max-len``), keyed by the prompt and the sample's
-position so both modes see the same lengths, and spends a fixed ``--time-per-token`` per token on at most
-``--slots`` requests at once (the rest queue, as in a continuously batching server). Time is an event
+The engine (``simulated_engine``, a :class:`rlsdk.testing.FakeEngine`) gives each sample a response length
+drawn from a capped log-normal (median ``--median-len``, sigma ``--sigma``, cap ``--max-len``), keyed by the
+prompt and the sample's position so both modes see the same lengths, and spends a fixed
+``--time-per-token`` per token on at most ``--slots`` requests at once (the rest queue, as in a continuously batching server). Time is an event
 loop's virtual clock that jumps to the next finishing request whenever the loop is idle, so hours of
 generation simulate in seconds; abort returns what each request generated so far.
 
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import json
 import math
 import random
@@ -38,17 +37,15 @@ import statistics
 import sys
 import tempfile
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness import machine, write_prompts
 from rlsdk import Engine, Reward, RolloutConfig, Sample, get_plugin_manager, hookimpl
 from rlsdk.data import DataSource
-from rlsdk.engine import InferenceEngine
 from rlsdk.rollout import generate_rollout
 from rlsdk.runtime import Runtime, bind_runtime
-from rlsdk.testing import ByteTokenizer
+from rlsdk.testing import ByteTokenizer, FakeEngine, FakeReply
 
 N_SAMPLES = 8
 TOKEN_BASE = 1000
@@ -92,32 +89,24 @@ class VirtualClockPolicy(asyncio.DefaultEventLoopPolicy):
 
 # ----- the simulated engine -----------------------------------------------------------------------------
 
-@dataclass(eq=False)
-class _Request:
-    done: asyncio.Future[str]
-    remaining: int
-    target: int
-    started: float | None = None
-    handle: asyncio.TimerHandle | None = None
+class LengthTokenizer(ByteTokenizer):
+    """Decodes simulated tokens (ids of ``TOKEN_BASE`` and up) as one ``x`` each."""
+
+    def decode(self, ids: list[int]) -> str:
+        return "x" * len(ids)
 
 
-class SimulatedEngine(InferenceEngine):
+def simulated_engine(*, slots: int, time_per_token: float, median_len: float, sigma: float,
+                     seed: int) -> FakeEngine:
     """Benchmark engine: capped log-normal response lengths, a fixed time per token, ``slots`` requests
     running at once, on the loop's (virtual) clock. Not a model."""
+    mu = math.log(median_len)
 
-    def __init__(self, *, slots: int, time_per_token: float, median_len: float, sigma: float, seed: int) -> None:
-        self.slots, self.time_per_token = slots, time_per_token
-        self.mu, self.sigma, self.seed = math.log(median_len), sigma, seed
-        self.queued: collections.deque[_Request] = collections.deque()
-        self.running: set[_Request] = set()
-        self.generated_tokens = 0
-        self.busy_slot_seconds = 0.0
+    def target_length(prompt_ids: list[int], position: int, cap: int) -> int:
+        key = zlib.crc32(bytes(prompt_ids)) ^ (position * 0x9E3779B1) ^ seed
+        return max(1, min(cap, round(random.Random(key).lognormvariate(mu, sigma))))
 
-    def target_length(self, prompt_ids: list[int], position: int, cap: int) -> int:
-        key = zlib.crc32(bytes(prompt_ids)) ^ (position * 0x9E3779B1) ^ self.seed
-        return max(1, min(cap, round(random.Random(key).lognormvariate(self.mu, self.sigma))))
-
-    async def generate(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def respond(payload: dict[str, Any], call: int) -> FakeReply:
         ids, params = payload["input_ids"], payload["sampling_params"]
         done_before = 0
         while done_before < len(ids) and ids[len(ids) - 1 - done_before] >= TOKEN_BASE:
@@ -125,57 +114,13 @@ class SimulatedEngine(InferenceEngine):
         if done_before:  # a partial rollout resuming: its tokens carry the target length
             target = ids[-1] - TOKEN_BASE
         else:
-            target = self.target_length(ids, params.get("sampling_seed", 0), params["max_new_tokens"])
-        remaining = min(target - done_before, params["max_new_tokens"])
-        request = _Request(asyncio.get_running_loop().create_future(), remaining, target)
-        self.queued.append(request)
-        self._admit()
-        finish = await request.done
-        n = request.remaining if finish != "abort" else self._progress(request)
-        self.generated_tokens += n
-        token = TOKEN_BASE + request.target
-        return {
-            "text": "x" * n,
-            "meta_info": {
-                "finish_reason": {"type": finish},
-                "prompt_tokens": len(ids),
-                "completion_tokens": n,
-                "output_token_logprobs": [[-1.0, token, None]] * n,
-                "weight_version": "default",
-            },
-        }
+            target = target_length(ids, params.get("sampling_seed", 0), params["max_new_tokens"])
+        n = min(target - done_before, params["max_new_tokens"])
+        return FakeReply(ids=[TOKEN_BASE + target] * n, seconds=n * time_per_token)
 
-    def _progress(self, request: _Request) -> int:
-        if request.started is None:
-            return 0
-        now = asyncio.get_running_loop().time()
-        return min(request.remaining, int((now - request.started) / self.time_per_token + 1e-9))
+    return FakeEngine(respond, LengthTokenizer(), slots=slots, keep_payloads=False,
+                      model_path="bench_simulated")
 
-    def _admit(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self.queued and len(self.running) < self.slots:
-            request = self.queued.popleft()
-            request.started = loop.time()
-            request.handle = loop.call_later(request.remaining * self.time_per_token, self._finish, request, "stop")
-            self.running.add(request)
-
-    def _finish(self, request: _Request, reason: str) -> None:
-        if request.done.done():
-            return
-        if request in self.running:
-            self.running.discard(request)
-            self.busy_slot_seconds += asyncio.get_running_loop().time() - request.started
-            request.handle.cancel()
-        request.done.set_result(reason)
-        self._admit()
-
-    async def abort(self, rid: str | None = None) -> None:
-        queued, self.queued = list(self.queued), collections.deque()
-        for request in [*self.running, *queued]:
-            self._finish(request, "abort")
-
-    async def model_info(self) -> dict[str, Any]:
-        return {"model_path": "bench_simulated", "weight_version": "default"}
 
 
 def pass_rate_reward(args: Any, sample: Sample, **kwargs: Any) -> float:
@@ -193,7 +138,7 @@ class SimulatedPlugins:
 
     @hookimpl
     def rlsdk_engines(self):
-        yield Engine(name="bench_simulated", func=lambda args: SimulatedEngine(**self.engine_options),
+        yield Engine(name="bench_simulated", func=lambda args: simulated_engine(**self.engine_options),
                      description="benchmark engine: long-tail lengths on a virtual clock")
 
     @hookimpl
@@ -255,7 +200,7 @@ def run_mode(mode: str, opts: argparse.Namespace, data: Path) -> dict[str, Any]:
         "tokens_wasted": engine.generated_tokens - kept_tokens - buffered,
         "samples_aborted": aborted,
         "samples_lost": lost,
-        "slot_utilization": engine.busy_slot_seconds / (opts.slots * total_time),
+        "slot_utilization": engine.busy_seconds / (opts.slots * total_time),
     }
     report["tokens_wasted_share"] = report["tokens_wasted"] / max(engine.generated_tokens, 1)
     print(json.dumps(report), file=sys.stderr)

@@ -39,11 +39,10 @@ from typing import Any
 from harness import machine, pin_one_core, write_prompts
 from rlsdk import DynamicFilterOutput, Engine, Reward, RolloutConfig, Sample, get_plugin_manager, hookimpl
 from rlsdk.data import DataSource
-from rlsdk.engine import InferenceEngine
 from rlsdk.generate import sampling_params_for
 from rlsdk.rollout import generate_rollout
 from rlsdk.runtime import BackgroundLoop, Runtime, bind_runtime, tuned_garbage_collector
-from rlsdk.testing import ByteTokenizer
+from rlsdk.testing import ByteTokenizer, FakeEngine, FakeReply
 
 N_SAMPLES = 8
 RESPONSE_TOKENS = 16
@@ -51,50 +50,12 @@ TARGET_SAMPLES_PER_S = 20_000
 TARGET_OVERHEAD_SHARE = 0.005
 
 
-class InstantEngine(InferenceEngine):
+def instant_engine(latency: float = 0.0) -> FakeEngine:
     """Benchmark engine: answers every ``/generate`` with the same short response, at once or after a
     fixed ``latency``. Not a model; it exists so that only the loop's own cost is measured."""
-
-    def __init__(self, latency: float = 0.0, response_tokens: int = RESPONSE_TOKENS) -> None:
-        self.latency = latency
-        self.ids = [ord("a") + i % 26 for i in range(response_tokens)]
-        self.text = bytes(self.ids).decode()
-        self.requests = 0
-        self._waiting: set[asyncio.Future[str]] = set()
-
-    async def generate(self, payload: dict[str, Any]) -> dict[str, Any]:
-        self.requests += 1
-        finish = "stop"
-        if self.latency:
-            done = asyncio.get_running_loop().create_future()
-            self._waiting.add(done)
-            handle = asyncio.get_running_loop().call_later(self.latency, _finish, done, "stop")
-            finish = await done
-            handle.cancel()
-            self._waiting.discard(done)
-        n = min(len(self.ids), payload["sampling_params"]["max_new_tokens"]) if finish == "stop" else 0
-        return {
-            "text": self.text[:n],
-            "meta_info": {
-                "finish_reason": {"type": finish},
-                "prompt_tokens": len(payload["input_ids"]),
-                "completion_tokens": n,
-                "output_token_logprobs": [[-0.5, t, None] for t in self.ids[:n]],
-                "weight_version": "default",
-            },
-        }
-
-    async def abort(self, rid: str | None = None) -> None:
-        for done in list(self._waiting):
-            _finish(done, "abort")
-
-    async def model_info(self) -> dict[str, Any]:
-        return {"model_path": "bench_instant", "weight_version": "default"}
-
-
-def _finish(done: asyncio.Future[str], reason: str) -> None:
-    if not done.done():
-        done.set_result(reason)
+    ids = [ord("a") + i % 26 for i in range(RESPONSE_TOKENS)]
+    reply = FakeReply(text=bytes(ids).decode(), ids=ids, seconds=latency, logprobs=[-0.5] * len(ids))
+    return FakeEngine(lambda payload, call: reply, keep_payloads=False, model_path="bench_instant")
 
 
 def mixed_reward(args: Any, sample: Sample, **kwargs: Any) -> float:
@@ -115,7 +76,7 @@ class BenchPlugins:
 
     @hookimpl
     def rlsdk_engines(self):
-        yield Engine(name="bench_instant", func=lambda args: InstantEngine(self.latency),
+        yield Engine(name="bench_instant", func=lambda args: instant_engine(self.latency),
                      description="benchmark engine: instant fixed responses")
 
     @hookimpl
@@ -171,7 +132,7 @@ def run_rlsdk(data: Path, step_samples: int, steps: int, *, latency: float, rewa
 class MinimalLoop:
     """A hand-written asyncio loop doing the same work as a step, with none of rlsdk's machinery."""
 
-    def __init__(self, args: RolloutConfig, engine: InstantEngine, reward: Any) -> None:
+    def __init__(self, args: RolloutConfig, engine: FakeEngine, reward: Any) -> None:
         self.args, self.engine, self.reward = args, engine, reward
         from rlsdk_filter_hub.dynamic import check_reward_nonzero_std
 
@@ -220,7 +181,7 @@ class MinimalLoop:
 def run_minimal(data: Path, step_samples: int, steps: int, *, latency: float, reward: str,
                 over_sample: bool) -> tuple[list[float], list[float], int]:
     args = make_args(data, step_samples, reward=reward, over_sample=over_sample)
-    loop = MinimalLoop(args, InstantEngine(latency), mixed_reward if reward == "bench_mixed" else varied_reward)
+    loop = MinimalLoop(args, instant_engine(latency), mixed_reward if reward == "bench_mixed" else varied_reward)
     background = BackgroundLoop()
     times, cpu, kept = [], [], 0
     try:

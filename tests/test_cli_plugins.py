@@ -96,3 +96,20 @@ def test_cli_does_not_import_heavy_libraries():
             "print(sorted(m for m in ('torch', 'transformers', 'sglang', 'math_verify') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_list_json_carries_the_conflicts_the_table_shows(fake_dist):
+    fake_dist("rl-plugin-a", "1.0.0", "plugin_a", "rl_plugin_a", REWARD_PLUGIN.format(name="f1"))
+    rows = {row["distribution"]: row for row in _list_json()}
+    conflict = {"kind": "reward", "name": "f1"}
+    for distribution in ("rl-plugin-a", "rlsdk-rm-hub"):
+        [found] = rows[distribution]["conflicts"]
+        assert {k: found[k] for k in conflict} == conflict and len(found["providers"]) == 2
+    assert rows["rlsdk-filter-hub"]["conflicts"] == []
+
+
+def test_show_says_which_plugins_failed_to_load(fake_dist):
+    fake_dist("rl-plugin-broken", "0.1.0", "broken", "rl_plugin_broken", "raise ImportError('boom')\n")
+    result = runner.invoke(app, ["plugins", "show", "broken_reward"])
+    assert result.exit_code == 2
+    assert "broken from rl-plugin-broken 0.1.0 failed to load: ImportError: boom" in " ".join(result.output.split())

@@ -1,6 +1,6 @@
 """Chat messages with images: kept by the data source in ``sample.multimodal_inputs`` and sent to the
 engine as SGLang's ``text`` plus ``image_data``. The request shape is checked on
-``rlsdk.testing.ScriptedEngine`` (a stand-in engine that records payloads); the real engine's answer
+``rlsdk.testing.FakeEngine`` (a stand-in engine that records payloads); the real engine's answer
 is in plugins/generators/tests/test_multimodal.py."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from rlsdk.data import DataSource
 from rlsdk.errors import DataError
 from rlsdk.generate import generate, sampling_params_for
 from rlsdk.runtime import Runtime, bind_runtime
-from rlsdk.testing import ScriptedEngine
+from rlsdk.testing import FakeEngine, FakeReply
 
 DATA_URI = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 RAW_BASE64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
@@ -66,7 +66,7 @@ def test_malformed_image_part_names_the_row(rlsdk_pm, small_tokenizer, tmp_path)
 def test_generate_sends_text_and_image_data(rlsdk_pm, small_tokenizer, tmp_path):
     args, data = source(rlsdk_pm, tmp_path, small_tokenizer, rows(tmp_path), rollout_max_response_len=32)
     cat, pair, plain = [group[0] for group in data.get_samples(3)]
-    engine = ScriptedEngine(small_tokenizer, [{"text": "A small", "abort": True}, " cat.<|im_end|>", "Fine.<|im_end|>"])
+    engine = FakeEngine([FakeReply("A small", abort=True), " cat.<|im_end|>", "Fine.<|im_end|>"], small_tokenizer)
     runtime = bind_runtime(args, Runtime(rlsdk_pm, engine, small_tokenizer))
     try:
         params = sampling_params_for(args)
@@ -82,5 +82,5 @@ def test_generate_sends_text_and_image_data(rlsdk_pm, small_tokenizer, tmp_path)
                      "return_logprob": True}
     assert second["text"] == cat.prompt + "A small" and second["image_data"] == images and "input_ids" not in second
     assert "image_data" not in third and third["input_ids"] == small_tokenizer(plain.prompt, add_special_tokens=False)["input_ids"]
-    assert cat.status == Sample.Status.COMPLETED and cat.response == "A small cat."
+    assert cat.status == Sample.Status.COMPLETED and cat.response == "A small cat.<|im_end|>"  # no_stop_trim
     assert len(cat.loss_mask) == len(cat.rollout_log_probs) == cat.response_length

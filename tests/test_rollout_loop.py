@@ -1,7 +1,10 @@
 """The rollout step: ledger, over-sampling, filters, aborts, partial rollouts and plugin failures.
 
-Generation runs on :class:`LongTailEngine` (see its module docstring for why); rewards, filters, the
-data source and the buffer are the real ones.
+Generation runs on :class:`rlsdk.testing.FakeEngine`: the real engines (the embedded transformers engine
+and the SGLang client against ``rlsdk serve``) are tested with the real small model in their own tests and
+end to end in ``test_run_e2e.py``, but these tests need what a real model cannot give: exact control over
+which request is still running when a step ends, so that aborts and partial rollouts happen at known
+points. Rewards, filters, the data source and the buffer are the real ones.
 """
 
 from __future__ import annotations
@@ -22,10 +25,8 @@ from rlsdk import (
 from rlsdk.data import DataSource
 from rlsdk.rollout import rollout_step
 from rlsdk.runtime import Runtime, bind_runtime
-from rlsdk.testing import ByteTokenizer
+from rlsdk.testing import ByteTokenizer, FakeEngine, FakeReply
 from rlsdk.types import Sample
-
-from .long_tail_engine import LongTailEngine
 
 ANSWER = "answer {n} is here"
 
@@ -85,9 +86,16 @@ class LoopPlugins:
         async def hangs(args, sample, sampling_params):
             await asyncio.sleep(3600)
 
+        async def counts_attempts(args, sample, sampling_params):
+            from rlsdk.generate import generate
+
+            sample.metadata["attempts"] = sample.metadata.get("attempts", 0) + 1
+            return await generate(args, sample, sampling_params)
+
         yield CustomGenerate(name="broken", func=broken)
         yield CustomGenerate(name="wrong_type", func=wrong_type)
         yield CustomGenerate(name="hangs", func=hangs)
+        yield CustomGenerate(name="counts_attempts", func=counts_attempts)
 
 
 @pytest.fixture
@@ -110,11 +118,16 @@ def make_run(tmp_path, rlsdk_pm):
                         rollout_batch_size=2, over_sampling_batch_size=4, rollout_max_response_len=64)
         args = RolloutConfig(**{**defaults, **options})
 
-        def script(prompt, so_far):
-            first_attempt = not so_far
-            return response_for(prompt), 3 if (int(prompt.split()[0]) in slow and first_attempt) else None
+        def respond(payload, call):
+            ids = payload["input_ids"]
+            start = ids.index(ord("|")) + 1
+            prompt, so_far = bytes(ids[:start]).decode(), ids[start:]
+            rest = list(response_for(prompt).encode())[len(so_far):]
+            if int(prompt.split()[0]) in slow and not so_far:  # a long-tail request: 3 tokens, then stalls
+                return FakeReply(ids=rest, seconds=slow_seconds, partial_tokens=3)
+            return FakeReply(ids=rest)
 
-        engine = LongTailEngine(script, prompt_len=lambda ids: ids.index(ord("|")) + 1, slow_seconds=slow_seconds)
+        engine = FakeEngine(respond)
         runtime = bind_runtime(args, Runtime(rlsdk_pm, engine, ByteTokenizer()))
         runtimes.append(runtime)
         source = DataSource(args, pm=rlsdk_pm, tokenizer=runtime.tokenizer)
@@ -142,10 +155,10 @@ def test_step_keeps_the_batch_and_returns_surplus_groups_to_the_buffer(make_run)
     assert m["ledger/entered"] == 8 and m["ledger/kept"] == 4 and m["ledger/returned"] == 4
     assert source.get_buffer_length() == 2
     # the surplus groups are complete: served next step without generating again
-    before = len(runtime.engine.requests)
+    before = len(runtime.engine.payloads)
     out2 = step(args, source, runtime, rollout_id=1)
     assert prompts_of(out2.samples) == ["2 fast|", "3 fast|"]
-    assert len(runtime.engine.requests) - before == 4  # only the two fresh groups of the next chunk
+    assert len(runtime.engine.payloads) - before == 4  # only the two fresh groups of the next chunk
 
 
 def test_a_step_sends_requests_before_it_has_created_every_task_of_a_chunk(make_run):
@@ -178,7 +191,7 @@ def test_partial_rollout_resumes_from_tokens_with_the_remaining_budget(make_run)
 
     out = step(args, source, runtime, rollout_id=1)
     assert prompts_of(out.samples) == ["2 slow|", "3 slow|"]
-    resumed = [r for r in engine.requests if len(r["input_ids"]) > len(b"2 slow|")]
+    resumed = [r for r in engine.payloads if len(r["input_ids"]) > len(b"2 slow|")]
     assert len(resumed) == 4
     assert all(r["sampling_params"]["max_new_tokens"] == 64 - 3 for r in resumed)
     for sample in (s for g in out.samples for s in g):
@@ -191,12 +204,17 @@ def test_partial_rollout_resumes_from_tokens_with_the_remaining_budget(make_run)
 
 
 def test_without_partial_rollout_aborted_groups_start_over(make_run):
-    args, source, runtime, engine = make_run(slow={2, 3})
+    args, source, runtime, engine = make_run(slow={2, 3}, custom_generate_function_path="counts_attempts")
     step(args, source, runtime)
-    assert all(s.response_length == 0 and s.status is Sample.Status.PENDING for g in source.buffer for s in g)
-    step(args, source, runtime, rollout_id=1)
-    slow = [r["input_ids"] for r in engine.requests if bytes(r["input_ids"]).startswith(b"2 slow|")]
+    buffered = [s for g in source.buffer for s in g]
+    assert all(s.response_length == 0 and s.status is Sample.Status.PENDING for s in buffered)
+    assert all("attempts" not in s.metadata for s in buffered)  # nothing of the abandoned attempt
+    out = step(args, source, runtime, rollout_id=1)
+    slow = [r["input_ids"] for r in engine.payloads if bytes(r["input_ids"]).startswith(b"2 slow|")]
     assert slow == [list(b"2 slow|")] * 4  # two samples, twice, each time from the bare prompt
+    assert all(s.metadata["attempts"] == 1 for g in out.samples for s in g)
+    assert all("attempts" not in s.metadata and s.metadata["returned_at_rollout_id"] == 1
+               for g in source.buffer for s in g)
 
 
 def test_dynamic_filter_drops_with_reason_and_over_sampling_filter_orders(make_run):
@@ -211,8 +229,10 @@ def test_dynamic_filter_drops_with_reason_and_over_sampling_filter_orders(make_r
 
 def test_a_filter_that_drops_everything_cannot_loop_forever(make_run):
     args, source, runtime, _ = make_run(dynamic_sampling_filter_path="drop_all", rollout_max_groups_per_step=6)
-    out = step(args, source, runtime)
+    with pytest.warns(RuntimeWarning, match=r"step 0: 0 of 2 groups \(12 samples dropped, 0 failed\): it pulled 6 groups, the cap"):
+        out = step(args, source, runtime)
     assert out.samples == [] and out.metrics["ledger/dropped"] == 12
+    assert out.metrics["rollout/short_of_batch"] == 2
 
 
 def test_keep_when_insufficient_tops_up_the_batch(make_run):
@@ -257,7 +277,7 @@ def test_invalid_rewards_are_counted_and_follow_the_policy(make_run, policy):
 def test_deterministic_mode_seeds_each_sample(make_run):
     args, source, runtime, engine = make_run(sglang_enable_deterministic_inference=True, rollout_seed=7)
     step(args, source, runtime)
-    seeds = sorted({r["sampling_params"]["sampling_seed"] for r in engine.requests})
+    seeds = sorted({r["sampling_params"]["sampling_seed"] for r in engine.payloads})
     assert seeds == [7, 8]
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlsdk import RolloutConfig
+from rlsdk import RolloutConfig, Sample
 from rlsdk.config import DEFAULT_DATASET
 from rlsdk.job import run_job
 
@@ -56,16 +56,37 @@ def test_rlsdk_run_writes_rollouts_metrics_and_state(tmp_path):
     out = tmp_path / "run"
     result = rlsdk("run", *TINY, "--output", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "step 1" in result.stderr and "kept" in result.stderr
+    assert "starting the embedded engine (loading the model)" in result.stderr  # set-up says what it does
+    assert "step 0" in result.stderr and "step 1" in result.stderr and "kept" in result.stderr
     rows = read_jsonl(out / "rollouts.jsonl")
     assert [r["rollout_id"] for r in rows] == [0] * 4 + [1] * 4
     for row in rows:
         check_sample(row)
         assert row["reward"] in (0.0, 1.0) and row["label"]
+        assert Sample.from_dict(row).tokens == row["tokens"]  # rlsdk's own output reads back as samples
     metrics = read_jsonl(out / "metrics.jsonl")
     assert len(metrics) == 2
     check_ledger(metrics)
+    for m in metrics:  # the kept samples' mean beside the mean before the filter and the groups' spread
+        assert {"rollout/reward_mean_before_filter", "rollout/reward_group_std_mean"} <= set(m)
     assert json.loads((out / "state.json").read_text())["next_rollout_id"] == 2
+
+    again = rlsdk("run", *TINY, "--output", str(out), timeout=60)  # refused before any model loads
+    assert again.returncode == 1 and "holds a run" in again.stderr and "--overwrite" in again.stderr
+    assert len(read_jsonl(out / "rollouts.jsonl")) == 8
+
+
+def test_rlsdk_eval_writes_metrics_and_samples_to_output(tmp_path):
+    out = tmp_path / "eval"
+    result = rlsdk("eval", "--data", f"{DEFAULT_DATASET}@[0:2]", "--label-key", "label",
+                   "--apply-chat-template", "--n-samples-per-eval-prompt", "2", "--rollout-max-response-len", "6",
+                   "--output", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    [metrics] = read_jsonl(out / "eval.jsonl")
+    samples = read_jsonl(out / "eval_samples.jsonl")
+    assert metrics["eval/arithmetic-train/prompts"] == 2 and len(samples) == 4
+    assert {s["dataset"] for s in samples} == {"arithmetic-train"}
+    assert all(s["response_length"] for s in samples)
 
 
 def test_resume_after_a_killed_run_serves_exactly_the_remaining_groups(tmp_path):
@@ -117,6 +138,8 @@ def test_slime_style_functions_run_unchanged_by_path(tmp_path):
     for row in rows:
         check_sample(row)
         assert row["metadata"]["slime_style"] is True
+        # the default engine names its model folder, so AutoTokenizer.from_pretrained(args.hf_checkpoint) works
+        assert (Path(row["metadata"]["hf_checkpoint"]) / "tokenizer_config.json").exists()
         assert set(row["reward"]) == {"score", "length"}
     check_ledger(read_jsonl(out / "metrics.jsonl"))
 

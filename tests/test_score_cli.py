@@ -56,3 +56,21 @@ def test_score_unknown_reward(tmp_path):
     write(src, [{"response": "a", "label": "a"}])
     result = CliRunner().invoke(app, ["score", "--rm", "nope", "-i", str(src), "-o", str(tmp_path / "o.jsonl")])
     assert result.exit_code == 2 and "Choose one of" in result.output
+
+
+def test_score_through_the_grader_pool_ends_without_a_traceback(tmp_path):
+    """The console script in a fresh process, with answers only the grader workers decide: a successful
+    run prints its summary and nothing else (a BrokenPipeError from the pool once ended every run)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write(src, [{"response": "\\boxed{\\frac{1}{2}}", "label": "0.5"},
+                {"response": "\\boxed{x^2+2x+1}", "label": "(x+1)^2"},
+                {"response": "\\boxed{\\sqrt{8}}", "label": "2\\sqrt{2}"}])
+    exe = Path(sys.executable).with_name("rlsdk")
+    done = subprocess.run([str(exe), "score", "--rm", "math", "-i", str(src), "-o", str(out), "--workers", "2"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and [r["reward"] for r in read(out)] == [1.0, 1.0, 1.0]
+    assert done.stdout.startswith("scored 3 lines") and done.stderr == ""

@@ -47,7 +47,7 @@ def arithmetic_dataset(path: Path, rows: int, seed: int = 0) -> Path:
     return path
 
 
-def run_job(url: str, dataset: Path, out: Path, opts: argparse.Namespace, partial: bool) -> dict[str, Any]:
+def rlsdk_run_against(url: str, dataset: Path, out: Path, opts: argparse.Namespace, partial: bool) -> dict[str, Any]:
     """One ``rlsdk run`` against the server; the run's steps and samples, checked."""
     cmd = [sys.executable, "-m", "rlsdk_cli.app", "run", "--engine", url, "--hf-checkpoint", str(opts.model_config),
            "--data", str(dataset), "--label-key", "label", "--no-chat-template", "--rm", "math",
@@ -185,7 +185,7 @@ def main() -> None:
         dataset = arithmetic_dataset(Path(tmp) / "arithmetic.jsonl", opts.rows)
         for partial in (False, True):
             name = "run_partial_rollout" if partial else "run"
-            report[name] = run_job(opts.url, dataset, Path(tmp) / name, opts, partial)
+            report[name] = rlsdk_run_against(opts.url, dataset, Path(tmp) / name, opts, partial)
     report["client"] = asyncio.run(client_checks(opts.url, opts))
     report["machine"] = machine()
     report["ok"] = all(report[k]["ok"] for k in ("run", "run_partial_rollout", "client"))

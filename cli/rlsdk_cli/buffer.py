@@ -29,7 +29,7 @@ def serve(
     """Serve /start_rollout, /buffer/write, /get_rollout_data and /ack_rollout_data; prints the URL once
     listening. Ctrl-C or SIGTERM stops it; every acknowledged item is already on disk."""
     from rlsdk import get_plugin_manager
-    from rlsdk.rollout_buffer import BufferService, TrajectoryStore, check_binding
+    from rlsdk.buffer_service import BufferService, TrajectoryStore, check_binding
 
     try:
         check_binding(host, token)
@@ -51,7 +51,7 @@ def serve(
 
 
 async def _serve(service: object, host: str, port: int, data_dir: str, options: Mapping[str, object]) -> None:
-    from rlsdk.rollout_buffer import start_buffer_server
+    from rlsdk.buffer_service import start_buffer_server
 
     server = await start_buffer_server(service, host, port, **options)  # type: ignore[arg-type]
     counts = server.service.store.counts()

@@ -1,10 +1,11 @@
-"""``rlsdk plugins list|show``: what is installed and what each plugin provides."""
+"""``rlsdk plugins list|show|new``: what is installed, what each plugin provides, and a new plugin package."""
 
 from __future__ import annotations
 
 import inspect
 import json
 import warnings
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -61,9 +62,13 @@ def list_plugins(
     rows = plugin_rows(pm, kind)
     failures = [f.__dict__ for f in pm.failures]
     conflicts = [
-        {"kind": k, "name": n, "providers": [i.describe() for i in infos]} for k, n, infos in pm.conflicts()
+        {"kind": k, "name": n, "providers": [i.describe() for i in infos], "entry_points": [i.plugin for i in infos]}
+        for k, n, infos in pm.conflicts()
     ]
     if as_json:
+        for row in rows:  # each conflict the table prints, on the rows of its providers
+            row["conflicts"] = [{k: c[k] for k in ("kind", "name", "providers")} for c in conflicts
+                                if row["entry_point"] in c["entry_points"]]
         typer.echo(json.dumps(rows + [{**f, "provides": {}} for f in failures], indent=2))
         return
     console = Console()
@@ -100,8 +105,10 @@ def show_plugin(
     if not kinds:
         installed = {k: pm.names(k) for k in KINDS}
         listing = "; ".join(f"{k}: {', '.join(v) or 'none'}" for k, v in installed.items())
-        typer.echo(f"Error: no plugin provides {name!r}. Installed: {listing} (plugin may not be installed)",
-                   err=True)
+        failed = "".join(f"\n{f.entry_point} from {f.distribution} {f.version} failed to load: {f.error}"
+                         for f in pm.failures)
+        typer.echo(f"Error: no plugin provides {name!r}. Installed: {listing} (plugin may not be installed)"
+                   + (f"; these plugins failed to load and may provide it:{failed}" if failed else ""), err=True)
         raise typer.Exit(2)
     entries: list[dict[str, Any]] = []
     for k in kinds:
@@ -162,3 +169,25 @@ def _signature(func: Any) -> str:
 
 def _describe_callable(func: Any) -> str:
     return f"{getattr(func, '__module__', '?')}:{getattr(func, '__qualname__', '?')}"
+
+
+KIND_HELP = ("A kind to write an example of (repeatable; default reward): reward, dynamic_filter, "
+             "over_sampling_filter, buffer_filter, custom_generate, generate_rollout.")
+
+
+@app.command("new")
+def new_plugin(
+    name: str = typer.Argument(..., help="The plugin's name, e.g. my-rewards (package my_rewards)."),
+    kinds: list[str] | None = typer.Option(None, "--kind", help=KIND_HELP),  # noqa: B008 (typer's default)
+    folder: str = typer.Option(".", "--dir", help="Where to create the package's folder."),
+) -> None:
+    """Create a plugin package: pyproject with the entry point, examples, tests and a README."""
+    from .scaffold import scaffold
+
+    try:
+        root = scaffold(name, kinds or ["reward"], Path(folder))
+    except (ValueError, FileExistsError) as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"created {root}\nnext: pip install -e '{root}[test]' && python -m pytest {root} "
+               "&& rlsdk plugins list")

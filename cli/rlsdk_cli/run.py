@@ -14,6 +14,7 @@ from rich.console import Console, Group
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from rlsdk import RolloutConfig
 from rlsdk.config import ALIASES
@@ -65,8 +66,8 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 
 SPECIAL_FLAGS = {"apply_chat_template": ("--apply-chat-template/--no-chat-template",)}
 """Options whose command-line form is not ``--`` and the name (or a short name of :data:`rlsdk.config.ALIASES`)."""
-NOT_FLAGS = frozenset({"resume", "sglang_router_ip", "sglang_router_port", "eval_datasets"})
-"""Options the command line does not take: ``--resume`` is the command's own, the engine sets the router's
+NOT_FLAGS = frozenset({"resume", "overwrite", "sglang_router_ip", "sglang_router_port", "eval_datasets"})
+"""Options the command line does not take: ``--resume`` and ``--overwrite`` are the command's own, the engine sets the router's
 address, and eval datasets come as ``--eval-data NAME=PATH``."""
 DICT_OPTIONS = frozenset({"apply_chat_template_kwargs", "ray_runtime_env"})
 """Options given as JSON on the command line."""
@@ -163,12 +164,14 @@ def sglang_server_options(tokens: list[str], known: list[str]) -> list[str]:
 def run(
     context: typer.Context,
     resume: bool = typer.Option(False, "--resume", help="Continue the run saved in the output folder."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run in the output folder."),
     **options: Any,
 ) -> None:
     """Run rollout steps: with no options, the embedded engine on SmolLM2-135M and the shipped math data."""
     known = [flag for param in context.command.params for flag in param.opts]
     extra = options.pop("extra") + sglang_server_options(context.args, known)
-    args = build_config(options.pop("config"), {**options, "resume": resume or None}, extra)
+    args = build_config(options.pop("config"), {**options, "resume": resume or None,
+                                                "overwrite": overwrite or None}, extra)
     from rlsdk.job import resumed_settings, run_job
 
     if resume:
@@ -183,22 +186,29 @@ def run(
     # Each refresh renders the bar in a thread that holds the GIL meanwhile; at rich's default 10 per
     # second that slowed the embedded engine's CUDA-graph steps by about 5% on an H100. Not drawn at all
     # where nobody sees it (stderr is not a terminal).
-    progress = Progress(TextColumn("[bold]step {task.fields[step]}"), BarColumn(), MofNCompleteColumn(),
+    progress = Progress(TextColumn("[bold]{task.fields[status]}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("samples"), TimeElapsedColumn(), console=console, transient=True,
                         refresh_per_second=2, disable=not console.is_terminal)
-    task = progress.add_task("rollout", total=samples_per_step, step="-")
+    task = progress.add_task("rollout", total=samples_per_step, status="setting up")
+
+    def on_status(text: str) -> None:
+        """Steps are numbered as in the tables and metrics.jsonl (the rollout_id); set-up is printed."""
+        if text.startswith("step ") and text[5:].isdigit():
+            step = int(text[5:])
+            progress.reset(task, total=samples_per_step, status=f"{text} ({step + 1} of {args.num_rollout})")
+        else:
+            progress.update(task, status=text)
+            console.print(f"[dim]{text}[/dim]", highlight=False)
 
     def on_step(rollout_id: int, metrics: dict[str, Any]) -> None:
-        progress.reset(task, total=samples_per_step, step=rollout_id + 1)
         console.print(step_table(rollout_id, metrics))
 
     def on_eval(rollout_id: int, metrics: dict[str, Any]) -> None:
         console.print(metrics_table(f"eval after step {rollout_id}", metrics))
 
-    progress.update(task, step=1)
     try:
         with progress:
-            output = run_job(args, on_step=on_step, on_eval=on_eval,
+            output = run_job(args, on_step=on_step, on_eval=on_eval, on_status=on_status,
                              progress=lambda n: progress.advance(task, n))
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
         console.print(f"[red]Error:[/red] {exc}", highlight=False, soft_wrap=True)
@@ -218,7 +228,7 @@ def evaluate(**options: Any) -> None:
     if not args.eval_datasets and not args.eval_prompt_data:
         data = str(args.prompt_data)  # with_default_data set it
         args.eval_datasets = [{"name": Path(data).stem, "path": data}]
-    from rlsdk.job import run_eval, running
+    from rlsdk.job import RunOutput, run_eval, running
 
     try:
         with running(args) as (runtime, plugins):
@@ -227,42 +237,49 @@ def evaluate(**options: Any) -> None:
         console.print(f"[red]Error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     Console().print(metrics_table("eval", result.metrics))
+    if options["output_dir"] is not None:  # appended, so an eval beside a run's own evals keeps both
+        output = RunOutput(args.output_dir)
+        output.write_eval(0, result)
+        console.print(f"wrote {output.folder}/eval.jsonl and eval_samples.jsonl", highlight=False)
     typer.echo(json.dumps(result.metrics))
 
 
-TRAIN_COLUMNS = (("loss", "train/loss", "{:.4f}"), ("KL", "train/kl_loss", "{:.4f}"),
-                 ("entropy", "train/entropy_loss", "{:.3f}"), ("clip", "train/pg_clipfrac", "{:.3f}"),
-                 ("grad norm", "train/grad_norm", "{:.3f}"), ("train s", "train/seconds", "{:.1f}"),
-                 ("sync s", "train/sync_seconds", "{:.2f}"))
-
-
 def step_table(rollout_id: int, metrics: dict[str, Any]) -> Group:
-    """The step's rollout row, and with ``--train`` its train row; a rollout function that reports no
-    ledger (a slime-style bare list) shows ``-``."""
-    dropped = ", ".join(f"{k.removeprefix('rollout/dynamic_filter/drop_')}: {v}" for k, v in metrics.items()
-                        if k.startswith("rollout/dynamic_filter/drop_")) or "0"
-    rollout = row_table(f"step {rollout_id}", metrics, ROLLOUT_COLUMNS, dropped=dropped)
+    """The step's rollout row (and a line with the drop reasons and aborts, which a column would cut at 80
+    columns), and with ``--train`` its train row; a rollout function that reports no ledger (a slime-style
+    bare list) shows ``-``."""
+    parts = [f"{k.removeprefix('rollout/dynamic_filter/drop_')} {v}" for k, v in metrics.items()
+             if k.startswith("rollout/dynamic_filter/drop_")]
+    notes = "; ".join(filter(None, [f"dropped: {', '.join(parts)}" if parts else "",
+                                    f"aborted {metrics['rollout/aborted']}" if metrics.get("rollout/aborted") else ""]))
+    rollout: list[Any] = [row_table(f"step {rollout_id}", metrics, ROLLOUT_COLUMNS)]
+    if notes:
+        rollout.append(Text(notes, overflow="fold"))
     if not any(key in metrics for _, key, _ in TRAIN_COLUMNS):
-        return Group(rollout)
-    return Group(rollout, row_table(f"step {rollout_id}: train", metrics, TRAIN_COLUMNS))
+        return Group(*rollout)
+    return Group(*rollout, row_table(f"step {rollout_id}: train", metrics, TRAIN_COLUMNS))
 
 
-ROLLOUT_COLUMNS = (("reward", "rollout/reward_mean", "{:.3f}"), ("kept", "ledger/kept", "{}"),
-                   ("dropped", "dropped", "{}"), ("returned", "ledger/returned", "{}"),
-                   ("aborted", "rollout/aborted", "{}"), ("failed", "ledger/failed", "{}"),
-                   ("tokens/s", "rollout/tokens_per_s", "{:.1f}"), ("seconds", "rollout/seconds", "{:.1f}"))
+ROLLOUT_COLUMNS = (("reward", "rollout/reward_mean", "{:.3f}"),
+                   ("all", "rollout/reward_mean_before_filter", "{:.3f}"),
+                   ("sd", "rollout/reward_group_std_mean", "{:.3f}"), ("kept", "ledger/kept", "{}"),
+                   ("dropped", "ledger/dropped", "{}"), ("returned", "ledger/returned", "{}"),
+                   ("failed", "ledger/failed", "{}"), ("tok/s", "rollout/tokens_per_s", "{:.0f}"),
+                   ("s", "rollout/seconds", "{:.1f}"))
+"""``reward``: the kept samples' mean; ``all``: every scored sample's, before the filters; ``sd``: the
+mean over those groups of their rewards' standard deviation (0 in a group gives GRPO nothing to learn)."""
 TRAIN_COLUMNS = (("loss", "train/loss", "{:.4f}"), ("KL", "train/kl_loss", "{:.4f}"),
                  ("entropy", "train/entropy_loss", "{:.3f}"), ("clip", "train/pg_clipfrac", "{:.3f}"),
                  ("grad norm", "train/grad_norm", "{:.3f}"), ("train s", "train/seconds", "{:.1f}"),
                  ("sync s", "train/sync_seconds", "{:.2f}"))
 
 
-def row_table(title: str, metrics: dict[str, Any], columns: tuple[tuple[str, str, str], ...], **given: Any) -> Table:
+def row_table(title: str, metrics: dict[str, Any], columns: tuple[tuple[str, str, str], ...]) -> Table:
     table = Table(title=title, show_header=True)
     cells = []
     for name, key, fmt in columns:
         table.add_column(name, justify="right")
-        value = given.get(key, metrics.get(key))
+        value = metrics.get(key)
         cells.append("-" if value is None else fmt.format(value))
     table.add_row(*cells)
     return table

@@ -212,6 +212,8 @@ class RolloutConfig(TrainingOptions):
     """Folder for rollouts.jsonl, metrics.jsonl and the resume state."""
     resume: bool = False
     """Continue from the state saved in ``output_dir``."""
+    overwrite: bool = False
+    """Start afresh in an ``output_dir`` that holds a run (otherwise that is an error)."""
 
     extra: dict[str, Any] = field(default_factory=dict)
     """The plugins' options given for this run (and slime's arguments that rlsdk has no option for)."""
@@ -301,13 +303,19 @@ class RolloutConfig(TrainingOptions):
     def read_file(path: str | Path) -> dict[str, Any]:
         """The options of a YAML, TOML or JSON file."""
         path = Path(path)
-        text = path.read_text()
-        if path.suffix == ".toml":
-            values = tomllib.loads(text)
-        elif path.suffix == ".json":
-            values = json.loads(text)
-        else:
-            values = yaml.safe_load(text) or {}
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ValueError(f"config file {path}: {exc.strerror or exc}") from None
+        try:
+            if path.suffix == ".toml":
+                values = tomllib.loads(text)
+            elif path.suffix == ".json":
+                values = json.loads(text)
+            else:
+                values = yaml.safe_load(text) or {}
+        except (ValueError, yaml.YAMLError) as exc:  # TOML and JSON errors are ValueErrors
+            raise ValueError(f"config file {path} does not parse: {exc}") from None
         if not isinstance(values, dict):
             raise ValueError(f"{path}: a config file must hold a mapping of options")
         return values

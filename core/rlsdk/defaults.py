@@ -20,7 +20,7 @@ def sglang_engine(args: Any) -> Any:
 
     options = {"concurrency": args.sglang_server_concurrency, "retries": args.sglang_retries,
                "backoff": args.sglang_backoff}
-    url = args.sglang_url
+    url = args.sglang_url or (args.engine if args.engine.startswith(("http://", "https://")) else None)
     if not url and args.sglang_router_ip and args.sglang_router_port and not args.sglang_launch:
         url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
     if url:

@@ -224,7 +224,7 @@ def rlsdk_buffer_filters() -> Iterable[BufferFilter]:
 def rlsdk_engines() -> Iterable[Engine]:
     """Provide inference engines speaking SGLang's native protocol.
 
-    The callable is a factory ``engine(args) -> rlsdk.engine.Engine``; it may set
+    The callable is a factory ``engine(args) -> rlsdk.engine.InferenceEngine``; it may set
     ``args.sglang_router_ip``/``args.sglang_router_port`` when the engine serves HTTP.
 
     :param args: the run's :class:`rlsdk.RolloutConfig`.

@@ -57,11 +57,8 @@ def resolve_run_plugins(args: Any, pm: RlsdkPluginManager) -> dict[str, Resolved
 
 
 def engine_name(args: Any) -> str:
-    """``--engine URL`` means the SGLang client for that server or router."""
-    if args.engine.startswith(("http://", "https://")):
-        args.sglang_url = args.engine
-        return "sglang"
-    return args.engine
+    """``--engine URL`` names the ``sglang`` engine, which reads the URL from ``args.engine``."""
+    return "sglang" if args.engine.startswith(("http://", "https://")) else args.engine
 
 
 def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime:
@@ -129,7 +126,7 @@ class RunOutput:
     The state records each file's size after the step it covers; resuming truncates what a crash
     wrote past it, so no step is written twice."""
 
-    FILES = ("rollouts.jsonl", "discarded.jsonl", "metrics.jsonl", "eval.jsonl")
+    FILES = ("rollouts.jsonl", "discarded.jsonl", "metrics.jsonl", "eval.jsonl", "eval_samples.jsonl")
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
@@ -147,7 +144,12 @@ class RunOutput:
                 f.truncate(size)
         return state
 
-    def start_fresh(self) -> None:
+    def start_fresh(self, overwrite: bool = False) -> None:
+        """Remove a previous run's files; a folder holding a run is an error unless ``overwrite``."""
+        held = [name for name in (STATE_FILE, *self.FILES) if (self.folder / name).exists()]
+        if held and not overwrite:
+            raise RlsdkError(f"{self.folder} holds a run ({', '.join(held)}): --resume continues it, "
+                             "--overwrite replaces it, or choose another --output")
         for name in (*self.FILES, STATE_FILE):
             (self.folder / name).unlink(missing_ok=True)
 
@@ -161,7 +163,12 @@ class RunOutput:
         self.append("metrics.jsonl", [{"rollout_id": rollout_id, **output.metrics}])
 
     def write_eval(self, rollout_id: int, output: RolloutFnEvalOutput) -> None:
+        """The eval's metrics to ``eval.jsonl``, its samples (with their dataset) to
+        ``eval_samples.jsonl``."""
         self.append("eval.jsonl", [{"rollout_id": rollout_id, **output.metrics}])
+        self.append("eval_samples.jsonl", [{"dataset": name, **sample_row(rollout_id, s)}
+                                           for name, data in output.data.items() if isinstance(data, dict)
+                                           for s in data.get("samples", []) if isinstance(s, Sample)])
 
     def run_state(self, next_rollout_id: int, data_state: dict[str, Any], args: Any,
                   pm: RlsdkPluginManager) -> dict[str, Any]:
@@ -192,7 +199,7 @@ RESUME_MAY_CHANGE = frozenset({
 
 def saved_settings(args: Any) -> dict[str, Any]:
     settings = args.to_dict()
-    for key in ("resume", "sglang_router_ip", "sglang_router_port"):
+    for key in ("resume", "overwrite", "sglang_router_ip", "sglang_router_port"):
         settings.pop(key, None)
     return settings
 
@@ -253,18 +260,28 @@ def run_job(
     on_step: Callable[[int, dict[str, Any]], None] | None = None,
     on_eval: Callable[[int, dict[str, Any]], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    on_status: Callable[[str], None] | None = None,
 ) -> RunOutput:
-    """Run ``args.num_rollout`` steps (continuing a saved run with ``args.resume``)."""
+    """Run ``args.num_rollout`` steps (continuing a saved run with ``args.resume``). ``on_status`` hears
+    what the run is doing: setting up, then ``step N`` as step N (the ``rollout_id``) starts."""
     from .data import DataSource
 
+    status = on_status or (lambda text: None)
     check_data(args)  # an empty or unreadable dataset fails before the engine starts
     output = RunOutput(args.output_dir)
+    if not args.resume:
+        output.start_fresh(args.overwrite)  # so does an output folder holding another run
+    loading = " (loading the model)" if args.engine == "embedded" else ""
+    status(f"starting the {args.engine} engine{loading}")
     with running(args, pm) as (runtime, plugins):
+        status("reading the data")
         runtime.progress = progress
         output.on_saved = runtime.state.setdefault(STATE_SAVED, [])
         data_source = DataSource(args, pm=runtime.pm, tokenizer=runtime.tokenizer,
                                  keep_messages=plugins["generate_rollout"].record.chat_messages)
         check_images(runtime, data_source)
+        if args.train:
+            status("loading the trainer")
         training = open_training(args, runtime, plugins, output.folder) if args.train else None
         report = RunReport(output.folder, args.report_to) if args.train else None
         first = 0
@@ -276,14 +293,16 @@ def run_job(
             if training is not None and state.get("checkpoint"):
                 training.restore(Path(state["checkpoint"]))
         else:
-            output.start_fresh()
             if training is not None and args.eval_interval:  # the curve's starting point
+                status("eval before the first step")
                 output.write_eval(-1, run_eval(args, runtime, plugins, -1))
             output.save_state(output.run_state(0, data_source.state_dict(), args, runtime.pm))
         for rollout_id in range(first, args.num_rollout):
+            status(f"step {rollout_id}")
             # generate_rollout: one whole step
             result = call_generate_rollout(runtime, plugins["generate_rollout"], args, rollout_id, data_source)
             if training is not None and result.samples:
+                status(f"step {rollout_id}: training")
                 # trainer: learn from the kept groups, sync the engine, check it serves the new weights
                 result.metrics.update(training.train(rollout_id, result))
             output.write_step(rollout_id, result)
@@ -295,6 +314,7 @@ def run_job(
                 on_step(rollout_id, result.metrics)
             last = rollout_id + 1 == args.num_rollout
             if args.eval_interval and ((rollout_id + 1) % args.eval_interval == 0 or last):
+                status(f"eval after step {rollout_id}")
                 evaluated = run_eval(args, runtime, plugins, rollout_id)
                 output.write_eval(rollout_id, evaluated)
                 result.metrics.update(evaluated.metrics)

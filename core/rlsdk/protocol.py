@@ -1,7 +1,8 @@
 """SGLang's native protocol as SGLang 0.5.17 speaks it: errors, finish reasons, response bodies.
 
 Shared by every engine that answers ``/generate`` itself (the embedded engine) and by the HTTP server
-in :mod:`rlsdk.serve`, so both follow the real server's shapes (``shared/reference/sglang-protocol.md``).
+in :mod:`rlsdk.serve`, so both follow the real server's shapes (captured in
+``tests/fixtures/sglang-0.5.17.json``).
 """
 
 from __future__ import annotations

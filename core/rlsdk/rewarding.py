@@ -186,7 +186,7 @@ def mark_invalid(sample: Sample, resolved: Resolved, reason: str) -> None:
     sample.metadata[REWARD_ERROR] = f"{resolved.describe()} on sample {_where(sample)}: {reason}"
 
 
-def is_invalid(sample: Sample) -> bool:
+def has_unhandled_invalid_reward(sample: Sample) -> bool:
     """Whether the sample's reward is invalid and not yet handled by :func:`apply_invalid_policy`."""
     return sample.reward is None and REWARD_ERROR in (sample.metadata or {})
 
@@ -203,7 +203,7 @@ def apply_invalid_policy(args: Any, group: list[Sample]) -> str | None:
     ``"invalid_reward"``; ``score`` gives invalid samples ``args.invalid_reward_value`` and their status
     back. Returns None when the group is kept.
     """
-    invalid = [s for s in group if s.reward is None and is_invalid(s)]
+    invalid = [s for s in group if s.reward is None and has_unhandled_invalid_reward(s)]
     if not invalid:
         return None
     policy = getattr(args, "on_invalid_reward", "drop_group")

@@ -2,7 +2,7 @@
 
 ``rlsdk serve`` puts the embedded engine behind this; the rollout loop does the same on loopback so
 that slime-style generators POSTing to ``/generate`` work unchanged. Responses follow SGLang 0.5.17
-(``shared/reference/sglang-0.5.17-responses.json``): 400 bodies ``{"object": "error", ...}``,
+(captured in ``tests/fixtures/sglang-0.5.17.json``): 400 bodies ``{"object": "error", ...}``,
 cumulative ``data:`` stream chunks ending in ``data: [DONE]``, an empty 200 for ``/abort_request``,
 and a 404 for ``/get_weight_version``, which 0.5.17 removed in favour of ``/model_info``.
 

@@ -72,6 +72,7 @@ class SGLangClient(InferenceEngine):
         self.retries = retries
         self.backoff = backoff
         self._client: aiohttp.ClientSession | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
         self._slots: asyncio.Semaphore | None = None
         self.launcher = launcher
         """The servers (and router) this client started (:mod:`rlsdk.launch.sglang`) and stops on close."""
@@ -94,7 +95,11 @@ class SGLangClient(InferenceEngine):
         self._ensure_client()
 
     def _ensure_client(self) -> aiohttp.ClientSession:
-        if self._client is None:
+        """The session of the running event loop: a client used from one ``asyncio.run`` after another
+        (a generator called outside ``rlsdk run``) gets a new session instead of the closed loop's."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client_loop = loop
             connector = aiohttp.TCPConnector(limit=self.concurrency + 8, limit_per_host=0)
             timeout = aiohttp.ClientTimeout(total=self.timeout, connect=10.0)
             token = os.environ.get(SERVE_TOKEN_ENV)  # rlsdk serve's token (SGLang's --api-key is one too)
@@ -261,9 +266,9 @@ class SGLangClient(InferenceEngine):
             raise EngineError(f"{worker}{path} failed: {result.get('message')}")
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        if self._client is not None and self._client_loop is asyncio.get_running_loop():
+            await self._client.close()  # a session of a loop that has ended went with it
+        self._client = None
         if self.launcher is not None and self._launched:
             await asyncio.to_thread(self.launcher.stop)
             self._launched = False

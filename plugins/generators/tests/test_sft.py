@@ -1,5 +1,5 @@
 """The ``sft`` rollout on rlsdk's data source; the masks come from the real tokenizer. The engine is
-``rlsdk.testing.ScriptedEngine`` with no turns: the sft rollout never generates."""
+``rlsdk.testing.FakeEngine`` with no turns: the sft rollout never generates."""
 
 import json
 
@@ -10,7 +10,7 @@ from rlsdk import RolloutConfig, Sample
 from rlsdk.data import DataSource
 from rlsdk.errors import DataError
 from rlsdk.runtime import Runtime, bind_runtime
-from rlsdk.testing import ScriptedEngine
+from rlsdk.testing import FakeEngine
 from rlsdk_generators import plugin as generators_plugin
 from rlsdk_generators.chat_mask import conversation_tokens
 
@@ -22,7 +22,7 @@ def sft_source(pm, tokenizer, path, rows, rollout="sft", **options):
     pm.register(rlsdk_filter_hub.plugin)
     args = RolloutConfig(prompt_data=str(path), input_key="messages", n_samples_per_prompt=1, **options)
     keep = pm.resolve("generate_rollout", rollout).record.chat_messages
-    bind_runtime(args, Runtime(pm, ScriptedEngine(tokenizer, []), tokenizer))
+    bind_runtime(args, Runtime(pm, FakeEngine([], tokenizer), tokenizer))
     return args, DataSource(args, pm=pm, tokenizer=tokenizer, keep_messages=keep)
 
 

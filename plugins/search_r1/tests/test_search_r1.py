@@ -1,6 +1,6 @@
 """rl-plugin-search-r1: retriever, /retrieve server, reward, and the generator.
 
-Most generator tests run against ``rlsdk.testing.ScriptedEngine``, a stand-in that plays back scripted
+Most generator tests run against ``rlsdk.testing.FakeEngine``, a stand-in that plays back scripted
 turns in SGLang's response shape with SmolLM2's real tokenizer, to check alignment token by token;
 ``test_search_r1_on_embedded_engine`` runs the real small model, and ``test_search_r1_through_rlsdk_run``
 the whole `rlsdk run` command.
@@ -27,7 +27,7 @@ from rl_plugin_search_r1.server import serve_in_thread
 from rlsdk import RolloutConfig, Sample, get_plugin_manager
 from rlsdk.generate import sampling_params_for
 from rlsdk.runtime import Runtime, bind_runtime
-from rlsdk.testing import ScriptedEngine, ServedEngine, check_callable, check_reward
+from rlsdk.testing import FakeEngine, ServedEngine, check_callable, check_reward
 
 PROMPT = "<|im_start|>user\nWhat is the capital of Australia?<|im_end|>\n<|im_start|>assistant\n"
 
@@ -94,7 +94,7 @@ def test_installed_plugin_registers_its_names():
 def run_generator(pm, tokenizer, turns, **extra):
     pm.register(search_r1_plugin)
     args = RolloutConfig(extra=extra)
-    engine = ScriptedEngine(tokenizer, turns)
+    engine = FakeEngine(turns, tokenizer)
     bind_runtime(args, Runtime(pm, engine, tokenizer))
     prompt_ids = tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
     sample = Sample(group_index=0, index=0, prompt=PROMPT, tokens=list(prompt_ids), label=["Canberra"])

@@ -86,7 +86,7 @@ class EngineStats:
     busy_seconds: float = 0.0
 
 
-def run_job(job: Callable[[], Any], future: Future[Any]) -> None:
+def settle_future(job: Callable[[], Any], future: Future[Any]) -> None:
     """Run ``job`` and settle ``future`` with its result or exception (unless it was cancelled)."""
     if not future.set_running_or_notify_cancel():
         return
@@ -487,7 +487,7 @@ class EmbeddedEngine(InferenceEngine):
                     idle = not joining and (self._paused or all(r.finished for r in self._rows))
             if job is not None:
                 self._deliver_soon(self._collect())
-                run_job(job, future)
+                settle_future(job, future)
             elif idle:
                 self._deliver_soon(self._collect())
                 self._shrink()  # free finished rows' cache

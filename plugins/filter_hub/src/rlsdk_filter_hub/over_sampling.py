@@ -6,7 +6,7 @@ from typing import Any
 
 from rlsdk import Sample
 
-from .rewards import is_invalid, reward_key, spread, valid_values
+from .rewards import lacks_valid_reward, reward_key, spread, valid_values
 
 
 def sort_by_reward_std(args: Any, groups: list[list[Sample]], **kwargs: Any) -> list[list[Sample]]:
@@ -33,4 +33,4 @@ def prefer_fewer_invalid(args: Any, groups: list[list[Sample]], **kwargs: Any) -
     ``[0, 1]``, ``[1, None]``, ``[None, None]``.
     """
     key = reward_key(args)
-    return sorted(groups, key=lambda group: sum(is_invalid(s, key) for s in group))
+    return sorted(groups, key=lambda group: sum(lacks_valid_reward(s, key) for s in group))

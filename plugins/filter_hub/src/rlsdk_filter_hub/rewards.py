@@ -28,7 +28,7 @@ def valid_values(samples: list[Sample], key: str | None) -> list[float]:
     return [v for v in (value(s, key) for s in samples) if v is not None]
 
 
-def is_invalid(sample: Sample, key: str | None) -> bool:
+def lacks_valid_reward(sample: Sample, key: str | None) -> bool:
     """A sample that failed, was aborted, was marked for removal or has no valid reward (a dict reward
     without ``key`` counts as valid: there is no entry to check)."""
     if sample.status in FAILED_STATUSES or sample.remove_sample or sample.reward is None:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from rlsdk import RolloutFnTrainOutput, Sample
+from rlsdk.buffer_service import TOKEN_ENV
 from rlsdk.errors import RlsdkError
-from rlsdk.rollout_buffer import TOKEN_ENV
 from rlsdk.runtime import get_runtime
 
 from .sft import fill_from_messages

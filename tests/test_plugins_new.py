@@ -1,0 +1,102 @@
+"""``rlsdk plugins new``: the generated package passes its own tests, installs with pip, and shows up in
+``rlsdk plugins list``."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rlsdk_cli.app import app
+from rlsdk_cli.scaffold import SCAFFOLD_KINDS
+
+runner = CliRunner()
+
+
+def new_plugin(tmp_path: Path, *kinds: str, name: str = "my-rewards") -> Path:
+    options = [arg for kind in kinds for arg in ("--kind", kind)]
+    result = runner.invoke(app, ["plugins", "new", name, "--dir", str(tmp_path), *options])
+    assert result.exit_code == 0, result.output
+    return tmp_path / name
+
+
+def test_a_new_plugin_passes_its_own_tests_installs_and_is_listed(tmp_path):
+    root = new_plugin(tmp_path, *SCAFFOLD_KINDS)
+    assert (root / "README.md").exists()
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests")],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert tests.returncode == 0 and f"{len(SCAFFOLD_KINDS)} passed" in tests.stdout, (
+        tests.stdout + tests.stderr
+    )
+
+    site = tmp_path / "site"  # a real pip install, into a folder of its own put on the path below
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(root),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
+    listed = subprocess.run(
+        [sys.executable, "-m", "rlsdk_cli.app", "plugins", "list", "--json"],
+        env={**os.environ, "PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    [row] = [r for r in json.loads(listed.stdout) if r["distribution"] == "my-rewards"]
+    assert row["entry_point"] == "my_rewards" and row["version"] == "0.1.0"
+    assert row["provides"]["reward"] == ["my_rewards_exact_match"]
+    assert set(row["provides"]) == set(SCAFFOLD_KINDS)
+
+
+def test_the_default_is_one_reward(tmp_path):
+    root = new_plugin(tmp_path)
+    plugin = (root / "src" / "my_rewards" / "plugin.py").read_text()
+    assert "def rlsdk_rewards" in plugin and "rlsdk_dynamic_filters" not in plugin
+    assert "check_reward" in (root / "tests" / "test_plugin.py").read_text()
+
+
+@pytest.mark.parametrize(
+    ("name", "kinds", "message"),
+    [
+        ("9lives", [], "cannot name a Python package"),
+        ("class", [], "cannot name a Python package"),
+        ("ok-name", ["rewards"], "unknown kind(s) rewards"),
+    ],
+)
+def test_bad_names_and_kinds_are_refused(tmp_path, name, kinds, message):
+    options = [arg for kind in kinds for arg in ("--kind", kind)]
+    result = runner.invoke(app, ["plugins", "new", name, "--dir", str(tmp_path), *options])
+    assert result.exit_code == 2 and message in result.output
+    assert not any(tmp_path.iterdir())
+
+
+def test_an_existing_folder_is_never_overwritten(tmp_path):
+    (tmp_path / "my-rewards").mkdir()
+    (tmp_path / "my-rewards" / "keep.txt").write_text("mine")
+    result = runner.invoke(app, ["plugins", "new", "my-rewards", "--dir", str(tmp_path)])
+    assert result.exit_code == 2 and "already exists" in result.output
+    assert [p.name for p in (tmp_path / "my-rewards").iterdir()] == ["keep.txt"]
