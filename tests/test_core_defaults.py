@@ -1,9 +1,11 @@
 """Core runs and tests without any plugin package: its own entry point registers the ``sglang`` rollout, the
 ``single_turn`` generator, the ``sglang`` engine (the SGLang-protocol client) and the ``pop_first`` buffer
 filter; ``rlsdk serve`` resolves its engine by name. The server behind the client is ``rlsdk serve``'s, in
-process, over a scripted engine (``LongTailEngine``: no model is needed to show what core alone does)."""
+process, over :class:`rlsdk.testing.FakeEngine` (no model is needed to show what core alone does)."""
 
 from __future__ import annotations
+
+import importlib.metadata
 
 import json
 import os
@@ -18,11 +20,12 @@ from rlsdk.job import resolve_run_plugins
 from rlsdk.plugin_calls import call_engine, call_generate_rollout
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.sglang_client import SGLangClient
-from rlsdk.testing import ByteTokenizer, ServedEngine
+from rlsdk.testing import ByteTokenizer, FakeEngine, FakeReply, ServedEngine
 
-from .long_tail_engine import LongTailEngine
 
-PLUGIN_PACKAGES = "embedded,filter_hub,generators,rm_hub,search_r1"
+PLUGIN_PACKAGES = ",".join(sorted(ep.name for ep in importlib.metadata.entry_points(group="rlsdk")
+                                  if ep.dist is not None and ep.dist.name != "rlsdk"))
+"""Every installed plugin package's entry point: blocked, core's own stay."""
 RLSDK = [sys.executable, "-c", "from rlsdk_cli.app import main; main()"]
 
 
@@ -38,7 +41,7 @@ def core_only(monkeypatch):
 
 @pytest.fixture
 def served():
-    engine = LongTailEngine(lambda prompt, so_far: (f"answer {prompt[0]}", None), lambda ids: ids.index(ord("|")) + 1)
+    engine = FakeEngine(lambda payload, call: FakeReply(ids=list(f"answer {chr(payload['input_ids'][0])}".encode())))
     with ServedEngine(engine) as served:
         yield served
 
@@ -46,7 +49,7 @@ def served():
 def test_core_registers_the_defaults_itself(core_only):
     assert {info.distribution for info in core_only.plugin_infos()} == {"rlsdk"}
     assert core_only.names("generate_rollout") == ["sglang"]
-    assert core_only.names("custom_generate") == ["single_turn"]
+    assert core_only.names("custom_generate") == ["openai_agent", "single_turn"]
     assert core_only.names("engine") == ["sglang"]
     assert core_only.names("buffer_filter") == ["pop_first"]
     assert core_only.names("trainer") == ["torch"]
@@ -84,7 +87,7 @@ def test_serve_resolves_its_engine_by_name_and_keeps_its_settings(served):
                              "--port", "0"], stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stderr.readline()  # type: ignore[union-attr]
-        assert line.startswith("rlsdk serve: scripted at http://127.0.0.1:"), line
+        assert line.startswith("rlsdk serve: fake at http://127.0.0.1:"), line
         url = line.split(" at ")[1].split()[0]
         response = httpx.post(url + "/generate", json={"input_ids": list(b"7|"), "sampling_params":
                                                        {"max_new_tokens": 16}}, timeout=30).json()
@@ -96,7 +99,7 @@ def test_serve_resolves_its_engine_by_name_and_keeps_its_settings(served):
 
 @pytest.mark.parametrize(("options", "error"), [
     (["--engine", "nope"], "unknown engine 'nope'. Choose one of: embedded, sglang"),
-    (["--engine", "sglang"], "the sglang engine needs --sglang-url"),
+    (["--engine", "sglang"], "engine sglang without --sglang-url launches SGLang: pass --hf-checkpoint"),
     (["--set", "engine_dtyp=bfloat16"], "unknown option 'engine_dtyp' (did you mean 'engine_dtype'?)"),
 ])
 def test_serve_names_what_is_wrong_before_loading_anything(options, error):

@@ -3,7 +3,7 @@ kit works in the loop, and a plugin that fails is named (plugin, distribution, g
 
 Regression tests for two bugs of issue 20: a dynamic filter that raised escaped the step as a bare exception
 naming no plugin; async dynamic and buffer filters passed rlsdk.testing's checks but failed in the loop.
-Generation runs on the LongTailEngine of ``test_rollout_loop`` (see its docstring); the rest is real.
+Generation runs on the FakeEngine of ``test_rollout_loop`` (see its docstring); the rest is real.
 """
 
 from __future__ import annotations
