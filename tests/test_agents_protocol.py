@@ -99,10 +99,9 @@ def test_messages_compare_as_the_model_sees_them():
 
 @pytest.mark.parametrize("name", ["json", "hermes"])
 def test_core_parsers_pass_the_plugin_kit(rlsdk_pm, name):
-    from rlsdk.agents import plugin
+    """Core registers its parsers itself: the kit finds them in a manager without plugin packages."""
     from rlsdk.testing import check_tool_call_parser
 
-    rlsdk_pm.register(plugin)
     assert check_tool_call_parser(rlsdk_pm, name).info.module == "rlsdk.agents.plugin"
 
 

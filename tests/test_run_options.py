@@ -32,7 +32,7 @@ def test_help_lists_core_and_plugin_options_with_defaults():
     (["--set", "rollout_temprature=0"], "unknown option 'rollout_temprature' (did you mean 'rollout_temperature'?)"),
     (["--set", "max_turns=two"], "option 'max_turns' takes a int, got 'two'"),
     (["--set", "tool_call_format=xml"], "'tool_call_format' must be one of auto, tag, json, got 'xml'"),
-    (["--rollout-batch-sise", "3"], "No such option: --rollout-batch-sise (Possible options: --global-batch-size, --micro-batch-size, --rollout-batch-size)"),
+    (["--rollout-batch-sise", "3"], "no such option --rollout-batch-sise (did you mean --rollout-batch-size?)"),
     (["--max-turns", "x"], "Invalid value for '--max-turns'"),
 ])
 def test_unknown_or_wrong_options_are_errors_naming_them(argv, error, tmp_path):

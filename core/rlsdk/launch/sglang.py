@@ -43,6 +43,7 @@ CLIENT_OPTIONS = frozenset(
         "sglang_launch",
         "sglang_python",
         "sglang_retries",
+        "sglang_backoff",
         "sglang_server_concurrency",
         "sglang_router_ip",
         "sglang_router_port",
