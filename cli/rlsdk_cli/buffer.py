@@ -19,11 +19,13 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Address to bind; anything but loopback needs a token."),
     port: int = typer.Option(8889, help="Port (0 picks a free one)."),
     data_dir: str = typer.Option("rlsdk-buffer", help="Folder where accepted trajectories are appended."),
-    token: str | None = typer.Option(None, envvar="RLSDK_BUFFER_TOKEN",
-                                     help="Bearer token required from clients."),
+    token: str | None = typer.Option(
+        None, envvar="RLSDK_BUFFER_TOKEN", help="Bearer token required from clients."
+    ),
     max_body_mb: float = typer.Option(64.0, help="Largest request body, in MiB."),
-    read_timeout: float = typer.Option(30.0, min=0.1,
-                                       help="Seconds a connection may idle or take to send a request."),
+    read_timeout: float = typer.Option(
+        30.0, min=0.1, help="Seconds a connection may idle or take to send a request."
+    ),
     max_connections: int = typer.Option(256, min=1, help="Open connections at once; more are answered 503."),
 ) -> None:
     """Serve /start_rollout, /buffer/write, /get_rollout_data and /ack_rollout_data; prints the URL once
@@ -41,8 +43,12 @@ def serve(
         pm = get_plugin_manager()
     store = TrajectoryStore(data_dir)
     service = BufferService(pm, store)
-    options = {"token": token, "max_body": int(max_body_mb * (1 << 20)), "read_timeout": read_timeout,
-               "max_connections": max_connections}
+    options = {
+        "token": token,
+        "max_body": int(max_body_mb * (1 << 20)),
+        "read_timeout": read_timeout,
+        "max_connections": max_connections,
+    }
     try:
         asyncio.run(_serve(service, host, port, data_dir, options))
     except OSError as exc:
@@ -55,8 +61,10 @@ async def _serve(service: object, host: str, port: int, data_dir: str, options: 
 
     server = await start_buffer_server(service, host, port, **options)  # type: ignore[arg-type]
     counts = server.service.store.counts()
-    typer.echo(f"rollout buffer on {server.url} (data in {os.path.abspath(data_dir)}, "
-               f"{counts['pending_items']} items pending)")
+    typer.echo(
+        f"rollout buffer on {server.url} (data in {os.path.abspath(data_dir)}, "
+        f"{counts['pending_items']} items pending)"
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -48,27 +48,38 @@ def plugin_rows(pm: RlsdkPluginManager, kind: str | None = None) -> list[dict[st
     for row in rows.values():
         row["provides"] = {k: sorted(v) for k, v in row["provides"].items()}
     listed = [r for r in rows.values() if kind is None or r["provides"]]
-    return sorted(listed, key=lambda r: (r["distribution"] or "", r["entry_point"]))  # entry-point order varies
+    return sorted(
+        listed, key=lambda r: (r["distribution"] or "", r["entry_point"])
+    )  # entry-point order varies
 
 
 @app.command("list")
 def list_plugins(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    kind: str | None = typer.Option(None, "--kind", help=f"Only this kind: {', '.join(KINDS)}.",
-                                    callback=_kind_option),
+    kind: str | None = typer.Option(
+        None, "--kind", help=f"Only this kind: {', '.join(KINDS)}.", callback=_kind_option
+    ),
 ) -> None:
     """List installed plugins and the names each provides."""
     pm = _manager()
     rows = plugin_rows(pm, kind)
     failures = [f.__dict__ for f in pm.failures]
     conflicts = [
-        {"kind": k, "name": n, "providers": [i.describe() for i in infos], "entry_points": [i.plugin for i in infos]}
+        {
+            "kind": k,
+            "name": n,
+            "providers": [i.describe() for i in infos],
+            "entry_points": [i.plugin for i in infos],
+        }
         for k, n, infos in pm.conflicts()
     ]
     if as_json:
         for row in rows:  # each conflict the table prints, on the rows of its providers
-            row["conflicts"] = [{k: c[k] for k in ("kind", "name", "providers")} for c in conflicts
-                                if row["entry_point"] in c["entry_points"]]
+            row["conflicts"] = [
+                {k: c[k] for k in ("kind", "name", "providers")}
+                for c in conflicts
+                if row["entry_point"] in c["entry_points"]
+            ]
         typer.echo(json.dumps(rows + [{**f, "provides": {}} for f in failures], indent=2))
         return
     console = Console()
@@ -83,20 +94,25 @@ def list_plugins(
     for failure in failures:
         console.print(
             f"[red]failed to load[/red] {failure['entry_point']} from {failure['distribution']} "
-            f"{failure['version']}: {failure['error']}", markup=True, highlight=False
+            f"{failure['version']}: {failure['error']}",
+            markup=True,
+            highlight=False,
         )
     for conflict in conflicts:
         console.print(
             f"[yellow]conflict[/yellow] {conflict['kind']} {conflict['name']!r} provided by "
-            f"{' and '.join(conflict['providers'])}", markup=True, highlight=False
+            f"{' and '.join(conflict['providers'])}",
+            markup=True,
+            highlight=False,
         )
 
 
 @app.command("show")
 def show_plugin(
     name: str = typer.Argument(..., help="A registered name or a dotted path."),
-    kind: str | None = typer.Option(None, "--kind", help="The kind, when the name is used by several.",
-                                    callback=_kind_option),
+    kind: str | None = typer.Option(
+        None, "--kind", help="The kind, when the name is used by several.", callback=_kind_option
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show one implementation: kind, distribution, signature and docstring."""
@@ -105,10 +121,15 @@ def show_plugin(
     if not kinds:
         installed = {k: pm.names(k) for k in KINDS}
         listing = "; ".join(f"{k}: {', '.join(v) or 'none'}" for k, v in installed.items())
-        failed = "".join(f"\n{f.entry_point} from {f.distribution} {f.version} failed to load: {f.error}"
-                         for f in pm.failures)
-        typer.echo(f"Error: no plugin provides {name!r}. Installed: {listing} (plugin may not be installed)"
-                   + (f"; these plugins failed to load and may provide it:{failed}" if failed else ""), err=True)
+        failed = "".join(
+            f"\n{f.entry_point} from {f.distribution} {f.version} failed to load: {f.error}"
+            for f in pm.failures
+        )
+        typer.echo(
+            f"Error: no plugin provides {name!r}. Installed: {listing} (plugin may not be installed)"
+            + (f"; these plugins failed to load and may provide it:{failed}" if failed else ""),
+            err=True,
+        )
         raise typer.Exit(2)
     entries: list[dict[str, Any]] = []
     for k in kinds:
@@ -120,24 +141,35 @@ def show_plugin(
         record = resolved.record
         flags = {
             key: _describe_callable(value) if callable(value) else value
-            for key, value in vars(record).items() if key not in ("name", "func", "description")
+            for key, value in vars(record).items()
+            if key not in ("name", "func", "description")
         }
-        entries.append({
-            "name": record.name,
-            "kind": k,
-            "distribution": resolved.info.distribution,
-            "version": resolved.info.version,
-            "entry_point": resolved.info.plugin,
-            "callable": _describe_callable(record.func),
-            "signature": _signature(record.func),
-            "async": resolved.is_async,
-            "description": record.description,
-            "doc": inspect.getdoc(record.func) or "",
-            **flags,
-            "options": [{"name": option.name, "type": option.type.__name__, "default": option.default,
-                         "help": option.help, **({"choices": list(option.choices)} if option.choices else {})}
-                        for option, info in pm.options().values() if info.plugin == resolved.info.plugin],
-        })
+        entries.append(
+            {
+                "name": record.name,
+                "kind": k,
+                "distribution": resolved.info.distribution,
+                "version": resolved.info.version,
+                "entry_point": resolved.info.plugin,
+                "callable": _describe_callable(record.func),
+                "signature": _signature(record.func),
+                "async": resolved.is_async,
+                "description": record.description,
+                "doc": inspect.getdoc(record.func) or "",
+                **flags,
+                "options": [
+                    {
+                        "name": option.name,
+                        "type": option.type.__name__,
+                        "default": option.default,
+                        "help": option.help,
+                        **({"choices": list(option.choices)} if option.choices else {}),
+                    }
+                    for option, info in pm.options().values()
+                    if info.plugin == resolved.info.plugin
+                ],
+            }
+        )
     if as_json:
         typer.echo(json.dumps(entries if len(entries) > 1 else entries[0], indent=2))
         return
@@ -146,16 +178,35 @@ def show_plugin(
         console.print(f"[bold]{entry['name']}[/bold] ({entry['kind']})", highlight=False)
         for key in ("distribution", "version", "entry_point", "callable", "signature", "async"):
             console.print(f"  {key}: {entry[key]}", highlight=False, markup=False)
-        for key in set(entry) - {"name", "kind", "distribution", "version", "entry_point", "callable",
-                                 "signature", "async", "description", "doc", "options"}:
+        for key in set(entry) - {
+            "name",
+            "kind",
+            "distribution",
+            "version",
+            "entry_point",
+            "callable",
+            "signature",
+            "async",
+            "description",
+            "doc",
+            "options",
+        }:
             console.print(f"  {key}: {entry[key]}", highlight=False, markup=False)
         if entry["options"]:
-            console.print(f"  options of {entry['distribution'] or entry['entry_point']} (--set NAME=VALUE, or "
-                          "--name-in-kebab-case):", highlight=False, markup=False)
+            console.print(
+                f"  options of {entry['distribution'] or entry['entry_point']} (--set NAME=VALUE, or "
+                "--name-in-kebab-case):",
+                highlight=False,
+                markup=False,
+            )
         for option in entry["options"]:
             choices = f", one of {', '.join(map(str, option['choices']))}" if "choices" in option else ""
-            console.print(f"    {option['name']} ({option['type']}, default {option['default']!r}{choices}): "
-                          f"{option['help']}", highlight=False, markup=False)
+            console.print(
+                f"    {option['name']} ({option['type']}, default {option['default']!r}{choices}): "
+                f"{option['help']}",
+                highlight=False,
+                markup=False,
+            )
         if entry["doc"]:
             console.print("\n" + entry["doc"] + "\n", highlight=False, markup=False)
 
@@ -171,8 +222,10 @@ def _describe_callable(func: Any) -> str:
     return f"{getattr(func, '__module__', '?')}:{getattr(func, '__qualname__', '?')}"
 
 
-KIND_HELP = ("A kind to write an example of (repeatable; default reward): reward, dynamic_filter, "
-             "over_sampling_filter, buffer_filter, custom_generate, generate_rollout.")
+KIND_HELP = (
+    "A kind to write an example of (repeatable; default reward): reward, dynamic_filter, "
+    "over_sampling_filter, buffer_filter, custom_generate, generate_rollout."
+)
 
 
 @app.command("new")
@@ -189,5 +242,7 @@ def new_plugin(
     except (ValueError, FileExistsError) as exc:
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(f"created {root}\nnext: pip install -e '{root}[test]' && python -m pytest {root} "
-               "&& rlsdk plugins list")
+    typer.echo(
+        f"created {root}\nnext: pip install -e '{root}[test]' && python -m pytest {root} "
+        "&& rlsdk plugins list"
+    )

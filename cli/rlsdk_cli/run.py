@@ -22,6 +22,7 @@ from rlsdk.errors import RlsdkError
 
 console = Console(stderr=True)
 
+
 def build_config(config: Path | None, options: dict[str, Any], extra: list[str]) -> RolloutConfig:
     """The config file (if any), then every option given on the command line, then ``--set k=v``; an unknown
     key or a value of the wrong type, in any of them, is an error naming it."""
@@ -32,7 +33,9 @@ def build_config(config: Path | None, options: dict[str, Any], extra: list[str])
             overrides[name] = json.loads(value)
     eval_data = overrides.pop("eval_data", [])
     if eval_data:
-        overrides["eval_datasets"] = [dict(zip(("name", "path"), d.split("=", 1), strict=True)) for d in eval_data]
+        overrides["eval_datasets"] = [
+            dict(zip(("name", "path"), d.split("=", 1), strict=True)) for d in eval_data
+        ]
     try:
         if config is not None:
             args = RolloutConfig.from_file(config, **overrides)
@@ -113,13 +116,19 @@ def _parameter(option: Any, panel: str, hint: Any) -> inspect.Parameter:
     if option.type is list:
         items = [a for a in typing.get_args(hint) if a is not type(None)] if hint is not None else []
         item = (typing.get_args(items[0]) or (str,))[0] if items else str
-        return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, annotation=typing.cast(Any, list)[item],
-                                 default=typer.Option([], *flags, help=help_text + " (repeatable)",
-                                                      rich_help_panel=panel))
+        return inspect.Parameter(
+            option.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=typing.cast(Any, list)[item],
+            default=typer.Option([], *flags, help=help_text + " (repeatable)", rich_help_panel=panel),
+        )
     kind = str if option.type is dict else option.type
-    return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY,
-                             annotation=typing.Optional[kind],  # noqa: UP045 (typer needs Optional)
-                             default=typer.Option(None, *flags, help=help_text, rich_help_panel=panel))
+    return inspect.Parameter(
+        option.name,
+        inspect.Parameter.KEYWORD_ONLY,
+        annotation=typing.Optional[kind],  # noqa: UP045 (typer needs Optional)
+        default=typer.Option(None, *flags, help=help_text, rich_help_panel=panel),
+    )
 
 
 def with_run_options(func: Any) -> Any:
@@ -127,8 +136,10 @@ def with_run_options(func: Any) -> Any:
     signature), passed as ``**options``."""
     hints = {**typing.get_type_hints(_common), **typing.get_type_hints(func)}
     own = [p for p in inspect.signature(func).parameters.values() if p.kind is not p.VAR_KEYWORD]
-    params = [p.replace(annotation=hints[p.name], kind=inspect.Parameter.KEYWORD_ONLY)
-              for p in own + list(inspect.signature(_common).parameters.values())]
+    params = [
+        p.replace(annotation=hints[p.name], kind=inspect.Parameter.KEYWORD_ONLY)
+        for p in own + list(inspect.signature(_common).parameters.values())
+    ]
     func.__signature__ = inspect.Signature(params + option_parameters())
     return func
 
@@ -154,8 +165,12 @@ def sglang_server_options(tokens: list[str], known: list[str]) -> list[str]:
             import difflib
 
             flag = token.split("=", 1)[0]
-            raise typer.BadParameter(f"no such option {flag}" + "".join(
-                f" (did you mean {close}?)" for close in difflib.get_close_matches(flag, known, n=1)))
+            raise typer.BadParameter(
+                f"no such option {flag}"
+                + "".join(
+                    f" (did you mean {close}?)" for close in difflib.get_close_matches(flag, known, n=1)
+                )
+            )
     parsed = {k: [parse_set([f"v={v}"])["v"] for v in values] for k, values in settings.items()}
     return [f"{k}={json.dumps(True if not v else v[0] if len(v) == 1 else v)}" for k, v in parsed.items()]
 
@@ -170,8 +185,9 @@ def run(
     """Run rollout steps: with no options, the embedded engine on SmolLM2-135M and the shipped math data."""
     known = [flag for param in context.command.params for flag in param.opts]
     extra = options.pop("extra") + sglang_server_options(context.args, known)
-    args = build_config(options.pop("config"), {**options, "resume": resume or None,
-                                                "overwrite": overwrite or None}, extra)
+    args = build_config(
+        options.pop("config"), {**options, "resume": resume or None, "overwrite": overwrite or None}, extra
+    )
     from rlsdk.job import resumed_settings, run_job
 
     if resume:
@@ -186,9 +202,17 @@ def run(
     # Each refresh renders the bar in a thread that holds the GIL meanwhile; at rich's default 10 per
     # second that slowed the embedded engine's CUDA-graph steps by about 5% on an H100. Not drawn at all
     # where nobody sees it (stderr is not a terminal).
-    progress = Progress(TextColumn("[bold]{task.fields[status]}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("samples"), TimeElapsedColumn(), console=console, transient=True,
-                        refresh_per_second=2, disable=not console.is_terminal)
+    progress = Progress(
+        TextColumn("[bold]{task.fields[status]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("samples"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        refresh_per_second=2,
+        disable=not console.is_terminal,
+    )
     task = progress.add_task("rollout", total=samples_per_step, status="setting up")
 
     def on_status(text: str) -> None:
@@ -208,14 +232,22 @@ def run(
 
     try:
         with progress:
-            output = run_job(args, on_step=on_step, on_eval=on_eval, on_status=on_status,
-                             progress=lambda n: progress.advance(task, n))
+            output = run_job(
+                args,
+                on_step=on_step,
+                on_eval=on_eval,
+                on_status=on_status,
+                progress=lambda n: progress.advance(task, n),
+            )
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
         console.print(f"[red]Error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        console.print(f"interrupted; continue with: rlsdk run --resume --output {args.output_dir}", highlight=False,
-                      soft_wrap=True)
+        console.print(
+            f"interrupted; continue with: rlsdk run --resume --output {args.output_dir}",
+            highlight=False,
+            soft_wrap=True,
+        )
         raise typer.Exit(130) from None
     console.print(f"wrote {output.folder}/rollouts.jsonl, metrics.jsonl and state.json", highlight=False)
 
@@ -248,10 +280,20 @@ def step_table(rollout_id: int, metrics: dict[str, Any]) -> Group:
     """The step's rollout row (and a line with the drop reasons and aborts, which a column would cut at 80
     columns), and with ``--train`` its train row; a rollout function that reports no ledger (a slime-style
     bare list) shows ``-``."""
-    parts = [f"{k.removeprefix('rollout/dynamic_filter/drop_')} {v}" for k, v in metrics.items()
-             if k.startswith("rollout/dynamic_filter/drop_")]
-    notes = "; ".join(filter(None, [f"dropped: {', '.join(parts)}" if parts else "",
-                                    f"aborted {metrics['rollout/aborted']}" if metrics.get("rollout/aborted") else ""]))
+    parts = [
+        f"{k.removeprefix('rollout/dynamic_filter/drop_')} {v}"
+        for k, v in metrics.items()
+        if k.startswith("rollout/dynamic_filter/drop_")
+    ]
+    notes = "; ".join(
+        filter(
+            None,
+            [
+                f"dropped: {', '.join(parts)}" if parts else "",
+                f"aborted {metrics['rollout/aborted']}" if metrics.get("rollout/aborted") else "",
+            ],
+        )
+    )
     rollout: list[Any] = [row_table(f"step {rollout_id}", metrics, ROLLOUT_COLUMNS)]
     if notes:
         rollout.append(Text(notes, overflow="fold"))
@@ -260,18 +302,28 @@ def step_table(rollout_id: int, metrics: dict[str, Any]) -> Group:
     return Group(*rollout, row_table(f"step {rollout_id}: train", metrics, TRAIN_COLUMNS))
 
 
-ROLLOUT_COLUMNS = (("reward", "rollout/reward_mean", "{:.3f}"),
-                   ("all", "rollout/reward_mean_before_filter", "{:.3f}"),
-                   ("sd", "rollout/reward_group_std_mean", "{:.3f}"), ("kept", "ledger/kept", "{}"),
-                   ("dropped", "ledger/dropped", "{}"), ("returned", "ledger/returned", "{}"),
-                   ("failed", "ledger/failed", "{}"), ("tok/s", "rollout/tokens_per_s", "{:.0f}"),
-                   ("s", "rollout/seconds", "{:.1f}"))
+ROLLOUT_COLUMNS = (
+    ("reward", "rollout/reward_mean", "{:.3f}"),
+    ("all", "rollout/reward_mean_before_filter", "{:.3f}"),
+    ("sd", "rollout/reward_group_std_mean", "{:.3f}"),
+    ("kept", "ledger/kept", "{}"),
+    ("dropped", "ledger/dropped", "{}"),
+    ("returned", "ledger/returned", "{}"),
+    ("failed", "ledger/failed", "{}"),
+    ("tok/s", "rollout/tokens_per_s", "{:.0f}"),
+    ("s", "rollout/seconds", "{:.1f}"),
+)
 """``reward``: the kept samples' mean; ``all``: every scored sample's, before the filters; ``sd``: the
 mean over those groups of their rewards' standard deviation (0 in a group gives GRPO nothing to learn)."""
-TRAIN_COLUMNS = (("loss", "train/loss", "{:.4f}"), ("KL", "train/kl_loss", "{:.4f}"),
-                 ("entropy", "train/entropy_loss", "{:.3f}"), ("clip", "train/pg_clipfrac", "{:.3f}"),
-                 ("grad norm", "train/grad_norm", "{:.3f}"), ("train s", "train/seconds", "{:.1f}"),
-                 ("sync s", "train/sync_seconds", "{:.2f}"))
+TRAIN_COLUMNS = (
+    ("loss", "train/loss", "{:.4f}"),
+    ("KL", "train/kl_loss", "{:.4f}"),
+    ("entropy", "train/entropy_loss", "{:.3f}"),
+    ("clip", "train/pg_clipfrac", "{:.3f}"),
+    ("grad norm", "train/grad_norm", "{:.3f}"),
+    ("train s", "train/seconds", "{:.1f}"),
+    ("sync s", "train/sync_seconds", "{:.2f}"),
+)
 
 
 def row_table(title: str, metrics: dict[str, Any], columns: tuple[tuple[str, str, str], ...]) -> Table:

@@ -44,9 +44,15 @@ def _sample(row: Any, number: int, keys: dict[str, str]) -> Sample:
     if not isinstance(response, str):
         raise ValueError(f"{keys['response']!r} must be a string, got {type(response).__name__}")
     group_index = row.get("group_index")
-    return Sample(group_index=group_index if isinstance(group_index, int) else None, index=number,
-                  prompt=row.get(keys["prompt"], ""), response=response, label=row.get(keys["label"]),
-                  metadata=dict(metadata), status=Sample.Status.COMPLETED)
+    return Sample(
+        group_index=group_index if isinstance(group_index, int) else None,
+        index=number,
+        prompt=row.get(keys["prompt"], ""),
+        response=response,
+        label=row.get(keys["label"]),
+        metadata=dict(metadata),
+        status=Sample.Status.COMPLETED,
+    )
 
 
 def _groups(samples: list[tuple[dict[str, Any], Sample]]) -> list[list[tuple[dict[str, Any], Sample]]]:
@@ -71,13 +77,19 @@ def score(
     prompt_key: str = typer.Option("prompt", help="Field holding the prompt."),
     reward_key: str | None = typer.Option(None, help="Key of dict rewards averaged in the summary."),
     rm_url: str | None = typer.Option(None, help="URL for the remote reward."),
-    group_rm: bool = typer.Option(False, help="Call a dotted-path reward once per group (lines sharing "
-                                               "group_index)."),
+    group_rm: bool = typer.Option(
+        False, help="Call a dotted-path reward once per group (lines sharing group_index)."
+    ),
     workers: int | None = typer.Option(None, min=1, help="Grading worker processes (default min(4, CPUs))."),
-    timeout: float = typer.Option(60.0, min=0.001, help="Seconds a sample's reward may take before it is "
-                                                         "invalid (also caps grading in a worker)."),
-    on_error: str = typer.Option("skip", help="A malformed line: 'skip' reports it and goes on, 'stop' "
-                                               "stops (lines scored so far are kept)."),
+    timeout: float = typer.Option(
+        60.0,
+        min=0.001,
+        help="Seconds a sample's reward may take before it is invalid (also caps grading in a worker).",
+    ),
+    on_error: str = typer.Option(
+        "skip",
+        help="A malformed line: 'skip' reports it and goes on, 'stop' stops (lines scored so far are kept).",
+    ),
 ) -> None:
     """Score a JSONL file: each line gets `reward` (a number, a dict, or null with `reward_error`)."""
     if on_error not in ("skip", "stop"):
@@ -85,8 +97,13 @@ def score(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pm = get_plugin_manager()
-    given = {"rm_type": rm, "reward_key": reward_key, "reward_timeout": timeout, "rm_url": rm_url,
-             "grader_workers": workers}  # the last two are rm_hub's options
+    given = {
+        "rm_type": rm,
+        "reward_key": reward_key,
+        "reward_timeout": timeout,
+        "rm_url": rm_url,
+        "grader_workers": workers,
+    }  # the last two are rm_hub's options
     args = RolloutConfig.from_dict({k: v for k, v in given.items() if v is not None}, pm=pm)
     if "grader_timeout" in args.extra:  # grading in a worker stops within the reward's own timeout
         args.extra["grader_timeout"] = min(timeout, args.extra["grader_timeout"])
@@ -102,8 +119,15 @@ def score(
     total_lines = sum(1 for _ in _lines(input_path)) if err.is_terminal else None
     stats = {"count": 0, "invalid": 0, "malformed": 0, "sum": 0.0, "scalars": 0}
     started = time.perf_counter()
-    progress = Progress(TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=err, disable=not err.is_terminal, transient=True)
+    progress = Progress(
+        TextColumn("scoring"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not err.is_terminal,
+        transient=True,
+    )
     stopped = False
     with progress, output_path.open("w", encoding="utf-8") as out:
         task = progress.add_task("score", total=total_lines)
@@ -126,17 +150,32 @@ def score(
         progress.advance(task, len(chunk))
     elapsed = time.perf_counter() - started
     mean = stats["sum"] / stats["scalars"] if stats["scalars"] else float("nan")
-    summary = {"count": stats["count"], "mean": None if math.isnan(mean) else round(mean, 6),
-               "invalid": stats["invalid"], "malformed": stats["malformed"], "seconds": round(elapsed, 3)}
-    Console(soft_wrap=True).print(f"scored {summary['count']} lines with {rm!r}: mean {summary['mean']}, "
-                    f"invalid {summary['invalid']}, malformed {summary['malformed']}, "
-                    f"{summary['seconds']}s -> {output_path}", markup=False, highlight=False)
+    summary = {
+        "count": stats["count"],
+        "mean": None if math.isnan(mean) else round(mean, 6),
+        "invalid": stats["invalid"],
+        "malformed": stats["malformed"],
+        "seconds": round(elapsed, 3),
+    }
+    Console(soft_wrap=True).print(
+        f"scored {summary['count']} lines with {rm!r}: mean {summary['mean']}, "
+        f"invalid {summary['invalid']}, malformed {summary['malformed']}, "
+        f"{summary['seconds']}s -> {output_path}",
+        markup=False,
+        highlight=False,
+    )
     if stopped:
         raise typer.Exit(1)
 
 
-def _flush(args: RolloutConfig, pm: Any, chunk: list[tuple[dict[str, Any], Sample]], out: Any,
-           stats: dict[str, Any], reward_key: str | None) -> None:
+def _flush(
+    args: RolloutConfig,
+    pm: Any,
+    chunk: list[tuple[dict[str, Any], Sample]],
+    out: Any,
+    stats: dict[str, Any],
+    reward_key: str | None,
+) -> None:
     if not chunk:
         return
 

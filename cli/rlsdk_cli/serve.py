@@ -11,31 +11,63 @@ import typer
 
 
 def serve(
-    engine: str = typer.Option("embedded", "--engine", help="The engine plugin to serve, by name "
-                               "(`rlsdk plugins list --kind engine`) or dotted path."),
-    model: str | None = typer.Option(None, "--model", help="Local Hugging Face model folder; default SmolLM2-135M-Instruct."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; anything but loopback needs a token."),
+    engine: str = typer.Option(
+        "embedded",
+        "--engine",
+        help="The engine plugin to serve, by name (`rlsdk plugins list --kind engine`) or dotted path.",
+    ),
+    model: str | None = typer.Option(
+        None, "--model", help="Local Hugging Face model folder; default SmolLM2-135M-Instruct."
+    ),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to listen on; anything but loopback needs a token."
+    ),
     port: int = typer.Option(30000, "--port", help="Port to listen on (0 picks a free one)."),
     device: str | None = typer.Option(None, "--device", help="auto, cpu or cuda (engine_device)."),
-    dtype: str | None = typer.Option(None, "--dtype", help="float32 (exact log-probs) or bfloat16 (engine_dtype)."),
+    dtype: str | None = typer.Option(
+        None, "--dtype", help="float32 (exact log-probs) or bfloat16 (engine_dtype)."
+    ),
     max_batch_size: int | None = typer.Option(None, "--max-batch-size", help="Requests decoded together."),
-    cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Folder for the converted default model."),
-    threads: int | None = typer.Option(None, "--threads", help="CPU threads for torch (default: all cores but one)."),
-    static_decode: bool | None = typer.Option(None, "--static-decode/--no-static-decode",
-                                              help="Decode over fixed buffers (CUDA graphs on CUDA)."),
-    settings: list[str] = typer.Option([], "--set", help="KEY=VALUE: any engine setting, the engine plugin's own "
-                                       "included (e.g. sglang_url for --engine sglang)."),
-    token: str | None = typer.Option(None, "--token", envvar="RLSDK_SERVE_TOKEN",
-                                     help="Bearer token required from clients (needed off loopback)."),
-    max_connections: int = typer.Option(1024, "--max-connections", min=1,
-                                        help="Open connections at once; more are answered 503."),
+    cache_dir: Path | None = typer.Option(
+        None, "--cache-dir", help="Folder for the converted default model."
+    ),
+    threads: int | None = typer.Option(
+        None, "--threads", help="CPU threads for torch (default: all cores but one)."
+    ),
+    static_decode: bool | None = typer.Option(
+        None, "--static-decode/--no-static-decode", help="Decode over fixed buffers (CUDA graphs on CUDA)."
+    ),
+    settings: list[str] = typer.Option(
+        [],
+        "--set",
+        help="KEY=VALUE: any engine setting, the engine plugin's own "
+        "included (e.g. sglang_url for --engine sglang).",
+    ),
+    token: str | None = typer.Option(
+        None,
+        "--token",
+        envvar="RLSDK_SERVE_TOKEN",
+        help="Bearer token required from clients (needed off loopback).",
+    ),
+    max_connections: int = typer.Option(
+        1024, "--max-connections", min=1, help="Open connections at once; more are answered 503."
+    ),
     allow_weights_dir: list[Path] = typer.Option(
-        [], "--allow-weights-dir", help="Folder /update_weights_from_disk may load from (repeatable; none: refused)."),
+        [],
+        "--allow-weights-dir",
+        help="Folder /update_weights_from_disk may load from (repeatable; none: refused).",
+    ),
     tool_call_parser: str = typer.Option(
-        "auto", "--tool-call-parser", help="How /v1/chat/completions reads tool calls: json, hermes, auto, or a plugin."),
+        "auto",
+        "--tool-call-parser",
+        help="How /v1/chat/completions reads tool calls: json, hermes, auto, or a plugin.",
+    ),
     upstream: str | None = typer.Option(
-        None, "--upstream", help="Serve only /v1/chat/completions and sessions, in front of this SGLang server or "
-        "router URL (--model names its tokenizer's folder)."),
+        None,
+        "--upstream",
+        help="Serve only /v1/chat/completions and sessions, in front of this SGLang server or "
+        "router URL (--model names its tokenizer's folder).",
+    ),
 ) -> None:
     """Serve the embedded engine with SGLang's protocol (/generate, /model_info, /abort_request, ...) and an
     OpenAI-compatible /v1/chat/completions that records token-exact sessions."""
@@ -45,22 +77,47 @@ def serve(
     from rlsdk.protocol import SERVE_TOKEN_ENV
     from rlsdk.service_guard import check_binding
 
-    flags = {"model": model, "engine_device": device, "engine_dtype": dtype, "engine_max_batch_size": max_batch_size,
-             "model_cache_dir": str(cache_dir) if cache_dir else None, "engine_threads": threads,
-             "engine_static_decode": static_decode}
+    flags = {
+        "model": model,
+        "engine_device": device,
+        "engine_dtype": dtype,
+        "engine_max_batch_size": max_batch_size,
+        "model_cache_dir": str(cache_dir) if cache_dir else None,
+        "engine_threads": threads,
+        "engine_static_decode": static_decode,
+    }
     try:
         check_binding("rlsdk serve", host, token, SERVE_TOKEN_ENV)
         if upstream is not None:
             if model is None:
                 raise ValueError("--upstream needs --model: the served model's tokenizer folder")
-            asyncio.run(_serve_chat(upstream, model, host, port, tool_call_parser, token=token,
-                                    max_connections=max_connections))
+            asyncio.run(
+                _serve_chat(
+                    upstream,
+                    model,
+                    host,
+                    port,
+                    tool_call_parser,
+                    token=token,
+                    max_connections=max_connections,
+                )
+            )
             return
         args = engine_args(flags, settings)
         pm = get_plugin_manager()
         built = call_engine(pm.resolve("engine", engine), args)
-        asyncio.run(_serve(built, host, port, token=token, weights_dirs=allow_weights_dir,
-                           max_connections=max_connections, pm=pm, tool_call_parser=tool_call_parser))
+        asyncio.run(
+            _serve(
+                built,
+                host,
+                port,
+                token=token,
+                weights_dirs=allow_weights_dir,
+                max_connections=max_connections,
+                pm=pm,
+                tool_call_parser=tool_call_parser,
+            )
+        )
     except (RlsdkError, ValueError) as exc:
         typer.secho(f"error: {exc}", err=True, fg="red")
         raise typer.Exit(2) from None
@@ -95,8 +152,14 @@ async def _serve(engine: Any, host: str, port: int, **server_options: Any) -> No
         await engine.close()
 
 
-async def _serve_chat(upstream: str, tokenizer_folder: str, host: str, port: int, tool_call_parser: str,
-                      **server_options: object) -> None:
+async def _serve_chat(
+    upstream: str,
+    tokenizer_folder: str,
+    host: str,
+    port: int,
+    tool_call_parser: str,
+    **server_options: object,
+) -> None:
     """The chat endpoint in front of an SGLang-protocol server."""
     from transformers import AutoTokenizer
 
@@ -106,10 +169,13 @@ async def _serve_chat(upstream: str, tokenizer_folder: str, host: str, port: int
     engine = SGLangClient(upstream)
     await engine.start()
     try:
-        chat = await chat_endpoint(engine, AutoTokenizer.from_pretrained(tokenizer_folder),
-                                   tool_call_parser=tool_call_parser)
+        chat = await chat_endpoint(
+            engine, AutoTokenizer.from_pretrained(tokenizer_folder), tool_call_parser=tool_call_parser
+        )
         server = await start_chat_server(chat, host, port, **server_options)  # type: ignore[arg-type]
-        typer.echo(f"rlsdk serve: /v1/chat/completions for {upstream} at {server.url} (Ctrl-C stops)", err=True)
+        typer.echo(
+            f"rlsdk serve: /v1/chat/completions for {upstream} at {server.url} (Ctrl-C stops)", err=True
+        )
         try:
             await _until_stopped()
         finally:

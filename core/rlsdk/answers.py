@@ -28,7 +28,7 @@ def boxed_contents(text: str) -> list[str]:
             i += 1
         if depth:
             return found
-        found.append(text[match.end():i - 1].strip())
+        found.append(text[match.end() : i - 1].strip())
         pos = i
 
 

@@ -33,8 +33,9 @@ class PoolExhausted(RuntimeError):
 class _Call:
     __slots__ = ("run", "loop", "future", "state")
 
-    def __init__(self, run: Callable[[], Any], loop: asyncio.AbstractEventLoop,
-                 future: asyncio.Future[Any]) -> None:
+    def __init__(
+        self, run: Callable[[], Any], loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]
+    ) -> None:
         self.run, self.loop, self.future = run, loop, future
         self.state = "queued"  # then "running", and "done" or "abandoned"
 
@@ -42,8 +43,9 @@ class _Call:
 class BlockingPool:
     """Up to ``workers`` threads running blocking calls; see the module docstring."""
 
-    def __init__(self, workers: int = DEFAULT_WORKERS, max_abandoned: int | None = None,
-                 name: str = "rlsdk-blocking") -> None:
+    def __init__(
+        self, workers: int = DEFAULT_WORKERS, max_abandoned: int | None = None, name: str = "rlsdk-blocking"
+    ) -> None:
         if workers < 1:
             raise ValueError(f"a blocking pool needs at least 1 worker, got {workers}")
         self.workers = workers

@@ -64,6 +64,7 @@ class InvalidItem(ValueError):
 
 def parse_json(raw: bytes) -> Any:
     """Standard JSON only: ``NaN`` and ``Infinity`` (which Python's json reads) are refused."""
+
     def refuse(name: str) -> Any:
         raise ValueError(f"{name} is not standard JSON")
 
@@ -81,8 +82,9 @@ def validate_item(item: Any) -> dict[str, Any]:
         raise InvalidItem(f"a trajectory must be a JSON object, got {type(item).__name__}")
     missing = [k for k in ("instance_id", "messages", "reward") if k not in item]
     if missing:
-        raise InvalidItem(f"a trajectory needs {', '.join(missing)} "
-                          f"(keys: instance_id, uid, messages, reward, extra_info)")
+        raise InvalidItem(
+            f"a trajectory needs {', '.join(missing)} (keys: instance_id, uid, messages, reward, extra_info)"
+        )
     if not isinstance(item["instance_id"], (str, int)) or isinstance(item["instance_id"], bool):
         raise InvalidItem(f"instance_id must be a string or integer, got {item['instance_id']!r:.80}")
     messages = item["messages"]
@@ -111,12 +113,16 @@ def validate_item(item: Any) -> dict[str, Any]:
 
 
 def _default_meta_info(groups: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    rewards = [i["reward"] for items in groups.values() for i in items
-               if isinstance(i["reward"], numbers.Real)]
+    rewards = [
+        i["reward"] for items in groups.values() for i in items if isinstance(i["reward"], numbers.Real)
+    ]
     total = sum(len(items) for items in groups.values())
-    return {"total_samples": total, "num_groups": len(groups),
-            "avg_group_size": total / len(groups) if groups else 0,
-            "avg_reward": sum(rewards) / len(rewards) if rewards else 0}
+    return {
+        "total_samples": total,
+        "num_groups": len(groups),
+        "avg_group_size": total / len(groups) if groups else 0,
+        "avg_reward": sum(rewards) / len(rewards) if rewards else 0,
+    }
 
 
 @dataclass
@@ -192,8 +198,13 @@ class TrajectoryStore:
             self.since_read.setdefault(item["instance_id"], []).append(item)
             return True
 
-    def lease_ready(self, task: TaskGenerator | None, *, max_groups: int | None = None,
-                    lease_seconds: float = DEFAULT_LEASE_SECONDS) -> tuple[str | None, dict[str, Any]]:
+    def lease_ready(
+        self,
+        task: TaskGenerator | None,
+        *,
+        max_groups: int | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> tuple[str | None, dict[str, Any]]:
         """Lease complete groups: (lease id, or None when there are none; ``{"data", "meta_info"}``).
         They stay on disk as unserved until :meth:`ack`; :meth:`release` or the lease's end returns them."""
         group_size = int(self.task.get("num_repeat_per_sample") or 1)
@@ -204,8 +215,11 @@ class TrajectoryStore:
         with self.lock:
             self._expire(time.monotonic())
             meta_info = dict(meta(self.since_read))
-            ready = [(iid, items) for iid, items in self.groups.items()
-                     if is_valid((iid, items), group_size, task_type)]
+            ready = [
+                (iid, items)
+                for iid, items in self.groups.items()
+                if is_valid((iid, items), group_size, task_type)
+            ]
             ready = ready[:max_groups] if max_groups is not None else ready
             data = []
             for instance_id, items in ready:
@@ -253,9 +267,12 @@ class TrajectoryStore:
 
     def counts(self) -> dict[str, int]:
         with self.lock:
-            return {"written": self.written, "pending_items": sum(len(v) for v in self.groups.values()),
-                    "pending_groups": len(self.groups),
-                    "leased_groups": sum(len(lease.groups) for lease in self.leases.values())}
+            return {
+                "written": self.written,
+                "pending_items": sum(len(v) for v in self.groups.values()),
+                "pending_groups": len(self.groups),
+                "leased_groups": sum(len(lease.groups) for lease in self.leases.values()),
+            }
 
 
 class BufferService:
@@ -293,8 +310,9 @@ class BufferService:
             return 200, {"success": True, "message": "Rollout already running", "task_type": task.name}
         body = {**body, "remote_buffer_url": body.get("remote_buffer_url") or self.url}
         self.store.save_task(body)
-        thread = threading.Thread(target=self._run_task, args=(task, body), daemon=True,
-                                  name=f"rlsdk-task-{task.name}")
+        thread = threading.Thread(
+            target=self._run_task, args=(task, body), daemon=True, name=f"rlsdk-task-{task.name}"
+        )
         thread.start()
         self.tasks[task.name] = thread
         return 200, {"success": True, "message": "Rollout started", "task_type": task.name}
@@ -312,9 +330,14 @@ class BufferService:
         except InvalidItem as exc:
             return 400, {"success": False, "message": f"invalid trajectory: {exc}"}
         stored = self.store.append(item)
-        message = "Data has been successfully written to buffer" if stored else "duplicate uid: already stored"
-        return 200, {"success": True, "message": message,
-                     "data": {"data": [], "meta_info": self.store.counts()}}
+        message = (
+            "Data has been successfully written to buffer" if stored else "duplicate uid: already stored"
+        )
+        return 200, {
+            "success": True,
+            "message": message,
+            "data": {"data": [], "meta_info": self.store.counts()},
+        }
 
     def get_rollout_data(self, body: Any) -> tuple[int, dict[str, Any], str | None]:
         """(status, answer, lease id or None); ``body`` may hold ``max_groups`` and ``lease_seconds``."""
@@ -326,8 +349,9 @@ class BufferService:
         if not _finite(lease_seconds) or lease_seconds <= 0:
             message = f"lease_seconds must be a positive number, got {lease_seconds!r:.40}"
             return 400, {"success": False, "message": message}, None
-        lease_id, result = self.store.lease_ready(self.task(), max_groups=max_groups,
-                                                  lease_seconds=lease_seconds)
+        lease_id, result = self.store.lease_ready(
+            self.task(), max_groups=max_groups, lease_seconds=lease_seconds
+        )
         result["meta_info"]["task_errors"] = list(self.task_errors)
         n = len(result["data"])
         message = f"Successfully read {n} items" if n else "No data available to read"
@@ -336,22 +360,32 @@ class BufferService:
     def ack_rollout_data(self, body: Any) -> tuple[int, dict[str, Any]]:
         lease_id = body.get("lease_id") if isinstance(body, dict) else None
         if not isinstance(lease_id, str):
-            return 400, {"success": False,
-                         "message": "ack_rollout_data needs a JSON object with a 'lease_id'"}
+            return 400, {
+                "success": False,
+                "message": "ack_rollout_data needs a JSON object with a 'lease_id'",
+            }
         acknowledged = self.store.ack(lease_id)
         if acknowledged is None:
-            return 409, {"success": False, "message": f"unknown or ended lease {lease_id[:64]!r}: its groups "
-                                                      f"were not acknowledged and will be served again"}
-        return 200, {"success": True, "message": f"{acknowledged} items acknowledged",
-                     "acknowledged": acknowledged}
+            return 409, {
+                "success": False,
+                "message": f"unknown or ended lease {lease_id[:64]!r}: its groups "
+                f"were not acknowledged and will be served again",
+            }
+        return 200, {
+            "success": True,
+            "message": f"{acknowledged} items acknowledged",
+            "acknowledged": acknowledged,
+        }
 
     def release_rollout_data(self, body: Any) -> tuple[int, dict[str, Any]]:
         """Give a lease's groups back at once, to be served again first (a trainer that restarted without
         them); an unknown or ended lease is already back."""
         lease_id = body.get("lease_id") if isinstance(body, dict) else None
         if not isinstance(lease_id, str):
-            return 400, {"success": False,
-                         "message": "release_rollout_data needs a JSON object with a 'lease_id'"}
+            return 400, {
+                "success": False,
+                "message": "release_rollout_data needs a JSON object with a 'lease_id'",
+            }
         self.store.release(lease_id)
         return 200, {"success": True, "message": "released: its groups will be served again"}
 
@@ -362,6 +396,7 @@ def check_binding(host: str, token: str | None) -> None:
 
 
 # ----- HTTP ---------------------------------------------------------------------------------------------
+
 
 def _reply(body: dict[str, Any], status: int = 200) -> web.Response:
     return web.json_response(body, status=status, dumps=_dumps)
@@ -388,15 +423,25 @@ class BufferServer:
         await self.runner.cleanup()
 
 
-async def start_buffer_server(service: BufferService, host: str = "127.0.0.1", port: int = 8889, *,
-                              token: str | None = None, max_body: int = DEFAULT_MAX_BODY,
-                              read_timeout: float = DEFAULT_READ_TIMEOUT,
-                              max_connections: int = DEFAULT_MAX_CONNECTIONS) -> BufferServer:
+async def start_buffer_server(
+    service: BufferService,
+    host: str = "127.0.0.1",
+    port: int = 8889,
+    *,
+    token: str | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+    read_timeout: float = DEFAULT_READ_TIMEOUT,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+) -> BufferServer:
     """Serve ``service`` on ``host:port`` (port 0 picks a free one) until ``close()``; sets ``service.url``.
     Off loopback a ``token`` is required (ValueError otherwise)."""
     check_binding(host, token)
-    limits = ConnectionLimits(max_body=max_body, read_timeout=read_timeout, idle_timeout=read_timeout,
-                              max_connections=max_connections)
+    limits = ConnectionLimits(
+        max_body=max_body,
+        read_timeout=read_timeout,
+        idle_timeout=read_timeout,
+        max_connections=max_connections,
+    )
 
     async def read_body(request: web.Request) -> tuple[Any, web.Response | None]:
         """(the JSON body, None), or (None, the error answer); ``limits`` has read it already."""
@@ -435,17 +480,21 @@ async def start_buffer_server(service: BufferService, host: str = "127.0.0.1", p
         await asyncio.to_thread(service.store.ack, lease_id)
         return response
 
-    app = web.Application(client_max_size=max_body,
-                          middlewares=[guard(token, _error), limits.middleware(_error)])
-    app.add_routes([
-        web.post("/start_rollout", endpoint(service.start_rollout)),
-        web.post("/buffer/write", endpoint(service.write, in_thread=True)),
-        web.post("/get_rollout_data", get_rollout_data),
-        web.post("/ack_rollout_data", endpoint(service.ack_rollout_data, in_thread=True)),
-        web.post("/release_rollout_data", endpoint(service.release_rollout_data)),
-    ])
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True,
-                           keepalive_timeout=read_timeout)
+    app = web.Application(
+        client_max_size=max_body, middlewares=[guard(token, _error), limits.middleware(_error)]
+    )
+    app.add_routes(
+        [
+            web.post("/start_rollout", endpoint(service.start_rollout)),
+            web.post("/buffer/write", endpoint(service.write, in_thread=True)),
+            web.post("/get_rollout_data", get_rollout_data),
+            web.post("/ack_rollout_data", endpoint(service.ack_rollout_data, in_thread=True)),
+            web.post("/release_rollout_data", endpoint(service.release_rollout_data)),
+        ]
+    )
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, handler_cancellation=True, keepalive_timeout=read_timeout
+    )
     await runner.setup()
     bound = await limits.listen(runner, host, port)
     service.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bound}"

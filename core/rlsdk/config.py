@@ -27,19 +27,38 @@ from .training.options import (
 
 DEFAULT_DATASET = Path(__file__).parent / "datasets" / "arithmetic-train.jsonl"
 DEFAULT_EVAL_DATASET = Path(__file__).parent / "datasets" / "arithmetic-eval.jsonl"
-DEMO_TRAINING = {"num_rollout": 16, "rollout_batch_size": 8, "n_samples_per_prompt": 8, "lr": 1e-5,
-                 "global_batch_size": 32, "eps_clip_high": 0.28, "use_rollout_logprobs": True,
-                 "rollout_max_response_len": 40, "eval_interval": 4, "n_samples_per_eval_prompt": 2,
-                 "rollout_shuffle": True}
+DEMO_TRAINING = {
+    "num_rollout": 16,
+    "rollout_batch_size": 8,
+    "n_samples_per_prompt": 8,
+    "lr": 1e-5,
+    "global_batch_size": 32,
+    "eps_clip_high": 0.28,
+    "use_rollout_logprobs": True,
+    "rollout_max_response_len": 40,
+    "eval_interval": 4,
+    "n_samples_per_eval_prompt": 2,
+    "rollout_shuffle": True,
+}
 """``rlsdk run --train`` on the shipped data: settings that apply unless given (others keep slime's defaults)."""
 ALIASES = {
-    "rollout": "rollout_function_path", "eval_rollout": "eval_function_path",
-    "custom_generate": "custom_generate_function_path", "rm": "rm_type",
-    "dynamic_filter": "dynamic_sampling_filter_path", "over_sampling_filter": "over_sampling_filter_path",
-    "buffer_filter": "buffer_filter_path", "data": "prompt_data", "seed": "rollout_seed",
-    "max_new_tokens": "rollout_max_response_len", "temperature": "rollout_temperature", "top_p": "rollout_top_p",
-    "top_k": "rollout_top_k", "deterministic": "sglang_enable_deterministic_inference", "output": "output_dir",
-    "ray": "ray_address", "runtime_env": "ray_runtime_env",
+    "rollout": "rollout_function_path",
+    "eval_rollout": "eval_function_path",
+    "custom_generate": "custom_generate_function_path",
+    "rm": "rm_type",
+    "dynamic_filter": "dynamic_sampling_filter_path",
+    "over_sampling_filter": "over_sampling_filter_path",
+    "buffer_filter": "buffer_filter_path",
+    "data": "prompt_data",
+    "seed": "rollout_seed",
+    "max_new_tokens": "rollout_max_response_len",
+    "temperature": "rollout_temperature",
+    "top_p": "rollout_top_p",
+    "top_k": "rollout_top_k",
+    "deterministic": "sglang_enable_deterministic_inference",
+    "output": "output_dir",
+    "ray": "ray_address",
+    "runtime_env": "ray_runtime_env",
 }
 """Short names of options (``--rm``, ``rm:`` in a config file) beside slime's long ones."""
 
@@ -254,12 +273,20 @@ class RolloutConfig(TrainingOptions):
     def __post_init__(self) -> None:
         if self.over_sampling_batch_size is None:
             self.over_sampling_batch_size = self.rollout_batch_size
-        for name in ("rollout_batch_size", "n_samples_per_prompt", "over_sampling_batch_size", "num_rollout",
-                     "sglang_server_concurrency", "num_engines"):
+        for name in (
+            "rollout_batch_size",
+            "n_samples_per_prompt",
+            "over_sampling_batch_size",
+            "num_rollout",
+            "sglang_server_concurrency",
+            "num_engines",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.num_engines > 1 and not self.ray_address:
-            raise ValueError(f"num_engines {self.num_engines} needs ray_address (--ray): engines are Ray actors")
+            raise ValueError(
+                f"num_engines {self.num_engines} needs ray_address (--ray): engines are Ray actors"
+            )
         if self.on_bad_row not in ("error", "skip"):
             raise ValueError(f"on_bad_row must be error or skip, got {self.on_bad_row!r}")
         if self.on_failed_step not in ("fail", "continue"):
@@ -268,12 +295,18 @@ class RolloutConfig(TrainingOptions):
             raise ValueError(
                 f"on_invalid_reward must be fail, drop_group or score, got {self.on_invalid_reward!r}"
             )
-        for name, choices in (("advantage_estimator", ADVANTAGE_ESTIMATORS), ("loss_type", LOSS_TYPES),
-                              ("kl_loss_type", KL_LOSS_TYPES), ("weight_sync", WEIGHT_SYNC_MODES)):
+        for name, choices in (
+            ("advantage_estimator", ADVANTAGE_ESTIMATORS),
+            ("loss_type", LOSS_TYPES),
+            ("kl_loss_type", KL_LOSS_TYPES),
+            ("weight_sync", WEIGHT_SYNC_MODES),
+        ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
         if self.loss_type == "custom_loss" and not self.custom_loss_function_path:
-            raise ValueError("loss_type custom_loss needs custom_loss_function_path (a loss name or dotted path)")
+            raise ValueError(
+                "loss_type custom_loss needs custom_loss_function_path (a loss name or dotted path)"
+            )
         if self.use_tis and self.use_rollout_logprobs:
             raise ValueError("use_tis and use_rollout_logprobs cannot be set together (as in slime)")
 
@@ -290,7 +323,11 @@ class RolloutConfig(TrainingOptions):
         ``pm`` is given) or slime's arguments. An unknown key or a value of the wrong type is a ValueError
         naming it, with a did-you-mean."""
         declared = declared_options(pm)
-        given = {ALIASES.get(k, k): v for k, v in ((k.replace("-", "_"), v) for k, v in values.items()) if k != "extra"}
+        given = {
+            ALIASES.get(k, k): v
+            for k, v in ((k.replace("-", "_"), v) for k, v in values.items())
+            if k != "extra"
+        }
         given.update(values.get("extra") or {})
         core = core_options()
         core_values = {key: core[key].check(value) for key, value in given.items() if key in core}
@@ -361,7 +398,9 @@ def plugin_values(values: dict[str, Any], declared: dict[str, Option]) -> dict[s
     for key, value in values.items():
         if key in declared:
             checked[key] = declared[key].check(value)
-        elif key in slime_argument_names() or key.startswith("sglang_"):  # sglang_NAME: a launched server's --NAME
+        elif key in slime_argument_names() or key.startswith(
+            "sglang_"
+        ):  # sglang_NAME: a launched server's --NAME
             checked[key] = value
         else:
             known = [*RolloutConfig.option_names(), *declared, *slime_argument_names()]

@@ -108,8 +108,9 @@ class _Deadline:
         self.queue = queue
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> Any:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Any:
         if self.seconds is None:
             return None
         if not self.expired:

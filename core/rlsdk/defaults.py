@@ -18,8 +18,11 @@ def sglang_engine(args: Any) -> Any:
     on this machine's GPUs for ``--hf-checkpoint`` (:mod:`rlsdk.launch.sglang`)."""
     from .sglang_client import SGLangClient
 
-    options = {"concurrency": args.sglang_server_concurrency, "retries": args.sglang_retries,
-               "backoff": args.sglang_backoff}
+    options = {
+        "concurrency": args.sglang_server_concurrency,
+        "retries": args.sglang_retries,
+        "backoff": args.sglang_backoff,
+    }
     url = args.sglang_url or (args.engine if args.engine.startswith(("http://", "https://")) else None)
     if not url and args.sglang_router_ip and args.sglang_router_port and not args.sglang_launch:
         url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
@@ -43,14 +46,20 @@ def pop_first(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples: 
 
 @hookimpl
 def rlsdk_generate_rollouts() -> Any:
-    yield GenerateRollout(name="sglang", func=rollout.generate_rollout,
-                          description="Over-sampling rollout with dynamic filter, abort and partial rollouts")
+    yield GenerateRollout(
+        name="sglang",
+        func=rollout.generate_rollout,
+        description="Over-sampling rollout with dynamic filter, abort and partial rollouts",
+    )
 
 
 @hookimpl
 def rlsdk_custom_generates() -> Any:
-    yield CustomGenerate(name="single_turn", func=generate.generate,
-                         description="One /generate call through the run's engine (the default)")
+    yield CustomGenerate(
+        name="single_turn",
+        func=generate.generate,
+        description="One /generate call through the run's engine (the default)",
+    )
 
 
 @hookimpl

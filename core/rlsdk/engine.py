@@ -83,7 +83,9 @@ class InferenceEngine(abc.ABC):
 
     async def update_weights(self, state_dict: Any, weight_version: str | None = None) -> None:
         """Copy a Hugging Face state dict of this process into the served model (``in_process_weights``)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot take weights in process: use update_weights_from_disk")
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot take weights in process: use update_weights_from_disk"
+        )
 
     def replicas(self) -> list[InferenceEngine]:
         """The engines behind this one that each serve their own copy of the weights (an engine pool's live

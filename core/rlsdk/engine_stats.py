@@ -7,8 +7,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-_SPEC_META_KEYS = {"spec_accept_token_num": "spec_accept_token_num", "spec_draft_token_num": "spec_draft_token_num",
-                   "spec_verify_ct": "spec_verify_ct", "completion_token_num": "completion_tokens"}
+_SPEC_META_KEYS = {
+    "spec_accept_token_num": "spec_accept_token_num",
+    "spec_draft_token_num": "spec_draft_token_num",
+    "spec_verify_ct": "spec_verify_ct",
+    "completion_token_num": "completion_tokens",
+}
 
 
 class _Counters:
@@ -36,7 +40,9 @@ class SpecInfo(_Counters):
 
     @property
     def spec_accept_rate(self) -> float:
-        return self.spec_accept_token_num / self.spec_draft_token_num if self.spec_draft_token_num > 0 else 0.0
+        return (
+            self.spec_accept_token_num / self.spec_draft_token_num if self.spec_draft_token_num > 0 else 0.0
+        )
 
     @property
     def spec_accept_length(self) -> float:

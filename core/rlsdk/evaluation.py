@@ -12,8 +12,17 @@ from .plugin_calls import StepPlugins
 from .runtime import Runtime, bind_runtime
 from .types import RolloutFnEvalOutput, Sample, reward_value
 
-DATASET_OVERRIDES = ("rm_type", "n_samples_per_eval_prompt", "eval_temperature", "eval_top_p",
-                     "eval_max_response_len", "eval_reward_key", "reward_key", "input_key", "label_key")
+DATASET_OVERRIDES = (
+    "rm_type",
+    "n_samples_per_eval_prompt",
+    "eval_temperature",
+    "eval_top_p",
+    "eval_max_response_len",
+    "eval_reward_key",
+    "reward_key",
+    "input_key",
+    "label_key",
+)
 
 
 def eval_datasets(args: Any) -> list[dict[str, Any]]:
@@ -59,16 +68,21 @@ async def eval_rollout(args: Any, runtime: Runtime) -> RolloutFnEvalOutput:
         ds_args = dataclasses.replace(args, **overrides)
         bind_runtime(ds_args, runtime)
         n = ds_args.n_samples_per_eval_prompt
-        source = DataSource(ds_args, pm=runtime.pm, tokenizer=runtime.tokenizer, path=spec["path"],
-                            n_samples_per_prompt=n, shuffle=False)
+        source = DataSource(
+            ds_args,
+            pm=runtime.pm,
+            tokenizer=runtime.tokenizer,
+            path=spec["path"],
+            n_samples_per_prompt=n,
+            shuffle=False,
+        )
         groups = list(source.iter_groups())
         plugins = StepPlugins.resolve(ds_args, runtime.pm)
         params = sampling_params_for(ds_args, evaluation=True)
         limit = ConcurrencyLimit(ds_args.sglang_server_concurrency)
-        await asyncio.gather(*(
-            run_group(ds_args, runtime, plugins, g, params, limit, evaluation=True)
-            for g in groups
-        ))
+        await asyncio.gather(
+            *(run_group(ds_args, runtime, plugins, g, params, limit, evaluation=True) for g in groups)
+        )
         key = ds_args.eval_reward_key or ds_args.reward_key
         rewards = [[reward_value(s.reward, key) for s in g] for g in groups]
         flat = [r for row in rewards for r in row]

@@ -73,7 +73,7 @@ def engine_prompt(args: Any, sample: Sample, input_ids: list[int]) -> dict[str, 
         )
     text = sample.prompt
     if sample.response_length:
-        text += get_runtime(args).tokenizer.decode(sample.tokens[-sample.response_length:])
+        text += get_runtime(args).tokenizer.decode(sample.tokens[-sample.response_length :])
     return {"text": text, "image_data": list(images)}
 
 
@@ -109,8 +109,9 @@ def turn_budget(args: Any, sample: Sample, sampling_params: dict[str, Any]) -> i
     return budget
 
 
-def turn_payload(args: Any, sample: Sample, sampling_params: dict[str, Any], *,
-                 stop: list[str] | tuple[str, ...] = ()) -> dict[str, Any] | None:
+def turn_payload(
+    args: Any, sample: Sample, sampling_params: dict[str, Any], *, stop: list[str] | tuple[str, ...] = ()
+) -> dict[str, Any] | None:
     """The ``/generate`` body continuing ``sample.tokens``, clamped to :func:`turn_budget` (extra ``stop``
     strings added); None, with the sample marked truncated, when no budget is left."""
     input_ids = prompt_ids(args, sample)
@@ -127,8 +128,9 @@ def turn_payload(args: Any, sample: Sample, sampling_params: dict[str, Any], *,
     return payload
 
 
-async def model_turn(args: Any, sample: Sample, sampling_params: dict[str, Any], *,
-                     stop: list[str] | tuple[str, ...] = ()) -> str:
+async def model_turn(
+    args: Any, sample: Sample, sampling_params: dict[str, Any], *, stop: list[str] | tuple[str, ...] = ()
+) -> str:
     """Continue ``sample.tokens`` with one engine call (see :func:`turn_payload`); returns the turn's text.
     With no budget left the sample is marked truncated."""
     payload = turn_payload(args, sample, sampling_params, stop=stop)

@@ -35,7 +35,9 @@ def resolve_run_plugins(args: Any, pm: RlsdkPluginManager) -> dict[str, Resolved
         "generate_rollout": pm.resolve("generate_rollout", args.rollout_function_path),
         "engine": pm.resolve("engine", engine_name(args)),
     }
-    if args.train:  # a trainer builds its own loss from args; resolved here too, to fail before any model loads
+    if (
+        args.train
+    ):  # a trainer builds its own loss from args; resolved here too, to fail before any model loads
         resolved["trainer"] = pm.resolve("trainer", args.trainer)
         resolved["loss"] = pm.resolve("loss", loss_spec(args))
     if args.eval_function_path:
@@ -48,9 +50,11 @@ def resolve_run_plugins(args: Any, pm: RlsdkPluginManager) -> dict[str, Resolved
         resolved["reward"] = resolve_reward(pm, args.custom_rm_path, group=args.group_rm)
     else:
         resolved["reward"] = resolve_reward(pm, args.rm_type)
-    for kind, spec in (("dynamic_filter", args.dynamic_sampling_filter_path),
-                       ("over_sampling_filter", args.over_sampling_filter_path),
-                       ("buffer_filter", args.buffer_filter_path)):
+    for kind, spec in (
+        ("dynamic_filter", args.dynamic_sampling_filter_path),
+        ("over_sampling_filter", args.over_sampling_filter_path),
+        ("buffer_filter", args.buffer_filter_path),
+    ):
         if spec:
             resolved[kind] = pm.resolve(kind, spec)
     return resolved
@@ -74,8 +78,11 @@ def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime
         runtime.run(check_engine_health(runtime.engine, engine, args.generate_timeout))
         url = runtime.engine.url
         if url is None:
-            server = runtime.run(start_server(runtime.engine, host="127.0.0.1", port=0, pm=pm,
-                                              tool_call_parser=args.tool_call_parser))
+            server = runtime.run(
+                start_server(
+                    runtime.engine, host="127.0.0.1", port=0, pm=pm, tool_call_parser=args.tool_call_parser
+                )
+            )
             runtime.state["server"] = server
             url = server.url
         parsed = urlparse(url)
@@ -93,14 +100,18 @@ def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime
 def load_tokenizer(args: Any) -> Any:
     checkpoint = args.hf_checkpoint or args.model
     if not checkpoint:
-        raise ValueError("the engine has no tokenizer: pass --hf-checkpoint with the model's tokenizer folder")
+        raise ValueError(
+            "the engine has no tokenizer: pass --hf-checkpoint with the model's tokenizer folder"
+        )
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(checkpoint)
 
 
 def close_runtime(runtime: Runtime) -> None:
-    servers = [runtime.state.pop(key, None) for key in ("server", "agent_endpoint")]  # agent_endpoint: agents/
+    servers = [
+        runtime.state.pop(key, None) for key in ("server", "agent_endpoint")
+    ]  # agent_endpoint: agents/
     try:
         for server in filter(None, servers):
             runtime.run(server.close())
@@ -148,8 +159,10 @@ class RunOutput:
         """Remove a previous run's files; a folder holding a run is an error unless ``overwrite``."""
         held = [name for name in (STATE_FILE, *self.FILES) if (self.folder / name).exists()]
         if held and not overwrite:
-            raise RlsdkError(f"{self.folder} holds a run ({', '.join(held)}): --resume continues it, "
-                             "--overwrite replaces it, or choose another --output")
+            raise RlsdkError(
+                f"{self.folder} holds a run ({', '.join(held)}): --resume continues it, "
+                "--overwrite replaces it, or choose another --output"
+            )
         for name in (*self.FILES, STATE_FILE):
             (self.folder / name).unlink(missing_ok=True)
 
@@ -166,18 +179,33 @@ class RunOutput:
         """The eval's metrics to ``eval.jsonl``, its samples (with their dataset) to
         ``eval_samples.jsonl``."""
         self.append("eval.jsonl", [{"rollout_id": rollout_id, **output.metrics}])
-        self.append("eval_samples.jsonl", [{"dataset": name, **sample_row(rollout_id, s)}
-                                           for name, data in output.data.items() if isinstance(data, dict)
-                                           for s in data.get("samples", []) if isinstance(s, Sample)])
+        self.append(
+            "eval_samples.jsonl",
+            [
+                {"dataset": name, **sample_row(rollout_id, s)}
+                for name, data in output.data.items()
+                if isinstance(data, dict)
+                for s in data.get("samples", [])
+                if isinstance(s, Sample)
+            ],
+        )
 
-    def run_state(self, next_rollout_id: int, data_state: dict[str, Any], args: Any,
-                  pm: RlsdkPluginManager) -> dict[str, Any]:
+    def run_state(
+        self, next_rollout_id: int, data_state: dict[str, Any], args: Any, pm: RlsdkPluginManager
+    ) -> dict[str, Any]:
         """What ``--resume`` needs: the next step, the output files' sizes, the data position and buffer,
         the run's settings and the installed plugins' versions."""
-        sizes = {name: (self.folder / name).stat().st_size if (self.folder / name).exists() else 0
-                 for name in self.FILES}
-        return {"next_rollout_id": next_rollout_id, "file_sizes": sizes, "data": data_state,
-                "settings": saved_settings(args), "plugins": plugin_versions(pm)}
+        sizes = {
+            name: (self.folder / name).stat().st_size if (self.folder / name).exists() else 0
+            for name in self.FILES
+        }
+        return {
+            "next_rollout_id": next_rollout_id,
+            "file_sizes": sizes,
+            "data": data_state,
+            "settings": saved_settings(args),
+            "plugins": plugin_versions(pm),
+        }
 
     def save_state(self, state: dict[str, Any]) -> None:
         tmp = self.folder / f".{STATE_FILE}.tmp"
@@ -187,13 +215,32 @@ class RunOutput:
             callback(state)
 
 
-RESUME_MAY_CHANGE = frozenset({
-    "num_rollout", "resume", "output_dir", "eval_interval", "save_interval", "report_to", "sync_check_tol",
-    "sglang_server_concurrency", "engine_threads", "train_threads", "generate_timeout", "reward_timeout",
-    "grader_workers", "grader_timeout", "abort_timeout", "engine_max_batch_size",
-    "ray_address", "num_engines", "ray_runtime_env", "ray_engine_cpus", "ray_spare_engines",
-    "ray_start_timeout",
-})
+RESUME_MAY_CHANGE = frozenset(
+    {
+        "num_rollout",
+        "resume",
+        "output_dir",
+        "eval_interval",
+        "save_interval",
+        "report_to",
+        "sync_check_tol",
+        "sglang_server_concurrency",
+        "engine_threads",
+        "train_threads",
+        "generate_timeout",
+        "reward_timeout",
+        "grader_workers",
+        "grader_timeout",
+        "abort_timeout",
+        "engine_max_batch_size",
+        "ray_address",
+        "num_engines",
+        "ray_runtime_env",
+        "ray_engine_cpus",
+        "ray_spare_engines",
+        "ray_start_timeout",
+    }
+)
 """Options a resumed run may set differently from the saved run; any other given option must match."""
 
 
@@ -212,12 +259,17 @@ def plugin_versions(pm: RlsdkPluginManager) -> dict[str, str | None]:
 def warn_changed_plugins(saved: dict[str, Any], pm: RlsdkPluginManager) -> None:
     """A resumed run whose plugins changed version since the run was saved may not continue it exactly."""
     now = plugin_versions(pm)
-    changed = [f"{name} {saved.get(name)} -> {now.get(name)}" for name in sorted(set(saved) | set(now))
-               if saved.get(name) != now.get(name)]
+    changed = [
+        f"{name} {saved.get(name)} -> {now.get(name)}"
+        for name in sorted(set(saved) | set(now))
+        if saved.get(name) != now.get(name)
+    ]
     if changed:
         import warnings
 
-        warnings.warn(f"--resume: plugins changed since the run was saved: {'; '.join(changed)}", stacklevel=2)
+        warnings.warn(
+            f"--resume: plugins changed since the run was saved: {'; '.join(changed)}", stacklevel=2
+        )
 
 
 def resumed_settings(folder: str | Path, given: dict[str, Any]) -> dict[str, Any]:
@@ -227,11 +279,16 @@ def resumed_settings(folder: str | Path, given: dict[str, Any]) -> dict[str, Any
     if not path.exists():
         raise FileNotFoundError(f"--resume: no {STATE_FILE} in {folder}; nothing to resume")
     settings = dict(json.loads(path.read_text())["settings"])
-    conflicts = [f"{key} (saved {settings.get(key)!r}, given {value!r})" for key, value in given.items()
-                 if key not in RESUME_MAY_CHANGE and key in settings and settings[key] != value]
+    conflicts = [
+        f"{key} (saved {settings.get(key)!r}, given {value!r})"
+        for key, value in given.items()
+        if key not in RESUME_MAY_CHANGE and key in settings and settings[key] != value
+    ]
     if conflicts:
-        raise ValueError(f"--resume: options differ from the saved run: {'; '.join(conflicts)}. Only these may "
-                         f"change on resume: {', '.join(sorted(RESUME_MAY_CHANGE))}")
+        raise ValueError(
+            f"--resume: options differ from the saved run: {'; '.join(conflicts)}. Only these may "
+            f"change on resume: {', '.join(sorted(RESUME_MAY_CHANGE))}"
+        )
     return {**settings, **given, "resume": True}
 
 
@@ -277,8 +334,12 @@ def run_job(
         status("reading the data")
         runtime.progress = progress
         output.on_saved = runtime.state.setdefault(STATE_SAVED, [])
-        data_source = DataSource(args, pm=runtime.pm, tokenizer=runtime.tokenizer,
-                                 keep_messages=plugins["generate_rollout"].record.chat_messages)
+        data_source = DataSource(
+            args,
+            pm=runtime.pm,
+            tokenizer=runtime.tokenizer,
+            keep_messages=plugins["generate_rollout"].record.chat_messages,
+        )
         check_images(runtime, data_source)
         if args.train:
             status("loading the trainer")
@@ -300,7 +361,9 @@ def run_job(
         for rollout_id in range(first, args.num_rollout):
             status(f"step {rollout_id}")
             # generate_rollout: one whole step
-            result = call_generate_rollout(runtime, plugins["generate_rollout"], args, rollout_id, data_source)
+            result = call_generate_rollout(
+                runtime, plugins["generate_rollout"], args, rollout_id, data_source
+            )
             if training is not None and result.samples:
                 status(f"step {rollout_id}: training")
                 # trainer: learn from the kept groups, sync the engine, check it serves the new weights
@@ -348,10 +411,18 @@ def check_step(args: Any, rollout_id: int, metrics: dict[str, Any]) -> None:
         if len(causes) > SHOWN_CAUSES:
             shown += f"; {len(causes) - SHOWN_CAUSES} more in discarded.jsonl"
         requeued = metrics.get("ledger/requeued", 0)
-        kept_data = (f"; their prompts are not used up ({requeued} samples back in the data, served again on "
-                     "--resume)") if requeued else ""
-        raise RlsdkError(f"step {rollout_id}: all {failed} samples failed ({shown}); the samples are in "
-                         f"discarded.jsonl{kept_data} (--on-failed-step continue goes on)")
+        kept_data = (
+            (
+                f"; their prompts are not used up ({requeued} samples back in the data, served again on "
+                "--resume)"
+            )
+            if requeued
+            else ""
+        )
+        raise RlsdkError(
+            f"step {rollout_id}: all {failed} samples failed ({shown}); the samples are in "
+            f"discarded.jsonl{kept_data} (--on-failed-step continue goes on)"
+        )
 
 
 def check_data(args: Any) -> None:
@@ -374,12 +445,16 @@ def check_images(runtime: Runtime, data_source: Any) -> None:
     if not info.get("has_image_understanding"):
         from .errors import DataError
 
-        raise DataError(f"{data_source.data_path} has prompts with images, but the engine's model "
-                        f"{info.get('model_path')!r} cannot take images (no image understanding): "
-                        f"use a vision-language model")
+        raise DataError(
+            f"{data_source.data_path} has prompts with images, but the engine's model "
+            f"{info.get('model_path')!r} cannot take images (no image understanding): "
+            f"use a vision-language model"
+        )
 
 
-def run_eval(args: Any, runtime: Runtime, plugins: dict[str, Resolved], rollout_id: int) -> RolloutFnEvalOutput:
+def run_eval(
+    args: Any, runtime: Runtime, plugins: dict[str, Resolved], rollout_id: int
+) -> RolloutFnEvalOutput:
     """generate_rollout with ``evaluation=True`` (the eval function, else the rollout function)."""
     resolved = plugins.get("eval", plugins["generate_rollout"])
     return call_eval_rollout(runtime, resolved, args, rollout_id)

@@ -87,7 +87,9 @@ class StepLedger:
             "ledger/requeued": self.requeued,
             "ledger/dropped": sum(self.dropped.values()),
         }
-        metrics.update({f"rollout/dynamic_filter/drop_{reason}": n for reason, n in sorted(self.dropped.items())})
+        metrics.update(
+            {f"rollout/dynamic_filter/drop_{reason}": n for reason, n in sorted(self.dropped.items())}
+        )
         return metrics
 
 
@@ -106,5 +108,9 @@ def audit_run(folder: str | Path) -> dict[str, int]:
             seen.update(json.loads(line)["index"] for line in path.read_text().splitlines())
     seen.update(sample["index"] for group in state["buffer"] for sample in group)
     drawn = set(range(state["next_index"]))
-    return {"drawn": len(drawn), "kept_or_discarded_or_buffered": len(seen),
-            "lost": len(drawn - set(seen)), "duplicated": sum(n - 1 for n in seen.values() if n > 1)}
+    return {
+        "drawn": len(drawn),
+        "kept_or_discarded_or_buffered": len(seen),
+        "lost": len(drawn - set(seen)),
+        "duplicated": sum(n - 1 for n in seen.values() if n > 1),
+    }

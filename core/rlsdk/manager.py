@@ -14,7 +14,16 @@ import pluggy
 from . import hookspecs
 from .errors import PluginConflictError, PluginError, UnknownPluginError
 from .loading import check_signature, is_async_callable, is_path, load_callable
-from .records import KINDS, RECORD_TYPES, Option, PluginInfo, PluginRecord, Resolved, hook_name, normalize_name
+from .records import (
+    KINDS,
+    RECORD_TYPES,
+    Option,
+    PluginInfo,
+    PluginRecord,
+    Resolved,
+    hook_name,
+    normalize_name,
+)
 
 ENTRY_POINT_GROUP = "rlsdk"
 CORE_DISTRIBUTION = "rlsdk"
@@ -68,7 +77,9 @@ class RlsdkPluginManager(pluggy.PluginManager):
         self._tables = self._options = None
         return result
 
-    def load_entrypoints(self, group: str = ENTRY_POINT_GROUP, *, distributions: Iterable[str] | None = None) -> int:
+    def load_entrypoints(
+        self, group: str = ENTRY_POINT_GROUP, *, distributions: Iterable[str] | None = None
+    ) -> int:
         """Load every plugin of the entry-point group (only those of ``distributions`` when given); failures are
         reported and skipped."""
         strict = os.environ.get(STRICT_ENV, "") not in ("", "0")
@@ -87,8 +98,11 @@ class RlsdkPluginManager(pluggy.PluginManager):
                 plugin = ep.load()
                 self.register(plugin, ep.name, info=PluginInfo(ep.name, dist_name, version, ep.value))
             except (Exception, SystemExit) as exc:  # a broken plugin (even one calling sys.exit) is skipped
-                error = f"SystemExit({exc.code!r}) at import" if isinstance(exc, SystemExit) else \
-                    f"{type(exc).__name__}: {exc}"
+                error = (
+                    f"SystemExit({exc.code!r}) at import"
+                    if isinstance(exc, SystemExit)
+                    else f"{type(exc).__name__}: {exc}"
+                )
                 self._report(PluginLoadFailure(ep.name, dist_name, version, error), strict, exc)
                 continue
             count += 1
@@ -129,12 +143,16 @@ class RlsdkPluginManager(pluggy.PluginManager):
                     records = _as_records(impl.function())
                     wrong = [r for r in records if not isinstance(r, record_type)]
                     if wrong:
-                        raise PluginError(f"returned {wrong[0]!r:.200}, expected {record_type.__name__} records")
+                        raise PluginError(
+                            f"returned {wrong[0]!r:.200}, expected {record_type.__name__} records"
+                        )
                 except (Exception, SystemExit) as exc:  # one broken hook must not break every command
-                    error = f"hook {hook_name(kind)} " + (str(exc) if isinstance(exc, PluginError) else
-                                                          f"raised {type(exc).__name__}: {exc}")
-                    self._report(PluginLoadFailure(info.plugin, info.distribution, info.version, error),
-                                 strict, exc)
+                    error = f"hook {hook_name(kind)} " + (
+                        str(exc) if isinstance(exc, PluginError) else f"raised {type(exc).__name__}: {exc}"
+                    )
+                    self._report(
+                        PluginLoadFailure(info.plugin, info.distribution, info.version, error), strict, exc
+                    )
                     continue
                 for record in records:
                     tables[kind].setdefault(record.name, []).append((record, info))
@@ -179,23 +197,28 @@ class RlsdkPluginManager(pluggy.PluginManager):
                 if shadowing:
                     raise PluginError(f"declares {shadowing}, which are core options")
             except (Exception, SystemExit) as exc:  # one broken hook must not break every command
-                error = "hook rlsdk_options " + (str(exc) if isinstance(exc, PluginError) else
-                                                 f"raised {type(exc).__name__}: {exc}")
-                self._report(PluginLoadFailure(info.plugin, info.distribution, info.version, error), strict, exc)
+                error = "hook rlsdk_options " + (
+                    str(exc) if isinstance(exc, PluginError) else f"raised {type(exc).__name__}: {exc}"
+                )
+                self._report(
+                    PluginLoadFailure(info.plugin, info.distribution, info.version, error), strict, exc
+                )
                 continue
             for option in declared:
                 if option.name in options and options[option.name][0] != option:
                     raise PluginConflictError(
                         f"option {option.name!r} is declared differently by {options[option.name][1].describe()} "
-                        f"and {info.describe()}. Uninstall one, or block one with {DISABLE_ENV}=<entry point>")
+                        f"and {info.describe()}. Uninstall one, or block one with {DISABLE_ENV}=<entry point>"
+                    )
                 options.setdefault(option.name, (option, info))
         self._options = options
         return options
 
     # ----- resolution ------------------------------------------------------------------------
 
-    def resolve(self, kind: str, spec: str, *, registered_only: bool = False,
-                **record_options: Any) -> Resolved[Any]:
+    def resolve(
+        self, kind: str, spec: str, *, registered_only: bool = False, **record_options: Any
+    ) -> Resolved[Any]:
         """Resolve a registered name or a dotted/file path to a validated callable.
 
         ``registered_only=True`` refuses paths, for names that come from the network: a path would load
@@ -215,8 +238,9 @@ class RlsdkPluginManager(pluggy.PluginManager):
             from .slime_compat.real_slime import for_real_slime
 
             func = for_real_slime(kind, load_callable(spec))  # slime's own samples, when slime is installed
-            record = RECORD_TYPES[kind](name=spec.replace(".", "_").replace(":", "_").replace("/", "_"),
-                                        func=func, **record_options)
+            record = RECORD_TYPES[kind](
+                name=spec.replace(".", "_").replace(":", "_").replace("/", "_"), func=func, **record_options
+            )
             info = PluginInfo(plugin=spec, module=getattr(func, "__module__", None))
         else:
             name = normalize_name(spec)
@@ -236,7 +260,9 @@ class RlsdkPluginManager(pluggy.PluginManager):
             record, info = providers[0]
         where = f"{kind} {record.name!r} from {info.describe()}"
         accepts_evaluation = check_signature(record.func, record.signature_args(), where)
-        return Resolved(record, info, is_async=is_async_callable(record.func), accepts_evaluation=accepts_evaluation)
+        return Resolved(
+            record, info, is_async=is_async_callable(record.func), accepts_evaluation=accepts_evaluation
+        )
 
 
 def _check_kind(kind: str) -> str:

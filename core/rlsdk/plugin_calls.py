@@ -82,11 +82,15 @@ def _sample_where(sample: Sample) -> str:
 
 # ----- generate_rollout ------------------------------------------------------------------------------------
 
-def call_generate_rollout(runtime: Any, resolved: Resolved, args: Any, rollout_id: int,
-                          data_source: Any) -> RolloutFnTrainOutput:
+
+def call_generate_rollout(
+    runtime: Any, resolved: Resolved, args: Any, rollout_id: int, data_source: Any
+) -> RolloutFnTrainOutput:
     """One whole training step from the main thread; a bare list of groups is wrapped, as slime does."""
     where = f"at rollout {rollout_id}"
-    return as_train_output(resolved, _call_rollout(runtime, resolved, where, args, rollout_id, data_source), where)
+    return as_train_output(
+        resolved, _call_rollout(runtime, resolved, where, args, rollout_id, data_source), where
+    )
 
 
 def call_eval_rollout(runtime: Any, resolved: Resolved, args: Any, rollout_id: int) -> RolloutFnEvalOutput:
@@ -114,11 +118,14 @@ def as_train_output(resolved: Resolved, result: Any, where: str = "") -> Rollout
     """slime accepts a bare list of groups from generate_rollout; so do we."""
     if isinstance(result, RolloutFnTrainOutput):
         return result
-    if isinstance(result, list) and all(isinstance(g, list) and all(isinstance(s, Sample) for s in g)
-                                        for g in result):
+    if isinstance(result, list) and all(
+        isinstance(g, list) and all(isinstance(s, Sample) for s in g) for g in result
+    ):
         return RolloutFnTrainOutput(samples=result)
-    raise PluginCallError(f"{resolved.describe()} {where} returned {type(result).__name__}: expected "
-                          "RolloutFnTrainOutput or a list of groups of samples")
+    raise PluginCallError(
+        f"{resolved.describe()} {where} returned {type(result).__name__}: expected "
+        "RolloutFnTrainOutput or a list of groups of samples"
+    )
 
 
 def as_eval_output(resolved: Resolved, result: Any, where: str = "") -> RolloutFnEvalOutput:
@@ -126,11 +133,14 @@ def as_eval_output(resolved: Resolved, result: Any, where: str = "") -> RolloutF
         return result
     if isinstance(result, dict):
         return RolloutFnEvalOutput(data=result)
-    raise PluginCallError(f"{resolved.describe()} {where} returned {type(result).__name__}: expected "
-                          "RolloutFnEvalOutput or a dict")
+    raise PluginCallError(
+        f"{resolved.describe()} {where} returned {type(result).__name__}: expected "
+        "RolloutFnEvalOutput or a dict"
+    )
 
 
 # ----- custom_generate -------------------------------------------------------------------------------------
+
 
 @dataclass
 class StepPlugins:
@@ -149,7 +159,9 @@ class StepPlugins:
 
         return cls(
             pm=pm,
-            custom_generate=pm.resolve("custom_generate", args.custom_generate_function_path or DEFAULT_GENERATE),
+            custom_generate=pm.resolve(
+                "custom_generate", args.custom_generate_function_path or DEFAULT_GENERATE
+            ),
             dynamic_filter=optional("dynamic_filter", args.dynamic_sampling_filter_path),
             over_sampling_filter=optional("over_sampling_filter", args.over_sampling_filter_path),
         )
@@ -172,21 +184,32 @@ def seeded(args: Any, sampling_params: dict[str, Any], position: int) -> dict[st
 
 
 async def generate_group(
-    args: Any, plugins: StepPlugins, group: list[Sample], sampling_params: dict[str, Any],
-    limit: ConcurrencyLimit, evaluation: bool = False,
+    args: Any,
+    plugins: StepPlugins,
+    group: list[Sample],
+    sampling_params: dict[str, Any],
+    limit: ConcurrencyLimit,
+    evaluation: bool = False,
 ) -> None:
     """Run custom_generate on every unfinished sample of ``group`` concurrently; the group is updated
     in place (a generator may return several samples for one)."""
-    calls = [call_custom_generate(args, plugins.generator_for(sample), sample, seeded(args, sampling_params, i),
-                                  limit, evaluation)
-             for i, sample in enumerate(group)]
+    calls = [
+        call_custom_generate(
+            args, plugins.generator_for(sample), sample, seeded(args, sampling_params, i), limit, evaluation
+        )
+        for i, sample in enumerate(group)
+    ]
     results = await gather_calls(calls)
     group[:] = [s for produced in results for s in produced]
 
 
 async def call_custom_generate(
-    args: Any, resolved: Resolved, sample: Sample, sampling_params: dict[str, Any],
-    limit: ConcurrencyLimit | None = None, evaluation: bool = False,
+    args: Any,
+    resolved: Resolved,
+    sample: Sample,
+    sampling_params: dict[str, Any],
+    limit: ConcurrencyLimit | None = None,
+    evaluation: bool = False,
 ) -> list[Sample]:
     """One sample through its custom_generate, under the concurrency bound and ``args.generate_timeout``.
     Returns the samples it produced; a failure returns the sample failed, the error (naming the plugin) in
@@ -208,8 +231,13 @@ async def call_custom_generate(
             if limit is not None:
                 limit.give()
     except TimeoutError:
-        return [_failed(sample, f"{resolved.describe()} {_sample_where(sample)} hung: no result after "
-                                f"{args.generate_timeout} s")]
+        return [
+            _failed(
+                sample,
+                f"{resolved.describe()} {_sample_where(sample)} hung: no result after "
+                f"{args.generate_timeout} s",
+            )
+        ]
     except Exception as exc:  # a plugin's bug must not lose the step's other samples
         failed = _failed(sample, str(_raised(resolved, _sample_where(sample), exc)))
         if is_engine_fault(exc):
@@ -221,16 +249,26 @@ async def call_custom_generate(
         produced = result if isinstance(result, list) else [result]
         produced = [Sample.from_dict(s.to_dict()) if _is_foreign_sample(s) else s for s in produced]
         if not produced or not all(isinstance(s, Sample) for s in produced):
-            return [_failed(sample, f"{resolved.describe()} {_sample_where(sample)} returned "
-                                    f"{type(result).__name__}, expected Sample or list[Sample]")]
+            return [
+                _failed(
+                    sample,
+                    f"{resolved.describe()} {_sample_where(sample)} returned "
+                    f"{type(result).__name__}, expected Sample or list[Sample]",
+                )
+            ]
     seconds = time.perf_counter() - started
     for out in produced:
         if type(out.status) is not Sample.Status:  # slime's Status enum, a plain string, or nonsense
             try:
                 out.status = Sample.Status(out.status)
             except ValueError:
-                return [_failed(sample, f"{resolved.describe()} {_sample_where(sample)} set the unknown status "
-                                        f"{out.status!r} (expected one of {[s.value for s in Sample.Status]})")]
+                return [
+                    _failed(
+                        sample,
+                        f"{resolved.describe()} {_sample_where(sample)} set the unknown status "
+                        f"{out.status!r} (expected one of {[s.value for s in Sample.Status]})",
+                    )
+                ]
         out.metadata["generate_seconds"] = seconds
     return produced
 
@@ -258,6 +296,7 @@ def _failed(sample: Sample, error: str) -> Sample:
 
 # ----- reward ----------------------------------------------------------------------------------------------
 
+
 class InvalidReward(PluginCallError):
     """A reward raised, timed out or returned something that is not a reward; ``reason`` says which."""
 
@@ -266,8 +305,14 @@ class InvalidReward(PluginCallError):
         self.reason = reason
 
 
-async def call_reward(args: Any, resolved: Resolved, target: Sample | list[Sample], *, evaluation: bool = False,
-                      timeout: float | None = None) -> Any:
+async def call_reward(
+    args: Any,
+    resolved: Resolved,
+    target: Sample | list[Sample],
+    *,
+    evaluation: bool = False,
+    timeout: float | None = None,
+) -> Any:
     """The reward of one sample, or the list of rewards of a group (``target`` a list) for a group reward.
 
     Async rewards are awaited; sync ones run in a thread of :mod:`rlsdk.blocking`'s pool so a slow one cannot
@@ -288,16 +333,24 @@ async def call_reward(args: Any, resolved: Resolved, target: Sample | list[Sampl
     except InvalidReward:  # a wrapped reward's own (``boxed_`` names): it names the inner reward
         raise
     except (TimeoutError, asyncio.TimeoutError) as exc:
-        reason = f"timed out after {timeout:g}s (reward_timeout)" if not str(exc) and timeout else \
-            f"raised {type(exc).__name__}: {exc}"
+        reason = (
+            f"timed out after {timeout:g}s (reward_timeout)"
+            if not str(exc) and timeout
+            else f"raised {type(exc).__name__}: {exc}"
+        )
         raise InvalidReward(resolved, where, reason) from exc
     except Exception as exc:
         raise InvalidReward(resolved, where, f"raised {type(exc).__name__}: {exc}") from exc
     if isinstance(target, list):
         if not isinstance(result, (list, tuple)) or len(result) != len(target):
-            got = f"{type(result).__name__} of {len(result)}" if isinstance(result, (list, tuple)) \
+            got = (
+                f"{type(result).__name__} of {len(result)}"
+                if isinstance(result, (list, tuple))
                 else repr(result)[:100]
-            raise InvalidReward(resolved, where, f"group reward returned {got}, expected a list of {len(target)}")
+            )
+            raise InvalidReward(
+                resolved, where, f"group reward returned {got}, expected a list of {len(target)}"
+            )
         for value in result:
             _check_reward(resolved, where, value)
         return list(result)
@@ -337,6 +390,7 @@ def reward_problem(reward: Any) -> str | None:
 
 # ----- filters ---------------------------------------------------------------------------------------------
 
+
 async def call_dynamic_filter(args: Any, resolved: Resolved, group: list[Sample]) -> DynamicFilterOutput:
     """The filter's verdict on one finished group: a bool (also a numpy or torch boolean, as slime's own filter
     returns), slime's ``DynamicFilterOutput`` or rlsdk's, always given back as rlsdk's."""
@@ -351,13 +405,20 @@ async def call_dynamic_filter(args: Any, resolved: Resolved, group: list[Sample]
     if isinstance(verdict, bool) or getattr(verdict, "ndim", None) == 0:
         return DynamicFilterOutput(keep=bool(verdict))
     if type(verdict).__name__ == "DynamicFilterOutput":  # slime's own class
-        return DynamicFilterOutput(keep=bool(verdict.keep), reason=verdict.reason,
-                                   keep_when_insufficient=bool(getattr(verdict, "keep_when_insufficient", False)))
-    raise PluginCallError(f"{resolved.describe()} {_group_where(group)} returned {type(verdict).__name__}: "
-                          "expected DynamicFilterOutput or bool")
+        return DynamicFilterOutput(
+            keep=bool(verdict.keep),
+            reason=verdict.reason,
+            keep_when_insufficient=bool(getattr(verdict, "keep_when_insufficient", False)),
+        )
+    raise PluginCallError(
+        f"{resolved.describe()} {_group_where(group)} returned {type(verdict).__name__}: "
+        "expected DynamicFilterOutput or bool"
+    )
 
 
-async def call_over_sampling_filter(args: Any, resolved: Resolved, groups: list[list[Sample]]) -> list[list[Sample]]:
+async def call_over_sampling_filter(
+    args: Any, resolved: Resolved, groups: list[list[Sample]]
+) -> list[list[Sample]]:
     """The kept groups in the filter's order: a list of groups it was given, none twice (it may leave some out)."""
     where = f"on {len(groups)} kept groups"
     try:
@@ -368,17 +429,22 @@ async def call_over_sampling_filter(args: Any, resolved: Resolved, groups: list[
         raise _raised(resolved, where, exc) from exc
     given = {id(g) for g in groups}
     if not isinstance(ordered, list):
-        raise PluginCallError(f"{resolved.describe()} {where} returned {type(ordered).__name__}: expected a list "
-                              "of the groups it was given")
+        raise PluginCallError(
+            f"{resolved.describe()} {where} returned {type(ordered).__name__}: expected a list "
+            "of the groups it was given"
+        )
     returned = [id(g) for g in ordered]
     if not set(returned) <= given or len(set(returned)) != len(returned):
-        raise PluginCallError(f"{resolved.describe()} {where} returned a group twice or one it was not given: it "
-                              "must return a list of the groups it was given")
+        raise PluginCallError(
+            f"{resolved.describe()} {where} returned a group twice or one it was not given: it "
+            "must return a list of the groups it was given"
+        )
     return ordered
 
 
-def call_buffer_filter(args: Any, resolved: Resolved, rollout_id: int, buffer: list[list[Sample]],
-                       num_samples: int) -> tuple[list[list[Sample]], list[list[Sample]]]:
+def call_buffer_filter(
+    args: Any, resolved: Resolved, rollout_id: int, buffer: list[list[Sample]], num_samples: int
+) -> tuple[list[list[Sample]], list[list[Sample]]]:
     """``(served, left)``: the groups the filter serves (at most ``num_samples``) and the buffer it leaves.
 
     The filter works on a copy, so ``buffer`` is unchanged when it fails; sync code calls it (slime's data
@@ -389,8 +455,9 @@ def call_buffer_filter(args: Any, resolved: Resolved, rollout_id: int, buffer: l
     try:
         served = run_to_completion(resolved.func(args, rollout_id, left, num_samples))
     except Exception as exc:
-        raise PluginCallError(f"{resolved.describe()} raised {type(exc).__name__}: {exc} ({where}); the buffer "
-                              "is unchanged") from exc
+        raise PluginCallError(
+            f"{resolved.describe()} raised {type(exc).__name__}: {exc} ({where}); the buffer is unchanged"
+        ) from exc
     problem = _buffer_problem(served, left, given, num_samples)
     if problem:
         raise PluginCallError(f"{resolved.describe()} {problem} ({where}); the buffer is unchanged")
@@ -414,6 +481,7 @@ def _buffer_problem(served: Any, left: list[Any], given: set[int], num_samples: 
 
 # ----- engine ----------------------------------------------------------------------------------------------
 
+
 def call_engine(resolved: Resolved, args: Any) -> Any:
     """Build the engine the factory makes from ``args``: an :class:`rlsdk.engine.InferenceEngine`."""
     from .engine import InferenceEngine
@@ -425,6 +493,8 @@ def call_engine(resolved: Resolved, args: Any) -> Any:
     except Exception as exc:
         raise _raised(resolved, "building the engine", exc) from exc
     if not isinstance(engine, InferenceEngine):
-        raise PluginCallError(f"{resolved.describe()} returned {type(engine).__name__}: expected an "
-                              "rlsdk.engine.InferenceEngine")
+        raise PluginCallError(
+            f"{resolved.describe()} returned {type(engine).__name__}: expected an "
+            "rlsdk.engine.InferenceEngine"
+        )
     return engine

@@ -34,8 +34,10 @@ class EngineResponseError(EngineError):
     """The engine answered something that is not an answer of SGLang's protocol (not JSON, wrong shape)."""
 
 
-GENERATE_RESPONSE = ('{"text": str, "meta_info": {"finish_reason": {"type": "stop"|"length"|"abort", ...} or null, '
-                     '"output_token_logprobs": [[logprob, token_id, text], ...], ...}, ...}')
+GENERATE_RESPONSE = (
+    '{"text": str, "meta_info": {"finish_reason": {"type": "stop"|"length"|"abort", ...} or null, '
+    '"output_token_logprobs": [[logprob, token_id, text], ...], ...}, ...}'
+)
 """What a ``/generate`` answer looks like, for error messages."""
 
 SHOWN_CHARS = 200
@@ -83,8 +85,13 @@ def _generate_response_problem(item: Any) -> str | None:
 
 
 def _is_logprob_entry(entry: Any) -> bool:
-    return (isinstance(entry, list) and len(entry) >= 2 and isinstance(entry[0], int | float)
-            and isinstance(entry[1], int) and not isinstance(entry[1], bool))
+    return (
+        isinstance(entry, list)
+        and len(entry) >= 2
+        and isinstance(entry[0], int | float)
+        and isinstance(entry[1], int)
+        and not isinstance(entry[1], bool)
+    )
 
 
 def error_body(message: str, code: int = 400) -> dict[str, Any]:

@@ -81,8 +81,10 @@ class Reward(PluginRecord):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.cheap and is_async_callable(self.func):
-            raise ValueError(f"reward {self.name!r}: cheap=True is for plain functions; async rewards never "
-                             "leave the event loop anyway")
+            raise ValueError(
+                f"reward {self.name!r}: cheap=True is for plain functions; async rewards never "
+                "leave the event loop anyway"
+            )
 
 
 @dataclass
@@ -256,8 +258,10 @@ class Option:
             raise ValueError(f"an option name must be an identifier, got {self.name!r}")
         self.name = normalize_name(self.name)
         if self.type not in OPTION_TYPES:
-            raise TypeError(f"option {self.name!r}: type must be one of "
-                            f"{', '.join(t.__name__ for t in OPTION_TYPES)}, got {self.type!r}")
+            raise TypeError(
+                f"option {self.name!r}: type must be one of "
+                f"{', '.join(t.__name__ for t in OPTION_TYPES)}, got {self.type!r}"
+            )
         if self.default is not None:
             self.default = self.check(self.default)
 
@@ -275,15 +279,29 @@ class Option:
         if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
             raise ValueError(f"option {self.name!r} takes a {self.type.__name__}, got {value!r}")
         if self.choices is not None and value not in self.choices:
-            raise ValueError(f"option {self.name!r} must be one of {', '.join(map(str, self.choices))}, "
-                             f"got {value!r}")
+            raise ValueError(
+                f"option {self.name!r} must be one of {', '.join(map(str, self.choices))}, got {value!r}"
+            )
         return value
 
 
 RECORD_TYPES: dict[str, type[PluginRecord]] = {
     cls.kind: cls
-    for cls in (GenerateRollout, CustomGenerate, Reward, DynamicFilter, OverSamplingFilter, BufferFilter, Engine,
-                Tool, TaskGenerator, Trainer, Loss, ToolCallParser, Agent)
+    for cls in (
+        GenerateRollout,
+        CustomGenerate,
+        Reward,
+        DynamicFilter,
+        OverSamplingFilter,
+        BufferFilter,
+        Engine,
+        Tool,
+        TaskGenerator,
+        Trainer,
+        Loss,
+        ToolCallParser,
+        Agent,
+    )
 }
 """Kind name -> record type. The hook for kind ``k`` is ``rlsdk_<k>s`` (``rlsdk_losses`` for ``loss``)."""
 

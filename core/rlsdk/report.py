@@ -43,7 +43,9 @@ class RunReport:
         import matplotlib.pyplot as plt
 
         steps, evals = self.history("metrics.jsonl"), self.history("eval.jsonl")
-        eval_keys = sorted({k for row in evals for k in row if k.startswith("eval/") and k.endswith("/reward_mean")})
+        eval_keys = sorted(
+            {k for row in evals for k in row if k.startswith("eval/") and k.endswith("/reward_mean")}
+        )
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
         plot(top, steps, "rollout/reward_mean", "train reward (sampled)")
         for key in eval_keys:
@@ -68,8 +70,11 @@ class RunReport:
 
 
 def numbers(metrics: dict[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in metrics.items()
-            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
+    return {
+        k: float(v)
+        for k, v in metrics.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    }
 
 
 def plot(axis: Any, rows: list[dict[str, Any]], key: str, label: str) -> None:

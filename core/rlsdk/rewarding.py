@@ -38,6 +38,7 @@ _resolved: weakref.WeakKeyDictionary[Any, dict[tuple[str, bool], Resolved]] = we
 
 # ----- resolution -----------------------------------------------------------------------------------
 
+
 def resolve_reward(pm: Any, spec: str, *, group: bool = False) -> Resolved:
     """Resolve a reward name, ``boxed_`` name or dotted path once per plugin manager (then cached).
     ``group=True`` marks a dotted-path reward as a group reward (slime's ``--group-rm``)."""
@@ -53,9 +54,13 @@ def _resolve_uncached(pm: Any, spec: str, group: bool) -> Resolved:
     name = normalize_name(spec)
     if is_path(spec) or not name.startswith(BOXED_PREFIX) or name in pm.records("reward"):
         return pm.resolve("reward", spec, **options)
-    inner = pm.resolve("reward", spec.strip()[len(BOXED_PREFIX):], **options)
-    record = Reward(name=name, func=_boxed(inner), description=f"{inner.name} on the last \\boxed{{}} answer",
-                    group=inner.record.group)
+    inner = pm.resolve("reward", spec.strip()[len(BOXED_PREFIX) :], **options)
+    record = Reward(
+        name=name,
+        func=_boxed(inner),
+        description=f"{inner.name} on the last \\boxed{{}} answer",
+        group=inner.record.group,
+    )
     return Resolved(record, inner.info, is_async=True, accepts_evaluation=True)
 
 
@@ -87,6 +92,7 @@ def reward_spec(args: Any, sample: Sample) -> tuple[str, bool]:
 
 # ----- scoring --------------------------------------------------------------------------------------
 
+
 async def score_group(args: Any, pm: Any, samples: list[Sample], *, evaluation: bool = False) -> None:
     """Set ``reward`` on every sample that has none (a group reward scores every sample), marking
     invalid ones; never raises for one bad sample.
@@ -113,8 +119,11 @@ async def score_group(args: Any, pm: Any, samples: list[Sample], *, evaluation: 
             calls.extend(_score_one(args, resolved, s, evaluation, timeout) for s in members)
     if calls:
         await gather_calls(calls)
-    key = (getattr(args, "eval_reward_key", None) or getattr(args, "reward_key", None)) if evaluation \
+    key = (
+        (getattr(args, "eval_reward_key", None) or getattr(args, "reward_key", None))
+        if evaluation
         else getattr(args, "reward_key", None)
+    )
     if key is not None:
         for sample in samples:
             _check_key(args, pm, sample, key)
@@ -140,8 +149,9 @@ def _score_inline(args: Any, resolved: Resolved, samples: list[Sample], evaluati
         _set(sample, resolved, reward)
 
 
-async def _score_together(args: Any, resolved: Resolved, samples: list[Sample], evaluation: bool,
-                          timeout: float) -> None:
+async def _score_together(
+    args: Any, resolved: Resolved, samples: list[Sample], evaluation: bool, timeout: float
+) -> None:
     try:
         rewards = await call_reward(args, resolved, samples, evaluation=evaluation, timeout=timeout)
     except InvalidReward as exc:
@@ -175,6 +185,7 @@ def _where(sample: Sample) -> str:
 
 
 # ----- invalid samples --------------------------------------------------------------------------------
+
 
 def mark_invalid(sample: Sample, resolved: Resolved, reason: str) -> None:
     """Mark a sample's reward invalid: ``reward=None``, status failed, the reason in its metadata."""

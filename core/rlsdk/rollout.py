@@ -52,7 +52,9 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     return runtime.run(rollout_step(args, rollout_id, data_source, runtime))
 
 
-async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Runtime) -> RolloutFnTrainOutput:
+async def rollout_step(
+    args: Any, rollout_id: int, data_source: Any, runtime: Runtime
+) -> RolloutFnTrainOutput:
     """One training step, readable top to bottom."""
     started = time.perf_counter()
     plugins = StepPlugins.resolve(args, runtime.pm)
@@ -68,7 +70,9 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
     restarted: list[Group] = []  # hung past the abort timeout: their state is unknown, start over
     in_flight: dict[asyncio.Task[Group], Group] = {}
     entry_metadata: dict[int, dict[str, Any]] = {}  # id(sample) -> its metadata entering the step, if any
-    finished = asyncio.Event()  # set as a task ends: cheaper than asyncio.wait, which hooks every task per call
+    finished = (
+        asyncio.Event()
+    )  # set as a task ends: cheaper than asyncio.wait, which hooks every task per call
     pulled, exhausted = 0, False
 
     while len(kept) < target:
@@ -82,9 +86,7 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
             pulled += len(groups)
             unsent = 0
             for group in groups:
-                task = asyncio.create_task(
-                    run_group(args, runtime, plugins, group, sampling_params, limit)
-                )
+                task = asyncio.create_task(run_group(args, runtime, plugins, group, sampling_params, limit))
                 task.add_done_callback(lambda _: finished.set())
                 in_flight[task] = group
                 unsent += len(group)
@@ -115,8 +117,9 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
                 ledger.count_produced(group)
                 await settle(args, plugins, group, ledger, kept, fallback, to_buffer)
             else:
-                restarted.append(reset_for_buffer(args, group, rollout_id, partial=False,
-                                                  metadata=entry_metadata))
+                restarted.append(
+                    reset_for_buffer(args, group, rollout_id, partial=False, metadata=entry_metadata)
+                )
 
     # Not enough groups passed the dynamic filter: top up with groups it allowed as a fallback.
     for group, reason in fallback:
@@ -134,8 +137,10 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
 
     # Unfinished and surplus groups go back to the buffer, served first next step.
     aborted = sum(s.status not in FINISHED for g in (*to_buffer, *restarted) for s in g)
-    returned = [reset_for_buffer(args, g, rollout_id, partial=args.partial_rollout, metadata=entry_metadata)
-                for g in to_buffer]
+    returned = [
+        reset_for_buffer(args, g, rollout_id, partial=args.partial_rollout, metadata=entry_metadata)
+        for g in to_buffer
+    ]
     returned += restarted + surplus
     for group in returned:
         ledger.return_to_buffer(group)
@@ -150,11 +155,18 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
     ledger.check()
     metrics = step_metrics(args, batch, ledger, started)
     if len(batch) < target:  # said, not silent: the trainer gets a smaller batch
-        why = (f"the data ran out after {pulled} groups" if exhausted else
-               f"it pulled {pulled} groups, the cap (--set rollout_max_groups_per_step=N; default 8 x "
-               f"rollout_batch_size)")
-        warnings.warn(f"step {rollout_id}: {len(batch)} of {target} groups ({sum(ledger.dropped.values())} "
-                      f"samples dropped, {ledger.failed} failed): {why}", RuntimeWarning, stacklevel=1)
+        why = (
+            f"the data ran out after {pulled} groups"
+            if exhausted
+            else f"it pulled {pulled} groups, the cap (--set rollout_max_groups_per_step=N; default 8 x "
+            f"rollout_batch_size)"
+        )
+        warnings.warn(
+            f"step {rollout_id}: {len(batch)} of {target} groups ({sum(ledger.dropped.values())} "
+            f"samples dropped, {ledger.failed} failed): {why}",
+            RuntimeWarning,
+            stacklevel=1,
+        )
     metrics["rollout/short_of_batch"] = target - len(batch)
     metrics["rollout/aborted"] = aborted
     metrics["rollout/invalid_rewards"] = count_invalid([s for g in (*batch, *ledger.discarded) for s in g])
@@ -163,8 +175,13 @@ async def rollout_step(args: Any, rollout_id: int, data_source: Any, runtime: Ru
 
 
 async def run_group(
-    args: Any, runtime: Runtime, plugins: StepPlugins, group: Group, sampling_params: dict[str, Any],
-    limit: ConcurrencyLimit, evaluation: bool = False,
+    args: Any,
+    runtime: Runtime,
+    plugins: StepPlugins,
+    group: Group,
+    sampling_params: dict[str, Any],
+    limit: ConcurrencyLimit,
+    evaluation: bool = False,
 ) -> Group:
     """Generate and reward one group in place. Failures are recorded on the samples, not raised."""
     # custom_generate: each unfinished sample (buffered surplus groups are already complete)
@@ -176,8 +193,13 @@ async def run_group(
 
 
 async def settle(
-    args: Any, plugins: StepPlugins, group: Group, ledger: StepLedger, kept: list[Group],
-    fallback: list[tuple[Group, str]], to_buffer: list[Group],
+    args: Any,
+    plugins: StepPlugins,
+    group: Group,
+    ledger: StepLedger,
+    kept: list[Group],
+    fallback: list[tuple[Group, str]],
+    to_buffer: list[Group],
 ) -> None:
     """Decide a finished task's group: failed, unfinished (back to the buffer), dropped or kept."""
     errors = [s.metadata["generate_error"] for s in group if "generate_error" in s.metadata]
@@ -221,8 +243,14 @@ async def order_groups(args: Any, plugins: StepPlugins, kept: list[Group], ledge
     return ordered
 
 
-def reset_for_buffer(args: Any, group: Group, rollout_id: int, *, partial: bool,
-                     metadata: dict[int, dict[str, Any]] | None = None) -> Group:
+def reset_for_buffer(
+    args: Any,
+    group: Group,
+    rollout_id: int,
+    *,
+    partial: bool,
+    metadata: dict[int, dict[str, Any]] | None = None,
+) -> Group:
     """Prepare an unfinished group for the buffer: keep its tokens to resume (partial rollout, earlier
     tokens loss-masked when asked) or start its samples over from the prompt, with the metadata it had
     when it entered the step (``metadata``, by ``id(sample)``): nothing of the abandoned attempt stays."""
@@ -237,7 +265,7 @@ def reset_for_buffer(args: Any, group: Group, rollout_id: int, *, partial: bool,
             continue
         entered = sample.metadata if metadata is None else metadata.get(id(sample), {})
         sample.metadata = {**entered, "returned_at_rollout_id": rollout_id}
-        del sample.tokens[sample.prompt_length:]
+        del sample.tokens[sample.prompt_length :]
         sample.response, sample.response_length = "", 0
         sample.loss_mask = sample.rollout_log_probs = None
         sample.weight_versions = []
@@ -276,9 +304,11 @@ def scored_reward_metrics(kept: list[list[float]], dropped: list[list[float]]) -
     kept_values = [v for row in kept for v in row]
     values = kept_values + [v for row in dropped for v in row]
     spreads = [_pstdev(row) for rows in (kept, dropped) for row in rows if row]
-    return {"rollout/reward_mean": sum(kept_values) / len(kept_values) if kept_values else None,
-            "rollout/reward_mean_before_filter": sum(values) / len(values) if values else None,
-            "rollout/reward_group_std_mean": sum(spreads) / len(spreads) if spreads else None}
+    return {
+        "rollout/reward_mean": sum(kept_values) / len(kept_values) if kept_values else None,
+        "rollout/reward_mean_before_filter": sum(values) / len(values) if values else None,
+        "rollout/reward_group_std_mean": sum(spreads) / len(spreads) if spreads else None,
+    }
 
 
 def _pstdev(values: list[float]) -> float:
@@ -293,16 +323,18 @@ def step_metrics(args: Any, batch: list[Group], ledger: StepLedger, started: flo
     elapsed = time.perf_counter() - started
     tokens = sum(s.response_length for s in samples)
     metrics = ledger.metrics()
-    metrics.update({
-        "rollout/groups": len(batch),
-        "rollout/samples": len(samples),
-        **scored_reward_metrics(group_rewards(args, batch), group_rewards(args, ledger.discarded)),
-        "rollout/response_len_mean": tokens / len(samples) if samples else 0.0,
-        "rollout/truncated": sum(s.status is Sample.Status.TRUNCATED for s in samples),
-        "rollout/resumed": sum("returned_at_rollout_id" in s.metadata for s in samples),
-        "rollout/tokens": tokens,
-        "rollout/seconds": elapsed,
-        "rollout/tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
-        "rollout/failures": ledger.failures,
-    })
+    metrics.update(
+        {
+            "rollout/groups": len(batch),
+            "rollout/samples": len(samples),
+            **scored_reward_metrics(group_rewards(args, batch), group_rewards(args, ledger.discarded)),
+            "rollout/response_len_mean": tokens / len(samples) if samples else 0.0,
+            "rollout/truncated": sum(s.status is Sample.Status.TRUNCATED for s in samples),
+            "rollout/resumed": sum("returned_at_rollout_id" in s.metadata for s in samples),
+            "rollout/tokens": tokens,
+            "rollout/seconds": elapsed,
+            "rollout/tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+            "rollout/failures": ledger.failures,
+        }
+    )
     return metrics

@@ -72,11 +72,18 @@ class ServerHandle:
         await self.runner.cleanup()
 
 
-async def start_server(engine: InferenceEngine, host: str = "127.0.0.1", port: int = 0, *,
-                       max_body: int = DEFAULT_MAX_BODY, token: str | None = None,
-                       weights_dirs: Sequence[str | os.PathLike[str]] = (),
-                       max_connections: int = DEFAULT_MAX_CONNECTIONS, pm: Any = None,
-                       tool_call_parser: str = "auto") -> ServerHandle:
+async def start_server(
+    engine: InferenceEngine,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    max_body: int = DEFAULT_MAX_BODY,
+    token: str | None = None,
+    weights_dirs: Sequence[str | os.PathLike[str]] = (),
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    pm: Any = None,
+    tool_call_parser: str = "auto",
+) -> ServerHandle:
     """Serve a started ``engine`` on ``host:port`` (port 0 picks a free one); sets ``engine.url`` if it has none.
 
     Off loopback a ``token`` is required (ValueError otherwise). ``/update_weights_from_disk`` loads only
@@ -85,27 +92,34 @@ async def start_server(engine: InferenceEngine, host: str = "127.0.0.1", port: i
     ``tokenizer`` has a chat template also answers ``/v1/chat/completions`` (:mod:`rlsdk.agents.server`), reading tool calls
     with ``tool_call_parser`` from ``pm`` (default: the installed plugins)."""
     check_binding("rlsdk serve", host, token, SERVE_TOKEN_ENV)
-    limits = ConnectionLimits(max_body=max_body, read_timeout=READ_TIMEOUT, idle_timeout=IDLE_TIMEOUT,
-                              max_connections=max_connections)
-    app = web.Application(client_max_size=max_body,
-                          middlewares=[guard(token, _error), limits.middleware(_error), _errors])
+    limits = ConnectionLimits(
+        max_body=max_body,
+        read_timeout=READ_TIMEOUT,
+        idle_timeout=IDLE_TIMEOUT,
+        max_connections=max_connections,
+    )
+    app = web.Application(
+        client_max_size=max_body, middlewares=[guard(token, _error), limits.middleware(_error), _errors]
+    )
     app[_ENGINE] = engine
     app[_WEIGHTS_DIRS] = tuple(Path(d).resolve() for d in weights_dirs)
-    app.add_routes([
-        web.get("/health", _health),
-        web.get("/health_generate", _health_generate),
-        web.get("/model_info", _model_info),
-        web.get("/get_model_info", _model_info),
-        web.get("/get_weight_version", _weight_version_gone),
-        web.get("/weight_version", _weight_version_gone),
-        web.post("/generate", _generate),
-        web.post("/abort_request", _abort),
-        web.get("/v1/loads", _loads),
-        web.route("*", "/flush_cache", _flush_cache),
-        web.post("/pause_generation", _pause),
-        web.post("/continue_generation", _continue),
-        web.post("/update_weights_from_disk", _update_weights_from_disk),
-    ])
+    app.add_routes(
+        [
+            web.get("/health", _health),
+            web.get("/health_generate", _health_generate),
+            web.get("/model_info", _model_info),
+            web.get("/get_model_info", _model_info),
+            web.get("/get_weight_version", _weight_version_gone),
+            web.get("/weight_version", _weight_version_gone),
+            web.post("/generate", _generate),
+            web.post("/abort_request", _abort),
+            web.get("/v1/loads", _loads),
+            web.route("*", "/flush_cache", _flush_cache),
+            web.post("/pause_generation", _pause),
+            web.post("/continue_generation", _continue),
+            web.post("/update_weights_from_disk", _update_weights_from_disk),
+        ]
+    )
     chat = None
     if getattr(getattr(engine, "tokenizer", None), "chat_template", None):
         from .agents.server import add_chat_routes, chat_endpoint
@@ -188,8 +202,10 @@ async def _generate(request: web.Request) -> web.StreamResponse:
             await _abort_rids(engine, body)
             raise
     items = split_batch(body)
-    chunks = merge_streams([engine.generate_stream(item) for item in items]) if items else (
-        engine.generate_stream(body)
+    chunks = (
+        merge_streams([engine.generate_stream(item) for item in items])
+        if items
+        else (engine.generate_stream(body))
     )
     first = await anext(chunks, None)  # errors in the request surface here, before the 200 is sent
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -269,11 +285,13 @@ async def _abort(request: web.Request) -> web.Response:
 async def _loads(request: web.Request) -> web.Response:
     load = await request.app[_ENGINE].load()
     entry = {"timestamp": time.time(), "dp_rank": 0, **load}
-    return web.json_response({
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
-        "version": f"rlsdk {__version__}",
-        "loads": [entry],
-    })
+    return web.json_response(
+        {
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+            "version": f"rlsdk {__version__}",
+            "loads": [entry],
+        }
+    )
 
 
 async def _flush_cache(request: web.Request) -> web.Response:
@@ -304,15 +322,23 @@ async def _update_weights_from_disk(request: web.Request) -> web.Response:
         raise EngineRequestError("model_path must be a non-empty string")
     allowed = request.app[_WEIGHTS_DIRS]
     if not any(Path(model_path).resolve().is_relative_to(folder) for folder in allowed):
-        why = f"{model_path[:200]!r} is not inside {', '.join(map(str, allowed))}" if allowed else \
-            "loading weights over HTTP is off"
+        why = (
+            f"{model_path[:200]!r} is not inside {', '.join(map(str, allowed))}"
+            if allowed
+            else "loading weights over HTTP is off"
+        )
         message = f"Failed to update weights: {why} (start rlsdk serve with --allow-weights-dir FOLDER)"
         return web.json_response({"success": False, "message": message, "num_paused_requests": 0}, status=403)
     version = body.get("weight_version")
     try:
-        await request.app[_ENGINE].update_weights_from_disk(model_path, None if version is None else str(version))
+        await request.app[_ENGINE].update_weights_from_disk(
+            model_path, None if version is None else str(version)
+        )
     except (OSError, ValueError, RuntimeError, NotImplementedError) as exc:
-        return web.json_response({"success": False, "message": f"Failed to update weights: {exc}",
-                                  "num_paused_requests": 0}, status=400)
-    return web.json_response({"success": True, "message": "Succeeded to update model weights.",
-                              "num_paused_requests": 0})
+        return web.json_response(
+            {"success": False, "message": f"Failed to update weights: {exc}", "num_paused_requests": 0},
+            status=400,
+        )
+    return web.json_response(
+        {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
+    )

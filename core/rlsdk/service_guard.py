@@ -76,8 +76,9 @@ class ConnectionLimits:
     ``max_body`` bytes (413, before reading when its length is declared) and arrive within
     ``read_timeout`` seconds (408). Use :meth:`middleware` in the app, then :meth:`listen`."""
 
-    def __init__(self, *, max_body: int, read_timeout: float, idle_timeout: float,
-                 max_connections: int) -> None:
+    def __init__(
+        self, *, max_body: int, read_timeout: float, idle_timeout: float, max_connections: int
+    ) -> None:
         self.max_body, self.max_connections = max_body, max_connections
         self.read_timeout, self.idle_timeout = read_timeout, idle_timeout
         self._busy: dict[Any, int] = {}  # transport -> requests in progress
@@ -95,8 +96,11 @@ class ConnectionLimits:
             self._busy[transport] = self._busy.get(transport, 0) + 1
             try:
                 if (request.content_length or 0) > self.max_body:
-                    return error(f"request body of {request.content_length} bytes is over the "
-                                 f"{self.max_body}-byte limit", 413)
+                    return error(
+                        f"request body of {request.content_length} bytes is over the "
+                        f"{self.max_body}-byte limit",
+                        413,
+                    )
                 if request.can_read_body:
                     try:
                         async with asyncio.timeout(self.read_timeout):
@@ -154,7 +158,9 @@ class _Refuse(asyncio.Protocol):
     """A connection over the limit: answered 503 and closed."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                f"Content-Length: {len(_TOO_MANY)}\r\n\r\n")
+        head = (
+            f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            f"Content-Length: {len(_TOO_MANY)}\r\n\r\n"
+        )
         transport.write(head.encode() + _TOO_MANY)  # type: ignore[attr-defined]
         transport.close()

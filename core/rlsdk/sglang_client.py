@@ -50,8 +50,9 @@ class Reply:
         try:
             return json.loads(self.text)
         except ValueError:
-            raise unreadable(self.url, f"answered {self.status_code} with a body that is not JSON", expected,
-                             self.text) from None
+            raise unreadable(
+                self.url, f"answered {self.status_code} with a body that is not JSON", expected, self.text
+            ) from None
 
 
 class SGLangClient(InferenceEngine):
@@ -64,8 +65,16 @@ class SGLangClient(InferenceEngine):
     and weight updates go to every worker of a router (``GET /workers``), since the router does not forward them.
     """
 
-    def __init__(self, url: str, *, concurrency: int = 512, timeout: float = 3600.0, retries: int = 5,
-                 backoff: float = 0.25, launcher: SGLangLauncher | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        concurrency: int = 512,
+        timeout: float = 3600.0,
+        retries: int = 5,
+        backoff: float = 0.25,
+        launcher: SGLangLauncher | None = None,
+    ) -> None:
         self.url = url.rstrip("/")
         self.concurrency = concurrency
         self.timeout = timeout
@@ -108,8 +117,15 @@ class SGLangClient(InferenceEngine):
             self._slots = asyncio.Semaphore(self.concurrency)
         return self._client
 
-    async def _request(self, method: str, path: str, *, base: str | None = None, body: Any = None,
-                       ok_statuses: tuple[int, ...] = ()) -> Reply:
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        base: str | None = None,
+        body: Any = None,
+        ok_statuses: tuple[int, ...] = (),
+    ) -> Reply:
         """One HTTP call, retried on connection errors and 5xx; a 4xx or the last 5xx raises (unless its
         status is in ``ok_statuses``)."""
         client = self._ensure_client()
@@ -154,14 +170,16 @@ class SGLangClient(InferenceEngine):
                         line = raw.decode(errors="replace").strip()
                         if not line.startswith("data:"):
                             continue
-                        data = line[len("data:"):].strip()
+                        data = line[len("data:") :].strip()
                         if data == "[DONE]":
                             return
                         source = f"{self.url}/generate (stream)"
                         try:
                             chunk = json.loads(data)
                         except ValueError:
-                            raise unreadable(source, "a chunk that is not JSON", GENERATE_RESPONSE, data) from None
+                            raise unreadable(
+                                source, "a chunk that is not JSON", GENERATE_RESPONSE, data
+                            ) from None
                         yield check_generate_response(chunk, source)
             except _RETRYABLE as exc:
                 raise EngineUnavailableError(f"stream from {self.url} failed: {exc!r}") from exc
@@ -218,8 +236,9 @@ class SGLangClient(InferenceEngine):
             flushed &= response.status_code == 200
         return flushed
 
-    async def update_weights_from_disk(self, model_path: str, weight_version: str | None = None,
-                                       flush_timeout: float = 60.0) -> None:
+    async def update_weights_from_disk(
+        self, model_path: str, weight_version: str | None = None, flush_timeout: float = 60.0
+    ) -> None:
         """The weight-update sequence on every worker: pause, flush the cache, update, continue."""
         await self.pause()
         try:
@@ -227,15 +246,21 @@ class SGLangClient(InferenceEngine):
             deadline = loop.time() + flush_timeout
             while not await self.flush_cache():
                 if loop.time() > deadline:
-                    raise EngineError(f"{self.url}: cache not flushed after {flush_timeout:.0f}s (requests still running)")
+                    raise EngineError(
+                        f"{self.url}: cache not flushed after {flush_timeout:.0f}s (requests still running)"
+                    )
                 await asyncio.sleep(0.1)
             body: dict[str, Any] = {"model_path": model_path}
             if weight_version is not None:
                 body["weight_version"] = weight_version
             for worker in await self.workers():
-                result = (await self._request("POST", "/update_weights_from_disk", base=worker, body=body)).json()
+                result = (
+                    await self._request("POST", "/update_weights_from_disk", base=worker, body=body)
+                ).json()
                 if not result.get("success", False):
-                    raise EngineError(f"{worker}: weight update from {model_path} failed: {result.get('message')}")
+                    raise EngineError(
+                        f"{worker}: weight update from {model_path} failed: {result.get('message')}"
+                    )
         finally:
             await self.resume()
 
@@ -284,4 +309,3 @@ def _raise_for(response: Reply, url: str, tries: int = 1) -> None:
         raise EngineRequestError(f"{url} answered {response.status_code}: {message}")
     after = f" after {tries} tries" if tries > 1 else ""
     raise EngineError(f"{url} answered {response.status_code}{after}: {message}")
-

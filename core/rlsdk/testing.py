@@ -70,8 +70,9 @@ def make_group(
     ]
 
 
-def check_reward(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None,
-                 samples: list[Sample] | None = None) -> list[Any]:
+def check_reward(
+    pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None, samples: list[Sample] | None = None
+) -> list[Any]:
     """A reward returns a number, a dict or None (invalid) for each sample; a group reward returns one per
     sample and an empty list for an empty group. Called as the rollout loop calls it
     (:func:`rlsdk.plugin_calls.call_reward`, under ``args.reward_timeout``), so a reward that fails here
@@ -89,37 +90,65 @@ def check_reward(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None =
     return [reward(sample) for sample in samples]
 
 
-def check_dynamic_filter(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None,
-                         groups: list[list[Sample]] | None = None) -> list[DynamicFilterOutput]:
+def check_dynamic_filter(
+    pm: RlsdkPluginManager,
+    name: str,
+    args: RolloutConfig | None = None,
+    groups: list[list[Sample]] | None = None,
+) -> list[DynamicFilterOutput]:
     """A dynamic filter gives a verdict for every group, including a single sample, equal rewards, invalid
     rewards and an empty group, called as the rollout loop calls it
     (:func:`rlsdk.plugin_calls.call_dynamic_filter`). Returns the verdicts."""
     args = args or RolloutConfig()
     resolved = pm.resolve("dynamic_filter", name)
-    groups = groups if groups is not None else [
-        make_group([0.0, 1.0, 1.0, 0.0]), make_group([1.0, 1.0]), make_group([0.5]), make_group([None, 1.0]), [],
-    ]
+    groups = (
+        groups
+        if groups is not None
+        else [
+            make_group([0.0, 1.0, 1.0, 0.0]),
+            make_group([1.0, 1.0]),
+            make_group([0.5]),
+            make_group([None, 1.0]),
+            [],
+        ]
+    )
     return [run_to_completion(call_dynamic_filter(args, resolved, group)) for group in groups]
 
 
-def check_over_sampling_filter(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None,
-                               groups: list[list[Sample]] | None = None) -> list[list[Sample]]:
+def check_over_sampling_filter(
+    pm: RlsdkPluginManager,
+    name: str,
+    args: RolloutConfig | None = None,
+    groups: list[list[Sample]] | None = None,
+) -> list[list[Sample]]:
     """An over-sampling filter returns groups taken from its input, none twice, and [] for [], as the rollout
     loop checks it (:func:`rlsdk.plugin_calls.call_over_sampling_filter`). Returns its order."""
     args = args or RolloutConfig()
     resolved = pm.resolve("over_sampling_filter", name)
-    groups = groups if groups is not None else [
-        make_group([0.0, 1.0], group_index=0), make_group([1.0, 1.0], group_index=1),
-        make_group([0.0, 0.5, 1.0], group_index=2),
-    ]
+    groups = (
+        groups
+        if groups is not None
+        else [
+            make_group([0.0, 1.0], group_index=0),
+            make_group([1.0, 1.0], group_index=1),
+            make_group([0.0, 0.5, 1.0], group_index=2),
+        ]
+    )
     result = run_to_completion(call_over_sampling_filter(args, resolved, groups))
     assert run_to_completion(call_over_sampling_filter(args, resolved, [])) == [], (
-        f"{resolved.describe()} must return [] for no groups")
+        f"{resolved.describe()} must return [] for no groups"
+    )
     return result
 
 
-def check_buffer_filter(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None,
-                        num_samples: int = 2, rollout_id: int = 0, may_drop: bool = False) -> list[list[Sample]]:
+def check_buffer_filter(
+    pm: RlsdkPluginManager,
+    name: str,
+    args: RolloutConfig | None = None,
+    num_samples: int = 2,
+    rollout_id: int = 0,
+    may_drop: bool = False,
+) -> list[list[Sample]]:
     """A buffer filter serves at most ``num_samples`` groups, removes exactly those from the buffer and loses
     none (unless ``may_drop``, for filters that discard stale groups); an empty buffer gives []. Called as the
     data source calls it (:func:`rlsdk.plugin_calls.call_buffer_filter`). Returns the groups served."""
@@ -130,11 +159,14 @@ def check_buffer_filter(pm: RlsdkPluginManager, name: str, args: RolloutConfig |
     dropped = len(groups) - len(left) - len(taken)
     assert not dropped or may_drop, f"{resolved.describe()} lost {dropped} groups"
     assert call_buffer_filter(args, resolved, rollout_id, [], num_samples)[0] == [], (
-        f"{resolved.describe()}: an empty buffer must serve []")
+        f"{resolved.describe()}: an empty buffer must serve []"
+    )
     return taken
 
 
-def check_loss(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None) -> tuple[Any, dict[str, Any]]:
+def check_loss(
+    pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None
+) -> tuple[Any, dict[str, Any]]:
     """A loss returns a scalar tensor that gradients flow through and a dict of detached scalar metrics,
     for a micro-batch of two samples (one with a masked token) over uniform logits. Returns both."""
     import torch
@@ -144,26 +176,34 @@ def check_loss(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = N
     lengths = [3, 1]
     batch: dict[str, Any] = {
         "unconcat_tokens": [torch.tensor([0, 1, 2, 2, 2]), torch.tensor([0, 1, 2])],
-        "total_lengths": [5, 3], "response_lengths": lengths,
+        "total_lengths": [5, 3],
+        "response_lengths": lengths,
         "loss_masks": [torch.tensor([1.0, 1.0, 0.0]), torch.tensor([1.0])],
         "advantages": [torch.tensor([0.5, 0.5, 0.5]), torch.tensor([-1.0])],
-        "log_probs": [], "rollout_log_probs": [torch.full((n,), -1.0986) for n in lengths],
-        "ref_log_probs": [torch.full((n,), -1.0986) for n in lengths], "rewards": [1.0, 0.0],
+        "log_probs": [],
+        "rollout_log_probs": [torch.full((n,), -1.0986) for n in lengths],
+        "ref_log_probs": [torch.full((n,), -1.0986) for n in lengths],
+        "rewards": [1.0, 0.0],
     }
     from .training.losses import sum_of_sample_mean_fn
 
     logits = torch.zeros(1, 8, 3, requires_grad=True)
     result = resolved.func(args, batch, logits, sum_of_sample_mean_fn(lengths, batch["loss_masks"]))
-    assert isinstance(result, tuple) and len(result) == 2, f"{resolved.describe()} must return (loss, metrics)"
+    assert isinstance(result, tuple) and len(result) == 2, (
+        f"{resolved.describe()} must return (loss, metrics)"
+    )
     loss, metrics = result
-    assert isinstance(loss, torch.Tensor) and loss.dim() == 0, f"{resolved.describe()}: loss must be a scalar tensor"
+    assert isinstance(loss, torch.Tensor) and loss.dim() == 0, (
+        f"{resolved.describe()}: loss must be a scalar tensor"
+    )
     assert bool(torch.isfinite(loss)), f"{resolved.describe()} returned a non-finite loss {loss}"
     loss.backward()
     assert logits.grad is not None, f"{resolved.describe()}: no gradient reaches the logits"
     assert isinstance(metrics, dict), f"{resolved.describe()}: metrics must be a dict"
     for key, value in metrics.items():
         assert isinstance(value, torch.Tensor | float | int) and not getattr(value, "requires_grad", False), (
-            f"{resolved.describe()}: metric {key!r} must be a detached scalar")
+            f"{resolved.describe()}: metric {key!r} must be a detached scalar"
+        )
     return loss, metrics
 
 
@@ -180,12 +220,25 @@ def check_trainer(pm: RlsdkPluginManager, name: str, args: RolloutConfig) -> Any
     resolved = pm.resolve("trainer", name)
     trainer = resolved.func(args)
     assert isinstance(trainer, PolicyTrainer), f"{resolved.describe()} returned {type(trainer).__name__}"
-    groups = [[Sample(group_index=g, index=2 * g + i, tokens=[1, 2, 3, 4 + i], response_length=2, reward=float(i),
-                      rollout_log_probs=[-1.0, -1.0], status=Sample.Status.COMPLETED) for i in range(2)]
-              for g in range(2)]
+    groups = [
+        [
+            Sample(
+                group_index=g,
+                index=2 * g + i,
+                tokens=[1, 2, 3, 4 + i],
+                response_length=2,
+                reward=float(i),
+                rollout_log_probs=[-1.0, -1.0],
+                status=Sample.Status.COMPLETED,
+            )
+            for i in range(2)
+        ]
+        for g in range(2)
+    ]
     metrics = trainer.train_step(0, groups)
-    assert metrics and all(k.startswith("train/") and isinstance(v, int | float) and math.isfinite(v)
-                           for k, v in metrics.items()), f"{resolved.describe()}: bad metrics {metrics}"
+    assert metrics and all(
+        k.startswith("train/") and isinstance(v, int | float) and math.isfinite(v) for k, v in metrics.items()
+    ), f"{resolved.describe()}: bad metrics {metrics}"
     samples = [s for g in groups for s in g]
     log_probs = trainer.response_log_probs(samples)
     assert [len(lp) for lp in log_probs] == [2] * 4, f"{resolved.describe()}: one log-prob per response token"
@@ -197,8 +250,9 @@ def check_trainer(pm: RlsdkPluginManager, name: str, args: RolloutConfig) -> Any
         trainer.train_step(1, groups)
         trainer.load_checkpoint(Path(folder))
         again = trainer.response_log_probs(samples)
-    assert all(abs(a - b) < 1e-4 for x, y in zip(log_probs, again, strict=True) for a, b in zip(x, y, strict=True)), (
-        f"{resolved.describe()}: a loaded checkpoint does not give back the saved policy")
+    assert all(
+        abs(a - b) < 1e-4 for x, y in zip(log_probs, again, strict=True) for a, b in zip(x, y, strict=True)
+    ), f"{resolved.describe()}: a loaded checkpoint does not give back the saved policy"
     return trainer
 
 
@@ -210,8 +264,12 @@ def check_tool_call_parser(pm: RlsdkPluginManager, name: str) -> Resolved:
     resolved = pm.resolve("tool_call_parser", name)
     tools = [{"type": "function", "function": {"name": "calculator", "parameters": {"type": "object"}}}]
     plain = resolved.func("The answer is 4.", tools)
-    assert isinstance(plain, ParsedTurn), f"{resolved.describe()} must return a ParsedTurn, got {plain!r:.100}"
-    assert plain.calls == [] and plain.content == "The answer is 4.", f"{resolved.describe()}: plain text {plain}"
+    assert isinstance(plain, ParsedTurn), (
+        f"{resolved.describe()} must return a ParsedTurn, got {plain!r:.100}"
+    )
+    assert plain.calls == [] and plain.content == "The answer is 4.", (
+        f"{resolved.describe()}: plain text {plain}"
+    )
     format_calls = getattr(resolved.record, "format_calls", None)
     if format_calls is not None:
         calls = [FunctionCall("calculator", {"expression": "2 + 2"})]
@@ -228,9 +286,14 @@ def check_callable(pm: RlsdkPluginManager, kind: str, name: str) -> Resolved:
     return resolved
 
 
-def check_custom_generate(pm: RlsdkPluginManager, name: str, replies: Sequence[str | FakeReply] | Respond,
-                          args: RolloutConfig | None = None, tokenizer: Any = None,
-                          prompt: str = "What is 2 + 3?") -> Sample:
+def check_custom_generate(
+    pm: RlsdkPluginManager,
+    name: str,
+    replies: Sequence[str | FakeReply] | Respond,
+    args: RolloutConfig | None = None,
+    tokenizer: Any = None,
+    prompt: str = "What is 2 + 3?",
+) -> Sample:
     """Run a custom generator on one sample against a :class:`FakeEngine` answering with ``replies``
     (``tokenizer`` defaults to :class:`ByteTokenizer`): it returns the sample, finished or truncated,
     with its prompt tokens kept and one response token per ``loss_mask`` and log-prob entry, after at least
@@ -256,11 +319,13 @@ def check_custom_generate(pm: RlsdkPluginManager, name: str, replies: Sequence[s
     assert result.tokens[: len(prompt_ids)] == prompt_ids, f"{where} changed the prompt's tokens"
     assert len(result.tokens) == len(prompt_ids) + result.response_length, (
         f"{where}: {len(result.tokens)} tokens for a prompt of {len(prompt_ids)} and a response of "
-        f"{result.response_length}")
+        f"{result.response_length}"
+    )
     for field in ("loss_mask", "rollout_log_probs"):
         values = getattr(result, field)
         assert values is None or len(values) == result.response_length, (
-            f"{where}: {field} has {len(values)} entries for {result.response_length} response tokens")
+            f"{where}: {field} has {len(values)} entries for {result.response_length} response tokens"
+        )
     return result
 
 
@@ -329,7 +394,9 @@ class ServedBuffer:
         from .runtime import BackgroundLoop
 
         self._loop = BackgroundLoop("rlsdk-served-buffer")
-        self.server = self._loop.run(start_buffer_server(self.service, "127.0.0.1", 0, **self.server_options), 30)
+        self.server = self._loop.run(
+            start_buffer_server(self.service, "127.0.0.1", 0, **self.server_options), 30
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -372,8 +439,15 @@ class FakeEngine(InferenceEngine):
     :meth:`abort` ends it first; with ``slots`` at most that many run at once and the rest wait in order.
     ``payloads`` records every request (``keep_payloads=False`` keeps only the count, for benchmarks)."""
 
-    def __init__(self, replies: Sequence[str | FakeReply] | Respond, tokenizer: Any = None, *,
-                 slots: int | None = None, keep_payloads: bool = True, model_path: str = "fake") -> None:
+    def __init__(
+        self,
+        replies: Sequence[str | FakeReply] | Respond,
+        tokenizer: Any = None,
+        *,
+        slots: int | None = None,
+        keep_payloads: bool = True,
+        model_path: str = "fake",
+    ) -> None:
         self.respond: Respond = replies if callable(replies) else self._next_turn
         self.turns = [] if callable(replies) else list(replies)
         self.tokenizer = tokenizer if tokenizer is not None else ByteTokenizer()
@@ -421,11 +495,21 @@ class FakeEngine(InferenceEngine):
         self.generated_tokens += len(ids)
         logprobs = None
         if payload.get("return_logprob"):
-            logprobs = reply.logprobs[: len(ids)] if reply.logprobs is not None else [
-                -call - j / 1000 for j in range(len(ids))]
+            logprobs = (
+                reply.logprobs[: len(ids)]
+                if reply.logprobs is not None
+                else [-call - j / 1000 for j in range(len(ids))]
+            )
         return protocol.generate_response(
-            rid=rid, text=text, output_ids=ids, prompt_tokens=len(ids_in) if type(ids_in) is list else 0,
-            finish_reason=finish, weight_version=self.weight_version, logprobs=logprobs, sent_ts=False)
+            rid=rid,
+            text=text,
+            output_ids=ids,
+            prompt_tokens=len(ids_in) if type(ids_in) is list else 0,
+            finish_reason=finish,
+            weight_version=self.weight_version,
+            logprobs=logprobs,
+            sent_ts=False,
+        )
 
     def _response(self, reply: FakeReply, params: dict[str, Any]) -> tuple[str, list[int], dict[str, Any]]:
         """The reply's text and ids cut as SGLang would cut them, and the finish reason."""

@@ -84,8 +84,12 @@ class Sample:
         return sum(self.loss_mask) if self.loss_mask is not None else self.response_length
 
     def append_response_tokens(
-        self, tokens: Iterable[int] | Any = None, /, log_probs: Iterable[float] | None = None,
-        trainable: bool = True, **slime_form: Any,
+        self,
+        tokens: Iterable[int] | Any = None,
+        /,
+        log_probs: Iterable[float] | None = None,
+        trainable: bool = True,
+        **slime_form: Any,
     ) -> None:
         """Append response tokens keeping ``tokens``, ``loss_mask`` and ``rollout_log_probs`` aligned.
 
@@ -188,9 +192,7 @@ def reward_value(reward: RewardValue, reward_key: str | None) -> float | None:
     """Select ``reward_key`` from a dict reward; a missing key is an error naming the keys present."""
     if isinstance(reward, dict):
         if reward_key is None:
-            raise KeyError(
-                f"the reward is a dict with keys {sorted(reward)}: choose one with --reward-key"
-            )
+            raise KeyError(f"the reward is a dict with keys {sorted(reward)}: choose one with --reward-key")
         if reward_key not in reward:
             raise KeyError(f"reward key {reward_key!r} not in the reward's keys {sorted(reward)}")
         value = reward[reward_key]

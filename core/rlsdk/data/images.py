@@ -64,5 +64,9 @@ def text_only(messages: Messages) -> Messages | None:
     models, which take string contents only); None when no content is a list."""
     if not any(isinstance(m.get("content"), list) for m in messages):
         return None
-    return [{**m, "content": "".join(p.get("text", "") for p in m["content"] if isinstance(p, dict))}
-            if isinstance(m.get("content"), list) else m for m in messages]
+    return [
+        {**m, "content": "".join(p.get("text", "") for p in m["content"] if isinstance(p, dict))}
+        if isinstance(m.get("content"), list)
+        else m
+        for m in messages
+    ]

@@ -60,8 +60,15 @@ class PromptBuilder:
     ``{"type": "image"}`` parts. With ``keep_messages``, chat messages stay messages when no chat
     template is applied (for rollouts that tokenize whole conversations, such as ``sft``)."""
 
-    def __init__(self, args: Any, tokenizer: Any, bad: BadRowPolicy, *, folder: Path = Path("."),
-                 keep_messages: bool = False) -> None:
+    def __init__(
+        self,
+        args: Any,
+        tokenizer: Any,
+        bad: BadRowPolicy,
+        *,
+        folder: Path = Path("."),
+        keep_messages: bool = False,
+    ) -> None:
         self.args = args
         self.tokenizer = tokenizer
         self.bad = bad
@@ -169,7 +176,10 @@ class PromptBuilder:
 
     def _apply_template(self, messages: Messages, tools: list[Any] | None) -> str:
         return self.tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, tokenize=False,
+            messages,
+            tools=tools,
+            add_generation_prompt=True,
+            tokenize=False,
             **self.args.apply_chat_template_kwargs,
         )
 

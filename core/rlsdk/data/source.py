@@ -69,8 +69,9 @@ class DataSource:
         bad = BadRowPolicy(args.on_bad_row)
         rows = read_rows(self.data_path, bad)
         rows_read = len(rows) + bad.skipped
-        builder = PromptBuilder(args, tokenizer, bad, folder=self.data_path.path.parent,
-                                keep_messages=keep_messages)
+        builder = PromptBuilder(
+            args, tokenizer, bad, folder=self.data_path.path.parent, keep_messages=keep_messages
+        )
         self.prompts: list[Prompt] = builder.build(rows)
         self._load_counts = {
             "rows_read": rows_read,

@@ -116,6 +116,7 @@ def _groups(groups: list[list[Any]], convert: Callable[[Any], Any]) -> list[list
 
 # ----- one adapter per kind -----------------------------------------------------------------------
 
+
 def reward_adapter(resolved: Resolved) -> Callable[..., Any]:
     """``async rm(args, sample, **kw)`` (``samples`` for a group reward), as slime awaits it; a sync
     reward runs in a thread so it cannot stall slime's loop."""
@@ -135,12 +136,15 @@ def reward_adapter(resolved: Resolved) -> Callable[..., Any]:
         return result
 
     if resolved.record.group:
+
         async def group_reward(args: Any, samples: list[Any], **kwargs: Any) -> list[Any]:
             return await call(args, samples, **kwargs)
+
         return _named(group_reward, resolved)
 
     async def reward(args: Any, sample: Any, **kwargs: Any) -> Any:
         return await call(args, sample, **kwargs)
+
     return _named(reward, resolved)
 
 
@@ -154,20 +158,26 @@ def dynamic_filter_adapter(resolved: Resolved) -> Callable[..., Any]:
         cls = slime_class("slime.rollout.filter_hub.base_types", "DynamicFilterOutput")
         if cls is None or isinstance(verdict, cls):
             return verdict
-        return cls(keep=bool(verdict.keep), reason=verdict.reason,
-                   keep_when_insufficient=verdict.keep_when_insufficient)
+        return cls(
+            keep=bool(verdict.keep),
+            reason=verdict.reason,
+            keep_when_insufficient=verdict.keep_when_insufficient,
+        )
+
     return _named(dynamic_filter, resolved)
 
 
 def over_sampling_filter_adapter(resolved: Resolved) -> Callable[..., Any]:
     def over_sampling_filter(args: Any, groups: list[list[Any]], **kwargs: Any) -> list[list[Any]]:
         return resolved.func(view(args), groups, **kwargs)
+
     return _named(over_sampling_filter, resolved)
 
 
 def buffer_filter_adapter(resolved: Resolved) -> Callable[..., Any]:
     def buffer_filter(args: Any, rollout_id: int | None, buffer: list[list[Any]], num_samples: int) -> list:
         return resolved.func(view(args), rollout_id, buffer, num_samples)
+
     return _named(buffer_filter, resolved)
 
 
@@ -175,12 +185,15 @@ def custom_generate_adapter(resolved: Resolved) -> Callable[..., Any]:
     """``async generate(args, sample, sampling_params, evaluation=False)``: slime's sample in, converted
     to rlsdk's and back (a plugin may return several)."""
 
-    async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False) -> Any:
+    async def generate(
+        args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False
+    ) -> Any:
         kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
         result = resolved.func(view(args), to_rlsdk(sample), sampling_params, **kwargs)
         if inspect.isawaitable(result):
             result = await result
         return [to_slime(s) for s in result] if isinstance(result, list) else to_slime(result)
+
     return _named(generate, resolved)
 
 
@@ -219,13 +232,16 @@ def generate_rollout_adapter(resolved: Resolved) -> Callable[..., Any]:
         if inspect.isawaitable(output):
             output = get_runtime(rollout_args).run(_awaited(output))
         return _slime_output(output, evaluation)
+
     return _named(generate_rollout, resolved)
 
 
 def _slime_output(output: Any, evaluation: bool) -> Any:
     if evaluation:
         data = output.data if isinstance(output, RolloutFnEvalOutput) else output
-        data = {name: {**d, "samples": [to_slime(s) for s in d.get("samples", [])]} for name, d in data.items()}
+        data = {
+            name: {**d, "samples": [to_slime(s) for s in d.get("samples", [])]} for name, d in data.items()
+        }
         cls: Any = slime_class("slime.rollout.base_types", "RolloutFnEvalOutput") or RolloutFnEvalOutput
         return cls(data=data, metrics=getattr(output, "metrics", None))
     groups = output.samples if isinstance(output, RolloutFnTrainOutput) else output

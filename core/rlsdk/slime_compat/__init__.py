@@ -28,8 +28,10 @@ MODULES = {
     "slime.rollout.filter_hub.base_types": "rlsdk.slime_compat.filter_base_types",
     "slime.rollout.filter_hub.dynamic_sampling_filters": "rlsdk_filter_hub.dynamic",
     "slime.rollout.rm_hub": "rlsdk_rm_hub.slime_rm_hub",
-    **{f"slime.rollout.rm_hub.{name}": f"rlsdk_rm_hub.slime_rm_hub.{name}"
-       for name in ("math_utils", "math_dapo_utils", "deepscaler", "f1", "gpqa")},
+    **{
+        f"slime.rollout.rm_hub.{name}": f"rlsdk_rm_hub.slime_rm_hub.{name}"
+        for name in ("math_utils", "math_dapo_utils", "deepscaler", "f1", "gpqa")
+    },
 }
 """slime module -> the rlsdk module that stands in for it."""
 
@@ -42,8 +44,10 @@ def real_slime_importable() -> bool:
     loaded = sys.modules.get("slime")
     if loaded is not None:
         return not getattr(loaded, _MARK, False)
-    return any(finder is not _FINDER and hasattr(finder, "find_spec") and finder.find_spec("slime", None)
-               for finder in sys.meta_path)
+    return any(
+        finder is not _FINDER and hasattr(finder, "find_spec") and finder.find_spec("slime", None)
+        for finder in sys.meta_path
+    )
 
 
 class _StandInLoader(importlib.abc.Loader):
@@ -61,7 +65,9 @@ class _StandInLoader(importlib.abc.Loader):
         except ImportError as exc:
             raise ModuleNotFoundError(
                 f"{spec.name} stands in as {self.target}, which cannot be imported ({exc}); install its "
-                f"rlsdk plugin package, or slime itself", name=spec.name) from exc
+                f"rlsdk plugin package, or slime itself",
+                name=spec.name,
+            ) from exc
         self.own_spec = module.__spec__
         return module
 
@@ -73,7 +79,9 @@ class _StandInLoader(importlib.abc.Loader):
 class SlimeStandInFinder(importlib.abc.MetaPathFinder):
     """Finds ``slime`` and the modules of :data:`MODULES` while no real slime is importable."""
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname != "slime" and not fullname.startswith("slime."):
             return None
         if real_slime_importable():
@@ -84,7 +92,9 @@ class SlimeStandInFinder(importlib.abc.MetaPathFinder):
             return importlib.machinery.ModuleSpec(fullname, _StandInLoader(MODULES[fullname]))
         raise ModuleNotFoundError(
             f"No module named {fullname!r}: slime is not installed and rlsdk stands in only for "
-            f"{', '.join(sorted(MODULES))} (install slime, or set {ENV_SWITCH}=0)", name=fullname)
+            f"{', '.join(sorted(MODULES))} (install slime, or set {ENV_SWITCH}=0)",
+            name=fullname,
+        )
 
 
 _FINDER = SlimeStandInFinder()

@@ -17,8 +17,9 @@ def call_dynamic_filter(fn: Any, *args: Any, **kwargs: Any) -> DynamicFilterOutp
     return output if isinstance(output, DynamicFilterOutput) else DynamicFilterOutput(keep=output)
 
 
-def should_drop_dynamic_filter_output(output: DynamicFilterOutput, *, remaining_batch_size: int,
-                                      target_data_size: int) -> bool:
+def should_drop_dynamic_filter_output(
+    output: DynamicFilterOutput, *, remaining_batch_size: int, target_data_size: int
+) -> bool:
     """Drop a rejected group unless it may be kept while candidates are short."""
     if output.keep:
         return False

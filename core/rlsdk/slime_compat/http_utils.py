@@ -13,15 +13,18 @@ import httpx
 __all__ = ["find_available_port", "get", "init_http_client", "is_port_available", "post"]
 
 RETRY_DELAY_S = 1.0
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _client() -> httpx.AsyncClient:
     loop = asyncio.get_running_loop()
     client = _clients.get(loop)
     if client is None:
-        client = _clients[loop] = httpx.AsyncClient(timeout=httpx.Timeout(None), trust_env=False,
-                                                    limits=httpx.Limits(max_connections=None))
+        client = _clients[loop] = httpx.AsyncClient(
+            timeout=httpx.Timeout(None), trust_env=False, limits=httpx.Limits(max_connections=None)
+        )
     return client
 
 

@@ -88,12 +88,15 @@ def _reward(func: Callable[..., Any], cls: type) -> Callable[..., Any]:
         return [c.out(s) for s in target] if isinstance(target, list) else c.out(target)
 
     if not inspect.iscoroutinefunction(func):  # stays sync: rlsdk runs it in a thread
+
         def sync_reward(args: Any, target: Any, **kwargs: Any) -> Any:
             return func(args, converted(target), **kwargs)
+
         return sync_reward
 
     async def reward(args: Any, target: Any, **kwargs: Any) -> Any:
         return await func(args, converted(target), **kwargs)
+
     return reward
 
 
@@ -104,12 +107,14 @@ def _custom_generate(func: Callable[..., Any], cls: type) -> Callable[..., Any]:
         result = func(args, c.out(sample), sampling_params, **kwargs)
         result = await result if inspect.isawaitable(result) else result
         return [c.back(s) for s in result] if isinstance(result, list) else c.back(result)
+
     return custom_generate
 
 
 def _dynamic_filter(func: Callable[..., Any], cls: type) -> Callable[..., Any]:
     def dynamic_filter(args: Any, samples: list[Any], **kwargs: Any) -> Any:
         return func(args, [_Converter(cls).out(s) for s in samples], **kwargs)
+
     return dynamic_filter
 
 
@@ -117,6 +122,7 @@ def _over_sampling_filter(func: Callable[..., Any], cls: type) -> Callable[..., 
     def over_sampling_filter(args: Any, groups: list[list[Any]], **kwargs: Any) -> Any:
         c = _Converter(cls)
         return c.groups_back(func(args, c.groups_out(groups), **kwargs))
+
     return over_sampling_filter
 
 
@@ -127,6 +133,7 @@ def _buffer_filter(func: Callable[..., Any], cls: type) -> Callable[..., Any]:
         taken = func(args, rollout_id, theirs, num_samples)
         buffer[:] = c.groups_back(theirs)  # the filter removes what it takes from the buffer
         return c.groups_back(taken)
+
     return buffer_filter
 
 

@@ -33,10 +33,15 @@ class GenerateState:
         self.processor = None
         self.semaphore = asyncio.Semaphore(args.sglang_server_concurrency)
         self.sampling_params: dict[str, Any] = {
-            "temperature": args.rollout_temperature, "top_p": args.rollout_top_p, "top_k": args.rollout_top_k,
-            "max_new_tokens": args.rollout_max_response_len, "stop": args.rollout_stop,
-            "stop_token_ids": args.rollout_stop_token_ids, "skip_special_tokens": args.rollout_skip_special_tokens,
-            "no_stop_trim": True, "spaces_between_special_tokens": False,
+            "temperature": args.rollout_temperature,
+            "top_p": args.rollout_top_p,
+            "top_k": args.rollout_top_k,
+            "max_new_tokens": args.rollout_max_response_len,
+            "stop": args.rollout_stop,
+            "stop_token_ids": args.rollout_stop_token_ids,
+            "skip_special_tokens": args.rollout_skip_special_tokens,
+            "no_stop_trim": True,
+            "spaces_between_special_tokens": False,
         }
         self.group_sampling_seeds = [args.rollout_seed + i for i in range(args.n_samples_per_prompt)]
         self.dp_counts = [0] * (getattr(args, "sglang_dp_size", None) or 1)

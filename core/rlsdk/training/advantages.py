@@ -25,7 +25,7 @@ def normalize_rewards(args: Any, rewards: list[float], group_sizes: list[int]) -
     out: list[float] = []
     start = 0
     for size in group_sizes:
-        group = torch.tensor(rewards[start:start + size], dtype=torch.float32)
+        group = torch.tensor(rewards[start : start + size], dtype=torch.float32)
         start += size
         centered = group - group.mean()
         if args.advantage_estimator in STD_NORMALIZED and not args.disable_grpo_std_normalization:
@@ -35,8 +35,12 @@ def normalize_rewards(args: Any, rewards: list[float], group_sizes: list[int]) -
     return out
 
 
-def approx_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kl_type: str,
-              importance_ratio: torch.Tensor | None = None) -> torch.Tensor:
+def approx_kl(
+    log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor,
+    kl_type: str,
+    importance_ratio: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Per-token KL estimate of the policy against the reference (Schulman's k1, k2, k3)."""
     log_ratio = log_probs.float() - ref_log_probs.float()
     if kl_type == "k1":
@@ -64,8 +68,9 @@ def discounted_returns(token_rewards: torch.Tensor, gamma: float) -> torch.Tenso
     return returns
 
 
-def compute_advantages(args: Any, rewards: list[float], kl: list[torch.Tensor],
-                       loss_masks: list[torch.Tensor]) -> list[torch.Tensor]:
+def compute_advantages(
+    args: Any, rewards: list[float], kl: list[torch.Tensor], loss_masks: list[torch.Tensor]
+) -> list[torch.Tensor]:
     """Per-token advantages from (normalized) rewards and per-token KL to the reference.
 
     - grpo, gspo, cispo: every token of a sample gets its reward;
@@ -86,7 +91,9 @@ def compute_advantages(args: Any, rewards: list[float], kl: list[torch.Tensor],
             token_rewards[mask.nonzero()[-1, 0]] += reward
             advantages.append(discounted_returns(token_rewards, args.gamma))
     elif estimator == "reinforce_plus_plus_baseline":
-        advantages = [torch.full_like(k, float(r)) - args.kl_coef * k for r, k in zip(rewards, kl, strict=True)]
+        advantages = [
+            torch.full_like(k, float(r)) - args.kl_coef * k for r, k in zip(rewards, kl, strict=True)
+        ]
     else:
         raise ValueError(f"unknown advantage_estimator {estimator!r}")
     if args.normalize_advantages:

@@ -29,17 +29,24 @@ class TrainSample:
     def from_sample(cls, sample: Sample, reward: float) -> TrainSample:
         n = sample.response_length
         if n > len(sample.tokens):
-            raise ValueError(f"sample {sample.group_index}/{sample.index}: response_length {n} exceeds "
-                             f"its {len(sample.tokens)} tokens")
+            raise ValueError(
+                f"sample {sample.group_index}/{sample.index}: response_length {n} exceeds "
+                f"its {len(sample.tokens)} tokens"
+            )
         mask = sample.loss_mask if sample.loss_mask is not None else [1] * n
         logps = sample.rollout_log_probs
         if len(mask) != n or (logps is not None and len(logps) != n):
-            raise ValueError(f"sample {sample.group_index}/{sample.index}: loss_mask and rollout_log_probs "
-                             f"must have response_length ({n}) entries")
-        return cls(tokens=torch.tensor(sample.tokens, dtype=torch.long), response_length=n,
-                   loss_mask=torch.tensor(mask, dtype=torch.float32),
-                   rollout_log_probs=None if logps is None else torch.tensor(logps, dtype=torch.float32),
-                   reward=reward)
+            raise ValueError(
+                f"sample {sample.group_index}/{sample.index}: loss_mask and rollout_log_probs "
+                f"must have response_length ({n}) entries"
+            )
+        return cls(
+            tokens=torch.tensor(sample.tokens, dtype=torch.long),
+            response_length=n,
+            loss_mask=torch.tensor(mask, dtype=torch.float32),
+            rollout_log_probs=None if logps is None else torch.tensor(logps, dtype=torch.float32),
+            reward=reward,
+        )
 
 
 def slices(count: int, size: int) -> Iterator[slice]:
@@ -47,8 +54,9 @@ def slices(count: int, size: int) -> Iterator[slice]:
         yield slice(start, min(start + size, count))
 
 
-def micro_batches(samples: list[TrainSample], micro_batch_size: int,
-                  max_tokens: int | None = None) -> list[list[int]]:
+def micro_batches(
+    samples: list[TrainSample], micro_batch_size: int, max_tokens: int | None = None
+) -> list[list[int]]:
     """Indices of each micro-batch, in order: ``micro_batch_size`` samples, or with ``max_tokens`` as many
     as fit that many padded tokens (a longer sample goes alone)."""
     if max_tokens is None:
@@ -68,7 +76,9 @@ def micro_batches(samples: list[TrainSample], micro_batch_size: int,
     return batches
 
 
-def loss_batch(samples: list[TrainSample], indices: list[int], per_sample: dict[str, list[Any]]) -> dict[str, Any]:
+def loss_batch(
+    samples: list[TrainSample], indices: list[int], per_sample: dict[str, list[Any]]
+) -> dict[str, Any]:
     """A micro-batch in slime's shape: lists with one entry per sample."""
     batch: dict[str, Any] = {
         "unconcat_tokens": [samples[i].tokens for i in indices],
@@ -99,13 +109,22 @@ class SharedPrompts:
     gather: torch.Tensor
 
     @classmethod
-    def build(cls, samples: list[TrainSample], indices: list[int], dtype: torch.dtype = torch.float32,
-              pad_id: int = 0) -> SharedPrompts:
+    def build(
+        cls,
+        samples: list[TrainSample],
+        indices: list[int],
+        dtype: torch.dtype = torch.float32,
+        pad_id: int = 0,
+    ) -> SharedPrompts:
         rows: dict[tuple[int, ...], list[int]] = {}
         for i in indices:
             sample = samples[i]
-            rows.setdefault(tuple(sample.tokens[:sample.total_length - sample.response_length].tolist()), []).append(i)
-        longest = max(len(p) + sum(samples[i].response_length for i in members) for p, members in rows.items())
+            rows.setdefault(
+                tuple(sample.tokens[: sample.total_length - sample.response_length].tolist()), []
+            ).append(i)
+        longest = max(
+            len(p) + sum(samples[i].response_length for i in members) for p, members in rows.items()
+        )
         ids = torch.full((len(rows), longest), pad_id, dtype=torch.long)
         positions = torch.zeros((len(rows), longest), dtype=torch.long)
         segment = torch.full((len(rows), longest), -1, dtype=torch.long)  # -1 padding, 0 prompt, k response k
@@ -118,11 +137,13 @@ class SharedPrompts:
             start = p
             for k, i in enumerate(members, start=1):
                 n = samples[i].response_length
-                ids[row, start:start + n] = samples[i].tokens[p:]
-                positions[row, start:start + n] = torch.arange(p, p + n)
-                segment[row, start:start + n] = k
+                ids[row, start : start + n] = samples[i].tokens[p:]
+                positions[row, start : start + n] = torch.arange(p, p + n)
+                segment[row, start : start + n] = k
                 flat = row * longest
-                where[i] = torch.cat([torch.arange(flat, flat + p), torch.arange(flat + start, flat + start + n)])
+                where[i] = torch.cat(
+                    [torch.arange(flat, flat + p), torch.arange(flat + start, flat + start + n)]
+                )
                 start += n
         causal = torch.ones(longest, longest, dtype=torch.bool).tril()
         same = (segment[:, :, None] == segment[:, None, :]) | (segment[:, None, :] == 0)

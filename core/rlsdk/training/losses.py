@@ -20,8 +20,9 @@ from .advantages import approx_kl
 Reducer = Callable[[torch.Tensor], torch.Tensor]
 
 
-def sum_of_sample_mean_fn(response_lengths: list[int], loss_masks: list[torch.Tensor],
-                          per_token: bool = False) -> Reducer:
+def sum_of_sample_mean_fn(
+    response_lengths: list[int], loss_masks: list[torch.Tensor], per_token: bool = False
+) -> Reducer:
     """A reducer of packed per-response-token values: the sum over samples of each sample's masked mean,
     or with ``per_token`` the masked sum over every token."""
 
@@ -41,23 +42,34 @@ def response_logits(logits: torch.Tensor, batch: dict[str, Any], temperature: fl
     rows = logits.squeeze(0)
     pieces, offset = [], 0
     for total, response in zip(batch["total_lengths"], batch["response_lengths"], strict=True):
-        pieces.append(rows[offset + total - response - 1: offset + total - 1])
+        pieces.append(rows[offset + total - response - 1 : offset + total - 1])
         offset += total
     out = torch.cat(pieces).float()
     return out / temperature if temperature not in (0, 1) else out
 
 
-def log_probs_and_entropy(logits: torch.Tensor, batch: dict[str, Any], args: Any, with_entropy: bool = True,
-                          entropy_grad: bool = True, temperature: float | None = None,
-                          ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+def log_probs_and_entropy(
+    logits: torch.Tensor,
+    batch: dict[str, Any],
+    args: Any,
+    with_entropy: bool = True,
+    entropy_grad: bool = True,
+    temperature: float | None = None,
+) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
     """Per-sample log-probs of the response tokens (and entropies of the predicting distributions;
     without ``entropy_grad`` they are computed outside autograd, a metric only), at ``temperature``
     (default the sampling temperature ``args.rollout_temperature``)."""
     if temperature is None:
         temperature = getattr(args, "rollout_temperature", 1.0) or 1.0
     rows = response_logits(logits, batch, temperature)
-    targets = torch.cat([tokens[total - response:] for tokens, total, response in zip(
-        batch["unconcat_tokens"], batch["total_lengths"], batch["response_lengths"], strict=True)])
+    targets = torch.cat(
+        [
+            tokens[total - response :]
+            for tokens, total, response in zip(
+                batch["unconcat_tokens"], batch["total_lengths"], batch["response_lengths"], strict=True
+            )
+        ]
+    )
     normalizer = torch.logsumexp(rows, dim=-1)
     log_probs = rows.gather(-1, targets.to(rows.device).unsqueeze(-1)).squeeze(-1) - normalizer
     lengths = list(batch["response_lengths"])
@@ -68,8 +80,13 @@ def log_probs_and_entropy(logits: torch.Tensor, batch: dict[str, Any], args: Any
     return list(log_probs.split(lengths)), entropy
 
 
-def clipped_policy_loss(ppo_kl: torch.Tensor, advantages: torch.Tensor, eps_clip: float, eps_clip_high: float,
-                        eps_clip_c: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_policy_loss(
+    ppo_kl: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_clip: float,
+    eps_clip_high: float,
+    eps_clip_c: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's clipped surrogate per token (with dual clip when ``eps_clip_c``); returns (loss, clipped)."""
     ratio = torch.exp(-ppo_kl)
     unclipped = -ratio * advantages
@@ -83,8 +100,13 @@ def clipped_policy_loss(ppo_kl: torch.Tensor, advantages: torch.Tensor, eps_clip
     return loss, clip_fraction
 
 
-def cispo_loss(ppo_kl: torch.Tensor, log_probs: torch.Tensor, advantages: torch.Tensor, eps_clip: float,
-               eps_clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+def cispo_loss(
+    ppo_kl: torch.Tensor,
+    log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_clip: float,
+    eps_clip_high: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """CISPO: the ratio clipped under stop-gradient weights ``-advantage * log_prob``."""
     ratio = torch.exp(-ppo_kl)
     truncated = ratio.clamp(1 - eps_clip, 1 + eps_clip_high)
@@ -93,16 +115,22 @@ def cispo_loss(ppo_kl: torch.Tensor, log_probs: torch.Tensor, advantages: torch.
 
 def sequence_kl(old: list[torch.Tensor], new: list[torch.Tensor], masks: list[torch.Tensor]) -> torch.Tensor:
     """GSPO: each sample's masked mean of (old - new) log-probs, repeated over its tokens."""
-    return torch.cat([(((o - n) * m).sum() / m.sum().clamp_min(1)).expand_as(n)
-                      for o, n, m in zip(old, new, masks, strict=True)])
+    return torch.cat(
+        [
+            (((o - n) * m).sum() / m.sum().clamp_min(1)).expand_as(n)
+            for o, n, m in zip(old, new, masks, strict=True)
+        ]
+    )
 
 
-def policy_loss(args: Any, batch: dict[str, Any], logits: torch.Tensor,
-                sum_of_sample_mean: Reducer) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def policy_loss(
+    args: Any, batch: dict[str, Any], logits: torch.Tensor, sum_of_sample_mean: Reducer
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """slime's ``policy_loss``: clipped policy gradient minus ``entropy_coef`` times entropy plus
     ``kl_loss_coef`` times the KL to the reference, with TIS against the rollout log-probs."""
-    log_prob_list, entropy_list = log_probs_and_entropy(logits, batch, args, with_entropy=True,
-                                                        entropy_grad=bool(args.entropy_coef))
+    log_prob_list, entropy_list = log_probs_and_entropy(
+        logits, batch, args, with_entropy=True, entropy_grad=bool(args.entropy_coef)
+    )
     assert entropy_list is not None
     old_list = batch["rollout_log_probs"] if args.use_rollout_logprobs else batch.get("log_probs")
     if not old_list:
@@ -117,7 +145,9 @@ def policy_loss(args: Any, batch: dict[str, Any], logits: torch.Tensor,
     if args.advantage_estimator == "cispo":
         pg_loss, clip_fraction = cispo_loss(ppo_kl, log_probs, advantages, args.eps_clip, eps_high)
     else:
-        pg_loss, clip_fraction = clipped_policy_loss(ppo_kl, advantages, args.eps_clip, eps_high, args.eps_clip_c)
+        pg_loss, clip_fraction = clipped_policy_loss(
+            ppo_kl, advantages, args.eps_clip, eps_high, args.eps_clip_c
+        )
 
     metrics: dict[str, torch.Tensor] = {}
     if args.use_tis:
@@ -132,9 +162,12 @@ def policy_loss(args: Any, batch: dict[str, Any], logits: torch.Tensor,
     pg = sum_of_sample_mean(pg_loss)
     entropy = sum_of_sample_mean(torch.cat(entropy_list))
     loss = pg - args.entropy_coef * entropy
-    metrics.update(pg_loss=pg.detach(), entropy_loss=entropy.detach(),
-                   pg_clipfrac=sum_of_sample_mean(clip_fraction).detach(),
-                   ppo_kl=sum_of_sample_mean(ppo_kl).detach())
+    metrics.update(
+        pg_loss=pg.detach(),
+        entropy_loss=entropy.detach(),
+        pg_clipfrac=sum_of_sample_mean(clip_fraction).detach(),
+        ppo_kl=sum_of_sample_mean(ppo_kl).detach(),
+    )
     if args.use_kl_loss:
         kl = approx_kl(log_probs, torch.cat(batch["ref_log_probs"]), args.kl_loss_type)
         kl_loss = sum_of_sample_mean(kl)
@@ -143,13 +176,15 @@ def policy_loss(args: Any, batch: dict[str, Any], logits: torch.Tensor,
     if batch.get("rollout_log_probs"):
         compared = log_probs if args.use_rollout_logprobs else old
         metrics["train_rollout_logprob_abs_diff"] = sum_of_sample_mean(
-            (compared.detach() - torch.cat(batch["rollout_log_probs"])).abs())
+            (compared.detach() - torch.cat(batch["rollout_log_probs"])).abs()
+        )
     metrics["loss"] = loss.detach()
     return loss, metrics
 
 
-def sft_loss(args: Any, batch: dict[str, Any], logits: torch.Tensor,
-             sum_of_sample_mean: Reducer) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def sft_loss(
+    args: Any, batch: dict[str, Any], logits: torch.Tensor, sum_of_sample_mean: Reducer
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """slime's ``sft_loss``: the negative log-likelihood of the trained response tokens."""
     log_prob_list, _ = log_probs_and_entropy(logits, batch, args, with_entropy=False)
     loss = -sum_of_sample_mean(torch.cat(log_prob_list))

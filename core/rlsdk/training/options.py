@@ -144,7 +144,11 @@ def option_docs(cls: type = TrainingOptions) -> dict[str, str]:
     body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
     docs = {}
     for field_node, doc in itertools.pairwise(body):
-        if (isinstance(field_node, ast.AnnAssign) and isinstance(field_node.target, ast.Name)
-                and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)):
+        if (
+            isinstance(field_node, ast.AnnAssign)
+            and isinstance(field_node.target, ast.Name)
+            and isinstance(doc, ast.Expr)
+            and isinstance(doc.value, ast.Constant)
+        ):
             docs[field_node.target.id] = " ".join(str(doc.value.value).replace("``", "`").split())
     return docs

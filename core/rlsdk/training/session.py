@@ -28,11 +28,15 @@ class TrainingSession:
         self.args = args
         self.runtime = runtime
         self.output_folder = output_folder
-        self.weight_sync = choose_sync(args, runtime.engine, output_folder / "sync-weights")  # before any model loads
+        self.weight_sync = choose_sync(
+            args, runtime.engine, output_folder / "sync-weights"
+        )  # before any model loads
         self.trainer: PolicyTrainer = trainer_plugin.func(args)
         if not isinstance(self.trainer, PolicyTrainer):
-            raise TypeError(f"{trainer_plugin.describe()} returned {type(self.trainer).__name__}: expected a "
-                            "rlsdk.training.PolicyTrainer")
+            raise TypeError(
+                f"{trainer_plugin.describe()} returned {type(self.trainer).__name__}: expected a "
+                "rlsdk.training.PolicyTrainer"
+            )
         self.weight_version = 0
 
     @property
@@ -41,8 +45,9 @@ class TrainingSession:
 
     def sync(self) -> dict[str, float]:
         """The trainer's weights to the engine as the current ``weight_version``."""
-        seconds = self.runtime.run(sync_weights(self.runtime.engine, self.trainer, str(self.weight_version),
-                                                self.weight_sync))
+        seconds = self.runtime.run(
+            sync_weights(self.runtime.engine, self.trainer, str(self.weight_version), self.weight_sync)
+        )
         parts = {f"train/sync_{part}": value for part, value in self.weight_sync.timings.items()}
         return {"train/sync_seconds": seconds, **parts, "train/weight_version": self.weight_version}
 
@@ -57,7 +62,8 @@ class TrainingSession:
         probe = result.samples[-1][0]
         started = time.perf_counter()
         metrics["train/sync_logprob_max_diff"] = self.runtime.run(
-            trust_check(self.runtime.engine, self.trainer, probe, self.args.sync_check_tol))
+            trust_check(self.runtime.engine, self.trainer, probe, self.args.sync_check_tol)
+        )
         metrics["train/trust_check_seconds"] = time.perf_counter() - started
         if "train/train_rollout_logprob_abs_diff" in metrics:
             metrics["train/rollout_logprob_diff"] = metrics.pop("train/train_rollout_logprob_abs_diff")

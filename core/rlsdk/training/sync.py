@@ -109,16 +109,27 @@ class ColocatedTensorSync(WeightSync):
         # order: weights, update, then KV cache and CUDA graphs).
         for worker in await engine.workers():  # type: ignore[attr-defined]
             ranks = await engine.tp_size(worker)  # type: ignore[attr-defined]
-            await engine.post_weights(worker, "/update_weights_from_tensor", {  # type: ignore[attr-defined]
-                "serialized_named_tensors": [payload] * ranks, "load_format": LOAD_FORMAT,
-                "flush_cache": False, "weight_version": weight_version})
+            await engine.post_weights(  # type: ignore[attr-defined]
+                worker,
+                "/update_weights_from_tensor",
+                {
+                    "serialized_named_tensors": [payload] * ranks,
+                    "load_format": LOAD_FORMAT,
+                    "flush_cache": False,
+                    "weight_version": weight_version,
+                },
+            )
         del flat
         await asyncio.to_thread(_collect_ipc)
         updated = time.perf_counter()
         await engine.resume_memory(["kv_cache", "cuda_graph"])  # type: ignore[attr-defined]
         self.released = False
-        self.timings = {"release_seconds": self.release_seconds, "resume_weights_seconds": resumed - started,
-                        "update_seconds": updated - resumed, "resume_cache_seconds": time.perf_counter() - updated}
+        self.timings = {
+            "release_seconds": self.release_seconds,
+            "resume_weights_seconds": resumed - started,
+            "update_seconds": updated - resumed,
+            "resume_cache_seconds": time.perf_counter() - updated,
+        }
 
 
 def _collect_ipc() -> None:
@@ -150,13 +161,27 @@ class NcclBroadcastSync(WeightSync):
         port = free_port(self.master_address)
         world = 1 + sum(ranks)
         offsets = [1 + sum(ranks[:i]) for i in range(len(ranks))]
-        joins = [engine.post_weights(worker, "/init_weights_update_group", {
-            "master_address": self.master_address, "master_port": port, "rank_offset": offset,
-            "world_size": world, "group_name": self.group_name, "backend": self.backend})
-            for worker, offset in zip(self.workers, offsets, strict=True)]
+        joins = [
+            engine.post_weights(
+                worker,
+                "/init_weights_update_group",
+                {
+                    "master_address": self.master_address,
+                    "master_port": port,
+                    "rank_offset": offset,
+                    "world_size": world,
+                    "group_name": self.group_name,
+                    "backend": self.backend,
+                },
+            )
+            for worker, offset in zip(self.workers, offsets, strict=True)
+        ]
         self.group, *_ = await asyncio.gather(
-            asyncio.to_thread(init_broadcast_group, self.master_address, port, world, self.group_name, self.backend),
-            *joins)
+            asyncio.to_thread(
+                init_broadcast_group, self.master_address, port, world, self.group_name, self.backend
+            ),
+            *joins,
+        )
 
     async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
         from .tensor_transport import FlatWeights
@@ -167,8 +192,10 @@ class NcclBroadcastSync(WeightSync):
         joined = time.perf_counter()
         flat = await asyncio.to_thread(FlatWeights.pack, trainer.weights().items())
         body = flat.distributed_body(self.group_name, weight_version)
-        announce = [engine.post_weights(w, "/update_weights_from_distributed", body)  # type: ignore[attr-defined]
-                    for w in self.workers]
+        announce = [
+            engine.post_weights(w, "/update_weights_from_distributed", body)  # type: ignore[attr-defined]
+            for w in self.workers
+        ]
         await asyncio.gather(asyncio.to_thread(self._broadcast, flat), *announce)
         self.timings = {"join_seconds": joined - started, "broadcast_seconds": time.perf_counter() - joined}
 
@@ -190,19 +217,24 @@ def choose_sync(args: Any, engine: InferenceEngine, disk_folder: Path) -> Weight
     if mode == "auto":
         mode = "in_process" if engine.in_process_weights else "tensor" if args.colocate else "disk"
     if mode in ("tensor", "nccl") and not hasattr(engine, "post_weights"):
-        raise ValueError(f"--weight-sync {mode} needs an SGLang engine; {type(engine).__name__} takes "
-                         "in-process or disk sync (--weight-sync auto or disk)")
+        raise ValueError(
+            f"--weight-sync {mode} needs an SGLang engine; {type(engine).__name__} takes "
+            "in-process or disk sync (--weight-sync auto or disk)"
+        )
     if mode == "tensor" and not args.colocate:
-        raise ValueError("--weight-sync tensor passes CUDA memory handles: it needs --colocate (engines on the "
-                         "trainer's GPUs); use --weight-sync nccl for engines on other GPUs")
+        raise ValueError(
+            "--weight-sync tensor passes CUDA memory handles: it needs --colocate (engines on the "
+            "trainer's GPUs); use --weight-sync nccl for engines on other GPUs"
+        )
     if mode == "in_process" and not engine.in_process_weights:
         raise ValueError(f"{type(engine).__name__} cannot take weights in process")
     strategies = {"in_process": InProcessSync, "tensor": ColocatedTensorSync, "nccl": NcclBroadcastSync}
     return DiskSync(disk_folder) if mode == "disk" else strategies[mode]()
 
 
-async def sync_weights(engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str,
-                       strategy: WeightSync) -> float:
+async def sync_weights(
+    engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str, strategy: WeightSync
+) -> float:
     """Give the engine the trainer's weights as ``weight_version``; returns the seconds it took."""
     started = time.perf_counter()
     await strategy.push(engine, trainer, weight_version)
@@ -211,14 +243,20 @@ async def sync_weights(engine: InferenceEngine, trainer: PolicyTrainer, weight_v
 
 async def engine_log_probs(engine: InferenceEngine, sample: Sample) -> list[float]:
     """The engine's log-probs (temperature 1) of ``sample``'s response tokens under its current weights."""
-    payload = {"input_ids": list(sample.tokens), "return_logprob": True, "logprob_start_len": sample.prompt_length,
-               "sampling_params": {"max_new_tokens": 0, "temperature": 1.0}}
+    payload = {
+        "input_ids": list(sample.tokens),
+        "return_logprob": True,
+        "logprob_start_len": sample.prompt_length,
+        "sampling_params": {"max_new_tokens": 0, "temperature": 1.0},
+    }
     response = await engine.generate(payload)
     assert isinstance(response, dict)
     entries = response.get("meta_info", {}).get("input_token_logprobs") or []
     if len(entries) != sample.response_length:
-        raise WeightSyncError(f"trust check: the engine returned {len(entries)} prompt log-probs for a probe of "
-                              f"{sample.response_length} response tokens (does it support logprob_start_len?)")
+        raise WeightSyncError(
+            f"trust check: the engine returned {len(entries)} prompt log-probs for a probe of "
+            f"{sample.response_length} response tokens (does it support logprob_start_len?)"
+        )
     return [float(entry[0]) for entry in entries]
 
 
@@ -244,11 +282,14 @@ class TrustProbe:
                 f"trust check failed after the weight sync: {name}'s log-probs for a probe sample (group "
                 f"{probe.group_index}, index {probe.index}, {probe.response_length} response tokens) differ "
                 f"from the trainer's by up to {diff:.4g} nats (tolerance --sync-check-tol {self.tolerance}): "
-                "the engine is serving other weights than the trainer's")
+                "the engine is serving other weights than the trainer's"
+            )
         return diff
 
 
-async def trust_check(engine: InferenceEngine, trainer: PolicyTrainer, probe: Sample, tolerance: float) -> float:
+async def trust_check(
+    engine: InferenceEngine, trainer: PolicyTrainer, probe: Sample, tolerance: float
+) -> float:
     """The largest |engine - trainer| log-prob over ``probe``'s response tokens, for each of the engine's
     replicas; above ``tolerance`` a :class:`WeightSyncError`."""
     expected = []

@@ -40,7 +40,9 @@ class TorchTrainer(PolicyTrainer):
         self.args = args
         self.model_path = args.hf_checkpoint or args.model
         if not self.model_path:
-            raise ValueError("the torch trainer needs a Hugging Face model folder: pass --model or --hf-checkpoint")
+            raise ValueError(
+                "the torch trainer needs a Hugging Face model folder: pass --model or --hf-checkpoint"
+            )
         device = args.train_device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -53,18 +55,26 @@ class TorchTrainer(PolicyTrainer):
             torch.set_num_threads(args.train_threads or len(os.sched_getaffinity(0)))
         torch.manual_seed(args.rollout_seed)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.model = torch.nn.Module.to(AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype),
-                                        self.device)
+        self.model = torch.nn.Module.to(
+            AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype), self.device
+        )
         self.model.config.use_cache = False
         if args.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         self.model.train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=args.lr, weight_decay=args.weight_decay,
-                                           betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_eps)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=args.lr,
+            weight_decay=args.weight_decay,
+            betas=(args.adam_beta1, args.adam_beta2),
+            eps=args.adam_eps,
+        )
         self.loss_fn = resolve_loss(args)
         self.ref_model = None
         if args.use_kl_loss or args.kl_coef:
-            self.ref_model = AutoModelForCausalLM.from_pretrained(args.ref_load or self.model_path, dtype=self.dtype)
+            self.ref_model = AutoModelForCausalLM.from_pretrained(
+                args.ref_load or self.model_path, dtype=self.dtype
+            )
             torch.nn.Module.to(self.ref_model, self.device).eval().requires_grad_(False)
 
     # ------------------------------------------------------------------ training
@@ -92,9 +102,14 @@ class TorchTrainer(PolicyTrainer):
             per_sample["log_probs"] = self._log_probs(self.model, data)
         if self.ref_model is not None:
             per_sample["ref_log_probs"] = self._log_probs(self.ref_model, data)
-        old = per_sample["log_probs"] or ([d.rollout_log_probs for d in data] if args.use_rollout_logprobs else [])
+        old = per_sample["log_probs"] or (
+            [d.rollout_log_probs for d in data] if args.use_rollout_logprobs else []
+        )
         if args.kl_coef and old:
-            kl = [approx_kl(o, r, args.kl_loss_type) for o, r in zip(old, per_sample["ref_log_probs"], strict=True)]
+            kl = [
+                approx_kl(o, r, args.kl_loss_type)
+                for o, r in zip(old, per_sample["ref_log_probs"], strict=True)
+            ]
         else:
             kl = [torch.zeros(d.response_length) for d in data]
         per_sample["advantages"] = self._advantages(rewards, kl, masks, data, per_sample)
@@ -105,14 +120,18 @@ class TorchTrainer(PolicyTrainer):
         for global_batch in slices(len(data), gbs):
             indices = list(range(global_batch.start, global_batch.stop))
             part = [data[i] for i in indices]
-            denominator = (sum(float(d.loss_mask.sum()) for d in part) if args.calculate_per_token_loss
-                           else float(len(part)))
+            denominator = (
+                sum(float(d.loss_mask.sum()) for d in part)
+                if args.calculate_per_token_loss
+                else float(len(part))
+            )
             for micro in micro_batches(part, args.micro_batch_size, args.max_tokens_per_gpu):
                 chosen = [indices[i] for i in micro]
                 batch = loss_batch(data, chosen, per_sample)
                 logits = self._packed_logits(self.model, data, chosen)
-                reduce = sum_of_sample_mean_fn(batch["response_lengths"], batch["loss_masks"],
-                                               args.calculate_per_token_loss)
+                reduce = sum_of_sample_mean_fn(
+                    batch["response_lengths"], batch["loss_masks"], args.calculate_per_token_loss
+                )
                 loss, metrics = self.loss_fn(args, batch, logits, reduce)
                 (loss / max(denominator, 1.0)).backward()
                 for key, value in metrics.items():
@@ -122,39 +141,54 @@ class TorchTrainer(PolicyTrainer):
         steps = len(grad_norms)
         seconds = time.perf_counter() - started
         out = {f"train/{k}": v / steps for k, v in totals.items()}
-        out.update({
-            "train/grad_norm": sum(grad_norms) / steps,
-            "train/optimizer_steps": steps,
-            "train/samples": len(data),
-            "train/seconds": seconds,
-            "train/tokens_per_s": tokens / seconds if seconds else 0.0,
-            "train/peak_memory_gb": peak_memory_gb(self.device),
-            "train/lr": self.optimizer.param_groups[0]["lr"],
-        })
+        out.update(
+            {
+                "train/grad_norm": sum(grad_norms) / steps,
+                "train/optimizer_steps": steps,
+                "train/samples": len(data),
+                "train/seconds": seconds,
+                "train/tokens_per_s": tokens / seconds if seconds else 0.0,
+                "train/peak_memory_gb": peak_memory_gb(self.device),
+                "train/lr": self.optimizer.param_groups[0]["lr"],
+            }
+        )
         return out
 
-    def _advantages(self, rewards: list[float], kl: list[torch.Tensor], masks: list[torch.Tensor],
-                    data: list[TrainSample], per_sample: dict[str, list[Any]]) -> list[torch.Tensor]:
+    def _advantages(
+        self,
+        rewards: list[float],
+        kl: list[torch.Tensor],
+        masks: list[torch.Tensor],
+        data: list[TrainSample],
+        per_sample: dict[str, list[Any]],
+    ) -> list[torch.Tensor]:
         args = self.args
         if not args.custom_advantage_function_path:
             return compute_advantages(args, rewards, kl, masks)
         rollout_data: dict[str, Any] = {
-            "rewards": rewards, "kl": kl, "loss_masks": masks,
+            "rewards": rewards,
+            "kl": kl,
+            "loss_masks": masks,
             "response_lengths": [d.response_length for d in data],
             "total_lengths": [d.total_length for d in data],
-            "rollout_log_probs": [d.rollout_log_probs for d in data], **per_sample,
+            "rollout_log_probs": [d.rollout_log_probs for d in data],
+            **per_sample,
         }
         load_callable(args.custom_advantage_function_path)(args, rollout_data)
         if "advantages" not in rollout_data:
-            raise ValueError(f"custom advantage function {args.custom_advantage_function_path!r} did not set "
-                             "rollout_data['advantages']")
+            raise ValueError(
+                f"custom advantage function {args.custom_advantage_function_path!r} did not set "
+                "rollout_data['advantages']"
+            )
         return list(rollout_data["advantages"])
 
     def _optimizer_step(self) -> float:
         if self.args.clip_grad and self.args.clip_grad > 0:
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.clip_grad)
         else:
-            norm = torch.nn.utils.get_total_norm([p.grad for p in self.model.parameters() if p.grad is not None])
+            norm = torch.nn.utils.get_total_norm(
+                [p.grad for p in self.model.parameters() if p.grad is not None]
+            )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(norm)
@@ -163,17 +197,27 @@ class TorchTrainer(PolicyTrainer):
         """``[1, sum(total_lengths), vocab]``: the micro-batch's logits in slime's packed layout, computed
         with each distinct prompt once (:class:`~.batch.SharedPrompts`)."""
         layout = SharedPrompts.build(data, indices, self.dtype, self.tokenizer.pad_token_id or 0)
-        logits = model(input_ids=layout.input_ids.to(self.device), position_ids=layout.position_ids.to(self.device),
-                       attention_mask=layout.attention_mask.to(self.device)).logits
+        logits = model(
+            input_ids=layout.input_ids.to(self.device),
+            position_ids=layout.position_ids.to(self.device),
+            attention_mask=layout.attention_mask.to(self.device),
+        ).logits
         return logits.flatten(0, 1).index_select(0, layout.gather.to(self.device)).unsqueeze(0)
 
     @torch.no_grad()
-    def _log_probs(self, model: Any, data: list[TrainSample], temperature: float | None = None) -> list[torch.Tensor]:
+    def _log_probs(
+        self, model: Any, data: list[TrainSample], temperature: float | None = None
+    ) -> list[torch.Tensor]:
         out: list[torch.Tensor] = []
         for micro in micro_batches(data, self.args.micro_batch_size, self.args.max_tokens_per_gpu):
             batch = loss_batch(data, micro, {})
-            log_probs, _ = log_probs_and_entropy(self._packed_logits(model, data, micro), batch, self.args,
-                                                 with_entropy=False, temperature=temperature)
+            log_probs, _ = log_probs_and_entropy(
+                self._packed_logits(model, data, micro),
+                batch,
+                self.args,
+                with_entropy=False,
+                temperature=temperature,
+            )
             out.extend(lp.float().cpu() for lp in log_probs)
         return out
 
@@ -193,9 +237,14 @@ class TorchTrainer(PolicyTrainer):
     def save_checkpoint(self, folder: Path) -> None:
         self.save_hf_model(folder)
         torch.save(self.optimizer.state_dict(), folder / OPTIMIZER_FILE)
-        torch.save({"torch": torch.get_rng_state(), "python": random.getstate(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
-                   folder / RNG_FILE)
+        torch.save(
+            {
+                "torch": torch.get_rng_state(),
+                "python": random.getstate(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            },
+            folder / RNG_FILE,
+        )
 
     def load_checkpoint(self, folder: Path) -> None:
         from safetensors.torch import load_model
@@ -223,4 +272,3 @@ def peak_memory_gb(device: torch.device) -> float:
         return torch.cuda.max_memory_allocated(device) / 1e9
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 1e9 if sys.platform == "darwin" else rss / 1e6
-

@@ -33,19 +33,24 @@ def test_padding_changes_nothing_for_the_real_tokens():
     query = torch.randn(1, 4, 1, 8)
     key, value = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
     module = SimpleNamespace(num_key_value_groups=2, is_causal=True, training=False)
-    full, _ = grouped_attention(module, query, key[:, :, 2:], value[:, :, 2:], torch.ones(1, 1, 1, 3, dtype=torch.bool))
+    full, _ = grouped_attention(
+        module, query, key[:, :, 2:], value[:, :, 2:], torch.ones(1, 1, 1, 3, dtype=torch.bool)
+    )
     padded_mask = torch.tensor([[[[False, False, True, True, True]]]])
     padded, _ = grouped_attention(module, query, key, value, padded_mask)
     torch.testing.assert_close(padded, full)
 
 
-@pytest.mark.parametrize(("config", "expected"), [
-    ({"layer_types": ["full_attention"] * 4}, True),
-    ({"layer_types": ["full_attention", "sliding_attention"]}, False),
-    ({"sliding_window": None}, True),
-    ({"sliding_window": 4096, "use_sliding_window": False}, True),
-    ({"sliding_window": 4096}, False),
-])
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"layer_types": ["full_attention"] * 4}, True),
+        ({"layer_types": ["full_attention", "sliding_attention"]}, False),
+        ({"sliding_window": None}, True),
+        ({"sliding_window": 4096, "use_sliding_window": False}, True),
+        ({"sliding_window": 4096}, False),
+    ],
+)
 def test_only_full_attention_models_use_it(config, expected):
     assert full_attention_only(SimpleNamespace(**config)) is expected
 
@@ -56,4 +61,7 @@ def test_cuda_steps_leave_cudnn_attention_out_and_restore_the_flags():
     with sdpa_without_cudnn():
         assert not torch.backends.cuda.cudnn_sdp_enabled()
         assert torch.backends.cuda.mem_efficient_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
-    assert (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled()) == before
+    assert (
+        torch.backends.cuda.cudnn_sdp_enabled(),
+        torch.backends.cuda.mem_efficient_sdp_enabled(),
+    ) == before

@@ -55,14 +55,17 @@ def assert_logprobs_close(out, expected: list[float]) -> None:
 
 def test_greedy_over_http_equals_in_process_and_transformers(served):
     prompt = prompt_ids(served, "What is 2 + 3?")
-    payload = {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 12},
-               "return_logprob": True}
+    payload = {
+        "input_ids": prompt,
+        "sampling_params": {"temperature": 0, "max_new_tokens": 12},
+        "return_logprob": True,
+    }
     remote = via_http(served, payload)
     local = served.run(served.engine.generate(payload))
     assert remote["output_ids"] == local["output_ids"] and remote["text"] == local["text"]
     with torch.inference_mode():
         reference = served.engine.model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False)
-    assert remote["output_ids"] == reference[0, len(prompt):].tolist()
+    assert remote["output_ids"] == reference[0, len(prompt) :].tolist()
     assert remote["meta_info"]["prompt_tokens"] == len(prompt)
     assert remote["meta_info"]["completion_tokens"] == len(remote["output_ids"])
     assert remote["meta_info"]["weight_version"] == served.engine.weight_version
@@ -79,15 +82,24 @@ def test_batched_rows_match_single_requests(served):
 
 def test_stop_string_trims_text_and_reports_the_match(served):
     prompt = prompt_ids(served, "Count from 1 to 10, separated by commas.")
-    free = via_http(served, {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 16}})
+    free = via_http(
+        served, {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 16}}
+    )
     assert "3" in free["text"]
-    out = via_http(served, {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 16,
-                                                                     "stop": ["3"]}})
+    out = via_http(
+        served,
+        {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 16, "stop": ["3"]}},
+    )
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": "3"}
     assert out["text"] == free["text"][: free["text"].index("3")]
     assert out["output_ids"] == free["output_ids"][: len(out["output_ids"])]
-    kept = via_http(served, {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 16,
-                                                                      "stop": ["3"], "no_stop_trim": True}})
+    kept = via_http(
+        served,
+        {
+            "input_ids": prompt,
+            "sampling_params": {"temperature": 0, "max_new_tokens": 16, "stop": ["3"], "no_stop_trim": True},
+        },
+    )
     assert "3" in kept["text"]
 
 
@@ -95,17 +107,29 @@ def test_stop_token_id_stays_in_output_ids_not_in_text(served):
     prompt = prompt_ids(served, "Count from 1 to 10, separated by commas.")
     free = via_http(served, {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 8}})
     stop_id = free["output_ids"][3]
-    out = via_http(served, {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 8,
-                                                                     "stop_token_ids": [stop_id]}})
+    out = via_http(
+        served,
+        {
+            "input_ids": prompt,
+            "sampling_params": {"temperature": 0, "max_new_tokens": 8, "stop_token_ids": [stop_id]},
+        },
+    )
     position = free["output_ids"].index(stop_id)
     assert out["output_ids"] == free["output_ids"][: position + 1]
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_id}
-    assert out["text"] == served.engine.tokenizer.decode(free["output_ids"][:position], skip_special_tokens=True)
+    assert out["text"] == served.engine.tokenizer.decode(
+        free["output_ids"][:position], skip_special_tokens=True
+    )
 
 
 def test_eos_stops_with_its_id(served):
-    out = via_http(served, {"input_ids": prompt_ids(served, "Say hi."),
-                            "sampling_params": {"temperature": 0, "max_new_tokens": 64}})
+    out = via_http(
+        served,
+        {
+            "input_ids": prompt_ids(served, "Say hi."),
+            "sampling_params": {"temperature": 0, "max_new_tokens": 64},
+        },
+    )
     eos = served.engine.tokenizer.eos_token_id
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": eos}
     assert out["output_ids"][-1] == eos
@@ -116,22 +140,37 @@ def test_seeded_sampling_is_reproducible_in_any_batch(served):
     params = {"temperature": 1.0, "max_new_tokens": 10, "sampling_seed": 1234, "ignore_eos": True}
     first = via_http(served, {"input_ids": prompt, "sampling_params": params})
     crowd = [prompt_ids(served, f"Tell me about {w}.") for w in ("cats", "rain", "maps")]
-    batch = via_http(served, {"input_ids": [*crowd, prompt],
-                              "sampling_params": [{"temperature": 1.0, "max_new_tokens": 10}] * 3 + [params]})
+    batch = via_http(
+        served,
+        {
+            "input_ids": [*crowd, prompt],
+            "sampling_params": [{"temperature": 1.0, "max_new_tokens": 10}] * 3 + [params],
+        },
+    )
     other_seed = via_http(served, {"input_ids": prompt, "sampling_params": {**params, "sampling_seed": 99}})
     assert batch[-1]["output_ids"] == first["output_ids"]
     assert other_seed["output_ids"] != first["output_ids"]
 
 
-@pytest.mark.parametrize("params", [
-    {"temperature": 1.0},
-    {"temperature": 0.7, "top_k": 20},
-    {"temperature": 0.0},
-], ids=["t1", "t0.7-top_k20", "greedy"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"temperature": 1.0},
+        {"temperature": 0.7, "top_k": 20},
+        {"temperature": 0.0},
+    ],
+    ids=["t1", "t0.7-top_k20", "greedy"],
+)
 def test_logprobs_match_a_forward_pass(served, params):
     prompt = prompt_ids(served, "Give me a random animal.")
-    out = via_http(served, {"input_ids": prompt, "return_logprob": True,
-                            "sampling_params": {**params, "max_new_tokens": 10, "sampling_seed": 7}})
+    out = via_http(
+        served,
+        {
+            "input_ids": prompt,
+            "return_logprob": True,
+            "sampling_params": {**params, "max_new_tokens": 10, "sampling_seed": 7},
+        },
+    )
     temperature = params["temperature"] or 1.0
     expected = forward_logprobs(served, prompt, out["output_ids"], temperature, params.get("top_k"))
     assert_logprobs_close(out, expected)
@@ -147,9 +186,16 @@ def test_rows_past_the_cache_slack_and_rows_joining_and_leaving_keep_forward_log
     long_prompt, short_prompt = prompt_ids(served, "Tell me a long story."), prompt_ids(served, "Say hi.")
 
     def payload(prompt, tokens):
-        return {"input_ids": prompt, "return_logprob": True,
-                "sampling_params": {"temperature": 1.0, "sampling_seed": 3, "ignore_eos": True,
-                                    "max_new_tokens": tokens}}
+        return {
+            "input_ids": prompt,
+            "return_logprob": True,
+            "sampling_params": {
+                "temperature": 1.0,
+                "sampling_seed": 3,
+                "ignore_eos": True,
+                "max_new_tokens": tokens,
+            },
+        }
 
     async def both():
         long = asyncio.create_task(engine.generate(payload(long_prompt, SLACK + 60)))
@@ -168,9 +214,14 @@ def test_rows_past_the_cache_slack_and_rows_joining_and_leaving_keep_forward_log
 
 def test_top_p_logprobs_are_renormalized_over_the_nucleus(served):
     prompt = prompt_ids(served, "Give me a random animal.")
-    out = via_http(served, {"input_ids": prompt, "return_logprob": True,
-                            "sampling_params": {"temperature": 1.0, "top_p": 0.5, "max_new_tokens": 6,
-                                                "sampling_seed": 3}})
+    out = via_http(
+        served,
+        {
+            "input_ids": prompt,
+            "return_logprob": True,
+            "sampling_params": {"temperature": 1.0, "top_p": 0.5, "max_new_tokens": 6, "sampling_seed": 3},
+        },
+    )
     raw = forward_logprobs(served, prompt, out["output_ids"])
     assert all(lp >= r - 1e-6 for lp, r in zip(logprobs_of(out), raw))  # renormalizing raises them
     assert any(lp > r + 1e-3 for lp, r in zip(logprobs_of(out), raw))
@@ -179,9 +230,12 @@ def test_top_p_logprobs_are_renormalized_over_the_nucleus(served):
 def test_abort_all_and_by_rid_return_partial_tokens(served):
     async def scenario(client):
         long = {"sampling_params": {"max_new_tokens": 400, "ignore_eos": True}, "return_logprob": True}
-        first = asyncio.create_task(client.generate({"input_ids": prompt_ids(served, "Tell a story."), **long,
-                                                     "rid": "story"}))
-        second = asyncio.create_task(client.generate({"input_ids": prompt_ids(served, "Tell a joke."), **long}))
+        first = asyncio.create_task(
+            client.generate({"input_ids": prompt_ids(served, "Tell a story."), **long, "rid": "story"})
+        )
+        second = asyncio.create_task(
+            client.generate({"input_ids": prompt_ids(served, "Tell a joke."), **long})
+        )
         while (await client.load())["num_running_reqs"] < 2:
             await asyncio.sleep(0.05)
         steps = served.engine.stats.steps
@@ -207,8 +261,14 @@ def test_64_concurrent_requests_complete_and_are_batched(served):
 
     async def scenario(client):
         prompts = [prompt_ids(served, f"What is {i} + {i % 7}?") for i in range(64)]
-        return await asyncio.gather(*(client.generate({"input_ids": p, "sampling_params": {
-            "temperature": 0.8, "max_new_tokens": 4}}) for p in prompts))
+        return await asyncio.gather(
+            *(
+                client.generate(
+                    {"input_ids": p, "sampling_params": {"temperature": 0.8, "max_new_tokens": 4}}
+                )
+                for p in prompts
+            )
+        )
 
     outs = asyncio.run(with_client(served.url, scenario))
     assert len(outs) == 64
@@ -221,9 +281,12 @@ def test_64_concurrent_requests_complete_and_are_batched(served):
 def test_engine_keeps_decoding_while_the_event_loop_is_blocked(served):
     """The engine steps on its own thread: a coroutine that holds the event loop (an inline reward or
     a slow filter, say) does not stall generation. The loop is held until ten steps have run."""
+
     async def scenario():
-        payload = {"input_ids": prompt_ids(served, "Count to fifty."),
-                   "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}
+        payload = {
+            "input_ids": prompt_ids(served, "Count to fifty."),
+            "sampling_params": {"max_new_tokens": 40, "ignore_eos": True},
+        }
         task = asyncio.ensure_future(served.engine.generate(payload))
         await asyncio.sleep(0)  # the request is queued
         before = served.engine.stats.steps
@@ -238,8 +301,11 @@ def test_engine_keeps_decoding_while_the_event_loop_is_blocked(served):
 
 
 def test_stream_is_cumulative_and_ends_with_done(served):
-    payload = {"input_ids": prompt_ids(served, "Say hello."), "return_logprob": True,
-               "sampling_params": {"temperature": 0, "max_new_tokens": 5, "ignore_eos": True}}
+    payload = {
+        "input_ids": prompt_ids(served, "Say hello."),
+        "return_logprob": True,
+        "sampling_params": {"temperature": 0, "max_new_tokens": 5, "ignore_eos": True},
+    }
     chunks = asyncio.run(with_client(served.url, lambda c: _collect(c.generate_stream(payload))))
     assert len(chunks) == 5
     for n, chunk in enumerate(chunks, start=1):
@@ -255,7 +321,7 @@ async def _collect(stream):
 
 
 def test_a_stream_chunk_holds_back_a_character_split_across_tokens(served):
-    """"🙂" is two tokens: the chunk after the first has no text yet instead of a "\ufffd" that the next
+    """ "🙂" is two tokens: the chunk after the first has no text yet instead of a "\ufffd" that the next
     chunk would replace, so stream texts stay cumulative (a sampled stream hit this now and then)."""
     from rlsdk_embedded.engine import _Request
     from rlsdk_embedded.sampling import SamplingParams
@@ -263,8 +329,9 @@ def test_a_stream_chunk_holds_back_a_character_split_across_tokens(served):
     engine = served.engine
     ids = engine._detokenizer("🙂", add_special_tokens=False)["input_ids"]
     assert len(ids) == 2
-    request = _Request(rid="r", prompt=[1], params=SamplingParams(), return_logprob=False,
-                       text_in_logprobs=False, done=None)
+    request = _Request(
+        rid="r", prompt=[1], params=SamplingParams(), return_logprob=False, text_in_logprobs=False, done=None
+    )
     texts = []
     for token in ids:
         request.output.append(token)
@@ -273,22 +340,25 @@ def test_a_stream_chunk_holds_back_a_character_split_across_tokens(served):
     assert engine._text(request, {"type": "length", "length": 2}) == "🙂"
 
 
-@pytest.mark.parametrize("body", [
-    b"{not json",
-    b"[1, 2]",
-    b'{"input_ids": "not a list"}',
-    b'{"input_ids": [1, -5]}',
-    b'{"input_ids": [1, 99999999]}',
-    b'{"input_ids": []}',
-    b'{"sampling_params": {}}',
-    b'{"input_ids": [1], "sampling_params": {"temperature": -1}}',
-    b'{"input_ids": [1], "sampling_params": {"top_p": 0}}',
-    b'{"input_ids": [1], "sampling_params": {"max_new_tokens": "many"}}',
-    b'{"input_ids": [1], "sampling_params": {"bogus": 1}}',
-    b'{"input_ids": [1], "sampling_params": {"regex": "a+"}}',
-    b'{"input_ids": [[1], [2]], "sampling_params": [{}]}',
-    b'{"input_ids": [1], "stream": true, "sampling_params": {"stop": [""]}}',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"[1, 2]",
+        b'{"input_ids": "not a list"}',
+        b'{"input_ids": [1, -5]}',
+        b'{"input_ids": [1, 99999999]}',
+        b'{"input_ids": []}',
+        b'{"sampling_params": {}}',
+        b'{"input_ids": [1], "sampling_params": {"temperature": -1}}',
+        b'{"input_ids": [1], "sampling_params": {"top_p": 0}}',
+        b'{"input_ids": [1], "sampling_params": {"max_new_tokens": "many"}}',
+        b'{"input_ids": [1], "sampling_params": {"bogus": 1}}',
+        b'{"input_ids": [1], "sampling_params": {"regex": "a+"}}',
+        b'{"input_ids": [[1], [2]], "sampling_params": [{}]}',
+        b'{"input_ids": [1], "stream": true, "sampling_params": {"stop": [""]}}',
+    ],
+)
 def test_malformed_requests_get_400_and_the_server_lives(served, body):
     response = httpx.post(f"{served.url}/generate", content=body, timeout=30)
     assert response.status_code == 400
@@ -316,7 +386,9 @@ def test_request_body_size_is_limited(served):
 def test_pause_holds_new_requests_until_continue(served):
     async def scenario(client):
         await client.pause(mode="in_place")
-        task = asyncio.create_task(client.generate({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}))
+        task = asyncio.create_task(
+            client.generate({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}})
+        )
         await asyncio.sleep(0.5)
         held = not task.done() and (await client.load())["num_waiting_reqs"] == 1
         await client.resume()
@@ -337,7 +409,9 @@ def test_weight_update_from_disk_and_from_a_state_dict(served):
 
     from rlsdk.serve import start_server
 
-    allowing = served.run(start_server(served.engine, "127.0.0.1", 0, weights_dirs=[served.engine.model_path]))
+    allowing = served.run(
+        start_server(served.engine, "127.0.0.1", 0, weights_dirs=[served.engine.model_path])
+    )
     try:
         version, after = asyncio.run(with_client(allowing.url, update))
     finally:
@@ -357,7 +431,9 @@ def test_weight_update_from_disk_and_from_a_state_dict(served):
     assert via_http(served, payload)["output_ids"] == before["output_ids"]
     with pytest.raises(ValueError, match="missing"):
         served.run(engine.update_weights({"model.norm.weight": original["model.norm.weight"]}))
-    bad = httpx.post(f"{served.url}/update_weights_from_disk", json={"model_path": "/no/such/folder"}, timeout=30)
+    bad = httpx.post(
+        f"{served.url}/update_weights_from_disk", json={"model_path": "/no/such/folder"}, timeout=30
+    )
     assert bad.status_code == 403 and bad.json()["success"] is False  # no folder allowed on this server
 
 
@@ -375,9 +451,16 @@ def test_engine_with_static_decode_keeps_finished_rows_until_a_quarter_have_fini
         kept = []
 
         def payload(prompt, tokens):
-            return {"input_ids": prompt, "return_logprob": True,
-                    "sampling_params": {"temperature": 1.0, "sampling_seed": 3, "ignore_eos": True,
-                                        "max_new_tokens": tokens}}
+            return {
+                "input_ids": prompt,
+                "return_logprob": True,
+                "sampling_params": {
+                    "temperature": 1.0,
+                    "sampling_seed": 3,
+                    "ignore_eos": True,
+                    "max_new_tokens": tokens,
+                },
+            }
 
         async def all_rows():
             keep = engine._batch.keep

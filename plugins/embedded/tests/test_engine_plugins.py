@@ -19,7 +19,9 @@ def test_engines_are_registered_by_entry_point():
     pm = get_plugin_manager()
     args = RolloutConfig(engine_device="cpu", engine_max_batch_size=4, sglang_url="http://10.0.0.5:30000")
     embedded = pm.resolve("engine", "embedded").func(args)
-    assert type(embedded).__name__ == "EmbeddedEngine" and embedded.max_batch_size == 4 and embedded.url is None
+    assert (
+        type(embedded).__name__ == "EmbeddedEngine" and embedded.max_batch_size == 4 and embedded.url is None
+    )
     client = pm.resolve("engine", "sglang").func(args)
     assert isinstance(client, SGLangClient) and client.url == "http://10.0.0.5:30000"
     derived = pm.resolve("engine", "sglang").func(RolloutConfig(sglang_router_ip="h", sglang_router_port=1))
@@ -142,15 +144,17 @@ def test_long_stream_chunks_are_read_whole():
     """Cumulative stream chunks with log-probs reach hundreds of KiB after a few thousand tokens. A
     stand-in server sends such chunks (the real engine would take minutes on a CPU to generate them),
     split across writes as a network would."""
-    chunks = [{"text": "x" * 100_000, "meta_info": {"finish_reason": None}},
-              {"text": "y" * 150_000, "meta_info": {"finish_reason": {"type": "length", "length": 2}}}]
+    chunks = [
+        {"text": "x" * 100_000, "meta_info": {"finish_reason": None}},
+        {"text": "y" * 150_000, "meta_info": {"finish_reason": {"type": "length", "length": 2}}},
+    ]
 
     async def stream(request):
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode() + b"data: [DONE]\n\n"
         for start in range(0, len(body), 30_000):
-            await response.write(body[start:start + 30_000])
+            await response.write(body[start : start + 30_000])
         return response
 
     async def scenario():
@@ -184,19 +188,24 @@ def test_abort_through_a_router_reaches_its_workers(served):
             return web.Response(body=r.content, status=r.status_code, content_type="application/json")
 
         app = web.Application()
-        app.add_routes([
-            web.get("/workers", answer({"workers": [{"url": served.url}]})),
-            web.post("/generate", proxy),
-            web.post("/abort_request", answer(None, status=404)),
-        ])
+        app.add_routes(
+            [
+                web.get("/workers", answer({"workers": [{"url": served.url}]})),
+                web.post("/generate", proxy),
+                web.post("/abort_request", answer(None, status=404)),
+            ]
+        )
         runner = web.AppRunner(app)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
         client = SGLangClient(f"http://127.0.0.1:{runner.addresses[0][1]}")
         try:
             assert await client.workers() == [served.url]
-            task = asyncio.create_task(client.generate({"input_ids": [1, 2, 3], "sampling_params": {
-                "max_new_tokens": 400, "ignore_eos": True}}))
+            task = asyncio.create_task(
+                client.generate(
+                    {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}
+                )
+            )
             while (await client.load())["num_running_reqs"] == 0:
                 await asyncio.sleep(0.05)
             await client.abort()
@@ -229,7 +238,10 @@ def test_a_failing_step_fails_its_requests_and_the_engine_goes_on(served, monkey
     body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}
     failed = httpx.post(f"{served.url}/generate", json=body, timeout=60)
     assert failed.status_code == 500 and "out of memory (simulated)" in failed.json()["message"]
-    assert httpx.post(f"{served.url}/generate", json=body, timeout=60).json()["meta_info"]["completion_tokens"] == 2
+    assert (
+        httpx.post(f"{served.url}/generate", json=body, timeout=60).json()["meta_info"]["completion_tokens"]
+        == 2
+    )
 
 
 def test_serve_command_reports_a_missing_model_folder(tmp_path):

@@ -38,9 +38,15 @@ def tiny_llama(hidden: int, layers: int, heads: int, kv_heads: int, vocab: int):
     from rlsdk_embedded import attention
 
     torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab,
-                         attn_implementation=attention.register())
+    config = LlamaConfig(
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        vocab_size=vocab,
+        attn_implementation=attention.register(),
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -51,8 +57,9 @@ def smollm2():
     from rlsdk_embedded import attention
     from rlsdk_embedded.model_files import resolve_model_path
 
-    return AutoModelForCausalLM.from_pretrained(resolve_model_path(None, None), dtype=torch.float32,
-                                                attn_implementation=attention.register()).eval()
+    return AutoModelForCausalLM.from_pretrained(
+        resolve_model_path(None, None), dtype=torch.float32, attn_implementation=attention.register()
+    ).eval()
 
 
 def test_static_steps_give_the_eager_steps_logits(smollm2, monkeypatch):
@@ -64,8 +71,9 @@ def test_static_steps_give_the_eager_steps_logits(smollm2, monkeypatch):
     monkeypatch.setattr(batch, "SLACK", 8)
     static_steps = []
     step = static_decode.StaticDecode.step
-    monkeypatch.setattr(static_decode.StaticDecode, "step",
-                        lambda self, t: static_steps.append(1) or step(self, t))
+    monkeypatch.setattr(
+        static_decode.StaticDecode, "step", lambda self, t: static_steps.append(1) or step(self, t)
+    )
     plan = [5, 70, 20]
     KVBatch = batch.KVBatch
     eager = greedy_run(KVBatch(smollm2, boolean_decode_mask=True), plan)
@@ -85,11 +93,14 @@ def test_rows_joining_every_few_steps_stop_setting_up_static_steps(monkeypatch):
 
     set_up = []
     init = static_decode.StaticDecode.__init__
-    monkeypatch.setattr(static_decode.StaticDecode, "__init__",
-                        lambda self, *a, **k: set_up.append(1) or init(self, *a, **k))
+    monkeypatch.setattr(
+        static_decode.StaticDecode, "__init__", lambda self, *a, **k: set_up.append(1) or init(self, *a, **k)
+    )
     model = tiny_llama(hidden=64, layers=2, heads=4, kv_heads=2, vocab=300)
-    batches = (KVBatch(model, boolean_decode_mask=True),
-               KVBatch(model, boolean_decode_mask=True, static_decode=True))
+    batches = (
+        KVBatch(model, boolean_decode_mask=True),
+        KVBatch(model, boolean_decode_mask=True, static_decode=True),
+    )
 
     def run(steps: int, join: bool) -> None:
         with torch.inference_mode():

@@ -237,4 +237,7 @@ def test_filter_hub_is_listed_as_installed():
 
     rows = {row["entry_point"]: row for row in plugin_rows(_manager())}
     assert rows["filter_hub"]["distribution"] == "rlsdk-filter-hub"
-    assert rows["filter_hub"]["provides"]["buffer_filter"] == ["drop_stale", "pop_last"]  # pop_first is core's
+    assert rows["filter_hub"]["provides"]["buffer_filter"] == [
+        "drop_stale",
+        "pop_last",
+    ]  # pop_first is core's

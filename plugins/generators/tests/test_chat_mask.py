@@ -24,9 +24,16 @@ THINK_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "Evaluate arithmetic",
-                                             "parameters": {"type": "object",
-                                                            "properties": {"expression": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate arithmetic",
+            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+        },
+    }
+]
 
 
 def trainable_runs(tokenizer, ids, mask):
@@ -50,7 +57,9 @@ def test_smollm2_multi_turn_masks_assistant_turns_only(small_tokenizer):
         {"role": "assistant", "content": "5 * 4 = 20."},
     ]
     ids, mask = conversation_tokens(tok, messages)
-    assert ids == tok(tok.apply_chat_template(messages, tokenize=False), add_special_tokens=False)["input_ids"]
+    assert (
+        ids == tok(tok.apply_chat_template(messages, tokenize=False), add_special_tokens=False)["input_ids"]
+    )
     assert len(mask) == len(ids)
     runs = trainable_runs(tok, ids, mask)
     assert runs[1] == ["2 + 3 = 5.<|im_end|>", "5 * 4 = 20.<|im_end|>"]
@@ -88,19 +97,28 @@ def test_chatml_think_template_with_tools(small_tokenizer):
     call = {"name": "calculator", "arguments": {"expression": "12*7"}}
     messages = [
         {"role": "user", "content": "Compute 12*7."},
-        {"role": "assistant", "reasoning_content": "I should use the tool.", "content": "",
-         "tool_calls": [{"type": "function", "function": call}]},
+        {
+            "role": "assistant",
+            "reasoning_content": "I should use the tool.",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": call}],
+        },
         {"role": "tool", "content": "84"},
         {"role": "assistant", "reasoning_content": "The tool said 84.", "content": "12*7 = 84."},
     ]
     ids, mask = conversation_tokens(tok, messages, tools=TOOLS, chat_template=THINK_TEMPLATE)
     runs = trainable_runs(tok, ids, mask)
     assert runs[1] == [
-        "<think>\nI should use the tool.\n</think>\n\n<tool_call>\n" + json.dumps(call) + "\n</tool_call><|im_end|>",
+        "<think>\nI should use the tool.\n</think>\n\n<tool_call>\n"
+        + json.dumps(call)
+        + "\n</tool_call><|im_end|>",
         "<think>\nThe tool said 84.\n</think>\n\n12*7 = 84.<|im_end|>",
     ]
     assert runs[0][0].startswith("<|im_start|>system\nYou may call these tools:\n")
-    assert runs[0][1] == "\n<|im_start|>user\n<tool_response>\n84\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        runs[0][1]
+        == "\n<|im_start|>user\n<tool_response>\n84\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
     # token by token: each trainable token decodes to text inside an assistant turn
     text = tok.apply_chat_template(messages, tools=TOOLS, chat_template=THINK_TEMPLATE, tokenize=False)
     assert "".join(tok.decode([t]) for t in ids) == text
@@ -112,8 +130,12 @@ def test_template_that_rewrites_history_is_an_error(small_tokenizer):
         "{%- if m.role == 'assistant' and not loop.last %}(earlier){%- else %}{{ m.content }}{%- endif %}"
         "<|im_end|>\n{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
     )
-    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-                {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]
+    messages = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"},
+        {"role": "assistant", "content": "d"},
+    ]
     with pytest.raises(ValueError, match="assistant message 1"):
         conversation_tokens(small_tokenizer, messages, chat_template=dropping)
 

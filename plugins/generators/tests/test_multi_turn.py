@@ -71,8 +71,11 @@ def test_tag_style_tool_call_masks_the_observation(rlsdk_pm, small_tokenizer):
     sample = run(args, sample)
     said1 = "I will compute it. <calculator>12*7</calculator>"
     observation = "\n<result>\n84\n</result>\n"
-    check_alignment(sample, prompt_ids, [(ids(tok, said1), True, 1), (ids(tok, observation), False, None),
-                                         (ids(tok, turn2), True, 2)])
+    check_alignment(
+        sample,
+        prompt_ids,
+        [(ids(tok, said1), True, 1), (ids(tok, observation), False, None), (ids(tok, turn2), True, 2)],
+    )
     assert sample.status == Sample.Status.COMPLETED
     assert sample.response == said1 + observation + turn2  # the end-of-turn token stays (no_stop_trim)
     assert sample.metadata["multi_turn"]["turns"] == 2 and sample.metadata["multi_turn"]["tool_calls"] == 1
@@ -91,8 +94,11 @@ def test_json_tool_call_through_the_chat_template(rlsdk_pm, small_tokenizer):
     args, engine, sample, prompt_ids = setup(rlsdk_pm, tok, [turn1, turn2], tool_call_format="json")
     sample = run(args, sample)
     observation = "\n<|im_start|>tool\n20<|im_end|>\n<|im_start|>assistant\n"
-    check_alignment(sample, prompt_ids, [(ids(tok, turn1), True, 1), (ids(tok, observation), False, None),
-                                         (ids(tok, turn2), True, 2)])
+    check_alignment(
+        sample,
+        prompt_ids,
+        [(ids(tok, turn1), True, 1), (ids(tok, observation), False, None), (ids(tok, turn2), True, 2)],
+    )
     assert "stop" not in engine.payloads[0]["sampling_params"]
     assert sample.status == Sample.Status.COMPLETED
 
@@ -100,7 +106,12 @@ def test_json_tool_call_through_the_chat_template(rlsdk_pm, small_tokenizer):
 def test_failing_slow_and_unknown_tools_become_error_observations(rlsdk_pm, small_tokenizer):
     tok = small_tokenizer
     bad_call = json.dumps({"name": "weather", "arguments": {}})
-    turns = ["<broken>x</broken>", "<slow>y</slow>", f"<tool_call>{bad_call}</tool_call><|im_end|>", "Sorry.<|im_end|>"]
+    turns = [
+        "<broken>x</broken>",
+        "<slow>y</slow>",
+        f"<tool_call>{bad_call}</tool_call><|im_end|>",
+        "Sorry.<|im_end|>",
+    ]
     args, engine, sample, _ = setup(rlsdk_pm, tok, turns, tool_names=["broken", "slow"], max_turns=4)
     sample = run(args, sample)
     assert sample.status == Sample.Status.COMPLETED
@@ -117,8 +128,9 @@ def test_each_turn_is_clamped_to_the_context_left(rlsdk_pm, small_tokenizer):
     tok = small_tokenizer
     turn1 = "<calculator>1+1</calculator>"
     context = len(ids(tok, PROMPT)) + len(ids(tok, turn1)) + len(ids(tok, "\n<result>\n2\n</result>\n")) + 3
-    args, engine, sample, _ = setup(rlsdk_pm, tok, [turn1, "So the answer is two, of course.<|im_end|>"],
-                                    rollout_max_context_len=context)
+    args, engine, sample, _ = setup(
+        rlsdk_pm, tok, [turn1, "So the answer is two, of course.<|im_end|>"], rollout_max_context_len=context
+    )
     sample = run(args, sample)
     assert engine.payloads[1]["sampling_params"]["max_new_tokens"] == 3
     assert len(sample.tokens) == context
@@ -148,8 +160,16 @@ def test_abort_mid_turn_returns_partial_sample_that_resumes(rlsdk_pm, small_toke
     assert sample.status == Sample.Status.COMPLETED
     assert engine.payloads[1]["input_ids"] == prompt_ids + ids(tok, part1)
     observation = "\n<result>\n9\n</result>\n"
-    check_alignment(sample, prompt_ids, [(ids(tok, part1), True, 1), (ids(tok, part2), True, 2),
-                                         (ids(tok, observation), False, None), (ids(tok, "Nine.<|im_end|>"), True, 3)])
+    check_alignment(
+        sample,
+        prompt_ids,
+        [
+            (ids(tok, part1), True, 1),
+            (ids(tok, part2), True, 2),
+            (ids(tok, observation), False, None),
+            (ids(tok, "Nine.<|im_end|>"), True, 3),
+        ],
+    )
     assert sample.metadata["multi_turn"]["turns"] == 2
 
 
@@ -168,12 +188,21 @@ def test_unknown_tool_name_lists_installed(rlsdk_pm, small_tokenizer):
 
 
 CALCULATOR_CHAT = [
-    {"role": "system", "content": "You compute with a calculator. Always start your reply with <calculator> "
-                                  "expression </calculator>; its result comes back between <result> and </result>."},
+    {
+        "role": "system",
+        "content": "You compute with a calculator. Always start your reply with <calculator> "
+        "expression </calculator>; its result comes back between <result> and </result>.",
+    },
     {"role": "user", "content": "What is 3*4?"},
-    {"role": "assistant", "content": "<calculator>3*4</calculator>\n<result>\n12\n</result>\nThe answer is 12."},
+    {
+        "role": "assistant",
+        "content": "<calculator>3*4</calculator>\n<result>\n12\n</result>\nThe answer is 12.",
+    },
     {"role": "user", "content": "What is 25+17?"},
-    {"role": "assistant", "content": "<calculator>25+17</calculator>\n<result>\n42\n</result>\nThe answer is 42."},
+    {
+        "role": "assistant",
+        "content": "<calculator>25+17</calculator>\n<result>\n42\n</result>\nThe answer is 42.",
+    },
     {"role": "user", "content": "What is 12*7?"},
 ]
 
@@ -182,19 +211,26 @@ def test_multi_turn_on_embedded_engine(rlsdk_pm, served):
     """End to end with the real small model (greedy), one worked example making it call the tool."""
     rlsdk_pm.register(generators_plugin)
     engine = served.engine
-    args = RolloutConfig(tool_names=["calculator"], rollout_max_response_len=32, max_turns=2, rollout_temperature=0.0)
+    args = RolloutConfig(
+        tool_names=["calculator"], rollout_max_response_len=32, max_turns=2, rollout_temperature=0.0
+    )
     runtime = bind_runtime(args, Runtime(rlsdk_pm, engine, engine.tokenizer))
     prompt = engine.tokenizer.apply_chat_template(CALCULATOR_CHAT, tokenize=False, add_generation_prompt=True)
     try:
-        sample = served.run(multi_turn(args, Sample(group_index=0, index=0, prompt=prompt), sampling_params_for(args)))
+        sample = served.run(
+            multi_turn(args, Sample(group_index=0, index=0, prompt=prompt), sampling_params_for(args))
+        )
     finally:
         runtime.loop.close()
     state = sample.metadata["multi_turn"]
     assert state["tool_calls"] >= 1 and state["tool_errors"] == [], sample.response
     assert "\n<result>\n84\n</result>\n" in sample.response
     assert len(sample.loss_mask) == len(sample.rollout_log_probs) == sample.response_length > 0
-    assert len(sample.tokens) == len(engine.tokenizer(prompt, add_special_tokens=False)["input_ids"]) + sample.response_length
-    observed = [t for t, m in zip(sample.tokens[-sample.response_length:], sample.loss_mask) if not m]
+    assert (
+        len(sample.tokens)
+        == len(engine.tokenizer(prompt, add_special_tokens=False)["input_ids"]) + sample.response_length
+    )
+    observed = [t for t, m in zip(sample.tokens[-sample.response_length :], sample.loss_mask) if not m]
     assert engine.tokenizer.decode(observed) == "\n<result>\n84\n</result>\n" * state["tool_calls"]
     assert all(lp <= 0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if m)
     assert any(lp < 0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if m)

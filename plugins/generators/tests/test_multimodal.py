@@ -31,15 +31,28 @@ class Zero:
 @pytest.fixture
 def image_data(tmp_path):
     path = tmp_path / "images.jsonl"
-    row = {"input": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
-                                                  {"type": "text", "text": "What animal is this?"}]}], "label": "cat"}
+    row = {
+        "input": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+                    {"type": "text", "text": "What animal is this?"},
+                ],
+            }
+        ],
+        "label": "cat",
+    }
     path.write_text(json.dumps(row) + "\n")
     return path
 
 
 def test_rlsdk_serve_answers_image_requests_with_400(served):
-    body = {"text": "What is in the picture?", "image_data": ["https://example.com/cat.png"],
-            "sampling_params": {"max_new_tokens": 4}}
+    body = {
+        "text": "What is in the picture?",
+        "image_data": ["https://example.com/cat.png"],
+        "sampling_params": {"max_new_tokens": 4},
+    }
     response = httpx.post(served.url + "/generate", json=body, timeout=60)
     assert response.status_code == 400
     error = response.json()
@@ -49,9 +62,16 @@ def test_rlsdk_serve_answers_image_requests_with_400(served):
 def test_loop_records_an_image_sample_as_failed(rlsdk_pm, served, image_data):
     for plugin in (generators_plugin, rlsdk_filter_hub.plugin, Zero()):
         rlsdk_pm.register(plugin)
-    args = RolloutConfig(prompt_data=str(image_data), label_key="label", apply_chat_template=True, rm_type="zero",
-                         rollout_batch_size=1, n_samples_per_prompt=2, rollout_max_groups_per_step=1,
-                         rollout_max_response_len=8)
+    args = RolloutConfig(
+        prompt_data=str(image_data),
+        label_key="label",
+        apply_chat_template=True,
+        rm_type="zero",
+        rollout_batch_size=1,
+        n_samples_per_prompt=2,
+        rollout_max_groups_per_step=1,
+        rollout_max_response_len=8,
+    )
     tokenizer = served.engine.tokenizer
     data = DataSource(args, pm=rlsdk_pm, tokenizer=tokenizer)
     runtime = bind_runtime(args, Runtime(rlsdk_pm, SGLangClient(served.url), tokenizer))
@@ -67,8 +87,16 @@ def test_loop_records_an_image_sample_as_failed(rlsdk_pm, served, image_data):
 
 
 def test_rlsdk_run_stops_before_generating(served, image_data, tmp_path):
-    args = RolloutConfig(engine=served.url, hf_checkpoint=str(served.engine.model_path), prompt_data=str(image_data),
-                         label_key="label", apply_chat_template=True, output_dir=str(tmp_path / "out"))
-    with pytest.raises(DataError, match=r"images.jsonl has prompts with images, but the engine's model .* cannot take images"):
+    args = RolloutConfig(
+        engine=served.url,
+        hf_checkpoint=str(served.engine.model_path),
+        prompt_data=str(image_data),
+        label_key="label",
+        apply_chat_template=True,
+        output_dir=str(tmp_path / "out"),
+    )
+    with pytest.raises(
+        DataError, match=r"images.jsonl has prompts with images, but the engine's model .* cannot take images"
+    ):
         run_job(args)
     assert not (tmp_path / "out" / "rollouts.jsonl").exists()

@@ -27,14 +27,26 @@ CLI = [sys.executable, "-c", "from rlsdk_cli.app import main; main()", "buffer",
 
 
 def item(instance, n, reward=1.0, **extra):
-    return {"instance_id": instance, "uid": f"{instance}-{n}", "reward": reward, "extra_info": extra,
-            "messages": [{"role": "user", "content": f"Question {instance}?"},
-                         {"role": "assistant", "content": f"Answer {n}."}]}
+    return {
+        "instance_id": instance,
+        "uid": f"{instance}-{n}",
+        "reward": reward,
+        "extra_info": extra,
+        "messages": [
+            {"role": "user", "content": f"Question {instance}?"},
+            {"role": "assistant", "content": f"Answer {n}."},
+        ],
+    }
 
 
 def start_service(data_dir, *options, env=None):
-    proc = subprocess.Popen([*CLI, "--data-dir", str(data_dir), *options], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        [*CLI, "--data-dir", str(data_dir), *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     line = proc.stdout.readline()
     assert line.startswith("rollout buffer on "), line + proc.stderr.read()
     return proc, line.split()[3]
@@ -105,6 +117,7 @@ def test_kill_and_restart_loses_no_acknowledged_item(tmp_path):
 def test_every_item_is_validated_with_a_message(tmp_path):
     proc, url = start_service(tmp_path, "--max-body-mb", "0.01")
     try:
+
         def write(body):
             return httpx.post(url + "/buffer/write", json=body)
 
@@ -112,29 +125,44 @@ def test_every_item_is_validated_with_a_message(tmp_path):
             ([1, 2], "must be a JSON object"),
             ({"messages": [], "reward": 1}, "needs instance_id"),
             ({**item("a", 0), "messages": "hi"}, "messages must be a non-empty list"),
-            ({**item("a", 0), "messages": [{"content": "x"}]}, "messages[0] must be an object with a string 'role'"),
+            (
+                {**item("a", 0), "messages": [{"content": "x"}]},
+                "messages[0] must be an object with a string 'role'",
+            ),
             ({**item("a", 0), "messages": [{"role": "user", "content": "x"}]}, "no assistant turn"),
             ({**item("a", 0), "reward": "high"}, "reward must be a number"),
             ({**item("a", 0), "extra_info": [1]}, "extra_info must be an object"),
         ]
         for body, message in cases:
             response = write(body)
-            assert response.status_code == 400 and message in response.json()["message"], (body, response.text)
-        not_json = httpx.post(url + "/buffer/write", content=b"{oops", headers={"Content-Type": "application/json"})
+            assert response.status_code == 400 and message in response.json()["message"], (
+                body,
+                response.text,
+            )
+        not_json = httpx.post(
+            url + "/buffer/write", content=b"{oops", headers={"Content-Type": "application/json"}
+        )
         assert not_json.status_code == 400 and "not JSON" in not_json.json()["message"]
         big = write({**item("a", 0), "extra_info": {"blob": "x" * 20000}})
         assert big.status_code == 413 and "limit" in big.json()["message"]
         assert httpx.post(url + "/nope", json={}).status_code == 404
         bad_task = httpx.post(url + "/start_rollout", json={"task_type": "nonexistent"})
-        assert bad_task.status_code == 400 and "unknown task_generator 'nonexistent'" in bad_task.json()["message"]
+        assert (
+            bad_task.status_code == 400
+            and "unknown task_generator 'nonexistent'" in bad_task.json()["message"]
+        )
         assert write(item("a", 0)).status_code == 200
     finally:
         stop(proc)
 
 
 def test_off_loopback_requires_the_token(tmp_path):
-    refused = subprocess.run([*CLI, "--host", "0.0.0.0", "--data-dir", str(tmp_path)], capture_output=True,
-                             text=True, env={k: v for k, v in os.environ.items() if k != "RLSDK_BUFFER_TOKEN"})
+    refused = subprocess.run(
+        [*CLI, "--host", "0.0.0.0", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "RLSDK_BUFFER_TOKEN"},
+    )
     assert refused.returncode == 2 and "needs a bearer token" in refused.stderr
     assert not any(tmp_path.iterdir())
     proc, url = start_service(tmp_path, "--host", "0.0.0.0", env={"RLSDK_BUFFER_TOKEN": "s3cret"})
@@ -159,10 +187,17 @@ class EchoTask:
             with httpx.Client() as client:
                 for r, row in enumerate(rows):
                     for n in range(int(data["num_repeat_per_sample"])):
-                        messages = [{"role": "user", "content": row["q"]},
-                                    {"role": "assistant", "content": f"{row['a']} (try {n})"}]
-                        body = {"instance_id": r, "uid": f"{r}-{n}", "messages": messages, "reward": float(n),
-                                "extra_info": {"finish_reason": "length" if n else "stop"}}
+                        messages = [
+                            {"role": "user", "content": row["q"]},
+                            {"role": "assistant", "content": f"{row['a']} (try {n})"},
+                        ]
+                        body = {
+                            "instance_id": r,
+                            "uid": f"{r}-{n}",
+                            "messages": messages,
+                            "reward": float(n),
+                            "extra_info": {"finish_reason": "length" if n else "stop"},
+                        }
                         client.post(data["remote_buffer_url"] + "/buffer/write", json=body).raise_for_status()
 
         def transform_group(group, task_type):
@@ -172,8 +207,9 @@ class EchoTask:
         def meta_info(groups):
             return {"seen": sum(len(v) for v in groups.values())}
 
-        yield TaskGenerator(name="echo", func=run_rollout, transform_group=transform_group,
-                            get_group_data_meta_info=meta_info)
+        yield TaskGenerator(
+            name="echo", func=run_rollout, transform_group=transform_group, get_group_data_meta_info=meta_info
+        )
 
 
 def test_rollout_buffer_rollout_turns_trajectories_into_samples(rlsdk_pm, small_tokenizer, tmp_path):
@@ -182,8 +218,15 @@ def test_rollout_buffer_rollout_turns_trajectories_into_samples(rlsdk_pm, small_
     service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"))
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"q": f"What is {i}+1?", "a": str(i + 1)}) + "\n" for i in range(4)))
-    args = RolloutConfig(rollout_batch_size=2, n_samples_per_prompt=2, prompt_data=str(rows), input_key="q",
-                         rollout_buffer_url=service.url, rollout_task_type="echo", rollout_buffer_wait=30)
+    args = RolloutConfig(
+        rollout_batch_size=2,
+        n_samples_per_prompt=2,
+        prompt_data=str(rows),
+        input_key="q",
+        rollout_buffer_url=service.url,
+        rollout_task_type="echo",
+        rollout_buffer_wait=30,
+    )
     bind_runtime(args, Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer))
     source = data_source(rlsdk_pm, args, small_tokenizer)
     with ServedBuffer(service):
@@ -194,8 +237,11 @@ def test_rollout_buffer_rollout_turns_trajectories_into_samples(rlsdk_pm, small_
     assert first.metrics["rollout/buffer/groups"] == 2
     sample = first.samples[0][1]
     ids, mask = conversation_tokens(small_tokenizer, sample.prompt)
-    assert sample.tokens == ids and sample.loss_mask == mask[len(ids) - sample.response_length:]
-    assert small_tokenizer.decode(ids[len(ids) - sample.response_length:]) == f"{sample.prompt[1]['content']}<|im_end|>\n"
+    assert sample.tokens == ids and sample.loss_mask == mask[len(ids) - sample.response_length :]
+    assert (
+        small_tokenizer.decode(ids[len(ids) - sample.response_length :])
+        == f"{sample.prompt[1]['content']}<|im_end|>\n"
+    )
     assert sample.reward == 1.0 and sample.status == Sample.Status.TRUNCATED
     assert first.samples[0][0].status == Sample.Status.COMPLETED
     assert sample.metadata["task"] == "echo" and sample.metadata["uid"] == "0-1"
@@ -216,13 +262,19 @@ def test_rollout_buffer_reports_a_failing_task(rlsdk_pm, small_tokenizer, tmp_pa
     service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"))
     chats = tmp_path / "chats.jsonl"
     chats.write_text(json.dumps({"input": [{"role": "user", "content": "Hi"}]}) + "\n")
-    args = RolloutConfig(prompt_data=str(chats), rollout_buffer_url=service.url, rollout_task_type="broken",
-                         rollout_buffer_wait=10)
+    args = RolloutConfig(
+        prompt_data=str(chats),
+        rollout_buffer_url=service.url,
+        rollout_task_type="broken",
+        rollout_buffer_wait=10,
+    )
     bind_runtime(args, Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer))
     source = data_source(rlsdk_pm, args, small_tokenizer)  # chat messages, kept for the agents
     with ServedBuffer(service):
         args.rollout_buffer_url = service.url
-        with pytest.raises(RuntimeError, match="task_generator 'broken'.*raised FileNotFoundError: .*chats.jsonl"):
+        with pytest.raises(
+            RuntimeError, match="task_generator 'broken'.*raised FileNotFoundError: .*chats.jsonl"
+        ):
             rollout_buffer(args, 0, source)
 
 
@@ -235,9 +287,17 @@ def test_surplus_groups_stay_in_the_service_across_a_trainer_crash(rlsdk_pm, sma
     rows.write_text("".join(json.dumps({"q": f"What is {i}+1?", "a": str(i + 1)}) + "\n" for i in range(3)))
     service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"))
     with ServedBuffer(service):
+
         def fresh_trainer():
-            args = RolloutConfig(rollout_batch_size=1, n_samples_per_prompt=2, prompt_data=str(rows), input_key="q",
-                                 rollout_buffer_url=service.url, rollout_task_type="echo", rollout_buffer_wait=30)
+            args = RolloutConfig(
+                rollout_batch_size=1,
+                n_samples_per_prompt=2,
+                prompt_data=str(rows),
+                input_key="q",
+                rollout_buffer_url=service.url,
+                rollout_task_type="echo",
+                rollout_buffer_wait=30,
+            )
             bind_runtime(args, Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer))
             return args
 

@@ -27,25 +27,47 @@ def sft_source(pm, tokenizer, path, rows, rollout="sft", **options):
 
 
 def test_sft_rollout_fills_tokens_and_masks(rlsdk_pm, small_tokenizer, tmp_path):
-    chats = [[{"role": "user", "content": f"Say {i}."}, {"role": "assistant", "content": f"{i}."},
-              {"role": "user", "content": "Again."}, {"role": "assistant", "content": f"{i} again."}] for i in range(3)]
-    args, source = sft_source(rlsdk_pm, small_tokenizer, tmp_path / "chats.jsonl", [{"messages": c} for c in chats],
-                              rollout_batch_size=2)
+    chats = [
+        [
+            {"role": "user", "content": f"Say {i}."},
+            {"role": "assistant", "content": f"{i}."},
+            {"role": "user", "content": "Again."},
+            {"role": "assistant", "content": f"{i} again."},
+        ]
+        for i in range(3)
+    ]
+    args, source = sft_source(
+        rlsdk_pm,
+        small_tokenizer,
+        tmp_path / "chats.jsonl",
+        [{"messages": c} for c in chats],
+        rollout_batch_size=2,
+    )
     output = rlsdk_pm.resolve("generate_rollout", "sft").func(args, 0, source)
     assert len(output.samples) == 2 and source.metrics()["groups_served_fresh"] == 2
     sample = output.samples[1][0]
     ids, mask = conversation_tokens(small_tokenizer, chats[1])
     first = mask.index(1)
-    assert sample.tokens == ids and sample.loss_mask == mask[first:] and sample.response_length == len(ids) - first
-    assert sample.response == "1.<|im_end|>\n<|im_start|>user\nAgain.<|im_end|>\n<|im_start|>assistant\n1 again.<|im_end|>\n"
+    assert (
+        sample.tokens == ids
+        and sample.loss_mask == mask[first:]
+        and sample.response_length == len(ids) - first
+    )
+    assert (
+        sample.response
+        == "1.<|im_end|>\n<|im_start|>user\nAgain.<|im_end|>\n<|im_start|>assistant\n1 again.<|im_end|>\n"
+    )
     assert sample.status == Sample.Status.COMPLETED and sample.reward == 0.0
-    assert output.metrics["rollout/sft/response_tokens"] == sum(s.response_length for g in output.samples for s in g)
+    assert output.metrics["rollout/sft/response_tokens"] == sum(
+        s.response_length for g in output.samples for s in g
+    )
 
 
 def test_sft_rollout_names_the_bad_sample(rlsdk_pm, small_tokenizer, tmp_path):
     rows = [{"messages": "plain text"}, {"messages": [{"role": "user", "content": "hi"}]}]
-    args, source = sft_source(rlsdk_pm, small_tokenizer, tmp_path / "bad.jsonl", rows, rollout_batch_size=1,
-                              rollout_shuffle=False)
+    args, source = sft_source(
+        rlsdk_pm, small_tokenizer, tmp_path / "bad.jsonl", rows, rollout_batch_size=1, rollout_shuffle=False
+    )
     sft = rlsdk_pm.resolve("generate_rollout", "sft").func
     with pytest.raises(ValueError, match="sample 0/0: the sft rollout needs chat messages"):
         sft(args, 0, source)
@@ -55,5 +77,10 @@ def test_sft_rollout_names_the_bad_sample(rlsdk_pm, small_tokenizer, tmp_path):
 
 def test_rollouts_that_generate_still_refuse_untemplated_messages(rlsdk_pm, small_tokenizer, tmp_path):
     with pytest.raises(DataError, match="--apply-chat-template"):
-        sft_source(rlsdk_pm, small_tokenizer, tmp_path / "chat.jsonl",
-                   [{"messages": [{"role": "user", "content": "hi"}]}], rollout="sglang")
+        sft_source(
+            rlsdk_pm,
+            small_tokenizer,
+            tmp_path / "chat.jsonl",
+            [{"messages": [{"role": "user", "content": "hi"}]}],
+            rollout="sglang",
+        )

@@ -34,16 +34,22 @@ def load_function(path: str):
 
 def slime_args(served, **options) -> argparse.Namespace:
     host, port = served.url.removeprefix("http://").split(":")
-    return argparse.Namespace(sglang_router_ip=host, sglang_router_port=int(port),
-                              hf_checkpoint=str(served.engine.model_path), partial_rollout=False, **options)
+    return argparse.Namespace(
+        sglang_router_ip=host,
+        sglang_router_port=int(port),
+        hf_checkpoint=str(served.engine.model_path),
+        partial_rollout=False,
+        **options,
+    )
 
 
 def prompt_sample(served, index: int = 0) -> Sample:
     messages = [{"role": "user", "content": "What is 2 + 2?"}]
     tokenizer = served.engine.tokenizer
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return Sample(index=index, prompt=messages, tokens=tokenizer(text, add_special_tokens=False)["input_ids"],
-                  label="4")
+    return Sample(
+        index=index, prompt=messages, tokens=tokenizer(text, add_special_tokens=False)["input_ids"], label="4"
+    )
 
 
 @pytest.mark.parametrize("name", ["single_turn", "multi_turn"])
@@ -76,8 +82,16 @@ def test_sglang_rollout_inside_slime_with_slimes_data_source(served):
             self.returned += samples
 
     rollout = load_function("rlsdk.slime.generate_rollout.sglang")
-    args = slime_args(served, rollout_batch_size=1, n_samples_per_prompt=2, over_sampling_batch_size=1,
-                      rollout_max_response_len=6, rollout_temperature=1.0, rm_type="f1", reward_key=None)
+    args = slime_args(
+        served,
+        rollout_batch_size=1,
+        n_samples_per_prompt=2,
+        over_sampling_batch_size=1,
+        rollout_max_response_len=6,
+        rollout_temperature=1.0,
+        rm_type="f1",
+        reward_key=None,
+    )
     try:
         output = rollout(args, None, SlimeDataSource(), evaluation=False)
     finally:

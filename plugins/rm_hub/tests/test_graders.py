@@ -15,8 +15,14 @@ from rlsdk_rm_hub.normalize import math_normalize, minerva_normalize
 
 
 def score(pm, args, response, label, rm="math", metadata=None):
-    sample = Sample(group_index=0, index=0, response=response, label=label, metadata=dict(metadata or {}),
-                    status=Sample.Status.COMPLETED)
+    sample = Sample(
+        group_index=0,
+        index=0,
+        response=response,
+        label=label,
+        metadata=dict(metadata or {}),
+        status=Sample.Status.COMPLETED,
+    )
     asyncio.run(score_group(args.replace(rm_type=rm), pm, [sample]))
     return sample
 
@@ -72,20 +78,27 @@ def test_final_answer_only():
     assert answer_candidates("6 + 5 = 11.") == ["11"]
     assert answer_candidates("The answer is 11 because 6 plus 5 is 11.") == ["11"]
     assert answer_candidates("So THE ANSWER: 12. Then more words") == ["12"]
-    assert answer_candidates("the anſwer is 13. We checked 5 cases.") == ["13"]  # what (?i) matches, the casefold pre-check sees
-    assert answer_candidates("It costs 2.5 dollars. Is that 3.5?\nok") == ["2.5"]  # decimals stay in a sentence
+    assert answer_candidates("the anſwer is 13. We checked 5 cases.") == [
+        "13"
+    ]  # what (?i) matches, the casefold pre-check sees
+    assert answer_candidates("It costs 2.5 dollars. Is that 3.5?\nok") == [
+        "2.5"
+    ]  # decimals stay in a sentence
 
 
-@pytest.mark.parametrize("response,label,expected", [
-    ("\\boxed{2^{10^{10^{10}}}}", "3", 0.0),
-    ("\\boxed{2^{10^{10^{10}}}}", "x", 0.0),  # never handed to sympy, which would not return
-    ("\\boxed{" + "(" * 400 + "1" + ")" * 400 + "}", "1", 1.0),
-    ("\\boxed{" + "7" * 10000 + "}", "7" * 10000, 1.0),
-    ("\\boxed{" + "7" * 10000 + "}", "7" * 9999 + "8", 0.0),
-    ("{" * 20000 + "\\boxed{1" + "}" * 20000, "3", 0.0),
-    ("\\boxed{(10^{10})!}", "(10^{10})!+1", 0.0),
-    ("\\boxed{10^{-1000}}", "0", 0.0),
-])
+@pytest.mark.parametrize(
+    "response,label,expected",
+    [
+        ("\\boxed{2^{10^{10^{10}}}}", "3", 0.0),
+        ("\\boxed{2^{10^{10^{10}}}}", "x", 0.0),  # never handed to sympy, which would not return
+        ("\\boxed{" + "(" * 400 + "1" + ")" * 400 + "}", "1", 1.0),
+        ("\\boxed{" + "7" * 10000 + "}", "7" * 10000, 1.0),
+        ("\\boxed{" + "7" * 10000 + "}", "7" * 9999 + "8", 0.0),
+        ("{" * 20000 + "\\boxed{1" + "}" * 20000, "3", 0.0),
+        ("\\boxed{(10^{10})!}", "(10^{10})!+1", 0.0),
+        ("\\boxed{10^{-1000}}", "0", 0.0),
+    ],
+)
 def test_pathological_inputs_are_decided_within_the_timeout(hub_pm, args, response, label, expected):
     sample = score(hub_pm, args, response, label)
     assert sample.reward == expected, sample.metadata
@@ -102,8 +115,12 @@ def test_grader_from_threads(args):
     from rlsdk_rm_hub.math_grader import grade
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda pair: grade(*pair, timeout=5, processes=1),
-                                [("\\boxed{\\sqrt{12}}", "2\\sqrt{3}"), ("\\boxed{7}", "8")] * 4))
+        results = list(
+            pool.map(
+                lambda pair: grade(*pair, timeout=5, processes=1),
+                [("\\boxed{\\sqrt{12}}", "2\\sqrt{3}"), ("\\boxed{7}", "8")] * 4,
+            )
+        )
     assert results == [1.0, 0.0] * 4
 
 
@@ -111,7 +128,10 @@ def test_grader_from_event_loop(args):
     from rlsdk_rm_hub.math_grader import math
 
     async def run():
-        samples = [Sample(response="\\boxed{x^2+2x+1}", label="(x+1)^2"), Sample(response="\\boxed{x}", label="y")]
+        samples = [
+            Sample(response="\\boxed{x^2+2x+1}", label="(x+1)^2"),
+            Sample(response="\\boxed{x}", label="y"),
+        ]
         return await asyncio.gather(*(math(args, s) for s in samples))
 
     assert asyncio.run(run()) == [1.0, 0.0]
@@ -125,8 +145,11 @@ def test_sequential_tasks_reuse_one_worker():
 
     pool = GraderPool(processes=3)
     try:
-        assert [pool.run(GRADE, pair, timeout=10) for pair in [("1/2", "0.5"), ("x", "y"), ("2", "2")]] \
-            == [True, False, True]
+        assert [pool.run(GRADE, pair, timeout=10) for pair in [("1/2", "0.5"), ("x", "y"), ("2", "2")]] == [
+            True,
+            False,
+            True,
+        ]
         assert len(pool._slots.idle) == 1  # the idle workers, all started
     finally:
         pool.shutdown()
@@ -164,7 +187,10 @@ def _grade_in_child(pair):
 
 def test_grader_from_several_processes():
     with multiprocessing.get_context("spawn").Pool(2) as pool:
-        assert pool.map(_grade_in_child, [("\\boxed{\\frac{6}{8}}", "0.75"), ("\\boxed{\\pi}", "3")]) == [1.0, 0.0]
+        assert pool.map(_grade_in_child, [("\\boxed{\\frac{6}{8}}", "0.75"), ("\\boxed{\\pi}", "3")]) == [
+            1.0,
+            0.0,
+        ]
 
 
 SLIME_CASES = [
@@ -189,25 +215,31 @@ def test_slime_graders(hub_pm, args, rm, response, label, expected):
     assert sample.reward == expected, sample.metadata
 
 
-@pytest.mark.parametrize("response,label,acc", [
-    ("work...\nAnswer: 1,000", "1000", True),
-    ("work...\nAnswer: $42$<|im_end|>", "42.0", True),
-    ("work...\nAnswer: 12 dollars", "12", True),
-    ("work...\nAnswer: 13", "12", False),
-    ("Answer: 12" + " filler" * 100, "12", False),
-])
+@pytest.mark.parametrize(
+    "response,label,acc",
+    [
+        ("work...\nAnswer: 1,000", "1000", True),
+        ("work...\nAnswer: $42$<|im_end|>", "42.0", True),
+        ("work...\nAnswer: 12 dollars", "12", True),
+        ("work...\nAnswer: 13", "12", False),
+        ("Answer: 12" + " filler" * 100, "12", False),
+    ],
+)
 def test_dapo(hub_pm, args, response, label, acc):
     reward = score(hub_pm, args, response, label, rm="dapo").reward
     assert reward["acc"] is acc and reward["score"] == (1.0 if acc else -1.0) and "pred" in reward
 
 
-@pytest.mark.parametrize("response,metadata,label,expected", [
-    ("The answer is B.", {"correct_letter": "B"}, None, 1.0),
-    ("I pick C", {}, "C", 1.0),
-    ("The answer is B", {"choices": ["red", "blue", "green", "pink"]}, "blue", 1.0),
-    ("Maybe A, maybe D. The answer is A", {"correct_letter": "D"}, None, 0.0),
-    ("no letter", {"correct_letter": "A"}, None, 0.0),
-])
+@pytest.mark.parametrize(
+    "response,metadata,label,expected",
+    [
+        ("The answer is B.", {"correct_letter": "B"}, None, 1.0),
+        ("I pick C", {}, "C", 1.0),
+        ("The answer is B", {"choices": ["red", "blue", "green", "pink"]}, "blue", 1.0),
+        ("Maybe A, maybe D. The answer is A", {"correct_letter": "D"}, None, 0.0),
+        ("no letter", {"correct_letter": "A"}, None, 0.0),
+    ],
+)
 def test_gpqa(hub_pm, args, response, metadata, label, expected):
     assert score(hub_pm, args, response, label, rm="gpqa", metadata=metadata).reward == expected
 

@@ -85,9 +85,14 @@ def test_dropped_connection_is_retried(hub_pm, args, server):
     assert run(hub_pm, args, "/drop", server)[0].reward == 1.0
 
 
-@pytest.mark.parametrize("path,attempts,reason", [
-    ("/always500", 4, "HTTP 500"), ("/bad-request", 1, "HTTP 400"), ("/malformed", 1, "malformed JSON"),
-])
+@pytest.mark.parametrize(
+    "path,attempts,reason",
+    [
+        ("/always500", 4, "HTTP 500"),
+        ("/bad-request", 1, "HTTP 400"),
+        ("/malformed", 1, "malformed JSON"),
+    ],
+)
 def test_failures_are_invalid(hub_pm, args, server, path, attempts, reason):
     sample = run(hub_pm, args, path, server)[0]
     assert sample.reward is None and sample.status is Sample.Status.FAILED

@@ -40,7 +40,7 @@ def test_bm25_finds_the_passage_for_every_shipped_question():
     index = load_index(str(CORPUS))
     for row in questions():
         question = row["input"][-1]["content"]
-        (top, _), = index.search(question, topk=1)
+        ((top, _),) = index.search(question, topk=1)
         assert any(answer.lower() in top["contents"].lower() for answer in row["label"]), question
 
 
@@ -76,8 +76,12 @@ def test_reward_exact_match_and_format_score(rlsdk_pm):
     def sample(response, label=("Canberra",)):
         return Sample(response=response, label=label)
 
-    samples = [sample("<think>hm</think><answer> The canberra. </answer>"), sample("<answer>Sydney</answer>"),
-               sample("Canberra"), sample("<answer>x</answer> then <answer>au</answer>", {"target": ["Au"]})]
+    samples = [
+        sample("<think>hm</think><answer> The canberra. </answer>"),
+        sample("<answer>Sydney</answer>"),
+        sample("Canberra"),
+        sample("<answer>x</answer> then <answer>au</answer>", {"target": ["Au"]}),
+    ]
     assert check_reward(rlsdk_pm, "search_r1_em", args, samples) == [1.0, 0.2, 0.0, 1.0]
     assert check_reward(rlsdk_pm, "search_r1_em", RolloutConfig(), samples[1:2]) == [0.0]
     with pytest.raises(ValueError, match="no golden answers: name the data.s answer key with --label-key"):
@@ -132,7 +136,9 @@ def test_search_then_answer_masks_information(rlsdk_pm, small_tokenizer, retriev
 
 def test_dead_retriever_becomes_an_error_observation(rlsdk_pm, small_tokenizer):
     turns = ["<search>anything</search>", "<answer>unknown</answer>"]
-    _, _, sample, _ = run_generator(rlsdk_pm, small_tokenizer, turns, search_r1_retriever_url="http://127.0.0.1:9")
+    _, _, sample, _ = run_generator(
+        rlsdk_pm, small_tokenizer, turns, search_r1_retriever_url="http://127.0.0.1:9"
+    )
     assert sample.status == Sample.Status.COMPLETED
     assert "<information>Error: tool 'search' failed: ConnectError" in sample.response
     assert sample.metadata["search_r1"]["errors"][0].startswith("tool 'search' failed: ConnectError")
@@ -149,7 +155,7 @@ def served():
 def information_blocks(tokenizer, sample):
     """The decoded runs of response tokens with loss mask 0."""
     runs, run = [], []
-    for token, mask in zip(sample.tokens[len(sample.tokens) - sample.response_length:], sample.loss_mask):
+    for token, mask in zip(sample.tokens[len(sample.tokens) - sample.response_length :], sample.loss_mask):
         if mask:
             if run:
                 runs.append(tokenizer.decode(run))
@@ -163,13 +169,20 @@ def test_search_r1_on_embedded_engine(rlsdk_pm, served):
     """The real small model, greedy, on a shipped question: its worked examples make it search."""
     rlsdk_pm.register(search_r1_plugin)
     engine = served.engine
-    args = RolloutConfig(rollout_max_response_len=96, rollout_temperature=0.0, extra={"max_turns": 2, "search_r1_topk": 1})
+    args = RolloutConfig(
+        rollout_max_response_len=96, rollout_temperature=0.0, extra={"max_turns": 2, "search_r1_topk": 1}
+    )
     runtime = bind_runtime(args, Runtime(rlsdk_pm, engine, engine.tokenizer))
     row = questions()[3]
     prompt = engine.tokenizer.apply_chat_template(row["input"], tokenize=False, add_generation_prompt=True)
     try:
-        sample = served.run(search_r1(args, Sample(group_index=0, index=0, prompt=prompt, label=row["label"]),
-                                      sampling_params_for(args)))
+        sample = served.run(
+            search_r1(
+                args,
+                Sample(group_index=0, index=0, prompt=prompt, label=row["label"]),
+                sampling_params_for(args),
+            )
+        )
     finally:
         runtime.loop.close()
     assert sample.metadata["search_r1"]["searches"] >= 1, sample.response
@@ -177,7 +190,9 @@ def test_search_r1_on_embedded_engine(rlsdk_pm, served):
     assert len(sample.loss_mask) == len(sample.rollout_log_probs) == sample.response_length > 0
     blocks = information_blocks(engine.tokenizer, sample)
     assert blocks and all(b.startswith("\n\n<information>Doc 1(Title: ") for b in blocks)
-    assert all(b.endswith("</information>\n\n") for b in blocks[:-1])  # only the last may be cut by the budget
+    assert all(
+        b.endswith("</information>\n\n") for b in blocks[:-1]
+    )  # only the last may be cut by the budget
     model_logprobs = [lp for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if m]
     assert all(lp <= 0 for lp in model_logprobs) and any(lp < 0 for lp in model_logprobs)
     assert all(lp == 0.0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if not m)
@@ -189,12 +204,38 @@ def test_search_r1_through_rlsdk_run(tmp_path, small_tokenizer):
     that the model searches (it does on its worked examples)."""
     rlsdk = shutil.which("rlsdk", path=str(Path(sys.executable).parent)) or shutil.which("rlsdk")
     assert rlsdk, "the rlsdk console script is not installed"
-    command = [rlsdk, "run", "--custom-generate", "search_r1", "--rm", "search_r1_em", "--data", str(QUESTIONS),
-               "--label-key", "label", "--apply-chat-template", "--num-rollout", "1", "--rollout-batch-size", "2",
-               "--n-samples-per-prompt", "2", "--max-new-tokens", "96", "--temperature", "0",
-               "--set", "search_r1_topk=1", "--set", "max_turns=2", "--output", str(tmp_path)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    command = [
+        rlsdk,
+        "run",
+        "--custom-generate",
+        "search_r1",
+        "--rm",
+        "search_r1_em",
+        "--data",
+        str(QUESTIONS),
+        "--label-key",
+        "label",
+        "--apply-chat-template",
+        "--num-rollout",
+        "1",
+        "--rollout-batch-size",
+        "2",
+        "--n-samples-per-prompt",
+        "2",
+        "--max-new-tokens",
+        "96",
+        "--temperature",
+        "0",
+        "--set",
+        "search_r1_topk=1",
+        "--set",
+        "max_turns=2",
+        "--output",
+        str(tmp_path),
+    ]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     assert len(rows) == 4
@@ -202,7 +243,10 @@ def test_search_r1_through_rlsdk_run(tmp_path, small_tokenizer):
     for row in rows:
         sample = Sample.from_dict({k: v for k, v in row.items() if k != "rollout_id"})
         assert len(sample.loss_mask) == len(sample.rollout_log_probs) == sample.response_length > 0
-        assert sample.tokens[:sample.prompt_length] == small_tokenizer(sample.prompt, add_special_tokens=False)["input_ids"]
+        assert (
+            sample.tokens[: sample.prompt_length]
+            == small_tokenizer(sample.prompt, add_special_tokens=False)["input_ids"]
+        )
         blocks = information_blocks(small_tokenizer, sample)
         assert len(blocks) == sample.metadata["search_r1"]["searches"]
         assert all(b.startswith("\n\n<information>Doc 1(Title: ") for b in blocks)
@@ -213,9 +257,17 @@ def test_search_r1_through_rlsdk_run(tmp_path, small_tokenizer):
         assert sample.reward == search_r1_em(RolloutConfig(), sample)
         searched += bool(blocks)
     assert searched >= 1
-    metrics, = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert metrics["ledger/entered"] == 4 == (metrics["ledger/kept"] + metrics["ledger/dropped"]
-                                              + metrics["ledger/returned"] + metrics["ledger/failed"])
+    (metrics,) = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert (
+        metrics["ledger/entered"]
+        == 4
+        == (
+            metrics["ledger/kept"]
+            + metrics["ledger/dropped"]
+            + metrics["ledger/returned"]
+            + metrics["ledger/failed"]
+        )
+    )
 
 
 def test_appears_in_rlsdk_plugins_list():
@@ -225,4 +277,8 @@ def test_appears_in_rlsdk_plugins_list():
 
     rows = json.loads(CliRunner().invoke(app, ["plugins", "list", "--json"]).stdout)
     row = next(r for r in rows if r["distribution"] == "rl-plugin-search-r1")
-    assert row["provides"] == {"custom_generate": ["search_r1"], "reward": ["search_r1_em"], "tool": ["search"]}
+    assert row["provides"] == {
+        "custom_generate": ["search_r1"],
+        "reward": ["search_r1_em"],
+        "tool": ["search"],
+    }

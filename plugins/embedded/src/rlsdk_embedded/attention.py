@@ -23,19 +23,35 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 NAME = "rlsdk_grouped"
 
 
-def grouped_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
-                      **kwargs: Any) -> tuple[torch.Tensor, None]:
+def grouped_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """Attention in transformers' interface: ``query (B, H, q, D)``, ``key``/``value (B, Hkv, L, D)``;
     returns ``(B, q, H, D)``."""
     batch, heads, queries, dim = query.shape
     kv_heads = key.shape[1]
-    plain = (queries == 1 and attention_mask is not None and attention_mask.dtype == torch.bool
-             and heads % kv_heads == 0 and not kwargs.get("sliding_window") and kwargs.get("s_aux") is None)
+    plain = (
+        queries == 1
+        and attention_mask is not None
+        and attention_mask.dtype == torch.bool
+        and heads % kv_heads == 0
+        and not kwargs.get("sliding_window")
+        and kwargs.get("s_aux") is None
+    )
     if not plain:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
-                                      **kwargs)
-    grouped = query.view(batch, kv_heads, heads // kv_heads, dim)  # query head h reads key/value head h // group
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
+    grouped = query.view(
+        batch, kv_heads, heads // kv_heads, dim
+    )  # query head h reads key/value head h // group
     scores = torch.matmul(grouped, key.transpose(-1, -2)) * (dim**-0.5 if scaling is None else scaling)
     scores = scores.masked_fill(~attention_mask, float("-inf"))
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)

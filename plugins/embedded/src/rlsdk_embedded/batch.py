@@ -40,13 +40,12 @@ class SlackLayer(DynamicLayer):
         # whole multiples of 64 columns: static decode steps attend over every column, and matrix
         # products over an odd number of columns fall back to kernels several times slower on CUDA
         columns = -(-(length + incoming + SLACK) // 64) * 64
-        self.buffers = tuple(t.new_empty((rows, *t.shape[1:-2], columns, t.shape[-1]))
-                              for t in parts[0])
+        self.buffers = tuple(t.new_empty((rows, *t.shape[1:-2], columns, t.shape[-1])) for t in parts[0])
         first = 0
         for part in parts:
             pad = length - part[0].shape[-2]
             for buffer, t in zip(self.buffers, part):
-                block = buffer[first:first + t.shape[0]]
+                block = buffer[first : first + t.shape[0]]
                 block[..., :pad, :].zero_()
                 block[..., pad:length, :].copy_(t)
             first += part[0].shape[0]
@@ -56,8 +55,9 @@ class SlackLayer(DynamicLayer):
         """Make ``keys`` and ``values`` the buffers' first ``length`` columns."""
         self.keys, self.values = (b[..., :length, :] for b in self.buffers)
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         length, incoming = self.keys.shape[-2], key_states.shape[-2]
         # anything that replaced the views (a batch select, an offload) gets new buffers
         views = (self.keys, self.values)
@@ -65,7 +65,7 @@ class SlackLayer(DynamicLayer):
         if not own or length + incoming > self.buffers[0].shape[-2]:
             self._fill([(self.keys, self.values)], incoming)
         for buffer, new in zip(self.buffers, (key_states, value_states)):
-            buffer[..., length:length + incoming, :].copy_(new)
+            buffer[..., length : length + incoming, :].copy_(new)
         self.use(length + incoming)
         return self.keys, self.values
 
@@ -93,7 +93,9 @@ class KVBatch:
         only), replayed from CUDA graphs on CUDA; the first steps on new buffers run eagerly (see ``_wait``)."""
         self.device = next(model.parameters()).device
         # transformers 5.2x names the cache argument ``cache``; earlier releases ``past_key_values``
-        self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self.cache_arg = (
+            "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        )
         self.cache: DynamicCache | None = None
         self.mask: torch.Tensor | None = None
         self.tokens: torch.Tensor | None = None
@@ -122,11 +124,19 @@ class KVBatch:
         length = max(len(p) for p in prompts)
         pad = self.model.config.pad_token_id or 0
         ids = torch.tensor([[pad] * (length - len(p)) + p for p in prompts], device=self.device)
-        mask = torch.tensor([[False] * (length - len(p)) + [True] * len(p) for p in prompts], device=self.device)
+        mask = torch.tensor(
+            [[False] * (length - len(p)) + [True] * len(p) for p in prompts], device=self.device
+        )
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                         logits_to_keep=1, **{self.cache_arg: cache})
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self.cache_arg: cache},
+        )
         self._append(getattr(out, self.cache_arg), mask)
         return out.logits[:, -1, :].float()
 
@@ -139,15 +149,23 @@ class KVBatch:
             if self._static is not None and self._static.fits(buffers):
                 return self._static.step(self.tokens)
             self._settle()
-            if (buffers[0] is self._eager_buffers and self._eager_run >= self._wait
-                    and buffers[0][0].shape[-2] - self.mask.shape[1] >= MIN_FREE_COLUMNS):
+            if (
+                buffers[0] is self._eager_buffers
+                and self._eager_run >= self._wait
+                and buffers[0][0].shape[-2] - self.mask.shape[1] >= MIN_FREE_COLUMNS
+            ):
                 self._static = StaticDecode(self.model, self.cache_arg, buffers, self.mask, self._recorder)
                 return self._static.step(self.tokens)
         positions = self.mask.sum(-1, keepdim=True)
         self.mask = torch.cat([self.mask, self.mask.new_ones(self.size, 1)], dim=1)
         mask = self.mask[:, None, None, :] if self.boolean_decode_mask else self.mask
-        out = self.model(input_ids=self.tokens[:, None], attention_mask=mask, position_ids=positions,
-                         use_cache=True, **{self.cache_arg: self.cache})
+        out = self.model(
+            input_ids=self.tokens[:, None],
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{self.cache_arg: self.cache},
+        )
         self.cache = getattr(out, self.cache_arg)
         if self.static_decode and self.mergeable:
             buffers = self.cache.layers[0].buffers
@@ -166,8 +184,12 @@ class KVBatch:
         mask = self.mask[index]
         start = int(mask.any(0).long().argmax())  # first column some row uses
         if self.mergeable:
-            self.cache = slack_cache([[(layer.keys[index, :, start:], layer.values[index, :, start:])]
-                                      for layer in self.cache.layers])
+            self.cache = slack_cache(
+                [
+                    [(layer.keys[index, :, start:], layer.values[index, :, start:])]
+                    for layer in self.cache.layers
+                ]
+            )
             mask = mask[:, start:]
         else:
             self.cache.batch_select_indices(index)
@@ -196,12 +218,15 @@ class KVBatch:
         self._settle()
         if self.cache is None or self.mask is None:
             full = _full_attention(cache)
-            self.cache = slack_cache([[(layer.keys, layer.values)] for layer in cache.layers]) if full else cache
+            self.cache = (
+                slack_cache([[(layer.keys, layer.values)] for layer in cache.layers]) if full else cache
+            )
             self.mask = mask
             return
         width = max(self.mask.shape[1], mask.shape[1])
-        self.cache = slack_cache([[(a.keys, a.values), (b.keys, b.values)]
-                                  for a, b in zip(self.cache.layers, cache.layers)])
+        self.cache = slack_cache(
+            [[(a.keys, a.values), (b.keys, b.values)] for a, b in zip(self.cache.layers, cache.layers)]
+        )
         self.mask = torch.cat([_left_pad(self.mask, width), _left_pad(mask, width)])
 
 

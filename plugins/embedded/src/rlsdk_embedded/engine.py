@@ -132,10 +132,18 @@ class EmbeddedEngine(InferenceEngine):
 
     in_process_weights = True
 
-    def __init__(self, model: str | os.PathLike[str] | None = None, *, device: str = "auto",
-                 dtype: str = "float32", max_batch_size: int = 64, max_prefill_tokens: int = 8192,
-                 cache_dir: str | os.PathLike[str] | None = None, threads: int | None = None,
-                 static_decode: bool | None = None) -> None:
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | None = None,
+        *,
+        device: str = "auto",
+        dtype: str = "float32",
+        max_batch_size: int = 64,
+        max_prefill_tokens: int = 8192,
+        cache_dir: str | os.PathLike[str] | None = None,
+        threads: int | None = None,
+        static_decode: bool | None = None,
+    ) -> None:
         if dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
         if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
@@ -217,7 +225,9 @@ class EmbeddedEngine(InferenceEngine):
         # there (4.9 against 15.6 ms of GPU time per step at batch 256 on an H100).
         grouped = full and (device == "cpu" or static)
         options = {"attn_implementation": attention.register()} if grouped else {}
-        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, self.dtype), **options)
+        model = AutoModelForCausalLM.from_pretrained(
+            self.model_path, dtype=getattr(torch, self.dtype), **options
+        )
         self.model = model.to(device).eval()
         if device == "cpu":  # own the weights: a map of the safetensors file would page-fault the first sync
             for parameter in self.model.parameters():
@@ -278,11 +288,14 @@ class EmbeddedEngine(InferenceEngine):
         start = payload.get("logprob_start_len")
         params = SamplingParams.from_request(payload.get("sampling_params"))
         if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < len(prompt):
-            raise EngineRequestError(f"logprob_start_len must be an index into the {len(prompt)} prompt tokens, "
-                                     f"got {start!r}")
+            raise EngineRequestError(
+                f"logprob_start_len must be an index into the {len(prompt)} prompt tokens, got {start!r}"
+            )
         if params.max_new_tokens != 0 or payload.get("return_logprob") is not True:
-            raise EngineRequestError("the embedded engine returns prompt log-probs (logprob_start_len) only "
-                                     "with return_logprob true and max_new_tokens 0")
+            raise EngineRequestError(
+                "the embedded engine returns prompt log-probs (logprob_start_len) only "
+                "with return_logprob true and max_new_tokens 0"
+            )
 
         def forward() -> list[float | None]:
             with torch.inference_mode(), self._kernels():
@@ -292,11 +305,18 @@ class EmbeddedEngine(InferenceEngine):
             return [None, *picked.tolist()][start:]
 
         logprobs = await self._on_thread(forward)
-        response = generate_response(rid=payload.get("rid") or new_rid(), text="", output_ids=[],
-                                     prompt_tokens=len(prompt), finish_reason=finish_length(0),
-                                     weight_version=self.weight_version, logprobs=[])
+        response = generate_response(
+            rid=payload.get("rid") or new_rid(),
+            text="",
+            output_ids=[],
+            prompt_tokens=len(prompt),
+            finish_reason=finish_length(0),
+            weight_version=self.weight_version,
+            logprobs=[],
+        )
         response["meta_info"]["input_token_logprobs"] = [
-            [lp, tok, None] for lp, tok in zip(logprobs, prompt[start:], strict=True)]
+            [lp, tok, None] for lp, tok in zip(logprobs, prompt[start:], strict=True)
+        ]
         return response
 
     async def generate_stream(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
@@ -322,18 +342,27 @@ class EmbeddedEngine(InferenceEngine):
             if not isinstance(payload.get(flag, False), bool):
                 raise EngineRequestError(f"{flag} must be true or false, got {payload[flag]!r}")
         if payload.get("image_data"):
-            raise EngineRequestError(f"the model {self.model_path.name} cannot take images (it has no image "
-                                     f"understanding): image_data is not supported; use a vision-language model")
+            raise EngineRequestError(
+                f"the model {self.model_path.name} cannot take images (it has no image "
+                f"understanding): image_data is not supported; use a vision-language model"
+            )
         if payload.get("top_logprobs_num") or payload.get("lora_path"):
-            raise EngineRequestError("top_logprobs_num and lora_path are not supported by the embedded engine")
+            raise EngineRequestError(
+                "top_logprobs_num and lora_path are not supported by the embedded engine"
+            )
         rid = payload.get("rid") or new_rid()
         if not isinstance(rid, str):
             raise EngineRequestError(f"rid must be a string, got {rid!r}")
         loop = asyncio.get_running_loop()
-        request = _Request(rid=rid, prompt=prompt, params=params,
-                           return_logprob=bool(payload.get("return_logprob")),
-                           text_in_logprobs=bool(payload.get("return_text_in_logprobs")),
-                           done=loop.create_future(), stream=asyncio.Queue() if stream else None)
+        request = _Request(
+            rid=rid,
+            prompt=prompt,
+            params=params,
+            return_logprob=bool(payload.get("return_logprob")),
+            text_in_logprobs=bool(payload.get("return_text_in_logprobs")),
+            done=loop.create_future(),
+            stream=asyncio.Queue() if stream else None,
+        )
         if params.sampling_seed is not None and not params.greedy:
             request.generator = torch.Generator(device=self._batch.device).manual_seed(params.sampling_seed)
         with self._work:
@@ -366,10 +395,14 @@ class EmbeddedEngine(InferenceEngine):
                 raise EngineRequestError(f"input_ids must be token ids in [0, {vocab})")
         else:
             if not isinstance(text, str):
-                raise EngineRequestError(f"text must be a string or a list of strings; got {type(text).__name__}")
+                raise EngineRequestError(
+                    f"text must be a string or a list of strings; got {type(text).__name__}"
+                )
             if limit and len(text) > limit * MAX_CHARS_PER_TOKEN:
-                raise EngineRequestError(f"text has {len(text)} characters, more than the model's context of "
-                                         f"{limit} tokens can hold (at most {MAX_CHARS_PER_TOKEN} characters a token)")
+                raise EngineRequestError(
+                    f"text has {len(text)} characters, more than the model's context of "
+                    f"{limit} tokens can hold (at most {MAX_CHARS_PER_TOKEN} characters a token)"
+                )
             if len(text) <= INLINE_TOKENIZE_CHARS:
                 ids = self.tokenizer(text)["input_ids"]
             else:
@@ -444,10 +477,14 @@ class EmbeddedEngine(InferenceEngine):
         path = Path(model_path).expanduser()
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{model_path!r} is not a Hugging Face model folder (no config.json)")
-        new = await asyncio.to_thread(AutoModelForCausalLM.from_pretrained, path, dtype=getattr(torch, self.dtype))
+        new = await asyncio.to_thread(
+            AutoModelForCausalLM.from_pretrained, path, dtype=getattr(torch, self.dtype)
+        )
         await self.update_weights(new.state_dict(), weight_version)
 
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor], weight_version: str | None = None) -> None:
+    async def update_weights(
+        self, state_dict: Mapping[str, torch.Tensor], weight_version: str | None = None
+    ) -> None:
         """Copy an in-process state dict into the model between two steps; ``weight_version`` defaults
         to a count of updates. Missing or unexpected keys (other than tied aliases) raise ValueError."""
         await self._on_thread(self._copy_weights, state_dict)
@@ -463,7 +500,9 @@ class EmbeddedEngine(InferenceEngine):
         given = {owners[current[name].data_ptr()] for name in state_dict if name in current}
         missing = sorted(name for name, t in current.items() if owners[t.data_ptr()] not in given)
         if unexpected or missing:
-            raise ValueError(f"state dict does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+            raise ValueError(
+                f"state dict does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}"
+            )
         with torch.inference_mode():
             for name, tensor in state_dict.items():
                 current[name].copy_(tensor)
@@ -496,7 +535,12 @@ class EmbeddedEngine(InferenceEngine):
 
     def _has_work(self) -> bool:
         """Under the lock: whether the engine thread has something to do."""
-        if self._jobs or self._closing or self._launched or (not self._paused and (self._waiting or self._rows)):
+        if (
+            self._jobs
+            or self._closing
+            or self._launched
+            or (not self._paused and (self._waiting or self._rows))
+        ):
             return True
         return any(r.finished for r in self._rows)  # a paused engine frees finished rows' cache
 
@@ -544,8 +588,9 @@ class EmbeddedEngine(InferenceEngine):
                 tokens, logprobs = sampler.sample(logits)
                 self._batch.set_tokens(tokens, first)
                 if overlap:
-                    launched = _Launched(rows, tokens.to("cpu", non_blocking=True),
-                                         logprobs.to("cpu", non_blocking=True), None)
+                    launched = _Launched(
+                        rows, tokens.to("cpu", non_blocking=True), logprobs.to("cpu", non_blocking=True), None
+                    )
                     if tokens.is_cuda:
                         launched.done = torch.cuda.Event()
                         launched.done.record()
@@ -577,10 +622,13 @@ class EmbeddedEngine(InferenceEngine):
             return []
         if launched.done is not None:
             launched.done.synchronize()
-        return self._record(launched.rows, launched.tokens.tolist(), launched.logprobs.tolist(), joining=False)
+        return self._record(
+            launched.rows, launched.tokens.tolist(), launched.logprobs.tolist(), joining=False
+        )
 
-    def _record(self, rows: list[_Request], tokens: list[int], logprobs: list[float],
-                joining: bool) -> list[tuple[_Request, dict[str, Any] | EngineError]]:
+    def _record(
+        self, rows: list[_Request], tokens: list[int], logprobs: list[float], joining: bool
+    ) -> list[tuple[_Request, dict[str, Any] | EngineError]]:
         """Give each row its new token (``joining``: the rows just prefilled join the batch)."""
         out: list[tuple[_Request, dict[str, Any] | EngineError]] = []
         with self._lock:
@@ -600,7 +648,9 @@ class EmbeddedEngine(InferenceEngine):
         with self._lock:
             keep = [i for i, r in enumerate(self._rows) if not r.finished]
             finished = len(self._rows) - len(keep)
-            if not finished or (not force and self._batch.static_decode and keep and finished * 4 < len(self._rows)):
+            if not finished or (
+                not force and self._batch.static_decode and keep and finished * 4 < len(self._rows)
+            ):
                 return
             rows = [self._rows[i] for i in keep]
         with torch.inference_mode():
@@ -610,8 +660,9 @@ class EmbeddedEngine(InferenceEngine):
         self._sampler = None
 
     def _make_sampler(self, rows: list[_Request]) -> BatchSampler:
-        return BatchSampler([r.params for r in rows], [r.generator for r in rows], self._shared_generator,
-                            self._batch.device)
+        return BatchSampler(
+            [r.params for r in rows], [r.generator for r in rows], self._shared_generator, self._batch.device
+        )
 
     def _deliver_soon(self, out: list[tuple[_Request, dict[str, Any] | EngineError]]) -> None:
         """From the engine thread: hand ``out`` to the event loop."""
@@ -636,8 +687,13 @@ class EmbeddedEngine(InferenceEngine):
 
     # ---------------------------------------------------------------- responses (under the lock)
 
-    def _advance(self, request: _Request, token: int, logprob: float,
-                 out: list[tuple[_Request, dict[str, Any] | EngineError]]) -> None:
+    def _advance(
+        self,
+        request: _Request,
+        token: int,
+        logprob: float,
+        out: list[tuple[_Request, dict[str, Any] | EngineError]],
+    ) -> None:
         """Record one new token; finish the request when it stops. What the loop must hand out goes to ``out``."""
         request.output.append(token)
         request.logprobs.append(logprob)
@@ -673,11 +729,17 @@ class EmbeddedEngine(InferenceEngine):
     def _text(self, request: _Request, finish: dict[str, Any] | None) -> str:
         params = request.params
         ids = request.output
-        if finish is not None and finish["type"] == "stop" and isinstance(finish["matched"], int) \
-                and not params.no_stop_trim:
+        if (
+            finish is not None
+            and finish["type"] == "stop"
+            and isinstance(finish["matched"], int)
+            and not params.no_stop_trim
+        ):
             ids = ids[:-1]  # a matched stop token stays in output_ids, not in text
         text = self._decode(ids, params)
-        if finish is None:  # a stream chunk holds back a character whose bytes have not all come, as SGLang's does
+        if (
+            finish is None
+        ):  # a stream chunk holds back a character whose bytes have not all come, as SGLang's does
             return text.rstrip("\ufffd")
         if finish["type"] == "stop" and isinstance(finish["matched"], str) and not params.no_stop_trim:
             text = text[: text.find(finish["matched"])]
@@ -688,9 +750,14 @@ class EmbeddedEngine(InferenceEngine):
         if request.return_logprob and request.text_in_logprobs:
             token_texts = [self._detokenizer.decode([t]) for t in request.output]
         return generate_response(
-            rid=request.rid, text=self._text(request, finish), output_ids=request.output,
-            prompt_tokens=len(request.prompt), finish_reason=finish, weight_version=self.weight_version,
-            logprobs=list(request.logprobs) if request.return_logprob else None, token_texts=token_texts,
+            rid=request.rid,
+            text=self._text(request, finish),
+            output_ids=request.output,
+            prompt_tokens=len(request.prompt),
+            finish_reason=finish,
+            weight_version=self.weight_version,
+            logprobs=list(request.logprobs) if request.return_logprob else None,
+            token_texts=token_texts,
             started=request.started if finish is not None else None,
             sent_ts=finish is not None or len(request.output) == 1,
         )

@@ -89,7 +89,9 @@ def _convert_gguf(source: Path, folder: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
-def resolve_model_path(model: str | os.PathLike[str] | None, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+def resolve_model_path(
+    model: str | os.PathLike[str] | None, cache_dir: str | os.PathLike[str] | None = None
+) -> Path:
     """``model`` as a checked local Hugging Face folder; None means the default model."""
     if model is None:
         return default_model_path(cache_dir)

@@ -20,9 +20,18 @@ MAX_STOP_CHARS = 1024
 
 # SGLang parameters the embedded engine accepts only at their no-op value.
 _UNSUPPORTED_DEFAULTS: dict[str, Any] = {
-    "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0, "min_new_tokens": 0,
-    "n": 1, "json_schema": None, "regex": None, "ebnf": None, "structural_tag": None, "stop_regex": None,
-    "logit_bias": None, "custom_params": None,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "min_new_tokens": 0,
+    "n": 1,
+    "json_schema": None,
+    "regex": None,
+    "ebnf": None,
+    "structural_tag": None,
+    "stop_regex": None,
+    "logit_bias": None,
+    "custom_params": None,
 }
 _IGNORED = {"spaces_between_special_tokens", "stream_interval"}
 
@@ -61,7 +70,9 @@ class SamplingParams:
                 continue
             if key in _UNSUPPORTED_DEFAULTS:
                 if value != _UNSUPPORTED_DEFAULTS[key]:
-                    raise EngineRequestError(f"sampling_params.{key}={value!r} is not supported by the embedded engine")
+                    raise EngineRequestError(
+                        f"sampling_params.{key}={value!r} is not supported by the embedded engine"
+                    )
                 continue
             if key not in _CHECKS:
                 raise EngineRequestError(f"unknown sampling parameter {key!r}")
@@ -111,11 +122,13 @@ def _stop(key: str, value: Any) -> list[str]:
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
         raise EngineRequestError(
-            f"sampling_params.stop must be a string or a list of non-empty strings, got {value!r:.200}")
+            f"sampling_params.stop must be a string or a list of non-empty strings, got {value!r:.200}"
+        )
     if len(stops) > MAX_STOPS or max(map(len, stops), default=0) > MAX_STOP_CHARS:
         # every stop string is looked for after every token, on the thread that decodes the whole batch
-        raise EngineRequestError(f"sampling_params.stop takes at most {MAX_STOPS} strings of at most "
-                                 f"{MAX_STOP_CHARS} characters")
+        raise EngineRequestError(
+            f"sampling_params.stop takes at most {MAX_STOPS} strings of at most {MAX_STOP_CHARS} characters"
+        )
     return stops
 
 
@@ -127,9 +140,17 @@ def _stop_ids(key: str, value: Any) -> set[int]:
 
 
 _CHECKS = {
-    "max_new_tokens": _int, "temperature": _float, "top_p": _float, "top_k": _int, "min_p": _float,
-    "stop": _stop, "stop_token_ids": _stop_ids, "ignore_eos": _bool, "skip_special_tokens": _bool,
-    "no_stop_trim": _bool, "sampling_seed": _int,
+    "max_new_tokens": _int,
+    "temperature": _float,
+    "top_p": _float,
+    "top_k": _int,
+    "min_p": _float,
+    "stop": _stop,
+    "stop_token_ids": _stop_ids,
+    "ignore_eos": _bool,
+    "skip_special_tokens": _bool,
+    "no_stop_trim": _bool,
+    "sampling_seed": _int,
 }
 
 
@@ -142,8 +163,13 @@ class BatchSampler:
     when it has a ``sampling_seed``, so a seeded request gives the same tokens in any batch.
     """
 
-    def __init__(self, params: list[SamplingParams], generators: list[torch.Generator | None],
-                 shared: torch.Generator, device: torch.device) -> None:
+    def __init__(
+        self,
+        params: list[SamplingParams],
+        generators: list[torch.Generator | None],
+        shared: torch.Generator,
+        device: torch.device,
+    ) -> None:
         self.generators = generators
         self.shared = shared
         self.greedy = torch.tensor([p.greedy for p in params], device=device)
@@ -166,7 +192,9 @@ class BatchSampler:
             return tokens, torch.log_softmax(logits, -1).gather(1, tokens[:, None]).squeeze(1)
         scores = logits / self.temperature
         if self.top_k is not None:
-            kth = scores.topk(int(self.top_k.max()), dim=-1).values.gather(1, (self.top_k - 1).clamp(min=0)[:, None])
+            kth = scores.topk(int(self.top_k.max()), dim=-1).values.gather(
+                1, (self.top_k - 1).clamp(min=0)[:, None]
+            )
             scores = scores.masked_fill((scores < kth) & (self.top_k > 0)[:, None], float("-inf"))
         if self.top_p is not None:
             ordered, order = scores.sort(dim=-1, descending=True)
@@ -175,11 +203,15 @@ class BatchSampler:
             scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
         if self.min_p is not None:
             probs = scores.softmax(-1)
-            scores = scores.masked_fill(probs < self.min_p * probs.max(-1, keepdim=True).values, float("-inf"))
+            scores = scores.masked_fill(
+                probs < self.min_p * probs.max(-1, keepdim=True).values, float("-inf")
+            )
         logprobs = torch.log_softmax(scores, -1)
         cdf = logprobs.exp().cumsum(-1)
         draw = self._uniforms(logits.device) * cdf[:, -1]
-        sampled = torch.searchsorted(cdf, draw[:, None], right=True).squeeze(1).clamp(max=logits.shape[-1] - 1)
+        sampled = (
+            torch.searchsorted(cdf, draw[:, None], right=True).squeeze(1).clamp(max=logits.shape[-1] - 1)
+        )
         tokens = torch.where(self.greedy, logits.argmax(-1), sampled)
         return tokens, logprobs.gather(1, tokens[:, None]).squeeze(1)
 

@@ -37,8 +37,9 @@ class _ColumnWriter(DynamicLayer):
         self.dtype, self.device = keys.dtype, keys.device
         self.is_initialized = True
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         self.keys.index_copy_(2, self.column, key_states)
         self.values.index_copy_(2, self.column, value_states)
         return self.keys, self.values
@@ -52,16 +53,22 @@ class StaticDecode:
     reused by the next step. With a ``recorder`` (CUDA) the first step captures the forward pass as a
     graph and every step replays it; without, each step runs it eagerly."""
 
-    def __init__(self, model: Any, cache_arg: str, buffers: list[tuple[torch.Tensor, torch.Tensor]],
-                 mask: torch.Tensor, recorder: GraphRecorder | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        cache_arg: str,
+        buffers: list[tuple[torch.Tensor, torch.Tensor]],
+        mask: torch.Tensor,
+        recorder: GraphRecorder | None = None,
+    ) -> None:
         self.model, self.cache_arg, self.recorder = model, cache_arg, recorder
         self.buffers = buffers
         rows, self.length = mask.shape
         self.columns = buffers[0][0].shape[-2]
         for buffer in (b for pair in buffers for b in pair):  # masked columns must be finite: 0 * nan is nan
-            buffer[..., self.length:, :].zero_()
+            buffer[..., self.length :, :].zero_()
         self.mask = mask.new_zeros(rows, self.columns)
-        self.mask[:, :self.length] = mask
+        self.mask[:, : self.length] = mask
         self.column = torch.zeros(1, dtype=torch.long, device=mask.device)
         self.tokens = torch.zeros(rows, 1, dtype=torch.long, device=mask.device)
         self.cache = DynamicCache()
@@ -89,8 +96,13 @@ class StaticDecode:
 
     def _forward(self) -> torch.Tensor:
         positions = self.mask.sum(-1, keepdim=True) - 1  # the new token's index among its row's real tokens
-        out = self.model(input_ids=self.tokens, attention_mask=self.mask[:, None, None, :], position_ids=positions,
-                         use_cache=True, **{self.cache_arg: self.cache})
+        out = self.model(
+            input_ids=self.tokens,
+            attention_mask=self.mask[:, None, None, :],
+            position_ids=positions,
+            use_cache=True,
+            **{self.cache_arg: self.cache},
+        )
         return out.logits[:, -1, :].float()
 
 

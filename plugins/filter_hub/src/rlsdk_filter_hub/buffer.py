@@ -22,7 +22,9 @@ def pop_last(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples: i
     return taken
 
 
-def drop_stale(args: Any, rollout_id: int | None, buffer: list[list[Any]], num_samples: int) -> list[list[Any]]:
+def drop_stale(
+    args: Any, rollout_id: int | None, buffer: list[list[Any]], num_samples: int
+) -> list[list[Any]]:
     """Drop groups whose generation started more than ``args.buffer_max_staleness`` steps before
     ``rollout_id``, then serve the rest oldest first (ties in buffer order).
 
@@ -39,7 +41,9 @@ def drop_stale(args: Any, rollout_id: int | None, buffer: list[list[Any]], num_s
 
     def stale(group: list[Any]) -> bool:
         start = starts[id(group)]
-        return limit is not None and rollout_id is not None and start is not None and rollout_id - start > limit
+        return (
+            limit is not None and rollout_id is not None and start is not None and rollout_id - start > limit
+        )
 
     fresh = [g for g in buffer if not stale(g)]
     if len(fresh) < len(buffer):

@@ -29,12 +29,29 @@ def rlsdk_buffer_filters():
 
 @hookimpl
 def rlsdk_options():
-    yield Option("buffer_max_staleness", int, help="For the drop_stale buffer filter: drop (and count) buffered "
-                 "groups whose generation started more than this many steps before the current one; none keeps "
-                 "every group.")
-    yield Option("dynamic_filter_metric_key", str, "acc", help="For the check_metric_nonzero_std dynamic filter: "
-                 "the dict-reward key it reads (e.g. DAPO's acc) instead of the shaped reward of reward_key.")
-    yield Option("reward_range_min", float, 0.0, help="For the reward_range dynamic filter: groups need a mean "
-                 "reward strictly above this.")
-    yield Option("reward_range_max", float, 1.0, help="For the reward_range dynamic filter: groups need a mean "
-                 "reward strictly below this.")
+    yield Option(
+        "buffer_max_staleness",
+        int,
+        help="For the drop_stale buffer filter: drop (and count) buffered "
+        "groups whose generation started more than this many steps before the current one; none keeps "
+        "every group.",
+    )
+    yield Option(
+        "dynamic_filter_metric_key",
+        str,
+        "acc",
+        help="For the check_metric_nonzero_std dynamic filter: "
+        "the dict-reward key it reads (e.g. DAPO's acc) instead of the shaped reward of reward_key.",
+    )
+    yield Option(
+        "reward_range_min",
+        float,
+        0.0,
+        help="For the reward_range dynamic filter: groups need a mean reward strictly above this.",
+    )
+    yield Option(
+        "reward_range_max",
+        float,
+        1.0,
+        help="For the reward_range dynamic filter: groups need a mean reward strictly below this.",
+    )

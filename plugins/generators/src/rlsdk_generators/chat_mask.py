@@ -12,17 +12,27 @@ from typing import Any
 from rlsdk.types import Messages
 
 
-def render(tokenizer: Any, messages: Messages, *, tools: list[dict[str, Any]] | None = None,
-           add_generation_prompt: bool = False, **template_kwargs: Any) -> str:
+def render(
+    tokenizer: Any,
+    messages: Messages,
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    add_generation_prompt: bool = False,
+    **template_kwargs: Any,
+) -> str:
     """The conversation as text, through ``tokenizer.apply_chat_template``."""
     return tokenizer.apply_chat_template(
-        messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt,
+        messages,
+        tools=tools or None,
+        tokenize=False,
+        add_generation_prompt=add_generation_prompt,
         **template_kwargs,
     )
 
 
-def assistant_spans(tokenizer: Any, messages: Messages, *, tools: list[dict[str, Any]] | None = None,
-                    **template_kwargs: Any) -> tuple[str, list[tuple[int, int]]]:
+def assistant_spans(
+    tokenizer: Any, messages: Messages, *, tools: list[dict[str, Any]] | None = None, **template_kwargs: Any
+) -> tuple[str, list[tuple[int, int]]]:
     """The rendered conversation and the character span of each assistant turn in it: from the end
     of the generation prompt to the turn's end-of-turn marker (trailing whitespace excluded)."""
     text = render(tokenizer, messages, tools=tools, **template_kwargs)
@@ -43,15 +53,18 @@ def assistant_spans(tokenizer: Any, messages: Messages, *, tools: list[dict[str,
     return text, spans
 
 
-def conversation_tokens(tokenizer: Any, messages: Messages, *, tools: list[dict[str, Any]] | None = None,
-                        **template_kwargs: Any) -> tuple[list[int], list[int]]:
+def conversation_tokens(
+    tokenizer: Any, messages: Messages, *, tools: list[dict[str, Any]] | None = None, **template_kwargs: Any
+) -> tuple[list[int], list[int]]:
     """Token ids of the whole conversation and a loss mask over all of them: 1 for each token that
     ends inside an assistant turn (its content and end-of-turn token), 0 for everything else."""
     if not messages or not all(isinstance(m, dict) and "role" in m for m in messages):
         raise ValueError(f"expected a non-empty list of chat messages with a 'role', got {messages!r:.200}")
     text, spans = assistant_spans(tokenizer, messages, tools=tools, **template_kwargs)
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    mask = [int(any(start < end_char <= end for start, end in spans)) for _, end_char in encoded["offset_mapping"]]
+    mask = [
+        int(any(start < end_char <= end for start, end in spans)) for _, end_char in encoded["offset_mapping"]
+    ]
     return list(encoded["input_ids"]), mask
 
 

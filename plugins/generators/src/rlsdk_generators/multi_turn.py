@@ -21,8 +21,13 @@ def tool_names(args: Any, sample: Sample) -> list[str]:
         return list(args.tool_names)
     names: list[str] = []
     for tool in sample.metadata.get("tools") or []:
-        name = tool if isinstance(tool, str) else (tool.get("function") or tool).get("name") \
-            if isinstance(tool, dict) else None
+        name = (
+            tool
+            if isinstance(tool, str)
+            else (tool.get("function") or tool).get("name")
+            if isinstance(tool, dict)
+            else None
+        )
         if name:
             names.append(name)
     return names
@@ -45,12 +50,14 @@ def chat_observation(args: Any, sample: Sample, results: list[ToolResult]) -> st
     after = render(tokenizer, base + tool_messages, add_generation_prompt=True, **kwargs)
     cut = before.index(marker) + len(marker)
     if not after.startswith(before[:cut]):
-        raise ValueError("the chat template renders tool messages by rewriting the assistant turn before them")
+        raise ValueError(
+            "the chat template renders tool messages by rewriting the assistant turn before them"
+        )
     text = after[cut:]
     if sample.response_length and sample.tokens[-1] in tokenizer.all_special_ids:
         end_of_turn = tokenizer.decode(sample.tokens[-1:])
         if text.startswith(end_of_turn):
-            return text[len(end_of_turn):]
+            return text[len(end_of_turn) :]
     return text
 
 
@@ -69,8 +76,9 @@ async def multi_turn(args: Any, sample: Sample, sampling_params: dict[str, Any])
     a call, ``args.max_turns`` or the token budget. An aborted turn returns the partial sample; calling
     again resumes it."""
     tools = resolve_tools(args, tool_names(args, sample))
-    state = sample.metadata.setdefault("multi_turn", {"turns": 0, "tool_calls": 0, "tool_errors": [],
-                                                       "partial_turn": ""})
+    state = sample.metadata.setdefault(
+        "multi_turn", {"turns": 0, "tool_calls": 0, "tool_errors": [], "partial_turn": ""}
+    )
     style = args.tool_call_format
     stop = [f"</{name}>" for name in tools] if style in ("tag", "auto") else []
     while state["turns"] < args.max_turns:

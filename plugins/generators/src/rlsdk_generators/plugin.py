@@ -24,7 +24,11 @@ def rlsdk_tools():
     yield Tool(
         name="calculator",
         func=calculator.calculator,
-        parameters={"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+        parameters={
+            "type": "object",
+            "properties": {"expression": {"type": "string"}},
+            "required": ["expression"],
+        },
         timeout=5.0,
     )
 
@@ -32,13 +36,34 @@ def rlsdk_tools():
 @hookimpl
 def rlsdk_options():
     yield Option("max_turns", int, 4, help="Model turns per sample in the multi_turn generator.")
-    yield Option("tool_names", list, [], help="Tool plugins the multi_turn generator may call; empty: those "
-                 "named in the sample's metadata['tools'].")
-    yield Option("tool_call_format", str, "auto", choices=("auto", "tag", "json"), help="How multi_turn reads "
-                 "tool calls: tag (<name>...</name>), json (the chat template's <tool_call> JSON) or auto.")
-    yield Option("rollout_buffer_url", str, help="Address of `rlsdk buffer serve` for the rollout_buffer rollout "
-                 "(slime's --rollout-buffer-url).")
-    yield Option("rollout_task_type", str, help="The task_generator plugin the rollout_buffer rollout starts on "
-                 "the buffer service.")
-    yield Option("rollout_buffer_wait", float, 600.0, help="Seconds the rollout_buffer rollout waits for enough "
-                 "complete groups before failing.")
+    yield Option(
+        "tool_names",
+        list,
+        [],
+        help="Tool plugins the multi_turn generator may call; empty: those "
+        "named in the sample's metadata['tools'].",
+    )
+    yield Option(
+        "tool_call_format",
+        str,
+        "auto",
+        choices=("auto", "tag", "json"),
+        help="How multi_turn reads "
+        "tool calls: tag (<name>...</name>), json (the chat template's <tool_call> JSON) or auto.",
+    )
+    yield Option(
+        "rollout_buffer_url",
+        str,
+        help="Address of `rlsdk buffer serve` for the rollout_buffer rollout (slime's --rollout-buffer-url).",
+    )
+    yield Option(
+        "rollout_task_type",
+        str,
+        help="The task_generator plugin the rollout_buffer rollout starts on the buffer service.",
+    )
+    yield Option(
+        "rollout_buffer_wait",
+        float,
+        600.0,
+        help="Seconds the rollout_buffer rollout waits for enough complete groups before failing.",
+    )

@@ -76,12 +76,17 @@ class HeldLeases:
                     held.append([rollout_id, lease_id])
                     continue
                 try:
-                    status = client.post(self._url("/ack_rollout_data"), json={"lease_id": lease_id}).status_code
+                    status = client.post(
+                        self._url("/ack_rollout_data"), json={"lease_id": lease_id}
+                    ).status_code
                 except httpx.HTTPError:
                     status = None
                 if status == 409:
-                    warnings.warn(f"rollout buffer: the lease of step {rollout_id}'s groups ended before the run's "
-                                  "state was saved; they will be served again", stacklevel=2)
+                    warnings.warn(
+                        f"rollout buffer: the lease of step {rollout_id}'s groups ended before the run's "
+                        "state was saved; they will be served again",
+                        stacklevel=2,
+                    )
                 elif status != 200:
                     held.append([rollout_id, lease_id])
         self.leases = held
@@ -106,7 +111,9 @@ def _client() -> Any:
 def _post(client: Any, url: str, body: dict[str, Any]) -> dict[str, Any]:
     response = client.post(url, json=body)
     if response.status_code >= 400:
-        raise RolloutBufferError(f"rollout buffer {url} answered {response.status_code}: {response.text[:300]}")
+        raise RolloutBufferError(
+            f"rollout buffer {url} answered {response.status_code}: {response.text[:300]}"
+        )
     return response.json()
 
 
@@ -116,11 +123,16 @@ def start_payload(args: Any) -> dict[str, Any]:
         "task_type": args.rollout_task_type,
         "input_file": args.prompt_data,
         "num_repeat_per_sample": args.n_samples_per_prompt,
-        "remote_engine_url": f"http://{args.sglang_router_ip}:{args.sglang_router_port}" if args.sglang_router_port else None,
+        "remote_engine_url": f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+        if args.sglang_router_port
+        else None,
         "remote_buffer_url": args.rollout_buffer_url,
         "max_tokens": args.rollout_max_response_len,
-        "sampling_params": {"max_tokens": args.rollout_max_response_len, "temperature": args.rollout_temperature,
-                            "top_p": args.rollout_top_p},
+        "sampling_params": {
+            "max_tokens": args.rollout_max_response_len,
+            "temperature": args.rollout_temperature,
+            "top_p": args.rollout_top_p,
+        },
         "tokenizer_path": args.hf_checkpoint or args.model,
     }
 
@@ -128,8 +140,13 @@ def start_payload(args: Any) -> dict[str, Any]:
 def item_to_sample(args: Any, tokenizer: Any, item: dict[str, Any], group_index: int, index: int) -> Sample:
     """One trajectory as a sample: tokens and loss mask from its messages, its reward and status."""
     extra = dict(item.get("extra_info") or {})
-    sample = Sample(group_index=group_index, index=index, prompt=item["messages"], reward=item["reward"],
-                    metadata={**extra, "instance_id": item["instance_id"], "uid": item.get("uid")})
+    sample = Sample(
+        group_index=group_index,
+        index=index,
+        prompt=item["messages"],
+        reward=item["reward"],
+        metadata={**extra, "instance_id": item["instance_id"], "uid": item.get("uid")},
+    )
     fill_from_messages(args, tokenizer, sample, item["messages"], extra.get("tools"))
     if extra.get("finish_reason") == "length":
         sample.status = Sample.Status.TRUNCATED
@@ -149,16 +166,22 @@ def hold_leases(args: Any, runtime: Any) -> HeldLeases | None:
     return held
 
 
-def rollout_buffer(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> RolloutFnTrainOutput:
+def rollout_buffer(
+    args: Any, rollout_id: int, data_source: Any, evaluation: bool = False
+) -> RolloutFnTrainOutput:
     """Collect ``rollout_batch_size`` complete groups from the buffer service at ``args.rollout_buffer_url``,
     starting ``args.rollout_task_type`` there (a task already running is not started again). Groups are
     asked for no more than are needed, so none waits in this process's memory: the others stay in the
     service, on disk. Under ``rlsdk run`` they are acknowledged once a saved run state covers this step
     (see :class:`HeldLeases`), elsewhere as soon as they are received."""
     if evaluation:
-        raise ValueError("the rollout_buffer rollout has no eval mode: set --eval-function-path to an eval rollout")
+        raise ValueError(
+            "the rollout_buffer rollout has no eval mode: set --eval-function-path to an eval rollout"
+        )
     if not args.rollout_buffer_url:
-        raise ValueError("the rollout_buffer rollout needs --rollout-buffer-url (the address of `rlsdk buffer serve`)")
+        raise ValueError(
+            "the rollout_buffer rollout needs --rollout-buffer-url (the address of `rlsdk buffer serve`)"
+        )
     runtime = get_runtime(args)
     if runtime.tokenizer is None:
         raise RuntimeError("the rollout_buffer rollout needs the run's tokenizer (its chat template)")
@@ -174,12 +197,16 @@ def rollout_buffer(args: Any, rollout_id: int, data_source: Any, evaluation: boo
         held: HeldLeases | None = state["held"]
         deadline = time.monotonic() + args.rollout_buffer_wait
         while len(groups) < args.rollout_batch_size:
-            wanted = {"max_groups": args.rollout_batch_size - len(groups),
-                      "lease_seconds": LEASE_SECONDS if held is None else HELD_LEASE_SECONDS}
+            wanted = {
+                "max_groups": args.rollout_batch_size - len(groups),
+                "lease_seconds": LEASE_SECONDS if held is None else HELD_LEASE_SECONDS,
+            }
             answer = _post(client, base + "/get_rollout_data", wanted)
             data = answer.get("data") or {}
             if data.get("meta_info", {}).get("task_errors"):
-                raise RolloutBufferError(f"rollout buffer task failed: {data['meta_info']['task_errors'][-1]}")
+                raise RolloutBufferError(
+                    f"rollout buffer task failed: {data['meta_info']['task_errors'][-1]}"
+                )
             lease_id = data.get("meta_info", {}).get("lease_id")
             if answer.get("success") and lease_id:
                 if held is not None:
@@ -200,7 +227,11 @@ def rollout_buffer(args: Any, rollout_id: int, data_source: Any, evaluation: boo
     samples = []
     for g, group in enumerate(groups):
         base_index = rollout_id * args.rollout_batch_size + g
-        samples.append([item_to_sample(args, runtime.tokenizer, item, base_index, base_index * len(group) + i)
-                        for i, item in enumerate(group)])
+        samples.append(
+            [
+                item_to_sample(args, runtime.tokenizer, item, base_index, base_index * len(group) + i)
+                for i, item in enumerate(group)
+            ]
+        )
     metrics = {"rollout/buffer/groups": len(groups), "rollout/buffer/samples": sum(len(g) for g in samples)}
     return RolloutFnTrainOutput(samples=samples, metrics=metrics)

@@ -10,8 +10,13 @@ from rlsdk.runtime import get_runtime
 from .chat_mask import conversation_tokens, response_part
 
 
-def fill_from_messages(args: Any, tokenizer: Any, sample: Sample, messages: list[dict[str, Any]],
-                       tools: list[dict[str, Any]] | None = None) -> Sample:
+def fill_from_messages(
+    args: Any,
+    tokenizer: Any,
+    sample: Sample,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+) -> Sample:
     """Set ``tokens``, ``response_length`` and ``loss_mask`` of ``sample`` from a whole conversation;
     the response starts at the first assistant token."""
     try:
@@ -24,7 +29,7 @@ def fill_from_messages(args: Any, tokenizer: Any, sample: Sample, messages: list
     sample.tokens = token_ids
     sample.response_length = response_length
     sample.loss_mask = loss_mask
-    sample.response = tokenizer.decode(token_ids[len(token_ids) - response_length:])
+    sample.response = tokenizer.decode(token_ids[len(token_ids) - response_length :])
     sample.status = Sample.Status.COMPLETED
     return sample
 

@@ -14,15 +14,33 @@ from fractions import Fraction
 EMPTY_SET = "\\emptyset"
 
 _UNICODE = {
-    "−": "-", "–": "-", "×": "\\times ", "·": "\\cdot ", "÷": "\\div ", "√": "\\sqrt", "π": "\\pi ",
-    "∞": "\\infty ", "≤": "\\le ", "≥": "\\ge ", "≠": "\\ne ", "∅": EMPTY_SET + " ", "∪": "\\cup ",
-    "∩": "\\cap ", "°": "^\\circ", "€": "", "£": "", "¥": "", "\u00a0": " ",
+    "−": "-",
+    "–": "-",
+    "×": "\\times ",
+    "·": "\\cdot ",
+    "÷": "\\div ",
+    "√": "\\sqrt",
+    "π": "\\pi ",
+    "∞": "\\infty ",
+    "≤": "\\le ",
+    "≥": "\\ge ",
+    "≠": "\\ne ",
+    "∅": EMPTY_SET + " ",
+    "∪": "\\cup ",
+    "∩": "\\cap ",
+    "°": "^\\circ",
+    "€": "",
+    "£": "",
+    "¥": "",
+    "\u00a0": " ",
 }
 _UNICODE_RE = re.compile("|".join(map(re.escape, _UNICODE)))
 _ROW_BREAK = "\x01"
 _DELIMITERS = re.compile(r"\\[()\[\]]")
-_SPACING = re.compile(r"\\[,;:! ]|\\q?quad\b|\\(?:displaystyle|textstyle|left\.?|right\.?|big|Big|bigg|Bigg)"
-                      r"(?![a-zA-Z])|~")
+_SPACING = re.compile(
+    r"\\[,;:! ]|\\q?quad\b|\\(?:displaystyle|textstyle|left\.?|right\.?|big|Big|bigg|Bigg)"
+    r"(?![a-zA-Z])|~"
+)
 _FRAC_SYNONYM = re.compile(r"\\[dt]frac(?![a-zA-Z])")
 _BINOM_SYNONYM = re.compile(r"\\[dt]binom(?![a-zA-Z])")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree(?![a-zA-Z])")
@@ -37,13 +55,16 @@ _JOINER = re.compile(r"(?i)^\s*(?:and|or|,)\s*$")
 _CHOICE = re.compile(r"^\(?[A-E]\)\s+(?=\S)")
 _THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\{,\}|,|\\,|\s)\d{3})+(?![\d])")
 _PLAIN_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
-_REPEATING = re.compile(r"(?<![\d.])(-?)(\d*)\.(\d*)(?:\\overline\{(\d+)\}|\\overline(\d)|\\dot\{(\d)\}|\\dot(\d))")
+_REPEATING = re.compile(
+    r"(?<![\d.])(-?)(\d*)\.(\d*)(?:\\overline\{(\d+)\}|\\overline(\d)|\\dot\{(\d)\}|\\dot(\d))"
+)
 _E_NOTATION = re.compile(r"(?<![\w.\\])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
 _TRAILING = re.compile(r"[\s.;]+$")
 _UNIT_WORD = re.compile(
     r"\s*(?:(?:square|sq\.?|cubic)\s+)?\b(?:cm|mm|km|m|kg|g|mg|s|sec|seconds?|min|minutes?|h|hrs?|hours?|days?|"
     r"in|inches|inch|ft|feet|foot|yd|yards?|miles?|mph|meters?|metres?|units?|dollars?|cents?|euros?|pounds?|"
-    r"degrees?|liters?|litres?|L|ml|mL|km/h|m/s|cm/s)(?:\^\{?\d\}?)?\s*$")
+    r"degrees?|liters?|litres?|L|ml|mL|km/h|m/s|cm/s)(?:\^\{?\d\}?)?\s*$"
+)
 
 
 def canonical(text: str) -> str:
@@ -72,8 +93,12 @@ def _has_groups(s: str) -> bool:
     """Whether digit groups in ``s`` are thousands separators: the whole answer is one grouped number
     (``1,000``), or groups use ``{,}`` or thin spaces, which never separate list items."""
     stripped = s.strip()
-    return bool(_PLAIN_THOUSANDS.match(stripped)) or "{,}" in s or bool(re.search(r"\d\\,\d", s)) \
+    return (
+        bool(_PLAIN_THOUSANDS.match(stripped))
+        or "{,}" in s
+        or bool(re.search(r"\d\\,\d", s))
         or bool(re.fullmatch(r"[+-]?\d{1,3}(?: \d{3})+", stripped))
+    )
 
 
 def _unwrap(s: str) -> str:
@@ -89,7 +114,11 @@ def _unwrap(s: str) -> str:
         end = _closing_brace(s, last.end())
         if end is None:
             return s
-        s = s[:last.start()] + _wrapped(s[last.end():end].strip(), s[:last.start()].rstrip()) + s[end + 1:]
+        s = (
+            s[: last.start()]
+            + _wrapped(s[last.end() : end].strip(), s[: last.start()].rstrip())
+            + s[end + 1 :]
+        )
     return s
 
 
@@ -110,11 +139,15 @@ def _wrapped(content: str, before: str) -> str:
         return EMPTY_SET
     if content == "e":
         return "e"
-    if _WORDS.match(content) and before and (before[-1].isdigit() or before[-1] in "}" or before.endswith("pi")):
+    if (
+        _WORDS.match(content)
+        and before
+        and (before[-1].isdigit() or before[-1] in "}" or before.endswith("pi"))
+    ):
         return _UNIT_MARK  # a unit after a number: 5\\text{ cm}, 16\\pi\\text{ cm}^3
     if re.match(r"^[+-]?\d", content):
         number = re.match(r"^[+-]?[\d.,]+(?:\s*%)?", content)
-        rest = content[number.end():].strip() if number else content
+        rest = content[number.end() :].strip() if number else content
         if number and (not rest or _WORDS.match(rest)):
             return number.group(0)  # \\text{12 apples}
     return " " + content + " "
@@ -125,15 +158,19 @@ def _repeating_fraction(match: re.Match) -> str:
     repeat = next(g for g in match.groups()[3:] if g)
     value = Fraction(int(whole)) + (Fraction(int(fixed), 10 ** len(fixed)) if fixed else 0)
     value += Fraction(int(repeat), (10 ** len(repeat) - 1) * 10 ** len(fixed))
-    text = f"\\frac{{{value.numerator}}}{{{value.denominator}}}" if value.denominator != 1 else str(value.numerator)
+    text = (
+        f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+        if value.denominator != 1
+        else str(value.numerator)
+    )
     return sign + text
 
 
 def _strip_unit(s: str) -> str:
     """``s`` without a trailing unit word after a number (``15 cm``, ``24 square meters``)."""
     match = _UNIT_WORD.search(s)
-    if match and match.start() > 0 and re.search(r"[\d}]\s*$", s[:match.start()]):
-        return s[:match.start()].rstrip()
+    if match and match.start() > 0 and re.search(r"[\d}]\s*$", s[: match.start()]):
+        return s[: match.start()].rstrip()
     return s
 
 

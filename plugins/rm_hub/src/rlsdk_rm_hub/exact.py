@@ -71,7 +71,7 @@ def _tokens(text: str) -> list[str]:
         if not match:
             if text[pos:].strip() == "":
                 break
-            raise NotNumeric(text[pos:pos + 20])
+            raise NotNumeric(text[pos : pos + 20])
         token = match.group(1)
         if token.startswith("\\") and token not in _ALLOWED_COMMANDS:
             raise NotNumeric(token)
@@ -102,14 +102,19 @@ def drop_redundant_groups(tokens: list[str]) -> list[str]:
         inner = open_i + 1
         while inner in drop:  # already-dropped inner groups do not count
             inner += 1
-        if (tokens[open_i] in "({" and tokens[inner] in "({" and match.get(inner) is not None
-                and all(j in drop for j in range(match[inner] + 1, close_i))):
+        if (
+            tokens[open_i] in "({"
+            and tokens[inner] in "({"
+            and match.get(inner) is not None
+            and all(j in drop for j in range(match[inner] + 1, close_i))
+        ):
             drop.update((inner, match[inner]))
     # keep the outer bracket, drop the inner pair (its kind may be { for a \frac argument: keep outer kind)
     return [t for i, t in enumerate(tokens) if i not in drop]
 
 
 # ----- the parser ----------------------------------------------------------------------------------
+
 
 class _Parser:
     def __init__(self, tokens: list[str]) -> None:
@@ -156,7 +161,9 @@ class _Parser:
                 self.take()
                 value = div(value, self.unary())
             elif token in ("(", "\\sqrt", "\\binom") or (token == "\\frac" and not self._after_integer()):
-                value = mul(value, self.power())  # implicit product: 2\sqrt{4}, 3(5); 1\frac12 is a mixed number
+                value = mul(
+                    value, self.power()
+                )  # implicit product: 2\sqrt{4}, 3(5); 1\frac12 is a mixed number
             else:
                 return value
 
@@ -239,12 +246,13 @@ def _int(digits: str) -> int:
     """int() without Python's 4,300-digit limit (chunked: quadratic, but bounded by MAX_LITERAL_DIGITS)."""
     value = 0
     for i in range(0, len(digits), 4000):
-        chunk = digits[i:i + 4000]
+        chunk = digits[i : i + 4000]
         value = value * 10 ** len(chunk) + int(chunk)
     return value
 
 
 # ----- arithmetic on exact values ------------------------------------------------------------------
+
 
 def _bits(x: Fraction) -> int:
     return max(x.numerator.bit_length(), x.denominator.bit_length())
@@ -300,7 +308,7 @@ def _settle(x: Huge) -> Value:
     if not x.terms:
         return Fraction(0)
     if len(x.terms) == 1:
-        (key, coefficient), = x.terms.items()
+        ((key, coefficient),) = x.terms.items()
         powers = dict(key)
         if abs(coefficient) != 1:
             for p, e in _monomial(coefficient)[0]:
@@ -371,8 +379,8 @@ def mul(a: Value, b: Value) -> Value:
     x, y = _as_huge(a), _as_huge(b)
     if len(x.terms) != 1 or len(y.terms) != 1:
         raise NotNumeric("product of huge sums")
-    (kx, cx), = x.terms.items()
-    (ky, cy), = y.terms.items()
+    ((kx, cx),) = x.terms.items()
+    ((ky, cy),) = y.terms.items()
     powers = dict(kx)
     for base, e in ky:
         powers[base] = _add_exponents(powers.get(base, 0), e)
@@ -397,10 +405,10 @@ def power(base: Value, exponent: Value) -> Value:
     if isinstance(base, Huge):
         if not isinstance(exponent, Fraction):
             raise NotNumeric("huge to a huge power")
-        (key, c), = _single(base)
+        ((key, c),) = _single(base)
         n = int(exponent)
         powers = {b: _scale(e, n) for b, e in key}
-        return _settle(Huge({_key(powers): c ** n}))
+        return _settle(Huge({_key(powers): c**n}))
     if base == 0:
         if isinstance(exponent, Fraction) and exponent < 0:
             raise NotNumeric("division by zero")
@@ -412,9 +420,9 @@ def power(base: Value, exponent: Value) -> Value:
     if isinstance(exponent, Fraction):
         n = int(exponent)
         if abs(n) * _bits(base) <= MAX_BITS:
-            return base ** n
+            return base**n
         key, sign = _monomial(base)
-        return _settle(Huge({_key({b: e * n for b, e in key}): sign ** n}))
+        return _settle(Huge({_key({b: e * n for b, e in key}): sign**n}))
     # a huge exponent: the result is an opaque atom per prime root of a positive integer base
     if base < 0 or base.denominator != 1:
         raise NotNumeric("huge power of a negative or fractional base")
@@ -456,7 +464,7 @@ def _int_root(n: int, k: int) -> int | None:
         return None
     r = round(n ** (1 / k)) if n.bit_length() < 1000 else _int_root_newton(n, k)
     for candidate in (r - 1, r, r + 1):
-        if candidate >= 0 and candidate ** k == n:
+        if candidate >= 0 and candidate**k == n:
             return candidate
     return None
 
@@ -482,7 +490,7 @@ def factorial(x: Value) -> Value:
 def binomial(n: Value, k: Value) -> Value:
     if not (isinstance(n, Fraction) and isinstance(k, Fraction)):
         raise NotNumeric("binomial")
-    if n.denominator != 1 or k.denominator != 1 or n < 0 or k < 0 or n > 10 ** 6:
+    if n.denominator != 1 or k.denominator != 1 or n < 0 or k < 0 or n > 10**6:
         raise NotNumeric("binomial")
     return Fraction(math.comb(int(n), int(k)))
 

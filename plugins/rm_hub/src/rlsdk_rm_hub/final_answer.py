@@ -17,7 +17,9 @@ _ANSWER_IS = re.compile(r"(?i)\banswer\s*(?:is|:|=)\s*:?\s*(?:\*\*)?\s*")
 _DELIMITED = re.compile(r"^\s*(?:\$\$?([^$]{1,300})\$\$?|\\\((.{1,300}?)\\\)|\\\[(.{1,300}?)\\\])")
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
 _SENTENCE_END = re.compile(r"(?<!\d)[.!?](?!\d)|\n")
-_SENTENCE = re.compile(r"(?:[^.!?\n]+|(?<=\d)\.(?=\d))+(?:[.!?]|\n|$)")  # runs, not single characters: 5x faster
+_SENTENCE = re.compile(
+    r"(?:[^.!?\n]+|(?<=\d)\.(?=\d))+(?:[.!?]|\n|$)"
+)  # runs, not single characters: 5x faster
 _ARITHMETIC = re.compile(r"^\s*[-+]?\d[\d.,]*(?:\s*(?:[-+*/×÷·]|\\times|\\cdot|\\div)\s*[-+]?\d[\d.,]*)+\s*$")
 _OPERATOR_BEFORE = re.compile(r"(?:[-+*/×÷·]|\\times|\\cdot|\\div|\b(?:plus|minus|times))\s*$")
 _LIST_SEPARATOR = re.compile(r",|\\pm|\\mp")
@@ -56,7 +58,7 @@ def text_answer(text: str) -> str | None:
     # the case-insensitive scan is the slow part; casefold() maps every letter it matches (ſ, say) to ASCII
     matches = list(_ANSWER_IS.finditer(text)) if "answer" in text.casefold() else []
     if matches:
-        return _clean(_first_sentence(text[matches[-1].end():]))
+        return _clean(_first_sentence(text[matches[-1].end() :]))
     for sentence in reversed(_SENTENCE.findall(text)):
         if sentence.rstrip().endswith("?"):
             continue  # a question, often the prompt repeated: not an answer
@@ -67,7 +69,7 @@ def text_answer(text: str) -> str | None:
             if delimited:
                 return _clean(delimited[-1])
             numbers = list(_NUMBER.finditer(sentence))
-            if not numbers or _OPERATOR_BEFORE.search(sentence[:numbers[-1].start()]):
+            if not numbers or _OPERATOR_BEFORE.search(sentence[: numbers[-1].start()]):
                 return None  # no number, or the last one is an operand: "we compute 0 + 4"
             return numbers[-1].group(0)
     return None
@@ -89,6 +91,6 @@ def _clean(span: str) -> str | None:
     if not span or not _MATHY.search(span) or (_ARITHMETIC.match(span) and not _FRACTION.match(span)):
         return None
     number = _NUMBER.match(span)
-    if number and not re.match(r"\s*(?:[-+*/^_{}()\\]|[a-zA-Z](?![a-zA-Z]))", span[number.end():]):
+    if number and not re.match(r"\s*(?:[-+*/^_{}()\\]|[a-zA-Z](?![a-zA-Z]))", span[number.end() :]):
         return number.group(0)  # "11 apples", "11 because ..." -> "11"
     return span if len(span) <= 100 else None

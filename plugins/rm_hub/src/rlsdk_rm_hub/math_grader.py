@@ -111,8 +111,9 @@ def _plan(response: str, label: Any) -> tuple[bool, list[tuple[str, str]]]:
     golds = labels(label)
     candidates = answer_candidates(response or "")
     # the final answer against every label; all boxed answers together only against a list label
-    pairs = [(c, g) for c in candidates[:1] for g in golds] + [(c, g) for c in candidates[1:] for g in golds
-                                                               if is_list(g)]
+    pairs = [(c, g) for c in candidates[:1] for g in golds] + [
+        (c, g) for c in candidates[1:] for g in golds if is_list(g)
+    ]
     pending = []
     for answer, gold in pairs:
         verdict = quick_verdict(answer, gold)

@@ -31,8 +31,10 @@ from .canonical import EMPTY_SET, canonical, percent_variants
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)  # timeouts are ours (see pool.py)
 
-_NAME = re.compile(r"(?:^|(?<=,))\s*(?:[a-zA-Z](?:_\{?\w+\}?)?(?:\([a-z]\))?|\([a-z](?:,\s*[a-z])+\))"
-                   r"\s*(?:=|\\in(?![a-zA-Z]))\s*")
+_NAME = re.compile(
+    r"(?:^|(?<=,))\s*(?:[a-zA-Z](?:_\{?\w+\}?)?(?:\([a-z]\))?|\([a-z](?:,\s*[a-z])+\))"
+    r"\s*(?:=|\\in(?![a-zA-Z]))\s*"
+)
 _RELATION = re.compile(r"=|\\in(?![a-zA-Z])|\\[lg]e(?:q)?(?![a-zA-Z])|<|>")
 _HUGE = re.compile(r"\^\s*\{[^{}]*\^|(?<!\d)\d{6,}\s*\)?\s*!|\^\s*\{?\s*-?\d{6,}")
 _IMAGINARY = re.compile(r"(?<![a-zA-Z\\])i(?![a-zA-Z])")
@@ -96,7 +98,7 @@ def _drop_names(a: str, b: str) -> tuple[str, str]:
 
 def _set_against_tuple(a: str, b: str) -> bool:
     """A set ``\\{1, 2\\}`` is neither the pair nor the interval ``(1, 2)`` (math-verify says it is)."""
-    return (a.startswith("\\{") and a.endswith("\\}") and b[:1] in "([" and b[-1:] in ")]" and "," in b)
+    return a.startswith("\\{") and a.endswith("\\}") and b[:1] in "([" and b[-1:] in ")]" and "," in b
 
 
 def _exact_verdict(a: str, b: str) -> bool | None:
@@ -167,7 +169,14 @@ def sympy_equal(a: str, b: str) -> bool:
 
 def warm_up() -> None:
     """Fill math-verify's and sympy's first-call caches so a worker's first real grading is not slow."""
-    for answer, label in (("\\frac{1}{2}", "0.5"), ("2\\sqrt{3}", "\\sqrt{12}"), ("[1, 2)", "(1, 2]"),
-                          ("x^2+1", "1+x^2"), ("(1,2)", "(1,2)"), ("50\\%", "0.5"), ("3.14", "\\pi"),
-                          ("i^2", "-1")):
+    for answer, label in (
+        ("\\frac{1}{2}", "0.5"),
+        ("2\\sqrt{3}", "\\sqrt{12}"),
+        ("[1, 2)", "(1, 2]"),
+        ("x^2+1", "1+x^2"),
+        ("(1,2)", "(1,2)"),
+        ("50\\%", "0.5"),
+        ("3.14", "\\pi"),
+        ("i^2", "-1"),
+    ):
         grade_pair(answer, label)

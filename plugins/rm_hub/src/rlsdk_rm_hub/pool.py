@@ -95,7 +95,8 @@ class _Worker:
         from_child_r, from_child_w = os.pipe()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "rlsdk_rm_hub.pool", str(to_child_r), str(from_child_w)],
-            pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
+            pass_fds=(to_child_r, from_child_w),
+            stdin=subprocess.DEVNULL,
         )
         os.close(to_child_r)
         os.close(from_child_w)
@@ -190,7 +191,9 @@ class GraderPool:
             raise ValueError(f"a grader pool needs at least one process, got {processes}")
         self.processes = processes
         self._slots = _Slots(processes)  # a worker is started on first use
-        self._waiters = concurrent.futures.ThreadPoolExecutor(2 * processes, thread_name_prefix="rlsdk-grader")
+        self._waiters = concurrent.futures.ThreadPoolExecutor(
+            2 * processes, thread_name_prefix="rlsdk-grader"
+        )
         self._closed = False
         self._warming = threading.Lock()  # held for good by the first warm()
 
@@ -298,5 +301,8 @@ def shutdown_pool() -> None:
 
 
 if __name__ == "__main__":  # a worker: python -m rlsdk_rm_hub.pool <read fd> <write fd>
-    _worker_main(_DuplexConnection(Connection(int(sys.argv[1]), writable=False),
-                                   Connection(int(sys.argv[2]), readable=False)))
+    _worker_main(
+        _DuplexConnection(
+            Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False)
+        )
+    )

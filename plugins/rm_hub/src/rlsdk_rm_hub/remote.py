@@ -32,8 +32,9 @@ def _client(max_connections: int) -> Any:
     return per_loop[key]
 
 
-async def post_reward(url: str, payload: dict[str, Any], *, timeout: float, retries: int,
-                      backoff: float, max_connections: int) -> float | dict[str, Any]:
+async def post_reward(
+    url: str, payload: dict[str, Any], *, timeout: float, retries: int, backoff: float, max_connections: int
+) -> float | dict[str, Any]:
     """POST ``payload`` and return the reward, retrying transient failures ``retries`` times."""
     import httpx
 
@@ -58,7 +59,9 @@ def _reward_from(response: Any) -> float | dict[str, Any]:
     try:
         value = response.json()
     except ValueError:
-        raise RemoteRewardError(f"{response.request.url} answered malformed JSON: {response.text[:200]!r}") from None
+        raise RemoteRewardError(
+            f"{response.request.url} answered malformed JSON: {response.text[:200]!r}"
+        ) from None
     if isinstance(value, dict):
         return value
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
@@ -73,7 +76,8 @@ async def remote(args: Any, sample: Any, **kwargs: Any) -> float | dict[str, Any
         raise RemoteRewardError("the remote reward needs a URL: set rm_url (--rm-url)")
     payload = {"prompt": sample.prompt, "response": sample.response, "label": sample.label}
     return await post_reward(
-        url, payload,
+        url,
+        payload,
         timeout=float(getattr(args, "rm_request_timeout", 30.0)),
         retries=int(getattr(args, "rm_retries", 3)),
         backoff=float(getattr(args, "rm_backoff", 0.5)),

@@ -16,8 +16,24 @@ import sympy
 from pylatexenc import latex2text
 from sympy.parsing import sympy_parser
 
-_UNIT_WORDS = ("degree", "cm", "centimeter", "meter", "mile", "second", "minute", "hour", "day", "week",
-               "month", "year", "foot", "feet", "inch", "yard")
+_UNIT_WORDS = (
+    "degree",
+    "cm",
+    "centimeter",
+    "meter",
+    "mile",
+    "second",
+    "minute",
+    "hour",
+    "day",
+    "week",
+    "month",
+    "year",
+    "foot",
+    "feet",
+    "inch",
+    "yard",
+)
 _UNITS = [re.compile(rf"{unit}(es)?(s)? *(\^[0-9]+)?") for unit in _UNIT_WORDS]
 _DEGREES = re.compile(r"\^ *\\circ")
 _THIN_SPACE_COMMA = re.compile(r",\\! *")
@@ -118,9 +134,12 @@ def _differ_by_zero(gold: str, given: str) -> bool:
         return False
     try:
         parsed = sympy_parser.parse_expr(
-            expr.replace("^", "**"), local_dict={}, global_dict=_sympy_names(),
+            expr.replace("^", "**"),
+            local_dict={},
+            global_dict=_sympy_names(),
             transformations=sympy_parser.standard_transformations
-            + (sympy_parser.implicit_multiplication_application,))
+            + (sympy_parser.implicit_multiplication_application,),
+        )
         return sympy.simplify(parsed) == 0
     except Exception:  # unparseable or incomparable: not equal, as slime decides
         return False
@@ -131,7 +150,12 @@ def _elements(expr: str) -> list[str]:
     if not expr:
         return []
     inner = expr[1:-1]
-    if len(expr) > 2 and expr[0] in _BRACKETS and expr[-1] in _BRACKETS and not any(c in inner for c in _BRACKETS):
+    if (
+        len(expr) > 2
+        and expr[0] in _BRACKETS
+        and expr[-1] in _BRACKETS
+        and not any(c in inner for c in _BRACKETS)
+    ):
         return [element.strip() for element in inner.split(",")]
     return [expr]
 

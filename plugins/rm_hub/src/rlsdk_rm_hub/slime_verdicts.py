@@ -35,7 +35,7 @@ def last_boxed_span(text: str, fbox: bool = True) -> str | None:
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[start:i + 1]
+                return text[start : i + 1]
     return None
 
 
@@ -43,7 +43,7 @@ def unbox(span: str | None) -> str | None:
     """The inside of ``\\boxed{...}``; None for anything else (an ``\\fbox{}`` included)."""
     if span is None or not span.startswith("\\boxed{") or not span.endswith("}"):
         return None
-    return span[len("\\boxed{"):-1]
+    return span[len("\\boxed{") : -1]
 
 
 def boxed_answer(passage: str) -> str | None:
@@ -89,15 +89,17 @@ def minerva_correct(solution: str, gold: Any) -> tuple[bool, str]:
     try:
         gold_integer = str(int(float(minerva_normalize(gold))))
     except ValueError:
-        raise ValueError(f"dapo compares integer labels, as slime's DAPO does; {gold!r} is not a number "
-                         "(grade other answers with the 'math' reward)") from None
+        raise ValueError(
+            f"dapo compares integer labels, as slime's DAPO does; {gold!r} is not a number "
+            "(grade other answers with the 'math' reward)"
+        ) from None
     return pred == gold_integer, pred
 
 
 def strict_box_correct(solution: str, gold: Any) -> tuple[int, str | None]:
     """The last ``\\boxed{}`` of ``solution``, unnormalized, against the label: 1 or -1."""
     span = last_boxed_span(solution, fbox=False)
-    pred = span[len("\\boxed{"):-1] if span is not None else None
+    pred = span[len("\\boxed{") : -1] if span is not None else None
     return (1 if pred == gold else -1), pred
 
 
@@ -155,9 +157,12 @@ def gpqa_reward(response: str | None, label: Any, metadata: dict | None = None) 
         return 0.0
     metadata = metadata or {}
     choices = metadata.get("choices")
-    choices = list(choices.values()) if isinstance(choices, dict) else None if choices is None else list(choices)
+    choices = (
+        list(choices.values()) if isinstance(choices, dict) else None if choices is None else list(choices)
+    )
     letters = [str(x).upper() for x in metadata.get("valid_letters") or []] or (
-        list(string.ascii_uppercase[:len(choices)]) if choices else GPQA_LETTERS)
+        list(string.ascii_uppercase[: len(choices)]) if choices else GPQA_LETTERS
+    )
     correct = metadata.get("correct_letter")
     correct = correct.strip().upper() if isinstance(correct, str) else None
     label_text = label.strip() if isinstance(label, str) else None

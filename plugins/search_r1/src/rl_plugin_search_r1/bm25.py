@@ -54,7 +54,9 @@ class BM25Index:
 
     def score(self, query_terms: list[str], i: int) -> float:
         counts, norm = self.doc_terms[i], self.k1 * (1 - self.b + self.b * self.lengths[i] / self.avg_length)
-        return sum(self.idf[t] * counts[t] * (self.k1 + 1) / (counts[t] + norm) for t in query_terms if t in counts)
+        return sum(
+            self.idf[t] * counts[t] * (self.k1 + 1) / (counts[t] + norm) for t in query_terms if t in counts
+        )
 
     def search(self, query: str, topk: int = 3) -> list[tuple[dict[str, Any], float]]:
         """The ``topk`` best passages with their scores, best first (ties by corpus order)."""

@@ -22,7 +22,9 @@ async def search_r1(args: Any, sample: Sample, sampling_params: dict[str, Any]) 
     state = sample.metadata.setdefault("search_r1", {"turns": 0, "searches": 0, "partial_turn": ""})
     max_turns = int(getattr(args, "max_turns", 4))
     while state["turns"] < max_turns:
-        state["partial_turn"] += await model_turn(args, sample, sampling_params, stop=["</search>", "</answer>"])
+        state["partial_turn"] += await model_turn(
+            args, sample, sampling_params, stop=["</search>", "</answer>"]
+        )
         if sample.status == Sample.Status.ABORTED:
             return sample
         text, state["partial_turn"] = state["partial_turn"], ""
@@ -36,7 +38,9 @@ async def search_r1(args: Any, sample: Sample, sampling_params: dict[str, Any]) 
         state["searches"] += 1
         if result.error:
             state.setdefault("errors", []).append(result.error)
-        if not append_observation(args, sample, f"\n\n<information>{result.text}</information>\n\n", sampling_params):
+        if not append_observation(
+            args, sample, f"\n\n<information>{result.text}</information>\n\n", sampling_params
+        ):
             return sample
     sample.status = Sample.Status.TRUNCATED
     return sample

@@ -23,9 +23,15 @@ def rlsdk_tools():
 
 @hookimpl
 def rlsdk_options():
-    yield Option("search_r1_retriever_url", str, help="URL of a retrieval server; none searches the BM25 corpus "
-                 "in process.")
-    yield Option("search_r1_corpus", str, help="JSONL corpus of the in-process BM25 retriever; default the "
-                 "shipped one.")
+    yield Option(
+        "search_r1_retriever_url",
+        str,
+        help="URL of a retrieval server; none searches the BM25 corpus in process.",
+    )
+    yield Option(
+        "search_r1_corpus",
+        str,
+        help="JSONL corpus of the in-process BM25 retriever; default the shipped one.",
+    )
     yield Option("search_r1_topk", int, 3, help="Passages per search.")
     yield Option("search_r1_format_score", float, 0.0, help="Reward of a well-formed answer that is wrong.")

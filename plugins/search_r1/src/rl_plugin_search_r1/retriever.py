@@ -11,8 +11,11 @@ from .bm25 import load_index
 
 def options(args: Any) -> tuple[str | None, str, int]:
     """(retriever URL or None for in process, corpus path, top k) from the run's options."""
-    return (getattr(args, "search_r1_retriever_url", None), str(getattr(args, "search_r1_corpus", None) or CORPUS),
-            int(getattr(args, "search_r1_topk", 3)))
+    return (
+        getattr(args, "search_r1_retriever_url", None),
+        str(getattr(args, "search_r1_corpus", None) or CORPUS),
+        int(getattr(args, "search_r1_topk", 3)),
+    )
 
 
 def title_and_text(doc: dict[str, Any]) -> tuple[str, str]:
@@ -38,8 +41,9 @@ async def retrieve(args: Any, query: str) -> list[dict[str, Any]]:
     import httpx
 
     async with httpx.AsyncClient(timeout=30) as client:
-        response = await client.post(url.rstrip("/") + "/retrieve",
-                                     json={"queries": [query], "topk": topk, "return_scores": True})
+        response = await client.post(
+            url.rstrip("/") + "/retrieve", json={"queries": [query], "topk": topk, "return_scores": True}
+        )
         response.raise_for_status()
         hits = response.json()["result"][0]
     return [hit["document"] if isinstance(hit, dict) and "document" in hit else hit for hit in hits]

@@ -62,7 +62,9 @@ def make_server(index: BM25Index, host: str = "127.0.0.1", port: int = 0) -> Thr
     return ThreadingHTTPServer((host, port), Handler)
 
 
-def serve_in_thread(index: BM25Index, host: str = "127.0.0.1", port: int = 0) -> tuple[ThreadingHTTPServer, str]:
+def serve_in_thread(
+    index: BM25Index, host: str = "127.0.0.1", port: int = 0
+) -> tuple[ThreadingHTTPServer, str]:
     """Start serving in a daemon thread; returns the server (``shutdown()`` stops it) and its URL."""
     server = make_server(index, host, port)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -76,7 +78,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8000)
     options = parser.parse_args()
     server = make_server(BM25Index.from_jsonl(options.corpus), options.host, options.port)
-    print(f"serving {options.corpus} on http://{options.host}:{server.server_address[1]}/retrieve", flush=True)
+    print(
+        f"serving {options.corpus} on http://{options.host}:{server.server_address[1]}/retrieve", flush=True
+    )
     server.serve_forever()
 
 

@@ -17,8 +17,16 @@ from .math_dapo_utils import compute_score as compute_score_dapo
 from .math_utils import extract_answer as extract_boxed_answer
 from .math_utils import grade_answer_verl
 
-__all__ = ["async_rm", "batched_async_rm", "compute_gpqa_reward", "compute_score_dapo", "extract_boxed_answer",
-           "f1_score", "get_deepscaler_rule_based_reward", "grade_answer_verl"]
+__all__ = [
+    "async_rm",
+    "batched_async_rm",
+    "compute_gpqa_reward",
+    "compute_score_dapo",
+    "extract_boxed_answer",
+    "f1_score",
+    "get_deepscaler_rule_based_reward",
+    "grade_answer_verl",
+]
 
 
 async def async_rm(args: Any, sample: Any, **kwargs: Any) -> Any:

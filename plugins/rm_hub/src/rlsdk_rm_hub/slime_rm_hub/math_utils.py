@@ -13,9 +13,18 @@ from ..slime_verdicts import boxed_answer as extract_answer
 from ..slime_verdicts import gold_answer, unbox
 from ..slime_verdicts import last_boxed_span as last_boxed_only_string
 
-__all__ = ["_normalize", "_strip_string", "extract_answer", "extract_boxed_answer", "grade_answer_mathd",
-           "grade_answer_sympy", "grade_answer_verl", "last_boxed_only_string", "mathd_normalize_answer",
-           "remove_boxed"]
+__all__ = [
+    "_normalize",
+    "_strip_string",
+    "extract_answer",
+    "extract_boxed_answer",
+    "grade_answer_mathd",
+    "grade_answer_sympy",
+    "grade_answer_verl",
+    "last_boxed_only_string",
+    "mathd_normalize_answer",
+    "remove_boxed",
+]
 
 
 def remove_boxed(s: str | None) -> str | None:
