@@ -62,13 +62,7 @@ class TorchTrainer(PolicyTrainer):
         if args.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         self.model.train()
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=args.lr,
-            weight_decay=args.weight_decay,
-            betas=(args.adam_beta1, args.adam_beta2),
-            eps=args.adam_eps,
-        )
+        self.optimizer = adamw(self.model, args)
         self.loss_fn = resolve_loss(args)
         self.ref_model = None
         if args.use_kl_loss or args.kl_coef:
@@ -259,6 +253,17 @@ class TorchTrainer(PolicyTrainer):
         random.setstate(rng["python"])
         if rng["cuda"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def adamw(model: torch.nn.Module, args: Any) -> torch.optim.AdamW:
+    """AdamW over ``model``'s parameters with slime's options (``lr``, ``weight_decay``, ``adam_*``)."""
+    return torch.optim.AdamW(
+        model.parameters(),
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_eps,
+    )
 
 
 def resolve_loss(args: Any) -> Any:

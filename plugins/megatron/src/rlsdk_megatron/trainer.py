@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from rlsdk.training.batch import TrainSample, loss_batch
-from rlsdk.training.torch_trainer import TorchTrainer, resolve_loss
+from rlsdk.training.torch_trainer import TorchTrainer, adamw, resolve_loss
 
 from .convert import hf_to_megatron, megatron_config, megatron_to_hf
 
@@ -99,13 +99,7 @@ class MegatronTrainer(TorchTrainer):
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.model = self._build(read_hf_weights(Path(self.model_path)))
         self.model.train()
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=args.lr,
-            weight_decay=args.weight_decay,
-            betas=(args.adam_beta1, args.adam_beta2),
-            eps=args.adam_eps,
-        )
+        self.optimizer = adamw(self.model, args)
         self.loss_fn = resolve_loss(args)
         self.ref_model = None
         if args.use_kl_loss or args.kl_coef:
