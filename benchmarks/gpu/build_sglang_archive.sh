@@ -17,6 +17,7 @@ if [ -z "$list" ]; then
     [ -f "$candidate" ] && list=$candidate && break
   done
 fi
+list=$(realpath "$list" 2>/dev/null || echo "$list")
 [ -f "$list" ] || { echo "no wheel list: pass the path of sglang-0.5.17-wheels.txt" >&2; exit 2; }
 out=${2:-$root/.gpu}
 piece=${3:-62M}
