@@ -201,7 +201,7 @@ def summary(
     return report
 
 
-def main() -> None:
+def options() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -215,7 +215,7 @@ def main() -> None:
     parser.add_argument("--sglang-python", default="/tmp/sglang-python")
     parser.add_argument("--mem-fraction", type=float, default=0.4, help="SGLang's --mem-fraction-static")
     parser.add_argument(
-        "--minutes", type=float, default=8.5, help="stop the run after this long (conversion excluded)"
+        "--minutes", type=float, default=8.0, help="stop the run after this long (conversion excluded)"
     )
     parser.add_argument(
         "--steps", type=int, default=80, help="rollout steps (the time limit usually comes first)"
@@ -231,7 +231,11 @@ def main() -> None:
         "--output", type=Path, default=None, help="the run's folder (default a temporary one)"
     )
     parser.add_argument("extra", nargs="*", help="more `rlsdk run` options (after --)")
-    opts = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    opts = options().parse_args()
     out = (opts.output or Path(tempfile.mkdtemp(prefix="rlsdk-learning-gpu-"))).resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
