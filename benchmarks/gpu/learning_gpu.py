@@ -7,8 +7,9 @@ Runs, in a subprocess exactly as a user types it::
     rlsdk run --train --engine sglang --colocate --hf-checkpoint MODEL --trainer torch|megatron \\
         --prompt-data .../arithmetic2-train.jsonl --eval-prompt-data arithmetic2 .../arithmetic2-eval.jsonl ...
 
-GRPO, 32 prompts x 8 samples a step, two optimizer steps a step, evals of the 192 held-out problems
-(4 samples each, temperature 1) before the first step and every few steps. The trainer keeps float32
+GRPO, 32 prompts x 8 samples a step, two optimizer steps a step, the old policy's log-probs recomputed by
+the trainer (SGLang's bfloat16 ones differ by more than the clip range on the odd token), evals of the 192
+held-out problems (4 samples each, temperature 1) before the first step and every few steps. The trainer keeps float32
 weights and AdamW state (``--train-dtype``): AdamW steps of about ``lr`` = 1e-5 are below half a bfloat16
 step for most weights and would round away; SGLang serves bfloat16, so the trust check uses rlsdk's CUDA
 tolerance. The run stops at ``--minutes`` (SIGINT, so rlsdk stops SGLang) if it has not finished; the
@@ -52,6 +53,7 @@ STEP_METRICS = {
     "trust_check_seconds": "train/trust_check_seconds",
     "reward": "rollout/reward_mean",
     "sync_logprob_max_diff": "train/sync_logprob_max_diff",
+    "rollout_logprob_diff": "train/rollout_logprob_diff",
 }
 
 
@@ -111,7 +113,6 @@ def run_command(opts: argparse.Namespace, model: Path, out: Path) -> list[str]:
         str(opts.lr),
         "--eps-clip-high",
         "0.28",
-        "--use-rollout-logprobs",
         "--rollout-max-response-len",
         "64",
         "--eval-interval",

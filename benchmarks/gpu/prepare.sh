@@ -3,7 +3,7 @@
 # wheels of rlsdk and its plugin packages built from this checkout, math-verify and its two
 # dependencies (the math reward), megatron-core, gguf (to convert SmolLM2's GGUF there), the bench model
 # (config + tokenizer), the benchmark scripts, and SmolLM2-135M-Instruct's GGUF (real weights, for
-# learning_gpu.py) in pieces of 48 MB, gguf.part-aa.., each small enough to travel in a call of its own.
+# learning_gpu.py) in two pieces of 47 MiB, gguf.part-aa and -ab, each to travel in a call of its own.
 # Runs on a CPU machine with PyPI access; not part of CI.
 #
 #   [GGUF=PATH/SmolLM2-135M-Instruct.Q4_1.gguf] benchmarks/gpu/prepare.sh [BENCH_MODEL_DIR] [OUT_DIR]
@@ -37,6 +37,6 @@ mkdir -p "$out/benchmarks"
 cp -r "$root/benchmarks/engine_gpu.py" "$root/benchmarks/learning.py" "$root/benchmarks/harness.py" \
     "$root/benchmarks/gpu" "$out/benchmarks/"
 rm -rf "$out/benchmarks/gpu/__pycache__"
-split -b 48000000 "$gguf" "$out/gguf.part-"
+split -b 47M "$gguf" "$out/gguf.part-"  # two pieces; each with the checkout stays under a call's 64 MiB
 rm -rf "$root/build" "$root"/plugins/*/build  # setuptools leftovers of the wheel builds
 du -sh "$out/rlsdk-wheels" "$out/bench-model" "$out/benchmarks" "$out"/gguf.part-*
