@@ -109,4 +109,6 @@ def test_rope_base_from_a_transformers_5_config():
     saved = {**config, "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"}}
     assert megatron_config(saved)[1]["rotary_base"] == 100000
     with pytest.raises(ValueError, match="default rope only"):
-        megatron_config({**config, "rope_parameters": {"rope_theta": 5e5, "rope_type": "llama3", "factor": 8.0}})
+        megatron_config(
+            {**config, "rope_parameters": {"rope_theta": 5e5, "rope_type": "llama3", "factor": 8.0}}
+        )
