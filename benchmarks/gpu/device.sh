@@ -119,10 +119,11 @@ model() {  # the GGUF's pieces (prepare.sh split it) back into one file, convert
 print(converted_gguf(Path('$gguf'), '$models'))"
 }
 
-learn_with() {  # learn_with TRAINER: learning_gpu.py; its run's metrics and evals beside its JSON
+learn_with() {  # learn_with TRAINER: learning_gpu.py (LEARN_ARGS: more of its options); metrics and evals beside its JSON
   rm -rf "/tmp/learn-$1"
+  # shellcheck disable=SC2086  # LEARN_ARGS is a list of options
   bench "learning_gpu_$1" "$here/learning_gpu.py" --trainer "$1" --gguf "$gguf" --cache-dir "$models" \
-      --sglang-python /tmp/sglang-python --output "/tmp/learn-$1" --minutes "${LEARN_MINUTES:-8}"
+      --sglang-python /tmp/sglang-python --output "/tmp/learn-$1" --minutes "${LEARN_MINUTES:-8}" ${LEARN_ARGS:-}
   cp "/tmp/learn-$1/metrics.jsonl" "$out/learning_gpu_$1-metrics.jsonl" 2>/dev/null
   cp "/tmp/learn-$1/eval.jsonl" "$out/learning_gpu_$1-eval.jsonl" 2>/dev/null
   cp "/tmp/learn-$1.log" "$out/learning_gpu_$1-run.log" 2>/dev/null
