@@ -8,11 +8,11 @@ Runs, in a subprocess exactly as a user types it::
         --prompt-data .../arithmetic2-train.jsonl --eval-prompt-data arithmetic2 .../arithmetic2-eval.jsonl ...
 
 GRPO, 32 prompts x 8 samples a step, two optimizer steps a step, the old policy's log-probs recomputed by
-the trainer (SGLang's bfloat16 ones differ by more than the clip range on the odd token), evals of the 192
-held-out problems (4 samples each, temperature 1) before the first step and every few steps. The trainer keeps float32
-weights and AdamW state (``--train-dtype``): AdamW steps of about ``lr`` = 1e-5 are below half a bfloat16
-step for most weights and would round away; SGLang serves bfloat16, so the trust check uses rlsdk's CUDA
-tolerance. The run stops at ``--minutes`` (SIGINT, so rlsdk stops SGLang) if it has not finished; the
+the trainer (SGLang's bfloat16 ones differ by more than the clip range on the odd token), evals of the
+192 held-out problems (4 samples each, temperature 1) before the first step and every 5 steps. The
+trainer keeps float32 weights and AdamW state (``--train-dtype``; TF32 matmuls): AdamW steps of about
+``lr`` = 1e-5 are below half a bfloat16 step for most weights and would round away. SGLang serves
+bfloat16, so the trust check uses rlsdk's CUDA tolerance. The run stops at ``--minutes`` (SIGINT, so rlsdk stops SGLang) if it has not finished; the
 held-out end is the last eval written. Reported: the held-out mean reward at the start and the end, per
 step the rollout, train and sync seconds, the trust check's largest log-prob gap, the exit code, and the
 failure cause (the log's last error line) if any. Target: ``heldout_reward_end - heldout_reward_start >=
