@@ -275,7 +275,7 @@ def test_loading_a_path_turns_the_layer_on_and_puts_the_files_folder_on_sys_path
 def test_foreign_and_unknown_statuses_are_never_silently_recycled(rlsdk_pm, rlsdk_args, fake_slime, status, expected):
     """slime's Status members count as rlsdk's (same values); an unknown status fails the sample with
     the cause, where it was once counted as aborted and recycled."""
-    from rlsdk.concurrency import ConcurrencyLimit
+    from rlsdk.aio.concurrency import ConcurrencyLimit
     from rlsdk.plugin_calls import StepPlugins, call_custom_generate
     from rlsdk.records import CustomGenerate
 

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from .concurrency import ConcurrencyLimit
+from .aio.concurrency import ConcurrencyLimit
 from .generate import sampling_params_for
 from .plugin_calls import StepPlugins
 from .runtime import Runtime, bind_runtime

@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .blocking import blocking_pool
-from .concurrency import ConcurrencyLimit, gather_calls
-from .deadlines import deadline
+from .aio.blocking import blocking_pool
+from .aio.concurrency import ConcurrencyLimit, gather_calls
+from .aio.deadlines import deadline
 from .errors import PluginCallError, RlsdkError
 from .manager import RlsdkPluginManager
 from .protocol import EngineError, EngineRequestError
@@ -315,9 +315,10 @@ async def call_reward(
 ) -> Any:
     """The reward of one sample, or the list of rewards of a group (``target`` a list) for a group reward.
 
-    Async rewards are awaited; sync ones run in a thread of :mod:`rlsdk.blocking`'s pool so a slow one cannot
-    stall the loop (abandoned at ``timeout``), except ``cheap`` ones, which are called inline. Returns a
-    number, a dict, or None (the reward marks the sample invalid); raises :class:`InvalidReward` otherwise."""
+    Async rewards are awaited; sync ones run in a thread of :mod:`rlsdk.aio.blocking`'s pool so a slow one
+    cannot stall the loop (abandoned at ``timeout``), except ``cheap`` ones, which are called inline.
+    Returns a number, a dict, or None (the reward marks the sample invalid); raises :class:`InvalidReward`
+    otherwise."""
     where = _group_where(target) if isinstance(target, list) else _sample_where(target)
     kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
     try:

@@ -10,7 +10,7 @@ dict never becomes a silent 0: the sample is marked invalid (``reward=None``, st
 in ``metadata["reward_error"]``), and :func:`apply_invalid_policy` applies ``args.on_invalid_reward``.
 
 Rewards are called through :func:`rlsdk.plugin_calls.call_reward` (async ones on the event loop, plain ones in
-a thread of :mod:`rlsdk.blocking`'s pool, ``cheap`` ones inline).
+a thread of :mod:`rlsdk.aio.blocking`'s pool, ``cheap`` ones inline).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import copy
 import weakref
 from typing import Any
 
+from .aio.concurrency import gather_calls
 from .answers import last_boxed
-from .concurrency import gather_calls
 from .errors import PluginCallError, PluginError
 from .loading import is_path
 from .plugin_calls import InvalidReward, call_cheap_reward, call_reward

@@ -16,7 +16,7 @@ import warnings
 from typing import Any
 
 from .agents.sessions import agent_metrics
-from .concurrency import ConcurrencyLimit
+from .aio.concurrency import ConcurrencyLimit
 from .errors import PluginCallError
 from .generate import sampling_params_for
 from .ledger import Group, StepLedger

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from .backoff import backoff_delay
+from .aio.backoff import backoff_delay
 from .engine import InferenceEngine
 from .protocol import (
     GENERATE_RESPONSE,

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .blocking import blocking_pool
+from .aio.blocking import blocking_pool
 from .records import Tool
 from .runtime import get_runtime
 

@@ -82,7 +82,7 @@ def fill_sample(
 async def _run_agent(state: dict[str, Any], agent: Resolved, args: Any, sample: Sample, base_url: str) -> Any:
     if agent.is_async:
         return await agent.func(args, sample, state["async_client"].with_options(base_url=base_url))
-    from ..blocking import blocking_pool
+    from ..aio.blocking import blocking_pool
 
     return await blocking_pool().run(
         agent.func, args, sample, state["client"].with_options(base_url=base_url)

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..aio.task_pools import set_cluster_task_pool
 from ..manager import RlsdkPluginManager
 from ..records import Resolved
-from ..task_pools import set_cluster_task_pool
 
 
 def _with_factory(resolved: Resolved, factory: Any) -> Resolved:
