@@ -10,7 +10,7 @@ from __future__ import annotations
 from operator import itemgetter
 from typing import Any
 
-from .protocol import EngineError
+from .engines.protocol import EngineError
 from .runtime import get_runtime
 from .types import Sample
 

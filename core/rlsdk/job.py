@@ -68,8 +68,8 @@ def engine_name(args: Any) -> str:
 def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime:
     """Start the engine and check its health; serve it over HTTP on loopback when it has no URL of its
     own, so slime-style generators that POST to ``/generate`` reach it; load the tokenizer."""
-    from .engine_health import check_engine_health
-    from .serve import start_server
+    from .engines.health import check_engine_health
+    from .engines.server import start_server
 
     runtime = Runtime(pm, call_engine(engine, args))
     try:

@@ -23,9 +23,9 @@ from typing import Any
 from .aio.blocking import blocking_pool
 from .aio.concurrency import ConcurrencyLimit, gather_calls
 from .aio.deadlines import deadline
+from .engines.protocol import EngineError, EngineRequestError
 from .errors import PluginCallError, RlsdkError
 from .manager import RlsdkPluginManager
-from .protocol import EngineError, EngineRequestError
 from .records import Resolved
 from .types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
@@ -484,8 +484,8 @@ def _buffer_problem(served: Any, left: list[Any], given: set[int], num_samples: 
 
 
 def call_engine(resolved: Resolved, args: Any) -> Any:
-    """Build the engine the factory makes from ``args``: an :class:`rlsdk.engine.InferenceEngine`."""
-    from .engine import InferenceEngine
+    """Build the engine the factory makes from ``args``: an :class:`rlsdk.engines.engine.InferenceEngine`."""
+    from .engines.engine import InferenceEngine
 
     try:
         engine = run_to_completion(resolved.func(args))
@@ -496,6 +496,6 @@ def call_engine(resolved: Resolved, args: Any) -> Any:
     if not isinstance(engine, InferenceEngine):
         raise PluginCallError(
             f"{resolved.describe()} returned {type(engine).__name__}: expected an "
-            "rlsdk.engine.InferenceEngine"
+            "rlsdk.engines.engine.InferenceEngine"
         )
     return engine

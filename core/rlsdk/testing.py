@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import protocol
 from .config import RolloutConfig
-from .engine import InferenceEngine
+from .engines import protocol
+from .engines.engine import InferenceEngine
 from .manager import RlsdkPluginManager
 from .plugin_calls import (
     call_buffer_filter,
@@ -32,7 +32,6 @@ from .plugin_calls import (
 )
 from .records import Resolved
 from .types import DynamicFilterOutput, Sample
-
 
 pytest_plugins = ["rlsdk.testing_fixtures"]
 
@@ -352,8 +351,8 @@ class ServedEngine:
         return self._loop.run(coroutine, timeout)
 
     def __enter__(self) -> ServedEngine:
+        from .engines.server import start_server
         from .runtime import BackgroundLoop
-        from .serve import start_server
 
         self._loop = BackgroundLoop("rlsdk-served-engine")
         try:
@@ -427,8 +426,8 @@ Respond = Callable[[dict[str, Any], int], "str | FakeReply"]
 
 class FakeEngine(InferenceEngine):
     """An engine without a model, for tests and benchmarks: it answers each ``/generate`` in SGLang's
-    shapes (:mod:`rlsdk.protocol`) with the next of ``replies`` (a list of strings or :class:`FakeReply`)
-    or with what ``replies(payload, call)`` returns, tokenized by ``tokenizer`` (default
+    shapes (:mod:`rlsdk.engines.protocol`) with the next of ``replies`` (a list of strings or
+    :class:`FakeReply`) or with what ``replies(payload, call)`` returns, tokenized by ``tokenizer`` (default
     :class:`ByteTokenizer`)::
 
         engine = FakeEngine(["The answer is 5.<|im_end|>"], tokenizer)

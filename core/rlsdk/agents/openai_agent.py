@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..engines.protocol import SERVE_TOKEN_ENV
 from ..errors import PluginCallError, PluginError
-from ..protocol import SERVE_TOKEN_ENV
 from ..records import Resolved
 from ..runtime import Runtime, get_runtime
 from ..types import Sample

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from rlsdk import RolloutConfig, Sample, get_plugin_manager
-from rlsdk.engine import EngineError, EngineUnavailableError, SGLangClient
+from rlsdk.engines.engine import EngineError, EngineUnavailableError, SGLangClient
 from rlsdk_embedded import ModelNotFoundError, model_files, resolve_model_path
 
 
