@@ -7,9 +7,10 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from rlsdk import RolloutConfig
 from rlsdk.data import DataPath, DataSource
-from rlsdk.errors import DataError
+from rlsdk.plugins.errors import DataError
 
 
 def write_jsonl(path, rows):

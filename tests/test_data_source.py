@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from rlsdk import BufferFilter, RolloutConfig, Sample, hookimpl
 from rlsdk.data import START_ROLLOUT_ID, DataSource
-from rlsdk.errors import PluginCallError, PluginError
+from rlsdk.plugins.errors import PluginCallError, PluginError
 
 
 @pytest.fixture

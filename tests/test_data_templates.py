@@ -10,9 +10,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from rlsdk import RolloutConfig
 from rlsdk.data import DataSource
-from rlsdk.errors import DataError
+from rlsdk.plugins.errors import DataError
 
 # A Llama-3-like header format with tools and a Qwen3-like thinking switch (written for this test).
 HEADER_TEMPLATE = (

@@ -16,8 +16,8 @@ import textwrap
 import pytest
 
 from rlsdk import DynamicFilterOutput, Sample, hookimpl, slime_compat
-from rlsdk.loading import load_callable
-from rlsdk.records import BufferFilter, DynamicFilter, Reward
+from rlsdk.plugins.loading import load_callable
+from rlsdk.plugins.records import BufferFilter, DynamicFilter, Reward
 from rlsdk.slime import adapters
 
 FAKE_SLIME = {
@@ -276,8 +276,8 @@ def test_foreign_and_unknown_statuses_are_never_silently_recycled(rlsdk_pm, rlsd
     """slime's Status members count as rlsdk's (same values); an unknown status fails the sample with
     the cause, where it was once counted as aborted and recycled."""
     from rlsdk.aio.concurrency import ConcurrencyLimit
-    from rlsdk.plugin_calls import StepPlugins, call_custom_generate
-    from rlsdk.records import CustomGenerate
+    from rlsdk.plugins.calls import StepPlugins, call_custom_generate
+    from rlsdk.plugins.records import CustomGenerate
 
     async def slime_generator(args, sample, sampling_params):
         sample.status = fake_slime.Sample.Status(status) if status != "weird" else status

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from rlsdk import KINDS, get_plugin_manager
-from rlsdk.errors import PluginError
-from rlsdk.manager import RlsdkPluginManager
+from rlsdk.plugins.errors import PluginError
+from rlsdk.plugins.manager import RlsdkPluginManager
 
 app = typer.Typer(help="List and inspect installed plugins.", no_args_is_help=True)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from .aio.concurrency import ConcurrencyLimit
 from .generate import sampling_params_for
-from .plugin_calls import StepPlugins
+from .plugins.calls import StepPlugins
 from .runtime import Runtime, bind_runtime
 from .types import RolloutFnEvalOutput, Sample, reward_value
 

@@ -17,10 +17,9 @@ from typing import Any
 
 from .agents.sessions import agent_metrics
 from .aio.concurrency import ConcurrencyLimit
-from .errors import PluginCallError
 from .generate import sampling_params_for
 from .ledger import Group, StepLedger
-from .plugin_calls import (
+from .plugins.calls import (
     ENGINE_FAULT,
     FINISHED,
     StepPlugins,
@@ -28,6 +27,7 @@ from .plugin_calls import (
     call_over_sampling_filter,
     generate_group,
 )
+from .plugins.errors import PluginCallError
 from .rewarding import apply_invalid_policy, count_invalid, score_group
 from .runtime import Runtime, get_runtime
 from .types import RolloutFnTrainOutput, Sample, reward_value

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .engines.engine import InferenceEngine
-from .manager import RlsdkPluginManager, get_plugin_manager
+from .plugins.manager import RlsdkPluginManager, get_plugin_manager
 
 _ATTR = "_rlsdk_runtime"
 T = TypeVar("T")

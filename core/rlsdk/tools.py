@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .aio.blocking import blocking_pool
-from .records import Tool
+from .plugins.records import Tool
 from .runtime import get_runtime
 
 

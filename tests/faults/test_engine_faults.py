@@ -22,7 +22,7 @@ from rlsdk.engines.health import EngineHealthError
 from rlsdk.engines.protocol import EngineError, EngineResponseError
 from rlsdk.engines.sglang_client import SGLangClient
 from rlsdk.job import run_job
-from rlsdk.manager import get_plugin_manager
+from rlsdk.plugins.manager import get_plugin_manager
 from rlsdk.rollout import MAX_ENGINE_REQUEUES, rollout_step
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import ByteTokenizer

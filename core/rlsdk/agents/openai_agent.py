@@ -13,8 +13,8 @@ import os
 from typing import Any
 
 from ..engines.protocol import SERVE_TOKEN_ENV
-from ..errors import PluginCallError, PluginError
-from ..records import Resolved
+from ..plugins.errors import PluginCallError, PluginError
+from ..plugins.records import Resolved
 from ..runtime import Runtime, get_runtime
 from ..types import Sample
 from .sessions import Session

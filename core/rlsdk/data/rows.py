@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError
+from ..plugins.errors import DataError
 
 log = logging.getLogger("rlsdk.data")
 

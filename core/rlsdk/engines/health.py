@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ..records import Resolved
+from ..plugins.records import Resolved
 from .protocol import GENERATE_RESPONSE, EngineError, check_generate_response, unreadable
 
 PROBE = {

@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..aio.task_pools import set_cluster_task_pool
-from ..manager import RlsdkPluginManager
-from ..records import Resolved
+from ..plugins.manager import RlsdkPluginManager
+from ..plugins.records import Resolved
 
 
 def _with_factory(resolved: Resolved, factory: Any) -> Resolved:

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import RlsdkError
+from ..plugins.errors import RlsdkError
 
 LOCAL = "local"
 """``--ray`` without an address: a cluster on this machine, for this run only."""
@@ -86,7 +86,7 @@ def worker_info() -> dict[str, Any]:
     plugins its environment has (distribution -> version), found by its own plugin manager."""
     ray = import_ray()
     from ..job import plugin_versions
-    from ..manager import get_plugin_manager
+    from ..plugins.manager import get_plugin_manager
 
     context = ray.get_runtime_context()
     pid = os.getpid()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import RlsdkError
+from ..plugins.errors import RlsdkError
 from ..training.trainer import PolicyTrainer
 from ..types import Sample
 from .cluster import describe_place, first_line, import_ray, place, start, worker_info
@@ -42,7 +42,7 @@ class TrainerActor:
     def start(self, spec: str, hf_checkpoint: str | None) -> str:
         """Resolve the trainer plugin here and build it from ``hf_checkpoint`` (the engine's model folder,
         known once the engines started) unless the run names its own."""
-        from ..manager import get_plugin_manager
+        from ..plugins.manager import get_plugin_manager
 
         self.args.hf_checkpoint = self.args.hf_checkpoint or hf_checkpoint
         resolved = get_plugin_manager().resolve("trainer", spec)

@@ -121,7 +121,7 @@ def _sample():
 
 def _agent():
     from rlsdk import Agent
-    from rlsdk.records import PluginInfo, Resolved
+    from rlsdk.plugins.records import PluginInfo, Resolved
     from rlsdk_tool_agent.agent import tool_agent
 
     return Resolved(Agent(name="tool_agent", func=tool_agent), PluginInfo("tool_agent"))

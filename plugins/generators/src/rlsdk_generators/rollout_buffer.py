@@ -12,7 +12,7 @@ from typing import Any
 
 from rlsdk import RolloutFnTrainOutput, Sample
 from rlsdk.buffer_service import TOKEN_ENV
-from rlsdk.errors import RlsdkError
+from rlsdk.plugins.errors import RlsdkError
 from rlsdk.runtime import get_runtime
 
 from .sft import fill_from_messages

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import generate, rollout
+from .. import generate, rollout
 from .hookspecs import hookimpl
 from .records import BufferFilter, CustomGenerate, Engine, GenerateRollout
 
@@ -16,7 +16,7 @@ from .records import BufferFilter, CustomGenerate, Engine, GenerateRollout
 def sglang_engine(args: Any) -> Any:
     """A real SGLang server or router by URL; without one, rlsdk launches SGLang servers (and a router)
     on this machine's GPUs for ``--hf-checkpoint`` (:mod:`rlsdk.engines.launch.sglang`)."""
-    from .engines.sglang_client import SGLangClient
+    from ..engines.sglang_client import SGLangClient
 
     options = {
         "concurrency": args.sglang_server_concurrency,
@@ -28,7 +28,7 @@ def sglang_engine(args: Any) -> Any:
         url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
     if url:
         return SGLangClient(url, **options)
-    from .engines.launch.sglang import launcher_for
+    from ..engines.launch.sglang import launcher_for
 
     launcher = launcher_for(args, Path(args.output_dir) / "logs")
     return SGLangClient(launcher.url, launcher=launcher, **options)
