@@ -99,7 +99,7 @@ async def engine_and_http(folder: Path, prompts: list[list[int]], opts: argparse
     from rlsdk import RolloutConfig
     from rlsdk.engines.engine import SGLangClient
     from rlsdk.engines.server import start_server
-    from rlsdk.generate import sampling_params_for
+    from rlsdk.rollout.generate import sampling_params_for
     from rlsdk.runtime import tuned_garbage_collector
     from rlsdk_embedded import EmbeddedEngine
 

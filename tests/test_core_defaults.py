@@ -17,8 +17,8 @@ import pytest
 from rlsdk import RolloutConfig, get_plugin_manager
 from rlsdk.data import DataSource
 from rlsdk.engines.sglang_client import SGLangClient
-from rlsdk.job import resolve_run_plugins
 from rlsdk.plugins.calls import call_engine, call_generate_rollout
+from rlsdk.rollout.job import resolve_run_plugins
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import ByteTokenizer, FakeEngine, FakeReply, ServedEngine
 

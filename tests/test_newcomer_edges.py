@@ -8,9 +8,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from rlsdk import Sample
-from rlsdk.job import STATE_FILE, RunOutput
 from rlsdk.plugins.errors import RlsdkError
-from rlsdk.rollout import group_rewards, scored_reward_metrics
+from rlsdk.rollout.job import STATE_FILE, RunOutput
+from rlsdk.rollout.step import group_rewards, scored_reward_metrics
 from rlsdk_cli.app import app
 from rlsdk_cli.run import step_table
 

@@ -297,7 +297,7 @@ def check_custom_generate(
     (``tokenizer`` defaults to :class:`ByteTokenizer`): it returns the sample, finished or truncated,
     with its prompt tokens kept and one response token per ``loss_mask`` and log-prob entry, after at least
     one engine call. Returns the sample."""
-    from .generate import sampling_params_for
+    from .rollout.generate import sampling_params_for
     from .runtime import Runtime, bind_runtime
 
     args = args or RolloutConfig()
@@ -389,7 +389,7 @@ class ServedBuffer:
         return self.service.url
 
     def __enter__(self) -> ServedBuffer:
-        from .buffer_service import start_buffer_server
+        from .rollout.buffer_service import start_buffer_server
         from .runtime import BackgroundLoop
 
         self._loop = BackgroundLoop("rlsdk-served-buffer")

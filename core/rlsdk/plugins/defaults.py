@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import generate, rollout
+from ..rollout import generate, step
 from .hookspecs import hookimpl
 from .records import BufferFilter, CustomGenerate, Engine, GenerateRollout
 
@@ -48,7 +48,7 @@ def pop_first(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples: 
 def rlsdk_generate_rollouts() -> Any:
     yield GenerateRollout(
         name="sglang",
-        func=rollout.generate_rollout,
+        func=step.generate_rollout,
         description="Over-sampling rollout with dynamic filter, abort and partial rollouts",
     )
 

@@ -86,7 +86,7 @@ def rlsdk_custom_generates() -> Iterable[CustomGenerate]:
     .. code-block:: python
 
         from rlsdk import CustomGenerate, hookimpl
-        from rlsdk.generate import generate
+        from rlsdk.rollout.generate import generate
 
         async def twice(args, sample, sampling_params):
             sample = await generate(args, sample, sampling_params)

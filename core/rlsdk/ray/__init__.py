@@ -28,7 +28,7 @@ def _with_factory(resolved: Resolved, factory: Any) -> Resolved:
 def on_ray(args: Any, pm: RlsdkPluginManager, plugins: dict[str, Resolved]) -> Iterator[dict[str, Resolved]]:
     """Connect to (or start) the run's cluster, check every node's plugins, and give back ``plugins``
     with the engine and trainer built as Ray actors; grading goes to Ray tasks until the block ends."""
-    from ..job import engine_name, plugin_versions
+    from ..rollout.job import engine_name, plugin_versions
     from .cluster import connect
     from .engine_pool import RayEnginePool
     from .environments import check_nodes

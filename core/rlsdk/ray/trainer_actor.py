@@ -148,7 +148,7 @@ class RemoteTrainer(PolicyTrainer):
 
 def last_checkpoint_advice(output_dir: Path) -> str:
     """Where ``--resume`` would continue the run from, read from its ``state.json``."""
-    from ..job import STATE_FILE
+    from ..rollout.job import STATE_FILE
 
     try:
         checkpoint = json.loads((output_dir / STATE_FILE).read_text()).get("checkpoint")

@@ -19,13 +19,13 @@ import copy
 import weakref
 from typing import Any
 
-from .aio.concurrency import gather_calls
-from .answers import last_boxed
-from .plugins.calls import InvalidReward, call_cheap_reward, call_reward
-from .plugins.errors import PluginCallError, PluginError
-from .plugins.loading import is_path
-from .plugins.records import Resolved, Reward, normalize_name
-from .types import Sample
+from ..aio.concurrency import gather_calls
+from ..answers import last_boxed
+from ..plugins.calls import InvalidReward, call_cheap_reward, call_reward
+from ..plugins.errors import PluginCallError, PluginError
+from ..plugins.loading import is_path
+from ..plugins.records import Resolved, Reward, normalize_name
+from ..types import Sample
 
 BOXED_PREFIX = "boxed_"
 REWARD_ERROR = "reward_error"

@@ -40,11 +40,11 @@ from typing import Any
 
 from aiohttp import web
 
-from .engines.service_guard import ConnectionLimits, guard
-from .engines.service_guard import check_binding as _check_binding
-from .plugins.errors import PluginError
-from .plugins.manager import RlsdkPluginManager
-from .plugins.records import TaskGenerator
+from ..engines.service_guard import ConnectionLimits, guard
+from ..engines.service_guard import check_binding as _check_binding
+from ..plugins.errors import PluginError
+from ..plugins.manager import RlsdkPluginManager
+from ..plugins.records import TaskGenerator
 
 DEFAULT_MAX_BODY = 64 << 20
 TOKEN_ENV = "RLSDK_BUFFER_TOKEN"
