@@ -291,7 +291,7 @@ def test_openai_agent_fills_the_sample_from_a_sync_agents_session(served):
 
 
 def test_a_failing_agent_is_named_with_its_plugin_and_sample(served):
-    from rlsdk.plugins.errors import PluginCallError
+    from rlsdk.errors import PluginCallError
 
     async def broken(args, sample, client):
         raise ValueError("no idea")

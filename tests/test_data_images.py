@@ -12,7 +12,7 @@ import pytest
 import rlsdk_filter_hub.plugin
 from rlsdk import RolloutConfig, Sample
 from rlsdk.data import DataSource
-from rlsdk.plugins.errors import DataError
+from rlsdk.errors import DataError
 from rlsdk.rollout.generate import generate, sampling_params_for
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import FakeEngine, FakeReply

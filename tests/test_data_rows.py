@@ -10,7 +10,7 @@ import pytest
 
 from rlsdk import RolloutConfig
 from rlsdk.data import DataPath, DataSource
-from rlsdk.plugins.errors import DataError
+from rlsdk.errors import DataError
 
 
 def write_jsonl(path, rows):

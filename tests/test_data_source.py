@@ -8,7 +8,7 @@ import pytest
 
 from rlsdk import BufferFilter, RolloutConfig, Sample, hookimpl
 from rlsdk.data import START_ROLLOUT_ID, DataSource
-from rlsdk.plugins.errors import PluginCallError, PluginError
+from rlsdk.errors import PluginCallError, PluginError
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 
 from rlsdk import RolloutConfig
 from rlsdk.data import DataSource
-from rlsdk.plugins.errors import DataError
+from rlsdk.errors import DataError
 
 # A Llama-3-like header format with tools and a Qwen3-like thinking switch (written for this test).
 HEADER_TEMPLATE = (

@@ -8,7 +8,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from rlsdk import Sample
-from rlsdk.plugins.errors import RlsdkError
+from rlsdk.errors import RlsdkError
 from rlsdk.rollout.job import STATE_FILE, RunOutput
 from rlsdk.rollout.step import group_rewards, scored_reward_metrics
 from rlsdk_cli.app import app

@@ -13,7 +13,7 @@ import asyncio
 import pytest
 
 from rlsdk import BufferFilter, DynamicFilter, DynamicFilterOutput, OverSamplingFilter, PluginInfo, hookimpl
-from rlsdk.plugins.errors import PluginCallError
+from rlsdk.errors import PluginCallError
 from rlsdk.testing import check_buffer_filter, check_dynamic_filter, check_over_sampling_filter, make_group
 
 from . import test_rollout_loop as loop

@@ -85,7 +85,7 @@ def fill_optional_values(argv: list[str]) -> list[str]:
 def main() -> None:
     import sys
 
-    from rlsdk.plugins.errors import RlsdkError
+    from rlsdk.errors import RlsdkError
 
     try:
         app(args=fill_optional_values(spread_multi_value_flags(sys.argv[1:])))

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rlsdk import KINDS, get_plugin_manager
-from rlsdk.plugins.errors import PluginError
+from rlsdk.errors import PluginError
 from rlsdk.plugins.manager import RlsdkPluginManager
 
 app = typer.Typer(help="List and inspect installed plugins.", no_args_is_help=True)

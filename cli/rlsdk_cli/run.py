@@ -18,7 +18,7 @@ from rich.text import Text
 
 from rlsdk import RolloutConfig
 from rlsdk.config import ALIASES
-from rlsdk.plugins.errors import RlsdkError
+from rlsdk.errors import RlsdkError
 
 console = Console(stderr=True)
 

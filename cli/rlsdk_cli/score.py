@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rlsdk import RolloutConfig, Sample, get_plugin_manager
-from rlsdk.plugins.errors import PluginError
+from rlsdk.errors import PluginError
 from rlsdk.rollout.rewarding import REWARD_ERROR, resolve_reward, score_group
 from rlsdk.types import reward_value
 

@@ -74,8 +74,8 @@ def serve(
     from rlsdk import get_plugin_manager
     from rlsdk.engines.protocol import SERVE_TOKEN_ENV
     from rlsdk.engines.service_guard import check_binding
+    from rlsdk.errors import RlsdkError
     from rlsdk.plugins.calls import call_engine
-    from rlsdk.plugins.errors import RlsdkError
 
     flags = {
         "model": model,

@@ -3,7 +3,7 @@
 from importlib.metadata import PackageNotFoundError, version
 
 from .config import RolloutConfig
-from .plugins.errors import PluginCallError, PluginConflictError, PluginError, RlsdkError, UnknownPluginError
+from .errors import PluginCallError, PluginConflictError, PluginError, RlsdkError, UnknownPluginError
 from .plugins.hookspecs import hookimpl, hookspec
 from .plugins.manager import RlsdkPluginManager, get_plugin_manager
 from .plugins.records import (

@@ -187,7 +187,7 @@ def test_groups_a_run_took_come_back_when_it_dies_before_saving_them(
     run takes group ``a``, then dies waiting for ``b``; ``rlsdk buffer serve`` is a real subprocess, the run
     is ``run_job`` in process (its engine, only health-checked, the misbehaving server in good mood)."""
     from rlsdk import RolloutConfig
-    from rlsdk.plugins.errors import RlsdkError
+    from rlsdk.errors import RlsdkError
     from rlsdk.rollout.job import run_job
 
     service = buffer_service()

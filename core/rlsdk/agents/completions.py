@@ -14,7 +14,7 @@ from typing import Any
 
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import new_rid
-from ..plugins.errors import PluginCallError
+from ..errors import PluginCallError
 from ..plugins.records import Resolved, ToolCallParser
 from .chat_template import ChatTemplate, canonical_message
 from .sessions import Choice, Session, SessionStore, Turn

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from ..engines.protocol import SERVE_TOKEN_ENV
-from ..plugins.errors import PluginCallError, PluginError
+from ..errors import PluginCallError, PluginError
 from ..plugins.records import Resolved
 from ..runtime import Runtime, get_runtime
 from ..types import Sample

@@ -19,7 +19,7 @@ from .. import __version__
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import SERVE_TOKEN_ENV, EngineRequestError
 from ..engines.service_guard import ConnectionLimits, check_binding, guard
-from ..plugins.errors import PluginCallError
+from ..errors import PluginCallError
 from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
 from ..plugins.records import PluginInfo, Resolved
 from .completions import ChatEndpoint, ChatRequestError, GenerationAborted, parse_chat_request

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..plugins.errors import DataError
+from ..errors import DataError
 from ..types import Messages, Sample
 from .images import split_images, text_only
 from .rows import BadRowPolicy, Row

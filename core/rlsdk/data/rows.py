@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..plugins.errors import DataError
+from ..errors import DataError
 
 log = logging.getLogger("rlsdk.data")
 

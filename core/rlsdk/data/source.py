@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..errors import DataError
 from ..plugins.calls import call_buffer_filter
-from ..plugins.errors import DataError
 from ..types import Sample
 from .prompts import Prompt, PromptBuilder
 from .rows import BadRowPolicy, DataPath, read_rows

@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import Any
 
-from ..plugins.errors import RlsdkError
+from ..errors import RlsdkError
 
 SERVE_TOKEN_ENV = "RLSDK_SERVE_TOKEN"
 """The bearer token ``rlsdk serve`` requires off loopback, and the engine client sends when it is set."""

@@ -3,10 +3,10 @@
 its kind here, so a plugin that passes the testing kit behaves the same in the loop.
 
 Each function calls the plugin the same way, sync or async (an awaitable result is awaited), turns any failure
-(an exception, a timeout, a result of the wrong shape) into a :class:`~rlsdk.plugins.errors.PluginCallError`
-that names the plugin, its distribution and the sample or group, and checks the result the same way for every
-caller. ``custom_generate`` and ``reward`` failures are recorded on their sample instead (one bad sample must
-not lose the step's others); the rest raise.
+(an exception, a timeout, a result of the wrong shape) into a :class:`~rlsdk.errors.PluginCallError` that names
+the plugin, its distribution and the sample or group, and checks the result the same way for every caller.
+``custom_generate`` and ``reward`` failures are recorded on their sample instead (one bad sample must not lose
+the step's others); the rest raise.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from ..aio.blocking import blocking_pool
 from ..aio.concurrency import ConcurrencyLimit, gather_calls
 from ..aio.deadlines import deadline
 from ..engines.protocol import EngineError, EngineRequestError
+from ..errors import PluginCallError, RlsdkError
 from ..types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
-from .errors import PluginCallError, RlsdkError
 from .manager import RlsdkPluginManager
 from .records import Resolved
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import PluginError
+from ..errors import PluginError
 
 
 def is_path(spec: str) -> bool:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pluggy
 
+from ..errors import PluginConflictError, PluginError, UnknownPluginError
 from . import hookspecs
-from .errors import PluginConflictError, PluginError, UnknownPluginError
 from .loading import check_signature, is_async_callable, is_path, load_callable
 from .records import (
     KINDS,

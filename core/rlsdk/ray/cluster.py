@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..plugins.errors import RlsdkError
+from ..errors import RlsdkError
 
 LOCAL = "local"
 """``--ray`` without an address: a cluster on this machine, for this run only."""

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import finish_abort, generate_response, new_rid, split_batch
-from ..plugins.errors import RlsdkError
+from ..errors import RlsdkError
 from .cluster import ActorStartError, describe_place, first_line, import_ray, place, start
 from .engine_actor import EngineActor, actor_device, actor_resources
 from .environments import check_worker

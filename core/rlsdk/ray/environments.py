@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..plugins.errors import RlsdkError
+from ..errors import RlsdkError
 from .cluster import import_ray, worker_info
 
 

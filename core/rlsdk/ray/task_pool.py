@@ -16,7 +16,7 @@ import signal
 import threading
 from typing import Any
 
-from ..plugins.errors import RlsdkError
+from ..errors import RlsdkError
 from .cluster import first_line, import_ray
 
 RETRIES = 3

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..plugins.errors import RlsdkError
+from ..errors import RlsdkError
 from ..training.trainer import PolicyTrainer
 from ..types import Sample
 from .cluster import describe_place, first_line, import_ray, place, start, worker_info

@@ -42,7 +42,7 @@ from aiohttp import web
 
 from ..engines.service_guard import ConnectionLimits, guard
 from ..engines.service_guard import check_binding as _check_binding
-from ..plugins.errors import PluginError
+from ..errors import PluginError
 from ..plugins.manager import RlsdkPluginManager
 from ..plugins.records import TaskGenerator
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from ..errors import RlsdkError
 from ..plugins.calls import call_engine, call_eval_rollout, call_generate_rollout
-from ..plugins.errors import RlsdkError
 from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
 from ..plugins.records import Resolved
 from ..report import RunReport
@@ -428,7 +428,7 @@ def check_step(args: Any, rollout_id: int, metrics: dict[str, Any]) -> None:
 def check_data(args: Any) -> None:
     """Read the training data's rows once, without a tokenizer: bad rows and empty files fail early."""
     from ..data import BadRowPolicy, DataPath, read_rows
-    from ..plugins.errors import DataError
+    from ..errors import DataError
 
     if not args.prompt_data:
         raise DataError("no training data: set prompt_data (--data) to a JSONL or Parquet file")
@@ -443,7 +443,7 @@ def check_images(runtime: Runtime, data_source: Any) -> None:
         return
     info = runtime.run(runtime.engine.model_info())
     if not info.get("has_image_understanding"):
-        from ..plugins.errors import DataError
+        from ..errors import DataError
 
         raise DataError(
             f"{data_source.data_path} has prompts with images, but the engine's model "

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..plugins.errors import RlsdkError
+from ..errors import RlsdkError
 from ..types import Sample
 
 Group = list[Sample]

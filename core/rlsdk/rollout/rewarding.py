@@ -21,8 +21,8 @@ from typing import Any
 
 from ..aio.concurrency import gather_calls
 from ..answers import last_boxed
+from ..errors import PluginCallError, PluginError
 from ..plugins.calls import InvalidReward, call_cheap_reward, call_reward
-from ..plugins.errors import PluginCallError, PluginError
 from ..plugins.loading import is_path
 from ..plugins.records import Resolved, Reward, normalize_name
 from ..types import Sample

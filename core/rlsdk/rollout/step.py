@@ -17,6 +17,7 @@ from typing import Any
 
 from ..agents.sessions import agent_metrics
 from ..aio.concurrency import ConcurrencyLimit
+from ..errors import PluginCallError
 from ..plugins.calls import (
     ENGINE_FAULT,
     FINISHED,
@@ -25,7 +26,6 @@ from ..plugins.calls import (
     call_over_sampling_filter,
     generate_group,
 )
-from ..plugins.errors import PluginCallError
 from ..runtime import Runtime, get_runtime
 from ..types import RolloutFnTrainOutput, Sample, reward_value
 from .generate import sampling_params_for

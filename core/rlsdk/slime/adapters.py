@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import core_options, installed_options
-from ..plugins.errors import PluginCallError, UnknownPluginError
+from ..errors import PluginCallError, UnknownPluginError
 from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
 from ..plugins.records import Resolved
 from ..types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample

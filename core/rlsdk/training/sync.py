@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engines.engine import InferenceEngine
-from ..plugins.errors import RlsdkError
+from ..errors import RlsdkError
 from ..types import Sample
 from .trainer import PolicyTrainer
 

@@ -316,7 +316,7 @@ def test_surplus_groups_stay_in_the_service_across_a_trainer_crash(rlsdk_pm, sma
 
 def test_waiting_in_vain_is_an_error_rlsdk_run_reports_in_one_line(rlsdk_pm, small_tokenizer, tmp_path):
     """It used to be a bare TimeoutError, which `rlsdk run` showed as a raw traceback."""
-    from rlsdk.plugins.errors import RlsdkError
+    from rlsdk.errors import RlsdkError
 
     rlsdk_pm.register(generators_plugin)
     service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"))

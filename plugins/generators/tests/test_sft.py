@@ -8,7 +8,7 @@ import pytest
 import rlsdk_filter_hub.plugin
 from rlsdk import RolloutConfig, Sample
 from rlsdk.data import DataSource
-from rlsdk.plugins.errors import DataError
+from rlsdk.errors import DataError
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import FakeEngine
 from rlsdk_generators import plugin as generators_plugin

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsdk import RolloutFnTrainOutput, Sample
-from rlsdk.plugins.errors import RlsdkError
+from rlsdk.errors import RlsdkError
 from rlsdk.rollout.buffer_service import TOKEN_ENV
 from rlsdk.runtime import get_runtime
 
