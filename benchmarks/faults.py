@@ -7,7 +7,7 @@ A ``rlsdk run --train --ray --num-engines 2`` (the embedded engine on SmolLM2-13
 rejoined); ``--spares 1`` keeps a started engine ready to take a dead one's place. Reported:
 
 - ``samples_lost``: samples the data source handed out that are neither kept, discarded nor in the buffer
-  at the end (:func:`rlsdk.ledger.audit_run`). Must be 0.
+  at the end (:func:`rlsdk.rollout.ledger.audit_run`). Must be 0.
 - ``steps_completed`` and the samples the kills sent back to the buffer (``returned``).
 - ``recovery_seconds`` per kill: from the SIGKILL until the restarted engine, given the current weights and
   past the trust check, took requests again. Target: at most 10 s on 2 CPU cores.
@@ -133,8 +133,8 @@ class Killer(threading.Thread):
 
 def faults(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
     from rlsdk import RolloutConfig
-    from rlsdk.job import run_job
-    from rlsdk.ledger import audit_run
+    from rlsdk.rollout.job import run_job
+    from rlsdk.rollout.ledger import audit_run
 
     out = work / "faults"
     options = run_options(opts, work)

@@ -28,7 +28,7 @@ import sys
 import time
 
 from rlsdk import RolloutConfig, Sample, get_plugin_manager
-from rlsdk.rewarding import score_group
+from rlsdk.rollout.rewarding import score_group
 
 CASES = pathlib.Path(__file__).with_name("graders") / "cases.jsonl"
 GRADERS = ("math", "math_verify", "slime_math")

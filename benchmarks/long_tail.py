@@ -41,9 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import machine, write_prompts
+
 from rlsdk import Engine, Reward, RolloutConfig, Sample, get_plugin_manager, hookimpl
 from rlsdk.data import DataSource
-from rlsdk.rollout import generate_rollout
+from rlsdk.rollout.step import generate_rollout
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import ByteTokenizer, FakeEngine, FakeReply
 

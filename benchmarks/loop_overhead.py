@@ -5,7 +5,7 @@ Both sides run on one core, on the same instant engine (the benchmark's ``bench_
 registered only here), the same prompts, the same trivial sync reward and the same dynamic filter
 (filter_hub's ``check_reward_nonzero_std``, which drops every fourth group here):
 
-- **rlsdk**: slime's ``generate_rollout`` entry point, i.e. :func:`rlsdk.rollout.rollout_step` with the
+- **rlsdk**: slime's ``generate_rollout`` entry point, i.e. :func:`rlsdk.rollout.step.rollout_step` with the
   data source, buffer (surplus groups), plugin calls, ledger and metrics;
 - **baseline**: a minimal hand-written asyncio loop doing the same work (generate every sample of a
   chunk concurrently, call the reward, call the filter, keep groups until the batch is full, carry the
@@ -37,10 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from harness import machine, pin_one_core, write_prompts
+
 from rlsdk import DynamicFilterOutput, Engine, Reward, RolloutConfig, Sample, get_plugin_manager, hookimpl
 from rlsdk.data import DataSource
-from rlsdk.generate import sampling_params_for
-from rlsdk.rollout import generate_rollout
+from rlsdk.rollout.generate import sampling_params_for
+from rlsdk.rollout.step import generate_rollout
 from rlsdk.runtime import BackgroundLoop, Runtime, bind_runtime, tuned_garbage_collector
 from rlsdk.testing import ByteTokenizer, FakeEngine, FakeReply
 

@@ -164,7 +164,7 @@ def test_a_proxy_in_front_of_an_sglang_protocol_server(served):
     """The chat endpoint on an SGLang client (what fronts a real SGLang server or router) records the same
     exact tokens as the engine's own."""
     from rlsdk.agents.server import chat_endpoint, start_chat_server
-    from rlsdk.engine import SGLangClient
+    from rlsdk.engines.engine import SGLangClient
 
     async def run() -> tuple[dict, dict]:
         upstream = SGLangClient(served.url)

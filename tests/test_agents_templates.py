@@ -7,7 +7,7 @@ import pytest
 
 from rlsdk.agents.chat_template import ChatTemplate
 from rlsdk.agents.server import resolve_parser
-from rlsdk.manager import get_plugin_manager
+from rlsdk.plugins.manager import get_plugin_manager
 
 TOOLS = [
     {

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rlsdk.blocking import BlockingPool, PoolExhausted
+from rlsdk.aio.blocking import BlockingPool, PoolExhausted
 
 
 def test_stuck_calls_are_abandoned_and_later_calls_still_run():

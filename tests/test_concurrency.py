@@ -1,5 +1,5 @@
-"""rlsdk.concurrency: ConcurrencyLimit (asyncio.Semaphore's bound, first come first served, no slot lost) and
-gather_calls (asyncio.gather's results and cancellation)."""
+"""rlsdk.aio.concurrency: ConcurrencyLimit (asyncio.Semaphore's bound, first come first served, no slot lost)
+and gather_calls (asyncio.gather's results and cancellation)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from rlsdk.concurrency import ConcurrencyLimit, gather_calls
+from rlsdk.aio.concurrency import ConcurrencyLimit, gather_calls
 
 
 async def hold(limit, inside, log, name, seconds=0.01):

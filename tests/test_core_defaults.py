@@ -6,7 +6,6 @@ process, over :class:`rlsdk.testing.FakeEngine` (no model is needed to show what
 from __future__ import annotations
 
 import importlib.metadata
-
 import json
 import os
 import subprocess
@@ -14,14 +13,14 @@ import sys
 
 import httpx
 import pytest
+
 from rlsdk import RolloutConfig, get_plugin_manager
 from rlsdk.data import DataSource
-from rlsdk.job import resolve_run_plugins
-from rlsdk.plugin_calls import call_engine, call_generate_rollout
+from rlsdk.engines.sglang_client import SGLangClient
+from rlsdk.plugins.calls import call_engine, call_generate_rollout
+from rlsdk.rollout.job import resolve_run_plugins
 from rlsdk.runtime import Runtime, bind_runtime
-from rlsdk.sglang_client import SGLangClient
 from rlsdk.testing import ByteTokenizer, FakeEngine, FakeReply, ServedEngine
-
 
 PLUGIN_PACKAGES = ",".join(sorted(ep.name for ep in importlib.metadata.entry_points(group="rlsdk")
                                   if ep.dist is not None and ep.dist.name != "rlsdk"))

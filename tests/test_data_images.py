@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 
 import pytest
+
 import rlsdk_filter_hub.plugin
 from rlsdk import RolloutConfig, Sample
 from rlsdk.data import DataSource
 from rlsdk.errors import DataError
-from rlsdk.generate import generate, sampling_params_for
+from rlsdk.rollout.generate import generate, sampling_params_for
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import FakeEngine, FakeReply
 

@@ -7,6 +7,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from rlsdk import RolloutConfig
 from rlsdk.data import DataPath, DataSource
 from rlsdk.errors import DataError

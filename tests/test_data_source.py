@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from rlsdk import BufferFilter, RolloutConfig, Sample, hookimpl
 from rlsdk.data import START_ROLLOUT_ID, DataSource
 from rlsdk.errors import PluginCallError, PluginError

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from rlsdk import RolloutConfig
 from rlsdk.data import DataSource
 from rlsdk.errors import DataError

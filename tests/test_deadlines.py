@@ -1,4 +1,4 @@
-"""rlsdk.deadlines: asyncio.timeout's behaviour, one timer per duration."""
+"""rlsdk.aio.deadlines: asyncio.timeout's behaviour, one timer per duration."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from rlsdk import deadlines
-from rlsdk.deadlines import deadline
+from rlsdk.aio import deadlines
+from rlsdk.aio.deadlines import deadline
 
 
 def run_counting_timers(main):

@@ -1,7 +1,7 @@
 import pytest
 
 from rlsdk import RolloutConfig
-from rlsdk.evaluation import eval_datasets, pass_at_k
+from rlsdk.rollout.evaluation import eval_datasets, pass_at_k
 
 
 def test_pass_at_k_is_the_unbiased_estimate():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from rlsdk import BufferFilter, DynamicFilter, DynamicFilterOutput, OverSamplingFilter, PluginInfo, hookimpl
 from rlsdk.errors import PluginCallError
 from rlsdk.testing import check_buffer_filter, check_dynamic_filter, check_over_sampling_filter, make_group

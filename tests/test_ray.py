@@ -16,15 +16,15 @@ import pytest
 import ray
 
 from rlsdk import CustomGenerate, RolloutConfig, get_plugin_manager, hookimpl
-from rlsdk.generate import generate
-from rlsdk.job import run_job
-from rlsdk.ledger import audit_run
+from rlsdk.aio.task_pools import set_cluster_task_pool
 from rlsdk.ray.cluster import ActorStartError
 from rlsdk.ray.environments import PluginEnvironmentError, differences
 from rlsdk.ray.task_pool import RayTaskPool
 from rlsdk.ray.trainer_actor import RemoteTrainer, TrainerLostError
+from rlsdk.rollout.generate import generate
+from rlsdk.rollout.job import run_job
+from rlsdk.rollout.ledger import audit_run
 from rlsdk.runtime import get_runtime
-from rlsdk.task_pools import set_cluster_task_pool
 
 SLOW_TASK = '''
 import os, time

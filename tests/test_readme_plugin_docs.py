@@ -7,8 +7,8 @@ import dataclasses
 import re
 from pathlib import Path
 
-from rlsdk import hookspecs
-from rlsdk.records import RECORD_TYPES, Option, hook_name
+from rlsdk.plugins import hookspecs
+from rlsdk.plugins.records import RECORD_TYPES, Option, hook_name
 
 README = Path(__file__).parents[1] / "README.md"
 

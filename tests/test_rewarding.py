@@ -7,7 +7,7 @@ import time
 import pytest
 
 from rlsdk import PluginCallError, PluginError, Reward, RolloutConfig, Sample, hookimpl
-from rlsdk.rewarding import REWARD_ERROR, apply_invalid_policy, count_invalid, score_group
+from rlsdk.rollout.rewarding import REWARD_ERROR, apply_invalid_policy, count_invalid, score_group
 
 
 def exact(args, sample, **kwargs):

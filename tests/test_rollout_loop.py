@@ -13,6 +13,7 @@ import asyncio
 import json
 
 import pytest
+
 from rlsdk import (
     CustomGenerate,
     DynamicFilter,
@@ -23,7 +24,7 @@ from rlsdk import (
     hookimpl,
 )
 from rlsdk.data import DataSource
-from rlsdk.rollout import rollout_step
+from rlsdk.rollout.step import rollout_step
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import ByteTokenizer, FakeEngine, FakeReply
 from rlsdk.types import Sample
@@ -76,7 +77,7 @@ class LoopPlugins:
         async def broken(args, sample, sampling_params):
             if sample.prompt.startswith("1 "):
                 raise RuntimeError("tool server down")
-            from rlsdk.generate import generate
+            from rlsdk.rollout.generate import generate
 
             return await generate(args, sample, sampling_params)
 
@@ -87,7 +88,7 @@ class LoopPlugins:
             await asyncio.sleep(3600)
 
         async def counts_attempts(args, sample, sampling_params):
-            from rlsdk.generate import generate
+            from rlsdk.rollout.generate import generate
 
             sample.metadata["attempts"] = sample.metadata.get("attempts", 0) + 1
             return await generate(args, sample, sampling_params)
@@ -296,7 +297,7 @@ def test_ledger_balances_over_many_steps_with_partial_rollouts(make_run):
 def test_a_step_whose_every_sample_failed_stops_the_run_with_the_causes(make_run):
     """Never a quiet step of nothing: all samples failed -> an error naming the causes (configurable)."""
     from rlsdk.errors import RlsdkError
-    from rlsdk.job import check_step
+    from rlsdk.rollout.job import check_step
 
     args, source, runtime, _ = make_run(n_prompts=4, custom_generate_function_path="wrong_type",
                                         rollout_max_groups_per_step=2)

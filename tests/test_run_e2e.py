@@ -18,7 +18,7 @@ import pytest
 
 from rlsdk import RolloutConfig, Sample
 from rlsdk.config import DEFAULT_DATASET
-from rlsdk.job import run_job
+from rlsdk.rollout.job import run_job
 
 pytestmark = pytest.mark.slow
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from rlsdk import RolloutConfig
-from rlsdk.launch.sglang import SGLangLauncher, SGLangLaunchError, plan_launch, server_flags
-from rlsdk.protocol import EngineUnavailableError
-from rlsdk.sglang_client import SGLangClient
+from rlsdk.engines.launch.sglang import SGLangLauncher, SGLangLaunchError, plan_launch, server_flags
+from rlsdk.engines.protocol import EngineUnavailableError
+from rlsdk.engines.sglang_client import SGLangClient
 
 FAKE = Path(__file__).with_name("fake_sglang_interpreter.py")
 
@@ -202,7 +202,7 @@ def test_no_orphans_when_rlsdk_is_interrupted_or_killed(fake_python, tmp_path, h
         import asyncio, time
         from pathlib import Path
         from rlsdk import RolloutConfig
-        from rlsdk.launch.sglang import SGLangLauncher, plan_launch
+        from rlsdk.engines.launch.sglang import SGLangLauncher, plan_launch
         launcher = SGLangLauncher(plan_launch(RolloutConfig(sglang_python={fake_python!r}), "/m"), Path({str(tmp_path)!r}))
         asyncio.run(launcher.start())
         print("ready", flush=True)

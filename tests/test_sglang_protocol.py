@@ -11,7 +11,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from rlsdk.engine import EngineRequestError, SGLangClient
+from rlsdk.engines.engine import EngineRequestError, SGLangClient
 from rlsdk.testing import ServedEngine
 
 FACTS = json.loads((Path(__file__).parent / "fixtures" / "sglang-0.5.17.json").read_text())

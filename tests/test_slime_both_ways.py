@@ -16,8 +16,8 @@ import textwrap
 import pytest
 
 from rlsdk import DynamicFilterOutput, Sample, hookimpl, slime_compat
-from rlsdk.loading import load_callable
-from rlsdk.records import BufferFilter, DynamicFilter, Reward
+from rlsdk.plugins.loading import load_callable
+from rlsdk.plugins.records import BufferFilter, DynamicFilter, Reward
 from rlsdk.slime import adapters
 
 FAKE_SLIME = {
@@ -275,9 +275,9 @@ def test_loading_a_path_turns_the_layer_on_and_puts_the_files_folder_on_sys_path
 def test_foreign_and_unknown_statuses_are_never_silently_recycled(rlsdk_pm, rlsdk_args, fake_slime, status, expected):
     """slime's Status members count as rlsdk's (same values); an unknown status fails the sample with
     the cause, where it was once counted as aborted and recycled."""
-    from rlsdk.concurrency import ConcurrencyLimit
-    from rlsdk.plugin_calls import StepPlugins, call_custom_generate
-    from rlsdk.records import CustomGenerate
+    from rlsdk.aio.concurrency import ConcurrencyLimit
+    from rlsdk.plugins.calls import StepPlugins, call_custom_generate
+    from rlsdk.plugins.records import CustomGenerate
 
     async def slime_generator(args, sample, sampling_params):
         sample.status = fake_slime.Sample.Status(status) if status != "weird" else status
@@ -314,7 +314,7 @@ def test_args_answer_slimes_arguments_and_survive_deepcopy_and_pickle(rlsdk_args
 
 def test_rewards_a_generator_already_set_are_kept(rlsdk_pm, rlsdk_args):
     """slime's agents score their samples themselves; slime rewards only samples without one."""
-    from rlsdk.rewarding import score_group
+    from rlsdk.rollout.rewarding import score_group
 
     rlsdk_pm.register(Plugins(), "test_plugins")
     scored, fresh = Sample(response="abc", reward=0.8), Sample(response="abcd")
@@ -323,7 +323,7 @@ def test_rewards_a_generator_already_set_are_kept(rlsdk_pm, rlsdk_args):
 
 
 def test_the_ledger_counts_samples_a_generator_adds():
-    from rlsdk.ledger import StepLedger
+    from rlsdk.rollout.ledger import StepLedger
 
     ledger, group = StepLedger(), [Sample()]
     ledger.enter([group])
@@ -335,7 +335,7 @@ def test_the_ledger_counts_samples_a_generator_adds():
 
 
 def test_rollouts_rows_keep_the_step_and_the_samples_own_rollout_id():
-    from rlsdk.job import sample_row
+    from rlsdk.rollout.job import sample_row
 
     row = sample_row(3, Sample(rollout_id=7, index=1))
     assert row["rollout_id"] == 3 and row["sample_rollout_id"] == 7
@@ -387,8 +387,8 @@ def take_last(args, rollout_id, buffer, num_samples):
 
 def test_slime_functions_get_slimes_own_samples_when_slime_is_installed(fake_slime, tmp_path, rlsdk_pm,
                                                                           rlsdk_args):
-    from rlsdk.rewarding import score_group
-    from rlsdk.rollout import call_dynamic_filter
+    from rlsdk.rollout.rewarding import score_group
+    from rlsdk.rollout.step import call_dynamic_filter
 
     path = tmp_path / "slime_functions.py"
     path.write_text(SLIME_FUNCTIONS)

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from rlsdk import CustomGenerate, RolloutConfig, Sample, hookimpl
-from rlsdk.generate import generate, sampling_params_for
+from rlsdk.rollout.generate import generate, sampling_params_for
 from rlsdk.testing import FakeEngine, FakeReply, ServedEngine, check_custom_generate
 
 

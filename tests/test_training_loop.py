@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from rlsdk import Loss, RolloutConfig, Trainer, get_plugin_manager, hookimpl
-from rlsdk.job import run_job
+from rlsdk.rollout.job import run_job
 from rlsdk.testing import check_loss, check_trainer
 from rlsdk.training.sync import WeightSyncError
 
@@ -127,9 +127,8 @@ def test_an_engine_over_http_takes_the_weights_from_disk(tiny_llama, run_files, 
     """The path of an SGLang server (``--engine URL``): the trainer writes a Hugging Face folder, the engine
     loads it through ``/update_weights_from_disk`` and the trust check asks for prompt log-probs over HTTP.
     The server is ``rlsdk serve``'s, speaking SGLang's protocol, since SGLang needs a GPU."""
-    from rlsdk_embedded.engine import EmbeddedEngine
-
     from rlsdk.testing import ServedEngine
+    from rlsdk_embedded.engine import EmbeddedEngine
 
     out = tmp_path / "out"
     with ServedEngine(EmbeddedEngine(str(tiny_llama), device="cpu", threads=1), weights_dirs=[out]) as served:
@@ -183,7 +182,7 @@ def test_sigkill_then_resume_with_no_flags_reaches_the_uninterrupted_parameters(
 
 
 def test_resume_refuses_a_conflicting_flag(tmp_path):
-    from rlsdk.job import resumed_settings
+    from rlsdk.rollout.job import resumed_settings
 
     (tmp_path / "state.json").write_text(json.dumps({"settings": {"lr": 1e-5, "num_rollout": 3}}))
     assert resumed_settings(tmp_path, {"num_rollout": 9})["num_rollout"] == 9

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from rlsdk import RolloutConfig
-from rlsdk.sglang_client import SGLangClient
+from rlsdk.engines.sglang_client import SGLangClient
 from rlsdk.training.sync import (
     ColocatedTensorSync,
     DiskSync,
@@ -146,7 +146,7 @@ def weights_server(tmp_path: Path):
     """SGLang's weight endpoints restated in a real server process (``fake_sglang_weights_server.py``)."""
     import httpx
 
-    from rlsdk.launch.sglang import free_port
+    from rlsdk.engines.launch.sglang import free_port
 
     port = free_port()
     authkey = multiprocessing.current_process().authkey.hex()

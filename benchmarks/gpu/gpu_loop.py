@@ -2,7 +2,7 @@
 under 9 minutes; the last line printed is one JSON object).
 
 ``throughput``: SGLang started by hand (``python -m sglang.launch_server``, the SGLang benchmark's flags)
-and the same server started by rlsdk's launcher (``rlsdk.launch.sglang``, the flags passed through as
+and the same server started by rlsdk's launcher (``rlsdk.engines.launch.sglang``, the flags passed through as
 ``sglang_*`` options), one after the other on the same card; tokens/s of the shared workload (the straight
 client with log-probs, as ``sglang_throughput.py``) on each, plus one ``rlsdk run`` rollout step through the
 launched server. ``ratio`` = launched over hand-started (target >= 0.95). Start-up seconds of each.
@@ -41,8 +41,8 @@ from sglang_throughput import best, flush, straight, through_rlsdk
 from workload import machine, make_prompts, random_checkpoint, write_dataset
 
 from rlsdk import RolloutConfig, Sample
-from rlsdk.launch.sglang import SGLangLauncher, free_port, plan_launch
-from rlsdk.sglang_client import SGLangClient
+from rlsdk.engines.launch.sglang import SGLangLauncher, free_port, plan_launch
+from rlsdk.engines.sglang_client import SGLangClient
 
 
 def hand_started(opts: argparse.Namespace, port: int, log: Path) -> subprocess.Popen[bytes]:

@@ -97,7 +97,7 @@ async def to_length(args: Any, sample: Any, sampling_params: dict[str, Any]) -> 
     generate with ``ignore_eos``, so every response runs to ``max_new_tokens`` as in the baselines.
     The ``/proc`` counters are read only by the first call to start and the last to end while calls
     overlap (the others reuse that reading), so the probe adds two readings per step, not one per call."""
-    from rlsdk.generate import generate
+    from rlsdk.rollout.generate import generate
     from rlsdk.runtime import get_runtime
 
     global _in_flight

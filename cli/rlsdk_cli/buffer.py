@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import asyncio
 import os
 import signal
 import warnings
+from collections.abc import Mapping
 
 import typer
 
@@ -31,7 +30,7 @@ def serve(
     """Serve /start_rollout, /buffer/write, /get_rollout_data and /ack_rollout_data; prints the URL once
     listening. Ctrl-C or SIGTERM stops it; every acknowledged item is already on disk."""
     from rlsdk import get_plugin_manager
-    from rlsdk.buffer_service import BufferService, TrajectoryStore, check_binding
+    from rlsdk.rollout.buffer_service import BufferService, TrajectoryStore, check_binding
 
     try:
         check_binding(host, token)
@@ -57,7 +56,7 @@ def serve(
 
 
 async def _serve(service: object, host: str, port: int, data_dir: str, options: Mapping[str, object]) -> None:
-    from rlsdk.buffer_service import start_buffer_server
+    from rlsdk.rollout.buffer_service import start_buffer_server
 
     server = await start_buffer_server(service, host, port, **options)  # type: ignore[arg-type]
     counts = server.service.store.counts()

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from rlsdk import KINDS, get_plugin_manager
 from rlsdk.errors import PluginError
-from rlsdk.manager import RlsdkPluginManager
+from rlsdk.plugins.manager import RlsdkPluginManager
 
 app = typer.Typer(help="List and inspect installed plugins.", no_args_is_help=True)
 

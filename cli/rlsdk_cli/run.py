@@ -188,7 +188,7 @@ def run(
     args = build_config(
         options.pop("config"), {**options, "resume": resume or None, "overwrite": overwrite or None}, extra
     )
-    from rlsdk.job import resumed_settings, run_job
+    from rlsdk.rollout.job import resumed_settings, run_job
 
     if resume:
         given = {k: v for k, v in options.items() if v is not None and v != []}
@@ -260,7 +260,7 @@ def evaluate(**options: Any) -> None:
     if not args.eval_datasets and not args.eval_prompt_data:
         data = str(args.prompt_data)  # with_default_data set it
         args.eval_datasets = [{"name": Path(data).stem, "path": data}]
-    from rlsdk.job import RunOutput, run_eval, running
+    from rlsdk.rollout.job import RunOutput, run_eval, running
 
     try:
         with running(args) as (runtime, plugins):

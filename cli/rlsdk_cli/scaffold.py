@@ -232,9 +232,9 @@ def plugin_module(distribution: str, package: str, kinds: list[str]) -> str:
         import_line("rlsdk", [*records, "hookimpl"]),
     ]
     if "custom_generate" in kinds:
-        lines.append("from rlsdk.generate import model_turn")
+        lines.append("from rlsdk.rollout.generate import model_turn")
     if "generate_rollout" in kinds:
-        lines.append("from rlsdk.rollout import generate_rollout")
+        lines.append("from rlsdk.rollout.step import generate_rollout")
     for kind in kinds:
         lines += ["", "", EXAMPLES[kind][0].rstrip()]
     for kind in kinds:

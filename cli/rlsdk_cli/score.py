@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rlsdk import RolloutConfig, Sample, get_plugin_manager
 from rlsdk.errors import PluginError
-from rlsdk.rewarding import REWARD_ERROR, resolve_reward, score_group
+from rlsdk.rollout.rewarding import REWARD_ERROR, resolve_reward, score_group
 from rlsdk.types import reward_value
 
 CHUNK_LINES = 256

@@ -72,10 +72,10 @@ def serve(
     """Serve the embedded engine with SGLang's protocol (/generate, /model_info, /abort_request, ...) and an
     OpenAI-compatible /v1/chat/completions that records token-exact sessions."""
     from rlsdk import get_plugin_manager
+    from rlsdk.engines.protocol import SERVE_TOKEN_ENV
+    from rlsdk.engines.service_guard import check_binding
     from rlsdk.errors import RlsdkError
-    from rlsdk.plugin_calls import call_engine
-    from rlsdk.protocol import SERVE_TOKEN_ENV
-    from rlsdk.service_guard import check_binding
+    from rlsdk.plugins.calls import call_engine
 
     flags = {
         "model": model,
@@ -137,8 +137,8 @@ def engine_args(flags: dict[str, Any], settings: list[str]) -> Any:
 
 
 async def _serve(engine: Any, host: str, port: int, **server_options: Any) -> None:
+    from rlsdk.engines.server import start_server
     from rlsdk.runtime import tuned_garbage_collector
-    from rlsdk.serve import start_server
 
     await engine.start()
     handle = await start_server(engine, host, port, **server_options)
@@ -164,7 +164,7 @@ async def _serve_chat(
     from transformers import AutoTokenizer
 
     from rlsdk.agents.server import chat_endpoint, start_chat_server
-    from rlsdk.engine import SGLangClient
+    from rlsdk.engines.engine import SGLangClient
 
     engine = SGLangClient(upstream)
     await engine.start()

@@ -4,9 +4,9 @@ from importlib.metadata import PackageNotFoundError, version
 
 from .config import RolloutConfig
 from .errors import PluginCallError, PluginConflictError, PluginError, RlsdkError, UnknownPluginError
-from .hookspecs import hookimpl, hookspec
-from .manager import RlsdkPluginManager, get_plugin_manager
-from .records import (
+from .plugins.hookspecs import hookimpl, hookspec
+from .plugins.manager import RlsdkPluginManager, get_plugin_manager
+from .plugins.records import (
     KINDS,
     Agent,
     BufferFilter,

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from .records import Option
+from .plugins.records import Option
 from .training.options import (
     ADVANTAGE_ESTIMATORS,
     KL_LOSS_TYPES,
@@ -435,7 +435,7 @@ def installed_plugin_options() -> dict[str, tuple[Option, Any]]:
     once per process, quietly (a plugin that fails to load is reported by the run's own manager)."""
     import warnings
 
-    from .manager import get_plugin_manager
+    from .plugins.manager import get_plugin_manager
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

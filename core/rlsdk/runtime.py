@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .engine import InferenceEngine
-from .manager import RlsdkPluginManager, get_plugin_manager
+from .engines.engine import InferenceEngine
+from .plugins.manager import RlsdkPluginManager, get_plugin_manager
 
 _ATTR = "_rlsdk_runtime"
 T = TypeVar("T")
@@ -139,7 +139,7 @@ def get_runtime(args: Any) -> Runtime:
     runtime = getattr(args, "__dict__", {}).get(_ATTR)
     if runtime is not None:
         return runtime
-    from .engine import SGLangClient
+    from .engines.engine import SGLangClient
 
     host, port = getattr(args, "sglang_router_ip", None), getattr(args, "sglang_router_port", None)
     if not host or not port:

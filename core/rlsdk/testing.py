@@ -19,20 +19,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import protocol
 from .config import RolloutConfig
-from .engine import InferenceEngine
-from .manager import RlsdkPluginManager
-from .plugin_calls import (
+from .engines import protocol
+from .engines.engine import InferenceEngine
+from .plugins.calls import (
     call_buffer_filter,
     call_dynamic_filter,
     call_over_sampling_filter,
     call_reward,
     run_to_completion,
 )
-from .records import Resolved
+from .plugins.manager import RlsdkPluginManager
+from .plugins.records import Resolved
 from .types import DynamicFilterOutput, Sample
-
 
 pytest_plugins = ["rlsdk.testing_fixtures"]
 
@@ -75,7 +74,7 @@ def check_reward(
 ) -> list[Any]:
     """A reward returns a number, a dict or None (invalid) for each sample; a group reward returns one per
     sample and an empty list for an empty group. Called as the rollout loop calls it
-    (:func:`rlsdk.plugin_calls.call_reward`, under ``args.reward_timeout``), so a reward that fails here
+    (:func:`rlsdk.plugins.calls.call_reward`, under ``args.reward_timeout``), so a reward that fails here
     raises the loop's error. Returns the rewards."""
     args = args or RolloutConfig()
     resolved = pm.resolve("reward", name)
@@ -98,7 +97,7 @@ def check_dynamic_filter(
 ) -> list[DynamicFilterOutput]:
     """A dynamic filter gives a verdict for every group, including a single sample, equal rewards, invalid
     rewards and an empty group, called as the rollout loop calls it
-    (:func:`rlsdk.plugin_calls.call_dynamic_filter`). Returns the verdicts."""
+    (:func:`rlsdk.plugins.calls.call_dynamic_filter`). Returns the verdicts."""
     args = args or RolloutConfig()
     resolved = pm.resolve("dynamic_filter", name)
     groups = (
@@ -122,7 +121,7 @@ def check_over_sampling_filter(
     groups: list[list[Sample]] | None = None,
 ) -> list[list[Sample]]:
     """An over-sampling filter returns groups taken from its input, none twice, and [] for [], as the rollout
-    loop checks it (:func:`rlsdk.plugin_calls.call_over_sampling_filter`). Returns its order."""
+    loop checks it (:func:`rlsdk.plugins.calls.call_over_sampling_filter`). Returns its order."""
     args = args or RolloutConfig()
     resolved = pm.resolve("over_sampling_filter", name)
     groups = (
@@ -151,7 +150,7 @@ def check_buffer_filter(
 ) -> list[list[Sample]]:
     """A buffer filter serves at most ``num_samples`` groups, removes exactly those from the buffer and loses
     none (unless ``may_drop``, for filters that discard stale groups); an empty buffer gives []. Called as the
-    data source calls it (:func:`rlsdk.plugin_calls.call_buffer_filter`). Returns the groups served."""
+    data source calls it (:func:`rlsdk.plugins.calls.call_buffer_filter`). Returns the groups served."""
     args = args or RolloutConfig()
     resolved = pm.resolve("buffer_filter", name)
     groups = [make_group([0.0, 1.0], group_index=i) for i in range(5)]
@@ -298,7 +297,7 @@ def check_custom_generate(
     (``tokenizer`` defaults to :class:`ByteTokenizer`): it returns the sample, finished or truncated,
     with its prompt tokens kept and one response token per ``loss_mask`` and log-prob entry, after at least
     one engine call. Returns the sample."""
-    from .generate import sampling_params_for
+    from .rollout.generate import sampling_params_for
     from .runtime import Runtime, bind_runtime
 
     args = args or RolloutConfig()
@@ -352,8 +351,8 @@ class ServedEngine:
         return self._loop.run(coroutine, timeout)
 
     def __enter__(self) -> ServedEngine:
+        from .engines.server import start_server
         from .runtime import BackgroundLoop
-        from .serve import start_server
 
         self._loop = BackgroundLoop("rlsdk-served-engine")
         try:
@@ -390,7 +389,7 @@ class ServedBuffer:
         return self.service.url
 
     def __enter__(self) -> ServedBuffer:
-        from .buffer_service import start_buffer_server
+        from .rollout.buffer_service import start_buffer_server
         from .runtime import BackgroundLoop
 
         self._loop = BackgroundLoop("rlsdk-served-buffer")
@@ -427,8 +426,8 @@ Respond = Callable[[dict[str, Any], int], "str | FakeReply"]
 
 class FakeEngine(InferenceEngine):
     """An engine without a model, for tests and benchmarks: it answers each ``/generate`` in SGLang's
-    shapes (:mod:`rlsdk.protocol`) with the next of ``replies`` (a list of strings or :class:`FakeReply`)
-    or with what ``replies(payload, call)`` returns, tokenized by ``tokenizer`` (default
+    shapes (:mod:`rlsdk.engines.protocol`) with the next of ``replies`` (a list of strings or
+    :class:`FakeReply`) or with what ``replies(payload, call)`` returns, tokenized by ``tokenizer`` (default
     :class:`ByteTokenizer`)::
 
         engine = FakeEngine(["The answer is 5.<|im_end|>"], tokenizer)

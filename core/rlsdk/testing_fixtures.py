@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from .config import RolloutConfig
-from .manager import RlsdkPluginManager, get_plugin_manager
+from .plugins.manager import RlsdkPluginManager, get_plugin_manager
 
 
 @pytest.fixture

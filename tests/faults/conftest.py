@@ -97,7 +97,7 @@ class MisbehavingEngine:
     async def _generate(self, request):
         from aiohttp import web
 
-        from rlsdk.protocol import error_body, finish_length, generate_response
+        from rlsdk.engines.protocol import error_body, finish_length, generate_response
 
         self.requests += 1
         body = await request.json()

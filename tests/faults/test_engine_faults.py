@@ -18,13 +18,13 @@ import pytest
 
 from rlsdk import RolloutConfig
 from rlsdk.data import DataSource
-from rlsdk.engine_health import EngineHealthError
-from rlsdk.job import run_job
-from rlsdk.manager import get_plugin_manager
-from rlsdk.protocol import EngineError, EngineResponseError
-from rlsdk.rollout import MAX_ENGINE_REQUEUES, rollout_step
+from rlsdk.engines.health import EngineHealthError
+from rlsdk.engines.protocol import EngineError, EngineResponseError
+from rlsdk.engines.sglang_client import SGLangClient
+from rlsdk.plugins.manager import get_plugin_manager
+from rlsdk.rollout.job import run_job
+from rlsdk.rollout.step import MAX_ENGINE_REQUEUES, rollout_step
 from rlsdk.runtime import Runtime, bind_runtime
-from rlsdk.sglang_client import SGLangClient
 from rlsdk.testing import ByteTokenizer
 
 RLSDK = [sys.executable, "-c", "from rlsdk_cli.app import main; main()"]

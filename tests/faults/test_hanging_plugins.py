@@ -56,8 +56,8 @@ def test_rewards_that_hang_do_not_starve_the_rewards_after_them(rlsdk_pm):
     import threading
 
     from rlsdk import Reward, RolloutConfig, Sample, hookimpl
-    from rlsdk.blocking import DEFAULT_WORKERS
-    from rlsdk.rewarding import score_group
+    from rlsdk.aio.blocking import DEFAULT_WORKERS
+    from rlsdk.rollout.rewarding import score_group
 
     release = threading.Event()
 

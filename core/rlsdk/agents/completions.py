@@ -12,10 +12,10 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import InferenceEngine
+from ..engines.engine import InferenceEngine
+from ..engines.protocol import new_rid
 from ..errors import PluginCallError
-from ..protocol import new_rid
-from ..records import Resolved, ToolCallParser
+from ..plugins.records import Resolved, ToolCallParser
 from .chat_template import ChatTemplate, canonical_message
 from .sessions import Choice, Session, SessionStore, Turn
 from .tool_parsers import ParsedTurn
@@ -303,7 +303,7 @@ class ChatEndpoint:
     async def stream(self, request: ChatRequest, session: Session | None) -> AsyncGenerator[dict[str, Any]]:
         """``chat.completion.chunk`` bodies: content as it comes (held back from a possible stop string or
         tool call), then each choice's tool calls and finish reason."""
-        from ..serve import merge_streams
+        from ..engines.server import merge_streams
 
         prepared = self.prepare(request, session)
         payloads = self._payloads(prepared, request.n)

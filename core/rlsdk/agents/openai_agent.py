@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..engines.protocol import SERVE_TOKEN_ENV
 from ..errors import PluginCallError, PluginError
-from ..protocol import SERVE_TOKEN_ENV
-from ..records import Resolved
+from ..plugins.records import Resolved
 from ..runtime import Runtime, get_runtime
 from ..types import Sample
 from .sessions import Session
@@ -82,7 +82,7 @@ def fill_sample(
 async def _run_agent(state: dict[str, Any], agent: Resolved, args: Any, sample: Sample, base_url: str) -> Any:
     if agent.is_async:
         return await agent.func(args, sample, state["async_client"].with_options(base_url=base_url))
-    from ..blocking import blocking_pool
+    from ..aio.blocking import blocking_pool
 
     return await blocking_pool().run(
         agent.func, args, sample, state["client"].with_options(base_url=base_url)

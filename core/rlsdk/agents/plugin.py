@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..hookspecs import hookimpl
-from ..records import CustomGenerate, ToolCallParser
+from ..plugins.hookspecs import hookimpl
+from ..plugins.records import CustomGenerate, ToolCallParser
 from . import tool_parsers
 from .openai_agent import openai_agent
 

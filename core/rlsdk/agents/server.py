@@ -16,12 +16,12 @@ from typing import Any
 from aiohttp import web
 
 from .. import __version__
-from ..engine import InferenceEngine
+from ..engines.engine import InferenceEngine
+from ..engines.protocol import SERVE_TOKEN_ENV, EngineRequestError
+from ..engines.service_guard import ConnectionLimits, check_binding, guard
 from ..errors import PluginCallError
-from ..manager import RlsdkPluginManager, get_plugin_manager
-from ..protocol import SERVE_TOKEN_ENV, EngineRequestError
-from ..records import PluginInfo, Resolved
-from ..service_guard import ConnectionLimits, check_binding, guard
+from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
+from ..plugins.records import PluginInfo, Resolved
 from .completions import ChatEndpoint, ChatRequestError, GenerationAborted, parse_chat_request
 from .sessions import Session
 
@@ -222,7 +222,7 @@ async def start_chat_server(
     max_connections: int = 1024,
 ) -> ChatServer:
     """Serve ``chat`` (an endpoint on any engine, e.g. an SGLang client) on its own: the OpenAI and
-    session routes and ``/health``, under the rules of :mod:`rlsdk.service_guard`."""
+    session routes and ``/health``, under the rules of :mod:`rlsdk.engines.service_guard`."""
     check_binding("the chat endpoint", host, token, SERVE_TOKEN_ENV)
     limits = ConnectionLimits(
         max_body=MAX_BODY, read_timeout=60.0, idle_timeout=300.0, max_connections=max_connections

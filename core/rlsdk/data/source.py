@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
-from ..plugin_calls import call_buffer_filter
+from ..plugins.calls import call_buffer_filter
 from ..types import Sample
 from .prompts import Prompt, PromptBuilder
 from .rows import BadRowPolicy, DataPath, read_rows
@@ -261,7 +261,7 @@ class DataSource:
 
 def _resolve_buffer_filter(pm: Any, name: str) -> Any:
     if pm is None:
-        from ..manager import get_plugin_manager
+        from ..plugins.manager import get_plugin_manager
 
         pm = get_plugin_manager()
     return pm.resolve("buffer_filter", name)

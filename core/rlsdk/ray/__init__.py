@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..manager import RlsdkPluginManager
-from ..records import Resolved
-from ..task_pools import set_cluster_task_pool
+from ..aio.task_pools import set_cluster_task_pool
+from ..plugins.manager import RlsdkPluginManager
+from ..plugins.records import Resolved
 
 
 def _with_factory(resolved: Resolved, factory: Any) -> Resolved:
@@ -28,7 +28,7 @@ def _with_factory(resolved: Resolved, factory: Any) -> Resolved:
 def on_ray(args: Any, pm: RlsdkPluginManager, plugins: dict[str, Resolved]) -> Iterator[dict[str, Resolved]]:
     """Connect to (or start) the run's cluster, check every node's plugins, and give back ``plugins``
     with the engine and trainer built as Ray actors; grading goes to Ray tasks until the block ends."""
-    from ..job import engine_name, plugin_versions
+    from ..rollout.job import engine_name, plugin_versions
     from .cluster import connect
     from .engine_pool import RayEnginePool
     from .environments import check_nodes

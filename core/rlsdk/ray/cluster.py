@@ -85,8 +85,8 @@ def worker_info() -> dict[str, Any]:
     """Where the calling Ray worker runs: node address and id, process id, log file, GPUs, and the rlsdk
     plugins its environment has (distribution -> version), found by its own plugin manager."""
     ray = import_ray()
-    from ..job import plugin_versions
-    from ..manager import get_plugin_manager
+    from ..plugins.manager import get_plugin_manager
+    from ..rollout.job import plugin_versions
 
     context = ray.get_runtime_context()
     pid = os.getpid()

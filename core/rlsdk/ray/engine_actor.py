@@ -42,8 +42,8 @@ class EngineActor:
 
     async def start(self) -> dict[str, Any]:
         """Resolve the engine plugin here, build and start it; what the pool needs to know of it."""
-        from ..job import engine_name
-        from ..manager import get_plugin_manager
+        from ..plugins.manager import get_plugin_manager
+        from ..rollout.job import engine_name
 
         engine = get_plugin_manager().resolve("engine", engine_name(self.args)).func(self.args)
         await engine.start()

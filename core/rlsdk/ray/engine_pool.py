@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine import InferenceEngine
+from ..engines.engine import InferenceEngine
+from ..engines.protocol import finish_abort, generate_response, new_rid, split_batch
 from ..errors import RlsdkError
-from ..protocol import finish_abort, generate_response, new_rid, split_batch
 from .cluster import ActorStartError, describe_place, first_line, import_ray, place, start
 from .engine_actor import EngineActor, actor_device, actor_resources
 from .environments import check_worker

@@ -57,7 +57,7 @@ def run_task(spec: str, args: tuple[Any, ...], timeout: float) -> tuple[bool, An
 
 
 class RayTaskPool:
-    """A :class:`rlsdk.task_pools.TaskPool` of Ray tasks (one logical CPU each)."""
+    """A :class:`rlsdk.aio.task_pools.TaskPool` of Ray tasks (one logical CPU each)."""
 
     def __init__(self, cpus_per_task: float = 1.0) -> None:
         ray = import_ray()

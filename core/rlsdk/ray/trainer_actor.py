@@ -42,7 +42,7 @@ class TrainerActor:
     def start(self, spec: str, hf_checkpoint: str | None) -> str:
         """Resolve the trainer plugin here and build it from ``hf_checkpoint`` (the engine's model folder,
         known once the engines started) unless the run names its own."""
-        from ..manager import get_plugin_manager
+        from ..plugins.manager import get_plugin_manager
 
         self.args.hf_checkpoint = self.args.hf_checkpoint or hf_checkpoint
         resolved = get_plugin_manager().resolve("trainer", spec)
@@ -148,7 +148,7 @@ class RemoteTrainer(PolicyTrainer):
 
 def last_checkpoint_advice(output_dir: Path) -> str:
     """Where ``--resume`` would continue the run from, read from its ``state.json``."""
-    from ..job import STATE_FILE
+    from ..rollout.job import STATE_FILE
 
     try:
         checkpoint = json.loads((output_dir / STATE_FILE).read_text()).get("checkpoint")

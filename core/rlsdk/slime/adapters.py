@@ -18,8 +18,8 @@ from typing import Any
 
 from ..config import core_options, installed_options
 from ..errors import PluginCallError, UnknownPluginError
-from ..manager import RlsdkPluginManager, get_plugin_manager
-from ..records import Resolved
+from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
+from ..plugins.records import Resolved
 from ..types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 
@@ -122,7 +122,7 @@ def reward_adapter(resolved: Resolved) -> Callable[..., Any]:
     reward runs in a thread so it cannot stall slime's loop."""
 
     async def call(args: Any, target: Any, **kwargs: Any) -> Any:
-        from ..plugin_calls import reward_problem
+        from ..plugins.calls import reward_problem
 
         if resolved.is_async:
             result = await resolved.func(view(args), target, **kwargs)

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Self
 
-from ..generate import generate
-from ..rollout import generate_rollout
+from ..rollout.generate import generate
+from ..rollout.step import generate_rollout
 from ..runtime import get_runtime
 
 __all__ = ["GenerateState", "generate", "generate_rollout", "get_model_url"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..loading import load_callable
+from ..plugins.loading import load_callable
 
 __all__ = ["load_function"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..hookspecs import hookimpl
-from ..records import Loss, Trainer
+from ..plugins.hookspecs import hookimpl
+from ..plugins.records import Loss, Trainer
 
 
 def torch_trainer(args: Any) -> Any:

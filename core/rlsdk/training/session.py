@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..records import Resolved
+from ..plugins.records import Resolved
 from ..runtime import Runtime
 from ..types import RolloutFnTrainOutput
 from .sync import check_tolerance, choose_sync, sync_weights, trust_check

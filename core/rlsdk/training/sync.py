@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..engine import InferenceEngine
+from ..engines.engine import InferenceEngine
 from ..errors import RlsdkError
 from ..types import Sample
 from .trainer import PolicyTrainer
@@ -153,7 +153,7 @@ class NcclBroadcastSync(WeightSync):
         self.workers: list[str] = []
 
     async def _join(self, engine: Any) -> None:
-        from ..launch.sglang import free_port
+        from ..engines.launch.sglang import free_port
         from .tensor_transport import init_broadcast_group
 
         self.workers = await engine.workers()

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..loading import load_callable
+from ..plugins.loading import load_callable
 from ..runtime import get_plugin_manager_of
 from ..types import Sample
 from .advantages import approx_kl, compute_advantages, normalize_rewards

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from rlsdk import RolloutConfig, Sample, Tool, hookimpl
-from rlsdk.generate import sampling_params_for
+from rlsdk.rollout.generate import sampling_params_for
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import FakeEngine, FakeReply
 from rlsdk_generators import plugin as generators_plugin

@@ -8,12 +8,13 @@ import json
 
 import httpx
 import pytest
+
 import rlsdk_filter_hub.plugin
 from rlsdk import Reward, RolloutConfig, Sample, hookimpl
 from rlsdk.data import DataSource
-from rlsdk.engine import SGLangClient
+from rlsdk.engines.engine import SGLangClient
 from rlsdk.errors import DataError
-from rlsdk.job import run_job
+from rlsdk.rollout.job import run_job
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk_generators import plugin as generators_plugin
 

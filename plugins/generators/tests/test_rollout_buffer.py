@@ -15,8 +15,8 @@ import pytest
 
 import rlsdk_filter_hub.plugin
 from rlsdk import RolloutConfig, Sample, TaskGenerator, hookimpl
-from rlsdk.buffer_service import BufferService, TrajectoryStore
 from rlsdk.data import DataSource
+from rlsdk.rollout.buffer_service import BufferService, TrajectoryStore
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import FakeEngine, ServedBuffer
 from rlsdk_generators import plugin as generators_plugin

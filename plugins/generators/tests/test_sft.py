@@ -4,8 +4,8 @@
 import json
 
 import pytest
-import rlsdk_filter_hub.plugin
 
+import rlsdk_filter_hub.plugin
 from rlsdk import RolloutConfig, Sample
 from rlsdk.data import DataSource
 from rlsdk.errors import DataError

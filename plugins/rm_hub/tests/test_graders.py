@@ -7,7 +7,7 @@ import multiprocessing
 import pytest
 
 from rlsdk import Sample
-from rlsdk.rewarding import REWARD_ERROR, score_group
+from rlsdk.rollout.rewarding import REWARD_ERROR, score_group
 from rlsdk.testing import check_reward
 from rlsdk_rm_hub.final_answer import answer_candidates
 from rlsdk_rm_hub.math_grader import quick_verdict

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from rlsdk import Sample
-from rlsdk.rewarding import score_group
+from rlsdk.rollout.rewarding import score_group
 from rlsdk_rm_hub import exact
 from rlsdk_rm_hub.canonical import canonical
 from rlsdk_rm_hub.final_answer import answer_candidates

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from rlsdk import Sample
-from rlsdk.rewarding import REWARD_ERROR, score_group
+from rlsdk.rollout.rewarding import REWARD_ERROR, score_group
 
 
 class Handler(BaseHTTPRequestHandler):

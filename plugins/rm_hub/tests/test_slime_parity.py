@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from rlsdk import Sample
-from rlsdk.rewarding import REWARD_ERROR, score_group
+from rlsdk.rollout.rewarding import REWARD_ERROR, score_group
 from rlsdk_rm_hub.f1 import f1_score
 from rlsdk_rm_hub.slime_rm_hub import math_dapo_utils, math_utils
 from rlsdk_rm_hub.slime_rm_hub.deepscaler import get_deepscaler_rule_based_reward

@@ -25,7 +25,7 @@ from rl_plugin_search_r1.retriever import format_passages
 from rl_plugin_search_r1.reward import search_r1_em
 from rl_plugin_search_r1.server import serve_in_thread
 from rlsdk import RolloutConfig, Sample, get_plugin_manager
-from rlsdk.generate import sampling_params_for
+from rlsdk.rollout.generate import sampling_params_for
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import FakeEngine, ServedEngine, check_callable, check_reward
 

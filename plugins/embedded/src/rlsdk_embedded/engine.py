@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from rlsdk.engine import InferenceEngine
-from rlsdk.protocol import (
+from rlsdk.engines.engine import InferenceEngine
+from rlsdk.engines.protocol import (
     EngineError,
     EngineRequestError,
     finish_abort,

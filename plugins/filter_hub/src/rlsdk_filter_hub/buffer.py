@@ -1,5 +1,5 @@
 """Buffer filters: which buffered groups are served before fresh data. Each removes what it returns.
-(``pop_first``, the default, is core's own: :func:`rlsdk.defaults.pop_first`.)"""
+(``pop_first``, the default, is core's own: :func:`rlsdk.plugins.defaults.pop_first`.)"""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from rlsdk import RolloutFnTrainOutput, Sample
-from rlsdk.buffer_service import TOKEN_ENV
 from rlsdk.errors import RlsdkError
+from rlsdk.rollout.buffer_service import TOKEN_ENV
 from rlsdk.runtime import get_runtime
 
 from .sft import fill_from_messages
@@ -52,7 +52,7 @@ class HeldLeases:
 
     def settle_leftovers(self) -> None:
         """At the start of a run: the leases an earlier process of this output folder left."""
-        from rlsdk.job import STATE_FILE
+        from rlsdk.rollout.job import STATE_FILE
 
         state = Path(self.args.output_dir) / STATE_FILE
         covered = json.loads(state.read_text())["next_rollout_id"] if state.exists() else 0
@@ -154,9 +154,9 @@ def item_to_sample(args: Any, tokenizer: Any, item: dict[str, Any], group_index:
 
 
 def hold_leases(args: Any, runtime: Any) -> HeldLeases | None:
-    """Under ``rlsdk run`` (which runs :data:`rlsdk.job.STATE_SAVED` callbacks): the run's held leases, those
-    an earlier process left settled; elsewhere None (groups are acknowledged on receipt)."""
-    from rlsdk.job import STATE_SAVED
+    """Under ``rlsdk run`` (which runs :data:`rlsdk.rollout.job.STATE_SAVED` callbacks): the run's held leases,
+    those an earlier process left settled; elsewhere None (groups are acknowledged on receipt)."""
+    from rlsdk.rollout.job import STATE_SAVED
 
     if STATE_SAVED not in runtime.state:
         return None

@@ -42,7 +42,7 @@ def init_distributed() -> int:
 
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if not dist.is_initialized():
-        from rlsdk.launch.sglang import free_port
+        from rlsdk.engines.launch.sglang import free_port
 
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(free_port()))

@@ -27,7 +27,7 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
-from rlsdk.task_pools import TaskPool, cluster_task_pool
+from rlsdk.aio.task_pools import TaskPool, cluster_task_pool
 
 WARM_UP = ["rlsdk_rm_hub.math_worker:warm_up"]
 """Functions every worker runs (imports, first-call caches) before it reports ready."""
@@ -275,7 +275,7 @@ def default_processes() -> int:
 
 
 def get_pool(processes: int | None = None) -> GraderPool | TaskPool:
-    """The cluster's pool while the run is on Ray (:func:`rlsdk.task_pools.cluster_task_pool`), else the
+    """The cluster's pool while the run is on Ray (:func:`rlsdk.aio.task_pools.cluster_task_pool`), else the
     process-wide pool, created on first use; asking for another size replaces it."""
     global _pool
     cluster = cluster_task_pool()

@@ -6,8 +6,8 @@ import re
 from typing import Any
 
 from rlsdk import Sample, Tool
-from rlsdk.generate import append_observation, model_turn
-from rlsdk.tools import call_tool
+from rlsdk.rollout.generate import append_observation, model_turn
+from rlsdk.rollout.tools import call_tool
 
 from .retriever import search
 

@@ -37,7 +37,7 @@ async def async_rm(args: Any, sample: Any, **kwargs: Any) -> Any:
 
 async def batched_async_rm(args: Any, samples: list, **kwargs: Any) -> list:
     """The rewards of several samples, as slime's ``batched_async_rm`` (each sample's ``reward`` is set)."""
-    from rlsdk.rewarding import REWARD_ERROR, score_group
+    from rlsdk.rollout.rewarding import REWARD_ERROR, score_group
     from rlsdk.runtime import get_runtime
 
     await score_group(args, get_runtime(args).pm, samples)

@@ -8,15 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import generate, rollout
+from ..rollout import generate, step
 from .hookspecs import hookimpl
 from .records import BufferFilter, CustomGenerate, Engine, GenerateRollout
 
 
 def sglang_engine(args: Any) -> Any:
     """A real SGLang server or router by URL; without one, rlsdk launches SGLang servers (and a router)
-    on this machine's GPUs for ``--hf-checkpoint`` (:mod:`rlsdk.launch.sglang`)."""
-    from .sglang_client import SGLangClient
+    on this machine's GPUs for ``--hf-checkpoint`` (:mod:`rlsdk.engines.launch.sglang`)."""
+    from ..engines.sglang_client import SGLangClient
 
     options = {
         "concurrency": args.sglang_server_concurrency,
@@ -28,7 +28,7 @@ def sglang_engine(args: Any) -> Any:
         url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
     if url:
         return SGLangClient(url, **options)
-    from .launch.sglang import launcher_for
+    from ..engines.launch.sglang import launcher_for
 
     launcher = launcher_for(args, Path(args.output_dir) / "logs")
     return SGLangClient(launcher.url, launcher=launcher, **options)
@@ -48,7 +48,7 @@ def pop_first(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples: 
 def rlsdk_generate_rollouts() -> Any:
     yield GenerateRollout(
         name="sglang",
-        func=rollout.generate_rollout,
+        func=step.generate_rollout,
         description="Over-sampling rollout with dynamic filter, abort and partial rollouts",
     )
 

@@ -9,8 +9,8 @@ A reward that raises, hangs past ``args.reward_timeout`` or returns something ot
 dict never becomes a silent 0: the sample is marked invalid (``reward=None``, status ``failed``, the reason
 in ``metadata["reward_error"]``), and :func:`apply_invalid_policy` applies ``args.on_invalid_reward``.
 
-Rewards are called through :func:`rlsdk.plugin_calls.call_reward` (async ones on the event loop, plain ones in
-a thread of :mod:`rlsdk.blocking`'s pool, ``cheap`` ones inline).
+Rewards are called through :func:`rlsdk.plugins.calls.call_reward` (async ones on the event loop, plain ones
+in a thread of :mod:`rlsdk.aio.blocking`'s pool, ``cheap`` ones inline).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import copy
 import weakref
 from typing import Any
 
-from .answers import last_boxed
-from .concurrency import gather_calls
-from .errors import PluginCallError, PluginError
-from .loading import is_path
-from .plugin_calls import InvalidReward, call_cheap_reward, call_reward
-from .records import Resolved, Reward, normalize_name
-from .types import Sample
+from ..aio.concurrency import gather_calls
+from ..answers import last_boxed
+from ..errors import PluginCallError, PluginError
+from ..plugins.calls import InvalidReward, call_cheap_reward, call_reward
+from ..plugins.loading import is_path
+from ..plugins.records import Resolved, Reward, normalize_name
+from ..types import Sample
 
 BOXED_PREFIX = "boxed_"
 REWARD_ERROR = "reward_error"

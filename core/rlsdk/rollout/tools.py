@@ -8,9 +8,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .blocking import blocking_pool
-from .records import Tool
-from .runtime import get_runtime
+from ..aio.blocking import blocking_pool
+from ..plugins.records import Tool
+from ..runtime import get_runtime
 
 
 @dataclass

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import RlsdkError
-from .types import Sample
+from ..errors import RlsdkError
+from ..types import Sample
 
 Group = list[Sample]
 

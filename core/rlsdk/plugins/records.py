@@ -113,7 +113,8 @@ class BufferFilter(PluginRecord):
 
 @dataclass
 class Engine(PluginRecord):
-    """``engine(args) -> rlsdk.engine.InferenceEngine``: a factory for an engine speaking SGLang's protocol."""
+    """``engine(args) -> rlsdk.engines.engine.InferenceEngine``: a factory for an engine speaking SGLang's
+    protocol."""
 
     kind: ClassVar[str] = "engine"
     call_args: ClassVar[tuple[str, ...]] = ("args",)

@@ -6,11 +6,11 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from .concurrency import ConcurrencyLimit
+from ..aio.concurrency import ConcurrencyLimit
+from ..plugins.calls import StepPlugins
+from ..runtime import Runtime, bind_runtime
+from ..types import RolloutFnEvalOutput, Sample, reward_value
 from .generate import sampling_params_for
-from .plugin_calls import StepPlugins
-from .runtime import Runtime, bind_runtime
-from .types import RolloutFnEvalOutput, Sample, reward_value
 
 DATASET_OVERRIDES = (
     "rm_type",
@@ -58,8 +58,8 @@ def pass_at_k(correct: list[list[bool]], k: int) -> float:
 
 async def eval_rollout(args: Any, runtime: Runtime) -> RolloutFnEvalOutput:
     """Generate and reward every prompt of every eval dataset; no filters, no buffer."""
-    from .data import DataSource
-    from .rollout import run_group
+    from ..data import DataSource
+    from .step import run_group
 
     data: dict[str, dict[str, Any]] = {}
     metrics: dict[str, Any] = {}

@@ -11,8 +11,8 @@ from typing import Any
 
 import pluggy
 
+from ..errors import PluginConflictError, PluginError, UnknownPluginError
 from . import hookspecs
-from .errors import PluginConflictError, PluginError, UnknownPluginError
 from .loading import check_signature, is_async_callable, is_path, load_callable
 from .records import (
     KINDS,
@@ -181,7 +181,7 @@ class RlsdkPluginManager(pluggy.PluginManager):
         may declare one option alike; declaring it differently is a conflict naming both."""
         if self._options is not None:
             return self._options
-        from .config import RolloutConfig
+        from ..config import RolloutConfig
 
         core = set(RolloutConfig.option_names())
         strict = os.environ.get(STRICT_ENV, "") not in ("", "0")
@@ -235,7 +235,7 @@ class RlsdkPluginManager(pluggy.PluginManager):
                 f"Choose one of: {', '.join(self.names(kind)) or 'none'}"
             )
         if is_path(spec):
-            from .slime_compat.real_slime import for_real_slime
+            from ..slime_compat.real_slime import for_real_slime
 
             func = for_real_slime(kind, load_callable(spec))  # slime's own samples, when slime is installed
             record = RECORD_TYPES[kind](

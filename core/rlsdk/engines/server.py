@@ -1,4 +1,4 @@
-"""Serve any :class:`~rlsdk.engine.InferenceEngine` over HTTP with SGLang's native endpoints.
+"""Serve any :class:`~rlsdk.engines.engine.InferenceEngine` over HTTP with SGLang's native endpoints.
 
 ``rlsdk serve`` puts the embedded engine behind this; the rollout loop does the same on loopback so
 that slime-style generators POSTing to ``/generate`` work unchanged. Responses follow SGLang 0.5.17
@@ -7,7 +7,7 @@ cumulative ``data:`` stream chunks ending in ``data: [DONE]``, an empty 200 for 
 and a 404 for ``/get_weight_version``, which 0.5.17 removed in favour of ``/model_info``.
 
 Loopback by default; bound anywhere else it needs a bearer token (the rules of
-:mod:`rlsdk.service_guard`, shared with the buffer service). ``/update_weights_from_disk`` loads only
+:mod:`rlsdk.engines.service_guard`, shared with the buffer service). ``/update_weights_from_disk`` loads only
 from folders the operator allowed (``weights_dirs``); a client that goes away has its generation aborted.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import __version__
+from .. import __version__
 from .engine import InferenceEngine
 from .protocol import SERVE_TOKEN_ENV, EngineRequestError, error_body, new_rid, split_batch
 from .service_guard import ConnectionLimits, check_binding, guard
@@ -88,9 +88,10 @@ async def start_server(
 
     Off loopback a ``token`` is required (ValueError otherwise). ``/update_weights_from_disk`` loads only
     from inside ``weights_dirs`` (none: it is refused). Slow and idle connections are closed and at most
-    ``max_connections`` are open at once (:class:`~rlsdk.service_guard.ConnectionLimits`). An engine whose
-    ``tokenizer`` has a chat template also answers ``/v1/chat/completions`` (:mod:`rlsdk.agents.server`), reading tool calls
-    with ``tool_call_parser`` from ``pm`` (default: the installed plugins)."""
+    ``max_connections`` are open at once (:class:`~rlsdk.engines.service_guard.ConnectionLimits`). An engine
+    whose ``tokenizer`` has a chat template also answers ``/v1/chat/completions``
+    (:mod:`rlsdk.agents.server`), reading tool calls with ``tool_call_parser`` from ``pm`` (default: the
+    installed plugins)."""
     check_binding("rlsdk serve", host, token, SERVE_TOKEN_ENV)
     limits = ConnectionLimits(
         max_body=max_body,
@@ -122,7 +123,7 @@ async def start_server(
     )
     chat = None
     if getattr(getattr(engine, "tokenizer", None), "chat_template", None):
-        from .agents.server import add_chat_routes, chat_endpoint
+        from ..agents.server import add_chat_routes, chat_endpoint
 
         chat = await chat_endpoint(engine, engine.tokenizer, pm=pm, tool_call_parser=tool_call_parser)  # type: ignore[attr-defined]
         add_chat_routes(app, chat)

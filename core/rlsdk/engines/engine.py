@@ -3,8 +3,9 @@
 Every engine (an SGLang server or router reached over HTTP, the embedded transformers engine in
 process, :class:`rlsdk.testing.FakeEngine`) implements :class:`InferenceEngine`. Requests and responses
 are the JSON bodies of SGLang's ``/generate`` (real ones in ``tests/fixtures/sglang-0.5.17.json``), so
-one client (:class:`rlsdk.sglang_client.SGLangClient`, also importable from here), one server
-(:mod:`rlsdk.serve`, behind ``rlsdk serve``) and one set of custom generators work against all of them.
+one client (:class:`rlsdk.engines.sglang_client.SGLangClient`, also importable from here), one server
+(:mod:`rlsdk.engines.server`, behind ``rlsdk serve``) and one set of custom generators work against all of
+them.
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ def rlsdk_custom_generates() -> Iterable[CustomGenerate]:
     .. code-block:: python
 
         from rlsdk import CustomGenerate, hookimpl
-        from rlsdk.generate import generate
+        from rlsdk.rollout.generate import generate
 
         async def twice(args, sample, sampling_params):
             sample = await generate(args, sample, sampling_params)
@@ -224,7 +224,7 @@ def rlsdk_buffer_filters() -> Iterable[BufferFilter]:
 def rlsdk_engines() -> Iterable[Engine]:
     """Provide inference engines speaking SGLang's native protocol.
 
-    The callable is a factory ``engine(args) -> rlsdk.engine.InferenceEngine``; it may set
+    The callable is a factory ``engine(args) -> rlsdk.engines.engine.InferenceEngine``; it may set
     ``args.sglang_router_ip``/``args.sglang_router_port`` when the engine serves HTTP.
 
     :param args: the run's :class:`rlsdk.RolloutConfig`.
@@ -234,7 +234,7 @@ def rlsdk_engines() -> Iterable[Engine]:
     .. code-block:: python
 
         from rlsdk import Engine, hookimpl
-        from rlsdk.engine import SGLangClient
+        from rlsdk.engines.engine import SGLangClient
 
         def my_cluster(args):
             return SGLangClient("http://10.0.0.5:30000")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from .backoff import backoff_delay
+from ..aio.backoff import backoff_delay
 from .engine import InferenceEngine
 from .protocol import (
     GENERATE_RESPONSE,
@@ -84,7 +84,8 @@ class SGLangClient(InferenceEngine):
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._slots: asyncio.Semaphore | None = None
         self.launcher = launcher
-        """The servers (and router) this client started (:mod:`rlsdk.launch.sglang`) and stops on close."""
+        """The servers (and router) this client started (:mod:`rlsdk.engines.launch.sglang`) and stops on
+        close."""
         self._launched = False
 
     @classmethod

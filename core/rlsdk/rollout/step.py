@@ -15,12 +15,10 @@ import time
 import warnings
 from typing import Any
 
-from .agents.sessions import agent_metrics
-from .concurrency import ConcurrencyLimit
-from .errors import PluginCallError
-from .generate import sampling_params_for
-from .ledger import Group, StepLedger
-from .plugin_calls import (
+from ..agents.sessions import agent_metrics
+from ..aio.concurrency import ConcurrencyLimit
+from ..errors import PluginCallError
+from ..plugins.calls import (
     ENGINE_FAULT,
     FINISHED,
     StepPlugins,
@@ -28,9 +26,11 @@ from .plugin_calls import (
     call_over_sampling_filter,
     generate_group,
 )
+from ..runtime import Runtime, get_runtime
+from ..types import RolloutFnTrainOutput, Sample, reward_value
+from .generate import sampling_params_for
+from .ledger import Group, StepLedger
 from .rewarding import apply_invalid_policy, count_invalid, score_group
-from .runtime import Runtime, get_runtime
-from .types import RolloutFnTrainOutput, Sample, reward_value
 
 SUBMIT_SLICE = 64
 """Samples whose tasks a step creates before it lets them run (and send their requests) while it goes on

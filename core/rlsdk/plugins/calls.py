@@ -20,14 +20,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .blocking import blocking_pool
-from .concurrency import ConcurrencyLimit, gather_calls
-from .deadlines import deadline
-from .errors import PluginCallError, RlsdkError
+from ..aio.blocking import blocking_pool
+from ..aio.concurrency import ConcurrencyLimit, gather_calls
+from ..aio.deadlines import deadline
+from ..engines.protocol import EngineError, EngineRequestError
+from ..errors import PluginCallError, RlsdkError
+from ..types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 from .manager import RlsdkPluginManager
-from .protocol import EngineError, EngineRequestError
 from .records import Resolved
-from .types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 FINISHED = (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
 DEFAULT_GENERATE = "single_turn"
@@ -315,9 +315,10 @@ async def call_reward(
 ) -> Any:
     """The reward of one sample, or the list of rewards of a group (``target`` a list) for a group reward.
 
-    Async rewards are awaited; sync ones run in a thread of :mod:`rlsdk.blocking`'s pool so a slow one cannot
-    stall the loop (abandoned at ``timeout``), except ``cheap`` ones, which are called inline. Returns a
-    number, a dict, or None (the reward marks the sample invalid); raises :class:`InvalidReward` otherwise."""
+    Async rewards are awaited; sync ones run in a thread of :mod:`rlsdk.aio.blocking`'s pool so a slow one
+    cannot stall the loop (abandoned at ``timeout``), except ``cheap`` ones, which are called inline.
+    Returns a number, a dict, or None (the reward marks the sample invalid); raises :class:`InvalidReward`
+    otherwise."""
     where = _group_where(target) if isinstance(target, list) else _sample_where(target)
     kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
     try:
@@ -483,8 +484,8 @@ def _buffer_problem(served: Any, left: list[Any], given: set[int], num_samples: 
 
 
 def call_engine(resolved: Resolved, args: Any) -> Any:
-    """Build the engine the factory makes from ``args``: an :class:`rlsdk.engine.InferenceEngine`."""
-    from .engine import InferenceEngine
+    """Build the engine the factory makes from ``args``: an :class:`rlsdk.engines.engine.InferenceEngine`."""
+    from ..engines.engine import InferenceEngine
 
     try:
         engine = run_to_completion(resolved.func(args))
@@ -495,6 +496,6 @@ def call_engine(resolved: Resolved, args: Any) -> Any:
     if not isinstance(engine, InferenceEngine):
         raise PluginCallError(
             f"{resolved.describe()} returned {type(engine).__name__}: expected an "
-            "rlsdk.engine.InferenceEngine"
+            "rlsdk.engines.engine.InferenceEngine"
         )
     return engine

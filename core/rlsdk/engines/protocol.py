@@ -1,7 +1,7 @@
 """SGLang's native protocol as SGLang 0.5.17 speaks it: errors, finish reasons, response bodies.
 
 Shared by every engine that answers ``/generate`` itself (the embedded engine) and by the HTTP server
-in :mod:`rlsdk.serve`, so both follow the real server's shapes (captured in
+in :mod:`rlsdk.engines.server`, so both follow the real server's shapes (captured in
 ``tests/fixtures/sglang-0.5.17.json``).
 """
 
@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import Any
 
-from .errors import RlsdkError
+from ..errors import RlsdkError
 
 SERVE_TOKEN_ENV = "RLSDK_SERVE_TOKEN"
 """The bearer token ``rlsdk serve`` requires off loopback, and the engine client sends when it is set."""

@@ -18,8 +18,8 @@ outside the trainer (``rlsdk buffer serve``), on aiohttp.
   an unacknowledged one is served again.
 
 Loopback by default; bound elsewhere it requires ``Authorization: Bearer <token>`` (see
-:mod:`rlsdk.service_guard`). Bodies are size-checked and read under a timeout, idle or slow connections
-are closed, and the number of open connections is bounded.
+:mod:`rlsdk.engines.service_guard`). Bodies are size-checked and read under a timeout, idle or slow
+connections are closed, and the number of open connections is bounded.
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ from typing import Any
 
 from aiohttp import web
 
-from .errors import PluginError
-from .manager import RlsdkPluginManager
-from .records import TaskGenerator
-from .service_guard import ConnectionLimits, guard
-from .service_guard import check_binding as _check_binding
+from ..engines.service_guard import ConnectionLimits, guard
+from ..engines.service_guard import check_binding as _check_binding
+from ..errors import PluginError
+from ..plugins.manager import RlsdkPluginManager
+from ..plugins.records import TaskGenerator
 
 DEFAULT_MAX_BODY = 64 << 20
 TOKEN_ENV = "RLSDK_BUFFER_TOKEN"

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from .errors import RlsdkError
-from .manager import RlsdkPluginManager, get_plugin_manager
-from .plugin_calls import call_engine, call_eval_rollout, call_generate_rollout
-from .records import Resolved
-from .report import RunReport
-from .runtime import Runtime, bind_runtime, tuned_garbage_collector
-from .training.options import loss_spec
-from .types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
+from ..errors import RlsdkError
+from ..plugins.calls import call_engine, call_eval_rollout, call_generate_rollout
+from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
+from ..plugins.records import Resolved
+from ..report import RunReport
+from ..runtime import Runtime, bind_runtime, tuned_garbage_collector
+from ..training.options import loss_spec
+from ..types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 STATE_FILE = "state.json"
 STATE_SAVED = "state_saved"
@@ -68,8 +68,8 @@ def engine_name(args: Any) -> str:
 def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime:
     """Start the engine and check its health; serve it over HTTP on loopback when it has no URL of its
     own, so slime-style generators that POST to ``/generate`` reach it; load the tokenizer."""
-    from .engine_health import check_engine_health
-    from .serve import start_server
+    from ..engines.health import check_engine_health
+    from ..engines.server import start_server
 
     runtime = Runtime(pm, call_engine(engine, args))
     try:
@@ -299,7 +299,7 @@ def running(args: Any, pm: RlsdkPluginManager | None = None) -> Iterator[tuple[R
     plugins = resolve_run_plugins(args, pm)
     with ExitStack() as stack:
         if args.ray_address:  # engines, trainer and grading as Ray actors and tasks
-            from .ray import on_ray
+            from ..ray import on_ray
 
             plugins = stack.enter_context(on_ray(args, pm, plugins))
         runtime = open_runtime(args, pm, plugins["engine"])
@@ -321,7 +321,7 @@ def run_job(
 ) -> RunOutput:
     """Run ``args.num_rollout`` steps (continuing a saved run with ``args.resume``). ``on_status`` hears
     what the run is doing: setting up, then ``step N`` as step N (the ``rollout_id``) starts."""
-    from .data import DataSource
+    from ..data import DataSource
 
     status = on_status or (lambda text: None)
     check_data(args)  # an empty or unreadable dataset fails before the engine starts
@@ -396,7 +396,7 @@ def run_job(
 
 def open_training(args: Any, runtime: Runtime, plugins: dict[str, Resolved], folder: Path) -> Any:
     """The trainer, built from ``--hf-checkpoint`` (the embedded engine's model folder by default)."""
-    from .training.session import TrainingSession
+    from ..training.session import TrainingSession
 
     return TrainingSession(args, runtime, plugins["trainer"], folder)
 
@@ -427,8 +427,8 @@ def check_step(args: Any, rollout_id: int, metrics: dict[str, Any]) -> None:
 
 def check_data(args: Any) -> None:
     """Read the training data's rows once, without a tokenizer: bad rows and empty files fail early."""
-    from .data import BadRowPolicy, DataPath, read_rows
-    from .errors import DataError
+    from ..data import BadRowPolicy, DataPath, read_rows
+    from ..errors import DataError
 
     if not args.prompt_data:
         raise DataError("no training data: set prompt_data (--data) to a JSONL or Parquet file")
@@ -443,7 +443,7 @@ def check_images(runtime: Runtime, data_source: Any) -> None:
         return
     info = runtime.run(runtime.engine.model_info())
     if not info.get("has_image_understanding"):
-        from .errors import DataError
+        from ..errors import DataError
 
         raise DataError(
             f"{data_source.data_path} has prompts with images, but the engine's model "

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ..plugins.records import Resolved
 from .protocol import GENERATE_RESPONSE, EngineError, check_generate_response, unreadable
-from .records import Resolved
 
 PROBE = {
     "input_ids": [0],

@@ -10,9 +10,9 @@ from __future__ import annotations
 from operator import itemgetter
 from typing import Any
 
-from .protocol import EngineError
-from .runtime import get_runtime
-from .types import Sample
+from ..engines.protocol import EngineError
+from ..runtime import get_runtime
+from ..types import Sample
 
 _LOG_PROB, _TOKEN_ID = itemgetter(0), itemgetter(1)  # of an output_token_logprobs entry
 FINISH_STATUS = {
