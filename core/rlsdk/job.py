@@ -239,6 +239,7 @@ RESUME_MAY_CHANGE = frozenset(
         "ray_engine_cpus",
         "ray_spare_engines",
         "ray_standby_engines",
+        "ray_sync_rewards",
         "ray_start_timeout",
     }
 )

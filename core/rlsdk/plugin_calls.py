@@ -27,6 +27,7 @@ from .errors import PluginCallError, RlsdkError
 from .manager import RlsdkPluginManager
 from .protocol import EngineError, EngineRequestError
 from .records import Resolved
+from .task_pools import cluster_task_pool
 from .types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 FINISHED = (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
@@ -316,7 +317,8 @@ async def call_reward(
     """The reward of one sample, or the list of rewards of a group (``target`` a list) for a group reward.
 
     Async rewards are awaited; sync ones run in a thread of :mod:`rlsdk.blocking`'s pool so a slow one cannot
-    stall the loop (abandoned at ``timeout``), except ``cheap`` ones, which are called inline. Returns a
+    stall the loop (abandoned at ``timeout``), or as Ray tasks with ``ray_sync_rewards`` on a run on Ray,
+    except ``cheap`` ones, which are called inline. Returns a
     number, a dict, or None (the reward marks the sample invalid); raises :class:`InvalidReward` otherwise."""
     where = _group_where(target) if isinstance(target, list) else _sample_where(target)
     kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
@@ -326,6 +328,10 @@ async def call_reward(
                 result = await resolved.func(args, target, **kwargs)
             elif resolved.record.cheap:
                 result = resolved.func(args, target, **kwargs)
+            elif getattr(args, "ray_sync_rewards", False) and cluster_task_pool() is not None:
+                from .ray.task_pool import score_on_cluster
+
+                result = await score_on_cluster(args, resolved, target, kwargs, timeout)
             else:
                 result = await blocking_pool().run(resolved.func, args, target, **kwargs)
             if inspect.isawaitable(result):
