@@ -93,14 +93,16 @@ def run_options(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 class Killer(threading.Thread):
-    """SIGKILLs a random engine with requests in flight ``kills`` times, each a random 0.5-3 s after the
-    pool is back at full strength (every engine up again, and its spares and standbys ready); records the
-    kill times."""
+    """SIGKILLs a random engine with requests in flight ``kills`` times, from the second step on (so that
+    each replacement takes weights synced by the trainer and their trust check), each a random 0.5-3 s
+    after the pool is back at full strength (every engine up again, and its spares and standbys ready);
+    records the kill times."""
 
     def __init__(self, args: Any, kills: int, seed: int) -> None:
         super().__init__(name="killer", daemon=True)
         self.args, self.kills, self.random = args, kills, random.Random(seed)
         self.done = threading.Event()
+        self.first_step = threading.Event()
         self.killed_at: list[float] = []
         self.pool: Any = None
 
@@ -108,6 +110,8 @@ class Killer(threading.Thread):
         while self.pool is None and not self.done.wait(0.1):
             runtime = vars(self.args).get("_rlsdk_runtime")  # bound once the engines are up
             self.pool = runtime.engine if runtime else None
+        while not self.first_step.wait(0.1) and not self.done.is_set():
+            pass
         while len(self.killed_at) < self.kills and not self.done.wait(self.random.uniform(0.5, 3.0)):
             busy = self.wait_for(
                 lambda: self.pool.at_full_strength and [r for r in self.pool.replicas_ if r.in_flight],
@@ -157,6 +161,7 @@ def faults(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     def on_step(rollout_id: int, metrics: dict[str, Any]) -> None:
         steps.append(metrics)
+        killer.first_step.set()
         print(
             f"step {rollout_id}: returned {metrics['ledger/returned']}, kept {metrics['ledger/kept']}",
             file=sys.stderr,

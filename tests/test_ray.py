@@ -307,7 +307,7 @@ def test_a_trainer_that_dies_stops_the_run_naming_the_last_checkpoint(
     train_step = RemoteTrainer.train_step
 
     def dying(self, rollout_id, groups):
-        if rollout_id == 2:
+        if rollout_id == 1:
             ray.kill(self.actor)
         return train_step(self, rollout_id, groups)
 
@@ -320,13 +320,13 @@ def test_a_trainer_that_dies_stops_the_run_naming_the_last_checkpoint(
                 run_files,
                 out,
                 train=True,
-                num_rollout=3,
+                num_rollout=2,
                 save_interval=1,
                 rollout_max_response_len=2,
             )
         )
     assert (
-        f"The last checkpoint is {out / 'checkpoints' / 'step_1'}: continue with rlsdk run --resume "
+        f"The last checkpoint is {out / 'checkpoints' / 'step_0'}: continue with rlsdk run --resume "
         f"--output {out}" in str(error.value)
     )
 

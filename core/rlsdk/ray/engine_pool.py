@@ -119,6 +119,8 @@ class RayEnginePool(InferenceEngine):
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        for _ in range(self.args.ray_standby_engines):  # prepared meanwhile, not waited for
+            self._spawn(self._add_standby())
         spares = [Replica(index=-1) for _ in range(self.args.ray_spare_engines)]
         results = await asyncio.gather(
             *(self._start_actor(r) for r in self.replicas_),
@@ -136,8 +138,6 @@ class RayEnginePool(InferenceEngine):
         for replica in self.replicas_:
             replica.alive = True
         self._spawn(self._health_checks())
-        for _ in range(self.args.ray_standby_engines):  # after the engines: they start first
-            self._spawn(self._add_standby())
 
     async def _start_actor(self, replica: Replica, what: str | None = None) -> None:
         """Create, place, check and start one engine actor within ``ray_start_timeout`` each."""
