@@ -354,3 +354,27 @@ def test_ray_without_an_address_means_a_local_cluster_and_the_runtime_env_is_jso
     )
     with pytest.raises(ValueError, match="num_engines 2 needs ray_address"):
         RolloutConfig(num_engines=2)
+
+
+def test_weights_travel_as_arrays_and_come_back_as_the_same_tensors():
+    """bfloat16 (no numpy dtype) as integers of its width; a tied tensor once, as an alias."""
+    import pickle
+
+    import torch
+
+    from rlsdk.ray.weights import from_shared, to_shared
+
+    embed = torch.randn(4, 3)
+    state = {
+        "embed": embed,
+        "head": embed,
+        "norm": torch.randn(3).to(torch.bfloat16),
+        "step": torch.tensor(7),
+    }
+    shared = pickle.loads(pickle.dumps(to_shared(state)))
+    assert shared["head"] == ("embed", "alias") and shared["norm"][1] == "bfloat16"
+    back = from_shared(shared)
+    assert list(back) == list(state)
+    for name, tensor in state.items():
+        assert back[name].dtype == tensor.dtype and torch.equal(back[name], tensor)
+    assert back["head"].data_ptr() == back["embed"].data_ptr()

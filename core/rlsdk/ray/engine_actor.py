@@ -102,9 +102,12 @@ class EngineActor:
     async def flush_cache(self) -> bool:
         return await self.engine.flush_cache()
 
-    async def update_weights(self, state_dict: Any, weight_version: str | None) -> None:
-        """Take the weights (Ray resolved the driver's object reference to the state dict here)."""
-        await self.engine.update_weights(state_dict, weight_version)
+    async def update_weights(self, shared: Any, weight_version: str | None) -> None:
+        """Take the weights (Ray resolved the driver's object reference here to the arrays of
+        :func:`.weights.to_shared`, mapped from the object store)."""
+        from .weights import from_shared
+
+        await self.engine.update_weights(from_shared(shared), weight_version)
 
     async def update_weights_from_disk(self, model_path: str, weight_version: str | None) -> None:
         await self.engine.update_weights_from_disk(model_path, weight_version)

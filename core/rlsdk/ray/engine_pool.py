@@ -29,6 +29,7 @@ from ..protocol import finish_abort, generate_response, new_rid, split_batch
 from .cluster import ActorStartError, describe_place, first_line, import_ray, place, start
 from .engine_actor import EngineActor, actor_device, actor_resources
 from .environments import check_worker
+from .weights import to_shared
 
 log = logging.getLogger(__name__)
 
@@ -294,13 +295,14 @@ class RayEnginePool(InferenceEngine):
     # ------------------------------------------------------------------ weights
 
     async def update_weights(self, state_dict: Any, weight_version: str | None = None) -> None:
-        """Put the weights in Ray's object store once (unless they are there already, as a remote trainer's
-        are) and have every live engine take them; a restarted engine takes the same ones."""
+        """Put the weights in Ray's object store once (:func:`.weights.to_shared`, unless they are there
+        already, as a remote trainer's are) and have every live engine take them; a restarted engine takes
+        the same ones."""
         ray = import_ray()
         ref = (
             state_dict
             if isinstance(state_dict, ray.ObjectRef)
-            else await asyncio.to_thread(ray.put, dict(state_dict))
+            else await asyncio.to_thread(lambda: ray.put(to_shared(state_dict)))
         )
         async with self._sync_lock:
             self._weights, self._probe = ("state", ref, weight_version), None
@@ -404,7 +406,7 @@ class RayEnginePool(InferenceEngine):
         try:
             await self._place_actor(standby, "a standby engine")
             self._standbys.append(standby)
-        except ActorStartError as exc:
+        except RlsdkError as exc:  # not placed, not started, or other plugins: the run goes on without
             log.warning("no standby engine: %s", exc)
         finally:
             self._preparing -= 1
