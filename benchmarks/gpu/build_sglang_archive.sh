@@ -6,7 +6,7 @@
 #
 # WHEEL_LIST: wheel file names, one a line (default: the shared sglang-0.5.17-wheels.txt, the 109 wheels
 # SGLang needs on top of the GPU image's packages). OUT_DIR (default .gpu, ignored by git) receives
-# wheels/ and sglang-wheels.tar split into PIECE_SIZE pieces (default 62M: a call carries at most
+# wheels/ and sglang-wheels.tar split into PIECE_SIZE pieces (default 58M: a call carries at most
 # 64 MiB, the checkout included) named sglang-wheels.tar.part-NN. The wheels are already compressed;
 # an uncompressed tar costs no CPU here and unpacks in seconds there (benchmarks/gpu/device.sh).
 set -euo pipefail
@@ -17,9 +17,10 @@ if [ -z "$list" ]; then
     [ -f "$candidate" ] && list=$candidate && break
   done
 fi
+list=$(realpath "$list" 2>/dev/null || echo "$list")
 [ -f "$list" ] || { echo "no wheel list: pass the path of sglang-0.5.17-wheels.txt" >&2; exit 2; }
 out=${2:-$root/.gpu}
-piece=${3:-62M}
+piece=${3:-58M}
 mkdir -p "$out/wheels"
 platforms=()
 for n in 39 38 37 36 35 34 33 32 31 30 29 28 27 26 25 24 17; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done

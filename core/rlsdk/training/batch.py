@@ -77,9 +77,13 @@ def micro_batches(
 
 
 def loss_batch(
-    samples: list[TrainSample], indices: list[int], per_sample: dict[str, list[Any]]
+    samples: list[TrainSample],
+    indices: list[int],
+    per_sample: dict[str, list[Any]],
+    device: torch.device | None = None,
 ) -> dict[str, Any]:
-    """A micro-batch in slime's shape: lists with one entry per sample."""
+    """A micro-batch in slime's shape: lists with one entry per sample, its tensors on ``device`` (the
+    logits' device; default where they are)."""
     batch: dict[str, Any] = {
         "unconcat_tokens": [samples[i].tokens for i in indices],
         "total_lengths": [samples[i].total_length for i in indices],
@@ -91,6 +95,10 @@ def loss_batch(
     batch["rollout_log_probs"] = rollout if all(r is not None for r in rollout) else []
     for key, values in per_sample.items():
         batch[key] = [values[i] for i in indices] if values else []
+    if device is not None:
+        for key, values in batch.items():
+            if isinstance(values, list):
+                batch[key] = [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
     return batch
 
 

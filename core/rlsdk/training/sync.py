@@ -242,20 +242,23 @@ async def sync_weights(
 
 
 async def engine_log_probs(engine: InferenceEngine, sample: Sample) -> list[float]:
-    """The engine's log-probs (temperature 1) of ``sample``'s response tokens under its current weights."""
+    """The engine's log-probs (temperature 1) of ``sample``'s response tokens under its current weights.
+
+    SGLang gives no log-prob for the first token of the range it scores (``None``): the range starts one
+    token before the response."""
     payload = {
         "input_ids": list(sample.tokens),
         "return_logprob": True,
-        "logprob_start_len": sample.prompt_length,
+        "logprob_start_len": sample.prompt_length - 1,
         "sampling_params": {"max_new_tokens": 0, "temperature": 1.0},
     }
     response = await engine.generate(payload)
     assert isinstance(response, dict)
-    entries = response.get("meta_info", {}).get("input_token_logprobs") or []
-    if len(entries) != sample.response_length:
+    entries = (response.get("meta_info", {}).get("input_token_logprobs") or [])[1:]
+    if len(entries) != sample.response_length or any(entry[0] is None for entry in entries):
         raise WeightSyncError(
-            f"trust check: the engine returned {len(entries)} prompt log-probs for a probe of "
-            f"{sample.response_length} response tokens (does it support logprob_start_len?)"
+            f"trust check: the engine returned {len(entries)} log-probs (after the range's first) for a "
+            f"probe of {sample.response_length} response tokens (does it support logprob_start_len?)"
         )
     return [float(entry[0]) for entry in entries]
 

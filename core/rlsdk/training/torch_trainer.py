@@ -121,7 +121,7 @@ class TorchTrainer(PolicyTrainer):
             )
             for micro in micro_batches(part, args.micro_batch_size, args.max_tokens_per_gpu):
                 chosen = [indices[i] for i in micro]
-                batch = loss_batch(data, chosen, per_sample)
+                batch = loss_batch(data, chosen, per_sample, self.device)
                 logits = self._packed_logits(self.model, data, chosen)
                 reduce = sum_of_sample_mean_fn(
                     batch["response_lengths"], batch["loss_masks"], args.calculate_per_token_loss
@@ -204,7 +204,7 @@ class TorchTrainer(PolicyTrainer):
     ) -> list[torch.Tensor]:
         out: list[torch.Tensor] = []
         for micro in micro_batches(data, self.args.micro_batch_size, self.args.max_tokens_per_gpu):
-            batch = loss_batch(data, micro, {})
+            batch = loss_batch(data, micro, {}, self.device)
             log_probs, _ = log_probs_and_entropy(
                 self._packed_logits(model, data, micro),
                 batch,

@@ -475,3 +475,27 @@ def test_engine_with_static_decode_keeps_finished_rows_until_a_quarter_have_fini
         assert counted == sum(lengths)
         for prompt, out in zip(prompts, outs):
             assert_logprobs_close(out, forward_logprobs(served, prompt, out["output_ids"]))
+
+
+def test_prompt_logprobs_follow_sglang_the_range_first_entry_is_none(served):
+    """``logprob_start_len`` with ``max_new_tokens: 0``, as SGLang 0.5.17 answers it: one entry per token
+    from the start on, the first ``None`` (SGLang scores from that position, so it has no logits before
+    it), the rest equal a plain forward pass. The trust check relies on this shape."""
+    prompt = prompt_ids(served, "What is 2 + 3?")
+    start = len(prompt) - 4
+    out = via_http(
+        served,
+        {
+            "input_ids": prompt,
+            "return_logprob": True,
+            "logprob_start_len": start,
+            "sampling_params": {"max_new_tokens": 0, "temperature": 1.0},
+        },
+    )
+    entries = out["meta_info"]["input_token_logprobs"]
+    assert [entry[1] for entry in entries] == prompt[start:]
+    assert entries[0][0] is None
+    expected = forward_logprobs(served, prompt[: start + 1], prompt[start + 1 :])
+    torch.testing.assert_close(
+        torch.tensor([e[0] for e in entries[1:]]), torch.tensor(expected), atol=1e-4, rtol=0
+    )

@@ -297,9 +297,10 @@ class EmbeddedEngine(InferenceEngine):
         return await request.done
 
     async def _score(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Log-probs of the prompt's own tokens from ``logprob_start_len`` on (``input_token_logprobs``,
-        the first token's ``None``), as SGLang answers ``max_new_tokens: 0`` with ``return_logprob``.
-        Raw model log-probs (temperature 1): what the trainer's trust check compares."""
+        """Log-probs of the prompt's own tokens from ``logprob_start_len`` on (``input_token_logprobs``), as
+        SGLang 0.5.17 answers ``max_new_tokens: 0`` with ``return_logprob``: the range's first entry is
+        ``None`` (SGLang computes logits from that position on, so the first token has none). Raw model
+        log-probs (temperature 1): what the trainer's trust check compares."""
         if not self._ready:
             raise RuntimeError("EmbeddedEngine.start() must be awaited before generate()")
         prompt = await self._prompt(payload)
@@ -320,7 +321,7 @@ class EmbeddedEngine(InferenceEngine):
                 ids = torch.tensor([prompt], device=self._batch.device)
                 logits = self.model(input_ids=ids, use_cache=False).logits[0, :-1].float()
                 picked = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
-            return [None, *picked.tolist()][start:]
+            return [None, *picked.tolist()[start:]]
 
         logprobs = await self._on_thread(forward)
         response = generate_response(
