@@ -4,17 +4,23 @@ gone, and what does Ray's start-up add to ``rlsdk run``.
 A ``rlsdk run --train --ray --num-engines 2`` (the embedded engine on SmolLM2-135M, or ``--tiny`` a
 2-layer random Llama) runs ``--steps`` steps while a killer thread SIGKILLs the process of a random engine
 ``--kills`` times, each at a random moment while it has requests in flight (after the previous engine
-rejoined); ``--spares 1`` keeps a started engine ready to take a dead one's place. Reported:
+rejoined); ``--spares 1`` keeps a started engine ready to take a dead one's place, ``--standbys``
+(default 1, the run's default) prepared actors with no model loaded. Reported:
 
 - ``samples_lost``: samples the data source handed out that are neither kept, discarded nor in the buffer
   at the end (:func:`rlsdk.rollout.ledger.audit_run`). Must be 0.
 - ``steps_completed`` and the samples the kills sent back to the buffer (``returned``).
 - ``recovery_seconds`` per kill: from the SIGKILL until the restarted engine, given the current weights and
-  past the trust check, took requests again. Target: at most 10 s on 2 CPU cores.
+  past the trust check, took requests again. Target: at most 10 s on 2 CPU cores. ``recoveries`` breaks
+  each down: what took the dead engine's place (``spare``, ``standby``, ``new``) and the seconds from the
+  SIGKILL at which it was detected and its replacement got past each stage (``created``: Ray started its
+  process and built the actor; ``prepared``: the engine's imports done; ``started``: model loaded;
+  ``weights``: current weights taken; ``trusted``: past the trust check).
 - ``startup``: wall time of the same 1-step ``rlsdk run`` in a fresh process without Ray and with
   ``--ray`` (one engine), and the difference: what Ray's start-up adds on one machine.
 
-    python benchmarks/faults.py [--kills 3] [--steps 8] [--spares 0] [--tiny] [--no-startup | --startup-only]
+    python benchmarks/faults.py [--kills 3] [--steps 8] [--spares 0] [--standbys 1] [--tiny]
+                                [--no-startup | --startup-only]
 """
 
 from __future__ import annotations
@@ -87,13 +93,16 @@ def run_options(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 class Killer(threading.Thread):
-    """SIGKILLs a random engine with requests in flight ``kills`` times, each a random 0.5-3 s after every
-    engine is up again; records the kill times."""
+    """SIGKILLs a random engine with requests in flight ``kills`` times, from the second step on (so that
+    each replacement takes weights synced by the trainer and their trust check), each a random 0.5-3 s
+    after the pool is back at full strength (every engine up again, and its spares and standbys ready);
+    records the kill times."""
 
     def __init__(self, args: Any, kills: int, seed: int) -> None:
         super().__init__(name="killer", daemon=True)
         self.args, self.kills, self.random = args, kills, random.Random(seed)
         self.done = threading.Event()
+        self.first_step = threading.Event()
         self.killed_at: list[float] = []
         self.pool: Any = None
 
@@ -101,12 +110,11 @@ class Killer(threading.Thread):
         while self.pool is None and not self.done.wait(0.1):
             runtime = vars(self.args).get("_rlsdk_runtime")  # bound once the engines are up
             self.pool = runtime.engine if runtime else None
+        while not self.first_step.wait(0.1) and not self.done.is_set():
+            pass
         while len(self.killed_at) < self.kills and not self.done.wait(self.random.uniform(0.5, 3.0)):
             busy = self.wait_for(
-                lambda: (
-                    all(r.alive for r in self.pool.replicas_)
-                    and [r for r in self.pool.replicas_ if r.in_flight]
-                ),
+                lambda: self.pool.at_full_strength and [r for r in self.pool.replicas_ if r.in_flight],
                 0.02,
             )
             if not busy:
@@ -145,6 +153,7 @@ def faults(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
         ray_address="local",
         num_engines=2,
         ray_spare_engines=opts.spares,
+        ray_standby_engines=opts.standbys,
     ).with_default_data(given={*options, "num_rollout"})
     killer = Killer(args, opts.kills, opts.seed)
     killer.start()
@@ -152,6 +161,7 @@ def faults(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     def on_step(rollout_id: int, metrics: dict[str, Any]) -> None:
         steps.append(metrics)
+        killer.first_step.set()
         print(
             f"step {rollout_id}: returned {metrics['ledger/returned']}, kept {metrics['ledger/kept']}",
             file=sys.stderr,
@@ -179,6 +189,14 @@ def faults(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
         "detection_seconds": [
             round(r.detected_at - k, 2) for r, k in zip(recoveries, killer.killed_at, strict=False)
         ],
+        "recoveries": [
+            {
+                "by": r.by,
+                "detected": round(r.detected_at - k, 2),
+                **{stage: round(at - k, 2) for stage, at in r.marks.items()},
+            }
+            for r, k in zip(recoveries, killer.killed_at, strict=False)
+        ],
         "run_seconds": round(time.perf_counter() - started, 1),
     }
 
@@ -202,6 +220,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--spares", type=int, default=0, help="Spare engines started beside the two.")
+    parser.add_argument(
+        "--standbys", type=int, default=1, help="Standby engines (prepared, no model) beside the two."
+    )
     parser.add_argument("--tiny", action="store_true", help="A 2-layer random Llama instead of SmolLM2-135M.")
     parser.add_argument("--no-startup", action="store_true", help="Skip the start-up comparison.")
     parser.add_argument("--startup-only", action="store_true", help="Only the start-up comparison.")
@@ -221,7 +242,9 @@ def main() -> None:
         if opts.startup_only:
             print(json.dumps({**report, "startup": startup(opts, work)}))
             return
-        report.update(engines=2, spares=opts.spares, steps=opts.steps, **faults(opts, work))
+        report.update(
+            engines=2, spares=opts.spares, standbys=opts.standbys, steps=opts.steps, **faults(opts, work)
+        )
         if not opts.no_startup:
             report["startup"] = startup(opts, work)
     done = [s for s in report["recovery_seconds"] if s is not None]

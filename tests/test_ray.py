@@ -18,6 +18,7 @@ import ray
 from rlsdk import CustomGenerate, RolloutConfig, get_plugin_manager, hookimpl
 from rlsdk.aio.task_pools import set_cluster_task_pool
 from rlsdk.ray.cluster import ActorStartError
+from rlsdk.ray.engine_pool import RayEnginePool
 from rlsdk.ray.environments import PluginEnvironmentError, differences
 from rlsdk.ray.task_pool import RayTaskPool
 from rlsdk.ray.trainer_actor import RemoteTrainer, TrainerLostError
@@ -79,6 +80,7 @@ def ray_args(tiny_llama: Path, run_files: tuple[Path, str], out: Path, **options
         "output_dir": str(out),
         "ray_address": "local",
         "ray_engine_cpus": 0.5,
+        "ray_standby_engines": 0,
         "ray_start_timeout": 120.0,
         "sync_check_tol": 1e-3,
         "lr": 3e-2,
@@ -88,12 +90,14 @@ def ray_args(tiny_llama: Path, run_files: tuple[Path, str], out: Path, **options
 
 
 class KillEngines:
-    """A custom generate that, on its 40th sample (in step 1, after step 0's 32) and on its 90th, SIGKILLs
-    the engine process with the most requests in flight, then generates as usual; at its 140th it waits
-    for both engines to be back (the tiny steps are quicker than an engine's start)."""
+    """A custom generate that, on its 40th sample (in step 1, after step 0's 32) and on its 72nd, SIGKILLs
+    the engine process with the most requests in flight, then generates as usual: the first kill once the
+    pool is at full strength (its spare and standby ready), the second once the first engine is back. At
+    its 100th sample it waits for both engines to be back (the tiny steps are quicker than an engine's
+    start)."""
 
-    KILL_AT = (40, 90)
-    WAIT_AT = 140
+    KILL_AT = (40, 72)
+    WAIT_AT = 100
 
     def __init__(self) -> None:
         self.calls = 0
@@ -109,6 +113,11 @@ class KillEngines:
         self.calls += 1
         self.pool = get_runtime(args).engine
         if self.calls in self.KILL_AT:
+            ready = (lambda: self.pool.at_full_strength) if not self.killed else self._first_back
+            for _ in range(1800):
+                if ready():
+                    break
+                await asyncio.sleep(0.1)
             sent = asyncio.ensure_future(generate(args, sample, sampling_params))
             await asyncio.sleep(0.02)  # this request and the step's others are on their engines
             victim = max(self.pool.replicas_, key=lambda r: r.in_flight)
@@ -123,13 +132,19 @@ class KillEngines:
             self.alive_later = [r.alive for r in self.pool.replicas_]
         return await generate(args, sample, sampling_params)
 
+    def _first_back(self) -> bool:
+        return bool(self.pool.recoveries and self.pool.recoveries[0].rejoined_at)
+
 
 @pytest.mark.timeout(300)
 def test_engines_killed_mid_step_come_back_and_the_run_loses_nothing(
-    cluster, tiny_llama, run_files, tmp_path
+    cluster, tiny_llama, run_files, tmp_path, monkeypatch
 ):
-    """Two engines and a spare: the first engine killed is replaced by the spare (it takes the current
-    weights and passes the trust check); the second by the new spare or, not started yet, a new engine."""
+    """Two engines, a spare and a standby: the first engine killed is replaced by the spare (it takes the
+    current weights and passes the trust check), the second by the standby (it loads the model, then the
+    same). The used spare is not replaced here (a no-op ``_add_spare``), so that the second kill meets
+    the standby whatever the machine's speed; the used standby is."""
+    monkeypatch.setattr(RayEnginePool, "_add_spare", _no_new_spare)
     killer = KillEngines()
     out = tmp_path / "out"
     args = ray_args(
@@ -138,9 +153,10 @@ def test_engines_killed_mid_step_come_back_and_the_run_loses_nothing(
         out,
         num_engines=2,
         ray_spare_engines=1,
+        ray_standby_engines=1,
         ray_engine_cpus=0.25,
         train=True,
-        num_rollout=6,
+        num_rollout=4,
         custom_generate_function_path="kill_engines",
     )
     run_job(args, get_plugin_manager(plugins=[killer]))
@@ -149,10 +165,15 @@ def test_engines_killed_mid_step_come_back_and_the_run_loses_nothing(
     first, second = killer.pool.recoveries
     assert [first.engine, second.engine] == [engine for engine, _ in killer.killed]
     assert "died" in first.cause and "died" in second.cause
-    assert first.by_spare and first.rejoined_at is not None and second.rejoined_at is not None
+    assert (first.by, second.by) == ("spare", "standby")
+    assert list(first.marks) == ["weights", "trusted"]  # the spare had its model loaded
+    assert list(second.marks) == ["started", "weights", "trusted"]  # the standby had its imports done
+    for recovery in (first, second):
+        times = [recovery.detected_at, *recovery.marks.values(), recovery.rejoined_at]
+        assert times == sorted(times)
     assert killer.alive_later == [True, True]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 6
+    assert len(rows) == 4
     assert rows[1]["rollout/aborted"] > 0 and rows[1]["ledger/returned"] > 0  # its groups went to the buffer
     for row in rows:  # every step balanced and every sync passed the trust check on every live engine
         assert row["ledger/entered"] == (
@@ -160,6 +181,10 @@ def test_engines_killed_mid_step_come_back_and_the_run_loses_nothing(
         )
         assert row["ledger/failed"] == 0 and row["train/sync_logprob_max_diff"] < 1e-3
     assert audit_run(out)["lost"] == 0 and audit_run(out)["duplicated"] == 0
+
+
+async def _no_new_spare(self) -> None:
+    return None
 
 
 def test_a_worker_lacking_a_plugin_stops_the_run_before_the_first_step(
@@ -211,6 +236,47 @@ def test_math_grading_goes_to_ray_tasks_while_a_run_is_on_ray(cluster):
         set_cluster_task_pool(None)
 
 
+KILLED_ONCE_REWARD = '''
+import os, signal
+
+FOLDER, DRIVER = {folder!r}, {driver}
+
+def response_length(args, sample, **kwargs):
+    """The response's length, noting the worker's pid on the sample; the first call SIGKILLs its worker."""
+    if os.getpid() == DRIVER:
+        raise RuntimeError("scored in the driver, not in a Ray worker")
+    marker = os.path.join(FOLDER, "killed")
+    if not os.path.exists(marker):
+        open(marker, "w").write(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    sample.metadata["scored_by"] = os.getpid()
+    return float(len(sample.response))
+'''
+
+
+@pytest.mark.timeout(120)
+def test_sync_rewards_run_as_ray_tasks_and_a_killed_worker_s_sample_is_scored_again(cluster, tmp_path):
+    """With ``ray_sync_rewards`` a plain reward (a path here, the same file on every node) runs in Ray's
+    workers, not in the driver; the worker of the first call dies with it and that sample is scored again
+    by another worker; what the reward wrote on the samples comes back."""
+    from rlsdk.rollout.rewarding import score_group
+    from rlsdk.types import Sample
+
+    reward = tmp_path / "reward.py"
+    reward.write_text(KILLED_ONCE_REWARD.format(folder=str(tmp_path), driver=os.getpid()))
+    args = RolloutConfig(rm_type=f"{reward}:response_length", ray_sync_rewards=True, reward_timeout=60)
+    samples = [Sample(prompt="p", response="x" * n) for n in (1, 2, 3)]
+    set_cluster_task_pool(RayTaskPool(cpus_per_task=0.5))
+    try:
+        asyncio.run(score_group(args, get_plugin_manager(), samples))
+    finally:
+        set_cluster_task_pool(None)
+    assert [s.reward for s in samples] == [1.0, 2.0, 3.0]
+    killed = int((tmp_path / "killed").read_text())
+    scorers = {s.metadata["scored_by"] for s in samples}
+    assert killed not in scorers and os.getpid() not in scorers
+
+
 def test_an_engine_that_cannot_be_placed_names_what_it_asked_for(cluster, tiny_llama, run_files, tmp_path):
     args = ray_args(tiny_llama, run_files, tmp_path / "out", ray_engine_cpus=64.0, ray_start_timeout=2.0)
     with pytest.raises(
@@ -241,7 +307,7 @@ def test_a_trainer_that_dies_stops_the_run_naming_the_last_checkpoint(
     train_step = RemoteTrainer.train_step
 
     def dying(self, rollout_id, groups):
-        if rollout_id == 2:
+        if rollout_id == 1:
             ray.kill(self.actor)
         return train_step(self, rollout_id, groups)
 
@@ -254,13 +320,13 @@ def test_a_trainer_that_dies_stops_the_run_naming_the_last_checkpoint(
                 run_files,
                 out,
                 train=True,
-                num_rollout=3,
+                num_rollout=2,
                 save_interval=1,
                 rollout_max_response_len=2,
             )
         )
     assert (
-        f"The last checkpoint is {out / 'checkpoints' / 'step_1'}: continue with rlsdk run --resume "
+        f"The last checkpoint is {out / 'checkpoints' / 'step_0'}: continue with rlsdk run --resume "
         f"--output {out}" in str(error.value)
     )
 
@@ -288,3 +354,27 @@ def test_ray_without_an_address_means_a_local_cluster_and_the_runtime_env_is_jso
     )
     with pytest.raises(ValueError, match="num_engines 2 needs ray_address"):
         RolloutConfig(num_engines=2)
+
+
+def test_weights_travel_as_arrays_and_come_back_as_the_same_tensors():
+    """bfloat16 (no numpy dtype) as integers of its width; a tied tensor once, as an alias."""
+    import pickle
+
+    import torch
+
+    from rlsdk.ray.weights import from_shared, to_shared
+
+    embed = torch.randn(4, 3)
+    state = {
+        "embed": embed,
+        "head": embed,
+        "norm": torch.randn(3).to(torch.bfloat16),
+        "step": torch.tensor(7),
+    }
+    shared = pickle.loads(pickle.dumps(to_shared(state)))
+    assert shared["head"] == ("embed", "alias") and shared["norm"][1] == "bfloat16"
+    back = from_shared(shared)
+    assert list(back) == list(state)
+    for name, tensor in state.items():
+        assert back[name].dtype == tensor.dtype and torch.equal(back[name], tensor)
+    assert back["head"].data_ptr() == back["embed"].data_ptr()

@@ -23,6 +23,7 @@ from typing import Any
 from ..aio.blocking import blocking_pool
 from ..aio.concurrency import ConcurrencyLimit, gather_calls
 from ..aio.deadlines import deadline
+from ..aio.task_pools import cluster_task_pool
 from ..engines.protocol import EngineError, EngineRequestError
 from ..errors import PluginCallError, RlsdkError
 from ..types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
@@ -316,9 +317,9 @@ async def call_reward(
     """The reward of one sample, or the list of rewards of a group (``target`` a list) for a group reward.
 
     Async rewards are awaited; sync ones run in a thread of :mod:`rlsdk.aio.blocking`'s pool so a slow one
-    cannot stall the loop (abandoned at ``timeout``), except ``cheap`` ones, which are called inline.
-    Returns a number, a dict, or None (the reward marks the sample invalid); raises :class:`InvalidReward`
-    otherwise."""
+    cannot stall the loop (abandoned at ``timeout``), or as Ray tasks with ``ray_sync_rewards`` on a run on
+    Ray, except ``cheap`` ones, which are called inline. Returns a number, a dict, or None (the reward marks
+    the sample invalid); raises :class:`InvalidReward` otherwise."""
     where = _group_where(target) if isinstance(target, list) else _sample_where(target)
     kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
     try:
@@ -327,6 +328,10 @@ async def call_reward(
                 result = await resolved.func(args, target, **kwargs)
             elif resolved.record.cheap:
                 result = resolved.func(args, target, **kwargs)
+            elif getattr(args, "ray_sync_rewards", False) and cluster_task_pool() is not None:
+                from ..ray.task_pool import score_on_cluster
+
+                result = await score_on_cluster(args, resolved, target, kwargs, timeout)
             else:
                 result = await blocking_pool().run(resolved.func, args, target, **kwargs)
             if inspect.isawaitable(result):

@@ -67,10 +67,11 @@ def connect(args: Any) -> Cluster:
 
 
 def local_cpus(args: Any) -> int:
-    """Logical CPUs of a local cluster: the machine's, or what the engines, the trainer and one grading
-    task ask for when that is more (each engine and the trainer set their own torch threads: Ray's count only
-    places actors)."""
-    engines = int((args.num_engines + args.ray_spare_engines) * args.ray_engine_cpus + 0.999)
+    """Logical CPUs of a local cluster: the machine's, or what the engines (spares and standbys included),
+    the trainer and one grading task ask for when that is more (each engine and the trainer set their own
+    torch threads: Ray's count only places actors)."""
+    actors = args.num_engines + args.ray_spare_engines + args.ray_standby_engines
+    engines = int(actors * args.ray_engine_cpus + 0.999)
     return max(os.cpu_count() or 1, engines + 2)
 
 

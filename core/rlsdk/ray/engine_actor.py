@@ -10,6 +10,7 @@ filesystem every node sees (the pool forwards ``update_weights_from_disk`` to ea
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .cluster import worker_info
@@ -29,23 +30,43 @@ def actor_device(args: Any) -> str:
 
 
 class EngineActor:
-    """A Ray actor holding one engine (an async actor: its calls run on the actor's event loop)."""
+    """A Ray actor holding one engine (an async actor: its calls run on the actor's event loop).
+
+    Started in two calls: :meth:`prepare` builds the engine object (its plugin's imports: torch,
+    transformers) and runs the engine's own optional ``prepare()`` (all of its start but the weights), and
+    :meth:`start` starts it. A *standby* actor is one prepared and not started: the pool keeps one ready, so
+    that a dead engine's replacement only loads weights."""
 
     def __init__(self, args: Any, index: int) -> None:
         self.args = args
         self.index = index
         self.engine: Any = None
+        self._built: Any = None
+        self.created_at = time.time()
 
     async def where(self) -> dict[str, Any]:
-        """Node, process, log file and installed plugins of this actor (see :func:`worker_info`)."""
-        return worker_info()
+        """Node, process, log file and installed plugins of this actor (see :func:`worker_info`), and when
+        the actor was created in its process (``time.time()``)."""
+        return {**worker_info(), "created_at": self.created_at}
+
+    async def prepare(self) -> float:
+        """Resolve the engine plugin here and build the engine without starting it; ``time.time()`` then."""
+        if self._built is None:
+            from ..plugins.manager import get_plugin_manager
+            from ..rollout.job import engine_name
+
+            built = get_plugin_manager().resolve("engine", engine_name(self.args)).func(self.args)
+            prepare = getattr(built, "prepare", None)
+            if prepare is not None:
+                await prepare()
+            self._built = built
+        return time.time()
 
     async def start(self) -> dict[str, Any]:
-        """Resolve the engine plugin here, build and start it; what the pool needs to know of it."""
-        from ..plugins.manager import get_plugin_manager
-        from ..rollout.job import engine_name
-
-        engine = get_plugin_manager().resolve("engine", engine_name(self.args)).func(self.args)
+        """Start the engine (prepared first if it was not); what the pool needs to know of it, with
+        ``time.time()`` once it was prepared and once it started."""
+        prepared_at = await self.prepare()
+        engine = self._built
         await engine.start()
         self.engine = engine
         model_path = getattr(engine, "model_path", None)
@@ -53,6 +74,8 @@ class EngineActor:
             "in_process_weights": engine.in_process_weights,
             "url": engine.url,
             "model_path": str(model_path) if model_path else None,
+            "prepared_at": prepared_at,
+            "started_at": time.time(),
         }
 
     async def ping(self) -> bool:
@@ -79,9 +102,12 @@ class EngineActor:
     async def flush_cache(self) -> bool:
         return await self.engine.flush_cache()
 
-    async def update_weights(self, state_dict: Any, weight_version: str | None) -> None:
-        """Take the weights (Ray resolved the driver's object reference to the state dict here)."""
-        await self.engine.update_weights(state_dict, weight_version)
+    async def update_weights(self, shared: Any, weight_version: str | None) -> None:
+        """Take the weights (Ray resolved the driver's object reference here to the arrays of
+        :func:`.weights.to_shared`, mapped from the object store)."""
+        from .weights import from_shared
+
+        await self.engine.update_weights(from_shared(shared), weight_version)
 
     async def update_weights_from_disk(self, model_path: str, weight_version: str | None) -> None:
         await self.engine.update_weights_from_disk(model_path, weight_version)

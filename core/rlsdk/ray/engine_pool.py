@@ -7,6 +7,12 @@ noticed by its requests failing, at once, or by the next health check; each of i
 then comes back as an *aborted* response with no tokens, so the rollout step returns its group to the
 buffer, as it returns any aborted group: the ledger balances and nothing is lost. The engine is started
 again, given the current weights, checked against the last trust probe, and rejoins.
+
+What takes its place, quickest first: a *spare* (``ray_spare_engines``: an engine started with its model
+loaded, so only the weights and the trust check are left), a *standby* (``ray_standby_engines``, one by
+default: an actor whose process is up with the engine's imports done and no model loaded, so the
+replacement skips Ray's worker start and the imports, the bulk of a cold start), else a new actor. A used
+spare or standby is replaced in the background.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from ..errors import RlsdkError
 from .cluster import ActorStartError, describe_place, first_line, import_ray, place, start
 from .engine_actor import EngineActor, actor_device, actor_resources
 from .environments import check_worker
+from .weights import to_shared
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +53,13 @@ class Recovery:
     detected_at: float
     cause: str
     rejoined_at: float | None = None
-    by_spare: bool = False
-    """A spare engine took its place (else a new one was started)."""
+    by: str = "new"
+    """What took its place: ``spare``, ``standby`` or ``new`` (a new actor)."""
+    marks: dict[str, float] = field(default_factory=dict)
+    """When (``time.time()``) its replacement got past each stage: ``created`` (the actor's process up
+    and the actor built in it), ``prepared`` (the engine's imports done), ``started`` (model loaded),
+    ``weights`` (the current weights taken) and ``trusted`` (past the trust check); a spare or standby
+    skips the stages it had done before."""
 
 
 @dataclass(eq=False)
@@ -99,10 +111,17 @@ class RayEnginePool(InferenceEngine):
         self._spares: list[Replica] = []
         """Engines started beside the serving ones (``ray_spare_engines``), each ready to take the place of
         one that dies."""
+        self._standbys: list[Replica] = []
+        """Actors prepared and not started (``ray_standby_engines``), each ready to start in a dead
+        engine's place."""
+        self._preparing = 0
+        """Standbys being prepared."""
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        for _ in range(self.args.ray_standby_engines):  # prepared meanwhile, not waited for
+            self._spawn(self._add_standby())
         spares = [Replica(index=-1) for _ in range(self.args.ray_spare_engines)]
         results = await asyncio.gather(
             *(self._start_actor(r) for r in self.replicas_),
@@ -123,8 +142,15 @@ class RayEnginePool(InferenceEngine):
 
     async def _start_actor(self, replica: Replica, what: str | None = None) -> None:
         """Create, place, check and start one engine actor within ``ray_start_timeout`` each."""
+        what = what or f"engine {replica.index}"
+        await self._place_actor(replica, what)
+        await self._start_engine(replica, what)
+
+    async def _place_actor(self, replica: Replica, what: str) -> None:
+        """Create one engine actor, wait for it to be placed, check its plugins and prepare its engine
+        (:meth:`EngineActor.prepare`), within ``ray_start_timeout`` each."""
         ray = import_ray()
-        args, what = self.args, what or f"engine {replica.index}"
+        args = self.args
         resources = actor_resources(args)
         actor = (
             ray.remote(EngineActor)
@@ -132,26 +158,36 @@ class RayEnginePool(InferenceEngine):
             .remote(args, replica.index)
         )
         info = await place(actor, actor.where.remote(), what, resources, args.ray_start_timeout)
-        port = None
-        place_text = describe_place(info, device=actor_device(args), port=port)
+        place_text = describe_place(info, device=actor_device(args), port=None)
         try:
             check_worker(what, info, self.driver_plugins)  # plugins differ: stop before the first step
         except RlsdkError:
             ray.kill(actor)
             raise
-        engine = await start(actor, what, place_text, actor.start.remote(), args.ray_start_timeout)
+        info["prepared_at"] = await start(
+            actor, what, place_text, actor.prepare.remote(), args.ray_start_timeout
+        )
+        replica.actor, replica.info, replica.place_text = actor, info, place_text
+
+    async def _start_engine(self, replica: Replica, what: str) -> None:
+        """Start the engine of a placed actor (:meth:`_place_actor`) within ``ray_start_timeout``."""
+        args, info = self.args, replica.info
+        actor = replica.actor
+        engine = await start(actor, what, replica.place_text, actor.start.remote(), args.ray_start_timeout)
         if engine.get("url"):
             from urllib.parse import urlparse
 
-            place_text = describe_place(info, device=actor_device(args), port=urlparse(engine["url"]).port)
-        replica.actor, replica.info, replica.place_text = actor, {**info, "engine": engine}, place_text
+            replica.place_text = describe_place(
+                info, device=actor_device(args), port=urlparse(engine["url"]).port
+            )
+        replica.info = {**info, "engine": engine}
 
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         ray = import_ray()
-        for replica in [*self.replicas_, *self._spares]:
+        for replica in [*self.replicas_, *self._spares, *self._standbys]:
             if replica.actor is not None:
                 try:
                     await asyncio.wait_for(replica.actor.close.remote(), 10)
@@ -169,6 +205,15 @@ class RayEnginePool(InferenceEngine):
 
     def replicas(self) -> list[InferenceEngine]:
         return [r for r in self.replicas_ if r.alive]
+
+    @property
+    def at_full_strength(self) -> bool:
+        """Every engine serving, and every spare and standby the run asked for ready."""
+        return (
+            all(r.alive for r in self.replicas_)
+            and len(self._spares) >= self.args.ray_spare_engines
+            and len(self._standbys) >= self.args.ray_standby_engines
+        )
 
     async def _pick(self) -> Replica:
         """The live engine with the fewest requests in flight (then the fewest sent); waits while none is
@@ -250,13 +295,14 @@ class RayEnginePool(InferenceEngine):
     # ------------------------------------------------------------------ weights
 
     async def update_weights(self, state_dict: Any, weight_version: str | None = None) -> None:
-        """Put the weights in Ray's object store once (unless they are there already, as a remote trainer's
-        are) and have every live engine take them; a restarted engine takes the same ones."""
+        """Put the weights in Ray's object store once (:func:`.weights.to_shared`, unless they are there
+        already, as a remote trainer's are) and have every live engine take them; a restarted engine takes
+        the same ones."""
         ray = import_ray()
         ref = (
             state_dict
             if isinstance(state_dict, ray.ObjectRef)
-            else await asyncio.to_thread(ray.put, dict(state_dict))
+            else await asyncio.to_thread(lambda: ray.put(to_shared(state_dict)))
         )
         async with self._sync_lock:
             self._weights, self._probe = ("state", ref, weight_version), None
@@ -295,22 +341,28 @@ class RayEnginePool(InferenceEngine):
         :data:`MAX_RESTARTS` failed attempts the run stops."""
         ray = import_ray()
         error: BaseException | None = None
+        what = f"engine {replica.index}"
         for _ in range(MAX_RESTARTS):
             try:
+                recovery.marks.clear()
                 if self._spares:  # a started spare takes its place; another spare starts meanwhile
-                    spare = self._spares.pop(0)
-                    replica.actor, replica.info, replica.place_text = (
-                        spare.actor,
-                        spare.info,
-                        spare.place_text,
-                    )
-                    recovery.by_spare = True
+                    recovery.by = "spare"
+                    self._take_place(replica, self._spares.pop(0))
                     self._spawn(self._add_spare())
+                elif standby := await self._next_standby():  # it starts in its place
+                    recovery.by = "standby"
+                    self._take_place(replica, standby)
+                    await self._start_engine(replica, what)
                 else:
-                    recovery.by_spare = False
-                    await self._start_actor(replica)
+                    recovery.by = "new"
+                    await self._place_actor(replica, what)
+                    recovery.marks.update(created=replica.info["created_at"])
+                    recovery.marks.update(prepared=replica.info["prepared_at"])
+                    await self._start_engine(replica, what)
+                if "engine" in replica.info and recovery.by != "spare":
+                    recovery.marks["started"] = replica.info["engine"]["started_at"]
                 async with self._sync_lock:
-                    await self._catch_up(replica)
+                    await self._catch_up(replica, recovery)
                     replica.alive = True
                 recovery.rejoined_at = time.time()
                 log.warning(
@@ -318,6 +370,8 @@ class RayEnginePool(InferenceEngine):
                     replica.name,
                     recovery.rejoined_at - recovery.detected_at,
                 )
+                if recovery.by == "standby":  # prepared now, not to slow the restart down
+                    self._spawn(self._add_standby())
                 await self._notify()
                 return
             except asyncio.CancelledError:
@@ -330,7 +384,12 @@ class RayEnginePool(InferenceEngine):
         self._failure = EngineLostError(
             f"engine {replica.index} could not be brought back after it died ({recovery.cause}): {error}"
         )
+        log.error("%s", self._failure)
         await self._notify()
+
+    @staticmethod
+    def _take_place(replica: Replica, other: Replica) -> None:
+        replica.actor, replica.info, replica.place_text = other.actor, other.info, other.place_text
 
     async def _add_spare(self) -> None:
         spare = Replica(index=-1)
@@ -341,7 +400,26 @@ class RayEnginePool(InferenceEngine):
             return
         self._spares.append(spare)
 
-    async def _catch_up(self, replica: Replica) -> None:
+    async def _add_standby(self) -> None:
+        standby = Replica(index=-1)
+        self._preparing += 1
+        try:
+            await self._place_actor(standby, "a standby engine")
+            self._standbys.append(standby)
+        except RlsdkError as exc:  # not placed, not started, or other plugins: the run goes on without
+            log.warning("no standby engine: %s", exc)
+        finally:
+            self._preparing -= 1
+            await self._notify()
+
+    async def _next_standby(self) -> Replica | None:
+        """A prepared standby: one that is ready, else the first being prepared (it is further on than a
+        new actor would be), once it is; None when there is none."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._standbys or not self._preparing)
+        return self._standbys.pop(0) if self._standbys else None
+
+    async def _catch_up(self, replica: Replica, recovery: Recovery) -> None:
         """Give a restarted engine the weights the others serve, and check it against their trust probe
         (waiting, while a sync is under way, for the probe of the weights it took)."""
         if self._weights is None:
@@ -349,9 +427,11 @@ class RayEnginePool(InferenceEngine):
         kind, value, version = self._weights
         method = replica.actor.update_weights if kind == "state" else replica.actor.update_weights_from_disk
         await method.remote(value, version)
+        recovery.marks["weights"] = time.time()
         async with self._changed:
             await asyncio.wait_for(self._changed.wait_for(lambda: self._probe is not None), HEALTH_TIMEOUT)
         await self._probe.check(replica)
+        recovery.marks["trusted"] = time.time()
 
     async def _health_checks(self) -> None:
         """Ping every live engine each :data:`HEALTH_INTERVAL`; a dead or silent one is lost."""

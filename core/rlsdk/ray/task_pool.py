@@ -1,4 +1,5 @@
-"""CPU-heavy tasks (the math grader's) as Ray tasks across the cluster's nodes.
+"""CPU-heavy tasks (the math grader's, and plain sync rewards with ``ray_sync_rewards``) as Ray tasks
+across the cluster's nodes.
 
 Each task imports its ``"module:function"`` from the worker's own environment and runs it on the worker's
 main thread under a ``SIGALRM`` timer (math-verify's timeouts need the main thread). A worker that dies
@@ -23,6 +24,8 @@ RETRIES = 3
 """Times a task is run again after its worker died."""
 KILL_GRACE_S = 2.0
 """Seconds past its timeout after which a task's worker is killed."""
+REWARD_TASK_TIMEOUT_S = 3600.0
+"""A reward task's timeout when the run gives it none."""
 
 
 class TaskError(RlsdkError):
@@ -54,6 +57,40 @@ def run_task(spec: str, args: tuple[Any, ...], timeout: float) -> tuple[bool, An
     finally:
         if timed:
             signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def score_reward(spec: str, group: bool, args: Any, target: Any, kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """A Ray task: the reward ``spec`` (a registered name or a path) resolved from this worker's own
+    environment, called on ``target``; its result and ``target`` (which a reward may have changed)."""
+    from ..plugins.manager import get_plugin_manager
+    from ..rollout.rewarding import resolve_reward
+
+    resolved = resolve_reward(get_plugin_manager(), spec, group=group)
+    return resolved.func(args, target, **kwargs), target
+
+
+async def score_on_cluster(
+    args: Any, resolved: Any, target: Any, kwargs: dict[str, Any], timeout: float | None
+) -> Any:
+    """Score ``target`` (a sample, or a group's list) with the sync reward ``resolved`` as a task of the
+    cluster's pool (:func:`score_reward`); what the reward changed on the samples is copied back."""
+    from ..aio.task_pools import cluster_task_pool
+    from ..plugins.loading import is_path
+
+    info = resolved.info
+    spec = info.plugin if info.distribution is None and is_path(info.plugin) else resolved.name
+    pool = cluster_task_pool()
+    assert pool is not None
+    result, scored = await pool.arun(
+        f"{__name__}:score_reward",
+        (spec, bool(resolved.record.group), args, target, kwargs),
+        timeout or REWARD_TASK_TIMEOUT_S,
+    )
+    if not isinstance(target, list):
+        target, scored = [target], [scored]
+    for sample, remote in zip(target, scored, strict=True):
+        vars(sample).update(vars(remote))
+    return result
 
 
 class RayTaskPool:

@@ -58,10 +58,12 @@ class TrainerActor:
         return getattr(self.trainer, method)(*args)
 
     def weights_ref(self) -> list[Any]:
-        """The state dict put in the object store, its reference in a list (so the driver gets the
-        reference, not the tensors)."""
+        """The state dict put in the object store (:func:`.weights.to_shared`), its reference in a list (so
+        the driver gets the reference, not the tensors)."""
         assert self.trainer is not None, "start() builds the trainer first"
-        return [import_ray().put(dict(self.trainer.weights()))]
+        from .weights import to_shared
+
+        return [import_ray().put(to_shared(self.trainer.weights()))]
 
 
 @dataclass

@@ -238,6 +238,8 @@ RESUME_MAY_CHANGE = frozenset(
         "ray_runtime_env",
         "ray_engine_cpus",
         "ray_spare_engines",
+        "ray_standby_engines",
+        "ray_sync_rewards",
         "ray_start_timeout",
     }
 )

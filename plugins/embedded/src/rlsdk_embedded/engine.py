@@ -166,6 +166,8 @@ class EmbeddedEngine(InferenceEngine):
         self.model: Any = None
         self.model_path: Path | None = None
         self._detokenizer: Any = None
+        self._config: Any = None
+        """The model's config once :meth:`prepare` read it."""
         self._updates = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -206,18 +208,34 @@ class EmbeddedEngine(InferenceEngine):
             raise
         self._ready = True
 
-    def _load(self) -> None:
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    async def prepare(self) -> None:
+        """All of :meth:`start` but the weights, ahead of it (a Ray standby engine does this while it
+        waits): the model's files found, its tokenizers and config read, and its model class imported."""
+        await asyncio.to_thread(self._prepare)
+
+    def _prepare(self) -> None:
+        if self._config is not None:
+            return
+        from transformers import AutoConfig, AutoTokenizer
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
         self.model_path = resolve_model_path(self.model_arg, self.cache_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self._detokenizer = AutoTokenizer.from_pretrained(self.model_path)  # a Rust tokenizer is not shared
+        config = AutoConfig.from_pretrained(self.model_path)
+        MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)  # imports the model's module
+        self._config = config
+
+    def _load(self) -> None:
+        from transformers import AutoModelForCausalLM
+
+        self._prepare()
         device = self.device_arg
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if device == "cpu":  # on the thread that runs every forward pass (OpenMP settings are per thread)
             torch.set_num_threads(self.threads or default_cpu_threads())
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self._detokenizer = AutoTokenizer.from_pretrained(self.model_path)  # a Rust tokenizer is not shared
-        full = full_attention_only(AutoConfig.from_pretrained(self.model_path))
+        full = full_attention_only(self._config)
         static = full and (device.startswith("cuda") if self.static_decode is None else self.static_decode)
         # Eager decode steps on CUDA: SDPA's fused kernels beat the grouped products (18.0k against 15.1k
         # tokens/s on an H200). Static steps attend over whole buffers under a padding mask, where SDPA
@@ -226,7 +244,7 @@ class EmbeddedEngine(InferenceEngine):
         grouped = full and (device == "cpu" or static)
         options = {"attn_implementation": attention.register()} if grouped else {}
         model = AutoModelForCausalLM.from_pretrained(
-            self.model_path, dtype=getattr(torch, self.dtype), **options
+            self.model_path, config=self._config, dtype=getattr(torch, self.dtype), **options
         )
         self.model = model.to(device).eval()
         if device == "cpu":  # own the weights: a map of the safetensors file would page-fault the first sync
