@@ -32,6 +32,12 @@ def rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+def heldout_curve(evals: list[dict]) -> list[tuple[int, float]]:
+    """``(rollout_id, mean sampled reward)`` of each eval in ``eval.jsonl`` (the first eval set's)."""
+    key = next((k for row in evals for k in row if k.endswith("/reward_mean")), None)
+    return [(row["rollout_id"], round(row[key], 4)) for row in evals if key in row] if key else []
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cores", type=int, default=2, help="CPU cores to pin the run to (0: no pinning)")
@@ -46,16 +52,16 @@ def main() -> None:
                           stdout=sys.stderr, stderr=sys.stderr, check=False)
     minutes = (time.perf_counter() - started) / 60
     steps, evals = rows(out / "metrics.jsonl"), rows(out / "eval.jsonl")
-    key = next((k for row in evals for k in row if k.endswith("/reward_mean")), None)
+    curve = heldout_curve(evals)
     report = {
         "benchmark": "learning",
         "machine": machine(),
         "cores": len(cores) if cores else os.cpu_count(),
         "exit_code": done.returncode,
         "steps": len(steps),
-        "heldout_reward_start": evals[0][key] if key else None,
-        "heldout_reward_end": evals[-1][key] if key else None,
-        "heldout_curve": [(row["rollout_id"], round(row[key], 4)) for row in evals] if key else [],
+        "heldout_reward_start": curve[0][1] if curve else None,
+        "heldout_reward_end": curve[-1][1] if curve else None,
+        "heldout_curve": curve,
         "train_reward_curve": [(row["rollout_id"], round(row["rollout/reward_mean"], 4)) for row in steps
                                if row.get("rollout/reward_mean") is not None],
         "minutes": minutes,

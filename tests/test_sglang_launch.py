@@ -264,3 +264,28 @@ def test_rlsdk_run_passes_unknown_sglang_flags_to_the_servers(fake_python, tmp_p
     typo = CliRunner().invoke(app, ["run", "--rollout-batch-sise", "2"])
     assert typo.exit_code == 2
     assert "did you mean --rollout-batch-size" in " ".join(typo.output.replace("│", " ").split())
+
+
+def test_the_gpu_learning_run_launches_colocated_bfloat16_sglang(fake_python, tmp_path, monkeypatch):
+    """benchmarks/gpu/learning_gpu.py's ``rlsdk run`` arguments through the CLI (as ``rlsdk_cli.app``'s
+    ``main`` reads them), SGLang faked (it needs CUDA): the server starts on the model folder with the
+    memory saver (``--colocate``), bfloat16 and the memory fraction; the fake cannot generate, so the run
+    stops at the engine's health check, before any data, leaving no process behind."""
+    from typer.testing import CliRunner
+
+    from rlsdk_cli.app import app, fill_optional_values, spread_multi_value_flags
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks" / "gpu"))
+    import learning_gpu
+
+    monkeypatch.setenv("FAKE_SGLANG_PIDS", str(tmp_path / "pids"))
+    opts = learning_gpu.options().parse_args(["--trainer", "megatron", "--sglang-python", fake_python])
+    out, model = tmp_path / "out", tmp_path / "model"
+    command = learning_gpu.run_command(opts, model, out)
+    assert command[1:4] == ["-m", "rlsdk_cli.app", "run"]
+    result = CliRunner().invoke(app, fill_optional_values(spread_multi_value_flags(command[3:])))
+    assert result.exit_code == 1 and "failed its health check" in result.output
+    log = (out / "logs" / "sglang-server-0.log").read_text()
+    assert f"--model-path {model} " in log
+    assert "--mem-fraction-static 0.4 --dtype bfloat16 --enable-memory-saver" in log
+    assert wait_gone(recorded_pids(tmp_path / "pids"), timeout=10)

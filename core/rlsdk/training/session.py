@@ -11,7 +11,7 @@ from typing import Any
 from ..records import Resolved
 from ..runtime import Runtime
 from ..types import RolloutFnTrainOutput
-from .sync import choose_sync, sync_weights, trust_check
+from .sync import check_tolerance, choose_sync, sync_weights, trust_check
 from .trainer import PolicyTrainer
 
 CHECKPOINT_META = "rlsdk_checkpoint.json"
@@ -62,7 +62,7 @@ class TrainingSession:
         probe = result.samples[-1][0]
         started = time.perf_counter()
         metrics["train/sync_logprob_max_diff"] = self.runtime.run(
-            trust_check(self.runtime.engine, self.trainer, probe, self.args.sync_check_tol)
+            trust_check(self.runtime.engine, self.trainer, probe, check_tolerance(self.args, self.trainer))
         )
         metrics["train/trust_check_seconds"] = time.perf_counter() - started
         if "train/train_rollout_logprob_abs_diff" in metrics:

@@ -290,6 +290,27 @@ class TrustProbe:
         return diff
 
 
+FLOAT32_CHECK_TOL = 0.05
+CUDA_CHECK_TOL = 0.5
+"""The trust check's default tolerances (nats). On CPU the engine and the trainer both compute in float32
+and agree to about 1e-4 per token, so 0.05 still catches one missed step. On CUDA the engine serves in
+bfloat16 (SGLang's default, the embedded engine's): a logit of 20-30 is rounded to steps of 0.125 and its
+fused kernels (attention, norms, log-softmax) round differently from the trainer's at every layer, so
+with identical weights the two disagree by up to a few tenths of a nat on the odd token of a sampled
+response, whether the trainer keeps bfloat16 or float32 weights. A sync that went wrong (weights missing,
+misplaced or stale by several steps) moves log-probs by whole nats."""
+
+
+def check_tolerance(args: Any, trainer: PolicyTrainer) -> float:
+    """``sync_check_tol``, or its default for where the trainer runs: its ``device`` (CUDA or not), else
+    its ``dtype`` (half precision or not)."""
+    if args.sync_check_tol is not None:
+        return float(args.sync_check_tol)
+    device, dtype = str(getattr(trainer, "device", "")), str(getattr(trainer, "dtype", ""))
+    on_gpu = device.startswith("cuda") or dtype.endswith(("bfloat16", "float16"))
+    return CUDA_CHECK_TOL if on_gpu else FLOAT32_CHECK_TOL
+
+
 async def trust_check(
     engine: InferenceEngine, trainer: PolicyTrainer, probe: Sample, tolerance: float
 ) -> float:

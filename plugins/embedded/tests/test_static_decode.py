@@ -1,5 +1,6 @@
-"""Static decode steps (fixed buffers, a 4D mask over every column; CUDA graphs on CUDA) against eager
-steps, on the real small model on CPU, and captured as CUDA graphs where a GPU is present."""
+"""The running batch: static decode steps (fixed buffers, a 4D mask over every column; CUDA graphs on CUDA)
+against eager steps, on the real small model on CPU and captured as CUDA graphs where a GPU is present;
+prompts shared by several rows prefilled once."""
 
 from __future__ import annotations
 
@@ -124,6 +125,38 @@ def test_rows_joining_every_few_steps_stop_setting_up_static_steps(monkeypatch):
     before = len(set_up)
     run(60, join=False)
     assert len(set_up) == before + 1 and batches[1]._static.steps > 40
+
+
+def test_a_shared_prompt_runs_once_and_each_row_decodes_as_if_alone():
+    """Four rows, three of them with one prompt: the model sees two prompts, and every row's logits, through
+    prefill and five decode steps that feed each row other tokens, equal those of the row run alone. A random
+    two-layer Llama: only the batch's bookkeeping is under test."""
+    from rlsdk_embedded.batch import KVBatch
+
+    model = tiny_llama(hidden=64, layers=2, heads=4, kv_heads=2, vocab=300)
+    prompts = [[1, 2, 3, 4], [1, 2, 3, 4], [7, 8], [1, 2, 3, 4]]
+    seen_rows = []
+    forward = model.forward
+    model.forward = lambda *a, **k: seen_rows.append(k["input_ids"].shape[0]) or forward(*a, **k)
+
+    def tokens(step: int, row: int) -> int:
+        return 10 + 7 * row + step
+
+    with torch.inference_mode():
+        shared = KVBatch(model)
+        logits = [shared.prefill(prompts)]
+        for step in range(5):
+            shared.set_tokens(torch.tensor([tokens(step, r) for r in range(len(prompts))]))
+            logits.append(shared.decode())
+        assert seen_rows[0] == 2
+        for row, prompt in enumerate(prompts):
+            alone = KVBatch(model)
+            expected = [alone.prefill([prompt])]
+            for step in range(5):
+                alone.set_tokens(torch.tensor([tokens(step, row)]))
+                expected.append(alone.decode())
+            for got, want in zip(logits, expected, strict=True):
+                torch.testing.assert_close(got[row : row + 1], want, atol=1e-5, rtol=0)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA card")

@@ -99,3 +99,16 @@ def test_config_mapping_for_llama_and_qwen2():
         megatron_config({**config, "model_type": "gpt2"})
     with pytest.raises(ValueError, match="rope_scaling"):
         megatron_config({**config, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})
+
+
+def test_rope_base_from_a_transformers_5_config():
+    """transformers 5 saves ``rope_parameters`` instead of ``rope_theta`` (SmolLM2 converted from its GGUF
+    has base 100000): the base must come from there, not fall back to 10000."""
+    _, config = tiny_model("llama", True)
+    del config["rope_theta"]
+    saved = {**config, "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"}}
+    assert megatron_config(saved)[1]["rotary_base"] == 100000
+    with pytest.raises(ValueError, match="default rope only"):
+        megatron_config(
+            {**config, "rope_parameters": {"rope_theta": 5e5, "rope_type": "llama3", "factor": 8.0}}
+        )

@@ -120,12 +120,18 @@ class KVBatch:
         return self.cache is None or _full_attention(self.cache)
 
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
-        """Run ``prompts`` as new rows appended to the batch; returns their last logits ``(n, V)``."""
-        length = max(len(p) for p in prompts)
+        """Run ``prompts`` as new rows appended to the batch; returns their last logits ``(n, V)``.
+
+        Each distinct prompt runs once (a group's samples share theirs); its cache and logits are then
+        copied to every row that asked for it."""
+        distinct: dict[tuple[int, ...], int] = {}
+        rows = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+        unique = [list(p) for p in distinct]
+        length = max(len(p) for p in unique)
         pad = self.model.config.pad_token_id or 0
-        ids = torch.tensor([[pad] * (length - len(p)) + p for p in prompts], device=self.device)
+        ids = torch.tensor([[pad] * (length - len(p)) + p for p in unique], device=self.device)
         mask = torch.tensor(
-            [[False] * (length - len(p)) + [True] * len(p) for p in prompts], device=self.device
+            [[False] * (length - len(p)) + [True] * len(p) for p in unique], device=self.device
         )
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
@@ -137,8 +143,13 @@ class KVBatch:
             logits_to_keep=1,
             **{self.cache_arg: cache},
         )
-        self._append(getattr(out, self.cache_arg), mask)
-        return out.logits[:, -1, :].float()
+        cache, logits = getattr(out, self.cache_arg), out.logits[:, -1, :].float()
+        if len(unique) < len(prompts):
+            index = torch.tensor(rows, device=self.device)
+            cache.batch_select_indices(index)
+            mask, logits = mask[index], logits[index]
+        self._append(cache, mask)
+        return logits
 
     def decode(self) -> torch.Tensor:
         """One step for every row, feeding ``tokens``; returns the next logits ``(B, V)`` (on a static

@@ -546,7 +546,8 @@ class EmbeddedEngine(InferenceEngine):
         return any(r.finished for r in self._rows)  # a paused engine frees finished rows' cache
 
     def _take_waiting(self) -> list[_Request]:
-        """Under the lock: waiting requests that fit the batch (rows and prefill-token budget)."""
+        """Under the lock: waiting requests that fit the batch (rows, and the prefill-token budget counted
+        over distinct prompts: the prefill runs each once)."""
         if not self._waiting:
             return []
         live = sum(not r.finished for r in self._rows)
@@ -554,11 +555,15 @@ class EmbeddedEngine(InferenceEngine):
         if room <= 0 or (live and not self._batch.mergeable):
             return []
         joining: list[_Request] = []
+        distinct: set[tuple[int, ...]] = set()
         longest = 0
         while self._waiting and len(joining) < room:
-            longest = max(longest, len(self._waiting[0].prompt))
-            if joining and longest * (len(joining) + 1) > self.max_prefill_tokens:
-                break
+            prompt = tuple(self._waiting[0].prompt)
+            if prompt not in distinct:
+                longest = max(longest, len(prompt))
+                if joining and longest * (len(distinct) + 1) > self.max_prefill_tokens:
+                    break
+                distinct.add(prompt)
             joining.append(self._waiting.popleft())
         return joining
 

