@@ -1,6 +1,7 @@
 """The converted megatron-core ``GPTModel`` computes transformers' function: same per-token log-probs in
-float32 on a tiny GQA Llama (tied embeddings, rope_theta 500000), and its state dict converts back to the
-Hugging Face weights it was built from.
+float32 on a tiny GQA Llama (tied embeddings, rope base 500000) saved by ``save_pretrained`` and read back
+as the trainer reads it (transformers 5 writes the rope base under ``rope_parameters``; read from the top
+level it fell back to 10000, issue 23), and its state dict converts back to the Hugging Face weights.
 
 Runs on CPU where megatron-core (and the triton it imports) can be imported; megatron-core ships cp312
 wheels only, so elsewhere the module is skipped. megatron-core 0.19 assumes CUDA in three places a
@@ -12,6 +13,7 @@ rotary frequencies are moved to ``torch.cuda.current_device()``, the default cau
 from __future__ import annotations
 
 import contextlib
+import json
 
 import pytest
 import torch
@@ -19,7 +21,7 @@ import torch
 pytest.importorskip("megatron.core", reason="megatron-core is not installed (cp312 wheels only)")
 
 from rlsdk_megatron.convert import megatron_to_hf  # noqa: E402
-from rlsdk_megatron.trainer import build_gpt_model, packed_logits  # noqa: E402
+from rlsdk_megatron.trainer import build_gpt_model, packed_logits, read_hf_weights  # noqa: E402
 
 TINY = {
     "model_type": "llama",
@@ -66,19 +68,21 @@ def cpu_megatron():
 
 
 @pytest.fixture(scope="module")
-def models(cpu_megatron):
+def models(cpu_megatron, tmp_path_factory):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model(**TINY)
+    folder = tmp_path_factory.mktemp("tiny-llama")
     torch.manual_seed(0)
-    hf = AutoModelForCausalLM.from_config(config).eval()
-    megatron = build_gpt_model(TINY, hf.state_dict(), torch.float32, torch.device("cpu")).eval()
-    return hf, megatron
+    AutoModelForCausalLM.from_config(AutoConfig.for_model(**TINY)).save_pretrained(folder)
+    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    config = json.loads((folder / "config.json").read_text())
+    megatron = build_gpt_model(config, read_hf_weights(folder), torch.float32, torch.device("cpu"))
+    return hf, megatron.eval(), config
 
 
 def test_per_token_log_probs_equal_transformers(models):
     """Rows of different lengths (right-padded together) in slime's packed layout, batch size != length."""
-    hf, megatron = models
+    hf, megatron, _ = models
     generator = torch.Generator().manual_seed(1)
     rows = [torch.randint(0, TINY["vocab_size"], (n,), generator=generator) for n in (17, 9, 12)]
     with torch.no_grad():
@@ -92,8 +96,8 @@ def test_per_token_log_probs_equal_transformers(models):
 
 
 def test_megatron_state_dict_converts_back_to_the_hugging_face_weights(models):
-    hf, megatron = models
-    back = megatron_to_hf(megatron.state_dict(), TINY)
+    hf, megatron, config = models
+    back = megatron_to_hf(megatron.state_dict(), config)
     original = hf.state_dict()
     assert back.keys() == original.keys()
     for name, tensor in original.items():
