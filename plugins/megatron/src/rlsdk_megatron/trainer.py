@@ -65,6 +65,57 @@ def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def build_gpt_model(
+    hf_config: dict[str, Any],
+    hf_state: dict[str, torch.Tensor],
+    dtype: torch.dtype,
+    device: torch.device,
+    *,
+    checkpointing: bool = False,
+    source: str = "the Hugging Face checkpoint",
+) -> Any:
+    """A ``GPTModel`` (local layer spec) on ``device`` holding ``hf_state`` converted; needs megatron's model
+    parallel state initialised. On a CPU device the weights are created there (as the tests do)."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer import TransformerConfig
+
+    transformer, gpt = megatron_config(hf_config)
+    config = TransformerConfig(
+        **transformer,
+        params_dtype=dtype,
+        bf16=dtype == torch.bfloat16,
+        use_cpu_initialization=device.type == "cpu",
+        recompute_granularity="full" if checkpointing else None,
+        recompute_method="uniform" if checkpointing else None,
+        recompute_num_layers=1 if checkpointing else None,
+    )
+    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+    model = GPTModel(config=config, transformer_layer_spec=spec, **gpt)
+    model.to(device=device, dtype=dtype)
+    missing, unexpected = model.load_state_dict(hf_to_megatron(hf_state, hf_config), strict=False)
+    missing = [k for k in missing if not k.endswith("_extra_state")]
+    if missing or unexpected:
+        raise KeyError(
+            f"rlsdk-megatron: converted weights of {source} do not fit GPTModel: "
+            f"missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
+    return model
+
+
+def packed_logits(model: Any, rows: list[torch.Tensor], pad_id: int, device: torch.device) -> torch.Tensor:
+    """``[1, sum(len(row)), vocab]``: each token row right-padded into one causal batch (the padding comes
+    after every real token, so it changes nothing), then the rows' logits concatenated."""
+    width = max(len(row) for row in rows)
+    tokens = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        tokens[i, : len(row)] = row
+    positions = torch.arange(width).expand(len(rows), width)
+    # Without labels, GPTModel returns [batch, sequence, vocab] (it transposes its [s, b, v] output).
+    logits = model(input_ids=tokens.to(device), position_ids=positions.to(device), attention_mask=None)
+    return torch.cat([logits[i, : len(row)] for i, row in enumerate(rows)]).unsqueeze(0)
+
+
 class MegatronTrainer(TorchTrainer):
     """AdamW on a megatron-core ``GPTModel``; options from ``args`` (slime's names)."""
 
@@ -107,46 +158,20 @@ class MegatronTrainer(TorchTrainer):
             self.ref_model = self._build(reference).eval().requires_grad_(False)
 
     def _build(self, hf_state: dict[str, torch.Tensor]) -> Any:
-        from megatron.core.models.gpt import GPTModel
-        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-        from megatron.core.transformer import TransformerConfig
-
-        transformer, gpt = megatron_config(self.hf_config)
-        config = TransformerConfig(
-            **transformer,
-            params_dtype=self.dtype,
-            bf16=self.dtype == torch.bfloat16,
-            recompute_granularity="full" if self.args.gradient_checkpointing else None,
-            recompute_method="uniform" if self.args.gradient_checkpointing else None,
-            recompute_num_layers=1 if self.args.gradient_checkpointing else None,
+        return build_gpt_model(
+            self.hf_config,
+            hf_state,
+            self.dtype,
+            self.device,
+            checkpointing=self.args.gradient_checkpointing,
+            source=str(self.model_path),
         )
-        spec = get_gpt_layer_local_spec(normalization="RMSNorm")
-        model = GPTModel(config=config, transformer_layer_spec=spec, **gpt)
-        model.to(device=self.device, dtype=self.dtype)
-        missing, unexpected = model.load_state_dict(hf_to_megatron(hf_state, self.hf_config), strict=False)
-        missing = [k for k in missing if not k.endswith("_extra_state")]
-        if missing or unexpected:
-            raise KeyError(
-                f"rlsdk-megatron: converted weights of {self.model_path} do not fit GPTModel: "
-                f"missing {missing[:5]}, unexpected {unexpected[:5]}"
-            )
-        return model
 
     def _packed_logits(self, model: Any, data: list[TrainSample], indices: list[int]) -> torch.Tensor:
-        """Each sample right-padded in a causal batch, then its rows concatenated: slime's packed layout
-        ``[1, sum(total_lengths), vocab]``, as the loss code expects."""
+        """slime's packed layout ``[1, sum(total_lengths), vocab]``, as the loss code expects."""
         batch = loss_batch(data, indices, {})
-        lengths = batch["total_lengths"]
-        width = max(lengths)
-        pad = self.tokenizer.pad_token_id or 0
-        tokens = torch.full((len(indices), width), pad, dtype=torch.long)
-        for row, sample_tokens in enumerate(batch["unconcat_tokens"]):
-            tokens[row, : len(sample_tokens)] = torch.as_tensor(sample_tokens)
-        positions = torch.arange(width).expand(len(indices), width)
-        logits = model(
-            input_ids=tokens.to(self.device), position_ids=positions.to(self.device), attention_mask=None
-        )
-        return torch.cat([logits[row, :length] for row, length in enumerate(lengths)]).unsqueeze(0)
+        rows = [torch.as_tensor(tokens) for tokens in batch["unconcat_tokens"]]
+        return packed_logits(model, rows, self.tokenizer.pad_token_id or 0, self.device)
 
     # ------------------------------------------------------------------ weights and checkpoints
 

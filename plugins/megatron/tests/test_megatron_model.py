@@ -1,0 +1,104 @@
+"""The converted megatron-core ``GPTModel`` computes transformers' function: same per-token log-probs in
+float32 on a tiny GQA Llama (tied embeddings, rope base 500000) saved by ``save_pretrained`` and read back
+as the trainer reads it (transformers 5 writes the rope base under ``rope_parameters``; read from the top
+level it fell back to 10000, issue 23), and its state dict converts back to the Hugging Face weights.
+
+Runs on CPU where megatron-core (and the triton it imports) can be imported; megatron-core ships cp312
+wheels only, so elsewhere the module is skipped. megatron-core 0.19 assumes CUDA in three places a
+float32, dropout-free forward does not need, which the ``cpu_megatron`` fixture points at the CPU: the
+rotary frequencies are moved to ``torch.cuda.current_device()``, the default causal mask is allocated on
+``"cuda"``, and attention dropout forks the CUDA RNG tracker. Everything else is megatron's real code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("megatron.core", reason="megatron-core is not installed (cp312 wheels only)")
+
+from rlsdk_megatron.convert import megatron_to_hf  # noqa: E402
+from rlsdk_megatron.trainer import build_gpt_model, packed_logits, read_hf_weights  # noqa: E402
+
+TINY = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 3,
+    "vocab_size": 128,
+    "max_position_embeddings": 64,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "hidden_act": "silu",
+    "tie_word_embeddings": True,
+    "initializer_range": 0.2,  # large enough that attention is far from uniform
+}
+
+
+class _NoDropoutRng:
+    def fork(self, *args, **kwargs):
+        return contextlib.nullcontext()
+
+
+@pytest.fixture(scope="module")
+def cpu_megatron():
+    import torch.distributed as dist
+    from megatron.core import parallel_state, tensor_parallel
+    from megatron.core.fusions import fused_softmax
+
+    from rlsdk.launch.sglang import free_port
+
+    patches = pytest.MonkeyPatch()
+    patches.setattr(torch.cuda, "current_device", lambda: "cpu")
+    patches.setattr(
+        fused_softmax, "get_default_causal_mask", lambda sq: torch.ones(sq, sq, dtype=torch.bool).triu(1)
+    )
+    patches.setattr(tensor_parallel, "get_cuda_rng_tracker", lambda *args, **kwargs: _NoDropoutRng())
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    parallel_state.initialize_model_parallel(1, 1)
+    yield
+    parallel_state.destroy_model_parallel()
+    dist.destroy_process_group()
+    patches.undo()
+
+
+@pytest.fixture(scope="module")
+def models(cpu_megatron, tmp_path_factory):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(AutoConfig.for_model(**TINY)).save_pretrained(folder)
+    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    config = json.loads((folder / "config.json").read_text())
+    megatron = build_gpt_model(config, read_hf_weights(folder), torch.float32, torch.device("cpu"))
+    return hf, megatron.eval(), config
+
+
+def test_per_token_log_probs_equal_transformers(models):
+    """Rows of different lengths (right-padded together) in slime's packed layout, batch size != length."""
+    hf, megatron, _ = models
+    generator = torch.Generator().manual_seed(1)
+    rows = [torch.randint(0, TINY["vocab_size"], (n,), generator=generator) for n in (17, 9, 12)]
+    with torch.no_grad():
+        packed = packed_logits(megatron, rows, pad_id=0, device=torch.device("cpu"))[0]
+        separate = torch.cat([hf(input_ids=row[None]).logits[0] for row in rows])
+    assert packed.shape == separate.shape
+    gap = (packed.log_softmax(-1) - separate.log_softmax(-1)).abs()
+    assert gap.max() < 1e-4, f"max |megatron - transformers| log-prob {gap.max():.3g} nats"
+    # Not a vacuous comparison: the log-probs spread over several nats.
+    assert separate.log_softmax(-1).std() > 1.0
+
+
+def test_megatron_state_dict_converts_back_to_the_hugging_face_weights(models):
+    hf, megatron, config = models
+    back = megatron_to_hf(megatron.state_dict(), config)
+    original = hf.state_dict()
+    assert back.keys() == original.keys()
+    for name, tensor in original.items():
+        assert torch.equal(back[name], tensor), name
