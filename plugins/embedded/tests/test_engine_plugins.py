@@ -252,3 +252,18 @@ def test_serve_command_reports_a_missing_model_folder(tmp_path):
     result = CliRunner().invoke(app, ["serve", "--model", str(tmp_path / "missing"), "--device", "cpu"])
     assert result.exit_code == 2
     assert "does not exist" in result.output and "--model PATH" in result.output
+
+
+def test_a_training_run_gives_the_engine_every_core():
+    """In a ``--train`` run in one process the trainer waits while the engine generates, so the engine
+    decodes on every core; elsewhere (serving, Ray actors) it leaves one free, and ``engine_threads`` wins."""
+    import os
+
+    from rlsdk import RolloutConfig
+    from rlsdk_embedded.plugin import engine_threads
+
+    cores = len(os.sched_getaffinity(0))
+    assert engine_threads(RolloutConfig(train=True)) == cores
+    assert engine_threads(RolloutConfig()) is None
+    assert engine_threads(RolloutConfig(train=True, ray_address="local")) is None
+    assert engine_threads(RolloutConfig(train=True, extra={"engine_threads": 3})) == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rlsdk import Engine, Option, hookimpl
@@ -17,9 +18,19 @@ def embedded(args: Any) -> Any:
         dtype=args.engine_dtype,
         max_batch_size=args.engine_max_batch_size,
         cache_dir=args.model_cache_dir,
-        threads=args.engine_threads,
+        threads=engine_threads(args),
         static_decode=args.engine_static_decode,
     )
+
+
+def engine_threads(args: Any) -> int | None:
+    """``engine_threads``; else every core in a ``--train`` run in this process (the trainer waits while the
+    engine generates, so nothing else needs a core); else the engine's default (all cores but one)."""
+    if args.engine_threads:
+        return args.engine_threads
+    if getattr(args, "train", False) and not getattr(args, "ray_address", None):
+        return len(os.sched_getaffinity(0))
+    return None
 
 
 @hookimpl
@@ -57,7 +68,10 @@ def rlsdk_options():
         "whole context); false: every step eager.",
     )
     yield Option(
-        "engine_threads", int, help="CPU threads for the embedded engine's torch; default all cores but one."
+        "engine_threads",
+        int,
+        help="CPU threads for the embedded engine's torch; default all cores but one, and every core in "
+        "a --train run off Ray (the trainer waits while the engine generates).",
     )
     yield Option(
         "model_cache_dir",
