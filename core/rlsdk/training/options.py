@@ -121,7 +121,7 @@ class TrainingOptions:
     sync_check_tol: float | None = None
     """After each weight sync the engine's and trainer's log-probs of a probe sample may differ by at
     most this (nats); above it the run stops (the engine serves other weights than the trainer's).
-    Default 0.05 with the trainer on CPU (float32 on both sides), 0.5 on CUDA (the engine serves bfloat16)."""
+    Default 0.05 with the trainer on CPU (float32 on both sides), 2.0 on CUDA (the engine serves bfloat16)."""
     save: str | None = None
     """Folder for checkpoints (``step_N/``); default ``<output_dir>/checkpoints`` when ``save_interval`` is set."""
     save_interval: int | None = None

@@ -291,14 +291,16 @@ class TrustProbe:
 
 
 FLOAT32_CHECK_TOL = 0.05
-CUDA_CHECK_TOL = 0.5
+CUDA_CHECK_TOL = 2.0
 """The trust check's default tolerances (nats). On CPU the engine and the trainer both compute in float32
 and agree to about 1e-4 per token, so 0.05 still catches one missed step. On CUDA the engine serves in
 bfloat16 (SGLang's default, the embedded engine's): a logit of 20-30 is rounded to steps of 0.125 and its
 fused kernels (attention, norms, log-softmax) round differently from the trainer's at every layer, so
-with identical weights the two disagree by up to a few tenths of a nat on the odd token of a sampled
-response, whether the trainer keeps bfloat16 or float32 weights. A sync that went wrong (weights missing,
-misplaced or stale by several steps) moves log-probs by whole nats."""
+with identical weights the two disagree on the odd token of a sampled response, more as the policy sharpens:
+over 80-step GRPO runs of SmolLM2-135M on an H100 (benchmarks/README.md) the largest gap was 0.07-0.43 nats
+in the first steps and up to 1.22 (torch trainer) and 1.34 (megatron) later. On CUDA the check therefore
+catches weights that are missing, misplaced or from another model (several nats and more), not one missed
+step (0.14-0.16 nats after a step at lr 1e-5)."""
 
 
 def check_tolerance(args: Any, trainer: PolicyTrainer) -> float:
