@@ -26,7 +26,7 @@ class SlackLayer(DynamicLayer):
     Built from ``parts``: blocks of rows stacked in order, each right-aligned to the longest (left
     padding zeroed: masked columns must still be finite, as ``0 * nan`` poisons attention)."""
 
-    keys: torch.Tensor
+    keys: torch.Tensor  # set from __init__ on, unlike DynamicLayer's (None until its first update)
     values: torch.Tensor
     buffers: tuple[torch.Tensor, torch.Tensor]
 

@@ -31,7 +31,7 @@ class _ColumnWriter(DynamicLayer):
     """A cache layer over whole buffers ``(B, H, C, D)``: each update writes its one column at ``column``
     and returns the buffers (the mask hides the columns not in use)."""
 
-    keys: torch.Tensor
+    keys: torch.Tensor  # set from __init__ on, unlike DynamicLayer's (None until its first update)
     values: torch.Tensor
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, column: torch.Tensor) -> None:
