@@ -49,6 +49,7 @@ def grouped_attention(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
+    assert attention_mask is not None  # ``plain`` checked it
     grouped = query.view(
         batch, kv_heads, heads // kv_heads, dim
     )  # query head h reads key/value head h // group

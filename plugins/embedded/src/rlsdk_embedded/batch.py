@@ -26,6 +26,10 @@ class SlackLayer(DynamicLayer):
     Built from ``parts``: blocks of rows stacked in order, each right-aligned to the longest (left
     padding zeroed: masked columns must still be finite, as ``0 * nan`` poisons attention)."""
 
+    keys: torch.Tensor  # set from __init__ on, unlike DynamicLayer's (None until its first update)
+    values: torch.Tensor
+    buffers: tuple[torch.Tensor, torch.Tensor]
+
     def __init__(self, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         super().__init__()
         keys = parts[0][0]
@@ -40,7 +44,8 @@ class SlackLayer(DynamicLayer):
         # whole multiples of 64 columns: static decode steps attend over every column, and matrix
         # products over an odd number of columns fall back to kernels several times slower on CUDA
         columns = -(-(length + incoming + SLACK) // 64) * 64
-        self.buffers = tuple(t.new_empty((rows, *t.shape[1:-2], columns, t.shape[-1])) for t in parts[0])
+        keys, values = (t.new_empty((rows, *t.shape[1:-2], columns, t.shape[-1])) for t in parts[0])
+        self.buffers = keys, values
         first = 0
         for part in parts:
             pad = length - part[0].shape[-2]
@@ -101,7 +106,7 @@ class KVBatch:
         self.tokens: torch.Tensor | None = None
         self._static: StaticDecode | None = None
         """While set, the current length is its ``length`` and the cache's views and ``mask`` lag behind."""
-        self._eager_buffers: object = None
+        self._eager_buffers: tuple[torch.Tensor, torch.Tensor] | None = None
         """The first layer's buffers after the last eager decode step, which ``_eager_run`` steps in a row
         used: a static step is set up on buffers that served ``_wait`` eager steps. The wait doubles when
         a static step's buffers change within ``WORTH_STEPS`` steps (rows joining or leaving every few
@@ -156,7 +161,7 @@ class KVBatch:
         step, a tensor the next step overwrites)."""
         assert self.mask is not None and self.tokens is not None and self.cache is not None
         if self.static_decode and self.mergeable:
-            buffers = [layer.buffers for layer in self.cache.layers]
+            buffers = [_slack(layer).buffers for layer in self.cache.layers]
             if self._static is not None and self._static.fits(buffers):
                 return self._static.step(self.tokens)
             self._settle()
@@ -179,9 +184,9 @@ class KVBatch:
         )
         self.cache = getattr(out, self.cache_arg)
         if self.static_decode and self.mergeable:
-            buffers = self.cache.layers[0].buffers
-            self._eager_run = self._eager_run + 1 if buffers is self._eager_buffers else 1
-            self._eager_buffers = buffers
+            first = _slack(self.cache.layers[0]).buffers
+            self._eager_run = self._eager_run + 1 if first is self._eager_buffers else 1
+            self._eager_buffers = first
         return out.logits[:, -1, :].float()
 
     def keep(self, rows: list[int]) -> None:
@@ -197,8 +202,8 @@ class KVBatch:
         if self.mergeable:
             self.cache = slack_cache(
                 [
-                    [(layer.keys[index, :, start:], layer.values[index, :, start:])]
-                    for layer in self.cache.layers
+                    [(keys[index, :, start:], values[index, :, start:])]
+                    for keys, values in _keys_values(self.cache)
                 ]
             )
             mask = mask[:, start:]
@@ -217,9 +222,10 @@ class KVBatch:
         """End the static steps: bring the cache's views and ``mask`` up to their length."""
         if self._static is None:
             return
+        assert self.cache is not None  # static steps run on a cache
         length = self._static.length
         for layer in self.cache.layers:
-            layer.use(length)
+            _slack(layer).use(length)
         self.mask = self._static.mask[:, :length]
         worth = self._static.steps >= WORTH_STEPS
         self._wait = max(1, self._wait // 2) if worth else min(MAX_WAIT, self._wait * 2)
@@ -229,15 +235,11 @@ class KVBatch:
         self._settle()
         if self.cache is None or self.mask is None:
             full = _full_attention(cache)
-            self.cache = (
-                slack_cache([[(layer.keys, layer.values)] for layer in cache.layers]) if full else cache
-            )
+            self.cache = slack_cache([[pair] for pair in _keys_values(cache)]) if full else cache
             self.mask = mask
             return
         width = max(self.mask.shape[1], mask.shape[1])
-        self.cache = slack_cache(
-            [[(a.keys, a.values), (b.keys, b.values)] for a, b in zip(self.cache.layers, cache.layers)]
-        )
+        self.cache = slack_cache([[a, b] for a, b in zip(_keys_values(self.cache), _keys_values(cache))])
         self.mask = torch.cat([_left_pad(self.mask, width), _left_pad(mask, width)])
 
 
@@ -245,6 +247,21 @@ def _full_attention(cache: DynamicCache) -> bool:
     """Whether every layer is a plain full-attention one (no sliding window): such layers can be
     merged, selected and kept in ``SlackLayer`` buffers."""
     return all(type(layer) in (DynamicLayer, SlackLayer) for layer in cache.layers)
+
+
+def _slack(layer: object) -> SlackLayer:
+    """``layer`` of a mergeable batch's cache, which ``slack_cache`` built."""
+    assert isinstance(layer, SlackLayer), type(layer)
+    return layer
+
+
+def _keys_values(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's keys and values, of a full-attention cache that holds tokens."""
+    pairs = []
+    for layer in cache.layers:
+        assert isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None
+        pairs.append((layer.keys, layer.values))
+    return pairs
 
 
 def _left_pad(mask: torch.Tensor, width: int) -> torch.Tensor:

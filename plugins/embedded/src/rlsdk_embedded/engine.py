@@ -10,7 +10,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,13 +184,19 @@ class EmbeddedEngine(InferenceEngine):
         self._paused = False
         self._closing = False
         # The engine thread's alone:
-        self._batch: KVBatch | None = None
+        self._loaded_batch: KVBatch | None = None
         self._sampler: BatchSampler | None = None
         self._launched: _Launched | None = None
         """The decode step launched last, not yet recorded (static decode only)."""
         self._eos: set[int] = set()
         self._kernels: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
         """Entered around every step: the SDPA kernels allowed on this device."""
+
+    @property
+    def _batch(self) -> KVBatch:
+        """The running batch, from :meth:`_load` on."""
+        assert self._loaded_batch is not None, "the embedded engine has not loaded its model"
+        return self._loaded_batch
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -230,6 +236,7 @@ class EmbeddedEngine(InferenceEngine):
         from transformers import AutoModelForCausalLM
 
         self._prepare()
+        assert self.model_path is not None  # _prepare found it
         device = self.device_arg
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -246,12 +253,14 @@ class EmbeddedEngine(InferenceEngine):
         model = AutoModelForCausalLM.from_pretrained(
             self.model_path, config=self._config, dtype=getattr(torch, self.dtype), **options
         )
-        self.model = model.to(device).eval()
+        # PreTrainedModel.to is wrapped by functools.wraps, whose typeshed type (_Wrapped) has no __get__:
+        # mypy does not bind it to the model and takes ``device`` for ``self``
+        self.model = model.to(device).eval()  # type: ignore[arg-type]
         if device == "cpu":  # own the weights: a map of the safetensors file would page-fault the first sync
             for parameter in self.model.parameters():
                 parameter.data = parameter.data.clone()
         self._kernels = attention.sdpa_without_cudnn if device.startswith("cuda") else contextlib.nullcontext
-        self._batch = KVBatch(self.model, boolean_decode_mask=grouped, static_decode=static)
+        self._loaded_batch = KVBatch(self.model, boolean_decode_mask=grouped, static_decode=static)
         self._shared_generator = torch.Generator(device=self._batch.device)
         self._shared_generator.seed()
         eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
@@ -361,6 +370,7 @@ class EmbeddedEngine(InferenceEngine):
             if not isinstance(payload.get(flag, False), bool):
                 raise EngineRequestError(f"{flag} must be true or false, got {payload[flag]!r}")
         if payload.get("image_data"):
+            assert self.model_path is not None  # found before the engine was ready
             raise EngineRequestError(
                 f"the model {self.model_path.name} cannot take images (it has no image "
                 f"understanding): image_data is not supported; use a vision-language model"
@@ -691,13 +701,14 @@ class EmbeddedEngine(InferenceEngine):
     def _deliver_soon(self, out: list[tuple[_Request, dict[str, Any] | EngineError]]) -> None:
         """From the engine thread: hand ``out`` to the event loop."""
         if out:
+            assert self._loop is not None  # set by start() before the thread runs
             try:
                 self._loop.call_soon_threadsafe(self._deliver, out)
             except RuntimeError:  # the event loop is closed: nobody is waiting any more
                 pass
 
     @staticmethod
-    def _deliver(out: list[tuple[_Request, dict[str, Any] | EngineError]]) -> None:
+    def _deliver(out: Sequence[tuple[_Request, dict[str, Any] | EngineError]]) -> None:
         """On the event loop: stream chunks and errors to streams, final responses and errors to ``done``."""
         for request, item in out:
             if request.stream is not None:

@@ -87,7 +87,9 @@ def _convert_gguf(source: Path, folder: Path) -> None:
     print(f"rlsdk: converting {source.name} to safetensors in {folder.parent} (once)", file=sys.stderr)
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
     model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
-    model.hf_quantizer = None  # the weights are dequantized; save them as plain tensors
+    # the weights are dequantized: save them as plain tensors (torch types nn.Module.__setattr__ for
+    # tensors and modules only; transformers keeps hf_quantizer as a plain attribute)
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(folder)

@@ -31,6 +31,9 @@ class _ColumnWriter(DynamicLayer):
     """A cache layer over whole buffers ``(B, H, C, D)``: each update writes its one column at ``column``
     and returns the buffers (the mask hides the columns not in use)."""
 
+    keys: torch.Tensor  # set from __init__ on, unlike DynamicLayer's (None until its first update)
+    values: torch.Tensor
+
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, column: torch.Tensor) -> None:
         super().__init__()
         self.keys, self.values, self.column = keys, values, column
@@ -92,6 +95,7 @@ class StaticDecode:
         if self.graph is None:  # a replay repeats the same writes, so running the step first is harmless
             self.graph, self.logits = self.recorder.capture(self._forward)
         self.graph.replay()
+        assert self.logits is not None  # captured with the graph
         return self.logits
 
     def _forward(self) -> torch.Tensor:
