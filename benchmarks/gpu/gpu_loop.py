@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_throughput import best, flush, straight, through_rlsdk
-from workload import machine, make_prompts, random_checkpoint, write_dataset
+from workload import machine, make_prompts, random_checkpoint, run_reporting, write_dataset
 
 from rlsdk import RolloutConfig, Sample
 from rlsdk.engines.launch.sglang import SGLangLauncher, free_port, plan_launch
@@ -341,18 +341,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException as exc:  # the device call's one answer is the last line: make it say what broke
-        import traceback
-
-        print(
-            json.dumps(
-                {
-                    "benchmark": "gpu_loop",
-                    "error": f"{type(exc).__name__}: {exc}"[:2000],
-                    "traceback": traceback.format_exc()[-6000:],
-                }
-            )
-        )
-        raise
+    run_reporting(main, "gpu_loop")

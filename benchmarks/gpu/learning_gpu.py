@@ -43,7 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: learning.py
 from learning import heldout_curve, rows  # noqa: E402
-from workload import machine  # noqa: E402
+from workload import machine, run_reporting  # noqa: E402
 
 TARGET_GAIN = 0.2
 STEP_METRICS = {
@@ -256,18 +256,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException as exc:  # the device call's one answer is the last line: make it say what broke
-        import traceback
-
-        print(
-            json.dumps(
-                {
-                    "benchmark": "learning_gpu",
-                    "failure": f"{type(exc).__name__}: {exc}"[:2000],
-                    "traceback": traceback.format_exc()[-6000:],
-                }
-            )
-        )
-        raise
+    run_reporting(main, "learning_gpu", key="failure")

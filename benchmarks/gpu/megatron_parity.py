@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from workload import machine, random_checkpoint
+from workload import machine, random_checkpoint, run_reporting
 
 from rlsdk import RolloutConfig, Sample
 
@@ -206,18 +206,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException as exc:  # the device call's one answer is the last line: make it say what broke
-        import traceback
-
-        print(
-            json.dumps(
-                {
-                    "benchmark": "megatron_parity",
-                    "error": f"{type(exc).__name__}: {exc}"[:2000],
-                    "traceback": traceback.format_exc()[-6000:],
-                }
-            )
-        )
-        raise
+    run_reporting(main, "megatron_parity")

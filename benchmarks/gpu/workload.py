@@ -20,6 +20,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -260,3 +261,23 @@ def _driver() -> str | None:
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+def run_reporting(main: Callable[[], None], benchmark: str, key: str = "error") -> None:
+    """Run a device script's ``main``; on any failure print one JSON line naming it (under ``key``) before
+    re-raising, since the device call's one answer is the last line printed."""
+    try:
+        main()
+    except BaseException as exc:
+        import traceback
+
+        print(
+            json.dumps(
+                {
+                    "benchmark": benchmark,
+                    key: f"{type(exc).__name__}: {exc}"[:2000],
+                    "traceback": traceback.format_exc()[-6000:],
+                }
+            )
+        )
+        raise
