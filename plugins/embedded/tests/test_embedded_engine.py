@@ -53,6 +53,20 @@ def assert_logprobs_close(out, expected: list[float]) -> None:
     torch.testing.assert_close(torch.tensor(logprobs_of(out)), torch.tensor(expected), atol=1e-4, rtol=0)
 
 
+def payload(prompt: list[int], tokens: int) -> dict:
+    """``tokens`` new tokens after ``prompt``, seeded sampling at temperature 1, with log-probs."""
+    return {
+        "input_ids": prompt,
+        "return_logprob": True,
+        "sampling_params": {
+            "temperature": 1.0,
+            "sampling_seed": 3,
+            "ignore_eos": True,
+            "max_new_tokens": tokens,
+        },
+    }
+
+
 def test_greedy_over_http_equals_in_process_and_transformers(served):
     prompt = prompt_ids(served, "What is 2 + 3?")
     payload = {
@@ -184,18 +198,6 @@ def test_rows_past_the_cache_slack_and_rows_joining_and_leaving_keep_forward_log
 
     engine = served.engine
     long_prompt, short_prompt = prompt_ids(served, "Tell me a long story."), prompt_ids(served, "Say hi.")
-
-    def payload(prompt, tokens):
-        return {
-            "input_ids": prompt,
-            "return_logprob": True,
-            "sampling_params": {
-                "temperature": 1.0,
-                "sampling_seed": 3,
-                "ignore_eos": True,
-                "max_new_tokens": tokens,
-            },
-        }
 
     async def both():
         long = asyncio.create_task(engine.generate(payload(long_prompt, SLACK + 60)))
@@ -449,18 +451,6 @@ def test_engine_with_static_decode_keeps_finished_rows_until_a_quarter_have_fini
         engine = served.engine
         prompts = [engine.tokenizer(f"Tell me story number {i}.")["input_ids"] for i in range(len(lengths))]
         kept = []
-
-        def payload(prompt, tokens):
-            return {
-                "input_ids": prompt,
-                "return_logprob": True,
-                "sampling_params": {
-                    "temperature": 1.0,
-                    "sampling_seed": 3,
-                    "ignore_eos": True,
-                    "max_new_tokens": tokens,
-                },
-            }
 
         async def all_rows():
             keep = engine._batch.keep
