@@ -7,7 +7,8 @@ into its process group (``FAKE_SGLANG_PIDS``: a file that receives both pids) an
 makes it exit with that status during start-up instead, as a server that cannot load its model does.
 ``-c CODE`` (rlsdk asking whether sglang is importable) succeeds.
 
-For runs through it, ``/generate`` answers in SGLang's shape (rlsdk's own :func:`generate_response`) with
+For runs through it (``FAKE_SGLANG_GENERATE`` set; otherwise the health check's generation fails),
+``/generate`` answers in SGLang's shape (rlsdk's own :func:`generate_response`) with
 ``max_new_tokens`` token ids derived from the prompt's, after ``FAKE_SGLANG_GENERATE_DELAY`` seconds
 (default 0.05); the control endpoints (abort, pause, continue, flush, weights from disk) answer success
 and log their path and body.
@@ -65,7 +66,8 @@ def main() -> None:
     app.router.add_get("/health", ok)
     app.router.add_get("/health_generate", ok)
     app.router.add_get("/get_model_info", model_info)
-    app.router.add_post("/generate", generate)
+    if os.environ.get("FAKE_SGLANG_GENERATE"):
+        app.router.add_post("/generate", generate)
     app.router.add_get("/flush_cache", ok)
     for path in ("/abort_request", "/pause_generation", "/continue_generation", "/update_weights_from_disk"):
         app.router.add_post(path, success)

@@ -54,7 +54,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
         include_dashboard=False,
         object_store_memory=200 << 20,
         log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(helpers)}},
+        runtime_env={"env_vars": {"PYTHONPATH": str(helpers), "FAKE_SGLANG_GENERATE": "1"}},
     )
     yield helpers
     ray.shutdown()
