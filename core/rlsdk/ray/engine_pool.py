@@ -165,19 +165,22 @@ class RayEnginePool(InferenceEngine):
         self._spawn(self._health_checks())
 
     def _check_gpus(self) -> None:
-        """More SGLang engine actors (engines, spares, standbys) than the cluster has GPUs for would wait
-        for Ray forever: an error naming both counts, before any starts."""
-        if not launches_sglang(self.args):
+        """More SGLang engine actors (engines, spares, standbys; with a trainer on CUDA, its GPU too) than
+        the cluster has GPUs for would wait for Ray forever: an error naming both counts, before any starts."""
+        args = self.args
+        if not launches_sglang(args):
             return
-        per_engine = self.args.rollout_num_gpus_per_engine
-        actors = len(self.replicas_) + self.args.ray_spare_engines + self.standby_count
+        per_engine = args.rollout_num_gpus_per_engine
+        actors = len(self.replicas_) + args.ray_spare_engines + self.standby_count
+        trainer = int(bool(args.train) and str(getattr(args, "train_device", "cpu")).startswith("cuda"))
+        needed = actors * per_engine + trainer
         have = import_ray().cluster_resources().get("GPU", 0)
-        if actors * per_engine > have:
+        if needed > have:
             raise RlsdkError(
-                f"{actors * per_engine:g} GPUs needed for the SGLang engines ({len(self.replicas_)} engines, "
-                f"{self.args.ray_spare_engines} spare, {self.standby_count} standby; {per_engine} GPUs "
-                f"each), but the Ray cluster has {have:g}: lower --rollout-num-gpus, ray_spare_engines or "
-                "ray_standby_engines, or add GPU nodes"
+                f"{needed:g} GPUs needed for the SGLang engines ({len(self.replicas_)} engines, "
+                f"{args.ray_spare_engines} spare, {self.standby_count} standby; {per_engine} GPUs each)"
+                f"{' and the trainer' if trainer else ''}, but the Ray cluster has {have:g}: lower "
+                "--rollout-num-gpus, ray_spare_engines or ray_standby_engines, or add GPU nodes"
             )
 
     async def _start_actor(self, replica: Replica, what: str | None = None) -> None:
