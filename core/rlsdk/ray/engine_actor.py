@@ -6,7 +6,9 @@ launching SGLang on the GPUs Ray gave the actor. For the latter, :func:`engine_a
 options into one engine's: one server (``rollout_num_gpus_per_engine`` GPUs, base GPU 0 of those Ray set in
 ``CUDA_VISIBLE_DEVICES``) on a free port of the node, seed ``rollout_seed + index``, log
 ``logs/sglang-server-<index>.log``; the actor reports its URL from ``start()``. Its health answer is the
-server's (:meth:`EngineActor.health`), so a server that dies in a live actor is a dead engine to the pool.
+server's (:meth:`EngineActor.health`), so a server that dies in a live actor is a dead engine to the pool;
+an actor that dies takes its server with it (the server is started from the actor's event-loop thread,
+which lives as long as the actor's process, so its parent-death signal comes when the process dies).
 Weights reach it from disk (the pool forwards ``update_weights_from_disk``): the folder must be on a
 filesystem every node sees."""
 

@@ -11,9 +11,9 @@ again, given the current weights, checked against the last trust probe, and rejo
 
 What takes its place, quickest first: a *spare* (``ray_spare_engines``: an engine started with its model
 loaded, so only the weights and the trust check are left), a *standby* (``ray_standby_engines``, one by
-default, none for SGLang engines on GPUs: an actor whose process is up with the engine's imports done and no model loaded, so the
-replacement skips Ray's worker start and the imports, the bulk of a cold start), else a new actor. A used
-spare or standby is replaced in the background.
+default, none for SGLang engines on GPUs: an actor whose process is up with the engine's imports done and
+no model loaded, so the replacement skips Ray's worker start and the imports, the bulk of a cold start),
+else a new actor. A used spare or standby is replaced in the background.
 """
 
 from __future__ import annotations
@@ -166,7 +166,8 @@ class RayEnginePool(InferenceEngine):
 
     def _check_gpus(self) -> None:
         """More SGLang engine actors (engines, spares, standbys; with a trainer on CUDA, its GPU too) than
-        the cluster has GPUs for would wait for Ray forever: an error naming both counts, before any starts."""
+        the cluster has GPUs for would wait for Ray forever: an error naming both counts, before any
+        starts."""
         args = self.args
         if not launches_sglang(args):
             return
