@@ -9,7 +9,8 @@ actor's process once while it has requests in flight: its SGLang server dies wit
 the pool removes its placement group, starts a new actor (its server on the freed GPU), and the run goes
 on. Reported: ``samples_lost`` (the ledger audit, must be 0), ``steps_completed``, ``returned`` (samples
 the kill sent back to the buffer), ``detection_seconds`` and ``recovery_seconds`` (from the SIGKILL until
-noticed, and until the new engine took requests), and per step the rollout's tokens/s and seconds.
+noticed, and until the new engine took requests), and per step the rollout's tokens/s and seconds. Before
+the last step the run waits for the restarted engine (``waited_for_rejoin_s``), so that step runs on both.
 
     PYTHONPATH=/tmp/rl:benchmarks/gpu:/tmp/site python3 benchmarks/gpu/ray_engines.py \\
         --hf-checkpoint .gpu/bench-model --sglang-python /tmp/sglang-python
@@ -87,6 +88,12 @@ def main() -> None:
             f"{metrics['ledger/returned']}, kept {metrics['ledger/kept']}",
             file=sys.stderr,
         )
+        if rollout_id == opts.steps - 2 and killer.killed_at:  # the last step on both engines again
+            waited = time.perf_counter()
+            deadline = waited + 600
+            while time.perf_counter() < deadline and not all(r.rejoined_at for r in killer.pool.recoveries):
+                time.sleep(0.5)
+            metrics["waited_for_rejoin_s"] = round(time.perf_counter() - waited, 1)
 
     started = time.perf_counter()
     try:
@@ -119,6 +126,7 @@ def main() -> None:
                     for r, k in kills
                 ],
                 "tokens_per_s": [round(m["rollout/tokens_per_s"], 1) for m in steps],
+                "waited_for_rejoin_s": sum(m.get("waited_for_rejoin_s", 0.0) for m in steps),
                 "rollout_seconds": [round(m["rollout/seconds"], 2) for m in steps],
                 "run_seconds": round(time.perf_counter() - started, 1),
                 "logs": str(Path(opts.output) / "logs"),
