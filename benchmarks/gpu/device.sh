@@ -11,6 +11,7 @@
 #   bash benchmarks/gpu/device.sh launch     # gpu_loop.py throughput: hand-started vs rlsdk-launched SGLang (~7 min)
 #   bash benchmarks/gpu/device.sh colocate   # gpu_loop.py colocate: train step, CUDA-IPC sync, trust check (~4 min)
 #   bash benchmarks/gpu/device.sh nccl       # gpu_loop.py nccl: the same through an NCCL broadcast (two GPUs)
+#   bash benchmarks/gpu/device.sh engines2   # gpu_loop.py engines2: one launched engine vs two behind the router
 #   bash benchmarks/gpu/device.sh megatron   # megatron_parity.py: megatron vs torch trainer (~2 min)
 #   bash benchmarks/gpu/device.sh model      # reassemble the carried SmolLM2 GGUF, convert it to /tmp/rlsdk-models
 #   bash benchmarks/gpu/device.sh learn      # learning_gpu.py: GRPO on SmolLM2 through colocated SGLang (~9 min)
@@ -40,9 +41,9 @@ bench() {  # bench NAME SCRIPT ARGS...: the log to $OUT/NAME.log, the last line 
   echo "$name exited $rc: $(head -c 600 "$out/$name.json")"
 }
 
-piece() {  # whichever pieces this call carried: SGLang's archive, the GGUF
+piece() {  # whichever pieces this call carried: SGLang's archive, the extra wheels (Ray, sglang-router), the GGUF
   mkdir -p "$chunks"
-  local carried=("$gpu"/sglang-wheels.tar.part-* "$gpu"/gguf.part-*)
+  local carried=("$gpu"/sglang-wheels.tar.part-* "$gpu"/extra-wheels.tar.part-* "$gpu"/gguf.part-*)
   for file in "${carried[@]}"; do [ -f "$file" ] && cp "$file" "$chunks"/; done
   ls "$chunks" | tr '\n' ' ' && echo
 }
@@ -51,6 +52,9 @@ setup() {
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$rl" "$gpu"/rlsdk-wheels/*.whl || return 1
   rm -rf /tmp/sglang-wheels "$site" && mkdir -p /tmp/sglang-wheels "$site"
   cat "$chunks"/sglang-wheels.tar.part-* | tar xf - -C /tmp/sglang-wheels || return 1
+  if ls "$chunks"/extra-wheels.tar.part-* >/dev/null 2>&1; then  # Ray and sglang-router, where carried
+    cat "$chunks"/extra-wheels.tar.part-* | tar xf - -C /tmp/sglang-wheels || return 1
+  fi
   echo "wheels: $(ls /tmp/sglang-wheels | wc -l)"
   # A wheel is a zip laid out as site-packages (none of these has .data/purelib or platlib): unzip them
   # all in parallel, as pip install --target would place them.
@@ -108,6 +112,11 @@ nccl() {
   bench gpu_loop_nccl "$here/gpu_loop.py" nccl --model-config "$gpu/bench-model" --sglang-python /tmp/sglang-python
 }
 
+engines2() {
+  bench gpu_loop_engines2 "$here/gpu_loop.py" engines2 --model-config "$gpu/bench-model" \
+      --sglang-python /tmp/sglang-python --repeat 2
+}
+
 megatron() {
   bench megatron_parity "$here/megatron_parity.py" --model-config "$gpu/bench-model"
 }
@@ -149,7 +158,7 @@ learn_megatron() { learn_with megatron; }
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|megatron|model|learn|learn_megatron|ray_engines)
+    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|model|learn|learn_megatron|ray_engines)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac
