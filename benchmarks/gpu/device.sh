@@ -16,6 +16,7 @@
 #   bash benchmarks/gpu/device.sh model      # reassemble the carried SmolLM2 GGUF, convert it to /tmp/rlsdk-models
 #   bash benchmarks/gpu/device.sh learn      # learning_gpu.py: GRPO on SmolLM2 through colocated SGLang (~9 min)
 #   bash benchmarks/gpu/device.sh learn_megatron  # the same with --trainer megatron (~9 min)
+#   bash benchmarks/gpu/device.sh ray_engines     # ray_engines.py: 2 SGLang engine actors on Ray, one SIGKILLed (two GPUs)
 #
 # Several phases may be given in one call. Results (one JSON file per script, its log) go to $OUT
 # (default /tmp/gpu-results). GPU_DIR overrides the carry folder.
@@ -29,7 +30,7 @@ url=http://127.0.0.1:$port
 mkdir -p "$out"
 
 sglang_env() { PYTHONPATH=$site:$site/nvidia_cutlass_dsl/dsl_packages "$@"; }
-rlsdk_env() { PYTHONPATH=$rl:$here "$@"; }
+rlsdk_env() { PYTHONPATH=$rl:$here${path_tail:+:$path_tail} "$@"; }  # path_tail: last on the path
 
 bench() {  # bench NAME SCRIPT ARGS...: the log to $OUT/NAME.log, the last line (the JSON) to $OUT/NAME.json
   local name=$1; shift
@@ -142,12 +143,22 @@ learn_with() {  # learn_with TRAINER: learning_gpu.py (LEARN_ARGS: more of its o
   return 0
 }
 
+ray_engines() {  # Ray (and jsonschema) come from SGLang's folder, after the image's packages
+  rm -rf /tmp/ray-engines
+  path_tail=$site bench ray_engines "$here/ray_engines.py" --hf-checkpoint "$gpu/bench-model" \
+      --sglang-python /tmp/sglang-python --output /tmp/ray-engines
+  for server_log in /tmp/ray-engines/logs/*.log; do
+    [ -f "$server_log" ] && tail -n 200 "$server_log" >"$out/ray_engines-$(basename "$server_log")"
+  done
+  return 0
+}
+
 learn() { learn_with torch; }
 learn_megatron() { learn_with megatron; }
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|model|learn|learn_megatron)
+    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|model|learn|learn_megatron|ray_engines)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac
