@@ -278,3 +278,16 @@ def test_the_gpu_learning_run_launches_colocated_bfloat16_sglang(fake_python, tm
     assert f"--model-path {model} " in log
     assert "--mem-fraction-static 0.4 --dtype bfloat16 --enable-memory-saver" in log
     assert wait_gone(recorded_pids(tmp_path / "pids"), timeout=10)
+
+
+def test_servers_get_nccl_cumem_off_and_no_allocator_settings_unless_set(monkeypatch):
+    """The weight broadcast needs NCCL's cuMem allocator off on the server's side too (it failed on two
+    H200s with it on); a value the user set is kept; the memory saver refuses expandable segments."""
+    from rlsdk.engines.launch.sglang import server_environment
+
+    monkeypatch.delenv("NCCL_CUMEM_ENABLE", raising=False)
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    env = server_environment()
+    assert env["NCCL_CUMEM_ENABLE"] == "0" and "PYTORCH_CUDA_ALLOC_CONF" not in env
+    monkeypatch.setenv("NCCL_CUMEM_ENABLE", "1")
+    assert server_environment()["NCCL_CUMEM_ENABLE"] == "1"

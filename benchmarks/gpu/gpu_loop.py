@@ -162,7 +162,7 @@ def throughput(opts: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def launched_throughput(
+def launched_throughput(
     opts: argparse.Namespace, gpus: int, work: Path, prompts: list[list[int]]
 ) -> dict[str, Any]:
     """The workload through ``gpus`` launched one-GPU engines (the router in front of more than one), its

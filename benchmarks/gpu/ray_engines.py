@@ -65,7 +65,8 @@ def main() -> None:
         rollout_num_gpus_per_engine=1,
         prompt_data=str(shipped("arithmetic2-train.jsonl")),
         label_key="label",
-        apply_chat_template=True,
+        apply_chat_template=True,  # the bench model's tokenizer has no template of its own: a plain one
+        apply_chat_template_kwargs={"chat_template": "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"},
         rollout_shuffle=True,
         rollout_batch_size=opts.prompts,
         n_samples_per_prompt=opts.samples,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import types
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -116,7 +117,12 @@ def init_broadcast_group(
 ) -> Any:
     """Rank 0 (the trainer) of the group SGLang's ``/init_weights_update_group`` builds on its side: a
     TCP rendezvous at ``master_address:master_port`` with keys under ``group_name``, outside the default
-    process group (which a megatron trainer already uses)."""
+    process group (which a megatron trainer already uses).
+
+    NCCL's cuMem allocator is off on both sides (``NCCL_CUMEM_ENABLE=0`` unless set; launched servers get
+    it from :func:`rlsdk.engines.launch.sglang.server_environment`): with it on, the first broadcast
+    between the trainer and SGLang on two H200s failed in SGLang with "Cuda failure 'invalid argument'"."""
+    os.environ.setdefault("NCCL_CUMEM_ENABLE", "0")  # read when NCCL builds the communicator
     from torch.distributed.distributed_c10d import (
         Backend,
         PrefixStore,
