@@ -12,7 +12,9 @@ What takes its place, quickest first: a *spare* (``ray_spare_engines``: an engin
 loaded, so only the weights and the trust check are left), a *standby* (``ray_standby_engines``, one by
 default: an actor whose process is up with the engine's imports done and no model loaded, so the
 replacement skips Ray's worker start and the imports, the bulk of a cold start), else a new actor. A used
-spare or standby is replaced in the background.
+spare or standby is replaced in the background. Standbys are prepared once the run is ready for its first
+step (:meth:`RayEnginePool.prepare_standbys`), not while the engines and the trainer start: on a small
+machine they would compete with them for the cores.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from ..errors import RlsdkError
 from .cluster import ActorStartError, describe_place, first_line, import_ray, place, start
 from .engine_actor import EngineActor, actor_device, actor_resources
 from .environments import check_worker
-from .weights import to_shared
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +92,18 @@ class Replica(InferenceEngine):
 class RayEnginePool(InferenceEngine):
     """``args.num_engines`` actors of the engine plugin ``engine_spec`` (a name the actors resolve)."""
 
-    def __init__(self, args: Any, engine_spec: str, driver_plugins: dict[str, str | None]) -> None:
+    def __init__(
+        self,
+        args: Any,
+        engine_spec: str,
+        driver_plugins: dict[str, str | None],
+        *,
+        standbys_at_start: bool = True,
+    ) -> None:
+        """``standbys_at_start``: prepare the standbys as soon as the engines are up; False leaves that
+        to a call of :meth:`prepare_standbys` (the run's trainer starts first)."""
         self.args = args
+        self.standbys_at_start = standbys_at_start
         self.engine_spec = engine_spec
         self.driver_plugins = driver_plugins
         self.replicas_ = [Replica(index=i) for i in range(args.num_engines)]
@@ -116,12 +127,13 @@ class RayEnginePool(InferenceEngine):
         engine's place."""
         self._preparing = 0
         """Standbys being prepared."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._standbys_asked = False
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        for _ in range(self.args.ray_standby_engines):  # prepared meanwhile, not waited for
-            self._spawn(self._add_standby())
+        self._loop = asyncio.get_running_loop()
         spares = [Replica(index=-1) for _ in range(self.args.ray_spare_engines)]
         results = await asyncio.gather(
             *(self._start_actor(r) for r in self.replicas_),
@@ -139,6 +151,26 @@ class RayEnginePool(InferenceEngine):
         for replica in self.replicas_:
             replica.alive = True
         self._spawn(self._health_checks())
+        if self.standbys_at_start:
+            self.prepare_standbys()
+
+    def prepare_standbys(self) -> None:
+        """Start preparing the ``ray_standby_engines`` standbys (once; callable from any thread), not
+        waited for: until one is ready, a dead engine's replacement waits for the one being prepared."""
+        assert self._loop is not None, "start() first"
+        if self._standbys_asked:
+            return
+        self._standbys_asked = True
+
+        def spawn() -> None:
+            for _ in range(self.args.ray_standby_engines):
+                self._spawn_standby()
+
+        self._loop.call_soon_threadsafe(spawn)
+
+    def _spawn_standby(self) -> None:
+        self._preparing += 1  # now, so that a recovery waits for it rather than start a new actor
+        self._spawn(self._add_standby())
 
     async def _start_actor(self, replica: Replica, what: str | None = None) -> None:
         """Create, place, check and start one engine actor within ``ray_start_timeout`` each."""
@@ -183,6 +215,7 @@ class RayEnginePool(InferenceEngine):
         replica.info = {**info, "engine": engine}
 
     async def close(self) -> None:
+        self._standbys_asked = True  # none prepared from now on
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -298,6 +331,8 @@ class RayEnginePool(InferenceEngine):
         """Put the weights in Ray's object store once (:func:`.weights.to_shared`, unless they are there
         already, as a remote trainer's are) and have every live engine take them; a restarted engine takes
         the same ones."""
+        from .weights import to_shared  # torch: only where the trainer is in this process
+
         ray = import_ray()
         ref = (
             state_dict
@@ -371,7 +406,7 @@ class RayEnginePool(InferenceEngine):
                     recovery.rejoined_at - recovery.detected_at,
                 )
                 if recovery.by == "standby":  # prepared now, not to slow the restart down
-                    self._spawn(self._add_standby())
+                    self._spawn_standby()
                 await self._notify()
                 return
             except asyncio.CancelledError:
@@ -402,7 +437,6 @@ class RayEnginePool(InferenceEngine):
 
     async def _add_standby(self) -> None:
         standby = Replica(index=-1)
-        self._preparing += 1
         try:
             await self._place_actor(standby, "a standby engine")
             self._standbys.append(standby)
