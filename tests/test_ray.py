@@ -99,10 +99,12 @@ def ray_args(tiny_llama: Path, run_files: tuple[Path, str], out: Path, **options
 class KillEngines:
     """A custom generate that, on its 40th sample (in step 1, after step 0's 32) and on its 72nd, SIGKILLs
     the engine process with the most requests in flight, then generates as usual: the first kill once the
-    pool is at full strength (its spare and standby ready), the second once the first engine is back. At
-    its 100th sample it waits for both engines to be back (the tiny steps are quicker than an engine's
-    start)."""
+    pool is at full strength (its spare and standby ready), the second once the first engine is back. Its
+    32nd sample (step 0's last) waits for full strength first, so that step 1 runs with the standby ready
+    (it is prepared once the engines and the trainer are up) and its kill meets requests in flight. At its
+    100th sample it waits for both engines to be back (the tiny steps are quicker than an engine's start)."""
 
+    READY_AT = 32
     KILL_AT = (40, 72)
     WAIT_AT = 100
 
@@ -119,6 +121,11 @@ class KillEngines:
     async def generate(self, args, sample, sampling_params):
         self.calls += 1
         self.pool = get_runtime(args).engine
+        if self.calls == self.READY_AT:
+            for _ in range(1800):
+                if self.pool.at_full_strength:
+                    break
+                await asyncio.sleep(0.1)
         if self.calls in self.KILL_AT:
             ready = (lambda: self.pool.at_full_strength) if not self.killed else self._first_back
             for _ in range(1800):
