@@ -99,10 +99,12 @@ def ray_args(tiny_llama: Path, run_files: tuple[Path, str], out: Path, **options
 class KillEngines:
     """A custom generate that, on its 40th sample (in step 1, after step 0's 32) and on its 72nd, SIGKILLs
     the engine process with the most requests in flight, then generates as usual: the first kill once the
-    pool is at full strength (its spare and standby ready), the second once the first engine is back. At
-    its 100th sample it waits for both engines to be back (the tiny steps are quicker than an engine's
-    start)."""
+    pool is at full strength (its spare and standby ready), the second once the first engine is back. Its
+    32nd sample (step 0's last) waits for full strength first, so that step 1 runs with the standby ready
+    (it is prepared once the engines and the trainer are up) and its kill meets requests in flight. At its
+    100th sample it waits for both engines to be back (the tiny steps are quicker than an engine's start)."""
 
+    READY_AT = 32
     KILL_AT = (40, 72)
     WAIT_AT = 100
 
@@ -119,6 +121,11 @@ class KillEngines:
     async def generate(self, args, sample, sampling_params):
         self.calls += 1
         self.pool = get_runtime(args).engine
+        if self.calls == self.READY_AT:
+            for _ in range(1800):
+                if self.pool.at_full_strength:
+                    break
+                await asyncio.sleep(0.1)
         if self.calls in self.KILL_AT:
             ready = (lambda: self.pool.at_full_strength) if not self.killed else self._first_back
             for _ in range(1800):
@@ -206,6 +213,90 @@ def test_a_worker_lacking_a_plugin_stops_the_run_before_the_first_step(
     assert f"node {ray.util.get_node_ip_address()}" in message
     assert "rlsdk-ghost 1.0 is installed on the driver but missing on the worker" in message
     assert not (out / "rollouts.jsonl").exists()
+
+
+def test_on_a_local_cluster_the_engine_s_own_check_stops_the_run_without_a_node_probe(
+    cluster, tiny_llama, run_files, tmp_path, fake_dist, monkeypatch
+):
+    """A cluster of the run's own (``--ray`` local; the module's cluster stands for it here) has one node,
+    which the first engine actor's start checks: no separate probe task runs, and a plugin the workers
+    lack still stops the run before the first step, naming the engine and its node."""
+    import rlsdk.ray.cluster as cluster_module
+    import rlsdk.ray.environments as environments
+
+    monkeypatch.setattr(
+        cluster_module, "connect", lambda args: cluster_module.Cluster(cluster_module.LOCAL, False)
+    )
+    monkeypatch.setattr(environments, "check_nodes", _no_probe)
+    fake_dist("rlsdk-ghost", "1.0", "ghost", "ghost_plugin", "")
+    out = tmp_path / "out"
+    with pytest.raises(PluginEnvironmentError) as error:
+        run_job(ray_args(tiny_llama, run_files, out), get_plugin_manager())
+    message = str(error.value)
+    assert message.startswith(f"engine 0 on node {ray.util.get_node_ip_address()} (pid ")
+    assert "rlsdk-ghost 1.0 is installed on the driver but missing on the worker" in message
+    assert not (out / "rollouts.jsonl").exists()
+
+
+def _no_probe(*args, **kwargs):
+    raise AssertionError("a node probe ran on a local cluster")
+
+
+class RecordStandby:
+    """A custom generate that, on its first sample, waits for the pool's standby to be ready and notes when
+    it was created (in its process) and when the engine and the trainer were up."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, float] = {}
+        self.trainer_started_at = 0.0
+
+    @hookimpl
+    def rlsdk_custom_generates(self):
+        yield CustomGenerate(name="record_standby", func=self.generate)
+
+    async def generate(self, args, sample, sampling_params):
+        pool = get_runtime(args).engine
+        if not self.seen:
+            for _ in range(1800):
+                if pool.at_full_strength:
+                    break
+                await asyncio.sleep(0.1)
+            [standby] = pool._standbys
+            self.seen = {
+                "engine_started": pool.replicas_[0].info["engine"]["started_at"],
+                "trainer_started": self.trainer_started_at,
+                "standby_created": standby.info["created_at"],
+            }
+        return await generate(args, sample, sampling_params)
+
+
+@pytest.mark.timeout(300)
+def test_the_standby_is_prepared_once_the_engines_and_the_trainer_are_up(
+    cluster, tiny_llama, run_files, tmp_path, monkeypatch
+):
+    """The standby does not compete with the engines' and the trainer's start for the cores: its actor is
+    created once both are up, and it is ready during the first step."""
+    recorder = RecordStandby()
+    start = RemoteTrainer._start
+
+    async def timed_start(*args):
+        place_text = await start(*args)
+        recorder.trainer_started_at = time.time()
+        return place_text
+
+    monkeypatch.setattr(RemoteTrainer, "_start", staticmethod(timed_start))
+    args = ray_args(
+        tiny_llama,
+        run_files,
+        tmp_path / "out",
+        train=True,
+        num_rollout=1,
+        ray_standby_engines=1,
+        custom_generate_function_path="record_standby",
+    )
+    run_job(args, get_plugin_manager(plugins=[recorder]))
+    seen = recorder.seen
+    assert 0 < seen["engine_started"] < seen["trainer_started"] < seen["standby_created"]
 
 
 def test_plugin_differences_name_each_distribution_and_both_versions():

@@ -11,6 +11,7 @@ own environment, and each node's plugins are checked against the driver's before
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,6 +19,16 @@ from typing import Any
 from ..aio.task_pools import set_cluster_task_pool
 from ..plugins.manager import RlsdkPluginManager
 from ..plugins.records import Resolved
+
+
+def _import_tokenizers() -> None:
+    """Import transformers' tokenizers (torch with them), which the driver loads its tokenizer with once
+    the engines are up (the engine pool has none of its own): here, while the driver waits for the actors
+    to start, rather than after."""
+    try:
+        from transformers import AutoTokenizer  # noqa: F401
+    except ImportError:  # the run then fails where it loads the tokenizer, with its own error
+        pass
 
 
 def _with_factory(resolved: Resolved, factory: Any) -> Resolved:
@@ -29,7 +40,7 @@ def on_ray(args: Any, pm: RlsdkPluginManager, plugins: dict[str, Resolved]) -> I
     """Connect to (or start) the run's cluster, check every node's plugins, and give back ``plugins``
     with the engine and trainer built as Ray actors; grading goes to Ray tasks until the block ends."""
     from ..rollout.job import engine_name, plugin_versions
-    from .cluster import connect
+    from .cluster import LOCAL, connect
     from .engine_actor import engine_count
     from .engine_pool import RayEnginePool
     from .environments import check_nodes
@@ -38,22 +49,31 @@ def on_ray(args: Any, pm: RlsdkPluginManager, plugins: dict[str, Resolved]) -> I
 
     engine_count(args)  # engine counts that disagree stop the run before Ray starts
     cluster = connect(args)
+    threading.Thread(target=_import_tokenizers, name="rlsdk-imports", daemon=True).start()
     launched: list[TrainerLaunch] = []
+    pools: list[RayEnginePool] = []
     try:
         driver = plugin_versions(pm)
-        check_nodes(driver, args.ray_start_timeout)
+        if cluster.address != LOCAL:  # a local cluster's one node is checked by its first actor's start
+            check_nodes(driver, args.ray_start_timeout)
         set_cluster_task_pool(RayTaskPool())
         engine_spec = engine_name(args)
-        swapped = {
-            **plugins,
-            "engine": _with_factory(plugins["engine"], lambda a: RayEnginePool(a, engine_spec, driver)),
-        }
+        training = "trainer" in plugins
 
-        if "trainer" in plugins:  # launched now, so that it starts while the engines start
+        def engine_pool(a: Any) -> RayEnginePool:
+            pools.append(RayEnginePool(a, engine_spec, driver, standbys_at_start=not training))
+            return pools[-1]
+
+        def remote_trainer(a: Any) -> RemoteTrainer:
+            trainer = RemoteTrainer(a, a.trainer, driver, launched[0])
+            for pool in pools:  # the run is ready for its first step: standbys no longer slow its start
+                pool.prepare_standbys()
+            return trainer
+
+        swapped = {**plugins, "engine": _with_factory(plugins["engine"], engine_pool)}
+        if training:  # launched now, so that it starts while the engines start
             launched.append(launch_trainer(args))
-            swapped["trainer"] = _with_factory(
-                plugins["trainer"], lambda a: RemoteTrainer(a, a.trainer, driver, launched[0])
-            )
+            swapped["trainer"] = _with_factory(plugins["trainer"], remote_trainer)
         yield swapped
     finally:
         set_cluster_task_pool(None)

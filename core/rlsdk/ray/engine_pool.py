@@ -13,7 +13,9 @@ What takes its place, quickest first: a *spare* (``ray_spare_engines``: an engin
 loaded, so only the weights and the trust check are left), a *standby* (``ray_standby_engines``, one by
 default, none for SGLang engines on GPUs: an actor whose process is up with the engine's imports done and
 no model loaded, so the replacement skips Ray's worker start and the imports, the bulk of a cold start),
-else a new actor. A used spare or standby is replaced in the background.
+else a new actor. A used spare or standby is replaced in the background. Standbys are prepared once the run
+is ready for its first step (:meth:`RayEnginePool.prepare_standbys`), not while the engines and the trainer
+start: on a small machine they would compete with them for the cores.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ from .engine_actor import (
     standby_count,
 )
 from .environments import check_worker
-from .weights import to_shared
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +110,20 @@ class RayEnginePool(InferenceEngine):
     SGLang engines on GPUs each get a placement group (one bundle of ``rollout_num_gpus_per_engine`` GPUs,
     STRICT_PACK) created before the actor and removed with it, so a replaced engine's GPUs are free."""
 
-    def __init__(self, args: Any, engine_spec: str, driver_plugins: dict[str, str | None]) -> None:
+    def __init__(
+        self,
+        args: Any,
+        engine_spec: str,
+        driver_plugins: dict[str, str | None],
+        *,
+        standbys_at_start: bool = True,
+    ) -> None:
+        """``standbys_at_start``: prepare the standbys as soon as the engines are up; False leaves that
+        to a call of :meth:`prepare_standbys` (the run's trainer starts first)."""
         self.args = copy.copy(args)
         """The options every engine actor is built from: those of the run's start (the run then sets
         ``sglang_router_ip``/``_port`` to this pool's own address, which is no engine's to launch)."""
+        self.standbys_at_start = standbys_at_start
         self.engine_spec = engine_spec
         self.driver_plugins = driver_plugins
         self.replicas_ = [Replica(index=i) for i in range(engine_count(args))]
@@ -139,13 +150,14 @@ class RayEnginePool(InferenceEngine):
         engine's place."""
         self._preparing = 0
         """Standbys being prepared."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._standbys_asked = False
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._check_gpus()
-        for _ in range(self.standby_count):  # prepared meanwhile, not waited for
-            self._spawn(self._add_standby())
         spares = [Replica(index=-1) for _ in range(self.args.ray_spare_engines)]
         results = await asyncio.gather(
             *(self._start_actor(r) for r in self.replicas_),
@@ -163,6 +175,26 @@ class RayEnginePool(InferenceEngine):
         for replica in self.replicas_:
             replica.alive = True
         self._spawn(self._health_checks())
+        if self.standbys_at_start:
+            self.prepare_standbys()
+
+    def prepare_standbys(self) -> None:
+        """Start preparing the :func:`standby_count` standbys, once (callable from any thread), not waited
+        for: until one is ready, a dead engine's replacement waits for the one being prepared."""
+        assert self._loop is not None, "start() first"
+        if self._standbys_asked:
+            return
+        self._standbys_asked = True
+
+        def spawn() -> None:
+            for _ in range(self.standby_count):
+                self._spawn_standby()
+
+        self._loop.call_soon_threadsafe(spawn)
+
+    def _spawn_standby(self) -> None:
+        self._preparing += 1  # now, so that a recovery waits for it rather than start a new actor
+        self._spawn(self._add_standby())
 
     def _check_gpus(self) -> None:
         """More SGLang engine actors (engines, spares, standbys; with a trainer on CUDA, its GPU too) than
@@ -271,6 +303,7 @@ class RayEnginePool(InferenceEngine):
         replica.info = {**info, "engine": engine}
 
     async def close(self) -> None:
+        self._standbys_asked = True  # none prepared from now on
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -389,6 +422,8 @@ class RayEnginePool(InferenceEngine):
         """Put the weights in Ray's object store once (:func:`.weights.to_shared`, unless they are there
         already, as a remote trainer's are) and have every live engine take them; a restarted engine takes
         the same ones."""
+        from .weights import to_shared  # torch: only where the trainer is in this process
+
         ray = import_ray()
         ref = (
             state_dict
@@ -462,7 +497,7 @@ class RayEnginePool(InferenceEngine):
                     recovery.rejoined_at - recovery.detected_at,
                 )
                 if recovery.by == "standby":  # prepared now, not to slow the restart down
-                    self._spawn(self._add_standby())
+                    self._spawn_standby()
                 await self._notify()
                 return
             except asyncio.CancelledError:
@@ -494,7 +529,6 @@ class RayEnginePool(InferenceEngine):
 
     async def _add_standby(self) -> None:
         standby = Replica(index=-1)
-        self._preparing += 1
         try:
             await self._place_actor(standby, "a standby engine")
             self._standbys.append(standby)

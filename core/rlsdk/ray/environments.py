@@ -1,5 +1,6 @@
 """Every worker resolves plugin names from its own environment: before the first step, each node's (and
-each engine actor's) installed plugins are checked against the driver's."""
+each engine actor's) installed plugins are checked against the driver's. A local cluster's one node is
+checked by its first engine actor's start, with no probe task of its own (:func:`rlsdk.ray.on_ray`)."""
 
 from __future__ import annotations
 

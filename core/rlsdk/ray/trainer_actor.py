@@ -32,9 +32,12 @@ class TrainerActor:
         self.trainer: PolicyTrainer | None = None
 
     def where(self) -> dict[str, Any]:
-        """:func:`worker_info`, after importing torch where this environment has it: the trainer actor is
-        launched beside the engines, so its seconds of imports overlap theirs."""
-        if importlib.util.find_spec("torch") is not None:
+        """:func:`worker_info`, after importing what trainers build on (torch, and transformers' auto
+        classes) where this environment has it: the trainer actor is launched beside the engines, so its
+        seconds of imports overlap theirs rather than follow them."""
+        if importlib.util.find_spec("transformers") is not None:
+            from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401 (imports torch)
+        elif importlib.util.find_spec("torch") is not None:
             import torch  # noqa: F401
 
         return worker_info()
