@@ -195,11 +195,7 @@ class TorchTrainer(PolicyTrainer):
         """``[1, sum(total_lengths), vocab]``: the micro-batch's logits in slime's packed layout, computed
         with each distinct prompt once (:class:`~.batch.SharedPrompts`)."""
         layout = SharedPrompts.build(data, indices, self.dtype, self.tokenizer.pad_token_id or 0)
-        logits = model(
-            input_ids=layout.input_ids.to(self.device),
-            position_ids=layout.position_ids.to(self.device),
-            attention_mask=layout.attention_mask.to(self.device),
-        ).logits
+        logits = self._forward(model, layout)
         return logits.flatten(0, 1).index_select(0, layout.gather.to(self.device)).unsqueeze(0)
 
     def _response_logits(self, model: Any, data: list[TrainSample], indices: list[int]) -> torch.Tensor:
@@ -207,13 +203,16 @@ class TorchTrainer(PolicyTrainer):
         response tokens, in the samples' order (what a ``response`` loss reads); the vocabulary projection
         runs at those positions only (``logits_to_keep``)."""
         layout = SharedPrompts.build(data, indices, self.dtype, self.tokenizer.pad_token_id or 0)
-        logits = model(
+        logits = self._forward(model, layout, logits_to_keep=layout.keep.to(self.device))
+        return logits.flatten(0, 1).index_select(0, layout.response_gather.to(self.device)).unsqueeze(0)
+
+    def _forward(self, model: Any, layout: SharedPrompts, **options: Any) -> torch.Tensor:
+        return model(
             input_ids=layout.input_ids.to(self.device),
             position_ids=layout.position_ids.to(self.device),
             attention_mask=layout.attention_mask.to(self.device),
-            logits_to_keep=layout.keep.to(self.device),
+            **options,
         ).logits
-        return logits.flatten(0, 1).index_select(0, layout.response_gather.to(self.device)).unsqueeze(0)
 
     @torch.no_grad()
     def _log_probs(
@@ -274,8 +273,8 @@ class TorchTrainer(PolicyTrainer):
 
 def adamw(model: torch.nn.Module, args: Any) -> torch.optim.AdamW:
     """AdamW over ``model``'s parameters with slime's options (``lr``, ``weight_decay``, ``adam_*``), in its
-    fused form: one pass over each parameter (on the CPU, a step of SmolLM2-135M takes a fraction of a
-    second instead of seconds)."""
+    fused form: one pass over each parameter (a step over SmolLM2-135M's parameters on 2 CPU cores took
+    an eighth of the default implementation's time)."""
     return torch.optim.AdamW(
         model.parameters(),
         lr=args.lr,
