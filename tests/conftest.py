@@ -38,6 +38,17 @@ def fake_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.fixture
+def fake_python(tmp_path: Path) -> str:
+    """An 'interpreter' whose ``-m sglang.launch_server`` is ``fake_sglang_interpreter.py`` (SGLang needs
+    CUDA): pass it as ``sglang_python``."""
+    fake = Path(__file__).with_name("fake_sglang_interpreter.py")
+    script = tmp_path / "fake-python"
+    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{fake}" "$@"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.fixture
 def pm(rlsdk_pm):
     """A fresh plugin manager with filter_hub registered (pop_last and drop_stale beside core's pop_first)."""
     import rlsdk_filter_hub.plugin

@@ -6,6 +6,13 @@ into its process group (``FAKE_SGLANG_PIDS``: a file that receives both pids) an
 ``/health``, ``/health_generate`` and ``/get_model_info`` on ``--host``/``--port``. ``FAKE_SGLANG_EXIT``
 makes it exit with that status during start-up instead, as a server that cannot load its model does.
 ``-c CODE`` (rlsdk asking whether sglang is importable) succeeds.
+
+For runs through it (``FAKE_SGLANG_GENERATE`` set; otherwise the health check's generation fails),
+``/generate`` answers in SGLang's shape (rlsdk's own :func:`generate_response`) with
+``max_new_tokens`` token ids derived from the prompt's, after ``FAKE_SGLANG_GENERATE_DELAY`` seconds
+(default 0.05); the control endpoints (abort, pause, continue, flush, weights from disk) answer success
+and log their path and body.
+Its start-up line shows ``CUDA_VISIBLE_DEVICES``, as Ray set it for an engine actor.
 """
 
 import asyncio
@@ -26,7 +33,11 @@ def main() -> None:
     if argv[:1] == ["-c"]:
         return
     module = argv[1] if argv[:1] == ["-m"] else "?"
-    print(f"fake {module} starting: {' '.join(argv)}", flush=True)
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
+    print(
+        f"fake {module} starting: {' '.join(argv)} (pid {os.getpid()}, CUDA_VISIBLE_DEVICES={gpus})",
+        flush=True,
+    )
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     if os.environ.get("FAKE_SGLANG_PIDS"):
         with open(os.environ["FAKE_SGLANG_PIDS"], "a") as f:
@@ -47,12 +58,43 @@ def main() -> None:
             }
         )
 
+    async def success(request: web.Request) -> web.Response:
+        print(request.path, await request.text(), flush=True)
+        return web.json_response({"success": True, "message": ""})
+
     app = web.Application()
     app.router.add_get("/health", ok)
     app.router.add_get("/health_generate", ok)
     app.router.add_get("/get_model_info", model_info)
+    if os.environ.get("FAKE_SGLANG_GENERATE"):
+        app.router.add_post("/generate", generate)
+    app.router.add_get("/flush_cache", ok)
+    for path in ("/abort_request", "/pause_generation", "/continue_generation", "/update_weights_from_disk"):
+        app.router.add_post(path, success)
     print("fake server ready", flush=True)
     asyncio.run(serve(app, flag(argv, "--host"), int(flag(argv, "--port"))))
+
+
+async def generate(request: web.Request) -> web.Response:
+    """``max_new_tokens`` ids from the prompt's, each with log-prob -1, finished by length."""
+    from rlsdk.engines.protocol import generate_response
+
+    body = await request.json()
+    await asyncio.sleep(float(os.environ.get("FAKE_SGLANG_GENERATE_DELAY", "0.05")))
+    prompt = body.get("input_ids") or [0]
+    count = int(body.get("sampling_params", {}).get("max_new_tokens", 1))
+    ids = [(sum(prompt) + k) % 97 + 3 for k in range(count)]
+    return web.json_response(
+        generate_response(
+            rid=body.get("rid") or "fake",
+            text="".join(f" t{i}" for i in ids),
+            output_ids=ids,
+            prompt_tokens=len(prompt),
+            finish_reason={"type": "length", "length": count},
+            weight_version="default",
+            logprobs=[-1.0] * count,
+        )
+    )
 
 
 async def serve(app: web.Application, host: str, port: int) -> None:

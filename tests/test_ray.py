@@ -1,14 +1,17 @@
-"""``rlsdk run --ray`` on a real local Ray cluster (2 CPUs, dashboard off, 200 MB object store, one per
-module): two embedded engines on the tiny Llama (``tiny_llama`` in conftest.py), one SIGKILLed mid-step;
-a worker environment lacking a plugin; a grading worker killed mid-task; actors that cannot start; a
-trainer that dies."""
+"""``rlsdk run --ray`` on a real local Ray cluster (2 CPUs and 2 declared GPUs, dashboard off, 200 MB
+object store, one per module): two embedded engines on the tiny Llama (``tiny_llama`` in conftest.py),
+one SIGKILLed mid-step; a worker environment lacking a plugin; a grading worker killed mid-task; actors
+that cannot start; a trainer that dies; SGLang engine actors on the declared GPUs (fake servers, see
+their section)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import re
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -17,7 +20,9 @@ import ray
 
 from rlsdk import CustomGenerate, RolloutConfig, get_plugin_manager, hookimpl
 from rlsdk.aio.task_pools import set_cluster_task_pool
+from rlsdk.errors import RlsdkError
 from rlsdk.ray.cluster import ActorStartError
+from rlsdk.ray.engine_actor import EngineActor
 from rlsdk.ray.engine_pool import RayEnginePool
 from rlsdk.ray.environments import PluginEnvironmentError, differences
 from rlsdk.ray.task_pool import RayTaskPool
@@ -39,15 +44,17 @@ def square_slowly(folder, x):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A local cluster on 2 CPUs whose workers can import ``slow_task`` (the folder returned)."""
+    """A local cluster on 2 CPUs and 2 declared GPUs whose workers can import ``slow_task`` (the folder
+    returned)."""
     helpers = tmp_path_factory.mktemp("ray-helpers")
     (helpers / "slow_task.py").write_text(SLOW_TASK)
     ray.init(
         num_cpus=2,
+        num_gpus=2,
         include_dashboard=False,
         object_store_memory=200 << 20,
         log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(helpers)}},
+        runtime_env={"env_vars": {"PYTHONPATH": str(helpers), "FAKE_SGLANG_GENERATE": "1"}},
     )
     yield helpers
     ray.shutdown()
@@ -378,3 +385,188 @@ def test_weights_travel_as_arrays_and_come_back_as_the_same_tensors():
     for name, tensor in state.items():
         assert back[name].dtype == tensor.dtype and torch.equal(back[name], tensor)
     assert back["head"].data_ptr() == back["embed"].data_ptr()
+
+
+# ---------------------------------------------------------------- SGLang engines on GPUs
+# SGLang needs CUDA, so each engine actor's server below is a real subprocess of
+# ``fake_sglang_interpreter.py`` (``sglang_python``: real HTTP, SGLang's response shapes). Ray sees no GPUs
+# here: the module's cluster declares 2, and Ray sets each GPU actor's ``CUDA_VISIBLE_DEVICES`` to its own.
+
+
+def sglang_args(tiny_llama: Path, fake_python: str, out: Path, **options) -> RolloutConfig:
+    data = out.parent / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"input": f"w{i} w{i + 1} w{i + 2}"}) + "\n" for i in range(16)))
+    reward = out.parent / "reward.py"
+    reward.write_text(
+        "def first_token_mod4(args, sample, **kwargs):\n    return float(sample.tokens[-1] % 4 == 0)\n"
+    )
+    values = {
+        "engine": "sglang",
+        "hf_checkpoint": str(tiny_llama),
+        "sglang_python": fake_python,
+        "rollout_num_gpus": 2,
+        "rollout_num_gpus_per_engine": 1,
+        "prompt_data": str(data),
+        "rm_type": f"{reward}:first_token_mod4",
+        "rollout_batch_size": 4,
+        "n_samples_per_prompt": 4,
+        "rollout_max_response_len": 8,
+        "num_rollout": 3,
+        "output_dir": str(out),
+        "ray_address": "local",
+        "ray_engine_cpus": 0.25,
+        "ray_start_timeout": 60.0,
+    }
+    values.update(options)
+    return RolloutConfig(**values)
+
+
+def server_pid(log: Path) -> int:
+    """The fake server's pid, from its start-up line in its log (the last start's)."""
+    return int(re.findall(r"\(pid (\d+), CUDA_VISIBLE_DEVICES=", log.read_text())[-1])
+
+
+def closed(url: str, timeout: float = 10.0) -> bool:
+    """Whether the server at ``url`` is gone (its port refuses connections) within ``timeout`` seconds."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+class KillServer:
+    """A custom generate that on its 24th sample (step 1) SIGKILLs the SGLang server of the engine with
+    the most requests in flight (its actor lives on), and on its 40th waits for that engine to be back."""
+
+    KILL_AT, WAIT_AT = 24, 40
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.calls = 0
+        self.pool = None
+        self.killed: tuple[int, int, str] | None = None  # (engine, its requests in flight, server URL)
+        self.alive_later: list[bool] = []
+
+    @hookimpl
+    def rlsdk_custom_generates(self):
+        yield CustomGenerate(name="kill_server", func=self.generate)
+
+    async def generate(self, args, sample, sampling_params):
+        self.calls += 1
+        self.pool = get_runtime(args).engine
+        if self.calls == self.KILL_AT:
+            sent = asyncio.ensure_future(generate(args, sample, sampling_params))
+            await asyncio.sleep(0.02)  # this request and the step's others are on their engines
+            victim = max(self.pool.replicas_, key=lambda r: r.in_flight)
+            pid = server_pid(self.logs / f"sglang-server-{victim.index}.log")
+            self.killed = (victim.index, victim.in_flight, victim.info["engine"]["url"])
+            os.kill(pid, signal.SIGKILL)
+            return await sent
+        if self.calls == self.WAIT_AT:
+            for _ in range(600):
+                if all(r.alive for r in self.pool.replicas_):
+                    break
+                await asyncio.sleep(0.1)
+            self.alive_later = [r.alive for r in self.pool.replicas_]
+        return await generate(args, sample, sampling_params)
+
+
+@pytest.mark.timeout(120)
+def test_two_sglang_engine_actors_each_serve_one_server_and_a_killed_server_is_replaced(
+    cluster, tiny_llama, fake_python, tmp_path
+):
+    """Two engines from ``--rollout-num-gpus 2 --rollout-num-gpus-per-engine 1``: each actor launches
+    one server on its own GPU (base GPU id 0 of its ``CUDA_VISIBLE_DEVICES``), port and seed, and both
+    serve the run. One server SIGKILLed mid-step in its live actor is noticed by the health checks; that
+    engine is restarted in a new actor and placement group (no standby by default on GPUs), its requests
+    in flight come back aborted, their groups go back to the buffer, and the ledger balances."""
+    out = tmp_path / "out"
+    killer = KillServer(out / "logs")
+    args = sglang_args(tiny_llama, fake_python, out, custom_generate_function_path="kill_server")
+    run_job(args, get_plugin_manager(plugins=[killer]))
+
+    pool = killer.pool
+    engine, in_flight, url = killer.killed
+    assert in_flight > 0 and closed(url, 1)
+    [recovery] = pool.recoveries
+    assert recovery.engine == engine and recovery.by == "new"
+    assert (
+        f"SGLang server {engine} (GPUs 0, port " in recovery.cause
+        and "exited with status -9" in recovery.cause
+    )
+    assert recovery.rejoined_at - recovery.detected_at < 30 and killer.alive_later == [True, True]
+    assert len({r.info["engine"]["url"] for r in pool.replicas_}) == 2
+    assert all(r.sent > 0 for r in pool.replicas_)  # both engines served the run
+
+    starts = {}
+    for index in (0, 1):
+        log = (out / "logs" / f"sglang-server-{index}.log").read_text()
+        lines = [line for line in log.splitlines() if line.startswith("fake sglang.launch_server starting")]
+        assert len(lines) == (2 if index == engine else 1)  # the restarted engine's log has both starts
+        for line in lines:
+            assert "--tp-size 1 --base-gpu-id 0 " in line and f"--random-seed {42 + index}" in line
+        starts[index] = lines[0]
+    ports = {index: re.search(r"--port (\d+)", line)[1] for index, line in starts.items()}
+    gpus = {index: re.search(r"CUDA_VISIBLE_DEVICES=(\S+)\)", line)[1] for index, line in starts.items()}
+    assert ports[0] != ports[1] and sorted(gpus.values()) == ["0", "1"]
+
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and rows[1]["rollout/aborted"] > 0 and rows[1]["ledger/returned"] > 0
+    for row in rows:
+        assert row["ledger/entered"] == (
+            row["ledger/kept"] + row["ledger/dropped"] + row["ledger/returned"] + row["ledger/failed"]
+        )
+    audit = audit_run(out)
+    assert audit["lost"] == 0 and audit["duplicated"] == 0
+    deadline = time.monotonic() + 10  # every placement group removed (Ray frees them in the background)
+    while ray.available_resources().get("GPU") != 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ray.available_resources().get("GPU") == 2, ray.util.placement_group_table()
+
+
+def test_more_sglang_engine_actors_than_gpus_is_an_error_before_any_starts(
+    cluster, tiny_llama, fake_python, tmp_path
+):
+    out = tmp_path / "out"
+    with pytest.raises(
+        RlsdkError,
+        match=r"^4 GPUs needed for the SGLang engines \(4 engines, 0 spare, 0 standby; "
+        r"1 GPUs each\), but the Ray cluster has 2",
+    ):
+        run_job(sglang_args(tiny_llama, fake_python, out, rollout_num_gpus=4))
+    with pytest.raises(RlsdkError, match=r"^3 GPUs needed .*\(2 engines, 0 spare, 1 standby"):
+        run_job(sglang_args(tiny_llama, fake_python, out, ray_standby_engines=1))
+    with pytest.raises(
+        ValueError,
+        match=r"--num-engines 3 disagrees with --rollout-num-gpus 2 / "
+        r"--rollout-num-gpus-per-engine 1 = 2 SGLang engines",
+    ):
+        run_job(sglang_args(tiny_llama, fake_python, out, num_engines=3))
+    assert not list((out / "logs").glob("sglang-server-*.log"))
+
+
+@pytest.mark.timeout(60)
+def test_an_engine_actor_killed_with_sigkill_takes_its_sglang_server_with_it(
+    cluster, tiny_llama, fake_python, tmp_path
+):
+    """The server is started from the actor's event-loop thread; PR_SET_PDEATHSIG fires when the actor's
+    process dies, so no server is left holding the GPU. Weights from disk reach the server (logged by the
+    fake)."""
+    args = sglang_args(tiny_llama, fake_python, tmp_path / "out")
+    actor = ray.remote(EngineActor).options(num_cpus=0.25, num_gpus=1, max_concurrency=10).remote(args, 1)
+    where = ray.get(actor.where.remote())
+    info = ray.get(actor.start.remote(1), timeout=30)
+    assert info["url"].startswith(f"http://{where['node']}:") and info["in_process_weights"] is False
+    ray.get(actor.update_weights_from_disk.remote(str(tmp_path / "step_1"), "1"), timeout=30)
+    log = tmp_path / "out" / "logs" / "sglang-server-1.log"
+    assert f'/update_weights_from_disk {{"model_path": "{tmp_path / "step_1"}", "weight_version": "1"}}' in (
+        log.read_text()
+    )
+    assert ray.get(actor.health.remote()) is None
+    os.kill(where["pid"], signal.SIGKILL)
+    assert closed(info["url"]), "the SGLang server outlived its actor"

@@ -22,17 +22,6 @@ from rlsdk.engines.launch.sglang import SGLangLauncher, SGLangLaunchError, plan_
 from rlsdk.engines.protocol import EngineUnavailableError
 from rlsdk.engines.sglang_client import SGLangClient
 
-FAKE = Path(__file__).with_name("fake_sglang_interpreter.py")
-
-
-@pytest.fixture
-def fake_python(tmp_path: Path) -> str:
-    """An 'interpreter' whose ``-m sglang.launch_server`` is the fake server."""
-    script = tmp_path / "fake-python"
-    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
-    script.chmod(0o755)
-    return str(script)
-
 
 def alive(pid: int) -> bool:
     try:

@@ -7,12 +7,14 @@ import math
 import pytest
 import torch
 
-from rlsdk import RolloutConfig
+from rlsdk import Loss, RolloutConfig
 from rlsdk.training.advantages import approx_kl, compute_advantages, normalize_rewards
+from rlsdk.training.batch import response_rows
 from rlsdk.training.losses import (
     cispo_loss,
     clipped_policy_loss,
     policy_loss,
+    response_logits,
     sequence_kl,
     sum_of_sample_mean_fn,
 )
@@ -171,4 +173,29 @@ def test_shared_prompts_give_the_logits_of_separate_sequences():
         packed = model(input_ids=layout.input_ids, position_ids=layout.position_ids,
                        attention_mask=layout.attention_mask).logits.flatten(0, 1)[layout.gather]
         separate = torch.cat([model(input_ids=d.tokens[None]).logits[0] for d in data])
+        # a response loss's rows: projected at the predicting positions only, in the samples' order
+        kept = model(input_ids=layout.input_ids, position_ids=layout.position_ids,
+                     attention_mask=layout.attention_mask, logits_to_keep=layout.keep).logits
+        responses = kept.flatten(0, 1)[layout.response_gather]
     assert (packed - separate).abs().max() < 1e-5
+    assert len(layout.keep) < layout.input_ids.shape[1]  # not every position is projected
+    lengths = [d.total_length for d in data], [d.response_length for d in data]
+    assert (responses - separate[response_rows(*lengths)]).abs().max() < 1e-5
+    batch = {"total_lengths": lengths[0], "response_lengths": lengths[1]}
+    assert torch.allclose(response_logits(responses[None], batch), response_logits(separate[None], batch), atol=1e-5)
+
+
+def test_a_loss_says_which_logits_it_reads():
+    """``packed`` (slime's layout, the default) or ``response``; anything else is refused at registration."""
+    assert Loss(name="mine", func=policy_loss).logits == "packed"
+    with pytest.raises(ValueError, match="logits must be 'packed' or 'response'"):
+        Loss(name="mine", func=policy_loss, logits="all")
+
+
+def test_a_sample_without_a_prompt_token_is_refused():
+    """Its first response token would be predicted from nothing."""
+    from rlsdk import Sample
+    from rlsdk.training.batch import TrainSample
+
+    with pytest.raises(ValueError, match="leaves no prompt token"):
+        TrainSample.from_sample(Sample(tokens=[4, 5], response_length=2), 1.0)

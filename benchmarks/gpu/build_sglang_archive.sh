@@ -9,6 +9,8 @@
 # wheels/ and sglang-wheels.tar split into PIECE_SIZE pieces (default 58M: a call carries at most
 # 64 MiB, the checkout included) named sglang-wheels.tar.part-NN. The wheels are already compressed;
 # an uncompressed tar costs no CPU here and unpacks in seconds there (benchmarks/gpu/device.sh).
+# Ray and sglang-router (for the two-GPU checks: engines behind the router, engines as Ray actors) go
+# the same way into extra-wheels.tar.part-NN; their other needs are among SGLang's wheels or the image's.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 list=${1:-}
@@ -34,3 +36,10 @@ missing=$(comm -23 <(sort "$list") <(ls "$out/wheels" | sort))
 rm -f "$out"/sglang-wheels.tar.part-*
 (cd "$out/wheels" && tar cf - $(cat "$list")) | split -b "$piece" -d -a 2 - "$out/sglang-wheels.tar.part-"
 ls -l "$out"/sglang-wheels.tar.part-*
+rm -rf "$out/extra-wheels" && mkdir -p "$out/extra-wheels"
+PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --abi cp312 --abi abi3 "${platforms[@]}" -d "$out/extra-wheels" \
+    ray==2.60.0 sglang-router==0.3.2
+rm -f "$out"/extra-wheels.tar.part-*
+(cd "$out/extra-wheels" && tar cf - ./*.whl) | split -b "$piece" -d -a 2 - "$out/extra-wheels.tar.part-"
+ls -l "$out"/extra-wheels.tar.part-*

@@ -11,10 +11,12 @@
 #   bash benchmarks/gpu/device.sh launch     # gpu_loop.py throughput: hand-started vs rlsdk-launched SGLang (~7 min)
 #   bash benchmarks/gpu/device.sh colocate   # gpu_loop.py colocate: train step, CUDA-IPC sync, trust check (~4 min)
 #   bash benchmarks/gpu/device.sh nccl       # gpu_loop.py nccl: the same through an NCCL broadcast (two GPUs)
+#   bash benchmarks/gpu/device.sh engines2   # gpu_loop.py engines2: one launched engine vs two behind the router
 #   bash benchmarks/gpu/device.sh megatron   # megatron_parity.py: megatron vs torch trainer (~2 min)
 #   bash benchmarks/gpu/device.sh model      # reassemble the carried SmolLM2 GGUF, convert it to /tmp/rlsdk-models
 #   bash benchmarks/gpu/device.sh learn      # learning_gpu.py: GRPO on SmolLM2 through colocated SGLang (~9 min)
 #   bash benchmarks/gpu/device.sh learn_megatron  # the same with --trainer megatron (~9 min)
+#   bash benchmarks/gpu/device.sh ray_engines     # ray_engines.py: 2 SGLang engine actors on Ray, one SIGKILLed (two GPUs)
 #
 # Several phases may be given in one call. Results (one JSON file per script, its log) go to $OUT
 # (default /tmp/gpu-results). GPU_DIR overrides the carry folder.
@@ -28,7 +30,7 @@ url=http://127.0.0.1:$port
 mkdir -p "$out"
 
 sglang_env() { PYTHONPATH=$site:$site/nvidia_cutlass_dsl/dsl_packages "$@"; }
-rlsdk_env() { PYTHONPATH=$rl:$here "$@"; }
+rlsdk_env() { PYTHONPATH=$rl:$here${path_tail:+:$path_tail} "$@"; }  # path_tail: last on the path
 
 bench() {  # bench NAME SCRIPT ARGS...: the log to $OUT/NAME.log, the last line (the JSON) to $OUT/NAME.json
   local name=$1; shift
@@ -39,9 +41,9 @@ bench() {  # bench NAME SCRIPT ARGS...: the log to $OUT/NAME.log, the last line 
   echo "$name exited $rc: $(head -c 600 "$out/$name.json")"
 }
 
-piece() {  # whichever pieces this call carried: SGLang's archive, the GGUF
+piece() {  # whichever pieces this call carried: SGLang's archive, the extra wheels (Ray, sglang-router), the GGUF
   mkdir -p "$chunks"
-  local carried=("$gpu"/sglang-wheels.tar.part-* "$gpu"/gguf.part-*)
+  local carried=("$gpu"/sglang-wheels.tar.part-* "$gpu"/extra-wheels.tar.part-* "$gpu"/gguf.part-*)
   for file in "${carried[@]}"; do [ -f "$file" ] && cp "$file" "$chunks"/; done
   ls "$chunks" | tr '\n' ' ' && echo
 }
@@ -50,6 +52,9 @@ setup() {
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$rl" "$gpu"/rlsdk-wheels/*.whl || return 1
   rm -rf /tmp/sglang-wheels "$site" && mkdir -p /tmp/sglang-wheels "$site"
   cat "$chunks"/sglang-wheels.tar.part-* | tar xf - -C /tmp/sglang-wheels || return 1
+  if ls "$chunks"/extra-wheels.tar.part-* >/dev/null 2>&1; then  # Ray and sglang-router, where carried
+    cat "$chunks"/extra-wheels.tar.part-* | tar xf - -C /tmp/sglang-wheels || return 1
+  fi
   echo "wheels: $(ls /tmp/sglang-wheels | wc -l)"
   # A wheel is a zip laid out as site-packages (none of these has .data/purelib or platlib): unzip them
   # all in parallel, as pip install --target would place them.
@@ -107,6 +112,11 @@ nccl() {
   bench gpu_loop_nccl "$here/gpu_loop.py" nccl --model-config "$gpu/bench-model" --sglang-python /tmp/sglang-python
 }
 
+engines2() {
+  bench gpu_loop_engines2 "$here/gpu_loop.py" engines2 --model-config "$gpu/bench-model" \
+      --sglang-python /tmp/sglang-python --repeat 2
+}
+
 megatron() {
   bench megatron_parity "$here/megatron_parity.py" --model-config "$gpu/bench-model"
 }
@@ -133,12 +143,22 @@ learn_with() {  # learn_with TRAINER: learning_gpu.py (LEARN_ARGS: more of its o
   return 0
 }
 
+ray_engines() {  # Ray (and jsonschema) come from SGLang's folder, after the image's packages
+  rm -rf /tmp/ray-engines
+  path_tail=$site bench ray_engines "$here/ray_engines.py" --hf-checkpoint "$gpu/bench-model" \
+      --sglang-python /tmp/sglang-python --output /tmp/ray-engines
+  for server_log in /tmp/ray-engines/logs/*.log; do
+    [ -f "$server_log" ] && tail -n 200 "$server_log" >"$out/ray_engines-$(basename "$server_log")"
+  done
+  return 0
+}
+
 learn() { learn_with torch; }
 learn_megatron() { learn_with megatron; }
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|megatron|model|learn|learn_megatron)
+    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|model|learn|learn_megatron|ray_engines)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac

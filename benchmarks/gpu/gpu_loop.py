@@ -18,6 +18,11 @@ serializer classes when sglang imports in this process.
 ``nccl``: the same with SGLang on GPU 1 and the trainer on GPU 0, weights broadcast through NCCL
 (target <= 0.3 s a sync); needs two GPUs.
 
+``engines2``: rlsdk's launcher with one engine (``rollout_num_gpus=1``), then with two engines behind the
+SGLang router (``rollout_num_gpus=2``, one GPU each), the same workload through the launched address (the
+router's for two), with slime's concurrency per engine (``--in-flight`` requests at once per engine, and
+``--requests`` per engine); ``ratio`` = two over one (target >= 1.9); needs two GPUs and sglang-router.
+
     PYTHONPATH=/tmp/rl:benchmarks/gpu python3 benchmarks/gpu/gpu_loop.py colocate \\
         --model-config .gpu/bench-model --sglang-python /tmp/sglang-python
 """
@@ -89,12 +94,17 @@ async def wait_health(url: str, process: subprocess.Popen[bytes], timeout: float
     raise TimeoutError(f"hand-started SGLang not ready after {timeout}s")
 
 
-def measure(url: str, prompts: list[list[int]], opts: argparse.Namespace) -> dict[str, Any]:
+def measure(
+    url: str, prompts: list[list[int]], opts: argparse.Namespace, servers: list[str] | None = None
+) -> dict[str, Any]:
+    """Best of ``opts.repeat`` passes, each after the prefix cache of every server (default ``url``) was
+    flushed."""
     warm = argparse.Namespace(**{**vars(opts), "new_tokens": 8})
     asyncio.run(straight(url, prompts[: opts.in_flight], warm, logprob=True))
     result = None
     for _ in range(opts.repeat):
-        asyncio.run(flush(url))
+        for server in servers or [url]:
+            asyncio.run(flush(server))
         result = best(result, asyncio.run(straight(url, prompts, opts, logprob=True)))
     assert result is not None
     return result
@@ -149,6 +159,55 @@ def throughput(opts: argparse.Namespace) -> dict[str, Any]:
         "rlsdk_run_through_launched": rollout,
         "ratio": round(launched["tokens_per_s"] / hand["tokens_per_s"], 3),
         "rlsdk_run_ratio": round(rollout["tokens_per_s"] / hand["tokens_per_s"], 3),
+    }
+
+
+async def launched_throughput(
+    opts: argparse.Namespace, gpus: int, work: Path, prompts: list[list[int]]
+) -> dict[str, Any]:
+    """The workload through ``gpus`` launched one-GPU engines (the router in front of more than one), its
+    requests and concurrency ``gpus`` times one engine's."""
+    args = RolloutConfig(
+        sglang_python=opts.sglang_python,
+        sglang_mem_fraction_static=opts.mem_fraction,
+        sglang_startup_timeout=opts.startup_timeout,
+        rollout_num_gpus=gpus,
+        extra={"sglang_load_format": "dummy"},
+    )
+    launcher = SGLangLauncher(
+        plan_launch(args, str(opts.model_config)), work / f"logs-{gpus}", opts.startup_timeout
+    )
+    started = time.perf_counter()
+    asyncio.run(launcher.start())
+    try:
+        startup = time.perf_counter() - started
+        scaled = argparse.Namespace(**{**vars(opts), "in_flight": opts.in_flight * gpus})
+        servers = [f"http://{launcher.plan.host}:{e.port}" for e in launcher.plan.engines]
+        result = measure(launcher.url, prompts[: opts.requests * gpus], scaled, servers)
+    finally:
+        launcher.stop()
+    time.sleep(5)  # let the cards' memory go
+    router = launcher.plan.router_command
+    return {
+        **result,
+        "startup_seconds": round(startup, 1),
+        "router": " ".join(router) if router else None,
+    }
+
+
+def engines2(opts: argparse.Namespace) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(opts.model_config)
+    prompts = make_prompts(tokenizer, 2 * opts.requests, opts.prompt_len)
+    work = Path(tempfile.mkdtemp(prefix="gpu-loop-"))
+    one = launched_throughput(opts, 1, work, prompts)
+    two = launched_throughput(opts, 2, work, prompts)
+    return {
+        "check": "two_engines_behind_the_router",
+        "one_engine": one,
+        "two_engines": two,
+        "ratio": round(two["tokens_per_s"] / one["tokens_per_s"], 3),
     }
 
 
@@ -301,7 +360,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("check", choices=["throughput", "colocate", "nccl"])
+    parser.add_argument("check", choices=["throughput", "colocate", "nccl", "engines2"])
     parser.add_argument("--model-config", default=".gpu/bench-model")
     parser.add_argument(
         "--sglang-python",
@@ -328,8 +387,9 @@ def main() -> None:
     opts.model_config = Path(opts.model_config).resolve()
     if opts.mem_fraction is None:
         opts.mem_fraction = 0.5 if opts.check == "colocate" else 0.7
-    if opts.check == "throughput":
-        report = {"benchmark": "gpu_loop", **throughput(opts), "machine": machine()}
+    if opts.check in ("throughput", "engines2"):
+        check = throughput if opts.check == "throughput" else engines2
+        report = {"benchmark": "gpu_loop", **check(opts), "machine": machine()}
     else:
         opts.new_tokens = min(opts.new_tokens, 128)
         report = {

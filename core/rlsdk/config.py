@@ -146,10 +146,12 @@ class RolloutConfig(TrainingOptions):
     """Plain (sync, not ``cheap``) rewards run as Ray tasks across the cluster, one CPU each, instead of in
     the driver's threads: each task resolves the reward from its node's environment (a path must name the
     same file there), and a task whose worker dies runs again elsewhere. For CPU-heavy rewards."""
-    ray_standby_engines: int = 1
+    ray_standby_engines: int | None = None
     """Engine actors kept prepared beside the serving ones (process up, the engine's imports done, no model
     loaded), each ready to start in a dead engine's place: a restart then only loads the model and the
-    weights. Each asks Ray for an engine's resources and holds a process's imports in memory (0: none)."""
+    weights. Each asks Ray for an engine's resources and holds a process's imports in memory (0: none).
+    Default one, but none for SGLang engines on GPUs: a standby holds its GPUs idle, so ask for one only
+    with GPUs to spare (more engine actors than the cluster has GPUs for is an error before the start)."""
     ray_start_timeout: float = 300.0
     """Seconds an actor may take to be placed, start and load its model before the run stops naming its
     node, device, port and log file."""

@@ -167,7 +167,8 @@ def check_loss(
     pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None
 ) -> tuple[Any, dict[str, Any]]:
     """A loss returns a scalar tensor that gradients flow through and a dict of detached scalar metrics,
-    for a micro-batch of two samples (one with a masked token) over uniform logits. Returns both."""
+    for a micro-batch of two samples (one with a masked token) over uniform logits in the layout its
+    record asks for (``logits``). Returns both."""
     import torch
 
     args = args or RolloutConfig()
@@ -186,7 +187,8 @@ def check_loss(
     }
     from .training.losses import sum_of_sample_mean_fn
 
-    logits = torch.zeros(1, 8, 3, requires_grad=True)
+    rows = sum(lengths) if resolved.record.logits == "response" else sum(batch["total_lengths"])
+    logits = torch.zeros(1, rows, 3, requires_grad=True)  # the layout the record asks for
     result = resolved.func(args, batch, logits, sum_of_sample_mean_fn(lengths, batch["loss_masks"]))
     assert isinstance(result, tuple) and len(result) == 2, (
         f"{resolved.describe()} must return (loss, metrics)"

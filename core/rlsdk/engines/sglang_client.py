@@ -291,6 +291,22 @@ class SGLangClient(InferenceEngine):
         if not result.get("success", False):
             raise EngineError(f"{worker}{path} failed: {result.get('message')}")
 
+    async def health_problem(self, timeout: float = 10.0) -> str | None:
+        """None while the engine is healthy (the servers it launched run, and it answers ``/health`` within
+        ``timeout`` seconds); else what is wrong. Launched servers of which one exited are stopped, each
+        process group whole, so that none is left holding a GPU."""
+        if self.launcher is not None and self._launched and (exited := self.launcher.exited()):
+            await asyncio.to_thread(self.launcher.stop)
+            self._launched = False
+            return exited
+        try:
+            async with self._ensure_client().get(
+                f"{self.url}/health", timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as answer:
+                return None if answer.status == 200 else f"{self.url}/health answered {answer.status}"
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            return f"{self.url}/health failed: {exc!r}"
+
     async def close(self) -> None:
         if self._client is not None and self._client_loop is asyncio.get_running_loop():
             await self._client.close()  # a session of a loop that has ended went with it

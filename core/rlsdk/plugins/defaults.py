@@ -23,15 +23,22 @@ def sglang_engine(args: Any) -> Any:
         "retries": args.sglang_retries,
         "backoff": args.sglang_backoff,
     }
-    url = args.sglang_url or (args.engine if args.engine.startswith(("http://", "https://")) else None)
-    if not url and args.sglang_router_ip and args.sglang_router_port and not args.sglang_launch:
-        url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+    url = sglang_url(args)
     if url:
         return SGLangClient(url, **options)
     from ..engines.launch.sglang import launcher_for
 
     launcher = launcher_for(args, Path(args.output_dir) / "logs")
     return SGLangClient(launcher.url, launcher=launcher, **options)
+
+
+def sglang_url(args: Any) -> str | None:
+    """The URL of the running SGLang server or router ``args`` name (``sglang_url``, ``--engine URL``, or
+    ``sglang_router_ip``/``_port`` without ``sglang_launch``); None: the ``sglang`` engine launches SGLang."""
+    url = args.sglang_url or (args.engine if args.engine.startswith(("http://", "https://")) else None)
+    if not url and args.sglang_router_ip and args.sglang_router_port and not args.sglang_launch:
+        url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+    return url
 
 
 def pop_first(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples: int) -> list[list[Any]]:

@@ -435,7 +435,10 @@ def rlsdk_losses() -> Iterable[Loss]:
         ``response_lengths``, ``loss_masks``, ``advantages``, ``log_probs`` (before this step),
         ``rollout_log_probs``, ``ref_log_probs`` (with a KL term) and ``rewards``; lists with one
         tensor (or number) per sample.
-    :param logits: the packed logits ``[1, sum(total_lengths), vocab]`` of the micro-batch's samples.
+    :param logits: the packed logits ``[1, sum(total_lengths), vocab]`` of the micro-batch's samples;
+        for a record with ``logits="response"``, only the rows that predict response tokens,
+        ``[1, sum(response_lengths), vocab]`` (less time and memory; ``log_probs_and_entropy`` and
+        ``response_logits`` read either).
     :param sum_of_sample_mean: reduces a packed per-response-token tensor to the sum over samples of
         each sample's masked mean (or the masked token sum with ``--calculate-per-token-loss``).
 
@@ -456,7 +459,7 @@ def rlsdk_losses() -> Iterable[Loss]:
 
         @hookimpl
         def rlsdk_losses():
-            yield Loss(name="reinforce", func=reinforce, description="Plain REINFORCE")
+            yield Loss(name="reinforce", func=reinforce, logits="response", description="Plain REINFORCE")
     """
 
 

@@ -135,6 +135,19 @@ class Loss(PluginRecord):
     kind: ClassVar[str] = "loss"
     hook: ClassVar[str] = "rlsdk_losses"
     call_args: ClassVar[tuple[str, ...]] = ("args", "batch", "logits", "sum_of_sample_mean")
+    logits: str = "packed"
+    """The ``logits`` the loss gets: ``packed``, slime's ``[1, sum(total_lengths), vocab]`` (what a slime
+    loss reads, and a dotted-path loss gets), or ``response``, only the rows that predict response tokens,
+    ``[1, sum(response_lengths), vocab]``: the trainer then computes no vocabulary projection for prompt
+    positions and holds no copy of a group's prompt rows per sample. A loss that reads the logits through
+    :func:`rlsdk.training.losses.response_logits` (or ``log_probs_and_entropy``) works with either."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.logits not in ("packed", "response"):
+            raise ValueError(
+                f"loss {self.name!r}: logits must be 'packed' or 'response', got {self.logits!r}"
+            )
 
 
 def _query_parameters() -> dict[str, Any]:

@@ -30,11 +30,13 @@ def on_ray(args: Any, pm: RlsdkPluginManager, plugins: dict[str, Resolved]) -> I
     with the engine and trainer built as Ray actors; grading goes to Ray tasks until the block ends."""
     from ..rollout.job import engine_name, plugin_versions
     from .cluster import connect
+    from .engine_actor import engine_count
     from .engine_pool import RayEnginePool
     from .environments import check_nodes
     from .task_pool import RayTaskPool
     from .trainer_actor import RemoteTrainer, TrainerLaunch, launch_trainer
 
+    engine_count(args)  # engine counts that disagree stop the run before Ray starts
     cluster = connect(args)
     launched: list[TrainerLaunch] = []
     try:

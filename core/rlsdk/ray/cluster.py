@@ -70,7 +70,9 @@ def local_cpus(args: Any) -> int:
     """Logical CPUs of a local cluster: the machine's, or what the engines (spares and standbys included),
     the trainer and one grading task ask for when that is more (each engine and the trainer set their own
     torch threads: Ray's count only places actors)."""
-    actors = args.num_engines + args.ray_spare_engines + args.ray_standby_engines
+    from .engine_actor import engine_count, standby_count
+
+    actors = engine_count(args) + args.ray_spare_engines + standby_count(args)
     engines = int(actors * args.ray_engine_cpus + 0.999)
     return max(os.cpu_count() or 1, engines + 2)
 

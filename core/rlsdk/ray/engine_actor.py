@@ -1,32 +1,102 @@
 """One engine in a Ray actor: the engine plugin the run names, resolved from the worker's own environment
 and started on the actor's event loop, answering the engine protocol's calls for the driver's pool.
 
-The actor hosts any engine plugin: the ``embedded`` engine on a CPU node, or an engine that launches an
-SGLang server on the GPUs Ray gave the actor. What differs per engine kind is only the resources the
-actor asks for (:func:`actor_resources`). For SGLang engines that leaves: a free port per actor before
-the engine is built (``args.sglang_router_port``, reported back in ``start()``'s ``url``), placement groups
-for engines over several GPUs (slime's ``--rollout-num-gpus-per-engine``), and weights from disk on a
-filesystem every node sees (the pool forwards ``update_weights_from_disk`` to each actor)."""
+The actor hosts any engine plugin: the ``embedded`` engine on a CPU node, or the ``sglang`` engine
+launching SGLang on the GPUs Ray gave the actor. For the latter, :func:`engine_args` turns the run's
+options into one engine's: one server (``rollout_num_gpus_per_engine`` GPUs, base GPU 0 of those Ray set in
+``CUDA_VISIBLE_DEVICES``) on a free port of the node, seed ``rollout_seed + index``, log
+``logs/sglang-server-<index>.log``; the actor reports its URL from ``start()``. Its health answer is the
+server's (:meth:`EngineActor.health`), so a server that dies in a live actor is a dead engine to the pool;
+an actor that dies takes its server with it (the server is started from the actor's event-loop thread,
+which lives as long as the actor's process, so its parent-death signal comes when the process dies).
+Weights reach it from disk (the pool forwards ``update_weights_from_disk``): the folder must be on a
+filesystem every node sees."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
-from .cluster import worker_info
+from ..errors import RlsdkError
+from .cluster import import_ray, worker_info
+
+
+class EngineDiedError(RlsdkError):
+    """A request failed because the actor's engine is down (its server exited, or fails its health check)."""
+
+
+def launches_sglang(args: Any) -> bool:
+    """Whether the run's engine is the ``sglang`` engine launching its own servers (no URL given)."""
+    from ..plugins.defaults import sglang_url
+    from ..rollout.job import engine_name
+
+    return engine_name(args) == "sglang" and sglang_url(args) is None
+
+
+def engine_count(args: Any) -> int:
+    """The run's serving engines: ``num_engines``; for SGLang engines on GPUs, ``rollout_num_gpus //
+    rollout_num_gpus_per_engine`` (a ``num_engines`` other than 1 must agree)."""
+    if not launches_sglang(args):
+        return args.num_engines
+    per_engine = args.rollout_num_gpus_per_engine
+    total = args.rollout_num_gpus or per_engine
+    if per_engine < 1 or total < per_engine or total % per_engine:
+        raise ValueError(
+            f"--rollout-num-gpus ({total}) must be a positive multiple of "
+            f"--rollout-num-gpus-per-engine ({per_engine})"
+        )
+    if args.colocate:
+        raise ValueError("--colocate is not supported with --ray: SGLang engine actors hold their own GPUs")
+    count = total // per_engine
+    if args.num_engines not in (1, count):
+        raise ValueError(
+            f"--num-engines {args.num_engines} disagrees with --rollout-num-gpus {total} / "
+            f"--rollout-num-gpus-per-engine {per_engine} = {count} SGLang engines: leave --num-engines out, "
+            f"or pass --rollout-num-gpus {args.num_engines * per_engine}"
+        )
+    return count
+
+
+def standby_count(args: Any) -> int:
+    """``ray_standby_engines``; by default one, none for SGLang engines on GPUs (a standby holds its GPUs)."""
+    if args.ray_standby_engines is not None:
+        return args.ray_standby_engines
+    return 0 if launches_sglang(args) else 1
+
+
+def engine_args(args: Any, index: int) -> Any:
+    """The options engine actor ``index`` builds its engine from: the run's, except for an engine that
+    launches SGLang, which launches one server on the actor's GPUs (numbered from 0: Ray sets
+    ``CUDA_VISIBLE_DEVICES``; the trainer's are elsewhere) on a free port of this node, with the seed and log
+    of engine ``index``. Called in the actor."""
+    if not launches_sglang(args):
+        return args
+    from ..engines.launch.sglang import free_port
+
+    host = import_ray().util.get_node_ip_address()
+    return dataclasses.replace(
+        args,
+        rollout_num_gpus=args.rollout_num_gpus_per_engine,
+        rollout_engine_index=index,
+        sglang_router_ip=host,
+        sglang_router_port=free_port(host),
+        sglang_launch=True,
+        train=False,
+    )
 
 
 def actor_resources(args: Any) -> dict[str, Any]:
     """The Ray resources of one engine actor: ``ray_engine_cpus`` CPUs, and ``rollout_num_gpus_per_engine``
-    GPUs for an engine on CUDA."""
+    GPUs for an engine on CUDA (an SGLang engine is)."""
     resources: dict[str, Any] = {"num_cpus": args.ray_engine_cpus}
-    if args.engine_device.startswith("cuda"):
+    if launches_sglang(args) or args.engine_device.startswith("cuda"):
         resources["num_gpus"] = getattr(args, "rollout_num_gpus_per_engine", 1) or 1
     return resources
 
 
 def actor_device(args: Any) -> str:
-    return args.engine_device
+    return "cuda" if launches_sglang(args) else args.engine_device
 
 
 class EngineActor:
@@ -55,16 +125,22 @@ class EngineActor:
             from ..plugins.manager import get_plugin_manager
             from ..rollout.job import engine_name
 
-            built = get_plugin_manager().resolve("engine", engine_name(self.args)).func(self.args)
+            engine_plugin = get_plugin_manager().resolve("engine", engine_name(self.args))
+            built = engine_plugin.func(engine_args(self.args, self.index))
             prepare = getattr(built, "prepare", None)
             if prepare is not None:
                 await prepare()
             self._built = built
         return time.time()
 
-    async def start(self) -> dict[str, Any]:
-        """Start the engine (prepared first if it was not); what the pool needs to know of it, with
-        ``time.time()`` once it was prepared and once it started."""
+    async def start(self, index: int) -> dict[str, Any]:
+        """Start the engine as engine ``index`` (prepared first if it was not, or again when a standby
+        launching SGLang takes another index); what the pool needs to know of it, with ``time.time()`` once
+        it was prepared and once it started."""
+        if index != self.index and self.engine is None:
+            self.index = index
+            if launches_sglang(self.args):
+                self._built = None
         prepared_at = await self.prepare()
         engine = self._built
         await engine.start()
@@ -78,11 +154,24 @@ class EngineActor:
             "started_at": time.time(),
         }
 
-    async def ping(self) -> bool:
-        return self.engine is not None
+    async def health(self) -> str | None:
+        """None while the engine is healthy; else what is wrong: not started, or the engine's own
+        ``health_problem()`` (an SGLang engine's: a launched server exited, or ``/health`` fails)."""
+        if self.engine is None:
+            return "its engine is not started"
+        problem = getattr(self.engine, "health_problem", None)
+        return await problem() if problem is not None else None
 
     async def generate(self, payload: dict[str, Any]) -> Any:
-        return await self.engine.generate(payload)
+        """The engine's answer; a failure while the engine is down is an :class:`EngineDiedError`, which
+        the pool takes as the engine's death (the request comes back aborted, not failed)."""
+        try:
+            return await self.engine.generate(payload)
+        except Exception as exc:
+            problem = await self.health()
+            if problem is not None:
+                raise EngineDiedError(problem) from exc
+            raise
 
     async def abort(self, rid: str | None = None) -> None:
         await self.engine.abort(rid)

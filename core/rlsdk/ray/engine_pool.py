@@ -3,21 +3,23 @@
 :class:`RayEnginePool` is the run's engine when ``--ray`` is on, so the rollout step, the generators and the
 weight sync use it as they use one engine. Each request goes to the live engine with the fewest requests
 in flight. An engine that dies (its actor killed, its process SIGKILLed, or silent to health checks) is
-noticed by its requests failing, at once, or by the next health check; each of its requests in flight
+noticed by its requests failing, at once, or by the next health check (an SGLang engine's health is its
+server's: a server that exits in a live actor is a dead engine); each of its requests in flight
 then comes back as an *aborted* response with no tokens, so the rollout step returns its group to the
 buffer, as it returns any aborted group: the ledger balances and nothing is lost. The engine is started
 again, given the current weights, checked against the last trust probe, and rejoins.
 
 What takes its place, quickest first: a *spare* (``ray_spare_engines``: an engine started with its model
 loaded, so only the weights and the trust check are left), a *standby* (``ray_standby_engines``, one by
-default: an actor whose process is up with the engine's imports done and no model loaded, so the
-replacement skips Ray's worker start and the imports, the bulk of a cold start), else a new actor. A used
-spare or standby is replaced in the background.
+default, none for SGLang engines on GPUs: an actor whose process is up with the engine's imports done and
+no model loaded, so the replacement skips Ray's worker start and the imports, the bulk of a cold start),
+else a new actor. A used spare or standby is replaced in the background.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from dataclasses import dataclass, field
@@ -26,8 +28,16 @@ from typing import Any
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import finish_abort, generate_response, new_rid, split_batch
 from ..errors import RlsdkError
-from .cluster import ActorStartError, describe_place, first_line, import_ray, place, start
-from .engine_actor import EngineActor, actor_device, actor_resources
+from .cluster import ActorStartError, describe_place, first_line, free_resources, import_ray, place, start
+from .engine_actor import (
+    EngineActor,
+    EngineDiedError,
+    actor_device,
+    actor_resources,
+    engine_count,
+    launches_sglang,
+    standby_count,
+)
 from .environments import check_worker
 from .weights import to_shared
 
@@ -68,6 +78,11 @@ class Replica(InferenceEngine):
 
     index: int
     actor: Any = None
+    group: Any = None
+    """The actor's placement group (SGLang engines on GPUs), removed with the actor."""
+    actor_index: int = -1
+    """The index the actor was created with: the engine's, or a number after the engines' for a spare or
+    standby (its SGLang server's seed and log)."""
     info: dict[str, Any] = field(default_factory=dict)
     place_text: str = ""
     alive: bool = False
@@ -89,13 +104,21 @@ class Replica(InferenceEngine):
 
 
 class RayEnginePool(InferenceEngine):
-    """``args.num_engines`` actors of the engine plugin ``engine_spec`` (a name the actors resolve)."""
+    """:func:`engine_count` actors of the engine plugin ``engine_spec`` (a name the actors resolve).
+
+    SGLang engines on GPUs each get a placement group (one bundle of ``rollout_num_gpus_per_engine`` GPUs,
+    STRICT_PACK) created before the actor and removed with it, so a replaced engine's GPUs are free."""
 
     def __init__(self, args: Any, engine_spec: str, driver_plugins: dict[str, str | None]) -> None:
-        self.args = args
+        self.args = copy.copy(args)
+        """The options every engine actor is built from: those of the run's start (the run then sets
+        ``sglang_router_ip``/``_port`` to this pool's own address, which is no engine's to launch)."""
         self.engine_spec = engine_spec
         self.driver_plugins = driver_plugins
-        self.replicas_ = [Replica(index=i) for i in range(args.num_engines)]
+        self.replicas_ = [Replica(index=i) for i in range(engine_count(args))]
+        self.standby_count = standby_count(args)
+        self._next_index = len(self.replicas_)
+        """The index of the next spare or standby actor."""
         self.recoveries: list[Recovery] = []
         self.model_path: str | None = None
         self._weights: tuple[str, Any, str | None] | None = None
@@ -120,7 +143,8 @@ class RayEnginePool(InferenceEngine):
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        for _ in range(self.args.ray_standby_engines):  # prepared meanwhile, not waited for
+        self._check_gpus()
+        for _ in range(self.standby_count):  # prepared meanwhile, not waited for
             self._spawn(self._add_standby())
         spares = [Replica(index=-1) for _ in range(self.args.ray_spare_engines)]
         results = await asyncio.gather(
@@ -140,6 +164,26 @@ class RayEnginePool(InferenceEngine):
             replica.alive = True
         self._spawn(self._health_checks())
 
+    def _check_gpus(self) -> None:
+        """More SGLang engine actors (engines, spares, standbys; with a trainer on CUDA, its GPU too) than
+        the cluster has GPUs for would wait for Ray forever: an error naming both counts, before any
+        starts."""
+        args = self.args
+        if not launches_sglang(args):
+            return
+        per_engine = args.rollout_num_gpus_per_engine
+        actors = len(self.replicas_) + args.ray_spare_engines + self.standby_count
+        trainer = int(bool(args.train) and str(getattr(args, "train_device", "cpu")).startswith("cuda"))
+        needed = actors * per_engine + trainer
+        have = import_ray().cluster_resources().get("GPU", 0)
+        if needed > have:
+            raise RlsdkError(
+                f"{needed:g} GPUs needed for the SGLang engines ({len(self.replicas_)} engines, "
+                f"{args.ray_spare_engines} spare, {self.standby_count} standby; {per_engine} GPUs each)"
+                f"{' and the trainer' if trainer else ''}, but the Ray cluster has {have:g}: lower "
+                "--rollout-num-gpus, ray_spare_engines or ray_standby_engines, or add GPU nodes"
+            )
+
     async def _start_actor(self, replica: Replica, what: str | None = None) -> None:
         """Create, place, check and start one engine actor within ``ray_start_timeout`` each."""
         what = what or f"engine {replica.index}"
@@ -152,28 +196,72 @@ class RayEnginePool(InferenceEngine):
         ray = import_ray()
         args = self.args
         resources = actor_resources(args)
-        actor = (
-            ray.remote(EngineActor)
-            .options(max_concurrency=1000, max_restarts=0, **resources)
-            .remote(args, replica.index)
-        )
-        info = await place(actor, actor.where.remote(), what, resources, args.ray_start_timeout)
-        place_text = describe_place(info, device=actor_device(args), port=None)
+        if replica.index >= 0:
+            index = replica.index
+        else:
+            index, self._next_index = self._next_index, self._next_index + 1
+        group = await self._placement_group(resources, what) if launches_sglang(args) else None
         try:
-            check_worker(what, info, self.driver_plugins)  # plugins differ: stop before the first step
-        except RlsdkError:
-            ray.kill(actor)
+            actor = (
+                ray.remote(EngineActor)
+                .options(max_concurrency=1000, max_restarts=0, **resources, **_in_group(group))
+                .remote(args, index)
+            )
+            info = await place(actor, actor.where.remote(), what, resources, args.ray_start_timeout)
+            place_text = describe_place(info, device=actor_device(args), port=None)
+            try:
+                check_worker(what, info, self.driver_plugins)  # plugins differ: stop before the first step
+            except RlsdkError:
+                ray.kill(actor)
+                raise
+            info["prepared_at"] = await start(
+                actor, what, place_text, actor.prepare.remote(), args.ray_start_timeout
+            )
+        except BaseException:
+            if group is not None:
+                ray.util.remove_placement_group(group)
             raise
-        info["prepared_at"] = await start(
-            actor, what, place_text, actor.prepare.remote(), args.ray_start_timeout
-        )
-        replica.actor, replica.info, replica.place_text = actor, info, place_text
+        replica.actor, replica.group, replica.info, replica.place_text = actor, group, info, place_text
+        replica.actor_index = index
+
+    async def _placement_group(self, resources: dict[str, Any], what: str) -> Any:
+        """A placement group of one bundle with the actor's resources on one node (STRICT_PACK), ready
+        within ``ray_start_timeout``."""
+        ray = import_ray()
+        bundle = {"GPU": resources["num_gpus"], "CPU": resources["num_cpus"]}
+        group = ray.util.placement_group([{k: v for k, v in bundle.items() if v}], strategy="STRICT_PACK")
+        try:
+            await asyncio.wait_for(_await(group.ready()), self.args.ray_start_timeout)
+        except TimeoutError:
+            ray.util.remove_placement_group(group)
+            raise ActorStartError(
+                f"{what}'s placement group was not ready within {self.args.ray_start_timeout:g}s "
+                f"(ray_start_timeout): it asks for {bundle} on one node; the cluster has free: "
+                f"{free_resources() or 'nothing'}"
+            ) from None
+        return group
+
+    def _release(self, replica: Replica) -> None:
+        """Kill the replica's actor and remove its placement group (freeing its GPUs)."""
+        ray = import_ray()
+        if replica.actor is not None:
+            ray.kill(replica.actor)
+        if replica.group is not None:
+            ray.util.remove_placement_group(replica.group)
+            replica.group = None
 
     async def _start_engine(self, replica: Replica, what: str) -> None:
         """Start the engine of a placed actor (:meth:`_place_actor`) within ``ray_start_timeout``."""
         args, info = self.args, replica.info
         actor = replica.actor
-        engine = await start(actor, what, replica.place_text, actor.start.remote(), args.ray_start_timeout)
+        index = replica.index if replica.index >= 0 else replica.actor_index
+        try:
+            engine = await start(
+                actor, what, replica.place_text, actor.start.remote(index), args.ray_start_timeout
+            )
+        except BaseException:
+            self._release(replica)
+            raise
         if engine.get("url"):
             from urllib.parse import urlparse
 
@@ -193,7 +281,7 @@ class RayEnginePool(InferenceEngine):
                     await asyncio.wait_for(replica.actor.close.remote(), 10)
                 except (ray.exceptions.RayError, TimeoutError):
                     pass
-                ray.kill(replica.actor)
+            self._release(replica)
             replica.alive = False
 
     def _spawn(self, coro: Any) -> None:
@@ -212,7 +300,7 @@ class RayEnginePool(InferenceEngine):
         return (
             all(r.alive for r in self.replicas_)
             and len(self._spares) >= self.args.ray_spare_engines
-            and len(self._standbys) >= self.args.ray_standby_engines
+            and len(self._standbys) >= self.standby_count
         )
 
     async def _pick(self) -> Replica:
@@ -243,6 +331,9 @@ class RayEnginePool(InferenceEngine):
             return await actor.generate.remote(payload)
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
             self._lost(replica, actor, f"its actor died: {first_line(exc)}")
+            return aborted(payload, f"{replica.name} died mid-request")
+        except EngineDiedError as exc:  # Ray's task error is an instance of its cause's class too
+            self._lost(replica, actor, f"its engine died: {first_line(exc)}")
             return aborted(payload, f"{replica.name} died mid-request")
         finally:
             replica.in_flight -= 1
@@ -333,7 +424,7 @@ class RayEnginePool(InferenceEngine):
         recovery = Recovery(engine=replica.index, detected_at=time.time(), cause=cause)
         self.recoveries.append(recovery)
         log.warning("%s is lost (%s); restarting it", replica.name, cause)
-        import_ray().kill(replica.actor)  # a hung actor: its requests in flight fail now
+        self._release(replica)  # a hung actor: its requests in flight fail now; its GPUs are freed
         self._spawn(self._recover(replica, recovery))
 
     async def _recover(self, replica: Replica, recovery: Recovery) -> None:
@@ -389,7 +480,8 @@ class RayEnginePool(InferenceEngine):
 
     @staticmethod
     def _take_place(replica: Replica, other: Replica) -> None:
-        replica.actor, replica.info, replica.place_text = other.actor, other.info, other.place_text
+        replica.actor, replica.group, replica.info = other.actor, other.group, other.info
+        replica.place_text, replica.actor_index = other.place_text, other.actor_index
 
     async def _add_spare(self) -> None:
         spare = Replica(index=-1)
@@ -439,17 +531,28 @@ class RayEnginePool(InferenceEngine):
         while True:
             await asyncio.sleep(HEALTH_INTERVAL)
             live = [(r, r.actor) for r in self.replicas_ if r.alive]
-            pings = [asyncio.wait_for(_await(actor.ping.remote()), HEALTH_TIMEOUT) for _, actor in live]
-            results = await asyncio.gather(*pings, return_exceptions=True)
+            checks = [asyncio.wait_for(_await(actor.health.remote()), HEALTH_TIMEOUT) for _, actor in live]
+            results = await asyncio.gather(*checks, return_exceptions=True)
             for (replica, actor), result in zip(live, results, strict=True):
                 if isinstance(result, TimeoutError):
                     self._lost(replica, actor, f"no answer to a health check within {HEALTH_TIMEOUT:g}s")
                 elif isinstance(result, ray.exceptions.RayError):
                     self._lost(replica, actor, f"its actor died: {first_line(result)}")
+                elif isinstance(result, str):
+                    self._lost(replica, actor, f"its engine is down: {result}")
 
 
 async def _await(ref: Any) -> Any:
     return await ref
+
+
+def _in_group(group: Any) -> dict[str, Any]:
+    """The actor options placing an actor in ``group``'s only bundle (none without a group)."""
+    if group is None:
+        return {}
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return {"scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0)}
 
 
 def aborted(payload: dict[str, Any], message: str) -> Any:

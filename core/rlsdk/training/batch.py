@@ -28,10 +28,10 @@ class TrainSample:
     @classmethod
     def from_sample(cls, sample: Sample, reward: float) -> TrainSample:
         n = sample.response_length
-        if n > len(sample.tokens):
+        if n >= len(sample.tokens):
             raise ValueError(
-                f"sample {sample.group_index}/{sample.index}: response_length {n} exceeds "
-                f"its {len(sample.tokens)} tokens"
+                f"sample {sample.group_index}/{sample.index}: response_length {n} leaves no prompt token "
+                f"among its {len(sample.tokens)} tokens (the first response token is predicted from one)"
             )
         mask = sample.loss_mask if sample.loss_mask is not None else [1] * n
         logps = sample.rollout_log_probs
@@ -76,6 +76,16 @@ def micro_batches(
     return batches
 
 
+def response_rows(total_lengths: list[int], response_lengths: list[int]) -> torch.Tensor:
+    """The rows of packed logits (``[sum(total_lengths)]``) that predict each sample's response tokens, in
+    order: ``[sum(response_lengths)]``."""
+    rows, offset = [], 0
+    for total, response in zip(total_lengths, response_lengths, strict=True):
+        rows.append(torch.arange(offset + total - response - 1, offset + total - 1))
+        offset += total
+    return torch.cat(rows)
+
+
 def loss_batch(
     samples: list[TrainSample],
     indices: list[int],
@@ -109,12 +119,17 @@ class SharedPrompts:
     restart after the prompt). A group of n samples then costs one prompt instead of n.
 
     ``gather`` indexes the flattened ``[rows * length]`` outputs into the packed order of the samples
-    (each sample's prompt positions, then its response positions), which is what losses read."""
+    (each sample's prompt positions, then its response positions), which is what slime's losses read.
+    ``keep`` are the positions (in any row) that predict a response token, and ``response_gather`` indexes
+    the flattened ``[rows * len(keep)]`` outputs at those positions into the samples' order: the rows a
+    ``response`` loss reads, with no vocabulary projection of other positions."""
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
     attention_mask: torch.Tensor
     gather: torch.Tensor
+    keep: torch.Tensor
+    response_gather: torch.Tensor
 
     @classmethod
     def build(
@@ -137,6 +152,7 @@ class SharedPrompts:
         positions = torch.zeros((len(rows), longest), dtype=torch.long)
         segment = torch.full((len(rows), longest), -1, dtype=torch.long)  # -1 padding, 0 prompt, k response k
         where: dict[int, torch.Tensor] = {}
+        predicting: dict[int, tuple[int, torch.Tensor]] = {}  # sample -> (row, positions predicting it)
         for row, (prompt, members) in enumerate(rows.items()):
             p = len(prompt)
             ids[row, :p] = torch.tensor(prompt, dtype=torch.long)
@@ -152,10 +168,19 @@ class SharedPrompts:
                 where[i] = torch.cat(
                     [torch.arange(flat, flat + p), torch.arange(flat + start, flat + start + n)]
                 )
+                predicting[i] = (row, torch.cat([torch.tensor([p - 1]), torch.arange(start, start + n - 1)]))
                 start += n
         causal = torch.ones(longest, longest, dtype=torch.bool).tril()
         same = (segment[:, :, None] == segment[:, None, :]) | (segment[:, None, :] == 0)
         allowed = causal & same & (segment[:, None, :] >= 0)
         allowed |= torch.eye(longest, dtype=torch.bool)  # padding rows attend to themselves: no NaN rows
         mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
-        return cls(ids, positions, mask[:, None], torch.cat([where[i] for i in indices]))
+        keep = torch.cat([at for _, at in predicting.values()]).unique()  # sorted
+        column = torch.full((longest,), -1, dtype=torch.long)
+        column[keep] = torch.arange(len(keep))
+        response_gather = torch.cat(
+            [predicting[i][0] * len(keep) + column[predicting[i][1]] for i in indices]
+        )
+        return cls(
+            ids, positions, mask[:, None], torch.cat([where[i] for i in indices]), keep, response_gather
+        )

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .advantages import approx_kl
+from .batch import response_rows
 
 Reducer = Callable[[torch.Tensor], torch.Tensor]
 
@@ -37,14 +38,16 @@ def sum_of_sample_mean_fn(
 
 
 def response_logits(logits: torch.Tensor, batch: dict[str, Any], temperature: float = 1.0) -> torch.Tensor:
-    """The packed rows of ``logits`` that predict each sample's response tokens, divided by the sampling
-    temperature (as the engine's log-probs are): ``[sum(response_lengths), vocab]``."""
+    """The rows of ``logits`` that predict each sample's response tokens, divided by the sampling
+    temperature (as the engine's log-probs are): ``[sum(response_lengths), vocab]``. ``logits`` is either
+    packed (``[1, sum(total_lengths), vocab]``) or already those rows (a ``response`` loss's; every sample
+    has a prompt token, so the two shapes never coincide)."""
     rows = logits.squeeze(0)
-    pieces, offset = [], 0
-    for total, response in zip(batch["total_lengths"], batch["response_lengths"], strict=True):
-        pieces.append(rows[offset + total - response - 1 : offset + total - 1])
-        offset += total
-    out = torch.cat(pieces).float()
+    if rows.shape[0] != sum(batch["response_lengths"]):
+        rows = rows.index_select(
+            0, response_rows(batch["total_lengths"], batch["response_lengths"]).to(rows.device)
+        )
+    out = rows.float()
     return out / temperature if temperature not in (0, 1) else out
 
 

@@ -99,6 +99,9 @@ class TrainingOptions:
     """GPUs for the SGLang engines ``engine: sglang`` launches (no ``sglang_url``); default one engine's."""
     rollout_num_gpus_per_engine: int = 1
     """GPUs per launched SGLang engine (its tensor-parallel size); several engines get a router in front."""
+    rollout_engine_index: int = 0
+    """Index of the first SGLang engine this process launches: its seed is ``rollout_seed + index`` and its
+    log ``logs/sglang-server-<index>.log``. Set per engine actor on Ray (each launches one engine)."""
     colocate: bool = False
     """Trainer and engines share the GPUs: the engines release their memory while the trainer runs and
     take the weights as CUDA tensors (``update_weights_from_tensor``), never through disk."""

@@ -36,5 +36,5 @@ def rlsdk_trainers() -> Any:
 
 @hookimpl
 def rlsdk_losses() -> Any:
-    yield Loss(name="policy_loss", func=policy_loss)
-    yield Loss(name="sft_loss", func=sft_loss)
+    yield Loss(name="policy_loss", func=policy_loss, logits="response")
+    yield Loss(name="sft_loss", func=sft_loss, logits="response")

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ..plugins.loading import load_callable
+from ..plugins.records import Loss, Resolved
 from ..runtime import get_plugin_manager_of
 from ..types import Sample
 from .advantages import approx_kl, compute_advantages, normalize_rewards
@@ -63,7 +64,7 @@ class TorchTrainer(PolicyTrainer):
             self.model.gradient_checkpointing_enable()
         self.model.train()
         self.optimizer = adamw(self.model, args)
-        self.loss_fn = resolve_loss(args)
+        self.loss = resolve_loss(args)
         self.ref_model = None
         if args.use_kl_loss or args.kl_coef:
             self.ref_model = AutoModelForCausalLM.from_pretrained(
@@ -122,11 +123,14 @@ class TorchTrainer(PolicyTrainer):
             for micro in micro_batches(part, args.micro_batch_size, args.max_tokens_per_gpu):
                 chosen = [indices[i] for i in micro]
                 batch = loss_batch(data, chosen, per_sample, self.device)
-                logits = self._packed_logits(self.model, data, chosen)
+                if self.loss.record.logits == "response":
+                    logits = self._response_logits(self.model, data, chosen)
+                else:
+                    logits = self._packed_logits(self.model, data, chosen)
                 reduce = sum_of_sample_mean_fn(
                     batch["response_lengths"], batch["loss_masks"], args.calculate_per_token_loss
                 )
-                loss, metrics = self.loss_fn(args, batch, logits, reduce)
+                loss, metrics = self.loss.func(args, batch, logits, reduce)
                 (loss / max(denominator, 1.0)).backward()
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + float(value) / max(denominator, 1.0)
@@ -198,6 +202,19 @@ class TorchTrainer(PolicyTrainer):
         ).logits
         return logits.flatten(0, 1).index_select(0, layout.gather.to(self.device)).unsqueeze(0)
 
+    def _response_logits(self, model: Any, data: list[TrainSample], indices: list[int]) -> torch.Tensor:
+        """``[1, sum(response_lengths), vocab]``: the logits of the positions that predict the micro-batch's
+        response tokens, in the samples' order (what a ``response`` loss reads); the vocabulary projection
+        runs at those positions only (``logits_to_keep``)."""
+        layout = SharedPrompts.build(data, indices, self.dtype, self.tokenizer.pad_token_id or 0)
+        logits = model(
+            input_ids=layout.input_ids.to(self.device),
+            position_ids=layout.position_ids.to(self.device),
+            attention_mask=layout.attention_mask.to(self.device),
+            logits_to_keep=layout.keep.to(self.device),
+        ).logits
+        return logits.flatten(0, 1).index_select(0, layout.response_gather.to(self.device)).unsqueeze(0)
+
     @torch.no_grad()
     def _log_probs(
         self, model: Any, data: list[TrainSample], temperature: float | None = None
@@ -206,7 +223,7 @@ class TorchTrainer(PolicyTrainer):
         for micro in micro_batches(data, self.args.micro_batch_size, self.args.max_tokens_per_gpu):
             batch = loss_batch(data, micro, {}, self.device)
             log_probs, _ = log_probs_and_entropy(
-                self._packed_logits(model, data, micro),
+                self._response_logits(model, data, micro),
                 batch,
                 self.args,
                 with_entropy=False,
@@ -256,19 +273,22 @@ class TorchTrainer(PolicyTrainer):
 
 
 def adamw(model: torch.nn.Module, args: Any) -> torch.optim.AdamW:
-    """AdamW over ``model``'s parameters with slime's options (``lr``, ``weight_decay``, ``adam_*``)."""
+    """AdamW over ``model``'s parameters with slime's options (``lr``, ``weight_decay``, ``adam_*``), in its
+    fused form: one pass over each parameter (on the CPU, a step of SmolLM2-135M takes a fraction of a
+    second instead of seconds)."""
     return torch.optim.AdamW(
         model.parameters(),
         lr=args.lr,
         weight_decay=args.weight_decay,
         betas=(args.adam_beta1, args.adam_beta2),
         eps=args.adam_eps,
+        fused=True,
     )
 
 
-def resolve_loss(args: Any) -> Any:
-    """``loss_type``'s function: a built-in by name, or ``custom_loss_function_path`` (a loss plugin or path)."""
-    return get_plugin_manager_of(args).resolve("loss", loss_spec(args)).func
+def resolve_loss(args: Any) -> Resolved[Loss]:
+    """``loss_type``'s loss: a built-in by name, or ``custom_loss_function_path`` (a loss plugin or path)."""
+    return get_plugin_manager_of(args).resolve("loss", loss_spec(args))
 
 
 def peak_memory_gb(device: torch.device) -> float:

@@ -143,8 +143,9 @@ def plan_launch(
     if args.colocate:
         flags.append("--enable-memory-saver")
     engines = []
-    for i in range(count):
-        gpus = list(range(first_gpu + i * per_engine, first_gpu + (i + 1) * per_engine))
+    for i in range(args.rollout_engine_index, args.rollout_engine_index + count):
+        local = i - args.rollout_engine_index
+        gpus = list(range(first_gpu + local * per_engine, first_gpu + (local + 1) * per_engine))
         command = [
             python,
             "-m",
@@ -154,7 +155,7 @@ def plan_launch(
             "--host",
             host,
             "--port",
-            str(ports[i]),
+            str(ports[local]),
             "--tp-size",
             str(per_engine),
             "--base-gpu-id",
@@ -163,7 +164,7 @@ def plan_launch(
             str(args.rollout_seed + i),
             *flags,
         ]
-        engines.append(EnginePlan(i, ports[i], gpus, command))
+        engines.append(EnginePlan(i, ports[local], gpus, command))
     if count == 1:
         return LaunchPlan(host, engines, None, None)
     router_port = args.sglang_router_port or ports[count]
@@ -292,6 +293,15 @@ class SGLangLauncher:
                     f"{server.name} serves {info.get('model_path')!r}, which is not a "
                     f"generation model; log: {server.log_path}"
                 )
+
+    def exited(self) -> str | None:
+        """The first launched process that has exited since :meth:`start` (status and log); None while all
+        run."""
+        for process in self.processes:
+            code = process.exit_code()
+            if code is not None:
+                return f"{process.name} exited with status {code}; log: {process.log_path}"
+        return None
 
     def stop(self) -> None:
         """Stop the router, then the servers (each process group: SIGTERM, then SIGKILL)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from rlsdk.training.batch import TrainSample, loss_batch
+from rlsdk.training.batch import TrainSample, loss_batch, response_rows
 from rlsdk.training.torch_trainer import TorchTrainer, adamw, resolve_loss
 
 from .convert import hf_to_megatron, megatron_config, megatron_to_hf
@@ -151,7 +151,7 @@ class MegatronTrainer(TorchTrainer):
         self.model = self._build(read_hf_weights(Path(self.model_path)))
         self.model.train()
         self.optimizer = adamw(self.model, args)
-        self.loss_fn = resolve_loss(args)
+        self.loss = resolve_loss(args)
         self.ref_model = None
         if args.use_kl_loss or args.kl_coef:
             reference = read_hf_weights(Path(args.ref_load or self.model_path))
@@ -172,6 +172,14 @@ class MegatronTrainer(TorchTrainer):
         batch = loss_batch(data, indices, {})
         rows = [torch.as_tensor(tokens) for tokens in batch["unconcat_tokens"]]
         return packed_logits(model, rows, self.tokenizer.pad_token_id or 0, self.device)
+
+    def _response_logits(self, model: Any, data: list[TrainSample], indices: list[int]) -> torch.Tensor:
+        """The packed logits' rows that predict response tokens (``GPTModel`` projects every position)."""
+        rows = response_rows(
+            [data[i].total_length for i in indices], [data[i].response_length for i in indices]
+        )
+        rows = rows.to(self.device)
+        return self._packed_logits(model, data, indices).index_select(1, rows)
 
     # ------------------------------------------------------------------ weights and checkpoints
 

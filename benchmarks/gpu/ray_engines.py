@@ -1,0 +1,140 @@
+"""Two SGLang engines as Ray actors on two GPUs, one engine actor SIGKILLed mid-step (not run in CI; one
+device call, the last line printed is one JSON object).
+
+A rollout-only ``rlsdk run --ray --engine sglang --rollout-num-gpus 2 --rollout-num-gpus-per-engine 1``
+(in process, as ``run_job``) on ``--hf-checkpoint`` (the bench model's config with random weights:
+``sglang_load_format=dummy``), the shipped arithmetic2-train prompts, ``--prompts`` x ``--samples`` a step
+for ``--steps`` steps. From the second step on, ``Killer`` (benchmarks/faults.py) SIGKILLs one engine
+actor's process once while it has requests in flight: its SGLang server dies with it (PR_SET_PDEATHSIG),
+the pool removes its placement group, starts a new actor (its server on the freed GPU), and the run goes
+on. Reported: ``samples_lost`` (the ledger audit, must be 0), ``steps_completed``, ``returned`` (samples
+the kill sent back to the buffer), ``detection_seconds`` and ``recovery_seconds`` (from the SIGKILL until
+noticed, and until the new engine took requests), and per step the rollout's tokens/s and seconds. Before
+the last step the run waits for the restarted engine (``waited_for_rejoin_s``), so that step runs on both.
+
+    PYTHONPATH=/tmp/rl:benchmarks/gpu:/tmp/site python3 benchmarks/gpu/ray_engines.py \\
+        --hf-checkpoint .gpu/bench-model --sglang-python /tmp/sglang-python
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from workload import machine, run_reporting
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for faults.py
+from faults import Killer  # noqa: E402
+
+
+def shipped(name: str) -> Path:
+    """A dataset shipped inside the installed rlsdk package."""
+    import rlsdk
+
+    return Path(rlsdk.__file__).parent / "datasets" / name
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--hf-checkpoint", default=".gpu/bench-model")
+    parser.add_argument("--sglang-python", default="/tmp/sglang-python")
+    parser.add_argument("--prompts", type=int, default=128)
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--max-response-len", type=int, default=128)
+    parser.add_argument("--mem-fraction", type=float, default=0.7)
+    parser.add_argument("--kills", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", default="/tmp/ray-engines")
+    opts = parser.parse_args()
+
+    from rlsdk import RolloutConfig
+    from rlsdk.rollout.job import run_job
+    from rlsdk.rollout.ledger import audit_run
+
+    args = RolloutConfig(
+        engine="sglang",
+        hf_checkpoint=str(Path(opts.hf_checkpoint).resolve()),
+        sglang_python=opts.sglang_python,
+        sglang_mem_fraction_static=opts.mem_fraction,
+        rollout_num_gpus=2,
+        rollout_num_gpus_per_engine=1,
+        prompt_data=str(shipped("arithmetic2-train.jsonl")),
+        label_key="label",
+        apply_chat_template=True,
+        rollout_shuffle=True,
+        rollout_batch_size=opts.prompts,
+        n_samples_per_prompt=opts.samples,
+        rollout_max_response_len=opts.max_response_len,
+        num_rollout=opts.steps,
+        output_dir=opts.output,
+        overwrite=True,
+        ray_address="local",
+        extra={"sglang_load_format": "dummy"},
+    )
+    killer = Killer(args, opts.kills, opts.seed)
+    killer.start()
+    steps: list[dict[str, Any]] = []
+
+    def on_step(rollout_id: int, metrics: dict[str, Any]) -> None:
+        steps.append(metrics)
+        killer.first_step.set()
+        print(
+            f"step {rollout_id}: {metrics['rollout/tokens_per_s']:.0f} tokens/s, returned "
+            f"{metrics['ledger/returned']}, kept {metrics['ledger/kept']}",
+            file=sys.stderr,
+        )
+        if rollout_id == opts.steps - 2 and killer.killed_at:  # the last step on both engines again
+            waited = time.perf_counter()
+            deadline = waited + 600
+            while time.perf_counter() < deadline and not all(r.rejoined_at for r in killer.pool.recoveries):
+                time.sleep(0.5)
+            metrics["waited_for_rejoin_s"] = round(time.perf_counter() - waited, 1)
+
+    started = time.perf_counter()
+    try:
+        run_job(args, on_step=on_step)
+    finally:
+        killer.done.set()
+    audit = audit_run(Path(opts.output))
+    recoveries = killer.pool.recoveries if killer.pool is not None else []
+    kills = list(zip(recoveries, killer.killed_at, strict=False))
+    print(
+        json.dumps(
+            {
+                "benchmark": "ray_engines",
+                "engines": 2,
+                "gpus_per_engine": 1,
+                "prompts": opts.prompts,
+                "samples_per_prompt": opts.samples,
+                "max_response_len": opts.max_response_len,
+                "kills": len(killer.killed_at),
+                "samples_lost": audit["lost"],
+                "samples_duplicated": audit["duplicated"],
+                "steps_completed": len(steps),
+                "returned": sum(m["ledger/returned"] for m in steps),
+                "detection_seconds": [round(r.detected_at - k, 2) for r, k in kills],
+                "recovery_seconds": [
+                    round(r.rejoined_at - k, 2) if r.rejoined_at else None for r, k in kills
+                ],
+                "recoveries": [
+                    {"by": r.by, "cause": r.cause[:300], **{s: round(t - k, 2) for s, t in r.marks.items()}}
+                    for r, k in kills
+                ],
+                "tokens_per_s": [round(m["rollout/tokens_per_s"], 1) for m in steps],
+                "waited_for_rejoin_s": sum(m.get("waited_for_rejoin_s", 0.0) for m in steps),
+                "rollout_seconds": [round(m["rollout/seconds"], 2) for m in steps],
+                "run_seconds": round(time.perf_counter() - started, 1),
+                "logs": str(Path(opts.output) / "logs"),
+                "machine": machine(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    run_reporting(main, "ray_engines")
