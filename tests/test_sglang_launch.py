@@ -188,7 +188,8 @@ def test_no_orphans_when_rlsdk_is_interrupted_or_killed(fake_python, tmp_path, h
     killed outright (the kernel's parent-death signal stops the server)."""
     pids_file = tmp_path / "pids"
     program = textwrap.dedent(f"""
-        import asyncio, time
+        import asyncio, signal, time
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even under a background pytest
         from pathlib import Path
         from rlsdk import RolloutConfig
         from rlsdk.engines.launch.sglang import SGLangLauncher, plan_launch

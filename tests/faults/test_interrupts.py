@@ -10,6 +10,12 @@ import time
 RLSDK = [sys.executable, "-c", "from rlsdk_cli.app import main; main()"]
 
 
+def ctrl_c_default() -> None:
+    """In the child: Ctrl-C as in a terminal, even when pytest itself was started in the background (a
+    shell then ignores SIGINT for it, its children inherit that, and Python keeps an ignored SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_mid_step_leaves_no_flood_of_asyncio_errors(tmp_path):
     """The loop used to be stopped under the step's pending tasks: one "Task was destroyed but it is
     pending!" and "Event loop is closed" traceback per group."""
@@ -18,6 +24,7 @@ def test_ctrl_c_mid_step_leaves_no_flood_of_asyncio_errors(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=ctrl_c_default,  # noqa: PLW1509 (one signal call)
     )
     started = time.monotonic()
     seen = []
