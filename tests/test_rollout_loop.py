@@ -155,10 +155,11 @@ def test_step_keeps_the_batch_and_returns_surplus_groups_to_the_buffer(make_run)
     m = out.metrics
     assert m["ledger/entered"] == 8 and m["ledger/kept"] == 4 and m["ledger/returned"] == 4
     assert source.get_buffer_length() == 2
-    # the surplus groups are complete: served next step without generating again
+    # the surplus groups (whichever two finished last) are complete: served next step without generating again
+    surplus = {f"{i} fast|" for i in range(4)} - set(prompts_of(out.samples))
     before = len(runtime.engine.payloads)
     out2 = step(args, source, runtime, rollout_id=1)
-    assert prompts_of(out2.samples) == ["2 fast|", "3 fast|"]
+    assert set(prompts_of(out2.samples)) == surplus and len(surplus) == 2
     assert len(runtime.engine.payloads) - before == 4  # only the two fresh groups of the next chunk
 
 
