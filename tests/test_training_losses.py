@@ -166,8 +166,9 @@ def test_shared_prompts_give_the_logits_of_separate_sequences():
     def sample(tokens, response):
         return TrainSample(torch.tensor(tokens), response, torch.ones(response), None, 0.0)
 
-    data = [sample([1, 2, 3, 4, 5], 2), sample([1, 2, 3, 6, 7, 8], 3), sample([9, 4, 5], 1), sample([1, 2, 3, 9], 1)]
-    layout = SharedPrompts.build(data, [0, 1, 2, 3])
+    data = [sample([1, 2, 3, 4, 5], 2), sample([1, 2, 3, 6, 7, 8], 3), sample([9, 4, 5], 1), sample([1, 2, 3, 9], 1),
+            sample([1, 2, 3], 0)]  # an empty response: no row of its own
+    layout = SharedPrompts.build(data, [0, 1, 2, 3, 4])
     assert layout.input_ids.shape[0] == 2  # prompts [1, 2, 3] and [9, 4]
     with torch.no_grad():
         packed = model(input_ids=layout.input_ids, position_ids=layout.position_ids,

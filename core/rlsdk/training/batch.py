@@ -168,7 +168,9 @@ class SharedPrompts:
                 where[i] = torch.cat(
                     [torch.arange(flat, flat + p), torch.arange(flat + start, flat + start + n)]
                 )
-                predicting[i] = (row, torch.cat([torch.tensor([p - 1]), torch.arange(start, start + n - 1)]))
+                at = torch.arange(start - 1, start + n - 1)  # each response token's predecessor...
+                at[:1] = p - 1  # ...the first one's being the prompt's last token
+                predicting[i] = (row, at)
                 start += n
         causal = torch.ones(longest, longest, dtype=torch.bool).tril()
         same = (segment[:, :, None] == segment[:, None, :]) | (segment[:, None, :] == 0)
