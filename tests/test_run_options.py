@@ -59,3 +59,16 @@ def test_plugins_show_lists_the_options_the_plugin_declares():
     assert "drop_stale" in options["buffer_max_staleness"]["help"]
     text = invoke("plugins", "show", "multi_turn").stdout
     assert "tool_call_format (str, default 'auto', one of auto, tag, json)" in text
+
+
+def test_rlsdk_run_caps_glibc_malloc_arenas_unless_the_user_set_them(monkeypatch):
+    """glibc's per-thread arenas kept 1.5 GB the demo's live tensors no longer used; a user's own
+    MALLOC_ARENA_MAX is left to glibc."""
+    import platform
+
+    from rlsdk_cli.run import limit_malloc_arenas
+
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert limit_malloc_arenas() is False
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    assert limit_malloc_arenas() is (platform.libc_ver()[0] == "glibc")
