@@ -222,6 +222,43 @@ def test_rows_past_the_cache_slack_and_rows_joining_and_leaving_keep_forward_log
         assert_logprobs_close(out, expected)
 
 
+def test_prompts_sharing_a_prefix_prefill_it_once_and_keep_forward_logprobs(served, monkeypatch):
+    """Three distinct prompts (one asked twice) with a common system prompt: the prefill runs the shared
+    prefix once, then each prompt's own tokens (of different lengths) on its copied cache; every row's
+    log-probs still match a plain forward pass of its whole prompt."""
+    engine = served.engine
+    system = {"role": "system", "content": "You are a careful assistant who answers in one short sentence."}
+    questions = ["What is 2 + 3?", "Name a colour.", "What is the capital of France, the country?"]
+    prompts = [
+        engine.tokenizer.apply_chat_template(
+            [system, {"role": "user", "content": q}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
+        )["input_ids"]
+        for q in questions
+    ]
+    prompts.append(prompts[0])
+    shapes = []
+    forward = engine.model.forward
+    monkeypatch.setattr(
+        engine.model,
+        "forward",
+        lambda *a, **k: shapes.append(tuple(k["input_ids"].shape)) or forward(*a, **k),
+    )
+
+    async def together():
+        return await asyncio.gather(*(engine.generate(payload(p, 5)) for p in prompts))
+
+    outs = served.run(together())
+    monkeypatch.undo()
+    shared = next(i for i, tokens in enumerate(zip(*prompts)) if len(set(tokens)) > 1)
+    longest = max(len(p) for p in prompts) - shared
+    assert shapes[:2] == [(1, shared), (3, longest)]  # the prefix once, then the three distinct prompts
+    for prompt, out in zip(prompts, outs):
+        assert_logprobs_close(out, forward_logprobs(served, prompt, out["output_ids"]))
+
+
 def test_top_p_logprobs_are_renormalized_over_the_nucleus(served):
     prompt = prompt_ids(served, "Give me a random animal.")
     out = via_http(

@@ -12,6 +12,9 @@ from transformers.cache_utils import DynamicLayer
 
 from .static_decode import MAX_WAIT, MIN_FREE_COLUMNS, WORTH_STEPS, GraphRecorder, StaticDecode
 
+MIN_SHARED_PREFIX = 16
+"""Distinct prompts prefilled together run their common prefix once when it has at least this many tokens."""
+
 SLACK = 128
 """Free token columns a cache buffer gets beyond its contents: decode steps write their token in place,
 and the cache is copied once every ``SLACK`` steps instead of on every step."""
@@ -128,18 +131,40 @@ class KVBatch:
         """Run ``prompts`` as new rows appended to the batch; returns their last logits ``(n, V)``.
 
         Each distinct prompt runs once (a group's samples share theirs); its cache and logits are then
-        copied to every row that asked for it."""
+        copied to every row that asked for it. The distinct prompts' common prefix (a system prompt, a
+        few-shot example) runs once too when it is at least ``MIN_SHARED_PREFIX`` tokens: its cache is
+        copied to every prompt, whose remaining tokens then run on it, left-padded."""
         distinct: dict[tuple[int, ...], int] = {}
         rows = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
         unique = [list(p) for p in distinct]
-        length = max(len(p) for p in unique)
-        pad = self.model.config.pad_token_id or 0
-        ids = torch.tensor([[pad] * (length - len(p)) + p for p in unique], device=self.device)
-        mask = torch.tensor(
-            [[False] * (length - len(p)) + [True] * len(p) for p in unique], device=self.device
-        )
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        shared = _common_prefix(unique) if len(unique) > 1 else 0
         cache = DynamicCache(config=self.model.config)
+        if shared < MIN_SHARED_PREFIX:
+            shared = 0
+        else:
+            prefix = torch.tensor([unique[0][:shared]], device=self.device)
+            self._forward(prefix, None, torch.arange(shared, device=self.device)[None], cache)
+            cache.batch_repeat_interleave(len(unique))
+        rest = [p[shared:] for p in unique]
+        length = max(len(p) for p in rest)
+        pad = self.model.config.pad_token_id or 0
+        ids = torch.tensor([[pad] * (length - len(p)) + p for p in rest], device=self.device)
+        mask = torch.tensor([[False] * (length - len(p)) + [True] * len(p) for p in rest], device=self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0) + shared
+        mask = torch.cat([mask.new_ones(len(rest), shared), mask], dim=1)
+        cache, logits = self._forward(ids, mask, positions, cache)
+        if len(unique) < len(prompts):
+            index = torch.tensor(rows, device=self.device)
+            cache.batch_select_indices(index)
+            mask, logits = mask[index], logits[index]
+        self._append(cache, mask)
+        return logits
+
+    def _forward(
+        self, ids: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor, cache: DynamicCache
+    ) -> tuple[DynamicCache, torch.Tensor]:
+        """A prefill forward of ``ids`` on ``cache``; returns the cache and each row's last logits
+        ``(n, V)`` in float32."""
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -148,13 +173,7 @@ class KVBatch:
             logits_to_keep=1,
             **{self.cache_arg: cache},
         )
-        cache, logits = getattr(out, self.cache_arg), out.logits[:, -1, :].float()
-        if len(unique) < len(prompts):
-            index = torch.tensor(rows, device=self.device)
-            cache.batch_select_indices(index)
-            mask, logits = mask[index], logits[index]
-        self._append(cache, mask)
-        return logits
+        return getattr(out, self.cache_arg), out.logits[:, -1, :].float()
 
     def decode(self) -> torch.Tensor:
         """One step for every row, feeding ``tokens``; returns the next logits ``(B, V)`` (on a static
@@ -241,6 +260,17 @@ class KVBatch:
         width = max(self.mask.shape[1], mask.shape[1])
         self.cache = slack_cache([[a, b] for a, b in zip(_keys_values(self.cache), _keys_values(cache))])
         self.mask = torch.cat([_left_pad(self.mask, width), _left_pad(mask, width)])
+
+
+def _common_prefix(prompts: list[list[int]]) -> int:
+    """The length of the prompts' common prefix, short of the shortest prompt's last token (whose logits
+    each prompt needs)."""
+    shortest = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for i in range(shortest):
+        if any(p[i] != first[i] for p in prompts):
+            return i
+    return max(shortest, 0)
 
 
 def _full_attention(cache: DynamicCache) -> bool:
