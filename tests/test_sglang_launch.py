@@ -18,7 +18,13 @@ from pathlib import Path
 import pytest
 
 from rlsdk import RolloutConfig
-from rlsdk.engines.launch.sglang import SGLangLauncher, SGLangLaunchError, plan_launch, server_flags
+from rlsdk.engines.launch.sglang import (
+    SGLangLauncher,
+    SGLangLaunchError,
+    plan_launch,
+    router_flags,
+    server_flags,
+)
 from rlsdk.engines.protocol import EngineUnavailableError
 from rlsdk.engines.sglang_client import SGLangClient
 
@@ -115,8 +121,22 @@ def test_several_engines_get_their_own_gpus_and_a_router():
         "--worker-urls",
         "http://127.0.0.1:1",
         "http://127.0.0.1:2",
+        "--balance-abs-threshold",  # slime's defaults, not the router's 64 and 1.5
+        "10",
+        "--balance-rel-threshold",
+        "1.2",
     ]
     assert plan.url == "http://127.0.0.1:3"
+    tuned = args.replace(extra={"router_policy": "power_of_two", "router_balance_abs_threshold": 4})
+    router = plan_launch(tuned, "/m", python="py", ports=[1, 2, 3]).router_command
+    assert router is not None and router[-6:] == [
+        "--balance-abs-threshold",
+        "4",
+        "--balance-rel-threshold",
+        "1.2",
+        "--policy",
+        "power_of_two",
+    ]
     colocated = plan_launch(args.replace(colocate=True), "/m", python="py", ports=[1, 2, 3])
     assert [e.gpus for e in colocated.engines] == [[0, 1], [2, 3]]
     assert all(e.command[-1] == "--enable-memory-saver" for e in colocated.engines)
@@ -126,6 +146,10 @@ def test_flags_rlsdk_sets_itself_are_refused_with_the_option_to_use():
     with pytest.raises(ValueError, match="sglang_tp_size: .*--rollout-num-gpus-per-engine"):
         server_flags({"sglang_tp_size": 2})
     assert server_flags({"sglang_url": "http://x", "sglang_server_concurrency": 8}) == []
+    with pytest.raises(
+        ValueError, match="router_port: rlsdk sets the router's --port itself; use sglang_router_port"
+    ):
+        router_flags({"router_port": 1})
     with pytest.raises(ValueError, match="multiple of --rollout-num-gpus-per-engine"):
         plan_launch(RolloutConfig(rollout_num_gpus=3, rollout_num_gpus_per_engine=2), "/m", python="py")
 
@@ -222,6 +246,7 @@ def test_rlsdk_run_passes_unknown_sglang_flags_to_the_servers(fake_python, tmp_p
     from typer.testing import CliRunner
 
     from rlsdk_cli.app import app
+    from rlsdk_cli.run import sglang_passthrough_options
 
     monkeypatch.setenv("FAKE_SGLANG_PIDS", str(tmp_path / "pids"))
     out = tmp_path / "out"
@@ -243,6 +268,8 @@ def test_rlsdk_run_passes_unknown_sglang_flags_to_the_servers(fake_python, tmp_p
             "1",
             "2",
             "--sglang-enable-torch-compile",
+            "--router-policy",
+            "round_robin",
             "--num-rollout",
             "1",
         ],
@@ -250,6 +277,12 @@ def test_rlsdk_run_passes_unknown_sglang_flags_to_the_servers(fake_python, tmp_p
     assert result.exit_code != 0
     log = (out / "logs" / "sglang-server-0.log").read_text()
     assert "--chunked-prefill-size 4096 --cuda-graph-bs 1 2 --enable-torch-compile" in log
+    assert sglang_passthrough_options(
+        ["--router-policy", "round_robin", "--router-balance-abs-threshold=4"], []
+    ) == [
+        'router_policy="round_robin"',
+        "router_balance_abs_threshold=4",
+    ]
     assert wait_gone(recorded_pids(tmp_path / "pids"), timeout=10)
     typo = CliRunner().invoke(app, ["run", "--rollout-batch-sise", "2"])
     assert typo.exit_code == 2

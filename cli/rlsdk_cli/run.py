@@ -147,17 +147,18 @@ def with_run_options(func: Any) -> Any:
 
 
 SGLANG_PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
-"""``rlsdk run`` takes any ``--sglang-*`` flag for the SGLang servers it launches, as slime does."""
+"""``rlsdk run`` takes any ``--sglang-*`` flag for the SGLang servers it launches and any ``--router-*`` for
+their router, as slime does."""
 
 
-def sglang_server_options(tokens: list[str], known: list[str]) -> list[str]:
-    """Unknown ``--sglang-NAME [VALUE...]`` flags as ``sglang_NAME=VALUE`` settings (a bare flag is true,
-    several values a list); any other unknown token is the parser's usual error, with the ``known``
-    option closest to it."""
+def sglang_passthrough_options(tokens: list[str], known: list[str]) -> list[str]:
+    """Unknown ``--sglang-NAME [VALUE...]`` and ``--router-NAME [VALUE...]`` flags as ``sglang_NAME=VALUE``
+    and ``router_NAME=VALUE`` settings (a bare flag is true, several values a list); any other unknown
+    token is the parser's usual error, with the ``known`` option closest to it."""
     settings: dict[str, list[Any]] = {}
     name = None
     for token in tokens:
-        if token.startswith("--sglang-"):
+        if token.startswith(("--sglang-", "--router-")):
             key, sep, value = token[2:].partition("=")
             name = key.replace("-", "_")
             settings[name] = [value] if sep else []
@@ -206,7 +207,7 @@ def run(
     """Run rollout steps: with no options, the embedded engine on SmolLM2-135M and the shipped math data."""
     limit_malloc_arenas()  # before the engine's and the trainer's threads allocate
     known = [flag for param in context.command.params for flag in param.opts]
-    extra = options.pop("extra") + sglang_server_options(context.args, known)
+    extra = options.pop("extra") + sglang_passthrough_options(context.args, known)
     args = build_config(
         options.pop("config"), {**options, "resume": resume or None, "overwrite": overwrite or None}, extra
     )

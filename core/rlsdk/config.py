@@ -402,16 +402,15 @@ class RolloutConfig(TrainingOptions):
 
 
 def plugin_values(values: dict[str, Any], declared: dict[str, Option]) -> dict[str, Any]:
-    """``values`` of plugins' options (checked), slime's arguments and SGLang's server arguments
-    (``sglang_NAME``, passed on as in slime); anything else is a ValueError naming the closest known option."""
+    """``values`` of plugins' options (checked), slime's arguments, SGLang's server and router arguments
+    (``sglang_NAME``, ``router_NAME``, passed on as in slime); anything else is a ValueError naming the
+    closest known option."""
     checked = {}
     for key, value in values.items():
         if key in declared:
             checked[key] = declared[key].check(value)
-        elif key in slime_argument_names() or key.startswith(
-            "sglang_"
-        ):  # sglang_NAME: a launched server's --NAME
-            checked[key] = value
+        elif key in slime_argument_names() or key.startswith(("sglang_", "router_")):
+            checked[key] = value  # sglang_NAME, router_NAME: a launched server's or router's --NAME
         else:
             known = [*RolloutConfig.option_names(), *declared, *slime_argument_names()]
             close = difflib.get_close_matches(key, known, n=1)

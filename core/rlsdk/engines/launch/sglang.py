@@ -3,7 +3,8 @@
 ``rollout_num_gpus / rollout_num_gpus_per_engine`` servers (``python -m sglang.launch_server``), each on
 its own GPUs (``--base-gpu-id``, ``--tp-size``), and with more than one an ``sglang_router`` in front; the
 client talks to the router (or the single server). Options follow slime's: every ``sglang_<name>`` option
-becomes the server flag ``--<name>``, except those rlsdk sets itself (:data:`SET_BY_RLSDK`). Start-up waits
+becomes the server flag ``--<name>``, except those rlsdk sets itself (:data:`SET_BY_RLSDK`), and every
+``router_<name>`` the router's ``--<name>`` (slime's load-balance thresholds by default). Start-up waits
 for ``/health_generate`` (a real one-token generation) with a timeout; every error names the server's log.
 Never imports sglang: the servers run in their own processes (``sglang_python`` may be another interpreter).
 """
@@ -54,6 +55,18 @@ CLIENT_OPTIONS = frozenset(
 """``sglang_*`` options that configure rlsdk's side, never passed to a server."""
 
 
+ROUTER_DEFAULTS = {"router_balance_abs_threshold": 10, "router_balance_rel_threshold": 1.2}
+"""slime's router defaults, tighter than sglang-router's own (64 and 1.5): the cache-aware policy falls back
+to the least-loaded worker once in-flight requests differ by 10 and by 20%, instead of letting one
+engine take up to half as many again as the other."""
+
+ROUTER_SET_BY_RLSDK = {
+    "router_host": "sglang_router_ip",
+    "router_port": "sglang_router_port",
+    "router_worker_urls": "--rollout-num-gpus",
+}
+
+
 class SGLangLaunchError(EngineError):
     """A launched SGLang server or router failed to start, or died."""
 
@@ -68,16 +81,26 @@ def server_flags(options: Mapping[str, Any]) -> list[str]:
     """The server flags of every ``sglang_<name>`` in ``options`` (config fields and extra keys).
 
     ``True`` gives a bare ``--name``, ``False`` and ``None`` nothing, a list its values after one flag."""
+    servers = {k: v for k, v in options.items() if k not in CLIENT_OPTIONS}
+    refused = {f"sglang_{name}": use for name, use in SET_BY_RLSDK.items()}
+    return _flags(servers, "sglang_", refused, "server")
+
+
+def router_flags(options: Mapping[str, Any]) -> list[str]:
+    """The router flags of every ``router_<name>`` in ``options`` over :data:`ROUTER_DEFAULTS` (slime's
+    ``--router-*`` options: ``router_policy``, ``router_balance_abs_threshold``, ...)."""
+    return _flags({**ROUTER_DEFAULTS, **options}, "router_", ROUTER_SET_BY_RLSDK, "router")
+
+
+def _flags(options: Mapping[str, Any], prefix: str, refused: Mapping[str, str], whose: str) -> list[str]:
     flags: list[str] = []
     for key, value in options.items():
-        if not key.startswith("sglang_") or key in CLIENT_OPTIONS or value is None or value is False:
+        if not key.startswith(prefix) or value is None or value is False:
             continue
-        name = key.removeprefix("sglang_")
-        if name in SET_BY_RLSDK:
-            raise ValueError(
-                f"{key}: rlsdk sets the server's --{name.replace('_', '-')} itself; use {SET_BY_RLSDK[name]}"
-            )
-        flags.append("--" + name.replace("_", "-"))
+        flag = "--" + key.removeprefix(prefix).replace("_", "-")
+        if key in refused:
+            raise ValueError(f"{key}: rlsdk sets the {whose}'s {flag} itself; use {refused[key]}")
+        flags.append(flag)
         if isinstance(value, list | tuple):
             flags.extend(str(v) for v in value)
         elif value is not True:
@@ -85,10 +108,11 @@ def server_flags(options: Mapping[str, Any]) -> list[str]:
     return flags
 
 
-def sglang_options(args: Any) -> dict[str, Any]:
-    """``args``' ``sglang_*`` options: the fields (``sglang_mem_fraction_static``, ...) and extra keys."""
-    fields = {k: v for k, v in vars(args).items() if k.startswith("sglang_")}
-    return {**fields, **{k: v for k, v in getattr(args, "extra", {}).items() if k.startswith("sglang_")}}
+def prefixed_options(args: Any, prefix: str) -> dict[str, Any]:
+    """``args``' options named ``<prefix>...``: the fields (``sglang_mem_fraction_static``, ...) and extra
+    keys."""
+    options = {**vars(args), **getattr(args, "extra", {})}
+    return {k: v for k, v in options.items() if k.startswith(prefix)}
 
 
 @dataclass
@@ -139,7 +163,7 @@ def plan_launch(
     ports = list(ports)
     # Colocated engines share GPUs 0.. with the trainer; otherwise they start after the trainer's.
     first_gpu = 0 if args.colocate else trainer_gpu_count(args)
-    flags = server_flags(sglang_options(args))
+    flags = server_flags(prefixed_options(args, "sglang_"))
     if args.colocate:
         flags.append("--enable-memory-saver")
     engines = []
@@ -178,6 +202,7 @@ def plan_launch(
         str(router_port),
         "--worker-urls",
         *(f"http://{host}:{e.port}" for e in engines),
+        *router_flags(prefixed_options(args, "router_")),
     ]
     return LaunchPlan(host, engines, router_port, router)
 
