@@ -121,19 +121,28 @@ def test_several_engines_get_their_own_gpus_and_a_router():
         "--worker-urls",
         "http://127.0.0.1:1",
         "http://127.0.0.1:2",
-        "--balance-abs-threshold",  # slime's defaults, not the router's 64 and 1.5
+        "--balance-abs-threshold",  # slime's settings, not the router's defaults
         "10",
         "--balance-rel-threshold",
         "1.2",
+        "--disable-health-check",
+        "--disable-circuit-breaker",
+        "--request-timeout-secs",
+        "14400",
+        "--log-level",
+        "warn",
     ]
     assert plan.url == "http://127.0.0.1:3"
-    tuned = args.replace(extra={"router_policy": "power_of_two", "router_balance_abs_threshold": 4})
+    tuned = args.replace(
+        extra={
+            "router_policy": "power_of_two",
+            "router_balance_abs_threshold": 4,
+            "router_disable_health_check": False,
+        }
+    )
     router = plan_launch(tuned, "/m", python="py", ports=[1, 2, 3]).router_command
-    assert router is not None and router[-6:] == [
-        "--balance-abs-threshold",
-        "4",
-        "--balance-rel-threshold",
-        "1.2",
+    assert router is not None and "--disable-health-check" not in router
+    assert router[router.index("--balance-abs-threshold") + 1] == "4" and router[-2:] == [
         "--policy",
         "power_of_two",
     ]

@@ -114,7 +114,11 @@ nccl() {
 
 engines2() {
   bench gpu_loop_engines2 "$here/gpu_loop.py" engines2 --model-config "$gpu/bench-model" \
-      --sglang-python /tmp/sglang-python --repeat 2
+      --sglang-python /tmp/sglang-python --repeat 3 ${ENGINES2_ARGS:-}
+  for router_log in /tmp/gpu-loop-*/logs-*/sglang-router.log; do
+    [ -f "$router_log" ] && tail -n 150 "$router_log" >"$out/engines2-$(basename "$(dirname "$router_log")")-router.log"
+  done
+  return 0
 }
 
 megatron() {

@@ -21,7 +21,9 @@ serializer classes when sglang imports in this process.
 ``engines2``: rlsdk's launcher with one engine (``rollout_num_gpus=1``), then with two engines behind the
 SGLang router (``rollout_num_gpus=2``, one GPU each), the same workload through the launched address (the
 router's for two), with slime's concurrency per engine (``--in-flight`` requests at once per engine, and
-``--requests`` per engine); ``ratio`` = two over one (target >= 1.9); needs two GPUs and sglang-router.
+``--requests`` per engine); ``ratio`` = two over one (target >= 1.9) with the launcher's router (cache-aware,
+slime's balance thresholds), then ``ratios`` with each ``--router-policies`` policy; needs two GPUs and
+sglang-router.
 
     PYTHONPATH=/tmp/rl:benchmarks/gpu python3 benchmarks/gpu/gpu_loop.py colocate \\
         --model-config .gpu/bench-model --sglang-python /tmp/sglang-python
@@ -163,19 +165,19 @@ def throughput(opts: argparse.Namespace) -> dict[str, Any]:
 
 
 def launched_throughput(
-    opts: argparse.Namespace, gpus: int, work: Path, prompts: list[list[int]]
+    opts: argparse.Namespace, gpus: int, work: Path, prompts: list[list[int]], policy: str | None = None
 ) -> dict[str, Any]:
-    """The workload through ``gpus`` launched one-GPU engines (the router in front of more than one), its
-    requests and concurrency ``gpus`` times one engine's."""
+    """The workload through ``gpus`` launched one-GPU engines (the router in front of more than one, with
+    ``policy`` if given), its requests and concurrency ``gpus`` times one engine's."""
     args = RolloutConfig(
         sglang_python=opts.sglang_python,
         sglang_mem_fraction_static=opts.mem_fraction,
         sglang_startup_timeout=opts.startup_timeout,
         rollout_num_gpus=gpus,
-        extra={"sglang_load_format": "dummy"},
+        extra={"sglang_load_format": "dummy", **({"router_policy": policy} if policy else {})},
     )
     launcher = SGLangLauncher(
-        plan_launch(args, str(opts.model_config)), work / f"logs-{gpus}", opts.startup_timeout
+        plan_launch(args, str(opts.model_config)), work / f"logs-{gpus}-{policy}", opts.startup_timeout
     )
     started = time.perf_counter()
     asyncio.run(launcher.start())
@@ -202,13 +204,31 @@ def engines2(opts: argparse.Namespace) -> dict[str, Any]:
     prompts = make_prompts(tokenizer, 2 * opts.requests, opts.prompt_len)
     work = Path(tempfile.mkdtemp(prefix="gpu-loop-"))
     one = launched_throughput(opts, 1, work, prompts)
-    two = launched_throughput(opts, 2, work, prompts)
+    runs = {
+        policy: attempt(launched_throughput, opts, 2, work, prompts, policy)
+        for policy in [None, *opts.router_policies]
+    }
+    two = runs.pop(None)
     return {
         "check": "two_engines_behind_the_router",
         "one_engine": one,
         "two_engines": two,
-        "ratio": round(two["tokens_per_s"] / one["tokens_per_s"], 3),
+        "ratio": round(two["tokens_per_s"] / one["tokens_per_s"], 3) if "tokens_per_s" in two else None,
+        "two_engines_by_policy": runs,
+        "ratios": {
+            p: round(r["tokens_per_s"] / one["tokens_per_s"], 3)
+            for p, r in runs.items()
+            if "tokens_per_s" in r
+        },
     }
+
+
+def attempt(measure: Any, *args: Any) -> dict[str, Any]:
+    """``measure(*args)``, or the error it raised (the next configuration is still measured)."""
+    try:
+        return measure(*args)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 async def generate_samples(
@@ -380,6 +400,12 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=512)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument(
+        "--router-policies",
+        nargs="*",
+        default=[],
+        help="engines2: more router policies to measure two engines with",
+    )
     parser.add_argument("--samples", type=int, default=32, help="colocate/nccl: samples per train step")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--lr", type=float, default=1e-5)

@@ -21,7 +21,8 @@ import torch
 pytest.importorskip("megatron.core", reason="megatron-core is not installed (cp312 wheels only)")
 
 from rlsdk_megatron.convert import megatron_to_hf  # noqa: E402
-from rlsdk_megatron.trainer import build_gpt_model, packed_logits, read_hf_weights  # noqa: E402
+from rlsdk.training.batch import response_rows  # noqa: E402
+from rlsdk_megatron.trainer import build_gpt_model, packed_logits, read_hf_weights, response_logits  # noqa: E402
 
 TINY = {
     "model_type": "llama",
@@ -51,7 +52,7 @@ def cpu_megatron():
     from megatron.core import parallel_state, tensor_parallel
     from megatron.core.fusions import fused_softmax
 
-    from rlsdk.launch.sglang import free_port
+    from rlsdk.engines.launch.sglang import free_port
 
     patches = pytest.MonkeyPatch()
     patches.setattr(torch.cuda, "current_device", lambda: "cpu")
@@ -93,6 +94,23 @@ def test_per_token_log_probs_equal_transformers(models):
     assert gap.max() < 1e-4, f"max |megatron - transformers| log-prob {gap.max():.3g} nats"
     # Not a vacuous comparison: the log-probs spread over several nats.
     assert separate.log_softmax(-1).std() > 1.0
+
+
+def test_response_logits_are_the_packed_logits_response_rows(models):
+    """The output layer given only the response positions' hidden states (rows of different lengths,
+    responses of different lengths) returns the packed logits' rows that predict the responses."""
+    _, megatron, _ = models
+    generator = torch.Generator().manual_seed(2)
+    rows = [torch.randint(0, TINY["vocab_size"], (n,), generator=generator) for n in (17, 9, 12)]
+    lengths = [5, 1, 8]
+    cpu = torch.device("cpu")
+    with torch.no_grad():
+        packed = packed_logits(megatron, rows, pad_id=0, device=cpu)[0]
+        responses = response_logits(megatron, rows, lengths, pad_id=0, device=cpu)
+    assert responses.shape == (1, sum(lengths), TINY["vocab_size"])
+    wanted = packed[response_rows([len(r) for r in rows], lengths)]
+    assert (responses[0] - wanted).abs().max() < 1e-5
+    assert not megatron.output_layer._forward_pre_hooks  # the hook is gone after the pass
 
 
 def test_megatron_state_dict_converts_back_to_the_hugging_face_weights(models):

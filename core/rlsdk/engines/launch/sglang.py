@@ -55,10 +55,19 @@ CLIENT_OPTIONS = frozenset(
 """``sglang_*`` options that configure rlsdk's side, never passed to a server."""
 
 
-ROUTER_DEFAULTS = {"router_balance_abs_threshold": 10, "router_balance_rel_threshold": 1.2}
-"""slime's router defaults, tighter than sglang-router's own (64 and 1.5): the cache-aware policy falls back
-to the least-loaded worker once in-flight requests differ by 10 and by 20%, instead of letting one
-engine take up to half as many again as the other."""
+ROUTER_DEFAULTS = {
+    "router_balance_abs_threshold": 10,
+    "router_balance_rel_threshold": 1.2,
+    "router_disable_health_check": True,
+    "router_disable_circuit_breaker": True,
+    "router_request_timeout_secs": 14400,
+    "router_log_level": "warn",
+}
+"""slime's router settings. The cache-aware policy falls back to the least-loaded worker once in-flight
+requests differ by 10 and by 20% (sglang-router's own 64 and 50% let one engine take half as many again as
+the other). The router's health checks and circuit breaker are off: a server busy with hundreds of requests
+answers ``/health`` late and would be taken out of rotation (every request then fails with 503); rlsdk
+watches the servers itself. Requests may take 4 hours; the router logs warnings only (not every request)."""
 
 ROUTER_SET_BY_RLSDK = {
     "router_host": "sglang_router_ip",

@@ -1,8 +1,9 @@
-"""The ``megatron`` trainer: megatron-core's ``GPTModel`` (local layer spec: no Transformer Engine or Apex)
-in bfloat16 on CUDA, built from a Hugging Face Llama/Qwen2 folder and synced back in Hugging Face format.
+"""The ``megatron`` trainer: megatron-core's ``GPTModel`` (local layer spec: no Transformer Engine or Apex;
+attention through torch's SDPA) in bfloat16 on CUDA, built from a Hugging Face Llama/Qwen2 folder and synced
+back in Hugging Face format.
 
 Everything but the model is the ``torch`` trainer's: advantages, micro-batches, slime's losses on the
-same packed logits, the optimizer step. Parallel sizes come from slime's flags: tensor
+same logits (packed, or only the positions that predict response tokens), the optimizer step. Parallel sizes come from slime's flags: tensor
 (``--tensor-model-parallel-size``) and pipeline (``--pipeline-model-parallel-size``) parallel, data
 parallel the world size over both. ``rlsdk run`` trains in one process, so today both must be 1 (one GPU).
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 import torch
 
-from rlsdk.training.batch import TrainSample, loss_batch, response_rows
+from rlsdk.training.batch import TrainSample
 from rlsdk.training.torch_trainer import TorchTrainer, adamw, resolve_loss
 
 from .convert import hf_to_megatron, megatron_config, megatron_to_hf
@@ -74,11 +75,13 @@ def build_gpt_model(
     checkpointing: bool = False,
     source: str = "the Hugging Face checkpoint",
 ) -> Any:
-    """A ``GPTModel`` (local layer spec) on ``device`` holding ``hf_state`` converted; needs megatron's model
-    parallel state initialised. On a CPU device the weights are created there (as the tests do)."""
+    """A ``GPTModel`` (local layer spec, attention through torch's SDPA) on ``device`` holding ``hf_state``
+    converted; needs megatron's model parallel state initialised. On a CPU device the weights are created there (as the tests do)."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
+
+    from .attention import SDPAttention
 
     transformer, gpt = megatron_config(hf_config)
     config = TransformerConfig(
@@ -91,6 +94,7 @@ def build_gpt_model(
         recompute_num_layers=1 if checkpointing else None,
     )
     spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+    spec.submodules.self_attention.submodules.core_attention = SDPAttention
     model = GPTModel(config=config, transformer_layer_spec=spec, **gpt)
     model.to(device=device, dtype=dtype)
     missing, unexpected = model.load_state_dict(hf_to_megatron(hf_state, hf_config), strict=False)
@@ -106,14 +110,40 @@ def build_gpt_model(
 def packed_logits(model: Any, rows: list[torch.Tensor], pad_id: int, device: torch.device) -> torch.Tensor:
     """``[1, sum(len(row)), vocab]``: each token row right-padded into one causal batch (the padding comes
     after every real token, so it changes nothing), then the rows' logits concatenated."""
+    logits = _padded_forward(model, rows, pad_id, device)
+    return torch.cat([logits[i, : len(row)] for i, row in enumerate(rows)]).unsqueeze(0)
+
+
+def response_logits(
+    model: Any, rows: list[torch.Tensor], response_lengths: list[int], pad_id: int, device: torch.device
+) -> torch.Tensor:
+    """``[1, sum(response_lengths), vocab]``: the logits of the positions that predict each row's last
+    ``response_lengths`` tokens, in order. ``GPTModel`` projects every position it is given, so a pre-hook
+    hands its output layer only those positions' hidden states ``[n, 1, hidden]`` (as ``GPTModel`` itself
+    keeps only the last token's for inference); its ``[s, b] -> [b, s]`` transpose then makes them one row."""
+    position = torch.cat([torch.arange(len(r) - n - 1, len(r) - 1) for r, n in zip(rows, response_lengths)])
+    row = torch.cat([torch.full((n,), i) for i, n in enumerate(response_lengths)])
+    position, row = position.to(device), row.to(device)
+
+    def select(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        return (args[0][position, row].unsqueeze(1), *args[1:]), kwargs  # hidden states are [s, b, h]
+
+    hook = model.output_layer.register_forward_pre_hook(select, with_kwargs=True)
+    try:
+        return _padded_forward(model, rows, pad_id, device)
+    finally:
+        hook.remove()
+
+
+def _padded_forward(model: Any, rows: list[torch.Tensor], pad_id: int, device: torch.device) -> torch.Tensor:
+    """``GPTModel``'s logits ``[batch, sequence, vocab]`` for the rows right-padded into one batch."""
     width = max(len(row) for row in rows)
     tokens = torch.full((len(rows), width), pad_id, dtype=torch.long)
     for i, row in enumerate(rows):
         tokens[i, : len(row)] = row
     positions = torch.arange(width).expand(len(rows), width)
     # Without labels, GPTModel returns [batch, sequence, vocab] (it transposes its [s, b, v] output).
-    logits = model(input_ids=tokens.to(device), position_ids=positions.to(device), attention_mask=None)
-    return torch.cat([logits[i, : len(row)] for i, row in enumerate(rows)]).unsqueeze(0)
+    return model(input_ids=tokens.to(device), position_ids=positions.to(device), attention_mask=None)
 
 
 class MegatronTrainer(TorchTrainer):
@@ -169,17 +199,17 @@ class MegatronTrainer(TorchTrainer):
 
     def _packed_logits(self, model: Any, data: list[TrainSample], indices: list[int]) -> torch.Tensor:
         """slime's packed layout ``[1, sum(total_lengths), vocab]``, as the loss code expects."""
-        batch = loss_batch(data, indices, {})
-        rows = [torch.as_tensor(tokens) for tokens in batch["unconcat_tokens"]]
-        return packed_logits(model, rows, self.tokenizer.pad_token_id or 0, self.device)
+        return packed_logits(model, self._rows(data, indices), self.tokenizer.pad_token_id or 0, self.device)
 
     def _response_logits(self, model: Any, data: list[TrainSample], indices: list[int]) -> torch.Tensor:
-        """The packed logits' rows that predict response tokens (``GPTModel`` projects every position)."""
-        rows = response_rows(
-            [data[i].total_length for i in indices], [data[i].response_length for i in indices]
-        )
-        rows = rows.to(self.device)
-        return self._packed_logits(model, data, indices).index_select(1, rows)
+        """The logits of the positions that predict response tokens, projected at those positions only."""
+        lengths = [data[i].response_length for i in indices]
+        rows = self._rows(data, indices)
+        return response_logits(model, rows, lengths, self.tokenizer.pad_token_id or 0, self.device)
+
+    @staticmethod
+    def _rows(data: list[TrainSample], indices: list[int]) -> list[torch.Tensor]:
+        return [torch.as_tensor(data[i].tokens) for i in indices]
 
     # ------------------------------------------------------------------ weights and checkpoints
 
