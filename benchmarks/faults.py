@@ -141,8 +141,6 @@ class Killer(threading.Thread):
 
 def faults(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
     from rlsdk import RolloutConfig
-    from rlsdk.rollout.job import run_job
-    from rlsdk.rollout.ledger import audit_run
 
     out = work / "faults"
     options = run_options(opts, work)
@@ -155,50 +153,64 @@ def faults(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
         ray_spare_engines=opts.spares,
         ray_standby_engines=opts.standbys,
     ).with_default_data(given={*options, "num_rollout"})
-    killer = Killer(args, opts.kills, opts.seed)
-    killer.start()
-    steps: list[dict[str, Any]] = []
 
-    def on_step(rollout_id: int, metrics: dict[str, Any]) -> None:
-        steps.append(metrics)
-        killer.first_step.set()
+    def on_step(rollout_id: int, metrics: dict[str, Any], killer: Killer) -> None:
         print(
             f"step {rollout_id}: returned {metrics['ledger/returned']}, kept {metrics['ledger/kept']}",
             file=sys.stderr,
         )
 
+    report, _ = run_with_killer(args, opts.kills, opts.seed, out, on_step)
+    return report
+
+
+def run_with_killer(
+    args: Any, kills: int, seed: int, out: Path, on_step: Any
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``run_job(args)`` while a :class:`Killer` SIGKILLs ``kills`` engines; ``on_step(rollout_id, metrics,
+    killer)`` after each step. Returns the kills' report (the output folder's ledger audit, detection and
+    recovery seconds by stage) and every step's metrics."""
+    from rlsdk.rollout.job import run_job
+    from rlsdk.rollout.ledger import audit_run
+
+    killer = Killer(args, kills, seed)
+    killer.start()
+    steps: list[dict[str, Any]] = []
+
+    def record(rollout_id: int, metrics: dict[str, Any]) -> None:
+        steps.append(metrics)
+        killer.first_step.set()
+        on_step(rollout_id, metrics, killer)
+
     started = time.perf_counter()
     try:
-        run_job(args, on_step=on_step)
+        run_job(args, on_step=record)
     finally:
         killer.done.set()
     audit = audit_run(out)
     recoveries = killer.pool.recoveries if killer.pool is not None else []
-    recovery_seconds = [
-        round(r.rejoined_at - k, 2) if r.rejoined_at else None
-        for r, k in zip(recoveries, killer.killed_at, strict=False)
-    ]
-    return {
+    killed = list(zip(recoveries, killer.killed_at, strict=False))
+    report = {
         "kills": len(killer.killed_at),
         "samples_lost": audit["lost"],
         "samples_duplicated": audit["duplicated"],
         "samples_drawn": audit["drawn"],
         "steps_completed": len(steps),
         "returned": sum(m["ledger/returned"] for m in steps),
-        "recovery_seconds": recovery_seconds,
-        "detection_seconds": [
-            round(r.detected_at - k, 2) for r, k in zip(recoveries, killer.killed_at, strict=False)
-        ],
+        "recovery_seconds": [round(r.rejoined_at - k, 2) if r.rejoined_at else None for r, k in killed],
+        "detection_seconds": [round(r.detected_at - k, 2) for r, k in killed],
         "recoveries": [
             {
                 "by": r.by,
+                "cause": r.cause[:300],
                 "detected": round(r.detected_at - k, 2),
                 **{stage: round(at - k, 2) for stage, at in r.marks.items()},
             }
-            for r, k in zip(recoveries, killer.killed_at, strict=False)
+            for r, k in killed
         ],
         "run_seconds": round(time.perf_counter() - started, 1),
     }
+    return report, steps
 
 
 def startup(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -251,6 +263,7 @@ def main() -> None:
     report["target_recovery_s"] = TARGET_RECOVERY_S
     report["meets_target"] = (
         report["samples_lost"] == 0
+        and report["kills"] == opts.kills  # a run over before its kills proves nothing
         and len(done) == report["kills"]
         and all(s <= TARGET_RECOVERY_S for s in done)
     )

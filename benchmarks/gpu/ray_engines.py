@@ -28,7 +28,7 @@ from typing import Any
 from workload import machine, run_reporting
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for faults.py
-from faults import Killer  # noqa: E402
+from faults import Killer, run_with_killer  # noqa: E402
 
 
 def shipped(name: str) -> Path:
@@ -53,8 +53,6 @@ def main() -> None:
     opts = parser.parse_args()
 
     from rlsdk import RolloutConfig
-    from rlsdk.rollout.job import run_job
-    from rlsdk.rollout.ledger import audit_run
 
     args = RolloutConfig(
         engine="sglang",
@@ -77,13 +75,7 @@ def main() -> None:
         ray_address="local",
         extra={"sglang_load_format": "dummy"},
     )
-    killer = Killer(args, opts.kills, opts.seed)
-    killer.start()
-    steps: list[dict[str, Any]] = []
-
-    def on_step(rollout_id: int, metrics: dict[str, Any]) -> None:
-        steps.append(metrics)
-        killer.first_step.set()
+    def on_step(rollout_id: int, metrics: dict[str, Any], killer: Killer) -> None:
         print(
             f"step {rollout_id}: {metrics['rollout/tokens_per_s']:.0f} tokens/s, returned "
             f"{metrics['ledger/returned']}, kept {metrics['ledger/kept']}",
@@ -96,14 +88,7 @@ def main() -> None:
                 time.sleep(0.5)
             metrics["waited_for_rejoin_s"] = round(time.perf_counter() - waited, 1)
 
-    started = time.perf_counter()
-    try:
-        run_job(args, on_step=on_step)
-    finally:
-        killer.done.set()
-    audit = audit_run(Path(opts.output))
-    recoveries = killer.pool.recoveries if killer.pool is not None else []
-    kills = list(zip(recoveries, killer.killed_at, strict=False))
+    report, steps = run_with_killer(args, opts.kills, opts.seed, Path(opts.output), on_step)
     print(
         json.dumps(
             {
@@ -113,29 +98,15 @@ def main() -> None:
                 "prompts": opts.prompts,
                 "samples_per_prompt": opts.samples,
                 "max_response_len": opts.max_response_len,
-                "kills": len(killer.killed_at),
-                "samples_lost": audit["lost"],
-                "samples_duplicated": audit["duplicated"],
-                "steps_completed": len(steps),
-                "returned": sum(m["ledger/returned"] for m in steps),
-                "detection_seconds": [round(r.detected_at - k, 2) for r, k in kills],
-                "recovery_seconds": [
-                    round(r.rejoined_at - k, 2) if r.rejoined_at else None for r, k in kills
-                ],
-                "recoveries": [
-                    {"by": r.by, "cause": r.cause[:300], **{s: round(t - k, 2) for s, t in r.marks.items()}}
-                    for r, k in kills
-                ],
+                **report,
                 "tokens_per_s": [round(m["rollout/tokens_per_s"], 1) for m in steps],
                 "waited_for_rejoin_s": sum(m.get("waited_for_rejoin_s", 0.0) for m in steps),
                 "rollout_seconds": [round(m["rollout/seconds"], 2) for m in steps],
-                "run_seconds": round(time.perf_counter() - started, 1),
                 "logs": str(Path(opts.output) / "logs"),
                 "machine": machine(),
             }
         )
     )
-
 
 if __name__ == "__main__":
     run_reporting(main, "ray_engines")

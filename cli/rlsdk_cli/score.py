@@ -138,7 +138,12 @@ def score(
                 chunk.append((row, _sample(row, number, keys)))
             except ValueError as exc:
                 stats["malformed"] += 1
-                err.print(f"{input_path}:{number}: malformed line: {exc}", markup=False, highlight=False)
+                err.print(
+                    f"{input_path}:{number}: malformed line: {exc}",
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
+                )
                 if on_error == "stop":
                     stopped = True
                     break
