@@ -33,8 +33,7 @@ class SDPAttention(MegatronModule):
         super().__init__(config=config)
         if attn_mask_type != AttnMaskType.causal:
             raise ValueError(f"rlsdk-megatron's SDPA attention is causal only, not {attn_mask_type}")
-        head_dim = config.kv_channels
-        self.softmax_scale = softmax_scale or 1.0 / math.sqrt(head_dim)
+        self.softmax_scale = softmax_scale or 1.0 / math.sqrt(config.kv_channels)
         self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
 
     def forward(

@@ -3,9 +3,10 @@ attention through torch's SDPA) in bfloat16 on CUDA, built from a Hugging Face L
 back in Hugging Face format.
 
 Everything but the model is the ``torch`` trainer's: advantages, micro-batches, slime's losses on the
-same logits (packed, or only the positions that predict response tokens), the optimizer step. Parallel sizes come from slime's flags: tensor
-(``--tensor-model-parallel-size``) and pipeline (``--pipeline-model-parallel-size``) parallel, data
-parallel the world size over both. ``rlsdk run`` trains in one process, so today both must be 1 (one GPU).
+same logits (packed, or only the positions that predict response tokens), the optimizer step. Parallel
+sizes come from slime's flags: tensor (``--tensor-model-parallel-size``) and pipeline
+(``--pipeline-model-parallel-size``) parallel, data parallel the world size over both. ``rlsdk run``
+trains in one process, so today both must be 1 (one GPU).
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def build_gpt_model(
     source: str = "the Hugging Face checkpoint",
 ) -> Any:
     """A ``GPTModel`` (local layer spec, attention through torch's SDPA) on ``device`` holding ``hf_state``
-    converted; needs megatron's model parallel state initialised. On a CPU device the weights are created there (as the tests do)."""
+    converted; needs megatron's model parallel state initialised. On a CPU device the weights are created
+    there (as the tests do)."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
