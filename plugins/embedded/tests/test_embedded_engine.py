@@ -223,8 +223,8 @@ def test_rows_past_the_cache_slack_and_rows_joining_and_leaving_keep_forward_log
 
 
 def test_prompts_sharing_a_prefix_prefill_it_once_and_keep_forward_logprobs(served, monkeypatch):
-    """Three distinct prompts (one asked twice) with a common system prompt: the prefill runs the shared
-    prefix once, then each prompt's own tokens (of different lengths) on its copied cache; every row's
+    """Three distinct prompts (one asked twice) with a common system prompt, prefilled together: the prefill
+    runs the shared prefix once, then each prompt's own tokens (of different lengths) on its copied cache; every row's
     log-probs still match a plain forward pass of its whole prompt."""
     engine = served.engine
     system = {"role": "system", "content": "You are a careful assistant who answers in one short sentence."}
@@ -247,8 +247,13 @@ def test_prompts_sharing_a_prefix_prefill_it_once_and_keep_forward_logprobs(serv
         lambda *a, **k: shapes.append(tuple(k["input_ids"].shape)) or forward(*a, **k),
     )
 
-    async def together():
-        return await asyncio.gather(*(engine.generate(payload(p, 5)) for p in prompts))
+    async def together():  # all four waiting before the engine takes any (paused meanwhile)
+        await engine.pause(mode="in_place")
+        tasks = [asyncio.create_task(engine.generate(payload(p, 5))) for p in prompts]
+        while (await engine.load())["num_waiting_reqs"] < len(prompts):
+            await asyncio.sleep(0.01)
+        await engine.resume()
+        return await asyncio.gather(*tasks)
 
     outs = served.run(together())
     monkeypatch.undo()
