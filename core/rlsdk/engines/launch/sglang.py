@@ -74,6 +74,8 @@ ROUTER_SET_BY_RLSDK = {
     "router_port": "sglang_router_port",
     "router_worker_urls": "--rollout-num-gpus",
 }
+"""Router flags rlsdk derives from its own options; a ``router_<name>`` for one of them is an error naming
+the option to use instead."""
 
 
 class SGLangLaunchError(EngineError):
