@@ -13,6 +13,10 @@ For runs through it (``FAKE_SGLANG_GENERATE`` set; otherwise the health check's 
 (default 0.05); the control endpoints (abort, pause, continue, flush, weights from disk) answer success
 and log their path and body.
 Its start-up line shows ``CUDA_VISIBLE_DEVICES``, as Ray set it for an engine actor.
+
+As the router, it answers ``/health`` at once and, like sglang-router 0.3, registers its ``--worker-urls``
+in the background: ``GET /workers`` lists them only ``FAKE_ROUTER_REGISTER_DELAY`` seconds (default 0)
+after it is up.
 """
 
 import asyncio
@@ -62,7 +66,17 @@ def main() -> None:
         print(request.path, await request.text(), flush=True)
         return web.json_response({"success": True, "message": ""})
 
+    up = time.monotonic()
+
+    async def workers(request: web.Request) -> web.Response:
+        registered = time.monotonic() - up >= float(os.environ.get("FAKE_ROUTER_REGISTER_DELAY", "0"))
+        urls = argv[argv.index("--worker-urls") + 1 :] if registered else []
+        urls = urls[: next((i for i, u in enumerate(urls) if u.startswith("--")), len(urls))]
+        return web.json_response({"workers": [{"url": u, "is_healthy": True} for u in urls]})
+
     app = web.Application()
+    if module == "sglang_router.launch_router":
+        app.router.add_get("/workers", workers)
     app.router.add_get("/health", ok)
     app.router.add_get("/health_generate", ok)
     app.router.add_get("/get_model_info", model_info)

@@ -164,23 +164,27 @@ def test_flags_rlsdk_sets_itself_are_refused_with_the_option_to_use():
 
 
 def test_launched_servers_and_router_start_and_stop_as_process_groups(fake_python, tmp_path, monkeypatch):
+    """Start-up ends once the router lists both servers: it registers them in the background after it
+    answers ``/health`` (here 2 s later), and until then a burst of requests would get 503s."""
     monkeypatch.setenv("FAKE_SGLANG_DELAY", "1")
+    monkeypatch.setenv("FAKE_ROUTER_REGISTER_DELAY", "2")
     monkeypatch.setenv("FAKE_SGLANG_PIDS", str(tmp_path / "pids"))
     args = RolloutConfig(rollout_num_gpus=2, sglang_python=fake_python)
     launcher = SGLangLauncher(plan_launch(args, "/models/m"), tmp_path / "logs", startup_timeout=60)
     client = SGLangClient(launcher.url, launcher=launcher)
 
-    async def scenario() -> dict:
+    async def scenario() -> tuple[list[str], dict]:
         await client.start()
         try:
-            return await client.model_info()
+            return await client.workers(), await client.model_info()
         finally:
             await client.close()
 
     started = time.monotonic()
-    info = asyncio.run(scenario())
+    workers, info = asyncio.run(scenario())
+    assert workers == launcher.plan.worker_urls
     assert (
-        info["model_path"] == "" and time.monotonic() - started >= 1
+        info["model_path"] == "" and time.monotonic() - started >= 3
     )  # the router's answer (no --model-path)
     pids = recorded_pids(tmp_path / "pids")
     assert len(pids) == 6  # two servers and the router, each with a worker

@@ -5,7 +5,8 @@ its own GPUs (``--base-gpu-id``, ``--tp-size``), and with more than one an ``sgl
 client talks to the router (or the single server). Options follow slime's: every ``sglang_<name>`` option
 becomes the server flag ``--<name>``, except those rlsdk sets itself (:data:`SET_BY_RLSDK`), and every
 ``router_<name>`` the router's ``--<name>`` (slime's load-balance thresholds by default). Start-up waits
-for ``/health_generate`` (a real one-token generation) with a timeout; every error names the server's log.
+for each server's ``/health_generate`` (a real one-token generation), then for the router to list every
+server at ``/workers``, with a timeout; every error names the process's log.
 Never imports sglang: the servers run in their own processes (``sglang_python`` may be another interpreter).
 """
 
@@ -16,7 +17,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,11 @@ class LaunchPlan:
         port = self.router_port if self.router_command else self.engines[0].port
         return f"http://{self.host}:{port}"
 
+    @property
+    def worker_urls(self) -> list[str]:
+        """The servers' addresses, as the router is given them."""
+        return [f"http://{self.host}:{e.port}" for e in self.engines]
+
 
 def plan_launch(
     args: Any, model_path: str, python: str | None = None, ports: Sequence[int] | None = None
@@ -202,20 +208,20 @@ def plan_launch(
         engines.append(EnginePlan(i, ports[local], gpus, command))
     if count == 1:
         return LaunchPlan(host, engines, None, None)
-    router_port = args.sglang_router_port or ports[count]
-    router = [
+    plan = LaunchPlan(host, engines, args.sglang_router_port or ports[count], None)
+    plan.router_command = [
         python,
         "-m",
         "sglang_router.launch_router",
         "--host",
         host,
         "--port",
-        str(router_port),
+        str(plan.router_port),
         "--worker-urls",
-        *(f"http://{host}:{e.port}" for e in engines),
+        *plan.worker_urls,
         *router_flags(prefixed_options(args, "router_")),
     ]
-    return LaunchPlan(host, engines, router_port, router)
+    return plan
 
 
 def trainer_gpu_count(args: Any) -> int:
@@ -291,15 +297,24 @@ class SGLangLauncher:
                 )
                 if self.router is not None:
                     self.router.start()
-                    await self._wait_ready(session, self.router, self.url, "/health")
+                    await self._wait_ready(
+                        session, self.router, self.url, "/workers", self._lists_all_workers
+                    )
                 await self._check_model_info(session)
         except BaseException:
             await asyncio.to_thread(self.stop)
             raise
 
     async def _wait_ready(
-        self, session: aiohttp.ClientSession, process: ManagedProcess, url: str, path: str
+        self,
+        session: aiohttp.ClientSession,
+        process: ManagedProcess,
+        url: str,
+        path: str,
+        ready: Callable[[aiohttp.ClientResponse], Awaitable[bool]] | None = None,
     ) -> None:
+        """Until ``url + path`` answers 200 (or ``ready`` of the answer holds), or the process exits, or the
+        start-up timeout passes."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.startup_timeout
         while True:
@@ -311,16 +326,33 @@ class SGLangLauncher:
                 )
             try:
                 async with session.get(url + path, timeout=aiohttp.ClientTimeout(total=30)) as response:
-                    if response.status == 200:
+                    if await ready(response) if ready else response.status == 200:
                         return
             except (TimeoutError, aiohttp.ClientError):
                 pass
             if loop.time() > deadline:
                 raise EngineUnavailableError(
-                    f"{process.name} did not answer {path} within {self.startup_timeout:.0f}s "
+                    f"{process.name} did not {'list every server at' if ready else 'answer'} {path} "
+                    f"within {self.startup_timeout:.0f}s "
                     f"(--sglang-startup-timeout); log: {process.log_path}\n{process.log_tail()}"
                 )
             await asyncio.sleep(0.5)
+
+    async def _lists_all_workers(self, response: aiohttp.ClientResponse) -> bool:
+        """Whether the router's ``GET /workers`` lists every server, none unhealthy. sglang-router (0.3)
+        answers ``/health`` at once and registers its ``--worker-urls`` in the background; until then it
+        answers requests with 503 and lists fewer workers (whom weight updates would miss). A router
+        without ``/workers`` (404) registered them before it answered."""
+        if response.status == 404:
+            return True
+        if response.status != 200:
+            return False
+        try:
+            listed = (await response.json(content_type=None)).get("workers", [])
+            healthy = {w["url"].rstrip("/") for w in listed if w.get("is_healthy", True)}
+        except (ValueError, AttributeError, KeyError, TypeError, aiohttp.ClientError):
+            return False
+        return healthy >= set(self.plan.worker_urls)
 
     async def _check_model_info(self, session: aiohttp.ClientSession) -> None:
         """Every server serves a generation model (``/get_model_info``, which 0.5.17 still answers)."""
