@@ -26,7 +26,7 @@ from rlsdk.ray.engine_actor import EngineActor
 from rlsdk.ray.engine_pool import RayEnginePool
 from rlsdk.ray.environments import PluginEnvironmentError, differences
 from rlsdk.ray.task_pool import RayTaskPool
-from rlsdk.ray.trainer_actor import RemoteTrainer, TrainerLostError
+from rlsdk.ray.trainer_actor import RemoteTrainer, TrainerLostError, launch_trainer
 from rlsdk.rollout.generate import generate
 from rlsdk.rollout.job import run_job
 from rlsdk.rollout.ledger import audit_run
@@ -427,6 +427,23 @@ def test_a_trainer_that_dies_stops_the_run_naming_the_last_checkpoint(
         f"The last checkpoint is {out / 'checkpoints' / 'step_0'}: continue with rlsdk run --resume "
         f"--output {out}" in str(error.value)
     )
+
+
+@pytest.mark.timeout(120)
+def test_the_trainer_builds_from_a_named_model_folder_without_waiting_for_the_engines(
+    cluster, tiny_llama, run_files, tmp_path
+):
+    """With the model folder on the command line, the trainer actor builds its trainer right after its
+    imports, while the engines start (no engine runs here); a model the engine resolves itself (a name,
+    not a folder) waits for the engines to name the folder."""
+    named = launch_trainer(ray_args(tiny_llama, run_files, tmp_path / "a", train=True))
+    later = launch_trainer(ray_args(tiny_llama, run_files, tmp_path / "b", train=True, model="smollm2"))
+    try:
+        assert later.started is None
+        assert ray.get(named.started, timeout=100) == "TorchTrainer"
+    finally:
+        named.kill()
+        later.kill()
 
 
 def test_ray_without_an_address_means_a_local_cluster_and_the_runtime_env_is_json():

@@ -17,6 +17,7 @@
 #   bash benchmarks/gpu/device.sh learn      # learning_gpu.py: GRPO on SmolLM2 through colocated SGLang (~9 min)
 #   bash benchmarks/gpu/device.sh learn_megatron  # the same with --trainer megatron (~9 min)
 #   bash benchmarks/gpu/device.sh ray_engines     # ray_engines.py: 2 SGLang engine actors on Ray, one SIGKILLed (two GPUs)
+#   bash benchmarks/gpu/device.sh ray_startup     # faults.py --tiny --startup-only: what Ray's start adds on this many cores
 #
 # Several phases may be given in one call. Results (one JSON file per script, its log) go to $OUT
 # (default /tmp/gpu-results). GPU_DIR overrides the carry folder.
@@ -157,12 +158,16 @@ ray_engines() {  # Ray (and jsonschema) come from SGLang's folder, after the ima
   return 0
 }
 
+ray_startup() {  # the CPU-side start-up comparison of benchmarks/faults.py, on this machine's cores
+  path_tail=$site bench faults_startup "$here/../faults.py" --tiny --startup-only
+}
+
 learn() { learn_with torch; }
 learn_megatron() { learn_with megatron; }
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|model|learn|learn_megatron|ray_engines)
+    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|model|learn|learn_megatron|ray_engines|ray_startup)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac

@@ -71,23 +71,30 @@ class TrainerActor:
 
 @dataclass
 class TrainerLaunch:
-    """A trainer actor on its way: created, its :meth:`TrainerActor.where` sent."""
+    """A trainer actor on its way: created, its :meth:`TrainerActor.where` sent, and its
+    :meth:`TrainerActor.start` too when the model folder is known before the engines start."""
 
     actor: Any
     where: Any
     resources: dict[str, Any]
+    started: Any = None
 
     def kill(self) -> None:
         import_ray().kill(self.actor)
 
 
 def launch_trainer(args: Any) -> TrainerLaunch:
-    """Create the trainer actor now (before the engines start, so both start at once)."""
+    """Create the trainer actor now, before the engines start, so both start at once. With the model
+    folder known already (``hf_checkpoint``, or ``model`` naming a folder), the trainer is built right after
+    the actor's imports; otherwise once the engines name it (:class:`RemoteTrainer`)."""
     ray = import_ray()
     device = getattr(args, "train_device", "cpu")
     resources = {"num_cpus": 1, "num_gpus": 1 if device.startswith("cuda") else 0}
     actor = ray.remote(TrainerActor).options(max_restarts=0, **resources).remote(args)
-    return TrainerLaunch(actor, actor.where.remote(), resources)
+    where = actor.where.remote()  # an actor runs its calls in order: start() follows where()
+    folder = next((Path(f) for f in (args.hf_checkpoint, args.model) if f and Path(f).is_dir()), None)
+    started = actor.start.remote(args.trainer, str(folder.resolve())) if folder else None
+    return TrainerLaunch(actor, where, resources, started)
 
 
 class RemoteTrainer(PolicyTrainer):
@@ -112,7 +119,7 @@ class RemoteTrainer(PolicyTrainer):
         except RlsdkError:
             ray.kill(actor)
             raise
-        call = actor.start.remote(spec, args.hf_checkpoint)
+        call = launch.started or actor.start.remote(spec, args.hf_checkpoint)
         await start(actor, "the trainer", place_text, call, args.ray_start_timeout)
         return place_text
 
