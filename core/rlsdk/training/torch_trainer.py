@@ -120,8 +120,9 @@ class TorchTrainer(PolicyTrainer):
                 if args.calculate_per_token_loss
                 else float(len(part))
             )
-            for micro in micro_batches(part, args.micro_batch_size, args.max_tokens_per_gpu):
-                chosen = [indices[i] for i in micro]
+            share = self._data_parallel_share(indices)
+            for micro in micro_batches([data[i] for i in share], args.micro_batch_size, args.max_tokens_per_gpu):
+                chosen = [share[i] for i in micro]
                 batch = loss_batch(data, chosen, per_sample, self.device)
                 if self.loss.record.logits == "response":
                     logits = self._response_logits(self.model, data, chosen)
@@ -136,6 +137,7 @@ class TorchTrainer(PolicyTrainer):
                     totals[key] = totals.get(key, 0.0) + float(value) / max(denominator, 1.0)
                 tokens += sum(batch["total_lengths"])
             grad_norms.append(self._optimizer_step())
+        totals, tokens = self._sum_over_data_parallel(totals, tokens)
         steps = len(grad_norms)
         seconds = time.perf_counter() - started
         out = {f"train/{k}": v / steps for k, v in totals.items()}
@@ -179,6 +181,14 @@ class TorchTrainer(PolicyTrainer):
                 "rollout_data['advantages']"
             )
         return list(rollout_data["advantages"])
+
+    def _data_parallel_share(self, indices: list[int]) -> list[int]:
+        """The samples of a global batch this process trains on: all of them (one process)."""
+        return indices
+
+    def _sum_over_data_parallel(self, totals: dict[str, float], tokens: int) -> tuple[dict[str, float], int]:
+        """Loss metrics and token counts summed over the processes that shared the batches: these alone."""
+        return totals, tokens
 
     def _optimizer_step(self) -> float:
         if self.args.clip_grad and self.args.clip_grad > 0:
