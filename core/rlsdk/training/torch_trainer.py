@@ -121,7 +121,9 @@ class TorchTrainer(PolicyTrainer):
                 else float(len(part))
             )
             share = self._data_parallel_share(indices)
-            for micro in micro_batches([data[i] for i in share], args.micro_batch_size, args.max_tokens_per_gpu):
+            for micro in micro_batches(
+                [data[i] for i in share], args.micro_batch_size, args.max_tokens_per_gpu
+            ):
                 chosen = [share[i] for i in micro]
                 batch = loss_batch(data, chosen, per_sample, self.device)
                 if self.loss.record.logits == "response":
@@ -256,6 +258,15 @@ class TorchTrainer(PolicyTrainer):
 
     def save_checkpoint(self, folder: Path) -> None:
         self.save_hf_model(folder)
+        self._save_optimizer_and_rng(folder)
+
+    def load_checkpoint(self, folder: Path) -> None:
+        from safetensors.torch import load_model
+
+        load_model(self.model, str(folder / "model.safetensors"), device=str(self.device))
+        self._load_optimizer_and_rng(folder)
+
+    def _save_optimizer_and_rng(self, folder: Path) -> None:
         torch.save(self.optimizer.state_dict(), folder / OPTIMIZER_FILE)
         torch.save(
             {
@@ -265,12 +276,6 @@ class TorchTrainer(PolicyTrainer):
             },
             folder / RNG_FILE,
         )
-
-    def load_checkpoint(self, folder: Path) -> None:
-        from safetensors.torch import load_model
-
-        load_model(self.model, str(folder / "model.safetensors"), device=str(self.device))
-        self._load_optimizer_and_rng(folder)
 
     def _load_optimizer_and_rng(self, folder: Path) -> None:
         self.optimizer.load_state_dict(torch.load(folder / OPTIMIZER_FILE, map_location=self.device))

@@ -45,7 +45,9 @@ def _join(rank: int, world_size: int, store: dist.TCPStore, backend: str) -> dis
     """Join the default group and return the gloo group that carries the calls."""
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=COLLECTIVE_TIMEOUT)
+    dist.init_process_group(
+        backend, store=store, rank=rank, world_size=world_size, timeout=COLLECTIVE_TIMEOUT
+    )
     return dist.new_group(backend="gloo", timeout=IDLE_TIMEOUT)
 
 
@@ -96,7 +98,9 @@ class RankGroup:
         while not store.check(keys):
             self._raise_if_exited()
             if time.monotonic() > deadline:
-                raise RankFailedError(f"rlsdk-megatron: ranks did not start within {timeout:.0f} s: {self._logs()}")
+                raise RankFailedError(
+                    f"rlsdk-megatron: ranks did not start within {timeout:.0f} s: {self._logs()}"
+                )
             time.sleep(0.2)
 
     def call(self, method: str, *arguments: Any) -> Any:
@@ -123,6 +127,7 @@ class RankGroup:
         if self.failure is None and not self._closing:
             try:
                 dist.broadcast_object_list([("close", ())], src=0, group=self.control)
+                _close(self.target)
             except Exception:  # noqa: BLE001 (a rank died meanwhile: stopped below)
                 pass
             deadline = time.monotonic() + 30.0
@@ -170,12 +175,19 @@ class RankGroup:
         return ", ".join(str(p.log_path) for p in self.ranks)
 
 
+def _close(target: Any) -> None:
+    """The built object's own ``close()``, where it has one (collective, like every call)."""
+    if hasattr(target, "close"):
+        target.close()
+
+
 def _picklable(args: Any) -> Any:
     """``args`` without what a run binds to it (its runtime): only the dataclass fields travel."""
     if not dataclasses.is_dataclass(args):
         return args
     clone = object.__new__(type(args))
-    clone.__dict__.update({f.name: getattr(args, f.name) for f in dataclasses.fields(args)})
+    for field in dataclasses.fields(args):
+        object.__setattr__(clone, field.name, getattr(args, field.name))
     return clone
 
 
@@ -193,6 +205,7 @@ def serve() -> None:
         dist.broadcast_object_list(message, src=0, group=control)
         method, arguments = message[0]
         if method == "close":
+            _close(target)
             break
         if method == "build":
             factory, args = arguments
