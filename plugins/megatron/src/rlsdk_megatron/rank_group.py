@@ -12,6 +12,7 @@ every call goes through such a group.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -151,7 +152,8 @@ class RankGroup:
                     self.failure = self._exit_message(rank, process, code)
                     self._stop()
                     if self.backend == "nccl":  # unblock rank 0's pending NCCL collectives
-                        dist.distributed_c10d._abort_process_group()
+                        with contextlib.suppress(Exception):
+                            dist.distributed_c10d._abort_process_group()
                     return
             time.sleep(0.5)
 

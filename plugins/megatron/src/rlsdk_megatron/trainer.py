@@ -200,11 +200,11 @@ class MegatronTrainer(TorchTrainer):
     Every method is collective: with several processes each one calls it (:mod:`.rank_group`)."""
 
     def __init__(self, args: Any, device: torch.device | None = None) -> None:
+        self.device = device or cuda_device()
         import torch.distributed as dist
         from megatron.core import parallel_state
         from transformers import AutoTokenizer
 
-        self.device = device or cuda_device()
         self.args = args
         self.model_path = args.hf_checkpoint or args.model
         if not self.model_path:
