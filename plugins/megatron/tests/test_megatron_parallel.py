@@ -20,7 +20,7 @@ pytest.importorskip("megatron.core", reason="megatron-core is not installed (cp3
 
 from rlsdk import RolloutConfig, Sample  # noqa: E402
 from rlsdk.plugins.loading import load_callable  # noqa: E402
-from rlsdk_megatron.rank_group import RankGroupTrainer  # noqa: E402
+from rlsdk_megatron.rank_group import RankFailedError, RankGroupTrainer  # noqa: E402
 
 CPU_MEGATRON = Path(__file__).with_name("cpu_megatron.py")
 TINY = {
@@ -157,3 +157,16 @@ def test_two_processes_train_as_one(folder, one_process, sizes, tmp_path):
     # A checkpoint resumes exactly: the step after it, repeated after loading it, is the same step.
     assert after_load["train/loss"] == pytest.approx(after_save["train/loss"], rel=1e-6)
     assert (checkpoint / "rank-1" / "optimizer.pt").exists()
+
+
+def test_pipeline_parallelism_is_refused_by_name(folder, tmp_path):
+    patches = pytest.MonkeyPatch()
+    load_callable(f"{CPU_MEGATRON}:patch_for_cpu")(patches.setattr)
+    args = config(folder, pipeline_model_parallel_size=2)
+    try:
+        with pytest.raises(
+            (ValueError, RankFailedError), match="pipeline-parallel size 2 is not supported yet"
+        ):
+            RankGroupTrainer(f"{CPU_MEGATRON}:cpu_trainer", args, 2, tmp_path / "logs")
+    finally:
+        patches.undo()

@@ -4,6 +4,10 @@ rank outlives the group."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,3 +47,32 @@ def test_a_failing_rank_is_an_error_naming_it_and_its_log(tmp_path, method):
             group.call("total", 1.0)
     finally:
         group.close()
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie: dead, not yet reaped
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_no_rank_outlives_a_killed_rank_0(tmp_path):
+    rank_0 = tmp_path / "rank_0.py"
+    rank_0.write_text(
+        "import time\nfrom pathlib import Path\nfrom rlsdk import RolloutConfig\n"
+        "from rlsdk_megatron.rank_group import RankGroup\n"
+        f"group = RankGroup({SUMMER!r}, RolloutConfig(lr=1.0), 2, Path({str(tmp_path)!r}))\n"
+        "print(group.ranks[0].pid, flush=True)\ntime.sleep(300)\n"
+    )
+    process = subprocess.Popen([sys.executable, str(rank_0)], stdout=subprocess.PIPE, env=os.environ)
+    try:
+        rank_1 = int(process.stdout.readline())
+    finally:
+        process.kill()  # SIGKILL: no atexit hook runs
+        process.wait()
+    deadline = time.monotonic() + 20
+    while not gone(rank_1) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone(rank_1)

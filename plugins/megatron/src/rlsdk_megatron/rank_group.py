@@ -91,6 +91,8 @@ class RankGroup:
             self.target = self._everywhere("build", (factory, args), lambda: load_callable(factory)(args))
         except BaseException:
             self._stop()
+            if dist.is_initialized():
+                dist.destroy_process_group()
             raise
 
     def _wait_until_joined(self, store: dist.TCPStore, timeout: float) -> None:
@@ -116,27 +118,32 @@ class RankGroup:
         try:
             dist.broadcast_object_list([(method, arguments)], src=0, group=self.control)
             return run_here()
-        except Exception as exc:
-            time.sleep(1.0)  # a failed collective is often a rank's death the watchdog is about to see
-            self._raise_if_exited()
-            self.failure = f"rlsdk-megatron: {method} failed on rank 0 ({exc}); the ranks were stopped"
+        except BaseException as exc:  # Ctrl-C included: the ranks would wait in the call forever
+            if isinstance(exc, Exception):
+                time.sleep(1.0)  # a failed collective is often a rank's death the watchdog is about to see
+                self._raise_if_exited()
+            self.failure = f"rlsdk-megatron: {method} failed on rank 0 ({exc!r}); the ranks were stopped"
             self._stop()
             raise
 
     def close(self) -> None:
         """Ranks 1..N-1 leave their loop; whatever has not exited after a while is stopped."""
         if self.failure is None and not self._closing:
-            try:
-                dist.broadcast_object_list([("close", ())], src=0, group=self.control)
-                _close(self.target)
-            except Exception:  # noqa: BLE001 (a rank died meanwhile: stopped below)
-                pass
+            # From a thread: a rank stuck elsewhere must not hold rank 0 here (it is stopped below).
+            sender = threading.Thread(target=self._send_close, name="megatron-close", daemon=True)
+            sender.start()
+            sender.join(timeout=30.0)
+            _close(self.target)
             deadline = time.monotonic() + 30.0
             while time.monotonic() < deadline and any(p.exit_code() is None for p in self.ranks):
                 time.sleep(0.1)
         self._stop()
         if dist.is_initialized():
             dist.destroy_process_group()
+
+    def _send_close(self) -> None:
+        with contextlib.suppress(Exception):  # a rank died meanwhile: stopped by close()
+            dist.broadcast_object_list([("close", ())], src=0, group=self.control)
 
     def _stop(self) -> None:
         self._closing = True
