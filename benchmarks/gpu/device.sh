@@ -128,6 +128,9 @@ megatron() {
 
 megatron_parallel() {
   bench megatron_parallel "$here/megatron_parallel.py" --model-config "$gpu/bench-model"
+  # The report, even if something prints after it (a CPU dry run once aborted at exit: "terminate called
+  # without an active exception", after the JSON).
+  grep '^{"benchmark"' "$out/megatron_parallel.log" | tail -n 1 >"$out/megatron_parallel.json"
   for rank_log in /tmp/megatron-parallel-*/out-*/logs/megatron-rank-*.log; do
     [ -f "$rank_log" ] && tail -n 100 "$rank_log" >"$out/megatron_parallel-$(basename "$(dirname "$(dirname "$rank_log")")")-$(basename "$rank_log")"
   done
