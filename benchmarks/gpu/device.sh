@@ -13,6 +13,7 @@
 #   bash benchmarks/gpu/device.sh nccl       # gpu_loop.py nccl: the same through an NCCL broadcast (two GPUs)
 #   bash benchmarks/gpu/device.sh engines2   # gpu_loop.py engines2: one launched engine vs two behind the router
 #   bash benchmarks/gpu/device.sh megatron   # megatron_parity.py: megatron vs torch trainer (~2 min)
+#   bash benchmarks/gpu/device.sh megatron_parallel  # megatron_parallel.py: TP=2 and DP=2 vs one GPU (two GPUs)
 #   bash benchmarks/gpu/device.sh model      # reassemble the carried SmolLM2 GGUF, convert it to /tmp/rlsdk-models
 #   bash benchmarks/gpu/device.sh learn      # learning_gpu.py: GRPO on SmolLM2 through colocated SGLang (~9 min)
 #   bash benchmarks/gpu/device.sh learn_megatron  # the same with --trainer megatron (~9 min)
@@ -126,6 +127,17 @@ megatron() {
   bench megatron_parity "$here/megatron_parity.py" --model-config "$gpu/bench-model"
 }
 
+megatron_parallel() {
+  bench megatron_parallel "$here/megatron_parallel.py" --model-config "$gpu/bench-model"
+  # The report, even if something prints after it (a CPU dry run once aborted at exit: "terminate called
+  # without an active exception", after the JSON).
+  grep '^{"benchmark"' "$out/megatron_parallel.log" | tail -n 1 >"$out/megatron_parallel.json"
+  for rank_log in /tmp/megatron-parallel-*/out-*/logs/megatron-rank-*.log; do
+    [ -f "$rank_log" ] && tail -n 100 "$rank_log" >"$out/megatron_parallel-$(basename "$(dirname "$(dirname "$rank_log")")")-$(basename "$rank_log")"
+  done
+  return 0
+}
+
 gguf=/tmp/gguf/SmolLM2-135M-Instruct.Q4_1.gguf models=/tmp/rlsdk-models
 
 model() {  # the GGUF's pieces (prepare.sh split it) back into one file, converted once as the embedded engine does
@@ -167,7 +179,7 @@ learn_megatron() { learn_with megatron; }
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|model|learn|learn_megatron|ray_engines|ray_startup)
+    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|megatron_parallel|model|learn|learn_megatron|ray_engines|ray_startup)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac

@@ -332,7 +332,7 @@ def run_job(
         output.start_fresh(args.overwrite)  # so does an output folder holding another run
     loading = " (loading the model)" if args.engine == "embedded" else ""
     status(f"starting the {args.engine} engine{loading}")
-    with running(args, pm) as (runtime, plugins):
+    with running(args, pm) as (runtime, plugins), ExitStack() as closing:
         status("reading the data")
         runtime.progress = progress
         output.on_saved = runtime.state.setdefault(STATE_SAVED, [])
@@ -346,6 +346,8 @@ def run_job(
         if args.train:
             status("loading the trainer")
         training = open_training(args, runtime, plugins, output.folder) if args.train else None
+        if training is not None:
+            closing.callback(training.close)  # before the engine closes
         report = RunReport(output.folder, args.report_to) if args.train else None
         first = 0
         if args.resume:

@@ -115,6 +115,9 @@ class TrainingOptions:
     """How weights reach a GPU engine: ``tensor`` (CUDA IPC, needs ``colocate``), ``nccl`` (a broadcast
     group with the engines), ``disk`` (a Hugging Face folder); ``auto``: in process for the embedded
     engine, else ``tensor`` with ``colocate``, else ``disk``."""
+    actor_num_gpus_per_node: int | None = None
+    """GPUs the trainer trains on, one process each (its world size; one node); default
+    ``tensor_model_parallel_size`` x ``pipeline_model_parallel_size``. The ``torch`` trainer uses one."""
     tensor_model_parallel_size: int = 1
     """megatron trainer: tensor-parallel size (data-parallel size is the world size over TP x PP)."""
     pipeline_model_parallel_size: int = 1
@@ -131,6 +134,11 @@ class TrainingOptions:
     """Save a checkpoint every this many steps (and after the last)."""
     report_to: str | None = None
     """``tensorboard``: also write TensorBoard event files to ``<output_dir>/tensorboard``."""
+
+
+def trainer_world_size(args: TrainingOptions) -> int:
+    """The trainer's processes (one per GPU): ``actor_num_gpus_per_node``, default TP x PP."""
+    return args.actor_num_gpus_per_node or args.tensor_model_parallel_size * args.pipeline_model_parallel_size
 
 
 def loss_spec(args: TrainingOptions) -> str:

@@ -90,6 +90,9 @@ class TrainingSession:
         staging.rename(final)
         return final
 
+    def close(self) -> None:
+        self.trainer.close()
+
     def restore(self, folder: Path) -> None:
         """Load a checkpoint into the trainer and hand its weights to the engine."""
         meta = json.loads((folder / CHECKPOINT_META).read_text())

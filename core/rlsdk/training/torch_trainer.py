@@ -120,8 +120,11 @@ class TorchTrainer(PolicyTrainer):
                 if args.calculate_per_token_loss
                 else float(len(part))
             )
-            for micro in micro_batches(part, args.micro_batch_size, args.max_tokens_per_gpu):
-                chosen = [indices[i] for i in micro]
+            share = self._data_parallel_share(indices)
+            for micro in micro_batches(
+                [data[i] for i in share], args.micro_batch_size, args.max_tokens_per_gpu
+            ):
+                chosen = [share[i] for i in micro]
                 batch = loss_batch(data, chosen, per_sample, self.device)
                 if self.loss.record.logits == "response":
                     logits = self._response_logits(self.model, data, chosen)
@@ -136,6 +139,7 @@ class TorchTrainer(PolicyTrainer):
                     totals[key] = totals.get(key, 0.0) + float(value) / max(denominator, 1.0)
                 tokens += sum(batch["total_lengths"])
             grad_norms.append(self._optimizer_step())
+        totals, tokens = self._sum_over_data_parallel(totals, tokens)
         steps = len(grad_norms)
         seconds = time.perf_counter() - started
         out = {f"train/{k}": v / steps for k, v in totals.items()}
@@ -179,6 +183,14 @@ class TorchTrainer(PolicyTrainer):
                 "rollout_data['advantages']"
             )
         return list(rollout_data["advantages"])
+
+    def _data_parallel_share(self, indices: list[int]) -> list[int]:
+        """The samples of a global batch this process trains on: all of them (one process)."""
+        return indices
+
+    def _sum_over_data_parallel(self, totals: dict[str, float], tokens: int) -> tuple[dict[str, float], int]:
+        """Loss metrics and token counts summed over the processes that shared the batches: these alone."""
+        return totals, tokens
 
     def _optimizer_step(self) -> float:
         if self.args.clip_grad and self.args.clip_grad > 0:
@@ -246,6 +258,15 @@ class TorchTrainer(PolicyTrainer):
 
     def save_checkpoint(self, folder: Path) -> None:
         self.save_hf_model(folder)
+        self._save_optimizer_and_rng(folder)
+
+    def load_checkpoint(self, folder: Path) -> None:
+        from safetensors.torch import load_model
+
+        load_model(self.model, str(folder / "model.safetensors"), device=str(self.device))
+        self._load_optimizer_and_rng(folder)
+
+    def _save_optimizer_and_rng(self, folder: Path) -> None:
         torch.save(self.optimizer.state_dict(), folder / OPTIMIZER_FILE)
         torch.save(
             {
@@ -255,12 +276,6 @@ class TorchTrainer(PolicyTrainer):
             },
             folder / RNG_FILE,
         )
-
-    def load_checkpoint(self, folder: Path) -> None:
-        from safetensors.torch import load_model
-
-        load_model(self.model, str(folder / "model.safetensors"), device=str(self.device))
-        self._load_optimizer_and_rng(folder)
 
     def _load_optimizer_and_rng(self, folder: Path) -> None:
         self.optimizer.load_state_dict(torch.load(folder / OPTIMIZER_FILE, map_location=self.device))

@@ -15,7 +15,8 @@ class PolicyTrainer(abc.ABC):
 
     ``trainer(args)`` builds one from ``args.hf_checkpoint`` (a Hugging Face folder); the loop then calls
     :meth:`train_step` once per rollout step, :meth:`weights` (or :meth:`save_hf_model` for engines
-    that load from disk) to sync, and :meth:`response_log_probs` for the trust check.
+    that load from disk) to sync, and :meth:`response_log_probs` for the trust check; :meth:`close` when
+    the run ends.
     """
 
     @abc.abstractmethod
@@ -41,3 +42,6 @@ class PolicyTrainer(abc.ABC):
     @abc.abstractmethod
     def load_checkpoint(self, folder: Path) -> None:
         """Restore the state :meth:`save_checkpoint` wrote."""
+
+    def close(self) -> None:  # noqa: B027 (optional: most trainers hold nothing beyond their process)
+        """Release what outlives the trainer object otherwise (e.g. the processes of other ranks)."""

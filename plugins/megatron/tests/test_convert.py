@@ -6,7 +6,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlsdk_megatron.convert import ModelShape, fuse_qkv, hf_to_megatron, megatron_config, megatron_to_hf
+from rlsdk_megatron.convert import (
+    ModelShape,
+    check_tensor_parallel,
+    fuse_qkv,
+    hf_to_megatron,
+    megatron_config,
+    megatron_to_hf,
+    merge_tensor_parallel,
+    pad_vocab,
+    padded_vocab_size,
+    split_tensor_parallel,
+)
 
 TINY = {
     "hidden_size": 32,
@@ -112,3 +123,63 @@ def test_rope_base_from_a_transformers_5_config():
         megatron_config(
             {**config, "rope_parameters": {"rope_theta": 5e5, "rope_type": "llama3", "factor": 8.0}}
         )
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize(("model_type", "tied"), [("llama", True), ("qwen2", False)])
+def test_tensor_parallel_split_then_merge_is_the_identity(model_type, tied, tp):
+    hf, config = tiny_model(model_type, tied)
+    whole = hf_to_megatron(hf, config)
+    shards = split_tensor_parallel(whole, tp)
+    assert len(shards) == tp and all(shard.keys() == whole.keys() for shard in shards)
+    merged = merge_tensor_parallel(shards)
+    assert merged.keys() == whole.keys()
+    for name, tensor in whole.items():
+        assert torch.equal(merged[name], tensor), name
+
+
+def test_tensor_parallel_shards_follow_megatrons_layers():
+    """Rank r's qkv rows are its query groups whole; fc1 is [gate_r; up_r]; proj and fc2 split columns;
+    the embedding and output layer split vocabulary rows; norms are replicated. (Shapes against a real
+    TP=2 ``GPTModel``: test_megatron_parallel.py.)"""
+    hf, config = tiny_model("qwen2", False)  # 4 heads in 2 query groups of head_dim 8, qkv bias
+    whole = hf_to_megatron(hf, config)
+    first, second = split_tensor_parallel(whole, 2)
+    layer = "decoder.layers.0."
+    group_rows = (2 + 2) * 8  # a group's 2 query heads, its key head, its value head
+    qkv = whole[layer + "self_attention.linear_qkv.weight"]
+    assert torch.equal(second[layer + "self_attention.linear_qkv.weight"], qkv[group_rows:])
+    assert torch.equal(
+        first[layer + "self_attention.linear_qkv.bias"],
+        whole[layer + "self_attention.linear_qkv.bias"][:group_rows],
+    )
+    gate, up = hf["model.layers.0.mlp.gate_proj.weight"], hf["model.layers.0.mlp.up_proj.weight"]
+    assert torch.equal(second[layer + "mlp.linear_fc1.weight"], torch.cat([gate[24:], up[24:]]))
+    assert torch.equal(first[layer + "mlp.linear_fc2.weight"], whole[layer + "mlp.linear_fc2.weight"][:, :24])
+    assert first[layer + "self_attention.linear_proj.weight"].shape == (32, 16)
+    assert first["embedding.word_embeddings.weight"].shape == first["output_layer.weight"].shape == (32, 32)
+    assert first[layer + "input_layernorm.weight"] is second[layer + "input_layernorm.weight"]
+
+
+def test_vocabulary_padded_for_tensor_parallelism_and_cut_back():
+    hf, config = tiny_model("llama", False)
+    whole = hf_to_megatron(hf, {**config})
+    assert (
+        padded_vocab_size(64, 2) == 64 and padded_vocab_size(63, 2) == 64 and padded_vocab_size(61, 4) == 64
+    )
+    odd = {**whole, "embedding.word_embeddings.weight": whole["embedding.word_embeddings.weight"][:63]}
+    padded = pad_vocab(odd, padded_vocab_size(63, 2))
+    assert padded["embedding.word_embeddings.weight"].shape[0] == padded["output_layer.weight"].shape[0] == 64
+    assert not padded["embedding.word_embeddings.weight"][63:].any()
+    back = pad_vocab(merge_tensor_parallel(split_tensor_parallel(padded, 2)), 63)
+    assert torch.equal(back["embedding.word_embeddings.weight"], odd["embedding.word_embeddings.weight"])
+    assert back["output_layer.weight"].shape[0] == 63
+
+
+def test_tensor_parallel_sizes_that_do_not_divide_the_model_are_refused():
+    _, config = tiny_model("llama", False)  # 4 heads, 2 query groups, 48 MLP columns
+    check_tensor_parallel(config, 2)
+    with pytest.raises(ValueError, match="size 4 does not divide the 2 query groups"):
+        check_tensor_parallel(config, 4)
+    with pytest.raises(ValueError, match="size 3 does not divide the 4 attention heads"):
+        check_tensor_parallel(config, 3)

@@ -7,22 +7,26 @@ Runs on CPU where megatron-core (and the triton it imports) can be imported; meg
 wheels only, so elsewhere the module is skipped. megatron-core 0.19 assumes CUDA in three places a
 float32, dropout-free forward does not need, which the ``cpu_megatron`` fixture points at the CPU: the
 rotary frequencies are moved to ``torch.cuda.current_device()``, the default causal mask is allocated on
-``"cuda"``, and attention dropout forks the CUDA RNG tracker. Everything else is megatron's real code.
+``"cuda"``, and attention dropout forks the CUDA RNG tracker (cpu_megatron.py). Everything else is
+megatron's real code.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
 pytest.importorskip("megatron.core", reason="megatron-core is not installed (cp312 wheels only)")
 
+from rlsdk.plugins.loading import load_callable  # noqa: E402
 from rlsdk_megatron.convert import megatron_to_hf  # noqa: E402
 from rlsdk.training.batch import response_rows  # noqa: E402
 from rlsdk_megatron.trainer import build_gpt_model, packed_logits, read_hf_weights, response_logits  # noqa: E402
+
+patch_for_cpu = load_callable(f"{Path(__file__).with_name('cpu_megatron.py')}:patch_for_cpu")
 
 TINY = {
     "model_type": "llama",
@@ -41,25 +45,15 @@ TINY = {
 }
 
 
-class _NoDropoutRng:
-    def fork(self, *args, **kwargs):
-        return contextlib.nullcontext()
-
-
 @pytest.fixture(scope="module")
 def cpu_megatron():
     import torch.distributed as dist
-    from megatron.core import parallel_state, tensor_parallel
-    from megatron.core.fusions import fused_softmax
+    from megatron.core import parallel_state
 
     from rlsdk.engines.launch.sglang import free_port
 
     patches = pytest.MonkeyPatch()
-    patches.setattr(torch.cuda, "current_device", lambda: "cpu")
-    patches.setattr(
-        fused_softmax, "get_default_causal_mask", lambda sq: torch.ones(sq, sq, dtype=torch.bool).triu(1)
-    )
-    patches.setattr(tensor_parallel, "get_cuda_rng_tracker", lambda *args, **kwargs: _NoDropoutRng())
+    patch_for_cpu(patches.setattr)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     parallel_state.initialize_model_parallel(1, 1)
     yield

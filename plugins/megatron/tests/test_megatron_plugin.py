@@ -32,3 +32,10 @@ def test_parallel_sizes_follow_slimes_flags():
 def test_without_cuda_the_trainer_says_to_use_torch():
     with pytest.raises(RuntimeError, match="CUDA GPUs only: use --trainer torch"):
         get_plugin_manager().resolve("trainer", "megatron").func(RolloutConfig(hf_checkpoint="/m"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
+def test_several_gpus_are_refused_on_cpu_before_any_rank_starts():
+    args = RolloutConfig(hf_checkpoint="/m", tensor_model_parallel_size=2)
+    with pytest.raises(RuntimeError, match="CUDA GPUs only"):
+        get_plugin_manager().resolve("trainer", "megatron").func(args)

@@ -24,6 +24,7 @@ from typing import Any
 
 import aiohttp
 
+from ...training.options import trainer_world_size
 from ..protocol import EngineError, EngineUnavailableError
 from .process_group import ManagedProcess
 
@@ -225,11 +226,11 @@ def plan_launch(
 
 
 def trainer_gpu_count(args: Any) -> int:
-    """GPUs the trainer holds when not colocated: one per model-parallel rank of one data-parallel replica
-    (``rlsdk run`` trains in one process), and none without ``train``."""
+    """GPUs the trainer holds when not colocated: ``actor_num_gpus_per_node`` (default one per model-parallel
+    rank of one data-parallel replica), and none without ``train``."""
     if not args.train:
         return 0
-    return args.tensor_model_parallel_size * args.pipeline_model_parallel_size
+    return trainer_world_size(args)
 
 
 def server_environment() -> dict[str, str]:

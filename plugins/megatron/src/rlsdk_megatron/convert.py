@@ -7,7 +7,9 @@ Hugging Face's in two fused matrices:
   groups its ``heads / groups`` query heads, then its key head, then its value head (rows of ``head_dim``).
 - ``mlp.linear_fc1``: the gate projection above the up projection (SwiGLU's two halves).
 
-These are whole (tensor-parallel size 1) state dicts.
+:func:`hf_to_megatron` and :func:`megatron_to_hf` take whole (tensor-parallel size 1) state dicts;
+:func:`split_tensor_parallel` and :func:`merge_tensor_parallel` cut one into the shards of megatron-core's
+tensor-parallel layers and join them back.
 """
 
 from __future__ import annotations
@@ -218,3 +220,98 @@ def megatron_to_hf(state: dict[str, torch.Tensor], config: dict[str, Any]) -> di
     if shape.tied and "model.embed_tokens.weight" in out:
         out["lm_head.weight"] = out["model.embed_tokens.weight"]
     return out
+
+
+# ---------------------------------------------------------------------------- tensor parallelism
+#
+# How megatron-core's layers shard a whole state dict over ``tp`` ranks (rank r holds part r):
+# - ColumnParallelLinear splits output rows: ``linear_qkv`` (its grouped layout puts ``groups / tp`` whole
+#   query groups on each rank), ``output_layer`` (vocabulary rows); ``linear_fc1`` splits gate and up
+#   separately and stacks each rank's parts, ``[gate_r; up_r]`` (the layer's GLU chunks its output in two).
+# - RowParallelLinear splits input columns: ``linear_proj``, ``linear_fc2``.
+# - VocabParallelEmbedding splits vocabulary rows: ``embedding.word_embeddings``.
+# - Norms are replicated. (Biases of row-parallel layers would be too; these models have none.)
+
+_VOCAB_ROWS = ("embedding.word_embeddings.weight", "output_layer.weight")
+_GATED = "mlp.linear_fc1.weight"
+_SPLIT_ROWS = ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias", _GATED, *_VOCAB_ROWS)
+_SPLIT_COLUMNS = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
+
+
+def tensor_parallel_dim(name: str) -> int | None:
+    """The dimension megatron-core splits weight ``name`` along under tensor parallelism (None: replicated)."""
+    if name.endswith(_SPLIT_ROWS):
+        return 0
+    if name.endswith(_SPLIT_COLUMNS):
+        return 1
+    return None
+
+
+def check_tensor_parallel(config: dict[str, Any], tp: int) -> None:
+    """Refuse a tensor-parallel size megatron-core cannot split this model by (whole heads, query groups
+    and MLP columns per rank); the vocabulary is padded instead (:func:`padded_vocab_size`)."""
+    shape = ModelShape.from_hf(config)
+    for what, size in (
+        ("attention heads", shape.num_heads),
+        ("query groups (key/value heads)", shape.num_groups),
+        ("MLP columns (intermediate_size)", config["intermediate_size"]),
+    ):
+        if size % tp:
+            raise ValueError(f"rlsdk-megatron: tensor-parallel size {tp} does not divide the {size} {what}")
+
+
+def padded_vocab_size(vocab_size: int, tp: int) -> int:
+    """The vocabulary rounded up to a multiple of ``tp``, as ``VocabParallelEmbedding`` needs; the extra
+    rows are zeros, and the trainer drops their logits (so the loss and the gradient see the true vocabulary)."""
+    return -(-vocab_size // tp) * tp
+
+
+def pad_vocab(state: dict[str, torch.Tensor], size: int) -> dict[str, torch.Tensor]:
+    """``state`` with the embedding and output layer given zero rows up to ``size`` (or cut to it)."""
+    out = dict(state)
+    for name in _VOCAB_ROWS:
+        if name in out:
+            tensor = out[name][:size]
+            missing = size - tensor.shape[0]
+            out[name] = (
+                torch.cat([tensor, tensor.new_zeros(missing, *tensor.shape[1:])]) if missing else tensor
+            )
+    return out
+
+
+def split_tensor_parallel(state: dict[str, torch.Tensor], tp: int) -> list[dict[str, torch.Tensor]]:
+    """A whole ``GPTModel`` state dict (vocabulary already padded) -> one state dict per tensor-parallel rank."""
+    shards: list[dict[str, torch.Tensor]] = [{} for _ in range(tp)]
+    for name, tensor in state.items():
+        if name.endswith("_extra_state"):
+            continue
+        dim = tensor_parallel_dim(name)
+        if dim is None:
+            parts = [tensor] * tp
+        elif name.endswith(_GATED):
+            gate, up = tensor.chunk(2, dim=0)
+            parts = [torch.cat(pair) for pair in zip(gate.chunk(tp), up.chunk(tp), strict=True)]
+        else:
+            parts = list(tensor.chunk(tp, dim=dim))
+        for shard, part in zip(shards, parts, strict=True):
+            shard[name] = part
+    return shards
+
+
+def merge_tensor_parallel(shards: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The inverse of :func:`split_tensor_parallel`: each rank's state dict -> the whole one (replicated
+    weights taken from rank 0)."""
+    whole: dict[str, torch.Tensor] = {}
+    for name, first in shards[0].items():
+        if name.endswith("_extra_state"):
+            continue
+        parts = [shard[name] for shard in shards]
+        dim = tensor_parallel_dim(name)
+        if dim is None:
+            whole[name] = first
+        elif name.endswith(_GATED):
+            halves = [part.chunk(2, dim=0) for part in parts]
+            whole[name] = torch.cat([gate for gate, _ in halves] + [up for _, up in halves])
+        else:
+            whole[name] = torch.cat(parts, dim=dim)
+    return whole

@@ -3,10 +3,14 @@ attention through torch's SDPA) in bfloat16 on CUDA, built from a Hugging Face L
 back in Hugging Face format.
 
 Everything but the model is the ``torch`` trainer's: advantages, micro-batches, slime's losses on the
-same logits (packed, or only the positions that predict response tokens), the optimizer step. Parallel
-sizes come from slime's flags: tensor (``--tensor-model-parallel-size``) and pipeline
-(``--pipeline-model-parallel-size``) parallel, data parallel the world size over both. ``rlsdk run``
-trains in one process, so today both must be 1 (one GPU).
+same full-vocabulary logits (packed, or only the positions that predict response tokens), the optimizer
+step. One process per GPU: ``actor_num_gpus_per_node`` of them (default TP x PP), started and driven by
+the ``rlsdk run`` process (:mod:`.rank_group`). Tensor parallel (``--tensor-model-parallel-size``):
+each rank holds its shard of megatron's parallel layers (:func:`~.convert.split_tensor_parallel`) and the
+output layer gathers the logits. Data parallel (the world size over TP): each replica trains on its share
+of every global batch, the loss divided by the whole batch's denominator and the gradients summed over the
+replicas, so the step is the one-process step. Pipeline parallel (``--pipeline-model-parallel-size``) must
+stay 1.
 """
 
 from __future__ import annotations
@@ -20,11 +24,24 @@ from typing import Any
 import torch
 
 from rlsdk.training.batch import TrainSample
-from rlsdk.training.torch_trainer import TorchTrainer, adamw, resolve_loss
+from rlsdk.training.torch_trainer import OPTIMIZER_FILE, TorchTrainer, adamw, resolve_loss
 
-from .convert import hf_to_megatron, megatron_config, megatron_to_hf
+from .convert import (
+    check_tensor_parallel,
+    hf_to_megatron,
+    megatron_config,
+    megatron_to_hf,
+    merge_tensor_parallel,
+    pad_vocab,
+    padded_vocab_size,
+    split_tensor_parallel,
+    tensor_parallel_dim,
+)
 
 MODEL_FILE = "model.safetensors"
+PARALLEL_FILE = "megatron_parallel.json"
+GRADIENT_BUCKET = 2**27
+"""Gradient elements all-reduced at once over the data-parallel group."""
 
 
 def parallel_sizes(args: Any, world_size: int) -> tuple[int, int, int]:
@@ -38,18 +55,29 @@ def parallel_sizes(args: Any, world_size: int) -> tuple[int, int, int]:
     return tp, pp, world_size // (tp * pp)
 
 
-def init_distributed() -> int:
-    """A one-process NCCL group unless a launcher (torchrun) set one up; returns the world size."""
+def cuda_device() -> torch.device:
+    """This process's GPU (``LOCAL_RANK``); refuses a machine without CUDA."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("rlsdk-megatron trains on CUDA GPUs only: use --trainer torch on CPU")
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def init_distributed(device: torch.device) -> int:
+    """A one-process group (NCCL, or gloo on CPU) unless one is set up (:mod:`.rank_group`, torchrun);
+    returns the world size."""
     import torch.distributed as dist
 
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     if not dist.is_initialized():
         from rlsdk.engines.launch.sglang import free_port
 
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(free_port()))
         dist.init_process_group(
-            "nccl", rank=int(os.environ.get("RANK", "0")), world_size=int(os.environ.get("WORLD_SIZE", "1"))
+            "nccl" if device.type == "cuda" else "gloo",
+            rank=int(os.environ.get("RANK", "0")),
+            world_size=int(os.environ.get("WORLD_SIZE", "1")),
         )
     return dist.get_world_size()
 
@@ -75,19 +103,24 @@ def build_gpt_model(
     *,
     checkpointing: bool = False,
     source: str = "the Hugging Face checkpoint",
+    tensor_parallel: tuple[int, int] = (0, 1),
 ) -> Any:
     """A ``GPTModel`` (local layer spec, attention through torch's SDPA) on ``device`` holding ``hf_state``
-    converted; needs megatron's model parallel state initialised. On a CPU device the weights are created
-    there (as the tests do)."""
+    converted, or its shard ``rank`` of ``tensor_parallel = (rank, size)`` (the vocabulary padded to a
+    multiple of the size); needs megatron's model parallel state initialised. On a CPU device the weights
+    are created there (as the tests do)."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
 
     from .attention import SDPAttention
 
+    tp_rank, tp = tensor_parallel
     transformer, gpt = megatron_config(hf_config)
+    gpt["vocab_size"] = padded_vocab_size(gpt["vocab_size"], tp)
     config = TransformerConfig(
         **transformer,
+        tensor_model_parallel_size=tp,
         params_dtype=dtype,
         bf16=dtype == torch.bfloat16,
         use_cpu_initialization=device.type == "cpu",
@@ -99,7 +132,8 @@ def build_gpt_model(
     spec.submodules.self_attention.submodules.core_attention = SDPAttention
     model = GPTModel(config=config, transformer_layer_spec=spec, **gpt)
     model.to(device=device, dtype=dtype)
-    missing, unexpected = model.load_state_dict(hf_to_megatron(hf_state, hf_config), strict=False)
+    whole = pad_vocab(hf_to_megatron(hf_state, hf_config), gpt["vocab_size"])
+    missing, unexpected = model.load_state_dict(split_tensor_parallel(whole, tp)[tp_rank], strict=False)
     missing = [k for k in missing if not k.endswith("_extra_state")]
     if missing or unexpected:
         raise KeyError(
@@ -109,15 +143,23 @@ def build_gpt_model(
     return model
 
 
-def packed_logits(model: Any, rows: list[torch.Tensor], pad_id: int, device: torch.device) -> torch.Tensor:
+def packed_logits(
+    model: Any, rows: list[torch.Tensor], pad_id: int, device: torch.device, vocab_size: int | None = None
+) -> torch.Tensor:
     """``[1, sum(len(row)), vocab]``: each token row right-padded into one causal batch (the padding comes
-    after every real token, so it changes nothing), then the rows' logits concatenated."""
-    logits = _padded_forward(model, rows, pad_id, device)
+    after every real token, so it changes nothing), then the rows' logits concatenated; ``vocab_size``
+    drops the logits of a padded vocabulary's extra rows."""
+    logits = _padded_forward(model, rows, pad_id, device, vocab_size)
     return torch.cat([logits[i, : len(row)] for i, row in enumerate(rows)]).unsqueeze(0)
 
 
 def response_logits(
-    model: Any, rows: list[torch.Tensor], response_lengths: list[int], pad_id: int, device: torch.device
+    model: Any,
+    rows: list[torch.Tensor],
+    response_lengths: list[int],
+    pad_id: int,
+    device: torch.device,
+    vocab_size: int | None = None,
 ) -> torch.Tensor:
     """``[1, sum(response_lengths), vocab]``: the logits of the positions that predict each row's last
     ``response_lengths`` tokens, in order. ``GPTModel`` projects every position it is given, so a pre-hook
@@ -132,53 +174,69 @@ def response_logits(
 
     hook = model.output_layer.register_forward_pre_hook(select, with_kwargs=True)
     try:
-        return _padded_forward(model, rows, pad_id, device)
+        return _padded_forward(model, rows, pad_id, device, vocab_size)
     finally:
         hook.remove()
 
 
-def _padded_forward(model: Any, rows: list[torch.Tensor], pad_id: int, device: torch.device) -> torch.Tensor:
-    """``GPTModel``'s logits ``[batch, sequence, vocab]`` for the rows right-padded into one batch."""
+def _padded_forward(
+    model: Any, rows: list[torch.Tensor], pad_id: int, device: torch.device, vocab_size: int | None
+) -> torch.Tensor:
+    """``GPTModel``'s logits ``[batch, sequence, vocab]`` for the rows right-padded into one batch (the
+    whole vocabulary: with tensor parallelism the output layer gathers it, ``parallel_output=False``)."""
     width = max(len(row) for row in rows)
     tokens = torch.full((len(rows), width), pad_id, dtype=torch.long)
     for i, row in enumerate(rows):
         tokens[i, : len(row)] = row
     positions = torch.arange(width).expand(len(rows), width)
     # Without labels, GPTModel returns [batch, sequence, vocab] (it transposes its [s, b, v] output).
-    return model(input_ids=tokens.to(device), position_ids=positions.to(device), attention_mask=None)
+    logits = model(input_ids=tokens.to(device), position_ids=positions.to(device), attention_mask=None)
+    return logits if vocab_size is None else logits[..., :vocab_size]
 
 
 class MegatronTrainer(TorchTrainer):
-    """AdamW on a megatron-core ``GPTModel``; options from ``args`` (slime's names)."""
+    """AdamW on this rank's part of a megatron-core ``GPTModel``; options from ``args`` (slime's names).
 
-    def __init__(self, args: Any) -> None:
+    Every method is collective: with several processes each one calls it (:mod:`.rank_group`)."""
+
+    def __init__(self, args: Any, device: torch.device | None = None) -> None:
+        self.device = device or cuda_device()
+        import torch.distributed as dist
+        from megatron.core import parallel_state
         from transformers import AutoTokenizer
 
-        if not torch.cuda.is_available():
-            raise RuntimeError("rlsdk-megatron trains on CUDA GPUs only: use --trainer torch on CPU")
         self.args = args
         self.model_path = args.hf_checkpoint or args.model
         if not self.model_path:
             raise ValueError("the megatron trainer needs a Hugging Face model folder: pass --hf-checkpoint")
-        world = init_distributed()
-        tp, pp, dp = parallel_sizes(args, world)
-        if (tp, pp, dp) != (1, 1, 1):
+        self.hf_config = json.loads((Path(self.model_path) / "config.json").read_text())
+        tp, pp, dp = parallel_sizes(args, init_distributed(self.device))
+        if pp != 1:
             raise ValueError(
-                f"rlsdk-megatron: tensor {tp} x pipeline {pp} x data {dp} parallel needs one process "
-                "per GPU, which rlsdk run does not start yet; use sizes 1 (one GPU)"
+                f"rlsdk-megatron: pipeline-parallel size {pp} is not supported yet (the trainer runs "
+                "GPTModel's forward and backward itself, without megatron's pipeline schedules); use 1"
             )
-        from megatron.core import parallel_state
-        from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
-
+        check_tensor_parallel(self.hf_config, tp)
         if not parallel_state.model_parallel_is_initialized():
             parallel_state.initialize_model_parallel(tp, pp)
-        model_parallel_cuda_manual_seed(args.rollout_seed)
+        self.tp_group = parallel_state.get_tensor_model_parallel_group()
+        self.dp_group = parallel_state.get_data_parallel_group()
+        self.tp_rank, self.dp_rank, self.dp_size = (
+            parallel_state.get_tensor_model_parallel_rank(),
+            parallel_state.get_data_parallel_rank(),
+            dp,
+        )
+        self.tp = tp
+        self.is_first_rank = dist.get_rank() == 0
+        if self.device.type == "cuda":
+            from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+            model_parallel_cuda_manual_seed(args.rollout_seed)
         torch.manual_seed(args.rollout_seed)
-        self.device = torch.device("cuda", torch.cuda.current_device())
         self.dtype = (
             torch.bfloat16 if args.train_dtype in ("auto", "bfloat16") else getattr(torch, args.train_dtype)
         )
-        self.hf_config = json.loads((Path(self.model_path) / "config.json").read_text())
+        self.vocab_size = self.hf_config["vocab_size"]
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.model = self._build(read_hf_weights(Path(self.model_path)))
         self.model.train()
@@ -197,40 +255,184 @@ class MegatronTrainer(TorchTrainer):
             self.device,
             checkpointing=self.args.gradient_checkpointing,
             source=str(self.model_path),
+            tensor_parallel=(self.tp_rank, self.tp),
         )
 
     def _packed_logits(self, model: Any, data: list[TrainSample], indices: list[int]) -> torch.Tensor:
         """slime's packed layout ``[1, sum(total_lengths), vocab]``, as the loss code expects."""
-        return packed_logits(model, self._rows(data, indices), self.tokenizer.pad_token_id or 0, self.device)
+        rows = self._rows(data, indices)
+        return packed_logits(model, rows, self.tokenizer.pad_token_id or 0, self.device, self.vocab_size)
 
     def _response_logits(self, model: Any, data: list[TrainSample], indices: list[int]) -> torch.Tensor:
         """The logits of the positions that predict response tokens, projected at those positions only."""
         lengths = [data[i].response_length for i in indices]
         rows = self._rows(data, indices)
-        return response_logits(model, rows, lengths, self.tokenizer.pad_token_id or 0, self.device)
+        pad_id = self.tokenizer.pad_token_id or 0
+        return response_logits(model, rows, lengths, pad_id, self.device, self.vocab_size)
 
     @staticmethod
     def _rows(data: list[TrainSample], indices: list[int]) -> list[torch.Tensor]:
         return [torch.as_tensor(data[i].tokens) for i in indices]
 
+    # ------------------------------------------------------------------ data parallelism
+
+    def _data_parallel_share(self, indices: list[int]) -> list[int]:
+        """This replica's contiguous part of a global batch (replicas in rank order)."""
+        size = -(-len(indices) // self.dp_size)
+        return indices[self.dp_rank * size : (self.dp_rank + 1) * size]
+
+    def _sum_over_data_parallel(self, totals: dict[str, float], tokens: int) -> tuple[dict[str, float], int]:
+        if self.dp_size == 1:
+            return totals, tokens
+        parts = self._gather_objects((totals, tokens))
+        summed: dict[str, float] = {}
+        for part, _ in parts:
+            for key, value in part.items():
+                summed[key] = summed.get(key, 0.0) + value
+        return summed, sum(count for _, count in parts)
+
+    def _gather_objects(self, value: Any) -> list[Any]:
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.dp_size
+        dist.all_gather_object(out, value, group=self.dp_group)
+        return out
+
+    @torch.no_grad()
+    def _log_probs(
+        self, model: Any, data: list[TrainSample], temperature: float | None = None
+    ) -> list[torch.Tensor]:
+        """Each replica computes its share; all of them get every sample's log-probs."""
+        if self.dp_size == 1:
+            return super()._log_probs(model, data, temperature)
+        share = self._data_parallel_share(list(range(len(data))))
+        mine = super()._log_probs(model, [data[i] for i in share], temperature)
+        return [log_probs for part in self._gather_objects(mine) for log_probs in part]
+
+    def _optimizer_step(self) -> float:
+        """Gradients summed over the replicas, then clipped by the whole model's norm (a tensor-parallel
+        shard counted on its rank, a replicated weight once), then AdamW on this rank's parameters."""
+        import torch.distributed as dist
+
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grads: list[torch.Tensor] = []
+        for p in params:
+            if p.grad is None:  # a replica without samples in this batch still takes part in the sum
+                p.grad = torch.zeros_like(p)
+            grads.append(p.grad)
+        if self.dp_size > 1:
+            _all_reduce_in_buckets(grads, self.dp_group)
+        squares = torch.zeros((), dtype=torch.float32, device=self.device)
+        for p, grad in zip(params, grads, strict=True):
+            if getattr(p, "tensor_model_parallel", False) or self.tp_rank == 0:
+                squares += grad.float().square().sum()
+        dist.all_reduce(squares, group=self.tp_group)
+        norm = float(squares.sqrt())
+        if self.args.clip_grad and self.args.clip_grad > 0:
+            scale = self.args.clip_grad / (norm + 1e-6)
+            if scale < 1.0:
+                torch._foreach_mul_(grads, scale)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
     # ------------------------------------------------------------------ weights and checkpoints
 
     def weights(self) -> Mapping[str, Any]:
-        return megatron_to_hf(self.model.state_dict(), self.hf_config)
+        """The whole model in Hugging Face format on rank 0 (the shards gathered); ``{}`` on the others."""
+        state = {k: v for k, v in self.model.state_dict().items() if not k.endswith("_extra_state")}
+        if self.tp > 1:
+            state = merge_tensor_parallel(self._gather_shards(state))
+        if not self.is_first_rank:
+            return {}
+        return megatron_to_hf(pad_vocab(state, self.vocab_size), self.hf_config)
+
+    def _gather_shards(self, state: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        import torch.distributed as dist
+
+        shards: list[dict[str, torch.Tensor]] = [{} for _ in range(self.tp)]
+        for name, tensor in state.items():
+            parts = [tensor] * self.tp
+            if tensor_parallel_dim(name) is not None:
+                parts = [torch.empty_like(tensor) for _ in range(self.tp)]
+                dist.all_gather(parts, tensor.contiguous(), group=self.tp_group)
+            for shard, part in zip(shards, parts, strict=True):
+                shard[name] = part
+        return shards
 
     def save_hf_model(self, folder: Path) -> None:
         from safetensors.torch import save_file
 
+        weights = self.weights()
+        if not self.is_first_rank:
+            return
         folder.mkdir(parents=True, exist_ok=True)
         # Copies: the split q, k, v (and gate, up) are views of one tensor, which safetensors refuses.
-        state = {k: v.detach().to("cpu", copy=True) for k, v in self.weights().items()}
+        state = {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}
         if self.hf_config.get("tie_word_embeddings"):
             state.pop("lm_head.weight", None)
         save_file(state, str(folder / MODEL_FILE), metadata={"format": "pt"})
         (folder / "config.json").write_text(json.dumps(self.hf_config, indent=2))
         self.tokenizer.save_pretrained(folder)
 
+    def save_checkpoint(self, folder: Path) -> None:
+        """The model in Hugging Face format (rank 0), each rank's optimizer and random states (rank 0's in
+        ``folder``, rank r's in ``folder/rank-<r>``) and the parallel sizes they belong to."""
+        import torch.distributed as dist
+
+        self.save_hf_model(folder)
+        rank_folder = self._rank_folder(folder)
+        rank_folder.mkdir(parents=True, exist_ok=True)
+        self._save_optimizer_and_rng(rank_folder)
+        if self.is_first_rank:
+            (folder / PARALLEL_FILE).write_text(json.dumps(self._parallel_sizes()))
+        dist.barrier()  # every rank's files are written before rank 0 returns
+
     def load_checkpoint(self, folder: Path) -> None:
-        converted = hf_to_megatron(read_hf_weights(folder), self.hf_config)
-        self.model.load_state_dict(converted, strict=False)
-        self._load_optimizer_and_rng(folder)
+        saved = json.loads((folder / PARALLEL_FILE).read_text()) if (folder / PARALLEL_FILE).exists() else {}
+        if saved and saved != self._parallel_sizes():
+            raise ValueError(
+                f"rlsdk-megatron: {folder} was saved with parallel sizes {saved}, this run has "
+                f"{self._parallel_sizes()}: resume with the same sizes"
+            )
+        whole = pad_vocab(hf_to_megatron(read_hf_weights(folder), self.hf_config), self.model.vocab_size)
+        self.model.load_state_dict(split_tensor_parallel(whole, self.tp)[self.tp_rank], strict=False)
+        rank_folder = self._rank_folder(folder)
+        if not (rank_folder / OPTIMIZER_FILE).exists():
+            raise FileNotFoundError(f"rlsdk-megatron: {rank_folder} holds no {OPTIMIZER_FILE} for this rank")
+        self._load_optimizer_and_rng(rank_folder)
+
+    def close(self) -> None:
+        """Forget megatron's parallel groups (the process group is its owner's to destroy)."""
+        from megatron.core import parallel_state
+
+        parallel_state.destroy_model_parallel()
+
+    def _rank_folder(self, folder: Path) -> Path:
+        import torch.distributed as dist
+
+        return folder if self.is_first_rank else folder / f"rank-{dist.get_rank()}"
+
+    def _parallel_sizes(self) -> dict[str, int]:
+        return {"tensor": self.tp, "data": self.dp_size}
+
+
+def _all_reduce_in_buckets(tensors: list[torch.Tensor], group: Any) -> None:
+    """Sum ``tensors`` over ``group`` in place, a few flat buckets at a time (one dtype per bucket)."""
+    import torch.distributed as dist
+
+    bucket: list[torch.Tensor] = []
+    for i, tensor in enumerate(tensors):
+        bucket.append(tensor)
+        last = i + 1 == len(tensors)
+        if last or sum(t.numel() for t in bucket) >= GRADIENT_BUCKET or tensors[i + 1].dtype != tensor.dtype:
+            flat = torch.cat([t.flatten() for t in bucket])
+            dist.all_reduce(flat, group=group)
+            torch._foreach_copy_(
+                bucket,
+                [
+                    part.view_as(t)
+                    for part, t in zip(flat.split([t.numel() for t in bucket]), bucket, strict=True)
+                ],
+            )
+            bucket = []

@@ -1,0 +1,190 @@
+"""The megatron trainer on two GPUs, tensor parallel (TP=2) and data parallel (DP=2), against one GPU
+(TP=1) (not run in CI; one device call on two GPUs, a few minutes; the last line printed is one JSON
+object).
+
+Each configuration is built as ``rlsdk run --trainer megatron`` builds it: this process is rank 0 and
+starts rank 1 itself (its log under ``<work>/logs-<config>/``). All load the same Hugging Face folder
+(random bf16 weights of the bench model, or ``--checkpoint``) and get the same batch (megatron_parity.py's:
+``--samples`` samples in groups of 4, random tokens, random +-1 rewards). In float32, where a parallel
+configuration must compute the one-GPU function to rounding, per configuration against TP=1:
+
+- per-token log-probs of every response token before training (``logprob_pass``: mean <=
+  ``--logprob-mean-tol``, max <= ``--logprob-max-tol`` nats);
+- the first train step's ``sft_loss`` (``loss_pass``: relative difference <= 1%) and grad norm;
+- the Hugging Face weights after that step: ``update_rel_gap``, the norm of (parallel - one GPU) over the
+  norm of the one-GPU update (``weights_pass``: <= ``--update-tol``; Adam divides each gradient by its
+  own size, so elements with next to no gradient may move differently by rounding alone).
+
+Then tokens/s of ``--steps`` bfloat16 train steps per configuration (median, after a warm-up step).
+
+    PYTHONPATH=/tmp/rl:benchmarks/gpu python3 benchmarks/gpu/megatron_parallel.py --model-config .gpu/bench-model
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from megatron_parity import batch, gaps, rounded
+from workload import machine, random_checkpoint, run_reporting
+
+from rlsdk import RolloutConfig
+
+CONFIGS = {
+    "tp1": {},
+    "tp2": {"tensor_model_parallel_size": 2},
+    "dp2": {"actor_num_gpus_per_node": 2},
+}
+
+
+def build(folder: Path, work: Path, name: str, dtype: str, opts: argparse.Namespace) -> Any:
+    from rlsdk_megatron.plugin import megatron_trainer
+
+    args = RolloutConfig(
+        hf_checkpoint=str(folder),
+        train=True,
+        trainer="megatron",
+        lr=1e-5,
+        micro_batch_size=opts.micro_batch_size,
+        train_dtype=dtype,
+        rollout_temperature=1.0,
+        loss_type="sft_loss",
+        output_dir=str(work / f"out-{name}-{dtype}"),
+        **CONFIGS[name],
+    )
+    return megatron_trainer(args)
+
+
+def close(trainer: Any) -> None:
+    """Stop a configuration's ranks and leave no process group behind for the next one."""
+    import torch.distributed as dist
+
+    trainer.close()
+    if dist.is_initialized():  # one GPU: the trainer's own one-process group
+        dist.destroy_process_group()
+
+
+def free_gpu_memory() -> None:
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def update_gap(parallel: dict[str, Any], single: dict[str, Any], start: dict[str, Any]) -> float:
+    """||parallel - single|| / ||single - start|| over every weight (float32, on the CPU)."""
+    diff = sum(float((parallel[k].float() - single[k].float()).square().sum()) for k in single)
+    update = sum(float((single[k].float() - start[k].float()).square().sum()) for k in single)
+    return (diff / max(update, 1e-30)) ** 0.5
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model-config", default=".gpu/bench-model")
+    parser.add_argument("--checkpoint", help="A Hugging Face folder with weights (default: random weights)")
+    parser.add_argument("--samples", type=int, default=32)
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--response-len", type=int, default=256)
+    parser.add_argument("--micro-batch-size", type=int, default=4)
+    parser.add_argument(
+        "--steps", type=int, default=3, help="bfloat16 steps timed per configuration (0: none)"
+    )
+    parser.add_argument("--init-range", type=float, default=0.05, help="std of the random weights")
+    parser.add_argument("--logprob-mean-tol", type=float, default=1e-3, help="float32, nats")
+    parser.add_argument("--logprob-max-tol", type=float, default=1e-2, help="float32, nats")
+    parser.add_argument("--update-tol", type=float, default=0.05)
+    opts = parser.parse_args()
+
+    import torch
+
+    from rlsdk_megatron.trainer import read_hf_weights
+
+    work = Path(tempfile.mkdtemp(prefix="megatron-parallel-"))
+    folder = (
+        Path(opts.checkpoint)
+        if opts.checkpoint
+        else random_checkpoint(
+            opts.model_config, work / "w", device="cuda", overrides={"initializer_range": opts.init_range}
+        )
+    )
+    config = json.loads((folder / "config.json").read_text())
+    groups = batch(opts.samples, opts.prompt_len, opts.response_len, config["vocab_size"])
+    samples = [s for g in groups for s in g]
+    start = read_hf_weights(folder)
+
+    exact: dict[str, dict[str, Any]] = {}
+    for name in CONFIGS:
+        trainer = build(folder, work, name, "float32", opts)
+        log_probs = trainer.response_log_probs(samples)
+        metrics = trainer.train_step(0, groups)
+        weights = {k: v.detach().float().cpu() for k, v in trainer.weights().items()}
+        exact[name] = {"log_probs": log_probs, "metrics": metrics, "weights": weights}
+        close(trainer)
+        del trainer
+        free_gpu_memory()
+
+    single = exact["tp1"]
+    results: dict[str, Any] = {}
+    for name in ("tp2", "dp2"):
+        run = exact[name]
+        max_gap, mean_gap = gaps(run["log_probs"], single["log_probs"])
+        loss, reference_loss = run["metrics"]["train/loss"], single["metrics"]["train/loss"]
+        loss_gap = abs(loss - reference_loss) / max(abs(reference_loss), 1e-8)
+        gap = update_gap(run["weights"], single["weights"], start)
+        results[name] = {
+            **{f"logprob_{k}": v for k, v in rounded((max_gap, mean_gap)).items()},
+            "logprob_pass": mean_gap <= opts.logprob_mean_tol and max_gap <= opts.logprob_max_tol,
+            "loss": loss,
+            "loss_rel_diff": round(loss_gap, 6),
+            "loss_pass": loss_gap <= 0.01,
+            "grad_norm": run["metrics"]["train/grad_norm"],
+            "update_rel_gap": round(gap, 5),
+            "weights_pass": run["weights"].keys() == single["weights"].keys() and gap <= opts.update_tol,
+        }
+    results["tp1"] = {
+        "loss": single["metrics"]["train/loss"],
+        "grad_norm": single["metrics"]["train/grad_norm"],
+    }
+    del exact
+
+    for name in CONFIGS if opts.steps else ():
+        trainer = build(folder, work, name, "bfloat16", opts)
+        rates = [
+            round(trainer.train_step(step, groups)["train/tokens_per_s"], 1) for step in range(opts.steps + 1)
+        ][1:]  # the first step warms up
+        results[name]["tokens_per_s_median"] = statistics.median(rates)
+        results[name]["tokens_per_s"] = rates
+        results[name]["peak_memory_gb_rank0"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
+        torch.cuda.reset_peak_memory_stats()
+        close(trainer)
+        del trainer
+        free_gpu_memory()
+
+    report = {
+        "benchmark": "megatron_parallel",
+        "inputs": {
+            **vars(opts),
+            "checkpoint": str(folder),
+            "loss_type": "sft_loss",
+            "comparison_dtype": "float32",
+            "speed_dtype": "bfloat16",
+            "weights": "given" if opts.checkpoint else "random bf16 (bench model config)",
+        },
+        **results,
+        "pass": all(
+            results[n][k] for n in ("tp2", "dp2") for k in ("logprob_pass", "loss_pass", "weights_pass")
+        ),
+        "machine": machine(),
+    }
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    run_reporting(main, "megatron_parallel")
