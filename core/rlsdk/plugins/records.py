@@ -126,6 +126,9 @@ class Trainer(PluginRecord):
 
     kind: ClassVar[str] = "trainer"
     call_args: ClassVar[tuple[str, ...]] = ("args",)
+    check: Callable[[Any], None] | None = None
+    """``check(args)``: raises on settings this trainer cannot train with (a parallel size the model cannot
+    be split by, say); ``rlsdk run`` calls it before any engine starts, so the error does not wait for them."""
 
 
 @dataclass

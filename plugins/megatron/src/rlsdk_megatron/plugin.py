@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,20 @@ def megatron_trainer(args: Any) -> Any:
     return RankGroupTrainer(RANK_TRAINER, args, world_size, Path(args.output_dir) / "logs")
 
 
+def check_megatron_settings(args: Any) -> None:
+    """The parallel sizes, checked against the model's config when its folder is named (before any engine
+    starts: a size SmolLM2's 9 heads cannot take fails at once, not after SGLang's start)."""
+    from rlsdk.training.options import trainer_world_size
+
+    from .trainer import check_parallel_sizes
+
+    folder = next(
+        (Path(f) for f in (args.hf_checkpoint, args.model) if f and Path(f, "config.json").is_file()), None
+    )
+    config = json.loads((folder / "config.json").read_text()) if folder else None
+    check_parallel_sizes(args, trainer_world_size(args), config)
+
+
 @hookimpl
 def rlsdk_trainers() -> Any:
-    yield Trainer(name="megatron", func=megatron_trainer)
+    yield Trainer(name="megatron", func=megatron_trainer, check=check_megatron_settings)

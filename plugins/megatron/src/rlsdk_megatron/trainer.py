@@ -55,6 +55,22 @@ def parallel_sizes(args: Any, world_size: int) -> tuple[int, int, int]:
     return tp, pp, world_size // (tp * pp)
 
 
+def check_parallel_sizes(
+    args: Any, world_size: int, hf_config: dict[str, Any] | None
+) -> tuple[int, int, int]:
+    """``(tensor, pipeline, data)`` sizes this trainer can train with, else a ``ValueError`` naming why:
+    pipeline parallel > 1, or (given the model's config) a tensor-parallel size the model cannot be split by."""
+    tp, pp, dp = parallel_sizes(args, world_size)
+    if pp != 1:
+        raise ValueError(
+            f"rlsdk-megatron: pipeline-parallel size {pp} is not supported yet (the trainer runs "
+            "GPTModel's forward and backward itself, without megatron's pipeline schedules); use 1"
+        )
+    if hf_config is not None:
+        check_tensor_parallel(hf_config, tp)
+    return tp, pp, dp
+
+
 def cuda_device() -> torch.device:
     """This process's GPU (``LOCAL_RANK``); refuses a machine without CUDA."""
     if not torch.cuda.is_available():
@@ -210,13 +226,7 @@ class MegatronTrainer(TorchTrainer):
         if not self.model_path:
             raise ValueError("the megatron trainer needs a Hugging Face model folder: pass --hf-checkpoint")
         self.hf_config = json.loads((Path(self.model_path) / "config.json").read_text())
-        tp, pp, dp = parallel_sizes(args, init_distributed(self.device))
-        if pp != 1:
-            raise ValueError(
-                f"rlsdk-megatron: pipeline-parallel size {pp} is not supported yet (the trainer runs "
-                "GPTModel's forward and backward itself, without megatron's pipeline schedules); use 1"
-            )
-        check_tensor_parallel(self.hf_config, tp)
+        tp, pp, dp = check_parallel_sizes(args, init_distributed(self.device), self.hf_config)
         if not parallel_state.model_parallel_is_initialized():
             parallel_state.initialize_model_parallel(tp, pp)
         self.tp_group = parallel_state.get_tensor_model_parallel_group()
