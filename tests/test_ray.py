@@ -26,7 +26,7 @@ from rlsdk.ray.engine_actor import EngineActor
 from rlsdk.ray.engine_pool import RayEnginePool
 from rlsdk.ray.environments import PluginEnvironmentError, differences
 from rlsdk.ray.task_pool import RayTaskPool
-from rlsdk.ray.trainer_actor import RemoteTrainer, TrainerLostError, launch_trainer
+from rlsdk.ray.trainer_actor import RemoteTrainer, TrainerLostError, launch_trainer, trainer_resources
 from rlsdk.rollout.generate import generate
 from rlsdk.rollout.job import run_job
 from rlsdk.rollout.ledger import audit_run
@@ -446,6 +446,15 @@ def test_the_trainer_builds_from_a_named_model_folder_without_waiting_for_the_en
         later.kill()
 
 
+def test_the_trainer_actor_asks_for_a_gpu_per_trainer_process_on_a_cluster_with_gpus(cluster):
+    """``train_device`` ``auto`` on a cluster with GPUs (this one declares 2) means the trainer's
+    processes (``actor_num_gpus_per_node``, default TP x PP) each get one; ``cpu`` none."""
+    assert trainer_resources(RolloutConfig()) == {"num_cpus": 1, "num_gpus": 1}
+    assert trainer_resources(RolloutConfig(tensor_model_parallel_size=2))["num_gpus"] == 2
+    assert trainer_resources(RolloutConfig(actor_num_gpus_per_node=2))["num_gpus"] == 2
+    assert trainer_resources(RolloutConfig(train_device="cpu"))["num_gpus"] == 0
+
+
 def test_ray_without_an_address_means_a_local_cluster_and_the_runtime_env_is_json():
     from rlsdk_cli.app import fill_optional_values
     from rlsdk_cli.run import build_config
@@ -649,6 +658,10 @@ def test_more_sglang_engine_actors_than_gpus_is_an_error_before_any_starts(
         run_job(sglang_args(tiny_llama, fake_python, out, rollout_num_gpus=4))
     with pytest.raises(RlsdkError, match=r"^3 GPUs needed .*\(2 engines, 0 spare, 1 standby"):
         run_job(sglang_args(tiny_llama, fake_python, out, ray_standby_engines=1))
+    with pytest.raises(
+        RlsdkError, match=r"^3 GPUs needed .* and the trainer \(1\), .*train on CPU \(--train-device cpu\)"
+    ):
+        run_job(sglang_args(tiny_llama, fake_python, out, train=True))
     with pytest.raises(
         ValueError,
         match=r"--num-engines 3 disagrees with --rollout-num-gpus 2 / "

@@ -41,6 +41,7 @@ from .engine_actor import (
     standby_count,
 )
 from .environments import check_worker
+from .trainer_actor import trainer_resources
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,7 @@ class RayEnginePool(InferenceEngine):
         self._spawn(self._add_standby())
 
     def _check_gpus(self) -> None:
-        """More SGLang engine actors (engines, spares, standbys; with a trainer on CUDA, its GPU too) than
+        """More SGLang engine actors (engines, spares, standbys; with a trainer on GPUs, its GPUs too) than
         the cluster has GPUs for would wait for Ray forever: an error naming both counts, before any
         starts."""
         args = self.args
@@ -205,15 +206,16 @@ class RayEnginePool(InferenceEngine):
             return
         per_engine = args.rollout_num_gpus_per_engine
         actors = len(self.replicas_) + args.ray_spare_engines + self.standby_count
-        trainer = int(bool(args.train) and str(getattr(args, "train_device", "cpu")).startswith("cuda"))
+        trainer = trainer_resources(args)["num_gpus"] if args.train else 0
         needed = actors * per_engine + trainer
         have = import_ray().cluster_resources().get("GPU", 0)
         if needed > have:
             raise RlsdkError(
                 f"{needed:g} GPUs needed for the SGLang engines ({len(self.replicas_)} engines, "
                 f"{args.ray_spare_engines} spare, {self.standby_count} standby; {per_engine} GPUs each)"
-                f"{' and the trainer' if trainer else ''}, but the Ray cluster has {have:g}: lower "
-                "--rollout-num-gpus, ray_spare_engines or ray_standby_engines, or add GPU nodes"
+                f"{f' and the trainer ({trainer:g})' if trainer else ''}, but the Ray cluster has "
+                f"{have:g}: lower --rollout-num-gpus, ray_spare_engines or ray_standby_engines"
+                f"{', train on CPU (--train-device cpu)' if trainer else ''}, or add GPU nodes"
             )
 
     async def _start_actor(self, replica: Replica, what: str | None = None) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RlsdkError
+from ..training.options import trainer_world_size
 from ..training.trainer import PolicyTrainer
 from ..types import Sample
 from .cluster import describe_place, first_line, import_ray, place, start, worker_info
@@ -83,13 +84,23 @@ class TrainerLaunch:
         import_ray().kill(self.actor)
 
 
+def trainer_resources(args: Any) -> dict[str, Any]:
+    """What the trainer actor asks Ray for: a CPU, and a GPU per trainer process
+    (``actor_num_gpus_per_node``, default TP x PP) with ``train_device`` ``cuda``, or ``auto`` on a
+    cluster that has GPUs (the trainer's processes then see only those)."""
+    device = str(getattr(args, "train_device", "auto"))
+    on_gpus = device.startswith("cuda") or (
+        device == "auto" and import_ray().cluster_resources().get("GPU", 0) > 0
+    )
+    return {"num_cpus": 1, "num_gpus": trainer_world_size(args) if on_gpus else 0}
+
+
 def launch_trainer(args: Any) -> TrainerLaunch:
     """Create the trainer actor now, before the engines start, so both start at once. With the model
     folder known already (``hf_checkpoint``, or ``model`` naming a folder), the trainer is built right after
     the actor's imports; otherwise once the engines name it (:class:`RemoteTrainer`)."""
     ray = import_ray()
-    device = getattr(args, "train_device", "cpu")
-    resources = {"num_cpus": 1, "num_gpus": 1 if device.startswith("cuda") else 0}
+    resources = trainer_resources(args)
     actor = ray.remote(TrainerActor).options(max_restarts=0, **resources).remote(args)
     where = actor.where.remote()  # an actor runs its calls in order: start() follows where()
     folder = next((Path(f) for f in (args.hf_checkpoint, args.model) if f and Path(f).is_dir()), None)
@@ -113,7 +124,8 @@ class RemoteTrainer(PolicyTrainer):
     ) -> str:
         ray, actor = import_ray(), launch.actor
         info = await place(actor, launch.where, "the trainer", launch.resources, args.ray_start_timeout)
-        place_text = describe_place(info, device=getattr(args, "train_device", "cpu"), port=None)
+        device = "cuda" if launch.resources["num_gpus"] else "cpu"
+        place_text = describe_place(info, device=device, port=None)
         try:
             check_worker("the trainer", info, driver_plugins)
         except RlsdkError:
