@@ -30,8 +30,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from megatron_parity import batch, gaps, rounded
-from workload import machine, random_checkpoint, run_reporting
+from megatron_parity import add_model_options, batch, gaps, rounded, weights_folder
+from workload import machine, run_reporting
 
 from rlsdk import RolloutConfig
 
@@ -87,18 +87,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model-config", default=".gpu/bench-model")
-    parser.add_argument("--checkpoint", help="A Hugging Face folder with weights (default: random weights)")
-    parser.add_argument("--samples", type=int, default=32)
-    parser.add_argument("--prompt-len", type=int, default=128)
-    parser.add_argument("--response-len", type=int, default=256)
+    add_model_options(parser)
     parser.add_argument("--micro-batch-size", type=int, default=4)
     parser.add_argument(
         "--steps", type=int, default=3, help="bfloat16 steps timed per configuration (0: none)"
     )
-    parser.add_argument("--init-range", type=float, default=0.05, help="std of the random weights")
-    parser.add_argument("--logprob-mean-tol", type=float, default=1e-3, help="float32, nats")
-    parser.add_argument("--logprob-max-tol", type=float, default=1e-2, help="float32, nats")
     parser.add_argument("--update-tol", type=float, default=0.05)
     opts = parser.parse_args()
 
@@ -107,13 +100,7 @@ def main() -> None:
     from rlsdk_megatron.trainer import read_hf_weights
 
     work = Path(tempfile.mkdtemp(prefix="megatron-parallel-"))
-    folder = (
-        Path(opts.checkpoint)
-        if opts.checkpoint
-        else random_checkpoint(
-            opts.model_config, work / "w", device="cuda", overrides={"initializer_range": opts.init_range}
-        )
-    )
+    folder = weights_folder(opts, work)
     config = json.loads((folder / "config.json").read_text())
     groups = batch(opts.samples, opts.prompt_len, opts.response_len, config["vocab_size"])
     samples = [s for g in groups for s in g]

@@ -87,17 +87,14 @@ def rounded(gap: tuple[float, float]) -> dict[str, float]:
     return {"max_abs_diff": round(gap[0], 5), "mean_abs_diff": round(gap[1], 6)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """The options of both megatron scripts (this one and megatron_parallel.py): the model and its
+    weights, the batch, the float32 tolerances."""
     parser.add_argument("--model-config", default=".gpu/bench-model")
     parser.add_argument("--checkpoint", help="A Hugging Face folder with weights (default: random weights)")
     parser.add_argument("--samples", type=int, default=32)
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--response-len", type=int, default=256)
-    parser.add_argument("--micro-batch-size", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=3)
     parser.add_argument(
         "--init-range",
         type=float,
@@ -107,6 +104,24 @@ def main() -> None:
     )
     parser.add_argument("--logprob-mean-tol", type=float, default=1e-3, help="float32, nats")
     parser.add_argument("--logprob-max-tol", type=float, default=1e-2, help="float32, nats")
+
+
+def weights_folder(opts: argparse.Namespace, work: Path) -> Path:
+    """``--checkpoint``, or random bf16 weights of ``--model-config`` (std ``--init-range``) in ``work/w``."""
+    if opts.checkpoint:
+        return Path(opts.checkpoint)
+    return random_checkpoint(
+        opts.model_config, work / "w", device="cuda", overrides={"initializer_range": opts.init_range}
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_model_options(parser)
+    parser.add_argument("--micro-batch-size", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=3)
     opts = parser.parse_args()
 
     import torch
@@ -115,13 +130,7 @@ def main() -> None:
     from rlsdk_megatron.trainer import MegatronTrainer
 
     work = Path(tempfile.mkdtemp(prefix="megatron-parity-"))
-    folder = (
-        Path(opts.checkpoint)
-        if opts.checkpoint
-        else random_checkpoint(
-            opts.model_config, work / "w", device="cuda", overrides={"initializer_range": opts.init_range}
-        )
-    )
+    folder = weights_folder(opts, work)
 
     def trainers(dtype: str) -> dict[str, Any]:
         args = RolloutConfig(

@@ -40,7 +40,7 @@ def resolve_run_plugins(args: Any, pm: RlsdkPluginManager) -> dict[str, Resolved
     ):  # a trainer builds its own loss from args; resolved here too, to fail before any model loads
         resolved["trainer"] = pm.resolve("trainer", args.trainer)
         resolved["loss"] = pm.resolve("loss", loss_spec(args))
-        check = getattr(resolved["trainer"].record, "check", None)
+        check = resolved["trainer"].record.check
         if check is not None:  # settings the trainer cannot take fail before the engines start
             check(args)
     if args.eval_function_path:
