@@ -73,8 +73,11 @@ def test_core_alone_runs_a_step_against_an_sglang_protocol_server(core_only, ser
         out = call_generate_rollout(runtime, plugins["generate_rollout"], args, 0, source)
         assert [s.reward for g in out.samples for s in g] == [1.0] * 4
         assert source.get_buffer_length() == 1  # the surplus group, served first next step by pop_first
+        # Three groups were sent: two kept, the one that finished last (which depends on timing) buffered.
+        surplus = source.buffer[0][0].prompt
+        assert {group[0].prompt for group in out.samples} | {surplus} == {"0|", "1|", "2|"}
         again = call_generate_rollout(runtime, plugins["generate_rollout"], args, 1, source)
-        assert again.samples[0][0].prompt == "2|"
+        assert again.samples[0][0].prompt == surplus
     finally:
         runtime.run(engine.close())
         runtime.loop.close()

@@ -96,6 +96,15 @@ def ray_args(tiny_llama: Path, run_files: tuple[Path, str], out: Path, **options
     return RolloutConfig(**values)
 
 
+async def on_an_engine(pool: RayEnginePool) -> None:
+    """Until a request just sent (and the step's others) are on their engines: some engine has requests in
+    flight (under load, a request takes more than a few milliseconds to reach its engine)."""
+    for _ in range(500):
+        await asyncio.sleep(0.01)
+        if any(r.in_flight for r in pool.replicas_):
+            return
+
+
 class KillEngines:
     """A custom generate that, on its 40th sample (in step 1, after step 0's 32) and on its 72nd, SIGKILLs
     the engine process with the most requests in flight, then generates as usual: the first kill once the
@@ -133,7 +142,7 @@ class KillEngines:
                     break
                 await asyncio.sleep(0.1)
             sent = asyncio.ensure_future(generate(args, sample, sampling_params))
-            await asyncio.sleep(0.02)  # this request and the step's others are on their engines
+            await on_an_engine(self.pool)
             victim = max(self.pool.replicas_, key=lambda r: r.in_flight)
             self.killed.append((victim.index, victim.in_flight))
             os.kill(victim.info["pid"], signal.SIGKILL)
@@ -578,7 +587,7 @@ class KillServer:
         self.pool = get_runtime(args).engine
         if self.calls == self.KILL_AT:
             sent = asyncio.ensure_future(generate(args, sample, sampling_params))
-            await asyncio.sleep(0.02)  # this request and the step's others are on their engines
+            await on_an_engine(self.pool)
             victim = max(self.pool.replicas_, key=lambda r: r.in_flight)
             pid = server_pid(self.logs / f"sglang-server-{victim.index}.log")
             self.killed = (victim.index, victim.in_flight, victim.info["engine"]["url"])
