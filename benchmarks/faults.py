@@ -16,8 +16,8 @@ rejoined); ``--spares 1`` keeps a started engine ready to take a dead one's plac
   SIGKILL at which it was detected and its replacement got past each stage (``created``: Ray started its
   process and built the actor; ``prepared``: the engine's imports done; ``started``: model loaded;
   ``weights``: current weights taken; ``trusted``: past the trust check).
-- ``startup``: wall time of the same 1-step ``rlsdk run`` in a fresh process without Ray and with
-  ``--ray`` (one engine), and the difference: what Ray's start-up adds on one machine.
+- ``startup``: wall time of the same 1-step ``rlsdk run`` (on CPU) in a fresh process without Ray and
+  with ``--ray`` (one engine), and the difference: what Ray's start-up adds on one machine.
 
     python benchmarks/faults.py [--kills 3] [--steps 8] [--spares 0] [--standbys 1] [--tiny]
                                 [--no-startup | --startup-only]
@@ -214,8 +214,9 @@ def run_with_killer(
 
 
 def startup(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """One-step ``rlsdk run`` in a fresh process without Ray, then with ``--ray``."""
-    options = {**run_options(opts, work), "num_rollout": 1}
+    """One-step ``rlsdk run`` in a fresh process without Ray, then with ``--ray``; both on CPU (Ray's actors
+    ask for no GPU here, so on a GPU host the run without Ray would otherwise take one)."""
+    options = {**run_options(opts, work), "num_rollout": 1, "engine_device": "cpu", "train_device": "cpu"}
     flags = [f"--set={key}={json.dumps(value)}" for key, value in options.items()]
     times = {}
     for name, extra in (("without_ray_s", []), ("with_ray_s", ["--ray"])):

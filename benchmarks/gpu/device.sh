@@ -160,12 +160,14 @@ learn_with() {  # learn_with TRAINER: learning_gpu.py (LEARN_ARGS: more of its o
   return 0
 }
 
-ray_engines() {  # Ray (and jsonschema) come from SGLang's folder, after the image's packages
+ray_engines() {  # Ray (and jsonschema) come from SGLang's folder, after the image's packages; RAY_ENGINES_ARGS: more options
   rm -rf /tmp/ray-engines
+  # shellcheck disable=SC2086  # RAY_ENGINES_ARGS is a list of options
   path_tail=$site bench ray_engines "$here/ray_engines.py" --hf-checkpoint "$gpu/bench-model" \
-      --sglang-python /tmp/sglang-python --output /tmp/ray-engines
-  for server_log in /tmp/ray-engines/logs/*.log; do
-    [ -f "$server_log" ] && tail -n 200 "$server_log" >"$out/ray_engines-$(basename "$server_log")"
+      --sglang-python /tmp/sglang-python --output /tmp/ray-engines ${RAY_ENGINES_ARGS:-}
+  for server_log in /tmp/ray-engines/logs/*.log; do  # each start's timeline, then the end
+    [ -f "$server_log" ] && { grep -E "^\\$ |server_args=|Init torch|Load weight|KV Cache|Capture|max_total_num|fired up" \
+        "$server_log" | cut -c1-300; tail -n 100 "$server_log"; } >"$out/ray_engines-$(basename "$server_log")"
   done
   return 0
 }

@@ -1,13 +1,15 @@
-"""Two SGLang engines as Ray actors on two GPUs, one engine actor SIGKILLed mid-step (not run in CI; one
-device call, the last line printed is one JSON object).
+"""SGLang engines as Ray actors, a GPU each, one engine actor SIGKILLed mid-step (not run in CI; one device
+call, the last line printed is one JSON object). Two engines by default; ``--engines 1 --spares 1``
+serves from one and keeps a started spare on the second GPU.
 
 A rollout-only ``rlsdk run --ray --engine sglang --rollout-num-gpus 2 --rollout-num-gpus-per-engine 1``
 (in process, as ``run_job``) on ``--hf-checkpoint`` (the bench model's config with random weights:
 ``sglang_load_format=dummy``), the shipped arithmetic2-train prompts, ``--prompts`` x ``--samples`` a step
 for ``--steps`` steps. From the second step on, ``Killer`` (benchmarks/faults.py) SIGKILLs one engine
 actor's process once while it has requests in flight: its SGLang server dies with it (PR_SET_PDEATHSIG),
-the pool removes its placement group, starts a new actor (its server on the freed GPU), and the run goes
-on. Reported: ``samples_lost`` (the ledger audit, must be 0), ``steps_completed``, ``returned`` (samples
+the pool removes its placement group and the run goes on. Without a spare, a new actor starts its server
+on the freed GPU (SGLang's whole start); with one, the spare takes the weights and the dead engine's place,
+and a new spare starts on the freed GPU. Reported: ``samples_lost`` (the ledger audit, must be 0), ``steps_completed``, ``returned`` (samples
 the kill sent back to the buffer), ``detection_seconds`` and ``recovery_seconds`` (from the SIGKILL until
 noticed, and until the new engine took requests), and per step the rollout's tokens/s and seconds. Before
 the last step the run waits for the restarted engine (``waited_for_rejoin_s``), so that step runs on both.
@@ -47,6 +49,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--max-response-len", type=int, default=128)
     parser.add_argument("--mem-fraction", type=float, default=0.7)
+    parser.add_argument("--engines", type=int, default=2, help="Serving engines, a GPU each.")
+    parser.add_argument(
+        "--spares", type=int, default=0, help="Spare engines (started, a GPU each) to take a dead one's place."
+    )
     parser.add_argument("--kills", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default="/tmp/ray-engines")
@@ -59,8 +65,9 @@ def main() -> None:
         hf_checkpoint=str(Path(opts.hf_checkpoint).resolve()),
         sglang_python=opts.sglang_python,
         sglang_mem_fraction_static=opts.mem_fraction,
-        rollout_num_gpus=2,
+        rollout_num_gpus=opts.engines,
         rollout_num_gpus_per_engine=1,
+        ray_spare_engines=opts.spares,
         prompt_data=str(shipped("arithmetic2-train.jsonl")),
         label_key="label",
         apply_chat_template=True,  # the bench model's tokenizer has no template of its own: a plain one
@@ -93,7 +100,8 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "ray_engines",
-                "engines": 2,
+                "engines": opts.engines,
+                "spares": opts.spares,
                 "gpus_per_engine": 1,
                 "prompts": opts.prompts,
                 "samples_per_prompt": opts.samples,
