@@ -13,6 +13,8 @@ For runs through it (``FAKE_SGLANG_GENERATE`` set; otherwise the health check's 
 (default 0.05); the control endpoints (abort, pause, continue, flush, weights from disk) answer success
 and log their path and body.
 Its start-up line shows ``CUDA_VISIBLE_DEVICES``, as Ray set it for an engine actor.
+``FAKE_SGLANG_HEALTH_DELAY`` seconds pass before it answers ``/health``, as a real server swamped with
+requests can answer late.
 
 As the router, it answers ``/health`` at once and, like sglang-router 0.3, registers its ``--worker-urls``
 in the background: ``GET /workers`` lists them only ``FAKE_ROUTER_REGISTER_DELAY`` seconds (default 0)
@@ -77,7 +79,11 @@ def main() -> None:
     app = web.Application()
     if module == "sglang_router.launch_router":
         app.router.add_get("/workers", workers)
-    app.router.add_get("/health", ok)
+    async def health(request: web.Request) -> web.Response:
+        await asyncio.sleep(float(os.environ.get("FAKE_SGLANG_HEALTH_DELAY", "0")))
+        return web.Response(text="")
+
+    app.router.add_get("/health", health)
     app.router.add_get("/health_generate", ok)
     app.router.add_get("/get_model_info", model_info)
     if os.environ.get("FAKE_SGLANG_GENERATE"):

@@ -681,6 +681,38 @@ def test_more_sglang_engine_actors_than_gpus_is_an_error_before_any_starts(
 
 
 @pytest.mark.timeout(60)
+def test_an_engine_late_to_its_health_check_is_busy_while_it_answers_requests_and_hung_once_it_does_not(
+    cluster, tiny_llama, fake_python, tmp_path
+):
+    """A real SGLang server with a thousand requests in flight answered ``/health`` 10 s late on an H200,
+    and the pool replaced a working engine. Here the server answers ``/health`` 3 s late, past
+    ``rollout_health_check_timeout``: while generations come back meanwhile the engine is healthy; once
+    none do, the same late answer is a hung engine."""
+    args = sglang_args(tiny_llama, fake_python, tmp_path / "out", rollout_health_check_timeout=1.0)
+    env = {"FAKE_SGLANG_HEALTH_DELAY": "3", "FAKE_SGLANG_GENERATE_DELAY": "0.1"}
+    actor = (
+        ray.remote(EngineActor)
+        .options(num_cpus=0.25, num_gpus=1, max_concurrency=10, runtime_env={"env_vars": env})
+        .remote(args, 1)
+    )
+    ray.get(actor.start.remote(1), timeout=30)
+    payload = {"input_ids": [3, 4], "sampling_params": {"max_new_tokens": 2}}
+
+    checked = actor.health.remote()
+    answers = 0
+    while not ray.wait([checked], timeout=0)[0]:
+        assert ray.get(actor.generate.remote(payload), timeout=10)["meta_info"]["finish_reason"]["type"] == "length"
+        answers += 1
+    assert answers >= 5 and ray.get(checked) is None
+
+    started = time.monotonic()
+    problem = ray.get(actor.health.remote(), timeout=10)
+    assert problem is not None and "/health failed: TimeoutError" in problem, problem
+    assert 0.9 < time.monotonic() - started < 3
+    ray.kill(actor)
+
+
+@pytest.mark.timeout(60)
 def test_an_engine_actor_killed_with_sigkill_takes_its_sglang_server_with_it(
     cluster, tiny_llama, fake_python, tmp_path
 ):

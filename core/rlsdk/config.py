@@ -155,6 +155,9 @@ class RolloutConfig(TrainingOptions):
     ray_start_timeout: float = 300.0
     """Seconds an actor may take to be placed, start and load its model before the run stops naming its
     node, device, port and log file."""
+    rollout_health_check_timeout: float = 30.0
+    """Seconds an engine on Ray may take to answer a health check (checked every second) before it is taken
+    for hung and replaced, as slime's flag; one that answers requests meanwhile is busy, not hung."""
 
     # --- data ---
     prompt_data: str | None = None

@@ -291,7 +291,7 @@ class SGLangClient(InferenceEngine):
         if not result.get("success", False):
             raise EngineError(f"{worker}{path} failed: {result.get('message')}")
 
-    async def health_problem(self, timeout: float = 10.0) -> str | None:
+    async def health_problem(self, timeout: float) -> str | None:
         """None while the engine is healthy (the servers it launched run, and it answers ``/health`` within
         ``timeout`` seconds); else what is wrong. Launched servers of which one exited are stopped, each
         process group whole, so that none is left holding a GPU."""

@@ -113,6 +113,8 @@ class EngineActor:
         self.engine: Any = None
         self._built: Any = None
         self.created_at = time.time()
+        self.answered_at = 0.0
+        """``time.monotonic()`` when the engine last answered a request."""
 
     async def where(self) -> dict[str, Any]:
         """Node, process, log file and installed plugins of this actor (see :func:`worker_info`), and when
@@ -156,17 +158,26 @@ class EngineActor:
 
     async def health(self) -> str | None:
         """None while the engine is healthy; else what is wrong: not started, or the engine's own
-        ``health_problem()`` (an SGLang engine's: a launched server exited, or ``/health`` fails)."""
+        ``health_problem(timeout=...)`` within ``rollout_health_check_timeout`` (an SGLang engine's: a
+        launched server exited, or ``/health`` fails). An engine that answered requests while its check
+        failed is busy, not hung: healthy (a server with a thousand requests in flight can answer
+        ``/health`` late)."""
         if self.engine is None:
             return "its engine is not started"
         problem = getattr(self.engine, "health_problem", None)
-        return await problem() if problem is not None else None
+        if problem is None:
+            return None
+        asked = time.monotonic()
+        found: str | None = await problem(timeout=self.args.rollout_health_check_timeout)
+        return None if found is not None and self.answered_at > asked else found
 
     async def generate(self, payload: dict[str, Any]) -> Any:
         """The engine's answer; a failure while the engine is down is an :class:`EngineDiedError`, which
         the pool takes as the engine's death (the request comes back aborted, not failed)."""
         try:
-            return await self.engine.generate(payload)
+            answer = await self.engine.generate(payload)
+            self.answered_at = time.monotonic()
+            return answer
         except Exception as exc:
             problem = await self.health()
             if problem is not None:

@@ -2,9 +2,10 @@
 
 :class:`RayEnginePool` is the run's engine when ``--ray`` is on, so the rollout step, the generators and the
 weight sync use it as they use one engine. Each request goes to the live engine with the fewest requests
-in flight. An engine that dies (its actor killed, its process SIGKILLed, or silent to health checks) is
-noticed by its requests failing, at once, or by the next health check (an SGLang engine's health is its
-server's: a server that exits in a live actor is a dead engine); each of its requests in flight
+in flight. An engine that dies (its actor killed, its process SIGKILLed, or silent to a health check for
+``rollout_health_check_timeout`` seconds while it answers no request) is noticed by its requests failing,
+at once, or by the next health check, every second (an SGLang engine's health is its server's: a server
+that exits in a live actor is a dead engine); each of its requests in flight
 then comes back as an *aborted* response with no tokens, so the rollout step returns its group to the
 buffer, as it returns any aborted group: the ledger balances and nothing is lost. The engine is started
 again, given the current weights, checked against the last trust probe, and rejoins.
@@ -47,8 +48,11 @@ log = logging.getLogger(__name__)
 
 HEALTH_INTERVAL = 1.0
 """Seconds between health checks of each live engine."""
-HEALTH_TIMEOUT = 30.0
-"""An engine that does not answer a health check within this many seconds is taken for dead (hung)."""
+HEALTH_CALL_MARGIN = 5.0
+"""Seconds a health check's Ray call may take beyond the engine's own check (``rollout_health_check_timeout``);
+an actor that does not answer within both is taken for dead (hung)."""
+PROBE_WAIT = 30.0
+"""Seconds a restarted engine waits for the trust probe of a weight sync under way."""
 MAX_RESTARTS = 3
 """Attempts to start a dead engine again before the run stops."""
 
@@ -557,21 +561,22 @@ class RayEnginePool(InferenceEngine):
         await method.remote(value, version)
         recovery.marks["weights"] = time.time()
         async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(lambda: self._probe is not None), HEALTH_TIMEOUT)
+            await asyncio.wait_for(self._changed.wait_for(lambda: self._probe is not None), PROBE_WAIT)
         await self._probe.check(replica)
         recovery.marks["trusted"] = time.time()
 
     async def _health_checks(self) -> None:
         """Ping every live engine each :data:`HEALTH_INTERVAL`; a dead or silent one is lost."""
         ray = import_ray()
+        timeout = self.args.rollout_health_check_timeout + HEALTH_CALL_MARGIN
         while True:
             await asyncio.sleep(HEALTH_INTERVAL)
             live = [(r, r.actor) for r in self.replicas_ if r.alive]
-            checks = [asyncio.wait_for(_await(actor.health.remote()), HEALTH_TIMEOUT) for _, actor in live]
+            checks = [asyncio.wait_for(_await(actor.health.remote()), timeout) for _, actor in live]
             results = await asyncio.gather(*checks, return_exceptions=True)
             for (replica, actor), result in zip(live, results, strict=True):
                 if isinstance(result, TimeoutError):
-                    self._lost(replica, actor, f"no answer to a health check within {HEALTH_TIMEOUT:g}s")
+                    self._lost(replica, actor, f"no answer to a health check within {timeout:g}s")
                 elif isinstance(result, ray.exceptions.RayError):
                     self._lost(replica, actor, f"its actor died: {first_line(result)}")
                 elif isinstance(result, str):

@@ -244,6 +244,7 @@ RESUME_MAY_CHANGE = frozenset(
         "ray_standby_engines",
         "ray_sync_rewards",
         "ray_start_timeout",
+        "rollout_health_check_timeout",
     }
 )
 """Options a resumed run may set differently from the saved run; any other given option must match."""
