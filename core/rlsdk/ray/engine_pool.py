@@ -566,21 +566,30 @@ class RayEnginePool(InferenceEngine):
         recovery.marks["trusted"] = time.time()
 
     async def _health_checks(self) -> None:
-        """Ping every live engine each :data:`HEALTH_INTERVAL`; a dead or silent one is lost."""
-        ray = import_ray()
-        timeout = self.args.rollout_health_check_timeout + HEALTH_CALL_MARGIN
+        """Ping every live engine each :data:`HEALTH_INTERVAL`, each on its own (a slow answer holds up no
+        other engine's check); a dead or silent one is lost."""
+        checking: set[Any] = set()  # the actors with a check under way
         while True:
             await asyncio.sleep(HEALTH_INTERVAL)
-            live = [(r, r.actor) for r in self.replicas_ if r.alive]
-            checks = [asyncio.wait_for(_await(actor.health.remote()), timeout) for _, actor in live]
-            results = await asyncio.gather(*checks, return_exceptions=True)
-            for (replica, actor), result in zip(live, results, strict=True):
-                if isinstance(result, TimeoutError):
-                    self._lost(replica, actor, f"no answer to a health check within {timeout:g}s")
-                elif isinstance(result, ray.exceptions.RayError):
-                    self._lost(replica, actor, f"its actor died: {first_line(result)}")
-                elif isinstance(result, str):
-                    self._lost(replica, actor, f"its engine is down: {result}")
+            for replica in self.replicas_:
+                if replica.alive and replica.actor not in checking:
+                    checking.add(replica.actor)
+                    self._spawn(self._check_health(replica, replica.actor, checking))
+
+    async def _check_health(self, replica: Replica, actor: Any, checking: set[Any]) -> None:
+        ray = import_ray()
+        timeout = self.args.rollout_health_check_timeout + HEALTH_CALL_MARGIN
+        try:
+            result = await asyncio.wait_for(_await(actor.health.remote()), timeout)
+        except TimeoutError:
+            self._lost(replica, actor, f"no answer to a health check within {timeout:g}s")
+        except ray.exceptions.RayError as exc:
+            self._lost(replica, actor, f"its actor died: {first_line(exc)}")
+        else:
+            if result is not None:
+                self._lost(replica, actor, f"its engine is down: {result}")
+        finally:
+            checking.discard(actor)
 
 
 async def _await(ref: Any) -> Any:
