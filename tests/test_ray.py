@@ -28,9 +28,10 @@ from rlsdk.ray.environments import PluginEnvironmentError, differences
 from rlsdk.ray.task_pool import RayTaskPool
 from rlsdk.ray.trainer_actor import RemoteTrainer, TrainerLostError, launch_trainer, trainer_resources
 from rlsdk.rollout.generate import generate
-from rlsdk.rollout.job import run_job
+from rlsdk.rollout.job import plugin_versions, run_job
 from rlsdk.rollout.ledger import audit_run
 from rlsdk.runtime import get_runtime
+from rlsdk.training.sync import CUDA_CHECK_TOL, check_tolerance
 
 SLOW_TASK = '''
 import os, time
@@ -444,12 +445,18 @@ def test_the_trainer_builds_from_a_named_model_folder_without_waiting_for_the_en
 ):
     """With the model folder on the command line, the trainer actor builds its trainer right after its
     imports, while the engines start (no engine runs here); a model the engine resolves itself (a name,
-    not a folder) waits for the engines to name the folder."""
-    named = launch_trainer(ray_args(tiny_llama, run_files, tmp_path / "a", train=True))
+    not a folder) waits for the engines to name the folder. The driver's side then has the trainer's
+    device and dtype, which set the trust check's tolerance: without them a CUDA trainer on an H200
+    was checked at the CPU tolerance and its run stopped at the first sync."""
+    args = ray_args(tiny_llama, run_files, tmp_path / "a", train=True, train_dtype="bfloat16", sync_check_tol=None)
+    named = launch_trainer(args)
     later = launch_trainer(ray_args(tiny_llama, run_files, tmp_path / "b", train=True, model="smollm2"))
     try:
         assert later.started is None
-        assert ray.get(named.started, timeout=100) == "TorchTrainer"
+        assert ray.get(named.started, timeout=100) == {"device": "cpu", "dtype": "torch.bfloat16"}
+        trainer = RemoteTrainer(args, "torch", plugin_versions(get_plugin_manager()), named)
+        assert (trainer.device, trainer.dtype) == ("cpu", "torch.bfloat16")
+        assert check_tolerance(args, trainer) == CUDA_CHECK_TOL
     finally:
         named.kill()
         later.kill()

@@ -50,6 +50,15 @@ def test_config_file_keys_are_checked_too(tmp_path):
         " ".join(result.output.replace("│", " ").split())
 
 
+def test_an_error_is_printed_as_it_is_not_read_as_markup(tmp_path):
+    """rich took ``[ray]`` in "pip install 'rlsdk[ray]'" for a markup tag and dropped it; a path with
+    ``[train]`` in its name lost it the same way."""
+    missing = tmp_path / "data[train].jsonl"
+    result = invoke("run", "--prompt-data", str(missing), "--output", str(tmp_path / "out"))
+    assert result.exit_code == 1
+    assert f"Error: data file '{missing}' does not exist" in " ".join(result.output.split()), result.output
+
+
 def test_plugins_show_lists_the_options_the_plugin_declares():
     entry = json.loads(invoke("plugins", "show", "drop_stale", "--json").stdout)
     options = {o["name"]: o for o in entry["options"]}

@@ -122,9 +122,11 @@ def run_command(opts: argparse.Namespace, model: Path, out: Path) -> list[str]:
         "--train-dtype",
         opts.train_dtype,
     ]
+    if opts.ray:  # an SGLang engine actor on one GPU, the trainer actor on another; weights from disk
+        command += ["--ray", *(["--rollout-num-gpus", "1"] if opts.engine == "sglang" else [])]
     if opts.engine == "sglang":
         command += [
-            "--colocate",
+            *([] if opts.ray else ["--colocate"]),
             "--sglang-python",
             opts.sglang_python,
             "--sglang-dtype",
@@ -183,6 +185,7 @@ def summary(
         "benchmark": "learning_gpu",
         "trainer": opts.trainer,
         "engine": opts.engine,
+        "ray": opts.ray,
         "exit_code": code,
         "timed_out": timed_out,
         "minutes": round(minutes, 2),
@@ -209,6 +212,11 @@ def options() -> argparse.ArgumentParser:
     parser.add_argument("--trainer", default="torch", help="torch or megatron")
     parser.add_argument(
         "--engine", default="sglang", help="sglang (launched, colocated) or embedded (a CPU check)"
+    )
+    parser.add_argument(
+        "--ray",
+        action="store_true",
+        help="on a local Ray cluster: the SGLang engine and the trainer as actors, a GPU each (two GPUs)",
     )
     parser.add_argument("--model", help="a Hugging Face folder of SmolLM2-135M-Instruct")
     parser.add_argument("--gguf", help="SmolLM2-135M-Instruct.Q4_1.gguf, converted once into --cache-dir")

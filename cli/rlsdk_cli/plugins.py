@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rlsdk import KINDS, get_plugin_manager
@@ -93,15 +94,19 @@ def list_plugins(
     console.print(table)
     for failure in failures:
         console.print(
-            f"[red]failed to load[/red] {failure['entry_point']} from {failure['distribution']} "
-            f"{failure['version']}: {failure['error']}",
+            "[red]failed to load[/red] "
+            + escape(
+                f"{failure['entry_point']} from {failure['distribution']} {failure['version']}: {failure['error']}"
+            ),
             markup=True,
             highlight=False,
         )
     for conflict in conflicts:
         console.print(
-            f"[yellow]conflict[/yellow] {conflict['kind']} {conflict['name']!r} provided by "
-            f"{' and '.join(conflict['providers'])}",
+            "[yellow]conflict[/yellow] "
+            + escape(
+                f"{conflict['kind']} {conflict['name']!r} provided by {' and '.join(conflict['providers'])}"
+            ),
             markup=True,
             highlight=False,
         )
@@ -175,7 +180,7 @@ def show_plugin(
         return
     console = Console()
     for entry in entries:
-        console.print(f"[bold]{entry['name']}[/bold] ({entry['kind']})", highlight=False)
+        console.print(f"[bold]{escape(entry['name'])}[/bold] ({entry['kind']})", highlight=False)
         for key in ("distribution", "version", "entry_point", "callable", "signature", "async"):
             console.print(f"  {key}: {entry[key]}", highlight=False, markup=False)
         for key in set(entry) - {

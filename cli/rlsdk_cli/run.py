@@ -25,6 +25,11 @@ from rlsdk.errors import RlsdkError
 console = Console(stderr=True)
 
 
+def fail(exc: BaseException) -> None:
+    """Print ``Error: <exc>`` on stderr, the message as it is (``rlsdk[ray]`` is not markup)."""
+    console.print(f"[red]Error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+
+
 def build_config(config: Path | None, options: dict[str, Any], extra: list[str]) -> RolloutConfig:
     """The config file (if any), then every option given on the command line, then ``--set k=v``; an unknown
     key or a value of the wrong type, in any of them, is an error naming it."""
@@ -218,7 +223,7 @@ def run(
         try:
             args = RolloutConfig.from_dict(resumed_settings(args.output_dir, {**given, **parse_set(extra)}))
         except (ValueError, TypeError, FileNotFoundError) as exc:
-            console.print(f"[red]Error:[/red] {exc}", highlight=False, soft_wrap=True)
+            fail(exc)
             raise typer.Exit(1) from None
 
     samples_per_step = args.rollout_batch_size * args.n_samples_per_prompt
@@ -242,10 +247,11 @@ def run(
         """Steps are numbered as in the tables and metrics.jsonl (the rollout_id); set-up is printed."""
         if text.startswith("step ") and text[5:].isdigit():
             step = int(text[5:])
-            progress.reset(task, total=samples_per_step, status=f"{text} ({step + 1} of {args.num_rollout})")
+            status = f"{text} ({step + 1} of {args.num_rollout})"
+            progress.reset(task, total=samples_per_step, status=escape(status))
         else:
-            progress.update(task, status=text)
-            console.print(f"[dim]{text}[/dim]", highlight=False)
+            progress.update(task, status=escape(text))
+            console.print(f"[dim]{escape(text)}[/dim]", highlight=False)
 
     def on_step(rollout_id: int, metrics: dict[str, Any]) -> None:
         console.print(step_table(rollout_id, metrics))
@@ -263,16 +269,19 @@ def run(
                 progress=lambda n: progress.advance(task, n),
             )
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
-        console.print(f"[red]Error:[/red] {exc}", highlight=False, soft_wrap=True)
+        fail(exc)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         console.print(
             f"interrupted; continue with: rlsdk run --resume --output {args.output_dir}",
+            markup=False,
             highlight=False,
             soft_wrap=True,
         )
         raise typer.Exit(130) from None
-    console.print(f"wrote {output.folder}/rollouts.jsonl, metrics.jsonl and state.json", highlight=False)
+    console.print(
+        f"wrote {output.folder}/rollouts.jsonl, metrics.jsonl and state.json", markup=False, highlight=False
+    )
 
 
 @with_run_options
@@ -289,13 +298,15 @@ def evaluate(**options: Any) -> None:
         with running(args) as (runtime, plugins):
             result = run_eval(args, runtime, plugins, rollout_id=0)
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
-        console.print(f"[red]Error:[/red] {exc}", highlight=False, soft_wrap=True)
+        fail(exc)
         raise typer.Exit(1) from None
     Console().print(metrics_table("eval", result.metrics))
     if options["output_dir"] is not None:  # appended, so an eval beside a run's own evals keeps both
         output = RunOutput(args.output_dir)
         output.write_eval(0, result)
-        console.print(f"wrote {output.folder}/eval.jsonl and eval_samples.jsonl", highlight=False)
+        console.print(
+            f"wrote {output.folder}/eval.jsonl and eval_samples.jsonl", markup=False, highlight=False
+        )
     typer.echo(json.dumps(result.metrics))
 
 

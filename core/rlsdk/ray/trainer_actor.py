@@ -43,9 +43,10 @@ class TrainerActor:
 
         return worker_info()
 
-    def start(self, spec: str, hf_checkpoint: str | None) -> str:
+    def start(self, spec: str, hf_checkpoint: str | None) -> dict[str, str]:
         """Resolve the trainer plugin here and build it from ``hf_checkpoint`` (the engine's model folder,
-        known once the engines started) unless the run names its own."""
+        known once the engines started) unless the run names its own; the trainer's ``device`` and
+        ``dtype`` (the trust check's tolerance depends on them)."""
         from ..plugins.manager import get_plugin_manager
 
         self.args.hf_checkpoint = self.args.hf_checkpoint or hf_checkpoint
@@ -56,7 +57,7 @@ class TrainerActor:
                 f"{resolved.describe()} returned {type(self.trainer).__name__}: expected a "
                 "rlsdk.training.PolicyTrainer"
             )
-        return type(self.trainer).__name__
+        return {name: str(getattr(self.trainer, name, "")) for name in ("device", "dtype")}
 
     def call(self, method: str, *args: Any) -> Any:
         return getattr(self.trainer, method)(*args)
@@ -109,19 +110,20 @@ def launch_trainer(args: Any) -> TrainerLaunch:
 
 
 class RemoteTrainer(PolicyTrainer):
-    """The driver's side of a :class:`TrainerActor`."""
+    """The driver's side of a :class:`TrainerActor`, with the remote trainer's ``device`` and ``dtype``."""
 
     def __init__(
         self, args: Any, spec: str, driver_plugins: dict[str, str | None], launch: TrainerLaunch
     ) -> None:
         self.output_dir = Path(args.output_dir)
         self.actor = launch.actor
-        self.place_text = asyncio.run(self._start(args, spec, driver_plugins, launch))
+        self.place_text, built = asyncio.run(self._start(args, spec, driver_plugins, launch))
+        self.device, self.dtype = built["device"], built["dtype"]
 
     @staticmethod
     async def _start(
         args: Any, spec: str, driver_plugins: dict[str, str | None], launch: TrainerLaunch
-    ) -> str:
+    ) -> tuple[str, dict[str, str]]:
         ray, actor = import_ray(), launch.actor
         info = await place(actor, launch.where, "the trainer", launch.resources, args.ray_start_timeout)
         device = "cuda" if launch.resources["num_gpus"] else "cpu"
@@ -132,8 +134,7 @@ class RemoteTrainer(PolicyTrainer):
             ray.kill(actor)
             raise
         call = launch.started or actor.start.remote(spec, args.hf_checkpoint)
-        await start(actor, "the trainer", place_text, call, args.ray_start_timeout)
-        return place_text
+        return place_text, await start(actor, "the trainer", place_text, call, args.ray_start_timeout)
 
     def _call(self, method: str, *args: Any) -> Any:
         ray = import_ray()
