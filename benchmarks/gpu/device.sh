@@ -17,7 +17,9 @@
 #   bash benchmarks/gpu/device.sh model      # reassemble the carried SmolLM2 GGUF, convert it to /tmp/rlsdk-models
 #   bash benchmarks/gpu/device.sh learn      # learning_gpu.py: GRPO on SmolLM2 through colocated SGLang (~9 min)
 #   bash benchmarks/gpu/device.sh learn_megatron  # the same with --trainer megatron (~9 min)
+#     (LEARN_ARGS="--ray": the engine and the trainer as Ray actors, a GPU each; two GPUs)
 #   bash benchmarks/gpu/device.sh ray_engines     # ray_engines.py: 2 SGLang engine actors on Ray, one SIGKILLed (two GPUs)
+#     (RAY_ENGINES_ARGS="--engines 1 --spares 1": one serving engine and a started spare)
 #   bash benchmarks/gpu/device.sh ray_startup     # faults.py --tiny --startup-only: what Ray's start adds on this many cores
 #
 # Several phases may be given in one call. Results (one JSON file per script, its log) go to $OUT
@@ -148,8 +150,10 @@ print(converted_gguf(Path('$gguf'), '$models'))"
 
 learn_with() {  # learn_with TRAINER: learning_gpu.py (LEARN_ARGS: more of its options); metrics and evals beside its JSON
   rm -rf "/tmp/learn-$1"
+  local ray_site=""  # with --ray, Ray comes from SGLang's folder, after the image's packages
+  case " ${LEARN_ARGS:-} " in *" --ray "*) ray_site=$site ;; esac
   # shellcheck disable=SC2086  # LEARN_ARGS is a list of options
-  bench "learning_gpu_$1" "$here/learning_gpu.py" --trainer "$1" --gguf "$gguf" --cache-dir "$models" \
+  path_tail=$ray_site bench "learning_gpu_$1" "$here/learning_gpu.py" --trainer "$1" --gguf "$gguf" --cache-dir "$models" \
       --sglang-python /tmp/sglang-python --output "/tmp/learn-$1" --minutes "${LEARN_MINUTES:-8}" ${LEARN_ARGS:-}
   cp "/tmp/learn-$1/metrics.jsonl" "$out/learning_gpu_$1-metrics.jsonl" 2>/dev/null
   cp "/tmp/learn-$1/eval.jsonl" "$out/learning_gpu_$1-eval.jsonl" 2>/dev/null
