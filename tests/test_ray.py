@@ -687,6 +687,36 @@ def test_more_sglang_engine_actors_than_gpus_is_an_error_before_any_starts(
     assert not list((out / "logs").glob("sglang-server-*.log"))
 
 
+@pytest.mark.timeout(90)
+def test_a_hanging_health_check_holds_up_no_other_engines_check(cluster, tiny_llama, fake_python, tmp_path):
+    """Each engine's health check runs on its own. With engine 0's server stopped (SIGSTOP: its ``/health``
+    answers nothing until ``rollout_health_check_timeout``), engine 1's server SIGKILLed while idle is
+    still found within seconds; when the checks of all engines were awaited together, that death waited
+    out engine 0's timeout."""
+    out = tmp_path / "out"
+    args = sglang_args(tiny_llama, fake_python, out, rollout_health_check_timeout=30.0)
+
+    async def scenario() -> float:
+        pool = RayEnginePool(args, "sglang", plugin_versions(get_plugin_manager()))
+        await pool.start()
+        stopped, killed = (server_pid(out / "logs" / f"sglang-server-{i}.log") for i in (0, 1))
+        try:
+            os.kill(stopped, signal.SIGSTOP)
+            await asyncio.sleep(2)  # engine 0's check is under way, and hangs
+            os.kill(killed, signal.SIGKILL)
+            started = time.monotonic()
+            while not pool.recoveries and time.monotonic() - started < 40:
+                await asyncio.sleep(0.05)
+            [recovery] = pool.recoveries
+            assert recovery.engine == 1 and recovery.cause.startswith("its engine is down: ")
+            return time.monotonic() - started
+        finally:
+            os.kill(stopped, signal.SIGCONT)
+            await pool.close()
+
+    assert asyncio.run(scenario()) < 5
+
+
 @pytest.mark.timeout(60)
 def test_an_engine_late_to_its_health_check_is_busy_while_it_answers_requests_and_hung_once_it_does_not(
     cluster, tiny_llama, fake_python, tmp_path
