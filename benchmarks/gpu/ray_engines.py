@@ -9,8 +9,8 @@ for ``--steps`` steps. From the second step on, ``Killer`` (benchmarks/faults.py
 actor's process once while it has requests in flight: its SGLang server dies with it (PR_SET_PDEATHSIG),
 the pool removes its placement group and the run goes on. Without a spare, a new actor starts its server
 on the freed GPU (SGLang's whole start); with one, the spare takes the weights and the dead engine's place,
-and a new spare starts on the freed GPU. Reported: ``samples_lost`` (the ledger audit, must be 0), ``steps_completed``, ``returned`` (samples
-the kill sent back to the buffer), ``detection_seconds`` and ``recovery_seconds`` (from the SIGKILL until
+and a new spare starts on the freed GPU. Reported: ``samples_lost`` (the ledger audit, must be 0),
+``steps_completed``, ``returned`` (samples the kill sent back to the buffer), ``detection_seconds`` and ``recovery_seconds`` (from the SIGKILL until
 noticed, and until the new engine took requests), and per step the rollout's tokens/s and seconds. Before
 the last step the run waits for the restarted engine (``waited_for_rejoin_s``), so that step runs on both.
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RlsdkError
-from ..training.options import trainer_world_size
+from ..training.options import named_model_folder, trainer_world_size
 from ..training.trainer import PolicyTrainer
 from ..types import Sample
 from .cluster import describe_place, first_line, import_ray, place, start, worker_info
@@ -104,7 +104,7 @@ def launch_trainer(args: Any) -> TrainerLaunch:
     resources = trainer_resources(args)
     actor = ray.remote(TrainerActor).options(max_restarts=0, **resources).remote(args)
     where = actor.where.remote()  # an actor runs its calls in order: start() follows where()
-    folder = next((Path(f) for f in (args.hf_checkpoint, args.model) if f and Path(f).is_dir()), None)
+    folder = named_model_folder(args)
     started = actor.start.remote(args.trainer, str(folder.resolve())) if folder else None
     return TrainerLaunch(actor, where, resources, started)
 

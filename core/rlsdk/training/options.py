@@ -8,6 +8,8 @@ into a command-line option (``--eps-clip``, ``--use-kl-loss``) with the field's 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 ADVANTAGE_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
 LOSS_TYPES = ("policy_loss", "sft_loss", "custom_loss")
@@ -139,6 +141,12 @@ class TrainingOptions:
 def trainer_world_size(args: TrainingOptions) -> int:
     """The trainer's processes (one per GPU): ``actor_num_gpus_per_node``, default TP x PP."""
     return args.actor_num_gpus_per_node or args.tensor_model_parallel_size * args.pipeline_model_parallel_size
+
+
+def named_model_folder(args: Any) -> Path | None:
+    """The model folder the command line names, before any engine starts: ``hf_checkpoint``, else ``model``
+    where it is a folder (not a name the engine resolves); None otherwise."""
+    return next((Path(f) for f in (args.hf_checkpoint, args.model) if f and Path(f).is_dir()), None)
 
 
 def loss_spec(args: TrainingOptions) -> str:

@@ -36,14 +36,13 @@ def megatron_trainer(args: Any) -> Any:
 def check_megatron_settings(args: Any) -> None:
     """The parallel sizes, checked against the model's config when its folder is named (before any engine
     starts: a size SmolLM2's 9 heads cannot take fails at once, not after SGLang's start)."""
-    from rlsdk.training.options import trainer_world_size
+    from rlsdk.training.options import named_model_folder, trainer_world_size
 
     from .trainer import check_parallel_sizes
 
-    folder = next(
-        (Path(f) for f in (args.hf_checkpoint, args.model) if f and Path(f, "config.json").is_file()), None
-    )
-    config = json.loads((folder / "config.json").read_text()) if folder else None
+    folder = named_model_folder(args)
+    named = folder / "config.json" if folder else None
+    config = json.loads(named.read_text()) if named and named.is_file() else None
     check_parallel_sizes(args, trainer_world_size(args), config)
 
 
