@@ -129,6 +129,7 @@ class RankGroup:
     def close(self) -> None:
         """Ranks 1..N-1 leave their loop; whatever has not exited after a while is stopped."""
         if self.failure is None and not self._closing:
+            self._closing = True  # the ranks now exit: not a failure for the watchdog to stop the rest for
             # From a thread: a rank stuck elsewhere must not hold rank 0 here (it is stopped below).
             sender = threading.Thread(target=self._send_close, name="megatron-close", daemon=True)
             sender.start()
