@@ -10,7 +10,8 @@ makes it exit with that status during start-up instead, as a server that cannot 
 For runs through it (``FAKE_SGLANG_GENERATE`` set; otherwise the health check's generation fails),
 ``/generate`` answers in SGLang's shape (rlsdk's own :func:`generate_response`) with
 ``max_new_tokens`` token ids derived from the prompt's, after ``FAKE_SGLANG_GENERATE_DELAY`` seconds
-(default 0.05); the control endpoints (abort, pause, continue, flush, weights from disk) answer success
+(default 0.05), and with ``logprob_start_len`` (the trust check's scoring) log-prob -1 for each input
+token after that range's first; the control endpoints (abort, pause, continue, flush, weights from disk) answer success
 and log their path and body.
 Its start-up line shows ``CUDA_VISIBLE_DEVICES``, as Ray set it for an engine actor.
 ``FAKE_SGLANG_HEALTH_DELAY`` seconds pass before it answers ``/health``, as a real server swamped with
@@ -104,17 +105,21 @@ async def generate(request: web.Request) -> web.Response:
     prompt = body.get("input_ids") or [0]
     count = int(body.get("sampling_params", {}).get("max_new_tokens", 1))
     ids = [(sum(prompt) + k) % 97 + 3 for k in range(count)]
-    return web.json_response(
-        generate_response(
-            rid=body.get("rid") or "fake",
-            text="".join(f" t{i}" for i in ids),
-            output_ids=ids,
-            prompt_tokens=len(prompt),
-            finish_reason={"type": "length", "length": count},
-            weight_version="default",
-            logprobs=[-1.0] * count,
-        )
+    response = generate_response(
+        rid=body.get("rid") or "fake",
+        text="".join(f" t{i}" for i in ids),
+        output_ids=ids,
+        prompt_tokens=len(prompt),
+        finish_reason={"type": "length", "length": count},
+        weight_version="default",
+        logprobs=[-1.0] * count,
     )
+    if "logprob_start_len" in body:
+        scored = prompt[int(body["logprob_start_len"]) :]
+        response["meta_info"]["input_token_logprobs"] = [[None, scored[0], None]] + [
+            [-1.0, token, None] for token in scored[1:]
+        ]
+    return web.json_response(response)
 
 
 async def serve(app: web.Application, host: str, port: int) -> None:

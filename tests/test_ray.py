@@ -23,7 +23,7 @@ from rlsdk.aio.task_pools import set_cluster_task_pool
 from rlsdk.errors import RlsdkError
 from rlsdk.ray.cluster import ActorStartError
 from rlsdk.ray.engine_actor import EngineActor
-from rlsdk.ray.engine_pool import RayEnginePool
+from rlsdk.ray.engine_pool import HEALTH_CALL_MARGIN, RayEnginePool
 from rlsdk.ray.environments import PluginEnvironmentError, differences
 from rlsdk.ray.task_pool import RayTaskPool
 from rlsdk.ray.trainer_actor import RemoteTrainer, TrainerLostError, launch_trainer, trainer_resources
@@ -31,7 +31,8 @@ from rlsdk.rollout.generate import generate
 from rlsdk.rollout.job import plugin_versions, run_job
 from rlsdk.rollout.ledger import audit_run
 from rlsdk.runtime import get_runtime
-from rlsdk.training.sync import CUDA_CHECK_TOL, check_tolerance
+from rlsdk.training.sync import CUDA_CHECK_TOL, check_tolerance, trust_check
+from rlsdk.types import Sample
 
 SLOW_TASK = '''
 import os, time
@@ -715,6 +716,87 @@ def test_a_hanging_health_check_holds_up_no_other_engines_check(cluster, tiny_ll
             await pool.close()
 
     assert asyncio.run(scenario()) < 5
+
+
+@pytest.mark.timeout(90)
+def test_no_engine_is_taken_for_dead_for_a_health_check_that_overlapped_a_weight_push(
+    cluster, tiny_llama, fake_python, tmp_path
+):
+    """A real SGLang server holds every request, ``/health``'s too, while it loads weights, which takes
+    minutes for a large model: as slime pauses its health monitor then, a check that overlapped a push
+    says nothing. Engine 0's server is stopped (SIGSTOP) for 4 s during a push, well past the 1 s health
+    timeout, and is not replaced; stopped as long with no push under way, it is."""
+    args = sglang_args(tiny_llama, fake_python, tmp_path / "out", rollout_health_check_timeout=1.0)
+
+    async def scenario() -> None:
+        pool = RayEnginePool(args, "sglang", plugin_versions(get_plugin_manager()))
+        await pool.start()
+        server = server_pid(tmp_path / "out" / "logs" / "sglang-server-0.log")
+        try:
+            os.kill(server, signal.SIGSTOP)
+            pushed = asyncio.ensure_future(pool.update_weights_from_disk(str(tiny_llama), "1"))
+            await asyncio.sleep(4)
+            os.kill(server, signal.SIGCONT)
+            await asyncio.wait_for(pushed, 10)
+            await asyncio.sleep(HEALTH_CALL_MARGIN + 3)  # the checks under way during the push are over
+            assert pool.recoveries == []
+
+            os.kill(server, signal.SIGSTOP)
+            started = time.monotonic()
+            while not pool.recoveries and time.monotonic() - started < 20:
+                await asyncio.sleep(0.05)
+            [recovery] = pool.recoveries
+            assert recovery.engine == 0 and "/health failed: TimeoutError" in recovery.cause
+        finally:
+            os.kill(server, signal.SIGCONT)
+            await pool.close()
+
+    asyncio.run(scenario())
+
+
+class FakeServerLogProbs:
+    """The trainer's part of the trust check, as the fake server scores: log-prob -1 per response token."""
+
+    def response_log_probs(self, samples: list[Sample]) -> list[list[float]]:
+        return [[-1.0] * sample.response_length for sample in samples]
+
+
+@pytest.mark.timeout(90)
+def test_an_engine_that_dies_during_the_trust_check_is_left_out_and_checked_again_before_it_rejoins(
+    cluster, tiny_llama, fake_python, tmp_path
+):
+    """On 2x H200 an SGLang engine stopped answering during the trust check after a weight sync; the health
+    checks replaced it, and the check's request to it raised Ray's ActorDiedError, which stopped the run.
+    Here engine 0's server hangs (SIGSTOP) on the check's request and is then SIGKILLed: the check goes
+    on with engine 1, and engine 0's replacement takes the synced weights and passes the same probe
+    before it rejoins."""
+    args = sglang_args(tiny_llama, fake_python, tmp_path / "out")
+    probe = Sample(group_index=0, index=0, tokens=[5, 6, 7, 8, 9, 10], response_length=3)
+
+    async def scenario() -> None:
+        pool = RayEnginePool(args, "sglang", plugin_versions(get_plugin_manager()))
+        await pool.start()
+        try:
+            await pool.update_weights_from_disk(str(tiny_llama), "1")
+            hung = server_pid(tmp_path / "out" / "logs" / "sglang-server-0.log")
+            os.kill(hung, signal.SIGSTOP)
+            checked = asyncio.ensure_future(trust_check(pool, FakeServerLogProbs(), probe, 0.05))
+            await asyncio.sleep(1)
+            assert not checked.done()  # waiting on engine 0
+            os.kill(hung, signal.SIGKILL)
+            assert await asyncio.wait_for(checked, 20) == 0.0  # engine 1's
+            started = time.monotonic()
+            while not all(r.alive for r in pool.replicas_) and time.monotonic() - started < 40:
+                await asyncio.sleep(0.05)
+            [recovery] = pool.recoveries
+            assert recovery.engine == 0 and {"weights", "trusted"} <= recovery.marks.keys()
+            assert [r.alive for r in pool.replicas_] == [True, True]
+        finally:
+            await pool.close()
+
+    asyncio.run(scenario())
+    log = (tmp_path / "out" / "logs" / "sglang-server-0.log").read_text()
+    assert log.count("/update_weights_from_disk") == 2  # the first server's sync, and the replacement's
 
 
 @pytest.mark.timeout(60)

@@ -159,7 +159,7 @@ learn_with() {  # learn_with TRAINER: learning_gpu.py (LEARN_ARGS: more of its o
   cp "/tmp/learn-$1/eval.jsonl" "$out/learning_gpu_$1-eval.jsonl" 2>/dev/null
   cp "/tmp/learn-$1.log" "$out/learning_gpu_$1-run.log" 2>/dev/null
   for server_log in /tmp/learn-"$1"/logs/*.log; do
-    [ -f "$server_log" ] && tail -n 300 "$server_log" >"$out/learning_gpu_$1-$(basename "$server_log")"
+    [ -f "$server_log" ] && gzip -c "$server_log" >"$out/learning_gpu_$1-$(basename "$server_log").gz"
   done
   return 0
 }

@@ -30,6 +30,11 @@ class EngineUnavailableError(EngineError, ConnectionError):
     """The engine could not be reached (after retries)."""
 
 
+class ReplicaLostError(EngineError):
+    """One engine of a pool died while it was asked on its own (the trust check's probe): the pool brings it
+    back and checks it before it rejoins."""
+
+
 class EngineResponseError(EngineError):
     """The engine answered something that is not an answer of SGLang's protocol (not JSON, wrong shape)."""
 

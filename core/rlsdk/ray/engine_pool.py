@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engines.engine import InferenceEngine
-from ..engines.protocol import finish_abort, generate_response, new_rid, split_batch
+from ..engines.protocol import ReplicaLostError, finish_abort, generate_response, new_rid, split_batch
 from ..errors import RlsdkError
 from .cluster import ActorStartError, describe_place, first_line, free_resources, import_ray, place, start
 from .engine_actor import (
@@ -94,13 +94,24 @@ class Replica(InferenceEngine):
     alive: bool = False
     in_flight: int = 0
     sent: int = 0
+    pool: RayEnginePool | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
         return f"engine {self.index} ({self.place_text})"
 
     async def generate(self, payload: dict[str, Any]) -> Any:
-        return await self.actor.generate.remote(payload)
+        """A request to this engine alone (the trust check's probe): if it dies meanwhile, its pool is told
+        and a :class:`ReplicaLostError` raised."""
+        actor = self.actor
+        try:
+            return await actor.generate.remote(payload)
+        except Exception as exc:
+            cause = death_cause(exc)
+            if cause is None or self.pool is None:
+                raise
+            self.pool._lost(self, actor, cause)
+            raise ReplicaLostError(f"{self.name} died while it was asked on its own ({cause})") from exc
 
     async def abort(self, rid: str | None = None) -> None:
         await self.actor.abort.remote(rid)
@@ -131,7 +142,7 @@ class RayEnginePool(InferenceEngine):
         self.standbys_at_start = standbys_at_start
         self.engine_spec = engine_spec
         self.driver_plugins = driver_plugins
-        self.replicas_ = [Replica(index=i) for i in range(engine_count(args))]
+        self.replicas_ = [Replica(index=i, pool=self) for i in range(engine_count(args))]
         self.standby_count = standby_count(args)
         self._next_index = len(self.replicas_)
         """The index of the next spare or standby actor."""
@@ -143,6 +154,9 @@ class RayEnginePool(InferenceEngine):
         self._probe: Any = None
         """The TrustProbe the engines passed with those weights (None while a sync is under way)."""
         self._sync_lock = asyncio.Lock()
+        self._pushes = 0
+        """Weight pushes begun plus those ended: odd while one is under way. No engine answers its health
+        check while it loads weights (SGLang holds every request), so pushes and checks do not overlap."""
         self._changed = asyncio.Condition()
         self._failure: BaseException | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -270,8 +284,10 @@ class RayEnginePool(InferenceEngine):
         group = ray.util.placement_group([{k: v for k, v in bundle.items() if v}], strategy="STRICT_PACK")
         try:
             await asyncio.wait_for(_await(group.ready()), self.args.ray_start_timeout)
-        except TimeoutError:
+        except BaseException as exc:  # not ready in time, or the pool closing meanwhile: it holds no GPU
             ray.util.remove_placement_group(group)
+            if not isinstance(exc, TimeoutError):
+                raise
             raise ActorStartError(
                 f"{what}'s placement group was not ready within {self.args.ray_start_timeout:g}s "
                 f"(ray_start_timeout): it asks for {bundle} on one node; the cluster has free: "
@@ -358,7 +374,6 @@ class RayEnginePool(InferenceEngine):
         return min((r for r in self.replicas_ if r.alive), key=lambda r: (r.in_flight, r.sent))
 
     async def generate(self, payload: dict[str, Any]) -> Any:
-        ray = import_ray()
         replica = await self._pick()
         actor = replica.actor
         replica.in_flight += 1
@@ -368,11 +383,11 @@ class RayEnginePool(InferenceEngine):
             self._rids[rid] = replica
         try:
             return await actor.generate.remote(payload)
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-            self._lost(replica, actor, f"its actor died: {first_line(exc)}")
-            return aborted(payload, f"{replica.name} died mid-request")
-        except EngineDiedError as exc:  # Ray's task error is an instance of its cause's class too
-            self._lost(replica, actor, f"its engine died: {first_line(exc)}")
+        except Exception as exc:
+            cause = death_cause(exc)
+            if cause is None:
+                raise
+            self._lost(replica, actor, cause)
             return aborted(payload, f"{replica.name} died mid-request")
         finally:
             replica.in_flight -= 1
@@ -407,19 +422,18 @@ class RayEnginePool(InferenceEngine):
 
     async def _on_each(self, replicas: list[Replica], method: str, *args: Any) -> list[Any]:
         """Call ``method`` on each engine; an engine that died meanwhile is left to its restart."""
-        ray = import_ray()
         actors = [r.actor for r in replicas]
         results = await asyncio.gather(
             *(getattr(a, method).remote(*args) for a in actors), return_exceptions=True
         )
         answered = []
         for replica, actor, result in zip(replicas, actors, results, strict=True):
-            if isinstance(result, (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)):
-                self._lost(replica, actor, f"its actor died: {first_line(result)}")
-            elif isinstance(result, BaseException):
-                raise result
-            else:
+            if not isinstance(result, BaseException):
                 answered.append(result)
+            elif (cause := death_cause(result)) is not None:
+                self._lost(replica, actor, cause)
+            else:
+                raise result
         return answered
 
     # ------------------------------------------------------------------ weights
@@ -436,16 +450,22 @@ class RayEnginePool(InferenceEngine):
             if isinstance(state_dict, ray.ObjectRef)
             else await asyncio.to_thread(lambda: ray.put(to_shared(state_dict)))
         )
-        async with self._sync_lock:
-            self._weights, self._probe = ("state", ref, weight_version), None
-            await self._on_each([r for r in self.replicas_ if r.alive], "update_weights", ref, weight_version)
+        await self._push(("state", ref, weight_version))
 
     async def update_weights_from_disk(self, model_path: str, weight_version: str | None = None) -> None:
+        await self._push(("disk", model_path, weight_version))
+
+    async def _push(self, weights: tuple[str, Any, str | None]) -> None:
+        """Have every live engine take ``weights`` (a restarted one takes them later, in :meth:`_catch_up`)."""
+        kind, value, version = weights
+        method = "update_weights" if kind == "state" else "update_weights_from_disk"
         async with self._sync_lock:
-            self._weights, self._probe = ("disk", model_path, weight_version), None
-            await self._on_each(
-                [r for r in self.replicas_ if r.alive], "update_weights_from_disk", model_path, weight_version
-            )
+            self._weights, self._probe = weights, None
+            self._pushes += 1
+            try:
+                await self._on_each([r for r in self.replicas_ if r.alive], method, value, version)
+            finally:
+                self._pushes += 1
 
     def remember_trust_probe(self, probe: Any) -> None:
         self._probe = probe
@@ -508,7 +528,7 @@ class RayEnginePool(InferenceEngine):
                 return
             except asyncio.CancelledError:
                 raise
-            except (ActorStartError, ray.exceptions.RayActorError) as exc:  # try again with a fresh actor
+            except (ActorStartError, ReplicaLostError, ray.exceptions.RayActorError) as exc:  # a fresh actor
                 error = exc
             except Exception as exc:  # noqa: BLE001 - a failed trust check or weight load: not to be trusted
                 error = exc
@@ -567,10 +587,13 @@ class RayEnginePool(InferenceEngine):
 
     async def _health_checks(self) -> None:
         """Ping every live engine each :data:`HEALTH_INTERVAL`, each on its own (a slow answer holds up no
-        other engine's check); a dead or silent one is lost."""
+        other engine's check), except while weights are pushed (as slime pauses its health monitor then);
+        a dead or silent one is lost."""
         checking: set[Any] = set()  # the actors with a check under way
         while True:
             await asyncio.sleep(HEALTH_INTERVAL)
+            if self._pushes % 2:
+                continue
             for replica in self.replicas_:
                 if replica.alive and replica.actor not in checking:
                     checking.add(replica.actor)
@@ -579,17 +602,29 @@ class RayEnginePool(InferenceEngine):
     async def _check_health(self, replica: Replica, actor: Any, checking: set[Any]) -> None:
         ray = import_ray()
         timeout = self.args.rollout_health_check_timeout + HEALTH_CALL_MARGIN
+        pushes = self._pushes
         try:
-            result = await asyncio.wait_for(_await(actor.health.remote()), timeout)
+            problem = await asyncio.wait_for(_await(actor.health.remote()), timeout)
+            cause = None if problem is None else f"its engine is down: {problem}"
         except TimeoutError:
-            self._lost(replica, actor, f"no answer to a health check within {timeout:g}s")
+            cause = f"no answer to a health check within {timeout:g}s"
         except ray.exceptions.RayError as exc:
             self._lost(replica, actor, f"its actor died: {first_line(exc)}")
-        else:
-            if result is not None:
-                self._lost(replica, actor, f"its engine is down: {result}")
+            return
         finally:
             checking.discard(actor)
+        if cause is not None and self._pushes == pushes:  # a check that overlapped a push tells nothing
+            self._lost(replica, actor, cause)
+
+
+def death_cause(exc: BaseException) -> str | None:
+    """Why ``exc`` means its engine is dead (its actor, or the engine in it), or None when it does not."""
+    ray = import_ray()
+    if isinstance(exc, (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)):
+        return f"its actor died: {first_line(exc)}"
+    if isinstance(exc, EngineDiedError):  # Ray's task error is an instance of its cause's class too
+        return f"its engine died: {first_line(exc)}"
+    return None
 
 
 async def _await(ref: Any) -> Any:

@@ -17,6 +17,7 @@ The trust check then asks the engine for the log-probs of a probe sample's respo
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import time
 from dataclasses import dataclass
@@ -24,9 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from ..engines.engine import InferenceEngine
+from ..engines.protocol import ReplicaLostError
 from ..errors import RlsdkError
 from ..types import Sample
 from .trainer import PolicyTrainer
+
+log = logging.getLogger(__name__)
 
 
 class WeightSyncError(RlsdkError):
@@ -317,11 +321,16 @@ async def trust_check(
     engine: InferenceEngine, trainer: PolicyTrainer, probe: Sample, tolerance: float
 ) -> float:
     """The largest |engine - trainer| log-prob over ``probe``'s response tokens, for each of the engine's
-    replicas; above ``tolerance`` a :class:`WeightSyncError`."""
+    replicas; above ``tolerance`` a :class:`WeightSyncError`. A replica that dies meanwhile is left out."""
     expected = []
     if probe.response_length:
         expected = (await asyncio.to_thread(trainer.response_log_probs, [probe]))[0]
     checked = TrustProbe(probe, expected, tolerance)
-    diff = max([await checked.check(replica) for replica in engine.replicas()], default=0.0)
+    diffs = []
+    for replica in engine.replicas():
+        try:
+            diffs.append(await checked.check(replica))
+        except ReplicaLostError as exc:  # its pool checks it against this probe before it rejoins
+            log.warning("trust check: %s", exc)
     engine.remember_trust_probe(checked)
-    return diff
+    return max(diffs, default=0.0)
