@@ -23,6 +23,7 @@ from rlsdk.aio.task_pools import set_cluster_task_pool
 from rlsdk.errors import RlsdkError
 from rlsdk.ray.cluster import ActorStartError
 from rlsdk.ray.engine_actor import EngineActor
+from rlsdk.ray import engine_pool
 from rlsdk.ray.engine_pool import HEALTH_CALL_MARGIN, RayEnginePool
 from rlsdk.ray.environments import PluginEnvironmentError, differences
 from rlsdk.ray.task_pool import RayTaskPool
@@ -31,7 +32,7 @@ from rlsdk.rollout.generate import generate
 from rlsdk.rollout.job import plugin_versions, run_job
 from rlsdk.rollout.ledger import audit_run
 from rlsdk.runtime import get_runtime
-from rlsdk.training.sync import CUDA_CHECK_TOL, check_tolerance, trust_check
+from rlsdk.training.sync import CUDA_CHECK_TOL, TrustProbe, check_tolerance, trust_check
 from rlsdk.types import Sample
 
 SLOW_TASK = '''
@@ -752,6 +753,38 @@ def test_no_engine_is_taken_for_dead_for_a_health_check_that_overlapped_a_weight
             await pool.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.timeout(90)
+def test_an_engine_found_dead_by_a_weight_push_is_brought_back_with_those_weights(
+    cluster, tiny_llama, fake_python, tmp_path, monkeypatch
+):
+    """On 2x H200 an SGLang server SIGKILLed just before a weight sync made the push fail with "cannot
+    reach SGLang", which stopped the run. The health checks are slowed down here so that the push is the
+    first to find engine 0's server dead: the push goes on without it, and engine 0 comes back with the
+    pushed weights."""
+    monkeypatch.setattr(engine_pool, "HEALTH_INTERVAL", 60.0)
+    args = sglang_args(tiny_llama, fake_python, tmp_path / "out")
+
+    async def scenario() -> None:
+        pool = RayEnginePool(args, "sglang", plugin_versions(get_plugin_manager()))
+        await pool.start()
+        try:
+            os.kill(server_pid(tmp_path / "out" / "logs" / "sglang-server-0.log"), signal.SIGKILL)
+            await pool.update_weights_from_disk(str(tiny_llama), "1")
+            [recovery] = pool.recoveries
+            assert recovery.engine == 0 and "exited with status -9" in recovery.cause
+            pool.remember_trust_probe(TrustProbe(Sample(), [], 0.05))
+            started = time.monotonic()
+            while not all(r.alive for r in pool.replicas_) and time.monotonic() - started < 40:
+                await asyncio.sleep(0.05)
+            assert "weights" in recovery.marks and [r.alive for r in pool.replicas_] == [True, True]
+        finally:
+            await pool.close()
+
+    asyncio.run(scenario())
+    log = (tmp_path / "out" / "logs" / "sglang-server-0.log").read_text()
+    assert log.count("/update_weights_from_disk") == 1  # the replacement's: the first server was dead
 
 
 class FakeServerLogProbs:

@@ -17,7 +17,8 @@
 #   bash benchmarks/gpu/device.sh model      # reassemble the carried SmolLM2 GGUF, convert it to /tmp/rlsdk-models
 #   bash benchmarks/gpu/device.sh learn      # learning_gpu.py: GRPO on SmolLM2 through colocated SGLang (~9 min)
 #   bash benchmarks/gpu/device.sh learn_megatron  # the same with --trainer megatron (~9 min)
-#     (LEARN_ARGS="--ray": the engine and the trainer as Ray actors, a GPU each; two GPUs)
+#     (LEARN_ARGS="--ray": the engine and the trainer as Ray actors, a GPU each; two GPUs;
+#      LEARN_KILL_AFTER=S: SIGKILL the SGLang server S seconds after the run starts, once)
 #   bash benchmarks/gpu/device.sh ray_engines     # ray_engines.py: 2 SGLang engine actors on Ray, one SIGKILLed (two GPUs)
 #     (RAY_ENGINES_ARGS="--engines 1 --spares 1": one serving engine and a started spare)
 #   bash benchmarks/gpu/device.sh ray_startup     # faults.py --tiny --startup-only: what Ray's start adds on this many cores
@@ -152,6 +153,9 @@ learn_with() {  # learn_with TRAINER: learning_gpu.py (LEARN_ARGS: more of its o
   rm -rf "/tmp/learn-$1"
   local ray_site=""  # with --ray, Ray comes from SGLang's folder, after the image's packages
   case " ${LEARN_ARGS:-} " in *" --ray "*) ray_site=$site ;; esac
+  if [ -n "${LEARN_KILL_AFTER:-}" ]; then
+    (sleep "$LEARN_KILL_AFTER" && pkill -9 -f -o "sglang.launch_server" && echo "killed SGLang at ${LEARN_KILL_AFTER}s") &
+  fi
   # shellcheck disable=SC2086  # LEARN_ARGS is a list of options
   path_tail=$ray_site bench "learning_gpu_$1" "$here/learning_gpu.py" --trainer "$1" --gguf "$gguf" --cache-dir "$models" \
       --sglang-python /tmp/sglang-python --output "/tmp/learn-$1" --minutes "${LEARN_MINUTES:-8}" ${LEARN_ARGS:-}

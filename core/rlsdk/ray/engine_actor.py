@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from ..errors import RlsdkError
 from .cluster import import_ray, worker_info
+
+T = TypeVar("T")
 
 
 class EngineDiedError(RlsdkError):
@@ -171,46 +174,50 @@ class EngineActor:
         found: str | None = await problem(timeout=self.args.rollout_health_check_timeout)
         return None if found is not None and self.answered_at > asked else found
 
-    async def generate(self, payload: dict[str, Any]) -> Any:
-        """The engine's answer; a failure while the engine is down is an :class:`EngineDiedError`, which
-        the pool takes as the engine's death (the request comes back aborted, not failed)."""
+    async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``'s result; a failure while the engine is down is an :class:`EngineDiedError`, which the
+        pool takes as the engine's death (a request comes back aborted, not failed; a sync goes on
+        without it)."""
         try:
-            answer = await self.engine.generate(payload)
-            self.answered_at = time.monotonic()
-            return answer
+            return await call()
         except Exception as exc:
             problem = await self.health()
             if problem is not None:
                 raise EngineDiedError(problem) from exc
             raise
 
+    async def generate(self, payload: dict[str, Any]) -> Any:
+        answer = await self._call(lambda: self.engine.generate(payload))
+        self.answered_at = time.monotonic()
+        return answer
+
     async def abort(self, rid: str | None = None) -> None:
-        await self.engine.abort(rid)
+        await self._call(lambda: self.engine.abort(rid))
 
     async def load(self) -> dict[str, int]:
-        return await self.engine.load()
+        return await self._call(lambda: self.engine.load())
 
     async def model_info(self) -> dict[str, Any]:
-        return await self.engine.model_info()
+        return await self._call(lambda: self.engine.model_info())
 
     async def pause(self, mode: str) -> None:
-        await self.engine.pause(mode)
+        await self._call(lambda: self.engine.pause(mode))
 
     async def resume(self) -> None:
-        await self.engine.resume()
+        await self._call(lambda: self.engine.resume())
 
     async def flush_cache(self) -> bool:
-        return await self.engine.flush_cache()
+        return await self._call(lambda: self.engine.flush_cache())
 
     async def update_weights(self, shared: Any, weight_version: str | None) -> None:
         """Take the weights (Ray resolved the driver's object reference here to the arrays of
         :func:`.weights.to_shared`, mapped from the object store)."""
         from .weights import from_shared
 
-        await self.engine.update_weights(from_shared(shared), weight_version)
+        await self._call(lambda: self.engine.update_weights(from_shared(shared), weight_version))
 
     async def update_weights_from_disk(self, model_path: str, weight_version: str | None) -> None:
-        await self.engine.update_weights_from_disk(model_path, weight_version)
+        await self._call(lambda: self.engine.update_weights_from_disk(model_path, weight_version))
 
     async def close(self) -> None:
         if self.engine is not None:
