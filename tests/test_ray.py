@@ -664,6 +664,42 @@ def test_two_sglang_engine_actors_each_serve_one_server_and_a_killed_server_is_r
     assert ray.available_resources().get("GPU") == 2, ray.util.placement_group_table()
 
 
+class KillServerInEval(KillServer):
+    """KillServer's kill, on the eval's 6th sample instead (no wait after it)."""
+
+    KILL_AT, WAIT_AT = 6, 0
+
+    async def generate(self, args, sample, sampling_params, evaluation=False):
+        if not evaluation:
+            return await generate(args, sample, sampling_params)
+        return await super().generate(args, sample, sampling_params)
+
+
+@pytest.mark.timeout(120)
+def test_eval_groups_an_engine_death_aborted_run_again_once_it_is_back(cluster, tiny_llama, fake_python, tmp_path):
+    """On 2x H200 an SGLang server killed during the eval before the first step left 764 of its 768
+    samples aborted, and the eval reported a held-out reward of 0.0. An aborted eval group now runs again
+    from its prompt: the eval here, with one server SIGKILLed mid-way, scores every sample."""
+    out = tmp_path / "out"
+    killer = KillServerInEval(out / "logs")
+    args = sglang_args(
+        tiny_llama,
+        fake_python,
+        out,
+        custom_generate_function_path="kill_server",
+        num_rollout=1,
+        eval_interval=1,
+        eval_prompt_data=["held_out", str(tmp_path / "prompts.jsonl")],
+    )
+    run_job(args, get_plugin_manager(plugins=[killer]))
+
+    assert killer.killed is not None and killer.killed[1] > 0
+    assert len(killer.pool.recoveries) == 1
+    [row] = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    assert row["eval/held_out/invalid"] == 0 and row["eval/held_out/aborted"] == 0
+    assert row["eval/held_out/prompts"] == 16 and killer.calls > 16  # the aborted groups ran again
+
+
 def test_more_sglang_engine_actors_than_gpus_is_an_error_before_any_starts(
     cluster, tiny_llama, fake_python, tmp_path
 ):

@@ -31,6 +31,14 @@ from .manager import RlsdkPluginManager
 from .records import Resolved
 
 FINISHED = (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
+
+
+def unfinished(group: list[Sample]) -> bool:
+    """Whether a sample of ``group`` neither finished nor failed: aborted mid-generation (by a weight
+    update, or its engine's death)."""
+    return not all(s.status in FINISHED or s.status is Sample.Status.FAILED for s in group)
+
+
 DEFAULT_GENERATE = "single_turn"
 ENGINE_FAULT = "engine_fault"
 """Metadata key set (True) on a sample that failed because the engine did: unreachable, an HTTP 5xx after

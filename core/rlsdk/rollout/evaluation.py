@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
+import logging
 from typing import Any
 
 from ..aio.concurrency import ConcurrencyLimit
-from ..plugins.calls import StepPlugins
+from ..plugins.calls import StepPlugins, unfinished
 from ..runtime import Runtime, bind_runtime
 from ..types import RolloutFnEvalOutput, Sample, reward_value
 from .generate import sampling_params_for
+
+log = logging.getLogger(__name__)
+
+EVAL_ATTEMPTS = 3
+"""Times an eval group is run before it counts as aborted: a group an engine's death aborted runs again
+(from its prompt) once the engines are back."""
 
 DATASET_OVERRIDES = (
     "rm_type",
@@ -56,10 +64,37 @@ def pass_at_k(correct: list[list[bool]], k: int) -> float:
     return sum(scores) / len(scores) if scores else 0.0
 
 
+async def run_eval_groups(
+    args: Any,
+    runtime: Runtime,
+    plugins: StepPlugins,
+    groups: list[list[Sample]],
+    params: dict[str, Any],
+    limit: ConcurrencyLimit,
+    name: str,
+) -> list[list[Sample]]:
+    """Generate and reward ``groups`` in place; a group aborted mid-generation runs again from its prompt,
+    up to :data:`EVAL_ATTEMPTS` times in all. Returns the groups still aborted after that."""
+    from .step import run_group
+
+    pristine = copy.deepcopy(groups)
+    todo = list(range(len(groups)))
+    for attempt in range(1, EVAL_ATTEMPTS + 1):
+        await asyncio.gather(
+            *(run_group(args, runtime, plugins, groups[i], params, limit, evaluation=True) for i in todo)
+        )
+        todo = [i for i in todo if unfinished(groups[i])]
+        if not todo or attempt == EVAL_ATTEMPTS:
+            break
+        log.warning("eval %s: %d groups aborted (an engine lost?); running them again", name, len(todo))
+        for i in todo:
+            groups[i] = copy.deepcopy(pristine[i])
+    return [groups[i] for i in todo]
+
+
 async def eval_rollout(args: Any, runtime: Runtime) -> RolloutFnEvalOutput:
     """Generate and reward every prompt of every eval dataset; no filters, no buffer."""
     from ..data import DataSource
-    from .step import run_group
 
     data: dict[str, dict[str, Any]] = {}
     metrics: dict[str, Any] = {}
@@ -80,14 +115,12 @@ async def eval_rollout(args: Any, runtime: Runtime) -> RolloutFnEvalOutput:
         plugins = StepPlugins.resolve(ds_args, runtime.pm)
         params = sampling_params_for(ds_args, evaluation=True)
         limit = ConcurrencyLimit(ds_args.sglang_server_concurrency)
-        await asyncio.gather(
-            *(run_group(ds_args, runtime, plugins, g, params, limit, evaluation=True) for g in groups)
-        )
+        name = spec["name"]
+        aborted = await run_eval_groups(ds_args, runtime, plugins, groups, params, limit, name)
         key = ds_args.eval_reward_key or ds_args.reward_key
         rewards = [[reward_value(s.reward, key) for s in g] for g in groups]
         flat = [r for row in rewards for r in row]
         valid = [r for r in flat if r is not None]
-        name = spec["name"]
         data[name] = {
             "rewards": flat,
             "truncated": [s.status is Sample.Status.TRUNCATED for g in groups for s in g],
@@ -96,6 +129,7 @@ async def eval_rollout(args: Any, runtime: Runtime) -> RolloutFnEvalOutput:
         correct = [[(r or 0.0) > 0 for r in row] for row in rewards]
         metrics[f"eval/{name}/reward_mean"] = sum(valid) / len(valid) if valid else None
         metrics[f"eval/{name}/invalid"] = len(flat) - len(valid)
+        metrics[f"eval/{name}/aborted"] = sum(len(group) for group in aborted)
         metrics[f"eval/{name}/prompts"] = len(groups)
         for k in sorted({1, n}):
             metrics[f"eval/{name}/pass@{k}"] = pass_at_k(correct, k)

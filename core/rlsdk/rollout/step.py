@@ -25,6 +25,7 @@ from ..plugins.calls import (
     call_dynamic_filter,
     call_over_sampling_filter,
     generate_group,
+    unfinished,
 )
 from ..runtime import Runtime, get_runtime
 from ..types import RolloutFnTrainOutput, Sample, reward_value
@@ -206,8 +207,8 @@ async def settle(
     if errors:
         ledger.fail(group, errors[0])
         return
-    if not all(s.status in FINISHED or s.status is Sample.Status.FAILED for s in group):
-        to_buffer.append(group)  # aborted mid-generation (e.g. by a weight update)
+    if unfinished(group):
+        to_buffer.append(group)
         return
     reason = apply_invalid_policy(args, group)  # invalid rewards: fail the run, drop, or score
     if reason is not None:
