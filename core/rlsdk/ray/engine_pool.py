@@ -83,6 +83,7 @@ class Replica(InferenceEngine):
     """One engine actor seen from the driver, as an engine (the trust check probes each)."""
 
     index: int
+    pool: RayEnginePool = field(repr=False)
     actor: Any = None
     group: Any = None
     """The actor's placement group (SGLang engines on GPUs), removed with the actor."""
@@ -94,7 +95,6 @@ class Replica(InferenceEngine):
     alive: bool = False
     in_flight: int = 0
     sent: int = 0
-    pool: RayEnginePool | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -108,7 +108,7 @@ class Replica(InferenceEngine):
             return await actor.generate.remote(payload)
         except Exception as exc:
             cause = death_cause(exc)
-            if cause is None or self.pool is None:
+            if cause is None:
                 raise
             self.pool._lost(self, actor, cause)
             raise ReplicaLostError(f"{self.name} died while it was asked on its own ({cause})") from exc
@@ -177,7 +177,7 @@ class RayEnginePool(InferenceEngine):
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._check_gpus()
-        spares = [Replica(index=-1) for _ in range(self.args.ray_spare_engines)]
+        spares = [Replica(index=-1, pool=self) for _ in range(self.args.ray_spare_engines)]
         results = await asyncio.gather(
             *(self._start_actor(r) for r in self.replicas_),
             *(self._start_actor(s, "a spare engine") for s in spares),
@@ -545,7 +545,7 @@ class RayEnginePool(InferenceEngine):
         replica.place_text, replica.actor_index = other.place_text, other.actor_index
 
     async def _add_spare(self) -> None:
-        spare = Replica(index=-1)
+        spare = Replica(index=-1, pool=self)
         try:
             await self._start_actor(spare, "a spare engine")
         except ActorStartError as exc:
@@ -554,7 +554,7 @@ class RayEnginePool(InferenceEngine):
         self._spares.append(spare)
 
     async def _add_standby(self) -> None:
-        standby = Replica(index=-1)
+        standby = Replica(index=-1, pool=self)
         try:
             await self._place_actor(standby, "a standby engine")
             self._standbys.append(standby)
