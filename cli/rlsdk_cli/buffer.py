@@ -26,6 +26,12 @@ def serve(
         30.0, min=0.1, help="Seconds a connection may idle or take to send a request."
     ),
     max_connections: int = typer.Option(256, min=1, help="Open connections at once; more are answered 503."),
+    allowed_host: list[str] = typer.Option(
+        [],
+        "--allowed-host",
+        help="Host name clients may reach the buffer by besides loopback names (repeatable; "
+        "other Host headers get 421, against DNS rebinding).",
+    ),
 ) -> None:
     """Serve /start_rollout, /buffer/write, /get_rollout_data and /ack_rollout_data; prints the URL once
     listening. Ctrl-C or SIGTERM stops it; every acknowledged item is already on disk."""
@@ -47,6 +53,7 @@ def serve(
         "max_body": int(max_body_mb * (1 << 20)),
         "read_timeout": read_timeout,
         "max_connections": max_connections,
+        "allowed_hosts": allowed_host,
     }
     try:
         asyncio.run(_serve(service, host, port, data_dir, options))

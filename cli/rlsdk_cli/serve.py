@@ -62,6 +62,12 @@ def serve(
         "--tool-call-parser",
         help="How /v1/chat/completions reads tool calls: json, hermes, auto, or a plugin.",
     ),
+    allowed_host: list[str] = typer.Option(
+        [],
+        "--allowed-host",
+        help="Host name clients may reach this server by besides loopback names (repeatable; "
+        "other Host headers get 421, against DNS rebinding).",
+    ),
     upstream: str | None = typer.Option(
         None,
         "--upstream",
@@ -100,6 +106,7 @@ def serve(
                     tool_call_parser,
                     token=token,
                     max_connections=max_connections,
+                    allowed_hosts=allowed_host,
                 )
             )
             return
@@ -114,6 +121,7 @@ def serve(
                 token=token,
                 weights_dirs=allow_weights_dir,
                 max_connections=max_connections,
+                allowed_hosts=allowed_host,
                 pm=pm,
                 tool_call_parser=tool_call_parser,
             )

@@ -163,3 +163,36 @@ def word_tokenizer(tmp_path_factory) -> str:
         folder
     )
     return str(folder)
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} <eos> {% endfor %}"
+    "{% if add_generation_prompt %}assistant {% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def chat_tokenizer(word_tokenizer):
+    """The word-level tokenizer with a one-line chat template, so a server on a model-less engine
+    (:class:`rlsdk.testing.FakeEngine`) also answers ``/v1/chat/completions`` and the session routes."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(word_tokenizer)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+class RecordingEngine:
+    """A :class:`rlsdk.testing.FakeEngine` (no model) that counts its pauses and weight loads, to tell
+    whether a refused request changed anything."""
+
+    def __new__(cls, tokenizer):
+        from rlsdk.testing import FakeEngine
+
+        class Recording(FakeEngine):
+            pauses = 0
+
+            async def pause(self, mode: str = "abort") -> None:
+                self.pauses += 1
+
+        return Recording(lambda payload, call: " w1 <eos>", tokenizer)

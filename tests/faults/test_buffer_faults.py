@@ -143,7 +143,8 @@ def test_lengths_that_lie_are_refused(buffer_service):
 
 def test_slow_and_half_open_clients_are_cut_off(buffer_service):
     """500 half-open connections used to hold 501 threads; now a connection that sends no whole request
-    within the read timeout is closed, and past the connection limit new ones get a 503."""
+    within the read timeout is closed, and past the connection limit a new one takes the slot of the
+    oldest of them (S3: idle strangers lock nobody out)."""
     service = buffer_service("--read-timeout", "1", "--max-connections", "20")
     host, port = service.url.removeprefix("http://").split(":")
     slow = []
@@ -152,8 +153,7 @@ def test_slow_and_half_open_clients_are_cut_off(buffer_service):
         sock.sendall(b"POST /buffer/write HTTP/1.1\r\nHost: x\r\n")  # and never the rest
         slow.append(sock)
     time.sleep(0.3)
-    refused = httpx.post(service.url + "/buffer/write", json=item("a", 0))
-    assert refused.status_code == 503
+    assert httpx.post(service.url + "/buffer/write", json=item("a", 0)).status_code == 200
     started = time.monotonic()
     while time.monotonic() - started < 10:
         try:
@@ -170,7 +170,7 @@ def test_slow_and_half_open_clients_are_cut_off(buffer_service):
         sock.close()
     body_late = socket.create_connection((host, int(port)))  # headers, then a body that never comes
     body_late.sendall(
-        b"POST /buffer/write HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /buffer/write HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         b"Content-Length: 100\r\n\r\n{"
     )
     body_late.settimeout(5)
@@ -198,9 +198,18 @@ def test_groups_a_run_took_come_back_when_it_dies_before_saving_them(
     chats = tmp_path / "chats.jsonl"
     chats.write_text(json.dumps({"input": [{"role": "user", "content": "Q"}]}) + "\n")
     out = tmp_path / "run"
-    args = {"engine": misbehaving_engine.url, "hf_checkpoint": str(tokenizer), "prompt_data": str(chats),
-            "rollout_function_path": "rollout_buffer", "rollout_buffer_url": service.url, "num_rollout": 1,
-            "rollout_batch_size": 2, "n_samples_per_prompt": 2, "rollout_buffer_wait": 1.0, "output_dir": str(out)}
+    args = {
+        "engine": misbehaving_engine.url,
+        "hf_checkpoint": str(tokenizer),
+        "prompt_data": str(chats),
+        "rollout_function_path": "rollout_buffer",
+        "rollout_buffer_url": service.url,
+        "num_rollout": 1,
+        "rollout_batch_size": 2,
+        "n_samples_per_prompt": 2,
+        "rollout_buffer_wait": 1.0,
+        "output_dir": str(out),
+    }
     with pytest.raises(RlsdkError, match="1 of 2 complete groups"):
         run_job(RolloutConfig(**args))
     assert take(service.url)["data"] == []  # a is still leased to the dead run

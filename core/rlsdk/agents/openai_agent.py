@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..engines import run_tokens
 from ..engines.protocol import SERVE_TOKEN_ENV
 from ..errors import PluginCallError, PluginError
 from ..plugins.records import Resolved
@@ -116,13 +117,14 @@ async def _state(args: Any, runtime: Runtime) -> dict[str, Any]:
             tool_call_parser=args.tool_call_parser,
             template_kwargs=args.apply_chat_template_kwargs,
         )
-        server = runtime.state["agent_endpoint"] = await start_chat_server(chat)
+        token = os.environ.get(SERVE_TOKEN_ENV) or run_tokens.new_token()  # no other process may drive it
+        server = runtime.state["agent_endpoint"] = await start_chat_server(chat, token=token)
     else:
         server.chat.template.template_kwargs = dict(
             args.apply_chat_template_kwargs
         )  # the run's, as in its data
     options: dict[str, Any] = {
-        "api_key": os.environ.get(SERVE_TOKEN_ENV) or "rlsdk",
+        "api_key": run_tokens.token_for(server.url) or os.environ.get(SERVE_TOKEN_ENV) or "rlsdk",
         "max_retries": 0,
         "timeout": args.generate_timeout or 3600.0,
     }

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from .. import __version__
 from ..engines.engine import InferenceEngine
+from ..engines import run_tokens
 from ..engines.protocol import SERVE_TOKEN_ENV, EngineRequestError
 from ..engines.service_guard import ConnectionLimits, check_binding, guard
 from ..errors import PluginCallError
@@ -209,6 +210,7 @@ class ChatServer:
         return f"http://{self.host}:{self.port}"
 
     async def close(self) -> None:
+        run_tokens.forget(self.url)
         self.limits.close()
         await self.runner.cleanup()
 
@@ -220,6 +222,7 @@ async def start_chat_server(
     *,
     token: str | None = None,
     max_connections: int = 1024,
+    allowed_hosts: tuple[str, ...] | list[str] = (),
 ) -> ChatServer:
     """Serve ``chat`` (an endpoint on any engine, e.g. an SGLang client) on its own: the OpenAI and
     session routes and ``/health``, under the rules of :mod:`rlsdk.engines.service_guard`."""
@@ -228,14 +231,21 @@ async def start_chat_server(
         max_body=MAX_BODY, read_timeout=60.0, idle_timeout=300.0, max_connections=max_connections
     )
     app = web.Application(
-        client_max_size=MAX_BODY, middlewares=[guard(token, openai_error), limits.middleware(openai_error)]
+        client_max_size=MAX_BODY,
+        middlewares=[
+            guard(token, openai_error, bind_host=host, allowed_hosts=allowed_hosts),
+            limits.middleware(openai_error),
+        ],
     )
     app.add_routes([web.get("/health", _health)])
     add_chat_routes(app, chat)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
     await runner.setup()
     bound = await limits.listen(runner, host, port)
-    return ChatServer(host, bound, runner, chat, limits)
+    server = ChatServer(host, bound, runner, chat, limits)
+    if token:  # clients made in this process (a run's agents) send it
+        run_tokens.remember(server.url, token)
+    return server
 
 
 async def _health(request: web.Request) -> web.Response:

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from .. import __version__
 from .engine import InferenceEngine
+from . import run_tokens
 from .protocol import SERVE_TOKEN_ENV, EngineRequestError, error_body, new_rid, split_batch
 from .service_guard import ConnectionLimits, check_binding, guard
 
@@ -68,6 +69,7 @@ class ServerHandle:
     async def close(self) -> None:
         if self.engine.url == self.url:
             self.engine.url = None
+        run_tokens.forget(self.url)
         self.limits.close()
         await self.runner.cleanup()
 
@@ -83,6 +85,7 @@ async def start_server(
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     pm: Any = None,
     tool_call_parser: str = "auto",
+    allowed_hosts: Sequence[str] = (),
 ) -> ServerHandle:
     """Serve a started ``engine`` on ``host:port`` (port 0 picks a free one); sets ``engine.url`` if it has none.
 
@@ -91,7 +94,8 @@ async def start_server(
     ``max_connections`` are open at once (:class:`~rlsdk.engines.service_guard.ConnectionLimits`). An engine
     whose ``tokenizer`` has a chat template also answers ``/v1/chat/completions``
     (:mod:`rlsdk.agents.server`), reading tool calls with ``tool_call_parser`` from ``pm`` (default: the
-    installed plugins)."""
+    installed plugins). On loopback only requests whose ``Host`` is a loopback name or in ``allowed_hosts``
+    are answered (DNS rebinding)."""
     check_binding("rlsdk serve", host, token, SERVE_TOKEN_ENV)
     limits = ConnectionLimits(
         max_body=max_body,
@@ -100,7 +104,12 @@ async def start_server(
         max_connections=max_connections,
     )
     app = web.Application(
-        client_max_size=max_body, middlewares=[guard(token, _error), limits.middleware(_error), _errors]
+        client_max_size=max_body,
+        middlewares=[
+            guard(token, _error, bind_host=host, allowed_hosts=allowed_hosts),
+            limits.middleware(_error),
+            _errors,
+        ],
     )
     app[_ENGINE] = engine
     app[_WEIGHTS_DIRS] = tuple(Path(d).resolve() for d in weights_dirs)
@@ -132,6 +141,8 @@ async def start_server(
     await runner.setup()
     bound_port = await limits.listen(runner, host, port)
     handle = ServerHandle(host=host, port=bound_port, runner=runner, engine=engine, limits=limits, chat=chat)
+    if token:  # clients made in this process (a run's generators) send it
+        run_tokens.remember(handle.url, token)
     if engine.url is None:  # an engine with a URL of its own (a client, served as a proxy) keeps it
         engine.url = handle.url
     return handle

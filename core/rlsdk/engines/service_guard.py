@@ -2,12 +2,17 @@
 
 - Loopback by default; bound anywhere else a bearer token is required (:func:`check_binding`).
 - With a token, every request must carry ``Authorization: Bearer <token>``, compared in constant time.
+- DNS rebinding is refused: a page of ``evil.example`` whose name the attacker re-points at 127.0.0.1 is
+  same-origin with the service in the browser's eyes, but its requests carry ``Host: evil.example``. So a
+  service bound to loopback answers only a ``Host`` that is a loopback name (``localhost``, ``127.x``,
+  ``[::1]``, any port) or one the operator allowed (``--allowed-host``); 421 otherwise (:func:`host_allowed`).
 - Requests from web pages are refused: a page can make a browser send a cross-site POST (a form post as
   ``text/plain``, ``application/x-www-form-urlencoded`` or ``multipart/form-data``, or a body-less
   ``fetch``) without asking the server first, but not a JSON one, and the browser always names the page in
-  ``Origin``. So a request whose ``Origin`` is not the service itself gets 403, and a ``Content-Type``
-  other than JSON gets 415 (programs that send none, as some slime-style clients do, are served).
-- Slow and idle clients cannot pile up (:class:`ConnectionLimits`).
+  ``Origin``. So a request whose ``Origin`` is not a loopback name or an allowed host gets 403 (never
+  compared with ``Host``, which the page controls), and a ``Content-Type`` other than JSON gets 415
+  (programs that send none, as some slime-style clients do, are served).
+- Slow and idle clients cannot pile up, and idle strangers hold no connection slot (:class:`ConnectionLimits`).
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ import asyncio
 import hmac
 import ipaddress
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -26,12 +32,37 @@ ErrorReply = Callable[[str, int], web.Response]
 
 
 def is_loopback(host: str) -> bool:
-    if host == "localhost":
+    """Whether ``host`` (a name or address, without port or brackets) is this machine's loopback."""
+    host = host.lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):  # RFC 6761: never resolved by DNS
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def hostname(value: str) -> str | None:
+    """The host name of a ``Host`` header (``name:port``, ``[::1]:port``) or an ``Origin``
+    (``scheme://name:port``), lower case; None when there is none to read."""
+    try:
+        name = urlsplit(value if "://" in value else "//" + value).hostname
+    except ValueError:
+        return None
+    return name.rstrip(".") if name else None
+
+
+def normalize_hosts(hosts: Iterable[str]) -> frozenset[str]:
+    """Operator-allowed host names (``--allowed-host``), as :func:`hostname` reads them; ``*`` is any."""
+    return frozenset(h if h == "*" else hostname(h.strip()) or h.strip().lower() for h in hosts if h.strip())
+
+
+def host_allowed(value: str | None, allowed: frozenset[str]) -> bool:
+    """Whether a ``Host`` or ``Origin`` value names a loopback host or one in ``allowed``."""
+    if "*" in allowed:
+        return True
+    name = hostname(value or "")
+    return name is not None and (is_loopback(name) or name in allowed)
 
 
 def check_binding(service: str, host: str, token: str | None, token_env: str) -> None:
@@ -50,16 +81,28 @@ def is_json(content_type: str | None) -> bool:
     return (content_type or "").split(";")[0].strip().lower() == "application/json"
 
 
-def guard(token: str | None, error: ErrorReply) -> Any:
-    """An aiohttp middleware that answers 401 without the token, 403 to a web page of another origin and
-    415 for a body that is not JSON; ``error(message, status)`` builds the service's own error body."""
+def guard(
+    token: str | None, error: ErrorReply, *, bind_host: str = "127.0.0.1", allowed_hosts: Iterable[str] = ()
+) -> Any:
+    """An aiohttp middleware that answers 421 to a ``Host`` that is neither loopback nor in
+    ``allowed_hosts`` (DNS rebinding; checked when ``bind_host`` is loopback or hosts are allowed: off
+    loopback the token is the boundary), 401 without the token, 403 to a web page whose ``Origin`` is neither
+    loopback nor allowed, and 415 for a body that is not JSON; ``error(message, status)`` builds the
+    service's own error body."""
+    allowed = normalize_hosts(allowed_hosts)
+    check_host = is_loopback(bind_host) or bool(allowed)
 
     @web.middleware
     async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
+        host = request.headers.get("Host")
+        if check_host and host is not None and not host_allowed(host, allowed):
+            return error(
+                f"Host {host[:100]!r} is not this service's (a loopback name or --allowed-host)", 421
+            )
         if token and not token_matches(request.headers.get("Authorization"), token):
             return error("missing or wrong bearer token (Authorization: Bearer <token>)", 401)
         origin = request.headers.get("Origin")
-        if origin is not None and origin.partition("://")[2] != request.host:
+        if origin is not None and not host_allowed(origin, allowed):
             return error(f"requests from web pages are refused (Origin: {origin[:100]})", 403)
         content_type = request.headers.get("Content-Type")
         if content_type and not is_json(content_type):
@@ -70,19 +113,36 @@ def guard(token: str | None, error: ErrorReply) -> Any:
 
 
 class ConnectionLimits:
-    """Slow, idle and oversized requests cannot pile up: at most ``max_connections`` open connections
-    (more are answered 503 and closed), a connection that is not in a request for ``idle_timeout`` seconds
-    (a client that sends its request slowly, or half-open) is closed, and a request body must be at most
-    ``max_body`` bytes (413, before reading when its length is declared) and arrive within
-    ``read_timeout`` seconds (408). Use :meth:`middleware` in the app, then :meth:`listen`."""
+    """Slow, idle and oversized requests cannot pile up, and idle strangers hold no slot:
+
+    - at most ``max_connections`` open connections; when all are taken, a new one takes the slot of the
+      oldest idle connection that never sent a request the guard let through (a stranger's), else it is
+      answered 503 and closed;
+    - a connection that has not had a request let through within ``header_timeout`` seconds of opening
+      (no request, a request sent slowly, or only refused ones) is closed;
+    - a connection that is not in a request for ``idle_timeout`` seconds is closed;
+    - a request body must be at most ``max_body`` bytes (413, before reading when its length is declared)
+      and arrive within ``read_timeout`` seconds (408).
+
+    Use :meth:`middleware` in the app after :func:`guard` (reaching it is being let through), then
+    :meth:`listen`."""
 
     def __init__(
-        self, *, max_body: int, read_timeout: float, idle_timeout: float, max_connections: int
+        self,
+        *,
+        max_body: int,
+        read_timeout: float,
+        idle_timeout: float,
+        max_connections: int,
+        header_timeout: float = 10.0,
     ) -> None:
         self.max_body, self.max_connections = max_body, max_connections
         self.read_timeout, self.idle_timeout = read_timeout, idle_timeout
+        self.header_timeout = min(header_timeout, idle_timeout)
         self._busy: dict[Any, int] = {}  # transport -> requests in progress
-        self._last_seen: dict[Any, float] = {}  # transport -> when it connected or last finished a request
+        self._last_seen: dict[Any, float] = {}  # transport -> when it last finished a request
+        self._trusted: set[Any] = set()  # transports that had a request let through by the guard
+        self._opened: dict[Any, float] = {}  # connection handler -> when it connected
         self._server: asyncio.base_events.Server | None = None
         self._watchdog: asyncio.Task[None] | None = None
 
@@ -93,6 +153,7 @@ class ConnectionLimits:
         @web.middleware
         async def limited(request: web.Request, handler: Handler) -> web.StreamResponse:
             transport = request.transport
+            self._trusted.add(transport)
             self._busy[transport] = self._busy.get(transport, 0) + 1
             try:
                 if (request.content_length or 0) > self.max_body:
@@ -122,19 +183,44 @@ class ConnectionLimits:
         assert handlers is not None, "runner.setup() first"
 
         def connection() -> asyncio.Protocol:
-            return _Refuse() if len(handlers.connections) >= self.max_connections else handlers()
+            if len(handlers.connections) >= self.max_connections and not self._evict_a_stranger(handlers):
+                return _Refuse()
+            handler = handlers()
+            self._opened[handler] = time.monotonic()
+            return handler
 
         self._server = await asyncio.get_running_loop().create_server(connection, host, port)
         self._watchdog = asyncio.create_task(self._close_idle(handlers))
         return self._server.sockets[0].getsockname()[1]
 
+    def _stranger(self, handler: Any) -> bool:
+        transport = handler.transport
+        return transport is not None and transport not in self._trusted and not self._busy.get(transport)
+
+    def _evict_a_stranger(self, handlers: web.Server) -> bool:
+        """Close the oldest connection that never had a request let through; whether there was one."""
+        strangers = [
+            h.transport
+            for h in handlers.connections
+            if self._stranger(h) and h.transport is not None and not h.transport.is_closing()
+        ]
+        if not strangers:
+            return False
+        opened = {h.transport: self._opened.get(h, 0.0) for h in handlers.connections}
+        min(strangers, key=lambda t: opened[t]).close()
+        return True
+
     async def _close_idle(self, handlers: web.Server) -> None:
         while True:
-            await asyncio.sleep(min(1.0, self.idle_timeout / 4))
+            await asyncio.sleep(min(1.0, self.header_timeout / 4))
             now = time.monotonic()
             for handler in list(handlers.connections):
                 transport = handler.transport
                 if transport is None:
+                    continue
+                opened = self._opened.setdefault(handler, now)
+                if self._stranger(handler) and now - opened > self.header_timeout:
+                    transport.close()
                     continue
                 since = self._last_seen.setdefault(transport, now)
                 if not self._busy.get(transport) and now - since > self.idle_timeout:
@@ -142,6 +228,10 @@ class ConnectionLimits:
             for transport in [t for t in self._last_seen if t.is_closing()]:
                 self._last_seen.pop(transport, None)
                 self._busy.pop(transport, None)
+                self._trusted.discard(transport)
+            live = set(handlers.connections)
+            for handler in [h for h in self._opened if h not in live]:
+                del self._opened[handler]
 
     def close(self) -> None:
         """Stop listening (then ``await runner.cleanup()`` closes the open connections)."""

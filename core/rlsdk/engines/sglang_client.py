@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from ..aio.backoff import backoff_delay
+from . import run_tokens
 from .engine import InferenceEngine
 from .protocol import (
     GENERATE_RESPONSE,
@@ -112,7 +113,8 @@ class SGLangClient(InferenceEngine):
             self._client_loop = loop
             connector = aiohttp.TCPConnector(limit=self.concurrency + 8, limit_per_host=0)
             timeout = aiohttp.ClientTimeout(total=self.timeout, connect=10.0)
-            token = os.environ.get(SERVE_TOKEN_ENV)  # rlsdk serve's token (SGLang's --api-key is one too)
+            # the token of a server this process started for itself, else rlsdk serve's (SGLang's --api-key)
+            token = run_tokens.token_for(self.url or "") or os.environ.get(SERVE_TOKEN_ENV)
             headers = {"Authorization": f"Bearer {token}"} if token else None
             self._client = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers)
             self._slots = asyncio.Semaphore(self.concurrency)

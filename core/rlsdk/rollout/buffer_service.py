@@ -432,6 +432,7 @@ async def start_buffer_server(
     max_body: int = DEFAULT_MAX_BODY,
     read_timeout: float = DEFAULT_READ_TIMEOUT,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    allowed_hosts: tuple[str, ...] | list[str] = (),
 ) -> BufferServer:
     """Serve ``service`` on ``host:port`` (port 0 picks a free one) until ``close()``; sets ``service.url``.
     Off loopback a ``token`` is required (ValueError otherwise)."""
@@ -481,7 +482,11 @@ async def start_buffer_server(
         return response
 
     app = web.Application(
-        client_max_size=max_body, middlewares=[guard(token, _error), limits.middleware(_error)]
+        client_max_size=max_body,
+        middlewares=[
+            guard(token, _error, bind_host=host, allowed_hosts=allowed_hosts),
+            limits.middleware(_error),
+        ],
     )
     app.add_routes(
         [

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from ..engines.protocol import SERVE_TOKEN_ENV
 from ..errors import RlsdkError
 from ..plugins.calls import call_engine, call_eval_rollout, call_generate_rollout
 from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
@@ -72,6 +73,7 @@ def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime
     """Start the engine and check its health; serve it over HTTP on loopback when it has no URL of its
     own, so slime-style generators that POST to ``/generate`` reach it; load the tokenizer."""
     from ..engines.health import check_engine_health
+    from ..engines.run_tokens import new_token
     from ..engines.server import start_server
 
     runtime = Runtime(pm, call_engine(engine, args))
@@ -81,9 +83,14 @@ def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime
         runtime.run(check_engine_health(runtime.engine, engine, args.generate_timeout))
         url = runtime.engine.url
         if url is None:
-            server = runtime.run(
+            server = runtime.run(  # with a secret: no other local process may pause or drive it (T24)
                 start_server(
-                    runtime.engine, host="127.0.0.1", port=0, pm=pm, tool_call_parser=args.tool_call_parser
+                    runtime.engine,
+                    host="127.0.0.1",
+                    port=0,
+                    pm=pm,
+                    tool_call_parser=args.tool_call_parser,
+                    token=os.environ.get(SERVE_TOKEN_ENV) or new_token(),
                 )
             )
             runtime.state["server"] = server

@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 
+from ..engines.run_tokens import auth_headers
+
 __all__ = ["find_available_port", "get", "init_http_client", "is_port_available", "post"]
 
 RETRY_DELAY_S = 1.0
@@ -37,7 +39,9 @@ async def post(url: str, payload: Any, max_retries: int = 60, headers: dict[str,
     up to ``max_retries`` times, a second apart; a 4xx reply raises at once."""
     for attempt in range(max_retries):
         try:
-            response = await _client().post(url, json=payload, headers=headers)
+            response = await _client().post(
+                url, json=payload, headers={**auth_headers(url), **(headers or {})}
+            )
             if response.status_code < 500 or attempt + 1 == max_retries:
                 response.raise_for_status()
                 return response.json()
@@ -50,7 +54,7 @@ async def post(url: str, payload: Any, max_retries: int = 60, headers: dict[str,
 
 async def get(url: str) -> Any:
     """GET ``url`` and return its JSON."""
-    response = await _client().get(url)
+    response = await _client().get(url, headers=auth_headers(url))
     response.raise_for_status()
     return response.json()
 

@@ -11,6 +11,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from ..engines.run_tokens import auth_headers
 from ..types import Sample
 from . import real_slime_importable
 
@@ -67,6 +68,10 @@ def init_slime_http_client(args: Any) -> None:
         return
     if getattr(http_utils, "_http_client", True) is None:
         http_utils.init_http_client(args)
+    client = getattr(http_utils, "_http_client", None)
+    host, port = getattr(args, "sglang_router_ip", None), getattr(args, "sglang_router_port", None)
+    if client is not None and host and port:  # slime posts to the run's engine server: its secret
+        client.headers.update(auth_headers(f"http://{host}:{port}"))
 
 
 def for_real_slime(kind: str, func: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,0 +1,83 @@
+"""The servers a run starts for itself (T24): another local process cannot drive them, the run's own
+clients can. The engine is :class:`rlsdk.testing.FakeEngine` behind the run's real loopback server (the
+guard and the clients are what is tested, not a model)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from rlsdk import Engine, RolloutConfig, get_plugin_manager, hookimpl
+from rlsdk.engines.run_tokens import token_for
+from rlsdk.engines.sglang_client import SGLangClient
+from rlsdk.rollout.job import close_runtime, open_runtime
+from rlsdk.slime_compat import http_utils
+
+from .conftest import RecordingEngine
+
+
+@pytest.fixture
+def run_runtime(chat_tokenizer, monkeypatch):
+    monkeypatch.delenv("RLSDK_SERVE_TOKEN", raising=False)
+    engine = RecordingEngine(chat_tokenizer)
+
+    class Plugin:
+        @hookimpl
+        def rlsdk_engines(self):
+            yield Engine(name="recording", func=lambda args: engine)
+
+    pm = get_plugin_manager(load_entrypoints=False, plugins=[Plugin()])
+    args = RolloutConfig.from_dict({"engine": "recording"})
+    runtime = open_runtime(args, pm, pm.resolve("engine", "recording"))
+    yield runtime, args, engine
+    close_runtime(runtime)
+
+
+def test_another_process_cannot_pause_the_runs_engine_server(run_runtime):
+    runtime, args, engine = run_runtime
+    url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+    health_checks = engine.requests
+    for path in ("/pause_generation", "/abort_request", "/generate", "/sessions"):
+        answer = httpx.post(url + path, json={})
+        assert answer.status_code == 401, (path, answer.text)
+    assert engine.pauses == 0 and engine.requests == health_checks
+    # the run's own clients: slime's http_utils (its generators) and the SGLang client
+    body = {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2}}
+    reply = runtime.run(http_utils.post(url + "/generate", body, max_retries=1))
+    assert reply["meta_info"]["completion_tokens"] >= 1
+
+    async def through_client():
+        client = SGLangClient(url)
+        await client.start()
+        try:
+            await client.pause()
+        finally:
+            await client.close()
+
+    runtime.run(through_client())
+    assert engine.pauses == 1
+
+
+def test_each_run_gets_its_own_secret_and_forgets_it_at_the_end(chat_tokenizer, monkeypatch):
+    monkeypatch.delenv("RLSDK_SERVE_TOKEN", raising=False)
+    engine = RecordingEngine(chat_tokenizer)
+
+    class Plugin:
+        @hookimpl
+        def rlsdk_engines(self):
+            yield Engine(name="recording", func=lambda args: engine)
+
+    pm = get_plugin_manager(load_entrypoints=False, plugins=[Plugin()])
+    tokens = []
+    for _ in range(2):
+        args = RolloutConfig.from_dict({"engine": "recording"})
+        runtime = open_runtime(args, pm, pm.resolve("engine", "recording"))
+        url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+        tokens.append(token_for(url))
+        close_runtime(runtime)
+        assert token_for(url) is None
+        engine.url = None
+        asyncio.set_event_loop(None)
+    assert all(t and len(t) >= 32 for t in tokens) and tokens[0] != tokens[1]
