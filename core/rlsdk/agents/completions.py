@@ -16,6 +16,7 @@ from ..engines.engine import InferenceEngine
 from ..engines.protocol import new_rid
 from ..errors import PluginCallError
 from ..plugins.records import Resolved, ToolCallParser
+from ..sizes import max_prompt_chars, text_chars
 from .chat_template import ChatTemplate, canonical_message
 from .sessions import Choice, Session, SessionStore, Turn
 from .tool_parsers import ParsedTurn
@@ -178,11 +179,22 @@ class ChatEndpoint:
         assert isinstance(record, ToolCallParser)
         self.marker = record.marker
         self.template = ChatTemplate(tokenizer, record, template_kwargs)
+        context = getattr(tokenizer, "model_max_length", None)
+        self.max_prompt_chars = max_prompt_chars(
+            context if isinstance(context, int) and context < 1 << 24 else None
+        )
+        """Characters a request's messages and tools may hold; more is a 400 before any template work."""
 
     # ---------------------------------------------------------------------------------- preparing
 
     def prepare(self, request: ChatRequest, session: Session | None) -> _Prepared:
         """The prompt ids (exactly the recorded ones for the part a session already holds) and sampling."""
+        size = text_chars([request.messages, request.tools], self.max_prompt_chars)
+        if size > self.max_prompt_chars:  # before the chat template and the tokenizer (S10)
+            raise ChatRequestError(
+                f"the messages and tools hold more than {self.max_prompt_chars:,} characters, more than "
+                "the model's context can take"
+            )
         turn = None
         parent = None
         if session is None:

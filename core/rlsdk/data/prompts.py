@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
+from ..sizes import MAX_CHARS_PER_TOKEN, max_prompt_chars, text_chars
 from ..types import Messages, Sample
 from .images import split_images, text_only
 from .rows import BadRowPolicy, Row
@@ -135,6 +136,15 @@ class PromptBuilder:
         metadata = metadata or {}
         if tools is not None:
             metadata.setdefault("tools", tools)
+        cap = max_prompt_chars(args.rollout_max_prompt_len or args.rollout_max_context_len)
+        size = text_chars([raw, tools], cap)
+        if size > cap:  # before any template or tokenizer work (D1)
+            self.bad.report(
+                row.where,
+                f"the prompt has more than {cap:,} characters ({_limit_source(args)}), so more tokens "
+                "than it allows: not templated or tokenized",
+            )
+            return None
         label = values.get(args.label_key) if args.label_key else None
         images: list[str] = []
         messages = raw
@@ -185,6 +195,16 @@ class PromptBuilder:
 
 
 _INVALID = object()
+
+
+def _limit_source(args: Any) -> str:
+    if args.rollout_max_prompt_len:
+        return (
+            f"rollout_max_prompt_len {args.rollout_max_prompt_len} x {MAX_CHARS_PER_TOKEN} characters a token"
+        )
+    if args.rollout_max_context_len:
+        return f"rollout_max_context_len {args.rollout_max_context_len} x {MAX_CHARS_PER_TOKEN} characters a token"
+    return "the default limit without rollout_max_prompt_len"
 
 
 def _is_messages(value: Any) -> bool:

@@ -75,6 +75,8 @@ class BadRowPolicy:
 def read_rows(data_path: DataPath, bad: BadRowPolicy) -> list[Row]:
     """The rows of a JSONL or Parquet file within the slice; bad rows go through ``bad``."""
     path = data_path.path
+    if path.is_dir():
+        raise DataError(f"{str(path)!r} is a folder, not a data file: name a .jsonl or .parquet file in it")
     if not path.is_file():
         raise DataError(f"data file {str(path)!r} does not exist")
     if path.suffix == ".jsonl":
