@@ -26,6 +26,17 @@ def serve(
         30.0, min=0.1, help="Seconds a connection may idle or take to send a request."
     ),
     max_connections: int = typer.Option(256, min=1, help="Open connections at once; more are answered 503."),
+    allow_input_dir: list[str] = typer.Option(
+        [],
+        "--allow-input-dir",
+        help="Folder a /start_rollout's input_file may name (repeatable; none: input_file refused).",
+    ),
+    allow_url_host: list[str] = typer.Option(
+        [],
+        "--allow-url-host",
+        help="Host a /start_rollout's remote_buffer_url or remote_engine_url may name besides this "
+        "service and loopback engines (repeatable).",
+    ),
     allowed_host: list[str] = typer.Option(
         [],
         "--allowed-host",
@@ -47,7 +58,7 @@ def serve(
         warnings.simplefilter("ignore")
         pm = get_plugin_manager()
     store = TrajectoryStore(data_dir)
-    service = BufferService(pm, store)
+    service = BufferService(pm, store, input_dirs=allow_input_dir, url_hosts=allow_url_host)
     options = {
         "token": token,
         "max_body": int(max_body_mb * (1 << 20)),

@@ -35,12 +35,14 @@ import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from ..engines.service_guard import ConnectionLimits, guard
+from ..engines.service_guard import ConnectionLimits, guard, is_loopback, normalize_hosts
 from ..engines.service_guard import check_binding as _check_binding
 from ..errors import PluginError
 from ..plugins.manager import RlsdkPluginManager
@@ -276,11 +278,26 @@ class TrajectoryStore:
 
 
 class BufferService:
-    """The endpoints over a :class:`TrajectoryStore`, task generators resolved through ``pm``."""
+    """The endpoints over a :class:`TrajectoryStore`, task generators resolved through ``pm``.
 
-    def __init__(self, pm: RlsdkPluginManager, store: TrajectoryStore) -> None:
+    A ``/start_rollout`` body names a file and URLs the task opens (``input_file``, ``remote_buffer_url``,
+    ``remote_engine_url``); they reach the task only where the operator allowed them: ``input_file``
+    inside one of ``input_dirs`` (symlinks resolved; none by default), ``remote_buffer_url`` this
+    service itself (a loopback URL of its port) or a host of ``url_hosts``, ``remote_engine_url`` a
+    loopback URL or a host of ``url_hosts``. Anything else is a 403 and the task does not start."""
+
+    def __init__(
+        self,
+        pm: RlsdkPluginManager,
+        store: TrajectoryStore,
+        *,
+        input_dirs: Sequence[str | os.PathLike[str]] = (),
+        url_hosts: Sequence[str] = (),
+    ) -> None:
         self.pm = pm
         self.store = store
+        self.input_dirs = tuple(Path(d).resolve() for d in input_dirs)
+        self.url_hosts = normalize_hosts(url_hosts)
         self.url = ""
         self.task_errors: list[str] = []
         self.tasks: dict[str, threading.Thread] = {}
@@ -305,6 +322,9 @@ class BufferService:
             task = self.pm.resolve("task_generator", body["task_type"], registered_only=True)
         except PluginError as exc:
             return 400, {"success": False, "message": str(exc)}
+        refusal = self._refuse_named(body)
+        if refusal is not None:
+            return 403, {"success": False, "message": refusal}
         running = self.tasks.get(task.name)
         if running is not None and running.is_alive():
             return 200, {"success": True, "message": "Rollout already running", "task_type": task.name}
@@ -316,6 +336,42 @@ class BufferService:
         thread.start()
         self.tasks[task.name] = thread
         return 200, {"success": True, "message": "Rollout started", "task_type": task.name}
+
+    def _refuse_named(self, body: dict[str, Any]) -> str | None:
+        """Why a file or URL the body names may not reach the task (None: all allowed)."""
+        path = body.get("input_file")
+        if path is not None:
+            if not isinstance(path, str) or not path or "\0" in path:
+                return "input_file must be a path"
+            if not any(Path(path).resolve().is_relative_to(folder) for folder in self.input_dirs):
+                where = ", ".join(map(str, self.input_dirs)) or "no folder is allowed"
+                return (
+                    f"input_file {path[:200]!r} is not inside a folder the operator allowed ({where}; "
+                    "start rlsdk buffer serve with --allow-input-dir FOLDER)"
+                )
+        own_port = urlsplit(self.url).port if self.url else None
+        for key in ("remote_buffer_url", "remote_engine_url"):
+            url = body.get(key)
+            if url is None:
+                continue
+            if not isinstance(url, str):
+                return f"{key} must be a URL"
+            try:
+                parts = urlsplit(url)
+                host, port = parts.hostname, parts.port
+            except ValueError:
+                return f"{key} {url[:200]!r} is not a URL"
+            if parts.scheme not in ("http", "https") or not host:
+                return f"{key} {url[:200]!r} is not an http(s) URL"
+            if host in self.url_hosts or "*" in self.url_hosts:
+                continue
+            local = is_loopback(host) and (key == "remote_engine_url" or port == own_port)
+            if not local:
+                return (
+                    f"{key} {url[:200]!r} names a host the operator did not allow "
+                    "(start rlsdk buffer serve with --allow-url-host HOST)"
+                )
+        return None
 
     def _run_task(self, task: Any, body: dict[str, Any]) -> None:
         try:

@@ -215,7 +215,7 @@ class EchoTask:
 def test_rollout_buffer_rollout_turns_trajectories_into_samples(rlsdk_pm, small_tokenizer, tmp_path):
     rlsdk_pm.register(generators_plugin)
     rlsdk_pm.register(EchoTask())
-    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"))
+    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"), input_dirs=[tmp_path])
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"q": f"What is {i}+1?", "a": str(i + 1)}) + "\n" for i in range(4)))
     args = RolloutConfig(
@@ -259,7 +259,7 @@ def test_rollout_buffer_reports_a_failing_task(rlsdk_pm, small_tokenizer, tmp_pa
 
     rlsdk_pm.register(Broken())
     rlsdk_pm.register(generators_plugin)
-    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"))
+    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"), input_dirs=[tmp_path])
     chats = tmp_path / "chats.jsonl"
     chats.write_text(json.dumps({"input": [{"role": "user", "content": "Hi"}]}) + "\n")
     args = RolloutConfig(
@@ -285,7 +285,7 @@ def test_surplus_groups_stay_in_the_service_across_a_trainer_crash(rlsdk_pm, sma
     rlsdk_pm.register(EchoTask())
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"q": f"What is {i}+1?", "a": str(i + 1)}) + "\n" for i in range(3)))
-    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"))
+    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"), input_dirs=[tmp_path])
     with ServedBuffer(service):
 
         def fresh_trainer():
@@ -319,7 +319,7 @@ def test_waiting_in_vain_is_an_error_rlsdk_run_reports_in_one_line(rlsdk_pm, sma
     from rlsdk.errors import RlsdkError
 
     rlsdk_pm.register(generators_plugin)
-    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"))
+    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"), input_dirs=[tmp_path])
     with ServedBuffer(service):
         args = RolloutConfig(rollout_batch_size=1, rollout_buffer_url=service.url, rollout_buffer_wait=0.2)
         bind_runtime(args, Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer))
