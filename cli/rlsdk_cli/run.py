@@ -222,7 +222,7 @@ def run(
         given = {k: v for k, v in options.items() if v is not None and v != []}
         try:
             args = RolloutConfig.from_dict(resumed_settings(args.output_dir, {**given, **parse_set(extra)}))
-        except (ValueError, TypeError, FileNotFoundError) as exc:
+        except (RlsdkError, ValueError, TypeError, FileNotFoundError) as exc:
             fail(exc)
             raise typer.Exit(1) from None
 

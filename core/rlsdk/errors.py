@@ -28,3 +28,8 @@ class PluginCallError(RlsdkError):
 
 class DataError(RlsdkError):
     """A data file is missing, empty or holds a bad row; the message names the file and line."""
+
+
+class CheckpointError(RlsdkError):
+    """A checkpoint or run-state file that cannot be used (damaged, unreadable, not rlsdk's); the message
+    names the file."""

@@ -16,6 +16,7 @@ from ..plugins.calls import call_engine, call_eval_rollout, call_generate_rollou
 from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
 from ..plugins.records import Resolved
 from ..report import RunReport
+from ..state_files import read_json
 from ..runtime import Runtime, bind_runtime, tuned_garbage_collector
 from ..training.options import loss_spec
 from ..types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
@@ -151,6 +152,10 @@ class RunOutput:
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
+        if self.folder.exists() and not self.folder.is_dir():
+            raise RlsdkError(
+                f"--output {str(self.folder)!r} is a file, not a folder: name a folder for the run"
+            )
         self.folder.mkdir(parents=True, exist_ok=True)
         self.on_saved: list[Callable[[dict[str, Any]], None]] = []
         """Called with each state after it is saved (see :data:`STATE_SAVED`)."""
@@ -159,7 +164,7 @@ class RunOutput:
         path = self.folder / STATE_FILE
         if not path.exists():
             raise FileNotFoundError(f"--resume: no {STATE_FILE} in {self.folder}; nothing to resume")
-        state = json.loads(path.read_text())
+        state = read_json(path, "file_sizes", "data", "next_rollout_id")
         for name, size in state["file_sizes"].items():
             with open(self.folder / name, "a+b") as f:
                 f.truncate(size)
@@ -291,7 +296,7 @@ def resumed_settings(folder: str | Path, given: dict[str, Any]) -> dict[str, Any
     path = Path(folder) / STATE_FILE
     if not path.exists():
         raise FileNotFoundError(f"--resume: no {STATE_FILE} in {folder}; nothing to resume")
-    settings = dict(json.loads(path.read_text())["settings"])
+    settings = dict(read_json(path, "settings")["settings"])
     conflicts = [
         f"{key} (saved {settings.get(key)!r}, given {value!r})"
         for key, value in given.items()

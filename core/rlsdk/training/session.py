@@ -10,6 +10,7 @@ from typing import Any
 
 from ..plugins.records import Resolved
 from ..runtime import Runtime
+from ..state_files import read_json
 from ..types import RolloutFnTrainOutput
 from .sync import check_tolerance, choose_sync, sync_weights, trust_check
 from .trainer import PolicyTrainer
@@ -95,7 +96,7 @@ class TrainingSession:
 
     def restore(self, folder: Path) -> None:
         """Load a checkpoint into the trainer and hand its weights to the engine."""
-        meta = json.loads((folder / CHECKPOINT_META).read_text())
+        meta = read_json(folder / CHECKPOINT_META, "weight_version")
         self.trainer.load_checkpoint(folder)
         self.weight_version = int(meta["weight_version"])
         self.sync()

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..errors import CheckpointError
 from ..plugins.loading import load_callable
 from ..plugins.records import Loss, Resolved
 from ..runtime import get_plugin_manager_of
@@ -263,7 +264,11 @@ class TorchTrainer(PolicyTrainer):
     def load_checkpoint(self, folder: Path) -> None:
         from safetensors.torch import load_model
 
-        load_model(self.model, str(folder / "model.safetensors"), device=str(self.device))
+        path = folder / "model.safetensors"
+        try:
+            load_model(self.model, str(path), device=str(self.device))
+        except Exception as exc:  # noqa: BLE001 -- a missing, cut or foreign file: name it
+            raise CheckpointError(f"{path} cannot be loaded ({type(exc).__name__}: {exc})") from None
         self._load_optimizer_and_rng(folder)
 
     def _save_optimizer_and_rng(self, folder: Path) -> None:
@@ -278,12 +283,32 @@ class TorchTrainer(PolicyTrainer):
         )
 
     def _load_optimizer_and_rng(self, folder: Path) -> None:
-        self.optimizer.load_state_dict(torch.load(folder / OPTIMIZER_FILE, map_location=self.device))
-        rng = torch.load(folder / RNG_FILE, weights_only=False)
-        torch.set_rng_state(rng["torch"])
-        random.setstate(rng["python"])
-        if rng["cuda"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        optimizer = load_tensors(folder / OPTIMIZER_FILE, self.device)
+        rng = load_tensors(folder / RNG_FILE, "cpu")
+        try:
+            self.optimizer.load_state_dict(optimizer)
+            torch.set_rng_state(rng["torch"])
+            random.setstate(rng["python"])
+            if rng["cuda"] is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+            raise CheckpointError(
+                f"{folder / OPTIMIZER_FILE} or {folder / RNG_FILE} does not fit this run "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
+
+
+def load_tensors(path: Path, device: Any) -> Any:
+    """A ``torch.save`` file of tensors and plain values, loaded with ``weights_only=True``: a pickle that
+    would run code (a checkpoint file replaced by an attacker's) is refused, never executed (T14). A
+    missing or damaged file is a :class:`CheckpointError` naming it."""
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 -- UnpicklingError, cut files, foreign formats: name the file
+        raise CheckpointError(
+            f"{path} cannot be loaded safely ({type(exc).__name__}: {str(exc)[:300]}); a checkpoint holds "
+            "only tensors and plain values: resume from another checkpoint or start afresh"
+        ) from None
 
 
 def adamw(model: torch.nn.Module, args: Any) -> torch.optim.AdamW:
