@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -270,12 +271,16 @@ def test_a_step_the_engine_fails_exits_non_zero_and_resume_serves_its_prompts_ag
     result = rlsdk_run(*run_options(misbehaving_engine.url, word_tokenizer, data, out))
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
-    assert "step 0: all 32 samples failed" in output and "answered 500 after 2 tries" in output
+    assert re.search(r"step 0: (all \d+ samples failed|no sample could be used)", output), output
+    assert "answered 500 after 2 tries" in output
     assert "their prompts are not used up" in output and "Traceback" not in output
     metrics = rows(out / "metrics.jsonl")[0]
-    assert metrics["ledger/entered"] == metrics["ledger/failed"] == metrics["ledger/requeued"] == 32
+    # it stops once a batch's worth of groups failed (T1), not after 8 x the batch: what was in flight
+    # goes back to the data unused, what failed goes back too
+    assert metrics["ledger/failed"] == metrics["ledger/requeued"] < 32
+    assert metrics["ledger/entered"] == metrics["ledger/failed"] + metrics["ledger/returned"]
     assert metrics["ledger/kept"] == 0 and not rows(out / "rollouts.jsonl")
-    assert len(rows(out / "discarded.jsonl")) == 32
+    assert len(rows(out / "discarded.jsonl")) == metrics["ledger/failed"]
 
     misbehaving_engine.mode = "ok"
     result = rlsdk_run("--resume", "--output", str(out), "--num-rollout", "3")

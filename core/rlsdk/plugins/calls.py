@@ -392,13 +392,25 @@ def _check_reward(resolved: Resolved, where: str, value: Any) -> None:
         raise InvalidReward(resolved, where, problem)
 
 
+MAX_ABS_REWARD = 1e15
+"""Largest reward magnitude taken; beyond it a reward is invalid (1e200 squared overflows a float)."""
+
+
 def reward_problem(reward: Any) -> str | None:
     """Why ``reward`` is not a valid reward (a finite number or a dict), or None when it is."""
     if isinstance(reward, dict):
         return None
     # a float, the usual case, is tested before the slower abstract-class check
     if type(reward) is float or (isinstance(reward, numbers.Real) and not isinstance(reward, bool)):
-        return None if math.isfinite(reward) else f"returned the non-finite number {reward!r}"
+        try:
+            value = float(reward)
+        except OverflowError:
+            value = math.inf
+        if not math.isfinite(value):
+            return f"returned the non-finite number {repr(reward)[:40]}"
+        if abs(value) > MAX_ABS_REWARD:  # its square overflows advantages and statistics
+            return f"returned {value:g}, outside +-{MAX_ABS_REWARD:g}"
+        return None
     return f"returned {type(reward).__name__} {repr(reward)[:100]}, expected a number or a dict"
 
 

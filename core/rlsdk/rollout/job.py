@@ -422,27 +422,38 @@ def open_training(args: Any, runtime: Runtime, plugins: dict[str, Resolved], fol
 
 
 def check_step(args: Any, rollout_id: int, metrics: dict[str, Any]) -> None:
-    """A step whose every sample failed stops the run with the causes (``on_failed_step=fail``), after
-    the step's samples and the run's state are written."""
+    """A step whose every sample failed, or got an invalid reward (T1/T2: nothing to train on), stops the
+    run with the causes (``on_failed_step=fail``), after the step's samples and the run's state are
+    written and before any training or checkpoint."""
     failed = metrics.get("ledger/failed", 0)
-    if failed and failed == metrics.get("ledger/entered") and args.on_failed_step == "fail":
-        causes = list(dict.fromkeys(metrics.get("rollout/failures", [])))
-        shown = "; ".join(causes[:SHOWN_CAUSES]) or "unknown"
-        if len(causes) > SHOWN_CAUSES:
-            shown += f"; {len(causes) - SHOWN_CAUSES} more in discarded.jsonl"
-        requeued = metrics.get("ledger/requeued", 0)
-        kept_data = (
-            (
-                f"; their prompts are not used up ({requeued} samples back in the data, served again on "
-                "--resume)"
-            )
-            if requeued
-            else ""
-        )
-        raise RlsdkError(
-            f"step {rollout_id}: all {failed} samples failed ({shown}); the samples are in "
-            f"discarded.jsonl{kept_data} (--on-failed-step continue goes on)"
-        )
+    unusable = metrics.get("rollout/unusable_groups", 0)
+    all_failed = failed and failed == metrics.get("ledger/entered")
+    none_usable = (
+        unusable and unusable == metrics.get("rollout/settled_groups") and not metrics.get("ledger/kept")
+    )
+    if not (all_failed or none_usable) or args.on_failed_step != "fail":
+        return
+    causes = list(
+        dict.fromkeys([*metrics.get("rollout/failures", []), *metrics.get("rollout/unusable_causes", [])])
+    )
+    shown = "; ".join(causes[:SHOWN_CAUSES]) or "unknown"
+    if len(causes) > SHOWN_CAUSES:
+        shown += f"; {len(causes) - SHOWN_CAUSES} more in discarded.jsonl"
+    requeued = metrics.get("ledger/requeued", 0)
+    kept_data = (
+        f"; their prompts are not used up ({requeued} samples back in the data, served again on --resume)"
+        if requeued
+        else ""
+    )
+    what = (
+        f"all {failed} samples failed"
+        if all_failed
+        else f"no sample could be used: every sample of the {unusable} groups it ran failed or got an invalid reward"
+    )
+    raise RlsdkError(
+        f"step {rollout_id}: {what} ({shown}); nothing was trained or checkpointed, the samples are in "
+        f"discarded.jsonl{kept_data} (--on-failed-step continue goes on)"
+    )
 
 
 def check_data(args: Any) -> None:

@@ -31,7 +31,7 @@ from ..runtime import Runtime, get_runtime
 from ..types import RolloutFnTrainOutput, Sample, reward_value
 from .generate import sampling_params_for
 from .ledger import Group, StepLedger
-from .rewarding import apply_invalid_policy, count_invalid, score_group
+from .rewarding import REWARD_ERROR, apply_invalid_policy, count_invalid, score_group
 
 SUBMIT_SLICE = 64
 """Samples whose tasks a step creates before it lets them run (and send their requests) while it goes on
@@ -75,8 +75,13 @@ async def rollout_step(
         asyncio.Event()
     )  # set as a task ends: cheaper than asyncio.wait, which hooks every task per call
     pulled, exhausted = 0, False
+    settled, unusable = 0, 0  # groups decided; of them, those with no sample that could be trained on
+    hopeless = False
 
     while len(kept) < target:
+        hopeless = unusable >= target and unusable == settled and not fallback
+        if hopeless:
+            break  # a reward or an engine that fails everything: pulling more data would only use it up
         # Keep enough groups in flight to fill the batch, pulling a chunk at a time.
         if not exhausted and pulled < max_groups and len(kept) + len(in_flight) < target:
             chunk = min(args.over_sampling_batch_size, max_groups - pulled)
@@ -103,6 +108,8 @@ async def rollout_step(
             task.result()  # run_group records failures on the samples; only a `fail` policy raises
             ledger.count_produced(group)
             await settle(args, plugins, group, ledger, kept, fallback, to_buffer)
+            settled += 1
+            unusable += all(s.status == Sample.Status.FAILED for s in group)
             runtime.report_progress(len(group))
 
     # Abort what is still in flight: finished groups are settled, unfinished ones go to the buffer.
@@ -159,6 +166,8 @@ async def rollout_step(
         why = (
             f"the data ran out after {pulled} groups"
             if exhausted
+            else f"no sample of the {unusable} groups it ran could be used, so it pulled no more"
+            if hopeless
             else f"it pulled {pulled} groups, the cap (--set rollout_max_groups_per_step=N; default 8 x "
             f"rollout_batch_size)"
         )
@@ -171,6 +180,8 @@ async def rollout_step(
     metrics["rollout/short_of_batch"] = target - len(batch)
     metrics["rollout/aborted"] = aborted
     metrics["rollout/invalid_rewards"] = count_invalid([s for g in (*batch, *ledger.discarded) for s in g])
+    metrics["rollout/settled_groups"], metrics["rollout/unusable_groups"] = settled, unusable
+    metrics["rollout/unusable_causes"] = unusable_causes(ledger.discarded)
     metrics.update(agent_metrics([s for g in (*batch, *ledger.discarded) for s in g]))  # openai_agent's forks
     return RolloutFnTrainOutput(samples=batch, metrics=metrics, discarded=ledger.discarded)
 
@@ -273,6 +284,20 @@ def reset_for_buffer(
         sample.reward = None
         sample.status = Sample.Status.PENDING
     return group
+
+
+def unusable_causes(groups: list[Group], shown: int = 3) -> list[str]:
+    """The first distinct reasons samples of ``groups`` failed (their reward's or their generation's
+    error, each naming the plugin, its distribution and the sample)."""
+    causes: dict[str, None] = {}
+    for sample in (s for g in groups for s in g):
+        meta = sample.metadata or {}
+        cause = meta.get(REWARD_ERROR) or meta.get("generate_error") or meta.get("filter_error")
+        if cause:
+            causes[str(cause)[:500]] = None
+            if len(causes) == shown:
+                break
+    return list(causes)
 
 
 def engine_failed(group: Group) -> bool:
