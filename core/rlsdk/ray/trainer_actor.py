@@ -181,4 +181,5 @@ def last_checkpoint_advice(output_dir: Path) -> str:
         checkpoint = None
     if not checkpoint:
         return f"No checkpoint was saved yet: start the run again (rlsdk run --output {output_dir})"
-    return f"The last checkpoint is {checkpoint}: continue with rlsdk run --resume --output {output_dir}"
+    where = output_dir / checkpoint  # relative to the run folder (older runs stored it absolute)
+    return f"The last checkpoint is {where}: continue with rlsdk run --resume --output {output_dir}"

@@ -16,6 +16,13 @@ from ..plugins.calls import call_engine, call_eval_rollout, call_generate_rollou
 from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
 from ..plugins.records import Resolved
 from ..report import RunReport
+from .run_folder import (
+    check_data_unchanged,
+    checkpoint_in,
+    data_fingerprint,
+    folder_lock,
+    relative_checkpoint,
+)
 from ..state_files import read_json
 from ..runtime import Runtime, bind_runtime, tuned_garbage_collector
 from ..training.options import loss_spec
@@ -205,19 +212,27 @@ class RunOutput:
             ],
         )
 
-    def run_state(
-        self, next_rollout_id: int, data_state: dict[str, Any], args: Any, pm: RlsdkPluginManager
-    ) -> dict[str, Any]:
-        """What ``--resume`` needs: the next step, the output files' sizes, the data position and buffer,
-        the run's settings and the installed plugins' versions."""
-        sizes = {
+    def file_sizes(self) -> dict[str, int]:
+        return {
             name: (self.folder / name).stat().st_size if (self.folder / name).exists() else 0
             for name in self.FILES
         }
+
+    def run_state(
+        self,
+        next_rollout_id: int,
+        data_state: dict[str, Any],
+        args: Any,
+        pm: RlsdkPluginManager,
+        data_file: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """What ``--resume`` needs: the next step, the output files' sizes, the data position and buffer,
+        the data file's fingerprint, the run's settings and the installed plugins' versions."""
         return {
             "next_rollout_id": next_rollout_id,
-            "file_sizes": sizes,
+            "file_sizes": self.file_sizes(),
             "data": data_state,
+            "data_file": data_file,
             "settings": saved_settings(args),
             "plugins": plugin_versions(pm),
         }
@@ -339,11 +354,25 @@ def run_job(
 ) -> RunOutput:
     """Run ``args.num_rollout`` steps (continuing a saved run with ``args.resume``). ``on_status`` hears
     what the run is doing: setting up, then ``step N`` as step N (the ``rollout_id``) starts."""
-    from ..data import DataSource
-
-    status = on_status or (lambda text: None)
     check_data(args)  # an empty or unreadable dataset fails before the engine starts
     output = RunOutput(args.output_dir)
+    with folder_lock(output.folder):  # a second run on this folder fails at once, naming this one (T20)
+        return _run_job(args, pm, output, on_step, on_eval, progress, on_status)
+
+
+def _run_job(
+    args: Any,
+    pm: RlsdkPluginManager | None,
+    output: RunOutput,
+    on_step: Callable[[int, dict[str, Any]], None] | None,
+    on_eval: Callable[[int, dict[str, Any]], None] | None,
+    progress: Callable[[int], None] | None,
+    on_status: Callable[[str], None] | None,
+) -> RunOutput:
+    from ..data import DataPath, DataSource
+
+    status = on_status or (lambda text: None)
+    data_file = data_fingerprint(DataPath.parse(args.prompt_data).path)
     if not args.resume:
         output.start_fresh(args.overwrite)  # so does an output folder holding another run
     loading = " (loading the model)" if args.engine == "embedded" else ""
@@ -368,16 +397,17 @@ def run_job(
         first = 0
         if args.resume:
             state = output.load_state()
+            check_data_unchanged(state.get("data_file"), data_file)  # T16
             data_source.load_state_dict(state["data"])
             first = state["next_rollout_id"]
             warn_changed_plugins(state.get("plugins", {}), runtime.pm)
             if training is not None and state.get("checkpoint"):
-                training.restore(Path(state["checkpoint"]))
+                training.restore(checkpoint_in(output.folder, state["checkpoint"]))  # T19
         else:
             if training is not None and args.eval_interval:  # the curve's starting point
                 status("eval before the first step")
                 output.write_eval(-1, run_eval(args, runtime, plugins, -1))
-            output.save_state(output.run_state(0, data_source.state_dict(), args, runtime.pm))
+            output.save_state(output.run_state(0, data_source.state_dict(), args, runtime.pm, data_file))
         for rollout_id in range(first, args.num_rollout):
             status(f"step {rollout_id}")
             # generate_rollout: one whole step
@@ -389,7 +419,7 @@ def run_job(
                 # trainer: learn from the kept groups, sync the engine, check it serves the new weights
                 result.metrics.update(training.train(rollout_id, result))
             output.write_step(rollout_id, result)
-            state = output.run_state(rollout_id + 1, data_source.state_dict(), args, runtime.pm)
+            state = output.run_state(rollout_id + 1, data_source.state_dict(), args, runtime.pm, data_file)
             if training is None:
                 output.save_state(state)
             check_step(args, rollout_id, result.metrics)
@@ -400,12 +430,15 @@ def run_job(
                 status(f"eval after step {rollout_id}")
                 evaluated = run_eval(args, runtime, plugins, rollout_id)
                 output.write_eval(rollout_id, evaluated)
+                state["file_sizes"] = output.file_sizes()  # the eval's rows are the step's (T18)
+                if training is None:
+                    output.save_state(state)
                 result.metrics.update(evaluated.metrics)
                 if on_eval is not None:
                     on_eval(rollout_id, evaluated.metrics)
             if training is not None and training.checkpoint_due(rollout_id):
                 # A training run resumes from its last checkpoint: state.json moves only with one.
-                state["checkpoint"] = str(training.save(rollout_id, state))
+                state["checkpoint"] = relative_checkpoint(output.folder, training.save(rollout_id, state))
                 output.save_state(state)
             if report is not None:
                 report.add(rollout_id, result.metrics)

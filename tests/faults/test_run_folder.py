@@ -1,0 +1,111 @@
+"""The output folder across runs and resumes (T20, T19, T18, T16): ``rlsdk run`` on the tiny Llama
+(``tiny_llama`` in tests/conftest.py) in the embedded engine with the torch trainer, in process and as a
+real second process."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from rlsdk import RolloutConfig
+from rlsdk.errors import RlsdkError
+from rlsdk.rollout.job import run_job
+from rlsdk.rollout.run_folder import folder_lock
+
+RLSDK = [sys.executable, "-c", "from rlsdk_cli.app import main; main()"]
+REWARD = (
+    "def first_mod4(args, sample, **kw):\n    return float(sample.tokens[sample.prompt_length] % 4 == 0)\n"
+)
+
+
+@pytest.fixture
+def run(tiny_llama, tmp_path):
+    """``run(out, **options)``: a training run of ``num_rollout`` steps on 16 prompts."""
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"input": f"w{i} w{i + 1}"}) + "\n" for i in range(16)))
+    reward = tmp_path / "reward.py"
+    reward.write_text(REWARD)
+
+    def start(out, **options):
+        values = {
+            "model": str(tiny_llama),
+            "prompt_data": str(data),
+            "rm_type": f"{reward}:first_mod4",
+            "train": True,
+            "rollout_batch_size": 2,
+            "n_samples_per_prompt": 2,
+            "rollout_max_response_len": 2,
+            "num_rollout": 2,
+            "engine_threads": 1,
+            "train_threads": 1,
+            "output_dir": str(out),
+            **options,
+        }
+        return run_job(RolloutConfig(**values))
+
+    start.data = data
+    return start
+
+
+def lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_second_run_on_a_folder_in_use_fails_at_once_naming_the_pid(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"input": "w1"}\n')
+    saved = {"settings": {"prompt_data": str(data)}, "file_sizes": {}, "data": {}, "next_rollout_id": 0}
+    (out / "state.json").write_text(json.dumps(saved))
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from rlsdk.rollout.run_folder import folder_lock\nfrom pathlib import Path\n"
+            f"import sys, time\nwith folder_lock(Path({str(out)!r})):\n    print('held', flush=True)\n    time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        second = subprocess.run(
+            [*RLSDK, "run", "--resume", "--output", str(out)], capture_output=True, text=True, timeout=120
+        )
+        output = second.stdout + second.stderr
+        assert second.returncode == 1, output
+        assert f"is in use by another rlsdk run (pid {holder.pid})" in output and "Traceback" not in output
+    finally:
+        holder.kill()
+        holder.wait()
+    with folder_lock(out):  # a dead holder's lock is gone with it
+        pass
+
+
+def test_resume_keeps_the_eval_rows_and_a_moved_run_resumes_from_its_own_checkpoint(run, tmp_path):
+    first = tmp_path / "first"
+    run(first, eval_interval=1, save_interval=1, num_rollout=2)
+    evals = lines(first / "eval.jsonl")
+    assert [e["rollout_id"] for e in evals] == [-1, 0, 1]
+    state = json.loads((first / "state.json").read_text())
+    assert state["checkpoint"] == "checkpoints/step_1"  # relative: the folder can move (T19)
+    moved = tmp_path / "moved"
+    shutil.copytree(first, moved)
+    shutil.rmtree(first)  # the original is gone: the copy must use its own checkpoint
+    run(moved, resume=True, eval_interval=1, save_interval=1, num_rollout=3)
+    assert [e["rollout_id"] for e in lines(moved / "eval.jsonl")] == [-1, 0, 1, 2]  # T18: step 1's kept
+    assert (moved / "checkpoints" / "step_2").is_dir()
+
+
+def test_a_data_file_changed_in_place_is_noticed_on_resume(run, tmp_path):
+    out = tmp_path / "out"
+    run(out, num_rollout=1)
+    rows = run.data.read_text().splitlines()
+    run.data.write_text("\n".join(reversed(rows)) + "\n")  # same rows, other order: other rows at the offsets
+    with pytest.raises(RlsdkError, match="the data file .*prompts.jsonl changed since the run was saved"):
+        run(out, resume=True, num_rollout=2)
