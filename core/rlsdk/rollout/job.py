@@ -410,10 +410,14 @@ def _run_job(
             output.save_state(output.run_state(0, data_source.state_dict(), args, runtime.pm, data_file))
         for rollout_id in range(first, args.num_rollout):
             status(f"step {rollout_id}")
+            # an engine restarted since the last sync gets the weights again before it generates (T21)
+            resynced = training.ensure_engine_weights() if training is not None else 0
             # generate_rollout: one whole step
             result = call_generate_rollout(
                 runtime, plugins["generate_rollout"], args, rollout_id, data_source
             )
+            if resynced:
+                result.metrics["train/engine_resyncs"] = resynced
             if training is not None and result.samples:
                 status(f"step {rollout_id}: training")
                 # trainer: learn from the kept groups, sync the engine, check it serves the new weights

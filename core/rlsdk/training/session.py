@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from pathlib import Path
@@ -12,10 +13,12 @@ from ..plugins.records import Resolved
 from ..runtime import Runtime
 from ..state_files import read_json
 from ..types import RolloutFnTrainOutput
-from .sync import check_tolerance, choose_sync, sync_weights, trust_check
+from .sync import WeightSyncError, check_tolerance, choose_sync, sync_weights, trust_check
+from .trust import DriftCheck, describe_stale, pick_probes, stale_replicas
 from .trainer import PolicyTrainer
 
 CHECKPOINT_META = "rlsdk_checkpoint.json"
+log = logging.getLogger(__name__)
 
 
 class TrainingSession:
@@ -39,6 +42,7 @@ class TrainingSession:
                 "rlsdk.training.PolicyTrainer"
             )
         self.weight_version = 0
+        self.drift = DriftCheck()
 
     @property
     def checkpoint_root(self) -> Path:
@@ -52,10 +56,41 @@ class TrainingSession:
         parts = {f"train/sync_{part}": value for part, value in self.weight_sync.timings.items()}
         return {"train/sync_seconds": seconds, **parts, "train/weight_version": self.weight_version}
 
+    def ensure_engine_weights(self) -> int:
+        """The weight-version handshake before a step generates (T21): an engine that serves another
+        version than the trainer's (restarted since the last sync) gets the weights again; the number of
+        engines that needed it. Still stale after that: :class:`WeightSyncError`."""
+        stale = self.runtime.run(stale_replicas(self.runtime.engine, self.weight_version))
+        if not stale:
+            return 0
+        log.warning(
+            "%s: syncing the weights again before the step", describe_stale(stale, self.weight_version)
+        )
+        self.sync()
+        still = self.runtime.run(stale_replicas(self.runtime.engine, self.weight_version))
+        if still:
+            raise WeightSyncError(
+                f"{describe_stale(still, self.weight_version)}, even after a new weight sync"
+            )
+        return len(stale)
+
     def train(self, rollout_id: int, result: RolloutFnTrainOutput) -> dict[str, Any]:
-        """One train step on the kept groups, the sync, and the trust check on the batch's first sample."""
+        """One train step on the kept groups, the sync, and the trust checks: the probe's largest gap, and
+        the mean gap of several probes against this run's own noise (:class:`~.trust.DriftCheck`)."""
         if not result.samples:
             raise RuntimeError(f"step {rollout_id} kept no samples: nothing to train on")
+        stale = self.runtime.run(stale_replicas(self.runtime.engine, self.weight_version))
+        if stale:  # restarted during the step: its samples may come from other weights than the trainer's
+            raise WeightSyncError(
+                f"step {rollout_id}: {describe_stale(stale, self.weight_version)}: the engine lost the "
+                "trainer's weights during the step (restarted?), so its samples are not trained on; "
+                "--resume continues from the last checkpoint"
+            )
+        probes = pick_probes(result.samples)
+        if self.drift.baseline is None:  # the same weights on both sides: this pair's numeric noise
+            self.drift.set_baseline(
+                self.runtime.run(self.drift.measure(self.runtime.engine, self.trainer, probes))
+            )
         self.runtime.run(self.weight_sync.before_train(self.runtime.engine))
         metrics = self.trainer.train_step(rollout_id, result.samples)
         self.weight_version += 1
@@ -65,6 +100,9 @@ class TrainingSession:
         metrics["train/sync_logprob_max_diff"] = self.runtime.run(
             trust_check(self.runtime.engine, self.trainer, probe, check_tolerance(self.args, self.trainer))
         )
+        means = self.runtime.run(self.drift.measure(self.runtime.engine, self.trainer, probes))
+        metrics["train/sync_logprob_mean_diff"] = self.drift.check(means, self.weight_version)
+        metrics["train/sync_logprob_noise"] = self.drift.baseline or 0.0
         metrics["train/trust_check_seconds"] = time.perf_counter() - started
         if "train/train_rollout_logprob_abs_diff" in metrics:
             metrics["train/rollout_logprob_diff"] = metrics.pop("train/train_rollout_logprob_abs_diff")
