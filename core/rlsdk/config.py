@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import functools
 import json
+import math
 import tomllib
 import types
 import typing
@@ -296,6 +297,7 @@ class RolloutConfig(TrainingOptions):
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        check_numbers(self)
         if self.num_engines > 1 and not self.ray_address:
             raise ValueError(
                 f"num_engines {self.num_engines} needs ray_address (--ray): engines are Ray actors"
@@ -472,3 +474,18 @@ def slime_argument_names() -> frozenset[str]:
     from .slime_args import SLIME_ARG_DEFAULTS
 
     return frozenset(SLIME_ARG_DEFAULTS)
+
+
+FINITE_OPTIONS = ("rollout_temperature", "rollout_top_p", "eval_temperature", "eval_top_p", "lr")
+"""Options that must be finite numbers (NaN is refused in every option)."""
+
+
+def check_numbers(config: Any) -> None:
+    """NaN in any option, or an infinite sampling parameter or learning rate, is an error at start (X2), not
+    a failure at step 0."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if isinstance(value, float) and (
+            math.isnan(value) or (field.name in FINITE_OPTIONS and not math.isfinite(value))
+        ):
+            raise ValueError(f"{field.name} must be a finite number, got {value}")

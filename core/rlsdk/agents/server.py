@@ -125,7 +125,7 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     try:
         try:
             body = json.loads(await request.read())
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise ChatRequestError(f"request body is not valid JSON: {exc}") from None
         if not isinstance(body, dict):
             raise ChatRequestError("request body must be a JSON object")

@@ -179,7 +179,7 @@ async def _json_body(request: web.Request, *, required: bool = True) -> dict[str
         return {}
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise EngineRequestError(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise EngineRequestError(f"request body must be a JSON object, got {type(body).__name__}")

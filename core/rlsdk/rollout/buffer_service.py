@@ -74,7 +74,12 @@ def parse_json(raw: bytes) -> Any:
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return False
 
 
 def validate_item(item: Any) -> dict[str, Any]:
@@ -505,7 +510,7 @@ async def start_buffer_server(
         raw = await request.read()
         try:
             return (parse_json(raw) if raw.strip() else {}), None
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             return None, _error(f"body is not JSON: {exc}", 400)
 
     def endpoint(method: Any, *, in_thread: bool = False) -> Any:
