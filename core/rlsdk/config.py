@@ -483,9 +483,9 @@ FINITE_OPTIONS = ("rollout_temperature", "rollout_top_p", "eval_temperature", "e
 def check_numbers(config: Any) -> None:
     """NaN in any option, or an infinite sampling parameter or learning rate, is an error at start (X2), not
     a failure at step 0."""
-    for field in dataclasses.fields(config):
-        value = getattr(config, field.name)
+    for option in dataclasses.fields(config):
+        value = getattr(config, option.name)
         if isinstance(value, float) and (
-            math.isnan(value) or (field.name in FINITE_OPTIONS and not math.isfinite(value))
+            math.isnan(value) or (option.name in FINITE_OPTIONS and not math.isfinite(value))
         ):
-            raise ValueError(f"{field.name} must be a finite number, got {value}")
+            raise ValueError(f"{option.name} must be a finite number, got {value}")
