@@ -12,7 +12,7 @@ import torch
 
 from rlsdk import RolloutConfig, get_plugin_manager
 from rlsdk.errors import CheckpointError
-from rlsdk.rollout.job import RunOutput, resumed_settings
+from rlsdk.run.output import RunOutput, resumed_settings
 
 
 class RunsCode:

@@ -13,8 +13,8 @@ import pytest
 
 from rlsdk import RolloutConfig
 from rlsdk.errors import RlsdkError
-from rlsdk.rollout.job import run_job
-from rlsdk.rollout.run_folder import folder_lock
+from rlsdk.run.job import run_job
+from rlsdk.run.folder import folder_lock
 
 RLSDK = [sys.executable, "-c", "from rlsdk_cli.app import main; main()"]
 REWARD = (
@@ -66,7 +66,7 @@ def test_a_second_run_on_a_folder_in_use_fails_at_once_naming_the_pid(tmp_path):
         [
             sys.executable,
             "-c",
-            f"from rlsdk.rollout.run_folder import folder_lock\nfrom pathlib import Path\n"
+            f"from rlsdk.run.folder import folder_lock\nfrom pathlib import Path\n"
             f"import sys, time\nwith folder_lock(Path({str(out)!r})):\n    print('held', flush=True)\n    time.sleep(60)",
         ],
         stdout=subprocess.PIPE,

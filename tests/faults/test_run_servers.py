@@ -12,7 +12,7 @@ import pytest
 from rlsdk import Engine, RolloutConfig, get_plugin_manager, hookimpl
 from rlsdk.engines.run_tokens import token_for
 from rlsdk.engines.sglang_client import SGLangClient
-from rlsdk.rollout.job import close_runtime, open_runtime
+from rlsdk.run.session import close_runtime, open_runtime, resolve_run_plugins
 from rlsdk.slime_compat import http_utils
 
 from .conftest import RecordingEngine
@@ -28,9 +28,9 @@ def run_runtime(chat_tokenizer, monkeypatch):
         def rlsdk_engines(self):
             yield Engine(name="recording", func=lambda args: engine)
 
-    pm = get_plugin_manager(load_entrypoints=False, plugins=[Plugin()])
+    pm = get_plugin_manager(plugins=[Plugin()])
     args = RolloutConfig.from_dict({"engine": "recording"})
-    runtime = open_runtime(args, pm, pm.resolve("engine", "recording"))
+    runtime = open_runtime(args, resolve_run_plugins(args, pm))
     yield runtime, args, engine
     close_runtime(runtime)
 
@@ -69,11 +69,11 @@ def test_each_run_gets_its_own_secret_and_forgets_it_at_the_end(chat_tokenizer, 
         def rlsdk_engines(self):
             yield Engine(name="recording", func=lambda args: engine)
 
-    pm = get_plugin_manager(load_entrypoints=False, plugins=[Plugin()])
+    pm = get_plugin_manager(plugins=[Plugin()])
     tokens = []
     for _ in range(2):
         args = RolloutConfig.from_dict({"engine": "recording"})
-        runtime = open_runtime(args, pm, pm.resolve("engine", "recording"))
+        runtime = open_runtime(args, resolve_run_plugins(args, pm))
         url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
         tokens.append(token_for(url))
         close_runtime(runtime)

@@ -10,7 +10,7 @@ import pytest
 
 from rlsdk import RolloutConfig
 from rlsdk.errors import RlsdkError
-from rlsdk.rollout.job import run_job
+from rlsdk.run.job import run_job
 
 REWARDS = """
 def raises(args, sample, **kwargs):

@@ -17,7 +17,7 @@ import json
 import pytest
 
 from rlsdk import RolloutConfig, Trainer, get_plugin_manager, hookimpl
-from rlsdk.rollout.job import run_job
+from rlsdk.run.job import run_job
 from rlsdk.training.sync import WeightSyncError
 
 REWARD = (

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import RolloutConfig
 from ..errors import DataError
 from ..sizes import MAX_CHARS_PER_TOKEN, max_prompt_chars, text_chars
 from ..types import Messages, Sample
@@ -63,7 +64,7 @@ class PromptBuilder:
 
     def __init__(
         self,
-        args: Any,
+        args: RolloutConfig,
         tokenizer: Any,
         bad: BadRowPolicy,
         *,

@@ -1,6 +1,5 @@
-"""What keeps one run's output folder one run's: a lock held while a run uses it (T20), checkpoint paths
-stored relative to it so a moved or copied run resumes from its own checkpoint (T19), and the data file's
-fingerprint, so a file changed in place is noticed on ``--resume`` (T16)."""
+"""What keeps one run's output folder one run's: a lock held while a run uses it (T20), and the data
+file's fingerprint, so a file changed in place is noticed on ``--resume`` (T16)."""
 
 from __future__ import annotations
 
@@ -39,24 +38,6 @@ def folder_lock(folder: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def relative_checkpoint(folder: Path, checkpoint: Path) -> str:
-    """How ``state.json`` names a checkpoint: relative to the run folder when inside it."""
-    try:
-        return str(checkpoint.resolve().relative_to(folder.resolve()))
-    except ValueError:
-        return str(checkpoint)
-
-
-def checkpoint_in(folder: Path, saved: str) -> Path:
-    """The checkpoint a state names, relative ones inside ``folder``; an absolute path from an older run
-    that points into another folder's ``checkpoints/`` is taken from this folder when it has it."""
-    path = Path(saved)
-    if not path.is_absolute():
-        return folder / path
-    own = folder / "checkpoints" / path.name
-    return own if path.parent.name == "checkpoints" and own.exists() else path
-
-
 def data_fingerprint(path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
     """Size, modification time and SHA-256 of the data file (None without one)."""
     if not path or not Path(path).is_file():
@@ -66,7 +47,12 @@ def data_fingerprint(path: str | os.PathLike[str] | None) -> dict[str, Any] | No
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     stat = Path(path).stat()
-    return {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest.hexdigest()}
+    return {
+        "path": str(path),
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "sha256": digest.hexdigest(),
+    }
 
 
 def check_data_unchanged(saved: dict[str, Any] | None, now: dict[str, Any] | None) -> None:

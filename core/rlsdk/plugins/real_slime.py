@@ -13,7 +13,7 @@ from typing import Any
 
 from ..engines.run_tokens import auth_headers
 from ..types import Sample
-from . import real_slime_importable
+from .slime_layer import real_slime_importable
 
 
 def slime_sample_class() -> Any:
