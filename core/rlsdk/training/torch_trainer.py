@@ -7,18 +7,20 @@ backward pass each, gradients accumulated); the loss is slime's (or a ``loss`` p
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import resource
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, RlsdkError
 from ..plugins.loading import load_callable
 from ..plugins.records import Loss, Resolved
 from ..runtime import plugins_of
@@ -65,6 +67,8 @@ class TorchTrainer(PolicyTrainer):
         self.model.train()
         self.optimizer = adamw(self.model, args)
         self.loss = resolve_loss(args)
+        self._rollout_id = -1
+        """The step being trained (named in errors and warnings)."""
         self.ref_model = None
         if args.use_kl_loss or args.kl_coef:
             self.ref_model = AutoModelForCausalLM.from_pretrained(
@@ -77,6 +81,7 @@ class TorchTrainer(PolicyTrainer):
     def train_step(self, rollout_id: int, groups: list[list[Sample]]) -> dict[str, float]:
         args = self.args
         started = time.perf_counter()
+        self._rollout_id = rollout_id
         samples = [s for group in groups for s in group]
         if not samples:
             raise ValueError(f"step {rollout_id}: no samples to train on")
@@ -134,6 +139,7 @@ class TorchTrainer(PolicyTrainer):
                     batch["response_lengths"], batch["loss_masks"], args.calculate_per_token_loss
                 )
                 loss, metrics = self.loss.func(args, batch, logits, reduce)
+                check_loss_value(self.loss, rollout_id, loss, [samples[i] for i in chosen])
                 (loss / max(denominator, 1.0)).backward()
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + float(value) / max(denominator, 1.0)
@@ -141,11 +147,13 @@ class TorchTrainer(PolicyTrainer):
             grad_norms.append(self._optimizer_step())
         totals, tokens = self._sum_over_data_parallel(totals, tokens)
         steps = len(grad_norms)
+        finite = [norm for norm in grad_norms if math.isfinite(norm)]
         seconds = time.perf_counter() - started
         out = {f"train/{k}": v / steps for k, v in totals.items()}
         out.update(
             {
-                "train/grad_norm": sum(grad_norms) / steps,
+                "train/grad_norm": sum(finite) / len(finite) if finite else math.nan,
+                "train/skipped_optimizer_steps": steps - len(finite),
                 "train/optimizer_steps": steps,
                 "train/samples": len(data),
                 "train/seconds": seconds,
@@ -193,15 +201,30 @@ class TorchTrainer(PolicyTrainer):
         return totals, tokens
 
     def _optimizer_step(self) -> float:
-        if self.args.clip_grad and self.args.clip_grad > 0:
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.clip_grad)
-        else:
-            norm = torch.nn.utils.get_total_norm(
-                [p.grad for p in self.model.parameters() if p.grad is not None]
+        """Clip and apply the gradients; their norm. A non-finite norm (an overflow, T6) skips the update
+        with a warning: clipping would scale every gradient to 0 (or NaN) and change nothing, silently."""
+        rollout_id = self._rollout_id
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if not grads:
+            raise RlsdkError(
+                f"step {rollout_id}: {self.loss.describe()} gave a loss that no weight's gradient depends "
+                "on (nothing to train): a loss must be computed from the logits it is given"
             )
-        self.optimizer.step()
+        total = torch.nn.utils.get_total_norm(grads)
+        norm = float(total)
+        if not math.isfinite(norm):
+            warnings.warn(
+                f"step {rollout_id}: the gradient norm is {norm} (an overflow in {self.loss.describe()} or "
+                "its advantages): this optimizer step is skipped, the weights are unchanged",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        else:
+            if self.args.clip_grad and self.args.clip_grad > 0:
+                torch.nn.utils.clip_grads_with_norm_(self.model.parameters(), self.args.clip_grad, total)
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
+        return norm
 
     def _packed_logits(self, model: Any, data: list[TrainSample], indices: list[int]) -> torch.Tensor:
         """``[1, sum(total_lengths), vocab]``: the micro-batch's logits in slime's packed layout, computed
@@ -308,6 +331,27 @@ def load_tensors(path: Path, device: Any) -> Any:
             f"{path} cannot be loaded safely ({type(exc).__name__}: {str(exc)[:300]}); a checkpoint holds "
             "only tensors and plain values: resume from another checkpoint or start afresh"
         ) from None
+
+
+def check_loss_value(loss: Resolved[Loss], rollout_id: int, value: Any, samples: list[Sample]) -> None:
+    """A loss that is not a finite tensor with a gradient stops the step naming the loss plugin and the
+    samples (T4, T5): a NaN would reach the weights and be blamed on the engine by the trust check."""
+    if not isinstance(value, torch.Tensor) or value.numel() != 1:
+        raise RlsdkError(
+            f"step {rollout_id}: {loss.describe()} returned {type(value).__name__}, not a scalar tensor"
+        )
+    if not value.requires_grad:
+        raise RlsdkError(
+            f"step {rollout_id}: {loss.describe()} returned a loss without gradients (computed from detached "
+            "tensors or constants): nothing to train"
+        )
+    if not torch.isfinite(value.detach()).item():
+        where = ", ".join(f"{s.group_index}/{s.index}" for s in samples[:4])
+        raise RlsdkError(
+            f"step {rollout_id}: {loss.describe()} gave a non-finite loss ({value.item()}) on the samples "
+            f"{where}{' ...' if len(samples) > 4 else ''} (group/index): the step stops before it reaches the "
+            "weights; check the rewards, the advantages and the loss"
+        )
 
 
 def adamw(model: torch.nn.Module, args: Any) -> torch.optim.AdamW:
