@@ -55,7 +55,7 @@ def test_off_loopback_needs_a_token_before_loading_anything(tmp_path):
 
 
 def test_token_is_required_on_every_endpoint(server):
-    url = server(token="s3cret")
+    url = server(token="s3cret-of-sixteen+")
     for method, path in [
         ("GET", "/model_info"),
         ("POST", "/pause_generation"),
@@ -67,12 +67,12 @@ def test_token_is_required_on_every_endpoint(server):
         ("POST", "/sessions"),
     ]:
         assert httpx.request(method, url + path, json={}).status_code == 401, path
-        wrong = httpx.request(method, url + path, json={}, headers={"Authorization": "Bearer s3cre"})
+        wrong = httpx.request(method, url + path, json={}, headers={"Authorization": "Bearer s3cret-of-sixteen"})
         assert wrong.status_code == 401, path
     ok = httpx.post(
         url + "/generate",
         json={**PROMPT, "sampling_params": {"max_new_tokens": 1}},
-        headers={"Authorization": "Bearer s3cret"},
+        headers={"Authorization": "Bearer s3cret-of-sixteen+"},
         timeout=60,
     )
     assert ok.status_code == 200 and ok.json()["meta_info"]["completion_tokens"] == 1
@@ -83,8 +83,8 @@ def test_the_engine_client_sends_the_token(server, monkeypatch):
 
     from rlsdk.engines.sglang_client import SGLangClient
 
-    url = server(token="s3cret")
-    monkeypatch.setenv("RLSDK_SERVE_TOKEN", "s3cret")
+    url = server(token="s3cret-of-sixteen+")
+    monkeypatch.setenv("RLSDK_SERVE_TOKEN", "s3cret-of-sixteen+")
 
     async def generate():
         client = SGLangClient(url)

@@ -65,10 +65,43 @@ def host_allowed(value: str | None, allowed: frozenset[str]) -> bool:
     return name is not None and (is_loopback(name) or name in allowed)
 
 
+MIN_TOKEN_CHARS = 16
+"""A bearer token shorter than this is refused: a one-character token is guessed at once (S2)."""
+FAILED_AUTH_PER_SECOND = 20.0
+"""Wrong-token requests a service answers per second, over all its connections together (S2)."""
+
+
 def check_binding(service: str, host: str, token: str | None, token_env: str) -> None:
-    """Refuse to serve off loopback without a bearer token (ValueError naming the option and variable)."""
+    """Refuse to serve off loopback without a bearer token, or with one too short to be a secret
+    (ValueError naming the option and variable)."""
     if not is_loopback(host) and not token:
         raise ValueError(f"binding {service} to {host} needs a bearer token (--token or ${token_env})")
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        raise ValueError(
+            f"the bearer token of {service} (--token or ${token_env}) has {len(token)} characters, fewer "
+            f"than {MIN_TOKEN_CHARS}: use a random one, e.g. python -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'"
+        )
+
+
+class FailedAuthLimiter:
+    """Slows wrong-token guesses down to ``rate`` a second for the whole service, however many
+    connections they come on: :meth:`delay` is how long the next refusal waits (a leaky bucket of
+    ``burst`` refusals)."""
+
+    def __init__(
+        self,
+        rate: float = FAILED_AUTH_PER_SECOND,
+        burst: int = 10,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rate, self.burst, self.clock = rate, burst, clock
+        self._free_at = 0.0  # when the bucket is empty again
+
+    def delay(self) -> float:
+        now = self.clock()
+        self._free_at = max(self._free_at, now) + 1.0 / self.rate
+        return max(0.0, self._free_at - now - self.burst / self.rate)
 
 
 def token_matches(authorization: str | None, token: str) -> bool:
@@ -91,6 +124,7 @@ def guard(
     service's own error body."""
     allowed = normalize_hosts(allowed_hosts)
     check_host = is_loopback(bind_host) or bool(allowed)
+    failures = FailedAuthLimiter()
 
     @web.middleware
     async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -100,6 +134,7 @@ def guard(
                 f"Host {host[:100]!r} is not this service's (a loopback name or --allowed-host)", 421
             )
         if token and not token_matches(request.headers.get("Authorization"), token):
+            await asyncio.sleep(failures.delay())  # guesses are slowed down, not answered at once
             return error("missing or wrong bearer token (Authorization: Bearer <token>)", 401)
         origin = request.headers.get("Origin")
         if origin is not None and not host_allowed(origin, allowed):

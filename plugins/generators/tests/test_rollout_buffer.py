@@ -165,12 +165,12 @@ def test_off_loopback_requires_the_token(tmp_path):
     )
     assert refused.returncode == 2 and "needs a bearer token" in refused.stderr
     assert not any(tmp_path.iterdir())
-    proc, url = start_service(tmp_path, "--host", "0.0.0.0", env={"RLSDK_BUFFER_TOKEN": "s3cret"})
+    proc, url = start_service(tmp_path, "--host", "0.0.0.0", env={"RLSDK_BUFFER_TOKEN": "s3cret-of-sixteen+"})
     try:
         assert httpx.post(url + "/buffer/write", json=item("a", 0)).status_code == 401
         wrong = httpx.post(url + "/get_rollout_data", json={}, headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401
-        ok = httpx.post(url + "/buffer/write", json=item("a", 0), headers={"Authorization": "Bearer s3cret"})
+        ok = httpx.post(url + "/buffer/write", json=item("a", 0), headers={"Authorization": "Bearer s3cret-of-sixteen+"})
         assert ok.status_code == 200
     finally:
         stop(proc)
