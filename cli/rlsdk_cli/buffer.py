@@ -22,6 +22,9 @@ def serve(
         None, envvar="RLSDK_BUFFER_TOKEN", help="Bearer token required from clients."
     ),
     max_body_mb: float = typer.Option(64.0, help="Largest request body, in MiB."),
+    max_held_mb: float = typer.Option(
+        1024.0, min=1.0, help="MiB of trajectories held until a trainer takes them; more writes get 507."
+    ),
     read_timeout: float = typer.Option(
         30.0, min=0.1, help="Seconds a connection may idle or take to send a request."
     ),
@@ -57,7 +60,7 @@ def serve(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pm = get_plugin_manager()
-    store = TrajectoryStore(data_dir)
+    store = TrajectoryStore(data_dir, max_held_bytes=int(max_held_mb * (1 << 20)))
     service = BufferService(pm, store, input_dirs=allow_input_dir, url_hosts=allow_url_host)
     options = {
         "token": token,

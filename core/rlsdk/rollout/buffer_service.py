@@ -56,10 +56,16 @@ DEFAULT_LEASE_SECONDS = 300.0
 """How long groups handed to a trainer wait for its acknowledgement before they are served again."""
 DEFAULT_READ_TIMEOUT = 30.0
 """Seconds a connection may stay idle, or take to send a request, before it is closed."""
+DEFAULT_MAX_HELD_BYTES = 1 << 30
+"""Bytes of trajectories (as JSON) the buffer holds in memory until a trainer takes them (S18)."""
 DEFAULT_MAX_CONNECTIONS = 256
 """Open connections at once; more are answered 503 and closed."""
 
 _dumps = functools.partial(json.dumps, allow_nan=False)
+
+
+class BufferFull(RuntimeError):
+    """The items held in memory reached the store's limit: answered 507."""
 
 
 class InvalidItem(ValueError):
@@ -147,11 +153,16 @@ class TrajectoryStore:
     ``items.jsonl`` (every accepted item), ``served.jsonl`` (uids of acknowledged groups) and ``task.json``
     (the last ``/start_rollout`` body). Reopening the folder restores every unacknowledged group; a last
     line cut by a crash (never acknowledged: the answer follows the fsync) is cut off the file, so the
-    next append starts a line of its own."""
+    next append starts a line of its own. Items not yet acknowledged are held in memory up to
+    ``max_held_bytes`` (of their JSON); past it a write is refused with :class:`BufferFull` (S18)."""
 
-    def __init__(self, folder: str | Path) -> None:
+    def __init__(self, folder: str | Path, *, max_held_bytes: int = DEFAULT_MAX_HELD_BYTES) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.max_held_bytes = max_held_bytes
+        self.held_bytes = 0
+        """Bytes (as JSON) of the items held: pending or leased, not yet acknowledged."""
+        self._sizes: dict[str, int] = {}
         self.lock = threading.Lock()
         self.groups: dict[str, list[dict[str, Any]]] = {}
         self.leases: dict[str, Lease] = {}
@@ -163,6 +174,7 @@ class TrajectoryStore:
             self.seen.add(item["uid"])
             if item["uid"] not in served:
                 self.groups.setdefault(item["instance_id"], []).append(item)
+                self._hold(item["uid"], len(_dumps(item)))
             self.written += 1
         task = self.folder / "task.json"
         self.task: dict[str, Any] = json.loads(task.read_text()) if task.exists() else {}
@@ -200,7 +212,15 @@ class TrajectoryStore:
                 item = {**item, "uid": f"{item['instance_id']}#{uuid.uuid4().hex}"}
             if item["uid"] in self.seen:
                 return False
+            size = len(_dumps(item))
+            if self.held_bytes + size > self.max_held_bytes:
+                raise BufferFull(
+                    f"the buffer holds {self.held_bytes / 2**20:.1f} MiB of trajectories no trainer has "
+                    f"taken (limit {self.max_held_bytes / 2**20:.0f} MiB, --max-held-mb): write again once "
+                    "a trainer took some"
+                )
             self._append("items.jsonl", [item])
+            self._hold(item["uid"], size)
             self.seen.add(item["uid"])
             self.written += 1
             self.groups.setdefault(item["instance_id"], []).append(item)
@@ -257,7 +277,13 @@ class TrajectoryStore:
             except BaseException:
                 self.leases[lease_id] = lease
                 raise
+            for uid in uids:
+                self.held_bytes -= self._sizes.pop(uid, 0)
             return len(uids)
+
+    def _hold(self, uid: str, size: int) -> None:
+        self._sizes[uid] = size
+        self.held_bytes += size
 
     def release(self, lease_id: str) -> None:
         """Return a lease's groups to the pending ones, ahead of items written since."""
@@ -392,7 +418,10 @@ class BufferService:
             item = validate_item(body)
         except InvalidItem as exc:
             return 400, {"success": False, "message": f"invalid trajectory: {exc}"}
-        stored = self.store.append(item)
+        try:
+            stored = self.store.append(item)
+        except BufferFull as exc:
+            return 507, {"success": False, "message": str(exc)}
         message = (
             "Data has been successfully written to buffer" if stored else "duplicate uid: already stored"
         )
