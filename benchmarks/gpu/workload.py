@@ -73,6 +73,10 @@ SHAPES["qwen3-moe-32e"] = {**SHAPES["qwen3-30b-a3b"], "num_hidden_layers": 8, "n
 """Qwen3-30B-A3B's layer scaled down to fit one or two GPUs: 8 layers of 32 experts (8 active)."""
 
 
+PLAIN_CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                       "{% if add_generation_prompt %}assistant: {% endif %}")
+
+
 def shape_checkpoint(shape: str, tokenizer_dir: str | Path, out_dir: str | Path, *, dtype: str = "bfloat16",
                      device: str = "cpu", overrides: dict[str, Any] | None = None, seed: int = 0) -> Path:
     """A Hugging Face folder of ``SHAPES[shape]`` (``overrides`` applied) with random weights and the
@@ -91,6 +95,11 @@ def shape_checkpoint(shape: str, tokenizer_dir: str | Path, out_dir: str | Path,
     for name in TOKENIZER_FILES[:3]:  # not generation_config.json: the shape's own ids go there
         if (tokenizer_dir / name).is_file():
             shutil.copy(tokenizer_dir / name, out_dir / name)
+    tokenizer_config = out_dir / "tokenizer_config.json"
+    if tokenizer_config.is_file():  # a plain template where the tokenizer has none (the bench model's)
+        settings = json.loads(tokenizer_config.read_text())
+        settings.setdefault("chat_template", PLAIN_CHAT_TEMPLATE)
+        tokenizer_config.write_text(json.dumps(settings, indent=2))
     del model
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
