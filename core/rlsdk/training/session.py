@@ -13,7 +13,7 @@ from ..config import RolloutConfig
 from ..runtime import Runtime
 from ..types import RolloutFnTrainOutput
 from .gpu_memory import phase_peaks_for
-from .options import offloads
+from ..training_options import offloads
 from .sync import check_tolerance, choose_sync, sync_weights, trust_check
 from .trainer import PolicyTrainer, build_trainer
 

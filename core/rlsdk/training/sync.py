@@ -30,7 +30,7 @@ from ..engines.protocol import ReplicaLostError
 from ..engines.launch.process_group import free_port
 from ..errors import RlsdkError
 from ..types import Sample
-from .options import offloads
+from ..training_options import offloads
 from .trainer import PolicyTrainer
 
 log = logging.getLogger(__name__)

@@ -261,22 +261,34 @@ class TorchTrainer(PolicyTrainer):
     # ------------------------------------------------------------------ colocated memory
 
     def offload(self) -> None:
-        """The optimizer's state to CPU memory (gradients are already freed after each optimizer step)."""
-        self._move_optimizer_state(torch.device("cpu"))
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-
-    def onload(self) -> None:
-        self._move_optimizer_state(self.device)
-
-    def _move_optimizer_state(self, device: torch.device) -> None:
-        for state in self.optimizer.state.values():
+        """The optimizer's state to CPU memory (gradients are already freed after each optimizer step).
+        On CUDA into page-locked buffers kept from one offload to the next: a copy to pageable memory ran
+        at about 1.6 GB/s (16 GB of Qwen3-4B's AdamW state in 7-14 s on an H100)."""
+        if self.device.type != "cuda":
+            return
+        buffers = self.__dict__.setdefault("_host_state", {})
+        for param, state in self.optimizer.state.items():
             for key, value in state.items():
                 # AdamW's fused step counter stays with its parameter's device, as the optimizer made it
-                if isinstance(value, torch.Tensor) and value.dim() > 0:
-                    state[key] = value.to(device, non_blocking=device.type == "cuda")
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+                if isinstance(value, torch.Tensor) and value.dim() > 0 and value.is_cuda:
+                    host = buffers.get((id(param), key))
+                    if host is None or host.shape != value.shape or host.dtype != value.dtype:
+                        host = buffers[(id(param), key)] = torch.empty_like(
+                            value, device="cpu", pin_memory=True
+                        )
+                    state[key] = host.copy_(value, non_blocking=True)
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
+
+    def onload(self) -> None:
+        """The optimizer's state back on the GPU (the page-locked buffers stay for the next offload)."""
+        if self.device.type != "cuda":
+            return
+        for state in self.optimizer.state.values():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor) and value.dim() > 0 and not value.is_cuda:
+                    state[key] = value.to(self.device, non_blocking=True)
+        torch.cuda.synchronize(self.device)
 
     # ------------------------------------------------------------------ weights and checkpoints
 

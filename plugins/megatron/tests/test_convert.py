@@ -241,10 +241,16 @@ def test_qwen3_moe_experts_from_either_form_convert_to_the_checkpoint_form():
     expert = "decoder.layers.0.mlp.experts.local_experts.2."
     assert torch.equal(
         from_disk[expert + "linear_fc1.weight"],
-        torch.cat([on_disk["model.layers.0.mlp.experts.2.gate_proj.weight"],
-                   on_disk["model.layers.0.mlp.experts.2.up_proj.weight"]]),
+        torch.cat(
+            [
+                on_disk["model.layers.0.mlp.experts.2.gate_proj.weight"],
+                on_disk["model.layers.0.mlp.experts.2.up_proj.weight"],
+            ]
+        ),
     )
-    assert torch.equal(from_disk["decoder.layers.0.mlp.router.weight"], on_disk["model.layers.0.mlp.gate.weight"])
+    assert torch.equal(
+        from_disk["decoder.layers.0.mlp.router.weight"], on_disk["model.layers.0.mlp.gate.weight"]
+    )
     back = megatron_to_hf(from_fused, config)
     assert back.keys() == on_disk.keys()
     for name, tensor in on_disk.items():

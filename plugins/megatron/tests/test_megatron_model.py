@@ -146,7 +146,9 @@ def test_qwen3_and_qwen3_moe_log_probs_equal_transformers(cpu_megatron, tmp_path
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **QWEN3, **extra)).save_pretrained(tmp_path)
+    AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **QWEN3, **extra)).save_pretrained(
+        tmp_path
+    )
     hf = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
     config = json.loads((tmp_path / "config.json").read_text())
     saved = read_hf_weights(tmp_path)

@@ -375,28 +375,30 @@ class MegatronTrainer(TorchTrainer):
         weight once), then AdamW on this rank's parameters."""
         import torch.distributed as dist
 
-        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
-        for _, p in named:
-            if p.grad is None:  # a replica without samples in this batch still takes part in the sum
-                p.grad = torch.zeros_like(p)
-        dense = [p.grad for n, p in named if not is_expert_weight(n)]
-        experts = [p.grad for n, p in named if is_expert_weight(n)]
+        named: list[tuple[str, Any, torch.Tensor]] = []
+        for name, p in self.model.named_parameters():
+            if p.requires_grad:
+                if p.grad is None:  # a replica without samples in this batch still takes part in the sum
+                    p.grad = torch.zeros_like(p)
+                named.append((name, p, p.grad))
+        dense = [grad for name, _, grad in named if not is_expert_weight(name)]
+        experts = [grad for name, _, grad in named if is_expert_weight(name)]
         if self.dp_size > 1:
             _all_reduce_in_buckets(dense, self.dp_group)
         if experts and self.dp_size // self.ep > 1:
             _all_reduce_in_buckets(experts, self.expert_dp_group)
         squares = torch.zeros((), dtype=torch.float32, device=self.device)
         expert_squares = torch.zeros((), dtype=torch.float32, device=self.device)
-        for name, p in named:
+        for name, p, grad in named:
             if is_expert_weight(name):
-                expert_squares += p.grad.float().square().sum()
+                expert_squares += grad.float().square().sum()
             elif getattr(p, "tensor_model_parallel", False) or self.tp_rank == 0:
-                squares += p.grad.float().square().sum()
+                squares += grad.float().square().sum()
         dist.all_reduce(squares, group=self.tp_group)
         if experts and self.ep > 1:
             dist.all_reduce(expert_squares, group=self.ep_group)
         norm = float((squares + expert_squares).sqrt())
-        grads = [p.grad for _, p in named]
+        grads = [grad for _, _, grad in named]
         if self.args.clip_grad and self.args.clip_grad > 0:
             scale = self.args.clip_grad / (norm + 1e-6)
             if scale < 1.0:
@@ -485,7 +487,9 @@ class MegatronTrainer(TorchTrainer):
                 f"{self._parallel_sizes()}: resume with the same sizes"
             )
         whole = pad_vocab(hf_to_megatron(read_hf_weights(folder), self.hf_config), self.model.vocab_size)
-        shard = split_expert_parallel(split_tensor_parallel(whole, self.tp)[self.tp_rank], self.ep)[self.ep_rank]
+        shard = split_expert_parallel(split_tensor_parallel(whole, self.tp)[self.tp_rank], self.ep)[
+            self.ep_rank
+        ]
         self.model.load_state_dict(shard, strict=False)
         rank_folder = self._rank_folder(folder)
         if not (rank_folder / OPTIMIZER_FILE).exists():
