@@ -13,7 +13,8 @@
 #   bash benchmarks/gpu/device.sh nccl       # gpu_loop.py nccl: the same through an NCCL broadcast (two GPUs)
 #   bash benchmarks/gpu/device.sh engines2   # gpu_loop.py engines2: one launched engine vs two behind the router
 #   bash benchmarks/gpu/device.sh megatron   # megatron_parity.py: megatron vs torch trainer (~2 min)
-#   bash benchmarks/gpu/device.sh megatron_parallel  # megatron_parallel.py: TP=2 and DP=2 vs one GPU (two GPUs)
+#   bash benchmarks/gpu/device.sh megatron_parallel  # megatron_parallel.py: TP=2 and DP=2 vs one GPU (two GPUs;
+#     MEGATRON_PARALLEL_ARGS="--shape qwen3-moe-32e --steps 5": EP=2 and DP=2 of a 32-expert MoE, ~7 min on 2x H100)
 #   bash benchmarks/gpu/device.sh model      # reassemble the carried SmolLM2 GGUF, convert it to /tmp/rlsdk-models
 #   bash benchmarks/gpu/device.sh learn      # learning_gpu.py: GRPO on SmolLM2 through colocated SGLang (~9 min)
 #   bash benchmarks/gpu/device.sh learn_megatron  # the same with --trainer megatron (~9 min)
@@ -22,7 +23,8 @@
 #   bash benchmarks/gpu/device.sh ray_engines     # ray_engines.py: 2 SGLang engine actors on Ray, one SIGKILLed (two GPUs)
 #     (RAY_ENGINES_ARGS="--engines 1 --spares 1": one serving engine and a started spare)
 #   bash benchmarks/gpu/device.sh ray_startup     # faults.py --tiny --startup-only: what Ray's start adds on this many cores
-#   bash benchmarks/gpu/device.sh scale      # scale.py: Qwen3-4B shape, megatron + SGLang colocated with offload (~8 min)
+#   bash benchmarks/gpu/device.sh scale      # scale.py: Qwen3-4B shape, megatron + SGLang colocated with offload (~5.5 min
+#     on an H100, 2026-11-28: the 8 GB checkpoint ~1 min, SGLang and trainer start ~2.3 min, 4 steps ~2 min)
 #     (SCALE_ARGS: more of its options)
 #
 # Carry only what a phase needs: SGLang's pieces (sglang-wheels.tar.part-*) for every phase that starts
@@ -140,7 +142,8 @@ megatron() {
 }
 
 megatron_parallel() {
-  bench megatron_parallel "$here/megatron_parallel.py" --model-config "$gpu/bench-model"
+  # shellcheck disable=SC2086  # MEGATRON_PARALLEL_ARGS is a list of options
+  bench megatron_parallel "$here/megatron_parallel.py" --model-config "$gpu/bench-model" ${MEGATRON_PARALLEL_ARGS:-}
   for rank_log in /tmp/megatron-parallel-*/out-*/logs/megatron-rank-*.log; do
     [ -f "$rank_log" ] && tail -n 100 "$rank_log" >"$out/megatron_parallel-$(basename "$(dirname "$(dirname "$rank_log")")")-$(basename "$rank_log")"
   done
@@ -195,7 +198,7 @@ scale() {  # SCALE_ARGS: more of scale.py's options
   # shellcheck disable=SC2086  # SCALE_ARGS is a list of options
   bench scale "$here/scale.py" --tokenizer "$gpu/bench-model" --sglang-python /tmp/sglang-python \
       --output /tmp/scale ${SCALE_ARGS:-}
-  for server_log in /tmp/scale/logs/*.log; do
+  for server_log in /tmp/scale/run/logs/*.log; do
     [ -f "$server_log" ] && tail -n 80 "$server_log" >"$out/scale-$(basename "$server_log")"
   done
   return 0
