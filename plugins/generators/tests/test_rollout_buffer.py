@@ -170,7 +170,9 @@ def test_off_loopback_requires_the_token(tmp_path):
         assert httpx.post(url + "/buffer/write", json=item("a", 0)).status_code == 401
         wrong = httpx.post(url + "/get_rollout_data", json={}, headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401
-        ok = httpx.post(url + "/buffer/write", json=item("a", 0), headers={"Authorization": "Bearer s3cret-of-sixteen+"})
+        ok = httpx.post(
+            url + "/buffer/write", json=item("a", 0), headers={"Authorization": "Bearer s3cret-of-sixteen+"}
+        )
         assert ok.status_code == 200
     finally:
         stop(proc)
