@@ -16,6 +16,8 @@ from rlsdk.errors import RlsdkError
 from rlsdk.run.job import run_job
 from rlsdk.run.folder import folder_lock
 
+pytestmark = pytest.mark.plugins("rlsdk_embedded")
+
 RLSDK = [sys.executable, "-c", "from rlsdk_cli.app import main; main()"]
 REWARD = (
     "def first_mod4(args, sample, **kw):\n    return float(sample.tokens[sample.prompt_length] % 4 == 0)\n"

@@ -17,6 +17,8 @@ from rlsdk.slime_compat import http_utils
 
 from .conftest import RecordingEngine
 
+pytestmark = pytest.mark.plugins("rlsdk_rm_hub")
+
 
 @pytest.fixture
 def run_runtime(chat_tokenizer, monkeypatch):

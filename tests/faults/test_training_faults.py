@@ -13,6 +13,8 @@ from rlsdk import Loss, RolloutConfig, get_plugin_manager, hookimpl
 from rlsdk.errors import RlsdkError
 from rlsdk.run.job import run_job
 
+pytestmark = pytest.mark.plugins("rlsdk_embedded")
+
 REWARD = (
     "def first_mod4(args, sample, **kw):\n    return float(sample.tokens[sample.prompt_length] % 4 == 0)\n"
 )
@@ -91,7 +93,9 @@ def test_a_loss_without_gradients_is_a_clear_error(args):
 
 
 def test_an_infinite_gradient_norm_skips_the_update_with_a_warning(args, tmp_path):
-    with pytest.warns(RuntimeWarning, match="the gradient norm is (inf|nan) .*this optimizer step is skipped"):
+    with pytest.warns(
+        RuntimeWarning, match="the gradient norm is (inf|nan) .*this optimizer step is skipped"
+    ):
         run_job(args("infinite_gradient"), get_plugin_manager(plugins=[BadLosses()]))
     [row] = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert row["train/skipped_optimizer_steps"] == 1

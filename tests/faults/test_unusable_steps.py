@@ -12,6 +12,8 @@ from rlsdk import RolloutConfig
 from rlsdk.errors import RlsdkError
 from rlsdk.run.job import run_job
 
+pytestmark = pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+
 REWARDS = """
 def raises(args, sample, **kwargs):
     raise RuntimeError("the grading service is down")

@@ -20,6 +20,8 @@ from rlsdk import RolloutConfig, Trainer, get_plugin_manager, hookimpl
 from rlsdk.run.job import run_job
 from rlsdk.training.sync import WeightSyncError
 
+pytestmark = pytest.mark.plugins("rlsdk_embedded")
+
 REWARD = (
     "def first_mod4(args, sample, **kw):\n    return float(sample.tokens[sample.prompt_length] % 4 == 0)\n"
 )
