@@ -196,3 +196,43 @@ class RecordingEngine:
                 self.pauses += 1
 
         return Recording(lambda payload, call: " w1 <eos>", tokenizer)
+
+
+FIRST_TOKEN_MOD4 = (
+    "def first_mod4(args, sample, **kw):\n    return float(sample.tokens[sample.prompt_length] % 4 == 0)\n"
+)
+
+
+@pytest.fixture
+def tiny_run(tiny_llama, tmp_path):
+    """``tiny_run(**options)``: the settings of a short ``rlsdk run --train`` on the tiny Llama (embedded
+    engine, torch trainer, one thread each) over 16 prompts, rewarded for a first token that is a multiple
+    of 4 (``reward.py:first_mod4``), written to ``tmp_path / "out"``; ``options`` override any of them."""
+    import json
+
+    from rlsdk import RolloutConfig
+
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"input": f"w{i} w{i + 1} w{i + 2}"}) + "\n" for i in range(16)))
+    reward = tmp_path / "reward.py"
+    reward.write_text(FIRST_TOKEN_MOD4)
+
+    def make(**options):
+        values = {
+            "model": str(tiny_llama),
+            "prompt_data": str(data),
+            "rm_type": f"{reward}:first_mod4",
+            "train": True,
+            "rollout_batch_size": 2,
+            "n_samples_per_prompt": 2,
+            "rollout_max_response_len": 2,
+            "num_rollout": 2,
+            "engine_threads": 1,
+            "train_threads": 1,
+            "output_dir": str(tmp_path / "out"),
+            **options,
+        }
+        return RolloutConfig(**values)
+
+    make.data = data
+    return make

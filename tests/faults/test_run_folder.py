@@ -11,7 +11,6 @@ import sys
 
 import pytest
 
-from rlsdk import RolloutConfig
 from rlsdk.errors import RlsdkError
 from rlsdk.run.job import run_job
 from rlsdk.run.folder import folder_lock
@@ -19,37 +18,16 @@ from rlsdk.run.folder import folder_lock
 pytestmark = pytest.mark.plugins("rlsdk_embedded")
 
 RLSDK = [sys.executable, "-c", "from rlsdk_cli.app import main; main()"]
-REWARD = (
-    "def first_mod4(args, sample, **kw):\n    return float(sample.tokens[sample.prompt_length] % 4 == 0)\n"
-)
 
 
 @pytest.fixture
-def run(tiny_llama, tmp_path):
+def run(tiny_run):
     """``run(out, **options)``: a training run of ``num_rollout`` steps on 16 prompts."""
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"input": f"w{i} w{i + 1}"}) + "\n" for i in range(16)))
-    reward = tmp_path / "reward.py"
-    reward.write_text(REWARD)
 
     def start(out, **options):
-        values = {
-            "model": str(tiny_llama),
-            "prompt_data": str(data),
-            "rm_type": f"{reward}:first_mod4",
-            "train": True,
-            "rollout_batch_size": 2,
-            "n_samples_per_prompt": 2,
-            "rollout_max_response_len": 2,
-            "num_rollout": 2,
-            "engine_threads": 1,
-            "train_threads": 1,
-            "output_dir": str(out),
-            **options,
-        }
-        return run_job(RolloutConfig(**values))
+        return run_job(tiny_run(output_dir=str(out), **options))
 
-    start.data = data
+    start.data = tiny_run.data
     return start
 
 

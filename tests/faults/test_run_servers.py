@@ -1,10 +1,13 @@
-"""The servers a run starts for itself (T24): another local process cannot drive them, the run's own
-clients can. The engine is :class:`rlsdk.testing.FakeEngine` behind the run's real loopback server (the
+"""The servers a run starts for itself (T24): another local process cannot drive them without the run's
+secret; the run's own code can (its clients send the secret; slime-style code posting with its own HTTP
+client is recognised as this process by its socket). The engine is :class:`rlsdk.testing.FakeEngine` behind the run's real loopback server (the
 guard and the clients are what is tested, not a model)."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -20,17 +23,22 @@ from .conftest import RecordingEngine
 pytestmark = pytest.mark.plugins("rlsdk_rm_hub")
 
 
-@pytest.fixture
-def run_runtime(chat_tokenizer, monkeypatch):
-    monkeypatch.delenv("RLSDK_SERVE_TOKEN", raising=False)
-    engine = RecordingEngine(chat_tokenizer)
+def with_engine(engine):
+    """The installed plugins and an engine plugin ``recording`` that gives ``engine``."""
 
     class Plugin:
         @hookimpl
         def rlsdk_engines(self):
             yield Engine(name="recording", func=lambda args: engine)
 
-    pm = get_plugin_manager(plugins=[Plugin()])
+    return get_plugin_manager(plugins=[Plugin()])
+
+
+@pytest.fixture
+def run_runtime(chat_tokenizer, monkeypatch):
+    monkeypatch.delenv("RLSDK_SERVE_TOKEN", raising=False)
+    engine = RecordingEngine(chat_tokenizer)
+    pm = with_engine(engine)
     args = RolloutConfig.from_dict({"engine": "recording"})
     runtime = open_runtime(args, resolve_run_plugins(args, pm))
     yield runtime, args, engine
@@ -41,10 +49,22 @@ def test_another_process_cannot_pause_the_runs_engine_server(run_runtime):
     runtime, args, engine = run_runtime
     url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
     health_checks = engine.requests
-    for path in ("/pause_generation", "/abort_request", "/generate", "/sessions"):
-        answer = httpx.post(url + path, json={})
-        assert answer.status_code == 401, (path, answer.text)
+    paths = ["/pause_generation", "/abort_request", "/generate", "/sessions"]
+    another_process = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import httpx\nfor path in {paths!r}:\n    print(httpx.post({url!r} + path, json={{}}).status_code)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert another_process.stdout.split() == ["401"] * 4, another_process.stdout + another_process.stderr
     assert engine.pauses == 0 and engine.requests == health_checks
+    # this process's own code, even a slime-style function posting with its own client and no token
+    assert httpx.post(url + "/pause_generation", json={}).status_code == 200
+    assert engine.pauses == 1
     # the run's own clients: slime's http_utils (its generators) and the SGLang client
     body = {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2}}
     reply = runtime.run(http_utils.post(url + "/generate", body, max_retries=1))
@@ -59,19 +79,13 @@ def test_another_process_cannot_pause_the_runs_engine_server(run_runtime):
             await client.close()
 
     runtime.run(through_client())
-    assert engine.pauses == 1
+    assert engine.pauses == 2
 
 
 def test_each_run_gets_its_own_secret_and_forgets_it_at_the_end(chat_tokenizer, monkeypatch):
     monkeypatch.delenv("RLSDK_SERVE_TOKEN", raising=False)
     engine = RecordingEngine(chat_tokenizer)
-
-    class Plugin:
-        @hookimpl
-        def rlsdk_engines(self):
-            yield Engine(name="recording", func=lambda args: engine)
-
-    pm = get_plugin_manager(plugins=[Plugin()])
+    pm = with_engine(engine)
     tokens = []
     for _ in range(2):
         args = RolloutConfig.from_dict({"engine": "recording"})

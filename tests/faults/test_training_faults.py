@@ -9,15 +9,11 @@ import json
 import pytest
 import torch
 
-from rlsdk import Loss, RolloutConfig, get_plugin_manager, hookimpl
+from rlsdk import Loss, get_plugin_manager, hookimpl
 from rlsdk.errors import RlsdkError
 from rlsdk.run.job import run_job
 
 pytestmark = pytest.mark.plugins("rlsdk_embedded")
-
-REWARD = (
-    "def first_mod4(args, sample, **kw):\n    return float(sample.tokens[sample.prompt_length] % 4 == 0)\n"
-)
 
 
 class InfiniteGradient(torch.autograd.Function):
@@ -55,28 +51,10 @@ class BadLosses:
 
 
 @pytest.fixture
-def args(tiny_llama, tmp_path):
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"input": f"w{i} w{i + 1}"}) + "\n" for i in range(8)))
-    reward = tmp_path / "reward.py"
-    reward.write_text(REWARD)
-
-    def make(loss, **options):
-        return RolloutConfig(
-            model=str(tiny_llama),
-            prompt_data=str(data),
-            rm_type=f"{reward}:first_mod4",
-            train=True,
-            rollout_batch_size=2,
-            n_samples_per_prompt=4,
-            rollout_max_response_len=2,
-            num_rollout=1,
-            engine_threads=1,
-            train_threads=1,
-            loss_type="custom_loss",
-            custom_loss_function_path=loss,
-            output_dir=str(tmp_path / "out"),
-            **options,
+def args(tiny_run):
+    def make(loss):
+        return tiny_run(
+            n_samples_per_prompt=4, num_rollout=1, loss_type="custom_loss", custom_loss_function_path=loss
         )
 
     return make

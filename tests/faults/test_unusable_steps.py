@@ -33,25 +33,6 @@ def rewards(tmp_path):
     return path
 
 
-def run_args(tiny_llama, tmp_path, reward):
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"input": f"w{i} w{i + 1}"}) + "\n" for i in range(32)))
-    return RolloutConfig(
-        model=str(tiny_llama),
-        prompt_data=str(data),
-        rm_type=reward,
-        train=True,
-        rollout_batch_size=2,
-        n_samples_per_prompt=2,
-        rollout_max_response_len=2,
-        num_rollout=3,
-        save_interval=1,
-        engine_threads=1,
-        train_threads=1,
-        output_dir=str(tmp_path / "out"),
-    )
-
-
 @pytest.mark.parametrize(
     ("name", "cause"),
     [
@@ -60,8 +41,8 @@ def run_args(tiny_llama, tmp_path, reward):
         ("huge", "outside +-1e+15"),
     ],
 )
-def test_a_step_with_only_invalid_rewards_stops_the_run_untrained(tiny_llama, tmp_path, rewards, name, cause):
-    args = run_args(tiny_llama, tmp_path, f"{rewards}:{name}")
+def test_a_step_with_only_invalid_rewards_stops_the_run_untrained(tiny_run, tmp_path, rewards, name, cause):
+    args = tiny_run(rm_type=f"{rewards}:{name}", num_rollout=3, save_interval=1)
     with pytest.raises(RlsdkError) as error:
         run_job(args)
     message = str(error.value)

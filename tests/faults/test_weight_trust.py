@@ -16,15 +16,11 @@ import json
 
 import pytest
 
-from rlsdk import RolloutConfig, Trainer, get_plugin_manager, hookimpl
+from rlsdk import Trainer, get_plugin_manager, hookimpl
 from rlsdk.run.job import run_job
 from rlsdk.training.sync import WeightSyncError
 
 pytestmark = pytest.mark.plugins("rlsdk_embedded")
-
-REWARD = (
-    "def first_mod4(args, sample, **kw):\n    return float(sample.tokens[sample.prompt_length] % 4 == 0)\n"
-)
 
 
 class PartialSync:
@@ -54,30 +50,17 @@ class PartialSync:
 
 
 @pytest.fixture
-def args(tiny_llama, tmp_path):
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"input": f"w{i} w{i + 1} w{i + 2}"}) + "\n" for i in range(16)))
-    reward = tmp_path / "reward.py"
-    reward.write_text(REWARD)
-
+def args(tiny_run):
     def make(**options):
         values = {
-            "model": str(tiny_llama),
-            "prompt_data": str(data),
-            "rm_type": f"{reward}:first_mod4",
-            "train": True,
             "lr": 1e-2,
             "rollout_batch_size": 4,
             "n_samples_per_prompt": 4,
             "rollout_max_response_len": 4,
             "num_rollout": 3,
-            "engine_threads": 1,
-            "train_threads": 1,
             "sync_check_tol": 2.0,  # CUDA's loose max-gap tolerance: the drift check must do the work
-            "output_dir": str(tmp_path / "out"),
-            **options,
         }
-        return RolloutConfig(**values)
+        return tiny_run(**{**values, **options})
 
     return make
 

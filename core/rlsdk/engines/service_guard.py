@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
+import os
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -114,17 +116,62 @@ def is_json(content_type: str | None) -> bool:
     return (content_type or "").split(";")[0].strip().lower() == "application/json"
 
 
+def peer_in_this_process(transport: Any) -> bool:
+    """Whether the client end of a loopback TCP connection is a socket of this very process (Linux: its
+    inode in ``/proc/net/tcp`` is one of ``/proc/self/fd``); False wherever that cannot be told."""
+    peer, local = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
+    if not peer or not local or len(peer) != 2:  # IPv4 only: the run's servers bind 127.0.0.1
+        return False
+    try:
+
+        def address(host: str, port: int) -> str:
+            return f"{socket.inet_aton(host)[::-1].hex().upper()}:{port:04X}"
+
+        wanted = (address(*peer), address(*local))
+        inode = None
+        with open("/proc/net/tcp") as table:
+            for line in table:
+                fields = line.split()
+                if len(fields) > 9 and (fields[1], fields[2]) == wanted:
+                    inode = fields[9]
+                    break
+        if inode is None:
+            return False
+        target = f"socket:[{inode}]"
+        return any(os.readlink(f"/proc/self/fd/{fd}") == target for fd in os.listdir("/proc/self/fd"))
+    except OSError:
+        return False
+
+
 def guard(
-    token: str | None, error: ErrorReply, *, bind_host: str = "127.0.0.1", allowed_hosts: Iterable[str] = ()
+    token: str | None,
+    error: ErrorReply,
+    *,
+    bind_host: str = "127.0.0.1",
+    allowed_hosts: Iterable[str] = (),
+    trust_own_process: bool = False,
 ) -> Any:
     """An aiohttp middleware that answers 421 to a ``Host`` that is neither loopback nor in
     ``allowed_hosts`` (DNS rebinding; checked when ``bind_host`` is loopback or hosts are allowed: off
     loopback the token is the boundary), 401 without the token, 403 to a web page whose ``Origin`` is neither
     loopback nor allowed, and 415 for a body that is not JSON; ``error(message, status)`` builds the
-    service's own error body."""
+    service's own error body. With ``trust_own_process`` (a server a run starts for itself) a request from
+    this very process needs no token (the run's generators, slime-style code posting with its own HTTP
+    client included); every other process does."""
     allowed = normalize_hosts(allowed_hosts)
     check_host = is_loopback(bind_host) or bool(allowed)
     failures = FailedAuthLimiter()
+    own: dict[Any, bool] = {}  # transport -> whether its client is this process (asked once)
+
+    def own_connection(transport: Any) -> bool:
+        if transport is None:
+            return False
+        if transport not in own:
+            if len(own) > 1024:
+                for closed in [t for t in own if t.is_closing()]:
+                    del own[closed]
+            own[transport] = peer_in_this_process(transport)
+        return own[transport]
 
     @web.middleware
     async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -133,7 +180,11 @@ def guard(
             return error(
                 f"Host {host[:100]!r} is not this service's (a loopback name or --allowed-host)", 421
             )
-        if token and not token_matches(request.headers.get("Authorization"), token):
+        if (
+            token
+            and not token_matches(request.headers.get("Authorization"), token)
+            and not (trust_own_process and own_connection(request.transport))
+        ):
             await asyncio.sleep(failures.delay())  # guesses are slowed down, not answered at once
             return error("missing or wrong bearer token (Authorization: Bearer <token>)", 401)
         origin = request.headers.get("Origin")

@@ -88,6 +88,7 @@ async def start_server(
     pm: Any = None,
     tool_call_parser: str = "auto",
     allowed_hosts: Sequence[str] = (),
+    trust_own_process: bool = False,
 ) -> ServerHandle:
     """Serve a started ``engine`` on ``host:port`` (port 0 picks a free one); sets ``engine.url`` if it has none.
 
@@ -97,7 +98,8 @@ async def start_server(
     whose ``tokenizer`` has a chat template also answers ``/v1/chat/completions``
     (:mod:`rlsdk.agents.server`), reading tool calls with ``tool_call_parser`` from ``pm`` (default: the
     installed plugins). On loopback only requests whose ``Host`` is a loopback name or in ``allowed_hosts``
-    are answered (DNS rebinding)."""
+    are answered (DNS rebinding). ``trust_own_process``: requests from this process need no ``token`` (a
+    server a run starts for itself, which slime-style code reaches with its own HTTP client)."""
     check_binding("rlsdk serve", host, token, SERVE_TOKEN_ENV)
     limits = ConnectionLimits(
         max_body=max_body,
@@ -108,7 +110,13 @@ async def start_server(
     app = web.Application(
         client_max_size=max_body,
         middlewares=[
-            guard(token, _error, bind_host=host, allowed_hosts=allowed_hosts),
+            guard(
+                token,
+                _error,
+                bind_host=host,
+                allowed_hosts=allowed_hosts,
+                trust_own_process=trust_own_process,
+            ),
             limits.middleware(_error),
             _errors,
         ],
