@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from .aio.stopping import StopRequest
 from .engines.engine import InferenceEngine
 from .plugins.manager import RlsdkPluginManager, get_plugin_manager
 from .plugins.run_plugins import RunPlugins
@@ -117,6 +118,9 @@ class Runtime:
     run_plugins: RunPlugins | None = None
     """The run's plugins, resolved once; made from ``pm`` for the ``args`` the runtime is bound to when
     not given."""
+    stop: StopRequest = field(default_factory=StopRequest)
+    """Set when the run is asked to stop gracefully (SIGTERM, SIGINT): a rollout step then aborts what is in
+    flight and returns every group to the buffer, tokens kept, and the run checkpoints and stops."""
 
     @property
     def plugins(self) -> RunPlugins:
