@@ -10,6 +10,7 @@ by slime, say), one is built from ``args``: an SGLang client for ``args.sglang_r
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
 import threading
 from collections.abc import Callable, Coroutine, Iterator
@@ -26,6 +27,8 @@ _ATTR = "_rlsdk_runtime"
 T = TypeVar("T")
 
 
+SIGNAL_POLL_SECONDS = 0.2
+"""How often a thread waiting for the loop wakes up, so that signal handlers run (see :meth:`BackgroundLoop.run`)."""
 YOUNG_COLLECTION_THRESHOLD = 20_000
 """Allocations between young collections while a run is on (Python's default is 700)."""
 
@@ -66,7 +69,13 @@ class BackgroundLoop:
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("BackgroundLoop.run called from its own loop: await the coroutine instead")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        if timeout is None:
+            # Wake up now and then: a signal the kernel hands to another thread runs its Python handler
+            # only once the main thread runs again (a graceful stop must not wait for the whole step).
+            while not concurrent.futures.wait([future], timeout=SIGNAL_POLL_SECONDS).done:
+                pass
+        return future.result(timeout)
 
     def close(self) -> None:
         """Cancel the tasks still running (after Ctrl-C, the step's), let them unwind, then stop: a loop

@@ -186,7 +186,7 @@ class Overlap:
         try:
             last = time.monotonic()
             while True:
-                item = self.batches.get()
+                item = self.next_batch()
                 if item is None:
                     break
                 if isinstance(item, BaseException):
@@ -212,9 +212,18 @@ class Overlap:
         finally:
             if self.thread.is_alive() and not self.runtime.stop.is_set:  # the trainer failed: stop rollouts
                 self.runtime.stop.set("an error")
-            self.thread.join()
+            while self.thread.is_alive():  # with a timeout: signal handlers run meanwhile
+                self.thread.join(POLL_SECONDS)
         if self.runtime.stop.is_set:
             self.steps.stop(next_id, untrained)
+
+    def next_batch(self) -> Batch | BaseException | None:
+        """The rollout thread's next batch, waking up now and then so that signal handlers run."""
+        while True:
+            try:
+                return self.batches.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                continue
 
     def train(self, batch: Batch) -> None:
         """Drop the groups older than the bound, train on the rest (after any sync the rollout thread
