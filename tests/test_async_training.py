@@ -7,7 +7,10 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -242,3 +245,46 @@ def test_the_run_warns_when_a_sync_grows(tiny_llama, run_files, tmp_path):
     grew = [str(w.message) for w in caught if "more than twice the median" in str(w.message)]
     assert len(grew) == 1 and "in_process" in grew[0]
     assert [r["train/sync_seconds"] > 0 for r in rows(tmp_path / "out")] == [True, True]
+
+
+def test_an_async_run_over_http_takes_each_version_from_disk(tiny_llama, run_files, tmp_path):
+    """``--async`` with an engine given by URL (``rlsdk serve``'s, speaking SGLang's protocol, since SGLang
+    needs a GPU): the weights go through ``/update_weights_from_disk`` between rollout steps."""
+    from rlsdk.testing import ServedEngine
+    from rlsdk_embedded.engine import EmbeddedEngine
+
+    out = tmp_path / "out"
+    with ServedEngine(EmbeddedEngine(str(tiny_llama), device="cpu", threads=1), weights_dirs=[out]) as served:
+        run_job(train_args(tiny_llama, run_files, out, engine=served.url, hf_checkpoint=str(tiny_llama),
+                           train_async=True, num_rollout=3))
+        served_version = served.run(served.engine.model_info())["weight_version"]
+    metrics = rows(out)
+    assert [r["async/lag_max"] for r in metrics] == [0, 1, 1] and served_version == "2"
+    assert all(r["train/sync_logprob_max_diff"] < 1e-3 for r in metrics[1:])
+
+
+def rlsdk(*args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rlsdk_cli.app", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+@pytest.mark.slow
+def test_sigkill_of_an_async_run_then_resume_loses_and_repeats_no_sample(tiny_llama, run_files, tmp_path):
+    """SIGKILL while rollouts run ahead of the trainer: ``--resume`` redoes at most the work since the last
+    checkpoint; every sample the data source handed out is kept, discarded or buffered exactly once."""
+    data, reward = run_files
+    out = tmp_path / "cut"
+    flags = ["--train", "--async", "--model", str(tiny_llama), "--data", str(data), "--rm", reward,
+             "--rollout-batch-size", "2", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "3",
+             "--num-rollout", "5", "--save-interval", "1", "--set", "engine_threads=1", "--train-threads", "1"]
+    killed = rlsdk("run", *flags, "--output", str(out), start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not (out / "checkpoints" / "step_1").exists():
+        assert killed.poll() is None and time.monotonic() < deadline, killed.stdout.read()
+        time.sleep(0.05)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    resumed = rlsdk("run", "--resume", "--output", str(out))
+    assert resumed.wait(timeout=240) == 0, resumed.stdout.read()
+    assert [r["rollout_id"] for r in rows(out)] == [0, 1, 2, 3, 4]
+    balanced(out)
