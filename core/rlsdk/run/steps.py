@@ -3,8 +3,9 @@ written, the run state saved, the eval, the checkpoint; and the graceful stop th
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from ..data import DataSource
@@ -38,6 +39,8 @@ class StepRecorder:
     """The last checkpoint the saved state names (relative to the output folder when inside it)."""
     checkpoint_version: int = 0
     """The trainer's weight version in :attr:`checkpoint` (0: the starting weights, which need none)."""
+    started: float = field(default_factory=time.monotonic)
+    """When the steps began: ``run/elapsed_seconds`` of each step and eval counts from here."""
 
     def finish(
         self,
@@ -49,6 +52,7 @@ class StepRecorder:
         """Write step ``rollout_id`` (its data position after it is ``data_state``), run the eval when due
         (``before_eval`` first: the overlapped loop brings the engine up to date there), checkpoint."""
         args, output = self.args, self.output
+        result.metrics["run/elapsed_seconds"] = time.monotonic() - self.started  # wall-clock curves
         output.write_step(rollout_id, result)
         state = output.run_state(rollout_id + 1, data_state, args, self.runtime.pm)
         if self.training is None:
@@ -62,6 +66,7 @@ class StepRecorder:
             if before_eval is not None:
                 before_eval()
             evaluated = run_eval(args, self.runtime, rollout_id)
+            evaluated.metrics["run/elapsed_seconds"] = time.monotonic() - self.started
             output.write_eval(rollout_id, evaluated)
             result.metrics.update(evaluated.metrics)
             if self.on_eval is not None:
