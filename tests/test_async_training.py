@@ -29,6 +29,7 @@ from rlsdk.rollout.ledger import audit_run
 from rlsdk.run.job import run_job
 from rlsdk.run.preemption import RunStopped
 from rlsdk.training.sync import SyncTimes, WeightSyncTimeout
+from rlsdk.training_options import tis_on
 
 REWARD_FILE = '''
 def first_token_mod4(args, sample, **kwargs):
@@ -80,6 +81,8 @@ def test_async_trains_one_step_off_policy(tiny_llama, run_files, tmp_path):
     assert all(r["train/sync_logprob_max_diff"] < 1e-3 for r in metrics[1:])  # the trust check after each sync
     assert all(0 <= r["async/engine_busy"] <= 1 and 0 <= r["async/trainer_busy"] <= 1 for r in metrics)
     assert "train/tis" in metrics[0]  # off-policy correction on by default when samples can be stale
+    assert tis_on(RolloutConfig(train_async=True)) and not tis_on(RolloutConfig())
+    assert not tis_on(RolloutConfig(train_async=True, use_rollout_logprobs=True))  # the ratio has them already
     balanced(out)
 
 
@@ -176,7 +179,7 @@ def test_the_lag_bound_drops_groups_sampled_by_an_older_policy(tiny_llama, run_f
     assert all(r["async/lag_max"] == 0 for r in metrics if r["ledger/kept"])  # what was trained was current
     assert all(r["ledger/entered"] == r["ledger/kept"] + r["ledger/dropped"] + r["ledger/returned"]
                + r["ledger/failed"] for r in metrics)
-    assert not RolloutConfig(max_policy_version_lag=0).use_tis  # 0: nothing stale, no correction
+    assert not tis_on(RolloutConfig(max_policy_version_lag=0))  # 0: nothing stale, no correction
     balanced(out)
 
 

@@ -113,7 +113,9 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", type=Path, help="learning_gpu.py JSON (or logs ending in one)")
-    parser.add_argument("--output", type=Path, required=True, help="PREFIX: writes PREFIX.json and PREFIX.png")
+    parser.add_argument(
+        "--output", type=Path, required=True, help="PREFIX: writes PREFIX.json and PREFIX.png"
+    )
     opts = parser.parse_args()
     runs = [last_json(path) for path in opts.results]
     report = compare(runs)

@@ -26,7 +26,6 @@ from .training_options import (
     WEIGHT_SYNC_MODES,
     TrainingOptions,
     option_docs,
-    stale_samples,
 )
 
 DEFAULT_DATASET = Path(__file__).parent / "datasets" / "arithmetic-train.jsonl"
@@ -334,8 +333,6 @@ class RolloutConfig(TrainingOptions):
                 "--async and --max-policy-version-lag generate while the trainer trains: they need the "
                 "engines on GPUs of their own, not --colocate"
             )
-        if self.use_tis is None:  # on where samples can be stale
-            self.use_tis = stale_samples(self) and not self.use_rollout_logprobs
 
     @classmethod
     def option_names(cls) -> list[str]:

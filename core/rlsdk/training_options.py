@@ -81,7 +81,8 @@ class TrainingOptions:
     use_tis: bool | None = None
     """Truncated importance sampling: weight each token's loss by exp(train - rollout log-prob),
     clipped to [``tis_clip_low``, ``tis_clip``]. Default: on where samples can be stale (``train_async``
-    or ``max_policy_version_lag`` above 0, unless ``use_rollout_logprobs``), else off."""
+    or ``max_policy_version_lag`` above 0), unless ``use_rollout_logprobs`` (the ratio is then taken
+    against the engine's log-probs already); else off."""
     tis_clip: float = 2.0
     tis_clip_low: float = 0.0
     use_rollout_logprobs: bool = False
@@ -154,6 +155,14 @@ class TrainingOptions:
 def stale_samples(args: Any) -> bool:
     """Whether the trainer may take samples an older policy generated (``--async`` or a lag above 0)."""
     return bool(args.train_async or args.max_policy_version_lag)
+
+
+def tis_on(args: Any) -> bool:
+    """Whether the policy loss applies truncated importance sampling: ``use_tis``, or when unset, whether
+    samples can be stale (and the ratio is not already taken against the engine's log-probs)."""
+    if args.use_tis is not None:
+        return bool(args.use_tis)
+    return stale_samples(args) and not args.use_rollout_logprobs
 
 
 def overlapped(args: Any) -> bool:

@@ -92,7 +92,9 @@ async def rollout_step(
                     task.add_done_callback(lambda _: finished.set())
                     in_flight[task] = group
                     unsent += len(group)
-                    if unsent >= SUBMIT_SLICE:  # let these start: the engine gets a chunk's first requests early
+                    if (
+                        unsent >= SUBMIT_SLICE
+                    ):  # let these start: the engine gets a chunk's first requests early
                         unsent = 0
                         await asyncio.sleep(0)
             if not in_flight:
@@ -146,8 +148,7 @@ async def rollout_step(
     aborted = sum(s.status not in FINISHED for g in (*to_buffer, *restarted) for s in g)
     keep_tokens = args.partial_rollout or stopped  # a stopped run resumes its samples where they stopped
     returned = [
-        reset_for_buffer(args, g, rollout_id, partial=keep_tokens, metadata=entry_metadata)
-        for g in to_buffer
+        reset_for_buffer(args, g, rollout_id, partial=keep_tokens, metadata=entry_metadata) for g in to_buffer
     ]
     returned += restarted + surplus
     for group in returned:

@@ -24,6 +24,7 @@ from .steps import StepRecorder, check_step, run_eval
 
 __all__ = ["check_data", "check_images", "check_step", "run_eval", "run_job", "run_steps"]
 
+
 def run_job(
     args: RolloutConfig,
     pm: RlsdkPluginManager | None = None,

@@ -231,7 +231,8 @@ class Overlap:
         result = batch.result
         version = self.training.weight_version
         lags: Counter[int] = Counter()
-        kept, stale = [], []
+        kept: list[list[Sample]] = []
+        stale: list[list[Sample]] = []
         for group in result.samples:
             sampled = sampled_version(group)
             lag = version - (batch.engine_version if sampled is None else sampled)
@@ -241,7 +242,7 @@ class Overlap:
             for sample in group:
                 sample.metadata["drop_reason"] = STALE
         if stale:  # kept by the rollout step, dropped here: the ledger moves them
-            moved = sum(map(len, stale))
+            moved = sum(len(group) for group in stale)
             result.metrics["ledger/kept"] = result.metrics.get("ledger/kept", 0) - moved
             result.metrics["ledger/dropped"] = result.metrics.get("ledger/dropped", 0) + moved
             key = f"rollout/dynamic_filter/drop_{STALE}"
@@ -253,7 +254,7 @@ class Overlap:
                 "async/lag_mean": sum(k * n for k, n in lags.items()) / samples if samples else 0.0,
                 "async/lag_max": max(lags, default=0),
                 **{f"async/lag_{k}": n for k, n in sorted(lags.items())},
-                "async/stale_dropped": sum(map(len, stale)),
+                "async/stale_dropped": sum(len(group) for group in stale),
                 "async/engine_version": batch.engine_version,
             }
         )

@@ -89,11 +89,15 @@ class StepRecorder:
         checkpoint of the weights trained since the last one, and :class:`RunStopped` is raised."""
         returned = []
         for rollout_id, result in untrained:
-            self.output.append("discarded.jsonl", [sample_row(rollout_id, s) for g in result.discarded for s in g])
+            self.output.append(
+                "discarded.jsonl", [sample_row(rollout_id, s) for g in result.discarded for s in g]
+            )
             returned += result.samples
         if returned:
             self.data_source.add_samples(returned, next_rollout_id)
-        state = self.output.run_state(next_rollout_id, self.data_source.state_dict(), self.args, self.runtime.pm)
+        state = self.output.run_state(
+            next_rollout_id, self.data_source.state_dict(), self.args, self.runtime.pm
+        )
         if self.training is not None:
             if self.training.weight_version != self.checkpoint_version:
                 self.status("saving a checkpoint before stopping")

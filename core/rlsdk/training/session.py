@@ -99,7 +99,10 @@ class TrainingSession:
         diff = self.runtime.run(
             trust_check(self.runtime.engine, self.trainer, probe, check_tolerance(self.args, self.trainer))
         )
-        return {"train/sync_logprob_max_diff": diff, "train/trust_check_seconds": time.perf_counter() - started}
+        return {
+            "train/sync_logprob_max_diff": diff,
+            "train/trust_check_seconds": time.perf_counter() - started,
+        }
 
     def checkpoint_due(self, rollout_id: int) -> bool:
         last = rollout_id + 1 == self.args.num_rollout
