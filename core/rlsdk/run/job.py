@@ -88,7 +88,7 @@ def run_job(
     return output
 
 
-def check_data(args: Any) -> tuple[list[Row], BadRowPolicy]:
+def check_data(args: RolloutConfig) -> tuple[list[Row], BadRowPolicy]:
     """Read the training data's rows once, without a tokenizer: bad rows and empty files fail before the
     engine starts. The data source takes these rows (the file is read once)."""
     if not args.prompt_data:

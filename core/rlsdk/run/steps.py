@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from ..config import RolloutConfig
 from ..data import DataSource
 from ..errors import RlsdkError
 from ..plugins.calls import call_eval_rollout
@@ -26,7 +27,7 @@ SHOWN_CAUSES = 3
 class StepRecorder:
     """The run's outputs after each step, and its stop."""
 
-    args: Any
+    args: RolloutConfig
     runtime: Runtime
     output: RunOutput
     data_source: DataSource
@@ -108,7 +109,7 @@ class StepRecorder:
         raise RunStopped(self.runtime.stop.reason, self.output.folder)
 
 
-def check_step(args: Any, rollout_id: int, metrics: dict[str, Any]) -> None:
+def check_step(args: RolloutConfig, rollout_id: int, metrics: dict[str, Any]) -> None:
     """A step whose every sample failed stops the run with the causes (``on_failed_step=fail``), after
     the step's samples and the run's state are written."""
     failed = metrics.get("ledger/failed", 0)
@@ -132,6 +133,6 @@ def check_step(args: Any, rollout_id: int, metrics: dict[str, Any]) -> None:
         )
 
 
-def run_eval(args: Any, runtime: Runtime, rollout_id: int) -> RolloutFnEvalOutput:
+def run_eval(args: RolloutConfig, runtime: Runtime, rollout_id: int) -> RolloutFnEvalOutput:
     """generate_rollout with ``evaluation=True`` (the eval function, else the rollout function)."""
     return call_eval_rollout(runtime, runtime.plugins.eval_rollout, args, rollout_id)

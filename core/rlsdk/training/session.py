@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -9,8 +10,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from ..config import RolloutConfig
 from ..runtime import Runtime
+from ..training_options import offloads
 from ..types import RolloutFnTrainOutput, Sample
+from .gpu_memory import phase_peaks_for
 from .sync import (
     SyncTimes,
     WeightSyncTimeout,
@@ -32,7 +36,7 @@ class TrainingSession:
     ``n`` after the n-th train step, so each sample's ``weight_versions`` say which policy sampled it.
     """
 
-    def __init__(self, args: Any, runtime: Runtime, output_folder: Path) -> None:
+    def __init__(self, args: RolloutConfig, runtime: Runtime, output_folder: Path) -> None:
         self.args = args
         self.runtime = runtime
         self.output_folder = output_folder
@@ -46,6 +50,10 @@ class TrainingSession:
         self.weight_version = 0
         self.sync_timeout = default_sync_timeout(args)
         self.sync_times = SyncTimes()
+        self.offload_train = offloads(args)[0] and bool(getattr(args, "colocate", False))
+        self.memory = phase_peaks_for(self.trainer)
+        if self.offload_train:  # the engines generate first
+            self.trainer.offload()
 
     @property
     def checkpoint_root(self) -> Path:
@@ -78,16 +86,27 @@ class TrainingSession:
     def train(self, rollout_id: int, result: RolloutFnTrainOutput) -> dict[str, Any]:
         """One train step on the kept groups, the sync, and the trust check on the batch's last group."""
         metrics = self.train_step(rollout_id, result)
-        metrics.update(self.sync())
-        metrics.update(self.check(result.samples[-1][0]))
+        with self._phase("sync"):
+            metrics.update(self.sync())
+            metrics.update(self.check(result.samples[-1][0]))
+        if self.memory is not None:
+            peaks = self.memory.take()
+            metrics.update({f"memory/peak_gpu_gb_{phase}": gb for phase, gb in peaks.items()})
         return metrics
 
     def train_step(self, rollout_id: int, result: RolloutFnTrainOutput) -> dict[str, Any]:
         """One train step on the kept groups (no sync): the trainer's ``weight_version`` goes up by one."""
         if not result.samples:
             raise RuntimeError(f"step {rollout_id} kept no samples: nothing to train on")
-        self.runtime.run(self.weight_sync.before_train(self.runtime.engine))
-        metrics = self.trainer.train_step(rollout_id, result.samples)
+        with self._phase("train"):
+            self.runtime.run(self.weight_sync.before_train(self.runtime.engine))  # offload_rollout
+            if self.offload_train:
+                self.trainer.onload()
+            metrics = self.trainer.train_step(rollout_id, result.samples)
+            if self.offload_train:  # before the engines take their memory back
+                started = time.perf_counter()
+                self.trainer.offload()
+                metrics["train/offload_seconds"] = time.perf_counter() - started
         self.weight_version += 1
         if "train/train_rollout_logprob_abs_diff" in metrics:
             metrics["train/rollout_logprob_diff"] = metrics.pop("train/train_rollout_logprob_abs_diff")
@@ -125,12 +144,19 @@ class TrainingSession:
         staging.rename(final)
         return final
 
+    def _phase(self, name: str) -> Any:
+        return self.memory.phase(name) if self.memory is not None else contextlib.nullcontext()
+
     def close(self) -> None:
+        if self.memory is not None:
+            self.memory.close()
         self.trainer.close()
 
     def restore(self, folder: Path) -> None:
         """Load a checkpoint into the trainer and hand its weights to the engine."""
         meta = json.loads((folder / CHECKPOINT_META).read_text())
         self.trainer.load_checkpoint(folder)
+        if self.offload_train:  # the optimizer state came back to the GPU; the engines generate next
+            self.trainer.offload()
         self.weight_version = int(meta["weight_version"])
         self.sync()
