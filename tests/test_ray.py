@@ -954,3 +954,22 @@ def test_an_engine_that_does_not_take_its_weights_within_the_sync_timeout_is_rep
             await pool.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.timeout(300)
+def test_async_on_ray_trains_one_step_off_policy_with_the_engine_and_the_trainer_as_actors(
+    cluster, tiny_llama, run_files, tmp_path
+):
+    """``--async`` with the embedded engine and the trainer as Ray actors: each step after the first trains
+    on samples the previous policy generated while the trainer trained, every sync passes the trust check."""
+    out = tmp_path / "out"
+    run_job(ray_args(tiny_llama, run_files, out, train=True, train_async=True, num_rollout=3))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["async/lag_max"] for r in rows] == [0, 1, 1]
+    assert all(r["train/sync_logprob_max_diff"] < 1e-3 for r in rows[1:])
+    versions = {}
+    for line in (out / "rollouts.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        versions.setdefault(row["rollout_id"], set()).update(row["weight_versions"])
+    assert versions == {0: {"default"}, 1: {"default"}, 2: {"1"}}
+    assert audit_run(out)["lost"] == 0 and audit_run(out)["duplicated"] == 0
