@@ -7,16 +7,26 @@ import json
 import logging
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 from ..config import RolloutConfig
 from ..runtime import Runtime
 from ..state_files import read_json
-from ..types import RolloutFnTrainOutput
-from .gpu_memory import phase_peaks_for
 from ..training_options import offloads
-from .sync import WeightSyncError, check_tolerance, choose_sync, sync_weights, trust_check
+from ..types import RolloutFnTrainOutput, Sample
+from .gpu_memory import phase_peaks_for
+from .sync import (
+    SyncTimes,
+    WeightSyncError,
+    WeightSyncTimeout,
+    check_tolerance,
+    choose_sync,
+    default_sync_timeout,
+    sync_weights,
+    trust_check,
+)
 from .trainer import PolicyTrainer, build_trainer
 from .trust import DriftCheck, describe_stale, pick_probes, stale_replicas
 
@@ -44,6 +54,8 @@ class TrainingSession:
         self.trainer: PolicyTrainer = build_trainer(trainer, args)
         self.weight_version = 0
         self.drift = DriftCheck()
+        self.sync_timeout = default_sync_timeout(args)
+        self.sync_times = SyncTimes()
         self.offload_train = offloads(args)[0] and bool(getattr(args, "colocate", False))
         self.memory = phase_peaks_for(self.trainer)
         if self.offload_train:  # the engines generate first
@@ -54,10 +66,26 @@ class TrainingSession:
         return Path(self.args.save) if self.args.save else self.output_folder / "checkpoints"
 
     def sync(self) -> dict[str, float]:
-        """The trainer's weights to the engine as the current ``weight_version``."""
-        seconds = self.runtime.run(
-            sync_weights(self.runtime.engine, self.trainer, str(self.weight_version), self.weight_sync)
-        )
+        """The trainer's weights to the engine as the current ``weight_version``, within the sync timeout;
+        a sync more than twice as slow as the run's median is a warning."""
+        try:
+            seconds = self.runtime.run(
+                sync_weights(
+                    self.runtime.engine,
+                    self.trainer,
+                    str(self.weight_version),
+                    self.weight_sync,
+                    self.sync_timeout,
+                )
+            )
+        except WeightSyncTimeout as exc:
+            raise WeightSyncTimeout(
+                f"{exc}; the run stops. Restart or replace the engine, then continue with: rlsdk run "
+                f"--resume --output {self.output_folder}"
+            ) from None
+        grew = self.sync_times.add(seconds, self.weight_sync.name)
+        if grew:
+            warnings.warn(grew, RuntimeWarning, stacklevel=2)
         parts = {f"train/sync_{part}": value for part, value in self.weight_sync.timings.items()}
         return {"train/sync_seconds": seconds, **parts, "train/weight_version": self.weight_version}
 
@@ -81,21 +109,34 @@ class TrainingSession:
 
     def train(self, rollout_id: int, result: RolloutFnTrainOutput) -> dict[str, Any]:
         """One train step on the kept groups, the sync, and the trust checks: the probe's largest gap, and
-        the mean gap of several probes against this run's own noise (:class:`~.trust.DriftCheck`)."""
-        if not result.samples:
-            raise RuntimeError(f"step {rollout_id} kept no samples: nothing to train on")
-        stale = self.runtime.run(stale_replicas(self.runtime.engine, self.weight_version))
-        if stale:  # restarted during the step: its samples may come from other weights than the trainer's
-            raise WeightSyncError(
-                f"step {rollout_id}: {describe_stale(stale, self.weight_version)}: the engine lost the "
-                "trainer's weights during the step (restarted?), so its samples are not trained on; "
-                "--resume continues from the last checkpoint"
-            )
+        the mean gap of several probes against this run's own noise (:class:`~.trust.DriftCheck`). Before
+        it, the engine must still serve the weights the step was sampled under (T21)."""
+        if result.samples:
+            stale = self.runtime.run(stale_replicas(self.runtime.engine, self.weight_version))
+            if stale:  # restarted during the step: its samples may come from other weights
+                raise WeightSyncError(
+                    f"step {rollout_id}: {describe_stale(stale, self.weight_version)}: the engine lost the "
+                    "trainer's weights during the step (restarted?), so its samples are not trained on; "
+                    "--resume continues from the last checkpoint"
+                )
         probes = pick_probes(result.samples)
-        if self.drift.baseline is None:  # the same weights on both sides: this pair's numeric noise
+        if self.drift.baseline is None and probes:  # the same weights on both sides: the pair's noise
             self.drift.set_baseline(
                 self.runtime.run(self.drift.measure(self.runtime.engine, self.trainer, probes))
             )
+        metrics = self.train_step(rollout_id, result)
+        with self._phase("sync"):
+            metrics.update(self.sync())
+            metrics.update(self.check(result.samples[-1][0], probes))
+        if self.memory is not None:
+            peaks = self.memory.take()
+            metrics.update({f"memory/peak_gpu_gb_{phase}": gb for phase, gb in peaks.items()})
+        return metrics
+
+    def train_step(self, rollout_id: int, result: RolloutFnTrainOutput) -> dict[str, Any]:
+        """One train step on the kept groups (no sync): the trainer's ``weight_version`` goes up by one."""
+        if not result.samples:
+            raise RuntimeError(f"step {rollout_id} kept no samples: nothing to train on")
         with self._phase("train"):
             self.runtime.run(self.weight_sync.before_train(self.runtime.engine))  # offload_rollout
             if self.offload_train:
@@ -106,24 +147,23 @@ class TrainingSession:
                 self.trainer.offload()
                 metrics["train/offload_seconds"] = time.perf_counter() - started
         self.weight_version += 1
-        with self._phase("sync"):
-            metrics.update(self.sync())
-            probe = result.samples[-1][0]
-            started = time.perf_counter()
-            metrics["train/sync_logprob_max_diff"] = self.runtime.run(
-                trust_check(
-                    self.runtime.engine, self.trainer, probe, check_tolerance(self.args, self.trainer)
-                )
-            )
-            means = self.runtime.run(self.drift.measure(self.runtime.engine, self.trainer, probes))
-            metrics["train/sync_logprob_mean_diff"] = self.drift.check(means, self.weight_version)
-            metrics["train/sync_logprob_noise"] = self.drift.baseline or 0.0
-            metrics["train/trust_check_seconds"] = time.perf_counter() - started
-        if self.memory is not None:
-            peaks = self.memory.take()
-            metrics.update({f"memory/peak_gpu_gb_{phase}": gb for phase, gb in peaks.items()})
         if "train/train_rollout_logprob_abs_diff" in metrics:
             metrics["train/rollout_logprob_diff"] = metrics.pop("train/train_rollout_logprob_abs_diff")
+        return metrics
+
+    def check(self, probe: Sample, probes: list[Sample] | None = None) -> dict[str, float]:
+        """The trust check after a sync: the engine's log-probs of ``probe`` against the trainer's, and with
+        ``probes`` (once the run's noise is measured) their mean per-token gap against that noise."""
+        started = time.perf_counter()
+        diff = self.runtime.run(
+            trust_check(self.runtime.engine, self.trainer, probe, check_tolerance(self.args, self.trainer))
+        )
+        metrics = {"train/sync_logprob_max_diff": diff}
+        if probes and self.drift.baseline is not None:
+            means = self.runtime.run(self.drift.measure(self.runtime.engine, self.trainer, probes))
+            metrics["train/sync_logprob_mean_diff"] = self.drift.check(means, self.weight_version)
+            metrics["train/sync_logprob_noise"] = self.drift.baseline
+        metrics["train/trust_check_seconds"] = time.perf_counter() - started
         return metrics
 
     def checkpoint_due(self, rollout_id: int) -> bool:
