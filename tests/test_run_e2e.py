@@ -19,7 +19,10 @@ from pathlib import Path
 import pytest
 
 from rlsdk import RolloutConfig, Sample
-from rlsdk.config import DEFAULT_DATASET
+from rlsdk.run.arithmetic import TRAIN_DATA as DEFAULT_DATASET_PATH
+from pathlib import Path as _Path
+
+DEFAULT_DATASET = _Path(DEFAULT_DATASET_PATH)
 from rlsdk.run.job import run_job
 
 pytestmark = pytest.mark.slow

@@ -28,5 +28,4 @@ SLIME_ARG_DEFAULTS: dict[str, Any] = {
     "rollout_global_dataset": True,
     "rollout_sample_filter_path": None,
     "rollout_all_samples_process_path": None,
-    "data_source_path": "slime.rollout.data_source.RolloutDataSourceWithBuffer",
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.resources
 import importlib.util
 import inspect
 import sys
@@ -88,3 +89,15 @@ def check_signature(func: Callable[..., Any], call_args: tuple[str, ...], where:
         ) from None
     params = signature.parameters
     return "evaluation" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def package_file(package: str, relative: str) -> str:
+    """The path of the file ``relative`` inside the installed ``package`` (its data, found with
+    :mod:`importlib.resources`), for an environment's dataset; a missing file is a PluginError."""
+    try:
+        path = importlib.resources.files(package).joinpath(relative)
+    except ModuleNotFoundError as exc:
+        raise PluginError(f"package_file: no package {package!r}: {exc}") from None
+    if not path.is_file():
+        raise PluginError(f"package_file: {package!r} has no file {relative!r} (is it in the package data?)")
+    return str(path)

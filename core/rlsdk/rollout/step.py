@@ -86,7 +86,9 @@ async def rollout_step(
             pulled += len(groups)
             unsent = 0
             for group in groups:
-                task = asyncio.create_task(run_group(args, plugins, group, sampling_params, limit))
+                task = asyncio.create_task(
+                    run_group(args, plugins, group, sampling_params, limit, rollout_id=rollout_id)
+                )
                 task.add_done_callback(lambda _: finished.set())
                 in_flight[task] = group
                 unsent += len(group)

@@ -8,7 +8,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from ..config import RolloutConfig
-from ..data import BadRowPolicy, DataPath, DataSource, Row, read_rows
+from ..data import BadRowPolicy, DataPath, Row, read_rows
 from ..errors import DataError, RlsdkError
 from ..plugins.calls import call_eval_rollout, call_generate_rollout
 from ..plugins.manager import RlsdkPluginManager
@@ -16,6 +16,15 @@ from ..report import RunReport
 from ..runtime import Runtime
 from ..training.session import TrainingSession
 from ..types import RolloutFnEvalOutput
+from .extensions import (
+    after_checkpoint,
+    build_data_source,
+    data_state,
+    load_data_state,
+    log_eval,
+    log_step,
+    uses_core_data_source,
+)
 from .output import RunOutput, warn_changed_plugins
 from .session import running
 
@@ -35,7 +44,8 @@ def run_job(
     """Run ``args.num_rollout`` steps (continuing a saved run with ``args.resume``). ``on_status`` hears
     what the run is doing: setting up, then ``step N`` as step N (the ``rollout_id``) starts."""
     status = on_status or (lambda text: None)
-    rows = check_data(args)  # an empty or unreadable dataset fails before the engine starts
+    # an empty or unreadable dataset fails before the engine starts
+    rows = check_data(args) if uses_core_data_source(args) else None
     output = RunOutput(args.output_dir)
     if not args.resume:
         output.start_fresh(args.overwrite)  # so does an output folder holding another run
@@ -47,13 +57,7 @@ def run_job(
         runtime.progress = progress
         output.on_saved.append(lambda state: setattr(runtime, "saved_state", state))
         runtime.on_state_saved = output.on_saved
-        data_source = DataSource(
-            args,
-            plugins=plugins,
-            tokenizer=runtime.tokenizer,
-            keep_messages=plugins.generate_rollout.record.chat_messages,
-            read=rows,
-        )
+        data_source = build_data_source(args, runtime, rows)  # data_source
         check_images(runtime, data_source)
         if args.train:
             status("loading the trainer")
@@ -64,7 +68,7 @@ def run_job(
         first = 0
         if args.resume:
             state = runtime.saved_state = output.load_state()
-            data_source.load_state_dict(state["data"])
+            load_data_state(data_source, state["data"])
             first = state["next_rollout_id"]
             warn_changed_plugins(state.get("plugins", {}), runtime.pm)
             if training is not None and state.get("checkpoint"):
@@ -72,8 +76,10 @@ def run_job(
         else:
             if training is not None and args.eval_interval:  # the curve's starting point
                 status("eval before the first step")
-                output.write_eval(-1, run_eval(args, runtime, -1))
-            output.save_state(output.run_state(0, data_source.state_dict(), args, runtime.pm))
+                evaluated = run_eval(args, runtime, -1)
+                output.write_eval(-1, evaluated)
+                log_eval(args, runtime, -1, evaluated)
+            output.save_state(output.run_state(0, data_state(data_source), args, runtime.pm))
         for rollout_id in range(first, args.num_rollout):
             status(f"step {rollout_id}")
             # generate_rollout: one whole step
@@ -83,7 +89,8 @@ def run_job(
                 # trainer: learn from the kept groups, sync the engine, check it serves the new weights
                 result.metrics.update(training.train(rollout_id, result))
             output.write_step(rollout_id, result)
-            state = output.run_state(rollout_id + 1, data_source.state_dict(), args, runtime.pm)
+            log_step(args, runtime, rollout_id, result)
+            state = output.run_state(rollout_id + 1, data_state(data_source), args, runtime.pm)
             if training is None:
                 output.save_state(state)
             check_step(args, rollout_id, result.metrics)
@@ -94,13 +101,16 @@ def run_job(
                 status(f"eval after step {rollout_id}")
                 evaluated = run_eval(args, runtime, rollout_id)
                 output.write_eval(rollout_id, evaluated)
+                log_eval(args, runtime, rollout_id, evaluated)
                 result.metrics.update(evaluated.metrics)
                 if on_eval is not None:
                     on_eval(rollout_id, evaluated.metrics)
             if training is not None and training.checkpoint_due(rollout_id):
                 # A training run resumes from its last checkpoint: state.json moves only with one.
-                output.set_checkpoint(state, training.save(rollout_id, state))
+                folder = training.save(rollout_id, state)
+                output.set_checkpoint(state, folder)
                 output.save_state(state)
+                after_checkpoint(args, runtime, rollout_id, folder)
             if report is not None:
                 report.add(rollout_id, result.metrics)
         if report is not None:
@@ -147,7 +157,7 @@ def check_data(args: Any) -> tuple[list[Row], BadRowPolicy]:
 
 def check_images(runtime: Runtime, data_source: Any) -> None:
     """Prompts with images need a model with image understanding: say so before generating."""
-    if not data_source.has_images:
+    if not getattr(data_source, "has_images", False):
         return
     info = runtime.run(runtime.engine.model_info())
     if not info.get("has_image_understanding"):
