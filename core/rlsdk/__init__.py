@@ -20,7 +20,7 @@ from .aio.backoff import backoff_delay
 from .aio.task_pools import TaskPool, cluster_task_pool
 from .answers import boxed_contents
 from .config import RolloutConfig
-from .data.source import START_ROLLOUT_ID
+from .data.source import START_ROLLOUT_ID, DataSource
 from .engines.engine import InferenceEngine
 from .engines.launch.process_group import ManagedProcess, free_port
 from .engines.protocol import (
@@ -45,23 +45,35 @@ from .errors import (
     UnknownPluginError,
 )
 from .plugins.hookspecs import hookimpl, hookspec
-from .plugins.loading import load_callable
+from .plugins.loading import load_callable, package_file
 from .plugins.manager import RlsdkPluginManager, get_plugin_manager
 from .plugins.records import (
     KINDS,
+    Advantage,
     Agent,
     BufferFilter,
+    CheckpointCallback,
+    ConvertSamplesToTrainData,
     CustomGenerate,
+    DataSourceFactory,
     DynamicFilter,
     Engine,
+    Environment,
+    EvalRolloutLog,
     GenerateRollout,
     Loss,
     Option,
     OverSamplingFilter,
+    PgLossReducer,
     PluginInfo,
     Resolved,
     Reward,
+    RewardPostProcess,
+    RolloutDataPostprocess,
+    RolloutLog,
+    SampleHook,
     TaskGenerator,
+    TisFunction,
     Tool,
     ToolCallParser,
     Trainer,
@@ -123,10 +135,15 @@ __all__ = [
     "OPTIMIZER_FILE",
     "REWARD_ERROR",
     "START_ROLLOUT_ID",
+    "Advantage",
     "Agent",
     "BufferFilter",
+    "CheckpointCallback",
+    "ConvertSamplesToTrainData",
     "CustomGenerate",
     "DataError",
+    "DataSource",
+    "DataSourceFactory",
     "DynamicFilter",
     "DynamicFilterOutput",
     "Engine",
@@ -134,6 +151,8 @@ __all__ = [
     "EngineRequestError",
     "EngineResponseError",
     "EngineUnavailableError",
+    "Environment",
+    "EvalRolloutLog",
     "FunctionCall",
     "GenerateRollout",
     "InferenceEngine",
@@ -143,6 +162,7 @@ __all__ = [
     "Option",
     "OverSamplingFilter",
     "ParsedTurn",
+    "PgLossReducer",
     "PluginCallError",
     "PluginConflictError",
     "PluginError",
@@ -150,16 +170,21 @@ __all__ = [
     "PolicyTrainer",
     "Resolved",
     "Reward",
+    "RewardPostProcess",
     "RlsdkError",
     "RlsdkPluginManager",
     "RolloutConfig",
+    "RolloutDataPostprocess",
     "RolloutFnEvalOutput",
     "RolloutFnTrainOutput",
+    "RolloutLog",
     "Runtime",
     "SGLangClient",
     "Sample",
+    "SampleHook",
     "TaskGenerator",
     "TaskPool",
+    "TisFunction",
     "Tool",
     "ToolCallParser",
     "ToolResult",
@@ -187,6 +212,7 @@ __all__ = [
     "model_turn",
     "named_model_folder",
     "new_rid",
+    "package_file",
     "resolve_loss",
     "resolve_tools",
     "response_logits",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
 from .loading import is_async_callable
+from .tool_schema import schema_from_signature
 
 
 def normalize_name(name: str) -> str:
@@ -154,25 +155,25 @@ class Loss(PluginRecord):
             )
 
 
-def _query_parameters() -> dict[str, Any]:
-    return {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
-
-
 @dataclass
 class Tool(PluginRecord):
     """``tool(args, **arguments) -> str`` (sync or async): an action a multi-turn generator may take.
 
-    ``parameters`` is the JSON schema of the arguments (one string ``query`` by default); a tag-style
-    call ``<name>text</name>`` passes ``text`` as the schema's single parameter. A call that runs past
-    ``timeout`` seconds or raises becomes an error observation, never a crash.
+    ``parameters`` is the JSON schema of the arguments; when not given it is built from the callable's
+    signature and docstring (type hints, defaults, ``:param x:`` or ``Args:`` lines; a ``**kwargs``-only
+    tool takes one string ``query``). A tag-style call ``<name>text</name>`` passes ``text`` as the schema's
+    single parameter. A call that runs past ``timeout`` seconds or raises becomes an error observation,
+    never a crash.
     """
 
     kind: ClassVar[str] = "tool"
-    parameters: dict[str, Any] = field(default_factory=_query_parameters)
+    parameters: dict[str, Any] = field(default_factory=dict)
     timeout: float = 30.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not self.parameters:
+            self.parameters = schema_from_signature(self.func, f"tool {self.name!r}")
         if not (self.timeout > 0):
             raise ValueError(f"tool {self.name!r}: timeout must be positive, got {self.timeout!r}")
 

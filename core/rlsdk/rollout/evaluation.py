@@ -16,6 +16,7 @@ from ..runtime import Runtime, bind_runtime
 from ..types import RolloutFnEvalOutput, Sample, reward_value
 from .generate import sampling_params_for
 from .groups import run_group
+from .rewarding import rubric_metrics
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +180,7 @@ async def eval_rollout(args: Any, runtime: Runtime) -> RolloutFnEvalOutput:
         metrics[f"eval/{name}/invalid"] = len(flat) - len(valid)
         metrics[f"eval/{name}/aborted"] = sum(len(group) for group in aborted)
         metrics[f"eval/{name}/prompts"] = len(groups)
+        metrics.update(rubric_metrics(data[name]["samples"], f"eval/{name}/rubric/"))
         for k in sorted({1, n}):
             metrics[f"eval/{name}/pass@{k}"] = pass_at_k(correct, k)
     return RolloutFnEvalOutput(data=data, metrics=metrics)

@@ -32,7 +32,7 @@ from .evaluation import eval_rollout
 from .generate import sampling_params_for
 from .groups import run_group
 from .ledger import Group, StepLedger
-from .rewarding import apply_invalid_policy, count_invalid
+from .rewarding import apply_invalid_policy, count_invalid, rubric_metrics
 
 SUBMIT_SLICE = 64
 """Samples whose tasks a step creates before it lets them run (and send their requests) while it goes on
@@ -172,6 +172,7 @@ async def rollout_step(
     metrics["rollout/short_of_batch"] = target - len(batch)
     metrics["rollout/aborted"] = aborted
     metrics["rollout/invalid_rewards"] = count_invalid([s for g in (*batch, *ledger.discarded) for s in g])
+    metrics.update(rubric_metrics([s for g in batch for s in g], "rollout/rubric/"))  # each part of a rubric
     metrics.update(agent_metrics([s for g in (*batch, *ledger.discarded) for s in g]))  # openai_agent's forks
     return RolloutFnTrainOutput(samples=batch, metrics=metrics, discarded=ledger.discarded)
 
