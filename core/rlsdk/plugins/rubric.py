@@ -87,20 +87,25 @@ def rubric_reward(spec: str, parts: list[tuple[RubricPart, Resolved[Any]]]) -> R
 
 
 async def _call(args: Any, resolved: Resolved[Any], target: Any, evaluation: bool) -> Any:
+    """One part's reward; its failure names the part (the sample's error names the rubric too)."""
     timeout = getattr(args, "reward_timeout", None)
-    return await call_reward(args, resolved, target, evaluation=evaluation, timeout=timeout)
+    try:
+        return await call_reward(args, resolved, target, evaluation=evaluation, timeout=timeout)
+    except InvalidReward as exc:
+        raise InvalidReward(resolved, "(a rubric part)", f"part {resolved.describe()}: {exc.reason}") from exc
 
 
 def _scalar(args: Any, resolved: Resolved[Any], sample: Sample, value: Any) -> float:
     """A part's value as a number: None (the part marks the sample invalid) and a dict without the run's
     ``reward_key`` are invalid rewards naming the part."""
     where = f"on sample {sample.group_index}/{sample.index} (a rubric part)"
+    part = f"part {resolved.describe()}"
     if value is None:
-        raise InvalidReward(resolved, where, "returned None (the reward marks the sample invalid)")
+        raise InvalidReward(resolved, where, f"{part} returned None (the reward marks the sample invalid)")
     try:
         scalar = reward_value(value, getattr(args, "reward_key", None))
     except KeyError as exc:
-        raise InvalidReward(resolved, where, str(exc.args[0])) from None
+        raise InvalidReward(resolved, where, f"{part}: {exc.args[0]}") from None
     if scalar is None:
-        raise InvalidReward(resolved, where, "returned a dict whose reward key is None")
+        raise InvalidReward(resolved, where, f"{part} returned a dict whose reward key is None")
     return scalar
