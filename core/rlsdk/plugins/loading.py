@@ -74,15 +74,18 @@ def is_async_callable(func: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
 
 
-def check_signature(func: Callable[..., Any], call_args: tuple[str, ...], where: str) -> bool:
-    """Check that ``func`` accepts ``call_args`` positionally; return whether it takes ``evaluation``."""
+def check_signature(
+    func: Callable[..., Any], call_args: tuple[str, ...], where: str, keywords: tuple[str, ...] = ()
+) -> bool:
+    """Check that ``func`` accepts ``call_args`` positionally and ``keywords`` by name; return whether it takes
+    ``evaluation``."""
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):
         return False  # builtins without signatures: trust them
-    expected = f"({', '.join(call_args)}, ...)"
+    expected = f"({', '.join([*call_args, *(f'{k}=' for k in keywords)])}, ...)"
     try:
-        signature.bind(*call_args)
+        signature.bind(*call_args, **dict.fromkeys(keywords))
     except TypeError as exc:
         raise PluginError(
             f"{where}: signature {signature} does not accept the call {expected}: {exc}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,8 @@ class PluginRecord:
     """The provider hook's name; ``rlsdk_<kind>s`` unless a record type says otherwise."""
     call_args: ClassVar[tuple[str, ...]] = ()
     """Positional arguments the loop passes, used to validate the callable's signature."""
+    call_keywords: ClassVar[tuple[str, ...]] = ()
+    """Keyword arguments the loop passes (slime calls some hooks by keyword), validated the same way."""
 
     name: str
     func: Callable[..., Any]
@@ -387,21 +388,7 @@ class TisFunction(PluginRecord):
     keyword as slime calls it."""
 
     kind: ClassVar[str] = "tis_function"
-
-    def signature_args(self) -> tuple[str, ...]:
-        return ()
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        try:
-            inspect.signature(self.func).bind(**dict.fromkeys(TIS_ARGUMENTS))
-        except TypeError as exc:
-            raise ValueError(
-                f"tis_function {self.name!r}: its signature does not take the keywords "
-                f"{', '.join(TIS_ARGUMENTS)}: {exc}"
-            ) from None
-        except ValueError:
-            pass  # a builtin without a signature: trusted
+    call_keywords: ClassVar[tuple[str, ...]] = TIS_ARGUMENTS
 
 
 @dataclass
