@@ -243,7 +243,8 @@ def generate_rollout_adapter(resolved: Resolved) -> Callable[..., Any]:
     types and samples when slime is importable."""
 
     def generate_rollout(args: Any, rollout_id: Any, data_source: Any, evaluation: bool = False) -> Any:
-        rollout_args, source = view(args), SlimeDataSource(data_source)
+        rollout_args = view(args)
+        source = SlimeDataSource(data_source) if data_source is not None else None  # eval may pass none
         output = resolved.func(rollout_args, rollout_id, source, evaluation=evaluation)
         if inspect.isawaitable(output):
             output = get_runtime(rollout_args).run(_awaited(output))
