@@ -18,23 +18,52 @@ from rlsdk_cli.app import app
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rlsdk_cli.app", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "rlsdk_cli.app", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @pytest.mark.slow
 def test_a_new_environment_installs_passes_its_tests_shows_its_parts_and_trains(tmp_path, tiny_llama):
-    result = CliRunner().invoke(app, ["plugins", "new", "two-sums", "--kind", "environment", "--dir", str(tmp_path)])
+    result = CliRunner().invoke(
+        app, ["plugins", "new", "two-sums", "--kind", "environment", "--dir", str(tmp_path)]
+    )
     assert result.exit_code == 0, result.output
     root = tmp_path / "two-sums"
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests")],
-                           cwd=root, env={**os.environ, "PYTHONPATH": str(root / "src")}, capture_output=True,
-                           text=True, timeout=120, check=False)
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests")],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root / "src")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert tests.returncode == 0 and "1 passed" in tests.stdout, tests.stdout + tests.stderr
 
     site = tmp_path / "site"  # a real pip install into a folder of its own, put on the path below
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
-                    str(site), str(root)], check=True, capture_output=True, timeout=180)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(root),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
     assert (site / "two_sums" / "data" / "train.jsonl").exists()
     env = {**os.environ, "PYTHONPATH": str(site)}
     shown = cli("plugins", "show", "two_sums", "--json", env=env)
@@ -44,9 +73,28 @@ def test_a_new_environment_installs_passes_its_tests_shows_its_parts_and_trains(
     assert parts["eval sets"][0]["name"] == "two_sums-eval"
 
     out = tmp_path / "run"
-    run = cli("run", "--train", "--env", "two_sums", "--model", str(tiny_llama), "--no-chat-template",
-              "--num-rollout", "2", "--rollout-max-response-len", "3", "--eval-interval", "2", "--set",
-              "engine_threads=1", "--train-threads", "1", "--output", str(out), env=env)
+    run = cli(
+        "run",
+        "--train",
+        "--env",
+        "two_sums",
+        "--model",
+        str(tiny_llama),
+        "--no-chat-template",
+        "--num-rollout",
+        "2",
+        "--rollout-max-response-len",
+        "3",
+        "--eval-interval",
+        "2",
+        "--set",
+        "engine_threads=1",
+        "--train-threads",
+        "1",
+        "--output",
+        str(out),
+        env=env,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 2 and steps[0]["rollout/samples"] == 16  # the environment's training settings: 4 x 4

@@ -82,8 +82,17 @@ class Countdown:
         groups = []
         for _ in range(num_samples):
             self.next += 1
-            groups.append([Sample(prompt=f"{self.next} + 1|", label=str(self.next + 1), group_index=self.next,
-                                  index=self.next * 10 + i) for i in range(self.args.n_samples_per_prompt)])
+            groups.append(
+                [
+                    Sample(
+                        prompt=f"{self.next} + 1|",
+                        label=str(self.next + 1),
+                        group_index=self.next,
+                        index=self.next * 10 + i,
+                    )
+                    for i in range(self.args.n_samples_per_prompt)
+                ]
+            )
         return groups
 
     def add_samples(self, groups, rollout_id=None):
@@ -145,8 +154,9 @@ def step_run(tmp_path, pm):
     def make(**options):
         path = tmp_path / "data.jsonl"
         path.write_text("".join(json.dumps({"input": f"{i}|", "label": "x"}) + "\n" for i in range(3)))
-        args = RolloutConfig(prompt_data=str(path), label_key="label", n_samples_per_prompt=2,
-                             rollout_batch_size=2, **options)
+        args = RolloutConfig(
+            prompt_data=str(path), label_key="label", n_samples_per_prompt=2, rollout_batch_size=2, **options
+        )
         engine = FakeEngine(lambda payload, call: "x is the answer")
         runtime = bind_runtime(args, Runtime(pm, engine, engine.tokenizer))
         runtimes.append(runtime)
@@ -176,8 +186,11 @@ def test_sample_hooks_in_the_other_order_give_another_response(step_run):
 
 
 def test_sample_hooks_run_in_eval_with_evaluation_true(step_run, tmp_path):
-    args, source, runtime = step_run(rollout_sample_hook_path=["tag_a", "tag_b"], rm_type="ends_ab",
-                                     eval_prompt_data=["held", args_path(tmp_path)])
+    args, source, runtime = step_run(
+        rollout_sample_hook_path=["tag_a", "tag_b"],
+        rm_type="ends_ab",
+        eval_prompt_data=["held", args_path(tmp_path)],
+    )
     out = runtime.run(eval_rollout(args, runtime))
     assert out.metrics["eval/held/reward_mean"] == 1.0
     assert {s.metadata["hooked"] for s in out.data["held"]["samples"]} == {(None, True)}
@@ -187,10 +200,13 @@ def args_path(tmp_path: Path) -> str:
     return str(tmp_path / "data.jsonl")
 
 
-@pytest.mark.parametrize(("hook", "error"), [("raises", "ZeroDivisionError"), ("wrong_type", "expected Sample")])
+@pytest.mark.parametrize(
+    ("hook", "error"), [("raises", "ZeroDivisionError"), ("wrong_type", "expected Sample")]
+)
 def test_a_failing_sample_hook_fails_its_group_naming_the_hook_and_sample(step_run, hook, error):
-    args, source, runtime = step_run(rollout_sample_hook_path=["tag_a", hook], rm_type="ends_ab",
-                                     on_failed_step="continue")
+    args, source, runtime = step_run(
+        rollout_sample_hook_path=["tag_a", hook], rm_type="ends_ab", on_failed_step="continue"
+    )
     with pytest.warns(RuntimeWarning):
         out = runtime.run(rollout_step(args, 0, source, runtime))
     assert out.samples == [] and out.metrics["ledger/failed"] == out.metrics["ledger/entered"] > 0
@@ -227,7 +243,10 @@ def test_a_failing_rubric_part_makes_the_sample_invalid_never_zero(step_run):
     assert out.samples == [] and out.metrics["rollout/invalid_rewards"] > 0
     dropped = [s for g in out.discarded for s in g]
     assert all(s.reward is None for s in dropped)
-    assert "reward 'crashes'" in dropped[0].metadata[REWARD_ERROR] and "grader down" in dropped[0].metadata[REWARD_ERROR]
+    assert (
+        "reward 'crashes'" in dropped[0].metadata[REWARD_ERROR]
+        and "grader down" in dropped[0].metadata[REWARD_ERROR]
+    )
 
 
 def test_an_unknown_rubric_part_is_an_error_before_anything_runs(pm):
@@ -243,11 +262,19 @@ def test_an_unknown_rubric_part_is_an_error_before_anything_runs(pm):
 def test_logging_backends_by_name_several_at_once_with_slimes_arguments(pm, tmp_path):
     eval_data = tmp_path / "eval.jsonl"
     eval_data.write_text(json.dumps({"input": "1|", "label": "x"}) + "\n")
-    args = RolloutConfig(engine="fake", data_source_path="countdown", rm_type="contains_x", num_rollout=2,
-                         rollout_batch_size=1, n_samples_per_prompt=2, eval_interval=1,
-                         eval_datasets=[{"name": "held", "path": str(eval_data)}],
-                         custom_rollout_log_function_path="recorder,jsonl",
-                         custom_eval_rollout_log_function_path="jsonl,recorder", output_dir=str(tmp_path / "out"))
+    args = RolloutConfig(
+        engine="fake",
+        data_source_path="countdown",
+        rm_type="contains_x",
+        num_rollout=2,
+        rollout_batch_size=1,
+        n_samples_per_prompt=2,
+        eval_interval=1,
+        eval_datasets=[{"name": "held", "path": str(eval_data)}],
+        custom_rollout_log_function_path="recorder,jsonl",
+        custom_eval_rollout_log_function_path="jsonl,recorder",
+        output_dir=str(tmp_path / "out"),
+    )
     run_job(args, pm)
     assert CALLS == [("step", 0, 2, 2), ("eval", 0, ["held"]), ("step", 1, 2, 2), ("eval", 1, ["held"])]
     rows = [json.loads(line) for line in (tmp_path / "out/logs/rollout_log.jsonl").read_text().splitlines()]
@@ -257,16 +284,29 @@ def test_logging_backends_by_name_several_at_once_with_slimes_arguments(pm, tmp_
 
 
 def test_an_unknown_logging_backend_fails_before_the_engine_starts(pm, tmp_path):
-    args = RolloutConfig(engine="fake", data_source_path="countdown", custom_rollout_log_function_path="jsonl,nope",
-                         rm_type="contains_x", output_dir=str(tmp_path / "out"))
-    with pytest.raises(Exception, match="unknown rollout_log 'nope'. Choose one of: jsonl, recorder, tensorboard"):
+    args = RolloutConfig(
+        engine="fake",
+        data_source_path="countdown",
+        custom_rollout_log_function_path="jsonl,nope",
+        rm_type="contains_x",
+        output_dir=str(tmp_path / "out"),
+    )
+    with pytest.raises(
+        Exception, match="unknown rollout_log 'nope'. Choose one of: jsonl, recorder, tensorboard"
+    ):
         run_job(args, pm)
 
 
 def test_a_data_source_plugin_serves_a_run_without_prompt_data_and_resumes(pm, tmp_path):
     out = tmp_path / "out"
-    options = dict(engine="fake", data_source_path="countdown", rm_type="contains_x", rollout_batch_size=1,
-                   n_samples_per_prompt=2, output_dir=str(out))
+    options = dict(
+        engine="fake",
+        data_source_path="countdown",
+        rm_type="contains_x",
+        rollout_batch_size=1,
+        n_samples_per_prompt=2,
+        output_dir=str(out),
+    )
     run_job(RolloutConfig(num_rollout=2, **options), pm)
     prompts = [json.loads(line)["prompt"] for line in (out / "rollouts.jsonl").read_text().splitlines()]
     assert prompts == ["1 + 1|", "1 + 1|", "2 + 1|", "2 + 1|"]
@@ -283,7 +323,11 @@ def test_the_quick_start_is_the_arithmetic_environment_unchanged():
 
     plain = RolloutConfig().with_default_data()
     assert (plain.env, plain.prompt_data, plain.label_key, plain.apply_chat_template) == (
-        "arithmetic", TRAIN_DATA, "label", True)
+        "arithmetic",
+        TRAIN_DATA,
+        "label",
+        True,
+    )
     assert plain.num_rollout == 3 and plain.eval_datasets == []  # run without --train: slime's defaults
     trained = RolloutConfig(train=True, lr=0.5).with_default_data(given={"train", "lr"})
     assert trained.num_rollout == DEMO_TRAINING["num_rollout"] and trained.lr == 0.5
@@ -292,7 +336,9 @@ def test_the_quick_start_is_the_arithmetic_environment_unchanged():
 
 
 def test_options_given_win_over_the_environments(pm):
-    args = RolloutConfig.from_dict({"env": "arithmetic", "label_key": "answer", "num_rollout": 2, "train": True})
+    args = RolloutConfig.from_dict(
+        {"env": "arithmetic", "label_key": "answer", "num_rollout": 2, "train": True}
+    )
     assert args.label_key == "answer" and args.num_rollout == 2 and args.apply_chat_template
     assert args.rollout_batch_size == 8  # the environment's training setting where none was given
 
@@ -300,7 +346,9 @@ def test_options_given_win_over_the_environments(pm):
 def test_an_environment_is_checked_like_the_command_line(pm):
     with pytest.raises(Exception, match="unknown environment 'nope'. Choose one of: arithmetic, bad_option"):
         RolloutConfig.from_dict({"env": "nope"}, pm=pm)
-    with pytest.raises(ValueError, match=r"environment 'bad_option' .* sets unknown options \['no_such_option'\]"):
+    with pytest.raises(
+        ValueError, match=r"environment 'bad_option' .* sets unknown options \['no_such_option'\]"
+    ):
         RolloutConfig.from_dict({"env": "bad_option"}, pm=pm)
 
 
@@ -309,7 +357,9 @@ def test_a_hook_that_raises_is_wrapped_by_its_call_point(pm):
 
     hook = pm.resolve("sample_hook", "raises")
     sample = Sample(group_index=3, index=4, response="r", status=Sample.Status.COMPLETED)
-    out = run_to_completion(call_sample_hooks(RolloutConfig(), [hook], sample, rollout_id=0, evaluation=False))
+    out = run_to_completion(
+        call_sample_hooks(RolloutConfig(), [hook], sample, rollout_id=0, evaluation=False)
+    )
     assert out.status is Sample.Status.FAILED and "on sample 3/4" in out.metadata["generate_error"]
     with pytest.raises(PluginCallError, match="sample_hook 'raises'"):
         raise PluginCallError(out.metadata["generate_error"])

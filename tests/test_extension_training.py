@@ -40,8 +40,12 @@ def mask_first(args, rollout_id, rollout_data):
 
 
 def reward_as_advantage(args, rollout_data):
-    SEEN.setdefault("advantage", []).append((list(rollout_data["rewards"]), [m.sum().item() for m in rollout_data["loss_masks"]]))
-    rollout_data["advantages"] = [torch.full_like(m, r) for r, m in zip(rollout_data["rewards"], rollout_data["loss_masks"])]
+    SEEN.setdefault("advantage", []).append(
+        (list(rollout_data["rewards"]), [m.sum().item() for m in rollout_data["loss_masks"]])
+    )
+    rollout_data["advantages"] = [
+        torch.full_like(m, r) for r, m in zip(rollout_data["rewards"], rollout_data["loss_masks"])
+    ]
     rollout_data["returns"] = rollout_data["advantages"]
 
 
@@ -87,7 +91,8 @@ class TrainingPlugins:
         def record(args, rollout_id, path):
             state = json.loads((path.parent.parent / "state.json").read_text())
             SEEN.setdefault("checkpoints", []).append(
-                (rollout_id, path.name, (path / "rlsdk_checkpoint.json").exists(), state["checkpoint"]))
+                (rollout_id, path.name, (path / "rlsdk_checkpoint.json").exists(), state["checkpoint"])
+            )
 
         def breaks(args, rollout_id, path):
             raise OSError("backup disk full")
@@ -97,9 +102,21 @@ class TrainingPlugins:
 
 
 def groups() -> list[list[Sample]]:
-    return [[Sample(group_index=g, index=2 * g + i, tokens=[2, 3, 4 + i, 5 + g], response_length=2,
-                    reward=float(i), rollout_log_probs=[-1.0, -1.0], status=Sample.Status.COMPLETED)
-             for i in range(2)] for g in range(2)]
+    return [
+        [
+            Sample(
+                group_index=g,
+                index=2 * g + i,
+                tokens=[2, 3, 4 + i, 5 + g],
+                response_length=2,
+                reward=float(i),
+                rollout_log_probs=[-1.0, -1.0],
+                status=Sample.Status.COMPLETED,
+            )
+            for i in range(2)
+        ]
+        for g in range(2)
+    ]
 
 
 @pytest.fixture
@@ -122,16 +139,23 @@ def trainer_for(tiny_llama):
 
 
 def test_trainer_side_plugins_by_name_each_called_once_a_step_in_slimes_order(trainer_for):
-    trainer = trainer_for(custom_reward_post_process_path="plus_ten", rollout_data_postprocess_path="mask_first",
-                          custom_advantage_function_path="reward_as_advantage",
-                          custom_pg_loss_reducer_function_path="token_sum", custom_tis_function_path="halve",
-                          use_tis=True, micro_batch_size=4)
+    trainer = trainer_for(
+        custom_reward_post_process_path="plus_ten",
+        rollout_data_postprocess_path="mask_first",
+        custom_advantage_function_path="reward_as_advantage",
+        custom_pg_loss_reducer_function_path="token_sum",
+        custom_tis_function_path="halve",
+        use_tis=True,
+        micro_batch_size=4,
+    )
     metrics = trainer.train_step(0, groups())
     # the post-processed rewards reach the advantage estimator, with the first sample's tokens masked out
     assert SEEN["advantage"] == [([10.0, 11.0, 10.0, 11.0], [0.0, 2.0, 2.0, 2.0])]
     assert {"rewards", "raw_reward", "loss_masks", "tokens", "truncated"} <= set(SEEN["postprocess"][0])
     assert SEEN["reducer"] == [[2, 2, 2, 2]] and SEEN["tis"] == [4]
-    assert metrics["train/tis_weight"] == pytest.approx(0.5 * 3 / 4)  # reduced with the masks (one sample masked)
+    assert metrics["train/tis_weight"] == pytest.approx(
+        0.5 * 3 / 4
+    )  # reduced with the masks (one sample masked)
 
 
 def test_the_default_trainer_calls_none_of_them(trainer_for):
@@ -153,11 +177,27 @@ def test_checkpoint_callbacks_run_after_each_checkpoint_is_complete(tiny_llama, 
     data.write_text("".join(json.dumps({"input": f"w{i} w{i + 1}"}) + "\n" for i in range(8)))
     reward = tmp_path / "reward.py"
     reward.write_text("def first(args, sample, **kw):\n    return float(sample.tokens[-1] % 2)\n")
-    options = dict(model=str(tiny_llama), prompt_data=str(data), rm_type=f"{reward}:first", train=True,
-                   rollout_batch_size=2, n_samples_per_prompt=2, rollout_max_response_len=2, num_rollout=2,
-                   save_interval=1, engine_threads=1, train_threads=1, sync_check_tol=1e-3)
+    options = dict(
+        model=str(tiny_llama),
+        prompt_data=str(data),
+        rm_type=f"{reward}:first",
+        train=True,
+        rollout_batch_size=2,
+        n_samples_per_prompt=2,
+        rollout_max_response_len=2,
+        num_rollout=2,
+        save_interval=1,
+        engine_threads=1,
+        train_threads=1,
+        sync_check_tol=1e-3,
+    )
     run_job(RolloutConfig(output_dir=str(tmp_path / "a"), checkpoint_callback="record", **options), pm)
-    assert SEEN["checkpoints"] == [(0, "step_0", True, "checkpoints/step_0"), (1, "step_1", True, "checkpoints/step_1")]
-    with pytest.raises(PluginCallError, match=r"checkpoint_callback 'breaks' .* backup disk full .* complete and kept"):
+    assert SEEN["checkpoints"] == [
+        (0, "step_0", True, "checkpoints/step_0"),
+        (1, "step_1", True, "checkpoints/step_1"),
+    ]
+    with pytest.raises(
+        PluginCallError, match=r"checkpoint_callback 'breaks' .* backup disk full .* complete and kept"
+    ):
         run_job(RolloutConfig(output_dir=str(tmp_path / "b"), checkpoint_callback="breaks", **options), pm)
     assert (tmp_path / "b/checkpoints/step_0/rlsdk_checkpoint.json").exists()

@@ -96,16 +96,23 @@ class SlimePlugins:
 
     @hookimpl
     def rlsdk_reward_post_processes(self):
-        yield RewardPostProcess(name="plus_one", func=lambda args, samples: (
-            [s.reward for s in samples], [s.reward + 1.0 for s in samples]))
+        yield RewardPostProcess(
+            name="plus_one",
+            func=lambda args, samples: ([s.reward for s in samples], [s.reward + 1.0 for s in samples]),
+        )
 
     @hookimpl
     def rlsdk_train_data_converters(self):
         def plain(args, samples):
-            return {"tokens": [s.tokens for s in samples], "response_lengths": [s.response_length for s in samples],
-                    "rewards": [s.reward for s in samples], "raw_reward": [s.reward for s in samples],
-                    "truncated": [0 for _ in samples], "sample_indices": [s.index for s in samples],
-                    "loss_masks": [s.loss_mask for s in samples]}
+            return {
+                "tokens": [s.tokens for s in samples],
+                "response_lengths": [s.response_length for s in samples],
+                "rewards": [s.reward for s in samples],
+                "raw_reward": [s.reward for s in samples],
+                "truncated": [0 for _ in samples],
+                "sample_indices": [s.index for s in samples],
+                "loss_masks": [s.loss_mask for s in samples],
+            }
 
         yield ConvertSamplesToTrainData(name="plain", func=plain)
 
@@ -122,11 +129,15 @@ class SlimePlugins:
 
     @hookimpl
     def rlsdk_pg_loss_reducers(self):
-        yield PgLossReducer(name="total", func=lambda total_lengths, response_lengths, loss_masks, per_token: torch.sum)
+        yield PgLossReducer(
+            name="total", func=lambda total_lengths, response_lengths, loss_masks, per_token: torch.sum
+        )
 
     @hookimpl
     def rlsdk_tis_functions(self):
-        def keep(*, args, pg_loss, train_log_probs, rollout_log_probs, loss_masks, total_lengths, response_lengths):
+        def keep(
+            *, args, pg_loss, train_log_probs, rollout_log_probs, loss_masks, total_lengths, response_lengths
+        ):
             return pg_loss, loss_masks, {}
 
         yield TisFunction(name="keep", func=keep)
@@ -159,7 +170,9 @@ def test_data_source_slot_takes_slimes_bare_args_without_prompt_data(slime_pm):
 
 def test_data_source_slot_serves_prompt_data_buffer_first_and_saves_its_state(slime_pm, tmp_path):
     cls = load_callable("rlsdk.slime.data_source.prompt_data")
-    args = make_args(prompt_data=prompts(tmp_path), input_key="question", label_key="answer", save=str(tmp_path))
+    args = make_args(
+        prompt_data=prompts(tmp_path), input_key="question", label_key="answer", save=str(tmp_path)
+    )
     source = cls(args)
     first = source.get_samples(2)
     assert [g[0].prompt for g in first] == ["0|", "1|"] and first[0][0].label == "yes" and len(source) == 3
@@ -180,9 +193,16 @@ def slime_run(slime_pm, tmp_path):
     loops = []
 
     def make(**values):
-        args = argparse.Namespace(rm_type="exact", n_samples_per_prompt=2, rollout_batch_size=2, over_sampling_batch_size=2,
-                                  input_key="question",
-                                  label_key="answer", eval_prompt_data=None, **values)
+        args = argparse.Namespace(
+            rm_type="exact",
+            n_samples_per_prompt=2,
+            rollout_batch_size=2,
+            over_sampling_batch_size=2,
+            input_key="question",
+            label_key="answer",
+            eval_prompt_data=None,
+            **values,
+        )
         engine = FakeEngine(lambda payload, call: "yes")
         runtime = bind_runtime(adapters.view(args), Runtime(slime_pm, engine, engine.tokenizer))
         loops.append(runtime)
@@ -194,8 +214,9 @@ def slime_run(slime_pm, tmp_path):
 
 
 def test_eval_function_runs_slimes_eval_dataset_configs(slime_run, tmp_path):
-    config = EvalDatasetConfig(name="held", path=prompts(tmp_path), n_samples_per_eval_prompt=2, temperature=0.25,
-                               max_response_len=7)
+    config = EvalDatasetConfig(
+        name="held", path=prompts(tmp_path), n_samples_per_eval_prompt=2, temperature=0.25, max_response_len=7
+    )
     args, engine = slime_run(eval_datasets=[config])
     fn = load_callable("rlsdk.slime.generate_rollout.sglang")
     assert tuple(inspect.signature(fn).parameters) == ("args", "rollout_id", "data_source", "evaluation")
@@ -214,7 +235,9 @@ def test_an_eval_dataset_config_field_rlsdk_does_not_implement_is_named(slime_ru
     config = EvalDatasetConfig(name="held", path=prompts(tmp_path), app_service="http://localhost:18080")
     args, _ = slime_run(eval_datasets=[config])
     fn = load_callable("rlsdk.slime.generate_rollout.sglang")
-    with pytest.raises(ValueError, match=r"eval dataset 'held': rlsdk's eval does not implement \['app_service'\]"):
+    with pytest.raises(
+        ValueError, match=r"eval dataset 'held': rlsdk's eval does not implement \['app_service'\]"
+    ):
         fn(args, 0, None, evaluation=True)
 
 
@@ -226,8 +249,17 @@ def test_rollout_function_with_slimes_data_source_returns_full_groups(slime_run)
         def get_samples(self, num_samples):
             groups = []
             for _ in range(num_samples):
-                groups.append([Sample(group_index=self.next, index=2 * self.next + i, prompt=f"{self.next}|",
-                                      label="yes") for i in range(2)])
+                groups.append(
+                    [
+                        Sample(
+                            group_index=self.next,
+                            index=2 * self.next + i,
+                            prompt=f"{self.next}|",
+                            label="yes",
+                        )
+                        for i in range(2)
+                    ]
+                )
                 self.next += 1
             return groups
 
@@ -247,11 +279,25 @@ def test_rollout_function_with_slimes_data_source_returns_full_groups(slime_run)
 
 
 def test_runtime_hook_slots_have_slimes_signatures_and_results(slime_pm, tmp_path):
-    samples = [Sample(index=i, reward=0.5 + i, tokens=[i, i + 1], response_length=2, loss_mask=[1, 1],
-                      status=Sample.Status.COMPLETED) for i in range(2)]
+    samples = [
+        Sample(
+            index=i,
+            reward=0.5 + i,
+            tokens=[i, i + 1],
+            response_length=2,
+            loss_mask=[1, 1],
+            status=Sample.Status.COMPLETED,
+        )
+        for i in range(2)
+    ]
     log = load_callable("rlsdk.slime.rollout_log.jsonl")
-    assert tuple(inspect.signature(log).parameters) == ("rollout_id", "args", "samples", "rollout_extra_metrics",
-                                                        "rollout_time")
+    assert tuple(inspect.signature(log).parameters) == (
+        "rollout_id",
+        "args",
+        "samples",
+        "rollout_extra_metrics",
+        "rollout_time",
+    )
     assert log(3, make_args(output_dir=str(tmp_path)), samples, {"reward": 1.0}, 0.5) is False
     assert json.loads((tmp_path / "logs/rollout_log.jsonl").read_text())["rollout_id"] == 3
     eval_log = load_callable("rlsdk.slime.eval_rollout_log.jsonl")
@@ -264,8 +310,15 @@ def test_runtime_hook_slots_have_slimes_signatures_and_results(slime_pm, tmp_pat
     assert post(make_args(), samples) == ([0.5, 1.5], [1.5, 2.5])
     convert = load_callable("rlsdk.slime.convert_samples_to_train_data.plain")
     assert tuple(inspect.signature(convert).parameters) == ("args", "samples")
-    assert {"tokens", "response_lengths", "rewards", "raw_reward", "truncated", "sample_indices",
-            "loss_masks"} <= set(convert(make_args(), samples))
+    assert {
+        "tokens",
+        "response_lengths",
+        "rewards",
+        "raw_reward",
+        "truncated",
+        "sample_indices",
+        "loss_masks",
+    } <= set(convert(make_args(), samples))
     postprocess = load_callable("rlsdk.slime.rollout_data_postprocess.noop")
     assert tuple(inspect.signature(postprocess).parameters) == ("args", "rollout_id", "rollout_data")
     assert postprocess(make_args(), 0, {}) is None
@@ -274,17 +327,32 @@ def test_runtime_hook_slots_have_slimes_signatures_and_results(slime_pm, tmp_pat
 def test_sample_hook_and_trainer_slots_in_slimes_calling_convention(slime_pm):
     hook = load_callable("rlsdk.slime.sample_hook.shout")
     params = inspect.signature(hook).parameters
-    assert tuple(params)[:2] == ("args", "sample") and params["rollout_id"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert (
+        tuple(params)[:2] == ("args", "sample")
+        and params["rollout_id"].kind is inspect.Parameter.KEYWORD_ONLY
+    )
     out = asyncio.run(hook(make_args(), Sample(index=0, response="yes"), rollout_id=1, evaluation=False))
     assert out.response == "YES"
 
     advantage = load_callable("rlsdk.slime.advantage.ones")
     rollout_data: dict[str, Any] = {"rewards": [1.0, 0.0], "response_lengths": [2, 3]}
-    assert advantage(make_args(), rollout_data) is None and [len(a) for a in rollout_data["advantages"]] == [2, 3]
-    reducer = load_callable("rlsdk.slime.pg_loss_reducer.total")([4, 5], [2, 3], [torch.ones(2), torch.ones(3)], False)
+    assert advantage(make_args(), rollout_data) is None and [len(a) for a in rollout_data["advantages"]] == [
+        2,
+        3,
+    ]
+    reducer = load_callable("rlsdk.slime.pg_loss_reducer.total")(
+        [4, 5], [2, 3], [torch.ones(2), torch.ones(3)], False
+    )
     assert float(reducer(torch.ones(5))) == 5.0
     tis = load_callable("rlsdk.slime.tis_function.keep")
     loss = torch.ones(3)
-    result = tis(args=make_args(), pg_loss=loss, train_log_probs=[torch.zeros(3)], rollout_log_probs=[torch.zeros(3)],
-                 loss_masks=[torch.ones(3)], total_lengths=[5], response_lengths=[3])
+    result = tis(
+        args=make_args(),
+        pg_loss=loss,
+        train_log_probs=[torch.zeros(3)],
+        rollout_log_probs=[torch.zeros(3)],
+        loss_masks=[torch.ones(3)],
+        total_lengths=[5],
+        response_lengths=[3],
+    )
     assert result[0] is loss and len(result[1]) == 1 and result[2] == {}

@@ -85,9 +85,18 @@ class Good:
     @hookimpl
     def rlsdk_train_data_converters(self):
         def plain(args, samples):
-            return {key: [getattr(s, attr, 0) for s in samples] for key, attr in (
-                ("tokens", "tokens"), ("response_lengths", "response_length"), ("rewards", "reward"),
-                ("raw_reward", "reward"), ("truncated", "-"), ("sample_indices", "index"), ("loss_masks", "loss_mask"))}
+            return {
+                key: [getattr(s, attr, 0) for s in samples]
+                for key, attr in (
+                    ("tokens", "tokens"),
+                    ("response_lengths", "response_length"),
+                    ("rewards", "reward"),
+                    ("raw_reward", "reward"),
+                    ("truncated", "-"),
+                    ("sample_indices", "index"),
+                    ("loss_masks", "loss_mask"),
+                )
+            }
 
         yield ConvertSamplesToTrainData(name="plain", func=plain)
 
@@ -101,21 +110,33 @@ class Good:
 
     @hookimpl
     def rlsdk_checkpoint_callbacks(self):
-        yield CheckpointCallback(name="touch", func=lambda args, rollout_id, path: (path / "seen").write_text("1"))
+        yield CheckpointCallback(
+            name="touch", func=lambda args, rollout_id, path: (path / "seen").write_text("1")
+        )
 
     @hookimpl
     def rlsdk_data_sources(self):
-        yield DataSourceFactory(name="shipped", func=lambda args: DataSource(args.replace(
-            prompt_data=package_file("rlsdk", "datasets/arithmetic-eval.jsonl"), label_key="label"),
-            keep_messages=True))
+        yield DataSourceFactory(
+            name="shipped",
+            func=lambda args: DataSource(
+                args.replace(
+                    prompt_data=package_file("rlsdk", "datasets/arithmetic-eval.jsonl"), label_key="label"
+                ),
+                keep_messages=True,
+            ),
+        )
 
     @hookimpl
     def rlsdk_pg_loss_reducers(self):
-        yield PgLossReducer(name="total", func=lambda total_lengths, response_lengths, loss_masks, per_token: torch.sum)
+        yield PgLossReducer(
+            name="total", func=lambda total_lengths, response_lengths, loss_masks, per_token: torch.sum
+        )
 
     @hookimpl
     def rlsdk_tis_functions(self):
-        def keep(*, args, pg_loss, train_log_probs, rollout_log_probs, loss_masks, total_lengths, response_lengths):
+        def keep(
+            *, args, pg_loss, train_log_probs, rollout_log_probs, loss_masks, total_lengths, response_lengths
+        ):
             return pg_loss, loss_masks, {"w": torch.ones_like(pg_loss)}
 
         yield TisFunction(name="keep", func=keep)
@@ -126,9 +147,14 @@ class Good:
 
     @hookimpl
     def rlsdk_environments(self):
-        yield Environment(name="sums", func=lambda: {
-            "prompt_data": package_file("rlsdk", "datasets/arithmetic-eval.jsonl"), "label_key": "label",
-            "rm_type": "exact:1"})
+        yield Environment(
+            name="sums",
+            func=lambda: {
+                "prompt_data": package_file("rlsdk", "datasets/arithmetic-eval.jsonl"),
+                "label_key": "label",
+                "rm_type": "exact:1",
+            },
+        )
 
     @hookimpl
     def rlsdk_engines(self):
@@ -162,11 +188,15 @@ class Bad:
 
     @hookimpl
     def rlsdk_reward_post_processes(self):
-        yield RewardPostProcess(name="raw", func=lambda args, samples: ([0.0] * len(samples), [float("nan")] * len(samples)))
+        yield RewardPostProcess(
+            name="raw", func=lambda args, samples: ([0.0] * len(samples), [float("nan")] * len(samples))
+        )
 
     @hookimpl
     def rlsdk_rollout_data_postprocesses(self):
-        yield RolloutDataPostprocess(name="noop", func=lambda args, rollout_id, rollout_data: rollout_data["rewards"].pop())
+        yield RolloutDataPostprocess(
+            name="noop", func=lambda args, rollout_id, rollout_data: rollout_data["rewards"].pop()
+        )
 
     @hookimpl
     def rlsdk_train_data_converters(self):
@@ -190,11 +220,15 @@ class Bad:
 
     @hookimpl
     def rlsdk_pg_loss_reducers(self):
-        yield PgLossReducer(name="total", func=lambda total_lengths, response_lengths, loss_masks, per_token: lambda x: x)
+        yield PgLossReducer(
+            name="total", func=lambda total_lengths, response_lengths, loss_masks, per_token: lambda x: x
+        )
 
     @hookimpl
     def rlsdk_tis_functions(self):
-        def keep(*, args, pg_loss, train_log_probs, rollout_log_probs, loss_masks, total_lengths, response_lengths):
+        def keep(
+            *, args, pg_loss, train_log_probs, rollout_log_probs, loss_masks, total_lengths, response_lengths
+        ):
             return pg_loss[:1], loss_masks, {}
 
         yield TisFunction(name="keep", func=keep)
@@ -253,10 +287,17 @@ def test_check_generate_rollout_runs_one_step_on_a_fake_engine(tmp_path):
     pm = get_plugin_manager(load_entrypoints=False, plugins=[Good()])
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps({"input": f"{i}", "label": "5"}) + "\n" for i in range(4)))
-    args = RolloutConfig(prompt_data=str(data), label_key="label", rm_type="exact", rollout_batch_size=2,
-                         n_samples_per_prompt=2)
+    args = RolloutConfig(
+        prompt_data=str(data),
+        label_key="label",
+        rm_type="exact",
+        rollout_batch_size=2,
+        n_samples_per_prompt=2,
+    )
     engine = FakeEngine(lambda payload, call: "5")
-    output = check_generate_rollout(pm, "step", engine, args, DataSource(args, pm=pm, tokenizer=engine.tokenizer))
+    output = check_generate_rollout(
+        pm, "step", engine, args, DataSource(args, pm=pm, tokenizer=engine.tokenizer)
+    )
     assert len(output.samples) == 2 and {s.reward for g in output.samples for s in g} == {1.0}
 
 
@@ -286,8 +327,16 @@ class Unit(enum.Enum):
     MI = "mi"
 
 
-def search(args, query: str, top_k: int = 3, mode: Literal["fast", "exact"] = "fast", tags: list[str] | None = None,
-           unit: Unit = Unit.KM, weight: float | None = None, filters: dict | None = None):
+def search(
+    args,
+    query: str,
+    top_k: int = 3,
+    mode: Literal["fast", "exact"] = "fast",
+    tags: list[str] | None = None,
+    unit: Unit = Unit.KM,
+    weight: float | None = None,
+    filters: dict | None = None,
+):
     """Search the index.
 
     Args:
@@ -299,15 +348,26 @@ def search(args, query: str, top_k: int = 3, mode: Literal["fast", "exact"] = "f
 
 def test_a_tools_schema_comes_from_its_signature_and_docstring():
     schema = Tool(name="search", func=search).schema()
-    assert schema == {"type": "function", "function": {"name": "search", "description": "Search the index.",
-        "parameters": {"type": "object", "required": ["query"], "properties": {
-            "query": {"type": "string", "description": "what to look for"},
-            "top_k": {"type": "integer", "description": "how many passages", "default": 3},
-            "mode": {"type": "string", "enum": ["fast", "exact"], "default": "fast"},
-            "tags": {"type": "array", "items": {"type": "string"}},
-            "unit": {"type": "string", "enum": ["km", "mi"], "default": "km"},
-            "weight": {"type": "number"},
-            "filters": {"type": "object"}}}}}
+    assert schema == {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the index.",
+            "parameters": {
+                "type": "object",
+                "required": ["query"],
+                "properties": {
+                    "query": {"type": "string", "description": "what to look for"},
+                    "top_k": {"type": "integer", "description": "how many passages", "default": 3},
+                    "mode": {"type": "string", "enum": ["fast", "exact"], "default": "fast"},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "unit": {"type": "string", "enum": ["km", "mi"], "default": "km"},
+                    "weight": {"type": "number"},
+                    "filters": {"type": "object"},
+                },
+            },
+        },
+    }
     assert Tool(name="search", func=search).tag_argument == "query"
 
 

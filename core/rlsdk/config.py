@@ -18,7 +18,9 @@ import yaml
 
 from .plugins.calls import call_environment
 from .plugins.manager import RlsdkPluginManager, get_plugin_manager
-from .plugins.records import Option
+from .plugins.records import Option, PluginInfo, Resolved
+from .plugins.verifiers_envs import is_verifiers_module, verifiers_environment
+from .errors import PluginError
 from .slime_args import SLIME_ARG_DEFAULTS
 from .training_options import (
     ADVANTAGE_ESTIMATORS,
@@ -467,7 +469,15 @@ def canonical_keys(values: dict[str, Any]) -> dict[str, Any]:
 def environment_options(name: str, pm: RlsdkPluginManager | None, *, train: bool) -> dict[str, Any]:
     """The run options environment ``name`` sets (with ``train`` also its ``train_settings``), by the plugins of
     ``pm`` (default the installed ones); an option no one declares is a ValueError naming the environment."""
-    resolved = (pm or installed_plugin_manager()).resolve("environment", name)
+    manager = pm or installed_plugin_manager()
+    try:
+        resolved = manager.resolve("environment", name)
+    except PluginError:
+        if not is_verifiers_module(name):  # a module exporting verifiers' load_environment
+            raise
+        resolved = Resolved(
+            verifiers_environment(name), PluginInfo(plugin=name, module=name.replace("-", "_"))
+        )
     settings = call_environment(resolved)
     if train:
         settings.update(resolved.record.train_settings)

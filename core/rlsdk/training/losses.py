@@ -161,10 +161,11 @@ def policy_loss(
 
     metrics: dict[str, torch.Tensor] = {}
     pg_masks = batch["loss_masks"]
-    if args.use_tis and args.custom_tis_function_path:
+    tis_function = plugins_of(args).tis_function if args.use_tis and args.custom_tis_function_path else None
+    if tis_function is not None:
         # tis_function: the plugin weights (or rejects) the per-token loss, called by keyword as slime does
         pg_loss, pg_masks, tis_metrics = call_tis_function(
-            plugins_of(args).tis_function,
+            tis_function,
             args=args,
             pg_loss=pg_loss,
             train_log_probs=batch.get("log_probs") or [lp.detach() for lp in log_prob_list],
@@ -192,10 +193,11 @@ def policy_loss(
         metrics["tis_clipfrac"] = sum_of_sample_mean((weights != tis).float()).detach()
 
     pg_reduce = sum_of_sample_mean
-    if args.custom_pg_loss_reducer_function_path:
+    reducer = plugins_of(args).pg_loss_reducer if args.custom_pg_loss_reducer_function_path else None
+    if reducer is not None:
         # pg_loss_reducer: the plugin's reduction of the policy-gradient term only
         pg_reduce = call_pg_loss_reducer(
-            plugins_of(args).pg_loss_reducer,
+            reducer,
             batch["total_lengths"],
             batch["response_lengths"],
             pg_masks,

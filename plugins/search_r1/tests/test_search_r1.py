@@ -98,7 +98,11 @@ def test_installed_plugin_registers_its_names():
 def test_search_r1_is_an_environment(rlsdk_pm):
     rlsdk_pm.register(search_r1_plugin)
     args = check_environment(rlsdk_pm, "search_r1", train=True)
-    assert (args.custom_generate_function_path, args.rm_type, args.label_key) == ("search_r1", "search_r1_em", "label")
+    assert (args.custom_generate_function_path, args.rm_type, args.label_key) == (
+        "search_r1",
+        "search_r1_em",
+        "label",
+    )
     assert args.prompt_data == str(QUESTIONS) and args.apply_chat_template and args.num_rollout == 8
 
 
