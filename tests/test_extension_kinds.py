@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rlsdk import (
+    AllSamplesProcess,
     DataSourceFactory,
     Engine,
     Environment,
@@ -23,6 +24,7 @@ from rlsdk import (
     Reward,
     RolloutConfig,
     RolloutLog,
+    RolloutSampleFilter,
     Sample,
     SampleHook,
     get_plugin_manager,
@@ -112,6 +114,22 @@ class Plugins:
         yield SampleHook(name="tag_b", func=tag_b)
         yield SampleHook(name="raises", func=lambda args, sample: 1 / 0)
         yield SampleHook(name="wrong_type", func=lambda args, sample: "not a sample")
+
+    @hookimpl
+    def rlsdk_rollout_sample_filters(self):
+        def second_out(args, groups):
+            for group in groups:
+                group[1].remove_sample = True
+
+        yield RolloutSampleFilter(name="second_out", func=second_out)
+        yield RolloutSampleFilter(name="drops_a_sample", func=lambda args, groups: groups[0].pop())
+
+    @hookimpl
+    def rlsdk_all_samples_processes(self):
+        def record(args, all_groups, data_source):
+            CALLS.append(("all", [(g[0].group_index, g[0].reward) for g in all_groups], type(data_source).__name__))
+
+        yield AllSamplesProcess(name="record", func=record)
 
     @hookimpl
     def rlsdk_rewards(self):
@@ -363,3 +381,32 @@ def test_a_hook_that_raises_is_wrapped_by_its_call_point(pm):
     assert out.status is Sample.Status.FAILED and "on sample 3/4" in out.metadata["generate_error"]
     with pytest.raises(PluginCallError, match="sample_hook 'raises'"):
         raise PluginCallError(out.metadata["generate_error"])
+
+
+# ----- sample filter and all-samples processing ----------------------------------------------------------------
+
+
+def test_a_sample_filter_marks_kept_samples_out_of_the_loss(step_run):
+    args, source, runtime = step_run(rollout_sample_filter_path="second_out", rm_type="contains_x")
+    out = runtime.run(rollout_step(args, 0, source, runtime))
+    assert [[s.remove_sample for s in g] for g in out.samples] == [[False, True], [False, True]]
+    assert out.metrics["rollout/removed_samples"] == 2
+    from rlsdk import TrainSample
+
+    masks = [TrainSample.from_sample(s, 1.0).loss_mask.tolist() for s in out.samples[0]]
+    assert masks[0] == [1] * out.samples[0][0].response_length and set(masks[1]) == {0}
+
+
+def test_a_sample_filter_that_removes_a_sample_is_named(step_run):
+    args, source, runtime = step_run(rollout_sample_filter_path="drops_a_sample", rm_type="contains_x")
+    with pytest.raises(PluginCallError, match="rollout_sample_filter 'drops_a_sample' .* changed the groups"):
+        runtime.run(rollout_step(args, 0, source, runtime))
+
+
+def test_all_samples_process_sees_kept_and_dropped_groups_in_order(step_run):
+    CALLS.clear()
+    args, source, runtime = step_run(rollout_all_samples_process_path="record", rm_type="contains_x:1,crashes:1",
+                                     on_invalid_reward="drop_group", rollout_max_groups_per_step=2)
+    with pytest.warns(RuntimeWarning):
+        runtime.run(rollout_step(args, 0, source, runtime))
+    assert CALLS == [("all", [(0, None), (1, None)], "DataSource")]

@@ -356,3 +356,35 @@ def test_sample_hook_and_trainer_slots_in_slimes_calling_convention(slime_pm):
         response_lengths=[3],
     )
     assert result[0] is loss and len(result[1]) == 1 and result[2] == {}
+
+
+def test_sample_filter_and_all_samples_slots_as_slime_calls_them(slime_pm):
+    from rlsdk import AllSamplesProcess, RolloutSampleFilter
+
+    class More:
+        @hookimpl
+        def rlsdk_rollout_sample_filters(self):
+            def last_out(args, groups):
+                for group in groups:
+                    group[-1].remove_sample = True
+
+            yield RolloutSampleFilter(name="last_out", func=last_out)
+
+        @hookimpl
+        def rlsdk_all_samples_processes(self):
+            def count(args, all_groups, data_source):
+                args.processed_group_count = len(all_groups)
+
+            yield AllSamplesProcess(name="count", func=count)
+
+    slime_pm.register(More())
+    sample_filter = load_callable("rlsdk.slime.rollout_sample_filter.last_out")
+    assert tuple(inspect.signature(sample_filter).parameters)[:2] == ("args", "groups")
+    groups = [[Sample(index=0), Sample(index=1)], [Sample(index=2), Sample(index=3)]]
+    sample_filter(object(), groups)
+    assert [[s.remove_sample for s in g] for g in groups] == [[False, True], [False, True]]  # slime's own samples
+    process = load_callable("rlsdk.slime.all_samples_process.count")
+    assert tuple(inspect.signature(process).parameters)[:3] == ("args", "all_groups", "data_source")
+    args = make_args()
+    process(args, [[Sample(index=0)]], object())
+    assert args.processed_group_count == 1

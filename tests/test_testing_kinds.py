@@ -13,6 +13,7 @@ import torch
 
 from rlsdk import (
     Advantage,
+    AllSamplesProcess,
     CheckpointCallback,
     ConvertSamplesToTrainData,
     DataSourceFactory,
@@ -28,6 +29,7 @@ from rlsdk import (
     RolloutConfig,
     RolloutDataPostprocess,
     RolloutLog,
+    RolloutSampleFilter,
     SampleHook,
     TisFunction,
     Tool,
@@ -40,6 +42,7 @@ from rlsdk.rollout.step import generate_rollout
 from rlsdk.testing import (
     FakeEngine,
     check_advantage,
+    check_all_samples_process,
     check_checkpoint_callback,
     check_convert_samples_to_train_data,
     check_data_source,
@@ -52,6 +55,7 @@ from rlsdk.testing import (
     check_reward_post_process,
     check_rollout_data_postprocess,
     check_rollout_log,
+    check_rollout_sample_filter,
     check_sample_hook,
     check_tis_function,
     check_tool,
@@ -63,6 +67,14 @@ def exact(args, sample, **kwargs):
 
 
 class Good:
+    @hookimpl
+    def rlsdk_rollout_sample_filters(self):
+        yield RolloutSampleFilter(name="mark", func=lambda args, groups: setattr(groups[0][0], "remove_sample", True))
+
+    @hookimpl
+    def rlsdk_all_samples_processes(self):
+        yield AllSamplesProcess(name="count", func=lambda args, all_groups, data_source: len(all_groups))
+
     @hookimpl
     def rlsdk_sample_hooks(self):
         yield SampleHook(name="strip", func=lambda args, sample: sample.response.strip() and None)
@@ -179,6 +191,14 @@ class Good:
 
 class Bad:
     @hookimpl
+    def rlsdk_rollout_sample_filters(self):
+        yield RolloutSampleFilter(name="mark", func=lambda args, groups: groups.pop())
+
+    @hookimpl
+    def rlsdk_all_samples_processes(self):
+        yield AllSamplesProcess(name="count", func=lambda args, all_groups, data_source: all_groups[1][0].reward + 1)
+
+    @hookimpl
     def rlsdk_sample_hooks(self):
         yield SampleHook(name="strip", func=lambda args, sample: 42)
 
@@ -250,6 +270,8 @@ class Bad:
 
 
 CHECKS = [
+    (check_rollout_sample_filter, "mark", "changed the groups"),
+    (check_all_samples_process, "count", "TypeError"),
     (check_sample_hook, "strip", "expected Sample or None"),
     (check_advantage, "ones", r"set rollout_data\['advantages'\] to list"),
     (check_reward_post_process, "raw", "non-finite"),

@@ -35,14 +35,12 @@ def vf_path(monkeypatch):
 
 def test_a_verifiers_environment_becomes_the_runs_settings(vf_path):
     args = RolloutConfig.from_dict({"env": "vf_tiny_sums", "num_rollout": 1}, pm=get_plugin_manager())
-    assert (args.custom_generate_function_path, args.agent_function_path, args.rm_type) == (
-        "openai_agent",
-        "verifiers",
-        "verifiers",
-    )
-    assert args.verifiers_env == "vf_tiny_sums" and args.apply_chat_template and args.num_rollout == 1
+    assert args.custom_generate_function_path == "openai_agent" and args.apply_chat_template
+    assert args.agent_function_path == "rlsdk.agents.verifiers_agent:verifiers_agent"
+    assert args.custom_rm_path == "rlsdk.agents.verifiers_agent:verifiers_reward" and args.num_rollout == 1
     rows = [json.loads(line) for line in Path(args.prompt_data).read_text().splitlines()]
-    assert len(rows) == 6 and rows[1]["answer"] == "1" and rows[1]["metadata"]["example_id"] == 1
+    assert len(rows) == 6 and rows[1]["answer"] == "1"
+    assert rows[1]["metadata"] == {"example_id": 1, "verifiers_env": "vf_tiny_sums"}
     assert rows[1]["prompt"][-1] == {"role": "user", "content": "What is 0 + 1?"}
     assert args.eval_datasets[0]["name"] == "vf_tiny_sums-eval"
 

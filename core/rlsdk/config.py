@@ -100,6 +100,10 @@ class RolloutConfig(TrainingOptions):
     """The buffer_filter plugin that chooses which buffered groups are served first."""
     rollout_sample_hook_path: list[str] = field(default_factory=list)
     """sample_hook plugins applied, in order, to every generated sample before its reward."""
+    rollout_sample_filter_path: str | None = None
+    """A rollout_sample_filter plugin that marks kept samples ``remove_sample`` (out of the loss)."""
+    rollout_all_samples_process_path: str | None = None
+    """An all_samples_process plugin that sees every group a step finished, kept and dropped."""
     data_source_path: str | None = None
     """A data_source plugin that serves the groups; default rlsdk's (``prompt_data``, buffer, resume)."""
     custom_rollout_log_function_path: str | None = None

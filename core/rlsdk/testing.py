@@ -39,6 +39,7 @@ from .run.engine_server import start_server
 from .runtime import BackgroundLoop, Runtime, bind_runtime
 from .testing_kinds import (
     check_advantage,
+    check_all_samples_process,
     check_agent,
     check_checkpoint_callback,
     check_convert_samples_to_train_data,
@@ -51,6 +52,7 @@ from .testing_kinds import (
     check_reward_post_process,
     check_rollout_data_postprocess,
     check_rollout_log,
+    check_rollout_sample_filter,
     check_sample_hook,
     check_tis_function,
     check_tool,
@@ -67,6 +69,7 @@ __all__ = [
     "ServedBuffer",
     "ServedEngine",
     "check_advantage",
+    "check_all_samples_process",
     "check_agent",
     "check_buffer_filter",
     "check_callable",
@@ -86,6 +89,7 @@ __all__ = [
     "check_reward_post_process",
     "check_rollout_data_postprocess",
     "check_rollout_log",
+    "check_rollout_sample_filter",
     "check_sample_hook",
     "check_tis_function",
     "check_tool",

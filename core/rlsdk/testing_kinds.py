@@ -15,6 +15,7 @@ from .config import RolloutConfig
 from .data import BadRowPolicy, DataPath, read_rows
 from .plugins.calls import (
     call_advantage,
+    call_all_samples_process,
     call_checkpoint_callback,
     call_convert_samples_to_train_data,
     call_custom_generate,
@@ -27,6 +28,7 @@ from .plugins.calls import (
     call_reward_post_process,
     call_rollout_data_postprocess,
     call_rollout_log,
+    call_rollout_sample_filter,
     call_sample_hooks,
     call_tis_function,
     run_to_completion,
@@ -73,6 +75,26 @@ def check_sample_hook(
         out = run_to_completion(call_sample_hooks(args, [resolved], out, rollout_id=0, evaluation=evaluation))
         assert "generate_error" not in out.metadata, out.metadata.get("generate_error")
     return out
+
+
+def check_rollout_sample_filter(
+    pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None
+) -> list[list[Sample]]:
+    """A sample filter marks samples of a step's kept groups ``remove_sample`` and keeps every group whole
+    (:func:`rlsdk.plugins.calls.call_rollout_sample_filter`). Returns the groups, marked."""
+    args = args or RolloutConfig()
+    resolved = pm.resolve("rollout_sample_filter", name)
+    groups = [_finished([1.0, 0.0]), _finished([0.5, 0.5], 1)]
+    call_rollout_sample_filter(args, resolved, groups)
+    return groups
+
+
+def check_all_samples_process(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None) -> None:
+    """An all-samples processor takes a step's groups, kept and dropped, with the data source
+    (:func:`rlsdk.plugins.calls.call_all_samples_process`)."""
+    args = args or RolloutConfig()
+    groups = [_finished([1.0, 0.0]), _finished([None, None], 1)]
+    call_all_samples_process(args, pm.resolve("all_samples_process", name), groups, None)
 
 
 def check_data_source(

@@ -1,14 +1,11 @@
-"""Core's agent plugins: the ``json`` and ``hermes`` tool-call parsers, the ``openai_agent`` generator, and the
-``verifiers`` agent and reward that run verifiers environments."""
+"""Core's agent plugins: the ``json`` and ``hermes`` tool-call parsers and the ``openai_agent`` generator."""
 
 from __future__ import annotations
 
 from ..plugins.hookspecs import hookimpl
-from ..plugins.records import Agent, CustomGenerate, Option, Reward
-from ..plugins.verifiers_envs import VERIFIERS_OPTION
+from ..plugins.records import CustomGenerate
 from .openai_agent import openai_agent
 from .tool_parsers import builtin_parsers
-from .verifiers_agent import verifiers_agent, verifiers_reward
 
 
 @hookimpl
@@ -19,22 +16,3 @@ def rlsdk_tool_call_parsers():
 @hookimpl
 def rlsdk_custom_generates():
     yield CustomGenerate(name="openai_agent", func=openai_agent)
-
-
-@hookimpl
-def rlsdk_agents():
-    yield Agent(name="verifiers", func=verifiers_agent, description="A verifiers environment's rollout")
-
-
-@hookimpl
-def rlsdk_rewards():
-    yield Reward(
-        name="verifiers", func=verifiers_reward, cheap=True, description="A verifiers rubric's score"
-    )
-
-
-@hookimpl
-def rlsdk_options():
-    yield Option(
-        VERIFIERS_OPTION, str, help="The verifiers environment module (rlsdk run --env MODULE sets it)."
-    )

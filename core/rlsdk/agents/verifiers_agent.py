@@ -1,5 +1,5 @@
-"""The ``verifiers`` agent and reward: a verifiers environment's rollout through the sample's session, and its
-rubric's score (see :mod:`rlsdk.plugins.verifiers_envs`)."""
+"""The agent and reward of a verifiers environment's run: its rollout through the sample's session, and its
+rubric's score (see :mod:`rlsdk.plugins.verifiers_envs`, whose settings name them by path)."""
 
 from __future__ import annotations
 
@@ -7,20 +7,22 @@ import math
 from typing import Any
 
 from ..plugins.rubric import RUBRIC_METADATA
-from ..plugins.verifiers_envs import VERIFIERS_OPTION, load_verifiers_environment
+from ..plugins.verifiers_envs import MODULE_KEY, load_verifiers_environment
 from ..types import Sample
 
 
 async def verifiers_agent(args: Any, sample: Sample, client: Any) -> dict[str, Any]:
     """Run the environment's rollout (single- or multi-turn) with ``client`` and score it with its rubric;
     the result holds the rubric's ``reward`` and each reward function's value (``metrics``)."""
-    module = getattr(args, VERIFIERS_OPTION, None)
+    metadata = sample.metadata or {}
+    module = metadata.get(MODULE_KEY)
     if not module:
-        raise ValueError(f"the verifiers agent needs {VERIFIERS_OPTION} (rlsdk run --env MODULE sets it)")
+        raise ValueError(
+            f"the sample's metadata names no verifiers environment ({MODULE_KEY}): run with --env MODULE"
+        )
     from verifiers.clients import OpenAIChatCompletionsClient  # verifiers is optional: only a verifiers run
 
     env = load_verifiers_environment(module)
-    metadata = sample.metadata or {}
     rollout_input = {
         "prompt": sample.prompt,
         "example_id": metadata.get("example_id", sample.index),

@@ -482,6 +482,26 @@ async def call_sample_hooks(
     return sample
 
 
+def call_rollout_sample_filter(args: Any, resolved: Resolved, groups: list[list[Sample]]) -> int:
+    """Let the filter mark samples ``remove_sample``; returns how many are marked. The groups must keep their
+    samples (it marks, it does not remove)."""
+    where = f"on {len(groups)} kept groups"
+    sizes = [len(g) for g in groups]
+    _call_sync(resolved, where, args, groups)
+    if [len(g) for g in groups] != sizes:
+        raise PluginCallError(
+            f"{resolved.describe()} {where} changed the groups: mark samples remove_sample instead"
+        )
+    return sum(bool(s.remove_sample) for g in groups for s in g)
+
+
+def call_all_samples_process(
+    args: Any, resolved: Resolved, groups: list[list[Sample]], data_source: Any
+) -> None:
+    """Hand every group the step finished to the plugin."""
+    _call_sync(resolved, f"on the {len(groups)} groups of a step", args, groups, data_source)
+
+
 def _declared(func: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The ``kwargs`` that ``func`` declares (all of them when it takes ``**kwargs``), as slime passes them."""
     try:

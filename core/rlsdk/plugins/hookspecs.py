@@ -14,6 +14,7 @@ import pluggy
 from .records import (
     Advantage,
     Agent,
+    AllSamplesProcess,
     BufferFilter,
     CheckpointCallback,
     ConvertSamplesToTrainData,
@@ -32,6 +33,7 @@ from .records import (
     RewardPostProcess,
     RolloutDataPostprocess,
     RolloutLog,
+    RolloutSampleFilter,
     SampleHook,
     TaskGenerator,
     TisFunction,
@@ -503,6 +505,63 @@ def rlsdk_sample_hooks() -> Iterable[SampleHook]:
         @hookimpl
         def rlsdk_sample_hooks():
             yield SampleHook(name="strip_think", func=strip_think, description="Grade the text after </think>")
+    """
+
+
+@hookspec
+def rlsdk_rollout_sample_filters() -> Iterable[RolloutSampleFilter]:
+    """Provide sample filters, applied to a step's kept groups (``--rollout-sample-filter-path NAME``).
+
+    The callable is slime's ``sample_filter(args, groups) -> None``: it sets ``remove_sample = True`` on the
+    samples to leave out of the loss (their loss mask becomes 0; they still count in their group's reward
+    normalization).
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param groups: the step's kept groups.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import RolloutSampleFilter, hookimpl
+
+        def drop_truncated(args, groups):
+            for group in groups:
+                for sample in group:
+                    sample.remove_sample = sample.status == sample.Status.TRUNCATED
+
+        @hookimpl
+        def rlsdk_rollout_sample_filters():
+            yield RolloutSampleFilter(name="drop_truncated", func=drop_truncated)
+    """
+
+
+@hookspec
+def rlsdk_all_samples_processes() -> Iterable[AllSamplesProcess]:
+    """Provide processors of every group a step finished, kept and dropped alike
+    (``--rollout-all-samples-process-path NAME``), called once at the end of each step.
+
+    The callable is slime's ``process(args, all_groups, data_source) -> None``.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param all_groups: the step's kept and discarded groups, by group index.
+    :param data_source: the run's data source.
+
+    **Example:**
+
+    .. code-block:: python
+
+        import json
+        from rlsdk import AllSamplesProcess, hookimpl
+
+        def dump_all(args, all_groups, data_source):
+            with open(f"{args.output_dir}/all_groups.jsonl", "a") as out:
+                for group in all_groups:
+                    out.write(json.dumps([s.reward for s in group], default=str) + "\\n")
+
+        @hookimpl
+        def rlsdk_all_samples_processes():
+            yield AllSamplesProcess(name="dump_all", func=dump_all)
     """
 
 

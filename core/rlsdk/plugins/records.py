@@ -270,6 +270,26 @@ class SampleHook(PluginRecord):
 
 
 @dataclass
+class RolloutSampleFilter(PluginRecord):
+    """``sample_filter(args, groups) -> None``: marks samples of a step's kept groups ``remove_sample = True``
+    to leave them out of the loss (they still count in the group's reward normalization) (slime's
+    ``--rollout-sample-filter-path``)."""
+
+    kind: ClassVar[str] = "rollout_sample_filter"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "groups")
+
+
+@dataclass
+class AllSamplesProcess(PluginRecord):
+    """``process(args, all_groups, data_source) -> None``: sees every group a step finished, kept and dropped
+    alike, in group order (slime's ``--rollout-all-samples-process-path``)."""
+
+    kind: ClassVar[str] = "all_samples_process"
+    hook: ClassVar[str] = "rlsdk_all_samples_processes"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "all_groups", "data_source")
+
+
+@dataclass
 class Advantage(PluginRecord):
     """``advantage(args, rollout_data) -> None``: sets ``rollout_data["advantages"]`` (one per-token tensor per
     sample) in place of the built-in estimators (slime's ``--custom-advantage-function-path``)."""
@@ -472,6 +492,8 @@ RECORD_TYPES: dict[str, type[PluginRecord]] = {
         ToolCallParser,
         Agent,
         SampleHook,
+        RolloutSampleFilter,
+        AllSamplesProcess,
         Advantage,
         RewardPostProcess,
         RolloutDataPostprocess,

@@ -209,6 +209,16 @@ class RunPlugins:
         return self._named_list("sample_hook", getattr(self.args, "rollout_sample_hook_path", None))
 
     @property
+    def rollout_sample_filter(self) -> Resolved[Any] | None:
+        return self._named("rollout_sample_filter", getattr(self.args, "rollout_sample_filter_path", None))
+
+    @property
+    def all_samples_process(self) -> Resolved[Any] | None:
+        return self._named(
+            "all_samples_process", getattr(self.args, "rollout_all_samples_process_path", None)
+        )
+
+    @property
     def data_source(self) -> Resolved[Any] | None:
         """The data source plugin (``data_source_path``); None: rlsdk's :class:`rlsdk.DataSource`."""
         return self._named("data_source", getattr(self.args, "data_source_path", None))

@@ -1,10 +1,11 @@
 """verifiers environments as rlsdk environments: ``rlsdk run --env MODULE`` for a module (installed with pip)
 that exports verifiers' ``load_environment``.
 
-The environment's datasets become JSONL files (``prompt`` chat messages, ``answer``, and ``example_id``,
-``info`` and ``task`` in ``metadata``); its rollouts run as the ``verifiers`` agent of the ``openai_agent``
-generator, through rlsdk's OpenAI-compatible endpoint (so multi-turn environments record token-exact
-samples); its rubric's score is the ``verifiers`` reward, each reward function's value logged as a rubric part.
+The environment's datasets become JSONL files (``prompt`` chat messages, ``answer``, and the module,
+``example_id``, ``info`` and ``task`` in ``metadata``); its rollouts run as an agent of the ``openai_agent``
+generator (:func:`rlsdk.agents.verifiers_agent.verifiers_agent`), through rlsdk's OpenAI-compatible endpoint (so
+multi-turn environments record token-exact samples); its rubric's score is the reward
+(:func:`~rlsdk.agents.verifiers_agent.verifiers_reward`), each reward function's value logged as a rubric part.
 verifiers (``pip install 'rlsdk[verifiers]'``, the 0.3 series with its classic API) is imported only here.
 """
 
@@ -22,8 +23,10 @@ from typing import Any
 from ..errors import PluginError
 from .records import Environment
 
-VERIFIERS_OPTION = "verifiers_env"
-"""The run option naming the verifiers environment module (set by the environment's settings)."""
+MODULE_KEY = "verifiers_env"
+"""Row metadata key naming the verifiers environment module the row comes from."""
+AGENT = "rlsdk.agents.verifiers_agent:verifiers_agent"
+REWARD = "rlsdk.agents.verifiers_agent:verifiers_reward"
 
 
 def is_verifiers_module(name: str) -> bool:
@@ -70,29 +73,28 @@ def verifiers_settings(module: str) -> dict[str, Any]:
     env = load_verifiers_environment(module)
     folder = Path(tempfile.gettempdir()) / "rlsdk-verifiers" / module
     settings: dict[str, Any] = {
-        "prompt_data": write_rows(folder, "train", env.get_dataset()),
+        "prompt_data": write_rows(folder, "train", env.get_dataset(), module),
         "input_key": "prompt",
         "label_key": "answer",
         "metadata_key": "metadata",
         "apply_chat_template": True,
         "custom_generate_function_path": "openai_agent",
-        "agent_function_path": "verifiers",
-        "rm_type": "verifiers",
-        VERIFIERS_OPTION: module,
+        "agent_function_path": AGENT,
+        "custom_rm_path": REWARD,
     }
     eval_dataset = getattr(env, "eval_dataset", None)
     if eval_dataset is not None:
-        settings["eval_datasets"] = [
-            {"name": f"{module}-eval", "path": write_rows(folder, "eval", env.get_eval_dataset())}
-        ]
+        path = write_rows(folder, "eval", env.get_eval_dataset(), module)
+        settings["eval_datasets"] = [{"name": f"{module}-eval", "path": path}]
     return settings
 
 
-def write_rows(folder: Path, split: str, dataset: Any) -> str:
+def write_rows(folder: Path, split: str, dataset: Any, module: str) -> str:
     """A verifiers dataset as rlsdk rows in ``folder``, named by its content (written once)."""
     lines = []
     for row in dataset:
         metadata = {key: row[key] for key in ("example_id", "info", "task") if row.get(key) is not None}
+        metadata[MODULE_KEY] = module
         lines.append(
             json.dumps({"prompt": row["prompt"], "answer": row.get("answer", ""), "metadata": metadata})
         )

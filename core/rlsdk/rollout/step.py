@@ -21,7 +21,9 @@ from ..errors import PluginCallError
 from ..plugins.calls import (
     ENGINE_FAULT,
     FINISHED,
+    call_all_samples_process,
     call_dynamic_filter,
+    call_rollout_sample_filter,
     call_over_sampling_filter,
     unfinished,
 )
@@ -155,7 +157,17 @@ async def rollout_step(
         data_source.add_samples(returned, rollout_id)
 
     ledger.check()
+    removed = None
+    if plugins.rollout_sample_filter is not None:  # rollout_sample_filter: mark samples out of the loss
+        removed = call_rollout_sample_filter(args, plugins.rollout_sample_filter, batch)
+    if plugins.all_samples_process is not None:  # all_samples_process: every finished group, kept or not
+        finished_groups = sorted(
+            [*batch, *ledger.discarded], key=lambda g: (g[0].group_index or 0) if g else 0
+        )
+        call_all_samples_process(args, plugins.all_samples_process, finished_groups, data_source)
     metrics = step_metrics(args, batch, ledger, started)
+    if removed is not None:
+        metrics["rollout/removed_samples"] = removed
     if len(batch) < target:  # said, not silent: the trainer gets a smaller batch
         why = (
             f"the data ran out after {pulled} groups"

@@ -22,6 +22,7 @@ from ..config import core_options, installed_options
 from ..errors import PluginCallError, UnknownPluginError
 from ..plugins.calls import (
     call_advantage,
+    call_all_samples_process,
     call_convert_samples_to_train_data,
     call_data_source,
     call_eval_rollout_log,
@@ -29,6 +30,7 @@ from ..plugins.calls import (
     call_reward_post_process,
     call_rollout_data_postprocess,
     call_rollout_log,
+    call_rollout_sample_filter,
     call_sample_hooks,
     call_tis_function,
     reward_problem,
@@ -291,6 +293,26 @@ def sample_hook_adapter(resolved: Resolved) -> Callable[..., Any]:
     return _named(sample_hook, resolved)
 
 
+def rollout_sample_filter_adapter(resolved: Resolved) -> Callable[..., Any]:
+    """``sample_filter(args, groups)``: marks slime's own samples ``remove_sample``."""
+
+    def rollout_sample_filter(args: Any, groups: list[list[Any]]) -> None:
+        converted = _groups(groups, to_rlsdk)
+        call_rollout_sample_filter(view(args), resolved, converted)
+        for group, marked in zip(groups, converted, strict=True):
+            for sample, mark in zip(group, marked, strict=True):
+                sample.remove_sample = bool(mark.remove_sample)
+
+    return _named(rollout_sample_filter, resolved)
+
+
+def all_samples_process_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def all_samples_process(args: Any, all_groups: list[list[Any]], data_source: Any) -> None:
+        call_all_samples_process(view(args), resolved, _groups(all_groups, to_rlsdk), data_source)
+
+    return _named(all_samples_process, resolved)
+
+
 def advantage_adapter(resolved: Resolved) -> Callable[..., Any]:
     def advantage(args: Any, rollout_data: dict[str, Any]) -> None:
         call_advantage(view(args), resolved, rollout_data)
@@ -423,6 +445,8 @@ ADAPTERS: dict[str, Callable[[Resolved], Callable[..., Any]]] = {
     "custom_generate": custom_generate_adapter,
     "generate_rollout": generate_rollout_adapter,
     "sample_hook": sample_hook_adapter,
+    "rollout_sample_filter": rollout_sample_filter_adapter,
+    "all_samples_process": all_samples_process_adapter,
     "advantage": advantage_adapter,
     "reward_post_process": reward_post_process_adapter,
     "rollout_data_postprocess": rollout_data_postprocess_adapter,
