@@ -44,20 +44,15 @@ def build_config(config: Path | None, options: dict[str, Any], extra: list[str])
             dict(zip(("name", "path"), d.split("=", 1), strict=True)) for d in eval_data
         ]
     try:
-        if config is not None:
-            args = RolloutConfig.from_file(config, **overrides)
-        else:
-            args = RolloutConfig.from_dict(overrides)
-        return args.with_default_data(given=set(overrides) | set(file_keys(config)))
+        settings = RolloutConfig.read_file(config) if config is not None else {}  # read once
+        try:
+            args = RolloutConfig.from_dict({**settings, **overrides})
+        except ValueError as exc:
+            raise ValueError(f"{config}: {exc}" if config is not None else str(exc)) from None
+        # the demo's defaults apply only to options neither the file nor the command line sets
+        return args.with_default_data(given=set(overrides) | {key.replace("-", "_") for key in settings})
     except (ValueError, TypeError) as exc:
         raise typer.BadParameter(str(exc)) from None
-
-
-def file_keys(config: Path | None) -> list[str]:
-    """The option names a config file sets (for the demo defaults, which apply only to options not given)."""
-    if config is None:
-        return []
-    return [key.replace("-", "_") for key in RolloutConfig.read_file(config)]
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import dataclasses
 import logging
 from typing import Any
 
+from ..config import RolloutConfig
 from ..aio.concurrency import ConcurrencyLimit
 from ..data import DataSource
 from ..plugins.calls import unfinished
@@ -57,7 +58,7 @@ SLIME_EVAL_FIELDS = {
 """slime's ``EvalDatasetConfig`` fields under rlsdk's option names (the others it shares are named alike)."""
 
 
-def eval_datasets(args: Any) -> list[dict[str, Any]]:
+def eval_datasets(args: RolloutConfig) -> list[dict[str, Any]]:
     """``args.eval_datasets`` (dicts, or slime's ``EvalDatasetConfig`` objects) plus slime's flat
     ``eval_prompt_data`` (``name path name path ...``)."""
     datasets = [as_dataset_dict(d) for d in args.eval_datasets or []]
@@ -120,7 +121,7 @@ def pass_at_k(correct: list[list[bool]], k: int) -> float:
 
 
 async def run_eval_groups(
-    args: Any,
+    args: RolloutConfig,
     plugins: RunPlugins,
     groups: list[list[Sample]],
     params: dict[str, Any],
@@ -144,7 +145,7 @@ async def run_eval_groups(
     return [groups[i] for i in todo]
 
 
-async def eval_rollout(args: Any, runtime: Runtime) -> RolloutFnEvalOutput:
+async def eval_rollout(args: RolloutConfig, runtime: Runtime) -> RolloutFnEvalOutput:
     """Generate and reward every prompt of every eval dataset; no filters, no buffer."""
     data: dict[str, dict[str, Any]] = {}
     metrics: dict[str, Any] = {}
