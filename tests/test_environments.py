@@ -29,6 +29,7 @@ def cli(*args: str, env: dict[str, str], timeout: float = 240) -> subprocess.Com
 
 
 @pytest.mark.slow
+@pytest.mark.plugins("rlsdk_embedded")
 def test_a_new_environment_installs_passes_its_tests_shows_its_parts_and_trains(tmp_path, tiny_llama):
     result = CliRunner().invoke(
         app, ["plugins", "new", "two-sums", "--kind", "environment", "--dir", str(tmp_path)]

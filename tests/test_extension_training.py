@@ -170,6 +170,7 @@ def test_an_advantage_plugin_that_sets_the_wrong_shape_is_named(trainer_for):
 
 
 @pytest.mark.slow
+@pytest.mark.plugins("rlsdk_embedded")
 def test_checkpoint_callbacks_run_after_each_checkpoint_is_complete(tiny_llama, tmp_path):
     SEEN.clear()
     pm = get_plugin_manager(plugins=[TrainingPlugins()])

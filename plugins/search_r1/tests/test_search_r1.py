@@ -292,4 +292,5 @@ def test_appears_in_rlsdk_plugins_list():
         "custom_generate": ["search_r1"],
         "reward": ["search_r1_em"],
         "tool": ["search"],
+        "environment": ["search_r1"],
     }
