@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlsdk import Loss, RolloutConfig, Trainer, get_plugin_manager, hookimpl
+from rlsdk import Loss, PluginCallError, RolloutConfig, Trainer, get_plugin_manager, hookimpl
 from rlsdk.run.job import run_job
 from rlsdk.testing import check_loss, check_trainer
 from rlsdk.training.sync import WeightSyncError
@@ -214,6 +214,7 @@ def test_the_step_tables_show_a_dash_for_what_a_rollout_did_not_report():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_trainer_megatron_is_chosen_by_name_and_says_it_needs_cuda(tiny_llama, run_files, tmp_path):
     """``--trainer megatron`` reaches rlsdk-megatron's trainer (an installed plugin, by name) after the
-    engine starts; on CPU it stops the run with what to use instead."""
-    with pytest.raises(RuntimeError, match="rlsdk-megatron trains on CUDA GPUs only: use --trainer torch"):
+    engine starts; on CPU it stops the run with what to use instead, named as the trainer call point names
+    a plugin's failure."""
+    with pytest.raises(PluginCallError, match="trainer 'megatron' from rlsdk-megatron .*building the trainer raised RuntimeError: rlsdk-megatron trains on CUDA GPUs only: use --trainer torch"):
         run_job(train_args(tiny_llama, run_files, tmp_path / "out", trainer="megatron", num_rollout=1))
