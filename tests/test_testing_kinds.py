@@ -69,7 +69,9 @@ def exact(args, sample, **kwargs):
 class Good:
     @hookimpl
     def rlsdk_rollout_sample_filters(self):
-        yield RolloutSampleFilter(name="mark", func=lambda args, groups: setattr(groups[0][0], "remove_sample", True))
+        yield RolloutSampleFilter(
+            name="mark", func=lambda args, groups: setattr(groups[0][0], "remove_sample", True)
+        )
 
     @hookimpl
     def rlsdk_all_samples_processes(self):
@@ -196,7 +198,9 @@ class Bad:
 
     @hookimpl
     def rlsdk_all_samples_processes(self):
-        yield AllSamplesProcess(name="count", func=lambda args, all_groups, data_source: all_groups[1][0].reward + 1)
+        yield AllSamplesProcess(
+            name="count", func=lambda args, all_groups, data_source: all_groups[1][0].reward + 1
+        )
 
     @hookimpl
     def rlsdk_sample_hooks(self):
@@ -405,3 +409,33 @@ def test_an_annotation_without_a_json_schema_is_an_error_naming_the_tool():
 
     with pytest.raises(PluginError, match="tool 'odd': parameter 'when': cannot describe"):
         Tool(name="odd", func=odd)
+
+
+@pytest.mark.slow
+def test_check_agent_runs_it_through_openai_agent_on_a_served_engine(small_tokenizer):
+    """A FakeEngine with SmolLM2's tokenizer (its chat template), served on loopback: the agent's replies are
+    fixed, so a broken agent is told from a bad model answer."""
+    from rlsdk import Agent
+    from rlsdk.testing import ServedEngine, check_agent
+
+    async def asks(args, sample, client):
+        reply = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": sample.prompt}]
+        )
+        return reply.choices[0].message.content
+
+    async def crashes(args, sample, client):
+        raise RuntimeError("agent bug")
+
+    class Agents:
+        @hookimpl
+        def rlsdk_agents(self):
+            yield Agent(name="asks", func=asks)
+            yield Agent(name="crashes", func=crashes)
+
+    pm = get_plugin_manager(load_entrypoints=False, plugins=[Agents()])
+    with ServedEngine(FakeEngine(["Hi there."] * 2, small_tokenizer)) as served:
+        sample = check_agent(pm, "asks", served)
+        assert sample.metadata["agent"]["result"] == "Hi there."
+        with pytest.raises(AssertionError, match="agent 'crashes' .* RuntimeError: agent bug"):
+            check_agent(pm, "crashes", served)
