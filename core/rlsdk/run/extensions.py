@@ -49,7 +49,7 @@ def build_data_source(args: Any, runtime: Runtime, rows: Any) -> Any:
     return source
 
 
-def data_state(data_source: Any) -> dict[str, Any]:
+def source_state(data_source: Any) -> dict[str, Any]:
     return data_source.state_dict() if callable(getattr(data_source, "state_dict", None)) else {}
 
 

@@ -17,6 +17,7 @@ import torch
 
 from ..plugins.calls import call_pg_loss_reducer, call_tis_function
 from ..runtime import plugins_of
+from ..training_options import tis_on
 from .advantages import approx_kl
 from .batch import response_rows
 
@@ -161,7 +162,10 @@ def policy_loss(
 
     metrics: dict[str, torch.Tensor] = {}
     pg_masks = batch["loss_masks"]
-    tis_function = plugins_of(args).tis_function if args.use_tis and args.custom_tis_function_path else None
+    tis_active = tis_on(args) and bool(
+        args.use_tis or batch.get("rollout_log_probs")
+    )  # by default where log-probs are
+    tis_function = plugins_of(args).tis_function if tis_active and args.custom_tis_function_path else None
     if tis_function is not None:
         # tis_function: the plugin weights (or rejects) the per-token loss, called by keyword as slime does
         pg_loss, pg_masks, tis_metrics = call_tis_function(
@@ -183,7 +187,7 @@ def policy_loss(
         for key, value in tis_metrics.items():
             value = torch.as_tensor(value)
             metrics[key] = (sum_of_sample_mean(value) if value.shape == pg_loss.shape else value).detach()
-    elif args.use_tis:
+    elif tis_active:
         train_old = torch.cat(batch.get("log_probs") or [lp.detach() for lp in log_prob_list])
         rollout = torch.cat(batch["rollout_log_probs"])
         tis = torch.exp(train_old - rollout)
