@@ -18,7 +18,7 @@ REWARDS = """
 def raises(args, sample, **kwargs):
     raise RuntimeError("the grading service is down")
 
-def nan(args, sample, **kwargs):
+def not_a_number(args, sample, **kwargs):
     return float("nan")
 
 def huge(args, sample, **kwargs):
@@ -37,7 +37,7 @@ def rewards(tmp_path):
     ("name", "cause"),
     [
         ("raises", "raised RuntimeError: the grading service is down"),
-        ("nan", "non-finite number nan"),
+        ("not_a_number", "non-finite number nan"),
         ("huge", "outside +-1e+15"),
     ],
 )
