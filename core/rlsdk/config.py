@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from .plugins.records import Option
+from .training.algorithm_options import AlgorithmOptions, check_algorithm_options
 from .training.options import (
     ADVANTAGE_ESTIMATORS,
     KL_LOSS_TYPES,
@@ -322,6 +323,7 @@ class RolloutConfig(TrainingOptions):
             )
         if self.use_tis and self.use_rollout_logprobs:
             raise ValueError("use_tis and use_rollout_logprobs cannot be set together (as in slime)")
+        check_algorithm_options(self, self.advantage_estimator)
 
     @classmethod
     def option_names(cls) -> list[str]:
@@ -426,7 +428,7 @@ def plugin_values(values: dict[str, Any], declared: dict[str, Option]) -> dict[s
 def core_options() -> dict[str, Option]:
     """Core's options, one per field of :class:`RolloutConfig` (its training options included), with the
     field's type, default and docstring: the single source of ``rlsdk run``'s options and their checks."""
-    docs = {**option_docs(TrainingOptions), **option_docs(RolloutConfig)}
+    docs = {**option_docs(AlgorithmOptions), **option_docs(TrainingOptions), **option_docs(RolloutConfig)}
     hints = typing.get_type_hints(RolloutConfig)
     options = {}
     for f in dataclasses.fields(RolloutConfig):

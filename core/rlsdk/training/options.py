@@ -11,14 +11,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ADVANTAGE_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
+from .algorithm_options import AlgorithmOptions
+
+ADVANTAGE_ESTIMATORS = (
+    "grpo",
+    "gspo",
+    "cispo",
+    "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline",
+    "reinforce",
+    "rloo",
+    "sapo",
+    "ppo",
+)
 LOSS_TYPES = ("policy_loss", "sft_loss", "custom_loss")
 KL_LOSS_TYPES = ("k1", "k2", "k3", "low_var_kl")
 WEIGHT_SYNC_MODES = ("auto", "tensor", "nccl", "disk")
 
 
 @dataclass
-class TrainingOptions:
+class TrainingOptions(AlgorithmOptions):
     """Trainer, optimizer, loss and checkpoint options (used with ``train``)."""
 
     # --- the loop ---
@@ -54,7 +66,8 @@ class TrainingOptions:
 
     # --- advantages and losses ---
     advantage_estimator: str = "grpo"
-    """``grpo``, ``gspo``, ``cispo``, ``reinforce_plus_plus`` or ``reinforce_plus_plus_baseline``."""
+    """``grpo``, ``gspo``, ``cispo``, ``reinforce_plus_plus``, ``reinforce_plus_plus_baseline``, ``reinforce``,
+    ``rloo``, ``sapo`` or ``ppo`` (with a critic; see docs/training.md)."""
     custom_advantage_function_path: str | None = None
     """A dotted path ``fn(args, rollout_data)`` that sets ``rollout_data["advantages"]`` and ``["returns"]``."""
     loss_type: str = "policy_loss"
@@ -75,7 +88,7 @@ class TrainingOptions:
     kl_coef: float = 0.0
     """KL penalty folded into the reward (reinforce_plus_plus estimators; loads a reference model)."""
     gamma: float = 1.0
-    """Discount of ``reinforce_plus_plus`` returns."""
+    """Discount of ``reinforce_plus_plus`` returns and of PPO's GAE."""
     entropy_coef: float = 0.0
     """Subtract this times the mean entropy from the loss."""
     use_tis: bool = False
