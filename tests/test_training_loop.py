@@ -55,8 +55,7 @@ def test_the_reward_rises(tiny_llama, run_files, tmp_path):
     run_job(train_args(tiny_llama, run_files, out, report_to="tensorboard"))
     rows = metrics(out)
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
-    start = sum(r["rollout/reward_mean"] for r in rows[:3]) / 3
-    end = sum(r["rollout/reward_mean"] for r in rows[-3:]) / 3
+    start, end = reward_rise(rows)
     assert end > start + 0.3, [round(r["rollout/reward_mean"], 3) for r in rows]
     assert all(r["train/sync_logprob_max_diff"] < 1e-3 for r in rows)
     versions = [json.loads(line)["weight_versions"] for line in (out / "rollouts.jsonl").read_text().splitlines()]
@@ -210,3 +209,76 @@ def test_trainer_megatron_is_chosen_by_name_and_says_it_needs_cuda(tiny_llama, r
     engine starts; on CPU it stops the run with what to use instead."""
     with pytest.raises(RuntimeError, match="rlsdk-megatron trains on CUDA GPUs only: use --trainer torch"):
         run_job(train_args(tiny_llama, run_files, tmp_path / "out", trainer="megatron", num_rollout=1))
+
+
+# ---------------------------------------------------------------- the newer algorithms (issue 42)
+
+
+def reward_rise(rows: list[dict]) -> tuple[float, float]:
+    """The mean reward of the first three steps and of the last three."""
+    start = sum(r["rollout/reward_mean"] for r in rows[:3]) / 3
+    end = sum(r["rollout/reward_mean"] for r in rows[-3:]) / 3
+    return start, end
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("estimator", ["reinforce", "rloo", "sapo", "ppo"])
+def test_the_reward_rises_with_each_estimator(estimator, tiny_llama, run_files, tmp_path):
+    """A reward a quarter of random first tokens earn: each estimator's policy learns to earn it (PPO's
+    critic learns its values too: from 0 towards the reward its samples earn)."""
+    out = tmp_path / "out"
+    options = {"critic_lr": 3e-2, "num_rollout": 14} if estimator == "ppo" else {}
+    run_job(train_args(tiny_llama, run_files, out, advantage_estimator=estimator, **options))
+    rows = metrics(out)
+    start, end = reward_rise(rows)
+    assert end > start + 0.3, [round(r["rollout/reward_mean"], 3) for r in rows]
+    if estimator == "ppo":
+        assert all("train/critic_value_loss" in r and "train/critic_explained_variance" in r for r in rows)
+        values = [round(r["train/critic_values_mean"], 3) for r in rows]  # the head starts at 0
+        assert values[-1] > 0.5 * rows[-1]["rollout/reward_mean"], values
+        assert (out / "checkpoints" / f"step_{len(rows) - 1}" / "critic" / "value_model.safetensors").exists()
+
+
+def teacher_model(tiny_llama: Path, folder: Path) -> Path:
+    """The tiny Llama with another output distribution: its embeddings (tied to the output head) re-drawn."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        weight = model.get_input_embeddings().weight
+        weight.copy_(torch.randn(weight.shape, generator=generator) * 0.5)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_llama).save_pretrained(folder)
+    return folder
+
+
+ZERO_REWARD = '''
+def zero(args, sample, **kwargs):
+    return 0.0
+'''
+
+
+@pytest.mark.slow
+def test_on_policy_distillation_pulls_the_student_to_the_teacher(tiny_llama, tmp_path):
+    """No task reward at all: the reverse KL to a fixed teacher (an embedded engine of another model, by
+    name) is the only signal, and it falls. One prompt, so that a few steps see its contexts often."""
+    teacher = teacher_model(tiny_llama, tmp_path / "teacher")
+    data, reward = tmp_path / "one.jsonl", tmp_path / "zero.py"
+    data.write_text(json.dumps({"input": "w1 w2 w3"}) + "\n")
+    reward.write_text(ZERO_REWARD)
+    out = tmp_path / "out"
+    run_job(train_args(tiny_llama, (data, f"{reward}:zero"), out, opd_teacher="embedded",
+                       opd_teacher_load=str(teacher), opd_kl_coef=1.0, num_rollout=12, lr=5e-2))
+    kl = [r["train/opd_reverse_kl"] for r in metrics(out)]
+    assert sum(kl[-3:]) / 3 < 0.5 * sum(kl[:3]) / 3, [round(k, 3) for k in kl]
+
+
+def test_an_unknown_teacher_and_a_missing_model_are_refused(tiny_llama, run_files, tmp_path):
+    with pytest.raises(ValueError, match="needs the teacher's model"):
+        run_job(train_args(tiny_llama, run_files, tmp_path / "a", opd_teacher="embedded", num_rollout=1))
+    with pytest.raises(Exception, match="nosuchengine"):
+        run_job(train_args(tiny_llama, run_files, tmp_path / "b", opd_teacher="nosuchengine",
+                           opd_teacher_load=str(tiny_llama), num_rollout=1))
+
+

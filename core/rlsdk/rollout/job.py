@@ -70,7 +70,8 @@ def engine_name(args: Any) -> str:
 
 def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime:
     """Start the engine and check its health; serve it over HTTP on loopback when it has no URL of its
-    own, so slime-style generators that POST to ``/generate`` reach it; load the tokenizer."""
+    own (or a LoRA adapter to name), so slime-style generators that POST to ``/generate`` reach it; load
+    the tokenizer."""
     from ..engines.health import check_engine_health
     from ..engines.server import start_server
 
@@ -80,7 +81,8 @@ def open_runtime(args: Any, pm: RlsdkPluginManager, engine: Resolved) -> Runtime
         # a dead or broken engine stops the run here, before any data is taken
         runtime.run(check_engine_health(runtime.engine, engine, args.generate_timeout))
         url = runtime.engine.url
-        if url is None:
+        if url is None or args.lora_rank:  # with LoRA, a /generate reaches the engine through its client,
+            # which names the adapter (lora_path) for generators that POST to the URL themselves
             server = runtime.run(
                 start_server(
                     runtime.engine, host="127.0.0.1", port=0, pm=pm, tool_call_parser=args.tool_call_parser

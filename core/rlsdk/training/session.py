@@ -11,6 +11,7 @@ from typing import Any
 from ..plugins.records import Resolved
 from ..runtime import Runtime
 from ..types import RolloutFnTrainOutput
+from .distillation import open_teacher, score_with_teacher
 from .sync import check_tolerance, choose_sync, sync_weights, trust_check
 from .trainer import PolicyTrainer
 
@@ -38,6 +39,10 @@ class TrainingSession:
                 "rlsdk.training.PolicyTrainer"
             )
         self.weight_version = 0
+        self.teacher = None
+        if args.opd_teacher:  # on-policy distillation: the teacher scores every kept sample
+            self.teacher = open_teacher(args, runtime.pm)
+            runtime.run(self.teacher.start())
 
     @property
     def checkpoint_root(self) -> Path:
@@ -55,8 +60,14 @@ class TrainingSession:
         """One train step on the kept groups, the sync, and the trust check on the batch's first sample."""
         if not result.samples:
             raise RuntimeError(f"step {rollout_id} kept no samples: nothing to train on")
+        if self.teacher is not None:
+            started = time.perf_counter()
+            self.runtime.run(score_with_teacher(self.teacher, [s for g in result.samples for s in g]))
+            teacher_seconds = time.perf_counter() - started
         self.runtime.run(self.weight_sync.before_train(self.runtime.engine))
         metrics = self.trainer.train_step(rollout_id, result.samples)
+        if self.teacher is not None:
+            metrics["train/opd_teacher_seconds"] = teacher_seconds
         self.weight_version += 1
         metrics.update(self.sync())
         probe = result.samples[-1][0]
@@ -91,7 +102,11 @@ class TrainingSession:
         return final
 
     def close(self) -> None:
-        self.trainer.close()
+        try:
+            self.trainer.close()
+        finally:
+            if self.teacher is not None:
+                self.runtime.run(self.teacher.close())
 
     def restore(self, folder: Path) -> None:
         """Load a checkpoint into the trainer and hand its weights to the engine."""
