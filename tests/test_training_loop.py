@@ -282,3 +282,81 @@ def test_an_unknown_teacher_and_a_missing_model_are_refused(tiny_llama, run_file
                            opd_teacher_load=str(tiny_llama), num_rollout=1))
 
 
+
+
+def sharper_llama(tiny_llama: Path, folder: Path) -> Path:
+    """The tiny Llama with its (tied) embeddings ten times larger. The tiny one's are so small (std 0.02) that
+    no change of its layers moves a token's logit by more than about one nat: only training the embeddings
+    themselves can, and LoRA leaves them alone."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(10.0)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_llama).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.slow
+def test_lora_learns_syncs_its_adapter_and_checkpoints_it_alone(tiny_llama, run_files, tmp_path):
+    """Only the adapter trains and travels: the embedded engine merges it in process and the trust check
+    passes on every step; the checkpoint holds the adapter and no model weights."""
+    out = tmp_path / "out"
+    model = sharper_llama(tiny_llama, tmp_path / "sharper")
+    run_job(train_args(model, run_files, out, lora_rank=8, lr=5e-2, num_rollout=14))
+    rows = metrics(out)
+    start, end = reward_rise(rows)
+    assert end > start + 0.3, [round(r["rollout/reward_mean"], 3) for r in rows]
+    assert all(r["train/sync_logprob_max_diff"] < 1e-3 for r in rows)
+    last = out / "checkpoints" / f"step_{len(rows) - 1}"
+    assert (last / "adapter_model.safetensors").exists() and (last / "adapter_config.json").exists()
+    assert not (last / "model.safetensors").exists()
+    versions = [json.loads(line)["weight_versions"] for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert versions[-1] == [str(len(rows) - 1)]
+
+
+class ForgetfulEngine:
+    """The embedded engine with one fault: it accepts a LoRA adapter and never applies it."""
+
+    @hookimpl
+    def rlsdk_engines(self):
+        from rlsdk import Engine
+
+        def forgetful(args):
+            from rlsdk_embedded.engine import EmbeddedEngine
+
+            class Forgetful(EmbeddedEngine):
+                def _merge_adapter(self, deltas):
+                    pass
+
+            return Forgetful(args.model, device="cpu", threads=1)
+
+        yield Engine(name="forgetful", func=forgetful)
+
+
+def test_the_trust_check_catches_an_adapter_the_engine_did_not_apply(tiny_llama, run_files, tmp_path):
+    pm = get_plugin_manager(plugins=[ForgetfulEngine()])
+    args = train_args(tiny_llama, run_files, tmp_path / "out", engine="forgetful", lora_rank=8, lr=5e-2,
+                      num_rollout=2)
+    with pytest.raises(WeightSyncError, match="serving other weights than the trainer's"):
+        run_job(args, pm)
+
+
+def test_an_engine_over_http_loads_each_adapter_through_the_lora_endpoints(tiny_llama, run_files, tmp_path):
+    """SGLang's LoRA protocol against ``rlsdk serve``'s server (SGLang needs a GPU): the trainer writes each
+    version's adapter folder, the client loads it (``/load_lora_adapter``), unloads the one before, sets the
+    weight version and names the adapter in every ``/generate`` (the trust check's too)."""
+    from rlsdk.testing import ServedEngine
+    from rlsdk_embedded.engine import EmbeddedEngine
+
+    out = tmp_path / "out"
+    with ServedEngine(EmbeddedEngine(str(tiny_llama), device="cpu", threads=1), weights_dirs=[out]) as served:
+        run_job(train_args(tiny_llama, run_files, out, engine=served.url, hf_checkpoint=str(tiny_llama),
+                           lora_rank=8, lr=5e-2, num_rollout=2))
+        engine = served.engine
+        assert engine.lora_name == "rlsdk_v2" and list(engine.lora_adapters) == ["rlsdk_v2"]
+        assert served.run(engine.model_info())["weight_version"] == "2"
+    rows = metrics(out)
+    assert all(r["train/sync_logprob_max_diff"] < 1e-3 for r in rows)
+    assert sorted(p.name for p in (out / "sync-weights").iterdir()) == ["rlsdk_v2"]  # v1's folder went with it

@@ -9,7 +9,7 @@ import functools
 import os
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -553,7 +553,14 @@ class EmbeddedEngine(InferenceEngine):
     ) -> None:
         if lora_name in self.lora_adapters:
             raise EngineRequestError(f"a LoRA adapter named {lora_name!r} is already loaded")
-        deltas = adapter_deltas(config, tensors, self.model.state_dict())
+        state = self.model.state_dict()
+        deltas = adapter_deltas(config, tensors, state)
+        shared = Counter(t.data_ptr() for t in state.values())
+        if tied := [name for name in deltas if shared[state[name].data_ptr()] > 1]:
+            raise EngineRequestError(
+                f"the LoRA adapter {lora_name!r} changes {tied[0]}, a weight the model ties to another (its "
+                "embeddings): merged, it would change both; leave the output head out of the target modules"
+            )
         await self._on_thread(self._merge_adapter, deltas)
         self._lora_deltas[lora_name] = deltas
         self.lora_adapters[lora_name] = source
