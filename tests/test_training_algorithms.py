@@ -4,6 +4,8 @@ estimators and of on-policy distillation are in test_training_loop.py.)"""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,3 +76,48 @@ def test_ppo_advantages_reach_a_custom_advantage_function_with_values(tiny_llama
                             custom_advantage_function_path=f"{path}:adv")
     with pytest.raises(ValueError, match=r"did not set rollout_data\['returns'\]"):
         TorchTrainer(options).train_step(0, samples_for(tiny_llama))
+
+
+def rlsdk(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlsdk_cli.app", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_a_lora_checkpoint_holds_the_adapter_and_export_merges_it_on_request(tiny_llama, tmp_path):
+    """The checkpoint of a LoRA trainer has the adapter and no model; ``rlsdk export`` copies the adapter, and
+    with ``--merge --base`` writes a plain model whose log-probs are the trained policy's."""
+    from transformers import AutoModelForCausalLM
+
+    from rlsdk.training.torch_trainer import TorchTrainer
+
+    trainer = TorchTrainer(RolloutConfig(hf_checkpoint=str(tiny_llama), lora_rank=4, lr=5e-2, train_threads=1))
+    for step in range(2):
+        trainer.train_step(step, samples_for(tiny_llama))
+    ckpt = tmp_path / "step_1"
+    trainer.save_checkpoint(ckpt)
+    assert (ckpt / "adapter_model.safetensors").exists() and not (ckpt / "model.safetensors").exists()
+
+    plain = rlsdk("export", str(ckpt), "--output", str(tmp_path / "adapter"))
+    assert plain.returncode == 0, plain.stderr
+    assert (tmp_path / "adapter" / "adapter_config.json").exists()
+    assert not (tmp_path / "adapter" / "optimizer.pt").exists()
+
+    refused = rlsdk("export", str(ckpt), "--merge", "--output", str(tmp_path / "merged"))
+    assert refused.returncode != 0 and "--merge needs --base" in refused.stderr
+
+    merged = rlsdk("export", str(ckpt), "--merge", "--base", str(tiny_llama), "--output", str(tmp_path / "merged"))
+    assert merged.returncode == 0, merged.stderr
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
+    probe = samples_for(tiny_llama)[0][0]
+    with torch.no_grad():
+        ids = torch.tensor([probe.tokens])
+        picked = torch.log_softmax(model(input_ids=ids).logits[0, :-1], -1).gather(-1, ids[0, 1:, None])[:, 0]
+    expected = trainer.response_log_probs([probe])[0]
+    base_model = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    with torch.no_grad():
+        base = torch.log_softmax(base_model(input_ids=ids).logits[0, :-1], -1).gather(-1, ids[0, 1:, None])[:, 0]
+    got = picked.tolist()[-probe.response_length:]
+    assert max(abs(a - b) for a, b in zip(got, expected, strict=True)) < 1e-4
+    assert max(abs(a - b) for a, b in zip(base.tolist()[-2:], expected, strict=True)) > 1e-3  # training mattered
+    # the trainer's merged weights (what save_hf_model writes for engines without adapters) are the same model
+    weights = trainer.weights()
+    assert max(float((weights[k] - v).abs().max()) for k, v in model.state_dict().items()) < 1e-5
