@@ -15,7 +15,7 @@ _PREFIX = "base_model.model."
 _PARTS = (".lora_A.weight", ".lora_B.weight")
 
 
-def read_adapter(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def read_lora_adapter(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """The PEFT config and tensors of the adapter folder ``folder`` (its two files, nothing else)."""
     from safetensors.torch import load_file
 
@@ -33,7 +33,7 @@ def read_adapter(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return config, load_file(str(weights_file))
 
 
-def adapter_deltas(
+def lora_adapter_deltas(
     config: Mapping[str, Any], tensors: Mapping[str, Any], weights: Mapping[str, Any]
 ) -> dict[str, Any]:
     """``weight name -> scale * B @ A`` for every linear layer the adapter adapts, checked against the

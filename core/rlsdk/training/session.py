@@ -8,12 +8,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..plugins.records import Resolved
+from ..config import RolloutConfig
 from ..runtime import Runtime
 from ..types import RolloutFnTrainOutput
 from .distillation import open_teacher, score_with_teacher
 from .sync import check_tolerance, choose_sync, sync_weights, trust_check
-from .trainer import PolicyTrainer
+from .trainer import PolicyTrainer, build_trainer
 
 CHECKPOINT_META = "rlsdk_checkpoint.json"
 
@@ -25,19 +25,17 @@ class TrainingSession:
     ``n`` after the n-th train step, so each sample's ``weight_versions`` say which policy sampled it.
     """
 
-    def __init__(self, args: Any, runtime: Runtime, trainer_plugin: Resolved, output_folder: Path) -> None:
+    def __init__(self, args: RolloutConfig, runtime: Runtime, output_folder: Path) -> None:
         self.args = args
         self.runtime = runtime
         self.output_folder = output_folder
         self.weight_sync = choose_sync(
             args, runtime.engine, output_folder / "sync-weights"
         )  # before any model loads
-        self.trainer: PolicyTrainer = trainer_plugin.func(args)
-        if not isinstance(self.trainer, PolicyTrainer):
-            raise TypeError(
-                f"{trainer_plugin.describe()} returned {type(self.trainer).__name__}: expected a "
-                "rlsdk.training.PolicyTrainer"
-            )
+        trainer = runtime.plugins.trainer
+        assert trainer is not None, "a training run resolves its trainer"
+        # trainer: built by its plugin from the run's settings
+        self.trainer: PolicyTrainer = build_trainer(trainer, args)
         self.weight_version = 0
         self.teacher = None
         if args.opd_teacher:  # on-policy distillation: the teacher scores every kept sample

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import RolloutConfig
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import ReplicaLostError
+from ..engines.launch.process_group import free_port
 from ..errors import RlsdkError
 from ..types import Sample
 from .trainer import PolicyTrainer
@@ -202,7 +204,6 @@ class NcclBroadcastSync(WeightSync):
         self.workers: list[str] = []
 
     async def _join(self, engine: Any) -> None:
-        from ..engines.launch.sglang import free_port
         from .tensor_transport import init_broadcast_group
 
         self.workers = await engine.workers()
@@ -259,7 +260,7 @@ class NcclBroadcastSync(WeightSync):
             torch.cuda.synchronize()
 
 
-def choose_sync(args: Any, engine: InferenceEngine, disk_folder: Path) -> WeightSync:
+def choose_sync(args: RolloutConfig, engine: InferenceEngine, disk_folder: Path) -> WeightSync:
     """The strategy ``args.weight_sync`` names; ``auto``: in process for an in-process engine, ``tensor``
     with ``colocate``, else ``disk``."""
     mode = getattr(args, "weight_sync", "auto")
@@ -358,7 +359,7 @@ catches weights that are missing, misplaced or from another model (several nats 
 step (0.14-0.16 nats after a step at lr 1e-5)."""
 
 
-def check_tolerance(args: Any, trainer: PolicyTrainer) -> float:
+def check_tolerance(args: RolloutConfig, trainer: PolicyTrainer) -> float:
     """``sync_check_tol``, or its default for where the trainer runs: its ``device`` (CUDA or not), else
     its ``dtype`` (half precision or not)."""
     if args.sync_check_tol is not None:

@@ -20,7 +20,7 @@ import torch
 
 from ..plugins.loading import load_callable
 from ..plugins.records import Loss, Resolved
-from ..runtime import get_plugin_manager_of
+from ..runtime import plugins_of
 from ..types import Sample
 from .advantages import approx_kl, compute_advantages, normalize_rewards, raw_advantages, whiten
 from .batch import SharedPrompts, TrainSample, loss_batch, micro_batches, slices
@@ -28,7 +28,6 @@ from .critic import Critic
 from .distillation import subtract_reverse_kl
 from .losses import log_probs_and_entropy, sum_of_sample_mean_fn
 from .optim import adamw, optimizer_step
-from .options import loss_spec
 from .trainer import LoraAdapter, PolicyTrainer
 
 OPTIMIZER_FILE = "optimizer.pt"
@@ -288,7 +287,7 @@ class TorchTrainer(PolicyTrainer):
         """The policy's state dict; with LoRA the base model's names with the adapter merged in."""
         if not self.lora:
             return self.model.state_dict()
-        from ..engines.lora_adapter import adapter_deltas
+        from ..engines.lora_adapter import lora_adapter_deltas
 
         base = {
             name.replace(".base_layer.", "."): tensor
@@ -297,7 +296,7 @@ class TorchTrainer(PolicyTrainer):
         }
         adapter = self.lora_adapter()
         assert adapter is not None
-        deltas = adapter_deltas(adapter.config, adapter.tensors, base)
+        deltas = lora_adapter_deltas(adapter.config, adapter.tensors, base)
         return {name: t + deltas[name].to(t.dtype) if name in deltas else t for name, t in base.items()}
 
     def lora_adapter(self) -> LoraAdapter | None:
@@ -367,7 +366,9 @@ class TorchTrainer(PolicyTrainer):
 
 def resolve_loss(args: Any) -> Resolved[Loss]:
     """``loss_type``'s loss: a built-in by name, or ``custom_loss_function_path`` (a loss plugin or path)."""
-    return get_plugin_manager_of(args).resolve("loss", loss_spec(args))
+    loss = plugins_of(args).loss
+    assert loss is not None, "a training run names its loss"
+    return loss
 
 
 def peak_memory_gb(device: torch.device) -> float:

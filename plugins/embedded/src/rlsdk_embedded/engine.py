@@ -18,16 +18,17 @@ from typing import Any
 
 import torch
 
-from rlsdk.engines.engine import InferenceEngine
-from rlsdk.engines.lora_adapter import adapter_deltas, read_adapter
-from rlsdk.engines.protocol import (
+from rlsdk import (
     EngineError,
     EngineRequestError,
+    InferenceEngine,
     finish_abort,
     finish_length,
     finish_stop,
     generate_response,
+    lora_adapter_deltas,
     new_rid,
+    read_lora_adapter,
     split_batch,
 )
 
@@ -540,7 +541,7 @@ class EmbeddedEngine(InferenceEngine):
 
     async def load_lora_adapter(self, lora_name: str, lora_path: str) -> None:
         """Load a PEFT adapter folder and merge it into the weights (in place of the adapter before)."""
-        config, tensors = await asyncio.to_thread(read_adapter, Path(lora_path))
+        config, tensors = await asyncio.to_thread(read_lora_adapter, Path(lora_path))
         await self._load_adapter(lora_name, config, tensors, lora_path)
 
     async def load_lora_adapter_tensors(
@@ -554,7 +555,7 @@ class EmbeddedEngine(InferenceEngine):
         if lora_name in self.lora_adapters:
             raise EngineRequestError(f"a LoRA adapter named {lora_name!r} is already loaded")
         state = self.model.state_dict()
-        deltas = adapter_deltas(config, tensors, state)
+        deltas = lora_adapter_deltas(config, tensors, state)
         shared = Counter(t.data_ptr() for t in state.values())
         if tied := [name for name in deltas if shared[state[name].data_ptr()] > 1]:
             raise EngineRequestError(

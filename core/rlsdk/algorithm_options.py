@@ -1,7 +1,7 @@
 """Options of the algorithms beyond the clipped policy gradient: SAPO's gates, PPO's critic and GAE, LoRA
 adapters and on-policy distillation. slime's names where slime has the option (``--value-clip``,
 ``--lambd``, ``--critic-lr``, ``--critic-load``, ``--num-critic-only-steps``, ``--opd-kl-coef``,
-``--opd-teacher-load``); :class:`~rlsdk.training.options.TrainingOptions` inherits them."""
+``--opd-teacher-load``); :class:`~rlsdk.training_options.TrainingOptions` inherits them."""
 
 from __future__ import annotations
 
