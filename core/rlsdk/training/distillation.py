@@ -36,7 +36,7 @@ def open_teacher(args: Any, pm: Any) -> InferenceEngine:
         )
     teacher_args = copy.copy(args)
     teacher_args.model, teacher_args.hf_checkpoint = args.opd_teacher_load, None
-    return call_engine(pm.resolve("engine", spec), teacher_args)  # type: ignore[no-any-return]
+    return call_engine(pm.resolve("engine", spec), teacher_args)
 
 
 async def score_with_teacher(teacher: InferenceEngine, samples: list[Sample]) -> None:

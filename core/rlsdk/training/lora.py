@@ -61,10 +61,9 @@ def load_adapter(model: Any, folder: Path) -> None:
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {folder} holds no LoRA adapter ({ADAPTER_WEIGHTS})")
     result = set_peft_model_state_dict(model, load_file(str(path)))
-    if getattr(result, "unexpected_keys", None):
-        raise ValueError(
-            f"adapter in {folder} does not fit the model: unexpected {result.unexpected_keys[:5]}"
-        )
+    unexpected = list(getattr(result, "unexpected_keys", None) or [])
+    if unexpected:
+        raise ValueError(f"adapter in {folder} does not fit the model: unexpected {unexpected[:5]}")
 
 
 def merge_adapter(adapter_folder: Path, base_folder: Path, output: Path) -> None:

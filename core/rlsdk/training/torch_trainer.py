@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..engines.lora_adapter import lora_adapter_deltas
 from ..plugins.loading import load_callable
 from ..plugins.records import Loss, Resolved
 from ..runtime import plugins_of
@@ -223,8 +224,8 @@ class TorchTrainer(PolicyTrainer):
                     f"custom advantage function {args.custom_advantage_function_path!r} did not set "
                     f"rollout_data[{key!r}]"
                 )
-        returns = rollout_data.get("returns") if values is not None else None
-        return list(rollout_data["advantages"]), None if returns is None else list(returns)
+        targets = rollout_data.get("returns") if values is not None else None
+        return list(rollout_data["advantages"]), None if targets is None else list(targets)
 
     def _data_parallel_share(self, indices: list[int]) -> list[int]:
         """The samples of a global batch this process trains on: all of them (one process)."""
@@ -287,11 +288,10 @@ class TorchTrainer(PolicyTrainer):
         """The policy's state dict; with LoRA the base model's names with the adapter merged in."""
         if not self.lora:
             return self.model.state_dict()
-        from ..engines.lora_adapter import lora_adapter_deltas
-
+        peft_model: Any = self.model
         base = {
             name.replace(".base_layer.", "."): tensor
-            for name, tensor in self.model.get_base_model().state_dict().items()
+            for name, tensor in peft_model.get_base_model().state_dict().items()
             if ".lora_" not in name
         }
         adapter = self.lora_adapter()
@@ -315,7 +315,8 @@ class TorchTrainer(PolicyTrainer):
 
     def save_hf_model(self, folder: Path) -> None:
         if self.lora:  # the base model with the adapter merged in
-            self.model.get_base_model().save_pretrained(folder, state_dict=dict(self.weights()))
+            peft_model: Any = self.model
+            peft_model.get_base_model().save_pretrained(folder, state_dict=dict(self.weights()))
         else:
             self.model.save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
