@@ -9,7 +9,11 @@ minutes the run took, the peak memory of the process and the slowest weight sync
 Targets on 2 CPU cores: ``heldout_reward_end >= 0.9`` within 15 minutes, peak memory <= 6 GB, every
 weight sync <= 0.5 s.
 
-    python benchmarks/learning.py [--cores 2] [--output DIR] [-- extra rlsdk run options]
+    python benchmarks/learning.py [--cores 2] [--output DIR] [rlsdk run options, e.g. --advantage-estimator ppo
+                                                               or --lora-rank 16 --lr 1e-4]
+
+Any option this script does not know goes to ``rlsdk run`` (after ``--`` too); the report's ``run_options``
+lists them, so one file per algorithm compares against GRPO's.
 """
 
 from __future__ import annotations
@@ -42,10 +46,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cores", type=int, default=2, help="CPU cores to pin the run to (0: no pinning)")
     parser.add_argument("--output", type=Path, default=None, help="the run's output folder (default a temporary one)")
-    parser.add_argument("extra", nargs="*", help="more `rlsdk run` options (after --)")
-    opts = parser.parse_args()
+    opts, unknown = parser.parse_known_args()
+    extra = [arg for arg in unknown if arg != "--"]
     out = opts.output or Path(tempfile.mkdtemp(prefix="rlsdk-learning-"))
-    command = [sys.executable, "-m", "rlsdk_cli.app", "run", "--train", "--output", str(out), *opts.extra]
+    command = [sys.executable, "-m", "rlsdk_cli.app", "run", "--train", "--output", str(out), *extra]
     cores = sorted(os.sched_getaffinity(0))[:opts.cores] if opts.cores else None
     started = time.perf_counter()
     done = subprocess.run(command, preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,
@@ -57,6 +61,7 @@ def main() -> None:
         "benchmark": "learning",
         "machine": machine(),
         "cores": len(cores) if cores else os.cpu_count(),
+        "run_options": extra,
         "exit_code": done.returncode,
         "steps": len(steps),
         "heldout_reward_start": curve[0][1] if curve else None,

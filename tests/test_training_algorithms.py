@@ -121,3 +121,21 @@ def test_a_lora_checkpoint_holds_the_adapter_and_export_merges_it_on_request(tin
     # the trainer's merged weights (what save_hf_model writes for engines without adapters) are the same model
     weights = trainer.weights()
     assert max(float((weights[k] - v).abs().max()) for k, v in model.state_dict().items()) < 1e-5
+
+
+def test_lora_runs_sync_through_disk_and_launch_sglang_with_lora():
+    """A LoRA adapter never travels as whole weights; a launched SGLang gets the LoRA flags it needs."""
+    from rlsdk import SGLangClient
+    from rlsdk.engines.launch.sglang import lora_flags
+    from rlsdk.training.sync import DiskSync, choose_sync
+
+    client = SGLangClient("http://127.0.0.1:9")
+    lora = RolloutConfig(lora_rank=16, colocate=True)
+    assert isinstance(choose_sync(lora, client, Path("/tmp/unused")), DiskSync)  # not CUDA IPC of whole weights
+    for mode in ("tensor", "nccl"):
+        with pytest.raises(ValueError, match="syncs its adapter"):
+            choose_sync(RolloutConfig(lora_rank=16, colocate=True, weight_sync=mode), client, Path("/tmp/unused"))
+    assert lora_flags(lora, []) == ["--enable-lora", "--max-lora-rank", "16", "--lora-target-modules", "all"]
+    targets = RolloutConfig(lora_rank=8, lora_target_modules=["q_proj", "v_proj"])
+    assert lora_flags(targets, [])[-2:] == ["q_proj", "v_proj"]
+    assert lora_flags(targets, ["--enable-lora"]) == [] and lora_flags(RolloutConfig(), []) == []
