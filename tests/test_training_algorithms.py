@@ -95,6 +95,12 @@ def test_a_lora_checkpoint_holds_the_adapter_and_export_merges_it_on_request(tin
     ckpt = tmp_path / "step_1"
     trainer.save_checkpoint(ckpt)
     assert (ckpt / "adapter_model.safetensors").exists() and not (ckpt / "model.safetensors").exists()
+    resumed = TorchTrainer(RolloutConfig(hf_checkpoint=str(tiny_llama), lora_rank=4, lr=5e-2, train_threads=1))
+    probe = samples_for(tiny_llama)[0][0]
+    assert resumed.response_log_probs([probe]) != trainer.response_log_probs([probe])
+    resumed.load_checkpoint(ckpt)  # the adapter and its optimizer state come back
+    assert resumed.response_log_probs([probe]) == trainer.response_log_probs([probe])
+    assert resumed.optimizer.state_dict()["state"].keys() == trainer.optimizer.state_dict()["state"].keys()
 
     plain = rlsdk("export", str(ckpt), "--output", str(tmp_path / "adapter"))
     assert plain.returncode == 0, plain.stderr
@@ -107,7 +113,6 @@ def test_a_lora_checkpoint_holds_the_adapter_and_export_merges_it_on_request(tin
     merged = rlsdk("export", str(ckpt), "--merge", "--base", str(tiny_llama), "--output", str(tmp_path / "merged"))
     assert merged.returncode == 0, merged.stderr
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
-    probe = samples_for(tiny_llama)[0][0]
     with torch.no_grad():
         ids = torch.tensor([probe.tokens])
         picked = torch.log_softmax(model(input_ids=ids).logits[0, :-1], -1).gather(-1, ids[0, 1:, None])[:, 0]
