@@ -13,6 +13,8 @@ import torch
 
 from rlsdk.testing import ServedEngine
 
+pytestmark = pytest.mark.plugins("rlsdk_embedded")
+
 PROBE = {"input_ids": [2, 3, 4, 5, 6], "return_logprob": True, "logprob_start_len": 2,
          "sampling_params": {"max_new_tokens": 0, "temperature": 1.0}}
 

@@ -64,6 +64,13 @@ class PolicyTrainer(abc.ABC):
         """Write :meth:`lora_adapter` as a PEFT adapter folder (for engines that load adapters from disk)."""
         raise NotImplementedError(f"{type(self).__name__} trains no LoRA adapter")
 
+    def offload(self) -> None:  # noqa: B027 (optional: a trainer with nothing to move keeps its memory)
+        """Free the GPU memory training alone needs (optimizer state, gradients) while the engines generate
+        on the same GPUs (``offload_train``); the weights stay, for the sync and the trust check."""
+
+    def onload(self) -> None:  # noqa: B027 (optional, as offload)
+        """Bring back what :meth:`offload` moved, before the next train step."""
+
     def close(self) -> None:  # noqa: B027 (optional: most trainers hold nothing beyond their process)
         """Release what outlives the trainer object otherwise (e.g. the processes of other ranks)."""
 
