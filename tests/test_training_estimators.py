@@ -115,3 +115,5 @@ def test_the_new_options_are_checked():
         args(critic_lr=1e-5)
     with pytest.raises(ValueError, match="give the teacher engine"):
         args(opd_teacher_load="/tmp/teacher")
+    with pytest.raises(ValueError, match="do not run on Ray yet"):
+        args(lora_rank=8, ray_address="local")

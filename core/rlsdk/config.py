@@ -331,6 +331,8 @@ class RolloutConfig(TrainingOptions):
         if self.use_tis and self.use_rollout_logprobs:
             raise ValueError("use_tis and use_rollout_logprobs cannot be set together (as in slime)")
         check_algorithm_options(self, self.advantage_estimator)
+        if self.lora_rank and self.ray_address:
+            raise ValueError("lora_rank: LoRA runs do not run on Ray yet (its engine pool takes whole weights)")
 
     @classmethod
     def option_names(cls) -> list[str]:
