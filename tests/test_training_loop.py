@@ -234,10 +234,11 @@ def reward_rise(rows: list[dict]) -> tuple[float, float]:
 @pytest.mark.parametrize("estimator", ["reinforce", "rloo", "sapo", "ppo"])
 def test_the_reward_rises_with_each_estimator(estimator, tiny_llama, run_files, tmp_path):
     """A reward a quarter of random first tokens earn: each estimator's policy learns to earn it (PPO's
-    critic learns its values too: from 0 towards the reward its samples earn)."""
+    critic learns its values too: from 0 towards the reward its samples earn). Seeded sampling: the same
+    run every time."""
     out = tmp_path / "out"
     options = {"critic_lr": 3e-2, "num_rollout": 14} if estimator == "ppo" else {}
-    run_job(train_args(tiny_llama, run_files, out, advantage_estimator=estimator, **options))
+    run_job(train_args(tiny_llama, run_files, out, advantage_estimator=estimator, sglang_enable_deterministic_inference=True, **options))
     rows = metrics(out)
     start, end = reward_rise(rows)
     assert end > start + 0.3, [round(r["rollout/reward_mean"], 3) for r in rows]
@@ -272,14 +273,15 @@ def zero(args, sample, **kwargs):
 @pytest.mark.slow
 def test_on_policy_distillation_pulls_the_student_to_the_teacher(tiny_llama, tmp_path):
     """No task reward at all: the reverse KL to a fixed teacher (an embedded engine of another model, by
-    name) is the only signal, and it falls. One prompt, so that a few steps see its contexts often."""
+    name) is the only signal, and it falls. One prompt, so that a few steps see its contexts often (sampled
+    freely: deterministic seeds, one per sample index, would make its groups alike)."""
     teacher = teacher_model(tiny_llama, tmp_path / "teacher")
     data, reward = tmp_path / "one.jsonl", tmp_path / "zero.py"
     data.write_text(json.dumps({"input": "w1 w2 w3"}) + "\n")
     reward.write_text(ZERO_REWARD)
     out = tmp_path / "out"
     run_job(train_args(tiny_llama, (data, f"{reward}:zero"), out, opd_teacher="embedded",
-                       opd_teacher_load=str(teacher), opd_kl_coef=1.0, num_rollout=12, lr=5e-2))
+                       opd_teacher_load=str(teacher), opd_kl_coef=1.0, num_rollout=14, lr=5e-2))
     kl = [r["train/opd_reverse_kl"] for r in metrics(out)]
     assert sum(kl[-3:]) / 3 < 0.5 * sum(kl[:3]) / 3, [round(k, 3) for k in kl]
 
@@ -316,7 +318,7 @@ def test_lora_learns_syncs_its_adapter_and_checkpoints_it_alone(tiny_llama, run_
     passes on every step; the checkpoint holds the adapter and no model weights."""
     out = tmp_path / "out"
     model = sharper_llama(tiny_llama, tmp_path / "sharper")
-    run_job(train_args(model, run_files, out, lora_rank=8, lr=5e-2, num_rollout=14))
+    run_job(train_args(model, run_files, out, lora_rank=8, lr=5e-2, num_rollout=14, sglang_enable_deterministic_inference=True))
     rows = metrics(out)
     start, end = reward_rise(rows)
     assert end > start + 0.3, [round(r["rollout/reward_mean"], 3) for r in rows]
