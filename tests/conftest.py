@@ -2,12 +2,90 @@
 
 from __future__ import annotations
 
+import ctypes
 import importlib
+import os
+import signal
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
+
+PR_SET_CHILD_SUBREAPER = 36
+"""prctl option (linux/prctl.h): orphaned descendants are re-parented to this process instead of init."""
+INTERPRETER_HELPERS = ("multiprocessing", "concurrent.futures")
+"""Children that Python's own pools and their resource tracker keep until the interpreter exits."""
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Make this process (each xdist worker: its own) the subreaper of what its tests start, so that a
+    process a test leaves behind stays our descendant after its parent dies and the check below finds it."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the check sees only direct children
+        pass
+
+
+def descendants(root: int) -> dict[int, str]:
+    """Live (not zombie) descendants of ``root``, pid -> command line, read from /proc."""
+    parents: dict[int, list[int]] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z":
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
+            commands[int(entry.name)] = cmdline
+    found: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found[child] = commands[child]
+            todo.append(child)
+    return found
+
+
+def leftover_processes(grace: float = 5.0) -> dict[int, str]:
+    """What the tests started and left running, after ``grace`` seconds to finish exiting; Python's pool
+    helpers, which exit with the interpreter, are not counted."""
+    deadline = time.monotonic() + grace
+    while True:
+        left = {
+            pid: cmd
+            for pid, cmd in descendants(os.getpid()).items()
+            if not any(helper in cmd for helper in INTERPRETER_HELPERS)
+        }
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the test run when a process a test started is still alive at its end (then stop it)."""
+    if not Path("/proc").is_dir():
+        return
+    left = leftover_processes()
+    if not left:
+        return
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    listing = "\n".join(f"  pid {pid}: {cmd[:200]}" for pid, cmd in sorted(left.items()))
+    sys.stderr.write(
+        f"\nprocesses the tests started were still running at the end (now killed):\n{listing}\n"
+    )
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture
@@ -69,10 +147,22 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     words = ["<eos>", "<pad>", *[f"w{i}" for i in range(30)]]
     tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<pad>").save_pretrained(folder)
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<pad>").save_pretrained(
+        folder
+    )
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(words), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         tie_word_embeddings=True, bos_token_id=0, eos_token_id=0, pad_token_id=1)
+    config = LlamaConfig(
+        vocab_size=len(words),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=1,
+    )
     LlamaForCausalLM(config).save_pretrained(folder)
     return folder

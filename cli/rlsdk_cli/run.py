@@ -7,6 +7,7 @@ import dataclasses
 import inspect
 import json
 import os
+import time
 import typing
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,20 @@ def fail(exc: BaseException) -> None:
 def build_config(config: Path | None, options: dict[str, Any], extra: list[str]) -> RolloutConfig:
     """The config file (if any), then every option given on the command line, then ``--set k=v``; an unknown
     key or a value of the wrong type, in any of them, is an error naming it."""
+    overrides = given_overrides(options, extra)
+    try:
+        if config is not None:
+            args = RolloutConfig.from_file(config, **overrides)
+        else:
+            args = RolloutConfig.from_dict(overrides)
+        return args.with_default_data(given=given_names(config, overrides))
+    except (ValueError, TypeError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def given_overrides(options: dict[str, Any], extra: list[str]) -> dict[str, Any]:
+    """The options the command line gives (``--set`` included), JSON options parsed, ``--eval-data`` as
+    ``eval_datasets``."""
     overrides = {k: v for k, v in options.items() if v is not None and v != []}
     overrides.update(parse_set(extra))
     for name, value in overrides.items():
@@ -40,24 +55,42 @@ def build_config(config: Path | None, options: dict[str, Any], extra: list[str])
             overrides[name] = json.loads(value)
     eval_data = overrides.pop("eval_data", [])
     if eval_data:
-        overrides["eval_datasets"] = [
-            dict(zip(("name", "path"), d.split("=", 1), strict=True)) for d in eval_data
-        ]
-    try:
-        if config is not None:
-            args = RolloutConfig.from_file(config, **overrides)
-        else:
-            args = RolloutConfig.from_dict(overrides)
-        return args.with_default_data(given=set(overrides) | set(file_keys(config)))
-    except (ValueError, TypeError) as exc:
-        raise typer.BadParameter(str(exc)) from None
+        overrides["eval_datasets"] = [eval_dataset(d) for d in eval_data]
+    return overrides
+
+
+def given_names(config: Path | None, overrides: dict[str, Any]) -> set[str]:
+    """The option names the command line and the config file set (short names and dashes resolved)."""
+    keys = [*overrides, *file_keys(config)]
+    return {ALIASES.get(key.replace("-", "_"), key.replace("-", "_")) for key in keys}
+
+
+def eval_dataset(value: str) -> dict[str, str]:
+    """One ``--eval-data``: ``NAME=PATH``, a data file's path (named by its stem) or the name of a shipped
+    dataset (``arithmetic-eval``); anything else is an error listing the shipped names."""
+    from rlsdk.config import shipped_datasets
+
+    name, sep, path = value.partition("=")
+    if sep:
+        if not name or not path:
+            raise typer.BadParameter(f"--eval-data takes NAME=PATH, got {value!r}")
+        return {"name": name, "path": path}
+    shipped = shipped_datasets()
+    if value in shipped:
+        return {"name": value, "path": str(shipped[value])}
+    if Path(value.split("@[", 1)[0]).is_file():
+        return {"name": Path(value.split("@[", 1)[0]).stem, "path": value}
+    raise typer.BadParameter(
+        f"--eval-data {value!r} is not NAME=PATH, a data file or a shipped dataset "
+        f"(shipped: {', '.join(sorted(shipped))})"
+    )
 
 
 def file_keys(config: Path | None) -> list[str]:
     """The option names a config file sets (for the demo defaults, which apply only to options not given)."""
     if config is None:
         return []
-    return [key.replace("-", "_") for key in RolloutConfig.read_file(config)]
+    return list(RolloutConfig.read_file(config))
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -207,15 +240,26 @@ def run(
     context: typer.Context,
     resume: bool = typer.Option(False, "--resume", help="Continue the run saved in the output folder."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run in the output folder."),
+    print_config: bool = typer.Option(
+        False,
+        "--print-config",
+        help="Print every setting of the run as YAML (each not at its default with where it comes from: given, "
+        "or set by the demo) and exit; the output works as --config.",
+    ),
     **options: Any,
 ) -> None:
     """Run rollout steps: with no options, the embedded engine on SmolLM2-135M and the shipped math data."""
+    from .settings import config_yaml, setting_sources, summary_lines
+
+    if resume and overwrite:
+        raise typer.BadParameter(
+            "--resume continues the run in the output folder, --overwrite replaces it: give one"
+        )
     limit_malloc_arenas()  # before the engine's and the trainer's threads allocate
     known = [flag for param in context.command.params for flag in param.opts]
     extra = options.pop("extra") + sglang_passthrough_options(context.args, known)
-    args = build_config(
-        options.pop("config"), {**options, "resume": resume or None, "overwrite": overwrite or None}, extra
-    )
+    config = options.pop("config")
+    args = build_config(config, {**options, "resume": resume or None, "overwrite": overwrite or None}, extra)
     from rlsdk.rollout.job import resumed_settings, run_job
 
     if resume:
@@ -225,6 +269,11 @@ def run(
         except (ValueError, TypeError, FileNotFoundError) as exc:
             fail(exc)
             raise typer.Exit(1) from None
+    sources = setting_sources(args, given_names(config, given_overrides(options, extra)))
+    if print_config:
+        typer.echo(config_yaml(args, sources), nl=False)
+        return
+    console.print("\n".join(summary_lines(args, sources)), markup=False, highlight=False, soft_wrap=True)
 
     samples_per_step = args.rollout_batch_size * args.n_samples_per_prompt
     # Each refresh renders the bar in a thread that holds the GIL meanwhile; at rich's default 10 per
@@ -243,15 +292,26 @@ def run(
     )
     task = progress.add_task("rollout", total=samples_per_step, status="setting up")
 
+    lines = ProgressLines()
+
     def on_status(text: str) -> None:
-        """Steps are numbered as in the tables and metrics.jsonl (the rollout_id); set-up is printed."""
+        """Steps are numbered as in the tables and metrics.jsonl (the rollout_id); set-up is printed. An
+        eval counts its samples without a total (each dataset's size is known only once it is read)."""
+        lines.reset(text)
         if text.startswith("step ") and text[5:].isdigit():
             step = int(text[5:])
             status = f"{text} ({step + 1} of {args.num_rollout})"
             progress.reset(task, total=samples_per_step, status=escape(status))
         else:
+            if text.startswith("eval "):
+                progress.reset(task, total=None)
             progress.update(task, status=escape(text))
             console.print(f"[dim]{escape(text)}[/dim]", highlight=False)
+
+    def on_progress(samples: int) -> None:
+        progress.advance(task, samples)
+        if not console.is_terminal:  # no bar: a line now and then
+            lines.advance(samples)
 
     def on_step(rollout_id: int, metrics: dict[str, Any]) -> None:
         console.print(step_table(rollout_id, metrics))
@@ -266,7 +326,7 @@ def run(
                 on_step=on_step,
                 on_eval=on_eval,
                 on_status=on_status,
-                progress=lambda n: progress.advance(task, n),
+                progress=on_progress,
             )
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
         fail(exc)
@@ -287,8 +347,16 @@ def run(
 @with_run_options
 def evaluate(**options: Any) -> None:
     """Evaluate the model on the eval datasets (or the training data) once."""
+    from .settings import with_checkpoint_settings
+
     extra = options.pop("extra")
-    args = build_config(options.pop("config"), options, extra)
+    config = options.pop("config")
+    args = build_config(config, options, extra)
+    taken = with_checkpoint_settings(args, given_names(config, given_overrides(options, extra)))
+    if taken:
+        console.print(
+            f"from the checkpoint's run: {', '.join(taken)}", markup=False, highlight=False, soft_wrap=True
+        )
     if not args.eval_datasets and not args.eval_prompt_data:
         data = str(args.prompt_data)  # with_default_data set it
         args.eval_datasets = [{"name": Path(data).stem, "path": data}]
@@ -308,6 +376,30 @@ def evaluate(**options: Any) -> None:
             f"wrote {output.folder}/eval.jsonl and eval_samples.jsonl", markup=False, highlight=False
         )
     typer.echo(json.dumps(result.metrics))
+
+
+class ProgressLines:
+    """Progress where no bar is drawn (stderr is not a terminal): a line at most every ``every`` seconds with
+    the samples done so far in what the run is doing."""
+
+    def __init__(self, every: float = 30.0) -> None:
+        self.every = every
+        self.reset("setting up")
+
+    def reset(self, status: str) -> None:
+        self.status, self.done = status, 0
+        self.started = self.shown = time.monotonic()
+
+    def advance(self, samples: int) -> None:
+        self.done += samples
+        now = time.monotonic()
+        if now - self.shown >= self.every:
+            self.shown = now
+            console.print(
+                f"{self.status}: {self.done} samples done in {now - self.started:.0f} s",
+                markup=False,
+                highlight=False,
+            )
 
 
 def step_table(rollout_id: int, metrics: dict[str, Any]) -> Group:

@@ -27,6 +27,13 @@ from .training.options import (
 
 DEFAULT_DATASET = Path(__file__).parent / "datasets" / "arithmetic-train.jsonl"
 DEFAULT_EVAL_DATASET = Path(__file__).parent / "datasets" / "arithmetic-eval.jsonl"
+
+
+def shipped_datasets() -> dict[str, Path]:
+    """The datasets that ship with rlsdk, by name (the file's stem): ``arithmetic-train``, ``arithmetic-eval``..."""
+    return {path.stem: path for path in sorted(DEFAULT_DATASET.parent.glob("*.jsonl"))}
+
+
 DEMO_TRAINING = {
     "num_rollout": 16,
     "rollout_batch_size": 8,
@@ -237,7 +244,10 @@ class RolloutConfig(TrainingOptions):
     eval_top_p: float | None = None
     eval_max_response_len: int | None = None
     eval_interval: int | None = None
-    """Run eval every this many steps; none runs no eval during ``rlsdk run``."""
+    """Run eval every this many steps and after the last; none runs no eval during ``rlsdk run``. A training
+    run also evaluates before its first step, unless ``skip_eval_before_train``."""
+    skip_eval_before_train: bool = False
+    """Skip the eval before the first training step (the curve's starting point), as slime's flag."""
 
     # --- output ---
     output_dir: str = "rlsdk-out"
@@ -320,6 +330,10 @@ class RolloutConfig(TrainingOptions):
             raise ValueError(
                 "loss_type custom_loss needs custom_loss_function_path (a loss name or dotted path)"
             )
+        if self.keep_last_n is not None and self.keep_last_n < 1:
+            raise ValueError(
+                f"keep_last_n must be at least 1 (the checkpoint --resume needs), got {self.keep_last_n}"
+            )
         if self.use_tis and self.use_rollout_logprobs:
             raise ValueError("use_tis and use_rollout_logprobs cannot be set together (as in slime)")
 
@@ -379,22 +393,20 @@ class RolloutConfig(TrainingOptions):
             raise ValueError(f"{path}: {exc}") from None
 
     def with_default_data(self, given: set[str] | frozenset[str] = frozenset()) -> RolloutConfig:
-        """With no ``prompt_data``: the shipped arithmetic training set, its ``label`` key and the chat
-        template; with ``train`` also the disjoint eval set and :data:`DEMO_TRAINING` for the options not
-        in ``given``."""
-        if self.prompt_data is None:
-            self.prompt_data = str(DEFAULT_DATASET)
-            self.label_key = self.label_key or "label"
-            self.apply_chat_template = True
-            if self.train:
-                for name, value in DEMO_TRAINING.items():
-                    if name not in given:
-                        setattr(self, name, value)
-                if "over_sampling_batch_size" not in given:
-                    self.over_sampling_batch_size = self.rollout_batch_size
-                if not self.eval_datasets and not self.eval_prompt_data:
-                    self.eval_datasets = [{"name": "arithmetic-eval", "path": str(DEFAULT_EVAL_DATASET)}]
-                self.__post_init__()
+        """With no ``prompt_data``: :func:`demo_settings` for the options not in ``given`` (the label key and
+        the eval sets only where none is set)."""
+        if self.prompt_data is not None:
+            return self
+        unset = {
+            "label_key": self.label_key is None,
+            "eval_datasets": not (self.eval_datasets or self.eval_prompt_data),
+        }
+        for name, value in demo_settings(self.train).items():
+            if name not in given and unset.get(name, True):
+                setattr(self, name, value)
+        if self.train and "over_sampling_batch_size" not in given:
+            self.over_sampling_batch_size = self.rollout_batch_size
+        self.__post_init__()
         return self
 
     def replace(self, **changes: Any) -> RolloutConfig:
@@ -402,6 +414,21 @@ class RolloutConfig(TrainingOptions):
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def demo_settings(train: bool) -> dict[str, Any]:
+    """What ``rlsdk run`` sets when no ``--data`` is given: the shipped arithmetic training set, its ``label``
+    key and the chat template; with ``train`` also :data:`DEMO_TRAINING` and the disjoint eval set. With
+    ``--data`` none of these apply: the options keep their defaults."""
+    settings: dict[str, Any] = {
+        "prompt_data": str(DEFAULT_DATASET),
+        "label_key": "label",
+        "apply_chat_template": True,
+    }
+    if train:
+        settings.update(DEMO_TRAINING)
+        settings["eval_datasets"] = [{"name": "arithmetic-eval", "path": str(DEFAULT_EVAL_DATASET)}]
+    return settings
 
 
 def plugin_values(values: dict[str, Any], declared: dict[str, Option]) -> dict[str, Any]:

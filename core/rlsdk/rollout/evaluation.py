@@ -79,10 +79,13 @@ async def run_eval_groups(
 
     pristine = copy.deepcopy(groups)
     todo = list(range(len(groups)))
+
+    async def run(group: list[Sample]) -> None:
+        await run_group(args, runtime, plugins, group, params, limit, evaluation=True)
+        runtime.report_progress(len(group))
+
     for attempt in range(1, EVAL_ATTEMPTS + 1):
-        await asyncio.gather(
-            *(run_group(args, runtime, plugins, groups[i], params, limit, evaluation=True) for i in todo)
-        )
+        await asyncio.gather(*(run(groups[i]) for i in todo))
         todo = [i for i in todo if unfinished(groups[i])]
         if not todo or attempt == EVAL_ATTEMPTS:
             break

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -23,6 +24,8 @@ STATE_FILE = "state.json"
 STATE_SAVED = "state_saved"
 """``runtime.state`` key of the callables run with each run state once it is on disk: a rollout that took
 data from a service acknowledges it there only when a saved state covers its step."""
+LABEL_KEYS = ("label", "answer", "solution", "ground_truth")
+"""Row keys that look like a label, for the warning when ``--label-key`` is not set."""
 SHOWN_CAUSES = 3
 """Distinct causes a failed step's error quotes; the rest are in discarded.jsonl."""
 
@@ -224,6 +227,8 @@ RESUME_MAY_CHANGE = frozenset(
         "resume",
         "output_dir",
         "eval_interval",
+        "skip_eval_before_train",
+        "keep_last_n",
         "save_interval",
         "report_to",
         "sync_check_tol",
@@ -362,7 +367,7 @@ def run_job(
             if training is not None and state.get("checkpoint"):
                 training.restore(Path(state["checkpoint"]))
         else:
-            if training is not None and args.eval_interval:  # the curve's starting point
+            if training is not None and args.eval_interval and not args.skip_eval_before_train:
                 status("eval before the first step")
                 output.write_eval(-1, run_eval(args, runtime, plugins, -1))
             output.save_state(output.run_state(0, data_source.state_dict(), args, runtime.pm))
@@ -410,27 +415,39 @@ def open_training(args: Any, runtime: Runtime, plugins: dict[str, Resolved], fol
 
 
 def check_step(args: Any, rollout_id: int, metrics: dict[str, Any]) -> None:
-    """A step whose every sample failed stops the run with the causes (``on_failed_step=fail``), after
-    the step's samples and the run's state are written."""
+    """A step whose every sample failed, or was dropped for an invalid reward, stops the run with the causes
+    (``on_failed_step=fail``), after the step's samples and the run's state are written."""
+    if args.on_failed_step != "fail" or metrics.get("ledger/kept") or metrics.get("ledger/returned"):
+        return
+    entered = metrics.get("ledger/entered")
     failed = metrics.get("ledger/failed", 0)
-    if failed and failed == metrics.get("ledger/entered") and args.on_failed_step == "fail":
-        causes = list(dict.fromkeys(metrics.get("rollout/failures", [])))
-        shown = "; ".join(causes[:SHOWN_CAUSES]) or "unknown"
-        if len(causes) > SHOWN_CAUSES:
-            shown += f"; {len(causes) - SHOWN_CAUSES} more in discarded.jsonl"
+    invalid = metrics.get("rollout/dynamic_filter/drop_invalid_reward", 0)
+    if failed and failed == entered:
         requeued = metrics.get("ledger/requeued", 0)
         kept_data = (
-            (
-                f"; their prompts are not used up ({requeued} samples back in the data, served again on "
-                "--resume)"
-            )
+            f"; their prompts are not used up ({requeued} samples back in the data, served again on --resume)"
             if requeued
             else ""
         )
         raise RlsdkError(
-            f"step {rollout_id}: all {failed} samples failed ({shown}); the samples are in "
-            f"discarded.jsonl{kept_data} (--on-failed-step continue goes on)"
+            f"step {rollout_id}: all {failed} samples failed ({shown_causes(metrics, 'rollout/failures')}); "
+            f"the samples are in discarded.jsonl{kept_data} (--on-failed-step continue goes on)"
         )
+    if invalid and invalid + failed == entered:
+        raise RlsdkError(
+            f"step {rollout_id}: all {entered} samples were dropped for an invalid reward "
+            f"({shown_causes(metrics, 'rollout/invalid_reward_causes')}); the samples are in discarded.jsonl "
+            "(--on-failed-step continue goes on, --on-invalid-reward score scores them instead)"
+        )
+
+
+def shown_causes(metrics: dict[str, Any], key: str) -> str:
+    """The first :data:`SHOWN_CAUSES` distinct causes of ``metrics[key]``; the rest are in discarded.jsonl."""
+    causes = list(dict.fromkeys(metrics.get(key, [])))
+    shown = "; ".join(causes[:SHOWN_CAUSES]) or "unknown"
+    if len(causes) > SHOWN_CAUSES:
+        shown += f"; {len(causes) - SHOWN_CAUSES} more in discarded.jsonl"
+    return shown
 
 
 def check_data(args: Any) -> None:
@@ -441,8 +458,26 @@ def check_data(args: Any) -> None:
     if not args.prompt_data:
         raise DataError("no training data: set prompt_data (--data) to a JSONL or Parquet file")
     data_path = DataPath.parse(args.prompt_data)
-    if not read_rows(data_path, BadRowPolicy(args.on_bad_row)):
+    bad = BadRowPolicy(args.on_bad_row)
+    rows = read_rows(data_path, bad)
+    if not rows:
         raise DataError(f"{data_path}: the dataset has no rows")
+    missing = [row for row in rows if row.values.get(args.input_key) is None]
+    for row in missing:  # a prompt needs its input key: said before the model loads
+        bad.report(
+            row.where, f"no input key {args.input_key!r} (keys: {sorted(row.values)}; --input-key names it)"
+        )
+    if len(missing) == len(rows):
+        raise DataError(f"{data_path}: no row has the input key {args.input_key!r} (--input-key names it)")
+    if args.label_key is None and any(key in rows[0].values for key in LABEL_KEYS):
+        import warnings
+
+        key = next(key for key in LABEL_KEYS if key in rows[0].values)
+        warnings.warn(
+            f"{data_path} has a {key!r} key but no --label-key is set: rewards see no label "
+            f"(--label-key {key} gives it to them)",
+            stacklevel=2,
+        )
 
 
 def check_images(runtime: Runtime, data_source: Any) -> None:
@@ -463,6 +498,10 @@ def check_images(runtime: Runtime, data_source: Any) -> None:
 def run_eval(
     args: Any, runtime: Runtime, plugins: dict[str, Resolved], rollout_id: int
 ) -> RolloutFnEvalOutput:
-    """generate_rollout with ``evaluation=True`` (the eval function, else the rollout function)."""
+    """generate_rollout with ``evaluation=True`` (the eval function, else the rollout function); its time
+    in ``eval/seconds``."""
     resolved = plugins.get("eval", plugins["generate_rollout"])
-    return call_eval_rollout(runtime, resolved, args, rollout_id)
+    started = time.perf_counter()
+    output = call_eval_rollout(runtime, resolved, args, rollout_id)
+    output.metrics["eval/seconds"] = time.perf_counter() - started
+    return output

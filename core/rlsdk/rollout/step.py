@@ -31,7 +31,7 @@ from ..runtime import Runtime, get_runtime
 from ..types import RolloutFnTrainOutput, Sample, reward_value
 from .generate import sampling_params_for
 from .ledger import Group, StepLedger
-from .rewarding import apply_invalid_policy, count_invalid, score_group
+from .rewarding import apply_invalid_policy, count_invalid, invalid_reward_causes, score_group
 
 SUBMIT_SLICE = 64
 """Samples whose tasks a step creates before it lets them run (and send their requests) while it goes on
@@ -171,6 +171,7 @@ async def rollout_step(
     metrics["rollout/short_of_batch"] = target - len(batch)
     metrics["rollout/aborted"] = aborted
     metrics["rollout/invalid_rewards"] = count_invalid([s for g in (*batch, *ledger.discarded) for s in g])
+    metrics["rollout/invalid_reward_causes"] = invalid_reward_causes([s for g in ledger.discarded for s in g])
     metrics.update(agent_metrics([s for g in (*batch, *ledger.discarded) for s in g]))  # openai_agent's forks
     return RolloutFnTrainOutput(samples=batch, metrics=metrics, discarded=ledger.discarded)
 

@@ -134,6 +134,9 @@ class TrainingOptions:
     """Folder for checkpoints (``step_N/``); default ``<output_dir>/checkpoints`` when ``save_interval`` is set."""
     save_interval: int | None = None
     """Save a checkpoint every this many steps (and after the last)."""
+    keep_last_n: int | None = None
+    """Keep only the newest this many checkpoints, removing older ones as new ones are written (verl's
+    ``max_actor_ckpt_to_keep``, Hugging Face's ``save_total_limit``); none keeps every one."""
     report_to: str | None = None
     """``tensorboard``: also write TensorBoard event files to ``<output_dir>/tensorboard``."""
 

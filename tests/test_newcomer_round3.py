@@ -1,0 +1,179 @@
+"""What a newcomer and a plugin author hit, round 3 (issue 41): the settings a run uses and where they come
+from, a step whose every reward is invalid, eval sets by name, plugin-name typos, a missing input key,
+evals before training, checkpoint retention, eval of a checkpoint, and response text without the stop token.
+
+Generation runs on rlsdk.testing's FakeEngine (``test_rollout_loop``'s fixture) where a model would only
+add minutes; the run with checkpoints trains the tiny Llama of conftest.py for real."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import typer
+import yaml
+from typer.testing import CliRunner
+
+from rlsdk import Reward, RolloutConfig, get_plugin_manager, hookimpl
+from rlsdk.errors import DataError, RlsdkError, UnknownPluginError
+from rlsdk.rollout.job import check_data, check_step, run_job
+from rlsdk.testing import ByteTokenizer, check_custom_generate
+from rlsdk.training.session import prune_checkpoints
+from rlsdk_cli.app import app
+from rlsdk_cli.run import build_config, eval_dataset, given_names, given_overrides
+from rlsdk_cli.settings import setting_sources, summary_lines, with_checkpoint_settings
+
+from . import test_rollout_loop as loop
+from .test_training_loop import run_files, train_args  # noqa: F401 (run_files is a fixture)
+
+runner = CliRunner()
+make_run, step = loop.make_run, loop.step
+
+
+def config_of(argv: list[str]) -> tuple[str, dict]:
+    result = runner.invoke(app, ["run", *argv, "--print-config"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return result.stdout, yaml.safe_load(result.stdout)
+
+
+def test_print_config_says_which_settings_the_demo_sets_and_works_as_a_config(tmp_path):
+    text, values = config_of(["--train"])
+    assert "lr: 1.0e-05  # demo" in text and "label_key: label  # demo" in text
+    assert "train: true  # given" in text and "eps_clip: 0.2\n" in text  # a default: no comment
+    RolloutConfig.from_dict(values)  # the output is a valid config
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"input": "1 + 1 = ?", "label": "2"}) + "\n")
+    text, values = config_of(["--train", "--data", str(data)])
+    assert f"prompt_data: {data}  # given" in text
+    assert values["lr"] == 1e-6 and values["label_key"] is None and values["eval_datasets"] == []
+    assert "# demo" not in text
+
+
+def test_the_start_up_summary_names_the_demo_settings_that_data_turns_off(tmp_path):
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"input": "1 + 1 = ?", "label": "2"}) + "\n")
+    options = {"train": True, "prompt_data": str(data)}
+    args = build_config(None, options, [])
+    lines = summary_lines(args, setting_sources(args, given_names(None, given_overrides(options, []))))
+    text = "\n".join(lines)
+    assert "label_key = None  (default)" in text and f"prompt_data = {data}  (given)" in text
+    assert re.search(r"with --data the demo's training settings do not apply: num_rollout 3 \(demo 16\);.*"
+                     r"lr 1e-06 \(demo 1e-05\)", text), text
+
+
+class Rewards:
+    @hookimpl
+    def rlsdk_rewards(self):
+        def needs_label(args, sample, **kwargs):
+            """Raises without a label, as the math reward does."""
+            if sample.label is None:
+                raise ValueError("the sample has no label: name the data's answer key with --label-key")
+            return 1.0
+
+        yield Reward(name="needs_label", func=needs_label)
+
+
+def test_a_step_whose_every_reward_is_invalid_stops_the_run_with_the_cause(make_run, rlsdk_pm):
+    rlsdk_pm.register(Rewards())
+    args, source, runtime, _ = make_run(n_prompts=2, rm_type="needs_label", label_key=None,
+                                        rollout_max_groups_per_step=2)
+    metrics = step(args, source, runtime).metrics
+    assert metrics["rollout/dynamic_filter/drop_invalid_reward"] == 4 and metrics["ledger/kept"] == 0
+    with pytest.raises(RlsdkError, match=r"step 0: all 4 samples were dropped for an invalid reward \(reward "
+                                         r"'needs_label' .*the sample has no label: name the data's answer key "
+                                         r"with --label-key\); the samples are in discarded.jsonl"):
+        check_step(args, 0, metrics)
+    check_step(args.replace(on_failed_step="continue"), 0, metrics)  # asked to go on: it goes on
+
+
+def test_eval_data_takes_a_shipped_name_or_a_file_and_else_says_what_it_takes(tmp_path):
+    assert eval_dataset("arithmetic-eval")["path"].endswith("datasets/arithmetic-eval.jsonl")
+    data = tmp_path / "held.jsonl"
+    data.write_text("{}\n")
+    assert eval_dataset(str(data)) == {"name": "held", "path": str(data)}
+    assert eval_dataset("x=y.jsonl") == {"name": "x", "path": "y.jsonl"}
+    with pytest.raises(typer.BadParameter, match=r"is not NAME=PATH, a data file or a shipped dataset \(shipped: "
+                                                 r"arithmetic-eval, "):
+        eval_dataset("arithmetic-evl")
+    for command in ("run", "eval"):
+        result = runner.invoke(app, [command, "--eval-data", "arithmetic-evl"], env={"COLUMNS": "200"})
+        assert result.exit_code == 2 and "Traceback" not in result.output and "shipped" in result.output
+
+
+def test_a_misspelled_plugin_name_gets_a_did_you_mean():
+    with pytest.raises(UnknownPluginError, match=r"unknown reward 'maht' \(did you mean 'math'\?\)\. Choose one of"):
+        get_plugin_manager().resolve("reward", "maht")
+
+
+def test_a_missing_input_key_and_an_unnamed_label_are_found_before_any_model_loads(tmp_path):
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"question": "1 + 1 = ?", "label": "2"}) + "\n")
+    with pytest.raises(DataError, match=r"rows.jsonl:line 1: no input key 'input' \(keys: \['label', 'question'\]"):
+        check_data(RolloutConfig(prompt_data=str(data)))
+    with pytest.warns(UserWarning, match="has a 'label' key but no --label-key is set"):
+        check_data(RolloutConfig(prompt_data=str(data), input_key="question"))
+
+
+def test_resume_and_overwrite_together_are_refused():
+    result = runner.invoke(app, ["run", "--resume", "--overwrite"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and "--resume continues the run" in result.output
+
+
+def test_keep_last_n_removes_the_oldest_checkpoints(tmp_path):
+    for n in (0, 1, 2, 10):
+        (tmp_path / f"step_{n}").mkdir()
+    (tmp_path / ".step_11.tmp").mkdir()
+    assert [p.name for p in prune_checkpoints(tmp_path, 2)] == ["step_0", "step_1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".step_11.tmp", "step_10", "step_2"]
+    with pytest.raises(ValueError, match="keep_last_n must be at least 1"):
+        RolloutConfig(keep_last_n=0)
+
+
+def test_a_training_run_skips_the_first_eval_times_its_evals_keeps_two_checkpoints_and_its_eval_reads_them(
+    tiny_llama, run_files, tmp_path  # noqa: F811
+):
+    out = tmp_path / "out"
+    data, _ = run_files
+    args = train_args(tiny_llama, run_files, out, num_rollout=3, save_interval=1, keep_last_n=2, eval_interval=2,
+                      skip_eval_before_train=True, label_key="label",
+                      eval_datasets=[{"name": "held", "path": str(data)}], n_samples_per_eval_prompt=1)
+    statuses, progress = [], []
+    run_job(args, on_status=statuses.append, progress=lambda n: progress.append((statuses[-1], n)))
+    evals = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    assert [e["rollout_id"] for e in evals] == [1, 2] and all(e["eval/seconds"] > 0 for e in evals)
+    assert sum(n for status, n in progress if status == "eval after step 1") == 16  # every eval sample counted
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_1", "step_2"]
+
+    checkpoint = out / "checkpoints" / "step_2"
+    options = {"model": str(checkpoint), "rm_type": "math"}
+    evaluated = build_config(None, options, [])
+    taken = with_checkpoint_settings(evaluated, given_names(None, given_overrides(options, [])))
+    assert "eval_datasets" in taken and "rm_type" not in taken
+    assert evaluated.eval_datasets == [{"name": "held", "path": str(data)}] and evaluated.label_key == "label"
+    assert evaluated.rm_type == "math" and evaluated.prompt_data == str(data)
+
+
+class EndOfTurnTokenizer(ByteTokenizer):
+    """Bytes, with ``<|im_end|>`` one token (id 256) as in SmolLM2's vocabulary."""
+
+    eos_token = "<|im_end|>"
+
+    def __call__(self, text, add_special_tokens=False):
+        parts = text.split(self.eos_token)
+        ids = [i for part in parts for i in [*part.encode(), 256]][:-1]
+        return {"input_ids": ids}
+
+    def decode(self, ids):
+        return "".join(self.eos_token if i == 256 else bytes([i]).decode(errors="replace") for i in ids)
+
+
+def test_the_response_text_leaves_the_stop_token_out_and_the_token_ids_keep_it(rlsdk_pm):
+    """As SGLang's reference response (stop_token case: text "" for the one matched id) does."""
+    recorded = json.loads((Path(__file__).parent / "fixtures" / "sglang-0.5.17.json").read_text())["stop_token"][1]
+    assert recorded["text"] == "" and recorded["output_ids"] == [recorded["meta_info"]["finish_reason"]["matched"]]
+    sample = check_custom_generate(rlsdk_pm, "single_turn", ["The answer is 5.<|im_end|>"],
+                                   tokenizer=EndOfTurnTokenizer())
+    assert sample.response == "The answer is 5." and sample.tokens[-1] == 256
