@@ -68,24 +68,39 @@ def leftover_processes(grace: float = 5.0) -> dict[int, str]:
         time.sleep(0.2)
 
 
+LEFTOVERS = "leftover_processes"
+"""Key of an xdist worker's output holding what its tests left running, for the controller."""
+reported_by_workers: list[str] = []
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the test run when a process a test started is still alive at its end (then stop it)."""
-    if not Path("/proc").is_dir():
+    """Fail the test run when a process a test started is still alive at its end (then stop it). An xdist
+    worker checks its own tests and hands the list to the controller, which fails the run."""
+    config = session.config
+    worker = hasattr(config, "workeroutput")
+    listing = list(reported_by_workers)
+    if worker or not config.pluginmanager.hasplugin("dsession"):  # the controller started only workers
+        left = leftover_processes() if Path("/proc").is_dir() else {}
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        listing += [f"pid {pid}: {cmd[:200]}" for pid, cmd in sorted(left.items())]
+    if worker:
+        config.workeroutput[LEFTOVERS] = listing  # type: ignore[attr-defined]
         return
-    left = leftover_processes()
-    if not left:
-        return
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    listing = "\n".join(f"  pid {pid}: {cmd[:200]}" for pid, cmd in sorted(left.items()))
-    sys.stderr.write(
-        f"\nprocesses the tests started were still running at the end (now killed):\n{listing}\n"
-    )
-    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if listing:
+        lines = "".join(f"\n  {line}" for line in listing)
+        sys.stderr.write(f"\nprocesses the tests started were still running at the end (now killed):{lines}\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist's controller: collect what a worker's tests left running."""
+    reported_by_workers.extend(getattr(node, "workeroutput", {}).get(LEFTOVERS, []))
 
 
 @pytest.fixture
