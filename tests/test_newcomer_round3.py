@@ -177,3 +177,14 @@ def test_the_response_text_leaves_the_stop_token_out_and_the_token_ids_keep_it(r
     sample = check_custom_generate(rlsdk_pm, "single_turn", ["The answer is 5.<|im_end|>"],
                                    tokenizer=EndOfTurnTokenizer())
     assert sample.response == "The answer is 5." and sample.tokens[-1] == 256
+
+
+def test_groups_the_buffer_filter_drops_are_counted_and_written_out(make_run):
+    args, source, runtime, _ = make_run(n_prompts=6, buffer_filter_path="drop_stale", buffer_max_staleness=1)
+    stale = source.get_samples(2, rollout_id=0)
+    source.add_samples(stale, rollout_id=0)
+    out = step(args, source, runtime, rollout_id=5)
+    assert out.metrics["rollout/dynamic_filter/drop_buffer_filter_drop_stale"] == 4
+    assert out.metrics["ledger/dropped"] == 4 and out.metrics["ledger/kept"] == 4
+    dropped = [s for g in out.discarded for s in g if s.metadata.get("drop_reason") == "buffer_filter_drop_stale"]
+    assert sorted(s.index for s in dropped) == [s.index for g in stale for s in g]

@@ -153,6 +153,10 @@ async def rollout_step(
     if returned:
         data_source.add_samples(returned, rollout_id)
 
+    # buffer_filter drops: groups served back to no step, counted and written out with their reason
+    for group, reason in getattr(data_source, "pop_buffer_dropped", list)():
+        ledger.enter([group])
+        ledger.drop(group, reason)
     ledger.check()
     metrics = step_metrics(args, batch, ledger, started)
     if len(batch) < target:  # said, not silent: the trainer gets a smaller batch
