@@ -188,3 +188,29 @@ def test_groups_the_buffer_filter_drops_are_counted_and_written_out(make_run):
     assert out.metrics["ledger/dropped"] == 4 and out.metrics["ledger/kept"] == 4
     dropped = [s for g in out.discarded for s in g if s.metadata.get("drop_reason") == "buffer_filter_drop_stale"]
     assert sorted(s.index for s in dropped) == [s.index for g in stale for s in g]
+
+
+def test_curves_show_what_people_read_with_the_run_name_and_the_legend_off_the_data(tmp_path):
+    from rlsdk.report import RunReport
+
+    folder = tmp_path / "my-run"
+    folder.mkdir()
+    rows = [{"rollout_id": i, "rollout/reward_mean": 0.5 + i / 20, "train/ppo_kl": 1e-3 * i, "train/kl_loss": 2e-3,
+             "train/entropy_loss": 1.0 - i / 20, "rollout/response_len_mean": 30 - i, "train/pg_clipfrac": 0.01 * i,
+             "train/loss": 1e-3} for i in range(8)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    evals = [{"rollout_id": i, "eval/arithmetic-eval/reward_mean": 0.6 + i / 40} for i in (-1, 3, 7)]
+    (folder / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
+    report = RunReport(folder)
+    fig = report.figure()
+    assert fig._suptitle.get_text() == "rlsdk run: my-run"
+    reward, *panels = fig.axes
+    assert [a.get_title() for a in panels] == ["KL", "entropy", "response length (tokens)", "clip fraction"]
+    assert [line.get_label() for line in reward.get_lines()] == ["train reward (sampled, kept groups)",
+                                                                  "arithmetic-eval (eval)"]
+    fig.canvas.draw()
+    legend = reward.get_legend().get_window_extent()
+    assert legend.y0 >= reward.get_window_extent().y1  # above the axes, on no data
+    assert not any("loss" == a.get_title() for a in fig.axes)
+    report.draw()
+    assert (folder / "curves.png").stat().st_size > 0
