@@ -214,3 +214,13 @@ def test_curves_show_what_people_read_with_the_run_name_and_the_legend_off_the_d
     assert not any("loss" == a.get_title() for a in fig.axes)
     report.draw()
     assert (folder / "curves.png").stat().st_size > 0
+
+
+def test_resuming_a_finished_run_says_so_without_loading_a_model(tmp_path):
+    from rlsdk.rollout.job import STATE_FILE, saved_settings
+
+    args = RolloutConfig(prompt_data=str(tmp_path / "rows.jsonl"), num_rollout=2, output_dir=str(tmp_path))
+    (tmp_path / STATE_FILE).write_text(json.dumps({"next_rollout_id": 2, "settings": saved_settings(args)}))
+    result = runner.invoke(app, ["run", "--resume", "--output", str(tmp_path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "is finished (2 of 2 steps): --resume --num-rollout N continues it" in result.output

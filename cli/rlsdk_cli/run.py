@@ -274,6 +274,18 @@ def run(
         typer.echo(config_yaml(args, sources), nl=False)
         return
     console.print("\n".join(summary_lines(args, sources)), markup=False, highlight=False, soft_wrap=True)
+    if resume and finished_run(args):
+        console.print(
+            f"the run in {args.output_dir} is finished ({args.num_rollout} of {args.num_rollout} steps): "
+            "--resume --num-rollout N continues it to N steps",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        return
+    if not console.is_terminal:  # no download or loading bars redrawn line after line in a log
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TQDM_DISABLE", "1")
 
     samples_per_step = args.rollout_batch_size * args.n_samples_per_prompt
     # Each refresh renders the bar in a thread that holds the GIL meanwhile; at rich's default 10 per
@@ -376,6 +388,14 @@ def evaluate(**options: Any) -> None:
             f"wrote {output.folder}/eval.jsonl and eval_samples.jsonl", markup=False, highlight=False
         )
     typer.echo(json.dumps(result.metrics))
+
+
+def finished_run(args: RolloutConfig) -> bool:
+    """Whether the run saved in the output folder has done its ``num_rollout`` steps already."""
+    from rlsdk.rollout.job import STATE_FILE
+
+    state = json.loads((Path(args.output_dir) / STATE_FILE).read_text())
+    return int(state["next_rollout_id"]) >= args.num_rollout
 
 
 class ProgressLines:
