@@ -17,6 +17,10 @@ SCAFFOLD_KINDS = (
     "buffer_filter",
     "custom_generate",
     "generate_rollout",
+    "loss",
+    "tool",
+    "agent",
+    "trainer",
 )
 """The kinds ``rlsdk plugins new --kind`` writes an example of."""
 
@@ -164,6 +168,67 @@ def default_step(args, rollout_id, data_source, evaluation=False):
         "default_step",
         "rlsdk's rollout step",
     ),
+    "loss": (
+        '''\
+def reinforce(args, batch, logits, sum_of_sample_mean):
+    """REINFORCE: minus each trained response token's advantage times its log-prob, averaged per sample
+    (``sum_of_sample_mean``); ``batch`` holds per-sample tensors (``advantages``, ``loss_masks``, ...)."""
+    import torch
+
+    log_probs, _ = log_probs_and_entropy(logits, batch, args, with_entropy=False)
+    loss = -sum_of_sample_mean(torch.cat(log_probs) * torch.cat(batch["advantages"]))
+    return loss, {"reinforce_loss": loss.detach()}  # shown as train/reinforce_loss
+''',
+        "Loss",
+        "rlsdk_losses",
+        "reinforce",
+        "REINFORCE on the response tokens",
+    ),
+    "tool": (
+        '''\
+def word_count(args, query):
+    """The number of words in ``query`` (a tag-style call <name>text</name> passes the text as it)."""
+    return str(len(query.split()))
+''',
+        "Tool",
+        "rlsdk_tools",
+        "word_count",
+        "count the words of a text",
+    ),
+    "agent": (
+        '''\
+async def ask_once(args, sample, client):
+    """One chat turn through ``client`` (an ``openai.AsyncOpenAI`` bound to the sample's session: the
+    tokens the model samples are recorded for training); the result lands in metadata["agent"]."""
+    messages = sample.prompt if isinstance(sample.prompt, list) else [{"role": "user", "content": sample.prompt}]
+    reply = await client.chat.completions.create(model="policy", messages=messages)
+    return {"answer": reply.choices[0].message.content}
+''',
+        "Agent",
+        "rlsdk_agents",
+        "ask_once",
+        "answer in one chat turn",
+    ),
+    "trainer": (
+        '''\
+def counting_trainer(args):
+    """rlsdk's torch trainer that also reports how many groups each step trained on; override
+    ``train_step`` (or write a PolicyTrainer of your own) to change how it learns."""
+    from rlsdk.training.torch_trainer import TorchTrainer
+
+    class Counting(TorchTrainer):
+        def train_step(self, rollout_id, groups):
+            metrics = super().train_step(rollout_id, groups)
+            metrics["train/groups"] = len(groups)
+            return metrics
+
+    return Counting(args)
+''',
+        "Trainer",
+        "rlsdk_trainers",
+        "counting_trainer",
+        "the torch trainer, counting groups",
+    ),
 }
 """Per kind: the example function, its record class, its hook, the function's name, a description."""
 
@@ -207,6 +272,35 @@ def test_{name}(rlsdk_pm):
 """,
 }
 
+CHECKS.update(
+    {
+        "loss": """\
+def test_{name}(rlsdk_pm):
+    rlsdk_pm.register(plugin)
+    loss, metrics = check_loss(rlsdk_pm, "{record}")  # a small batch over uniform logits
+    assert set(metrics) == {{"reinforce_loss"}}
+""",
+        "tool": """\
+def test_{name}(rlsdk_pm):
+    rlsdk_pm.register(plugin)
+    tool = check_callable(rlsdk_pm, "tool", "{record}")
+    assert tool.func(None, query="three short words") == "3"
+""",
+        "agent": """\
+def test_{name}(rlsdk_pm):
+    # the signature only: running it needs a served model (rlsdk run --custom-generate openai_agent)
+    rlsdk_pm.register(plugin)
+    check_callable(rlsdk_pm, "agent", "{record}")
+""",
+        "trainer": """\
+def test_{name}(rlsdk_pm):
+    # the signature only: check_trainer(rlsdk_pm, name, args) trains a step on args.hf_checkpoint's model
+    rlsdk_pm.register(plugin)
+    check_callable(rlsdk_pm, "trainer", "{record}")
+""",
+    }
+)
+
 CHECK_IMPORTS = {
     "reward": ["check_reward", "make_group"],
     "dynamic_filter": ["check_dynamic_filter", "make_group"],
@@ -214,6 +308,10 @@ CHECK_IMPORTS = {
     "buffer_filter": ["check_buffer_filter"],
     "custom_generate": ["check_custom_generate"],
     "generate_rollout": ["check_callable"],
+    "loss": ["check_loss"],
+    "tool": ["check_callable"],
+    "agent": ["check_callable"],
+    "trainer": ["check_callable"],
 }
 
 
@@ -235,6 +333,8 @@ def plugin_module(distribution: str, package: str, kinds: list[str]) -> str:
         lines.append("from rlsdk.rollout.generate import model_turn")
     if "generate_rollout" in kinds:
         lines.append("from rlsdk.rollout.step import generate_rollout")
+    if "loss" in kinds:
+        lines.append("from rlsdk.training.losses import log_probs_and_entropy")
     for kind in kinds:
         lines += ["", "", EXAMPLES[kind][0].rstrip()]
     for kind in kinds:
@@ -292,8 +392,14 @@ def readme(distribution: str, package: str, kinds: list[str]) -> str:
         "buffer_filter": "--buffer-filter",
         "custom_generate": "--custom-generate",
         "generate_rollout": "--rollout",
+        "loss": "--train --loss-type custom_loss --custom-loss-function-path",
+        "tool": "--custom-generate multi_turn --set tool_names=",
+        "agent": "--custom-generate openai_agent --set agent_function_path=",
+        "trainer": "--train --trainer",
     }
-    usage = " ".join(f"{option[k]} {record_name(package, k)}" for k in kinds)
+    usage = " ".join(
+        f"{option[k]}{'' if option[k].endswith('=') else ' '}{record_name(package, k)}" for k in kinds
+    )
     return f"""# {distribution}
 
 An [rlsdk](https://pypi.org/project/rlsdk/) plugin. It provides:
