@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from rlsdk import Reward, RolloutConfig, get_plugin_manager, hookimpl
 from rlsdk.errors import DataError, RlsdkError, UnknownPluginError
-from rlsdk.rollout.job import check_data, check_step, run_job
+from rlsdk.run.job import check_data, check_step, run_job
 from rlsdk.testing import ByteTokenizer, check_custom_generate
 from rlsdk.training.session import prune_checkpoints
 from rlsdk_cli.app import app
@@ -217,7 +217,8 @@ def test_curves_show_what_people_read_with_the_run_name_and_the_legend_off_the_d
 
 
 def test_resuming_a_finished_run_says_so_without_loading_a_model(tmp_path):
-    from rlsdk.rollout.job import STATE_FILE, saved_settings
+    from rlsdk.outputs import STATE_FILE
+    from rlsdk.run.output import saved_settings
 
     args = RolloutConfig(prompt_data=str(tmp_path / "rows.jsonl"), num_rollout=2, output_dir=str(tmp_path))
     (tmp_path / STATE_FILE).write_text(json.dumps({"next_rollout_id": 2, "settings": saved_settings(args)}))

@@ -298,7 +298,7 @@ def test_ledger_balances_over_many_steps_with_partial_rollouts(make_run):
 def test_a_step_whose_every_sample_failed_stops_the_run_with_the_causes(make_run):
     """Never a quiet step of nothing: all samples failed -> an error naming the causes (configurable)."""
     from rlsdk.errors import RlsdkError
-    from rlsdk.rollout.job import check_step
+    from rlsdk.run.job import check_step
 
     args, source, runtime, _ = make_run(n_prompts=4, custom_generate_function_path="wrong_type",
                                         rollout_max_groups_per_step=2)

@@ -20,7 +20,7 @@ import pytest
 
 from rlsdk import RolloutConfig, Sample
 from rlsdk.config import DEFAULT_DATASET
-from rlsdk.rollout.job import run_job
+from rlsdk.run.job import run_job
 
 pytestmark = pytest.mark.slow
 

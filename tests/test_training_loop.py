@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from rlsdk import Loss, RolloutConfig, Trainer, get_plugin_manager, hookimpl
-from rlsdk.rollout.job import run_job
+from rlsdk.run.job import run_job
 from rlsdk.testing import check_loss, check_trainer
 from rlsdk.training.sync import WeightSyncError
 
@@ -182,7 +182,7 @@ def test_sigkill_then_resume_with_no_flags_reaches_the_uninterrupted_parameters(
 
 
 def test_resume_refuses_a_conflicting_flag(tmp_path):
-    from rlsdk.rollout.job import resumed_settings
+    from rlsdk.run.output import resumed_settings
 
     (tmp_path / "state.json").write_text(json.dumps({"settings": {"lr": 1e-5, "num_rollout": 3}}))
     assert resumed_settings(tmp_path, {"num_rollout": 9})["num_rollout"] == 9

@@ -146,7 +146,7 @@ def weights_server(tmp_path: Path):
     """SGLang's weight endpoints restated in a real server process (``fake_sglang_weights_server.py``)."""
     import httpx
 
-    from rlsdk.engines.launch.sglang import free_port
+    from rlsdk import free_port
 
     port = free_port()
     authkey = multiprocessing.current_process().authkey.hex()

@@ -128,7 +128,7 @@ def option_parameters() -> list[inspect.Parameter]:
     """One command-line option per run option: core's (:func:`rlsdk.config.core_options`, from RolloutConfig's
     fields and docstrings) and those the installed plugins declare, each with its help and default."""
     from rlsdk.config import core_options, installed_plugin_options
-    from rlsdk.training.options import TrainingOptions
+    from rlsdk.training_options import TrainingOptions
 
     training = {f.name for f in dataclasses.fields(TrainingOptions)}
     hints = typing.get_type_hints(RolloutConfig)
@@ -260,7 +260,8 @@ def run(
     extra = options.pop("extra") + sglang_passthrough_options(context.args, known)
     config = options.pop("config")
     args = build_config(config, {**options, "resume": resume or None, "overwrite": overwrite or None}, extra)
-    from rlsdk.rollout.job import resumed_settings, run_job
+    from rlsdk.run.job import run_job
+    from rlsdk.run.output import resumed_settings
 
     if resume:
         given = {k: v for k, v in options.items() if v is not None and v != []}
@@ -372,11 +373,13 @@ def evaluate(**options: Any) -> None:
     if not args.eval_datasets and not args.eval_prompt_data:
         data = str(args.prompt_data)  # with_default_data set it
         args.eval_datasets = [{"name": Path(data).stem, "path": data}]
-    from rlsdk.rollout.job import RunOutput, run_eval, running
+    from rlsdk.run.job import run_eval
+    from rlsdk.run.output import RunOutput
+    from rlsdk.run.session import running
 
     try:
-        with running(args) as (runtime, plugins):
-            result = run_eval(args, runtime, plugins, rollout_id=0)
+        with running(args) as runtime:
+            result = run_eval(args, runtime, rollout_id=0)
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
         fail(exc)
         raise typer.Exit(1) from None
@@ -392,7 +395,7 @@ def evaluate(**options: Any) -> None:
 
 def finished_run(args: RolloutConfig) -> bool:
     """Whether the run saved in the output folder has done its ``num_rollout`` steps already."""
-    from rlsdk.rollout.job import STATE_FILE
+    from rlsdk.outputs import STATE_FILE
 
     state = json.loads((Path(args.output_dir) / STATE_FILE).read_text())
     return int(state["next_rollout_id"]) >= args.num_rollout

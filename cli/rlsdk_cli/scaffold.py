@@ -74,7 +74,7 @@ version = "0.1.0"
 description = "An rlsdk plugin"
 readme = "README.md"
 requires-python = ">=3.11"
-dependencies = ["rlsdk>=0.1,<0.2"]
+dependencies = ["rlsdk>=0.2,<0.3"]
 
 [project.optional-dependencies]
 test = ["pytest>=8"]
@@ -214,7 +214,7 @@ async def ask_once(args, sample, client):
 def counting_trainer(args):
     """rlsdk's torch trainer that also reports how many groups each step trained on; override
     ``train_step`` (or write a PolicyTrainer of your own) to change how it learns."""
-    from rlsdk.training.torch_trainer import TorchTrainer
+    from rlsdk import TorchTrainer
 
     class Counting(TorchTrainer):
         def train_step(self, rollout_id, groups):
@@ -321,20 +321,19 @@ def record_name(package: str, kind: str) -> str:
 
 
 def plugin_module(distribution: str, package: str, kinds: list[str]) -> str:
-    records = sorted(
-        {EXAMPLES[k][1] for k in kinds} | ({"DynamicFilterOutput"} if "dynamic_filter" in kinds else set())
-    )
+    helpers = {
+        "dynamic_filter": "DynamicFilterOutput",
+        "custom_generate": "model_turn",
+        "loss": "log_probs_and_entropy",
+    }
+    names = {EXAMPLES[k][1] for k in kinds} | {helpers[k] for k in kinds if k in helpers} | {"hookimpl"}
     lines = [
         f'"""The plugins of {distribution}: one example per kind; rename and change them."""',
         "",
-        import_line("rlsdk", [*records, "hookimpl"]),
+        import_line("rlsdk", sorted(names, key=lambda n: (n[0].islower(), n))),  # ruff's order: classes first
     ]
-    if "custom_generate" in kinds:
-        lines.append("from rlsdk.rollout.generate import model_turn")
-    if "generate_rollout" in kinds:
+    if "generate_rollout" in kinds:  # not public yet: rlsdk's own step, to start from
         lines.append("from rlsdk.rollout.step import generate_rollout")
-    if "loss" in kinds:
-        lines.append("from rlsdk.training.losses import log_probs_and_entropy")
     for kind in kinds:
         lines += ["", "", EXAMPLES[kind][0].rstrip()]
     for kind in kinds:

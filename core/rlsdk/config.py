@@ -9,14 +9,17 @@ import json
 import tomllib
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .plugins.manager import get_plugin_manager
 from .plugins.records import Option
-from .training.options import (
+from .slime_args import SLIME_ARG_DEFAULTS
+from .training_options import (
     ADVANTAGE_ESTIMATORS,
     KL_LOSS_TYPES,
     LOSS_TYPES,
@@ -73,7 +76,7 @@ ALIASES = {
 @dataclass(init=False)
 class RolloutConfig(TrainingOptions):
     """Everything a run needs: core's options, the rollout step's here and the trainer's in
-    :class:`~rlsdk.training.options.TrainingOptions`. Plugins declare options of their own (``rlsdk_options``):
+    :class:`~rlsdk.training_options.TrainingOptions`. Plugins declare options of their own (``rlsdk_options``):
     they are kept in ``extra`` and read as attributes (``args.retriever_url``), their default when unset."""
 
     # --- plugins, by registered name or dotted path ---
@@ -287,8 +290,6 @@ class RolloutConfig(TrainingOptions):
             declared = installed_options()
             if name in declared:
                 return declared[name].default
-            from .slime_args import SLIME_ARG_DEFAULTS  # slime's arguments that slime functions read
-
             if name in SLIME_ARG_DEFAULTS:
                 return SLIME_ARG_DEFAULTS[name]
         raise AttributeError(f"{type(self).__name__} has no option {name!r}")
@@ -472,13 +473,9 @@ def core_options() -> dict[str, Option]:
 def installed_plugin_options() -> dict[str, tuple[Option, Any]]:
     """Name -> (option, provenance) of the options the installed plugins declare; their plugin manager is loaded
     once per process, quietly (a plugin that fails to load is reported by the run's own manager)."""
-    import warnings
-
-    from .plugins.manager import get_plugin_manager
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return get_plugin_manager().options()
+        return get_plugin_manager().options(reserved=RolloutConfig.option_names())
 
 
 def installed_options() -> dict[str, Option]:
@@ -490,12 +487,10 @@ def declared_options(pm: Any) -> dict[str, Option]:
     """The options the plugins of ``pm`` declare (None: the installed plugins')."""
     if pm is None:
         return installed_options()
-    return {name: option for name, (option, _) in pm.options().items()}
+    return {name: option for name, (option, _) in pm.options(reserved=RolloutConfig.option_names()).items()}
 
 
 @functools.cache
 def slime_argument_names() -> frozenset[str]:
     """slime's arguments rlsdk has no option for but accepts, for slime functions that read them."""
-    from .slime_args import SLIME_ARG_DEFAULTS
-
     return frozenset(SLIME_ARG_DEFAULTS)

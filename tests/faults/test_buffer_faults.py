@@ -188,7 +188,7 @@ def test_groups_a_run_took_come_back_when_it_dies_before_saving_them(
     is ``run_job`` in process (its engine, only health-checked, the misbehaving server in good mood)."""
     from rlsdk import RolloutConfig
     from rlsdk.errors import RlsdkError
-    from rlsdk.rollout.job import run_job
+    from rlsdk.run.job import run_job
 
     service = buffer_service()
     for n in range(2):

@@ -18,11 +18,11 @@ import pytest
 
 from rlsdk import RolloutConfig
 from rlsdk.data import DataSource
-from rlsdk.engines.health import EngineHealthError
+from rlsdk.run.engine_health import EngineHealthError
 from rlsdk.engines.protocol import EngineError, EngineResponseError
 from rlsdk.engines.sglang_client import SGLangClient
 from rlsdk.plugins.manager import get_plugin_manager
-from rlsdk.rollout.job import run_job
+from rlsdk.run.job import run_job
 from rlsdk.rollout.step import MAX_ENGINE_REQUEUES, rollout_step
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import ByteTokenizer

@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..aio.streams import merge_streams
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import new_rid
 from ..errors import PluginCallError
@@ -303,7 +304,6 @@ class ChatEndpoint:
     async def stream(self, request: ChatRequest, session: Session | None) -> AsyncGenerator[dict[str, Any]]:
         """``chat.completion.chunk`` bodies: content as it comes (held back from a possible stop string or
         tool call), then each choice's tool calls and finish reason."""
-        from ..engines.server import merge_streams
 
         prepared = self.prepare(request, session)
         payloads = self._payloads(prepared, request.n)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..aio.blocking import blocking_pool
 from ..engines.protocol import SERVE_TOKEN_ENV
 from ..errors import PluginCallError, PluginError
 from ..plugins.records import Resolved
 from ..runtime import Runtime, get_runtime
 from ..types import Sample
+from .server import chat_endpoint, start_chat_server
 from .sessions import Session
 
 _STATE = "openai_agent"
@@ -82,8 +84,6 @@ def fill_sample(
 async def _run_agent(state: dict[str, Any], agent: Resolved, args: Any, sample: Sample, base_url: str) -> Any:
     if agent.is_async:
         return await agent.func(args, sample, state["async_client"].with_options(base_url=base_url))
-    from ..aio.blocking import blocking_pool
-
     return await blocking_pool().run(
         agent.func, args, sample, state["client"].with_options(base_url=base_url)
     )
@@ -104,11 +104,9 @@ async def _state(args: Any, runtime: Runtime) -> dict[str, Any]:
             "openai_agent needs an agent: set agent_function_path (--set agent_function_path=NAME, "
             f"one of: {', '.join(runtime.pm.names('agent')) or 'none installed'}, or a dotted path)"
         )
-    agent = runtime.pm.resolve("agent", args.agent_function_path)
-    server = runtime.state.get("server")
+    agent = runtime.plugins.agent
+    server = runtime.server
     if server is None or server.chat is None:
-        from .server import chat_endpoint, start_chat_server
-
         chat = await chat_endpoint(
             runtime.engine,
             runtime.tokenizer,
@@ -116,7 +114,8 @@ async def _state(args: Any, runtime: Runtime) -> dict[str, Any]:
             tool_call_parser=args.tool_call_parser,
             template_kwargs=args.apply_chat_template_kwargs,
         )
-        server = runtime.state["agent_endpoint"] = await start_chat_server(chat)
+        server = await start_chat_server(chat)
+        runtime.servers.append(server)
     else:
         server.chat.template.template_kwargs = dict(
             args.apply_chat_template_kwargs

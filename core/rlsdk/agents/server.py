@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import __version__
+from .._version import __version__
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import SERVE_TOKEN_ENV, EngineRequestError
 from ..engines.service_guard import ConnectionLimits, check_binding, guard
@@ -24,6 +24,7 @@ from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
 from ..plugins.records import PluginInfo, Resolved
 from .completions import ChatEndpoint, ChatRequestError, GenerationAborted, parse_chat_request
 from .sessions import Session
+from .tool_parsers import builtin_parsers
 
 _CHAT = web.AppKey("chat", ChatEndpoint)
 MAX_BODY = 16 * 1024 * 1024
@@ -35,9 +36,7 @@ def resolve_parser(pm: RlsdkPluginManager, spec: str, tokenizer: Any) -> Resolve
     if spec == "auto":
         spec = "hermes" if "<tool_call>" in str(getattr(tokenizer, "chat_template", None) or "") else "json"
     if spec not in pm.names("tool_call_parser"):
-        from .plugin import rlsdk_tool_call_parsers
-
-        builtin = {record.name: record for record in rlsdk_tool_call_parsers()}
+        builtin = {record.name: record for record in builtin_parsers()}
         if spec in builtin:
             return Resolved(builtin[spec], PluginInfo("agents", "rlsdk", __version__, "rlsdk.agents.plugin"))
     return pm.resolve("tool_call_parser", spec)

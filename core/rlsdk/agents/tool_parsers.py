@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..plugins.records import ToolCallParser
+
 
 @dataclass
 class FunctionCall:
@@ -140,3 +142,25 @@ def hermes_tools_prompt(tools: list[dict[str, Any]]) -> str:
         "<tool_call></tool_call> XML tags:\n<tool_call>\n"
         '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
     )
+
+
+def builtin_parsers() -> list[ToolCallParser]:
+    """Core's tool-call parsers, ``json`` and ``hermes`` (registered by :mod:`rlsdk.agents.plugin`)."""
+    return [
+        ToolCallParser(
+            name="json",
+            func=parse_json,
+            marker="{",
+            format_calls=format_json,
+            tools_prompt=json_tools_prompt,
+            description='A JSON object {"name": ..., "arguments": {...}} per call (small models)',
+        ),
+        ToolCallParser(
+            name="hermes",
+            func=parse_hermes,
+            marker="<tool_call>",
+            format_calls=format_hermes,
+            tools_prompt=hermes_tools_prompt,
+            description="<tool_call>{...}</tool_call> blocks (Hermes and Qwen chat templates)",
+        ),
+    ]

@@ -6,13 +6,17 @@ import asyncio
 import copy
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ..aio.concurrency import ConcurrencyLimit
-from ..plugins.calls import StepPlugins, unfinished
+from ..data import DataSource
+from ..plugins.calls import unfinished
+from ..plugins.run_plugins import RunPlugins
 from ..runtime import Runtime, bind_runtime
 from ..types import RolloutFnEvalOutput, Sample, reward_value
 from .generate import sampling_params_for
+from .groups import run_group
 
 log = logging.getLogger(__name__)
 
@@ -66,23 +70,22 @@ def pass_at_k(correct: list[list[bool]], k: int) -> float:
 
 async def run_eval_groups(
     args: Any,
-    runtime: Runtime,
-    plugins: StepPlugins,
+    plugins: RunPlugins,
     groups: list[list[Sample]],
     params: dict[str, Any],
     limit: ConcurrencyLimit,
     name: str,
+    progress: Callable[[int], None] = lambda samples: None,
 ) -> list[list[Sample]]:
-    """Generate and reward ``groups`` in place; a group aborted mid-generation runs again from its prompt,
-    up to :data:`EVAL_ATTEMPTS` times in all. Returns the groups still aborted after that."""
-    from .step import run_group
-
+    """Generate and reward ``groups`` in place, telling ``progress`` each finished group's size; a group
+    aborted mid-generation runs again from its prompt, up to :data:`EVAL_ATTEMPTS` times in all. Returns
+    the groups still aborted after that."""
     pristine = copy.deepcopy(groups)
     todo = list(range(len(groups)))
 
     async def run(group: list[Sample]) -> None:
-        await run_group(args, runtime, plugins, group, params, limit, evaluation=True)
-        runtime.report_progress(len(group))
+        await run_group(args, plugins, group, params, limit, evaluation=True)
+        progress(len(group))
 
     for attempt in range(1, EVAL_ATTEMPTS + 1):
         await asyncio.gather(*(run(groups[i]) for i in todo))
@@ -97,8 +100,6 @@ async def run_eval_groups(
 
 async def eval_rollout(args: Any, runtime: Runtime) -> RolloutFnEvalOutput:
     """Generate and reward every prompt of every eval dataset; no filters, no buffer."""
-    from ..data import DataSource
-
     data: dict[str, dict[str, Any]] = {}
     metrics: dict[str, Any] = {}
     for spec in eval_datasets(args):
@@ -108,18 +109,19 @@ async def eval_rollout(args: Any, runtime: Runtime) -> RolloutFnEvalOutput:
         n = ds_args.n_samples_per_eval_prompt
         source = DataSource(
             ds_args,
-            pm=runtime.pm,
+            plugins=runtime.plugins,
             tokenizer=runtime.tokenizer,
             path=spec["path"],
             n_samples_per_prompt=n,
             shuffle=False,
         )
         groups = list(source.iter_groups())
-        plugins = StepPlugins.resolve(ds_args, runtime.pm)
         params = sampling_params_for(ds_args, evaluation=True)
         limit = ConcurrencyLimit(ds_args.sglang_server_concurrency)
         name = spec["name"]
-        aborted = await run_eval_groups(ds_args, runtime, plugins, groups, params, limit, name)
+        aborted = await run_eval_groups(
+            ds_args, runtime.plugins, groups, params, limit, name, runtime.report_progress
+        )
         key = ds_args.eval_reward_key or ds_args.reward_key
         rewards = [[reward_value(s.reward, key) for s in g] for g in groups]
         flat = [r for row in rewards for r in row]

@@ -21,17 +21,18 @@ from ..errors import PluginCallError
 from ..plugins.calls import (
     ENGINE_FAULT,
     FINISHED,
-    StepPlugins,
     call_dynamic_filter,
     call_over_sampling_filter,
-    generate_group,
     unfinished,
 )
+from ..plugins.run_plugins import RunPlugins
 from ..runtime import Runtime, get_runtime
 from ..types import RolloutFnTrainOutput, Sample, reward_value
+from .evaluation import eval_rollout
 from .generate import sampling_params_for
+from .groups import run_group
 from .ledger import Group, StepLedger
-from .rewarding import apply_invalid_policy, count_invalid, invalid_reward_causes, score_group
+from .rewarding import apply_invalid_policy, count_invalid, invalid_reward_causes
 
 SUBMIT_SLICE = 64
 """Samples whose tasks a step creates before it lets them run (and send their requests) while it goes on
@@ -47,8 +48,6 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     """slime's ``generate_rollout`` signature: run one training step (or eval) on the run's engine."""
     runtime = get_runtime(args)
     if evaluation:
-        from .evaluation import eval_rollout
-
         return runtime.run(eval_rollout(args, runtime))
     return runtime.run(rollout_step(args, rollout_id, data_source, runtime))
 
@@ -58,7 +57,7 @@ async def rollout_step(
 ) -> RolloutFnTrainOutput:
     """One training step, readable top to bottom."""
     started = time.perf_counter()
-    plugins = StepPlugins.resolve(args, runtime.pm)
+    plugins = runtime.plugins
     ledger = StepLedger()
     target = args.rollout_batch_size
     max_groups = args.rollout_max_groups_per_step or 8 * target
@@ -87,7 +86,7 @@ async def rollout_step(
             pulled += len(groups)
             unsent = 0
             for group in groups:
-                task = asyncio.create_task(run_group(args, runtime, plugins, group, sampling_params, limit))
+                task = asyncio.create_task(run_group(args, plugins, group, sampling_params, limit))
                 task.add_done_callback(lambda _: finished.set())
                 in_flight[task] = group
                 unsent += len(group)
@@ -180,27 +179,9 @@ async def rollout_step(
     return RolloutFnTrainOutput(samples=batch, metrics=metrics, discarded=ledger.discarded)
 
 
-async def run_group(
-    args: Any,
-    runtime: Runtime,
-    plugins: StepPlugins,
-    group: Group,
-    sampling_params: dict[str, Any],
-    limit: ConcurrencyLimit,
-    evaluation: bool = False,
-) -> Group:
-    """Generate and reward one group in place. Failures are recorded on the samples, not raised."""
-    # custom_generate: each unfinished sample (buffered surplus groups are already complete)
-    await generate_group(args, plugins, group, sampling_params, limit, evaluation)
-    if all(s.status in FINISHED for s in group) and any(s.reward is None for s in group):
-        # reward: per sample, or once per group for group rewards
-        await score_group(args, runtime.pm, group, evaluation=evaluation)
-    return group
-
-
 async def settle(
     args: Any,
-    plugins: StepPlugins,
+    plugins: RunPlugins,
     group: Group,
     ledger: StepLedger,
     kept: list[Group],
@@ -237,7 +218,7 @@ async def settle(
         ledger.drop(group, verdict.reason or "filtered")
 
 
-async def order_groups(args: Any, plugins: StepPlugins, kept: list[Group], ledger: StepLedger) -> list[Group]:
+async def order_groups(args: Any, plugins: RunPlugins, kept: list[Group], ledger: StepLedger) -> list[Group]:
     """Apply the over-sampling filter; groups it leaves out count as dropped by it."""
     resolved = plugins.over_sampling_filter
     assert resolved is not None

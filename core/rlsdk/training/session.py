@@ -8,11 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..plugins.records import Resolved
 from ..runtime import Runtime
 from ..types import RolloutFnTrainOutput
 from .sync import check_tolerance, choose_sync, sync_weights, trust_check
-from .trainer import PolicyTrainer
+from .trainer import PolicyTrainer, build_trainer
 
 CHECKPOINT_META = "rlsdk_checkpoint.json"
 
@@ -43,19 +42,17 @@ class TrainingSession:
     ``n`` after the n-th train step, so each sample's ``weight_versions`` say which policy sampled it.
     """
 
-    def __init__(self, args: Any, runtime: Runtime, trainer_plugin: Resolved, output_folder: Path) -> None:
+    def __init__(self, args: Any, runtime: Runtime, output_folder: Path) -> None:
         self.args = args
         self.runtime = runtime
         self.output_folder = output_folder
         self.weight_sync = choose_sync(
             args, runtime.engine, output_folder / "sync-weights"
         )  # before any model loads
-        self.trainer: PolicyTrainer = trainer_plugin.func(args)
-        if not isinstance(self.trainer, PolicyTrainer):
-            raise TypeError(
-                f"{trainer_plugin.describe()} returned {type(self.trainer).__name__}: expected a "
-                "rlsdk.training.PolicyTrainer"
-            )
+        trainer = runtime.plugins.trainer
+        assert trainer is not None, "a training run resolves its trainer"
+        # trainer: built by its plugin from the run's settings
+        self.trainer: PolicyTrainer = build_trainer(trainer, args)
         self.weight_version = 0
 
     @property

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import ReplicaLostError
+from ..engines.launch.process_group import free_port
 from ..errors import RlsdkError
 from ..types import Sample
 from .trainer import PolicyTrainer
@@ -157,7 +158,6 @@ class NcclBroadcastSync(WeightSync):
         self.workers: list[str] = []
 
     async def _join(self, engine: Any) -> None:
-        from ..engines.launch.sglang import free_port
         from .tensor_transport import init_broadcast_group
 
         self.workers = await engine.workers()

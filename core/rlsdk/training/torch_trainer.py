@@ -20,12 +20,11 @@ import torch
 
 from ..plugins.loading import load_callable
 from ..plugins.records import Loss, Resolved
-from ..runtime import get_plugin_manager_of
+from ..runtime import plugins_of
 from ..types import Sample
 from .advantages import approx_kl, compute_advantages, normalize_rewards
 from .batch import SharedPrompts, TrainSample, loss_batch, micro_batches, slices
 from .losses import log_probs_and_entropy, sum_of_sample_mean_fn
-from .options import loss_spec
 from .trainer import PolicyTrainer
 
 OPTIMIZER_FILE = "optimizer.pt"
@@ -302,7 +301,9 @@ def adamw(model: torch.nn.Module, args: Any) -> torch.optim.AdamW:
 
 def resolve_loss(args: Any) -> Resolved[Loss]:
     """``loss_type``'s loss: a built-in by name, or ``custom_loss_function_path`` (a loss plugin or path)."""
-    return get_plugin_manager_of(args).resolve("loss", loss_spec(args))
+    loss = plugins_of(args).loss
+    assert loss is not None, "a training run names its loss"
+    return loss
 
 
 def peak_memory_gb(device: torch.device) -> float:

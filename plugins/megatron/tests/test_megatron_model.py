@@ -50,7 +50,7 @@ def cpu_megatron():
     import torch.distributed as dist
     from megatron.core import parallel_state
 
-    from rlsdk.engines.launch.sglang import free_port
+    from rlsdk import free_port
 
     patches = pytest.MonkeyPatch()
     patch_for_cpu(patches.setattr)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -24,9 +23,9 @@ from typing import Any
 
 import aiohttp
 
-from ...training.options import trainer_world_size
+from ...training_options import trainer_world_size
 from ..protocol import EngineError, EngineUnavailableError
-from .process_group import ManagedProcess
+from .process_group import ManagedProcess, free_port
 
 SET_BY_RLSDK = {
     "model_path": "--hf-checkpoint / --model",
@@ -82,12 +81,6 @@ the option to use instead."""
 
 class SGLangLaunchError(EngineError):
     """A launched SGLang server or router failed to start, or died."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def server_flags(options: Mapping[str, Any]) -> list[str]:

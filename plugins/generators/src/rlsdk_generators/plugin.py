@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from rlsdk import CustomGenerate, GenerateRollout, Option, Tool, hookimpl
 
 from . import calculator, multi_turn, rollout_buffer, sft

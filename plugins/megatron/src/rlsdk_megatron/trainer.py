@@ -23,8 +23,7 @@ from typing import Any
 
 import torch
 
-from rlsdk.training.batch import TrainSample
-from rlsdk.training.torch_trainer import OPTIMIZER_FILE, TorchTrainer, adamw, resolve_loss
+from rlsdk import OPTIMIZER_FILE, TorchTrainer, TrainSample, adamw, resolve_loss
 
 from .convert import (
     check_tensor_parallel,
@@ -86,7 +85,7 @@ def init_distributed(device: torch.device) -> int:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        from rlsdk.engines.launch.sglang import free_port
+        from rlsdk import free_port
 
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(free_port()))

@@ -5,9 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rlsdk import Sample, Tool
-from rlsdk.rollout.generate import append_observation, model_turn
-from rlsdk.rollout.tools import call_tool
+from rlsdk import Sample, Tool, append_observation, call_tool, model_turn
 
 from .retriever import search
 
