@@ -225,3 +225,11 @@ def test_resuming_a_finished_run_says_so_without_loading_a_model(tmp_path):
     result = runner.invoke(app, ["run", "--resume", "--output", str(tmp_path)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "is finished (2 of 2 steps): --resume --num-rollout N continues it" in result.output
+
+
+def test_run_help_shows_no_sphinx_markup():
+    from rlsdk.config import core_options
+
+    assert not [name for name, option in core_options().items() if re.search(r":\w+:`", option.help)]
+    result = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
+    assert ":meth:" not in result.output and "--print-config" in result.output

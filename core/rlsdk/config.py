@@ -172,7 +172,8 @@ class RolloutConfig(TrainingOptions):
     # --- data ---
     prompt_data: str | None = None
     """Training data: JSONL or Parquet, with an optional ``@[start:end]`` row slice. ``rlsdk run``
-    without it uses the shipped single-digit arithmetic set (see :meth:`with_default_data`)."""
+    without it uses the shipped single-digit arithmetic set and the demo's settings (``--print-config``
+    shows them)."""
     input_key: str = "input"
     """Row key holding the prompt (a string or chat messages)."""
     label_key: str | None = None

@@ -7,6 +7,7 @@ into a command-line option (``--eps-clip``, ``--use-kl-loss``) with the field's 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,5 +174,6 @@ def option_docs(cls: type = TrainingOptions) -> dict[str, str]:
             and isinstance(doc, ast.Expr)
             and isinstance(doc.value, ast.Constant)
         ):
-            docs[field_node.target.id] = " ".join(str(doc.value.value).replace("``", "`").split())
+            text = re.sub(r":\w+:`~?([^`]+)`", r"`\1`", str(doc.value.value))  # Sphinx roles read as code
+            docs[field_node.target.id] = " ".join(text.replace("``", "`").split())
     return docs
