@@ -22,7 +22,7 @@ from rlsdk.run.job import check_data, check_step, run_job
 from rlsdk.testing import ByteTokenizer, check_custom_generate
 from rlsdk.training.session import prune_checkpoints
 from rlsdk_cli.app import app
-from rlsdk_cli.run import build_config, eval_dataset, given_names, given_overrides
+from rlsdk_cli.run import configure, eval_dataset
 from rlsdk_cli.settings import setting_sources, summary_lines, with_checkpoint_settings
 
 from . import test_rollout_loop as loop
@@ -56,8 +56,8 @@ def test_the_start_up_summary_names_the_demo_settings_that_data_turns_off(tmp_pa
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps({"input": "1 + 1 = ?", "label": "2"}) + "\n")
     options = {"train": True, "prompt_data": str(data)}
-    args = build_config(None, options, [])
-    lines = summary_lines(args, setting_sources(args, given_names(None, given_overrides(options, []))))
+    args, given = configure(None, options, [])
+    lines = summary_lines(args, setting_sources(args, given))
     text = "\n".join(lines)
     assert "label_key = None  (default)" in text and f"prompt_data = {data}  (given)" in text
     assert re.search(r"with --data the demo's training settings do not apply: num_rollout 3 \(demo 16\);.*"
@@ -149,8 +149,8 @@ def test_a_training_run_skips_the_first_eval_times_its_evals_keeps_two_checkpoin
 
     checkpoint = out / "checkpoints" / "step_2"
     options = {"model": str(checkpoint), "rm_type": "math"}
-    evaluated = build_config(None, options, [])
-    taken = with_checkpoint_settings(evaluated, given_names(None, given_overrides(options, [])))
+    evaluated, given = configure(None, options, [])
+    taken = with_checkpoint_settings(evaluated, given)
     assert "eval_datasets" in taken and "rm_type" not in taken
     assert evaluated.eval_datasets == [{"name": "held", "path": str(data)}] and evaluated.label_key == "label"
     assert evaluated.rm_type == "math" and evaluated.prompt_data == str(data)

@@ -34,13 +34,23 @@ def fail(exc: BaseException) -> None:
 def build_config(config: Path | None, options: dict[str, Any], extra: list[str]) -> RolloutConfig:
     """The config file (if any), then every option given on the command line, then ``--set k=v``; an unknown
     key or a value of the wrong type, in any of them, is an error naming it."""
+    return configure(config, options, extra)[0]
+
+
+def configure(
+    config: Path | None, options: dict[str, Any], extra: list[str]
+) -> tuple[RolloutConfig, set[str]]:
+    """:func:`build_config`, and the names of the options the file and the command line set (for the demo's
+    defaults, which apply only to options not given, and the start-up summary). The file is read once."""
     overrides = given_overrides(options, extra)
     try:
-        if config is not None:
-            args = RolloutConfig.from_file(config, **overrides)
-        else:
-            args = RolloutConfig.from_dict(overrides)
-        return args.with_default_data(given=given_names(config, overrides))
+        settings = RolloutConfig.read_file(config) if config is not None else {}
+        try:
+            args = RolloutConfig.from_dict({**settings, **overrides})
+        except ValueError as exc:
+            raise ValueError(f"{config}: {exc}" if config is not None else str(exc)) from None
+        given = {ALIASES.get(key.replace("-", "_"), key.replace("-", "_")) for key in [*overrides, *settings]}
+        return args.with_default_data(given=given), given
     except (ValueError, TypeError) as exc:
         raise typer.BadParameter(str(exc)) from None
 
@@ -57,12 +67,6 @@ def given_overrides(options: dict[str, Any], extra: list[str]) -> dict[str, Any]
     if eval_data:
         overrides["eval_datasets"] = [eval_dataset(d) for d in eval_data]
     return overrides
-
-
-def given_names(config: Path | None, overrides: dict[str, Any]) -> set[str]:
-    """The option names the command line and the config file set (short names and dashes resolved)."""
-    keys = [*overrides, *file_keys(config)]
-    return {ALIASES.get(key.replace("-", "_"), key.replace("-", "_")) for key in keys}
 
 
 def eval_dataset(value: str) -> dict[str, str]:
@@ -84,13 +88,6 @@ def eval_dataset(value: str) -> dict[str, str]:
         f"--eval-data {value!r} is not NAME=PATH, a data file or a shipped dataset "
         f"(shipped: {', '.join(sorted(shipped))})"
     )
-
-
-def file_keys(config: Path | None) -> list[str]:
-    """The option names a config file sets (for the demo defaults, which apply only to options not given)."""
-    if config is None:
-        return []
-    return list(RolloutConfig.read_file(config))
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -259,18 +256,20 @@ def run(
     known = [flag for param in context.command.params for flag in param.opts]
     extra = options.pop("extra") + sglang_passthrough_options(context.args, known)
     config = options.pop("config")
-    args = build_config(config, {**options, "resume": resume or None, "overwrite": overwrite or None}, extra)
+    args, given = configure(
+        config, {**options, "resume": resume or None, "overwrite": overwrite or None}, extra
+    )
     from rlsdk.run.job import run_job
     from rlsdk.run.output import resumed_settings
 
     if resume:
-        given = {k: v for k, v in options.items() if v is not None and v != []}
+        changed = {k: v for k, v in options.items() if v is not None and v != []}
         try:
-            args = RolloutConfig.from_dict(resumed_settings(args.output_dir, {**given, **parse_set(extra)}))
+            args = RolloutConfig.from_dict(resumed_settings(args.output_dir, {**changed, **parse_set(extra)}))
         except (ValueError, TypeError, FileNotFoundError) as exc:
             fail(exc)
             raise typer.Exit(1) from None
-    sources = setting_sources(args, given_names(config, given_overrides(options, extra)))
+    sources = setting_sources(args, given)
     if print_config:
         typer.echo(config_yaml(args, sources), nl=False)
         return
@@ -364,8 +363,8 @@ def evaluate(**options: Any) -> None:
 
     extra = options.pop("extra")
     config = options.pop("config")
-    args = build_config(config, options, extra)
-    taken = with_checkpoint_settings(args, given_names(config, given_overrides(options, extra)))
+    args, given = configure(config, options, extra)
+    taken = with_checkpoint_settings(args, given)
     if taken:
         console.print(
             f"from the checkpoint's run: {', '.join(taken)}", markup=False, highlight=False, soft_wrap=True

@@ -12,10 +12,11 @@ import typing
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from .engines.launch.arguments import check_passthrough
 from .plugins.manager import get_plugin_manager
 from .plugins.records import Option
 from .slime_args import SLIME_ARG_DEFAULTS
@@ -233,6 +234,9 @@ class RolloutConfig(TrainingOptions):
     """Prompt plus response tokens allowed per sample; multi-turn generators clamp each turn to it."""
     agent_function_path: str | None = None
     """The agent plugin (or dotted path) the ``openai_agent`` custom_generate runs for each sample."""
+    max_turns: int = 4
+    """Model turns per sample for multi-turn generators and agents (``multi_turn``, ``search_r1``,
+    ``tool_agent``, and third-party ones that read it)."""
     tool_call_parser: str = "auto"
     """How ``/v1/chat/completions`` reads tool calls: a tool_call_parser plugin (``json``, ``hermes``) or
     ``auto`` (``hermes`` for chat templates that write ``<tool_call>``, else ``json``)."""
@@ -282,18 +286,20 @@ class RolloutConfig(TrainingOptions):
         self.extra = extra
         self.__post_init__()
 
-    def __getattr__(self, name: str) -> Any:
-        """A plugin option (set in ``extra``, else its declared default) or one of slime's arguments."""
-        extra = self.__dict__.get("extra", {})
-        if name in extra:
-            return extra[name]
-        if not name.startswith("_"):
-            declared = installed_options()
-            if name in declared:
-                return declared[name].default
-            if name in SLIME_ARG_DEFAULTS:
-                return SLIME_ARG_DEFAULTS[name]
-        raise AttributeError(f"{type(self).__name__} has no option {name!r}")
+    if not TYPE_CHECKING:  # mypy sees only the fields: core's reads of ``args`` are checked against them
+
+        def __getattr__(self, name: str) -> Any:
+            """A plugin option (set in ``extra``, else its declared default) or one of slime's arguments."""
+            extra = self.__dict__.get("extra", {})
+            if name in extra:
+                return extra[name]
+            if not name.startswith("_"):
+                declared = installed_options()
+                if name in declared:
+                    return declared[name].default
+                if name in SLIME_ARG_DEFAULTS:
+                    return SLIME_ARG_DEFAULTS[name]
+            raise AttributeError(f"{type(self).__name__} has no option {name!r}")
 
     def __post_init__(self) -> None:
         if self.over_sampling_batch_size is None:
@@ -441,8 +447,11 @@ def plugin_values(values: dict[str, Any], declared: dict[str, Option]) -> dict[s
     for key, value in values.items():
         if key in declared:
             checked[key] = declared[key].check(value)
-        elif key in slime_argument_names() or key.startswith(("sglang_", "router_")):
-            checked[key] = value  # sglang_NAME, router_NAME: a launched server's or router's --NAME
+        elif key in slime_argument_names():
+            checked[key] = value
+        elif key.startswith(("sglang_", "router_")):  # a launched server's or router's --NAME
+            check_passthrough(key, RolloutConfig.option_names())
+            checked[key] = value
         else:
             known = [*RolloutConfig.option_names(), *declared, *slime_argument_names()]
             close = difflib.get_close_matches(key, known, n=1)

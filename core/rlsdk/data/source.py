@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..config import RolloutConfig
 from ..errors import DataError
 from ..plugins.calls import call_buffer_filter
 from ..plugins.manager import get_plugin_manager
@@ -52,7 +53,7 @@ class DataSource:
 
     def __init__(
         self,
-        args: Any,
+        args: RolloutConfig,
         *,
         pm: Any = None,
         plugins: RunPlugins | None = None,

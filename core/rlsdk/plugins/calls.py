@@ -1,6 +1,12 @@
-"""The one call point per plugin kind: every caller (the rollout loop, eval, ``rlsdk score``, the data source,
-``rlsdk run``'s job and :mod:`rlsdk.testing`'s contract checks) calls a resolved plugin through the function of
-its kind here, so a plugin that passes the testing kit behaves the same in the loop.
+"""The call points of the rollout kinds (generate_rollout, custom_generate, reward, the three filters) and of
+the engine factory: every caller (the rollout loop, eval, ``rlsdk score``, the data source, ``rlsdk run``,
+``rlsdk serve``, a Ray engine actor and :mod:`rlsdk.testing`'s contract checks) calls a resolved plugin of
+these kinds through the function of its kind here, so a plugin that passes the testing kit behaves the same
+in the loop. The kinds that live a floor up have theirs beside their protocol: trainers
+(:func:`rlsdk.training.trainer.build_trainer`), tools (:func:`rlsdk.rollout.tools.call_tool`), tool-call
+parsers (:mod:`rlsdk.agents.completions`), agents (:mod:`rlsdk.agents.openai_agent`), task generators
+(:mod:`rlsdk.rollout.buffer_service`), losses (the trainer's own forward pass). A ``cheap`` reward has a sync
+fast path (:func:`call_cheap_reward`) that checks its result as :func:`call_reward` does.
 
 Each function calls the plugin the same way, sync or async (an awaitable result is awaited), turns any failure
 (an exception, a timeout, a result of the wrong shape) into a :class:`~rlsdk.errors.PluginCallError` that names

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..config import RolloutConfig
 from ..aio.concurrency import ConcurrencyLimit
 from ..data import DataSource
 from ..plugins.calls import unfinished
@@ -37,7 +38,7 @@ DATASET_OVERRIDES = (
 )
 
 
-def eval_datasets(args: Any) -> list[dict[str, Any]]:
+def eval_datasets(args: RolloutConfig) -> list[dict[str, Any]]:
     """``args.eval_datasets`` plus slime's flat ``eval_prompt_data`` (``name path name path ...``)."""
     datasets = [dict(d) for d in args.eval_datasets]
     flat = list(args.eval_prompt_data)
@@ -69,7 +70,7 @@ def pass_at_k(correct: list[list[bool]], k: int) -> float:
 
 
 async def run_eval_groups(
-    args: Any,
+    args: RolloutConfig,
     plugins: RunPlugins,
     groups: list[list[Sample]],
     params: dict[str, Any],
@@ -98,7 +99,7 @@ async def run_eval_groups(
     return [groups[i] for i in todo]
 
 
-async def eval_rollout(args: Any, runtime: Runtime) -> RolloutFnEvalOutput:
+async def eval_rollout(args: RolloutConfig, runtime: Runtime) -> RolloutFnEvalOutput:
     """Generate and reward every prompt of every eval dataset; no filters, no buffer."""
     data: dict[str, dict[str, Any]] = {}
     metrics: dict[str, Any] = {}

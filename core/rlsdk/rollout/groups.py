@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config import RolloutConfig
 from ..aio.concurrency import ConcurrencyLimit, gather_calls
 from ..plugins.calls import FINISHED, call_custom_generate
 from ..plugins.run_plugins import RunPlugins
@@ -13,7 +14,7 @@ from .rewarding import score_group
 
 
 async def run_group(
-    args: Any,
+    args: RolloutConfig,
     plugins: RunPlugins,
     group: Group,
     sampling_params: dict[str, Any],
@@ -29,7 +30,7 @@ async def run_group(
     return group
 
 
-def seeded(args: Any, sampling_params: dict[str, Any], position: int) -> dict[str, Any]:
+def seeded(args: RolloutConfig, sampling_params: dict[str, Any], position: int) -> dict[str, Any]:
     """Deterministic mode gives sample ``i`` of a group the seed ``rollout_seed + i``."""
     if not args.sglang_enable_deterministic_inference:
         return sampling_params
@@ -37,7 +38,7 @@ def seeded(args: Any, sampling_params: dict[str, Any], position: int) -> dict[st
 
 
 async def generate_group(
-    args: Any,
+    args: RolloutConfig,
     plugins: RunPlugins,
     group: list[Sample],
     sampling_params: dict[str, Any],

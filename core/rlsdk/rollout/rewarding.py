@@ -19,6 +19,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from ..config import RolloutConfig
 from ..aio.concurrency import gather_calls
 from ..errors import PluginCallError, PluginError
 from ..plugins.calls import InvalidReward, call_cheap_reward, call_reward
@@ -39,7 +40,7 @@ INVALID_DROP_REASON = "invalid_reward"
 _by_manager: weakref.WeakKeyDictionary[RlsdkPluginManager, RunPlugins] = weakref.WeakKeyDictionary()
 
 
-def run_plugins(plugins: RunPlugins | RlsdkPluginManager, args: Any) -> RunPlugins:
+def run_plugins(plugins: RunPlugins | RlsdkPluginManager, args: RolloutConfig) -> RunPlugins:
     """The run's plugins, or for a bare plugin manager (``rlsdk score``, tests) one set per manager, so each
     reward is resolved once either way."""
     if isinstance(plugins, RunPlugins):
@@ -49,12 +50,13 @@ def run_plugins(plugins: RunPlugins | RlsdkPluginManager, args: Any) -> RunPlugi
     return _by_manager[plugins]
 
 
-def reward_spec(args: Any, sample: Sample) -> tuple[str, bool]:
+def reward_spec(args: RolloutConfig, sample: Sample) -> tuple[str, bool]:
     """(reward name or path, is group reward) for one sample, in slime's order of precedence."""
     if sample.custom_rm_path:
         return sample.custom_rm_path, False
-    if getattr(args, "custom_rm_path", None):
-        return args.custom_rm_path, bool(getattr(args, "group_rm", False))
+    custom: str | None = getattr(args, "custom_rm_path", None)  # slime's own args may lack rlsdk's options
+    if custom:
+        return custom, bool(getattr(args, "group_rm", False))
     rm_type = (sample.metadata or {}).get("rm_type") or getattr(args, "rm_type", None)
     if not rm_type:
         raise PluginError(f"sample {_where(sample)} has no reward: set rm_type (--rm) or custom_rm_path")
@@ -65,7 +67,11 @@ def reward_spec(args: Any, sample: Sample) -> tuple[str, bool]:
 
 
 async def score_group(
-    args: Any, plugins: RunPlugins | RlsdkPluginManager, samples: list[Sample], *, evaluation: bool = False
+    args: RolloutConfig,
+    plugins: RunPlugins | RlsdkPluginManager,
+    samples: list[Sample],
+    *,
+    evaluation: bool = False,
 ) -> None:
     """Set ``reward`` on every sample that has none (a group reward scores every sample), marking
     invalid ones; never raises for one bad sample. Rewards come from the run's ``plugins`` (or a plugin
@@ -112,7 +118,12 @@ async def score_samples(args: Any, samples: list[Sample], *, evaluation: bool = 
 
 
 async def _score_one(
-    args: Any, plugins: RunPlugins, resolved: Resolved, sample: Sample, evaluation: bool, timeout: float
+    args: RolloutConfig,
+    plugins: RunPlugins,
+    resolved: Resolved,
+    sample: Sample,
+    evaluation: bool,
+    timeout: float,
 ) -> None:
     try:
         reward = await call_reward(
@@ -124,7 +135,7 @@ async def _score_one(
     _set(sample, resolved, reward)
 
 
-def _score_inline(args: Any, resolved: Resolved, samples: list[Sample], evaluation: bool) -> None:
+def _score_inline(args: RolloutConfig, resolved: Resolved, samples: list[Sample], evaluation: bool) -> None:
     """A ``cheap`` reward, called on the event loop: no thread hop, no timeout."""
     for sample in samples:
         try:
@@ -136,7 +147,7 @@ def _score_inline(args: Any, resolved: Resolved, samples: list[Sample], evaluati
 
 
 async def _score_together(
-    args: Any,
+    args: RolloutConfig,
     plugins: RunPlugins,
     resolved: Resolved,
     samples: list[Sample],
@@ -162,7 +173,7 @@ def _set(sample: Sample, resolved: Resolved, reward: Any) -> None:
         sample.reward = reward
 
 
-def _check_key(args: Any, plugins: RunPlugins, sample: Sample, key: str | None) -> None:
+def _check_key(args: RolloutConfig, plugins: RunPlugins, sample: Sample, key: str | None) -> None:
     if key is None or not isinstance(sample.reward, dict) or key in sample.reward:
         return
     spec, group = reward_spec(args, sample)
@@ -210,7 +221,7 @@ def invalid_reward_causes(samples: list[Sample]) -> list[str]:
     return list(dict.fromkeys(causes))
 
 
-def apply_invalid_policy(args: Any, group: list[Sample]) -> str | None:
+def apply_invalid_policy(args: RolloutConfig, group: list[Sample]) -> str | None:
     """Apply ``args.on_invalid_reward`` to a scored group holding invalid samples.
 
     ``fail`` raises PluginCallError with the reasons; ``drop_group`` returns the drop reason

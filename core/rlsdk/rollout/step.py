@@ -15,6 +15,7 @@ import time
 import warnings
 from typing import Any
 
+from ..config import RolloutConfig
 from ..agents.sessions import agent_metrics
 from ..aio.concurrency import ConcurrencyLimit
 from ..errors import PluginCallError
@@ -44,7 +45,7 @@ ENGINE_REQUEUES = "engine_requeues"
 """Metadata key: how many times the sample's prompt came back after the engine failed its group."""
 
 
-def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
+def generate_rollout(args: RolloutConfig, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
     """slime's ``generate_rollout`` signature: run one training step (or eval) on the run's engine."""
     runtime = get_runtime(args)
     if evaluation:
@@ -53,7 +54,7 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
 
 
 async def rollout_step(
-    args: Any, rollout_id: int, data_source: Any, runtime: Runtime
+    args: RolloutConfig, rollout_id: int, data_source: Any, runtime: Runtime
 ) -> RolloutFnTrainOutput:
     """One training step, readable top to bottom."""
     started = time.perf_counter()
@@ -78,7 +79,7 @@ async def rollout_step(
     while len(kept) < target:
         # Keep enough groups in flight to fill the batch, pulling a chunk at a time.
         if not exhausted and pulled < max_groups and len(kept) + len(in_flight) < target:
-            chunk = min(args.over_sampling_batch_size, max_groups - pulled)
+            chunk = min(args.over_sampling_batch_size or target, max_groups - pulled)
             groups = data_source.get_samples(chunk, rollout_id)  # buffer_filter: buffered groups first
             exhausted = not groups
             ledger.enter(groups)
@@ -180,7 +181,7 @@ async def rollout_step(
 
 
 async def settle(
-    args: Any,
+    args: RolloutConfig,
     plugins: RunPlugins,
     group: Group,
     ledger: StepLedger,
@@ -218,7 +219,9 @@ async def settle(
         ledger.drop(group, verdict.reason or "filtered")
 
 
-async def order_groups(args: Any, plugins: RunPlugins, kept: list[Group], ledger: StepLedger) -> list[Group]:
+async def order_groups(
+    args: RolloutConfig, plugins: RunPlugins, kept: list[Group], ledger: StepLedger
+) -> list[Group]:
     """Apply the over-sampling filter; groups it leaves out count as dropped by it."""
     resolved = plugins.over_sampling_filter
     assert resolved is not None
@@ -231,7 +234,7 @@ async def order_groups(args: Any, plugins: RunPlugins, kept: list[Group], ledger
 
 
 def reset_for_buffer(
-    args: Any,
+    args: RolloutConfig,
     group: Group,
     rollout_id: int,
     *,
@@ -267,7 +270,7 @@ def engine_failed(group: Group) -> bool:
     return faulted and all(s.metadata.get(ENGINE_REQUEUES, 0) < MAX_ENGINE_REQUEUES for s in group)
 
 
-def restart_group(args: Any, group: Group, rollout_id: int) -> Group:
+def restart_group(args: RolloutConfig, group: Group, rollout_id: int) -> Group:
     """A copy of a failed group with every sample back at its prompt, for the data source; the failed
     samples stay as they are, with their errors, in the step's discarded groups."""
     fresh = copy.deepcopy(group)
@@ -279,7 +282,7 @@ def restart_group(args: Any, group: Group, rollout_id: int) -> Group:
     return reset_for_buffer(args, fresh, rollout_id, partial=False)
 
 
-def group_rewards(args: Any, groups: list[Group]) -> list[list[float]]:
+def group_rewards(args: RolloutConfig, groups: list[Group]) -> list[list[float]]:
     """Each group's valid scalar rewards."""
     key = getattr(args, "reward_key", None)
     return [[v for v in (reward_value(s.reward, key) for s in g) if v is not None] for g in groups]
@@ -304,7 +307,9 @@ def _pstdev(values: list[float]) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
 
 
-def step_metrics(args: Any, batch: list[Group], ledger: StepLedger, started: float) -> dict[str, Any]:
+def step_metrics(
+    args: RolloutConfig, batch: list[Group], ledger: StepLedger, started: float
+) -> dict[str, Any]:
     """The step's metrics: the ledger, rewards, lengths, tokens and time."""
     samples = [s for g in batch for s in g]
     elapsed = time.perf_counter() - started

@@ -112,7 +112,7 @@ def run_job(
     return output
 
 
-def check_step(args: Any, rollout_id: int, metrics: dict[str, Any]) -> None:
+def check_step(args: RolloutConfig, rollout_id: int, metrics: dict[str, Any]) -> None:
     """A step whose every sample failed, or was dropped for an invalid reward, stops the run with the causes
     (``on_failed_step=fail``), after the step's samples and the run's state are written."""
     if args.on_failed_step != "fail" or metrics.get("ledger/kept") or metrics.get("ledger/returned"):
@@ -148,7 +148,7 @@ def shown_causes(metrics: dict[str, Any], key: str) -> str:
     return shown
 
 
-def check_data(args: Any) -> tuple[list[Row], BadRowPolicy]:
+def check_data(args: RolloutConfig) -> tuple[list[Row], BadRowPolicy]:
     """Read the training data's rows once, without a tokenizer: bad rows and empty files fail before the
     engine starts. The data source takes these rows (the file is read once)."""
     if not args.prompt_data:
@@ -188,7 +188,7 @@ def check_images(runtime: Runtime, data_source: Any) -> None:
         )
 
 
-def run_eval(args: Any, runtime: Runtime, rollout_id: int) -> RolloutFnEvalOutput:
+def run_eval(args: RolloutConfig, runtime: Runtime, rollout_id: int) -> RolloutFnEvalOutput:
     """generate_rollout with ``evaluation=True`` (the eval function, else the rollout function); its time
     in ``eval/seconds``."""
     started = time.perf_counter()

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..config import RolloutConfig
 from ..errors import RlsdkError
 from ..outputs import STATE_FILE
 from ..plugins.manager import RlsdkPluginManager
@@ -87,7 +88,7 @@ class RunOutput:
         )
 
     def run_state(
-        self, next_rollout_id: int, data_state: dict[str, Any], args: Any, pm: RlsdkPluginManager
+        self, next_rollout_id: int, data_state: dict[str, Any], args: RolloutConfig, pm: RlsdkPluginManager
     ) -> dict[str, Any]:
         """What ``--resume`` needs: the next step, the output files' sizes, the data position and buffer,
         the run's settings and the installed plugins' versions."""
@@ -156,7 +157,7 @@ RESUME_MAY_CHANGE = frozenset(
 """Options a resumed run may set differently from the saved run; any other given option must match."""
 
 
-def saved_settings(args: Any) -> dict[str, Any]:
+def saved_settings(args: RolloutConfig) -> dict[str, Any]:
     settings = args.to_dict()
     for key in ("resume", "overwrite", "sglang_router_ip", "sglang_router_port"):
         settings.pop(key, None)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..config import RolloutConfig
 from ..aio.task_pools import set_cluster_task_pool
 from ..plugins.run_plugins import RunPlugins, engine_name
 from ..ray.cluster import LOCAL, connect
@@ -29,7 +30,7 @@ def _import_tokenizers() -> None:
 
 
 @contextmanager
-def on_ray(args: Any, plugins: RunPlugins) -> Iterator[None]:
+def on_ray(args: RolloutConfig, plugins: RunPlugins) -> Iterator[None]:
     """Connect to (or start) the run's cluster, check every node's plugins, and have ``plugins`` build the
     engine and trainer as Ray actors; grading goes to Ray tasks until the block ends."""
     engine_count(args)  # engine counts that disagree stop the run before Ray starts

@@ -9,6 +9,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 from urllib.parse import urlparse
 
+from ..config import RolloutConfig
 from ..plugins.calls import call_engine
 from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
 from ..plugins.run_plugins import RunPlugins
@@ -18,14 +19,14 @@ from .engine_server import start_server
 from .ray_wiring import on_ray
 
 
-def resolve_run_plugins(args: Any, pm: RlsdkPluginManager | None = None) -> RunPlugins:
+def resolve_run_plugins(args: RolloutConfig, pm: RlsdkPluginManager | None = None) -> RunPlugins:
     """Every plugin the run names, resolved (and checked) once, before any model loads."""
     plugins = RunPlugins(args, pm or get_plugin_manager())
     plugins.resolve_all()
     return plugins
 
 
-def open_runtime(args: Any, plugins: RunPlugins) -> Runtime:
+def open_runtime(args: RolloutConfig, plugins: RunPlugins) -> Runtime:
     """Start the engine and check its health; serve it over HTTP on loopback when it has no URL of its
     own, so slime-style generators that POST to ``/generate`` reach it; load the tokenizer."""
     # engine: built by its plugin from the run's settings
@@ -58,7 +59,7 @@ def open_runtime(args: Any, plugins: RunPlugins) -> Runtime:
     return bind_runtime(args, runtime)
 
 
-def load_tokenizer(args: Any) -> Any:
+def load_tokenizer(args: RolloutConfig) -> Any:
     checkpoint = args.hf_checkpoint or args.model
     if not checkpoint:
         raise ValueError(
@@ -79,7 +80,7 @@ def close_runtime(runtime: Runtime) -> None:
 
 
 @contextmanager
-def running(args: Any, pm: RlsdkPluginManager | None = None) -> Iterator[Runtime]:
+def running(args: RolloutConfig, pm: RlsdkPluginManager | None = None) -> Iterator[Runtime]:
     """Resolve the run's plugins, then start the engine; close everything on the way out."""
     plugins = resolve_run_plugins(args, pm)
     with ExitStack() as stack:

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..config import RolloutConfig
 from ..runtime import Runtime
 from ..types import RolloutFnTrainOutput
 from .sync import check_tolerance, choose_sync, sync_weights, trust_check
@@ -42,7 +43,7 @@ class TrainingSession:
     ``n`` after the n-th train step, so each sample's ``weight_versions`` say which policy sampled it.
     """
 
-    def __init__(self, args: Any, runtime: Runtime, output_folder: Path) -> None:
+    def __init__(self, args: RolloutConfig, runtime: Runtime, output_folder: Path) -> None:
         self.args = args
         self.runtime = runtime
         self.output_folder = output_folder

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import RolloutConfig
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import ReplicaLostError
 from ..engines.launch.process_group import free_port
@@ -214,7 +215,7 @@ class NcclBroadcastSync(WeightSync):
             torch.cuda.synchronize()
 
 
-def choose_sync(args: Any, engine: InferenceEngine, disk_folder: Path) -> WeightSync:
+def choose_sync(args: RolloutConfig, engine: InferenceEngine, disk_folder: Path) -> WeightSync:
     """The strategy ``args.weight_sync`` names; ``auto``: in process for an in-process engine, ``tensor``
     with ``colocate``, else ``disk``."""
     mode = getattr(args, "weight_sync", "auto")
@@ -307,7 +308,7 @@ catches weights that are missing, misplaced or from another model (several nats 
 step (0.14-0.16 nats after a step at lr 1e-5)."""
 
 
-def check_tolerance(args: Any, trainer: PolicyTrainer) -> float:
+def check_tolerance(args: RolloutConfig, trainer: PolicyTrainer) -> float:
     """``sync_check_tol``, or its default for where the trainer runs: its ``device`` (CUDA or not), else
     its ``dtype`` (half precision or not)."""
     if args.sync_check_tol is not None:

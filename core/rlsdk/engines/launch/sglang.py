@@ -25,6 +25,7 @@ import aiohttp
 
 from ...training_options import trainer_world_size
 from ..protocol import EngineError, EngineUnavailableError
+from .arguments import CLIENT_OPTIONS
 from .process_group import ManagedProcess, free_port
 
 SET_BY_RLSDK = {
@@ -38,23 +39,6 @@ SET_BY_RLSDK = {
 }
 """Server flags rlsdk derives from its own options; a ``sglang_<name>`` for one of them is an error
 naming the option to use instead (as slime skips them)."""
-
-CLIENT_OPTIONS = frozenset(
-    {
-        "sglang_url",
-        "sglang_launch",
-        "sglang_python",
-        "sglang_retries",
-        "sglang_backoff",
-        "sglang_server_concurrency",
-        "sglang_router_ip",
-        "sglang_router_port",
-        "sglang_startup_timeout",
-        "sglang_model_routers",
-    }
-)
-"""``sglang_*`` options that configure rlsdk's side, never passed to a server."""
-
 
 ROUTER_DEFAULTS = {
     "router_balance_abs_threshold": 10,

@@ -34,7 +34,6 @@ def rlsdk_tools():
 
 @hookimpl
 def rlsdk_options():
-    yield Option("max_turns", int, 4, help="Model turns per sample in the multi_turn generator.")
     yield Option(
         "tool_names",
         list,

@@ -18,8 +18,7 @@ async def search_r1(args: Any, sample: Sample, sampling_params: dict[str, Any]) 
     """Turns of reasoning and ``<search>query</search>`` until ``<answer>``: retrieved passages are
     appended as ``<information>...</information>`` with loss mask 0. Resumes after an abort."""
     state = sample.metadata.setdefault("search_r1", {"turns": 0, "searches": 0, "partial_turn": ""})
-    max_turns = int(getattr(args, "max_turns", 4))
-    while state["turns"] < max_turns:
+    while state["turns"] < args.max_turns:
         state["partial_turn"] += await model_turn(
             args, sample, sampling_params, stop=["</search>", "</answer>"]
         )
