@@ -1,5 +1,6 @@
-"""The README's plugin-author documentation stays in step with the hookspecs: every hook is listed with its
-record and exactly the record's fields, and the README names no hook that does not exist."""
+"""The plugin-author documentation stays in step with the code: docs/plugins.md lists every hook with its
+record and exactly the record's fields, the README and the docs name no hook that does not exist, and
+every python example of the README and the docs site runs."""
 
 from __future__ import annotations
 
@@ -14,13 +15,11 @@ from rlsdk.plugins import hookspecs
 from rlsdk.plugins.records import RECORD_TYPES, Option, hook_name
 
 README = Path(__file__).parents[1] / "README.md"
+PLUGINS_PAGE = README.parent / "docs" / "plugins.md"
 
 
 def plugin_section() -> str:
-    text = README.read_text()
-    start = text.index("## Writing a plugin")
-    end = text.find("\n## ", start + 1)
-    return text[start:] if end == -1 else text[start:end]
+    return PLUGINS_PAGE.read_text()
 
 
 def documented_records() -> dict[str, tuple[str, list[str]]]:
@@ -40,8 +39,9 @@ def test_the_hookspecs_are_exactly_the_documented_hooks():
     specs = {name for name in dir(hookspecs) if name.startswith("rlsdk_")
              and hasattr(getattr(hookspecs, name), "rlsdk_spec")}
     assert specs == set(documented_records())
-    named = set(re.findall(r"\brlsdk_[a-z_]+s\b", README.read_text())) - {"rlsdk_cli"}
-    assert named <= specs, f"the README names hooks that do not exist: {sorted(named - specs)}"
+    for page in (README, *sorted((README.parent / "docs").glob("*.md"))):
+        named = set(re.findall(r"\brlsdk_[a-z_]+s\b", page.read_text())) - {"rlsdk_cli"}
+        assert named <= specs, f"{page.name} names hooks that do not exist: {sorted(named - specs)}"
 
 
 # ----- the code examples of the README and the documentation site -------------------------------------------
