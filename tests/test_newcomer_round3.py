@@ -233,3 +233,11 @@ def test_run_help_shows_no_sphinx_markup():
     assert not [name for name, option in core_options().items() if re.search(r":\w+:`", option.help)]
     result = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
     assert ":meth:" not in result.output and "--print-config" in result.output
+
+
+def test_the_command_prints_a_warning_on_one_line():
+    from rlsdk_cli.app import one_line_warning
+
+    assert one_line_warning(UserWarning("rows.jsonl has a 'label' key"), UserWarning, "job.py", 42) == (
+        "UserWarning: rows.jsonl has a 'label' key\n"
+    )
