@@ -241,3 +241,14 @@ def test_the_command_prints_a_warning_on_one_line():
     assert one_line_warning(UserWarning("rows.jsonl has a 'label' key"), UserWarning, "job.py", 42) == (
         "UserWarning: rows.jsonl has a 'label' key\n"
     )
+
+
+def test_without_a_terminal_progress_is_a_line_now_and_then(capsys):
+    from rlsdk_cli.run import ProgressLines
+
+    lines = ProgressLines(every=0.0)
+    lines.reset("eval before the first step")
+    lines.advance(8)
+    lines.advance(8)
+    err = capsys.readouterr().err
+    assert "eval before the first step: 8 samples done in" in err and "16 samples done" in err
