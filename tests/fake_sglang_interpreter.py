@@ -32,9 +32,14 @@ import time
 from aiohttp import web
 
 
-WORKER = "import os, time\nparent = os.getppid()\nwhile os.getppid() == parent:\n    time.sleep(0.2)"
-"""The server's worker process: like SGLang's (which watch their parent), it exits once the server is gone,
-even when the server was SIGKILLed (a worker that slept 600 s outlived the tests that killed servers)."""
+WORKER = (
+    "import ctypes, os, sys, time\n"
+    "ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG: SIGKILL when the server dies\n"
+    "if os.getppid() == int(sys.argv[1]):  # else the server died before the line above\n"
+    "    time.sleep(600)\n"
+)
+"""The server's worker process: like SGLang's (which watch their parent), it ends when the server does, even
+when the server was SIGKILLed (a worker that slept 600 s outlived the tests that killed servers)."""
 
 
 def flag(argv: list[str], name: str) -> str:
@@ -51,7 +56,7 @@ def main() -> None:
         f"fake {module} starting: {' '.join(argv)} (pid {os.getpid()}, CUDA_VISIBLE_DEVICES={gpus})",
         flush=True,
     )
-    worker = subprocess.Popen([sys.executable, "-c", WORKER])
+    worker = subprocess.Popen([sys.executable, "-c", WORKER, str(os.getpid())])
     if os.environ.get("FAKE_SGLANG_PIDS"):
         with open(os.environ["FAKE_SGLANG_PIDS"], "a") as f:
             f.write(f"{os.getpid()} {worker.pid}\n")
