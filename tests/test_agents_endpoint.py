@@ -47,7 +47,7 @@ SHOTS = [
 
 @pytest.fixture(scope="module")
 def served():
-    from rlsdk_embedded import EmbeddedEngine
+    EmbeddedEngine = pytest.importorskip("rlsdk_embedded").EmbeddedEngine
 
     with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=16)) as served:
         yield served

@@ -104,6 +104,7 @@ def test_serve_resolves_its_engine_by_name_and_keeps_its_settings(served):
     (["--engine", "sglang"], "engine sglang without --sglang-url launches SGLang: pass --hf-checkpoint"),
     (["--set", "engine_dtyp=bfloat16"], "unknown option 'engine_dtyp' (did you mean 'engine_dtype'?)"),
 ])
+@pytest.mark.plugins('rlsdk_embedded')
 def test_serve_names_what_is_wrong_before_loading_anything(options, error):
     result = subprocess.run([*RLSDK, "serve", "--port", "0", *options], capture_output=True, text=True, timeout=60,
                             env={**os.environ, "COLUMNS": "200"})

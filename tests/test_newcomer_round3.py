@@ -16,7 +16,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from rlsdk import Reward, RolloutConfig, get_plugin_manager, hookimpl
+from rlsdk import Reward, RolloutConfig, hookimpl
 from rlsdk.errors import DataError, RlsdkError, UnknownPluginError
 from rlsdk.run.job import check_data, check_step, run_job
 from rlsdk.testing import ByteTokenizer, check_custom_generate
@@ -103,9 +103,10 @@ def test_eval_data_takes_a_shipped_name_or_a_file_and_else_says_what_it_takes(tm
         assert result.exit_code == 2 and "Traceback" not in result.output and "shipped" in result.output
 
 
-def test_a_misspelled_plugin_name_gets_a_did_you_mean():
-    with pytest.raises(UnknownPluginError, match=r"unknown reward 'maht' \(did you mean 'math'\?\)\. Choose one of"):
-        get_plugin_manager().resolve("reward", "maht")
+def test_a_misspelled_plugin_name_gets_a_did_you_mean(rlsdk_pm):
+    with pytest.raises(UnknownPluginError, match=r"unknown buffer_filter 'pop_frist' \(did you mean 'pop_first'\?\)\. "
+                                                 r"Choose one of"):
+        rlsdk_pm.resolve("buffer_filter", "pop_frist")
 
 
 def test_a_missing_input_key_and_an_unnamed_label_are_found_before_any_model_loads(tmp_path):
@@ -132,6 +133,7 @@ def test_keep_last_n_removes_the_oldest_checkpoints(tmp_path):
         RolloutConfig(keep_last_n=0)
 
 
+@pytest.mark.plugins("rlsdk_embedded")
 def test_a_training_run_skips_the_first_eval_times_its_evals_keeps_two_checkpoints_and_its_eval_reads_them(
     tiny_llama, run_files, tmp_path  # noqa: F811
 ):
@@ -179,6 +181,7 @@ def test_the_response_text_leaves_the_stop_token_out_and_the_token_ids_keep_it(r
     assert sample.response == "The answer is 5." and sample.tokens[-1] == 256
 
 
+@pytest.mark.plugins("rlsdk_filter_hub")
 def test_groups_the_buffer_filter_drops_are_counted_and_written_out(make_run):
     args, source, runtime, _ = make_run(n_prompts=6, buffer_filter_path="drop_stale", buffer_max_staleness=1)
     stale = source.get_samples(2, rollout_id=0)

@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-import ray
-
 from rlsdk import CustomGenerate, RolloutConfig, get_plugin_manager, hookimpl
 from rlsdk.aio.task_pools import set_cluster_task_pool
 from rlsdk.errors import RlsdkError
@@ -34,6 +32,8 @@ from rlsdk.rollout.ledger import audit_run
 from rlsdk.runtime import get_runtime
 from rlsdk.training.sync import CUDA_CHECK_TOL, TrustProbe, check_tolerance, trust_check
 from rlsdk.types import Sample
+
+ray = pytest.importorskip("ray", reason="rlsdk[ray] is not installed")
 
 SLOW_TASK = '''
 import os, time

@@ -9,6 +9,9 @@ points. Rewards, filters, the data source and the buffer are the real ones.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+
 import asyncio
 import json
 
@@ -104,9 +107,8 @@ def make_run(tmp_path, rlsdk_pm):
     """Build (args, data source, runtime, engine) over ``n_prompts`` prompts ``"<i> ...|"``; prompts
     whose number is in ``slow`` stall after 3 tokens for ``slow_seconds`` or until aborted (only on
     their first attempt)."""
-    from rlsdk_filter_hub import plugin as filter_hub
-
-    rlsdk_pm.register(filter_hub)
+    if importlib.util.find_spec("rlsdk_filter_hub") is not None:  # its filters in the tests marked so
+        rlsdk_pm.register(importlib.import_module("rlsdk_filter_hub.plugin"))
     rlsdk_pm.register(LoopPlugins())
     runtimes = []
 

@@ -137,6 +137,7 @@ def load_function(path: str):
 
 # ----- rlsdk plugins inside slime ------------------------------------------------------------------
 
+@pytest.mark.plugins('rlsdk_rm_hub')
 def test_rewards_are_awaitable_with_slimes_parameter_names_and_args(plugins):
     """slime awaits every custom reward; a sync rlsdk reward becomes a coroutine function. slime's args
     lack rlsdk's options: rlsdk's defaults answer for them."""
@@ -182,6 +183,7 @@ def test_buffer_filters_take_rollout_id_none(plugins):
     assert [g[0].index for g in taken] == [1] and [g[0].index for g in buffer] == [2]
 
 
+@pytest.mark.plugins('rlsdk_filter_hub')
 def test_drop_stale_serves_oldest_first_when_slime_gives_no_rollout_id():
     from rlsdk_filter_hub.buffer import drop_stale
 
@@ -218,6 +220,7 @@ def test_slime_samples_convert_to_rlsdk_and_back(fake_slime):
 
 # ----- slime's modules without slime -----------------------------------------------------------------
 
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_slime_modules_stand_in_as_rlsdks(no_slime):
     from slime.rollout.base_types import RolloutFnTrainOutput, call_rollout_fn
     from slime.rollout.filter_hub.base_types import DynamicFilterOutput as StandIn

@@ -21,7 +21,7 @@ PROMPT = {"input_ids": [1, 2, 3]}
 
 @pytest.fixture(scope="module")
 def served():
-    from rlsdk_embedded import EmbeddedEngine
+    EmbeddedEngine = pytest.importorskip("rlsdk_embedded").EmbeddedEngine
 
     with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=8)) as served:
         yield served

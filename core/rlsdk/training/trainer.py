@@ -45,6 +45,13 @@ class PolicyTrainer(abc.ABC):
     def load_checkpoint(self, folder: Path) -> None:
         """Restore the state :meth:`save_checkpoint` wrote."""
 
+    def offload(self) -> None:  # noqa: B027 (optional: a trainer with nothing to move keeps its memory)
+        """Free the GPU memory training alone needs (optimizer state, gradients) while the engines generate
+        on the same GPUs (``offload_train``); the weights stay, for the sync and the trust check."""
+
+    def onload(self) -> None:  # noqa: B027 (optional, as offload)
+        """Bring back what :meth:`offload` moved, before the next train step."""
+
     def close(self) -> None:  # noqa: B027 (optional: most trainers hold nothing beyond their process)
         """Release what outlives the trainer object otherwise (e.g. the processes of other ranks)."""
 

@@ -248,6 +248,12 @@ class RankGroupTrainer(PolicyTrainer):
     def load_checkpoint(self, folder: Path) -> None:
         self.group.call("load_checkpoint", folder)
 
+    def offload(self) -> None:
+        self.group.call("offload")
+
+    def onload(self) -> None:
+        self.group.call("onload")
+
     def close(self) -> None:
         self.group.close()
 
