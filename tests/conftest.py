@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import importlib.util
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -54,15 +56,28 @@ def descendants(root: int) -> dict[int, str]:
     return found
 
 
+def held_children() -> set[int]:
+    """Pids of the child processes this process still holds a live handle to (a ``subprocess.Popen`` not yet
+    waited for): a pool kept for the process's lifetime (the math grader's workers), stopped at exit."""
+    return {
+        obj.pid for obj in gc.get_objects() if isinstance(obj, subprocess.Popen) and obj.returncode is None
+    }
+
+
 def leftover_processes(grace: float = 5.0) -> dict[int, str]:
-    """What the tests started and left running, after ``grace`` seconds to finish exiting; Python's pool
-    helpers, which exit with the interpreter, are not counted."""
+    """What the tests started and left running, after ``grace`` seconds to finish exiting: descendants of
+    this process except those under a child it still holds (:func:`held_children`) and Python's pool helpers,
+    which exit with the interpreter. An orphan (its parent gone) is re-parented here and held by no one."""
     deadline = time.monotonic() + grace
     while True:
+        held = held_children()
+        kept = set(held)
+        for pid in held:
+            kept |= set(descendants(pid))
         left = {
             pid: cmd
             for pid, cmd in descendants(os.getpid()).items()
-            if not any(helper in cmd for helper in INTERPRETER_HELPERS)
+            if pid not in kept and not any(helper in cmd for helper in INTERPRETER_HELPERS)
         }
         if not left or time.monotonic() > deadline:
             return left
