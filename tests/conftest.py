@@ -60,7 +60,9 @@ def held_children() -> set[int]:
     """Pids of the child processes this process still holds a live handle to (a ``subprocess.Popen`` not yet
     waited for): a pool kept for the process's lifetime (the math grader's workers), stopped at exit."""
     return {
-        obj.pid for obj in gc.get_objects() if isinstance(obj, subprocess.Popen) and obj.returncode is None
+        obj.pid  # type(), not isinstance(): a proxy's __class__ may warn (torch.distributed.reduce_op)
+        for obj in gc.get_objects()
+        if issubclass(type(obj), subprocess.Popen) and obj.returncode is None
     }
 
 
