@@ -21,6 +21,7 @@ SCAFFOLD_KINDS = (
     "tool",
     "agent",
     "trainer",
+    "environment",
 )
 """The kinds ``rlsdk plugins new --kind`` writes an example of."""
 
@@ -56,6 +57,9 @@ def scaffold(name: str, kinds: list[str], folder: Path) -> Path:
         "tests/conftest.py": 'pytest_plugins = ["rlsdk.testing"]\n',
         "tests/test_plugin.py": test_module(package, kinds),
     }
+    if "environment" in kinds:
+        files[f"src/{package}/data/train.jsonl"] = environment_rows(64, 0)
+        files[f"src/{package}/data/eval.jsonl"] = environment_rows(16, 64)
     for relative, text in files.items():
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,6 +88,9 @@ test = ["pytest>=8"]
 
 [tool.setuptools.packages.find]
 where = ["src"]
+
+[tool.setuptools.package-data]
+{package} = ["data/*.jsonl"]
 
 [tool.pytest.ini_options]
 testpaths = ["tests"]
@@ -229,8 +236,53 @@ def counting_trainer(args):
         "counting_trainer",
         "the torch trainer, counting groups",
     ),
+    "environment": (
+        '''\
+def correct(args, sample, **kwargs):
+    """1.0 when the last number in the response is the label; 0.0 otherwise."""
+    numbers = re.findall(r"-?\\d+", sample.response)
+    return float(bool(numbers) and numbers[-1] == str(sample.label).strip())
+
+
+def brief(args, sample, **kwargs):
+    """1.0 for a response of at most 20 words, falling to 0.0 at 60."""
+    words = len(sample.response.split())
+    return max(0.0, min(1.0, (60 - words) / 40))
+
+
+def settings():
+    """The environment: its data (inside this package), chat settings, rubric and eval set."""
+    return {
+        "prompt_data": package_file(__package__, "data/train.jsonl"),
+        "label_key": "label",
+        "apply_chat_template": True,
+        "rm_type": "{package}_correct:0.9,{package}_brief:0.1",
+        "rollout_max_response_len": 48,
+        "eval_datasets": [{"name": "{package}-eval", "path": package_file(__package__, "data/eval.jsonl")}],
+    }
+''',
+        "Environment",
+        "rlsdk_environments",
+        "settings",
+        "two-number additions, graded by a rubric",
+    ),
 }
 """Per kind: the example function, its record class, its hook, the function's name, a description."""
+
+ENVIRONMENT_REWARDS = (("correct", "the last number is the label"), ("brief", "short answers"))
+"""The rewards the environment example's rubric weighs, registered with it."""
+ENVIRONMENT_TRAINING = '{"num_rollout": 4, "rollout_batch_size": 4, "n_samples_per_prompt": 4, "lr": 1e-5}'
+"""The example environment's options for ``--train`` only."""
+
+
+def environment_rows(count: int, offset: int) -> str:
+    """``count`` lines of JSONL additions (``input``, ``label``), deterministic, starting at ``offset``."""
+    rows = []
+    for i in range(offset, offset + count):
+        a, b = i % 10, (3 * i + 1) % 10
+        rows.append(f'{{"input": "What is {a} + {b}?", "label": "{a + b}"}}\n')
+    return "".join(rows)
+
 
 CHECKS = {
     "reward": """\
@@ -269,6 +321,15 @@ def test_{name}(rlsdk_pm):
 def test_{name}(rlsdk_pm):
     rlsdk_pm.register(plugin)
     check_callable(rlsdk_pm, "generate_rollout", "{record}")
+""",
+    "environment": """\
+def test_{name}(rlsdk_pm):
+    rlsdk_pm.register(plugin)
+    args = check_environment(rlsdk_pm, "{record}", train=True)
+    assert args.label_key == "label" and args.eval_datasets
+    samples = make_group([None, None], label="7")  # responses "The answer is 0" and "... 1"
+    samples[0].response = "3 + 4 = 7"
+    assert check_reward(rlsdk_pm, args.rm_type, args, samples=samples) == [1.0, 0.1]
 """,
 }
 
@@ -312,21 +373,24 @@ CHECK_IMPORTS = {
     "tool": ["check_callable"],
     "agent": ["check_callable"],
     "trainer": ["check_callable"],
+    "environment": ["check_environment", "check_reward", "make_group"],
 }
 
 
 def record_name(package: str, kind: str) -> str:
-    """The registered name of the package's example of ``kind``, prefixed so it clashes with no one's."""
-    return f"{package}_{EXAMPLES[kind][3]}"
+    """The registered name of the package's example of ``kind``, prefixed so it clashes with no one's (the
+    environment is the package's own name)."""
+    return package if kind == "environment" else f"{package}_{EXAMPLES[kind][3]}"
 
 
 def plugin_module(distribution: str, package: str, kinds: list[str]) -> str:
     helpers = {
-        "dynamic_filter": "DynamicFilterOutput",
-        "custom_generate": "model_turn",
-        "loss": "log_probs_and_entropy",
+        "dynamic_filter": ["DynamicFilterOutput"],
+        "custom_generate": ["model_turn"],
+        "loss": ["log_probs_and_entropy"],
+        "environment": ["Reward", "package_file"],
     }
-    names = {EXAMPLES[k][1] for k in kinds} | {helpers[k] for k in kinds if k in helpers} | {"hookimpl"}
+    names = {EXAMPLES[k][1] for k in kinds} | {n for k in kinds for n in helpers.get(k, [])} | {"hookimpl"}
     lines = [
         f'"""The plugins of {distribution}: one example per kind; rename and change them."""',
         "",
@@ -334,21 +398,25 @@ def plugin_module(distribution: str, package: str, kinds: list[str]) -> str:
     ]
     if "generate_rollout" in kinds:  # not public yet: rlsdk's own step, to start from
         lines.append("from rlsdk.rollout.step import generate_rollout")
+    if "environment" in kinds:
+        lines[2:2] = ["import re", ""]
     for kind in kinds:
-        lines += ["", "", EXAMPLES[kind][0].rstrip()]
+        lines += ["", "", EXAMPLES[kind][0].rstrip().replace("{package}", package)]
+    yields: dict[str, list[str]] = {}  # hook -> the records it yields
     for kind in kinds:
         _, record, hook, func, description = EXAMPLES[kind]
-        lines += [
-            "",
-            "",
-            "@hookimpl",
-            f"def {hook}():",
-            f"    yield {record}(",
-            f'        name="{record_name(package, kind)}",',
-            f"        func={func},",
-            f'        description="{description}",',
-            "    )",
-        ]
+        extra = f"        train_settings={ENVIRONMENT_TRAINING},\n" if kind == "environment" else ""
+        yields.setdefault(hook, []).append(
+            f'    yield {record}(\n        name="{record_name(package, kind)}",\n        func={func},\n'
+            f'        description="{description}",\n{extra}    )'
+        )
+        if kind == "environment":
+            yields.setdefault("rlsdk_rewards", []).extend(
+                f'    yield Reward(name="{package}_{name}", func={name}, description="{text}")'
+                for name, text in ENVIRONMENT_REWARDS
+            )
+    for hook, records in yields.items():
+        lines += ["", "", "@hookimpl", f"def {hook}():", *records]
     return "\n".join(lines) + "\n"
 
 
@@ -395,6 +463,7 @@ def readme(distribution: str, package: str, kinds: list[str]) -> str:
         "tool": "--custom-generate multi_turn --set tool_names=",
         "agent": "--custom-generate openai_agent --set agent_function_path=",
         "trainer": "--train --trainer",
+        "environment": "--env",
     }
     usage = " ".join(
         f"{option[k]}{'' if option[k].endswith('=') else ' '}{record_name(package, k)}" for k in kinds

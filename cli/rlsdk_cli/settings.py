@@ -8,12 +8,13 @@ from typing import Any
 import yaml
 
 from rlsdk import RolloutConfig
-from rlsdk.config import DEMO_TRAINING, demo_settings
+from rlsdk.config import demo_settings
 
 GIVEN, DEMO, DEFAULT = "given", "demo", "default"
 NOT_SETTINGS = ("resume", "overwrite", "sglang_router_ip", "sglang_router_port", "extra")
 """Fields that are the command's state, not a setting a config file would hold."""
 SUMMARY = (
+    "env",
     "prompt_data",
     "input_key",
     "label_key",
@@ -46,7 +47,7 @@ given."""
 def setting_sources(args: RolloutConfig, given: set[str]) -> dict[str, str]:
     """Each option's source: ``given`` (command line, ``--set``, config file), ``demo`` (set by the shipped
     demo because no ``--data`` was given; see :func:`rlsdk.config.demo_settings`) or ``default``."""
-    demo = {} if "prompt_data" in given else demo_settings(args.train)
+    demo = {} if {"prompt_data", "env"} & given else demo_settings(args.train)
     sources = {}
     for name in [*RolloutConfig.option_names(), *args.extra]:
         if name in given:
@@ -90,14 +91,16 @@ def summary_lines(args: RolloutConfig, sources: dict[str, str]) -> list[str]:
         if (value is None and name != "label_key") or (value == [] and sources.get(name) == DEFAULT):
             continue
         lines.append(f"  {name} = {short(value)}  ({sources.get(name, GIVEN)})")
-    if args.train and sources.get("prompt_data") == GIVEN:
+    if sources.get("prompt_data") == GIVEN:
         skipped = [
-            f"{name} {short(values[name])} (demo {short(demo)})"
-            for name, demo in DEMO_TRAINING.items()
-            if sources.get(name) == DEFAULT and values[name] != demo
+            f"{name} {short(values.get(name))} (demo {short(demo)})"
+            for name, demo in demo_settings(args.train).items()
+            if sources.get(name) == DEFAULT
+            and values.get(name) != demo
+            and name not in ("env", "prompt_data")
         ]
         if skipped:
-            lines.append("  with --data the demo's training settings do not apply: " + "; ".join(skipped))
+            lines.append("  with --data the demo's settings do not apply: " + "; ".join(skipped))
     lines.append("  (every setting: the same command with --print-config)")
     return lines
 

@@ -57,7 +57,23 @@ class TrainingOptions:
     advantage_estimator: str = "grpo"
     """``grpo``, ``gspo``, ``cispo``, ``reinforce_plus_plus`` or ``reinforce_plus_plus_baseline``."""
     custom_advantage_function_path: str | None = None
-    """A dotted path ``fn(args, rollout_data)`` that sets ``rollout_data["advantages"]`` and ``["returns"]``."""
+    """An advantage plugin (or dotted path) ``fn(args, rollout_data)`` that sets ``rollout_data["advantages"]``
+    in place of ``advantage_estimator``."""
+    custom_reward_post_process_path: str | None = None
+    """A reward_post_process plugin ``fn(args, samples) -> (raw_rewards, rewards)`` in place of the group
+    normalization."""
+    rollout_data_postprocess_path: str | None = None
+    """A rollout_data_postprocess plugin ``fn(args, rollout_id, rollout_data)`` that edits the step's training
+    data once its log-probs are in."""
+    custom_convert_samples_to_train_data_path: str | None = None
+    """A convert_samples_to_train_data plugin ``fn(args, samples) -> dict`` (slime's trainer, or a trainer
+    that reads slime's training-data dict; rlsdk's torch trainer builds its own batches)."""
+    custom_pg_loss_reducer_function_path: str | None = None
+    """A pg_loss_reducer plugin ``fn(total_lengths, response_lengths, loss_masks, calculate_per_token_loss)``
+    that reduces the policy-gradient term (the others keep the sample mean)."""
+    custom_tis_function_path: str | None = None
+    """With ``use_tis``: a tis_function plugin, called by keyword as slime calls it, in place of the clipped
+    ratio."""
     loss_type: str = "policy_loss"
     """``policy_loss`` (PPO-style clipped policy gradient), ``sft_loss`` or ``custom_loss``."""
     custom_loss_function_path: str | None = None

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..plugins.loading import load_callable
+from ..plugins.calls import call_advantage, call_reward_post_process, call_rollout_data_postprocess
 from ..plugins.records import Loss, Resolved
 from ..runtime import plugins_of
 from ..types import Sample
@@ -79,10 +79,17 @@ class TorchTrainer(PolicyTrainer):
         samples = [s for group in groups for s in group]
         if not samples:
             raise ValueError(f"step {rollout_id}: no samples to train on")
+        plugins = plugins_of(args)
         raw = [sample.get_reward_value(args) for sample in samples]
         if any(r is None for r in raw):
             raise ValueError(f"step {rollout_id}: a kept sample has no reward")
-        rewards = normalize_rewards(args, [float(r) for r in raw if r is not None], [len(g) for g in groups])
+        if plugins.reward_post_process is not None:
+            # reward_post_process: the plugin's rewards in place of the group normalization
+            _, rewards = call_reward_post_process(args, plugins.reward_post_process, samples)
+        else:
+            rewards = normalize_rewards(
+                args, [float(r) for r in raw if r is not None], [len(g) for g in groups]
+            )
         data = [TrainSample.from_sample(s, r) for s, r in zip(samples, rewards, strict=True)]
         masks = [d.loss_mask for d in data]
 
@@ -106,6 +113,10 @@ class TorchTrainer(PolicyTrainer):
             ]
         else:
             kl = [torch.zeros(d.response_length) for d in data]
+        if plugins.rollout_data_postprocess is not None:
+            rewards, masks = self._postprocess(
+                rollout_id, plugins.rollout_data_postprocess, samples, data, raw, per_sample
+            )
         per_sample["advantages"] = self._advantages(rewards, kl, masks, data, per_sample)
 
         totals: dict[str, float] = {}
@@ -165,7 +176,8 @@ class TorchTrainer(PolicyTrainer):
         per_sample: dict[str, list[Any]],
     ) -> list[torch.Tensor]:
         args = self.args
-        if not args.custom_advantage_function_path:
+        estimator = plugins_of(args).advantage
+        if estimator is None:
             return compute_advantages(args, rewards, kl, masks)
         rollout_data: dict[str, Any] = {
             "rewards": rewards,
@@ -176,13 +188,36 @@ class TorchTrainer(PolicyTrainer):
             "rollout_log_probs": [d.rollout_log_probs for d in data],
             **per_sample,
         }
-        load_callable(args.custom_advantage_function_path)(args, rollout_data)
-        if "advantages" not in rollout_data:
-            raise ValueError(
-                f"custom advantage function {args.custom_advantage_function_path!r} did not set "
-                "rollout_data['advantages']"
-            )
-        return list(rollout_data["advantages"])
+        return call_advantage(args, estimator, rollout_data)  # advantage
+
+    def _postprocess(
+        self,
+        rollout_id: int,
+        resolved: Resolved,
+        samples: list[Sample],
+        data: list[TrainSample],
+        raw: list[Any],
+        per_sample: dict[str, list[Any]],
+    ) -> tuple[list[float], list[torch.Tensor]]:
+        """rollout_data_postprocess: the plugin edits the step's data (once its log-probs are in); the rewards
+        and loss masks it leaves are the ones trained on."""
+        rollout_data: dict[str, Any] = {
+            "tokens": [d.tokens for d in data],
+            "response_lengths": [d.response_length for d in data],
+            "total_lengths": [d.total_length for d in data],
+            "rewards": [d.reward for d in data],
+            "raw_reward": list(raw),
+            "loss_masks": [d.loss_mask for d in data],
+            "rollout_log_probs": [d.rollout_log_probs for d in data],
+            "truncated": [int(s.status is Sample.Status.TRUNCATED) for s in samples],
+            "sample_indices": [s.index for s in samples],
+            **{k: v for k, v in per_sample.items() if v},
+        }
+        call_rollout_data_postprocess(self.args, resolved, rollout_id, rollout_data)
+        for d, reward, mask in zip(data, rollout_data["rewards"], rollout_data["loss_masks"], strict=True):
+            d.reward = float(reward)
+            d.loss_mask = torch.as_tensor(mask, dtype=d.loss_mask.dtype)
+        return [d.reward for d in data], [d.loss_mask for d in data]
 
     def _micro_batches(self, samples: list[TrainSample]) -> list[list[int]]:
         """Indices into ``samples`` of each micro-batch; an empty one is a pass without samples, for a
