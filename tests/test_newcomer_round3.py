@@ -60,8 +60,8 @@ def test_the_start_up_summary_names_the_demo_settings_that_data_turns_off(tmp_pa
     lines = summary_lines(args, setting_sources(args, given))
     text = "\n".join(lines)
     assert "label_key = None  (default)" in text and f"prompt_data = {data}  (given)" in text
-    assert re.search(r"with --data the demo's training settings do not apply: num_rollout 3 \(demo 16\);.*"
-                     r"lr 1e-06 \(demo 1e-05\)", text), text
+    assert re.search(r"with --data the demo's settings do not apply: label_key None \(demo label\);.*"
+                     r"num_rollout 3 \(demo 16\);.*lr 1e-06 \(demo 1e-05\)", text), text
 
 
 class Rewards:
