@@ -83,11 +83,18 @@ def fill_optional_values(argv: list[str]) -> list[str]:
     return out
 
 
+def one_line_warning(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> str:
+    """A warning as the command prints it: its kind and message, without the source line that raised it."""
+    return f"{category.__name__}: {message}\n"
+
+
 def main() -> None:
     import sys
+    import warnings
 
     from rlsdk.errors import RlsdkError
 
+    warnings.formatwarning = one_line_warning
     try:
         app(args=fill_optional_values(spread_multi_value_flags(sys.argv[1:])))
     except RlsdkError as exc:  # an error rlsdk explains (a plugin failing in strict mode, ...): one line

@@ -35,6 +35,15 @@ from .training_options import (
 
 DEFAULT_ENVIRONMENT = "arithmetic"
 """The environment ``rlsdk run`` takes without ``prompt_data`` or ``env``: single-digit arithmetic, shipped in core."""
+DATASETS = Path(__file__).parent / "datasets"
+"""The datasets that ship inside core (the arithmetic environment's among them)."""
+
+
+def shipped_datasets() -> dict[str, Path]:
+    """The datasets that ship with rlsdk, by name (the file's stem): ``arithmetic-train``, ``arithmetic-eval``..."""
+    return {path.stem: path for path in sorted(DATASETS.glob("*.jsonl"))}
+
+
 ALIASES = {
     "rollout": "rollout_function_path",
     "eval_rollout": "eval_function_path",
@@ -180,7 +189,8 @@ class RolloutConfig(TrainingOptions):
     # --- data ---
     prompt_data: str | None = None
     """Training data: JSONL or Parquet, with an optional ``@[start:end]`` row slice. ``rlsdk run``
-    without it uses the shipped single-digit arithmetic set (see :meth:`with_default_data`)."""
+    without it uses the shipped single-digit arithmetic set and the demo's settings (``--print-config``
+    shows them)."""
     input_key: str = "input"
     """Row key holding the prompt (a string or chat messages)."""
     label_key: str | None = None
@@ -258,7 +268,10 @@ class RolloutConfig(TrainingOptions):
     eval_top_p: float | None = None
     eval_max_response_len: int | None = None
     eval_interval: int | None = None
-    """Run eval every this many steps; none runs no eval during ``rlsdk run``."""
+    """Run eval every this many steps and after the last; none runs no eval during ``rlsdk run``. A training
+    run also evaluates before its first step, unless ``skip_eval_before_train``."""
+    skip_eval_before_train: bool = False
+    """Skip the eval before the first training step (the curve's starting point), as slime's flag."""
 
     # --- output ---
     output_dir: str = "rlsdk-out"
@@ -340,6 +353,10 @@ class RolloutConfig(TrainingOptions):
         if self.loss_type == "custom_loss" and not self.custom_loss_function_path:
             raise ValueError(
                 "loss_type custom_loss needs custom_loss_function_path (a loss name or dotted path)"
+            )
+        if self.keep_last_n is not None and self.keep_last_n < 1:
+            raise ValueError(
+                f"keep_last_n must be at least 1 (the checkpoint --resume needs), got {self.keep_last_n}"
             )
         if self.use_tis and self.use_rollout_logprobs:
             raise ValueError("use_tis and use_rollout_logprobs cannot be set together (as in slime)")
@@ -431,6 +448,13 @@ class RolloutConfig(TrainingOptions):
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def demo_settings(train: bool) -> dict[str, Any]:
+    """What ``rlsdk run`` sets with neither ``--data`` nor ``--env``: the shipped arithmetic environment
+    (:data:`DEFAULT_ENVIRONMENT`) and its options (with ``train`` also its training settings). With ``--data``
+    none of these apply: the options keep their defaults."""
+    return {"env": DEFAULT_ENVIRONMENT, **environment_options(DEFAULT_ENVIRONMENT, None, train=train)}
 
 
 def plugin_values(values: dict[str, Any], declared: dict[str, Option]) -> dict[str, Any]:

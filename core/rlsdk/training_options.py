@@ -7,6 +7,7 @@ into a command-line option (``--eps-clip``, ``--use-kl-loss``) with the field's 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,6 +189,9 @@ class TrainingOptions(AlgorithmOptions):
     """Folder for checkpoints (``step_N/``); default ``<output_dir>/checkpoints`` when ``save_interval`` is set."""
     save_interval: int | None = None
     """Save a checkpoint every this many steps (and after the last)."""
+    keep_last_n: int | None = None
+    """Keep only the newest this many checkpoints, removing older ones as new ones are written (verl's
+    ``max_actor_ckpt_to_keep``, Hugging Face's ``save_total_limit``); none keeps every one."""
     report_to: str | None = None
     """``tensorboard``: also write TensorBoard event files to ``<output_dir>/tensorboard``."""
 
@@ -251,5 +255,6 @@ def option_docs(cls: type = TrainingOptions) -> dict[str, str]:
             and isinstance(doc, ast.Expr)
             and isinstance(doc.value, ast.Constant)
         ):
-            docs[field_node.target.id] = " ".join(str(doc.value.value).replace("``", "`").split())
+            text = re.sub(r":\w+:`~?([^`]+)`", r"`\1`", str(doc.value.value))  # Sphinx roles read as code
+            docs[field_node.target.id] = " ".join(text.replace("``", "`").split())
     return docs

@@ -120,29 +120,45 @@ class StepRecorder:
 
 
 def check_step(args: RolloutConfig, rollout_id: int, metrics: dict[str, Any]) -> None:
-    """A step whose every sample failed stops the run with the causes (``on_failed_step=fail``), after
-    the step's samples and the run's state are written."""
+    """A step whose every sample failed, or was dropped for an invalid reward, stops the run with the causes
+    (``on_failed_step=fail``), after the step's samples and the run's state are written."""
+    if args.on_failed_step != "fail" or metrics.get("ledger/kept") or metrics.get("ledger/returned"):
+        return
+    entered = metrics.get("ledger/entered")
     failed = metrics.get("ledger/failed", 0)
-    if failed and failed == metrics.get("ledger/entered") and args.on_failed_step == "fail":
-        causes = list(dict.fromkeys(metrics.get("rollout/failures", [])))
-        shown = "; ".join(causes[:SHOWN_CAUSES]) or "unknown"
-        if len(causes) > SHOWN_CAUSES:
-            shown += f"; {len(causes) - SHOWN_CAUSES} more in discarded.jsonl"
+    invalid = metrics.get("rollout/dynamic_filter/drop_invalid_reward", 0)
+    if failed and failed == entered:
         requeued = metrics.get("ledger/requeued", 0)
         kept_data = (
-            (
-                f"; their prompts are not used up ({requeued} samples back in the data, served again on "
-                "--resume)"
-            )
+            f"; their prompts are not used up ({requeued} samples back in the data, served again on --resume)"
             if requeued
             else ""
         )
         raise RlsdkError(
-            f"step {rollout_id}: all {failed} samples failed ({shown}); the samples are in "
-            f"discarded.jsonl{kept_data} (--on-failed-step continue goes on)"
+            f"step {rollout_id}: all {failed} samples failed ({shown_causes(metrics, 'rollout/failures')}); "
+            f"the samples are in discarded.jsonl{kept_data} (--on-failed-step continue goes on)"
+        )
+    if invalid and invalid + failed == entered:
+        raise RlsdkError(
+            f"step {rollout_id}: all {entered} samples were dropped for an invalid reward "
+            f"({shown_causes(metrics, 'rollout/invalid_reward_causes')}); the samples are in discarded.jsonl "
+            "(--on-failed-step continue goes on, --on-invalid-reward score scores them instead)"
         )
 
 
+def shown_causes(metrics: dict[str, Any], key: str) -> str:
+    """The first :data:`SHOWN_CAUSES` distinct causes of ``metrics[key]``; the rest are in discarded.jsonl."""
+    causes = list(dict.fromkeys(metrics.get(key, [])))
+    shown = "; ".join(causes[:SHOWN_CAUSES]) or "unknown"
+    if len(causes) > SHOWN_CAUSES:
+        shown += f"; {len(causes) - SHOWN_CAUSES} more in discarded.jsonl"
+    return shown
+
+
 def run_eval(args: RolloutConfig, runtime: Runtime, rollout_id: int) -> RolloutFnEvalOutput:
-    """generate_rollout with ``evaluation=True`` (the eval function, else the rollout function)."""
-    return call_eval_rollout(runtime, runtime.plugins.eval_rollout, args, rollout_id)
+    """generate_rollout with ``evaluation=True`` (the eval function, else the rollout function); its time
+    in ``eval/seconds``."""
+    started = time.perf_counter()
+    output = call_eval_rollout(runtime, runtime.plugins.eval_rollout, args, rollout_id)
+    output.metrics["eval/seconds"] = time.perf_counter() - started
+    return output

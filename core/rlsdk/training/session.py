@@ -30,6 +30,25 @@ from .trainer import PolicyTrainer, build_trainer
 CHECKPOINT_META = "rlsdk_checkpoint.json"
 
 
+def checkpoint_settings(folder: Path) -> dict[str, Any] | None:
+    """The settings of the run that wrote the checkpoint ``folder``; None where it is not one of rlsdk's."""
+    meta = folder / CHECKPOINT_META
+    if not meta.is_file():
+        return None
+    return dict(json.loads(meta.read_text()).get("settings") or {})
+
+
+def prune_checkpoints(root: Path, keep: int) -> list[Path]:
+    """Remove all but the newest ``keep`` checkpoints (``step_N/`` by N) under ``root``; returns those removed."""
+    steps = sorted(
+        (p for p in root.glob("step_*") if p.is_dir() and p.name[5:].isdigit()), key=lambda p: int(p.name[5:])
+    )
+    removed = steps[: max(len(steps) - keep, 0)]
+    for folder in removed:
+        shutil.rmtree(folder)
+    return removed
+
+
 class TrainingSession:
     """The run's trainer, the engine's weight version, and the checkpoints.
 
@@ -154,6 +173,8 @@ class TrainingSession:
         (staging / CHECKPOINT_META).write_text(json.dumps(meta, default=str))
         shutil.rmtree(final, ignore_errors=True)
         staging.rename(final)
+        if self.args.keep_last_n:
+            prune_checkpoints(root, self.args.keep_last_n)
         return final
 
     def _phase(self, name: str) -> Any:
