@@ -2,13 +2,123 @@
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import importlib
 import importlib.util
+import os
+import signal
+import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
+
+PR_SET_CHILD_SUBREAPER = 36
+"""prctl option (linux/prctl.h): orphaned descendants are re-parented to this process instead of init."""
+INTERPRETER_HELPERS = ("multiprocessing", "concurrent.futures")
+"""Children that Python's own pools and their resource tracker keep until the interpreter exits."""
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Make this process (each xdist worker: its own) the subreaper of what its tests start, so that a
+    process a test leaves behind stays our descendant after its parent dies and the check below finds it."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the check sees only direct children
+        pass
+
+
+def descendants(root: int) -> dict[int, str]:
+    """Live (not zombie) descendants of ``root``, pid -> command line, read from /proc."""
+    parents: dict[int, list[int]] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z":
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
+            commands[int(entry.name)] = cmdline
+    found: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found[child] = commands[child]
+            todo.append(child)
+    return found
+
+
+def held_children() -> set[int]:
+    """Pids of the child processes this process still holds a live handle to (a ``subprocess.Popen`` not yet
+    waited for): a pool kept for the process's lifetime (the math grader's workers), stopped at exit."""
+    return {
+        obj.pid  # type(), not isinstance(): a proxy's __class__ may warn (torch.distributed.reduce_op)
+        for obj in gc.get_objects()
+        if issubclass(type(obj), subprocess.Popen) and obj.returncode is None
+    }
+
+
+def leftover_processes(grace: float = 5.0) -> dict[int, str]:
+    """What the tests started and left running, after ``grace`` seconds to finish exiting: descendants of
+    this process except those under a child it still holds (:func:`held_children`) and Python's pool helpers,
+    which exit with the interpreter. An orphan (its parent gone) is re-parented here and held by no one."""
+    deadline = time.monotonic() + grace
+    while True:
+        held = held_children()
+        kept = set(held)
+        for pid in held:
+            kept |= set(descendants(pid))
+        left = {
+            pid: cmd
+            for pid, cmd in descendants(os.getpid()).items()
+            if pid not in kept and not any(helper in cmd for helper in INTERPRETER_HELPERS)
+        }
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+LEFTOVERS = "leftover_processes"
+"""Key of an xdist worker's output holding what its tests left running, for the controller."""
+reported_by_workers: list[str] = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the test run when a process a test started is still alive at its end (then stop it). An xdist
+    worker checks its own tests and hands the list to the controller, which fails the run."""
+    config = session.config
+    worker = hasattr(config, "workeroutput")
+    listing = list(reported_by_workers)
+    if worker or not config.pluginmanager.hasplugin("dsession"):  # the controller started only workers
+        left = leftover_processes() if Path("/proc").is_dir() else {}
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        listing += [f"pid {pid}: {cmd[:200]}" for pid, cmd in sorted(left.items())]
+    if worker:
+        config.workeroutput[LEFTOVERS] = listing  # type: ignore[attr-defined]
+        return
+    if listing:
+        lines = "".join(f"\n  {line}" for line in listing)
+        sys.stderr.write(f"\nprocesses the tests started were still running at the end (now killed):{lines}\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist's controller: collect what a worker's tests left running."""
+    reported_by_workers.extend(getattr(node, "workeroutput", {}).get(LEFTOVERS, []))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -85,10 +195,22 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     words = ["<eos>", "<pad>", *[f"w{i}" for i in range(30)]]
     tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<pad>").save_pretrained(folder)
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<pad>").save_pretrained(
+        folder
+    )
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(words), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         tie_word_embeddings=True, bos_token_id=0, eos_token_id=0, pad_token_id=1)
+    config = LlamaConfig(
+        vocab_size=len(words),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=1,
+    )
     LlamaForCausalLM(config).save_pretrained(folder)
     return folder

@@ -2,7 +2,8 @@
 cannot run (no CUDA): launch tests pass this file as ``sglang_python``.
 
 Like a real server it starts slowly (``FAKE_SGLANG_DELAY`` seconds, logging as it goes), forks a worker
-into its process group (``FAKE_SGLANG_PIDS``: a file that receives both pids) and then answers
+into its process group (``FAKE_SGLANG_PIDS``: a file that receives both pids; the worker, as SGLang's do,
+exits when the server dies) and then answers
 ``/health``, ``/health_generate`` and ``/get_model_info`` on ``--host``/``--port``. ``FAKE_SGLANG_EXIT``
 makes it exit with that status during start-up instead, as a server that cannot load its model does.
 ``-c CODE`` (rlsdk asking whether sglang is importable) succeeds.
@@ -31,6 +32,16 @@ import time
 from aiohttp import web
 
 
+WORKER = (
+    "import ctypes, os, sys, time\n"
+    "ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG: SIGKILL when the server dies\n"
+    "if os.getppid() == int(sys.argv[1]):  # else the server died before the line above\n"
+    "    time.sleep(600)\n"
+)
+"""The server's worker process: like SGLang's (which watch their parent), it ends when the server does, even
+when the server was SIGKILLed (a worker that slept 600 s outlived the tests that killed servers)."""
+
+
 def flag(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
@@ -45,7 +56,7 @@ def main() -> None:
         f"fake {module} starting: {' '.join(argv)} (pid {os.getpid()}, CUDA_VISIBLE_DEVICES={gpus})",
         flush=True,
     )
-    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    worker = subprocess.Popen([sys.executable, "-c", WORKER, str(os.getpid())])
     if os.environ.get("FAKE_SGLANG_PIDS"):
         with open(os.environ["FAKE_SGLANG_PIDS"], "a") as f:
             f.write(f"{os.getpid()} {worker.pid}\n")

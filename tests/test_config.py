@@ -48,10 +48,10 @@ def test_from_yaml_file_with_overrides_and_plugin_options(tmp_path, retriever_pm
             "unknown option 'rollout_batch_sise' (did you mean 'rollout_batch_size'?)",
         ),
         ({"rm_typ": "math"}, "unknown option 'rm_typ' (did you mean 'rm_type'?)"),
-        ({"retriever_url": 3}, "option 'retriever_url' takes a str, got 3"),
-        ({"retriever_topk": "3"}, "option 'retriever_topk' takes a int, got '3'"),
+        ({"retriever_url": 3}, "option 'retriever_url' takes a string, got 3"),
+        ({"retriever_topk": "3"}, "option 'retriever_topk' takes an integer, got '3'"),
         ({"rollout_temprature": 0}, "did you mean 'rollout_temperature'?"),
-        ({"rollout_temperature": "hot"}, "option 'rollout_temperature' takes a float, got 'hot'"),
+        ({"rollout_temperature": "hot"}, "option 'rollout_temperature' takes a number, got 'hot'"),
     ],
 )
 def test_unknown_keys_and_wrong_types_are_errors_with_a_did_you_mean(values, error, retriever_pm, tmp_path):

@@ -73,7 +73,7 @@ def test_a_raising_dynamic_filter_fails_its_group_named_and_the_step_goes_on(thi
                                         over_sampling_batch_size=4)
     out = step(args, source, runtime)
     m = out.metrics
-    assert prompts_of(out.samples) == ["0 fast|", "2 fast|"]
+    assert sorted(prompts_of(out.samples)) == ["0 fast|", "2 fast|"]  # groups settle as they finish: no order
     assert m["ledger/failed"] == 4 and m["ledger/entered"] == m["ledger/kept"] + m["ledger/failed"]
     error = sorted(m["rollout/failures"])[0]
     assert error.startswith("dynamic_filter 'needs_a_key' from rl-plugin-third-party 1.2.0 on group 1 "

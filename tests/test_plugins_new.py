@@ -27,9 +27,12 @@ def test_a_new_plugin_passes_its_own_tests_installs_and_is_listed(tmp_path):
     root = new_plugin(tmp_path, *SCAFFOLD_KINDS)
     assert (root / "README.md").exists()
     env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    # run as the README says, from the folder that also holds the clone: `python -m pytest` puts that folder
+    # first on sys.path, where the clone (a folder named rlsdk) must not shadow the installed package
+    (tmp_path / "rlsdk" / "core").mkdir(parents=True)
     tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests")],
-        cwd=root,
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", root.name],
+        cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,

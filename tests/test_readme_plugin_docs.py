@@ -1,23 +1,25 @@
-"""The README's plugin-author documentation stays in step with the hookspecs: every hook is listed with its
-record and exactly the record's fields, and the README names no hook that does not exist."""
+"""The plugin-author documentation stays in step with the code: docs/plugins.md lists every hook with its
+record and exactly the record's fields, the README and the docs name no hook that does not exist, and
+every python example of the README and the docs site runs."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import types
 from pathlib import Path
+
+import pytest
 
 from rlsdk.plugins import hookspecs
 from rlsdk.plugins.records import RECORD_TYPES, Option, hook_name
 
 README = Path(__file__).parents[1] / "README.md"
+PLUGINS_PAGE = README.parent / "docs" / "plugins.md"
 
 
 def plugin_section() -> str:
-    text = README.read_text()
-    start = text.index("## Writing a plugin")
-    end = text.find("\n## ", start + 1)
-    return text[start:] if end == -1 else text[start:end]
+    return PLUGINS_PAGE.read_text()
 
 
 def documented_records() -> dict[str, tuple[str, list[str]]]:
@@ -37,5 +39,55 @@ def test_the_hookspecs_are_exactly_the_documented_hooks():
     specs = {name for name in dir(hookspecs) if name.startswith("rlsdk_")
              and hasattr(getattr(hookspecs, name), "rlsdk_spec")}
     assert specs == set(documented_records())
-    named = set(re.findall(r"\brlsdk_[a-z_]+s\b", README.read_text())) - {"rlsdk_cli"}
-    assert named <= specs, f"the README names hooks that do not exist: {sorted(named - specs)}"
+    for page in (README, *sorted((README.parent / "docs").glob("*.md"))):
+        named = set(re.findall(r"\brlsdk_[a-z_]+s\b", page.read_text())) - {"rlsdk_cli"}
+        assert named <= specs, f"{page.name} names hooks that do not exist: {sorted(named - specs)}"
+
+
+# ----- the code examples of the README and the documentation site -------------------------------------------
+
+DOCS = sorted((README.parent / "docs").glob("*.md"))
+SKIP = re.compile(r"<!-- not run: [^>]+ -->\s*$")
+"""A comment on the line before a block that cannot run on its own, saying why (it imports the package it
+documents, say)."""
+
+
+def python_blocks(path: Path) -> list[tuple[int, str]]:
+    """The ```python blocks of a Markdown file with their line numbers, except those marked not run."""
+    text = path.read_text()
+    blocks = []
+    for match in re.finditer(r"^```python\n(.*?)^```$", text, flags=re.M | re.S):
+        before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        if not SKIP.search(before):
+            blocks.append((text.count("\n", 0, match.start()) + 2, match.group(1)))
+    return blocks
+
+
+@pytest.mark.parametrize("path", [README, *DOCS], ids=lambda p: p.name)
+def test_the_python_examples_run_and_their_plugins_resolve(path):
+    """Each page's python blocks run in order in one module (a later block may use an earlier one's names);
+    the hooks they define are registered on a fresh manager, and every record they yield resolves, its
+    callable's signature checked."""
+    from rlsdk import get_plugin_manager
+    from rlsdk.plugins.records import PluginRecord
+
+    module = types.ModuleType(f"docs_example_{path.stem.replace('-', '_')}")
+    for line, code in python_blocks(path):
+        try:
+            exec(compile(code, f"{path.name}:{line}", "exec"), module.__dict__)  # noqa: S102 (our own docs)
+        except Exception as exc:
+            raise AssertionError(f"{path.name}, the python block at line {line}: {exc!r}") from exc
+    hooks = [name for name in vars(module) if name.startswith("rlsdk_") and callable(vars(module)[name])]
+    if not hooks:
+        return
+    pm = get_plugin_manager(load_entrypoints=False, plugins=[module])
+    for hook in hooks:
+        for record in getattr(module, hook)():
+            if isinstance(record, PluginRecord):
+                assert pm.resolve(record.kind, record.name).func is record.func, (path.name, record.name)
+
+
+def test_the_site_holds_the_pages_it_lists():
+    """mkdocs.yml's nav names every page under docs/ (a page left out of the site is a page nobody finds)."""
+    nav = set(re.findall(r":\s*([\w-]+\.md)\s*$", (README.parent / "mkdocs.yml").read_text(), flags=re.M))
+    assert nav == {p.name for p in DOCS}

@@ -31,7 +31,7 @@ def test_help_lists_core_and_plugin_options_with_defaults():
 
 @pytest.mark.parametrize(("argv", "error"), [
     (["--set", "rollout_temprature=0"], "unknown option 'rollout_temprature' (did you mean 'rollout_temperature'?)"),
-    (["--set", "max_turns=two"], "option 'max_turns' takes a int, got 'two'"),
+    (["--set", "max_turns=two"], "option 'max_turns' takes an integer, got 'two'"),
     (["--set", "tool_call_format=xml"], "'tool_call_format' must be one of auto, tag, json, got 'xml'"),
     (["--rollout-batch-sise", "3"], "no such option --rollout-batch-sise (did you mean --rollout-batch-size?)"),
     (["--max-turns", "x"], "Invalid value for '--max-turns'"),

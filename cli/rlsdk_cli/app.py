@@ -6,7 +6,7 @@ import typer
 
 from rlsdk import __version__
 
-from . import buffer, plugins, run, score, serve
+from . import buffer, export, plugins, run, score, serve
 
 app = typer.Typer(
     name="rlsdk",
@@ -20,6 +20,7 @@ app.command("run", context_settings=run.SGLANG_PASSTHROUGH)(run.run)
 app.command("eval")(run.evaluate)
 app.command("score")(score.score)
 app.command("serve")(serve.serve)
+app.command("export")(export.export)
 app.add_typer(buffer.app, name="buffer")
 
 
@@ -82,11 +83,18 @@ def fill_optional_values(argv: list[str]) -> list[str]:
     return out
 
 
+def one_line_warning(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> str:
+    """A warning as the command prints it: its kind and message, without the source line that raised it."""
+    return f"{category.__name__}: {message}\n"
+
+
 def main() -> None:
     import sys
+    import warnings
 
     from rlsdk.errors import RlsdkError
 
+    warnings.formatwarning = one_line_warning
     try:
         app(args=fill_optional_values(spread_multi_value_flags(sys.argv[1:])))
     except RlsdkError as exc:  # an error rlsdk explains (a plugin failing in strict mode, ...): one line

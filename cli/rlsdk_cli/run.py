@@ -7,6 +7,7 @@ import dataclasses
 import inspect
 import json
 import os
+import time
 import typing
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,30 @@ def fail(exc: BaseException) -> None:
 def build_config(config: Path | None, options: dict[str, Any], extra: list[str]) -> RolloutConfig:
     """The config file (if any), then every option given on the command line, then ``--set k=v``; an unknown
     key or a value of the wrong type, in any of them, is an error naming it."""
+    return configure(config, options, extra)[0]
+
+
+def configure(
+    config: Path | None, options: dict[str, Any], extra: list[str]
+) -> tuple[RolloutConfig, set[str]]:
+    """:func:`build_config`, and the names of the options the file and the command line set (for the demo's
+    defaults, which apply only to options not given, and the start-up summary). The file is read once."""
+    overrides = given_overrides(options, extra)
+    try:
+        settings = RolloutConfig.read_file(config) if config is not None else {}
+        try:
+            args = RolloutConfig.from_dict({**settings, **overrides})
+        except ValueError as exc:
+            raise ValueError(f"{config}: {exc}" if config is not None else str(exc)) from None
+        given = {ALIASES.get(key.replace("-", "_"), key.replace("-", "_")) for key in [*overrides, *settings]}
+        return args.with_default_data(given=given), given
+    except (ValueError, TypeError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def given_overrides(options: dict[str, Any], extra: list[str]) -> dict[str, Any]:
+    """The options the command line gives (``--set`` included), JSON options parsed, ``--eval-data`` as
+    ``eval_datasets``."""
     overrides = {k: v for k, v in options.items() if v is not None and v != []}
     overrides.update(parse_set(extra))
     for name, value in overrides.items():
@@ -40,19 +65,29 @@ def build_config(config: Path | None, options: dict[str, Any], extra: list[str])
             overrides[name] = json.loads(value)
     eval_data = overrides.pop("eval_data", [])
     if eval_data:
-        overrides["eval_datasets"] = [
-            dict(zip(("name", "path"), d.split("=", 1), strict=True)) for d in eval_data
-        ]
-    try:
-        settings = RolloutConfig.read_file(config) if config is not None else {}  # read once
-        try:
-            args = RolloutConfig.from_dict({**settings, **overrides})
-        except ValueError as exc:
-            raise ValueError(f"{config}: {exc}" if config is not None else str(exc)) from None
-        # the demo's defaults apply only to options neither the file nor the command line sets
-        return args.with_default_data(given=set(overrides) | {key.replace("-", "_") for key in settings})
-    except (ValueError, TypeError) as exc:
-        raise typer.BadParameter(str(exc)) from None
+        overrides["eval_datasets"] = [eval_dataset(d) for d in eval_data]
+    return overrides
+
+
+def eval_dataset(value: str) -> dict[str, str]:
+    """One ``--eval-data``: ``NAME=PATH``, a data file's path (named by its stem) or the name of a shipped
+    dataset (``arithmetic-eval``); anything else is an error listing the shipped names."""
+    from rlsdk.config import shipped_datasets
+
+    name, sep, path = value.partition("=")
+    if sep:
+        if not name or not path:
+            raise typer.BadParameter(f"--eval-data takes NAME=PATH, got {value!r}")
+        return {"name": name, "path": path}
+    shipped = shipped_datasets()
+    if value in shipped:
+        return {"name": value, "path": str(shipped[value])}
+    if Path(value.split("@[", 1)[0]).is_file():
+        return {"name": Path(value.split("@[", 1)[0]).stem, "path": value}
+    raise typer.BadParameter(
+        f"--eval-data {value!r} is not NAME=PATH, a data file or a shipped dataset "
+        f"(shipped: {', '.join(sorted(shipped))})"
+    )
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -202,26 +237,56 @@ def run(
     context: typer.Context,
     resume: bool = typer.Option(False, "--resume", help="Continue the run saved in the output folder."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run in the output folder."),
+    print_config: bool = typer.Option(
+        False,
+        "--print-config",
+        help="Print every setting of the run as YAML (each not at its default with where it comes from: given, "
+        "or set by the demo) and exit; the output works as --config.",
+    ),
     **options: Any,
 ) -> None:
     """Run rollout steps: with no options, the embedded engine on SmolLM2-135M and the shipped math data."""
+    from .settings import config_yaml, setting_sources, summary_lines
+
+    if resume and overwrite:
+        raise typer.BadParameter(
+            "--resume continues the run in the output folder, --overwrite replaces it: give one"
+        )
     limit_malloc_arenas()  # before the engine's and the trainer's threads allocate
     known = [flag for param in context.command.params for flag in param.opts]
     extra = options.pop("extra") + sglang_passthrough_options(context.args, known)
-    args = build_config(
-        options.pop("config"), {**options, "resume": resume or None, "overwrite": overwrite or None}, extra
+    config = options.pop("config")
+    args, given = configure(
+        config, {**options, "resume": resume or None, "overwrite": overwrite or None}, extra
     )
     from rlsdk.run.job import run_job
     from rlsdk.run.output import resumed_settings
     from rlsdk.run.preemption import RunStopped
 
     if resume:
-        given = {k: v for k, v in options.items() if v is not None and v != []}
+        changed = {k: v for k, v in options.items() if v is not None and v != []}
         try:
-            args = RolloutConfig.from_dict(resumed_settings(args.output_dir, {**given, **parse_set(extra)}))
+            args = RolloutConfig.from_dict(resumed_settings(args.output_dir, {**changed, **parse_set(extra)}))
         except (RlsdkError, ValueError, TypeError, FileNotFoundError) as exc:
             fail(exc)
             raise typer.Exit(1) from None
+    sources = setting_sources(args, given)
+    if print_config:
+        typer.echo(config_yaml(args, sources), nl=False)
+        return
+    console.print("\n".join(summary_lines(args, sources)), markup=False, highlight=False, soft_wrap=True)
+    if resume and finished_run(args):
+        console.print(
+            f"the run in {args.output_dir} is finished ({args.num_rollout} of {args.num_rollout} steps): "
+            "--resume --num-rollout N continues it to N steps",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        return
+    if not console.is_terminal:  # no download or loading bars redrawn line after line in a log
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TQDM_DISABLE", "1")
 
     samples_per_step = args.rollout_batch_size * args.n_samples_per_prompt
     # Each refresh renders the bar in a thread that holds the GIL meanwhile; at rich's default 10 per
@@ -240,15 +305,26 @@ def run(
     )
     task = progress.add_task("rollout", total=samples_per_step, status="setting up")
 
+    lines = ProgressLines()
+
     def on_status(text: str) -> None:
-        """Steps are numbered as in the tables and metrics.jsonl (the rollout_id); set-up is printed."""
+        """Steps are numbered as in the tables and metrics.jsonl (the rollout_id); set-up is printed. An
+        eval counts its samples without a total (each dataset's size is known only once it is read)."""
+        lines.reset(text)
         if text.startswith("step ") and text[5:].isdigit():
             step = int(text[5:])
             status = f"{text} ({step + 1} of {args.num_rollout})"
             progress.reset(task, total=samples_per_step, status=escape(status))
         else:
+            if text.startswith("eval "):
+                progress.reset(task, total=None)
             progress.update(task, status=escape(text))
             console.print(f"[dim]{escape(text)}[/dim]", highlight=False)
+
+    def on_progress(samples: int) -> None:
+        progress.advance(task, samples)
+        if not console.is_terminal:  # no bar: a line now and then
+            lines.advance(samples)
 
     def on_step(rollout_id: int, metrics: dict[str, Any]) -> None:
         console.print(step_table(rollout_id, metrics))
@@ -263,7 +339,7 @@ def run(
                 on_step=on_step,
                 on_eval=on_eval,
                 on_status=on_status,
-                progress=lambda n: progress.advance(task, n),
+                progress=on_progress,
             )
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
         fail(exc)
@@ -292,8 +368,16 @@ def run(
 @with_run_options
 def evaluate(**options: Any) -> None:
     """Evaluate the model on the eval datasets (or the training data) once."""
+    from .settings import with_checkpoint_settings
+
     extra = options.pop("extra")
-    args = build_config(options.pop("config"), options, extra)
+    config = options.pop("config")
+    args, given = configure(config, options, extra)
+    taken = with_checkpoint_settings(args, given)
+    if taken:
+        console.print(
+            f"from the checkpoint's run: {', '.join(taken)}", markup=False, highlight=False, soft_wrap=True
+        )
     if not args.eval_datasets and not args.eval_prompt_data:
         data = str(args.prompt_data)  # with_default_data set it
         args.eval_datasets = [{"name": Path(data).stem, "path": data}]
@@ -315,6 +399,38 @@ def evaluate(**options: Any) -> None:
             f"wrote {output.folder}/eval.jsonl and eval_samples.jsonl", markup=False, highlight=False
         )
     typer.echo(json.dumps(result.metrics))
+
+
+def finished_run(args: RolloutConfig) -> bool:
+    """Whether the run saved in the output folder has done its ``num_rollout`` steps already."""
+    from rlsdk.outputs import STATE_FILE
+
+    state = json.loads((Path(args.output_dir) / STATE_FILE).read_text())
+    return int(state["next_rollout_id"]) >= args.num_rollout
+
+
+class ProgressLines:
+    """Progress where no bar is drawn (stderr is not a terminal): a line at most every ``every`` seconds with
+    the samples done so far in what the run is doing."""
+
+    def __init__(self, every: float = 30.0) -> None:
+        self.every = every
+        self.reset("setting up")
+
+    def reset(self, status: str) -> None:
+        self.status, self.done = status, 0
+        self.started = self.shown = time.monotonic()
+
+    def advance(self, samples: int) -> None:
+        self.done += samples
+        now = time.monotonic()
+        if now - self.shown >= self.every:
+            self.shown = now
+            console.print(
+                f"{self.status}: {self.done} samples done in {now - self.started:.0f} s",
+                markup=False,
+                highlight=False,
+            )
 
 
 def step_table(rollout_id: int, metrics: dict[str, Any]) -> Group:

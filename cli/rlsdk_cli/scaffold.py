@@ -17,6 +17,10 @@ SCAFFOLD_KINDS = (
     "buffer_filter",
     "custom_generate",
     "generate_rollout",
+    "loss",
+    "tool",
+    "agent",
+    "trainer",
     "environment",
 )
 """The kinds ``rlsdk plugins new --kind`` writes an example of."""
@@ -171,6 +175,67 @@ def default_step(args, rollout_id, data_source, evaluation=False):
         "default_step",
         "rlsdk's rollout step",
     ),
+    "loss": (
+        '''\
+def reinforce(args, batch, logits, sum_of_sample_mean):
+    """REINFORCE: minus each trained response token's advantage times its log-prob, averaged per sample
+    (``sum_of_sample_mean``); ``batch`` holds per-sample tensors (``advantages``, ``loss_masks``, ...)."""
+    import torch
+
+    log_probs, _ = log_probs_and_entropy(logits, batch, args, with_entropy=False)
+    loss = -sum_of_sample_mean(torch.cat(log_probs) * torch.cat(batch["advantages"]))
+    return loss, {"reinforce_loss": loss.detach()}  # shown as train/reinforce_loss
+''',
+        "Loss",
+        "rlsdk_losses",
+        "reinforce",
+        "REINFORCE on the response tokens",
+    ),
+    "tool": (
+        '''\
+def word_count(args, query):
+    """The number of words in ``query`` (a tag-style call <name>text</name> passes the text as it)."""
+    return str(len(query.split()))
+''',
+        "Tool",
+        "rlsdk_tools",
+        "word_count",
+        "count the words of a text",
+    ),
+    "agent": (
+        '''\
+async def ask_once(args, sample, client):
+    """One chat turn through ``client`` (an ``openai.AsyncOpenAI`` bound to the sample's session: the
+    tokens the model samples are recorded for training); the result lands in metadata["agent"]."""
+    messages = sample.prompt if isinstance(sample.prompt, list) else [{"role": "user", "content": sample.prompt}]
+    reply = await client.chat.completions.create(model="policy", messages=messages)
+    return {"answer": reply.choices[0].message.content}
+''',
+        "Agent",
+        "rlsdk_agents",
+        "ask_once",
+        "answer in one chat turn",
+    ),
+    "trainer": (
+        '''\
+def counting_trainer(args):
+    """rlsdk's torch trainer that also reports how many groups each step trained on; override
+    ``train_step`` (or write a PolicyTrainer of your own) to change how it learns."""
+    from rlsdk import TorchTrainer
+
+    class Counting(TorchTrainer):
+        def train_step(self, rollout_id, groups):
+            metrics = super().train_step(rollout_id, groups)
+            metrics["train/groups"] = len(groups)
+            return metrics
+
+    return Counting(args)
+''',
+        "Trainer",
+        "rlsdk_trainers",
+        "counting_trainer",
+        "the torch trainer, counting groups",
+    ),
     "environment": (
         '''\
 def correct(args, sample, **kwargs):
@@ -268,6 +333,35 @@ def test_{name}(rlsdk_pm):
 """,
 }
 
+CHECKS.update(
+    {
+        "loss": """\
+def test_{name}(rlsdk_pm):
+    rlsdk_pm.register(plugin)
+    loss, metrics = check_loss(rlsdk_pm, "{record}")  # a small batch over uniform logits
+    assert set(metrics) == {{"reinforce_loss"}}
+""",
+        "tool": """\
+def test_{name}(rlsdk_pm):
+    rlsdk_pm.register(plugin)
+    tool = check_callable(rlsdk_pm, "tool", "{record}")
+    assert tool.func(None, query="three short words") == "3"
+""",
+        "agent": """\
+def test_{name}(rlsdk_pm):
+    # the signature only: running it needs a served model (rlsdk run --custom-generate openai_agent)
+    rlsdk_pm.register(plugin)
+    check_callable(rlsdk_pm, "agent", "{record}")
+""",
+        "trainer": """\
+def test_{name}(rlsdk_pm):
+    # the signature only: check_trainer(rlsdk_pm, name, args) trains a step on args.hf_checkpoint's model
+    rlsdk_pm.register(plugin)
+    check_callable(rlsdk_pm, "trainer", "{record}")
+""",
+    }
+)
+
 CHECK_IMPORTS = {
     "reward": ["check_reward", "make_group"],
     "dynamic_filter": ["check_dynamic_filter", "make_group"],
@@ -275,6 +369,10 @@ CHECK_IMPORTS = {
     "buffer_filter": ["check_buffer_filter"],
     "custom_generate": ["check_custom_generate"],
     "generate_rollout": ["check_callable"],
+    "loss": ["check_loss"],
+    "tool": ["check_callable"],
+    "agent": ["check_callable"],
+    "trainer": ["check_callable"],
     "environment": ["check_environment", "check_reward", "make_group"],
 }
 
@@ -286,22 +384,19 @@ def record_name(package: str, kind: str) -> str:
 
 
 def plugin_module(distribution: str, package: str, kinds: list[str]) -> str:
-    records = sorted(
-        {EXAMPLES[k][1] for k in kinds}
-        | ({"DynamicFilterOutput"} if "dynamic_filter" in kinds else set())
-        | ({"Reward", "package_file"} if "environment" in kinds else set())
-    )
+    helpers = {
+        "dynamic_filter": ["DynamicFilterOutput"],
+        "custom_generate": ["model_turn"],
+        "loss": ["log_probs_and_entropy"],
+        "environment": ["Reward", "package_file"],
+    }
+    names = {EXAMPLES[k][1] for k in kinds} | {n for k in kinds for n in helpers.get(k, [])} | {"hookimpl"}
     lines = [
         f'"""The plugins of {distribution}: one example per kind; rename and change them."""',
         "",
-        import_line(
-            "rlsdk",
-            [*(r for r in records if r[0].isupper()), "hookimpl", *(r for r in records if r[0].islower())],
-        ),
+        import_line("rlsdk", sorted(names, key=lambda n: (n[0].islower(), n))),  # ruff's order: classes first
     ]
-    if "custom_generate" in kinds:
-        lines.append("from rlsdk import model_turn")
-    if "generate_rollout" in kinds:
+    if "generate_rollout" in kinds:  # not public yet: rlsdk's own step, to start from
         lines.append("from rlsdk.rollout.step import generate_rollout")
     if "environment" in kinds:
         lines[2:2] = ["import re", ""]
@@ -364,9 +459,15 @@ def readme(distribution: str, package: str, kinds: list[str]) -> str:
         "buffer_filter": "--buffer-filter",
         "custom_generate": "--custom-generate",
         "generate_rollout": "--rollout",
+        "loss": "--train --loss-type custom_loss --custom-loss-function-path",
+        "tool": "--custom-generate multi_turn --set tool_names=",
+        "agent": "--custom-generate openai_agent --set agent_function_path=",
+        "trainer": "--train --trainer",
         "environment": "--env",
     }
-    usage = " ".join(f"{option[k]} {record_name(package, k)}" for k in kinds)
+    usage = " ".join(
+        f"{option[k]}{'' if option[k].endswith('=') else ' '}{record_name(package, k)}" for k in kinds
+    )
     return f"""# {distribution}
 
 An [rlsdk](https://pypi.org/project/rlsdk/) plugin. It provides:

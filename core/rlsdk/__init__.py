@@ -23,6 +23,7 @@ from .config import RolloutConfig
 from .data.source import START_ROLLOUT_ID, DataSource
 from .engines.engine import InferenceEngine
 from .engines.launch.process_group import ManagedProcess, free_port
+from .engines.lora_adapter import lora_adapter_deltas, read_lora_adapter
 from .engines.protocol import (
     BUFFER_TOKEN_ENV,
     EngineError,
@@ -100,11 +101,12 @@ if TYPE_CHECKING:
     from .training.batch import TrainSample
     from .training.losses import log_probs_and_entropy, response_logits, sum_of_sample_mean_fn
     from .training.torch_trainer import OPTIMIZER_FILE, TorchTrainer, adamw, resolve_loss
-    from .training.trainer import PolicyTrainer
+    from .training.trainer import LoraAdapter, PolicyTrainer
 
 _LAZY = {
     "SGLangClient": "rlsdk.engines.sglang_client",
     "PolicyTrainer": "rlsdk.training.trainer",
+    "LoraAdapter": "rlsdk.training.trainer",
     "TrainSample": "rlsdk.training.batch",
     "TorchTrainer": "rlsdk.training.torch_trainer",
     "OPTIMIZER_FILE": "rlsdk.training.torch_trainer",
@@ -159,6 +161,7 @@ __all__ = [
     "FunctionCall",
     "GenerateRollout",
     "InferenceEngine",
+    "LoraAdapter",
     "Loss",
     "ManagedProcess",
     "Messages",
@@ -213,10 +216,12 @@ __all__ = [
     "hookspec",
     "load_callable",
     "log_probs_and_entropy",
+    "lora_adapter_deltas",
     "model_turn",
     "named_model_folder",
     "new_rid",
     "package_file",
+    "read_lora_adapter",
     "resolve_loss",
     "resolve_tools",
     "response_logits",

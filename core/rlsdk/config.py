@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from .engines.launch.arguments import check_passthrough
+from .algorithm_options import AlgorithmOptions, check_algorithm_options
 from .errors import PluginError
 from .plugins.calls import call_environment
 from .plugins.manager import RlsdkPluginManager, get_plugin_manager
@@ -35,6 +36,15 @@ from .training_options import (
 
 DEFAULT_ENVIRONMENT = "arithmetic"
 """The environment ``rlsdk run`` takes without ``prompt_data`` or ``env``: single-digit arithmetic, shipped in core."""
+DATASETS = Path(__file__).parent / "datasets"
+"""The datasets that ship inside core (the arithmetic environment's among them)."""
+
+
+def shipped_datasets() -> dict[str, Path]:
+    """The datasets that ship with rlsdk, by name (the file's stem): ``arithmetic-train``, ``arithmetic-eval``..."""
+    return {path.stem: path for path in sorted(DATASETS.glob("*.jsonl"))}
+
+
 ALIASES = {
     "rollout": "rollout_function_path",
     "eval_rollout": "eval_function_path",
@@ -180,7 +190,8 @@ class RolloutConfig(TrainingOptions):
     # --- data ---
     prompt_data: str | None = None
     """Training data: JSONL or Parquet, with an optional ``@[start:end]`` row slice. ``rlsdk run``
-    without it uses the shipped single-digit arithmetic set (see :meth:`with_default_data`)."""
+    without it uses the shipped single-digit arithmetic set and the demo's settings (``--print-config``
+    shows them)."""
     input_key: str = "input"
     """Row key holding the prompt (a string or chat messages)."""
     label_key: str | None = None
@@ -258,7 +269,10 @@ class RolloutConfig(TrainingOptions):
     eval_top_p: float | None = None
     eval_max_response_len: int | None = None
     eval_interval: int | None = None
-    """Run eval every this many steps; none runs no eval during ``rlsdk run``."""
+    """Run eval every this many steps and after the last; none runs no eval during ``rlsdk run``. A training
+    run also evaluates before its first step, unless ``skip_eval_before_train``."""
+    skip_eval_before_train: bool = False
+    """Skip the eval before the first training step (the curve's starting point), as slime's flag."""
 
     # --- output ---
     output_dir: str = "rlsdk-out"
@@ -342,8 +356,17 @@ class RolloutConfig(TrainingOptions):
             raise ValueError(
                 "loss_type custom_loss needs custom_loss_function_path (a loss name or dotted path)"
             )
+        if self.keep_last_n is not None and self.keep_last_n < 1:
+            raise ValueError(
+                f"keep_last_n must be at least 1 (the checkpoint --resume needs), got {self.keep_last_n}"
+            )
         if self.use_tis and self.use_rollout_logprobs:
             raise ValueError("use_tis and use_rollout_logprobs cannot be set together (as in slime)")
+        check_algorithm_options(self, self.advantage_estimator)
+        if self.lora_rank and self.ray_address:
+            raise ValueError(
+                "lora_rank: LoRA runs do not run on Ray yet (its engine pool takes whole weights)"
+            )
         if self.max_policy_version_lag is not None and self.max_policy_version_lag < 0:
             raise ValueError(f"max_policy_version_lag must be 0 or more, got {self.max_policy_version_lag}")
         if self.weight_sync_timeout is not None and not self.weight_sync_timeout > 0:
@@ -429,6 +452,13 @@ class RolloutConfig(TrainingOptions):
         return dataclasses.asdict(self)
 
 
+def demo_settings(train: bool) -> dict[str, Any]:
+    """What ``rlsdk run`` sets with neither ``--data`` nor ``--env``: the shipped arithmetic environment
+    (:data:`DEFAULT_ENVIRONMENT`) and its options (with ``train`` also its training settings). With ``--data``
+    none of these apply: the options keep their defaults."""
+    return {"env": DEFAULT_ENVIRONMENT, **environment_options(DEFAULT_ENVIRONMENT, None, train=train)}
+
+
 def plugin_values(values: dict[str, Any], declared: dict[str, Option]) -> dict[str, Any]:
     """``values`` of plugins' options (checked), slime's arguments, SGLang's server and router arguments
     (``sglang_NAME``, ``router_NAME``, passed on as in slime); anything else is a ValueError naming the
@@ -454,7 +484,7 @@ def plugin_values(values: dict[str, Any], declared: dict[str, Option]) -> dict[s
 def core_options() -> dict[str, Option]:
     """Core's options, one per field of :class:`RolloutConfig` (its training options included), with the
     field's type, default and docstring: the single source of ``rlsdk run``'s options and their checks."""
-    docs = {**option_docs(TrainingOptions), **option_docs(RolloutConfig)}
+    docs = {**option_docs(AlgorithmOptions), **option_docs(TrainingOptions), **option_docs(RolloutConfig)}
     hints = typing.get_type_hints(RolloutConfig)
     options = {}
     for f in dataclasses.fields(RolloutConfig):

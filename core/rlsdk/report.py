@@ -8,8 +8,18 @@ from pathlib import Path
 from typing import Any
 
 
+PANELS = (
+    ("KL", (("train/ppo_kl", "to the sampling policy"), ("train/kl_loss", "to the reference"))),
+    ("entropy", (("train/entropy_loss", "entropy"),)),
+    ("response length (tokens)", (("rollout/response_len_mean", "mean"),)),
+    ("clip fraction", (("train/pg_clipfrac", "clipped"),)),
+)
+"""The panels under the rewards: what people read to see a run learn (the GRPO loss, near 0 by
+construction, is in metrics.jsonl and TensorBoard)."""
+
+
 class RunReport:
-    """Draws ``curves.png`` (train and eval reward, loss per step) from ``metrics.jsonl`` and ``eval.jsonl``
+    """Draws ``curves.png`` (train and eval reward, KL, entropy, response length, clip fraction per step) from ``metrics.jsonl`` and ``eval.jsonl``
     after each step, so a resumed run's curve covers the whole run; with ``report_to="tensorboard"`` it
     also writes each step's metrics as TensorBoard scalars under ``tensorboard/``."""
 
@@ -37,6 +47,18 @@ class RunReport:
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def draw(self) -> None:
+        """Write ``curves.png`` (atomically: a reader never sees half a file)."""
+        import matplotlib.pyplot as plt
+
+        fig = self.figure()
+        tmp = self.folder / ".curves.png"
+        fig.savefig(tmp, dpi=90, format="png")
+        plt.close(fig)
+        tmp.replace(self.folder / "curves.png")
+
+    def figure(self) -> Any:
+        """The run's name on top; the train and eval rewards across the top row (the legend above the axes,
+        off the data); then :data:`PANELS`, each from the steps that report it."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -46,23 +68,29 @@ class RunReport:
         eval_keys = sorted(
             {k for row in evals for k in row if k.startswith("eval/") and k.endswith("/reward_mean")}
         )
-        fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-        plot(top, steps, "rollout/reward_mean", "train reward (sampled)")
+        fig = plt.figure(figsize=(9, 9))
+        grid = fig.add_gridspec(3, 2)
+        reward = fig.add_subplot(grid[0, :])
+        plot(reward, steps, "rollout/reward_mean", "train reward (sampled, kept groups)")
         for key in eval_keys:
-            plot(top, evals, key, f"{key.removeprefix('eval/').removesuffix('/reward_mean')} (eval)")
-        top.set_ylabel("mean reward")
-        top.grid(alpha=0.3)
-        if top.get_legend_handles_labels()[0]:
-            top.legend(loc="lower right")
-        plot(bottom, steps, "train/loss", "loss")
-        bottom.set_ylabel("loss")
-        bottom.set_xlabel("step")
-        bottom.grid(alpha=0.3)
+            plot(reward, evals, key, f"{key.removeprefix('eval/').removesuffix('/reward_mean')} (eval)")
+        reward.set_ylabel("mean reward")
+        reward.grid(alpha=0.3)
+        if reward.get_legend_handles_labels()[0]:
+            reward.legend(loc="lower left", bbox_to_anchor=(0, 1.01), ncol=3, frameon=False, fontsize="small")
+        for index, (title, keys) in enumerate(PANELS):
+            axis = fig.add_subplot(grid[1 + index // 2, index % 2], sharex=reward)
+            for key, label in keys:
+                plot(axis, steps, key, label)
+            axis.set_title(title, fontsize="medium")
+            axis.grid(alpha=0.3)
+            if len(axis.get_legend_handles_labels()[0]) > 1:
+                axis.legend(fontsize="x-small", loc="best")
+            if index >= 2:
+                axis.set_xlabel("step")
+        fig.suptitle(f"rlsdk run: {self.folder.resolve().name}")
         fig.tight_layout()
-        tmp = self.folder / ".curves.png"
-        fig.savefig(tmp, dpi=90, format="png")
-        plt.close(fig)
-        tmp.replace(self.folder / "curves.png")
+        return fig
 
     def close(self) -> None:
         if self.writer is not None:

@@ -7,18 +7,31 @@ into a command-line option (``--eps-clip``, ``--use-kl-loss``) with the field's 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ADVANTAGE_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
+from .algorithm_options import AlgorithmOptions
+
+ADVANTAGE_ESTIMATORS = (
+    "grpo",
+    "gspo",
+    "cispo",
+    "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline",
+    "reinforce",
+    "rloo",
+    "sapo",
+    "ppo",
+)
 LOSS_TYPES = ("policy_loss", "sft_loss", "custom_loss")
 KL_LOSS_TYPES = ("k1", "k2", "k3", "low_var_kl")
 WEIGHT_SYNC_MODES = ("auto", "tensor", "nccl", "disk")
 
 
 @dataclass
-class TrainingOptions:
+class TrainingOptions(AlgorithmOptions):
     """Trainer, optimizer, loss and checkpoint options (used with ``train``)."""
 
     # --- the loop ---
@@ -54,7 +67,8 @@ class TrainingOptions:
 
     # --- advantages and losses ---
     advantage_estimator: str = "grpo"
-    """``grpo``, ``gspo``, ``cispo``, ``reinforce_plus_plus`` or ``reinforce_plus_plus_baseline``."""
+    """``grpo``, ``gspo``, ``cispo``, ``reinforce_plus_plus``, ``reinforce_plus_plus_baseline``, ``reinforce``,
+    ``rloo``, ``sapo`` or ``ppo`` (with a critic; see docs/training.md)."""
     custom_advantage_function_path: str | None = None
     """An advantage plugin (or dotted path) ``fn(args, rollout_data)`` that sets ``rollout_data["advantages"]``
     in place of ``advantage_estimator``."""
@@ -91,7 +105,7 @@ class TrainingOptions:
     kl_coef: float = 0.0
     """KL penalty folded into the reward (reinforce_plus_plus estimators; loads a reference model)."""
     gamma: float = 1.0
-    """Discount of ``reinforce_plus_plus`` returns."""
+    """Discount of ``reinforce_plus_plus`` returns and of PPO's GAE."""
     entropy_coef: float = 0.0
     """Subtract this times the mean entropy from the loss."""
     use_tis: bool | None = None
@@ -175,6 +189,9 @@ class TrainingOptions:
     """Folder for checkpoints (``step_N/``); default ``<output_dir>/checkpoints`` when ``save_interval`` is set."""
     save_interval: int | None = None
     """Save a checkpoint every this many steps (and after the last)."""
+    keep_last_n: int | None = None
+    """Keep only the newest this many checkpoints, removing older ones as new ones are written (verl's
+    ``max_actor_ckpt_to_keep``, Hugging Face's ``save_total_limit``); none keeps every one."""
     report_to: str | None = None
     """``tensorboard``: also write TensorBoard event files to ``<output_dir>/tensorboard``."""
 
@@ -238,5 +255,6 @@ def option_docs(cls: type = TrainingOptions) -> dict[str, str]:
             and isinstance(doc, ast.Expr)
             and isinstance(doc.value, ast.Constant)
         ):
-            docs[field_node.target.id] = " ".join(str(doc.value.value).replace("``", "`").split())
+            text = re.sub(r":\w+:`~?([^`]+)`", r"`\1`", str(doc.value.value))  # Sphinx roles read as code
+            docs[field_node.target.id] = " ".join(text.replace("``", "`").split())
     return docs

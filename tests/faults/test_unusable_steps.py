@@ -5,6 +5,7 @@ rewards that raise, return NaN or return 1e200 on every sample."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -46,8 +47,8 @@ def test_a_step_with_only_invalid_rewards_stops_the_run_untrained(tiny_run, tmp_
     with pytest.raises(RlsdkError) as error:
         run_job(args)
     message = str(error.value)
-    assert message.startswith("step 0: no sample could be used"), message
-    assert f"bad_rewards.py:{name}" in message and cause in message and "group_index=" in message
+    assert re.match(r"step 0: all \d+ samples( it ran)? were dropped for an invalid reward", message), message
+    assert f"bad_rewards.py:{name}" in message and cause in message, message
     assert "nothing was trained or checkpointed" in message
     out = tmp_path / "out"
     assert not (out / "checkpoints").exists() or not any((out / "checkpoints").iterdir())

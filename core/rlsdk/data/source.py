@@ -100,6 +100,8 @@ class DataSource:
         self._next_group_index = 0
         self._next_index = 0
         self._last_rollout_id = 0
+        self.buffer_dropped: list[tuple[list[Sample], str]] = []
+        """Groups the buffer filter dropped, not yet accounted for by a step (see :meth:`pop_buffer_dropped`)."""
         self._counters = {
             "groups_served_fresh": 0,
             "groups_served_from_buffer": 0,
@@ -198,12 +200,23 @@ class DataSource:
         """The buffer filter's choice, checked before the buffer changes (buffer_filter)."""
         resolved = self._buffer_filter
         taken, left = call_buffer_filter(self.args, resolved, rollout_id, self.buffer, num_groups)
-        dropped = len(self.buffer) - len(left) - len(taken)
+        still = {id(g) for g in (*taken, *left)}
+        dropped = [g for g in self.buffer if id(g) not in still]
         if dropped:
-            log.info("%s dropped %d buffered groups at rollout %d", resolved.describe(), dropped, rollout_id)
-        self._counters["buffer_groups_dropped"] += dropped
+            log.info(
+                "%s dropped %d buffered groups at rollout %d", resolved.describe(), len(dropped), rollout_id
+            )
+            reason = f"buffer_filter_{resolved.name}"
+            self.buffer_dropped += [(g, reason) for g in dropped]
+        self._counters["buffer_groups_dropped"] += len(dropped)
         self.buffer = left
         return taken
+
+    def pop_buffer_dropped(self) -> list[tuple[list[Sample], str]]:
+        """The buffered groups the buffer filter dropped since the last call, each with its drop reason
+        (``buffer_filter_<name>``), for the step to account for and write out."""
+        dropped, self.buffer_dropped = self.buffer_dropped, []
+        return dropped
 
     # ----- state ----------------------------------------------------------------------------------
 

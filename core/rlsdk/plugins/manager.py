@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
 import os
 import warnings
@@ -253,9 +254,11 @@ class RlsdkPluginManager(pluggy.PluginManager):
             name = normalize_name(spec)
             providers = self.records(kind).get(name)
             if not providers:
+                close = difflib.get_close_matches(name, self.names(kind), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
                 installed = ", ".join(self.names(kind)) or "none"
                 raise UnknownPluginError(
-                    f"unknown {kind} {name!r}. Choose one of: {installed} "
+                    f"unknown {kind} {name!r}{hint}. Choose one of: {installed} "
                     f"(plugin may not be installed), or give a dotted path 'pkg.mod:fn'"
                 )
             if len(providers) > 1:

@@ -427,6 +427,15 @@ class Environment(PluginRecord):
 
 
 OPTION_TYPES: tuple[type, ...] = (str, int, float, bool, list, dict)
+TYPE_NAMES = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "true or false",
+    list: "a list",
+    dict: "a mapping",
+}
+"""How an option's type is named in its error message."""
 
 
 @dataclass
@@ -467,7 +476,8 @@ class Option:
         elif self.type is str and isinstance(value, os.PathLike):
             value = os.fspath(value)
         if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
-            raise ValueError(f"option {self.name!r} takes a {self.type.__name__}, got {value!r}")
+            kind = TYPE_NAMES.get(self.type, f"a {self.type.__name__}")
+            raise ValueError(f"option {self.name!r} takes {kind}, got {value!r}")
         if self.choices is not None and value not in self.choices:
             raise ValueError(
                 f"option {self.name!r} must be one of {', '.join(map(str, self.choices))}, got {value!r}"

@@ -6,6 +6,7 @@ import asyncio
 import copy
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ..config import RolloutConfig
@@ -127,15 +128,20 @@ async def run_eval_groups(
     params: dict[str, Any],
     limit: ConcurrencyLimit,
     name: str,
+    progress: Callable[[int], None] = lambda samples: None,
 ) -> list[list[Sample]]:
-    """Generate and reward ``groups`` in place; a group aborted mid-generation runs again from its prompt,
-    up to :data:`EVAL_ATTEMPTS` times in all. Returns the groups still aborted after that."""
+    """Generate and reward ``groups`` in place, telling ``progress`` each finished group's size; a group
+    aborted mid-generation runs again from its prompt, up to :data:`EVAL_ATTEMPTS` times in all. Returns
+    the groups still aborted after that."""
     pristine = copy.deepcopy(groups)
     todo = list(range(len(groups)))
+
+    async def run(group: list[Sample]) -> None:
+        await run_group(args, plugins, group, params, limit, evaluation=True)
+        progress(len(group))
+
     for attempt in range(1, EVAL_ATTEMPTS + 1):
-        await asyncio.gather(
-            *(run_group(args, plugins, groups[i], params, limit, evaluation=True) for i in todo)
-        )
+        await asyncio.gather(*(run(groups[i]) for i in todo))
         todo = [i for i in todo if unfinished(groups[i])]
         if not todo or attempt == EVAL_ATTEMPTS:
             break
@@ -166,7 +172,9 @@ async def eval_rollout(args: RolloutConfig, runtime: Runtime) -> RolloutFnEvalOu
         params = sampling_params_for(ds_args, evaluation=True)
         limit = ConcurrencyLimit(ds_args.sglang_server_concurrency)
         name = spec["name"]
-        aborted = await run_eval_groups(ds_args, runtime.plugins, groups, params, limit, name)
+        aborted = await run_eval_groups(
+            ds_args, runtime.plugins, groups, params, limit, name, runtime.report_progress
+        )
         key = ds_args.eval_reward_key or ds_args.reward_key
         rewards = [[reward_value(s.reward, key) for s in g] for g in groups]
         flat = [r for row in rewards for r in row]

@@ -82,21 +82,35 @@ def remaining_budget(sample: Sample, sampling_params: dict[str, Any]) -> int:
     return int(sampling_params.get("max_new_tokens", 0)) - sample.response_length
 
 
-def apply_output(sample: Sample, output: dict[str, Any] | list[dict[str, Any]]) -> Sample:
-    """Append one ``/generate`` response to the sample: tokens, log-probs, text, status."""
+def apply_output(
+    sample: Sample, output: dict[str, Any] | list[dict[str, Any]], tokenizer: Any = None
+) -> Sample:
+    """Append one ``/generate`` response to the sample: tokens, log-probs, text, status. The text leaves
+    out a stop token the turn ended on (``<|im_end|>``), as SGLang's text does by default, while the token
+    ids keep it; a matched stop string stays (rlsdk asks for ``no_stop_trim``, as slime does, so
+    multi-turn generators see the tag they stopped on)."""
     if isinstance(output, list):  # the engine's answer to a batch, which a single request never is
         raise EngineError(f"the engine answered one request with {len(output)} responses")
     meta = output["meta_info"]
     entries = meta.get("output_token_logprobs") or []
     # it makes lists of them, the log-probs floats
     sample.append_response_tokens(map(int, map(_TOKEN_ID, entries)), map(_LOG_PROB, entries))
-    sample.response += output.get("text", "")
-    sample.weight_versions.append(str(meta.get("weight_version", "default")))
     finish = meta.get("finish_reason") or {"type": "abort"}
+    sample.response += without_stop_token(output.get("text", ""), finish, tokenizer)
+    sample.weight_versions.append(str(meta.get("weight_version", "default")))
     sample.status = FINISH_STATUS.get(finish["type"], Sample.Status.FAILED)
     if finish["type"] not in FINISH_STATUS:
         sample.metadata["generate_error"] = f"engine finish reason {finish!r}"
     return sample
+
+
+def without_stop_token(text: str, finish: dict[str, Any], tokenizer: Any) -> str:
+    """``text`` without the stop token (an id in ``finish["matched"]``) it ends on, where it ends on it."""
+    matched = finish.get("matched")
+    if finish.get("type") != "stop" or not isinstance(matched, int) or tokenizer is None:
+        return text
+    stop = tokenizer.decode([matched])
+    return text[: -len(stop)] if stop and text.endswith(stop) else text
 
 
 def turn_budget(args: Any, sample: Sample, sampling_params: dict[str, Any]) -> int:
@@ -136,9 +150,10 @@ async def model_turn(
     payload = turn_payload(args, sample, sampling_params, stop=stop)
     if payload is None:
         return ""
-    output = await get_runtime(args).engine.generate(payload)
+    runtime = get_runtime(args)
+    output = await runtime.engine.generate(payload)
     before = len(sample.response)
-    apply_output(sample, output)
+    apply_output(sample, output, runtime.tokenizer)
     return sample.response[before:]
 
 
@@ -162,5 +177,6 @@ async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any]) -
     """Generate the sample's response in one engine call, resuming after earlier partial tokens."""
     payload = turn_payload(args, sample, sampling_params)  # model_turn's work, one coroutine less a sample
     if payload is not None:
-        apply_output(sample, await get_runtime(args).engine.generate(payload))
+        runtime = get_runtime(args)
+        apply_output(sample, await runtime.engine.generate(payload), runtime.tokenizer)
     return sample

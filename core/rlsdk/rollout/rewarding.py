@@ -212,6 +212,16 @@ def count_invalid(samples: list[Sample]) -> int:
     return sum(REWARD_ERROR in (s.metadata or {}) for s in samples)
 
 
+def invalid_reward_causes(samples: list[Sample]) -> list[str]:
+    """The distinct causes of the samples' invalid rewards (the reward and the reason, without the sample)."""
+    causes = (
+        s.metadata[REWARD_ERROR].replace(f" on sample {_where(s)}", "", 1)
+        for s in samples
+        if REWARD_ERROR in (s.metadata or {})
+    )
+    return list(dict.fromkeys(causes))
+
+
 def apply_invalid_policy(args: RolloutConfig, group: list[Sample]) -> str | None:
     """Apply ``args.on_invalid_reward`` to a scored group holding invalid samples.
 

@@ -35,7 +35,7 @@ from .evaluation import eval_rollout
 from .generate import sampling_params_for
 from .groups import run_group
 from .ledger import Group, StepLedger
-from .rewarding import REWARD_ERROR, apply_invalid_policy, count_invalid, rubric_metrics
+from .rewarding import apply_invalid_policy, count_invalid, invalid_reward_causes, rubric_metrics
 
 SUBMIT_SLICE = 64
 """Samples whose tasks a step creates before it lets them run (and send their requests) while it goes on
@@ -172,6 +172,10 @@ async def rollout_step(
     if returned:
         data_source.add_samples(returned, rollout_id)
 
+    # buffer_filter drops: groups served back to no step, counted and written out with their reason
+    for group, reason in getattr(data_source, "pop_buffer_dropped", list)():
+        ledger.enter([group])
+        ledger.drop(group, reason)
     ledger.check()
     removed = None
     if plugins.rollout_sample_filter is not None:  # rollout_sample_filter: mark samples out of the loss
@@ -203,8 +207,8 @@ async def rollout_step(
     metrics["rollout/aborted"] = aborted
     metrics["rollout/stopped"] = int(stopped)
     metrics["rollout/invalid_rewards"] = count_invalid([s for g in (*batch, *ledger.discarded) for s in g])
+    metrics["rollout/invalid_reward_causes"] = invalid_reward_causes([s for g in ledger.discarded for s in g])
     metrics["rollout/settled_groups"], metrics["rollout/unusable_groups"] = settled, unusable
-    metrics["rollout/unusable_causes"] = unusable_causes(ledger.discarded)
     metrics.update(rubric_metrics([s for g in batch for s in g], "rollout/rubric/"))  # each part of a rubric
     metrics.update(agent_metrics([s for g in (*batch, *ledger.discarded) for s in g]))  # openai_agent's forks
     return RolloutFnTrainOutput(samples=batch, metrics=metrics, discarded=ledger.discarded)
@@ -292,20 +296,6 @@ def reset_for_buffer(
         sample.reward = None
         sample.status = Sample.Status.PENDING
     return group
-
-
-def unusable_causes(groups: list[Group], shown: int = 3) -> list[str]:
-    """The first distinct reasons samples of ``groups`` failed (their reward's or their generation's
-    error, each naming the plugin, its distribution and the sample)."""
-    causes: dict[str, None] = {}
-    for sample in (s for g in groups for s in g):
-        meta = sample.metadata or {}
-        cause = meta.get(REWARD_ERROR) or meta.get("generate_error") or meta.get("filter_error")
-        if cause:
-            causes[str(cause)[:500]] = None
-            if len(causes) == shown:
-                break
-    return list(causes)
 
 
 def engine_failed(group: Group) -> bool:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
@@ -23,6 +24,9 @@ from .overlap import run_overlapped
 from .preemption import stop_on_signals
 from .session import running
 from .steps import StepRecorder, check_step, run_eval
+
+LABEL_KEYS = ("label", "answer", "solution", "ground_truth")
+"""Row keys that look like a label, for the warning when ``--label-key`` is not set."""
 
 __all__ = ["check_data", "check_images", "check_step", "run_eval", "run_job", "run_steps"]
 
@@ -91,7 +95,7 @@ def _run_job(
                 training.restore(output.checkpoint_path(state))
                 steps.checkpoint, steps.checkpoint_version = state["checkpoint"], training.weight_version
         else:
-            if training is not None and args.eval_interval:  # the curve's starting point
+            if training is not None and args.eval_interval and not args.skip_eval_before_train:
                 status("eval before the first step")
                 evaluated = run_eval(args, runtime, -1)
                 output.write_eval(-1, evaluated)
@@ -117,7 +121,21 @@ def check_data(args: RolloutConfig) -> tuple[list[Row], BadRowPolicy]:
     rows = read_rows(data_path, bad)
     if not rows:
         raise DataError(f"{data_path}: the dataset has no rows")
-    return rows, bad
+    missing = [row for row in rows if row.values.get(args.input_key) is None]
+    for row in missing:  # a prompt needs its input key: said before the model loads
+        bad.report(
+            row.where, f"no input key {args.input_key!r} (keys: {sorted(row.values)}; --input-key names it)"
+        )
+    if len(missing) == len(rows):
+        raise DataError(f"{data_path}: no row has the input key {args.input_key!r} (--input-key names it)")
+    if args.label_key is None and any(key in rows[0].values for key in LABEL_KEYS):
+        key = next(key for key in LABEL_KEYS if key in rows[0].values)
+        warnings.warn(
+            f"{data_path} has a {key!r} key but no --label-key is set: rewards see no label "
+            f"(--label-key {key} gives it to them)",
+            stacklevel=2,
+        )
+    return [row for row in rows if row.values.get(args.input_key) is not None], bad
 
 
 def check_images(runtime: Runtime, data_source: Any) -> None:

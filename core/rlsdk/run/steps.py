@@ -125,40 +125,52 @@ class StepRecorder:
 
 
 def check_step(args: RolloutConfig, rollout_id: int, metrics: dict[str, Any]) -> None:
-    """A step whose every sample failed, or got an invalid reward (T1/T2: nothing to train on), stops the
-    run with the causes (``on_failed_step=fail``), after the step's samples and the run's state are
-    written and before any training or checkpoint."""
-    failed = metrics.get("ledger/failed", 0)
-    unusable = metrics.get("rollout/unusable_groups", 0)
-    all_failed = failed and failed == metrics.get("ledger/entered")
-    none_usable = (
-        unusable and unusable == metrics.get("rollout/settled_groups") and not metrics.get("ledger/kept")
-    )
-    if not (all_failed or none_usable) or args.on_failed_step != "fail":
+    """A step whose every sample failed, or was dropped for an invalid reward, stops the run with the causes
+    (``on_failed_step=fail``), after the step's samples and the run's state are written and before any
+    training or checkpoint. A step that stopped early because every group it ran was unusable (T1/T2: what
+    was still in flight went back to the data) counts the samples it ran."""
+    if args.on_failed_step != "fail" or metrics.get("ledger/kept"):
         return
-    causes = list(
-        dict.fromkeys([*metrics.get("rollout/failures", []), *metrics.get("rollout/unusable_causes", [])])
-    )
+    entered = metrics.get("ledger/entered")
+    failed = metrics.get("ledger/failed", 0)
+    invalid = metrics.get("rollout/dynamic_filter/drop_invalid_reward", 0)
+    unusable = metrics.get("rollout/unusable_groups", 0)
+    stopped_early = bool(unusable) and unusable == metrics.get("rollout/settled_groups")
+    ran = " it ran" if stopped_early and failed + invalid != entered else ""
+    if failed and not invalid and (failed == entered or stopped_early):
+        requeued = metrics.get("ledger/requeued", 0)
+        kept_data = (
+            f"; their prompts are not used up ({requeued} samples back in the data, served again on --resume)"
+            if requeued
+            else ""
+        )
+        raise RlsdkError(
+            f"step {rollout_id}: all {failed} samples{ran} failed ({shown_causes(metrics, 'rollout/failures')}); "
+            f"nothing was trained or checkpointed, the samples are in discarded.jsonl{kept_data} "
+            "(--on-failed-step continue goes on)"
+        )
+    if invalid and (invalid + failed == entered or stopped_early):
+        raise RlsdkError(
+            f"step {rollout_id}: all {invalid + failed} samples{ran} were dropped for an invalid reward"
+            f"{' or failed' if failed else ''} ({shown_causes(metrics, 'rollout/invalid_reward_causes')}); "
+            "nothing was trained or checkpointed, the samples are in discarded.jsonl (--on-failed-step "
+            "continue goes on, --on-invalid-reward score scores them instead)"
+        )
+
+
+def shown_causes(metrics: dict[str, Any], key: str) -> str:
+    """The first :data:`SHOWN_CAUSES` distinct causes of ``metrics[key]``; the rest are in discarded.jsonl."""
+    causes = list(dict.fromkeys(metrics.get(key, [])))
     shown = "; ".join(causes[:SHOWN_CAUSES]) or "unknown"
     if len(causes) > SHOWN_CAUSES:
         shown += f"; {len(causes) - SHOWN_CAUSES} more in discarded.jsonl"
-    requeued = metrics.get("ledger/requeued", 0)
-    kept_data = (
-        f"; their prompts are not used up ({requeued} samples back in the data, served again on --resume)"
-        if requeued
-        else ""
-    )
-    what = (
-        f"all {failed} samples failed"
-        if all_failed
-        else f"no sample could be used: every sample of the {unusable} groups it ran failed or got an invalid reward"
-    )
-    raise RlsdkError(
-        f"step {rollout_id}: {what} ({shown}); nothing was trained or checkpointed, the samples are in "
-        f"discarded.jsonl{kept_data} (--on-failed-step continue goes on)"
-    )
+    return shown
 
 
 def run_eval(args: RolloutConfig, runtime: Runtime, rollout_id: int) -> RolloutFnEvalOutput:
-    """generate_rollout with ``evaluation=True`` (the eval function, else the rollout function)."""
-    return call_eval_rollout(runtime, runtime.plugins.eval_rollout, args, rollout_id)
+    """generate_rollout with ``evaluation=True`` (the eval function, else the rollout function); its time
+    in ``eval/seconds``."""
+    started = time.perf_counter()
+    output = call_eval_rollout(runtime, runtime.plugins.eval_rollout, args, rollout_id)
+    output.metrics["eval/seconds"] = time.perf_counter() - started
+    return output

@@ -124,6 +124,28 @@ def cispo_loss(
     return -truncated.detach() * advantages * log_probs, (truncated != ratio).float()
 
 
+def importance_weighted_loss(ppo_kl: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """REINFORCE's score-function loss (Williams 1992, "Simple statistical gradient-following algorithms
+    for connectionist reinforcement learning"), as ``reinforce`` and ``rloo`` use it: ``-ratio * advantage``
+    with no clipping; on the samples' own policy (ratio 1) its gradient is ``-advantage * grad log_prob``."""
+    return -torch.exp(-ppo_kl) * advantages
+
+
+def soft_gated_loss(
+    ppo_kl: torch.Tensor, advantages: torch.Tensor, tau_pos: float, tau_neg: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SAPO's loss per token (Gao et al. 2025, "Soft Adaptive Policy Optimization", arXiv:2511.20347):
+    ``-f(ratio) * advantage`` with the soft gate ``f(r) = sigmoid(tau * (r - 1)) * 4 / tau`` in place of
+    PPO's hard clip, ``tau`` being ``tau_pos`` for a positive advantage and ``tau_neg`` otherwise. The
+    gradient's weight ``4 * s * (1 - s)`` (``s`` the sigmoid) is 1 on policy and decays smoothly as the
+    ratio moves away. Returns (loss, the tokens whose weight fell below one half: the "clipped" ones)."""
+    ratio = torch.exp(-ppo_kl)
+    tau = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)
+    gate = torch.sigmoid(tau * (ratio - 1))
+    weight = 4 * gate * (1 - gate)
+    return -(gate * 4 / tau) * advantages, (weight < 0.5).float()
+
+
 def sequence_kl(old: list[torch.Tensor], new: list[torch.Tensor], masks: list[torch.Tensor]) -> torch.Tensor:
     """GSPO: each sample's masked mean of (old - new) log-probs, repeated over its tokens."""
     return torch.cat(
@@ -138,7 +160,9 @@ def policy_loss(
     args: Any, batch: dict[str, Any], logits: torch.Tensor, sum_of_sample_mean: Reducer
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """slime's ``policy_loss``: clipped policy gradient minus ``entropy_coef`` times entropy plus
-    ``kl_loss_coef`` times the KL to the reference, with TIS against the rollout log-probs."""
+    ``kl_loss_coef`` times the KL to the reference, with TIS against the rollout log-probs. The policy
+    gradient term follows ``advantage_estimator``: PPO's clip (grpo, ppo, reinforce_plus_plus*), GSPO's
+    sequence ratio, CISPO, SAPO's soft gate, or REINFORCE's unclipped one (reinforce, rloo)."""
     log_prob_list, entropy_list = log_probs_and_entropy(
         logits, batch, args, with_entropy=True, entropy_grad=bool(args.entropy_coef)
     )
@@ -155,6 +179,10 @@ def policy_loss(
     eps_high = args.eps_clip if args.eps_clip_high is None else args.eps_clip_high
     if args.advantage_estimator == "cispo":
         pg_loss, clip_fraction = cispo_loss(ppo_kl, log_probs, advantages, args.eps_clip, eps_high)
+    elif args.advantage_estimator == "sapo":
+        pg_loss, clip_fraction = soft_gated_loss(ppo_kl, advantages, args.sapo_tau_pos, args.sapo_tau_neg)
+    elif args.advantage_estimator in ("reinforce", "rloo"):
+        pg_loss, clip_fraction = importance_weighted_loss(ppo_kl, advantages), torch.zeros_like(ppo_kl)
     else:
         pg_loss, clip_fraction = clipped_policy_loss(
             ppo_kl, advantages, args.eps_clip, eps_high, args.eps_clip_c

@@ -16,6 +16,7 @@ from ..runtime import Runtime
 from ..state_files import read_json
 from ..training_options import offloads
 from ..types import RolloutFnTrainOutput, Sample
+from .distillation import open_teacher, score_with_teacher
 from .gpu_memory import phase_peaks_for
 from .sync import (
     SyncTimes,
@@ -32,6 +33,25 @@ from .trust import DriftCheck, describe_stale, pick_probes, stale_replicas
 
 CHECKPOINT_META = "rlsdk_checkpoint.json"
 log = logging.getLogger(__name__)
+
+
+def checkpoint_settings(folder: Path) -> dict[str, Any] | None:
+    """The settings of the run that wrote the checkpoint ``folder``; None where it is not one of rlsdk's."""
+    meta = folder / CHECKPOINT_META
+    if not meta.is_file():
+        return None
+    return dict(json.loads(meta.read_text()).get("settings") or {})
+
+
+def prune_checkpoints(root: Path, keep: int) -> list[Path]:
+    """Remove all but the newest ``keep`` checkpoints (``step_N/`` by N) under ``root``; returns those removed."""
+    steps = sorted(
+        (p for p in root.glob("step_*") if p.is_dir() and p.name[5:].isdigit()), key=lambda p: int(p.name[5:])
+    )
+    removed = steps[: max(len(steps) - keep, 0)]
+    for folder in removed:
+        shutil.rmtree(folder)
+    return removed
 
 
 class TrainingSession:
@@ -60,6 +80,10 @@ class TrainingSession:
         self.memory = phase_peaks_for(self.trainer)
         if self.offload_train:  # the engines generate first
             self.trainer.offload()
+        self.teacher = None
+        if args.opd_teacher:  # on-policy distillation: the teacher scores every kept sample
+            self.teacher = open_teacher(args, runtime.pm)
+            runtime.run(self.teacher.start())
 
     @property
     def checkpoint_root(self) -> Path:
@@ -137,6 +161,11 @@ class TrainingSession:
         """One train step on the kept groups (no sync): the trainer's ``weight_version`` goes up by one."""
         if not result.samples:
             raise RuntimeError(f"step {rollout_id} kept no samples: nothing to train on")
+        teacher_seconds = None
+        if self.teacher is not None:
+            started = time.perf_counter()
+            self.runtime.run(score_with_teacher(self.teacher, [s for g in result.samples for s in g]))
+            teacher_seconds = time.perf_counter() - started
         with self._phase("train"):
             self.runtime.run(self.weight_sync.before_train(self.runtime.engine))  # offload_rollout
             if self.offload_train:
@@ -146,6 +175,8 @@ class TrainingSession:
                 started = time.perf_counter()
                 self.trainer.offload()
                 metrics["train/offload_seconds"] = time.perf_counter() - started
+        if teacher_seconds is not None:
+            metrics["train/opd_teacher_seconds"] = teacher_seconds
         self.weight_version += 1
         if "train/train_rollout_logprob_abs_diff" in metrics:
             metrics["train/rollout_logprob_diff"] = metrics.pop("train/train_rollout_logprob_abs_diff")
@@ -185,6 +216,8 @@ class TrainingSession:
         (staging / CHECKPOINT_META).write_text(json.dumps(meta, default=str))
         shutil.rmtree(final, ignore_errors=True)
         staging.rename(final)
+        if self.args.keep_last_n:
+            prune_checkpoints(root, self.args.keep_last_n)
         return final
 
     def _phase(self, name: str) -> Any:
@@ -193,7 +226,11 @@ class TrainingSession:
     def close(self) -> None:
         if self.memory is not None:
             self.memory.close()
-        self.trainer.close()
+        try:
+            self.trainer.close()
+        finally:
+            if self.teacher is not None:
+                self.runtime.run(self.teacher.close())
 
     def restore(self, folder: Path) -> None:
         """Load a checkpoint into the trainer and hand its weights to the engine."""

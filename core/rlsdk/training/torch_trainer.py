@@ -13,29 +13,37 @@ import random
 import resource
 import sys
 import time
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..engines.lora_adapter import lora_adapter_deltas
 from ..errors import CheckpointError, RlsdkError
 from ..plugins.calls import call_advantage, call_reward_post_process, call_rollout_data_postprocess
 from ..plugins.records import Loss, Resolved
 from ..runtime import plugins_of
 from ..types import Sample
-from .advantages import approx_kl, compute_advantages, normalize_rewards
+from .advantages import approx_kl, compute_advantages, normalize_rewards, raw_advantages, whiten
 from .batch import SharedPrompts, TrainSample, loss_batch, micro_batches, slices
+from .critic import Critic
+from .distillation import subtract_reverse_kl
 from .losses import log_probs_and_entropy, sum_of_sample_mean_fn
-from .trainer import PolicyTrainer
+from .optim import adamw, optimizer_step
+from .trainer import LoraAdapter, PolicyTrainer
 
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
 
 
 class TorchTrainer(PolicyTrainer):
-    """AdamW on a ``transformers`` causal LM; options from ``args`` (slime's names)."""
+    """AdamW on a ``transformers`` causal LM; options from ``args`` (slime's names). With ``lora_rank`` the
+    model is wrapped in a peft LoRA adapter and only the adapter trains; with ``advantage_estimator: ppo`` a
+    :class:`~.critic.Critic` trains beside it."""
+
+    critic: Critic | None = None
+    lora: bool = False
 
     def __init__(self, args: Any) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -64,11 +72,22 @@ class TorchTrainer(PolicyTrainer):
         self.model.config.use_cache = False
         if args.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
+        if args.lora_rank:
+            from .lora import wrap_with_lora
+
+            if args.gradient_checkpointing:  # the frozen embeddings' outputs must carry gradients
+                self.model.enable_input_require_grads()
+            self.model = wrap_with_lora(self.model, args)
+            self.lora = True
         self.model.train()
         self.optimizer = adamw(self.model, args)
         self.loss = resolve_loss(args)
         self._rollout_id = -1
         """The step being trained (named in errors and warnings)."""
+        if args.advantage_estimator == "ppo":
+            self.critic = Critic(
+                args, self.model_path, self.device, self.dtype, self.tokenizer.pad_token_id or 0
+            )
         self.ref_model = None
         if args.use_kl_loss or args.kl_coef:
             self.ref_model = AutoModelForCausalLM.from_pretrained(
@@ -123,7 +142,20 @@ class TorchTrainer(PolicyTrainer):
             rewards, masks = self._postprocess(
                 rollout_id, plugins.rollout_data_postprocess, samples, data, raw, per_sample
             )
-        per_sample["advantages"] = self._advantages(rewards, kl, masks, data, per_sample)
+        values = self.critic.values(data) if self.critic is not None else None
+        per_sample["advantages"], returns = self._advantages(rewards, kl, masks, data, per_sample, values)
+        extra: dict[str, float] = {}
+        if args.opd_teacher:
+            student = self._log_probs(self.model, data, temperature=1.0)
+            teacher = [s.teacher_log_probs for s in samples]
+            per_sample["advantages"], extra["train/opd_reverse_kl"] = subtract_reverse_kl(
+                per_sample["advantages"], student, teacher, masks, args.opd_kl_coef
+            )
+        if self.critic is not None:
+            assert values is not None and returns is not None
+            extra.update(self.critic.train(data, values, returns, gbs))
+            if rollout_id < args.num_critic_only_steps:
+                return {**extra, "train/samples": len(data), "train/seconds": time.perf_counter() - started}
 
         totals: dict[str, float] = {}
         grad_norms = []
@@ -174,7 +206,7 @@ class TorchTrainer(PolicyTrainer):
                 "train/lr": self.optimizer.param_groups[0]["lr"],
             }
         )
-        return out
+        return {**out, **extra}
 
     def _advantages(
         self,
@@ -183,11 +215,18 @@ class TorchTrainer(PolicyTrainer):
         masks: list[torch.Tensor],
         data: list[TrainSample],
         per_sample: dict[str, list[Any]],
-    ) -> list[torch.Tensor]:
+        values: list[torch.Tensor] | None = None,
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+        """Per-token advantages, and with the critic's ``values`` the returns it trains on (GAE's
+        advantages plus the values, before any whitening)."""
         args = self.args
         estimator = plugins_of(args).advantage
         if estimator is None:
-            return compute_advantages(args, rewards, kl, masks)
+            if values is None:
+                return compute_advantages(args, rewards, kl, masks), None
+            raw = raw_advantages(args, rewards, kl, masks, values)
+            returns = [a + v for a, v in zip(raw, values, strict=True)]
+            return (whiten(raw, masks) if args.normalize_advantages else raw), returns
         rollout_data: dict[str, Any] = {
             "rewards": rewards,
             "kl": kl,
@@ -197,7 +236,17 @@ class TorchTrainer(PolicyTrainer):
             "rollout_log_probs": [d.rollout_log_probs for d in data],
             **per_sample,
         }
-        return call_advantage(args, estimator, rollout_data)  # advantage
+        if values is not None:
+            rollout_data["values"] = values
+        advantages = call_advantage(args, estimator, rollout_data)  # advantage
+        if values is None:
+            return advantages, None
+        if "returns" not in rollout_data:
+            raise ValueError(
+                f"{estimator.describe()} did not set rollout_data['returns'] (the critic's targets, with "
+                "advantage_estimator ppo)"
+            )
+        return advantages, list(rollout_data["returns"])
 
     def _postprocess(
         self,
@@ -245,30 +294,19 @@ class TorchTrainer(PolicyTrainer):
         return totals, tokens
 
     def _optimizer_step(self) -> float:
-        """Clip and apply the gradients; their norm. A non-finite norm (an overflow, T6) skips the update
-        with a warning: clipping would scale every gradient to 0 (or NaN) and change nothing, silently."""
-        rollout_id = self._rollout_id
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        if not grads:
+        """Apply the gradients (:func:`~.optim.optimizer_step`: a non-finite norm skips the update with a
+        warning, T6); a loss no weight's gradient depends on is an error naming the loss plugin."""
+        if not any(p.grad is not None for p in self.model.parameters()):
             raise RlsdkError(
-                f"step {rollout_id}: {self.loss.describe()} gave a loss that no weight's gradient depends "
-                "on (nothing to train): a loss must be computed from the logits it is given"
+                f"step {self._rollout_id}: {self.loss.describe()} gave a loss that no weight's gradient "
+                "depends on (nothing to train): a loss must be computed from the logits it is given"
             )
-        total = torch.nn.utils.get_total_norm(grads)
-        norm = float(total)
-        if not math.isfinite(norm):
-            warnings.warn(
-                f"step {rollout_id}: the gradient norm is {norm} (an overflow in {self.loss.describe()} or "
-                "its advantages): this optimizer step is skipped, the weights are unchanged",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        else:
-            if self.args.clip_grad and self.args.clip_grad > 0:
-                torch.nn.utils.clip_grads_with_norm_(self.model.parameters(), self.args.clip_grad, total)
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return norm
+        return optimizer_step(
+            self.model,
+            self.optimizer,
+            self.args.clip_grad,
+            context=f"step {self._rollout_id}, {self.loss.describe()}",
+        )
 
     def _packed_logits(self, model: Any, data: list[TrainSample], indices: list[int]) -> torch.Tensor:
         """``[1, sum(total_lengths), vocab]``: the micro-batch's logits in slime's packed layout, computed
@@ -352,25 +390,70 @@ class TorchTrainer(PolicyTrainer):
     # ------------------------------------------------------------------ weights and checkpoints
 
     def weights(self) -> Mapping[str, Any]:
-        return self.model.state_dict()
+        """The policy's state dict; with LoRA the base model's names with the adapter merged in."""
+        if not self.lora:
+            return self.model.state_dict()
+        peft_model: Any = self.model
+        base = {
+            name.replace(".base_layer.", "."): tensor
+            for name, tensor in peft_model.get_base_model().state_dict().items()
+            if ".lora_" not in name
+        }
+        adapter = self.lora_adapter()
+        assert adapter is not None
+        deltas = lora_adapter_deltas(adapter.config, adapter.tensors, base)
+        return {name: t + deltas[name].to(t.dtype) if name in deltas else t for name, t in base.items()}
+
+    def lora_adapter(self) -> LoraAdapter | None:
+        if not self.lora:
+            return None
+        from .lora import adapter_config, adapter_tensors
+
+        return LoraAdapter(adapter_config(self.model), adapter_tensors(self.model))
+
+    def save_lora_adapter(self, folder: Path) -> None:
+        if not self.lora:
+            super().save_lora_adapter(folder)
+        from .lora import save_adapter
+
+        save_adapter(self.model, folder)
 
     def save_hf_model(self, folder: Path) -> None:
-        self.model.save_pretrained(folder)
+        if self.lora:  # the base model with the adapter merged in
+            peft_model: Any = self.model
+            peft_model.get_base_model().save_pretrained(folder, state_dict=dict(self.weights()))
+        else:
+            self.model.save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
 
     def save_checkpoint(self, folder: Path) -> None:
-        self.save_hf_model(folder)
+        """The model (with LoRA the adapter alone), the tokenizer, optimizer and random states, the critic."""
+        if self.lora:
+            self.save_lora_adapter(folder)
+            self.tokenizer.save_pretrained(folder)
+        else:
+            self.save_hf_model(folder)
         self._save_optimizer_and_rng(folder)
+        if self.critic is not None:
+            self.critic.save(folder)
 
     def load_checkpoint(self, folder: Path) -> None:
         from safetensors.torch import load_model
 
-        path = folder / "model.safetensors"
         try:
-            load_model(self.model, str(path), device=str(self.device))
+            if self.lora:
+                from .lora import load_adapter
+
+                load_adapter(self.model, folder)
+            else:
+                load_model(self.model, str(folder / "model.safetensors"), device=str(self.device))
         except Exception as exc:  # noqa: BLE001 -- a missing, cut or foreign file: name it
-            raise CheckpointError(f"{path} cannot be loaded ({type(exc).__name__}: {exc})") from None
+            raise CheckpointError(
+                f"{folder / 'model.safetensors'} cannot be loaded ({type(exc).__name__}: {exc})"
+            ) from None
         self._load_optimizer_and_rng(folder)
+        if self.critic is not None:
+            self.critic.load(folder)
 
     def _save_optimizer_and_rng(self, folder: Path) -> None:
         torch.save(self.optimizer.state_dict(), folder / OPTIMIZER_FILE)
@@ -431,20 +514,6 @@ def check_loss_value(loss: Resolved[Loss], rollout_id: int, value: Any, samples:
             f"{where}{' ...' if len(samples) > 4 else ''} (group/index): the step stops before it reaches the "
             "weights; check the rewards, the advantages and the loss"
         )
-
-
-def adamw(model: torch.nn.Module, args: Any) -> torch.optim.AdamW:
-    """AdamW over ``model``'s parameters with slime's options (``lr``, ``weight_decay``, ``adam_*``), in its
-    fused form: one pass over each parameter (a step over SmolLM2-135M's parameters on 2 CPU cores took
-    an eighth of the default implementation's time)."""
-    return torch.optim.AdamW(
-        model.parameters(),
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        betas=(args.adam_beta1, args.adam_beta2),
-        eps=args.adam_eps,
-        fused=True,
-    )
 
 
 def resolve_loss(args: Any) -> Resolved[Loss]:

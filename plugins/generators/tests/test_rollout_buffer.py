@@ -237,6 +237,10 @@ def test_rollout_buffer_rollout_turns_trajectories_into_samples(rlsdk_pm, small_
         second = rollout_buffer(args, 1, source)
     assert [len(g) for g in first.samples] == [2, 2] and [len(g) for g in second.samples] == [2, 2]
     assert first.metrics["rollout/buffer/groups"] == 2
+    # the step table's kept column and reward (they showed "-" with 4 samples kept)
+    assert first.metrics["ledger/kept"] == first.metrics["ledger/entered"] == 4
+    rewards = [s.reward for g in first.samples for s in g]
+    assert first.metrics["rollout/reward_mean"] == sum(rewards) / 4 and 0 < sum(rewards) < 4
     sample = first.samples[0][1]
     ids, mask = conversation_tokens(small_tokenizer, sample.prompt)
     assert sample.tokens == ids and sample.loss_mask == mask[len(ids) - sample.response_length :]

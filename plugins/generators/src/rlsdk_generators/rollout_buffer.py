@@ -226,5 +226,21 @@ def rollout_buffer(
                 for i, item in enumerate(group)
             ]
         )
-    metrics = {"rollout/buffer/groups": len(groups), "rollout/buffer/samples": sum(len(g) for g in samples)}
-    return RolloutFnTrainOutput(samples=samples, metrics=metrics)
+    return RolloutFnTrainOutput(samples=samples, metrics=buffer_metrics(samples))
+
+
+def buffer_metrics(groups: list[list[Sample]]) -> dict[str, Any]:
+    """The step's metrics: every sample the service handed over is kept (the service's own filters ran
+    there), so the ledger and the kept samples' mean scalar reward are what the step table shows."""
+    count = sum(len(g) for g in groups)
+    rewards = [float(s.reward) for g in groups for s in g if isinstance(s.reward, (int, float))]
+    return {
+        "rollout/buffer/groups": len(groups),
+        "rollout/buffer/samples": count,
+        "ledger/entered": count,
+        "ledger/kept": count,
+        "ledger/dropped": 0,
+        "ledger/returned": 0,
+        "ledger/failed": 0,
+        "rollout/reward_mean": sum(rewards) / len(rewards) if rewards else None,
+    }

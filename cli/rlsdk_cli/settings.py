@@ -1,0 +1,166 @@
+"""What a run's settings are and where each comes from: the start-up summary of ``rlsdk run`` and its
+``--print-config`` (the whole configuration as YAML, usable as ``--config``), as slime prints its arguments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from rlsdk import RolloutConfig
+from rlsdk.config import demo_settings
+
+GIVEN, DEMO, DEFAULT = "given", "demo", "default"
+NOT_SETTINGS = ("resume", "overwrite", "sglang_router_ip", "sglang_router_port", "extra")
+"""Fields that are the command's state, not a setting a config file would hold."""
+SUMMARY = (
+    "env",
+    "prompt_data",
+    "input_key",
+    "label_key",
+    "apply_chat_template",
+    "engine",
+    "model",
+    "rm_type",
+    "custom_rm_path",
+    "num_rollout",
+    "rollout_batch_size",
+    "n_samples_per_prompt",
+    "rollout_max_response_len",
+    "eval_datasets",
+    "eval_prompt_data",
+    "eval_interval",
+    "output_dir",
+)
+TRAIN_SUMMARY = (
+    "lr",
+    "eps_clip",
+    "eps_clip_high",
+    "global_batch_size",
+    "use_rollout_logprobs",
+    "save_interval",
+)
+"""The settings the start-up summary shows (with ``--train`` also :data:`TRAIN_SUMMARY`), beside every option
+given."""
+
+
+def setting_sources(args: RolloutConfig, given: set[str]) -> dict[str, str]:
+    """Each option's source: ``given`` (command line, ``--set``, config file), ``demo`` (set by the shipped
+    demo because no ``--data`` was given; see :func:`rlsdk.config.demo_settings`) or ``default``."""
+    demo = {} if {"prompt_data", "env"} & given else demo_settings(args.train)
+    sources = {}
+    for name in [*RolloutConfig.option_names(), *args.extra]:
+        if name in given:
+            sources[name] = GIVEN
+        elif name in demo and getattr(args, name) == demo[name]:
+            sources[name] = DEMO
+        else:
+            sources[name] = DEFAULT
+    return sources
+
+
+def settings(args: RolloutConfig) -> dict[str, Any]:
+    """Every option's value (plugins' options included), as a config file holds them."""
+    values = {k: v for k, v in args.to_dict().items() if k not in NOT_SETTINGS}
+    return {**values, **args.extra}
+
+
+def config_yaml(args: RolloutConfig, sources: dict[str, str]) -> str:
+    """The whole configuration as YAML, each option not at its default commented with its source."""
+    lines = []
+    for name, value in settings(args).items():
+        option = yaml.safe_dump({name: value}, default_flow_style=False, width=10**6).splitlines()
+        source = sources.get(name, GIVEN)
+        if source != DEFAULT:
+            option[0] += f"  # {source}"
+        lines += option
+    return "\n".join(lines) + "\n"
+
+
+def summary_lines(args: RolloutConfig, sources: dict[str, str]) -> list[str]:
+    """The start-up summary: the main settings and every given one, each with its source, and with
+    ``--data`` and ``--train`` the demo's training settings that do not apply."""
+    names = [*SUMMARY, *(TRAIN_SUMMARY if args.train else ())]
+    names += [
+        n for n, source in sources.items() if source == GIVEN and n not in names and n not in NOT_SETTINGS
+    ]
+    values = settings(args)
+    lines = ["settings (given, demo: set by the demo because no --data is given, default):"]
+    for name in names:
+        value = values.get(name)
+        if (value is None and name != "label_key") or (value == [] and sources.get(name) == DEFAULT):
+            continue
+        lines.append(f"  {name} = {short(value)}  ({sources.get(name, GIVEN)})")
+    if sources.get("prompt_data") == GIVEN:
+        skipped = [
+            f"{name} {short(values.get(name))} (demo {short(demo)})"
+            for name, demo in demo_settings(args.train).items()
+            if sources.get(name) == DEFAULT
+            and values.get(name) != demo
+            and name not in ("env", "prompt_data")
+        ]
+        if skipped:
+            lines.append("  with --data the demo's settings do not apply: " + "; ".join(skipped))
+    lines.append("  (every setting: the same command with --print-config)")
+    return lines
+
+
+def short(value: Any) -> str:
+    """A value on one line: an eval dataset list as ``name=path`` pairs."""
+    if isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value):
+        return ", ".join(f"{v['name']}={v.get('path')}" for v in value)
+    return str(value)
+
+
+FROM_CHECKPOINT = (
+    "prompt_data",
+    "input_key",
+    "label_key",
+    "metadata_key",
+    "tool_key",
+    "apply_chat_template",
+    "apply_chat_template_kwargs",
+    "rollout_max_prompt_len",
+    "rm_type",
+    "custom_rm_path",
+    "group_rm",
+    "reward_key",
+    "eval_reward_key",
+    "eval_function_path",
+    "custom_generate_function_path",
+    "agent_function_path",
+    "rollout_max_response_len",
+    "rollout_temperature",
+    "rollout_top_p",
+    "rollout_top_k",
+    "rollout_stop",
+    "rollout_stop_token_ids",
+    "eval_datasets",
+    "eval_prompt_data",
+    "n_samples_per_eval_prompt",
+    "eval_temperature",
+    "eval_top_p",
+    "eval_max_response_len",
+)
+"""What ``rlsdk eval --model CHECKPOINT`` takes from the checkpoint's run unless given: its data's keys and
+template, its reward, its generators and its eval sets with their sampling."""
+
+
+def with_checkpoint_settings(args: RolloutConfig, given: set[str]) -> list[str]:
+    """Where ``args.model`` is a checkpoint of an ``rlsdk run --train``, set :data:`FROM_CHECKPOINT` and the
+    plugins' options from its run's settings, except those ``given``; returns the names set."""
+    from pathlib import Path
+
+    from rlsdk.training.session import checkpoint_settings
+
+    saved = checkpoint_settings(Path(args.model)) if args.model else None
+    if saved is None:
+        return []
+    names = [n for n in FROM_CHECKPOINT if n in saved and n not in given]
+    for name in names:
+        setattr(args, name, saved[name])
+    plugin_options = {k: v for k, v in (saved.get("extra") or {}).items() if k not in given}
+    args.extra.update(plugin_options)
+    names += plugin_options
+    args.__post_init__()
+    return names

@@ -1,0 +1,51 @@
+"""The trainers' optimizer: fused AdamW over the trainable parameters, and one clipped step."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+from typing import Any
+
+import torch
+
+
+def adamw(model: torch.nn.Module, args: Any, lr: float | None = None) -> torch.optim.AdamW:
+    """AdamW over ``model``'s trainable parameters with slime's options (``lr`` unless given, ``weight_decay``,
+    ``adam_*``), in its fused form: one pass over each parameter (a step over SmolLM2-135M's parameters on
+    2 CPU cores took an eighth of the default implementation's time)."""
+    return torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=args.lr if lr is None else lr,
+        weight_decay=args.weight_decay,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_eps,
+        fused=True,
+    )
+
+
+def optimizer_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    clip_grad: float,
+    *,
+    context: str = "a train step",
+) -> float:
+    """Clip the gradient norm to ``clip_grad`` (0: no clipping), step, clear the gradients; the norm before.
+    A non-finite norm (an overflow) skips the step with a RuntimeWarning naming ``context``: clipping would
+    scale every gradient to 0 (or NaN) and change nothing, silently (T6)."""
+    total = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+    norm = float(total)
+    if not math.isfinite(norm):
+        warnings.warn(
+            f"{context}: the gradient norm is {norm} (an overflow in the loss or its advantages): this "
+            "optimizer step is skipped, the weights are unchanged",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    else:
+        if clip_grad and clip_grad > 0:
+            torch.nn.utils.clip_grads_with_norm_(model.parameters(), clip_grad, total)
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm
