@@ -150,11 +150,18 @@ def _canonical_call(call: Any, where: str) -> dict[str, Any]:
         raise TypeError(
             f"{where} must be {{'type': 'function', 'function': {{'name': ..., 'arguments': ...}}}}"
         )
-    arguments = function.get("arguments", "{}")
-    try:
-        arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}.function.arguments is not JSON: {exc}") from None
-    if not isinstance(arguments, dict):
-        raise TypeError(f"{where}.function.arguments must be a JSON object")
-    return {"name": function["name"], "arguments": arguments}
+    return canonical_call(function["name"], function.get("arguments", "{}"), f"{where}.function.arguments")
+
+
+def canonical_call(name: str, arguments: Any, where: str) -> dict[str, Any]:
+    """A tool call as the session compares it: its name, and its arguments as an object; text that is no
+    JSON object (what a model wrote broken, sent back as it came) stays text."""
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except json.JSONDecodeError:
+            return {"name": name, "arguments": arguments}
+        arguments = parsed if isinstance(parsed, dict) else arguments
+    elif not isinstance(arguments, dict):
+        raise TypeError(f"{where} must be a JSON object or its text")
+    return {"name": name, "arguments": arguments}
