@@ -102,9 +102,7 @@ def _merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
             continue
         parts = [token[i : i + 1] for i in range(len(token))]
         while len(parts) > 2:
-            best = min(
-                (ranks.get(parts[i] + parts[i + 1], rank), i) for i in range(len(parts) - 1)
-            )
+            best = min((ranks.get(parts[i] + parts[i + 1], rank), i) for i in range(len(parts) - 1))
             if best[0] >= rank:
                 break
             i = best[1]
@@ -146,7 +144,10 @@ def qwen3_tokenizer(cache: Path) -> Any:
         from tokenizers import AddedToken
 
         tokenizer.add_special_tokens(
-            [AddedToken(t, special=not t.startswith(("<tool", "</tool", "<think", "</think"))) for _, t in QWEN3_5_SPECIAL_TOKENS]
+            [
+                AddedToken(t, special=not t.startswith(("<tool", "</tool", "<think", "</think")))
+                for _, t in QWEN3_5_SPECIAL_TOKENS
+            ]
         )
         built.parent.mkdir(parents=True, exist_ok=True)
         tokenizer.save(str(built))
@@ -160,7 +161,11 @@ def qwen3_tokenizer(cache: Path) -> Any:
 def _byte_characters() -> dict[int, str]:
     """Byte-level BPE's characters for bytes: printable ones keep their code point, the rest count on
     from 256 in byte order."""
-    printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
+    printable = {
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    }
     others = [b for b in range(256) if b not in printable]
     return {b: chr(b) if b in printable else chr(256 + others.index(b)) for b in range(256)}
 
@@ -237,11 +242,17 @@ async def conversation(tokenizer, parser: str, replies: list[str], api: str):
         else:
             client = anthropic.AsyncAnthropic(base_url=f"{server.url}/sessions/{session.id}", api_key="-")
             tools = [
-                {"name": "calculator", "description": "Arithmetic.", "input_schema": TOOLS[0]["function"]["parameters"]}
+                {
+                    "name": "calculator",
+                    "description": "Arithmetic.",
+                    "input_schema": TOOLS[0]["function"]["parameters"],
+                }
             ]
             messages = [{"role": "user", "content": "What is 37*91+1?"}]
             for _ in range(2):
-                reply = await client.messages.create(model="m", max_tokens=256, messages=messages, tools=tools)
+                reply = await client.messages.create(
+                    model="m", max_tokens=256, messages=messages, tools=tools
+                )
                 messages.append({"role": "assistant", "content": reply.content})
                 uses = [b for b in reply.content if b.type == "tool_use"]
                 if uses:

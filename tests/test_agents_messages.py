@@ -26,7 +26,9 @@ SHOTS = [
     {"role": "user", "content": "What is 12 * 3?"},
     {
         "role": "assistant",
-        "content": [{"type": "tool_use", "id": "t1", "name": "calculator", "input": {"expression": "12 * 3"}}],
+        "content": [
+            {"type": "tool_use", "id": "t1", "name": "calculator", "input": {"expression": "12 * 3"}}
+        ],
     },
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "36"}]},
     {"role": "assistant", "content": [{"type": "text", "text": "The answer is 36."}]},
@@ -54,7 +56,10 @@ def record(served, sid: str) -> dict:
 def test_a_message_with_a_system_prompt_is_recorded_token_for_token(served):
     sid, client = session(served)
     reply = client.messages.create(
-        model="m", max_tokens=16, system="Be brief.", messages=[{"role": "user", "content": "Say hello."}],
+        model="m",
+        max_tokens=16,
+        system="Be brief.",
+        messages=[{"role": "user", "content": "Say hello."}],
         extra_body=GREEDY,
     )
     assert reply.type == "message" and reply.role == "assistant"
@@ -70,7 +75,9 @@ def test_a_message_with_a_system_prompt_is_recorded_token_for_token(served):
 def test_tool_use_and_tool_result_continue_the_recorded_turn(served):
     sid, client = session(served)
     messages = [*SHOTS, {"role": "user", "content": "What is 37 * 91?"}]
-    first = client.messages.create(model="m", max_tokens=32, messages=messages, tools=TOOLS, extra_body=GREEDY)
+    first = client.messages.create(
+        model="m", max_tokens=32, messages=messages, tools=TOOLS, extra_body=GREEDY
+    )
     assert first.stop_reason == "tool_use"
     use = next(block for block in first.content if block.type == "tool_use")
     assert use.name == "calculator" and "expression" in use.input
@@ -82,7 +89,10 @@ def test_tool_use_and_tool_result_continue_the_recorded_turn(served):
     session_record = record(served, sid)
     turns = session_record["turns"]
     assert [t["parent"] for t in turns] == [None, [0, 0]] and session_record["forks"] == []
-    assert turns[1]["prompt_ids"][: turns[1]["reused"]] == turns[0]["prompt_ids"] + turns[0]["choices"][0]["output_ids"]
+    assert (
+        turns[1]["prompt_ids"][: turns[1]["reused"]]
+        == turns[0]["prompt_ids"] + turns[0]["choices"][0]["output_ids"]
+    )
     assert served.engine.tokenizer.decode(turns[1]["prompt_ids"][turns[1]["reused"] :]).count("3367") == 1
 
 
@@ -96,14 +106,20 @@ def test_streaming_events_build_the_same_message(served):
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and "message_delta" in kinds
     assert kinds.count("content_block_start") == kinds.count("content_block_stop") == 1
     assert streamed.content[0].text == whole.content[0].text
-    assert (streamed.stop_reason, streamed.usage.output_tokens) == (whole.stop_reason, whole.usage.output_tokens)
+    assert (streamed.stop_reason, streamed.usage.output_tokens) == (
+        whole.stop_reason,
+        whole.usage.output_tokens,
+    )
 
 
 def test_stop_sequences_say_which_one_stopped(served):
     _, client = session(served)
     reply = client.messages.create(
-        model="m", max_tokens=48, messages=[{"role": "user", "content": "List three colours, one per line."}],
-        stop_sequences=["\n"], extra_body=GREEDY,
+        model="m",
+        max_tokens=48,
+        messages=[{"role": "user", "content": "List three colours, one per line."}],
+        stop_sequences=["\n"],
+        extra_body=GREEDY,
     )
     assert (reply.stop_reason, reply.stop_sequence) == ("stop_sequence", "\n")
 
@@ -115,13 +131,19 @@ def test_errors_have_anthropics_shape(served):
     _, client = session(served)
     with pytest.raises(anthropic.BadRequestError, match="tool_choice"):
         client.messages.create(
-            model="m", max_tokens=4, messages=[{"role": "user", "content": "x"}], tools=TOOLS,
+            model="m",
+            max_tokens=4,
+            messages=[{"role": "user", "content": "x"}],
+            tools=TOOLS,
             tool_choice={"type": "any"},
         )
     with pytest.raises(anthropic.BadRequestError, match="user message takes text and tool_result"):
         client.messages.create(
-            model="m", max_tokens=4,
-            messages=[{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "x"}}]}],
+            model="m",
+            max_tokens=4,
+            messages=[
+                {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "x"}}]}
+            ],
         )
     response = httpx.post(f"{served.url}/v1/messages", json={"messages": [{"role": "user", "content": "x"}]})
     assert response.status_code == 400

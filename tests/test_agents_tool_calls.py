@@ -83,7 +83,10 @@ def test_parallel_calls_keep_their_order_in_both_apis_and_the_session_continues(
             message = reply.choices[0].message
             assert reply.choices[0].finish_reason == "tool_calls"
             assert [c.function.name for c in message.tool_calls] == ["search", "calculator"]
-            assert [json.loads(c.function.arguments) for c in message.tool_calls] == [{"q": "Elm"}, {"q": "2*3"}]
+            assert [json.loads(c.function.arguments) for c in message.tool_calls] == [
+                {"q": "Elm"},
+                {"q": "2*3"},
+            ]
             messages.append(message)
             messages += [{"role": "tool", "tool_call_id": c.id, "content": "ok"} for c in message.tool_calls]
             await oa.chat.completions.create(model="m", messages=messages, tools=OPENAI_TOOLS)
@@ -129,7 +132,10 @@ def test_malformed_arguments_are_kept_as_written_and_counted(small_tokenizer, pa
             reply = await oa.chat.completions.create(model="m", messages=messages, tools=OPENAI_TOOLS)
             call = reply.choices[0].message.tool_calls[0]
             assert (call.function.name, call.function.arguments) == ("calculator", '{"q": "2*3"')
-            messages += [reply.choices[0].message, {"role": "tool", "tool_call_id": call.id, "content": "bad"}]
+            messages += [
+                reply.choices[0].message,
+                {"role": "tool", "tool_call_id": call.id, "content": "bad"},
+            ]
             await oa.chat.completions.create(model="m", messages=messages, tools=OPENAI_TOOLS)
 
             an_session = chat.sessions.open()

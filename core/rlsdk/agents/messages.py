@@ -95,7 +95,9 @@ def _system(system: Any) -> list[dict[str, Any]]:
 
 
 def _texts(blocks: list[Any], where: str) -> str:
-    if not all(isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str) for b in blocks):
+    if not all(
+        isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str) for b in blocks
+    ):
         raise ValueError(f"{where}: only text blocks are supported here, got {str(blocks)[:80]!r}")
     return "".join(b["text"] for b in blocks)
 
@@ -148,7 +150,11 @@ def _canonical(message: Any, where: str) -> list[dict[str, Any]]:
 
 def _tool_use(block: dict[str, Any], where: str) -> dict[str, Any]:
     arguments = block.get("input", {})
-    if isinstance(arguments, dict) and set(arguments) == {INVALID_JSON} and isinstance(arguments[INVALID_JSON], str):
+    if (
+        isinstance(arguments, dict)
+        and set(arguments) == {INVALID_JSON}
+        and isinstance(arguments[INVALID_JSON], str)
+    ):
         arguments = arguments[INVALID_JSON]
     elif not isinstance(arguments, dict):
         raise TypeError(f"{where}.input must be an object")
@@ -160,7 +166,8 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
     if not tools:
         return None
     if not isinstance(tools, list) or not all(
-        isinstance(t, dict) and isinstance(t.get("name"), str) and t.get("type") in (None, "custom") for t in tools
+        isinstance(t, dict) and isinstance(t.get("name"), str) and t.get("type") in (None, "custom")
+        for t in tools
     ):
         raise ValueError("tools must be a list of {'name': ..., 'description': ..., 'input_schema': {...}}")
     return [
@@ -208,7 +215,10 @@ async def stream_message(
             if not text_open:
                 text_open = True
                 block = {"type": "text", "text": ""}
-                yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
+                yield (
+                    "content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": block},
+                )
             delta = {"type": "text_delta", "text": text}
             yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
         if not isinstance(event, Finished):
@@ -222,7 +232,10 @@ async def stream_message(
             start = {**block, "input": {}}
             partial = json.dumps(block["input"], ensure_ascii=False)
             delta = {"type": "input_json_delta", "partial_json": partial}
-            yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": start}
+            yield (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": start},
+            )
             yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
             yield "content_block_stop", {"type": "content_block_stop", "index": index}
             index += 1
@@ -239,7 +252,14 @@ def _blocks(answer: Answer) -> list[dict[str, Any]]:
         blocks.append({"type": "text", "text": answer.parsed.content})
     for call in answer.parsed.calls:
         arguments = {INVALID_JSON: call.arguments} if isinstance(call.arguments, str) else call.arguments
-        blocks.append({"type": "tool_use", "id": f"toolu_{secrets.token_hex(12)}", "name": call.name, "input": arguments})
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": f"toolu_{secrets.token_hex(12)}",
+                "name": call.name,
+                "input": arguments,
+            }
+        )
     return blocks
 
 
@@ -268,5 +288,13 @@ def _usage(turned: Turned) -> dict[str, int]:
 
 def anthropic_error_body(message: str, status: int) -> dict[str, Any]:
     """Anthropic's error body."""
-    kinds = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
+    kinds = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        403: "permission_error",
+        404: "not_found_error",
+        413: "request_too_large",
+        429: "rate_limit_error",
+        503: "overloaded_error",
+    }
     return {"type": "error", "error": {"type": kinds.get(status, "api_error"), "message": message}}

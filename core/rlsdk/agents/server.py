@@ -141,7 +141,9 @@ async def _chat_request(request: web.Request, parse: Any) -> ChatRequest:
     return parse(body)
 
 
-async def _answer(request: web.Request, parse: Any, whole: Any, stream: Any, error: Any) -> web.StreamResponse:
+async def _answer(
+    request: web.Request, parse: Any, whole: Any, stream: Any, error: Any
+) -> web.StreamResponse:
     """One turn through either API: ``parse`` checks the body, ``whole`` answers it as one JSON body and
     ``stream`` as (event name or None, data) pairs; ``error`` is the API's error body."""
     chat = request.app[_CHAT]

@@ -55,9 +55,9 @@ def _as_call(value: Any) -> FunctionCall | None:
         return None
     raw = value.get("arguments", value.get("parameters", {}))
     arguments = _arguments(raw)
-    if arguments is None:
-        arguments = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
-    return FunctionCall(value["name"], arguments)
+    if arguments is not None:
+        return FunctionCall(value["name"], arguments)
+    return FunctionCall(value["name"], raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False))
 
 
 _BROKEN_CALL = re.compile(

@@ -85,7 +85,7 @@ def session_tree(session: Session) -> dict[str, Any] | None:
         return None
     nodes: list[dict[str, Any]] = []
     ids: dict[int, int] = {}
-    stack = [(child, None) for child in reversed(root.children)]
+    stack: list[tuple[_Node, int | None]] = [(child, None) for child in reversed(root.children)]
     while stack:
         node, parent = stack.pop()
         ids[id(node)] = len(nodes)
@@ -123,5 +123,7 @@ def tree_paths(tree: dict[str, Any]) -> dict[tuple[int, int], dict[str, list[Any
             while chain[-1]["parent"] is not None:
                 chain.append(nodes[chain[-1]["parent"]])
             chain.reverse()
-            paths[(turn, choice)] = {key: [x for n in chain for x in n[key]] for key in ("tokens", "loss_mask", "logprobs")}
+            paths[(turn, choice)] = {
+                key: [x for n in chain for x in n[key]] for key in ("tokens", "loss_mask", "logprobs")
+            }
     return paths

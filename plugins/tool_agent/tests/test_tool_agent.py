@@ -24,7 +24,10 @@ def test_listed_by_rlsdk_plugins():
 
     listed = json.loads(CliRunner().invoke(app, ["plugins", "list", "--json"]).stdout)
     mine = next(row for row in listed if row["distribution"] == "rlsdk-tool-agent")
-    assert mine["provides"] == {"agent": ["tool_agent", "tool_agent_anthropic"], "reward": ["tool_agent_answer"]}
+    assert mine["provides"] == {
+        "agent": ["tool_agent", "tool_agent_anthropic"],
+        "reward": ["tool_agent_answer"],
+    }
 
 
 async def three_turns(client) -> list:

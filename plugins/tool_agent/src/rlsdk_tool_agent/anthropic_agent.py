@@ -36,7 +36,11 @@ def _example_messages() -> list[dict[str, Any]]:
             ]
             messages.append({"role": "assistant", "content": blocks})
         elif message["role"] == "tool":
-            result = {"type": "tool_result", "tool_use_id": message["tool_call_id"], "content": message["content"]}
+            result = {
+                "type": "tool_result",
+                "tool_use_id": message["tool_call_id"],
+                "content": message["content"],
+            }
             messages.append({"role": "user", "content": [result]})
         else:
             messages.append({"role": message["role"], "content": message["content"]})
@@ -61,6 +65,8 @@ async def tool_agent_anthropic(args: Any, sample: Any, client: Any) -> dict[str,
         for block in uses:
             calls += 1
             arguments = block.input if "INVALID_JSON" not in block.input else {}
-            results.append({"type": "tool_result", "tool_use_id": block.id, "content": run_tool(block.name, arguments)})
+            results.append(
+                {"type": "tool_result", "tool_use_id": block.id, "content": run_tool(block.name, arguments)}
+            )
         messages.append({"role": "user", "content": results})
     return {"answer": None, "tool_calls": calls}
