@@ -104,13 +104,15 @@ class Session:
         """Attach ``messages`` to the longest recorded path they extend; say whether that forks."""
         best: tuple[int, int] | None = None
         best_length = 0
-        for turn in self.turns:
-            if turn.tools != tools:
-                continue
-            for c in range(len(turn.choices)):
-                path = turn.path_messages(c)
-                if len(path) > best_length and messages[: len(path)] == path:
-                    best, best_length = (turn.index, c), len(path)
+        candidates = sorted(
+            ((len(t.messages) + 1, t.index, c) for t in self.turns for c in range(len(t.choices))),
+            key=lambda candidate: -candidate[0],
+        )  # longest first: the first that the request extends is the attachment point
+        for length, index, c in candidates:
+            turn = self.turns[index]
+            if length <= len(messages) and turn.tools == tools and messages[:length] == turn.path_messages(c):
+                best, best_length = (index, c), length
+                break
         siblings = [t for t in self.turns if t.parent == best and t.error is None]
         fork = None
         if siblings:
