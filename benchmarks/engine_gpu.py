@@ -20,7 +20,7 @@ the speed in a fresh process: kernel choices and cache blocks for every length).
 
 - ``engine``: ``EmbeddedEngine.generate`` called directly, all requests at once (the baseline), a
   warm-up pass then ``--repeat`` timed passes;
-- ``http``: the same engine behind ``rlsdk.engines.server`` on loopback, reached by ``SGLangClient``;
+- ``http``: the same engine behind ``rlsdk.run.engine_server`` on loopback, reached by ``SGLangClient``;
 - ``rlsdk_run``: ``rlsdk run --engine embedded`` over a JSONL of the prompts' text, ``--steps`` steps of
   ``--requests`` samples; its figure is the best step's ``rollout/tokens_per_s`` (step tokens over step
   seconds: generation, rewards and bookkeeping; the first step also warms the engine up).
@@ -94,11 +94,11 @@ async def timed_requests(send: Any, requests: list[dict[str, Any]], stats: Any) 
 
 
 async def engine_and_http(folder: Path, prompts: list[list[int]], opts: argparse.Namespace) -> dict[str, Any]:
-    """The engine alone, then behind ``rlsdk.engines.server`` through ``SGLangClient``; one engine, warmed up
+    """The engine alone, then behind ``rlsdk.run.engine_server`` through ``SGLangClient``; one engine, warmed up
     first."""
     from rlsdk import RolloutConfig
-    from rlsdk.engines.engine import SGLangClient
-    from rlsdk.engines.server import start_server
+    from rlsdk.engines.sglang_client import SGLangClient
+    from rlsdk.run.engine_server import start_server
     from rlsdk.rollout.generate import sampling_params_for
     from rlsdk.runtime import tuned_garbage_collector
     from rlsdk_embedded import EmbeddedEngine

@@ -170,7 +170,7 @@ def run_with_killer(
     """``run_job(args)`` while a :class:`Killer` SIGKILLs ``kills`` engines; ``on_step(rollout_id, metrics,
     killer)`` after each step. Returns the kills' report (the output folder's ledger audit, detection and
     recovery seconds by stage) and every step's metrics."""
-    from rlsdk.rollout.job import run_job
+    from rlsdk.run.job import run_job
     from rlsdk.rollout.ledger import audit_run
 
     killer = Killer(args, kills, seed)

@@ -47,7 +47,7 @@ SHOTS = [
 
 @pytest.fixture(scope="module")
 def served():
-    from rlsdk_embedded import EmbeddedEngine
+    EmbeddedEngine = pytest.importorskip("rlsdk_embedded").EmbeddedEngine
 
     with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=16)) as served:
         yield served
@@ -164,7 +164,7 @@ def test_a_proxy_in_front_of_an_sglang_protocol_server(served):
     """The chat endpoint on an SGLang client (what fronts a real SGLang server or router) records the same
     exact tokens as the engine's own."""
     from rlsdk.agents.server import chat_endpoint, start_chat_server
-    from rlsdk.engines.engine import SGLangClient
+    from rlsdk.engines.sglang_client import SGLangClient
 
     async def run() -> tuple[dict, dict]:
         upstream = SGLangClient(served.url)
@@ -254,7 +254,7 @@ def run_agent(served, func, *, sample_index: int = 1, after=None):
     pm = get_plugin_manager(load_entrypoints=False, plugins=[Agents()])
     args = RolloutConfig.from_dict({"agent_function_path": "under_test"})
     runtime = Runtime(pm, served.engine, served.engine.tokenizer, loop=served._loop)
-    runtime.state["server"] = served.handle
+    runtime.server = served.handle
     bind_runtime(args, runtime)
     sample = Sample(group_index=0, index=sample_index, prompt="Say hi.")
     params = {"temperature": 0.0, "max_new_tokens": 64}

@@ -174,7 +174,7 @@ def test_anthropic_agent_fills_the_sample_from_its_session(served):
     pm = get_plugin_manager(load_entrypoints=False, plugins=[Agents()])
     args = RolloutConfig.from_dict({"agent_function_path": "under_test"})
     runtime = Runtime(pm, served.engine, served.engine.tokenizer, loop=served._loop)
-    runtime.state["server"] = served.handle
+    runtime.server = served.handle
     bind_runtime(args, runtime)
     sample = Sample(group_index=0, index=3, prompt="Say hi.")
     sample = served.run(anthropic_agent(args, sample, {"temperature": 0.0, "max_new_tokens": 64}))

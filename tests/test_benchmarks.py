@@ -20,6 +20,7 @@ def report(script: str, *options: str, timeout: float = 60) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.plugins('rlsdk_filter_hub', 'rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.timeout(60)
 def test_loop_overhead_reports_both_loops():
     out = report("loop_overhead.py", "--sizes", "16,64", "--samples", "64", "--latency", "0.01",
@@ -34,6 +35,7 @@ def test_loop_overhead_reports_both_loops():
     assert isinstance(out["meets_target"], bool)
 
 
+@pytest.mark.plugins('rlsdk_filter_hub', 'rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.timeout(60)
 def test_long_tail_compares_sync_and_partial_without_losing_samples():
     out = report("long_tail.py", "--steps", "3", "--batch-size", "4", "--slots", "32", "--max-len", "512",
@@ -49,6 +51,7 @@ def test_long_tail_compares_sync_and_partial_without_losing_samples():
     assert out["ratio"] == pytest.approx(sync["step_s_mean"] / partial["step_s_mean"])
 
 
+@pytest.mark.plugins('rlsdk_filter_hub', 'rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_agent_sessions_counts_forks_and_times_both_paths():

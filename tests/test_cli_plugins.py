@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from rlsdk import __version__
@@ -22,6 +23,7 @@ def _list_json(*extra: str) -> list[dict]:
     return json.loads(result.stdout)
 
 
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_list_json_shows_the_hubs_with_their_names():
     rows = {row["entry_point"]: row for row in _list_json()}
     assert HUBS <= {row["distribution"] for row in rows.values()}
@@ -41,12 +43,14 @@ def test_list_kind_filters_rows_and_kinds():
     assert result.exit_code != 0 and "Choose one of" in result.output
 
 
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_list_table_names_distributions():
     result = runner.invoke(app, ["plugins", "list"])
     assert result.exit_code == 0
     assert "rlsdk-rm-hub" in result.stdout and "f1" in result.stdout
 
 
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_list_reports_a_broken_plugin_without_failing(fake_dist):
     fake_dist("rl-plugin-broken", "0.1.0", "broken", "rl_plugin_broken", "raise ImportError('boom')\n")
     result = runner.invoke(app, ["plugins", "list"])
@@ -55,12 +59,14 @@ def test_list_reports_a_broken_plugin_without_failing(fake_dist):
     assert "rlsdk-rm-hub" in result.stdout
 
 
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_list_reports_conflicts(fake_dist):
     fake_dist("rl-plugin-a", "1.0.0", "plugin_a", "rl_plugin_a", REWARD_PLUGIN.format(name="f1"))
     result = runner.invoke(app, ["plugins", "list"])
     assert "conflict reward 'f1' provided by" in " ".join(result.stdout.split())
 
 
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_show_prints_kind_distribution_signature_and_doc():
     result = runner.invoke(app, ["plugins", "show", "f1", "--json"])
     assert result.exit_code == 0, result.output
@@ -72,6 +78,7 @@ def test_show_prints_kind_distribution_signature_and_doc():
     assert text.exit_code == 0 and "buffer_filter" in text.stdout and "distribution: rlsdk\n" in text.stdout
 
 
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_show_unknown_name_lists_what_is_installed():
     result = runner.invoke(app, ["plugins", "show", "no_such_plugin"])
     assert result.exit_code == 2
@@ -98,6 +105,7 @@ def test_cli_does_not_import_heavy_libraries():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_list_json_carries_the_conflicts_the_table_shows(fake_dist):
     fake_dist("rl-plugin-a", "1.0.0", "plugin_a", "rl_plugin_a", REWARD_PLUGIN.format(name="f1"))
     rows = {row["distribution"]: row for row in _list_json()}

@@ -18,7 +18,7 @@ from rlsdk import RolloutConfig, get_plugin_manager
 from rlsdk.data import DataSource
 from rlsdk.engines.sglang_client import SGLangClient
 from rlsdk.plugins.calls import call_engine, call_generate_rollout
-from rlsdk.rollout.job import resolve_run_plugins
+from rlsdk.run.session import resolve_run_plugins
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import ByteTokenizer, FakeEngine, FakeReply, ServedEngine
 
@@ -62,21 +62,21 @@ def test_core_alone_runs_a_step_against_an_sglang_protocol_server(core_only, ser
                          custom_rm_path=f"{tmp_path}/rewards.py:exact",
                          rollout_batch_size=2, n_samples_per_prompt=2, over_sampling_batch_size=3)
     plugins = resolve_run_plugins(args, core_only)
-    assert {k: r.info.distribution for k, r in plugins.items() if k != "reward"} == {
+    assert {k: getattr(plugins, k).info.distribution for k in ("generate_rollout", "engine", "buffer_filter")} == {
         "generate_rollout": "rlsdk", "engine": "rlsdk", "buffer_filter": "rlsdk"}
-    engine = call_engine(plugins["engine"], args)
+    engine = call_engine(plugins.engine, args)
     assert isinstance(engine, SGLangClient) and engine.url == served.url
     runtime = bind_runtime(args, Runtime(core_only, engine, ByteTokenizer()))
     try:
         runtime.run(engine.start())
         source = DataSource(args, pm=core_only, tokenizer=runtime.tokenizer)
-        out = call_generate_rollout(runtime, plugins["generate_rollout"], args, 0, source)
+        out = call_generate_rollout(runtime, plugins.generate_rollout, args, 0, source)
         assert [s.reward for g in out.samples for s in g] == [1.0] * 4
         assert source.get_buffer_length() == 1  # the surplus group, served first next step by pop_first
         # Three groups were sent: two kept, the one that finished last (which depends on timing) buffered.
         surplus = source.buffer[0][0].prompt
         assert {group[0].prompt for group in out.samples} | {surplus} == {"0|", "1|", "2|"}
-        again = call_generate_rollout(runtime, plugins["generate_rollout"], args, 1, source)
+        again = call_generate_rollout(runtime, plugins.generate_rollout, args, 1, source)
         assert again.samples[0][0].prompt == surplus
     finally:
         runtime.run(engine.close())
@@ -104,6 +104,7 @@ def test_serve_resolves_its_engine_by_name_and_keeps_its_settings(served):
     (["--engine", "sglang"], "engine sglang without --sglang-url launches SGLang: pass --hf-checkpoint"),
     (["--set", "engine_dtyp=bfloat16"], "unknown option 'engine_dtyp' (did you mean 'engine_dtype'?)"),
 ])
+@pytest.mark.plugins('rlsdk_embedded')
 def test_serve_names_what_is_wrong_before_loading_anything(options, error):
     result = subprocess.run([*RLSDK, "serve", "--port", "0", *options], capture_output=True, text=True, timeout=60,
                             env={**os.environ, "COLUMNS": "200"})

@@ -9,7 +9,6 @@ import json
 
 import pytest
 
-import rlsdk_filter_hub.plugin
 from rlsdk import RolloutConfig, Sample
 from rlsdk.data import DataSource
 from rlsdk.errors import DataError
@@ -37,7 +36,6 @@ def rows(folder):
 def source(pm, tmp_path, tokenizer, data, **options):
     path = tmp_path / "images.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in data))
-    pm.register(rlsdk_filter_hub.plugin)
     args = RolloutConfig(prompt_data=str(path), label_key="label", apply_chat_template=True, n_samples_per_prompt=1,
                          **options)
     return args, DataSource(args, pm=pm, tokenizer=tokenizer)

@@ -100,6 +100,7 @@ def test_add_samples_keeps_an_earlier_start_and_takes_an_explicit_step(pm, data)
     assert ds.get_buffer_length() == 2  # nothing added by the failed calls
 
 
+@pytest.mark.plugins("rlsdk_filter_hub")
 def test_pop_last_and_staleness_filters_from_the_hub(pm, data):
     ds = make(pm, data, n_samples_per_prompt=1, buffer_filter_path="pop_last")
     ds.add_samples(ds.get_samples(3))
@@ -141,6 +142,7 @@ def test_a_broken_buffer_filter_is_named_and_loses_nothing(pm, data, name, probl
     assert names(ds.buffer) == ["p0", "p1", "p2"]
 
 
+@pytest.mark.plugins("rlsdk_filter_hub")
 def test_unknown_buffer_filter_fails_at_construction(pm, data):
     with pytest.raises(PluginError, match="Choose one of: drop_stale, pop_first, pop_last"):
         make(pm, data, buffer_filter_path="pop_random")

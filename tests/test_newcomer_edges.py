@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 
 from rlsdk import Sample
 from rlsdk.errors import RlsdkError
-from rlsdk.rollout.job import STATE_FILE, RunOutput
+from rlsdk.outputs import STATE_FILE
+from rlsdk.run.output import RunOutput
 from rlsdk.rollout.step import group_rewards, scored_reward_metrics
 from rlsdk_cli.app import app
 from rlsdk_cli.run import step_table

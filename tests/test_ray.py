@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-import ray
-
 from rlsdk import CustomGenerate, RolloutConfig, get_plugin_manager, hookimpl
 from rlsdk.aio.task_pools import set_cluster_task_pool
 from rlsdk.errors import RlsdkError
@@ -29,11 +27,13 @@ from rlsdk.ray.environments import PluginEnvironmentError, differences
 from rlsdk.ray.task_pool import RayTaskPool
 from rlsdk.ray.trainer_actor import RemoteTrainer, TrainerLostError, launch_trainer, trainer_resources
 from rlsdk.rollout.generate import generate
-from rlsdk.rollout.job import plugin_versions, run_job
+from rlsdk.run.job import run_job
 from rlsdk.rollout.ledger import audit_run
 from rlsdk.runtime import get_runtime
 from rlsdk.training.sync import CUDA_CHECK_TOL, TrustProbe, check_tolerance, trust_check
 from rlsdk.types import Sample
+
+ray = pytest.importorskip("ray", reason="rlsdk[ray] is not installed")
 
 SLOW_TASK = '''
 import os, time
@@ -456,7 +456,7 @@ def test_the_trainer_builds_from_a_named_model_folder_without_waiting_for_the_en
     try:
         assert later.started is None
         assert ray.get(named.started, timeout=100) == {"device": "cpu", "dtype": "torch.bfloat16"}
-        trainer = RemoteTrainer(args, "torch", plugin_versions(get_plugin_manager()), named)
+        trainer = RemoteTrainer(args, "torch", get_plugin_manager().plugin_versions(), named)
         assert (trainer.device, trainer.dtype) == ("cpu", "torch.bfloat16")
         assert check_tolerance(args, trainer) == CUDA_CHECK_TOL
     finally:
@@ -735,7 +735,7 @@ def test_a_hanging_health_check_holds_up_no_other_engines_check(cluster, tiny_ll
     args = sglang_args(tiny_llama, fake_python, out, rollout_health_check_timeout=30.0)
 
     async def scenario() -> float:
-        pool = RayEnginePool(args, "sglang", plugin_versions(get_plugin_manager()))
+        pool = RayEnginePool(args, "sglang", get_plugin_manager().plugin_versions())
         await pool.start()
         stopped, killed = (server_pid(out / "logs" / f"sglang-server-{i}.log") for i in (0, 1))
         try:
@@ -766,7 +766,7 @@ def test_no_engine_is_taken_for_dead_for_a_health_check_that_overlapped_a_weight
     args = sglang_args(tiny_llama, fake_python, tmp_path / "out", rollout_health_check_timeout=1.0)
 
     async def scenario() -> None:
-        pool = RayEnginePool(args, "sglang", plugin_versions(get_plugin_manager()))
+        pool = RayEnginePool(args, "sglang", get_plugin_manager().plugin_versions())
         await pool.start()
         server = server_pid(tmp_path / "out" / "logs" / "sglang-server-0.log")
         try:
@@ -803,7 +803,7 @@ def test_an_engine_found_dead_by_a_weight_push_is_brought_back_with_those_weight
     args = sglang_args(tiny_llama, fake_python, tmp_path / "out")
 
     async def scenario() -> None:
-        pool = RayEnginePool(args, "sglang", plugin_versions(get_plugin_manager()))
+        pool = RayEnginePool(args, "sglang", get_plugin_manager().plugin_versions())
         await pool.start()
         try:
             os.kill(server_pid(tmp_path / "out" / "logs" / "sglang-server-0.log"), signal.SIGKILL)
@@ -843,7 +843,7 @@ def test_an_engine_that_dies_during_the_trust_check_is_left_out_and_checked_agai
     probe = Sample(group_index=0, index=0, tokens=[5, 6, 7, 8, 9, 10], response_length=3)
 
     async def scenario() -> None:
-        pool = RayEnginePool(args, "sglang", plugin_versions(get_plugin_manager()))
+        pool = RayEnginePool(args, "sglang", get_plugin_manager().plugin_versions())
         await pool.start()
         try:
             await pool.update_weights_from_disk(str(tiny_llama), "1")

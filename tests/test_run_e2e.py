@@ -20,7 +20,7 @@ import pytest
 
 from rlsdk import RolloutConfig, Sample
 from rlsdk.config import DEFAULT_DATASET
-from rlsdk.rollout.job import run_job
+from rlsdk.run.job import run_job
 
 pytestmark = pytest.mark.slow
 
@@ -62,6 +62,7 @@ def check_sample(row: dict) -> None:
     assert row["status"] in ("completed", "truncated")
 
 
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_rlsdk_run_writes_rollouts_metrics_and_state(tmp_path):
     out = tmp_path / "run"
     result = rlsdk("run", *TINY, "--output", str(out))
@@ -86,6 +87,7 @@ def test_rlsdk_run_writes_rollouts_metrics_and_state(tmp_path):
     assert len(read_jsonl(out / "rollouts.jsonl")) == 8
 
 
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_rlsdk_eval_writes_metrics_and_samples_to_output(tmp_path, tiny_llama):
     out = tmp_path / "eval"
     data = word_prompts(tmp_path)
@@ -117,6 +119,7 @@ def reward(args, sample, **kwargs):
 """
 
 
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_resume_after_a_killed_run_serves_exactly_the_remaining_groups(tmp_path, tiny_llama):
     """An uninterrupted run and a run killed after its first step, then resumed, write the same
     prompts in the same order, each step once. The killed run is a real ``rlsdk run`` process, SIGKILLed
@@ -154,6 +157,7 @@ def test_resume_after_a_killed_run_serves_exactly_the_remaining_groups(tmp_path,
     assert [m["rollout_id"] for m in read_jsonl(broken / "metrics.jsonl")] == [0, 1, 2]
 
 
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_slime_style_functions_run_unchanged_by_path(tmp_path, tiny_llama):
     """slime functions loaded by file path: a generator that POSTs to /generate itself (the embedded
     engine is served on loopback during the run), a dict reward with --reward-key, a bool dynamic
@@ -179,6 +183,7 @@ def test_slime_style_functions_run_unchanged_by_path(tmp_path, tiny_llama):
     check_ledger(read_jsonl(out / "metrics.jsonl"))
 
 
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_a_slime_example_folder_runs_unchanged_without_slime(tmp_path):
     """A generator written as slime's examples are (slime imports, sibling imports, GenerateState, post,
     slime's append_response_tokens with meta_info, deepcopy(args)), by file path, slime absent."""
@@ -197,6 +202,7 @@ def test_a_slime_example_folder_runs_unchanged_without_slime(tmp_path):
         assert row["reward"] in (0.0, 1.0)
 
 
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_invalid_names_fail_before_the_model_loads(tmp_path):
     result = rlsdk("run", "--rm", "deepscalr", "--output", str(tmp_path), timeout=60)
     assert result.returncode != 0
@@ -205,6 +211,7 @@ def test_invalid_names_fail_before_the_model_loads(tmp_path):
     assert not (tmp_path / "rollouts.jsonl").exists()
 
 
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_eval_reports_pass_at_k_per_dataset(tmp_path):
     data = tmp_path / "eval.jsonl"
     data.write_text("".join(line + "\n" for line in DEFAULT_DATASET.read_text().splitlines()[:3]))

@@ -18,6 +18,7 @@ def invoke(*argv: str):
     return runner.invoke(app, list(argv), env={"COLUMNS": "200"})
 
 
+@pytest.mark.plugins('rlsdk_generators', 'rlsdk_rm_hub', 'rlsdk_embedded')
 def test_help_lists_core_and_plugin_options_with_defaults():
     text = invoke("run", "--help").stdout
     assert "--rollout-batch-size" in text and "Groups (prompts) kept per step. (default: 4)" in text
@@ -35,6 +36,7 @@ def test_help_lists_core_and_plugin_options_with_defaults():
     (["--rollout-batch-sise", "3"], "no such option --rollout-batch-sise (did you mean --rollout-batch-size?)"),
     (["--max-turns", "x"], "Invalid value for '--max-turns'"),
 ])
+@pytest.mark.plugins('rlsdk_generators', 'rlsdk_rm_hub', 'rlsdk_embedded')
 def test_unknown_or_wrong_options_are_errors_naming_them(argv, error, tmp_path):
     result = invoke("run", *argv, "--output", str(tmp_path))
     assert result.exit_code == 2 and error in " ".join(result.output.split()), result.output
@@ -59,6 +61,7 @@ def test_an_error_is_printed_as_it_is_not_read_as_markup(tmp_path):
     assert f"Error: data file '{missing}' does not exist" in " ".join(result.output.split()), result.output
 
 
+@pytest.mark.plugins('rlsdk_generators', 'rlsdk_rm_hub', 'rlsdk_embedded')
 def test_plugins_show_lists_the_options_the_plugin_declares():
     entry = json.loads(invoke("plugins", "show", "drop_stale", "--json").stdout)
     options = {o["name"]: o for o in entry["options"]}

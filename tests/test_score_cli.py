@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from rlsdk_cli.app import app
@@ -15,6 +16,7 @@ def read(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.plugins('rlsdk_rm_hub')
 def test_score_math_with_malformed_lines(tmp_path):
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write(src, [{"response": "6 + 5 = 11", "label": "11", "id": 1}, "not json",
@@ -27,6 +29,7 @@ def test_score_math_with_malformed_lines(tmp_path):
     assert "scored 2 lines" in result.output and "malformed 2" in result.output
 
 
+@pytest.mark.plugins('rlsdk_rm_hub')
 def test_score_stop_on_error_and_field_names(tmp_path):
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write(src, [{"answer": "Paris", "gold": "paris"}, "{", {"answer": "x", "gold": "y"}])
@@ -58,6 +61,7 @@ def test_score_unknown_reward(tmp_path):
     assert result.exit_code == 2 and "Choose one of" in result.output
 
 
+@pytest.mark.plugins('rlsdk_rm_hub')
 def test_score_through_the_grader_pool_ends_without_a_traceback(tmp_path):
     """The console script in a fresh process, with answers only the grader workers decide: a successful
     run prints its summary and nothing else (a BrokenPipeError from the pool once ended every run)."""

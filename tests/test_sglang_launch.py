@@ -253,6 +253,7 @@ def test_no_orphans_when_rlsdk_is_interrupted_or_killed(fake_python, tmp_path, h
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.plugins('rlsdk_rm_hub')
 def test_rlsdk_run_passes_unknown_sglang_flags_to_the_servers(fake_python, tmp_path, monkeypatch):
     """The CLI end to end: the fake server starts with the passed-through flags, the run then fails (the
     fake generates nothing) and leaves no process behind; a mistyped flag is still an error."""
@@ -302,6 +303,7 @@ def test_rlsdk_run_passes_unknown_sglang_flags_to_the_servers(fake_python, tmp_p
     assert "did you mean --rollout-batch-size" in " ".join(typo.output.replace("│", " ").split())
 
 
+@pytest.mark.plugins('rlsdk_rm_hub')
 def test_the_gpu_learning_run_launches_colocated_bfloat16_sglang(fake_python, tmp_path, monkeypatch):
     """benchmarks/gpu/learning_gpu.py's ``rlsdk run`` arguments through the CLI (as ``rlsdk_cli.app``'s
     ``main`` reads them), SGLang faked (it needs CUDA): the server starts on the model folder with the

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from rlsdk.engines.engine import EngineRequestError, SGLangClient
+from rlsdk import EngineRequestError, SGLangClient
 from rlsdk.testing import ServedEngine
 
 FACTS = json.loads((Path(__file__).parent / "fixtures" / "sglang-0.5.17.json").read_text())
@@ -22,7 +22,7 @@ SINGLE = FACTS["single"][1]
 def served():
     import torch
 
-    from rlsdk_embedded import EmbeddedEngine
+    EmbeddedEngine = pytest.importorskip("rlsdk_embedded").EmbeddedEngine
 
     torch.set_num_threads(2)
     with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=8)) as served:

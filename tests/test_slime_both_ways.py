@@ -137,6 +137,7 @@ def load_function(path: str):
 
 # ----- rlsdk plugins inside slime ------------------------------------------------------------------
 
+@pytest.mark.plugins('rlsdk_rm_hub')
 def test_rewards_are_awaitable_with_slimes_parameter_names_and_args(plugins):
     """slime awaits every custom reward; a sync rlsdk reward becomes a coroutine function. slime's args
     lack rlsdk's options: rlsdk's defaults answer for them."""
@@ -182,6 +183,7 @@ def test_buffer_filters_take_rollout_id_none(plugins):
     assert [g[0].index for g in taken] == [1] and [g[0].index for g in buffer] == [2]
 
 
+@pytest.mark.plugins('rlsdk_filter_hub')
 def test_drop_stale_serves_oldest_first_when_slime_gives_no_rollout_id():
     from rlsdk_filter_hub.buffer import drop_stale
 
@@ -218,6 +220,7 @@ def test_slime_samples_convert_to_rlsdk_and_back(fake_slime):
 
 # ----- slime's modules without slime -----------------------------------------------------------------
 
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_slime_modules_stand_in_as_rlsdks(no_slime):
     from slime.rollout.base_types import RolloutFnTrainOutput, call_rollout_fn
     from slime.rollout.filter_hub.base_types import DynamicFilterOutput as StandIn
@@ -276,7 +279,8 @@ def test_foreign_and_unknown_statuses_are_never_silently_recycled(rlsdk_pm, rlsd
     """slime's Status members count as rlsdk's (same values); an unknown status fails the sample with
     the cause, where it was once counted as aborted and recycled."""
     from rlsdk.aio.concurrency import ConcurrencyLimit
-    from rlsdk.plugins.calls import StepPlugins, call_custom_generate
+    from rlsdk.plugins.calls import call_custom_generate
+    from rlsdk.plugins.run_plugins import RunPlugins
     from rlsdk.plugins.records import CustomGenerate
 
     async def slime_generator(args, sample, sampling_params):
@@ -286,7 +290,7 @@ def test_foreign_and_unknown_statuses_are_never_silently_recycled(rlsdk_pm, rlsd
     rlsdk_pm.register(type("Gen", (), {"rlsdk_custom_generates": hookimpl(lambda self: [
         CustomGenerate(name="slime_generator", func=slime_generator)])})(), "gen")
     args = rlsdk_args.replace(custom_generate_function_path="slime_generator")
-    plugins = StepPlugins.resolve(args, rlsdk_pm)
+    plugins = RunPlugins(args, rlsdk_pm)
     [out] = asyncio.run(call_custom_generate(args, plugins.custom_generate, Sample(), {}, ConcurrencyLimit(1)))
     assert out.status is Sample.Status(expected)
     if expected == "failed":
@@ -335,7 +339,7 @@ def test_the_ledger_counts_samples_a_generator_adds():
 
 
 def test_rollouts_rows_keep_the_step_and_the_samples_own_rollout_id():
-    from rlsdk.rollout.job import sample_row
+    from rlsdk.run.output import sample_row
 
     row = sample_row(3, Sample(rollout_id=7, index=1))
     assert row["rollout_id"] == 3 and row["sample_rollout_id"] == 7

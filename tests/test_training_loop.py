@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlsdk import Loss, RolloutConfig, Trainer, get_plugin_manager, hookimpl
-from rlsdk.rollout.job import run_job
+from rlsdk import Loss, PluginCallError, RolloutConfig, Trainer, get_plugin_manager, hookimpl
+from rlsdk.run.job import run_job
 from rlsdk.testing import check_loss, check_trainer
 from rlsdk.training.sync import WeightSyncError
 
@@ -48,6 +48,7 @@ def metrics(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.slow
 def test_the_reward_rises(tiny_llama, run_files, tmp_path):
     """GRPO on a reward a quarter of random first tokens earn: the policy learns to earn it."""
@@ -82,6 +83,7 @@ class LyingTrainer:
         yield Trainer(name="lying", func=lying)
 
 
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_the_trust_check_stops_a_run_whose_engine_serves_other_weights(tiny_llama, run_files, tmp_path):
     pm = get_plugin_manager(plugins=[LyingTrainer()])
     args = train_args(tiny_llama, run_files, tmp_path / "out", trainer="lying", num_rollout=2)
@@ -108,6 +110,7 @@ class ReinforcePlugin:
         yield Loss(name="reinforce", func=reinforce)
 
 
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_a_custom_loss_by_name_and_by_dotted_path(tiny_llama, run_files, tmp_path):
     pm = get_plugin_manager(plugins=[ReinforcePlugin()])
     check_loss(pm, "reinforce")
@@ -123,12 +126,14 @@ def test_a_custom_loss_by_name_and_by_dotted_path(tiny_llama, run_files, tmp_pat
     assert metrics(tmp_path / "by-path")[0]["train/loss"] > 0  # an NLL
 
 
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_an_engine_over_http_takes_the_weights_from_disk(tiny_llama, run_files, tmp_path):
     """The path of an SGLang server (``--engine URL``): the trainer writes a Hugging Face folder, the engine
     loads it through ``/update_weights_from_disk`` and the trust check asks for prompt log-probs over HTTP.
     The server is ``rlsdk serve``'s, speaking SGLang's protocol, since SGLang needs a GPU."""
     from rlsdk.testing import ServedEngine
-    from rlsdk_embedded.engine import EmbeddedEngine
+
+    EmbeddedEngine = pytest.importorskip("rlsdk_embedded").EmbeddedEngine
 
     out = tmp_path / "out"
     with ServedEngine(EmbeddedEngine(str(tiny_llama), device="cpu", threads=1), weights_dirs=[out]) as served:
@@ -151,6 +156,7 @@ def rlsdk(*args: str, **kwargs) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True, **kwargs)
 
 
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.slow
 def test_sigkill_then_resume_with_no_flags_reaches_the_uninterrupted_parameters(tiny_llama, run_files, tmp_path):
     data, reward = run_files
@@ -182,7 +188,7 @@ def test_sigkill_then_resume_with_no_flags_reaches_the_uninterrupted_parameters(
 
 
 def test_resume_refuses_a_conflicting_flag(tmp_path):
-    from rlsdk.rollout.job import resumed_settings
+    from rlsdk.run.output import resumed_settings
 
     (tmp_path / "state.json").write_text(json.dumps({"settings": {"lr": 1e-5, "num_rollout": 3}}))
     assert resumed_settings(tmp_path, {"num_rollout": 9})["num_rollout"] == 9
@@ -204,9 +210,11 @@ def test_the_step_tables_show_a_dash_for_what_a_rollout_did_not_report():
     assert max(len(line) for line in text.splitlines()) <= 80
 
 
+@pytest.mark.plugins('rlsdk_megatron')
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_trainer_megatron_is_chosen_by_name_and_says_it_needs_cuda(tiny_llama, run_files, tmp_path):
     """``--trainer megatron`` reaches rlsdk-megatron's trainer (an installed plugin, by name) after the
-    engine starts; on CPU it stops the run with what to use instead."""
-    with pytest.raises(RuntimeError, match="rlsdk-megatron trains on CUDA GPUs only: use --trainer torch"):
+    engine starts; on CPU it stops the run with what to use instead, named as the trainer call point names
+    a plugin's failure."""
+    with pytest.raises(PluginCallError, match="trainer 'megatron' from rlsdk-megatron .*building the trainer raised RuntimeError: rlsdk-megatron trains on CUDA GPUs only: use --trainer torch"):
         run_job(train_args(tiny_llama, run_files, tmp_path / "out", trainer="megatron", num_rollout=1))

@@ -17,11 +17,16 @@ import textwrap
 import time
 from pathlib import Path
 
+import random
+from typing import Any
+
 import pytest
 import torch
 
-from rlsdk import RolloutConfig
+from rlsdk import RolloutConfig, RolloutFnTrainOutput, Runtime, Sample, get_plugin_manager
 from rlsdk.engines.sglang_client import SGLangClient
+from rlsdk.plugins.run_plugins import RunPlugins
+from rlsdk.training.session import TrainingSession
 from rlsdk.training.sync import (
     ColocatedTensorSync,
     DiskSync,
@@ -32,6 +37,7 @@ from rlsdk.training.sync import (
 )
 from rlsdk.training.tensor_transport import FlatWeights, serialize_for_sglang
 from rlsdk.training.torch_trainer import TorchTrainer
+from rlsdk.training_options import offloads
 
 
 class InProcessEngine:
@@ -146,7 +152,7 @@ def weights_server(tmp_path: Path):
     """SGLang's weight endpoints restated in a real server process (``fake_sglang_weights_server.py``)."""
     import httpx
 
-    from rlsdk.engines.launch.sglang import free_port
+    from rlsdk import free_port
 
     port = free_port()
     authkey = multiprocessing.current_process().authkey.hex()
@@ -235,3 +241,127 @@ def test_broadcast_sync_joins_the_group_once_and_sends_the_weights(weights_serve
     assert sync.timings["join_seconds"] < 0.05 and sync.timings["broadcast_seconds"] > 0  # joined once
     assert state["weight_version"] == "2"
     assert_holds_trainer_weights(state, trainer)
+
+
+# ---------------------------------------------------------------------------- colocated memory offload
+#
+# slime's --offload, --offload-train, --offload-rollout: the order in which a training step frees and takes
+# back GPU memory, against the server above. The trainer is the real torch trainer on a tiny Llama with its
+# offload/onload calls recorded (on CPU they have nothing to move; on CUDA they move the AdamW state to
+# page-locked CPU memory and back: benchmarks/gpu/scale.py measures that).
+
+
+class RecordingTrainer(TorchTrainer):
+    """The torch trainer, each memory move and each use of its weights recorded in order."""
+
+    def __init__(self, args: Any) -> None:
+        super().__init__(args)
+        self.events: list[str] = []
+
+    def offload(self) -> None:
+        self.events.append("offload")
+        super().offload()
+
+    def onload(self) -> None:
+        self.events.append("onload")
+        super().onload()
+
+    def train_step(self, rollout_id: int, groups: list[list[Sample]]) -> dict[str, float]:
+        self.events.append("train_step")
+        return super().train_step(rollout_id, groups)
+
+    def weights(self) -> Any:
+        self.events.append("weights")
+        return super().weights()
+
+
+def groups() -> list[list[Sample]]:
+    rng = random.Random(0)
+    return [
+        [
+            Sample(
+                group_index=g,
+                index=i,
+                tokens=[rng.randrange(32) for _ in range(8)],
+                response_length=3,
+                reward=float(i % 2),
+                status=Sample.Status.COMPLETED,
+            )
+            for i in range(2)
+        ]
+        for g in range(2)
+    ]
+
+
+def one_step(url: str, tiny_llama: Path, tmp_path: Path, **flags: Any) -> tuple[list[str], list[str], dict]:
+    """One training step of a colocated run with ``flags``: the trainer's events, SGLang's calls, metrics."""
+    args = RolloutConfig(
+        hf_checkpoint=str(tiny_llama),
+        train=True,
+        train_threads=1,
+        colocate=True,
+        sync_check_tol=100.0,
+        **flags,
+    )
+    plugins = RunPlugins(args, get_plugin_manager(load_entrypoints=False))
+    plugins.swap("trainer", RecordingTrainer)
+    engine = SGLangClient(url)
+    runtime = Runtime(plugins.pm, engine, run_plugins=plugins)
+    try:
+        session = TrainingSession(args, runtime, tmp_path)
+        trainer = session.trainer
+        assert isinstance(trainer, RecordingTrainer)
+        try:
+            metrics = session.train(0, RolloutFnTrainOutput(samples=groups()))
+        except Exception as exc:  # the fake server has no /generate: the trust check after the sync
+            metrics = {"error": repr(exc)}
+        session.close()
+    finally:
+        runtime.run(engine.close())
+        runtime.loop.close()
+    return trainer.events, loaded(url)["calls"], metrics
+
+
+def test_colocate_offloads_both_ways_in_slimes_order(weights_server, tiny_llama, tmp_path):
+    """The trainer offloads before the engines' first rollout; each step: the engines release, the trainer
+    takes its state back, trains, offloads again, and only then the engines take their memory back and get
+    the weights."""
+    events, calls, _ = one_step(weights_server, tiny_llama, tmp_path)
+    assert events[:5] == ["offload", "onload", "train_step", "offload", "weights"]
+    assert calls == [
+        "release:cuda_graph,kv_cache,weights",
+        "resume:weights",
+        "update_weights_from_tensor",
+        "resume:cuda_graph,kv_cache",
+    ]
+
+
+def test_no_offload_flags_keep_memory_where_it_is(weights_server, tiny_llama, tmp_path):
+    """``--no-offload-train --no-offload-rollout`` with ``--colocate``: nothing moves; the update flushes
+    the engine's cache itself."""
+    events, calls, _ = one_step(
+        weights_server, tiny_llama, tmp_path, offload_train=False, offload_rollout=False
+    )
+    assert events[:2] == ["train_step", "weights"] and "offload" not in events
+    assert calls == ["update_weights_from_tensor"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ({}, (False, False)),
+        ({"colocate": True}, (True, True)),
+        ({"offload": True}, (True, True)),
+        ({"colocate": True, "offload_train": False}, (False, True)),
+        ({"offload_rollout": True}, (False, True)),
+    ],
+)
+def test_offload_flags_resolve_as_slimes(flags, expected):
+    assert offloads(RolloutConfig(**flags)) == expected
+
+
+def test_choose_sync_keeps_the_engines_memory_without_offload_rollout(tmp_path):
+    client = SGLangClient("http://127.0.0.1:1")
+    assert choose_sync(RolloutConfig(colocate=True), client, tmp_path).release  # type: ignore[attr-defined]
+    kept = choose_sync(RolloutConfig(colocate=True, offload_rollout=False), client, tmp_path)
+    assert isinstance(kept, ColocatedTensorSync) and not kept.release

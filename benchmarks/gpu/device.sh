@@ -13,7 +13,8 @@
 #   bash benchmarks/gpu/device.sh nccl       # gpu_loop.py nccl: the same through an NCCL broadcast (two GPUs)
 #   bash benchmarks/gpu/device.sh engines2   # gpu_loop.py engines2: one launched engine vs two behind the router
 #   bash benchmarks/gpu/device.sh megatron   # megatron_parity.py: megatron vs torch trainer (~2 min)
-#   bash benchmarks/gpu/device.sh megatron_parallel  # megatron_parallel.py: TP=2 and DP=2 vs one GPU (two GPUs)
+#   bash benchmarks/gpu/device.sh megatron_parallel  # megatron_parallel.py: TP=2 and DP=2 vs one GPU (two GPUs;
+#     MEGATRON_PARALLEL_ARGS="--shape qwen3-moe-32e --steps 5": EP=2 and DP=2 of a 32-expert MoE, ~7 min on 2x H100)
 #   bash benchmarks/gpu/device.sh model      # reassemble the carried SmolLM2 GGUF, convert it to /tmp/rlsdk-models
 #   bash benchmarks/gpu/device.sh learn      # learning_gpu.py: GRPO on SmolLM2 through colocated SGLang (~9 min)
 #   bash benchmarks/gpu/device.sh learn_megatron  # the same with --trainer megatron (~9 min)
@@ -22,6 +23,14 @@
 #   bash benchmarks/gpu/device.sh ray_engines     # ray_engines.py: 2 SGLang engine actors on Ray, one SIGKILLed (two GPUs)
 #     (RAY_ENGINES_ARGS="--engines 1 --spares 1": one serving engine and a started spare)
 #   bash benchmarks/gpu/device.sh ray_startup     # faults.py --tiny --startup-only: what Ray's start adds on this many cores
+#   bash benchmarks/gpu/device.sh scale      # scale.py: Qwen3-4B shape, megatron + SGLang colocated with offload (~5.5 min
+#     on an H100, 2026-11-28: the 8 GB checkpoint ~1 min, SGLang and trainer start ~2.3 min, 4 steps ~2 min)
+#     (SCALE_ARGS: more of its options)
+#
+# Carry only what a phase needs: SGLang's pieces (sglang-wheels.tar.part-*) for every phase that starts
+# SGLang; Ray and sglang-router (extra-wheels.tar.part-*) only for engines2, ray_engines, ray_startup and
+# learn with LEARN_ARGS="--ray"; the GGUF (gguf.part-*) only for model, learn and learn_megatron. setup
+# unpacks whatever was carried.
 #
 # Several phases may be given in one call. Results (one JSON file per script, its log) go to $OUT
 # (default /tmp/gpu-results). GPU_DIR overrides the carry folder.
@@ -37,12 +46,14 @@ mkdir -p "$out"
 sglang_env() { PYTHONPATH=$site:$site/nvidia_cutlass_dsl/dsl_packages "$@"; }
 rlsdk_env() { PYTHONPATH=$rl:$here${path_tail:+:$path_tail} "$@"; }  # path_tail: last on the path
 
-bench() {  # bench NAME SCRIPT ARGS...: the log to $OUT/NAME.log, the last line (the JSON) to $OUT/NAME.json
+bench() {  # bench NAME SCRIPT ARGS...: the log to $OUT/NAME.log, its last JSON line to $OUT/NAME.json
   local name=$1; shift
   echo "== $name"
   rlsdk_env python3 "$@" >"$out/$name.log" 2>&1
   local rc=$?
-  tail -n 1 "$out/$name.log" >"$out/$name.json"
+  # By pattern, not the last line: NCCL or an exiting library may print after the report (the megatron
+  # phase's last line was once an NCCL warning, leaving its result file without JSON).
+  grep '^{"benchmark"' "$out/$name.log" | tail -n 1 >"$out/$name.json"
   echo "$name exited $rc: $(head -c 600 "$out/$name.json")"
 }
 
@@ -131,10 +142,8 @@ megatron() {
 }
 
 megatron_parallel() {
-  bench megatron_parallel "$here/megatron_parallel.py" --model-config "$gpu/bench-model"
-  # The report, even if something prints after it (a CPU dry run once aborted at exit: "terminate called
-  # without an active exception", after the JSON).
-  grep '^{"benchmark"' "$out/megatron_parallel.log" | tail -n 1 >"$out/megatron_parallel.json"
+  # shellcheck disable=SC2086  # MEGATRON_PARALLEL_ARGS is a list of options
+  bench megatron_parallel "$here/megatron_parallel.py" --model-config "$gpu/bench-model" ${MEGATRON_PARALLEL_ARGS:-}
   for rank_log in /tmp/megatron-parallel-*/out-*/logs/megatron-rank-*.log; do
     [ -f "$rank_log" ] && tail -n 100 "$rank_log" >"$out/megatron_parallel-$(basename "$(dirname "$(dirname "$rank_log")")")-$(basename "$rank_log")"
   done
@@ -184,12 +193,23 @@ ray_startup() {  # the CPU-side start-up comparison of benchmarks/faults.py, on 
   path_tail=$site bench faults_startup "$here/../faults.py" --tiny --startup-only
 }
 
+scale() {  # SCALE_ARGS: more of scale.py's options
+  rm -rf /tmp/scale
+  # shellcheck disable=SC2086  # SCALE_ARGS is a list of options
+  bench scale "$here/scale.py" --tokenizer "$gpu/bench-model" --sglang-python /tmp/sglang-python \
+      --output /tmp/scale ${SCALE_ARGS:-}
+  for server_log in /tmp/scale/run/logs/*.log; do
+    [ -f "$server_log" ] && tail -n 80 "$server_log" >"$out/scale-$(basename "$server_log")"
+  done
+  return 0
+}
+
 learn() { learn_with torch; }
 learn_megatron() { learn_with megatron; }
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|megatron_parallel|model|learn|learn_megatron|ray_engines|ray_startup)
+    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|megatron_parallel|model|learn|learn_megatron|ray_engines|ray_startup|scale)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac

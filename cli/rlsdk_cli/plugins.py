@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from rlsdk import KINDS, get_plugin_manager
+from rlsdk import KINDS, RolloutConfig, get_plugin_manager
 from rlsdk.errors import PluginError
 from rlsdk.plugins.manager import RlsdkPluginManager
 
@@ -170,7 +170,7 @@ def show_plugin(
                         "help": option.help,
                         **({"choices": list(option.choices)} if option.choices else {}),
                     }
-                    for option, info in pm.options().values()
+                    for option, info in pm.options(reserved=RolloutConfig.option_names()).values()
                     if info.plugin == resolved.info.plugin
                 ],
             }

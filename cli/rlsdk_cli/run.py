@@ -44,20 +44,15 @@ def build_config(config: Path | None, options: dict[str, Any], extra: list[str])
             dict(zip(("name", "path"), d.split("=", 1), strict=True)) for d in eval_data
         ]
     try:
-        if config is not None:
-            args = RolloutConfig.from_file(config, **overrides)
-        else:
-            args = RolloutConfig.from_dict(overrides)
-        return args.with_default_data(given=set(overrides) | set(file_keys(config)))
+        settings = RolloutConfig.read_file(config) if config is not None else {}  # read once
+        try:
+            args = RolloutConfig.from_dict({**settings, **overrides})
+        except ValueError as exc:
+            raise ValueError(f"{config}: {exc}" if config is not None else str(exc)) from None
+        # the demo's defaults apply only to options neither the file nor the command line sets
+        return args.with_default_data(given=set(overrides) | {key.replace("-", "_") for key in settings})
     except (ValueError, TypeError) as exc:
         raise typer.BadParameter(str(exc)) from None
-
-
-def file_keys(config: Path | None) -> list[str]:
-    """The option names a config file sets (for the demo defaults, which apply only to options not given)."""
-    if config is None:
-        return []
-    return [key.replace("-", "_") for key in RolloutConfig.read_file(config)]
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -95,7 +90,7 @@ def option_parameters() -> list[inspect.Parameter]:
     """One command-line option per run option: core's (:func:`rlsdk.config.core_options`, from RolloutConfig's
     fields and docstrings) and those the installed plugins declare, each with its help and default."""
     from rlsdk.config import core_options, installed_plugin_options
-    from rlsdk.training.options import TrainingOptions
+    from rlsdk.training_options import TrainingOptions
 
     training = {f.name for f in dataclasses.fields(TrainingOptions)}
     hints = typing.get_type_hints(RolloutConfig)
@@ -216,7 +211,8 @@ def run(
     args = build_config(
         options.pop("config"), {**options, "resume": resume or None, "overwrite": overwrite or None}, extra
     )
-    from rlsdk.rollout.job import resumed_settings, run_job
+    from rlsdk.run.job import run_job
+    from rlsdk.run.output import resumed_settings
 
     if resume:
         given = {k: v for k, v in options.items() if v is not None and v != []}
@@ -292,11 +288,13 @@ def evaluate(**options: Any) -> None:
     if not args.eval_datasets and not args.eval_prompt_data:
         data = str(args.prompt_data)  # with_default_data set it
         args.eval_datasets = [{"name": Path(data).stem, "path": data}]
-    from rlsdk.rollout.job import RunOutput, run_eval, running
+    from rlsdk.run.job import run_eval
+    from rlsdk.run.output import RunOutput
+    from rlsdk.run.session import running
 
     try:
-        with running(args) as (runtime, plugins):
-            result = run_eval(args, runtime, plugins, rollout_id=0)
+        with running(args) as runtime:
+            result = run_eval(args, runtime, rollout_id=0)
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
         fail(exc)
         raise typer.Exit(1) from None

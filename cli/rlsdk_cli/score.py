@@ -18,7 +18,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rlsdk import RolloutConfig, Sample, get_plugin_manager
 from rlsdk.errors import PluginError
-from rlsdk.rollout.rewarding import REWARD_ERROR, resolve_reward, score_group
+from rlsdk.plugins.run_plugins import RunPlugins
+from rlsdk.rollout.rewarding import REWARD_ERROR, score_group
 from rlsdk.types import reward_value
 
 CHUNK_LINES = 256
@@ -110,8 +111,9 @@ def score(
     if group_rm:
         args = args.replace(rm_type=rm, custom_rm_path=rm, group_rm=True)
     err = Console(stderr=True)
+    plugins = RunPlugins(args, pm)
     try:
-        resolve_reward(pm, rm, group=group_rm)
+        plugins.reward  # noqa: B018 (a wrong name fails before any line is read)
     except PluginError as exc:
         err.print(f"Error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
@@ -148,10 +150,10 @@ def score(
                     stopped = True
                     break
             if len(chunk) >= CHUNK_LINES:
-                _flush(args, pm, chunk, out, stats, reward_key)
+                _flush(args, plugins, chunk, out, stats, reward_key)
                 progress.advance(task, len(chunk))
                 chunk = []
-        _flush(args, pm, chunk, out, stats, reward_key)
+        _flush(args, plugins, chunk, out, stats, reward_key)
         progress.advance(task, len(chunk))
     elapsed = time.perf_counter() - started
     mean = stats["sum"] / stats["scalars"] if stats["scalars"] else float("nan")
@@ -175,7 +177,7 @@ def score(
 
 def _flush(
     args: RolloutConfig,
-    pm: Any,
+    plugins: RunPlugins,
     chunk: list[tuple[dict[str, Any], Sample]],
     out: Any,
     stats: dict[str, Any],
@@ -185,7 +187,7 @@ def _flush(
         return
 
     async def run() -> None:
-        await asyncio.gather(*(score_group(args, pm, [s for _, s in group]) for group in _groups(chunk)))
+        await asyncio.gather(*(score_group(args, plugins, [s for _, s in group]) for group in _groups(chunk)))
 
     try:
         asyncio.run(run())

@@ -137,7 +137,7 @@ def engine_args(flags: dict[str, Any], settings: list[str]) -> Any:
 
 
 async def _serve(engine: Any, host: str, port: int, **server_options: Any) -> None:
-    from rlsdk.engines.server import start_server
+    from rlsdk.run.engine_server import start_server
     from rlsdk.runtime import tuned_garbage_collector
 
     await engine.start()
@@ -164,7 +164,7 @@ async def _serve_chat(
     from transformers import AutoTokenizer
 
     from rlsdk.agents.server import chat_endpoint, start_chat_server
-    from rlsdk.engines.engine import SGLangClient
+    from rlsdk.engines.sglang_client import SGLangClient
 
     engine = SGLangClient(upstream)
     await engine.start()

@@ -1,10 +1,51 @@
-"""rlsdk: the plugin SDK for LLM reinforcement-learning rollouts."""
+"""rlsdk: the plugin SDK for LLM reinforcement learning.
 
-from importlib.metadata import PackageNotFoundError, version
+This module is the public API: every name a plugin author or a script needs is importable from ``rlsdk``
+(and the test kit from ``rlsdk.testing``). Everything else (``rlsdk.rollout``, ``rlsdk.run``,
+``rlsdk.training``, ...) is internal and may change in any release. The public names follow semantic
+versioning: a name that moves or changes keeps working for at least one minor version with a
+``DeprecationWarning`` naming its replacement (``api/rlsdk.txt`` is the committed snapshot CI checks).
 
+Names whose modules import torch (the trainer protocol and the loss helpers) load on first use, so
+``import rlsdk`` stays fast where torch is absent.
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from . import _moved
+from ._version import __version__ as __version__
+from .agents.tool_parsers import FunctionCall, ParsedTurn
+from .aio.backoff import backoff_delay
+from .aio.task_pools import TaskPool, cluster_task_pool
+from .answers import boxed_contents
 from .config import RolloutConfig
-from .errors import PluginCallError, PluginConflictError, PluginError, RlsdkError, UnknownPluginError
+from .data.source import START_ROLLOUT_ID
+from .engines.engine import InferenceEngine
+from .engines.launch.process_group import ManagedProcess, free_port
+from .engines.protocol import (
+    BUFFER_TOKEN_ENV,
+    EngineError,
+    EngineRequestError,
+    EngineResponseError,
+    EngineUnavailableError,
+    finish_abort,
+    finish_length,
+    finish_stop,
+    generate_response,
+    new_rid,
+    split_batch,
+)
+from .errors import (
+    DataError,
+    PluginCallError,
+    PluginConflictError,
+    PluginError,
+    RlsdkError,
+    UnknownPluginError,
+)
 from .plugins.hookspecs import hookimpl, hookspec
+from .plugins.loading import load_callable
 from .plugins.manager import RlsdkPluginManager, get_plugin_manager
 from .plugins.records import (
     KINDS,
@@ -25,29 +66,88 @@ from .plugins.records import (
     ToolCallParser,
     Trainer,
 )
-from .types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
+from .rollout.generate import append_observation, model_turn
+from .rollout.generate import generate as single_turn
+from .rollout.rewarding import REWARD_ERROR, score_samples
+from .rollout.tools import ToolResult, call_tool, resolve_tools
+from .runtime import Runtime, get_runtime
+from .training_options import named_model_folder, trainer_world_size
+from .types import (
+    DynamicFilterOutput,
+    Messages,
+    RolloutFnEvalOutput,
+    RolloutFnTrainOutput,
+    Sample,
+    reward_value,
+)
 
-try:
-    __version__ = version("rlsdk")
-except PackageNotFoundError:  # running from a source tree
-    __version__ = "0.0.0"
+if TYPE_CHECKING:
+    from .engines.sglang_client import SGLangClient
+    from .training.batch import TrainSample
+    from .training.losses import log_probs_and_entropy, response_logits, sum_of_sample_mean_fn
+    from .training.torch_trainer import OPTIMIZER_FILE, TorchTrainer, adamw, resolve_loss
+    from .training.trainer import PolicyTrainer
+
+_LAZY = {
+    "SGLangClient": "rlsdk.engines.sglang_client",
+    "PolicyTrainer": "rlsdk.training.trainer",
+    "TrainSample": "rlsdk.training.batch",
+    "TorchTrainer": "rlsdk.training.torch_trainer",
+    "OPTIMIZER_FILE": "rlsdk.training.torch_trainer",
+    "adamw": "rlsdk.training.torch_trainer",
+    "resolve_loss": "rlsdk.training.torch_trainer",
+    "log_probs_and_entropy": "rlsdk.training.losses",
+    "response_logits": "rlsdk.training.losses",
+    "sum_of_sample_mean_fn": "rlsdk.training.losses",
+}
+"""Public names whose modules import torch (or aiohttp, the client's): loaded on first access."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'rlsdk' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+_moved.install()
 
 __all__ = [
+    "BUFFER_TOKEN_ENV",
     "KINDS",
+    "OPTIMIZER_FILE",
+    "REWARD_ERROR",
+    "START_ROLLOUT_ID",
     "Agent",
     "BufferFilter",
     "CustomGenerate",
+    "DataError",
     "DynamicFilter",
     "DynamicFilterOutput",
     "Engine",
+    "EngineError",
+    "EngineRequestError",
+    "EngineResponseError",
+    "EngineUnavailableError",
+    "FunctionCall",
     "GenerateRollout",
+    "InferenceEngine",
     "Loss",
+    "ManagedProcess",
+    "Messages",
     "Option",
     "OverSamplingFilter",
+    "ParsedTurn",
     "PluginCallError",
     "PluginConflictError",
     "PluginError",
     "PluginInfo",
+    "PolicyTrainer",
     "Resolved",
     "Reward",
     "RlsdkError",
@@ -55,13 +155,45 @@ __all__ = [
     "RolloutConfig",
     "RolloutFnEvalOutput",
     "RolloutFnTrainOutput",
+    "Runtime",
+    "SGLangClient",
     "Sample",
     "TaskGenerator",
+    "TaskPool",
     "Tool",
     "ToolCallParser",
+    "ToolResult",
+    "TorchTrainer",
+    "TrainSample",
     "Trainer",
     "UnknownPluginError",
+    "adamw",
+    "append_observation",
+    "backoff_delay",
+    "boxed_contents",
+    "call_tool",
+    "cluster_task_pool",
+    "finish_abort",
+    "finish_length",
+    "finish_stop",
+    "free_port",
+    "generate_response",
     "get_plugin_manager",
+    "get_runtime",
     "hookimpl",
     "hookspec",
+    "load_callable",
+    "log_probs_and_entropy",
+    "model_turn",
+    "named_model_folder",
+    "new_rid",
+    "resolve_loss",
+    "resolve_tools",
+    "response_logits",
+    "reward_value",
+    "score_samples",
+    "single_turn",
+    "split_batch",
+    "sum_of_sample_mean_fn",
+    "trainer_world_size",
 ]

@@ -9,14 +9,18 @@ import json
 import tomllib
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from .engines.launch.arguments import check_passthrough
+from .plugins.manager import get_plugin_manager
 from .plugins.records import Option
-from .training.options import (
+from .slime_args import SLIME_ARG_DEFAULTS
+from .training_options import (
     ADVANTAGE_ESTIMATORS,
     KL_LOSS_TYPES,
     LOSS_TYPES,
@@ -66,7 +70,7 @@ ALIASES = {
 @dataclass(init=False)
 class RolloutConfig(TrainingOptions):
     """Everything a run needs: core's options, the rollout step's here and the trainer's in
-    :class:`~rlsdk.training.options.TrainingOptions`. Plugins declare options of their own (``rlsdk_options``):
+    :class:`~rlsdk.training_options.TrainingOptions`. Plugins declare options of their own (``rlsdk_options``):
     they are kept in ``extra`` and read as attributes (``args.retriever_url``), their default when unset."""
 
     # --- plugins, by registered name or dotted path ---
@@ -223,6 +227,9 @@ class RolloutConfig(TrainingOptions):
     agent_function_path: str | None = None
     """The agent plugin (or dotted path) the ``openai_agent`` or ``anthropic_agent`` custom_generate runs
     for each sample."""
+    max_turns: int = 4
+    """Model turns per sample for multi-turn generators and agents (``multi_turn``, ``search_r1``,
+    ``tool_agent``, and third-party ones that read it)."""
     tool_call_parser: str = "auto"
     """How ``/v1/chat/completions`` and ``/v1/messages`` read tool calls, per model family: a
     tool_call_parser plugin (``json``, ``hermes``) or ``auto`` (``hermes`` for chat templates that write
@@ -270,20 +277,20 @@ class RolloutConfig(TrainingOptions):
         self.extra = extra
         self.__post_init__()
 
-    def __getattr__(self, name: str) -> Any:
-        """A plugin option (set in ``extra``, else its declared default) or one of slime's arguments."""
-        extra = self.__dict__.get("extra", {})
-        if name in extra:
-            return extra[name]
-        if not name.startswith("_"):
-            declared = installed_options()
-            if name in declared:
-                return declared[name].default
-            from .slime_args import SLIME_ARG_DEFAULTS  # slime's arguments that slime functions read
+    if not TYPE_CHECKING:  # mypy sees only the fields: core's reads of ``args`` are checked against them
 
-            if name in SLIME_ARG_DEFAULTS:
-                return SLIME_ARG_DEFAULTS[name]
-        raise AttributeError(f"{type(self).__name__} has no option {name!r}")
+        def __getattr__(self, name: str) -> Any:
+            """A plugin option (set in ``extra``, else its declared default) or one of slime's arguments."""
+            extra = self.__dict__.get("extra", {})
+            if name in extra:
+                return extra[name]
+            if not name.startswith("_"):
+                declared = installed_options()
+                if name in declared:
+                    return declared[name].default
+                if name in SLIME_ARG_DEFAULTS:
+                    return SLIME_ARG_DEFAULTS[name]
+            raise AttributeError(f"{type(self).__name__} has no option {name!r}")
 
     def __post_init__(self) -> None:
         if self.over_sampling_batch_size is None:
@@ -414,8 +421,11 @@ def plugin_values(values: dict[str, Any], declared: dict[str, Option]) -> dict[s
     for key, value in values.items():
         if key in declared:
             checked[key] = declared[key].check(value)
-        elif key in slime_argument_names() or key.startswith(("sglang_", "router_")):
-            checked[key] = value  # sglang_NAME, router_NAME: a launched server's or router's --NAME
+        elif key in slime_argument_names():
+            checked[key] = value
+        elif key.startswith(("sglang_", "router_")):  # a launched server's or router's --NAME
+            check_passthrough(key, RolloutConfig.option_names())
+            checked[key] = value
         else:
             known = [*RolloutConfig.option_names(), *declared, *slime_argument_names()]
             close = difflib.get_close_matches(key, known, n=1)
@@ -447,13 +457,9 @@ def core_options() -> dict[str, Option]:
 def installed_plugin_options() -> dict[str, tuple[Option, Any]]:
     """Name -> (option, provenance) of the options the installed plugins declare; their plugin manager is loaded
     once per process, quietly (a plugin that fails to load is reported by the run's own manager)."""
-    import warnings
-
-    from .plugins.manager import get_plugin_manager
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return get_plugin_manager().options()
+        return get_plugin_manager().options(reserved=RolloutConfig.option_names())
 
 
 def installed_options() -> dict[str, Option]:
@@ -465,12 +471,10 @@ def declared_options(pm: Any) -> dict[str, Option]:
     """The options the plugins of ``pm`` declare (None: the installed plugins')."""
     if pm is None:
         return installed_options()
-    return {name: option for name, (option, _) in pm.options().items()}
+    return {name: option for name, (option, _) in pm.options(reserved=RolloutConfig.option_names()).items()}
 
 
 @functools.cache
 def slime_argument_names() -> frozenset[str]:
     """slime's arguments rlsdk has no option for but accepts, for slime functions that read them."""
-    from .slime_args import SLIME_ARG_DEFAULTS
-
     return frozenset(SLIME_ARG_DEFAULTS)

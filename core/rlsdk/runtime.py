@@ -1,9 +1,10 @@
-"""The runtime of a run: plugin manager, engine and tokenizer, reachable from ``args``.
+"""The runtime of a run: its resolved plugins, engine and tokenizer, reachable from ``args``.
 
 Plugin call signatures are slime's, so a ``generate_rollout`` or ``custom_generate`` gets only
-``args``; :func:`get_runtime` hands it the engine and tokenizer of the run in progress. When nothing
-was bound (a function called by slime, say), one is built from ``args``: an SGLang client for
-``args.sglang_router_ip``/``args.sglang_router_port`` and the tokenizer of ``args.hf_checkpoint``.
+``args``; :func:`get_runtime` (public: ``rlsdk.get_runtime``) hands it the runtime of the run in progress.
+Core passes the runtime explicitly; the accessor is for plugins. When nothing was bound (a function called
+by slime, say), one is built from ``args``: an SGLang client for ``args.sglang_router_ip``/
+``args.sglang_router_port``, the tokenizer of ``args.hf_checkpoint`` and the installed plugins.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 from .engines.engine import InferenceEngine
 from .plugins.manager import RlsdkPluginManager, get_plugin_manager
+from .plugins.run_plugins import RunPlugins
 
 _ATTR = "_rlsdk_runtime"
 T = TypeVar("T")
@@ -97,9 +99,31 @@ class Runtime:
     loop: BackgroundLoop = field(default_factory=BackgroundLoop)
     """The loop the engine lives on; sync callers run coroutines there with :meth:`run`."""
     state: dict[str, Any] = field(default_factory=dict)
-    """Per-run scratch space for plugins (caches, clients), keyed by the plugin's name."""
+    """Per-run scratch space for plugins (caches, clients), keyed by the plugin's name. Core keeps
+    nothing here."""
     progress: Callable[[int], None] | None = None
     """Called with a sample count as groups finish, for progress bars."""
+    server: Any = None
+    """The run's loopback server for an engine without a URL of its own (``/generate`` and the chat
+    endpoint), or None."""
+    servers: list[Any] = field(default_factory=list)
+    """Other servers started for the run (an agent's chat endpoint), closed with it."""
+    on_state_saved: list[Callable[[dict[str, Any]], None]] | None = None
+    """Under ``rlsdk run``: callables run with each run state once it is on disk (a rollout that took data
+    from a service acknowledges it only when a saved state covers its step); None elsewhere."""
+    saved_state: dict[str, Any] | None = None
+    """Under ``rlsdk run``: the last run state on disk (``next_rollout_id`` is the first step it does not
+    cover); None elsewhere."""
+    run_plugins: RunPlugins | None = None
+    """The run's plugins, resolved once; made from ``pm`` for the ``args`` the runtime is bound to when
+    not given."""
+
+    @property
+    def plugins(self) -> RunPlugins:
+        """The run's plugins (:class:`rlsdk.plugins.run_plugins.RunPlugins`): every kind resolved once."""
+        if self.run_plugins is None:
+            raise RuntimeError("the runtime is not bound to a run's args yet (rlsdk.runtime.bind_runtime)")
+        return self.run_plugins
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Runtime:
         """A copy of ``args`` (slime's examples ``deepcopy(args)``) belongs to the same run."""
@@ -124,14 +148,16 @@ def _no_runtime() -> None:
 
 def bind_runtime(args: Any, runtime: Runtime) -> Runtime:
     """Attach ``runtime`` to ``args`` so every plugin of the run finds it."""
+    if runtime.run_plugins is None:
+        runtime.run_plugins = RunPlugins(args, runtime.pm)
     object.__setattr__(args, _ATTR, runtime)
     return runtime
 
 
-def get_plugin_manager_of(args: Any) -> RlsdkPluginManager:
-    """The plugin manager of the run bound to ``args``, or a fresh one of the installed plugins."""
+def plugins_of(args: Any) -> RunPlugins:
+    """The plugins of the run bound to ``args``, or the installed plugins for ``args``."""
     runtime = getattr(args, "__dict__", {}).get(_ATTR)
-    return runtime.pm if runtime is not None else get_plugin_manager()
+    return runtime.plugins if runtime is not None else RunPlugins(args, get_plugin_manager())
 
 
 def get_runtime(args: Any) -> Runtime:
@@ -139,7 +165,7 @@ def get_runtime(args: Any) -> Runtime:
     runtime = getattr(args, "__dict__", {}).get(_ATTR)
     if runtime is not None:
         return runtime
-    from .engines.engine import SGLangClient
+    from .engines.sglang_client import SGLangClient  # aiohttp: loaded only where a client is made
 
     host, port = getattr(args, "sglang_router_ip", None), getattr(args, "sglang_router_port", None)
     if not host or not port:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .agents import FunctionCall, ParsedTurn
 from .config import RolloutConfig
 from .engines import protocol
 from .engines.engine import InferenceEngine
@@ -31,9 +32,32 @@ from .plugins.calls import (
 )
 from .plugins.manager import RlsdkPluginManager
 from .plugins.records import Resolved
+from .rollout.buffer_service import start_buffer_server
+from .rollout.generate import sampling_params_for
+from .run.engine_server import start_server
+from .runtime import BackgroundLoop, Runtime, bind_runtime
+from .training.trainer import build_trainer
 from .types import DynamicFilterOutput, Sample
 
 pytest_plugins = ["rlsdk.testing_fixtures"]
+
+__all__ = [
+    "ByteTokenizer",
+    "FakeEngine",
+    "FakeReply",
+    "ServedBuffer",
+    "ServedEngine",
+    "check_buffer_filter",
+    "check_callable",
+    "check_custom_generate",
+    "check_dynamic_filter",
+    "check_loss",
+    "check_over_sampling_filter",
+    "check_reward",
+    "check_tool_call_parser",
+    "check_trainer",
+    "make_group",
+]
 
 
 class ByteTokenizer:
@@ -210,17 +234,14 @@ def check_loss(
 
 def check_trainer(pm: RlsdkPluginManager, name: str, args: RolloutConfig) -> Any:
     """A trainer built from ``args`` (whose ``hf_checkpoint`` names a small model folder) is a
-    :class:`~rlsdk.training.PolicyTrainer`: a train step on two groups returns numeric ``train/*``
+    :class:`rlsdk.PolicyTrainer`: a train step on two groups returns numeric ``train/*``
     metrics, its log-probs cover each response token, its weights are a state dict, and a checkpoint
     saved and loaded gives back the same log-probs. Returns the trainer."""
     import math
     import tempfile
 
-    from .training.trainer import PolicyTrainer
-
     resolved = pm.resolve("trainer", name)
-    trainer = resolved.func(args)
-    assert isinstance(trainer, PolicyTrainer), f"{resolved.describe()} returned {type(trainer).__name__}"
+    trainer = build_trainer(resolved, args)
     groups = [
         [
             Sample(
@@ -260,8 +281,6 @@ def check_trainer(pm: RlsdkPluginManager, name: str, args: RolloutConfig) -> Any
 def check_tool_call_parser(pm: RlsdkPluginManager, name: str) -> Resolved:
     """A tool-call parser returns a ParsedTurn: plain text is all content with no call, and the calls its
     ``format_calls`` writes parse back to the same calls."""
-    from .agents import FunctionCall, ParsedTurn
-
     resolved = pm.resolve("tool_call_parser", name)
     tools = [{"type": "function", "function": {"name": "calculator", "parameters": {"type": "object"}}}]
     plain = resolved.func("The answer is 4.", tools)
@@ -299,9 +318,6 @@ def check_custom_generate(
     (``tokenizer`` defaults to :class:`ByteTokenizer`): it returns the sample, finished or truncated,
     with its prompt tokens kept and one response token per ``loss_mask`` and log-prob entry, after at least
     one engine call. Returns the sample."""
-    from .rollout.generate import sampling_params_for
-    from .runtime import Runtime, bind_runtime
-
     args = args or RolloutConfig()
     resolved = check_callable(pm, "custom_generate", name)
     engine = FakeEngine(replies, tokenizer)
@@ -353,9 +369,6 @@ class ServedEngine:
         return self._loop.run(coroutine, timeout)
 
     def __enter__(self) -> ServedEngine:
-        from .engines.server import start_server
-        from .runtime import BackgroundLoop
-
         self._loop = BackgroundLoop("rlsdk-served-engine")
         try:
             self.run(self.engine.start())
@@ -391,9 +404,6 @@ class ServedBuffer:
         return self.service.url
 
     def __enter__(self) -> ServedBuffer:
-        from .rollout.buffer_service import start_buffer_server
-        from .runtime import BackgroundLoop
-
         self._loop = BackgroundLoop("rlsdk-served-buffer")
         self.server = self._loop.run(
             start_buffer_server(self.service, "127.0.0.1", 0, **self.server_options), 30

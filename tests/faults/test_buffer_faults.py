@@ -178,6 +178,7 @@ def test_slow_and_half_open_clients_are_cut_off(buffer_service):
     body_late.close()
 
 
+@pytest.mark.plugins('rlsdk_generators', 'rlsdk_embedded')
 def test_groups_a_run_took_come_back_when_it_dies_before_saving_them(
     buffer_service, misbehaving_engine, small_tokenizer, tmp_path
 ):
@@ -188,7 +189,7 @@ def test_groups_a_run_took_come_back_when_it_dies_before_saving_them(
     is ``run_job`` in process (its engine, only health-checked, the misbehaving server in good mood)."""
     from rlsdk import RolloutConfig
     from rlsdk.errors import RlsdkError
-    from rlsdk.rollout.job import run_job
+    from rlsdk.run.job import run_job
 
     service = buffer_service()
     for n in range(2):

@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..aio.streams import merge_streams
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import new_rid
 from ..errors import PluginCallError
@@ -346,8 +347,6 @@ class ChatEndpoint:
         """Answer ``request`` as it is generated: first an empty :class:`Turned` (the request is checked and
         its prompt made by then), then :class:`TextDelta` and :class:`Finished` events, and last the whole
         :class:`Turned`, recorded in ``session``."""
-        from ..engines.server import merge_streams
-
         prepared = self.prepare(request, session)
         payloads = self._payloads(prepared, request.n)
         if prepared.sampling["max_new_tokens"] == 0:

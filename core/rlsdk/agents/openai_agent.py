@@ -15,11 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..aio.blocking import blocking_pool
 from ..engines.protocol import SERVE_TOKEN_ENV
 from ..errors import PluginCallError, PluginError
 from ..plugins.records import Resolved
 from ..runtime import Runtime, get_runtime
 from ..types import Sample
+from .server import chat_endpoint, start_chat_server
 from .sessions import Session
 from .tree import session_tree
 
@@ -117,8 +119,6 @@ def fill_sample(
 async def _run_agent(state: dict[str, Any], agent: Resolved, args: Any, sample: Sample, base_url: str) -> Any:
     if agent.is_async:
         return await agent.func(args, sample, state["async_client"].with_options(base_url=base_url))
-    from ..aio.blocking import blocking_pool
-
     return await blocking_pool().run(
         agent.func, args, sample, state["client"].with_options(base_url=base_url)
     )
@@ -141,11 +141,9 @@ async def _state(kind: AgentClient, args: Any, runtime: Runtime) -> dict[str, An
             f"{kind.generate} needs an agent: set agent_function_path (--set agent_function_path=NAME, "
             f"one of: {', '.join(runtime.pm.names('agent')) or 'none installed'}, or a dotted path)"
         )
-    agent = runtime.pm.resolve("agent", args.agent_function_path)
-    server = runtime.state.get("server") or runtime.state.get("agent_endpoint")
+    agent = runtime.plugins.agent
+    server = runtime.server if runtime.server is not None else runtime.state.get("agent_endpoint")
     if server is None or server.chat is None:
-        from .server import chat_endpoint, start_chat_server
-
         chat = await chat_endpoint(
             runtime.engine,
             runtime.tokenizer,
@@ -153,7 +151,8 @@ async def _state(kind: AgentClient, args: Any, runtime: Runtime) -> dict[str, An
             tool_call_parser=args.tool_call_parser,
             template_kwargs=args.apply_chat_template_kwargs,
         )
-        server = runtime.state["agent_endpoint"] = await start_chat_server(chat)
+        server = runtime.state["agent_endpoint"] = await start_chat_server(chat)  # shared by both clients
+        runtime.servers.append(server)
     else:
         server.chat.template.template_kwargs = dict(
             args.apply_chat_template_kwargs

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import __version__
+from .._version import __version__
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import SERVE_TOKEN_ENV, EngineRequestError
 from ..engines.service_guard import ConnectionLimits, check_binding, guard
@@ -26,6 +26,7 @@ from ..plugins.records import PluginInfo, Resolved
 from .completions import ChatEndpoint, ChatRequest, ChatRequestError, GenerationAborted, parse_chat_request
 from .messages import anthropic_error_body, create_message, parse_messages_request, stream_message
 from .sessions import Session
+from .tool_parsers import builtin_parsers
 from .tree import session_tree
 
 _CHAT = web.AppKey("chat", ChatEndpoint)
@@ -40,9 +41,7 @@ def resolve_parser(pm: RlsdkPluginManager, spec: str, tokenizer: Any) -> Resolve
         template = str(getattr(tokenizer, "chat_template", None) or "")
         spec = "hermes" if "<tool_call>" in template else "mistral" if "[TOOL_CALLS]" in template else "json"
     if spec not in pm.names("tool_call_parser"):
-        from .plugin import rlsdk_tool_call_parsers
-
-        builtin = {record.name: record for record in rlsdk_tool_call_parsers()}
+        builtin = {record.name: record for record in builtin_parsers()}
         if spec in builtin:
             return Resolved(builtin[spec], PluginInfo("agents", "rlsdk", __version__, "rlsdk.agents.plugin"))
     return pm.resolve("tool_call_parser", spec)

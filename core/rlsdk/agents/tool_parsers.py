@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..plugins.records import ToolCallParser
+
 
 @dataclass
 class FunctionCall:
@@ -217,3 +219,33 @@ def format_mistral(calls: list[FunctionCall]) -> str:
 
 def mistral_tools_prompt(tools: list[dict[str, Any]]) -> str:
     return f"[AVAILABLE_TOOLS]{json.dumps(tools, ensure_ascii=False)}[/AVAILABLE_TOOLS]"
+
+
+def builtin_parsers() -> list[ToolCallParser]:
+    """Core's tool-call parsers, ``json``, ``hermes`` and ``mistral`` (registered by :mod:`rlsdk.agents.plugin`)."""
+    return [
+        ToolCallParser(
+            name="json",
+            func=parse_json,
+            marker="{",
+            format_calls=format_json,
+            tools_prompt=json_tools_prompt,
+            description='A JSON object {"name": ..., "arguments": {...}} per call (small models)',
+        ),
+        ToolCallParser(
+            name="hermes",
+            func=parse_hermes,
+            marker="<tool_call>",
+            format_calls=format_hermes,
+            tools_prompt=hermes_tools_prompt,
+            description="<tool_call>{...}</tool_call> blocks (Hermes and Qwen chat templates)",
+        ),
+        ToolCallParser(
+            name="mistral",
+            func=parse_mistral,
+            marker="[",
+            format_calls=format_mistral,
+            tools_prompt=mistral_tools_prompt,
+            description="[TOOL_CALLS][{...}, ...]: a JSON array of calls (Mistral chat templates)",
+        ),
+    ]

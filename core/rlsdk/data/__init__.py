@@ -1,4 +1,5 @@
-"""Prompt data for rollouts: the data source with its buffer, and the readers behind it."""
+"""Prompt data for rollouts: the data source with its buffer, and the readers behind it. Internal: plugins
+import the public names from ``rlsdk``."""
 
 from .prompts import Prompt, PromptBuilder
 from .rows import BadRowPolicy, DataPath, Row, read_rows

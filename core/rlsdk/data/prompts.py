@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import RolloutConfig
 from ..errors import DataError
 from ..types import Messages, Sample
 from .images import split_images, text_only
@@ -62,7 +63,7 @@ class PromptBuilder:
 
     def __init__(
         self,
-        args: Any,
+        args: RolloutConfig,
         tokenizer: Any,
         bad: BadRowPolicy,
         *,

@@ -12,11 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..config import RolloutConfig
 from ..errors import DataError
 from ..plugins.calls import call_buffer_filter
+from ..plugins.manager import get_plugin_manager
+from ..plugins.run_plugins import RunPlugins
 from ..types import Sample
 from .prompts import Prompt, PromptBuilder
-from .rows import BadRowPolicy, DataPath, read_rows
+from .rows import BadRowPolicy, DataPath, Row, read_rows
 
 log = logging.getLogger("rlsdk.data")
 
@@ -43,19 +46,23 @@ class DataSource:
 
     The whole file is read, templated, tokenized and filtered when the source is built, so an empty
     dataset or a bad row is an error before any engine starts. ``keep_messages`` keeps chat-message
-    prompts as messages when no chat template is applied (for rollouts such as ``sft``).
+    prompts as messages when no chat template is applied (for rollouts such as ``sft``). The buffer filter
+    comes from the run's ``plugins`` (else from ``pm``'s, else the installed plugins, for ``args``);
+    ``read`` hands over rows already read (with the policy that counted the bad ones).
     """
 
     def __init__(
         self,
-        args: Any,
+        args: RolloutConfig,
         *,
         pm: Any = None,
+        plugins: RunPlugins | None = None,
         tokenizer: Any = None,
         path: str | Path | None = None,
         n_samples_per_prompt: int | None = None,
         shuffle: bool | None = None,
         keep_messages: bool = False,
+        read: tuple[list[Row], BadRowPolicy] | None = None,
     ) -> None:
         self.args = args
         spec = path if path is not None else args.prompt_data
@@ -66,8 +73,11 @@ class DataSource:
         self.shuffle = args.rollout_shuffle if shuffle is None else shuffle
         self.seed = args.rollout_seed
 
-        bad = BadRowPolicy(args.on_bad_row)
-        rows = read_rows(self.data_path, bad)
+        if read is None:
+            bad = BadRowPolicy(args.on_bad_row)
+            rows = read_rows(self.data_path, bad)
+        else:
+            rows, bad = read
         rows_read = len(rows) + bad.skipped
         builder = PromptBuilder(
             args, tokenizer, bad, folder=self.data_path.path.parent, keep_messages=keep_messages
@@ -82,7 +92,8 @@ class DataSource:
             raise DataError(f"{self.data_path}: no usable prompts ({self._describe_counts()})")
         log.info("%s: %d prompts (%s)", self.data_path, len(self.prompts), self._describe_counts())
 
-        self._buffer_filter = _resolve_buffer_filter(pm, args.buffer_filter_path)
+        plugins = plugins or RunPlugins(args, pm or get_plugin_manager())
+        self._buffer_filter = plugins.buffer_filter
         self.buffer: list[list[Sample]] = []
         self._epoch = 0
         self._offset = 0
@@ -257,11 +268,3 @@ class DataSource:
             f"{counts['rows_read']} rows read, {counts['bad_rows_skipped']} bad rows skipped, "
             f"{counts['prompts_too_long']} prompts longer than rollout_max_prompt_len"
         )
-
-
-def _resolve_buffer_filter(pm: Any, name: str) -> Any:
-    if pm is None:
-        from ..plugins.manager import get_plugin_manager
-
-        pm = get_plugin_manager()
-    return pm.resolve("buffer_filter", name)

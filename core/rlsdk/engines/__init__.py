@@ -1,3 +1,3 @@
 """The engine protocol: the :class:`~rlsdk.engines.engine.InferenceEngine` interface, SGLang's native
-protocol shapes, the client for SGLang-protocol servers, the HTTP server for any engine and the rules it
-applies, the health check before a run, per-sample engine statistics, and the launch of SGLang servers."""
+protocol shapes, the client for SGLang-protocol servers, the rules a service applies to its requests, and
+the launch of SGLang servers. Internal: plugins import the public names from ``rlsdk``."""

@@ -3,8 +3,8 @@
 Every engine (an SGLang server or router reached over HTTP, the embedded transformers engine in
 process, :class:`rlsdk.testing.FakeEngine`) implements :class:`InferenceEngine`. Requests and responses
 are the JSON bodies of SGLang's ``/generate`` (real ones in ``tests/fixtures/sglang-0.5.17.json``), so
-one client (:class:`rlsdk.engines.sglang_client.SGLangClient`, also importable from here), one server
-(:mod:`rlsdk.engines.server`, behind ``rlsdk serve``) and one set of custom generators work against all of
+one client (:class:`rlsdk.SGLangClient`), one server (:mod:`rlsdk.run.engine_server`, behind
+``rlsdk serve``) and one set of custom generators work against all of
 them.
 """
 
@@ -15,9 +15,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from .. import _moved
 from .protocol import EngineError, EngineRequestError, EngineUnavailableError
 
-__all__ = ["EngineError", "EngineRequestError", "EngineUnavailableError", "InferenceEngine", "SGLangClient"]  # noqa: F822 (lazy)
+__all__ = ["EngineError", "EngineRequestError", "EngineUnavailableError", "InferenceEngine"]
+__getattr__ = _moved.forward(__name__, {"SGLangClient": "rlsdk"})
 
 
 class InferenceEngine(abc.ABC):
@@ -106,11 +108,3 @@ class InferenceEngine(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-
-def __getattr__(name: str) -> Any:
-    if name == "SGLangClient":  # aiohttp loads only when the client is used
-        from .sglang_client import SGLangClient
-
-        return SGLangClient
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """SGLang's native protocol as SGLang 0.5.17 speaks it: errors, finish reasons, response bodies.
 
 Shared by every engine that answers ``/generate`` itself (the embedded engine) and by the HTTP server
-in :mod:`rlsdk.engines.server`, so both follow the real server's shapes (captured in
+in :mod:`rlsdk.run.engine_server`, so both follow the real server's shapes (captured in
 ``tests/fixtures/sglang-0.5.17.json``).
 """
 
@@ -16,6 +16,8 @@ from ..errors import RlsdkError
 
 SERVE_TOKEN_ENV = "RLSDK_SERVE_TOKEN"
 """The bearer token ``rlsdk serve`` requires off loopback, and the engine client sends when it is set."""
+BUFFER_TOKEN_ENV = "RLSDK_BUFFER_TOKEN"
+"""The bearer token ``rlsdk buffer serve`` requires off loopback, and its clients send when it is set."""
 
 
 class EngineError(RlsdkError):

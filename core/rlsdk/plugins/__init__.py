@@ -1,2 +1,3 @@
 """The plugin system: hook specifications, the records plugins return, the plugin manager, loading by
-path, the one call point per kind, and the defaults core registers itself."""
+path, the call points, and :class:`~rlsdk.plugins.run_plugins.RunPlugins` (a run's plugins, resolved once).
+Internal: plugins import the public names from ``rlsdk``."""

@@ -1,6 +1,12 @@
-"""The one call point per plugin kind: every caller (the rollout loop, eval, ``rlsdk score``, the data source,
-``rlsdk run``'s job and :mod:`rlsdk.testing`'s contract checks) calls a resolved plugin through the function of
-its kind here, so a plugin that passes the testing kit behaves the same in the loop.
+"""The call points of the rollout kinds (generate_rollout, custom_generate, reward, the three filters) and of
+the engine factory: every caller (the rollout loop, eval, ``rlsdk score``, the data source, ``rlsdk run``,
+``rlsdk serve``, a Ray engine actor and :mod:`rlsdk.testing`'s contract checks) calls a resolved plugin of
+these kinds through the function of its kind here, so a plugin that passes the testing kit behaves the same
+in the loop. The kinds that live a floor up have theirs beside their protocol: trainers
+(:func:`rlsdk.training.trainer.build_trainer`), tools (:func:`rlsdk.rollout.tools.call_tool`), tool-call
+parsers (:mod:`rlsdk.agents.completions`), agents (:mod:`rlsdk.agents.openai_agent`), task generators
+(:mod:`rlsdk.rollout.buffer_service`), losses (the trainer's own forward pass). A ``cheap`` reward has a sync
+fast path (:func:`call_cheap_reward`) that checks its result as :func:`call_reward` does.
 
 Each function calls the plugin the same way, sync or async (an awaitable result is awaited), turns any failure
 (an exception, a timeout, a result of the wrong shape) into a :class:`~rlsdk.errors.PluginCallError` that names
@@ -17,18 +23,21 @@ import math
 import numbers
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..aio.blocking import blocking_pool
-from ..aio.concurrency import ConcurrencyLimit, gather_calls
+from ..aio.concurrency import ConcurrencyLimit
 from ..aio.deadlines import deadline
-from ..aio.task_pools import cluster_task_pool
+from ..engines.engine import InferenceEngine
 from ..engines.protocol import EngineError, EngineRequestError
 from ..errors import PluginCallError, RlsdkError
 from ..types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
-from .manager import RlsdkPluginManager
 from .records import Resolved
+
+SyncRewardRunner = Callable[[Any, Resolved[Any], Any, dict[str, Any], float | None], Awaitable[Any]]
+"""Runs a sync reward somewhere else (``(args, resolved, target, kwargs, timeout)``): a run on Ray sends
+rewards to the cluster's task pool with one (``ray_sync_rewards``)."""
 
 FINISHED = (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
 
@@ -39,7 +48,6 @@ def unfinished(group: list[Sample]) -> bool:
     return not all(s.status in FINISHED or s.status is Sample.Status.FAILED for s in group)
 
 
-DEFAULT_GENERATE = "single_turn"
 ENGINE_FAULT = "engine_fault"
 """Metadata key set (True) on a sample that failed because the engine did: unreachable, an HTTP 5xx after
 retries, an unreadable answer. Not the sample's fault, so its prompt is served again."""
@@ -151,67 +159,6 @@ def as_eval_output(resolved: Resolved, result: Any, where: str = "") -> RolloutF
 # ----- custom_generate -------------------------------------------------------------------------------------
 
 
-@dataclass
-class StepPlugins:
-    """The implementations one step calls, resolved (and validated) once per step."""
-
-    pm: RlsdkPluginManager
-    custom_generate: Resolved
-    dynamic_filter: Resolved | None = None
-    over_sampling_filter: Resolved | None = None
-    _per_sample: dict[str, Resolved] = field(default_factory=dict)
-
-    @classmethod
-    def resolve(cls, args: Any, pm: RlsdkPluginManager) -> StepPlugins:
-        def optional(kind: str, spec: str | None) -> Resolved | None:
-            return pm.resolve(kind, spec) if spec else None
-
-        return cls(
-            pm=pm,
-            custom_generate=pm.resolve(
-                "custom_generate", args.custom_generate_function_path or DEFAULT_GENERATE
-            ),
-            dynamic_filter=optional("dynamic_filter", args.dynamic_sampling_filter_path),
-            over_sampling_filter=optional("over_sampling_filter", args.over_sampling_filter_path),
-        )
-
-    def generator_for(self, sample: Sample) -> Resolved:
-        """The sample's own ``generate_function_path`` (slime's per-sample override) or the run's."""
-        spec = sample.generate_function_path
-        if not spec:
-            return self.custom_generate
-        if spec not in self._per_sample:
-            self._per_sample[spec] = self.pm.resolve("custom_generate", spec)
-        return self._per_sample[spec]
-
-
-def seeded(args: Any, sampling_params: dict[str, Any], position: int) -> dict[str, Any]:
-    """Deterministic mode gives sample ``i`` of a group the seed ``rollout_seed + i``."""
-    if not args.sglang_enable_deterministic_inference:
-        return sampling_params
-    return {**sampling_params, "sampling_seed": args.rollout_seed + position}
-
-
-async def generate_group(
-    args: Any,
-    plugins: StepPlugins,
-    group: list[Sample],
-    sampling_params: dict[str, Any],
-    limit: ConcurrencyLimit,
-    evaluation: bool = False,
-) -> None:
-    """Run custom_generate on every unfinished sample of ``group`` concurrently; the group is updated
-    in place (a generator may return several samples for one)."""
-    calls = [
-        call_custom_generate(
-            args, plugins.generator_for(sample), sample, seeded(args, sampling_params, i), limit, evaluation
-        )
-        for i, sample in enumerate(group)
-    ]
-    results = await gather_calls(calls)
-    group[:] = [s for produced in results for s in produced]
-
-
 async def call_custom_generate(
     args: Any,
     resolved: Resolved,
@@ -321,12 +268,13 @@ async def call_reward(
     *,
     evaluation: bool = False,
     timeout: float | None = None,
+    runner: SyncRewardRunner | None = None,
 ) -> Any:
     """The reward of one sample, or the list of rewards of a group (``target`` a list) for a group reward.
 
     Async rewards are awaited; sync ones run in a thread of :mod:`rlsdk.aio.blocking`'s pool so a slow one
-    cannot stall the loop (abandoned at ``timeout``), or as Ray tasks with ``ray_sync_rewards`` on a run on
-    Ray, except ``cheap`` ones, which are called inline. Returns a number, a dict, or None (the reward marks
+    cannot stall the loop (abandoned at ``timeout``), or with ``runner`` where one is given (Ray tasks), except
+    ``cheap`` ones, which are called inline. Returns a number, a dict, or None (the reward marks
     the sample invalid); raises :class:`InvalidReward` otherwise."""
     where = _group_where(target) if isinstance(target, list) else _sample_where(target)
     kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
@@ -336,10 +284,8 @@ async def call_reward(
                 result = await resolved.func(args, target, **kwargs)
             elif resolved.record.cheap:
                 result = resolved.func(args, target, **kwargs)
-            elif getattr(args, "ray_sync_rewards", False) and cluster_task_pool() is not None:
-                from ..ray.task_pool import score_on_cluster
-
-                result = await score_on_cluster(args, resolved, target, kwargs, timeout)
+            elif runner is not None:
+                result = await runner(args, resolved, target, kwargs, timeout)
             else:
                 result = await blocking_pool().run(resolved.func, args, target, **kwargs)
             if inspect.isawaitable(result):
@@ -497,9 +443,7 @@ def _buffer_problem(served: Any, left: list[Any], given: set[int], num_samples: 
 
 
 def call_engine(resolved: Resolved, args: Any) -> Any:
-    """Build the engine the factory makes from ``args``: an :class:`rlsdk.engines.engine.InferenceEngine`."""
-    from ..engines.engine import InferenceEngine
-
+    """Build the engine the factory makes from ``args``: an :class:`rlsdk.InferenceEngine`."""
     try:
         engine = run_to_completion(resolved.func(args))
     except RlsdkError:
@@ -508,7 +452,6 @@ def call_engine(resolved: Resolved, args: Any) -> Any:
         raise _raised(resolved, "building the engine", exc) from exc
     if not isinstance(engine, InferenceEngine):
         raise PluginCallError(
-            f"{resolved.describe()} returned {type(engine).__name__}: expected an "
-            "rlsdk.engines.engine.InferenceEngine"
+            f"{resolved.describe()} returned {type(engine).__name__}: expected an rlsdk.InferenceEngine"
         )
     return engine

@@ -85,11 +85,10 @@ def rlsdk_custom_generates() -> Iterable[CustomGenerate]:
 
     .. code-block:: python
 
-        from rlsdk import CustomGenerate, hookimpl
-        from rlsdk.rollout.generate import generate
+        from rlsdk import CustomGenerate, hookimpl, single_turn
 
         async def twice(args, sample, sampling_params):
-            sample = await generate(args, sample, sampling_params)
+            sample = await single_turn(args, sample, sampling_params)
             sample.metadata["attempts"] = 1
             return sample
 
@@ -234,7 +233,7 @@ def rlsdk_engines() -> Iterable[Engine]:
     .. code-block:: python
 
         from rlsdk import Engine, hookimpl
-        from rlsdk.engines.engine import SGLangClient
+        from rlsdk import SGLangClient
 
         def my_cluster(args):
             return SGLangClient("http://10.0.0.5:30000")
@@ -339,7 +338,7 @@ def rlsdk_tool_call_parsers() -> Iterable[ToolCallParser]:
 
         import json
         from rlsdk import ToolCallParser, hookimpl
-        from rlsdk.agents import FunctionCall, ParsedTurn
+        from rlsdk import FunctionCall, ParsedTurn
 
         def call_lines(text, tools):
             lines = text.splitlines()
@@ -398,7 +397,7 @@ def rlsdk_agents() -> Iterable[Agent]:
 def rlsdk_trainers() -> Iterable[Trainer]:
     """Provide policy trainers for ``rlsdk run --train`` (``--trainer NAME``).
 
-    The callable is a factory ``trainer(args) -> rlsdk.training.Trainer``: an object that trains on a
+    The callable is a factory ``trainer(args) -> rlsdk.PolicyTrainer``: an object that trains on a
     step's kept samples, reports per-token log-probs for the trust check, hands its weights to the
     engine and saves and loads checkpoints. Heavy imports (torch, megatron) belong inside the factory.
 
@@ -412,7 +411,7 @@ def rlsdk_trainers() -> Iterable[Trainer]:
         from rlsdk import Trainer, hookimpl
 
         def frozen_embeddings(args):
-            from rlsdk.training.torch_trainer import TorchTrainer
+            from rlsdk import TorchTrainer
 
             trainer = TorchTrainer(args)
             trainer.model.get_input_embeddings().requires_grad_(False)
@@ -449,7 +448,7 @@ def rlsdk_losses() -> Iterable[Loss]:
     .. code-block:: python
 
         from rlsdk import Loss, hookimpl
-        from rlsdk.training.losses import log_probs_and_entropy
+        from rlsdk import log_probs_and_entropy
 
         def reinforce(args, batch, logits, sum_of_sample_mean):
             import torch

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PluginError
+from . import slime_layer
 
 
 def is_path(spec: str) -> bool:
@@ -26,9 +27,7 @@ def load_callable(spec: str) -> Callable[..., Any]:
         module_part, _, attr = spec.rpartition(".")
     if not module_part or not attr:
         raise PluginError(f"cannot load {spec!r}: expected 'pkg.mod:fn', 'pkg.mod.fn' or 'file.py:fn'")
-    from .. import slime_compat
-
-    slime_compat.install()  # slime's functions import slime's modules: rlsdk's stand in when slime is absent
+    slime_layer.install()  # slime's functions import slime's modules: rlsdk's stand in when slime is absent
     if module_part.endswith(".py"):
         module = _load_file(Path(module_part), spec)
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +13,7 @@ import pluggy
 
 from ..errors import PluginConflictError, PluginError, UnknownPluginError
 from . import hookspecs
+from .real_slime import for_real_slime
 from .loading import check_signature, is_async_callable, is_path, load_callable
 from .records import (
     KINDS,
@@ -52,6 +53,7 @@ class RlsdkPluginManager(pluggy.PluginManager):
         self._infos: dict[str, PluginInfo] = {}
         self._tables: dict[str, dict[str, list[tuple[PluginRecord, PluginInfo]]]] | None = None
         self._options: dict[str, tuple[Option, PluginInfo]] | None = None
+        self._options_reserved: frozenset[str] = frozenset()
 
     # ----- registration -----------------------------------------------------------------------
 
@@ -127,6 +129,13 @@ class RlsdkPluginManager(pluggy.PluginManager):
     def plugin_infos(self) -> list[PluginInfo]:
         return list(self._infos.values())
 
+    def plugin_versions(self) -> dict[str, str | None]:
+        """Distribution -> version of every plugin loaded (a run's state records them; Ray workers are
+        checked against the driver's)."""
+        return dict(
+            sorted((info.distribution, info.version) for info in self.plugin_infos() if info.distribution)
+        )
+
     # ----- tables of records ------------------------------------------------------------------
 
     def _collect(self) -> dict[str, dict[str, list[tuple[PluginRecord, PluginInfo]]]]:
@@ -176,14 +185,14 @@ class RlsdkPluginManager(pluggy.PluginManager):
             if len(providers) > 1
         ]
 
-    def options(self) -> dict[str, tuple[Option, PluginInfo]]:
+    def options(self, reserved: Collection[str] = ()) -> dict[str, tuple[Option, PluginInfo]]:
         """Name -> (option, provenance) of every run option the plugins declare (``rlsdk_options``). Two plugins
-        may declare one option alike; declaring it differently is a conflict naming both."""
-        if self._options is not None:
+        may declare one option alike; declaring it differently is a conflict naming both. A plugin declaring
+        a ``reserved`` name (core's options, :meth:`rlsdk.RolloutConfig.option_names`) is reported and
+        skipped."""
+        core = frozenset(reserved)
+        if self._options is not None and self._options_reserved == core:
             return self._options
-        from ..config import RolloutConfig
-
-        core = set(RolloutConfig.option_names())
         strict = os.environ.get(STRICT_ENV, "") not in ("", "0")
         options: dict[str, tuple[Option, PluginInfo]] = {}
         for impl in self.hook.rlsdk_options.get_hookimpls():
@@ -211,7 +220,7 @@ class RlsdkPluginManager(pluggy.PluginManager):
                         f"and {info.describe()}. Uninstall one, or block one with {DISABLE_ENV}=<entry point>"
                     )
                 options.setdefault(option.name, (option, info))
-        self._options = options
+        self._options, self._options_reserved = options, core
         return options
 
     # ----- resolution ------------------------------------------------------------------------
@@ -235,8 +244,6 @@ class RlsdkPluginManager(pluggy.PluginManager):
                 f"Choose one of: {', '.join(self.names(kind)) or 'none'}"
             )
         if is_path(spec):
-            from ..slime_compat.real_slime import for_real_slime
-
             func = for_real_slime(kind, load_callable(spec))  # slime's own samples, when slime is installed
             record = RECORD_TYPES[kind](
                 name=spec.replace(".", "_").replace(":", "_").replace("/", "_"), func=func, **record_options

@@ -122,7 +122,7 @@ class Engine(PluginRecord):
 
 @dataclass
 class Trainer(PluginRecord):
-    """``trainer(args) -> rlsdk.training.Trainer``: a factory for the policy trainer of ``rlsdk run --train``."""
+    """``trainer(args) -> rlsdk.PolicyTrainer``: a factory for the policy trainer of ``rlsdk run --train``."""
 
     kind: ClassVar[str] = "trainer"
     call_args: ClassVar[tuple[str, ...]] = ("args",)
@@ -143,7 +143,7 @@ class Loss(PluginRecord):
     loss reads, and a dotted-path loss gets), or ``response``, only the rows that predict response tokens,
     ``[1, sum(response_lengths), vocab]``: the trainer then computes no vocabulary projection for prompt
     positions and holds no copy of a group's prompt rows per sample. A loss that reads the logits through
-    :func:`rlsdk.training.losses.response_logits` (or ``log_probs_and_entropy``) works with either."""
+    :func:`rlsdk.response_logits` (or ``log_probs_and_entropy``) works with either."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RlsdkError
+from ..plugins.manager import get_plugin_manager
 
 LOCAL = "local"
 """``--ray`` without an address: a cluster on this machine, for this run only."""
@@ -46,8 +47,8 @@ class Cluster:
             import_ray().shutdown()
 
 
-def connect(args: Any) -> Cluster:
-    """``ray.init`` for the run: a local cluster with the dashboard off and only the resources the run needs
+def connect(args: Any, local_cpus: int) -> Cluster:
+    """``ray.init`` for the run: a local cluster with the dashboard off and ``local_cpus`` logical CPUs
     (``args.ray_address`` ``local``), or the cluster at ``auto``/``ray://...``/``host:port``.
     ``args.ray_runtime_env`` becomes the job's runtime environment, so every worker gets it."""
     ray = import_ray()
@@ -56,7 +57,7 @@ def connect(args: Any) -> Cluster:
         return Cluster(address="existing", connected=False)
     if args.ray_address == LOCAL:
         ray.init(
-            num_cpus=local_cpus(args),
+            num_cpus=local_cpus,
             include_dashboard=False,
             object_store_memory=local_object_store(),
             **options,
@@ -64,17 +65,6 @@ def connect(args: Any) -> Cluster:
         return Cluster(address=LOCAL, connected=True)
     ray.init(address=args.ray_address, **options)
     return Cluster(address=args.ray_address, connected=True)
-
-
-def local_cpus(args: Any) -> int:
-    """Logical CPUs of a local cluster: the machine's, or what the engines (spares and standbys included),
-    the trainer and one grading task ask for when that is more (each engine and the trainer set their own
-    torch threads: Ray's count only places actors)."""
-    from .engine_actor import engine_count, standby_count
-
-    actors = engine_count(args) + args.ray_spare_engines + standby_count(args)
-    engines = int(actors * args.ray_engine_cpus + 0.999)
-    return max(os.cpu_count() or 1, engines + 2)
 
 
 def local_object_store() -> int:
@@ -88,8 +78,6 @@ def worker_info() -> dict[str, Any]:
     """Where the calling Ray worker runs: node address and id, process id, log file, GPUs, and the rlsdk
     plugins its environment has (distribution -> version), found by its own plugin manager."""
     ray = import_ray()
-    from ..plugins.manager import get_plugin_manager
-    from ..rollout.job import plugin_versions
 
     context = ray.get_runtime_context()
     pid = os.getpid()
@@ -99,7 +87,7 @@ def worker_info() -> dict[str, Any]:
         "pid": pid,
         "log_file": worker_log_file(pid),
         "gpus": [str(g) for g in ray.get_gpu_ids()],
-        "plugins": plugin_versions(get_plugin_manager()),
+        "plugins": get_plugin_manager().plugin_versions(),
     }
 
 

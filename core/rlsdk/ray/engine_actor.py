@@ -15,11 +15,16 @@ filesystem every node sees."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from ..engines.launch.process_group import free_port
 from ..errors import RlsdkError
+from ..plugins.calls import call_engine
+from ..plugins.manager import get_plugin_manager
+from ..plugins.run_plugins import RunPlugins, engine_name, sglang_url
 from .cluster import import_ray, worker_info
 
 T = TypeVar("T")
@@ -31,9 +36,6 @@ class EngineDiedError(RlsdkError):
 
 def launches_sglang(args: Any) -> bool:
     """Whether the run's engine is the ``sglang`` engine launching its own servers (no URL given)."""
-    from ..plugins.defaults import sglang_url
-    from ..rollout.job import engine_name
-
     return engine_name(args) == "sglang" and sglang_url(args) is None
 
 
@@ -75,7 +77,6 @@ def engine_args(args: Any, index: int) -> Any:
     of engine ``index``. Called in the actor."""
     if not launches_sglang(args):
         return args
-    from ..engines.launch.sglang import free_port
 
     host = import_ray().util.get_node_ip_address()
     return dataclasses.replace(
@@ -127,11 +128,9 @@ class EngineActor:
     async def prepare(self) -> float:
         """Resolve the engine plugin here and build the engine without starting it; ``time.time()`` then."""
         if self._built is None:
-            from ..plugins.manager import get_plugin_manager
-            from ..rollout.job import engine_name
-
-            engine_plugin = get_plugin_manager().resolve("engine", engine_name(self.args))
-            built = engine_plugin.func(engine_args(self.args, self.index))
+            # engine: this worker's own plugin, built through the engine call point
+            a = engine_args(self.args, self.index)
+            built = call_engine(RunPlugins(a, get_plugin_manager()).engine, a)
             prepare = getattr(built, "prepare", None)
             if prepare is not None:
                 await prepare()
@@ -222,3 +221,12 @@ class EngineActor:
     async def close(self) -> None:
         if self.engine is not None:
             await self.engine.close()
+
+
+def local_cpus(args: Any) -> int:
+    """Logical CPUs of a local cluster: the machine's, or what the engines (spares and standbys included),
+    the trainer and one grading task ask for when that is more (each engine and the trainer set their own
+    torch threads: Ray's count only places actors)."""
+    actors = engine_count(args) + args.ray_spare_engines + standby_count(args)
+    engines = int(actors * args.ray_engine_cpus + 0.999)
+    return max(os.cpu_count() or 1, engines + 2)

@@ -17,7 +17,11 @@ import signal
 import threading
 from typing import Any
 
+from ..aio.task_pools import cluster_task_pool
 from ..errors import RlsdkError
+from ..plugins.loading import is_path
+from ..plugins.manager import get_plugin_manager
+from ..plugins.run_plugins import RunPlugins
 from .cluster import first_line, import_ray
 
 RETRIES = 3
@@ -62,10 +66,7 @@ def run_task(spec: str, args: tuple[Any, ...], timeout: float) -> tuple[bool, An
 def score_reward(spec: str, group: bool, args: Any, target: Any, kwargs: dict[str, Any]) -> tuple[Any, Any]:
     """A Ray task: the reward ``spec`` (a registered name or a path) resolved from this worker's own
     environment, called on ``target``; its result and ``target`` (which a reward may have changed)."""
-    from ..plugins.manager import get_plugin_manager
-    from ..rollout.rewarding import resolve_reward
-
-    resolved = resolve_reward(get_plugin_manager(), spec, group=group)
+    resolved = RunPlugins(args, get_plugin_manager()).resolve("reward", spec, group=group)
     return resolved.func(args, target, **kwargs), target
 
 
@@ -74,9 +75,6 @@ async def score_on_cluster(
 ) -> Any:
     """Score ``target`` (a sample, or a group's list) with the sync reward ``resolved`` as a task of the
     cluster's pool (:func:`score_reward`); what the reward changed on the samples is copied back."""
-    from ..aio.task_pools import cluster_task_pool
-    from ..plugins.loading import is_path
-
     info = resolved.info
     spec = info.plugin if info.distribution is None and is_path(info.plugin) else resolved.name
     pool = cluster_task_pool()

@@ -1,5 +1,5 @@
 """The trainer in a Ray actor: the ``trainer`` plugin resolved and built in the actor's own environment,
-driven through :class:`RemoteTrainer`, a :class:`~rlsdk.training.trainer.PolicyTrainer` that forwards each
+driven through :class:`RemoteTrainer`, a :class:`rlsdk.PolicyTrainer` that forwards each
 call. Its weights go to the engines through Ray's object store without a copy in the driver. A trainer
 that dies stops the run, naming the last checkpoint to ``--resume`` from."""
 
@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RlsdkError
-from ..training.options import named_model_folder, trainer_world_size
-from ..training.trainer import PolicyTrainer
+from ..outputs import STATE_FILE
+from ..plugins.manager import get_plugin_manager
+from ..training_options import named_model_folder, trainer_world_size
+from ..training.trainer import PolicyTrainer, build_trainer
 from ..types import Sample
 from .cluster import describe_place, first_line, import_ray, place, start, worker_info
 from .environments import check_worker
@@ -47,16 +49,9 @@ class TrainerActor:
         """Resolve the trainer plugin here and build it from ``hf_checkpoint`` (the engine's model folder,
         known once the engines started) unless the run names its own; the trainer's ``device`` and
         ``dtype`` (the trust check's tolerance depends on them)."""
-        from ..plugins.manager import get_plugin_manager
 
         self.args.hf_checkpoint = self.args.hf_checkpoint or hf_checkpoint
-        resolved = get_plugin_manager().resolve("trainer", spec)
-        self.trainer = resolved.func(self.args)
-        if not isinstance(self.trainer, PolicyTrainer):
-            raise TypeError(
-                f"{resolved.describe()} returned {type(self.trainer).__name__}: expected a "
-                "rlsdk.training.PolicyTrainer"
-            )
+        self.trainer = build_trainer(get_plugin_manager().resolve("trainer", spec), self.args)
         return {name: str(getattr(self.trainer, name, "")) for name in ("device", "dtype")}
 
     def call(self, method: str, *args: Any) -> Any:
@@ -173,8 +168,6 @@ class RemoteTrainer(PolicyTrainer):
 
 def last_checkpoint_advice(output_dir: Path) -> str:
     """Where ``--resume`` would continue the run from, read from its ``state.json``."""
-    from ..rollout.job import STATE_FILE
-
     try:
         checkpoint = json.loads((output_dir / STATE_FILE).read_text()).get("checkpoint")
     except (OSError, ValueError):

@@ -1,2 +1,3 @@
-"""The rollout loop: one step (generate, reward, filter, account in the ledger), eval, the job behind
-``rlsdk run``, tool calls and the rollout buffer service."""
+"""The rollout loop: one step (generate, reward, filter, account in the ledger), eval, tool calls, the
+rollout buffer service, and core's own rollout plugins (:mod:`.plugin`). Internal: plugins import the public
+names from ``rlsdk``."""

@@ -40,6 +40,8 @@ from typing import Any
 
 from aiohttp import web
 
+from .. import _moved
+from ..engines.protocol import BUFFER_TOKEN_ENV
 from ..engines.service_guard import ConnectionLimits, guard
 from ..engines.service_guard import check_binding as _check_binding
 from ..errors import PluginError
@@ -47,7 +49,7 @@ from ..plugins.manager import RlsdkPluginManager
 from ..plugins.records import TaskGenerator
 
 DEFAULT_MAX_BODY = 64 << 20
-TOKEN_ENV = "RLSDK_BUFFER_TOKEN"
+__getattr__ = _moved.forward(__name__, {"TOKEN_ENV": "rlsdk:BUFFER_TOKEN_ENV"})
 DEFAULT_LEASE_SECONDS = 300.0
 """How long groups handed to a trainer wait for its acknowledgement before they are served again."""
 DEFAULT_READ_TIMEOUT = 30.0
@@ -392,7 +394,7 @@ class BufferService:
 
 def check_binding(host: str, token: str | None) -> None:
     """Refuse to serve off loopback without a bearer token."""
-    _check_binding("the rollout buffer", host, token, TOKEN_ENV)
+    _check_binding("the rollout buffer", host, token, BUFFER_TOKEN_ENV)
 
 
 # ----- HTTP ---------------------------------------------------------------------------------------------

@@ -8,11 +8,15 @@ import dataclasses
 import logging
 from typing import Any
 
+from ..config import RolloutConfig
 from ..aio.concurrency import ConcurrencyLimit
-from ..plugins.calls import StepPlugins, unfinished
+from ..data import DataSource
+from ..plugins.calls import unfinished
+from ..plugins.run_plugins import RunPlugins
 from ..runtime import Runtime, bind_runtime
 from ..types import RolloutFnEvalOutput, Sample, reward_value
 from .generate import sampling_params_for
+from .groups import run_group
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +37,7 @@ DATASET_OVERRIDES = (
 )
 
 
-def eval_datasets(args: Any) -> list[dict[str, Any]]:
+def eval_datasets(args: RolloutConfig) -> list[dict[str, Any]]:
     """``args.eval_datasets`` plus slime's flat ``eval_prompt_data`` (``name path name path ...``)."""
     datasets = [dict(d) for d in args.eval_datasets]
     flat = list(args.eval_prompt_data)
@@ -65,9 +69,8 @@ def pass_at_k(correct: list[list[bool]], k: int) -> float:
 
 
 async def run_eval_groups(
-    args: Any,
-    runtime: Runtime,
-    plugins: StepPlugins,
+    args: RolloutConfig,
+    plugins: RunPlugins,
     groups: list[list[Sample]],
     params: dict[str, Any],
     limit: ConcurrencyLimit,
@@ -75,13 +78,11 @@ async def run_eval_groups(
 ) -> list[list[Sample]]:
     """Generate and reward ``groups`` in place; a group aborted mid-generation runs again from its prompt,
     up to :data:`EVAL_ATTEMPTS` times in all. Returns the groups still aborted after that."""
-    from .step import run_group
-
     pristine = copy.deepcopy(groups)
     todo = list(range(len(groups)))
     for attempt in range(1, EVAL_ATTEMPTS + 1):
         await asyncio.gather(
-            *(run_group(args, runtime, plugins, groups[i], params, limit, evaluation=True) for i in todo)
+            *(run_group(args, plugins, groups[i], params, limit, evaluation=True) for i in todo)
         )
         todo = [i for i in todo if unfinished(groups[i])]
         if not todo or attempt == EVAL_ATTEMPTS:
@@ -92,10 +93,8 @@ async def run_eval_groups(
     return [groups[i] for i in todo]
 
 
-async def eval_rollout(args: Any, runtime: Runtime) -> RolloutFnEvalOutput:
+async def eval_rollout(args: RolloutConfig, runtime: Runtime) -> RolloutFnEvalOutput:
     """Generate and reward every prompt of every eval dataset; no filters, no buffer."""
-    from ..data import DataSource
-
     data: dict[str, dict[str, Any]] = {}
     metrics: dict[str, Any] = {}
     for spec in eval_datasets(args):
@@ -105,18 +104,17 @@ async def eval_rollout(args: Any, runtime: Runtime) -> RolloutFnEvalOutput:
         n = ds_args.n_samples_per_eval_prompt
         source = DataSource(
             ds_args,
-            pm=runtime.pm,
+            plugins=runtime.plugins,
             tokenizer=runtime.tokenizer,
             path=spec["path"],
             n_samples_per_prompt=n,
             shuffle=False,
         )
         groups = list(source.iter_groups())
-        plugins = StepPlugins.resolve(ds_args, runtime.pm)
         params = sampling_params_for(ds_args, evaluation=True)
         limit = ConcurrencyLimit(ds_args.sglang_server_concurrency)
         name = spec["name"]
-        aborted = await run_eval_groups(ds_args, runtime, plugins, groups, params, limit, name)
+        aborted = await run_eval_groups(ds_args, runtime.plugins, groups, params, limit, name)
         key = ds_args.eval_reward_key or ds_args.reward_key
         rewards = [[reward_value(s.reward, key) for s in g] for g in groups]
         flat = [r for row in rewards for r in row]

@@ -9,81 +9,54 @@ A reward that raises, hangs past ``args.reward_timeout`` or returns something ot
 dict never becomes a silent 0: the sample is marked invalid (``reward=None``, status ``failed``, the reason
 in ``metadata["reward_error"]``), and :func:`apply_invalid_policy` applies ``args.on_invalid_reward``.
 
-Rewards are called through :func:`rlsdk.plugins.calls.call_reward` (async ones on the event loop, plain ones
-in a thread of :mod:`rlsdk.aio.blocking`'s pool, ``cheap`` ones inline).
+Rewards are resolved once per run (:class:`rlsdk.plugins.run_plugins.RunPlugins`) and called through
+:func:`rlsdk.plugins.calls.call_reward` (async ones on the event loop, plain ones in a thread of
+:mod:`rlsdk.aio.blocking`'s pool or as Ray tasks, ``cheap`` ones inline).
 """
 
 from __future__ import annotations
 
-import copy
 import weakref
 from typing import Any
 
+from ..config import RolloutConfig
 from ..aio.concurrency import gather_calls
-from ..answers import last_boxed
 from ..errors import PluginCallError, PluginError
 from ..plugins.calls import InvalidReward, call_cheap_reward, call_reward
-from ..plugins.loading import is_path
-from ..plugins.records import Resolved, Reward, normalize_name
+from ..plugins.manager import RlsdkPluginManager
+from ..plugins.records import Resolved
+from ..plugins.run_plugins import RunPlugins
+from ..runtime import plugins_of
 from ..types import Sample
 
-BOXED_PREFIX = "boxed_"
 REWARD_ERROR = "reward_error"
 """Metadata key holding why a sample's reward is invalid (it stays after ``on_invalid_reward=score``)."""
 _STATUS_BEFORE = "status_before_reward_error"
 INVALID_DROP_REASON = "invalid_reward"
 
-_resolved: weakref.WeakKeyDictionary[Any, dict[tuple[str, bool], Resolved]] = weakref.WeakKeyDictionary()
-
 
 # ----- resolution -----------------------------------------------------------------------------------
 
-
-def resolve_reward(pm: Any, spec: str, *, group: bool = False) -> Resolved:
-    """Resolve a reward name, ``boxed_`` name or dotted path once per plugin manager (then cached).
-    ``group=True`` marks a dotted-path reward as a group reward (slime's ``--group-rm``)."""
-    cache = _resolved.setdefault(pm, {})
-    key = (spec.strip(), group)
-    if key not in cache:
-        cache[key] = _resolve_uncached(pm, key[0], group)
-    return cache[key]
+_by_manager: weakref.WeakKeyDictionary[RlsdkPluginManager, RunPlugins] = weakref.WeakKeyDictionary()
 
 
-def _resolve_uncached(pm: Any, spec: str, group: bool) -> Resolved:
-    options = {"group": True} if group else {}
-    name = normalize_name(spec)
-    if is_path(spec) or not name.startswith(BOXED_PREFIX) or name in pm.records("reward"):
-        return pm.resolve("reward", spec, **options)
-    inner = pm.resolve("reward", spec.strip()[len(BOXED_PREFIX) :], **options)
-    record = Reward(
-        name=name,
-        func=_boxed(inner),
-        description=f"{inner.name} on the last \\boxed{{}} answer",
-        group=inner.record.group,
-    )
-    return Resolved(record, inner.info, is_async=True, accepts_evaluation=True)
+def run_plugins(plugins: RunPlugins | RlsdkPluginManager, args: RolloutConfig) -> RunPlugins:
+    """The run's plugins, or for a bare plugin manager (``rlsdk score``, tests) one set per manager, so each
+    reward is resolved once either way."""
+    if isinstance(plugins, RunPlugins):
+        return plugins
+    if plugins not in _by_manager:
+        _by_manager[plugins] = RunPlugins(args, plugins)
+    return _by_manager[plugins]
 
 
-def _boxed_sample(sample: Sample) -> Sample:
-    boxed = copy.copy(sample)
-    boxed.response = last_boxed(sample.response or "") or ""
-    return boxed
-
-
-def _boxed(inner: Resolved) -> Any:
-    async def boxed_reward(args: Any, sample: Any, evaluation: bool = False) -> Any:
-        target = [_boxed_sample(s) for s in sample] if inner.record.group else _boxed_sample(sample)
-        return await call_reward(args, inner, target, evaluation=evaluation)
-
-    return boxed_reward
-
-
-def reward_spec(args: Any, sample: Sample) -> tuple[str, bool]:
+def reward_spec(args: RolloutConfig, sample: Sample) -> tuple[str, bool]:
     """(reward name or path, is group reward) for one sample, in slime's order of precedence."""
     if sample.custom_rm_path:
         return sample.custom_rm_path, False
-    if getattr(args, "custom_rm_path", None):
-        return args.custom_rm_path, bool(getattr(args, "group_rm", False))
+    custom: str | None = getattr(args, "custom_rm_path", None)  # slime's own args may lack rlsdk's options
+    if custom:
+        return custom, bool(getattr(args, "group_rm", False))
     rm_type = (sample.metadata or {}).get("rm_type") or getattr(args, "rm_type", None)
     if not rm_type:
         raise PluginError(f"sample {_where(sample)} has no reward: set rm_type (--rm) or custom_rm_path")
@@ -93,30 +66,38 @@ def reward_spec(args: Any, sample: Sample) -> tuple[str, bool]:
 # ----- scoring --------------------------------------------------------------------------------------
 
 
-async def score_group(args: Any, pm: Any, samples: list[Sample], *, evaluation: bool = False) -> None:
+async def score_group(
+    args: RolloutConfig,
+    plugins: RunPlugins | RlsdkPluginManager,
+    samples: list[Sample],
+    *,
+    evaluation: bool = False,
+) -> None:
     """Set ``reward`` on every sample that has none (a group reward scores every sample), marking
-    invalid ones; never raises for one bad sample.
+    invalid ones; never raises for one bad sample. Rewards come from the run's ``plugins`` (or a plugin
+    manager's).
 
     Raises PluginError only for configuration errors: an unknown reward (before any reward runs), or a
     dict reward without the configured ``reward_key``/``eval_reward_key``.
     """
+    plugins = run_plugins(plugins, args)
     plan: dict[tuple[str, bool], tuple[Resolved, list[Sample]]] = {}  # samples by reward
     for sample in samples:
         spec = reward_spec(args, sample)
         if sample.reward is not None and not spec[1]:
             continue  # a custom generator already scored it (slime's agents do): kept, as slime keeps it
         if spec not in plan:
-            plan[spec] = (resolve_reward(pm, spec[0], group=spec[1]), [])
+            plan[spec] = (plugins.resolve("reward", spec[0], group=spec[1]), [])
         plan[spec][1].append(sample)
     timeout = float(getattr(args, "reward_timeout", 60.0))
     calls = []
     for resolved, members in plan.values():
         if resolved.record.group:
-            calls.append(_score_together(args, resolved, members, evaluation, timeout))
+            calls.append(_score_together(args, plugins, resolved, members, evaluation, timeout))
         elif resolved.record.cheap:
             _score_inline(args, resolved, members, evaluation)
         else:
-            calls.extend(_score_one(args, resolved, s, evaluation, timeout) for s in members)
+            calls.extend(_score_one(args, plugins, resolved, s, evaluation, timeout) for s in members)
     if calls:
         await gather_calls(calls)
     key = (
@@ -126,19 +107,35 @@ async def score_group(args: Any, pm: Any, samples: list[Sample], *, evaluation: 
     )
     if key is not None:
         for sample in samples:
-            _check_key(args, pm, sample, key)
+            _check_key(args, plugins, sample, key)
 
 
-async def _score_one(args: Any, resolved: Resolved, sample: Sample, evaluation: bool, timeout: float) -> None:
+async def score_samples(args: Any, samples: list[Sample], *, evaluation: bool = False) -> None:
+    """Score ``samples`` with the run's rewards, as the rollout step does (for a plugin that scores samples
+    itself, such as slime's ``batched_async_rm``): each sample without a reward gets one, or is marked
+    invalid with the reason in ``metadata[REWARD_ERROR]``."""
+    await score_group(args, plugins_of(args), samples, evaluation=evaluation)
+
+
+async def _score_one(
+    args: RolloutConfig,
+    plugins: RunPlugins,
+    resolved: Resolved,
+    sample: Sample,
+    evaluation: bool,
+    timeout: float,
+) -> None:
     try:
-        reward = await call_reward(args, resolved, sample, evaluation=evaluation, timeout=timeout)
+        reward = await call_reward(
+            args, resolved, sample, evaluation=evaluation, timeout=timeout, runner=plugins.reward_runner
+        )
     except InvalidReward as exc:
         mark_invalid(sample, resolved, exc.reason)
         return
     _set(sample, resolved, reward)
 
 
-def _score_inline(args: Any, resolved: Resolved, samples: list[Sample], evaluation: bool) -> None:
+def _score_inline(args: RolloutConfig, resolved: Resolved, samples: list[Sample], evaluation: bool) -> None:
     """A ``cheap`` reward, called on the event loop: no thread hop, no timeout."""
     for sample in samples:
         try:
@@ -150,10 +147,17 @@ def _score_inline(args: Any, resolved: Resolved, samples: list[Sample], evaluati
 
 
 async def _score_together(
-    args: Any, resolved: Resolved, samples: list[Sample], evaluation: bool, timeout: float
+    args: RolloutConfig,
+    plugins: RunPlugins,
+    resolved: Resolved,
+    samples: list[Sample],
+    evaluation: bool,
+    timeout: float,
 ) -> None:
     try:
-        rewards = await call_reward(args, resolved, samples, evaluation=evaluation, timeout=timeout)
+        rewards = await call_reward(
+            args, resolved, samples, evaluation=evaluation, timeout=timeout, runner=plugins.reward_runner
+        )
     except InvalidReward as exc:
         for sample in samples:
             mark_invalid(sample, resolved, exc.reason)
@@ -169,12 +173,12 @@ def _set(sample: Sample, resolved: Resolved, reward: Any) -> None:
         sample.reward = reward
 
 
-def _check_key(args: Any, pm: Any, sample: Sample, key: str | None) -> None:
+def _check_key(args: RolloutConfig, plugins: RunPlugins, sample: Sample, key: str | None) -> None:
     if key is None or not isinstance(sample.reward, dict) or key in sample.reward:
         return
     spec, group = reward_spec(args, sample)
     raise PluginError(
-        f"{resolve_reward(pm, spec, group=group).describe()} returned a dict with keys "
+        f"{plugins.resolve('reward', spec, group=group).describe()} returned a dict with keys "
         f"{sorted(sample.reward)} for sample {_where(sample)}, which has no reward key {key!r}: "
         f"choose one of them with --reward-key/--eval-reward-key"
     )
@@ -207,7 +211,7 @@ def count_invalid(samples: list[Sample]) -> int:
     return sum(REWARD_ERROR in (s.metadata or {}) for s in samples)
 
 
-def apply_invalid_policy(args: Any, group: list[Sample]) -> str | None:
+def apply_invalid_policy(args: RolloutConfig, group: list[Sample]) -> str | None:
     """Apply ``args.on_invalid_reward`` to a scored group holding invalid samples.
 
     ``fail`` raises PluginCallError with the reasons; ``drop_group`` returns the drop reason

@@ -15,23 +15,25 @@ import time
 import warnings
 from typing import Any
 
+from ..config import RolloutConfig
 from ..agents.sessions import agent_metrics
 from ..aio.concurrency import ConcurrencyLimit
 from ..errors import PluginCallError
 from ..plugins.calls import (
     ENGINE_FAULT,
     FINISHED,
-    StepPlugins,
     call_dynamic_filter,
     call_over_sampling_filter,
-    generate_group,
     unfinished,
 )
+from ..plugins.run_plugins import RunPlugins
 from ..runtime import Runtime, get_runtime
 from ..types import RolloutFnTrainOutput, Sample, reward_value
+from .evaluation import eval_rollout
 from .generate import sampling_params_for
+from .groups import run_group
 from .ledger import Group, StepLedger
-from .rewarding import apply_invalid_policy, count_invalid, score_group
+from .rewarding import apply_invalid_policy, count_invalid
 
 SUBMIT_SLICE = 64
 """Samples whose tasks a step creates before it lets them run (and send their requests) while it goes on
@@ -43,22 +45,20 @@ ENGINE_REQUEUES = "engine_requeues"
 """Metadata key: how many times the sample's prompt came back after the engine failed its group."""
 
 
-def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
+def generate_rollout(args: RolloutConfig, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
     """slime's ``generate_rollout`` signature: run one training step (or eval) on the run's engine."""
     runtime = get_runtime(args)
     if evaluation:
-        from .evaluation import eval_rollout
-
         return runtime.run(eval_rollout(args, runtime))
     return runtime.run(rollout_step(args, rollout_id, data_source, runtime))
 
 
 async def rollout_step(
-    args: Any, rollout_id: int, data_source: Any, runtime: Runtime
+    args: RolloutConfig, rollout_id: int, data_source: Any, runtime: Runtime
 ) -> RolloutFnTrainOutput:
     """One training step, readable top to bottom."""
     started = time.perf_counter()
-    plugins = StepPlugins.resolve(args, runtime.pm)
+    plugins = runtime.plugins
     ledger = StepLedger()
     target = args.rollout_batch_size
     max_groups = args.rollout_max_groups_per_step or 8 * target
@@ -79,7 +79,7 @@ async def rollout_step(
     while len(kept) < target:
         # Keep enough groups in flight to fill the batch, pulling a chunk at a time.
         if not exhausted and pulled < max_groups and len(kept) + len(in_flight) < target:
-            chunk = min(args.over_sampling_batch_size, max_groups - pulled)
+            chunk = min(args.over_sampling_batch_size or target, max_groups - pulled)
             groups = data_source.get_samples(chunk, rollout_id)  # buffer_filter: buffered groups first
             exhausted = not groups
             ledger.enter(groups)
@@ -87,7 +87,7 @@ async def rollout_step(
             pulled += len(groups)
             unsent = 0
             for group in groups:
-                task = asyncio.create_task(run_group(args, runtime, plugins, group, sampling_params, limit))
+                task = asyncio.create_task(run_group(args, plugins, group, sampling_params, limit))
                 task.add_done_callback(lambda _: finished.set())
                 in_flight[task] = group
                 unsent += len(group)
@@ -175,27 +175,9 @@ async def rollout_step(
     return RolloutFnTrainOutput(samples=batch, metrics=metrics, discarded=ledger.discarded)
 
 
-async def run_group(
-    args: Any,
-    runtime: Runtime,
-    plugins: StepPlugins,
-    group: Group,
-    sampling_params: dict[str, Any],
-    limit: ConcurrencyLimit,
-    evaluation: bool = False,
-) -> Group:
-    """Generate and reward one group in place. Failures are recorded on the samples, not raised."""
-    # custom_generate: each unfinished sample (buffered surplus groups are already complete)
-    await generate_group(args, plugins, group, sampling_params, limit, evaluation)
-    if all(s.status in FINISHED for s in group) and any(s.reward is None for s in group):
-        # reward: per sample, or once per group for group rewards
-        await score_group(args, runtime.pm, group, evaluation=evaluation)
-    return group
-
-
 async def settle(
-    args: Any,
-    plugins: StepPlugins,
+    args: RolloutConfig,
+    plugins: RunPlugins,
     group: Group,
     ledger: StepLedger,
     kept: list[Group],
@@ -232,7 +214,9 @@ async def settle(
         ledger.drop(group, verdict.reason or "filtered")
 
 
-async def order_groups(args: Any, plugins: StepPlugins, kept: list[Group], ledger: StepLedger) -> list[Group]:
+async def order_groups(
+    args: RolloutConfig, plugins: RunPlugins, kept: list[Group], ledger: StepLedger
+) -> list[Group]:
     """Apply the over-sampling filter; groups it leaves out count as dropped by it."""
     resolved = plugins.over_sampling_filter
     assert resolved is not None
@@ -245,7 +229,7 @@ async def order_groups(args: Any, plugins: StepPlugins, kept: list[Group], ledge
 
 
 def reset_for_buffer(
-    args: Any,
+    args: RolloutConfig,
     group: Group,
     rollout_id: int,
     *,
@@ -281,7 +265,7 @@ def engine_failed(group: Group) -> bool:
     return faulted and all(s.metadata.get(ENGINE_REQUEUES, 0) < MAX_ENGINE_REQUEUES for s in group)
 
 
-def restart_group(args: Any, group: Group, rollout_id: int) -> Group:
+def restart_group(args: RolloutConfig, group: Group, rollout_id: int) -> Group:
     """A copy of a failed group with every sample back at its prompt, for the data source; the failed
     samples stay as they are, with their errors, in the step's discarded groups."""
     fresh = copy.deepcopy(group)
@@ -293,7 +277,7 @@ def restart_group(args: Any, group: Group, rollout_id: int) -> Group:
     return reset_for_buffer(args, fresh, rollout_id, partial=False)
 
 
-def group_rewards(args: Any, groups: list[Group]) -> list[list[float]]:
+def group_rewards(args: RolloutConfig, groups: list[Group]) -> list[list[float]]:
     """Each group's valid scalar rewards."""
     key = getattr(args, "reward_key", None)
     return [[v for v in (reward_value(s.reward, key) for s in g) if v is not None] for g in groups]
@@ -318,7 +302,9 @@ def _pstdev(values: list[float]) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
 
 
-def step_metrics(args: Any, batch: list[Group], ledger: StepLedger, started: float) -> dict[str, Any]:
+def step_metrics(
+    args: RolloutConfig, batch: list[Group], ledger: StepLedger, started: float
+) -> dict[str, Any]:
     """The step's metrics: the ledger, rewards, lengths, tokens and time."""
     samples = [s for g in batch for s in g]
     elapsed = time.perf_counter() - started

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..aio.blocking import blocking_pool
 from ..plugins.records import Tool
-from ..runtime import get_runtime
+from ..runtime import plugins_of
 
 
 @dataclass
@@ -23,9 +23,8 @@ class ToolResult:
 
 
 def resolve_tools(args: Any, names: list[str]) -> dict[str, Tool]:
-    """The tool records of ``names`` from the run's plugin manager (an unknown name lists the installed)."""
-    pm = get_runtime(args).pm
-    return {tool.name: tool for tool in (pm.resolve("tool", name).record for name in names)}
+    """The tool records of ``names`` from the run's plugins (an unknown name lists the installed)."""
+    return plugins_of(args).tools(names)
 
 
 async def call_tool(args: Any, tool: Tool, arguments: dict[str, Any]) -> ToolResult:

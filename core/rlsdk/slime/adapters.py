@@ -18,8 +18,10 @@ from typing import Any
 
 from ..config import core_options, installed_options
 from ..errors import PluginCallError, UnknownPluginError
+from ..plugins.calls import reward_problem
 from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
 from ..plugins.records import Resolved
+from ..runtime import get_runtime
 from ..types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 
@@ -122,8 +124,6 @@ def reward_adapter(resolved: Resolved) -> Callable[..., Any]:
     reward runs in a thread so it cannot stall slime's loop."""
 
     async def call(args: Any, target: Any, **kwargs: Any) -> Any:
-        from ..plugins.calls import reward_problem
-
         if resolved.is_async:
             result = await resolved.func(view(args), target, **kwargs)
         elif resolved.record.cheap:
@@ -225,8 +225,6 @@ def generate_rollout_adapter(resolved: Resolved) -> Callable[..., Any]:
     types and samples when slime is importable."""
 
     def generate_rollout(args: Any, rollout_id: Any, data_source: Any, evaluation: bool = False) -> Any:
-        from ..runtime import get_runtime
-
         rollout_args, source = view(args), SlimeDataSource(data_source)
         output = resolved.func(rollout_args, rollout_id, source, evaluation=evaluation)
         if inspect.isawaitable(output):

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from ..plugins.records import Resolved
+from ..config import RolloutConfig
 from ..runtime import Runtime
 from ..types import RolloutFnTrainOutput
+from .gpu_memory import phase_peaks_for
+from ..training_options import offloads
 from .sync import check_tolerance, choose_sync, sync_weights, trust_check
-from .trainer import PolicyTrainer
+from .trainer import PolicyTrainer, build_trainer
 
 CHECKPOINT_META = "rlsdk_checkpoint.json"
 
@@ -24,20 +27,22 @@ class TrainingSession:
     ``n`` after the n-th train step, so each sample's ``weight_versions`` say which policy sampled it.
     """
 
-    def __init__(self, args: Any, runtime: Runtime, trainer_plugin: Resolved, output_folder: Path) -> None:
+    def __init__(self, args: RolloutConfig, runtime: Runtime, output_folder: Path) -> None:
         self.args = args
         self.runtime = runtime
         self.output_folder = output_folder
         self.weight_sync = choose_sync(
             args, runtime.engine, output_folder / "sync-weights"
         )  # before any model loads
-        self.trainer: PolicyTrainer = trainer_plugin.func(args)
-        if not isinstance(self.trainer, PolicyTrainer):
-            raise TypeError(
-                f"{trainer_plugin.describe()} returned {type(self.trainer).__name__}: expected a "
-                "rlsdk.training.PolicyTrainer"
-            )
+        trainer = runtime.plugins.trainer
+        assert trainer is not None, "a training run resolves its trainer"
+        # trainer: built by its plugin from the run's settings
+        self.trainer: PolicyTrainer = build_trainer(trainer, args)
         self.weight_version = 0
+        self.offload_train = offloads(args)[0] and bool(getattr(args, "colocate", False))
+        self.memory = phase_peaks_for(self.trainer)
+        if self.offload_train:  # the engines generate first
+            self.trainer.offload()
 
     @property
     def checkpoint_root(self) -> Path:
@@ -55,16 +60,29 @@ class TrainingSession:
         """One train step on the kept groups, the sync, and the trust check on the batch's first sample."""
         if not result.samples:
             raise RuntimeError(f"step {rollout_id} kept no samples: nothing to train on")
-        self.runtime.run(self.weight_sync.before_train(self.runtime.engine))
-        metrics = self.trainer.train_step(rollout_id, result.samples)
+        with self._phase("train"):
+            self.runtime.run(self.weight_sync.before_train(self.runtime.engine))  # offload_rollout
+            if self.offload_train:
+                self.trainer.onload()
+            metrics = self.trainer.train_step(rollout_id, result.samples)
+            if self.offload_train:  # before the engines take their memory back
+                started = time.perf_counter()
+                self.trainer.offload()
+                metrics["train/offload_seconds"] = time.perf_counter() - started
         self.weight_version += 1
-        metrics.update(self.sync())
-        probe = result.samples[-1][0]
-        started = time.perf_counter()
-        metrics["train/sync_logprob_max_diff"] = self.runtime.run(
-            trust_check(self.runtime.engine, self.trainer, probe, check_tolerance(self.args, self.trainer))
-        )
-        metrics["train/trust_check_seconds"] = time.perf_counter() - started
+        with self._phase("sync"):
+            metrics.update(self.sync())
+            probe = result.samples[-1][0]
+            started = time.perf_counter()
+            metrics["train/sync_logprob_max_diff"] = self.runtime.run(
+                trust_check(
+                    self.runtime.engine, self.trainer, probe, check_tolerance(self.args, self.trainer)
+                )
+            )
+            metrics["train/trust_check_seconds"] = time.perf_counter() - started
+        if self.memory is not None:
+            peaks = self.memory.take()
+            metrics.update({f"memory/peak_gpu_gb_{phase}": gb for phase, gb in peaks.items()})
         if "train/train_rollout_logprob_abs_diff" in metrics:
             metrics["train/rollout_logprob_diff"] = metrics.pop("train/train_rollout_logprob_abs_diff")
         return metrics
@@ -90,12 +108,19 @@ class TrainingSession:
         staging.rename(final)
         return final
 
+    def _phase(self, name: str) -> Any:
+        return self.memory.phase(name) if self.memory is not None else contextlib.nullcontext()
+
     def close(self) -> None:
+        if self.memory is not None:
+            self.memory.close()
         self.trainer.close()
 
     def restore(self, folder: Path) -> None:
         """Load a checkpoint into the trainer and hand its weights to the engine."""
         meta = json.loads((folder / CHECKPOINT_META).read_text())
         self.trainer.load_checkpoint(folder)
+        if self.offload_train:  # the optimizer state came back to the GPU; the engines generate next
+            self.trainer.offload()
         self.weight_version = int(meta["weight_version"])
         self.sync()

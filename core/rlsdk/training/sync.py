@@ -24,10 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import RolloutConfig
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import ReplicaLostError
+from ..engines.launch.process_group import free_port
 from ..errors import RlsdkError
 from ..types import Sample
+from ..training_options import offloads
 from .trainer import PolicyTrainer
 
 log = logging.getLogger(__name__)
@@ -83,16 +86,21 @@ class DiskSync(WeightSync):
 
 
 class ColocatedTensorSync(WeightSync):
-    """CUDA IPC into SGLang servers sharing the trainer's GPUs (launched with ``--enable-memory-saver``)."""
+    """CUDA IPC into SGLang servers sharing the trainer's GPUs (launched with ``--enable-memory-saver``).
+    With ``release`` (``offload_rollout``, on with ``colocate``) the servers give their GPU memory up while
+    the trainer trains; without it they keep it, and the push flushes their cache after the update."""
 
     name = "tensor"
 
-    def __init__(self) -> None:
+    def __init__(self, release: bool = True) -> None:
         super().__init__()
+        self.release = release
         self.released = False
         self.release_seconds = 0.0
 
     async def before_train(self, engine: InferenceEngine) -> None:
+        if not self.release:
+            return
         started = time.perf_counter()
         await engine.flush_cache()
         await engine.release_memory()  # type: ignore[attr-defined]
@@ -102,10 +110,11 @@ class ColocatedTensorSync(WeightSync):
     async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
         from .tensor_transport import LOAD_FORMAT, FlatWeights, serialize_for_sglang
 
-        if not self.released:  # a sync with no train step before it (a restored checkpoint)
+        if self.release and not self.released:  # a sync with no train step before it (a restored checkpoint)
             await self.before_train(engine)
         started = time.perf_counter()
-        await engine.resume_memory(["weights"])  # type: ignore[attr-defined]
+        if self.release:
+            await engine.resume_memory(["weights"])  # type: ignore[attr-defined]
         resumed = time.perf_counter()
         flat = await asyncio.to_thread(FlatWeights.pack, trainer.weights().items())
         payload = await asyncio.to_thread(serialize_for_sglang, flat)
@@ -119,14 +128,15 @@ class ColocatedTensorSync(WeightSync):
                 {
                     "serialized_named_tensors": [payload] * ranks,
                     "load_format": LOAD_FORMAT,
-                    "flush_cache": False,
+                    "flush_cache": not self.release,
                     "weight_version": weight_version,
                 },
             )
         del flat
         await asyncio.to_thread(_collect_ipc)
         updated = time.perf_counter()
-        await engine.resume_memory(["kv_cache", "cuda_graph"])  # type: ignore[attr-defined]
+        if self.release:
+            await engine.resume_memory(["kv_cache", "cuda_graph"])  # type: ignore[attr-defined]
         self.released = False
         self.timings = {
             "release_seconds": self.release_seconds,
@@ -157,7 +167,6 @@ class NcclBroadcastSync(WeightSync):
         self.workers: list[str] = []
 
     async def _join(self, engine: Any) -> None:
-        from ..engines.launch.sglang import free_port
         from .tensor_transport import init_broadcast_group
 
         self.workers = await engine.workers()
@@ -214,7 +223,7 @@ class NcclBroadcastSync(WeightSync):
             torch.cuda.synchronize()
 
 
-def choose_sync(args: Any, engine: InferenceEngine, disk_folder: Path) -> WeightSync:
+def choose_sync(args: RolloutConfig, engine: InferenceEngine, disk_folder: Path) -> WeightSync:
     """The strategy ``args.weight_sync`` names; ``auto``: in process for an in-process engine, ``tensor``
     with ``colocate``, else ``disk``."""
     mode = getattr(args, "weight_sync", "auto")
@@ -232,7 +241,9 @@ def choose_sync(args: Any, engine: InferenceEngine, disk_folder: Path) -> Weight
         )
     if mode == "in_process" and not engine.in_process_weights:
         raise ValueError(f"{type(engine).__name__} cannot take weights in process")
-    strategies = {"in_process": InProcessSync, "tensor": ColocatedTensorSync, "nccl": NcclBroadcastSync}
+    if mode == "tensor":
+        return ColocatedTensorSync(release=offloads(args)[1])
+    strategies = {"in_process": InProcessSync, "nccl": NcclBroadcastSync}
     return DiskSync(disk_folder) if mode == "disk" else strategies[mode]()
 
 
@@ -307,7 +318,7 @@ catches weights that are missing, misplaced or from another model (several nats 
 step (0.14-0.16 nats after a step at lr 1e-5)."""
 
 
-def check_tolerance(args: Any, trainer: PolicyTrainer) -> float:
+def check_tolerance(args: RolloutConfig, trainer: PolicyTrainer) -> float:
     """``sync_check_tol``, or its default for where the trainer runs: its ``device`` (CUDA or not), else
     its ``dtype`` (half precision or not)."""
     if args.sync_check_tol is not None:

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..errors import PluginCallError, RlsdkError
+from ..plugins.records import Resolved
 from ..types import Sample
 
 
@@ -43,5 +45,30 @@ class PolicyTrainer(abc.ABC):
     def load_checkpoint(self, folder: Path) -> None:
         """Restore the state :meth:`save_checkpoint` wrote."""
 
+    def offload(self) -> None:  # noqa: B027 (optional: a trainer with nothing to move keeps its memory)
+        """Free the GPU memory training alone needs (optimizer state, gradients) while the engines generate
+        on the same GPUs (``offload_train``); the weights stay, for the sync and the trust check."""
+
+    def onload(self) -> None:  # noqa: B027 (optional, as offload)
+        """Bring back what :meth:`offload` moved, before the next train step."""
+
     def close(self) -> None:  # noqa: B027 (optional: most trainers hold nothing beyond their process)
         """Release what outlives the trainer object otherwise (e.g. the processes of other ranks)."""
+
+
+def build_trainer(resolved: Resolved[Any], args: Any) -> PolicyTrainer:
+    """The trainer call point: ``trainer(args)`` from its plugin, checked to be a :class:`PolicyTrainer`
+    (the run's trainer, a Ray trainer actor's, and :func:`rlsdk.testing.check_trainer`'s)."""
+    try:
+        trainer = resolved.func(args)
+    except RlsdkError:
+        raise
+    except Exception as exc:
+        raise PluginCallError(
+            f"{resolved.describe()} building the trainer raised {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(trainer, PolicyTrainer):
+        raise PluginCallError(
+            f"{resolved.describe()} returned {type(trainer).__name__}: expected an rlsdk.PolicyTrainer"
+        )
+    return trainer

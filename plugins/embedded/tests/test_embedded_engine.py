@@ -424,7 +424,7 @@ def test_client_raises_request_errors_with_the_message(served):
 
 
 def test_request_body_size_is_limited(served):
-    from rlsdk.engines.server import start_server
+    from rlsdk.run.engine_server import start_server
 
     small = served.run(start_server(served.engine, "127.0.0.1", 0, max_body=1024))
     try:
@@ -459,7 +459,7 @@ def test_weight_update_from_disk_and_from_a_state_dict(served):
         await client.update_weights_from_disk(path, "step-7")
         return await client.weight_version(), await client.generate(payload)
 
-    from rlsdk.engines.server import start_server
+    from rlsdk.run.engine_server import start_server
 
     allowing = served.run(
         start_server(served.engine, "127.0.0.1", 0, weights_dirs=[served.engine.model_path])

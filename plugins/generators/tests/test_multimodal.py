@@ -12,9 +12,9 @@ import pytest
 import rlsdk_filter_hub.plugin
 from rlsdk import Reward, RolloutConfig, Sample, hookimpl
 from rlsdk.data import DataSource
-from rlsdk.engines.engine import SGLangClient
+from rlsdk.engines.sglang_client import SGLangClient
 from rlsdk.errors import DataError
-from rlsdk.rollout.job import run_job
+from rlsdk.run.job import run_job
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk_generators import plugin as generators_plugin
 

@@ -1,9 +1,11 @@
 """megatron-core on CPU for the tests (imported by them and, by file path, by the rank processes).
 
-megatron-core 0.19 assumes CUDA in three places a float32, dropout-free forward and backward does not
-need, which :func:`patch_for_cpu` points at the CPU: the rotary frequencies are moved to
-``torch.cuda.current_device()``, the default causal mask is allocated on ``"cuda"``, and attention
-dropout forks the CUDA RNG tracker. Everything else is megatron's real code.
+megatron-core 0.19 assumes CUDA in places a float32, dropout-free forward and backward does not need,
+which :func:`patch_for_cpu` points at the CPU: the rotary frequencies (and a MoE router's weights) are moved
+to ``torch.cuda.current_device()``, the default causal mask is allocated on ``"cuda"``, attention dropout
+forks the CUDA RNG tracker, and the MoE all-to-all dispatcher copies its split sizes to the host on a side
+CUDA stream, as numpy arrays only when they were on the GPU (here: no stream, and numpy arrays always, as
+``all_to_all_single`` takes them). Everything else is megatron's real code.
 """
 
 from __future__ import annotations
@@ -15,21 +17,45 @@ from typing import Any
 import torch
 
 
+class _NoStream:
+    """Stands for the CUDA streams of MoE's token dispatcher: one and the same "stream" everywhere, its
+    events already complete (the host copies it orders are done in place)."""
+
+    def record_event(self) -> _NoStream:
+        return self
+
+    def synchronize(self) -> None:
+        pass
+
+
+def _host_copy(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:
+    if as_numpy and isinstance(tensor, torch.Tensor):
+        return tensor.numpy()
+    return tensor
+
+
 class _NoDropoutRng:
     def fork(self, *args: Any, **kwargs: Any) -> contextlib.nullcontext[None]:
         return contextlib.nullcontext()
 
 
 def patch_for_cpu(set_attribute: Callable[[Any, str, Any], None] = setattr) -> None:
-    """Apply the three patches with ``set_attribute`` (``monkeypatch.setattr`` to undo them later)."""
+    """Apply the patches with ``set_attribute`` (``monkeypatch.setattr`` to undo them later)."""
     from megatron.core import tensor_parallel
     from megatron.core.fusions import fused_softmax
+    from megatron.core.transformer.moe import token_dispatcher
+    from megatron.core.transformer.moe.token_dispatcher import MoEAlltoAllTokenDispatcher
 
     set_attribute(torch.cuda, "current_device", lambda: "cpu")
     set_attribute(
         fused_softmax, "get_default_causal_mask", lambda sq: torch.ones(sq, sq, dtype=torch.bool).triu(1)
     )
     set_attribute(tensor_parallel, "get_cuda_rng_tracker", lambda *args, **kwargs: _NoDropoutRng())
+    stream = _NoStream()
+    set_attribute(MoEAlltoAllTokenDispatcher, "cuda_dtoh_stream", stream)
+    set_attribute(torch.cuda, "current_stream", lambda *args, **kwargs: stream)
+    set_attribute(torch.cuda, "stream", lambda *args, **kwargs: contextlib.nullcontext())
+    set_attribute(token_dispatcher, "maybe_move_tensor_to_cpu", _host_copy)
 
 
 def cpu_trainer(args: Any) -> Any:

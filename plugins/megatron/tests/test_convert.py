@@ -8,14 +8,17 @@ import torch
 
 from rlsdk_megatron.convert import (
     ModelShape,
+    check_expert_parallel,
     check_tensor_parallel,
     fuse_qkv,
     hf_to_megatron,
     megatron_config,
     megatron_to_hf,
+    merge_expert_parallel,
     merge_tensor_parallel,
     pad_vocab,
     padded_vocab_size,
+    split_expert_parallel,
     split_tensor_parallel,
 )
 
@@ -183,3 +186,116 @@ def test_tensor_parallel_sizes_that_do_not_divide_the_model_are_refused():
         check_tensor_parallel(config, 4)
     with pytest.raises(ValueError, match="size 3 does not divide the 4 attention heads"):
         check_tensor_parallel(config, 3)
+
+
+MOE = {"moe_intermediate_size": 16, "num_experts": 4, "num_experts_per_tok": 2, "head_dim": 8}
+
+
+def tiny_qwen3(model_type: str, fused: bool = False) -> tuple[dict, dict, dict]:
+    """A tiny Qwen3 (QK-norm) or Qwen3-MoE model: (its state dict, its config.json as saved, the state
+    dict ``save_pretrained`` wrote, which holds one matrix per expert where transformers 5's model fuses
+    them)."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    extra = MOE if model_type == "qwen3_moe" else {"head_dim": 8}
+    config = AutoConfig.for_model(model_type, **TINY, **extra, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        saved = json.loads((Path(folder) / "config.json").read_text())
+        on_disk = load_file(str(Path(folder) / "model.safetensors"))
+    return model.state_dict(), saved, on_disk
+
+
+def test_qwen3_qk_norms_convert_and_switch_on_megatrons_qk_layernorm():
+    hf, config, on_disk = tiny_qwen3("qwen3")
+    megatron = hf_to_megatron(hf, config)
+    layer = "decoder.layers.1.self_attention."
+    assert torch.equal(megatron[layer + "q_layernorm.weight"], hf["model.layers.1.self_attn.q_norm.weight"])
+    assert torch.equal(megatron[layer + "k_layernorm.weight"], hf["model.layers.1.self_attn.k_norm.weight"])
+    transformer, _ = megatron_config(config)
+    assert transformer["qk_layernorm"] and transformer["kv_channels"] == 8
+    assert not megatron_config(tiny_model("llama", False)[1])[0]["qk_layernorm"]
+    back = megatron_to_hf(megatron, config)
+    assert back.keys() == hf.keys() == on_disk.keys()
+    for name, tensor in hf.items():
+        assert torch.equal(back[name], tensor), name
+
+
+def test_qwen3_moe_experts_from_either_form_convert_to_the_checkpoint_form():
+    """transformers 5's fused experts and the per-expert checkpoint give the same megatron weights; back,
+    the checkpoint's names (what SGLang and from_pretrained load)."""
+    fused, config, on_disk = tiny_qwen3("qwen3_moe")
+    assert "model.layers.0.mlp.experts.gate_up_proj" in fused
+    assert "model.layers.0.mlp.experts.3.gate_proj.weight" in on_disk
+    from_fused, from_disk = hf_to_megatron(fused, config), hf_to_megatron(on_disk, config)
+    assert from_fused.keys() == from_disk.keys()
+    for name, tensor in from_disk.items():
+        assert torch.equal(from_fused[name], tensor), name
+    expert = "decoder.layers.0.mlp.experts.local_experts.2."
+    assert torch.equal(
+        from_disk[expert + "linear_fc1.weight"],
+        torch.cat(
+            [
+                on_disk["model.layers.0.mlp.experts.2.gate_proj.weight"],
+                on_disk["model.layers.0.mlp.experts.2.up_proj.weight"],
+            ]
+        ),
+    )
+    assert torch.equal(
+        from_disk["decoder.layers.0.mlp.router.weight"], on_disk["model.layers.0.mlp.gate.weight"]
+    )
+    back = megatron_to_hf(from_fused, config)
+    assert back.keys() == on_disk.keys()
+    for name, tensor in on_disk.items():
+        assert torch.equal(back[name], tensor), name
+
+
+def test_qwen3_moe_config_maps_the_router_and_experts():
+    _, config, _ = tiny_qwen3("qwen3_moe")
+    transformer, _ = megatron_config(config)
+    assert transformer["num_moe_experts"] == 4 and transformer["moe_ffn_hidden_size"] == 16
+    assert transformer["moe_router_topk"] == 2 and transformer["qk_layernorm"]
+    # Hugging Face's softmax over all experts without renormalising is megatron's pre-softmax router.
+    assert transformer["moe_router_pre_softmax"] is True
+    assert megatron_config({**config, "norm_topk_prob": True})[0]["moe_router_pre_softmax"] is False
+    published = {k: v for k, v in config.items() if k != "num_local_experts"} | {"num_experts": 128}
+    assert megatron_config(published)[0]["num_moe_experts"] == 128
+    with pytest.raises(ValueError, match="every layer is a MoE layer"):
+        megatron_config({**config, "mlp_only_layers": [0]})
+
+
+@pytest.mark.parametrize("ep", [1, 2, 4])
+def test_expert_parallel_split_then_merge_is_the_identity(ep):
+    fused, config, _ = tiny_qwen3("qwen3_moe")
+    whole = hf_to_megatron(fused, config)
+    shards = split_expert_parallel(whole, ep)
+    local = "decoder.layers.1.mlp.experts.local_experts."
+    assert {k for k in shards[-1] if k.startswith(local)} == {
+        f"{local}{e}.linear_fc{n}.weight" for e in range(4 // ep) for n in (1, 2)
+    }
+    assert torch.equal(
+        shards[-1][f"{local}{4 // ep - 1}.linear_fc2.weight"], whole[f"{local}3.linear_fc2.weight"]
+    )
+    assert shards[-1]["decoder.layers.1.mlp.router.weight"] is whole["decoder.layers.1.mlp.router.weight"]
+    merged = merge_expert_parallel(shards)
+    assert merged.keys() == whole.keys()
+    for name, tensor in whole.items():
+        assert torch.equal(merged[name], tensor), name
+
+
+def test_expert_parallel_sizes_are_checked():
+    _, config, _ = tiny_qwen3("qwen3_moe")
+    check_expert_parallel(config, 2, 1)
+    with pytest.raises(ValueError, match="size 3 does not divide the 4 experts"):
+        check_expert_parallel(config, 3, 1)
+    with pytest.raises(ValueError, match="needs a MoE model"):
+        check_expert_parallel(tiny_model("llama", False)[1], 2, 1)
+    with pytest.raises(ValueError, match="tensor parallelism of MoE models"):
+        check_expert_parallel(config, 1, 2)

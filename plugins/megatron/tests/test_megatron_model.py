@@ -50,7 +50,7 @@ def cpu_megatron():
     import torch.distributed as dist
     from megatron.core import parallel_state
 
-    from rlsdk.engines.launch.sglang import free_port
+    from rlsdk import free_port
 
     patches = pytest.MonkeyPatch()
     patch_for_cpu(patches.setattr)
@@ -113,4 +113,55 @@ def test_megatron_state_dict_converts_back_to_the_hugging_face_weights(models):
     original = hf.state_dict()
     assert back.keys() == original.keys()
     for name, tensor in original.items():
+        assert torch.equal(back[name], tensor), name
+
+
+QWEN3 = {
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,  # Qwen3's heads are wider than hidden / heads
+    "num_hidden_layers": 2,
+    "vocab_size": 128,
+    "rope_theta": 1000000.0,
+    "initializer_range": 0.2,
+}
+MOE = {"moe_intermediate_size": 16, "num_experts": 4, "num_experts_per_tok": 2}
+
+
+@pytest.mark.parametrize(
+    ("model_type", "extra"),
+    [
+        ("qwen3", {}),
+        ("qwen3_moe", {**MOE, "norm_topk_prob": True}),
+        ("qwen3_moe", {**MOE, "norm_topk_prob": False}),
+    ],
+    ids=["qwen3", "qwen3-moe-normalised-top-k", "qwen3-moe"],
+)
+def test_qwen3_and_qwen3_moe_log_probs_equal_transformers(cpu_megatron, tmp_path, model_type, extra):
+    """QK-norm (megatron's q/k_layernorm), the router (softmax, top-2, renormalised or not) and the experts
+    (megatron's SequentialMLP and all-to-all dispatcher) compute transformers' Qwen3/Qwen3-MoE; the
+    state dict converts back to the checkpoint save_pretrained wrote."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **QWEN3, **extra)).save_pretrained(
+        tmp_path
+    )
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    config = json.loads((tmp_path / "config.json").read_text())
+    saved = read_hf_weights(tmp_path)
+    megatron = build_gpt_model(config, saved, torch.float32, torch.device("cpu")).eval()
+    generator = torch.Generator().manual_seed(1)
+    rows = [torch.randint(0, QWEN3["vocab_size"], (n,), generator=generator) for n in (17, 9)]
+    with torch.no_grad():
+        packed = packed_logits(megatron, rows, pad_id=0, device=torch.device("cpu"))[0]
+        separate = torch.cat([hf(input_ids=row[None]).logits[0] for row in rows])
+    gap = (packed.log_softmax(-1) - separate.log_softmax(-1)).abs()
+    assert gap.max() < 1e-4, f"max |megatron - transformers| log-prob {gap.max():.3g} nats"
+    assert separate.log_softmax(-1).std() > 1.0
+    back = megatron_to_hf(megatron.state_dict(), config)
+    assert back.keys() == saved.keys()
+    for name, tensor in saved.items():
         assert torch.equal(back[name], tensor), name

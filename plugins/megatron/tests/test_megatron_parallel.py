@@ -40,18 +40,37 @@ TINY = {
 }
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
+TINY_MOE = {
+    **{k: v for k, v in TINY.items() if k not in ("rope_theta",)},
+    "model_type": "qwen3_moe",
+    "head_dim": 16,
+    "moe_intermediate_size": 32,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "norm_topk_prob": True,
+}
+
+
+def save_tiny(path: Path, config: dict) -> Path:
     from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models
 
-    path = tmp_path_factory.mktemp("tiny-llama")
     torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(AutoConfig.for_model(**TINY)).save_pretrained(path)
-    vocab = {f"t{i}": i for i in range(TINY["vocab_size"])}
+    AutoModelForCausalLM.from_config(AutoConfig.for_model(**config)).save_pretrained(path)
+    vocab = {f"t{i}": i for i in range(config["vocab_size"])}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
     PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="t0").save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("tiny-llama"), TINY)
+
+
+@pytest.fixture(scope="module")
+def moe_folder(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("tiny-qwen3-moe"), TINY_MOE)
 
 
 def groups() -> list[list[Sample]]:
@@ -76,6 +95,7 @@ def groups() -> list[list[Sample]]:
 
 
 def config(folder: Path, **sizes: int) -> RolloutConfig:
+    options = {"global_batch_size": 4, "micro_batch_size": 1, **sizes}  # two optimizer steps by default
     return RolloutConfig(
         hf_checkpoint=str(folder),
         train=True,
@@ -85,9 +105,7 @@ def config(folder: Path, **sizes: int) -> RolloutConfig:
         lr=1e-2,
         adam_eps=1.0,  # updates proportional to the gradients: Adam's g / sqrt(v) would magnify rounding
         clip_grad=0.5,  # clips: the norm must be the whole model's
-        global_batch_size=4,  # two optimizer steps
-        micro_batch_size=1,
-        **sizes,
+        **options,
     )
 
 
@@ -100,6 +118,15 @@ def run(trainer, samples: list[Sample]) -> dict:
 
 @pytest.fixture(scope="module")
 def one_process(folder):
+    return one_process_result(folder)
+
+
+@pytest.fixture(scope="module")
+def one_process_moe(moe_folder):
+    return one_process_result(moe_folder, global_batch_size=3)
+
+
+def one_process_result(folder: Path, **options: int) -> dict:
     import torch.distributed as dist
     from megatron.core import parallel_state
 
@@ -107,7 +134,7 @@ def one_process(folder):
     load_callable(f"{CPU_MEGATRON}:patch_for_cpu")(patches.setattr)
     samples = [s for g in groups() for s in g]
     try:
-        trainer = load_callable(f"{CPU_MEGATRON}:cpu_trainer")(config(folder))
+        trainer = load_callable(f"{CPU_MEGATRON}:cpu_trainer")(config(folder, **options))
         result = run(trainer, samples)
         result["initial"] = load_callable("rlsdk_megatron.trainer:read_hf_weights")(folder)
         parallel_state.destroy_model_parallel()
@@ -123,6 +150,20 @@ def one_process(folder):
     ids=["tensor-parallel-2", "data-parallel-2"],
 )
 def test_two_processes_train_as_one(folder, one_process, sizes, tmp_path):
+    check_two_processes(folder, one_process, sizes, tmp_path)
+
+
+def test_expert_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, tmp_path):
+    """A Qwen3-MoE (4 experts, top-2) with its experts split over 2 ranks (data-parallel 2, each rank 2
+    experts, tokens exchanged all-to-all on gloo): the same log-probs, loss, grad norm (experts counted on
+    their ranks) and weights after the step (every expert gathered back under its whole-model name).
+    Global batches of 3 give the ranks 2 and 1 samples: the second runs an empty pass to meet the first's
+    all-to-all exchanges."""
+    sizes = {"expert_model_parallel_size": 2, "global_batch_size": 3}
+    check_two_processes(moe_folder, one_process_moe, sizes, tmp_path)
+
+
+def check_two_processes(folder: Path, one_process: dict, sizes: dict, tmp_path: Path) -> None:
     patches = pytest.MonkeyPatch()
     load_callable(f"{CPU_MEGATRON}:patch_for_cpu")(patches.setattr)
     samples = [s for g in groups() for s in g]

@@ -170,7 +170,7 @@ def test_search_r1_on_embedded_engine(rlsdk_pm, served):
     rlsdk_pm.register(search_r1_plugin)
     engine = served.engine
     args = RolloutConfig(
-        rollout_max_response_len=96, rollout_temperature=0.0, extra={"max_turns": 2, "search_r1_topk": 1}
+        rollout_max_response_len=96, rollout_temperature=0.0, max_turns=2, extra={"search_r1_topk": 1}
     )
     runtime = bind_runtime(args, Runtime(rlsdk_pm, engine, engine.tokenizer))
     row = questions()[3]

@@ -134,7 +134,7 @@ def _agent():
 def test_rlsdk_run_trains_the_agent_with_token_exact_samples(tmp_path):
     """``rlsdk run --custom-generate openai_agent --set agent_function_path=tool_agent`` on the embedded
     engine, with a train step: samples come from the sessions, no false forks, the fork rate reported."""
-    from rlsdk.rollout.job import run_job
+    from rlsdk.run.job import run_job
 
     args = RolloutConfig.from_dict(
         {

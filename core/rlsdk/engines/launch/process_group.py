@@ -13,6 +13,7 @@ import atexit
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -127,3 +128,10 @@ def _group_alive(pgid: int) -> bool:
 def _stop_all() -> None:
     for process in list(_RUNNING):
         process.stop(grace=5.0)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (for a server about to start)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

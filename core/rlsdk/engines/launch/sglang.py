@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -24,9 +23,10 @@ from typing import Any
 
 import aiohttp
 
-from ...training.options import trainer_world_size
+from ...training_options import trainer_world_size
 from ..protocol import EngineError, EngineUnavailableError
-from .process_group import ManagedProcess
+from .arguments import CLIENT_OPTIONS
+from .process_group import ManagedProcess, free_port
 
 SET_BY_RLSDK = {
     "model_path": "--hf-checkpoint / --model",
@@ -39,23 +39,6 @@ SET_BY_RLSDK = {
 }
 """Server flags rlsdk derives from its own options; a ``sglang_<name>`` for one of them is an error
 naming the option to use instead (as slime skips them)."""
-
-CLIENT_OPTIONS = frozenset(
-    {
-        "sglang_url",
-        "sglang_launch",
-        "sglang_python",
-        "sglang_retries",
-        "sglang_backoff",
-        "sglang_server_concurrency",
-        "sglang_router_ip",
-        "sglang_router_port",
-        "sglang_startup_timeout",
-        "sglang_model_routers",
-    }
-)
-"""``sglang_*`` options that configure rlsdk's side, never passed to a server."""
-
 
 ROUTER_DEFAULTS = {
     "router_balance_abs_threshold": 10,
@@ -82,12 +65,6 @@ the option to use instead."""
 
 class SGLangLaunchError(EngineError):
     """A launched SGLang server or router failed to start, or died."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def server_flags(options: Mapping[str, Any]) -> list[str]:

@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from rlsdk.engines.engine import InferenceEngine
-from rlsdk.engines.protocol import (
+from rlsdk import (
     EngineError,
     EngineRequestError,
+    InferenceEngine,
     finish_abort,
     finish_length,
     finish_stop,

@@ -1,12 +1,12 @@
 """Buffer filters: which buffered groups are served before fresh data. Each removes what it returns.
-(``pop_first``, the default, is core's own: :func:`rlsdk.plugins.defaults.pop_first`.)"""
+(``pop_first``, the default, is core's own: :func:`rlsdk.rollout.plugin.pop_first`.)"""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from rlsdk.data import START_ROLLOUT_ID
+from rlsdk import START_ROLLOUT_ID
 
 log = logging.getLogger("rlsdk_filter_hub")
 

@@ -6,8 +6,7 @@ import math
 import statistics
 from typing import Any
 
-from rlsdk import Sample
-from rlsdk.types import reward_value
+from rlsdk import Sample, reward_value
 
 FAILED_STATUSES = (Sample.Status.FAILED, Sample.Status.ABORTED)
 

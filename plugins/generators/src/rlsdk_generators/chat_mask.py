@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlsdk.types import Messages
+from rlsdk import Messages
 
 
 def render(

@@ -6,10 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlsdk import Sample, Tool
-from rlsdk.rollout.generate import append_observation, model_turn
-from rlsdk.rollout.tools import ToolResult, call_tool, resolve_tools
-from rlsdk.runtime import get_runtime
+from rlsdk import (
+    Sample,
+    Tool,
+    ToolResult,
+    append_observation,
+    call_tool,
+    get_runtime,
+    model_turn,
+    resolve_tools,
+)
 
 from .chat_mask import render
 from .tool_calls import ToolCall, parse_tool_calls

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from rlsdk import CustomGenerate, GenerateRollout, Option, Tool, hookimpl
 
 from . import calculator, multi_turn, rollout_buffer, sft
@@ -35,7 +34,6 @@ def rlsdk_tools():
 
 @hookimpl
 def rlsdk_options():
-    yield Option("max_turns", int, 4, help="Model turns per sample in the multi_turn generator.")
     yield Option(
         "tool_names",
         list,

@@ -10,10 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from rlsdk import RolloutFnTrainOutput, Sample
-from rlsdk.errors import RlsdkError
-from rlsdk.rollout.buffer_service import TOKEN_ENV
-from rlsdk.runtime import get_runtime
+from rlsdk import BUFFER_TOKEN_ENV, RlsdkError, RolloutFnTrainOutput, Sample, get_runtime
 
 from .sft import fill_from_messages
 
@@ -50,12 +47,10 @@ class HeldLeases:
         self.leases.append([rollout_id, lease_id])
         self._save()
 
-    def settle_leftovers(self) -> None:
-        """At the start of a run: the leases an earlier process of this output folder left."""
-        from rlsdk.rollout.job import STATE_FILE
-
-        state = Path(self.args.output_dir) / STATE_FILE
-        covered = json.loads(state.read_text())["next_rollout_id"] if state.exists() else 0
+    def settle_leftovers(self, saved_state: dict[str, Any] | None) -> None:
+        """At the start of a run: the leases an earlier process of this output folder left (``saved_state``
+        is the run state on disk: the steps it covers keep their leases)."""
+        covered = saved_state["next_rollout_id"] if saved_state else 0
         release = [lease for lease in self.leases if lease[0] >= covered]
         self.leases = [lease for lease in self.leases if lease[0] < covered]
         with _client() as client:
@@ -104,7 +99,7 @@ class HeldLeases:
 def _client() -> Any:
     import httpx
 
-    token = os.environ.get(TOKEN_ENV)
+    token = os.environ.get(BUFFER_TOKEN_ENV)
     return httpx.Client(timeout=60, headers={"Authorization": f"Bearer {token}"} if token else {})
 
 
@@ -154,15 +149,13 @@ def item_to_sample(args: Any, tokenizer: Any, item: dict[str, Any], group_index:
 
 
 def hold_leases(args: Any, runtime: Any) -> HeldLeases | None:
-    """Under ``rlsdk run`` (which runs :data:`rlsdk.rollout.job.STATE_SAVED` callbacks): the run's held leases,
+    """Under ``rlsdk run`` (which runs :attr:`rlsdk.Runtime.on_state_saved` callbacks): the run's held leases,
     those an earlier process left settled; elsewhere None (groups are acknowledged on receipt)."""
-    from rlsdk.rollout.job import STATE_SAVED
-
-    if STATE_SAVED not in runtime.state:
+    if runtime.on_state_saved is None:
         return None
     held = HeldLeases(args)
-    held.settle_leftovers()
-    runtime.state[STATE_SAVED].append(held.state_saved)
+    held.settle_leftovers(runtime.saved_state)
+    runtime.on_state_saved.append(held.state_saved)
     return held
 
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlsdk import RolloutFnTrainOutput, Sample
-from rlsdk.runtime import get_runtime
+from rlsdk import RolloutFnTrainOutput, Sample, get_runtime
 
 from .chat_mask import conversation_tokens, response_part
 

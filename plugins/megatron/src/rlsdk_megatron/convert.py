@@ -1,15 +1,25 @@
-"""Hugging Face Llama/Qwen2 <-> megatron-core ``GPTModel`` (local layer spec): configuration and weights.
+"""Hugging Face Llama/Qwen2/Qwen3/Qwen3-MoE <-> megatron-core ``GPTModel`` (local layer spec):
+configuration and weights.
 
 Pure torch, no megatron import, so it runs (and is tested) on CPU. Megatron's layout differs from
 Hugging Face's in two fused matrices:
 
 - ``self_attention.linear_qkv``: q, k and v stacked per query group: for each of the ``num_key_value_heads``
   groups its ``heads / groups`` query heads, then its key head, then its value head (rows of ``head_dim``).
-- ``mlp.linear_fc1``: the gate projection above the up projection (SwiGLU's two halves).
+- ``mlp.linear_fc1`` (and each expert's ``linear_fc1``): the gate projection above the up projection
+  (SwiGLU's two halves).
+
+Qwen3's per-head RMSNorms of queries and keys (``q_norm``, ``k_norm``) are megatron's ``q_layernorm`` and
+``k_layernorm``. Qwen3-MoE's router (``mlp.gate``) is ``mlp.router``; its experts are
+``mlp.experts.local_experts.<e>`` (megatron's ``SequentialMLP``). Hugging Face checkpoints hold one
+matrix per expert (``mlp.experts.<e>.gate_proj``...), transformers 5 models the experts' fused tensors
+(``mlp.experts.gate_up_proj [experts, 2 x inter, hidden]``, ``down_proj``): both are read; the checkpoint
+form is written, as SGLang and ``from_pretrained`` load it.
 
 :func:`hf_to_megatron` and :func:`megatron_to_hf` take whole (tensor-parallel size 1) state dicts;
 :func:`split_tensor_parallel` and :func:`merge_tensor_parallel` cut one into the shards of megatron-core's
-tensor-parallel layers and join them back.
+tensor-parallel layers and join them back; :func:`split_expert_parallel` and :func:`merge_expert_parallel`
+do the same for the experts over expert-parallel ranks.
 """
 
 from __future__ import annotations
@@ -20,7 +30,8 @@ from typing import Any
 
 import torch
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3", "qwen3_moe")
+QK_NORM_MODEL_TYPES = ("qwen3", "qwen3_moe")
 
 
 @dataclass(frozen=True)
@@ -34,11 +45,14 @@ class ModelShape:
     head_dim: int
     tied: bool
     qkv_bias: bool
+    num_experts: int = 0
+    """Experts per MoE layer (0: a dense model)."""
 
     @classmethod
     def from_hf(cls, config: dict[str, Any]) -> ModelShape:
         heads = config["num_attention_heads"]
         return cls(
+            num_experts=num_experts(config),
             num_layers=config["num_hidden_layers"],
             hidden_size=config["hidden_size"],
             num_heads=heads,
@@ -47,6 +61,14 @@ class ModelShape:
             tied=bool(config.get("tie_word_embeddings", False)),
             qkv_bias=has_qkv_bias(config),
         )
+
+
+def num_experts(config: dict[str, Any]) -> int:
+    """Experts per layer of a MoE config (published configs say ``num_experts``, transformers 5 writes
+    ``num_local_experts``); 0 for a dense model."""
+    if config.get("model_type") != "qwen3_moe":
+        return 0
+    return int(config.get("num_experts") or config.get("num_local_experts") or 0)
 
 
 def has_qkv_bias(config: dict[str, Any]) -> bool:
@@ -70,7 +92,7 @@ def megatron_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
     if config.get("hidden_act", "silu") != "silu":
         raise ValueError(f"rlsdk-megatron: hidden_act {config['hidden_act']!r} (SwiGLU with silu expected)")
     shape = ModelShape.from_hf(config)
-    transformer = {
+    transformer: dict[str, Any] = {
         "num_layers": shape.num_layers,
         "hidden_size": shape.hidden_size,
         "num_attention_heads": shape.num_heads,
@@ -92,7 +114,10 @@ def megatron_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
         "bias_dropout_fusion": False,
         "apply_rope_fusion": False,
         "gradient_accumulation_fusion": False,
+        "qk_layernorm": model_type in QK_NORM_MODEL_TYPES,
     }
+    if shape.num_experts:
+        transformer.update(moe_config(config, shape.num_experts))
     gpt = {
         "vocab_size": config["vocab_size"],
         "max_sequence_length": config.get("max_position_embeddings", 4096),
@@ -105,13 +130,43 @@ def megatron_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
     return transformer, gpt
 
 
+def moe_config(config: dict[str, Any], experts: int) -> dict[str, Any]:
+    """``TransformerConfig`` kwargs of a Qwen3-MoE config: every layer a MoE layer, the router's softmax
+    over the chosen experts' logits when ``norm_topk_prob`` (Hugging Face's top-k of the softmax divided by
+    its sum is the same function), over all experts otherwise; no load-balancing loss (the RL losses are
+    the objective); experts whole on each rank (``expert_tensor_parallel_size`` 1), tokens sent to their
+    experts' ranks all-to-all."""
+    if config.get("mlp_only_layers") or config.get("decoder_sparse_step", 1) != 1:
+        raise ValueError(
+            "rlsdk-megatron converts Qwen3-MoE models whose every layer is a MoE layer "
+            f"(mlp_only_layers {config.get('mlp_only_layers')}, "
+            f"decoder_sparse_step {config.get('decoder_sparse_step')})"
+        )
+    return {
+        "num_moe_experts": experts,
+        "moe_ffn_hidden_size": config["moe_intermediate_size"],
+        "moe_router_topk": config["num_experts_per_tok"],
+        "moe_router_pre_softmax": not config.get("norm_topk_prob", False),
+        "moe_router_load_balancing_type": "none",
+        "moe_aux_loss_coeff": 0.0,
+        "moe_token_dispatcher_type": "alltoall",
+        "moe_grouped_gemm": False,
+        "expert_tensor_parallel_size": 1,
+    }
+
+
 _LAYER = re.compile(r"^(?:model\.)?layers\.(\d+)\.(.+)$")
 _HF_TO_MEGATRON_LAYER = {
     "input_layernorm.weight": "input_layernorm.weight",
     "self_attn.o_proj.weight": "self_attention.linear_proj.weight",
     "post_attention_layernorm.weight": "pre_mlp_layernorm.weight",
     "mlp.down_proj.weight": "mlp.linear_fc2.weight",
+    "self_attn.q_norm.weight": "self_attention.q_layernorm.weight",
+    "self_attn.k_norm.weight": "self_attention.k_layernorm.weight",
+    "mlp.gate.weight": "mlp.router.weight",
 }
+_HF_EXPERT = re.compile(r"^mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+_EXPERT = "mlp.experts.local_experts"
 _HF_TO_MEGATRON_TOP = {
     "model.embed_tokens.weight": "embedding.word_embeddings.weight",
     "model.norm.weight": "decoder.final_layernorm.weight",
@@ -167,6 +222,18 @@ def hf_to_megatron(state: dict[str, torch.Tensor], config: dict[str, Any]) -> di
             out[f"decoder.layers.{layer}.mlp.linear_fc1.weight"] = torch.cat(
                 [tensor, _layer_weight(state, f"model.layers.{layer}.mlp", "up_proj", "weight")]
             )
+        elif (expert := _HF_EXPERT.match(rest)) is not None:
+            index, part = expert.groups()
+            target = f"decoder.layers.{layer}.{_EXPERT}.{index}"
+            if part == "gate_proj":
+                up = _layer_weight(state, f"model.layers.{layer}.mlp.experts.{index}", "up_proj", "weight")
+                out[f"{target}.linear_fc1.weight"] = torch.cat([tensor, up])
+            elif part == "down_proj":
+                out[f"{target}.linear_fc2.weight"] = tensor
+        elif rest in ("mlp.experts.gate_up_proj", "mlp.experts.down_proj"):  # transformers 5's fused form
+            fc = "linear_fc1" if rest.endswith("gate_up_proj") else "linear_fc2"
+            for index, matrix in enumerate(tensor.unbind(0)):
+                out[f"decoder.layers.{layer}.{_EXPERT}.{index}.{fc}.weight"] = matrix
         else:
             raise KeyError(f"rlsdk-megatron: no megatron name for Hugging Face weight {name!r}")
     return out
@@ -182,6 +249,7 @@ def _layer_weight(state: dict[str, torch.Tensor], prefix: str, module: str, kind
 _MEGATRON_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 _MEGATRON_TO_HF_LAYER = {v: k for k, v in _HF_TO_MEGATRON_LAYER.items()}
 _MEGATRON_TO_HF_TOP = {v: k for k, v in _HF_TO_MEGATRON_TOP.items()}
+_MEGATRON_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.weight$")
 
 
 def megatron_to_hf(state: dict[str, torch.Tensor], config: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -215,6 +283,14 @@ def megatron_to_hf(state: dict[str, torch.Tensor], config: dict[str, Any]) -> di
         elif rest == "mlp.linear_fc1.weight":
             gate, up = tensor.chunk(2, dim=0)
             out.update({f"{prefix}.mlp.gate_proj.weight": gate, f"{prefix}.mlp.up_proj.weight": up})
+        elif (expert := _MEGATRON_EXPERT.match(rest)) is not None:
+            index, fc = expert.groups()
+            target = f"{prefix}.mlp.experts.{index}"
+            if fc == "linear_fc1":
+                gate, up = tensor.chunk(2, dim=0)
+                out.update({f"{target}.gate_proj.weight": gate, f"{target}.up_proj.weight": up})
+            else:
+                out[f"{target}.down_proj.weight"] = tensor
         else:
             raise KeyError(f"rlsdk-megatron: no Hugging Face name for megatron weight {name!r}")
     if shape.tied and "model.embed_tokens.weight" in out:
@@ -314,4 +390,67 @@ def merge_tensor_parallel(shards: list[dict[str, torch.Tensor]]) -> dict[str, to
             whole[name] = torch.cat([gate for gate, _ in halves] + [up for _, up in halves])
         else:
             whole[name] = torch.cat(parts, dim=dim)
+    return whole
+
+
+# ---------------------------------------------------------------------------- expert parallelism
+#
+# Expert-parallel rank r holds experts [r * E / ep, (r + 1) * E / ep) as its local experts 0 .. E / ep - 1;
+# every other weight is the same on all of them.
+
+_LOCAL_EXPERT = re.compile(r"^(.*\.mlp\.experts\.local_experts\.)(\d+)(\..+)$")
+
+
+def is_expert_weight(name: str) -> bool:
+    return _LOCAL_EXPERT.match(name) is not None
+
+
+def check_expert_parallel(config: dict[str, Any], ep: int, tp: int) -> None:
+    """Refuse an expert-parallel size that does not divide the experts, or one given to a dense model."""
+    experts = ModelShape.from_hf(config).num_experts
+    if ep > 1 and not experts:
+        raise ValueError(f"rlsdk-megatron: expert-parallel size {ep} needs a MoE model (qwen3_moe)")
+    if experts and experts % ep:
+        raise ValueError(f"rlsdk-megatron: expert-parallel size {ep} does not divide the {experts} experts")
+    if experts and tp > 1:
+        raise ValueError(
+            "rlsdk-megatron: tensor parallelism of MoE models is not supported yet: use expert and data "
+            f"parallelism (tensor-parallel size {tp})"
+        )
+
+
+def split_expert_parallel(state: dict[str, torch.Tensor], ep: int) -> list[dict[str, torch.Tensor]]:
+    """A whole ``GPTModel`` state dict -> one per expert-parallel rank (its experts renumbered from 0)."""
+    experts = 1 + max((int(m.group(2)) for m in map(_LOCAL_EXPERT.match, state) if m), default=-1)
+    per_rank = experts // ep if experts else 0
+    shards: list[dict[str, torch.Tensor]] = [{} for _ in range(ep)]
+    for name, tensor in state.items():
+        match = _LOCAL_EXPERT.match(name)
+        if match is None:
+            for shard in shards:
+                shard[name] = tensor
+            continue
+        head, index, tail = match.groups()
+        rank, local = divmod(int(index), per_rank)
+        shards[rank][f"{head}{local}{tail}"] = tensor
+    return shards
+
+
+def global_expert_name(name: str, rank: int, per_rank: int) -> str:
+    """Rank ``rank``'s local expert weight ``name`` under the expert's index in the whole model."""
+    match = _LOCAL_EXPERT.match(name)
+    if match is None:
+        return name
+    head, index, tail = match.groups()
+    return f"{head}{rank * per_rank + int(index)}{tail}"
+
+
+def merge_expert_parallel(shards: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The inverse of :func:`split_expert_parallel` (shared weights taken from rank 0)."""
+    per_rank = 1 + max((int(m.group(2)) for m in map(_LOCAL_EXPERT.match, shards[0]) if m), default=-1)
+    whole: dict[str, torch.Tensor] = {}
+    for rank, shard in enumerate(shards):
+        for name, tensor in shard.items():
+            if is_expert_weight(name) or rank == 0:
+                whole[global_expert_name(name, rank, per_rank)] = tensor
     return whole

@@ -6,7 +6,7 @@ however it ends), and all join one ``torch.distributed`` group: NCCL on GPUs, gl
 builds the same object from one factory and the same arguments; :meth:`RankGroup.call` then broadcasts
 ``(method, arguments)`` over a gloo group and runs the method on rank 0 while the other ranks run it too,
 so the collectives inside it meet. A rank that exits early is an error on rank 0 naming the rank and its
-log, not a hang. :class:`RankGroupTrainer` is a :class:`~rlsdk.training.trainer.PolicyTrainer` whose
+log, not a hang. :class:`RankGroupTrainer` is a :class:`rlsdk.PolicyTrainer` whose
 every call goes through such a group.
 """
 
@@ -26,11 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rlsdk.engines.launch.process_group import ManagedProcess
-from rlsdk.engines.launch.sglang import free_port
-from rlsdk.plugins.loading import load_callable
-from rlsdk.training.trainer import PolicyTrainer
-from rlsdk.types import Sample
+from rlsdk import ManagedProcess, PolicyTrainer, Sample, free_port, load_callable
 
 BACKEND_ENV = "RLSDK_DIST_BACKEND"
 COLLECTIVE_TIMEOUT = timedelta(minutes=30)
@@ -251,6 +247,12 @@ class RankGroupTrainer(PolicyTrainer):
 
     def load_checkpoint(self, folder: Path) -> None:
         self.group.call("load_checkpoint", folder)
+
+    def offload(self) -> None:
+        self.group.call("offload")
+
+    def onload(self) -> None:
+        self.group.call("onload")
 
     def close(self) -> None:
         self.group.close()

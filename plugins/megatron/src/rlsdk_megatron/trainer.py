@@ -1,6 +1,6 @@
 """The ``megatron`` trainer: megatron-core's ``GPTModel`` (local layer spec: no Transformer Engine or Apex;
-attention through torch's SDPA) in bfloat16 on CUDA, built from a Hugging Face Llama/Qwen2 folder and synced
-back in Hugging Face format.
+attention through torch's SDPA) in bfloat16 on CUDA, built from a Hugging Face Llama/Qwen2/Qwen3/Qwen3-MoE
+folder and synced back in Hugging Face format.
 
 Everything but the model is the ``torch`` trainer's: advantages, micro-batches, slime's losses on the
 same full-vocabulary logits (packed, or only the positions that predict response tokens), the optimizer
@@ -9,8 +9,13 @@ the ``rlsdk run`` process (:mod:`.rank_group`). Tensor parallel (``--tensor-mode
 each rank holds its shard of megatron's parallel layers (:func:`~.convert.split_tensor_parallel`) and the
 output layer gathers the logits. Data parallel (the world size over TP): each replica trains on its share
 of every global batch, the loss divided by the whole batch's denominator and the gradients summed over the
-replicas, so the step is the one-process step. Pipeline parallel (``--pipeline-model-parallel-size``) must
-stay 1.
+replicas, so the step is the one-process step. Expert parallel (``--expert-model-parallel-size``, MoE
+models): the experts are split over that many data-parallel ranks, tokens reach them all-to-all, and every
+rank runs as many forward passes as its peers (an empty pass where it has fewer micro-batches), since each
+MoE layer's all-to-all is collective. Pipeline parallel (``--pipeline-model-parallel-size``) must stay 1.
+
+With ``offload_train`` (on with ``--colocate``) :meth:`MegatronTrainer.offload` moves the optimizer state
+(and any gradients) to CPU memory while the engines generate; :meth:`MegatronTrainer.onload` brings it back.
 """
 
 from __future__ import annotations
@@ -23,11 +28,15 @@ from typing import Any
 
 import torch
 
-from rlsdk.training.batch import TrainSample
-from rlsdk.training.torch_trainer import OPTIMIZER_FILE, TorchTrainer, adamw, resolve_loss
+from rlsdk import OPTIMIZER_FILE, TorchTrainer, TrainSample, adamw, resolve_loss
 
 from .convert import (
+    ModelShape,
+    check_expert_parallel,
     check_tensor_parallel,
+    global_expert_name,
+    is_expert_weight,
+    split_expert_parallel,
     hf_to_megatron,
     megatron_config,
     megatron_to_hf,
@@ -45,12 +54,14 @@ GRADIENT_BUCKET = 2**27
 
 
 def parallel_sizes(args: Any, world_size: int) -> tuple[int, int, int]:
-    """``(tensor, pipeline, data)`` parallel sizes from slime's flags and the world size."""
+    """``(tensor, pipeline, data)`` parallel sizes from slime's flags and the world size (expert parallel
+    splits the data-parallel ranks: it must divide their number)."""
     tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
-    if tp < 1 or pp < 1 or world_size % (tp * pp):
+    ep = getattr(args, "expert_model_parallel_size", 1)
+    if tp < 1 or pp < 1 or ep < 1 or world_size % (tp * pp) or (world_size // (tp * pp)) % ep:
         raise ValueError(
             f"rlsdk-megatron: {world_size} GPU(s) cannot hold tensor-parallel size {tp} x "
-            f"pipeline-parallel size {pp}"
+            f"pipeline-parallel size {pp} with expert-parallel size {ep} over the data-parallel ranks"
         )
     return tp, pp, world_size // (tp * pp)
 
@@ -68,6 +79,7 @@ def check_parallel_sizes(
         )
     if hf_config is not None:
         check_tensor_parallel(hf_config, tp)
+        check_expert_parallel(hf_config, getattr(args, "expert_model_parallel_size", 1), tp)
     return tp, pp, dp
 
 
@@ -86,7 +98,7 @@ def init_distributed(device: torch.device) -> int:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        from rlsdk.engines.launch.sglang import free_port
+        from rlsdk import free_port
 
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(free_port()))
@@ -120,11 +132,12 @@ def build_gpt_model(
     checkpointing: bool = False,
     source: str = "the Hugging Face checkpoint",
     tensor_parallel: tuple[int, int] = (0, 1),
+    expert_parallel: tuple[int, int] = (0, 1),
 ) -> Any:
     """A ``GPTModel`` (local layer spec, attention through torch's SDPA) on ``device`` holding ``hf_state``
     converted, or its shard ``rank`` of ``tensor_parallel = (rank, size)`` (the vocabulary padded to a
-    multiple of the size); needs megatron's model parallel state initialised. On a CPU device the weights
-    are created there (as the tests do)."""
+    multiple of the size) and of ``expert_parallel`` (its experts); needs megatron's model parallel state
+    initialised. On a CPU device the weights are created there (as the tests do)."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
@@ -132,11 +145,13 @@ def build_gpt_model(
     from .attention import SDPAttention
 
     tp_rank, tp = tensor_parallel
+    ep_rank, ep = expert_parallel
     transformer, gpt = megatron_config(hf_config)
     gpt["vocab_size"] = padded_vocab_size(gpt["vocab_size"], tp)
     config = TransformerConfig(
         **transformer,
         tensor_model_parallel_size=tp,
+        expert_model_parallel_size=ep,
         params_dtype=dtype,
         bf16=dtype == torch.bfloat16,
         use_cpu_initialization=device.type == "cpu",
@@ -144,12 +159,18 @@ def build_gpt_model(
         recompute_method="uniform" if checkpointing else None,
         recompute_num_layers=1 if checkpointing else None,
     )
-    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+    spec = get_gpt_layer_local_spec(
+        num_experts=transformer.get("num_moe_experts"),
+        moe_grouped_gemm=False,
+        qk_layernorm=transformer["qk_layernorm"],
+        normalization="RMSNorm",
+    )
     spec.submodules.self_attention.submodules.core_attention = SDPAttention
     model = GPTModel(config=config, transformer_layer_spec=spec, **gpt)
     model.to(device=device, dtype=dtype)
     whole = pad_vocab(hf_to_megatron(hf_state, hf_config), gpt["vocab_size"])
-    missing, unexpected = model.load_state_dict(split_tensor_parallel(whole, tp)[tp_rank], strict=False)
+    shard = split_expert_parallel(split_tensor_parallel(whole, tp)[tp_rank], ep)[ep_rank]
+    missing, unexpected = model.load_state_dict(shard, strict=False)
     missing = [k for k in missing if not k.endswith("_extra_state")]
     if missing or unexpected:
         raise KeyError(
@@ -227,10 +248,16 @@ class MegatronTrainer(TorchTrainer):
             raise ValueError("the megatron trainer needs a Hugging Face model folder: pass --hf-checkpoint")
         self.hf_config = json.loads((Path(self.model_path) / "config.json").read_text())
         tp, pp, dp = check_parallel_sizes(args, init_distributed(self.device), self.hf_config)
+        self.ep = args.expert_model_parallel_size
         if not parallel_state.model_parallel_is_initialized():
-            parallel_state.initialize_model_parallel(tp, pp)
+            parallel_state.initialize_model_parallel(
+                tp, pp, expert_model_parallel_size=self.ep, expert_tensor_parallel_size=1
+            )
         self.tp_group = parallel_state.get_tensor_model_parallel_group()
         self.dp_group = parallel_state.get_data_parallel_group()
+        self.ep_group = parallel_state.get_expert_model_parallel_group()
+        self.ep_rank = parallel_state.get_expert_model_parallel_rank()
+        self.expert_dp_group = parallel_state.get_expert_data_parallel_group()
         self.tp_rank, self.dp_rank, self.dp_size = (
             parallel_state.get_tensor_model_parallel_rank(),
             parallel_state.get_data_parallel_rank(),
@@ -266,6 +293,7 @@ class MegatronTrainer(TorchTrainer):
             checkpointing=self.args.gradient_checkpointing,
             source=str(self.model_path),
             tensor_parallel=(self.tp_rank, self.tp),
+            expert_parallel=(self.ep_rank, self.ep),
         )
 
     def _packed_logits(self, model: Any, data: list[TrainSample], indices: list[int]) -> torch.Tensor:
@@ -284,7 +312,28 @@ class MegatronTrainer(TorchTrainer):
     def _rows(data: list[TrainSample], indices: list[int]) -> list[torch.Tensor]:
         return [torch.as_tensor(data[i].tokens) for i in indices]
 
-    # ------------------------------------------------------------------ data parallelism
+    # ------------------------------------------------------------------ data and expert parallelism
+
+    def _micro_batches(self, samples: list[TrainSample]) -> list[list[int]]:
+        """With expert parallelism every rank runs as many passes as the rank with the most micro-batches
+        (each MoE layer's all-to-all is collective): the others end with empty ones."""
+        planned = super()._micro_batches(samples)
+        if self.ep == 1:
+            return planned
+        import torch.distributed as dist
+
+        counts: list[Any] = [None] * dist.get_world_size(self.ep_group)
+        dist.all_gather_object(counts, len(planned), group=self.ep_group)
+        return planned + [[] for _ in range(max(counts) - len(planned))]
+
+    def _empty_pass(self, backward: bool) -> None:
+        """A forward (and backward) pass of one padding token contributing nothing: this rank's part in
+        its expert-parallel peers' all-to-all exchanges."""
+        pad = torch.tensor([self.tokenizer.pad_token_id or 0])
+        with torch.set_grad_enabled(backward):
+            logits = packed_logits(self.model, [pad], int(pad), self.device, self.vocab_size)
+            if backward:
+                (logits.sum() * 0.0).backward()
 
     def _data_parallel_share(self, indices: list[int]) -> list[int]:
         """This replica's contiguous part of a global batch (replicas in rank order)."""
@@ -320,24 +369,36 @@ class MegatronTrainer(TorchTrainer):
         return [log_probs for part in self._gather_objects(mine) for log_probs in part]
 
     def _optimizer_step(self) -> float:
-        """Gradients summed over the replicas, then clipped by the whole model's norm (a tensor-parallel
-        shard counted on its rank, a replicated weight once), then AdamW on this rank's parameters."""
+        """Gradients summed over the replicas (an expert's over the ranks holding the same experts: the
+        all-to-all already brought it every replica's tokens), then clipped by the whole model's norm (a
+        tensor-parallel shard counted on its rank, an expert on its expert-parallel rank, a replicated
+        weight once), then AdamW on this rank's parameters."""
         import torch.distributed as dist
 
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        grads: list[torch.Tensor] = []
-        for p in params:
-            if p.grad is None:  # a replica without samples in this batch still takes part in the sum
-                p.grad = torch.zeros_like(p)
-            grads.append(p.grad)
+        named: list[tuple[str, Any, torch.Tensor]] = []
+        for name, p in self.model.named_parameters():
+            if p.requires_grad:
+                if p.grad is None:  # a replica without samples in this batch still takes part in the sum
+                    p.grad = torch.zeros_like(p)
+                named.append((name, p, p.grad))
+        dense = [grad for name, _, grad in named if not is_expert_weight(name)]
+        experts = [grad for name, _, grad in named if is_expert_weight(name)]
         if self.dp_size > 1:
-            _all_reduce_in_buckets(grads, self.dp_group)
+            _all_reduce_in_buckets(dense, self.dp_group)
+        if experts and self.dp_size // self.ep > 1:
+            _all_reduce_in_buckets(experts, self.expert_dp_group)
         squares = torch.zeros((), dtype=torch.float32, device=self.device)
-        for p, grad in zip(params, grads, strict=True):
-            if getattr(p, "tensor_model_parallel", False) or self.tp_rank == 0:
+        expert_squares = torch.zeros((), dtype=torch.float32, device=self.device)
+        for name, p, grad in named:
+            if is_expert_weight(name):
+                expert_squares += grad.float().square().sum()
+            elif getattr(p, "tensor_model_parallel", False) or self.tp_rank == 0:
                 squares += grad.float().square().sum()
         dist.all_reduce(squares, group=self.tp_group)
-        norm = float(squares.sqrt())
+        if experts and self.ep > 1:
+            dist.all_reduce(expert_squares, group=self.ep_group)
+        norm = float((squares + expert_squares).sqrt())
+        grads = [grad for _, _, grad in named]
         if self.args.clip_grad and self.args.clip_grad > 0:
             scale = self.args.clip_grad / (norm + 1e-6)
             if scale < 1.0:
@@ -353,9 +414,27 @@ class MegatronTrainer(TorchTrainer):
         state = {k: v for k, v in self.model.state_dict().items() if not k.endswith("_extra_state")}
         if self.tp > 1:
             state = merge_tensor_parallel(self._gather_shards(state))
+        if self.ep > 1:
+            state = self._gather_experts(state)
         if not self.is_first_rank:
             return {}
         return megatron_to_hf(pad_vocab(state, self.vocab_size), self.hf_config)
+
+    def _gather_experts(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Every expert-parallel rank's experts, one tensor at a time, under their whole-model names."""
+        import torch.distributed as dist
+
+        per_rank = ModelShape.from_hf(self.hf_config).num_experts // self.ep
+        whole: dict[str, torch.Tensor] = {}
+        for name, tensor in state.items():
+            if not is_expert_weight(name):
+                whole[name] = tensor
+                continue
+            parts = [torch.empty_like(tensor) for _ in range(self.ep)]
+            dist.all_gather(parts, tensor.contiguous(), group=self.ep_group)
+            for rank, part in enumerate(parts):
+                whole[global_expert_name(name, rank, per_rank)] = part
+        return whole
 
     def _gather_shards(self, state: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
         import torch.distributed as dist
@@ -400,13 +479,18 @@ class MegatronTrainer(TorchTrainer):
 
     def load_checkpoint(self, folder: Path) -> None:
         saved = json.loads((folder / PARALLEL_FILE).read_text()) if (folder / PARALLEL_FILE).exists() else {}
+        if saved:
+            saved.setdefault("expert", 1)  # written before expert parallelism
         if saved and saved != self._parallel_sizes():
             raise ValueError(
                 f"rlsdk-megatron: {folder} was saved with parallel sizes {saved}, this run has "
                 f"{self._parallel_sizes()}: resume with the same sizes"
             )
         whole = pad_vocab(hf_to_megatron(read_hf_weights(folder), self.hf_config), self.model.vocab_size)
-        self.model.load_state_dict(split_tensor_parallel(whole, self.tp)[self.tp_rank], strict=False)
+        shard = split_expert_parallel(split_tensor_parallel(whole, self.tp)[self.tp_rank], self.ep)[
+            self.ep_rank
+        ]
+        self.model.load_state_dict(shard, strict=False)
         rank_folder = self._rank_folder(folder)
         if not (rank_folder / OPTIMIZER_FILE).exists():
             raise FileNotFoundError(f"rlsdk-megatron: {rank_folder} holds no {OPTIMIZER_FILE} for this rank")
@@ -424,7 +508,7 @@ class MegatronTrainer(TorchTrainer):
         return folder if self.is_first_rank else folder / f"rank-{dist.get_rank()}"
 
     def _parallel_sizes(self) -> dict[str, int]:
-        return {"tensor": self.tp, "data": self.dp_size}
+        return {"tensor": self.tp, "data": self.dp_size, "expert": self.ep}
 
 
 def _all_reduce_in_buckets(tensors: list[torch.Tensor], group: Any) -> None:

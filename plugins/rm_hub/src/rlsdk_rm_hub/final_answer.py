@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from rlsdk.answers import boxed_contents
+from rlsdk import boxed_contents
 
 TAIL_CHARS = 1500
 """Without a box, only the end of the response is searched for the final answer."""

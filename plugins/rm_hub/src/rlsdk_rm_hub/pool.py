@@ -27,7 +27,7 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
-from rlsdk.aio.task_pools import TaskPool, cluster_task_pool
+from rlsdk import TaskPool, cluster_task_pool
 
 WARM_UP = ["rlsdk_rm_hub.math_worker:warm_up"]
 """Functions every worker runs (imports, first-call caches) before it reports ready."""

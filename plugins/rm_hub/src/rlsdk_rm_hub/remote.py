@@ -9,7 +9,7 @@ import numbers
 import weakref
 from typing import Any
 
-from rlsdk.aio.backoff import backoff_delay
+from rlsdk import backoff_delay
 
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, int], Any]] = (
     weakref.WeakKeyDictionary()

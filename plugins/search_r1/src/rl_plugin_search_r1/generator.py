@@ -5,9 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rlsdk import Sample, Tool
-from rlsdk.rollout.generate import append_observation, model_turn
-from rlsdk.rollout.tools import call_tool
+from rlsdk import Sample, Tool, append_observation, call_tool, model_turn
 
 from .retriever import search
 
@@ -20,8 +18,7 @@ async def search_r1(args: Any, sample: Sample, sampling_params: dict[str, Any]) 
     """Turns of reasoning and ``<search>query</search>`` until ``<answer>``: retrieved passages are
     appended as ``<information>...</information>`` with loss mask 0. Resumes after an abort."""
     state = sample.metadata.setdefault("search_r1", {"turns": 0, "searches": 0, "partial_turn": ""})
-    max_turns = int(getattr(args, "max_turns", 4))
-    while state["turns"] < max_turns:
+    while state["turns"] < args.max_turns:
         state["partial_turn"] += await model_turn(
             args, sample, sampling_params, stop=["</search>", "</answer>"]
         )

@@ -89,7 +89,7 @@ async def tool_agent(args: Any, sample: Any, client: Any) -> dict[str, Any]:
         {"role": "user", "content": question(sample)},
     ]
     calls = 0
-    for _ in range(getattr(args, "max_turns", 4)):
+    for _ in range(args.max_turns):
         reply = await client.chat.completions.create(model="policy", messages=messages, tools=TOOLS)
         message = reply.choices[0].message
         messages.append(message)  # sent back as the client serialises it

@@ -4,24 +4,24 @@ anthropic_agent``. The same tools and worked examples as :mod:`.agent`, in Anthr
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .agent import EXAMPLES, SYSTEM, TOOLS, question, run_tool
 
-ANTHROPIC_TOOLS = [
+ANTHROPIC_TOOLS: list[dict[str, Any]] = [
     {
         "name": tool["function"]["name"],
         "description": tool["function"]["description"],
         "input_schema": tool["function"]["parameters"],
     }
     for tool in TOOLS
+    if isinstance(tool["function"], dict)
 ]
 
 
 def _example_messages() -> list[dict[str, Any]]:
     """The worked examples as Anthropic messages: calls as tool_use blocks, results as tool_result."""
-    import json
-
     messages: list[dict[str, Any]] = []
     for message in EXAMPLES:
         if message["role"] == "assistant" and message.get("tool_calls"):
@@ -52,7 +52,7 @@ async def tool_agent_anthropic(args: Any, sample: Any, client: Any) -> dict[str,
     returns the final answer (None when the turns ran out) and the number of tool calls."""
     messages = [*_example_messages(), {"role": "user", "content": question(sample)}]
     calls = 0
-    for _ in range(getattr(args, "max_turns", 4)):
+    for _ in range(args.max_turns):
         reply = await client.messages.create(
             model="policy", system=SYSTEM, messages=messages, tools=ANTHROPIC_TOOLS, max_tokens=256
         )

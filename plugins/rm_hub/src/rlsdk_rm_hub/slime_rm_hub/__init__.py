@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlsdk import REWARD_ERROR, score_samples
+
 from .deepscaler import get_deepscaler_rule_based_reward
 from .f1 import f1_score
 from .gpqa import compute_gpqa_reward
@@ -37,10 +39,7 @@ async def async_rm(args: Any, sample: Any, **kwargs: Any) -> Any:
 
 async def batched_async_rm(args: Any, samples: list, **kwargs: Any) -> list:
     """The rewards of several samples, as slime's ``batched_async_rm`` (each sample's ``reward`` is set)."""
-    from rlsdk.rollout.rewarding import REWARD_ERROR, score_group
-    from rlsdk.runtime import get_runtime
-
-    await score_group(args, get_runtime(args).pm, samples)
+    await score_samples(args, samples)
     failed = [s for s in samples if s.reward is None and REWARD_ERROR in (s.metadata or {})]
     if failed:
         raise RuntimeError(failed[0].metadata[REWARD_ERROR])

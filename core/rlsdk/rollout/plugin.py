@@ -1,4 +1,5 @@
-"""Core's own rollout plugins, registered through core's entry point like any other (as conda and llm do):
+"""Core's own rollout plugins, registered through core's ``rollout`` entry point like any other (as conda
+and llm do):
 the ``sglang`` rollout, the ``single_turn`` generator, the ``sglang`` engine (the SGLang-protocol client) and
 the ``pop_first`` buffer filter. With them and the ``torch`` trainer, rlsdk runs against any SGLang-protocol
 server, and tests, without a plugin package."""
@@ -8,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..rollout import generate, step
-from .hookspecs import hookimpl
-from .records import BufferFilter, CustomGenerate, Engine, GenerateRollout
+from ..plugins.hookspecs import hookimpl
+from ..plugins.records import BufferFilter, CustomGenerate, Engine, GenerateRollout
+from ..plugins.run_plugins import sglang_url
+from . import generate, step
 
 
 def sglang_engine(args: Any) -> Any:
@@ -30,15 +32,6 @@ def sglang_engine(args: Any) -> Any:
 
     launcher = launcher_for(args, Path(args.output_dir) / "logs")
     return SGLangClient(launcher.url, launcher=launcher, **options)
-
-
-def sglang_url(args: Any) -> str | None:
-    """The URL of the running SGLang server or router ``args`` name (``sglang_url``, ``--engine URL``, or
-    ``sglang_router_ip``/``_port`` without ``sglang_launch``); None: the ``sglang`` engine launches SGLang."""
-    url = args.sglang_url or (args.engine if args.engine.startswith(("http://", "https://")) else None)
-    if not url and args.sglang_router_ip and args.sglang_router_port and not args.sglang_launch:
-        url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
-    return url
 
 
 def pop_first(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples: int) -> list[list[Any]]:

@@ -124,6 +124,17 @@ class TrainingOptions:
     """megatron trainer: tensor-parallel size (data-parallel size is the world size over TP x PP)."""
     pipeline_model_parallel_size: int = 1
     """megatron trainer: pipeline-parallel size."""
+    expert_model_parallel_size: int = 1
+    """megatron trainer: expert-parallel size for MoE models (the experts split over this many of the
+    data-parallel ranks; tokens reach them all-to-all)."""
+    offload: bool = False
+    """Both ``offload_train`` and ``offload_rollout`` (slime's ``--offload``)."""
+    offload_train: bool | None = None
+    """With ``colocate``: the trainer moves its optimizer state and gradients to CPU memory while the engines
+    generate, and back before it trains. Default: on with ``colocate`` (as slime)."""
+    offload_rollout: bool | None = None
+    """With ``colocate``: the engines release their GPU memory (weights, KV cache, CUDA graphs) while the
+    trainer trains, and take it back for the weight sync. Default: on with ``colocate`` (as slime)."""
 
     # --- sync, checkpoints, reporting ---
     sync_check_tol: float | None = None
@@ -139,8 +150,17 @@ class TrainingOptions:
 
 
 def trainer_world_size(args: TrainingOptions) -> int:
-    """The trainer's processes (one per GPU): ``actor_num_gpus_per_node``, default TP x PP."""
-    return args.actor_num_gpus_per_node or args.tensor_model_parallel_size * args.pipeline_model_parallel_size
+    """The trainer's processes (one per GPU): ``actor_num_gpus_per_node``, default TP x PP x EP."""
+    return args.actor_num_gpus_per_node or (
+        args.tensor_model_parallel_size * args.pipeline_model_parallel_size * args.expert_model_parallel_size
+    )
+
+
+def offloads(args: Any) -> tuple[bool, bool]:
+    """``(offload_train, offload_rollout)``: each as set, else on with ``offload`` or ``colocate``."""
+    default = bool(getattr(args, "offload", False) or getattr(args, "colocate", False))
+    train, rollout = getattr(args, "offload_train", None), getattr(args, "offload_rollout", None)
+    return (default if train is None else train), (default if rollout is None else rollout)
 
 
 def named_model_folder(args: Any) -> Path | None:

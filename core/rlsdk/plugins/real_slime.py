@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..types import Sample
-from . import real_slime_importable
+from .slime_layer import real_slime_importable
 
 
 def slime_sample_class() -> Any:

@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 from ..plugins.records import Resolved
-from .protocol import GENERATE_RESPONSE, EngineError, check_generate_response, unreadable
+from ..engines.protocol import GENERATE_RESPONSE, EngineError, check_generate_response, unreadable
 
 PROBE = {
     "input_ids": [0],

@@ -17,17 +17,19 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from .. import __version__
-from .engine import InferenceEngine
-from .protocol import SERVE_TOKEN_ENV, EngineRequestError, error_body, new_rid, split_batch
-from .service_guard import ConnectionLimits, check_binding, guard
+from .._version import __version__
+from ..agents.server import add_chat_routes, chat_endpoint
+from ..aio.streams import merge_streams
+from ..engines.engine import InferenceEngine
+from ..engines.protocol import SERVE_TOKEN_ENV, EngineRequestError, error_body, new_rid, split_batch
+from ..engines.service_guard import ConnectionLimits, check_binding, guard
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
 """Largest request body accepted, in bytes (a larger one gets 413)."""
@@ -123,8 +125,6 @@ async def start_server(
     )
     chat = None
     if getattr(getattr(engine, "tokenizer", None), "chat_template", None):
-        from ..agents.server import add_chat_routes, chat_endpoint
-
         chat = await chat_endpoint(engine, engine.tokenizer, pm=pm, tool_call_parser=tool_call_parser)  # type: ignore[attr-defined]
         add_chat_routes(app, chat)
     # handler_cancellation: a client that disconnects cancels its handler, which aborts its generation
@@ -242,34 +242,6 @@ async def _abort_rids(engine: InferenceEngine, body: dict[str, Any]) -> None:
 
 def _event(chunk: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
-
-
-async def merge_streams(streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator[dict[str, Any]]:
-    """Interleave the streams of a batch, tagging each chunk with its ``index`` in the batch."""
-    queue: asyncio.Queue[tuple[int, dict[str, Any] | BaseException | None]] = asyncio.Queue()
-
-    async def pump(index: int, stream: AsyncIterator[dict[str, Any]]) -> None:
-        try:
-            async for chunk in stream:
-                await queue.put((index, chunk))
-            await queue.put((index, None))
-        except Exception as exc:
-            await queue.put((index, exc))
-
-    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
-    try:
-        open_streams = len(streams)
-        while open_streams:
-            index, item = await queue.get()
-            if item is None:
-                open_streams -= 1
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                yield {**item, "index": index}
-    finally:
-        for task in tasks:
-            task.cancel()
 
 
 async def _abort(request: web.Request) -> web.Response:
