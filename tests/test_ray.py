@@ -7,6 +7,7 @@ their section)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -920,3 +921,55 @@ def test_an_engine_actor_killed_with_sigkill_takes_its_sglang_server_with_it(
     assert ray.get(actor.health.remote()) is None
     os.kill(where["pid"], signal.SIGKILL)
     assert closed(info["url"]), "the SGLang server outlived its actor"
+
+
+@pytest.mark.timeout(90)
+def test_an_engine_that_does_not_take_its_weights_within_the_sync_timeout_is_replaced(
+    cluster, tiny_llama, fake_python, tmp_path, monkeypatch
+):
+    """Engine 0's server is stopped (SIGSTOP) while the weights are pushed: it never completes its update.
+    Past ``--weight-sync-timeout`` the pool takes it for dead, the push returns with the other engine
+    updated, and engine 0 comes back with the pushed weights; without the timeout the push waits forever."""
+    monkeypatch.setattr(engine_pool, "HEALTH_INTERVAL", 60.0)
+    args = sglang_args(tiny_llama, fake_python, tmp_path / "out", weight_sync_timeout=2.0)
+
+    async def scenario() -> None:
+        pool = RayEnginePool(args, "sglang", get_plugin_manager().plugin_versions())
+        await pool.start()
+        server = server_pid(tmp_path / "out" / "logs" / "sglang-server-0.log")
+        try:
+            os.kill(server, signal.SIGSTOP)
+            await asyncio.wait_for(pool.update_weights_from_disk(str(tiny_llama), "1"), 30)
+            [recovery] = pool.recoveries
+            assert recovery.engine == 0
+            assert "update_weights_from_disk not done within 2s (--weight-sync-timeout)" in recovery.cause
+            pool.remember_trust_probe(TrustProbe(Sample(), [], 0.05))
+            started = time.monotonic()
+            while not all(r.alive for r in pool.replicas_) and time.monotonic() - started < 40:
+                await asyncio.sleep(0.05)
+            assert "weights" in recovery.marks and [r.alive for r in pool.replicas_] == [True, True]
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(server, signal.SIGCONT)
+            await pool.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.timeout(300)
+def test_async_on_ray_trains_one_step_off_policy_with_the_engine_and_the_trainer_as_actors(
+    cluster, tiny_llama, run_files, tmp_path
+):
+    """``--async`` with the embedded engine and the trainer as Ray actors: each step after the first trains
+    on samples the previous policy generated while the trainer trained, every sync passes the trust check."""
+    out = tmp_path / "out"
+    run_job(ray_args(tiny_llama, run_files, out, train=True, train_async=True, num_rollout=3))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["async/lag_max"] for r in rows] == [0, 1, 1]
+    assert all(r["train/sync_logprob_max_diff"] < 1e-3 for r in rows[1:])
+    versions = {}
+    for line in (out / "rollouts.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        versions.setdefault(row["rollout_id"], set()).update(row["weight_versions"])
+    assert versions == {0: {"default"}, 1: {"default"}, 2: {"1"}}
+    assert audit_run(out)["lost"] == 0 and audit_run(out)["duplicated"] == 0

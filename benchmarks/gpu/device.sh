@@ -20,6 +20,12 @@
 #   bash benchmarks/gpu/device.sh learn_megatron  # the same with --trainer megatron (~9 min)
 #     (LEARN_ARGS="--ray": the engine and the trainer as Ray actors, a GPU each; two GPUs;
 #      LEARN_KILL_AFTER=S: SIGKILL the SGLang server S seconds after the run starts, once)
+#   bash benchmarks/gpu/device.sh learn_sync_ray   # learning_gpu.py --ray: engine and trainer a GPU each (two GPUs, ~9 min)
+#   bash benchmarks/gpu/device.sh learn_async_ray  # the same with --async (one call each; LEARN_MINUTES=8)
+#   bash benchmarks/gpu/device.sh learn_lag2_ray   # --max-policy-version-lag 2, longer responses (LAG_RESPONSE_LEN=512)
+#   bash benchmarks/gpu/device.sh learn_sync_long_ray  # the synchronous baseline of that workload
+#   bash benchmarks/gpu/device.sh learn_async_long_ray # --async on that workload
+#     then, anywhere: python benchmarks/gpu/async_compare.py $OUT/learning_gpu_{sync,async}.json ... (plot + JSON)
 #   bash benchmarks/gpu/device.sh ray_engines     # ray_engines.py: 2 SGLang engine actors on Ray, one SIGKILLed (two GPUs)
 #     (RAY_ENGINES_ARGS="--engines 1 --spares 1": one serving engine and a started spare)
 #   bash benchmarks/gpu/device.sh ray_startup     # faults.py --tiny --startup-only: what Ray's start adds on this many cores
@@ -193,6 +199,22 @@ ray_startup() {  # the CPU-side start-up comparison of benchmarks/faults.py, on 
   path_tail=$site bench faults_startup "$here/../faults.py" --tiny --startup-only
 }
 
+learn_mode() {  # learn_mode NAME OPTIONS...: learning_gpu.py on Ray (two GPUs) as learning_gpu_NAME.json
+  local name=$1; shift
+  rm -rf "/tmp/learn-$name"
+  path_tail=$site bench "learning_gpu_$name" "$here/learning_gpu.py" --trainer torch --ray --gguf "$gguf" \
+      --cache-dir "$models" --sglang-python /tmp/sglang-python --output "/tmp/learn-$name" \
+      --minutes "${LEARN_MINUTES:-8}" "$@"
+  cp "/tmp/learn-$name/metrics.jsonl" "$out/learning_gpu_$name-metrics.jsonl" 2>/dev/null
+  cp "/tmp/learn-$name/eval.jsonl" "$out/learning_gpu_$name-eval.jsonl" 2>/dev/null
+  return 0
+}
+learn_sync_ray() { learn_mode sync; }
+learn_async_ray() { learn_mode async --async; }
+learn_sync_long_ray() { learn_mode sync_long --response-len "${LAG_RESPONSE_LEN:-512}"; }
+learn_lag2_ray() { learn_mode lag2 --lag 2 --response-len "${LAG_RESPONSE_LEN:-512}"; }
+learn_async_long_ray() { learn_mode async_long --async --response-len "${LAG_RESPONSE_LEN:-512}"; }
+
 scale() {  # SCALE_ARGS: more of scale.py's options
   rm -rf /tmp/scale
   # shellcheck disable=SC2086  # SCALE_ARGS is a list of options
@@ -209,7 +231,7 @@ learn_megatron() { learn_with megatron; }
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|megatron_parallel|model|learn|learn_megatron|ray_engines|ray_startup|scale)
+    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|megatron_parallel|model|learn|learn_megatron|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|scale)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac

@@ -114,7 +114,7 @@ def run_command(opts: argparse.Namespace, model: Path, out: Path) -> list[str]:
         "--eps-clip-high",
         "0.28",
         "--rollout-max-response-len",
-        "64",
+        str(opts.response_len),
         "--eval-interval",
         str(opts.eval_interval),
         "--n-samples-per-eval-prompt",
@@ -122,6 +122,10 @@ def run_command(opts: argparse.Namespace, model: Path, out: Path) -> list[str]:
         "--train-dtype",
         opts.train_dtype,
     ]
+    if opts.async_:  # the next rollout generates while the trainer trains (one step off-policy)
+        command += ["--async"]
+    if opts.lag is not None:  # engines up to LAG versions ahead of the trainer
+        command += ["--max-policy-version-lag", str(opts.lag)]
     if opts.ray:  # an SGLang engine actor on one GPU, the trainer actor on another; weights from disk
         command += ["--ray", *(["--rollout-num-gpus", "1"] if opts.engine == "sglang" else [])]
     if opts.engine == "sglang":
@@ -170,6 +174,17 @@ def failure_cause(log: Path) -> str | None:
     return found[-1][:1000] if found else None
 
 
+def heldout_minutes(evals: list[dict]) -> list[tuple[float, float]]:
+    """``(minutes since the steps began, held-out reward)`` of each eval (the one before the first step
+    at 0)."""
+    key = next((k for row in evals for k in row if k.endswith("/reward_mean")), None)
+    return [
+        (round(row.get("run/elapsed_seconds", 0.0) / 60, 3), round(row[key], 4))
+        for row in evals
+        if key in row
+    ]
+
+
 def summary(
     opts: argparse.Namespace, out: Path, code: int | None, timed_out: bool, minutes: float, log: Path
 ) -> dict[str, Any]:
@@ -180,6 +195,9 @@ def summary(
         for name, key in STEP_METRICS.items()
     }
     diffs = per_step["sync_logprob_max_diff"]
+    elapsed = [row["run/elapsed_seconds"] for row in steps if "run/elapsed_seconds" in row]
+    span = elapsed[-1] - elapsed[0] if len(elapsed) > 1 else None  # steps 1..N: no start-up, no first eval
+    samples = [row.get("rollout/samples", 0) for row in steps]
     gain = round(end - start, 4) if curve else None
     report = {
         "benchmark": "learning_gpu",
@@ -194,6 +212,16 @@ def summary(
         "heldout_reward_end": end,
         "heldout_gain": gain,
         "heldout_curve": curve,
+        "heldout_minutes": heldout_minutes(rows(out / "eval.jsonl")),
+        "mode": "async" if opts.async_ else f"lag{opts.lag}" if opts.lag is not None else "sync",
+        "response_len": opts.response_len,
+        "elapsed_seconds": elapsed,
+        "steps_per_minute": round(60 * (len(elapsed) - 1) / span, 3) if span else None,
+        "samples_per_minute": round(60 * sum(samples[1:]) / span, 1) if span else None,
+        "median_seconds": {
+            name: sorted(per_step[name])[len(per_step[name]) // 2] if per_step[name] else None
+            for name in ("rollout_seconds", "train_seconds", "sync_seconds")
+        },
         "sync_logprob_max_diff": max(diffs) if diffs else None,
         "per_step": per_step,
         "failure": None if code == 0 or (timed_out and steps) else failure_cause(log) or f"exit code {code}",
@@ -235,6 +263,11 @@ def options() -> argparse.ArgumentParser:
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--train-dtype", default="float32")
     parser.add_argument("--eval-interval", type=int, default=5)
+    parser.add_argument(
+        "--async", dest="async_", action="store_true", help="rlsdk run --async (one step off-policy)"
+    )
+    parser.add_argument("--lag", type=int, default=None, help="rlsdk run --max-policy-version-lag LAG")
+    parser.add_argument("--response-len", type=int, default=64, help="--rollout-max-response-len")
     parser.add_argument("--heldout", help="the eval file (default the shipped arithmetic2-eval.jsonl)")
     parser.add_argument(
         "--output", type=Path, default=None, help="the run's folder (default a temporary one)"

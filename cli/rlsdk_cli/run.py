@@ -213,6 +213,7 @@ def run(
     )
     from rlsdk.run.job import run_job
     from rlsdk.run.output import resumed_settings
+    from rlsdk.run.preemption import RunStopped
 
     if resume:
         given = {k: v for k, v in options.items() if v is not None and v != []}
@@ -267,6 +268,14 @@ def run(
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
         fail(exc)
         raise typer.Exit(1) from None
+    except RunStopped as exc:  # SIGTERM or SIGINT: the state and a checkpoint are saved
+        console.print(
+            f"{exc.signal_name}: stopped; continue with: rlsdk run --resume --output {args.output_dir}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
         console.print(
             f"interrupted; continue with: rlsdk run --resume --output {args.output_dir}",

@@ -50,6 +50,7 @@ ALIASES = {
     "eval_rollout": "eval_function_path",
     "custom_generate": "custom_generate_function_path",
     "rm": "rm_type",
+    "async": "train_async",
     "dynamic_filter": "dynamic_sampling_filter_path",
     "over_sampling_filter": "over_sampling_filter_path",
     "buffer_filter": "buffer_filter_path",
@@ -331,6 +332,15 @@ class RolloutConfig(TrainingOptions):
             )
         if self.use_tis and self.use_rollout_logprobs:
             raise ValueError("use_tis and use_rollout_logprobs cannot be set together (as in slime)")
+        if self.max_policy_version_lag is not None and self.max_policy_version_lag < 0:
+            raise ValueError(f"max_policy_version_lag must be 0 or more, got {self.max_policy_version_lag}")
+        if self.weight_sync_timeout is not None and not self.weight_sync_timeout > 0:
+            raise ValueError(f"weight_sync_timeout must be above 0 seconds, got {self.weight_sync_timeout}")
+        if self.colocate and (self.train_async or self.max_policy_version_lag is not None):
+            raise ValueError(
+                "--async and --max-policy-version-lag generate while the trainer trains: they need the "
+                "engines on GPUs of their own, not --colocate"
+            )
 
     @classmethod
     def option_names(cls) -> list[str]:

@@ -10,6 +10,7 @@ by slime, say), one is built from ``args``: an SGLang client for ``args.sglang_r
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
 import threading
 from collections.abc import Callable, Coroutine, Iterator
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from .aio.stopping import StopRequest
 from .engines.engine import InferenceEngine
 from .plugins.manager import RlsdkPluginManager, get_plugin_manager
 from .plugins.run_plugins import RunPlugins
@@ -25,6 +27,8 @@ _ATTR = "_rlsdk_runtime"
 T = TypeVar("T")
 
 
+SIGNAL_POLL_SECONDS = 0.2
+"""How often a thread waiting for the loop wakes up, so that signal handlers run (see :meth:`BackgroundLoop.run`)."""
 YOUNG_COLLECTION_THRESHOLD = 20_000
 """Allocations between young collections while a run is on (Python's default is 700)."""
 
@@ -65,7 +69,13 @@ class BackgroundLoop:
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("BackgroundLoop.run called from its own loop: await the coroutine instead")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        if timeout is None:
+            # Wake up now and then: a signal the kernel hands to another thread runs its Python handler
+            # only once the main thread runs again (a graceful stop must not wait for the whole step).
+            while not concurrent.futures.wait([future], timeout=SIGNAL_POLL_SECONDS).done:
+                pass
+        return future.result(timeout)
 
     def close(self) -> None:
         """Cancel the tasks still running (after Ctrl-C, the step's), let them unwind, then stop: a loop
@@ -117,6 +127,9 @@ class Runtime:
     run_plugins: RunPlugins | None = None
     """The run's plugins, resolved once; made from ``pm`` for the ``args`` the runtime is bound to when
     not given."""
+    stop: StopRequest = field(default_factory=StopRequest)
+    """Set when the run is asked to stop gracefully (SIGTERM, SIGINT): a rollout step then aborts what is in
+    flight and returns every group to the buffer, tokens kept, and the run checkpoints and stops."""
 
     @property
     def plugins(self) -> RunPlugins:

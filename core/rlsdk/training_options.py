@@ -78,9 +78,11 @@ class TrainingOptions:
     """Discount of ``reinforce_plus_plus`` returns."""
     entropy_coef: float = 0.0
     """Subtract this times the mean entropy from the loss."""
-    use_tis: bool = False
+    use_tis: bool | None = None
     """Truncated importance sampling: weight each token's loss by exp(train - rollout log-prob),
-    clipped to [``tis_clip_low``, ``tis_clip``]."""
+    clipped to [``tis_clip_low``, ``tis_clip``]. Default: on where samples can be stale (``train_async``
+    or ``max_policy_version_lag`` above 0), unless ``use_rollout_logprobs`` (the ratio is then taken
+    against the engine's log-probs already); else off."""
     tis_clip: float = 2.0
     tis_clip_low: float = 0.0
     use_rollout_logprobs: bool = False
@@ -136,6 +138,18 @@ class TrainingOptions:
     """With ``colocate``: the engines release their GPU memory (weights, KV cache, CUDA graphs) while the
     trainer trains, and take it back for the weight sync. Default: on with ``colocate`` (as slime)."""
 
+    # --- asynchronous training (docs/async.md) ---
+    train_async: bool = False
+    """``--async``: the next rollout step generates while the trainer trains on the current one (one step
+    off-policy, slime's ``train_async.py``); weights reach the engines between rollout steps."""
+    max_policy_version_lag: int | None = None
+    """Engines generate continuously, up to this many policy versions ahead of the trainer (slime's name): a
+    group sampled more than this many versions before the trainer's when the trainer takes it is dropped
+    (``drop_reason: stale_policy``, in discarded.jsonl); ``0`` means the current policy only."""
+    weight_sync_timeout: float | None = None
+    """Seconds a weight sync (push to every engine) may take before its engine counts as dead (replaced on
+    Ray, else the run stops naming the engine); default 120 plus 60 per GiB of the model's files."""
+
     # --- sync, checkpoints, reporting ---
     sync_check_tol: float | None = None
     """After each weight sync the engine's and trainer's log-probs of a probe sample may differ by at
@@ -147,6 +161,24 @@ class TrainingOptions:
     """Save a checkpoint every this many steps (and after the last)."""
     report_to: str | None = None
     """``tensorboard``: also write TensorBoard event files to ``<output_dir>/tensorboard``."""
+
+
+def stale_samples(args: Any) -> bool:
+    """Whether the trainer may take samples an older policy generated (``--async`` or a lag above 0)."""
+    return bool(args.train_async or args.max_policy_version_lag)
+
+
+def tis_on(args: Any) -> bool:
+    """Whether the policy loss applies truncated importance sampling: ``use_tis``, or when unset, whether
+    samples can be stale (and the ratio is not already taken against the engine's log-probs)."""
+    if args.use_tis is not None:
+        return bool(args.use_tis)
+    return stale_samples(args) and not args.use_rollout_logprobs
+
+
+def overlapped(args: Any) -> bool:
+    """Whether rollouts overlap training (``--async`` or ``--max-policy-version-lag``)."""
+    return bool(args.train_async) or args.max_policy_version_lag is not None
 
 
 def trainer_world_size(args: TrainingOptions) -> int:

@@ -31,6 +31,7 @@ from typing import Any
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import ReplicaLostError, finish_abort, generate_response, new_rid, split_batch
 from ..errors import RlsdkError
+from ..training.sync import default_sync_timeout
 from .cluster import ActorStartError, describe_place, first_line, free_resources, import_ray, place, start
 from .engine_actor import (
     EngineActor,
@@ -420,16 +421,22 @@ class RayEnginePool(InferenceEngine):
     async def flush_cache(self) -> bool:
         return all(await self._on_each([r for r in self.replicas_ if r.alive], "flush_cache"))
 
-    async def _on_each(self, replicas: list[Replica], method: str, *args: Any) -> list[Any]:
-        """Call ``method`` on each engine; an engine that died meanwhile is left to its restart."""
+    async def _on_each(
+        self, replicas: list[Replica], method: str, *args: Any, timeout: float | None = None
+    ) -> list[Any]:
+        """Call ``method`` on each engine; an engine that died meanwhile, or that has not answered within
+        ``timeout`` seconds, is left to its restart."""
         actors = [r.actor for r in replicas]
         results = await asyncio.gather(
-            *(getattr(a, method).remote(*args) for a in actors), return_exceptions=True
+            *(asyncio.wait_for(_await(getattr(a, method).remote(*args)), timeout) for a in actors),
+            return_exceptions=True,
         )
         answered = []
         for replica, actor, result in zip(replicas, actors, results, strict=True):
             if not isinstance(result, BaseException):
                 answered.append(result)
+            elif isinstance(result, TimeoutError):
+                self._lost(replica, actor, f"{method} not done within {timeout:g}s (--weight-sync-timeout)")
             elif (cause := death_cause(result)) is not None:
                 self._lost(replica, actor, cause)
             else:
@@ -463,7 +470,13 @@ class RayEnginePool(InferenceEngine):
             self._weights, self._probe = weights, None
             self._pushes += 1
             try:
-                await self._on_each([r for r in self.replicas_ if r.alive], method, value, version)
+                await self._on_each(
+                    [r for r in self.replicas_ if r.alive],
+                    method,
+                    value,
+                    version,
+                    timeout=default_sync_timeout(self.args),
+                )
             finally:
                 self._pushes += 1
 
@@ -578,7 +591,13 @@ class RayEnginePool(InferenceEngine):
             return  # no sync yet: it loaded the starting weights, as the others did
         kind, value, version = self._weights
         method = replica.actor.update_weights if kind == "state" else replica.actor.update_weights_from_disk
-        await method.remote(value, version)
+        timeout = default_sync_timeout(self.args)
+        try:
+            await asyncio.wait_for(_await(method.remote(value, version)), timeout)
+        except TimeoutError:
+            raise ReplicaLostError(
+                f"{replica.name} did not take the weights within {timeout:g}s (--weight-sync-timeout)"
+            ) from None
         recovery.marks["weights"] = time.time()
         async with self._changed:
             await asyncio.wait_for(self._changed.wait_for(lambda: self._probe is not None), PROBE_WAIT)

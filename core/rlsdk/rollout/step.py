@@ -15,8 +15,8 @@ import time
 import warnings
 from typing import Any
 
-from ..config import RolloutConfig
 from ..agents.sessions import agent_metrics
+from ..config import RolloutConfig
 from ..aio.concurrency import ConcurrencyLimit
 from ..errors import PluginCallError
 from ..plugins.calls import (
@@ -76,34 +76,37 @@ async def rollout_step(
     )  # set as a task ends: cheaper than asyncio.wait, which hooks every task per call
     pulled, exhausted = 0, False
 
-    while len(kept) < target:
-        # Keep enough groups in flight to fill the batch, pulling a chunk at a time.
-        if not exhausted and pulled < max_groups and len(kept) + len(in_flight) < target:
-            chunk = min(args.over_sampling_batch_size or target, max_groups - pulled)
-            groups = data_source.get_samples(chunk, rollout_id)  # buffer_filter: buffered groups first
-            exhausted = not groups
-            ledger.enter(groups)
-            entry_metadata.update((id(s), dict(s.metadata)) for g in groups for s in g if s.metadata)
-            pulled += len(groups)
-            unsent = 0
-            for group in groups:
-                task = asyncio.create_task(run_group(args, plugins, group, sampling_params, limit))
-                task.add_done_callback(lambda _: finished.set())
-                in_flight[task] = group
-                unsent += len(group)
-                if unsent >= SUBMIT_SLICE:  # let these start: the engine gets a chunk's first requests early
-                    unsent = 0
-                    await asyncio.sleep(0)
-        if not in_flight:
-            break
-        await finished.wait()
-        finished.clear()
-        for task in [t for t in in_flight if t.done()]:  # in submission order: reproducible batches
-            group = in_flight.pop(task)
-            task.result()  # run_group records failures on the samples; only a `fail` policy raises
-            ledger.count_produced(group)
-            await settle(args, plugins, group, ledger, kept, fallback, to_buffer)
-            runtime.report_progress(len(group))
+    stop = runtime.stop  # SIGTERM or SIGINT: abort what is in flight, every group back to the buffer
+    with stop.watch(finished):
+        while len(kept) < target and not stop.is_set:
+            # Keep enough groups in flight to fill the batch, pulling a chunk at a time.
+            if not exhausted and pulled < max_groups and len(kept) + len(in_flight) < target:
+                chunk = min(args.over_sampling_batch_size or target, max_groups - pulled)
+                groups = data_source.get_samples(chunk, rollout_id)  # buffer_filter: buffered groups first
+                exhausted = not groups
+                ledger.enter(groups)
+                entry_metadata.update((id(s), dict(s.metadata)) for g in groups for s in g if s.metadata)
+                pulled += len(groups)
+                unsent = 0
+                for group in groups:
+                    task = asyncio.create_task(run_group(args, plugins, group, sampling_params, limit))
+                    task.add_done_callback(lambda _: finished.set())
+                    in_flight[task] = group
+                    unsent += len(group)
+                    # let these start: the engine gets a chunk's first requests early
+                    if unsent >= SUBMIT_SLICE:
+                        unsent = 0
+                        await asyncio.sleep(0)
+            if not in_flight:
+                break
+            await finished.wait()
+            finished.clear()
+            for task in [t for t in in_flight if t.done()]:  # in submission order: reproducible batches
+                group = in_flight.pop(task)
+                task.result()  # run_group records failures on the samples; only a `fail` policy raises
+                ledger.count_produced(group)
+                await settle(args, plugins, group, ledger, kept, fallback, to_buffer)
+                runtime.report_progress(len(group))
 
     # Abort what is still in flight: finished groups are settled, unfinished ones go to the buffer.
     if in_flight:
@@ -122,6 +125,11 @@ async def rollout_step(
                     reset_for_buffer(args, group, rollout_id, partial=False, metadata=entry_metadata)
                 )
 
+    stopped = stop.is_set
+    if stopped:  # the run stops: nothing is trained now, every group waits in the buffer for --resume
+        to_buffer += kept + [group for group, _ in fallback]
+        kept, fallback = [], []
+
     # Not enough groups passed the dynamic filter: top up with groups it allowed as a fallback.
     for group, reason in fallback:
         if len(kept) < target:
@@ -138,9 +146,9 @@ async def rollout_step(
 
     # Unfinished and surplus groups go back to the buffer, served first next step.
     aborted = sum(s.status not in FINISHED for g in (*to_buffer, *restarted) for s in g)
+    keep_tokens = args.partial_rollout or stopped  # a stopped run resumes its samples where they stopped
     returned = [
-        reset_for_buffer(args, g, rollout_id, partial=args.partial_rollout, metadata=entry_metadata)
-        for g in to_buffer
+        reset_for_buffer(args, g, rollout_id, partial=keep_tokens, metadata=entry_metadata) for g in to_buffer
     ]
     returned += restarted + surplus
     for group in returned:
@@ -155,7 +163,7 @@ async def rollout_step(
 
     ledger.check()
     metrics = step_metrics(args, batch, ledger, started)
-    if len(batch) < target:  # said, not silent: the trainer gets a smaller batch
+    if len(batch) < target and not stopped:  # said, not silent: the trainer gets a smaller batch
         why = (
             f"the data ran out after {pulled} groups"
             if exhausted
@@ -170,6 +178,7 @@ async def rollout_step(
         )
     metrics["rollout/short_of_batch"] = target - len(batch)
     metrics["rollout/aborted"] = aborted
+    metrics["rollout/stopped"] = int(stopped)
     metrics["rollout/invalid_rewards"] = count_invalid([s for g in (*batch, *ledger.discarded) for s in g])
     metrics.update(agent_metrics([s for g in (*batch, *ledger.discarded) for s in g]))  # openai_agent's forks
     return RolloutFnTrainOutput(samples=batch, metrics=metrics, discarded=ledger.discarded)
@@ -244,7 +253,7 @@ def reset_for_buffer(
             continue
         if partial and sample.response_length:
             sample.metadata["returned_at_rollout_id"] = rollout_id
-            if args.mask_offpolicy_in_partial_rollout:
+            if args.mask_offpolicy_in_partial_rollout and args.partial_rollout:
                 sample.loss_mask = [0] * sample.response_length
             sample.status = Sample.Status.ABORTED
             continue

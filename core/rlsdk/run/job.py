@@ -9,18 +9,20 @@ from typing import Any
 
 from ..config import RolloutConfig
 from ..data import BadRowPolicy, DataPath, DataSource, Row, read_rows
-from ..errors import DataError, RlsdkError
-from ..plugins.calls import call_eval_rollout, call_generate_rollout
+from ..errors import DataError
+from ..plugins.calls import call_generate_rollout
 from ..plugins.manager import RlsdkPluginManager
 from ..report import RunReport
 from ..runtime import Runtime
 from ..training.session import TrainingSession
-from ..types import RolloutFnEvalOutput
+from ..training_options import overlapped
 from .output import RunOutput, warn_changed_plugins
+from .overlap import run_overlapped
+from .preemption import stop_on_signals
 from .session import running
+from .steps import StepRecorder, check_step, run_eval
 
-SHOWN_CAUSES = 3
-"""Distinct causes a failed step's error quotes; the rest are in discarded.jsonl."""
+__all__ = ["check_data", "check_images", "check_step", "run_eval", "run_job", "run_steps"]
 
 
 def run_job(
@@ -62,6 +64,7 @@ def run_job(
             closing.callback(training.close)  # before the engine closes
         report = RunReport(output.folder, args.report_to) if args.train else None
         first = 0
+        steps = StepRecorder(args, runtime, output, data_source, training, report, on_step, on_eval, status)
         if args.resume:
             state = runtime.saved_state = output.load_state()
             data_source.load_state_dict(state["data"])
@@ -69,67 +72,20 @@ def run_job(
             warn_changed_plugins(state.get("plugins", {}), runtime.pm)
             if training is not None and state.get("checkpoint"):
                 training.restore(output.checkpoint_path(state))
+                steps.checkpoint, steps.checkpoint_version = state["checkpoint"], training.weight_version
         else:
             if training is not None and args.eval_interval:  # the curve's starting point
                 status("eval before the first step")
                 output.write_eval(-1, run_eval(args, runtime, -1))
             output.save_state(output.run_state(0, data_source.state_dict(), args, runtime.pm))
-        for rollout_id in range(first, args.num_rollout):
-            status(f"step {rollout_id}")
-            # generate_rollout: one whole step
-            result = call_generate_rollout(runtime, plugins.generate_rollout, args, rollout_id, data_source)
-            if training is not None and result.samples:
-                status(f"step {rollout_id}: training")
-                # trainer: learn from the kept groups, sync the engine, check it serves the new weights
-                result.metrics.update(training.train(rollout_id, result))
-            output.write_step(rollout_id, result)
-            state = output.run_state(rollout_id + 1, data_source.state_dict(), args, runtime.pm)
-            if training is None:
-                output.save_state(state)
-            check_step(args, rollout_id, result.metrics)
-            if on_step is not None:
-                on_step(rollout_id, result.metrics)
-            last = rollout_id + 1 == args.num_rollout
-            if args.eval_interval and ((rollout_id + 1) % args.eval_interval == 0 or last):
-                status(f"eval after step {rollout_id}")
-                evaluated = run_eval(args, runtime, rollout_id)
-                output.write_eval(rollout_id, evaluated)
-                result.metrics.update(evaluated.metrics)
-                if on_eval is not None:
-                    on_eval(rollout_id, evaluated.metrics)
-            if training is not None and training.checkpoint_due(rollout_id):
-                # A training run resumes from its last checkpoint: state.json moves only with one.
-                output.set_checkpoint(state, training.save(rollout_id, state))
-                output.save_state(state)
-            if report is not None:
-                report.add(rollout_id, result.metrics)
+        with stop_on_signals(runtime.stop):  # SIGTERM, SIGINT: save what is in flight, then stop
+            if training is not None and overlapped(args):
+                run_overlapped(steps, first)  # --async, --max-policy-version-lag
+            else:
+                run_steps(steps, first)
         if report is not None:
             report.close()
     return output
-
-
-def check_step(args: RolloutConfig, rollout_id: int, metrics: dict[str, Any]) -> None:
-    """A step whose every sample failed stops the run with the causes (``on_failed_step=fail``), after
-    the step's samples and the run's state are written."""
-    failed = metrics.get("ledger/failed", 0)
-    if failed and failed == metrics.get("ledger/entered") and args.on_failed_step == "fail":
-        causes = list(dict.fromkeys(metrics.get("rollout/failures", [])))
-        shown = "; ".join(causes[:SHOWN_CAUSES]) or "unknown"
-        if len(causes) > SHOWN_CAUSES:
-            shown += f"; {len(causes) - SHOWN_CAUSES} more in discarded.jsonl"
-        requeued = metrics.get("ledger/requeued", 0)
-        kept_data = (
-            (
-                f"; their prompts are not used up ({requeued} samples back in the data, served again on "
-                "--resume)"
-            )
-            if requeued
-            else ""
-        )
-        raise RlsdkError(
-            f"step {rollout_id}: all {failed} samples failed ({shown}); the samples are in "
-            f"discarded.jsonl{kept_data} (--on-failed-step continue goes on)"
-        )
 
 
 def check_data(args: RolloutConfig) -> tuple[list[Row], BadRowPolicy]:
@@ -158,6 +114,21 @@ def check_images(runtime: Runtime, data_source: Any) -> None:
         )
 
 
-def run_eval(args: RolloutConfig, runtime: Runtime, rollout_id: int) -> RolloutFnEvalOutput:
-    """generate_rollout with ``evaluation=True`` (the eval function, else the rollout function)."""
-    return call_eval_rollout(runtime, runtime.plugins.eval_rollout, args, rollout_id)
+def run_steps(steps: StepRecorder, first: int) -> None:
+    """The synchronous loop: each step's rollout, then its training, sync and trust check."""
+    args, runtime, training = steps.args, steps.runtime, steps.training
+    for rollout_id in range(first, args.num_rollout):
+        steps.status(f"step {rollout_id}")
+        # generate_rollout: one whole step
+        result = call_generate_rollout(
+            runtime, runtime.plugins.generate_rollout, args, rollout_id, steps.data_source
+        )
+        if result.metrics.get("rollout/stopped"):  # its groups wait in the buffer, tokens kept
+            steps.stop(rollout_id, [(rollout_id, result)])
+        if training is not None and result.samples:
+            steps.status(f"step {rollout_id}: training")
+            # trainer: learn from the kept groups, sync the engine, check it serves the new weights
+            result.metrics.update(training.train(rollout_id, result))
+        steps.finish(rollout_id, result, steps.data_source.state_dict())
+        if runtime.stop.is_set:
+            steps.stop(rollout_id + 1, [])

@@ -150,6 +150,9 @@ RESUME_MAY_CHANGE = frozenset(
         "ray_sync_rewards",
         "ray_start_timeout",
         "rollout_health_check_timeout",
+        "weight_sync_timeout",
+        "train_async",
+        "max_policy_version_lag",
     }
 )
 """Options a resumed run may set differently from the saved run; any other given option must match."""

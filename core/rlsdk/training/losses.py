@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ..training_options import tis_on
 from .advantages import approx_kl
 from .batch import response_rows
 
@@ -153,7 +154,7 @@ def policy_loss(
         )
 
     metrics: dict[str, torch.Tensor] = {}
-    if args.use_tis:
+    if tis_on(args) and (args.use_tis or batch.get("rollout_log_probs")):  # by default where log-probs are
         train_old = torch.cat(batch.get("log_probs") or [lp.detach() for lp in log_prob_list])
         rollout = torch.cat(batch["rollout_log_probs"])
         tis = torch.exp(train_old - rollout)

@@ -6,15 +6,24 @@ import contextlib
 import json
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 from ..config import RolloutConfig
 from ..runtime import Runtime
-from ..types import RolloutFnTrainOutput
-from .gpu_memory import phase_peaks_for
 from ..training_options import offloads
-from .sync import check_tolerance, choose_sync, sync_weights, trust_check
+from ..types import RolloutFnTrainOutput, Sample
+from .gpu_memory import phase_peaks_for
+from .sync import (
+    SyncTimes,
+    WeightSyncTimeout,
+    check_tolerance,
+    choose_sync,
+    default_sync_timeout,
+    sync_weights,
+    trust_check,
+)
 from .trainer import PolicyTrainer, build_trainer
 
 CHECKPOINT_META = "rlsdk_checkpoint.json"
@@ -39,6 +48,8 @@ class TrainingSession:
         # trainer: built by its plugin from the run's settings
         self.trainer: PolicyTrainer = build_trainer(trainer, args)
         self.weight_version = 0
+        self.sync_timeout = default_sync_timeout(args)
+        self.sync_times = SyncTimes()
         self.offload_train = offloads(args)[0] and bool(getattr(args, "colocate", False))
         self.memory = phase_peaks_for(self.trainer)
         if self.offload_train:  # the engines generate first
@@ -49,15 +60,42 @@ class TrainingSession:
         return Path(self.args.save) if self.args.save else self.output_folder / "checkpoints"
 
     def sync(self) -> dict[str, float]:
-        """The trainer's weights to the engine as the current ``weight_version``."""
-        seconds = self.runtime.run(
-            sync_weights(self.runtime.engine, self.trainer, str(self.weight_version), self.weight_sync)
-        )
+        """The trainer's weights to the engine as the current ``weight_version``, within the sync timeout;
+        a sync more than twice as slow as the run's median is a warning."""
+        try:
+            seconds = self.runtime.run(
+                sync_weights(
+                    self.runtime.engine,
+                    self.trainer,
+                    str(self.weight_version),
+                    self.weight_sync,
+                    self.sync_timeout,
+                )
+            )
+        except WeightSyncTimeout as exc:
+            raise WeightSyncTimeout(
+                f"{exc}; the run stops. Restart or replace the engine, then continue with: rlsdk run "
+                f"--resume --output {self.output_folder}"
+            ) from None
+        grew = self.sync_times.add(seconds, self.weight_sync.name)
+        if grew:
+            warnings.warn(grew, RuntimeWarning, stacklevel=2)
         parts = {f"train/sync_{part}": value for part, value in self.weight_sync.timings.items()}
         return {"train/sync_seconds": seconds, **parts, "train/weight_version": self.weight_version}
 
     def train(self, rollout_id: int, result: RolloutFnTrainOutput) -> dict[str, Any]:
-        """One train step on the kept groups, the sync, and the trust check on the batch's first sample."""
+        """One train step on the kept groups, the sync, and the trust check on the batch's last group."""
+        metrics = self.train_step(rollout_id, result)
+        with self._phase("sync"):
+            metrics.update(self.sync())
+            metrics.update(self.check(result.samples[-1][0]))
+        if self.memory is not None:
+            peaks = self.memory.take()
+            metrics.update({f"memory/peak_gpu_gb_{phase}": gb for phase, gb in peaks.items()})
+        return metrics
+
+    def train_step(self, rollout_id: int, result: RolloutFnTrainOutput) -> dict[str, Any]:
+        """One train step on the kept groups (no sync): the trainer's ``weight_version`` goes up by one."""
         if not result.samples:
             raise RuntimeError(f"step {rollout_id} kept no samples: nothing to train on")
         with self._phase("train"):
@@ -70,22 +108,20 @@ class TrainingSession:
                 self.trainer.offload()
                 metrics["train/offload_seconds"] = time.perf_counter() - started
         self.weight_version += 1
-        with self._phase("sync"):
-            metrics.update(self.sync())
-            probe = result.samples[-1][0]
-            started = time.perf_counter()
-            metrics["train/sync_logprob_max_diff"] = self.runtime.run(
-                trust_check(
-                    self.runtime.engine, self.trainer, probe, check_tolerance(self.args, self.trainer)
-                )
-            )
-            metrics["train/trust_check_seconds"] = time.perf_counter() - started
-        if self.memory is not None:
-            peaks = self.memory.take()
-            metrics.update({f"memory/peak_gpu_gb_{phase}": gb for phase, gb in peaks.items()})
         if "train/train_rollout_logprob_abs_diff" in metrics:
             metrics["train/rollout_logprob_diff"] = metrics.pop("train/train_rollout_logprob_abs_diff")
         return metrics
+
+    def check(self, probe: Sample) -> dict[str, float]:
+        """The trust check after a sync: the engine's log-probs of ``probe`` against the trainer's."""
+        started = time.perf_counter()
+        diff = self.runtime.run(
+            trust_check(self.runtime.engine, self.trainer, probe, check_tolerance(self.args, self.trainer))
+        )
+        return {
+            "train/sync_logprob_max_diff": diff,
+            "train/trust_check_seconds": time.perf_counter() - started,
+        }
 
     def checkpoint_due(self, rollout_id: int) -> bool:
         last = rollout_id + 1 == self.args.num_rollout

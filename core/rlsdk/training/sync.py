@@ -29,6 +29,7 @@ from ..engines.engine import InferenceEngine
 from ..engines.protocol import ReplicaLostError
 from ..engines.launch.process_group import free_port
 from ..errors import RlsdkError
+from ..training_options import named_model_folder
 from ..types import Sample
 from ..training_options import offloads
 from .trainer import PolicyTrainer
@@ -38,6 +39,10 @@ log = logging.getLogger(__name__)
 
 class WeightSyncError(RlsdkError):
     """The engine serves other weights than the trainer's (the trust check failed)."""
+
+
+class WeightSyncTimeout(WeightSyncError):
+    """An engine did not complete its weight update within ``--weight-sync-timeout``: it counts as dead."""
 
 
 class WeightSync:
@@ -248,12 +253,81 @@ def choose_sync(args: RolloutConfig, engine: InferenceEngine, disk_folder: Path)
 
 
 async def sync_weights(
-    engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str, strategy: WeightSync
+    engine: InferenceEngine,
+    trainer: PolicyTrainer,
+    weight_version: str,
+    strategy: WeightSync,
+    timeout: float | None = None,
 ) -> float:
-    """Give the engine the trainer's weights as ``weight_version``; returns the seconds it took."""
+    """Give the engine the trainer's weights as ``weight_version``; returns the seconds it took. A push
+    not done within ``timeout`` seconds is abandoned with a :class:`WeightSyncTimeout` naming the engine
+    and the transport; an engine pool (several replicas) gets twice as long, since it replaces a replica
+    that misses ``timeout`` itself."""
     started = time.perf_counter()
-    await strategy.push(engine, trainer, weight_version)
+    push = asyncio.ensure_future(strategy.push(engine, trainer, weight_version))
+    limit = None if timeout is None else timeout if engine.replicas() == [engine] else 2 * timeout
+    done, _ = await asyncio.wait({push}, timeout=limit)
+    if not done:
+        push.cancel()  # not awaited: a push stuck where cancelling cannot reach must not hold the run
+        raise WeightSyncTimeout(
+            f"the weight sync of version {weight_version} to {engine_label(engine)} over the "
+            f"{strategy.name} transport did not complete within {limit:g}s (--weight-sync-timeout): the "
+            "engine is treated as dead"
+        )
+    push.result()
     return time.perf_counter() - started
+
+
+def engine_label(engine: InferenceEngine) -> str:
+    """The engine as an error names it: its class, and its URL or model where it has one."""
+    where = engine.url or getattr(engine, "model_path", None)
+    return f"{type(engine).__name__} ({where})" if where else type(engine).__name__
+
+
+DEFAULT_SYNC_TIMEOUT = 300.0
+"""Seconds a weight sync may take when the model's size is unknown."""
+
+
+def default_sync_timeout(args: Any) -> float:
+    """``--weight-sync-timeout``, else 120 s plus 60 s per GiB of the model folder's weight files (a GGUF
+    file counts four times: it is dequantized); :data:`DEFAULT_SYNC_TIMEOUT` when no folder is named."""
+    if args.weight_sync_timeout:
+        return float(args.weight_sync_timeout)
+    folder = named_model_folder(args)
+    if folder is None:
+        return DEFAULT_SYNC_TIMEOUT
+    size = sum(
+        f.stat().st_size * (4 if f.suffix == ".gguf" else 1)
+        for f in folder.iterdir()
+        if f.suffix in (".safetensors", ".bin", ".pt", ".gguf")
+    )
+    return 120.0 + 60.0 * size / 2**30
+
+
+class SyncTimes:
+    """The run's weight-sync seconds: a sync taking more than twice the median of the earlier ones (and
+    over :attr:`floor` seconds) is a warning, as slime's syncs grew 143 s -> 363 s -> 966 s unnoticed."""
+
+    floor = 1.0
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def add(self, seconds: float, transport: str) -> str | None:
+        """Record one sync; returns the warning's text when it grew, else None."""
+        earlier = sorted(self.seconds)
+        self.seconds.append(seconds)
+        if not earlier or seconds <= self.floor:
+            return None
+        middle = len(earlier) // 2
+        median = earlier[middle] if len(earlier) % 2 else (earlier[middle - 1] + earlier[middle]) / 2
+        if seconds <= 2 * median:
+            return None
+        return (
+            f"weight sync {len(self.seconds)} ({transport}) took {seconds:.1f}s, more than twice the median "
+            f"{median:.1f}s of the run's {len(earlier)} earlier syncs: a growing sync ends in a timeout "
+            "(--weight-sync-timeout)"
+        )
 
 
 async def engine_log_probs(engine: InferenceEngine, sample: Sample) -> list[float]:

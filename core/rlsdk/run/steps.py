@@ -1,0 +1,138 @@
+"""What the outer loop does after a step is trained, in either loop (synchronous or overlapped): outputs
+written, the run state saved, the eval, the checkpoint; and the graceful stop that saves what is in flight."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from ..config import RolloutConfig
+from ..data import DataSource
+from ..errors import RlsdkError
+from ..plugins.calls import call_eval_rollout
+from ..report import RunReport
+from ..runtime import Runtime
+from ..training.session import TrainingSession
+from ..types import RolloutFnEvalOutput, RolloutFnTrainOutput
+from .output import RunOutput, sample_row
+from .preemption import RunStopped
+
+SHOWN_CAUSES = 3
+"""Distinct causes a failed step's error quotes; the rest are in discarded.jsonl."""
+
+
+@dataclass
+class StepRecorder:
+    """The run's outputs after each step, and its stop."""
+
+    args: RolloutConfig
+    runtime: Runtime
+    output: RunOutput
+    data_source: DataSource
+    training: TrainingSession | None
+    report: RunReport | None
+    on_step: Callable[[int, dict[str, Any]], None] | None
+    on_eval: Callable[[int, dict[str, Any]], None] | None
+    status: Callable[[str], None]
+    checkpoint: str | None = None
+    """The last checkpoint the saved state names (relative to the output folder when inside it)."""
+    checkpoint_version: int = 0
+    """The trainer's weight version in :attr:`checkpoint` (0: the starting weights, which need none)."""
+    started: float = field(default_factory=time.monotonic)
+    """When the steps began: ``run/elapsed_seconds`` of each step and eval counts from here."""
+
+    def finish(
+        self,
+        rollout_id: int,
+        result: RolloutFnTrainOutput,
+        data_state: dict[str, Any],
+        before_eval: Callable[[], Any] | None = None,
+    ) -> None:
+        """Write step ``rollout_id`` (its data position after it is ``data_state``), run the eval when due
+        (``before_eval`` first: the overlapped loop brings the engine up to date there), checkpoint."""
+        args, output = self.args, self.output
+        result.metrics["run/elapsed_seconds"] = time.monotonic() - self.started  # wall-clock curves
+        output.write_step(rollout_id, result)
+        state = output.run_state(rollout_id + 1, data_state, args, self.runtime.pm)
+        if self.training is None:
+            output.save_state(state)
+        check_step(args, rollout_id, result.metrics)
+        if self.on_step is not None:
+            self.on_step(rollout_id, result.metrics)
+        last = rollout_id + 1 == args.num_rollout
+        if args.eval_interval and ((rollout_id + 1) % args.eval_interval == 0 or last):
+            self.status(f"eval after step {rollout_id}")
+            if before_eval is not None:
+                before_eval()
+            evaluated = run_eval(args, self.runtime, rollout_id)
+            evaluated.metrics["run/elapsed_seconds"] = time.monotonic() - self.started
+            output.write_eval(rollout_id, evaluated)
+            result.metrics.update(evaluated.metrics)
+            if self.on_eval is not None:
+                self.on_eval(rollout_id, evaluated.metrics)
+        if self.training is not None and self.training.checkpoint_due(rollout_id):
+            # A training run resumes from its last checkpoint: state.json moves only with one.
+            self.save_checkpoint(rollout_id, state)
+            output.save_state(state)
+        if self.report is not None:
+            self.report.add(rollout_id, result.metrics)
+
+    def save_checkpoint(self, rollout_id: int, state: dict[str, Any]) -> None:
+        assert self.training is not None
+        self.output.set_checkpoint(state, self.training.save(rollout_id, state))
+        self.checkpoint, self.checkpoint_version = state["checkpoint"], self.training.weight_version
+
+    def stop(self, next_rollout_id: int, untrained: list[tuple[int, RolloutFnTrainOutput]]) -> NoReturn:
+        """Stop on request: the ``untrained`` steps' kept groups go back to the buffer (served first on
+        ``--resume``; their dropped and failed ones to discarded.jsonl), the state is saved with a
+        checkpoint of the weights trained since the last one, and :class:`RunStopped` is raised."""
+        returned = []
+        for rollout_id, result in untrained:
+            self.output.append(
+                "discarded.jsonl", [sample_row(rollout_id, s) for g in result.discarded for s in g]
+            )
+            returned += result.samples
+        if returned:
+            self.data_source.add_samples(returned, next_rollout_id)
+        state = self.output.run_state(
+            next_rollout_id, self.data_source.state_dict(), self.args, self.runtime.pm
+        )
+        if self.training is not None:
+            if self.training.weight_version != self.checkpoint_version:
+                self.status("saving a checkpoint before stopping")
+                self.save_checkpoint(next_rollout_id - 1, state)
+            elif self.checkpoint is not None:
+                state["checkpoint"] = self.checkpoint
+        self.output.save_state(state)
+        raise RunStopped(self.runtime.stop.reason, self.output.folder)
+
+
+def check_step(args: RolloutConfig, rollout_id: int, metrics: dict[str, Any]) -> None:
+    """A step whose every sample failed stops the run with the causes (``on_failed_step=fail``), after
+    the step's samples and the run's state are written."""
+    failed = metrics.get("ledger/failed", 0)
+    if failed and failed == metrics.get("ledger/entered") and args.on_failed_step == "fail":
+        causes = list(dict.fromkeys(metrics.get("rollout/failures", [])))
+        shown = "; ".join(causes[:SHOWN_CAUSES]) or "unknown"
+        if len(causes) > SHOWN_CAUSES:
+            shown += f"; {len(causes) - SHOWN_CAUSES} more in discarded.jsonl"
+        requeued = metrics.get("ledger/requeued", 0)
+        kept_data = (
+            (
+                f"; their prompts are not used up ({requeued} samples back in the data, served again on "
+                "--resume)"
+            )
+            if requeued
+            else ""
+        )
+        raise RlsdkError(
+            f"step {rollout_id}: all {failed} samples failed ({shown}); the samples are in "
+            f"discarded.jsonl{kept_data} (--on-failed-step continue goes on)"
+        )
+
+
+def run_eval(args: RolloutConfig, runtime: Runtime, rollout_id: int) -> RolloutFnEvalOutput:
+    """generate_rollout with ``evaluation=True`` (the eval function, else the rollout function)."""
+    return call_eval_rollout(runtime, runtime.plugins.eval_rollout, args, rollout_id)
