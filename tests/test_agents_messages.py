@@ -38,7 +38,7 @@ GREEDY = {"temperature": 0}  # the newest client sends no sampling parameters of
 
 @pytest.fixture(scope="module")
 def served():
-    from rlsdk_embedded import EmbeddedEngine
+    EmbeddedEngine = pytest.importorskip("rlsdk_embedded").EmbeddedEngine
 
     with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=16)) as served:
         yield served
