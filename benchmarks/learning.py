@@ -9,10 +9,13 @@ minutes the run took, the peak memory of the process and the slowest weight sync
 Targets on 2 CPU cores: ``heldout_reward_end >= 0.9`` within 15 minutes, peak memory <= 6 GB, every
 weight sync <= 0.5 s.
 
-    python benchmarks/learning.py [--cores 2] [--async] [--output DIR] [-- extra rlsdk run options]
+    python benchmarks/learning.py [--cores 2] [--async] [--output DIR] [rlsdk run options, e.g.
+                                  --advantage-estimator ppo, or --lora-rank 16 --lr 1e-4]
 
 ``--async`` runs the demo with ``rlsdk run --async`` (the next rollout generates while the trainer trains);
-the targets stay the same (the overlap gains little on 2 shared cores: docs/async.md).
+the targets stay the same (the overlap gains little on 2 shared cores: docs/async.md). Any other option this
+script does not know goes to ``rlsdk run`` (after ``--`` too); the report's ``run_options`` lists them, so
+one file per algorithm compares against GRPO's.
 """
 
 from __future__ import annotations
@@ -50,8 +53,8 @@ def main() -> None:
         "--output", type=Path, default=None, help="the run's output folder (default a temporary one)"
     )
     parser.add_argument("--async", dest="async_", action="store_true", help="rlsdk run --async")
-    parser.add_argument("extra", nargs="*", help="more `rlsdk run` options (after --)")
-    opts = parser.parse_args()
+    opts, unknown = parser.parse_known_args()
+    extra = [arg for arg in unknown if arg != "--"]
     out = opts.output or Path(tempfile.mkdtemp(prefix="rlsdk-learning-"))
     command = [
         sys.executable,
@@ -62,7 +65,7 @@ def main() -> None:
         "--output",
         str(out),
         *(["--async"] if opts.async_ else []),
-        *opts.extra,
+        *extra,
     ]
     cores = sorted(os.sched_getaffinity(0))[: opts.cores] if opts.cores else None
     started = time.perf_counter()
@@ -81,6 +84,7 @@ def main() -> None:
         "machine": machine(),
         "cores": len(cores) if cores else os.cpu_count(),
         "mode": "async" if opts.async_ else "sync",
+        "run_options": extra,
         "exit_code": done.returncode,
         "steps": len(steps),
         "heldout_reward_start": curve[0][1] if curve else None,

@@ -32,8 +32,12 @@ def test_list_json_shows_the_hubs_with_their_names():
     assert "f1" in rows["rm_hub"]["provides"]["reward"]
     assert rows["defaults"]["distribution"] == rows["training"]["distribution"] == "rlsdk"
     assert rows["defaults"]["provides"] == {"generate_rollout": ["sglang"], "custom_generate": ["single_turn"],
-                                            "buffer_filter": ["pop_first"], "engine": ["sglang"]}
+                                            "buffer_filter": ["pop_first"], "engine": ["sglang"],
+                                            "data_source": ["prompt_data"]}
     assert rows["training"]["provides"] == {"trainer": ["torch"], "loss": ["policy_loss", "sft_loss"]}
+    assert rows["run"]["provides"] == {"rollout_log": ["jsonl", "tensorboard", "wandb"],
+                                       "eval_rollout_log": ["jsonl", "tensorboard", "wandb"],
+                                       "environment": ["arithmetic"]}
 
 
 def test_list_kind_filters_rows_and_kinds():

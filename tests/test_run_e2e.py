@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from rlsdk import RolloutConfig, Sample
-from rlsdk.config import DEFAULT_DATASET
+from rlsdk.run.arithmetic import TRAIN_DATA
 from rlsdk.run.job import run_job
 
 pytestmark = pytest.mark.slow
+DEFAULT_DATASET = Path(TRAIN_DATA)
 
 SLIME_FUNCS = Path(__file__).parent / "slime_style" / "slime_funcs.py"
 SIZES = ["--num-rollout", "2", "--rollout-batch-size", "2", "--n-samples-per-prompt", "2",

@@ -56,8 +56,7 @@ def test_the_reward_rises(tiny_llama, run_files, tmp_path):
     run_job(train_args(tiny_llama, run_files, out, report_to="tensorboard"))
     rows = metrics(out)
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
-    start = sum(r["rollout/reward_mean"] for r in rows[:3]) / 3
-    end = sum(r["rollout/reward_mean"] for r in rows[-3:]) / 3
+    start, end = reward_rise(rows)
     assert end > start + 0.3, [round(r["rollout/reward_mean"], 3) for r in rows]
     assert all(r["train/sync_logprob_max_diff"] < 1e-3 for r in rows)
     versions = [json.loads(line)["weight_versions"] for line in (out / "rollouts.jsonl").read_text().splitlines()]
@@ -218,3 +217,162 @@ def test_trainer_megatron_is_chosen_by_name_and_says_it_needs_cuda(tiny_llama, r
     a plugin's failure."""
     with pytest.raises(PluginCallError, match="trainer 'megatron' from rlsdk-megatron .*building the trainer raised RuntimeError: rlsdk-megatron trains on CUDA GPUs only: use --trainer torch"):
         run_job(train_args(tiny_llama, run_files, tmp_path / "out", trainer="megatron", num_rollout=1))
+
+
+# ---------------------------------------------------------------- the newer algorithms (issue 42)
+
+
+def reward_rise(rows: list[dict]) -> tuple[float, float]:
+    """The mean reward of the first three steps and of the last three."""
+    start = sum(r["rollout/reward_mean"] for r in rows[:3]) / 3
+    end = sum(r["rollout/reward_mean"] for r in rows[-3:]) / 3
+    return start, end
+
+
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
+@pytest.mark.slow
+@pytest.mark.parametrize("estimator", ["reinforce", "rloo", "sapo", "ppo"])
+def test_the_reward_rises_with_each_estimator(estimator, tiny_llama, run_files, tmp_path):
+    """A reward a quarter of random first tokens earn: each estimator's policy learns to earn it (PPO's
+    critic learns its values too: from 0 towards the reward its samples earn). Seeded sampling: the same
+    run every time."""
+    out = tmp_path / "out"
+    options = {"critic_lr": 3e-2, "num_rollout": 14} if estimator == "ppo" else {}
+    run_job(train_args(tiny_llama, run_files, out, advantage_estimator=estimator, sglang_enable_deterministic_inference=True, **options))
+    rows = metrics(out)
+    start, end = reward_rise(rows)
+    assert end > start + 0.3, [round(r["rollout/reward_mean"], 3) for r in rows]
+    if estimator == "ppo":
+        assert all("train/critic_value_loss" in r and "train/critic_explained_variance" in r for r in rows)
+        values = [round(r["train/critic_values_mean"], 3) for r in rows]  # the head starts at 0
+        assert values[-1] > 0.5 * rows[-1]["rollout/reward_mean"], values
+        assert (out / "checkpoints" / f"step_{len(rows) - 1}" / "critic" / "value_model.safetensors").exists()
+
+
+def teacher_model(tiny_llama: Path, folder: Path) -> Path:
+    """The tiny Llama with another output distribution: its embeddings (tied to the output head) re-drawn."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        weight = model.get_input_embeddings().weight
+        weight.copy_(torch.randn(weight.shape, generator=generator) * 0.5)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_llama).save_pretrained(folder)
+    return folder
+
+
+ZERO_REWARD = '''
+def zero(args, sample, **kwargs):
+    return 0.0
+'''
+
+
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
+@pytest.mark.slow
+def test_on_policy_distillation_pulls_the_student_to_the_teacher(tiny_llama, tmp_path):
+    """No task reward at all: the reverse KL to a fixed teacher (an embedded engine of another model, by
+    name) is the only signal, and it falls. One prompt, so that a few steps see its contexts often (sampled
+    freely: deterministic seeds, one per sample index, would make its groups alike)."""
+    teacher = teacher_model(tiny_llama, tmp_path / "teacher")
+    data, reward = tmp_path / "one.jsonl", tmp_path / "zero.py"
+    data.write_text(json.dumps({"input": "w1 w2 w3"}) + "\n")
+    reward.write_text(ZERO_REWARD)
+    out = tmp_path / "out"
+    run_job(train_args(tiny_llama, (data, f"{reward}:zero"), out, opd_teacher="embedded",
+                       opd_teacher_load=str(teacher), opd_kl_coef=1.0, num_rollout=14, lr=5e-2))
+    kl = [r["train/opd_reverse_kl"] for r in metrics(out)]
+    assert sum(kl[-3:]) / 3 < 0.5 * sum(kl[:3]) / 3, [round(k, 3) for k in kl]
+
+
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
+def test_an_unknown_teacher_and_a_missing_model_are_refused(tiny_llama, run_files, tmp_path):
+    with pytest.raises(ValueError, match="needs the teacher's model"):
+        run_job(train_args(tiny_llama, run_files, tmp_path / "a", opd_teacher="embedded", num_rollout=1))
+    with pytest.raises(Exception, match="nosuchengine"):
+        run_job(train_args(tiny_llama, run_files, tmp_path / "b", opd_teacher="nosuchengine",
+                           opd_teacher_load=str(tiny_llama), num_rollout=1))
+
+
+
+
+def sharper_llama(tiny_llama: Path, folder: Path) -> Path:
+    """The tiny Llama with its (tied) embeddings ten times larger. The tiny one's are so small (std 0.02) that
+    no change of its layers moves a token's logit by more than about one nat: only training the embeddings
+    themselves can, and LoRA leaves them alone."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(10.0)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_llama).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
+@pytest.mark.slow
+def test_lora_learns_syncs_its_adapter_and_checkpoints_it_alone(tiny_llama, run_files, tmp_path):
+    """Only the adapter trains and travels: the embedded engine merges it in process and the trust check
+    passes on every step; the checkpoint holds the adapter and no model weights."""
+    out = tmp_path / "out"
+    model = sharper_llama(tiny_llama, tmp_path / "sharper")
+    run_job(train_args(model, run_files, out, lora_rank=8, lr=5e-2, num_rollout=14, sglang_enable_deterministic_inference=True))
+    rows = metrics(out)
+    start, end = reward_rise(rows)
+    assert end > start + 0.3, [round(r["rollout/reward_mean"], 3) for r in rows]
+    assert all(r["train/sync_logprob_max_diff"] < 1e-3 for r in rows)
+    last = out / "checkpoints" / f"step_{len(rows) - 1}"
+    assert (last / "adapter_model.safetensors").exists() and (last / "adapter_config.json").exists()
+    assert not (last / "model.safetensors").exists()
+    versions = [json.loads(line)["weight_versions"] for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert versions[-1] == [str(len(rows) - 1)]
+
+
+class ForgetfulEngine:
+    """The embedded engine with one fault: it accepts a LoRA adapter and never applies it."""
+
+    @hookimpl
+    def rlsdk_engines(self):
+        from rlsdk import Engine
+
+        def forgetful(args):
+            from rlsdk_embedded.engine import EmbeddedEngine
+
+            class Forgetful(EmbeddedEngine):
+                def _merge_adapter(self, deltas):
+                    pass
+
+            return Forgetful(args.model, device="cpu", threads=1)
+
+        yield Engine(name="forgetful", func=forgetful)
+
+
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
+def test_the_trust_check_catches_an_adapter_the_engine_did_not_apply(tiny_llama, run_files, tmp_path):
+    pm = get_plugin_manager(plugins=[ForgetfulEngine()])
+    args = train_args(tiny_llama, run_files, tmp_path / "out", engine="forgetful", lora_rank=8, lr=5e-2,
+                      num_rollout=2)
+    with pytest.raises(WeightSyncError, match="serving other weights than the trainer's"):
+        run_job(args, pm)
+
+
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
+def test_an_engine_over_http_loads_each_adapter_through_the_lora_endpoints(tiny_llama, run_files, tmp_path):
+    """SGLang's LoRA protocol against ``rlsdk serve``'s server (SGLang needs a GPU): the trainer writes each
+    version's adapter folder, the client loads it (``/load_lora_adapter``), unloads the one before, sets the
+    weight version and names the adapter in every ``/generate`` (the trust check's too)."""
+    from rlsdk.testing import ServedEngine
+    from rlsdk_embedded.engine import EmbeddedEngine
+
+    out = tmp_path / "out"
+    with ServedEngine(EmbeddedEngine(str(tiny_llama), device="cpu", threads=1), weights_dirs=[out]) as served:
+        run_job(train_args(tiny_llama, run_files, out, engine=served.url, hf_checkpoint=str(tiny_llama),
+                           lora_rank=8, lr=5e-2, num_rollout=2))
+        engine = served.engine
+        assert engine.lora_name == "rlsdk_v2" and list(engine.lora_adapters) == ["rlsdk_v2"]
+        assert served.run(engine.model_info())["weight_version"] == "2"
+    rows = metrics(out)
+    assert all(r["train/sync_logprob_max_diff"] < 1e-3 for r in rows)
+    assert sorted(p.name for p in (out / "sync-weights").iterdir()) == ["rlsdk_v2"]  # v1's folder went with it

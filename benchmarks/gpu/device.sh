@@ -17,6 +17,8 @@
 #     MEGATRON_PARALLEL_ARGS="--shape qwen3-moe-32e --steps 5": EP=2 and DP=2 of a 32-expert MoE, ~7 min on 2x H100)
 #   bash benchmarks/gpu/device.sh model      # reassemble the carried SmolLM2 GGUF, convert it to /tmp/rlsdk-models
 #   bash benchmarks/gpu/device.sh learn      # learning_gpu.py: GRPO on SmolLM2 through colocated SGLang (~9 min)
+#   bash benchmarks/gpu/device.sh lora       # sglang_lora.py: SGLang --enable-lora on SmolLM2 (after `model`): the LoRA
+#                                            # protocol's answers, an adapter's log-probs, a --lora-rank 16 run (~5 min)
 #   bash benchmarks/gpu/device.sh learn_megatron  # the same with --trainer megatron (~9 min)
 #     (LEARN_ARGS="--ray": the engine and the trainer as Ray actors, a GPU each; two GPUs;
 #      LEARN_KILL_AFTER=S: SIGKILL the SGLang server S seconds after the run starts, once)
@@ -199,6 +201,13 @@ ray_startup() {  # the CPU-side start-up comparison of benchmarks/faults.py, on 
   path_tail=$site bench faults_startup "$here/../faults.py" --tiny --startup-only
 }
 
+lora() {
+  local folder
+  folder=$(rlsdk_env python3 -c "from pathlib import Path; from rlsdk_embedded.model_files import converted_gguf
+print(converted_gguf(Path('$gguf'), '$models'))") || return 1
+  bench sglang_lora "$here/sglang_lora.py" --model "$folder" --sglang-python /tmp/sglang-python --output "$out/sglang-lora"
+}
+
 learn_mode() {  # learn_mode NAME OPTIONS...: learning_gpu.py on Ray (two GPUs) as learning_gpu_NAME.json
   local name=$1; shift
   rm -rf "/tmp/learn-$name"
@@ -231,7 +240,7 @@ learn_megatron() { learn_with megatron; }
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|megatron_parallel|model|learn|learn_megatron|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|scale)
+    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|megatron_parallel|model|learn|learn_megatron|lora|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|scale)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac

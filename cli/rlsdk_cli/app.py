@@ -6,7 +6,7 @@ import typer
 
 from rlsdk import __version__
 
-from . import buffer, plugins, run, score, serve
+from . import buffer, export, plugins, run, score, serve
 
 app = typer.Typer(
     name="rlsdk",
@@ -20,6 +20,7 @@ app.command("run", context_settings=run.SGLANG_PASSTHROUGH)(run.run)
 app.command("eval")(run.evaluate)
 app.command("score")(score.score)
 app.command("serve")(serve.serve)
+app.command("export")(export.export)
 app.add_typer(buffer.app, name="buffer")
 
 

@@ -15,7 +15,10 @@ from rich.table import Table
 
 from rlsdk import KINDS, RolloutConfig, get_plugin_manager
 from rlsdk.errors import PluginError
+from rlsdk.config import canonical_keys
+from rlsdk.plugins.calls import call_environment
 from rlsdk.plugins.manager import RlsdkPluginManager
+from rlsdk.plugins.rubric import parse_rubric
 
 app = typer.Typer(help="List and inspect installed plugins.", no_args_is_help=True)
 
@@ -144,6 +147,7 @@ def show_plugin(
             typer.echo(f"Error: {exc}", err=True)
             raise typer.Exit(2) from None
         record = resolved.record
+        parts = environment_parts(resolved) if k == "environment" else {}
         flags = {
             key: _describe_callable(value) if callable(value) else value
             for key, value in vars(record).items()
@@ -162,6 +166,7 @@ def show_plugin(
                 "description": record.description,
                 "doc": inspect.getdoc(record.func) or "",
                 **flags,
+                **({"parts": parts} if parts else {}),
                 "options": [
                     {
                         "name": option.name,
@@ -195,8 +200,13 @@ def show_plugin(
             "description",
             "doc",
             "options",
+            "parts",
         }:
             console.print(f"  {key}: {entry[key]}", highlight=False, markup=False)
+        if entry.get("parts"):
+            console.print("  parts:", highlight=False, markup=False)
+        for part, value in entry.get("parts", {}).items():
+            console.print(f"    {part}: {value}", highlight=False, markup=False)
         if entry["options"]:
             console.print(
                 f"  options of {entry['distribution'] or entry['entry_point']} (--set NAME=VALUE, or "
@@ -216,6 +226,37 @@ def show_plugin(
             console.print("\n" + entry["doc"] + "\n", highlight=False, markup=False)
 
 
+ENVIRONMENT_PARTS = {
+    "dataset": ("prompt_data",),
+    "data keys": ("input_key", "label_key", "metadata_key", "tool_key"),
+    "chat": ("apply_chat_template", "apply_chat_template_kwargs"),
+    "reward": ("rm_type", "custom_rm_path", "reward_key"),
+    "generator": ("custom_generate_function_path", "rollout_function_path"),
+    "agent": ("agent_function_path",),
+    "eval sets": ("eval_datasets", "eval_prompt_data"),
+}
+"""How ``plugins show`` groups an environment's settings; the rest are listed as its options."""
+
+
+def environment_parts(resolved: Any) -> dict[str, Any]:
+    """An environment's settings by part (dataset, reward or rubric, generator, ...), the rest as options."""
+    try:
+        settings = canonical_keys(call_environment(resolved))
+    except PluginError as exc:
+        return {"error": str(exc)}
+    parts: dict[str, Any] = {}
+    for part, names in ENVIRONMENT_PARTS.items():
+        given = {name: settings.pop(name) for name in names if name in settings}
+        if given:
+            parts[part] = given[names[0]] if list(given) == [names[0]] else given
+    rubric = parse_rubric(str(parts.get("reward", ""))) if isinstance(parts.get("reward"), str) else None
+    if rubric:
+        parts["reward"] = " + ".join(f"{p.weight:g} x {p.spec}" for p in rubric)
+    if settings:
+        parts["options"] = settings
+    return parts
+
+
 def _signature(func: Any) -> str:
     try:
         return f"{getattr(func, '__name__', 'func')}{inspect.signature(func)}"
@@ -229,7 +270,7 @@ def _describe_callable(func: Any) -> str:
 
 KIND_HELP = (
     "A kind to write an example of (repeatable; default reward): reward, dynamic_filter, "
-    "over_sampling_filter, buffer_filter, custom_generate, generate_rollout."
+    "over_sampling_filter, buffer_filter, custom_generate, generate_rollout, environment."
 )
 
 

@@ -17,6 +17,7 @@ SCAFFOLD_KINDS = (
     "buffer_filter",
     "custom_generate",
     "generate_rollout",
+    "environment",
 )
 """The kinds ``rlsdk plugins new --kind`` writes an example of."""
 
@@ -52,6 +53,9 @@ def scaffold(name: str, kinds: list[str], folder: Path) -> Path:
         "tests/conftest.py": 'pytest_plugins = ["rlsdk.testing"]\n',
         "tests/test_plugin.py": test_module(package, kinds),
     }
+    if "environment" in kinds:
+        files[f"src/{package}/data/train.jsonl"] = environment_rows(64, 0)
+        files[f"src/{package}/data/eval.jsonl"] = environment_rows(16, 64)
     for relative, text in files.items():
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,7 +74,7 @@ version = "0.1.0"
 description = "An rlsdk plugin"
 readme = "README.md"
 requires-python = ">=3.11"
-dependencies = ["rlsdk>=0.1,<0.2"]
+dependencies = ["rlsdk>=0.2,<0.3"]
 
 [project.optional-dependencies]
 test = ["pytest>=8"]
@@ -80,6 +84,9 @@ test = ["pytest>=8"]
 
 [tool.setuptools.packages.find]
 where = ["src"]
+
+[tool.setuptools.package-data]
+{package} = ["data/*.jsonl"]
 
 [tool.pytest.ini_options]
 testpaths = ["tests"]
@@ -164,8 +171,53 @@ def default_step(args, rollout_id, data_source, evaluation=False):
         "default_step",
         "rlsdk's rollout step",
     ),
+    "environment": (
+        '''\
+def correct(args, sample, **kwargs):
+    """1.0 when the last number in the response is the label; 0.0 otherwise."""
+    numbers = re.findall(r"-?\\d+", sample.response)
+    return float(bool(numbers) and numbers[-1] == str(sample.label).strip())
+
+
+def brief(args, sample, **kwargs):
+    """1.0 for a response of at most 20 words, falling to 0.0 at 60."""
+    words = len(sample.response.split())
+    return max(0.0, min(1.0, (60 - words) / 40))
+
+
+def settings():
+    """The environment: its data (inside this package), chat settings, rubric and eval set."""
+    return {
+        "prompt_data": package_file(__package__, "data/train.jsonl"),
+        "label_key": "label",
+        "apply_chat_template": True,
+        "rm_type": "{package}_correct:0.9,{package}_brief:0.1",
+        "rollout_max_response_len": 48,
+        "eval_datasets": [{"name": "{package}-eval", "path": package_file(__package__, "data/eval.jsonl")}],
+    }
+''',
+        "Environment",
+        "rlsdk_environments",
+        "settings",
+        "two-number additions, graded by a rubric",
+    ),
 }
 """Per kind: the example function, its record class, its hook, the function's name, a description."""
+
+ENVIRONMENT_REWARDS = (("correct", "the last number is the label"), ("brief", "short answers"))
+"""The rewards the environment example's rubric weighs, registered with it."""
+ENVIRONMENT_TRAINING = '{"num_rollout": 4, "rollout_batch_size": 4, "n_samples_per_prompt": 4, "lr": 1e-5}'
+"""The example environment's options for ``--train`` only."""
+
+
+def environment_rows(count: int, offset: int) -> str:
+    """``count`` lines of JSONL additions (``input``, ``label``), deterministic, starting at ``offset``."""
+    rows = []
+    for i in range(offset, offset + count):
+        a, b = i % 10, (3 * i + 1) % 10
+        rows.append(f'{{"input": "What is {a} + {b}?", "label": "{a + b}"}}\n')
+    return "".join(rows)
+
 
 CHECKS = {
     "reward": """\
@@ -205,6 +257,15 @@ def test_{name}(rlsdk_pm):
     rlsdk_pm.register(plugin)
     check_callable(rlsdk_pm, "generate_rollout", "{record}")
 """,
+    "environment": """\
+def test_{name}(rlsdk_pm):
+    rlsdk_pm.register(plugin)
+    args = check_environment(rlsdk_pm, "{record}", train=True)
+    assert args.label_key == "label" and args.eval_datasets
+    samples = make_group([None, None], label="7")  # responses "The answer is 0" and "... 1"
+    samples[0].response = "3 + 4 = 7"
+    assert check_reward(rlsdk_pm, args.rm_type, args, samples=samples) == [1.0, 0.1]
+""",
 }
 
 CHECK_IMPORTS = {
@@ -214,42 +275,53 @@ CHECK_IMPORTS = {
     "buffer_filter": ["check_buffer_filter"],
     "custom_generate": ["check_custom_generate"],
     "generate_rollout": ["check_callable"],
+    "environment": ["check_environment", "check_reward", "make_group"],
 }
 
 
 def record_name(package: str, kind: str) -> str:
-    """The registered name of the package's example of ``kind``, prefixed so it clashes with no one's."""
-    return f"{package}_{EXAMPLES[kind][3]}"
+    """The registered name of the package's example of ``kind``, prefixed so it clashes with no one's (the
+    environment is the package's own name)."""
+    return package if kind == "environment" else f"{package}_{EXAMPLES[kind][3]}"
 
 
 def plugin_module(distribution: str, package: str, kinds: list[str]) -> str:
     records = sorted(
-        {EXAMPLES[k][1] for k in kinds} | ({"DynamicFilterOutput"} if "dynamic_filter" in kinds else set())
+        {EXAMPLES[k][1] for k in kinds}
+        | ({"DynamicFilterOutput"} if "dynamic_filter" in kinds else set())
+        | ({"Reward", "package_file"} if "environment" in kinds else set())
     )
     lines = [
         f'"""The plugins of {distribution}: one example per kind; rename and change them."""',
         "",
-        import_line("rlsdk", [*records, "hookimpl"]),
+        import_line(
+            "rlsdk",
+            [*(r for r in records if r[0].isupper()), "hookimpl", *(r for r in records if r[0].islower())],
+        ),
     ]
     if "custom_generate" in kinds:
-        lines.append("from rlsdk.rollout.generate import model_turn")
+        lines.append("from rlsdk import model_turn")
     if "generate_rollout" in kinds:
         lines.append("from rlsdk.rollout.step import generate_rollout")
+    if "environment" in kinds:
+        lines[2:2] = ["import re", ""]
     for kind in kinds:
-        lines += ["", "", EXAMPLES[kind][0].rstrip()]
+        lines += ["", "", EXAMPLES[kind][0].rstrip().replace("{package}", package)]
+    yields: dict[str, list[str]] = {}  # hook -> the records it yields
     for kind in kinds:
         _, record, hook, func, description = EXAMPLES[kind]
-        lines += [
-            "",
-            "",
-            "@hookimpl",
-            f"def {hook}():",
-            f"    yield {record}(",
-            f'        name="{record_name(package, kind)}",',
-            f"        func={func},",
-            f'        description="{description}",',
-            "    )",
-        ]
+        extra = f"        train_settings={ENVIRONMENT_TRAINING},\n" if kind == "environment" else ""
+        yields.setdefault(hook, []).append(
+            f'    yield {record}(\n        name="{record_name(package, kind)}",\n        func={func},\n'
+            f'        description="{description}",\n{extra}    )'
+        )
+        if kind == "environment":
+            yields.setdefault("rlsdk_rewards", []).extend(
+                f'    yield Reward(name="{package}_{name}", func={name}, description="{text}")'
+                for name, text in ENVIRONMENT_REWARDS
+            )
+    for hook, records in yields.items():
+        lines += ["", "", "@hookimpl", f"def {hook}():", *records]
     return "\n".join(lines) + "\n"
 
 
@@ -292,6 +364,7 @@ def readme(distribution: str, package: str, kinds: list[str]) -> str:
         "buffer_filter": "--buffer-filter",
         "custom_generate": "--custom-generate",
         "generate_rollout": "--rollout",
+        "environment": "--env",
     }
     usage = " ".join(f"{option[k]} {record_name(package, k)}" for k in kinds)
     return f"""# {distribution}

@@ -20,9 +20,10 @@ from .aio.backoff import backoff_delay
 from .aio.task_pools import TaskPool, cluster_task_pool
 from .answers import boxed_contents
 from .config import RolloutConfig
-from .data.source import START_ROLLOUT_ID
+from .data.source import START_ROLLOUT_ID, DataSource
 from .engines.engine import InferenceEngine
 from .engines.launch.process_group import ManagedProcess, free_port
+from .engines.lora_adapter import lora_adapter_deltas, read_lora_adapter
 from .engines.protocol import (
     BUFFER_TOKEN_ENV,
     EngineError,
@@ -45,23 +46,37 @@ from .errors import (
     UnknownPluginError,
 )
 from .plugins.hookspecs import hookimpl, hookspec
-from .plugins.loading import load_callable
+from .plugins.loading import load_callable, package_file
 from .plugins.manager import RlsdkPluginManager, get_plugin_manager
 from .plugins.records import (
     KINDS,
+    Advantage,
     Agent,
+    AllSamplesProcess,
     BufferFilter,
+    CheckpointCallback,
+    ConvertSamplesToTrainData,
     CustomGenerate,
+    DataSourceFactory,
     DynamicFilter,
     Engine,
+    Environment,
+    EvalRolloutLog,
     GenerateRollout,
     Loss,
     Option,
     OverSamplingFilter,
+    PgLossReducer,
     PluginInfo,
     Resolved,
     Reward,
+    RewardPostProcess,
+    RolloutDataPostprocess,
+    RolloutLog,
+    RolloutSampleFilter,
+    SampleHook,
     TaskGenerator,
+    TisFunction,
     Tool,
     ToolCallParser,
     Trainer,
@@ -86,11 +101,12 @@ if TYPE_CHECKING:
     from .training.batch import TrainSample
     from .training.losses import log_probs_and_entropy, response_logits, sum_of_sample_mean_fn
     from .training.torch_trainer import OPTIMIZER_FILE, TorchTrainer, adamw, resolve_loss
-    from .training.trainer import PolicyTrainer
+    from .training.trainer import LoraAdapter, PolicyTrainer
 
 _LAZY = {
     "SGLangClient": "rlsdk.engines.sglang_client",
     "PolicyTrainer": "rlsdk.training.trainer",
+    "LoraAdapter": "rlsdk.training.trainer",
     "TrainSample": "rlsdk.training.batch",
     "TorchTrainer": "rlsdk.training.torch_trainer",
     "OPTIMIZER_FILE": "rlsdk.training.torch_trainer",
@@ -123,10 +139,16 @@ __all__ = [
     "OPTIMIZER_FILE",
     "REWARD_ERROR",
     "START_ROLLOUT_ID",
+    "Advantage",
     "Agent",
+    "AllSamplesProcess",
     "BufferFilter",
+    "CheckpointCallback",
+    "ConvertSamplesToTrainData",
     "CustomGenerate",
     "DataError",
+    "DataSource",
+    "DataSourceFactory",
     "DynamicFilter",
     "DynamicFilterOutput",
     "Engine",
@@ -134,15 +156,19 @@ __all__ = [
     "EngineRequestError",
     "EngineResponseError",
     "EngineUnavailableError",
+    "Environment",
+    "EvalRolloutLog",
     "FunctionCall",
     "GenerateRollout",
     "InferenceEngine",
+    "LoraAdapter",
     "Loss",
     "ManagedProcess",
     "Messages",
     "Option",
     "OverSamplingFilter",
     "ParsedTurn",
+    "PgLossReducer",
     "PluginCallError",
     "PluginConflictError",
     "PluginError",
@@ -150,16 +176,22 @@ __all__ = [
     "PolicyTrainer",
     "Resolved",
     "Reward",
+    "RewardPostProcess",
     "RlsdkError",
     "RlsdkPluginManager",
     "RolloutConfig",
+    "RolloutDataPostprocess",
     "RolloutFnEvalOutput",
     "RolloutFnTrainOutput",
+    "RolloutLog",
+    "RolloutSampleFilter",
     "Runtime",
     "SGLangClient",
     "Sample",
+    "SampleHook",
     "TaskGenerator",
     "TaskPool",
+    "TisFunction",
     "Tool",
     "ToolCallParser",
     "ToolResult",
@@ -184,9 +216,12 @@ __all__ = [
     "hookspec",
     "load_callable",
     "log_probs_and_entropy",
+    "lora_adapter_deltas",
     "model_turn",
     "named_model_folder",
     "new_rid",
+    "package_file",
+    "read_lora_adapter",
     "resolve_loss",
     "resolve_tools",
     "response_logits",

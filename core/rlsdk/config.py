@@ -17,8 +17,12 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from .engines.launch.arguments import check_passthrough
-from .plugins.manager import get_plugin_manager
-from .plugins.records import Option
+from .algorithm_options import AlgorithmOptions, check_algorithm_options
+from .errors import PluginError
+from .plugins.calls import call_environment
+from .plugins.manager import RlsdkPluginManager, get_plugin_manager
+from .plugins.records import Option, PluginInfo, Resolved
+from .plugins.verifiers_envs import is_verifiers_module, verifiers_environment
 from .slime_args import SLIME_ARG_DEFAULTS
 from .training_options import (
     ADVANTAGE_ESTIMATORS,
@@ -29,22 +33,8 @@ from .training_options import (
     option_docs,
 )
 
-DEFAULT_DATASET = Path(__file__).parent / "datasets" / "arithmetic-train.jsonl"
-DEFAULT_EVAL_DATASET = Path(__file__).parent / "datasets" / "arithmetic-eval.jsonl"
-DEMO_TRAINING = {
-    "num_rollout": 16,
-    "rollout_batch_size": 8,
-    "n_samples_per_prompt": 8,
-    "lr": 1e-5,
-    "global_batch_size": 32,
-    "eps_clip_high": 0.28,
-    "use_rollout_logprobs": True,
-    "rollout_max_response_len": 40,
-    "eval_interval": 4,
-    "n_samples_per_eval_prompt": 2,
-    "rollout_shuffle": True,
-}
-"""``rlsdk run --train`` on the shipped data: settings that apply unless given (others keep slime's defaults)."""
+DEFAULT_ENVIRONMENT = "arithmetic"
+"""The environment ``rlsdk run`` takes without ``prompt_data`` or ``env``: single-digit arithmetic, shipped in core."""
 ALIASES = {
     "rollout": "rollout_function_path",
     "eval_rollout": "eval_function_path",
@@ -64,6 +54,11 @@ ALIASES = {
     "output": "output_dir",
     "ray": "ray_address",
     "runtime_env": "ray_runtime_env",
+    "sample_hook": "rollout_sample_hook_path",
+    "data_source": "data_source_path",
+    "rollout_log": "custom_rollout_log_function_path",
+    "eval_rollout_log": "custom_eval_rollout_log_function_path",
+    "advantage": "custom_advantage_function_path",
 }
 """Short names of options (``--rm``, ``rm:`` in a config file) beside slime's long ones."""
 
@@ -106,6 +101,24 @@ class RolloutConfig(TrainingOptions):
     """The over_sampling_filter plugin that orders kept groups before the batch is cut."""
     buffer_filter_path: str = "pop_first"
     """The buffer_filter plugin that chooses which buffered groups are served first."""
+    rollout_sample_hook_path: list[str] = field(default_factory=list)
+    """sample_hook plugins applied, in order, to every generated sample before its reward."""
+    rollout_sample_filter_path: str | None = None
+    """A rollout_sample_filter plugin that marks kept samples ``remove_sample`` (out of the loss)."""
+    rollout_all_samples_process_path: str | None = None
+    """An all_samples_process plugin that sees every group a step finished, kept and dropped."""
+    data_source_path: str | None = None
+    """A data_source plugin that serves the groups; default rlsdk's (``prompt_data``, buffer, resume)."""
+    custom_rollout_log_function_path: str | None = None
+    """rollout_log plugins (``jsonl``, ``tensorboard``, ``wandb``, ...; several joined by commas) that log
+    every step beside ``metrics.jsonl``."""
+    custom_eval_rollout_log_function_path: str | None = None
+    """eval_rollout_log plugins (several joined by commas) that log every eval."""
+    checkpoint_callback: str | None = None
+    """checkpoint_callback plugins (several joined by commas) called after each checkpoint is complete."""
+    env: str | None = None
+    """An environment plugin whose settings (data, reward or rubric, generator, eval sets, options) the run
+    takes; options given on the command line or in a config file win over them."""
 
     # --- engine ---
     engine: str = "embedded"
@@ -332,6 +345,11 @@ class RolloutConfig(TrainingOptions):
             )
         if self.use_tis and self.use_rollout_logprobs:
             raise ValueError("use_tis and use_rollout_logprobs cannot be set together (as in slime)")
+        check_algorithm_options(self, self.advantage_estimator)
+        if self.lora_rank and self.ray_address:
+            raise ValueError(
+                "lora_rank: LoRA runs do not run on Ray yet (its engine pool takes whole weights)"
+            )
         if self.max_policy_version_lag is not None and self.max_policy_version_lag < 0:
             raise ValueError(f"max_policy_version_lag must be 0 or more, got {self.max_policy_version_lag}")
         if self.weight_sync_timeout is not None and not self.weight_sync_timeout > 0:
@@ -355,12 +373,10 @@ class RolloutConfig(TrainingOptions):
         ``pm`` is given) or slime's arguments. An unknown key or a value of the wrong type is a ValueError
         naming it, with a did-you-mean."""
         declared = declared_options(pm)
-        given = {
-            ALIASES.get(k, k): v
-            for k, v in ((k.replace("-", "_"), v) for k, v in values.items())
-            if k != "extra"
-        }
+        given = canonical_keys({k: v for k, v in values.items() if k != "extra"})
         given.update(values.get("extra") or {})
+        if given.get("env"):  # the environment's settings, under every option given
+            given = {**environment_options(given["env"], pm, train=bool(given.get("train"))), **given}
         core = core_options()
         core_values = {key: core[key].check(value) for key, value in given.items() if key in core}
         extra = plugin_values({k: v for k, v in given.items() if k not in core}, declared)
@@ -398,22 +414,18 @@ class RolloutConfig(TrainingOptions):
             raise ValueError(f"{path}: {exc}") from None
 
     def with_default_data(self, given: set[str] | frozenset[str] = frozenset()) -> RolloutConfig:
-        """With no ``prompt_data``: the shipped arithmetic training set, its ``label`` key and the chat
-        template; with ``train`` also the disjoint eval set and :data:`DEMO_TRAINING` for the options not
-        in ``given``."""
-        if self.prompt_data is None:
-            self.prompt_data = str(DEFAULT_DATASET)
-            self.label_key = self.label_key or "label"
-            self.apply_chat_template = True
-            if self.train:
-                for name, value in DEMO_TRAINING.items():
-                    if name not in given:
-                        setattr(self, name, value)
-                if "over_sampling_batch_size" not in given:
-                    self.over_sampling_batch_size = self.rollout_batch_size
-                if not self.eval_datasets and not self.eval_prompt_data:
-                    self.eval_datasets = [{"name": "arithmetic-eval", "path": str(DEFAULT_EVAL_DATASET)}]
-                self.__post_init__()
+        """With neither ``prompt_data`` nor ``env``: the shipped arithmetic environment (its training set,
+        ``label`` key and chat template; with ``train`` also its disjoint eval set and demo training settings),
+        for the options not in ``given``."""
+        if self.prompt_data is None and self.env is None:
+            self.env = DEFAULT_ENVIRONMENT
+            core = core_options()
+            for name, value in environment_options(DEFAULT_ENVIRONMENT, None, train=self.train).items():
+                if name not in given:
+                    setattr(self, name, core[name].check(value))
+            if "over_sampling_batch_size" not in given:
+                self.over_sampling_batch_size = self.rollout_batch_size
+            self.__post_init__()
         return self
 
     def replace(self, **changes: Any) -> RolloutConfig:
@@ -448,7 +460,7 @@ def plugin_values(values: dict[str, Any], declared: dict[str, Option]) -> dict[s
 def core_options() -> dict[str, Option]:
     """Core's options, one per field of :class:`RolloutConfig` (its training options included), with the
     field's type, default and docstring: the single source of ``rlsdk run``'s options and their checks."""
-    docs = {**option_docs(TrainingOptions), **option_docs(RolloutConfig)}
+    docs = {**option_docs(AlgorithmOptions), **option_docs(TrainingOptions), **option_docs(RolloutConfig)}
     hints = typing.get_type_hints(RolloutConfig)
     options = {}
     for f in dataclasses.fields(RolloutConfig):
@@ -464,12 +476,49 @@ def core_options() -> dict[str, Option]:
 
 
 @functools.cache
-def installed_plugin_options() -> dict[str, tuple[Option, Any]]:
-    """Name -> (option, provenance) of the options the installed plugins declare; their plugin manager is loaded
-    once per process, quietly (a plugin that fails to load is reported by the run's own manager)."""
+def installed_plugin_manager() -> RlsdkPluginManager:
+    """The installed plugins, loaded once per process, quietly (a plugin that fails to load is reported by the
+    run's own manager)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return get_plugin_manager().options(reserved=RolloutConfig.option_names())
+        return get_plugin_manager()
+
+
+@functools.cache
+def installed_plugin_options() -> dict[str, tuple[Option, Any]]:
+    """Name -> (option, provenance) of the options the installed plugins declare."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return installed_plugin_manager().options(reserved=RolloutConfig.option_names())
+
+
+def canonical_keys(values: dict[str, Any]) -> dict[str, Any]:
+    """Option keys with underscores for dashes and slime's long names for the short ones (:data:`ALIASES`)."""
+    return {ALIASES.get(k, k): v for k, v in ((k.replace("-", "_"), v) for k, v in values.items())}
+
+
+def environment_options(name: str, pm: RlsdkPluginManager | None, *, train: bool) -> dict[str, Any]:
+    """The run options environment ``name`` sets (with ``train`` also its ``train_settings``), by the plugins of
+    ``pm`` (default the installed ones); an option no one declares is a ValueError naming the environment."""
+    manager = pm or installed_plugin_manager()
+    try:
+        resolved = manager.resolve("environment", name)
+    except PluginError:
+        if not is_verifiers_module(name):  # a module exporting verifiers' load_environment
+            raise
+        resolved = Resolved(
+            verifiers_environment(name), PluginInfo(plugin=name, module=name.replace("-", "_"))
+        )
+    settings = call_environment(resolved)
+    if train:
+        settings.update(resolved.record.train_settings)
+    options = canonical_keys(settings)
+    options.pop("env", None)
+    known = {*core_options(), *declared_options(pm), *slime_argument_names()}
+    unknown = sorted(k for k in options if k not in known and not k.startswith(("sglang_", "router_")))
+    if unknown:
+        raise ValueError(f"{resolved.describe()} sets unknown options {unknown} (see `rlsdk run --help`)")
+    return options
 
 
 def installed_options() -> dict[str, Option]:

@@ -26,7 +26,4 @@ SLIME_ARG_DEFAULTS: dict[str, Any] = {
     "max_tokens_per_gpu": None,
     "multimodal_keys": None,
     "rollout_global_dataset": True,
-    "rollout_sample_filter_path": None,
-    "rollout_all_samples_process_path": None,
-    "data_source_path": "slime.rollout.data_source.RolloutDataSourceWithBuffer",
 }

@@ -32,10 +32,31 @@ from .plugins.calls import (
 )
 from .plugins.manager import RlsdkPluginManager
 from .plugins.records import Resolved
+from .plugins.run_plugins import RunPlugins
 from .rollout.buffer_service import start_buffer_server
 from .rollout.generate import sampling_params_for
 from .run.engine_server import start_server
 from .runtime import BackgroundLoop, Runtime, bind_runtime
+from .testing_kinds import (
+    check_advantage,
+    check_all_samples_process,
+    check_agent,
+    check_checkpoint_callback,
+    check_convert_samples_to_train_data,
+    check_data_source,
+    check_engine,
+    check_environment,
+    check_eval_rollout_log,
+    check_generate_rollout,
+    check_pg_loss_reducer,
+    check_reward_post_process,
+    check_rollout_data_postprocess,
+    check_rollout_log,
+    check_rollout_sample_filter,
+    check_sample_hook,
+    check_tis_function,
+    check_tool,
+)
 from .training.trainer import build_trainer
 from .types import DynamicFilterOutput, Sample
 
@@ -47,13 +68,31 @@ __all__ = [
     "FakeReply",
     "ServedBuffer",
     "ServedEngine",
+    "check_advantage",
+    "check_all_samples_process",
+    "check_agent",
     "check_buffer_filter",
     "check_callable",
+    "check_checkpoint_callback",
+    "check_convert_samples_to_train_data",
     "check_custom_generate",
+    "check_data_source",
     "check_dynamic_filter",
+    "check_engine",
+    "check_environment",
+    "check_eval_rollout_log",
+    "check_generate_rollout",
     "check_loss",
     "check_over_sampling_filter",
+    "check_pg_loss_reducer",
     "check_reward",
+    "check_reward_post_process",
+    "check_rollout_data_postprocess",
+    "check_rollout_log",
+    "check_rollout_sample_filter",
+    "check_sample_hook",
+    "check_tis_function",
+    "check_tool",
     "check_tool_call_parser",
     "check_trainer",
     "make_group",
@@ -97,11 +136,12 @@ def check_reward(
     pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None, samples: list[Sample] | None = None
 ) -> list[Any]:
     """A reward returns a number, a dict or None (invalid) for each sample; a group reward returns one per
-    sample and an empty list for an empty group. Called as the rollout loop calls it
+    sample and an empty list for an empty group. ``name`` is resolved as the run resolves it (a rubric
+    ``a:0.7,b:0.3`` and a ``boxed_`` prefix too) and called as the rollout loop calls it
     (:func:`rlsdk.plugins.calls.call_reward`, under ``args.reward_timeout``), so a reward that fails here
     raises the loop's error. Returns the rewards."""
     args = args or RolloutConfig()
-    resolved = pm.resolve("reward", name)
+    resolved = RunPlugins(args, pm).resolve("reward", name)
     samples = samples if samples is not None else make_group([None, None])
 
     def reward(target: Any) -> Any:

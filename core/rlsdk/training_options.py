@@ -11,14 +11,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ADVANTAGE_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
+from .algorithm_options import AlgorithmOptions
+
+ADVANTAGE_ESTIMATORS = (
+    "grpo",
+    "gspo",
+    "cispo",
+    "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline",
+    "reinforce",
+    "rloo",
+    "sapo",
+    "ppo",
+)
 LOSS_TYPES = ("policy_loss", "sft_loss", "custom_loss")
 KL_LOSS_TYPES = ("k1", "k2", "k3", "low_var_kl")
 WEIGHT_SYNC_MODES = ("auto", "tensor", "nccl", "disk")
 
 
 @dataclass
-class TrainingOptions:
+class TrainingOptions(AlgorithmOptions):
     """Trainer, optimizer, loss and checkpoint options (used with ``train``)."""
 
     # --- the loop ---
@@ -54,9 +66,26 @@ class TrainingOptions:
 
     # --- advantages and losses ---
     advantage_estimator: str = "grpo"
-    """``grpo``, ``gspo``, ``cispo``, ``reinforce_plus_plus`` or ``reinforce_plus_plus_baseline``."""
+    """``grpo``, ``gspo``, ``cispo``, ``reinforce_plus_plus``, ``reinforce_plus_plus_baseline``, ``reinforce``,
+    ``rloo``, ``sapo`` or ``ppo`` (with a critic; see docs/training.md)."""
     custom_advantage_function_path: str | None = None
-    """A dotted path ``fn(args, rollout_data)`` that sets ``rollout_data["advantages"]`` and ``["returns"]``."""
+    """An advantage plugin (or dotted path) ``fn(args, rollout_data)`` that sets ``rollout_data["advantages"]``
+    in place of ``advantage_estimator``."""
+    custom_reward_post_process_path: str | None = None
+    """A reward_post_process plugin ``fn(args, samples) -> (raw_rewards, rewards)`` in place of the group
+    normalization."""
+    rollout_data_postprocess_path: str | None = None
+    """A rollout_data_postprocess plugin ``fn(args, rollout_id, rollout_data)`` that edits the step's training
+    data once its log-probs are in."""
+    custom_convert_samples_to_train_data_path: str | None = None
+    """A convert_samples_to_train_data plugin ``fn(args, samples) -> dict`` (slime's trainer, or a trainer
+    that reads slime's training-data dict; rlsdk's torch trainer builds its own batches)."""
+    custom_pg_loss_reducer_function_path: str | None = None
+    """A pg_loss_reducer plugin ``fn(total_lengths, response_lengths, loss_masks, calculate_per_token_loss)``
+    that reduces the policy-gradient term (the others keep the sample mean)."""
+    custom_tis_function_path: str | None = None
+    """With ``use_tis``: a tis_function plugin, called by keyword as slime calls it, in place of the clipped
+    ratio."""
     loss_type: str = "policy_loss"
     """``policy_loss`` (PPO-style clipped policy gradient), ``sft_loss`` or ``custom_loss``."""
     custom_loss_function_path: str | None = None
@@ -75,7 +104,7 @@ class TrainingOptions:
     kl_coef: float = 0.0
     """KL penalty folded into the reward (reinforce_plus_plus estimators; loads a reference model)."""
     gamma: float = 1.0
-    """Discount of ``reinforce_plus_plus`` returns."""
+    """Discount of ``reinforce_plus_plus`` returns and of PPO's GAE."""
     entropy_coef: float = 0.0
     """Subtract this times the mean entropy from the loss."""
     use_tis: bool | None = None

@@ -66,29 +66,28 @@ class DataSource:
     ) -> None:
         self.args = args
         spec = path if path is not None else args.prompt_data
-        if not spec:
-            raise DataError("no training data: set prompt_data to a JSONL or Parquet file")
-        self.data_path = DataPath.parse(spec)
+        self.data_path = DataPath.parse(spec) if spec else None
+        """None: no dataset (slime's data source without ``prompt_data``): groups of empty samples, for a
+        generator that makes its own prompts, and the buffer."""
         self.n_samples_per_prompt = n_samples_per_prompt or args.n_samples_per_prompt
         self.shuffle = args.rollout_shuffle if shuffle is None else shuffle
         self.seed = args.rollout_seed
 
-        if read is None:
-            bad = BadRowPolicy(args.on_bad_row)
-            rows = read_rows(self.data_path, bad)
-        else:
+        if read is not None:
             rows, bad = read
+        else:
+            bad = BadRowPolicy(args.on_bad_row)
+            rows = read_rows(self.data_path, bad) if self.data_path is not None else []
         rows_read = len(rows) + bad.skipped
-        builder = PromptBuilder(
-            args, tokenizer, bad, folder=self.data_path.path.parent, keep_messages=keep_messages
-        )
+        folder = self.data_path.path.parent if self.data_path is not None else Path.cwd()
+        builder = PromptBuilder(args, tokenizer, bad, folder=folder, keep_messages=keep_messages)
         self.prompts: list[Prompt] = builder.build(rows)
         self._load_counts = {
             "rows_read": rows_read,
             "bad_rows_skipped": bad.skipped,
             "prompts_too_long": builder.too_long,
         }
-        if not self.prompts:
+        if not self.prompts and self.data_path is not None:
             raise DataError(f"{self.data_path}: no usable prompts ({self._describe_counts()})")
         log.info("%s: %d prompts (%s)", self.data_path, len(self.prompts), self._describe_counts())
 
@@ -169,6 +168,8 @@ class DataSource:
         }
 
     def _fresh_group(self) -> list[Sample]:
+        if self.data_path is None:
+            return self._empty_group()
         if self._offset >= len(self._order):
             self._epoch += 1
             self._offset = 0
@@ -180,6 +181,12 @@ class DataSource:
         first = self._next_index
         self._next_index += self.n_samples_per_prompt
         return [prompt.sample(group_index, first + i) for i in range(self.n_samples_per_prompt)]
+
+    def _empty_group(self) -> list[Sample]:
+        group_index, first = self._next_group_index, self._next_index
+        self._next_group_index += 1
+        self._next_index += self.n_samples_per_prompt
+        return [Sample(group_index=group_index, index=first + i) for i in range(self.n_samples_per_prompt)]
 
     def _epoch_order(self, epoch: int) -> list[int]:
         order = list(range(len(self.prompts)))

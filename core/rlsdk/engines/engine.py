@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from .. import _moved
@@ -89,6 +89,26 @@ class InferenceEngine(abc.ABC):
         raise NotImplementedError(
             f"{type(self).__name__} cannot take weights in process: use update_weights_from_disk"
         )
+
+    async def load_lora_adapter(self, lora_name: str, lora_path: str) -> None:
+        """Load the PEFT adapter folder ``lora_path`` as ``lora_name`` (``/load_lora_adapter``); requests that
+        name it in ``lora_path`` are served with it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot load LoRA adapters")
+
+    async def load_lora_adapter_tensors(
+        self, lora_name: str, config: dict[str, Any], tensors: Mapping[str, Any]
+    ) -> None:
+        """Load an adapter given as its PEFT config and tensors of this process (``in_process_weights``)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot take a LoRA adapter in process")
+
+    async def unload_lora_adapter(self, lora_name: str) -> None:
+        """Drop the adapter ``lora_name`` (``/unload_lora_adapter``)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot unload LoRA adapters")
+
+    async def update_weight_version(self, version: str) -> None:
+        """Set the ``weight_version`` the engine reports (``/update_weight_version``), e.g. after an adapter
+        changed what it serves."""
+        raise NotImplementedError(f"{type(self).__name__} cannot set its weight version")
 
     def replicas(self) -> list[InferenceEngine]:
         """The engines behind this one that each serve their own copy of the weights (an engine pool's live

@@ -87,6 +87,8 @@ class SGLangClient(InferenceEngine):
         """The servers (and router) this client started (:mod:`rlsdk.engines.launch.sglang`) and stops on
         close."""
         self._launched = False
+        self.lora_name: str | None = None
+        """The LoRA adapter every ``/generate`` names in ``lora_path`` (the one loaded last), or None."""
 
     @classmethod
     def shared(cls, url: str) -> SGLangClient:
@@ -152,11 +154,17 @@ class SGLangClient(InferenceEngine):
 
     # ---------------------------------------------------------------- generation
 
+    def _with_adapter(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """``payload`` naming the loaded LoRA adapter in ``lora_path`` (unless it names one itself)."""
+        if self.lora_name is None or not isinstance(payload, dict) or "lora_path" in payload:
+            return payload
+        return {**payload, "lora_path": self.lora_name}
+
     async def generate(self, payload: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
         self._ensure_client()
         assert self._slots is not None
         async with self._slots:
-            reply = await self._request("POST", "/generate", body=payload)
+            reply = await self._request("POST", "/generate", body=self._with_adapter(payload))
         return check_generate_response(reply.json(GENERATE_RESPONSE), reply.url)
 
     async def generate_stream(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
@@ -164,7 +172,8 @@ class SGLangClient(InferenceEngine):
         assert self._slots is not None
         async with self._slots:
             try:
-                async with client.post(f"{self.url}/generate", json={**payload, "stream": True}) as r:
+                body = {**self._with_adapter(payload), "stream": True}
+                async with client.post(f"{self.url}/generate", json=body) as r:
                     if r.status >= 400:
                         _raise_for(Reply(r.status, await r.text()), f"{self.url}/generate")
                     async for raw in r.content:
@@ -265,6 +274,40 @@ class SGLangClient(InferenceEngine):
         finally:
             await self.resume()
 
+    # ---------------------------------------------------------------- LoRA adapters
+
+    async def load_lora_adapter(self, lora_name: str, lora_path: str) -> None:
+        """``/load_lora_adapter`` on every worker (the server runs with ``--enable-lora``); from then on every
+        ``/generate`` of this client names the adapter in ``lora_path``."""
+        await self._lora_call("/load_lora_adapter", {"lora_name": lora_name, "lora_path": lora_path})
+        self.lora_name = lora_name
+
+    async def unload_lora_adapter(self, lora_name: str) -> None:
+        await self._lora_call("/unload_lora_adapter", {"lora_name": lora_name})
+        if self.lora_name == lora_name:
+            self.lora_name = None
+
+    async def _lora_call(self, path: str, body: dict[str, Any]) -> None:
+        for worker in await self.workers():
+            result = (
+                await self._request("POST", path, base=worker, body=body, ok_statuses=(400, 403))
+            ).json()
+            if not isinstance(result, dict) or not result.get("success", False):
+                why = result.get("error_message") if isinstance(result, dict) else result
+                raise EngineError(f"{worker}{path} {body['lora_name']!r} failed: {why}")
+
+    async def update_weight_version(self, version: str) -> None:
+        """``/update_weight_version`` on every worker: what ``/model_info`` and each response report."""
+        for worker in await self.workers():
+            body = {"new_version": version, "abort_all_requests": False}
+            result = (
+                await self._request(
+                    "POST", "/update_weight_version", base=worker, body=body, ok_statuses=(400,)
+                )
+            ).json()
+            if not isinstance(result, dict) or not result.get("success", False):
+                raise EngineError(f"{worker}/update_weight_version failed: {result}")
+
     # ---------------------------------------------------------------- GPU weight sync (SGLang only)
 
     async def tp_size(self, worker: str) -> int:
@@ -287,7 +330,7 @@ class SGLangClient(InferenceEngine):
     async def post_weights(self, worker: str, path: str, body: dict[str, Any]) -> None:
         """One weight-update call (``/update_weights_from_tensor``, ``/init_weights_update_group``,
         ``/update_weights_from_distributed``) that must answer ``success``."""
-        result = (await self._request("POST", path, base=worker, body=body, ok_statuses=(400,))).json()
+        result = (await self._request("POST", path, base=worker, body=body, ok_statuses=(400, 403))).json()
         if not result.get("success", False):
             raise EngineError(f"{worker}{path} failed: {result.get('message')}")
 

@@ -455,3 +455,287 @@ def call_engine(resolved: Resolved, args: Any) -> Any:
             f"{resolved.describe()} returned {type(engine).__name__}: expected an rlsdk.InferenceEngine"
         )
     return engine
+
+
+# ----- slime's other extension points ----------------------------------------------------------------------
+
+
+async def call_sample_hooks(
+    args: Any, hooks: list[Resolved], sample: Sample, *, rollout_id: int | None, evaluation: bool
+) -> Sample:
+    """``sample`` through every sample hook in order (each gets the previous one's sample); a hook that raises
+    or returns something other than a Sample or None gives the sample back failed, the error naming the hook
+    in ``metadata["generate_error"]``."""
+    for resolved in hooks:
+        kwargs = _declared(resolved.func, {"rollout_id": rollout_id, "evaluation": evaluation})
+        try:
+            result = resolved.func(args, sample, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            return _failed(sample, str(_raised(resolved, _sample_where(sample), exc)))
+        if result is None:
+            continue
+        if _is_foreign_sample(result):
+            result = Sample.from_dict(result.to_dict())
+        if not isinstance(result, Sample):
+            return _failed(
+                sample,
+                f"{resolved.describe()} {_sample_where(sample)} returned {type(result).__name__}, "
+                "expected Sample or None",
+            )
+        sample = result
+    return sample
+
+
+def call_rollout_sample_filter(args: Any, resolved: Resolved, groups: list[list[Sample]]) -> int:
+    """Let the filter mark samples ``remove_sample``; returns how many are marked. The groups must keep their
+    samples (it marks, it does not remove)."""
+    where = f"on {len(groups)} kept groups"
+    sizes = [len(g) for g in groups]
+    _call_sync(resolved, where, args, groups)
+    if [len(g) for g in groups] != sizes:
+        raise PluginCallError(
+            f"{resolved.describe()} {where} changed the groups: mark samples remove_sample instead"
+        )
+    return sum(bool(s.remove_sample) for g in groups for s in g)
+
+
+def call_all_samples_process(
+    args: Any, resolved: Resolved, groups: list[list[Sample]], data_source: Any
+) -> None:
+    """Hand every group the step finished to the plugin."""
+    _call_sync(resolved, f"on the {len(groups)} groups of a step", args, groups, data_source)
+
+
+def _declared(func: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The ``kwargs`` that ``func`` declares (all of them when it takes ``**kwargs``), as slime passes them."""
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
+def _call_sync(resolved: Resolved, where: str, *args: Any, **kwargs: Any) -> Any:
+    """A trainer- or job-side plugin called from sync code (an awaitable result is run to completion);
+    rlsdk's own errors pass unchanged."""
+    try:
+        return run_to_completion(resolved.func(*args, **kwargs))
+    except RlsdkError:
+        raise
+    except Exception as exc:
+        raise _raised(resolved, where, exc) from exc
+
+
+def call_advantage(args: Any, resolved: Resolved, rollout_data: dict[str, Any]) -> list[Any]:
+    """The advantages an advantage plugin sets in ``rollout_data`` (one entry per sample, as many as
+    ``rollout_data["rewards"]``)."""
+    where = f"on {len(rollout_data.get('rewards', []))} samples"
+    _call_sync(resolved, where, args, rollout_data)
+    advantages = rollout_data.get("advantages")
+    expected = len(rollout_data.get("rewards", []))
+    if not isinstance(advantages, (list, tuple)) or len(advantages) != expected:
+        got = "nothing" if advantages is None else f"{type(advantages).__name__} {repr(advantages)[:80]}"
+        raise PluginCallError(
+            f"{resolved.describe()} {where} set rollout_data['advantages'] to {got}: expected a list of "
+            f"{expected} per-token tensors"
+        )
+    return list(advantages)
+
+
+def call_reward_post_process(
+    args: Any, resolved: Resolved, samples: list[Sample]
+) -> tuple[list[float], list[float]]:
+    """``(raw_rewards, rewards)``: two lists of finite numbers, one per sample."""
+    where = f"on {len(samples)} samples"
+    result = _call_sync(resolved, where, args, samples)
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+        raise PluginCallError(
+            f"{resolved.describe()} {where} returned {type(result).__name__}: expected (raw_rewards, rewards)"
+        )
+    lists = []
+    for label, values in zip(("raw_rewards", "rewards"), result, strict=True):
+        values = values.tolist() if hasattr(values, "tolist") else values
+        if not isinstance(values, (list, tuple)) or len(values) != len(samples):
+            raise PluginCallError(
+                f"{resolved.describe()} {where} returned {label} of {type(values).__name__} "
+                f"{repr(values)[:80]}: expected a list of {len(samples)} numbers"
+            )
+        problems = [reward_problem(v) for v in values]
+        bad = next((p for p in problems if p), None)
+        if bad:
+            raise PluginCallError(f"{resolved.describe()} {where}: {label} {bad}")
+        lists.append([float(v) for v in values])
+    return lists[0], lists[1]
+
+
+def call_rollout_data_postprocess(
+    args: Any, resolved: Resolved, rollout_id: int, rollout_data: dict[str, Any]
+) -> None:
+    """Let the plugin edit ``rollout_data`` in place; the per-sample lists must keep their lengths."""
+    where = f"at rollout {rollout_id}"
+    lengths = {k: len(v) for k, v in rollout_data.items() if isinstance(v, list)}
+    _call_sync(resolved, where, args, rollout_id, rollout_data)
+    changed = [
+        k
+        for k, n in lengths.items()
+        if not isinstance(rollout_data.get(k), list) or len(rollout_data[k]) != n
+    ]
+    if changed:
+        raise PluginCallError(
+            f"{resolved.describe()} {where} changed the length of rollout_data {changed}: one entry per sample"
+        )
+
+
+TRAIN_DATA_KEYS = (
+    "tokens",
+    "response_lengths",
+    "rewards",
+    "raw_reward",
+    "truncated",
+    "sample_indices",
+    "loss_masks",
+)
+"""What slime's trainer reads from a converted step (``convert_samples_to_train_data``)."""
+
+
+def call_convert_samples_to_train_data(
+    args: Any, resolved: Resolved, samples: list[Sample]
+) -> dict[str, Any]:
+    """slime's training-data dict: :data:`TRAIN_DATA_KEYS` at least, each a list with one entry per sample."""
+    where = f"on {len(samples)} samples"
+    data = _call_sync(resolved, where, args, samples)
+    if not isinstance(data, dict):
+        raise PluginCallError(
+            f"{resolved.describe()} {where} returned {type(data).__name__}: expected a dict"
+        )
+    missing = [k for k in TRAIN_DATA_KEYS if k not in data]
+    short = [k for k in TRAIN_DATA_KEYS if k in data and len(data[k]) != len(samples)]
+    if missing or short:
+        raise PluginCallError(
+            f"{resolved.describe()} {where} returned a dict "
+            + (f"without {missing}" if missing else f"whose {short} do not have one entry per sample")
+        )
+    return data
+
+
+def _log_result(resolved: Resolved, where: str, result: Any) -> bool:
+    if result is None or isinstance(result, bool):
+        return bool(result)
+    raise PluginCallError(f"{resolved.describe()} {where} returned {type(result).__name__}: expected a bool")
+
+
+def call_rollout_log(
+    resolved: Resolved,
+    rollout_id: int,
+    args: Any,
+    samples: list[Sample],
+    metrics: dict[str, Any],
+    rollout_time: float,
+) -> bool:
+    """One logging backend for one step; its bool (skip the default logging, in slime) is returned. rlsdk's
+    own ``metrics.jsonl`` is written whatever it says."""
+    where = f"logging rollout {rollout_id}"
+    return _log_result(
+        resolved, where, _call_sync(resolved, where, rollout_id, args, samples, metrics, rollout_time)
+    )
+
+
+def call_eval_rollout_log(
+    resolved: Resolved, rollout_id: int, args: Any, data: dict[str, Any], metrics: dict[str, Any]
+) -> bool:
+    """One logging backend for one eval (see :func:`call_rollout_log`)."""
+    where = f"logging the eval after rollout {rollout_id}"
+    return _log_result(resolved, where, _call_sync(resolved, where, rollout_id, args, data, metrics))
+
+
+def call_checkpoint_callback(args: Any, resolved: Resolved, rollout_id: int, path: Any) -> None:
+    """A callback after the checkpoint ``path`` of step ``rollout_id`` is complete."""
+    _call_sync(resolved, f"after the checkpoint {path} of rollout {rollout_id}", args, rollout_id, path)
+
+
+DATA_SOURCE_METHODS = ("get_samples", "add_samples")
+
+
+def call_data_source(args: Any, resolved: Resolved) -> Any:
+    """The data source the plugin builds from ``args``: an object with :data:`DATA_SOURCE_METHODS`."""
+    source = _call_sync(resolved, "building the data source", args)
+    missing = [m for m in DATA_SOURCE_METHODS if not callable(getattr(source, m, None))]
+    if missing:
+        raise PluginCallError(
+            f"{resolved.describe()} built {type(source).__name__}, which has no {', '.join(missing)}: a data "
+            f"source needs get_samples(num_samples) and add_samples(groups)"
+        )
+    return source
+
+
+def call_pg_loss_reducer(
+    resolved: Resolved,
+    total_lengths: list[int],
+    response_lengths: list[int],
+    loss_masks: list[Any],
+    calculate_per_token_loss: bool,
+) -> Callable[[Any], Any]:
+    """The reducer the plugin builds for one micro-batch; reducing with it is checked for a scalar."""
+    where = f"on a micro-batch of {len(response_lengths)} samples"
+    reduce = _call_sync(
+        resolved, where, total_lengths, response_lengths, loss_masks, calculate_per_token_loss
+    )
+    if not callable(reduce):
+        raise PluginCallError(
+            f"{resolved.describe()} {where} returned {type(reduce).__name__}: expected a function"
+        )
+
+    def checked(x: Any) -> Any:
+        try:
+            value = reduce(x)
+        except Exception as exc:
+            raise _raised(resolved, f"reducing the pg loss {where}", exc) from exc
+        if getattr(value, "ndim", None) != 0:
+            raise PluginCallError(
+                f"{resolved.describe()}'s reducer {where} returned {type(value).__name__} of shape "
+                f"{tuple(getattr(value, 'shape', ()))}: expected a scalar tensor"
+            )
+        return value
+
+    return checked
+
+
+def call_tis_function(resolved: Resolved, **kwargs: Any) -> tuple[Any, list[Any], dict[str, Any]]:
+    """``(pg_loss, loss_masks, metrics)`` from the plugin, called by keyword as slime calls it; the loss keeps
+    its shape and the masks one entry per sample."""
+    where = f"on a micro-batch of {len(kwargs['response_lengths'])} samples"
+    result = _call_sync(resolved, where, **kwargs)
+    if not (isinstance(result, tuple) and len(result) == 3):
+        raise PluginCallError(
+            f"{resolved.describe()} {where} returned {type(result).__name__}: expected (pg_loss, loss_masks, metrics)"
+        )
+    pg_loss, masks, metrics = result
+    if getattr(pg_loss, "shape", None) != kwargs["pg_loss"].shape:
+        raise PluginCallError(
+            f"{resolved.describe()} {where} returned a pg_loss of shape {tuple(getattr(pg_loss, 'shape', ()))}, "
+            f"expected {tuple(kwargs['pg_loss'].shape)}"
+        )
+    if (
+        not isinstance(masks, list)
+        or len(masks) != len(kwargs["response_lengths"])
+        or not isinstance(metrics, dict)
+    ):
+        raise PluginCallError(
+            f"{resolved.describe()} {where}: expected loss_masks as a list with one tensor per sample and "
+            "metrics as a dict"
+        )
+    return pg_loss, masks, metrics
+
+
+def call_environment(resolved: Resolved) -> dict[str, Any]:
+    """The run options an environment sets (a dict of option names; the caller checks them)."""
+    settings = _call_sync(resolved, "giving its settings")
+    if not isinstance(settings, dict) or not all(isinstance(k, str) for k in settings):
+        raise PluginCallError(
+            f"{resolved.describe()} returned {type(settings).__name__}: expected a dict of run options"
+        )
+    return dict(settings)

@@ -12,17 +12,31 @@ from collections.abc import Iterable
 import pluggy
 
 from .records import (
+    Advantage,
     Agent,
+    AllSamplesProcess,
     BufferFilter,
+    CheckpointCallback,
+    ConvertSamplesToTrainData,
     CustomGenerate,
+    DataSourceFactory,
     DynamicFilter,
     Engine,
+    Environment,
+    EvalRolloutLog,
     GenerateRollout,
     Loss,
     Option,
     OverSamplingFilter,
+    PgLossReducer,
     Reward,
+    RewardPostProcess,
+    RolloutDataPostprocess,
+    RolloutLog,
+    RolloutSampleFilter,
+    SampleHook,
     TaskGenerator,
+    TisFunction,
     Tool,
     ToolCallParser,
     Trainer,
@@ -461,6 +475,440 @@ def rlsdk_losses() -> Iterable[Loss]:
         @hookimpl
         def rlsdk_losses():
             yield Loss(name="reinforce", func=reinforce, logits="response", description="Plain REINFORCE")
+    """
+
+
+# -------------------------------------------------------------------------
+# Samples, data and logging
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def rlsdk_sample_hooks() -> Iterable[SampleHook]:
+    """Provide sample hooks, applied to every generated sample before its reward (``--sample-hook NAME``,
+    slime's ``--rollout-sample-hook-path``; several run in the order given).
+
+    The callable is ``hook(args, sample, *, rollout_id=None, evaluation=False) -> Sample | None`` (sync or
+    async); ``rollout_id`` and ``evaluation`` are passed only when it declares them. It returns the sample
+    to go on with, or None to keep the one it was given (edited in place, say).
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param sample: one finished :class:`rlsdk.Sample`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import SampleHook, hookimpl
+
+        def strip_think(args, sample, *, rollout_id=None, evaluation=False):
+            sample.response = sample.response.split("</think>")[-1]
+
+        @hookimpl
+        def rlsdk_sample_hooks():
+            yield SampleHook(name="strip_think", func=strip_think, description="Grade the text after </think>")
+    """
+
+
+@hookspec
+def rlsdk_rollout_sample_filters() -> Iterable[RolloutSampleFilter]:
+    """Provide sample filters, applied to a step's kept groups (``--rollout-sample-filter-path NAME``).
+
+    The callable is slime's ``sample_filter(args, groups) -> None``: it sets ``remove_sample = True`` on the
+    samples to leave out of the loss (their loss mask becomes 0; they still count in their group's reward
+    normalization).
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param groups: the step's kept groups.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import RolloutSampleFilter, hookimpl
+
+        def drop_truncated(args, groups):
+            for group in groups:
+                for sample in group:
+                    sample.remove_sample = sample.status == sample.Status.TRUNCATED
+
+        @hookimpl
+        def rlsdk_rollout_sample_filters():
+            yield RolloutSampleFilter(name="drop_truncated", func=drop_truncated)
+    """
+
+
+@hookspec
+def rlsdk_all_samples_processes() -> Iterable[AllSamplesProcess]:
+    """Provide processors of every group a step finished, kept and dropped alike
+    (``--rollout-all-samples-process-path NAME``), called once at the end of each step.
+
+    The callable is slime's ``process(args, all_groups, data_source) -> None``.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param all_groups: the step's kept and discarded groups, by group index.
+    :param data_source: the run's data source.
+
+    **Example:**
+
+    .. code-block:: python
+
+        import json
+        from rlsdk import AllSamplesProcess, hookimpl
+
+        def dump_all(args, all_groups, data_source):
+            with open(f"{args.output_dir}/all_groups.jsonl", "a") as out:
+                for group in all_groups:
+                    out.write(json.dumps([s.reward for s in group], default=str) + "\\n")
+
+        @hookimpl
+        def rlsdk_all_samples_processes():
+            yield AllSamplesProcess(name="dump_all", func=dump_all)
+    """
+
+
+@hookspec
+def rlsdk_data_sources() -> Iterable[DataSourceFactory]:
+    """Provide data sources, the objects that serve a run's groups (``--data-source NAME``, slime's
+    ``--data-source-path``).
+
+    The callable is a class or factory ``data_source(args)`` whose result has slime's methods
+    ``get_samples(num_samples) -> list[list[Sample]]`` and ``add_samples(groups)``; with ``state_dict()`` and
+    ``load_state_dict(state)`` a run resumes where it stopped.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import DataSourceFactory, Sample, hookimpl
+
+        class Countdown:
+            def __init__(self, args):
+                self.args, self.next = args, 0
+                self.buffer = []
+
+            def get_samples(self, num_samples, rollout_id=None):
+                groups = []
+                for _ in range(num_samples):
+                    self.next += 1
+                    prompt = f"What is {self.next} + 1?"
+                    groups.append([Sample(prompt=prompt, label=str(self.next + 1), group_index=self.next)
+                                   for _ in range(self.args.n_samples_per_prompt)])
+                return groups
+
+            def add_samples(self, groups, rollout_id=None):
+                self.buffer.extend(groups)
+
+        @hookimpl
+        def rlsdk_data_sources():
+            yield DataSourceFactory(name="countdown", func=Countdown, description="Endless additions")
+    """
+
+
+@hookspec
+def rlsdk_rollout_logs() -> Iterable[RolloutLog]:
+    """Provide logging backends for each step (``--rollout-log a,b``, slime's
+    ``--custom-rollout-log-function-path``; ``jsonl``, ``tensorboard`` and ``wandb`` ship with core).
+
+    The callable is ``log(rollout_id, args, samples, rollout_extra_metrics, rollout_time) -> bool``.
+
+    :param rollout_id: the step.
+    :param args: the run's :class:`rlsdk.RolloutConfig` (``args.output_dir`` is the run's folder).
+    :param samples: the step's kept samples, flat.
+    :param rollout_extra_metrics: the step's metrics (``rollout/...``, ``train/...``).
+    :param rollout_time: the step's rollout seconds.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import RolloutLog, hookimpl
+
+        def print_reward(rollout_id, args, samples, rollout_extra_metrics, rollout_time):
+            print(rollout_id, rollout_extra_metrics.get("rollout/reward_mean"))
+            return False
+
+        @hookimpl
+        def rlsdk_rollout_logs():
+            yield RolloutLog(name="print_reward", func=print_reward)
+    """
+
+
+@hookspec
+def rlsdk_eval_rollout_logs() -> Iterable[EvalRolloutLog]:
+    """Provide logging backends for each eval (``--eval-rollout-log a,b``, slime's
+    ``--custom-eval-rollout-log-function-path``).
+
+    The callable is ``log(rollout_id, args, data, extra_metrics) -> bool``.
+
+    :param rollout_id: the step the eval follows (-1 before the first).
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param data: ``{dataset: {"rewards", "truncated", "samples"}}``.
+    :param extra_metrics: the eval's metrics (``eval/<dataset>/...``).
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import EvalRolloutLog, hookimpl
+
+        def print_eval(rollout_id, args, data, extra_metrics):
+            for name, part in data.items():
+                print(rollout_id, name, sum(r or 0 for r in part["rewards"]) / len(part["rewards"]))
+            return False
+
+        @hookimpl
+        def rlsdk_eval_rollout_logs():
+            yield EvalRolloutLog(name="print_eval", func=print_eval)
+    """
+
+
+@hookspec
+def rlsdk_checkpoint_callbacks() -> Iterable[CheckpointCallback]:
+    """Provide callbacks run after each checkpoint is complete (``--checkpoint-callback a,b``), as verl's
+    ``checkpoint_callback_class``: the folder is in place and the run's state points at it.
+
+    The callable is ``callback(args, rollout_id, path) -> None``.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param rollout_id: the step the checkpoint follows.
+    :param path: the checkpoint's folder (``step_<rollout_id>``, a Hugging Face model inside).
+
+    **Example:**
+
+    .. code-block:: python
+
+        import shutil
+        from rlsdk import CheckpointCallback, hookimpl
+
+        def keep_copy(args, rollout_id, path):
+            shutil.copytree(path, f"/backups/{path.name}", dirs_exist_ok=True)
+
+        @hookimpl
+        def rlsdk_checkpoint_callbacks():
+            yield CheckpointCallback(name="keep_copy", func=keep_copy)
+    """
+
+
+@hookspec
+def rlsdk_environments() -> Iterable[Environment]:
+    """Provide environments: a task as one package (``rlsdk run --env NAME``, ``rlsdk eval --env NAME``).
+
+    The callable is ``settings() -> dict``: the run options the environment sets (its dataset, label key
+    and chat settings, its reward or rubric, its generator or agent, its eval sets, default options); an
+    option on the command line wins over the environment's.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import Environment, hookimpl, package_file
+
+        def settings():
+            return {
+                "prompt_data": package_file("my_env", "data/train.jsonl"),
+                "label_key": "label",
+                "apply_chat_template": True,
+                "rm_type": "exact:0.8,has_number:0.2",
+                "eval_datasets": [{"name": "held-out", "path": package_file("my_env", "data/eval.jsonl")}],
+            }
+
+        @hookimpl
+        def rlsdk_environments():
+            yield Environment(name="my_env", func=settings, description="Two-digit sums")
+    """
+
+
+# -------------------------------------------------------------------------
+# Training: slime's trainer-side hooks
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def rlsdk_advantages() -> Iterable[Advantage]:
+    """Provide advantage estimators (``--custom-advantage-function-path NAME``).
+
+    The callable is slime's ``advantage(args, rollout_data) -> None``: it sets ``rollout_data["advantages"]``
+    (one per-response-token tensor per sample; ``"returns"`` too, as slime's do) from ``rewards`` (after
+    the reward post-processing), ``kl``, ``loss_masks``, ``response_lengths``, ``rollout_log_probs``.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param rollout_data: the step's training data, one entry per sample in each list.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import Advantage, hookimpl
+
+        def sign_only(args, rollout_data):
+            import torch
+
+            rollout_data["advantages"] = [
+                torch.full_like(mask, float(reward > 0) - float(reward < 0), dtype=torch.float32)
+                for reward, mask in zip(rollout_data["rewards"], rollout_data["loss_masks"])
+            ]
+            rollout_data["returns"] = rollout_data["advantages"]
+
+        @hookimpl
+        def rlsdk_advantages():
+            yield Advantage(name="sign_only", func=sign_only, description="+1, 0 or -1 per sample")
+    """
+
+
+@hookspec
+def rlsdk_reward_post_processes() -> Iterable[RewardPostProcess]:
+    """Provide reward post-processing (``--custom-reward-post-process-path NAME``), in place of the group
+    normalization of the group estimators.
+
+    The callable is slime's ``post_process(args, samples) -> (raw_rewards, rewards)``: two lists of floats,
+    one per sample; ``rewards`` become the advantages' source.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param samples: the step's kept samples, flat, group by group.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import RewardPostProcess, hookimpl
+
+        def centered(args, samples):
+            raw = [s.get_reward_value(args) for s in samples]
+            mean = sum(raw) / len(raw)
+            return raw, [r - mean for r in raw]
+
+        @hookimpl
+        def rlsdk_reward_post_processes():
+            yield RewardPostProcess(name="batch_centered", func=centered)
+    """
+
+
+@hookspec
+def rlsdk_rollout_data_postprocesses() -> Iterable[RolloutDataPostprocess]:
+    """Provide training-data post-processing (``--rollout-data-postprocess-path NAME``), called once the
+    step's data holds its log-probs, before advantages.
+
+    The callable is slime's ``postprocess(args, rollout_id, rollout_data) -> None``; it edits
+    ``rollout_data`` in place (``loss_masks``, ``rewards``, ...).
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param rollout_id: the step.
+    :param rollout_data: the step's training data, one entry per sample in each list.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import RolloutDataPostprocess, hookimpl
+
+        def mask_truncated(args, rollout_id, rollout_data):
+            for mask, truncated in zip(rollout_data["loss_masks"], rollout_data["truncated"]):
+                if truncated:
+                    mask.zero_()
+
+        @hookimpl
+        def rlsdk_rollout_data_postprocesses():
+            yield RolloutDataPostprocess(name="mask_truncated", func=mask_truncated)
+    """
+
+
+@hookspec
+def rlsdk_train_data_converters() -> Iterable[ConvertSamplesToTrainData]:
+    """Provide converters of a step's samples to slime's training-data dict
+    (``--custom-convert-samples-to-train-data-path NAME``): for slime's own trainer through
+    ``rlsdk.slime.convert_samples_to_train_data.<name>``, and for trainers that read that dict.
+
+    The callable is slime's ``convert(args, samples) -> dict`` with at least ``tokens``, ``response_lengths``,
+    ``rewards``, ``raw_reward``, ``truncated``, ``sample_indices`` and ``loss_masks``.
+
+    :param args: the run's :class:`rlsdk.RolloutConfig`.
+    :param samples: the step's kept samples, flat.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import ConvertSamplesToTrainData, hookimpl
+
+        def plain(args, samples):
+            return {
+                "tokens": [s.tokens for s in samples],
+                "response_lengths": [s.response_length for s in samples],
+                "rewards": [s.get_reward_value(args) for s in samples],
+                "raw_reward": [s.get_reward_value(args) for s in samples],
+                "truncated": [int(s.status == s.Status.TRUNCATED) for s in samples],
+                "sample_indices": [s.index for s in samples],
+                "loss_masks": [s.loss_mask or [1] * s.response_length for s in samples],
+            }
+
+        @hookimpl
+        def rlsdk_train_data_converters():
+            yield ConvertSamplesToTrainData(name="plain", func=plain)
+    """
+
+
+@hookspec
+def rlsdk_pg_loss_reducers() -> Iterable[PgLossReducer]:
+    """Provide reducers of the per-token policy-gradient loss (``--custom-pg-loss-reducer-function-path NAME``);
+    the loss's other terms keep ``sum_of_sample_mean``.
+
+    The callable is slime's ``reducer(total_lengths, response_lengths, loss_masks, calculate_per_token_loss)``
+    and returns ``reduce(x) -> scalar`` for a packed per-response-token tensor ``x``.
+
+    :param total_lengths: prompt plus response tokens per sample.
+    :param response_lengths: response tokens per sample.
+    :param loss_masks: one 0/1 tensor per sample.
+    :param calculate_per_token_loss: ``args.calculate_per_token_loss``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import PgLossReducer, hookimpl
+
+        def token_sum(total_lengths, response_lengths, loss_masks, calculate_per_token_loss):
+            import torch
+
+            mask = torch.cat(loss_masks)
+            return lambda x: (x * mask).sum()
+
+        @hookimpl
+        def rlsdk_pg_loss_reducers():
+            yield PgLossReducer(name="token_sum", func=token_sum)
+    """
+
+
+@hookspec
+def rlsdk_tis_functions() -> Iterable[TisFunction]:
+    """Provide truncated-importance-sampling functions for ``--use-tis`` (``--custom-tis-function-path NAME``).
+
+    The callable is slime's, called by keyword: ``tis(*, args, pg_loss, train_log_probs, rollout_log_probs,
+    loss_masks, total_lengths, response_lengths) -> (pg_loss, loss_masks, metrics)``: the weighted per-token
+    loss, the loss masks to reduce it with (rejected tokens zeroed) and a dict of per-token tensors to report.
+
+    :param pg_loss: the packed per-response-token policy-gradient loss.
+    :param train_log_probs: the trainer's log-probs, one tensor per sample.
+    :param rollout_log_probs: the engine's log-probs, one tensor per sample.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import TisFunction, hookimpl
+
+        def clipped(*, args, pg_loss, train_log_probs, rollout_log_probs, loss_masks, total_lengths,
+                    response_lengths):
+            import torch
+
+            ratio = (torch.cat(train_log_probs) - torch.cat(rollout_log_probs)).exp().clamp(max=args.tis_clip)
+            return pg_loss * ratio.detach(), loss_masks, {"tis": ratio.detach()}
+
+        @hookimpl
+        def rlsdk_tis_functions():
+            yield TisFunction(name="clipped", func=clipped)
     """
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.resources
 import importlib.util
 import inspect
 import sys
@@ -73,18 +74,33 @@ def is_async_callable(func: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
 
 
-def check_signature(func: Callable[..., Any], call_args: tuple[str, ...], where: str) -> bool:
-    """Check that ``func`` accepts ``call_args`` positionally; return whether it takes ``evaluation``."""
+def check_signature(
+    func: Callable[..., Any], call_args: tuple[str, ...], where: str, keywords: tuple[str, ...] = ()
+) -> bool:
+    """Check that ``func`` accepts ``call_args`` positionally and ``keywords`` by name; return whether it takes
+    ``evaluation``."""
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):
         return False  # builtins without signatures: trust them
-    expected = f"({', '.join(call_args)}, ...)"
+    expected = f"({', '.join([*call_args, *(f'{k}=' for k in keywords)])}, ...)"
     try:
-        signature.bind(*call_args)
+        signature.bind(*call_args, **dict.fromkeys(keywords))
     except TypeError as exc:
         raise PluginError(
             f"{where}: signature {signature} does not accept the call {expected}: {exc}"
         ) from None
     params = signature.parameters
     return "evaluation" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def package_file(package: str, relative: str) -> str:
+    """The path of the file ``relative`` inside the installed ``package`` (its data, found with
+    :mod:`importlib.resources`), for an environment's dataset; a missing file is a PluginError."""
+    try:
+        path = importlib.resources.files(package).joinpath(relative)
+    except ModuleNotFoundError as exc:
+        raise PluginError(f"package_file: no package {package!r}: {exc}") from None
+    if not path.is_file():
+        raise PluginError(f"package_file: {package!r} has no file {relative!r} (is it in the package data?)")
+    return str(path)

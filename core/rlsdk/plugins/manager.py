@@ -266,7 +266,9 @@ class RlsdkPluginManager(pluggy.PluginManager):
                 )
             record, info = providers[0]
         where = f"{kind} {record.name!r} from {info.describe()}"
-        accepts_evaluation = check_signature(record.func, record.signature_args(), where)
+        accepts_evaluation = check_signature(
+            record.func, record.signature_args(), where, record.call_keywords
+        )
         return Resolved(
             record, info, is_async=is_async_callable(record.func), accepts_evaluation=accepts_evaluation
         )

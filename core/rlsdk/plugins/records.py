@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
 from .loading import is_async_callable
+from .tool_schema import schema_from_signature
 
 
 def normalize_name(name: str) -> str:
@@ -24,6 +25,8 @@ class PluginRecord:
     """The provider hook's name; ``rlsdk_<kind>s`` unless a record type says otherwise."""
     call_args: ClassVar[tuple[str, ...]] = ()
     """Positional arguments the loop passes, used to validate the callable's signature."""
+    call_keywords: ClassVar[tuple[str, ...]] = ()
+    """Keyword arguments the loop passes (slime calls some hooks by keyword), validated the same way."""
 
     name: str
     func: Callable[..., Any]
@@ -153,25 +156,25 @@ class Loss(PluginRecord):
             )
 
 
-def _query_parameters() -> dict[str, Any]:
-    return {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
-
-
 @dataclass
 class Tool(PluginRecord):
     """``tool(args, **arguments) -> str`` (sync or async): an action a multi-turn generator may take.
 
-    ``parameters`` is the JSON schema of the arguments (one string ``query`` by default); a tag-style
-    call ``<name>text</name>`` passes ``text`` as the schema's single parameter. A call that runs past
-    ``timeout`` seconds or raises becomes an error observation, never a crash.
+    ``parameters`` is the JSON schema of the arguments; when not given it is built from the callable's
+    signature and docstring (type hints, defaults, ``:param x:`` or ``Args:`` lines; a ``**kwargs``-only
+    tool takes one string ``query``). A tag-style call ``<name>text</name>`` passes ``text`` as the schema's
+    single parameter. A call that runs past ``timeout`` seconds or raises becomes an error observation,
+    never a crash.
     """
 
     kind: ClassVar[str] = "tool"
-    parameters: dict[str, Any] = field(default_factory=_query_parameters)
+    parameters: dict[str, Any] = field(default_factory=dict)
     timeout: float = 30.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not self.parameters:
+            self.parameters = schema_from_signature(self.func, f"tool {self.name!r}")
         if not (self.timeout > 0):
             raise ValueError(f"tool {self.name!r}: timeout must be positive, got {self.timeout!r}")
 
@@ -254,6 +257,176 @@ class Agent(PluginRecord):
     call_args: ClassVar[tuple[str, ...]] = ("args", "sample", "client")
 
 
+# ----- slime's other extension points -------------------------------------------------------------------
+
+
+@dataclass
+class SampleHook(PluginRecord):
+    """``hook(args, sample, *, rollout_id=None, evaluation=False) -> Sample | None`` (sync or async): applied
+    to every generated sample before its reward, in the order named (slime's ``--rollout-sample-hook-path``,
+    repeatable). None keeps the sample as it is."""
+
+    kind: ClassVar[str] = "sample_hook"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "sample")
+
+
+@dataclass
+class RolloutSampleFilter(PluginRecord):
+    """``sample_filter(args, groups) -> None``: marks samples of a step's kept groups ``remove_sample = True``
+    to leave them out of the loss (they still count in the group's reward normalization) (slime's
+    ``--rollout-sample-filter-path``)."""
+
+    kind: ClassVar[str] = "rollout_sample_filter"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "groups")
+
+
+@dataclass
+class AllSamplesProcess(PluginRecord):
+    """``process(args, all_groups, data_source) -> None``: sees every group a step finished, kept and dropped
+    alike, in group order (slime's ``--rollout-all-samples-process-path``)."""
+
+    kind: ClassVar[str] = "all_samples_process"
+    hook: ClassVar[str] = "rlsdk_all_samples_processes"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "all_groups", "data_source")
+
+
+@dataclass
+class Advantage(PluginRecord):
+    """``advantage(args, rollout_data) -> None``: sets ``rollout_data["advantages"]`` (one per-token tensor per
+    sample) in place of the built-in estimators (slime's ``--custom-advantage-function-path``)."""
+
+    kind: ClassVar[str] = "advantage"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "rollout_data")
+
+
+@dataclass
+class RewardPostProcess(PluginRecord):
+    """``post_process(args, samples) -> (raw_rewards, rewards)``: the rewards the trainer turns into advantages,
+    in place of the group normalization (slime's ``--custom-reward-post-process-path``)."""
+
+    kind: ClassVar[str] = "reward_post_process"
+    hook: ClassVar[str] = "rlsdk_reward_post_processes"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "samples")
+
+
+@dataclass
+class RolloutDataPostprocess(PluginRecord):
+    """``postprocess(args, rollout_id, rollout_data) -> None``: edits the training data once log-probs are in it
+    (loss masks, say) (slime's ``--rollout-data-postprocess-path``)."""
+
+    kind: ClassVar[str] = "rollout_data_postprocess"
+    hook: ClassVar[str] = "rlsdk_rollout_data_postprocesses"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "rollout_id", "rollout_data")
+
+
+@dataclass
+class ConvertSamplesToTrainData(PluginRecord):
+    """``convert(args, samples) -> dict``: slime's training-data dict from a step's samples (``tokens``,
+    ``response_lengths``, ``rewards``, ``raw_reward``, ``truncated``, ``sample_indices``, ``loss_masks``)
+    (slime's ``--custom-convert-samples-to-train-data-path``)."""
+
+    kind: ClassVar[str] = "convert_samples_to_train_data"
+    hook: ClassVar[str] = "rlsdk_train_data_converters"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "samples")
+
+
+@dataclass
+class RolloutLog(PluginRecord):
+    """``log(rollout_id, args, samples, rollout_extra_metrics, rollout_time) -> bool``: a logging backend for
+    each step (slime's ``--custom-rollout-log-function-path``); ``rollout_extra_metrics`` holds the step's
+    metrics. True skips the default logging, as in slime."""
+
+    kind: ClassVar[str] = "rollout_log"
+    call_args: ClassVar[tuple[str, ...]] = (
+        "rollout_id",
+        "args",
+        "samples",
+        "rollout_extra_metrics",
+        "rollout_time",
+    )
+
+
+@dataclass
+class EvalRolloutLog(PluginRecord):
+    """``log(rollout_id, args, data, extra_metrics) -> bool``: a logging backend for each eval (slime's
+    ``--custom-eval-rollout-log-function-path``); ``data`` is the eval output's ``{dataset: {"rewards",
+    "truncated", "samples"}}``."""
+
+    kind: ClassVar[str] = "eval_rollout_log"
+    call_args: ClassVar[tuple[str, ...]] = ("rollout_id", "args", "data", "extra_metrics")
+
+
+@dataclass
+class CheckpointCallback(PluginRecord):
+    """``callback(args, rollout_id, path) -> None``: called after each checkpoint is complete (renamed into
+    place, the run's state pointing at it), as verl's ``checkpoint_callback_class``."""
+
+    kind: ClassVar[str] = "checkpoint_callback"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "rollout_id", "path")
+
+
+@dataclass
+class DataSourceFactory(PluginRecord):
+    """``data_source(args) -> source``: a class or factory of the object serving a run's groups, with slime's
+    methods ``get_samples(num_samples)``, ``add_samples(groups)`` (and rlsdk's ``state_dict()`` /
+    ``load_state_dict()`` to resume) (slime's ``--data-source-path``)."""
+
+    kind: ClassVar[str] = "data_source"
+    call_args: ClassVar[tuple[str, ...]] = ("args",)
+
+
+@dataclass
+class PgLossReducer(PluginRecord):
+    """``reducer(total_lengths, response_lengths, loss_masks, calculate_per_token_loss) -> reduce``: the
+    function that reduces the per-token policy-gradient loss (only that; the other metrics keep
+    ``sum_of_sample_mean``) (slime's ``--custom-pg-loss-reducer-function-path``)."""
+
+    kind: ClassVar[str] = "pg_loss_reducer"
+    call_args: ClassVar[tuple[str, ...]] = (
+        "total_lengths",
+        "response_lengths",
+        "loss_masks",
+        "calculate_per_token_loss",
+    )
+
+
+TIS_ARGUMENTS = (
+    "args",
+    "pg_loss",
+    "train_log_probs",
+    "rollout_log_probs",
+    "loss_masks",
+    "total_lengths",
+    "response_lengths",
+)
+
+
+@dataclass
+class TisFunction(PluginRecord):
+    """``tis(*, args, pg_loss, train_log_probs, rollout_log_probs, loss_masks, total_lengths,
+    response_lengths) -> (pg_loss, loss_masks, metrics)``: truncated importance sampling (or rejection) of the
+    per-token policy-gradient loss with ``--use-tis`` (slime's ``--custom-tis-function-path``), called by
+    keyword as slime calls it."""
+
+    kind: ClassVar[str] = "tis_function"
+    call_keywords: ClassVar[tuple[str, ...]] = TIS_ARGUMENTS
+
+
+@dataclass
+class Environment(PluginRecord):
+    """An environment: everything one task needs, shipped as one package. ``func`` is ``settings() -> dict``:
+    the run options it sets, any of ``rlsdk run``'s (``prompt_data``, ``label_key``, ``input_key``,
+    ``apply_chat_template``, ``rm_type`` (a reward, or a rubric ``"a:0.7,b:0.3"``),
+    ``custom_generate_function_path``, ``agent_function_path``, ``eval_datasets``, ``num_rollout``, ...); an
+    option given on the command line wins over it. Data files inside the package are found with
+    :func:`rlsdk.package_file`; tools are named by the settings (``tools`` in its rows, or its agent's)."""
+
+    kind: ClassVar[str] = "environment"
+    call_args: ClassVar[tuple[str, ...]] = ()
+    train_settings: dict[str, Any] = field(default_factory=dict)
+    """Options that apply only with ``--train`` (steps, batch sizes, learning rate), under the same rule."""
+
+
 OPTION_TYPES: tuple[type, ...] = (str, int, float, bool, list, dict)
 
 
@@ -319,6 +492,20 @@ RECORD_TYPES: dict[str, type[PluginRecord]] = {
         Loss,
         ToolCallParser,
         Agent,
+        SampleHook,
+        RolloutSampleFilter,
+        AllSamplesProcess,
+        Advantage,
+        RewardPostProcess,
+        RolloutDataPostprocess,
+        ConvertSamplesToTrainData,
+        RolloutLog,
+        EvalRolloutLog,
+        CheckpointCallback,
+        DataSourceFactory,
+        PgLossReducer,
+        TisFunction,
+        Environment,
     )
 }
 """Kind name -> record type. The hook for kind ``k`` is ``rlsdk_<k>s`` (``rlsdk_losses`` for ``loss``)."""

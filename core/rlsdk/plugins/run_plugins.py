@@ -23,6 +23,7 @@ from .calls import SyncRewardRunner, call_reward
 from .loading import is_path
 from .manager import RlsdkPluginManager
 from .records import Resolved, Reward, Tool, normalize_name
+from .rubric import parse_rubric, rubric_reward
 
 DEFAULT_GENERATE = "single_turn"
 BOXED_PREFIX = "boxed_"
@@ -51,6 +52,7 @@ class RunPlugins:
         self.pm = pm
         self._cache: dict[tuple[str, str, bool], Resolved[Any]] = {}
         self._swapped: dict[str, Resolved[Any]] = {}
+        self._lists: dict[tuple[str, str], list[Resolved[Any]]] = {}
         self.reward_runner: SyncRewardRunner | None = None
         """Where sync rewards run instead of a thread here (a run on Ray with ``ray_sync_rewards``)."""
 
@@ -92,6 +94,18 @@ class RunPlugins:
             getattr(self, kind)
         for kind in ("dynamic_filter", "over_sampling_filter", "buffer_filter", "agent", "tool_call_parser"):
             getattr(self, kind)
+        for kind in (
+            "sample_hooks",
+            "data_source",
+            "rollout_logs",
+            "eval_rollout_logs",
+            "checkpoint_callbacks",
+        ):
+            getattr(self, kind)
+        for kind in ("advantage", "reward_post_process", "rollout_data_postprocess", "pg_loss_reducer"):
+            getattr(self, kind)
+        self.tis_function  # noqa: B018 (resolved to fail early)
+        self.convert_samples_to_train_data  # noqa: B018
         if getattr(args, "train", False):
             trainer = self.trainer
             assert trainer is not None
@@ -177,6 +191,84 @@ class RunPlugins:
         spec = getattr(self.args, "tool_call_parser", None)
         return None if spec == "auto" else self._named("tool_call_parser", spec)
 
+    # ----- slime's other extension points ------------------------------------------------------------
+
+    def _named_list(self, kind: str, specs: Any) -> list[Resolved[Any]]:
+        """Every plugin ``specs`` names, in order: a list of names or paths, or one string of them joined by
+        commas (``jsonl,tensorboard``)."""
+        names = [specs] if isinstance(specs, str) else list(specs or [])
+        key = (kind, "\0".join(names))
+        if key not in self._lists:
+            parts = [part.strip() for name in names for part in name.split(",")]
+            self._lists[key] = [self.resolve(kind, part) for part in parts if part]
+        return self._lists[key]
+
+    @property
+    def sample_hooks(self) -> list[Resolved[Any]]:
+        """The sample hooks, in order (``rollout_sample_hook_path``)."""
+        return self._named_list("sample_hook", getattr(self.args, "rollout_sample_hook_path", None))
+
+    @property
+    def rollout_sample_filter(self) -> Resolved[Any] | None:
+        return self._named("rollout_sample_filter", getattr(self.args, "rollout_sample_filter_path", None))
+
+    @property
+    def all_samples_process(self) -> Resolved[Any] | None:
+        return self._named(
+            "all_samples_process", getattr(self.args, "rollout_all_samples_process_path", None)
+        )
+
+    @property
+    def data_source(self) -> Resolved[Any] | None:
+        """The data source plugin (``data_source_path``); None: rlsdk's :class:`rlsdk.DataSource`."""
+        return self._named("data_source", getattr(self.args, "data_source_path", None))
+
+    @property
+    def rollout_logs(self) -> list[Resolved[Any]]:
+        """The step logging backends (``custom_rollout_log_function_path``, several by commas)."""
+        return self._named_list("rollout_log", getattr(self.args, "custom_rollout_log_function_path", None))
+
+    @property
+    def eval_rollout_logs(self) -> list[Resolved[Any]]:
+        """The eval logging backends (``custom_eval_rollout_log_function_path``, several by commas)."""
+        spec = getattr(self.args, "custom_eval_rollout_log_function_path", None)
+        return self._named_list("eval_rollout_log", spec)
+
+    @property
+    def checkpoint_callbacks(self) -> list[Resolved[Any]]:
+        """The callbacks after each checkpoint (``checkpoint_callback``, several by commas)."""
+        return self._named_list("checkpoint_callback", getattr(self.args, "checkpoint_callback", None))
+
+    @property
+    def advantage(self) -> Resolved[Any] | None:
+        """The advantage estimator plugin (``custom_advantage_function_path``); None: the built-in ones."""
+        return self._named("advantage", getattr(self.args, "custom_advantage_function_path", None))
+
+    @property
+    def reward_post_process(self) -> Resolved[Any] | None:
+        return self._named("reward_post_process", getattr(self.args, "custom_reward_post_process_path", None))
+
+    @property
+    def rollout_data_postprocess(self) -> Resolved[Any] | None:
+        return self._named(
+            "rollout_data_postprocess", getattr(self.args, "rollout_data_postprocess_path", None)
+        )
+
+    @property
+    def convert_samples_to_train_data(self) -> Resolved[Any] | None:
+        spec = getattr(self.args, "custom_convert_samples_to_train_data_path", None)
+        return self._named("convert_samples_to_train_data", spec)
+
+    @property
+    def pg_loss_reducer(self) -> Resolved[Any] | None:
+        return self._named(
+            "pg_loss_reducer", getattr(self.args, "custom_pg_loss_reducer_function_path", None)
+        )
+
+    @property
+    def tis_function(self) -> Resolved[Any] | None:
+        return self._named("tis_function", getattr(self.args, "custom_tis_function_path", None))
+
     def tools(self, names: list[str]) -> dict[str, Tool]:
         """The tools ``names`` name, by their registered name."""
         return {tool.name: tool for tool in (self.resolve("tool", name).record for name in names)}
@@ -192,6 +284,9 @@ class RunPlugins:
 
     def _resolve_reward(self, spec: str, group: bool) -> Resolved[Any]:
         options = {"group": True} if group else {}
+        parts = parse_rubric(spec)
+        if parts is not None:  # a rubric: a weighted sum of rewards
+            return rubric_reward(spec, [(part, self.resolve("reward", part.spec)) for part in parts])
         name = normalize_name(spec)
         if is_path(spec) or not name.startswith(BOXED_PREFIX) or name in self.pm.records("reward"):
             return self.pm.resolve("reward", spec, **options)

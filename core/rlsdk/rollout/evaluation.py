@@ -17,6 +17,7 @@ from ..runtime import Runtime, bind_runtime
 from ..types import RolloutFnEvalOutput, Sample, reward_value
 from .generate import sampling_params_for
 from .groups import run_group
+from .rewarding import rubric_metrics
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ EVAL_ATTEMPTS = 3
 
 DATASET_OVERRIDES = (
     "rm_type",
+    "custom_rm_path",
     "n_samples_per_eval_prompt",
     "eval_temperature",
     "eval_top_p",
@@ -34,16 +36,38 @@ DATASET_OVERRIDES = (
     "reward_key",
     "input_key",
     "label_key",
+    "tool_key",
+    "metadata_key",
+    "apply_chat_template",
+    "apply_chat_template_kwargs",
+    "rollout_top_k",
+    "rollout_stop",
+    "rollout_stop_token_ids",
+    "rollout_skip_special_tokens",
+    "custom_generate_function_path",
 )
+SLIME_EVAL_FIELDS = {
+    "temperature": "eval_temperature",
+    "top_p": "eval_top_p",
+    "max_response_len": "eval_max_response_len",
+    "top_k": "rollout_top_k",
+    "stop": "rollout_stop",
+    "stop_token_ids": "rollout_stop_token_ids",
+    "skip_special_tokens": "rollout_skip_special_tokens",
+}
+"""slime's ``EvalDatasetConfig`` fields under rlsdk's option names (the others it shares are named alike)."""
 
 
 def eval_datasets(args: RolloutConfig) -> list[dict[str, Any]]:
-    """``args.eval_datasets`` plus slime's flat ``eval_prompt_data`` (``name path name path ...``)."""
-    datasets = [dict(d) for d in args.eval_datasets]
-    flat = list(args.eval_prompt_data)
+    """``args.eval_datasets`` (dicts, or slime's ``EvalDatasetConfig`` objects) plus slime's flat
+    ``eval_prompt_data`` (``name path name path ...``)."""
+    datasets = [as_dataset_dict(d) for d in args.eval_datasets or []]
+    flat = list(args.eval_prompt_data or [])
     if len(flat) % 2:
         raise ValueError(f"eval_prompt_data takes name/path pairs, got {flat!r}")
-    datasets += [{"name": name, "path": path} for name, path in zip(flat[::2], flat[1::2], strict=True)]
+    known = {d["name"] for d in datasets if "name" in d}
+    pairs = zip(flat[::2], flat[1::2], strict=True)
+    datasets += [{"name": name, "path": path} for name, path in pairs if name not in known]
     for d in datasets:
         if "name" not in d or "path" not in d:
             raise ValueError(f"an eval dataset needs a name and a path, got {d!r}")
@@ -51,6 +75,34 @@ def eval_datasets(args: RolloutConfig) -> list[dict[str, Any]]:
         if unknown:
             raise ValueError(f"eval dataset {d['name']!r}: unknown options {sorted(unknown)}")
     return datasets
+
+
+def as_dataset_dict(spec: Any) -> dict[str, Any]:
+    """An eval dataset as a dict of rlsdk's options: a dict as it is; slime's ``EvalDatasetConfig`` by its set
+    fields (renamed, :data:`SLIME_EVAL_FIELDS`). A field rlsdk does not implement, when set, is an error."""
+    if isinstance(spec, dict):
+        return dict(spec)
+    if not dataclasses.is_dataclass(spec) or isinstance(spec, type):
+        raise ValueError(f"an eval dataset is a dict or slime's EvalDatasetConfig, got {type(spec).__name__}")
+    values = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    named = {SLIME_EVAL_FIELDS.get(k, k): v for k, v in values.items() if v is not None and v != {}}
+    unsupported = sorted(set(named) - {"name", "path", *DATASET_OVERRIDES})
+    if unsupported:
+        raise ValueError(
+            f"eval dataset {values.get('name')!r}: rlsdk's eval does not implement {unsupported} of slime's "
+            "EvalDatasetConfig (unset them, or name an eval function that does)"
+        )
+    return named
+
+
+def dataset_args(args: Any, overrides: dict[str, Any]) -> Any:
+    """A copy of ``args`` with one eval dataset's ``overrides`` (rlsdk's config, or slime's ``args``)."""
+    if dataclasses.is_dataclass(args) and not isinstance(args, type):
+        return dataclasses.replace(args, **overrides)
+    copied = copy.copy(args)
+    for name, value in overrides.items():
+        setattr(copied, name, value)
+    return copied
 
 
 def pass_at_k(correct: list[list[bool]], k: int) -> float:
@@ -99,7 +151,7 @@ async def eval_rollout(args: RolloutConfig, runtime: Runtime) -> RolloutFnEvalOu
     metrics: dict[str, Any] = {}
     for spec in eval_datasets(args):
         overrides = {k: v for k, v in spec.items() if k in DATASET_OVERRIDES}
-        ds_args = dataclasses.replace(args, **overrides)
+        ds_args = dataset_args(args, overrides)
         bind_runtime(ds_args, runtime)
         n = ds_args.n_samples_per_eval_prompt
         source = DataSource(
@@ -129,6 +181,7 @@ async def eval_rollout(args: RolloutConfig, runtime: Runtime) -> RolloutFnEvalOu
         metrics[f"eval/{name}/invalid"] = len(flat) - len(valid)
         metrics[f"eval/{name}/aborted"] = sum(len(group) for group in aborted)
         metrics[f"eval/{name}/prompts"] = len(groups)
+        metrics.update(rubric_metrics(data[name]["samples"], f"eval/{name}/rubric/"))
         for k in sorted({1, n}):
             metrics[f"eval/{name}/pass@{k}"] = pass_at_k(correct, k)
     return RolloutFnEvalOutput(data=data, metrics=metrics)

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..config import RolloutConfig
 from ..aio.concurrency import ConcurrencyLimit, gather_calls
-from ..plugins.calls import FINISHED, call_custom_generate
+from ..plugins.calls import FINISHED, call_custom_generate, call_sample_hooks
 from ..plugins.run_plugins import RunPlugins
 from ..types import Sample
 from .ledger import Group
@@ -20,10 +20,22 @@ async def run_group(
     sampling_params: dict[str, Any],
     limit: ConcurrencyLimit,
     evaluation: bool = False,
+    rollout_id: int | None = None,
 ) -> Group:
     """Generate and reward one group in place. Failures are recorded on the samples, not raised."""
     # custom_generate: each unfinished sample (buffered surplus groups are already complete)
     await generate_group(args, plugins, group, sampling_params, limit, evaluation)
+    hooks = plugins.sample_hooks
+    if hooks and all(s.status in FINISHED for s in group):
+        # sample_hook: every finished sample through the hooks, in order, before its reward
+        group[:] = await gather_calls(
+            [
+                call_sample_hooks(args, hooks, s, rollout_id=rollout_id, evaluation=evaluation)
+                if s.reward is None
+                else _same(s)
+                for s in group
+            ]
+        )
     if all(s.status in FINISHED for s in group) and any(s.reward is None for s in group):
         # reward: per sample, or once per group for group rewards
         await score_group(args, plugins, group, evaluation=evaluation)
@@ -55,3 +67,8 @@ async def generate_group(
     ]
     results = await gather_calls(calls)
     group[:] = [s for produced in results for s in produced]
+
+
+async def _same(sample: Sample) -> Sample:
+    """A sample already rewarded (served again from the buffer): its hooks ran when it was generated."""
+    return sample

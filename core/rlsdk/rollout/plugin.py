@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..plugins.hookspecs import hookimpl
-from ..plugins.records import BufferFilter, CustomGenerate, Engine, GenerateRollout
+from ..data import DataSource
+from ..plugins.records import BufferFilter, CustomGenerate, DataSourceFactory, Engine, GenerateRollout
 from ..plugins.run_plugins import sglang_url
 from . import generate, step
 
@@ -70,3 +71,12 @@ def rlsdk_engines() -> Any:
 @hookimpl
 def rlsdk_buffer_filters() -> Any:
     yield BufferFilter(name="pop_first", func=pop_first)
+
+
+@hookimpl
+def rlsdk_data_sources() -> Any:
+    yield DataSourceFactory(
+        name="prompt_data",
+        func=DataSource,
+        description="Prompts from prompt_data (JSONL or Parquet) with a buffer served first (the default)",
+    )

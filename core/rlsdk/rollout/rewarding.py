@@ -25,6 +25,7 @@ from ..errors import PluginCallError, PluginError
 from ..plugins.calls import InvalidReward, call_cheap_reward, call_reward
 from ..plugins.manager import RlsdkPluginManager
 from ..plugins.records import Resolved
+from ..plugins.rubric import RUBRIC_METADATA
 from ..plugins.run_plugins import RunPlugins
 from ..runtime import plugins_of
 from ..types import Sample
@@ -237,3 +238,12 @@ def apply_invalid_policy(args: RolloutConfig, group: list[Sample]) -> str | None
             sample.status = Sample.Status(sample.metadata.pop(_STATUS_BEFORE, Sample.Status.COMPLETED.value))
         return None
     raise PluginError(f"on_invalid_reward must be fail, drop_group or score, got {policy!r}")
+
+
+def rubric_metrics(samples: list[Sample], prefix: str) -> dict[str, float]:
+    """The mean of each rubric part over the samples a rubric scored: ``<prefix><part>``."""
+    values: dict[str, list[float]] = {}
+    for sample in samples:
+        for part, value in (sample.metadata or {}).get(RUBRIC_METADATA, {}).items():
+            values.setdefault(part, []).append(value)
+    return {f"{prefix}{part}": sum(v) / len(v) for part, v in values.items()}

@@ -22,7 +22,9 @@ from ..errors import PluginCallError
 from ..plugins.calls import (
     ENGINE_FAULT,
     FINISHED,
+    call_all_samples_process,
     call_dynamic_filter,
+    call_rollout_sample_filter,
     call_over_sampling_filter,
     unfinished,
 )
@@ -33,7 +35,7 @@ from .evaluation import eval_rollout
 from .generate import sampling_params_for
 from .groups import run_group
 from .ledger import Group, StepLedger
-from .rewarding import apply_invalid_policy, count_invalid
+from .rewarding import apply_invalid_policy, count_invalid, rubric_metrics
 
 SUBMIT_SLICE = 64
 """Samples whose tasks a step creates before it lets them run (and send their requests) while it goes on
@@ -89,7 +91,9 @@ async def rollout_step(
                 pulled += len(groups)
                 unsent = 0
                 for group in groups:
-                    task = asyncio.create_task(run_group(args, plugins, group, sampling_params, limit))
+                    task = asyncio.create_task(
+                        run_group(args, plugins, group, sampling_params, limit, rollout_id=rollout_id)
+                    )
                     task.add_done_callback(lambda _: finished.set())
                     in_flight[task] = group
                     unsent += len(group)
@@ -162,7 +166,17 @@ async def rollout_step(
         data_source.add_samples(returned, rollout_id)
 
     ledger.check()
+    removed = None
+    if plugins.rollout_sample_filter is not None:  # rollout_sample_filter: mark samples out of the loss
+        removed = call_rollout_sample_filter(args, plugins.rollout_sample_filter, batch)
+    if plugins.all_samples_process is not None:  # all_samples_process: every finished group, kept or not
+        finished_groups = sorted(
+            [*batch, *ledger.discarded], key=lambda g: (g[0].group_index or 0) if g else 0
+        )
+        call_all_samples_process(args, plugins.all_samples_process, finished_groups, data_source)
     metrics = step_metrics(args, batch, ledger, started)
+    if removed is not None:
+        metrics["rollout/removed_samples"] = removed
     if len(batch) < target and not stopped:  # said, not silent: the trainer gets a smaller batch
         why = (
             f"the data ran out after {pulled} groups"
@@ -180,6 +194,7 @@ async def rollout_step(
     metrics["rollout/aborted"] = aborted
     metrics["rollout/stopped"] = int(stopped)
     metrics["rollout/invalid_rewards"] = count_invalid([s for g in (*batch, *ledger.discarded) for s in g])
+    metrics.update(rubric_metrics([s for g in batch for s in g], "rollout/rubric/"))  # each part of a rubric
     metrics.update(agent_metrics([s for g in (*batch, *ledger.discarded) for s in g]))  # openai_agent's forks
     return RolloutFnTrainOutput(samples=batch, metrics=metrics, discarded=ledger.discarded)
 

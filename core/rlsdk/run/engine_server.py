@@ -28,6 +28,7 @@ from .._version import __version__
 from ..agents.server import add_chat_routes, chat_endpoint
 from ..aio.streams import merge_streams
 from ..engines.engine import InferenceEngine
+from ..engines.lora_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from ..engines.protocol import SERVE_TOKEN_ENV, EngineRequestError, error_body, new_rid, split_batch
 from ..engines.service_guard import ConnectionLimits, check_binding, guard
 
@@ -121,6 +122,9 @@ async def start_server(
             web.post("/pause_generation", _pause),
             web.post("/continue_generation", _continue),
             web.post("/update_weights_from_disk", _update_weights_from_disk),
+            web.post("/load_lora_adapter", _load_lora_adapter),
+            web.post("/unload_lora_adapter", _unload_lora_adapter),
+            web.post("/update_weight_version", _update_weight_version),
         ]
     )
     chat = None
@@ -288,19 +292,28 @@ async def _continue(request: web.Request) -> web.Response:
     return web.json_response({"message": "Generation continued successfully.", "status": "ok"})
 
 
+def _outside_weights_dirs(request: web.Request, path: str, *parts: str) -> str | None:
+    """Why ``path`` (and each of its files ``parts``, links resolved) may not be read, or None when every one
+    lies inside an operator-allowed folder."""
+    allowed = request.app[_WEIGHTS_DIRS]
+    if not allowed:
+        return "loading weights over HTTP is off (start rlsdk serve with --allow-weights-dir FOLDER)"
+    for candidate in (Path(path), *(Path(path) / part for part in parts)):
+        if not any(candidate.resolve().is_relative_to(folder) for folder in allowed):
+            return (
+                f"{str(candidate)[:200]!r} is not inside {', '.join(map(str, allowed))} "
+                "(start rlsdk serve with --allow-weights-dir FOLDER)"
+            )
+    return None
+
+
 async def _update_weights_from_disk(request: web.Request) -> web.Response:
     body = await _json_body(request)
     model_path = body.get("model_path")
     if not isinstance(model_path, str) or not model_path:
         raise EngineRequestError("model_path must be a non-empty string")
-    allowed = request.app[_WEIGHTS_DIRS]
-    if not any(Path(model_path).resolve().is_relative_to(folder) for folder in allowed):
-        why = (
-            f"{model_path[:200]!r} is not inside {', '.join(map(str, allowed))}"
-            if allowed
-            else "loading weights over HTTP is off"
-        )
-        message = f"Failed to update weights: {why} (start rlsdk serve with --allow-weights-dir FOLDER)"
+    if why := _outside_weights_dirs(request, model_path):
+        message = f"Failed to update weights: {why}"
         return web.json_response({"success": False, "message": message, "num_paused_requests": 0}, status=403)
     version = body.get("weight_version")
     try:
@@ -314,4 +327,52 @@ async def _update_weights_from_disk(request: web.Request) -> web.Response:
         )
     return web.json_response(
         {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
+    )
+
+
+def _lora_answer(engine: InferenceEngine, error: str | None = None, status: int = 400) -> web.Response:
+    """SGLang's ``LoRAUpdateOutput``: ``success``, ``error_message``, ``loaded_adapters`` (name -> path)."""
+    loaded = dict(getattr(engine, "lora_adapters", {}))
+    body = {"success": error is None, "error_message": error, "loaded_adapters": loaded}
+    return web.json_response(body, status=200 if error is None else status)
+
+
+async def _load_lora_adapter(request: web.Request) -> web.Response:
+    """Load a PEFT adapter folder by path, only from inside the operator's ``weights_dirs`` (its two files
+    too, links resolved): a request never makes the server open anything else."""
+    body = await _json_body(request)
+    name, path = body.get("lora_name"), body.get("lora_path")
+    if not isinstance(name, str) or not name or not isinstance(path, str) or not path:
+        raise EngineRequestError("lora_name and lora_path must be non-empty strings")
+    engine = request.app[_ENGINE]
+    if why := _outside_weights_dirs(request, path, ADAPTER_CONFIG, ADAPTER_WEIGHTS):
+        return _lora_answer(engine, f"Failed to load LoRA adapter {name!r}: {why}", status=403)
+    try:
+        await engine.load_lora_adapter(name, path)
+    except (OSError, ValueError, RuntimeError, NotImplementedError, EngineRequestError) as exc:
+        return _lora_answer(engine, f"Failed to load LoRA adapter {name!r}: {exc}")
+    return _lora_answer(engine)
+
+
+async def _unload_lora_adapter(request: web.Request) -> web.Response:
+    body = await _json_body(request)
+    name = body.get("lora_name")
+    if not isinstance(name, str) or not name:
+        raise EngineRequestError("lora_name must be a non-empty string")
+    engine = request.app[_ENGINE]
+    try:
+        await engine.unload_lora_adapter(name)
+    except (ValueError, RuntimeError, NotImplementedError, EngineRequestError) as exc:
+        return _lora_answer(engine, f"Failed to unload LoRA adapter {name!r}: {exc}")
+    return _lora_answer(engine)
+
+
+async def _update_weight_version(request: web.Request) -> web.Response:
+    body = await _json_body(request)
+    version = body.get("new_version")
+    if not isinstance(version, str) or not version:
+        raise EngineRequestError("new_version must be a non-empty string")
+    await request.app[_ENGINE].update_weight_version(version)
+    return web.json_response(
+        {"success": True, "message": f"Weight version updated to {version}", "new_version": version}
     )

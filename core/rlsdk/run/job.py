@@ -8,7 +8,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from ..config import RolloutConfig
-from ..data import BadRowPolicy, DataPath, DataSource, Row, read_rows
+from ..data import BadRowPolicy, DataPath, Row, read_rows
 from ..errors import DataError
 from ..plugins.calls import call_generate_rollout
 from ..plugins.manager import RlsdkPluginManager
@@ -16,6 +16,7 @@ from ..report import RunReport
 from ..runtime import Runtime
 from ..training.session import TrainingSession
 from ..training_options import overlapped
+from .extensions import build_data_source, load_data_state, source_state, log_eval, uses_core_data_source
 from .output import RunOutput, warn_changed_plugins
 from .overlap import run_overlapped
 from .preemption import stop_on_signals
@@ -37,7 +38,8 @@ def run_job(
     """Run ``args.num_rollout`` steps (continuing a saved run with ``args.resume``). ``on_status`` hears
     what the run is doing: setting up, then ``step N`` as step N (the ``rollout_id``) starts."""
     status = on_status or (lambda text: None)
-    rows = check_data(args)  # an empty or unreadable dataset fails before the engine starts
+    # an empty or unreadable dataset fails before the engine starts
+    rows = check_data(args) if uses_core_data_source(args) else None
     output = RunOutput(args.output_dir)
     if not args.resume:
         output.start_fresh(args.overwrite)  # so does an output folder holding another run
@@ -45,17 +47,10 @@ def run_job(
     status(f"starting the {args.engine} engine{loading}")
     with running(args, pm) as runtime, ExitStack() as closing:
         status("reading the data")
-        plugins = runtime.plugins
         runtime.progress = progress
         output.on_saved.append(lambda state: setattr(runtime, "saved_state", state))
         runtime.on_state_saved = output.on_saved
-        data_source = DataSource(
-            args,
-            plugins=plugins,
-            tokenizer=runtime.tokenizer,
-            keep_messages=plugins.generate_rollout.record.chat_messages,
-            read=rows,
-        )
+        data_source = build_data_source(args, runtime, rows)  # data_source
         check_images(runtime, data_source)
         if args.train:
             status("loading the trainer")
@@ -67,7 +62,7 @@ def run_job(
         steps = StepRecorder(args, runtime, output, data_source, training, report, on_step, on_eval, status)
         if args.resume:
             state = runtime.saved_state = output.load_state()
-            data_source.load_state_dict(state["data"])
+            load_data_state(data_source, state["data"])
             first = state["next_rollout_id"]
             warn_changed_plugins(state.get("plugins", {}), runtime.pm)
             if training is not None and state.get("checkpoint"):
@@ -76,8 +71,10 @@ def run_job(
         else:
             if training is not None and args.eval_interval:  # the curve's starting point
                 status("eval before the first step")
-                output.write_eval(-1, run_eval(args, runtime, -1))
-            output.save_state(output.run_state(0, data_source.state_dict(), args, runtime.pm))
+                evaluated = run_eval(args, runtime, -1)
+                output.write_eval(-1, evaluated)
+                log_eval(args, runtime, -1, evaluated)  # eval_rollout_log
+            output.save_state(output.run_state(0, source_state(data_source), args, runtime.pm))
         with stop_on_signals(runtime.stop):  # SIGTERM, SIGINT: save what is in flight, then stop
             if training is not None and overlapped(args):
                 run_overlapped(steps, first)  # --async, --max-policy-version-lag
@@ -103,7 +100,7 @@ def check_data(args: RolloutConfig) -> tuple[list[Row], BadRowPolicy]:
 
 def check_images(runtime: Runtime, data_source: Any) -> None:
     """Prompts with images need a model with image understanding: say so before generating."""
-    if not data_source.has_images:
+    if not getattr(data_source, "has_images", False):
         return
     info = runtime.run(runtime.engine.model_info())
     if not info.get("has_image_understanding"):
@@ -129,6 +126,6 @@ def run_steps(steps: StepRecorder, first: int) -> None:
             steps.status(f"step {rollout_id}: training")
             # trainer: learn from the kept groups, sync the engine, check it serves the new weights
             result.metrics.update(training.train(rollout_id, result))
-        steps.finish(rollout_id, result, steps.data_source.state_dict())
+        steps.finish(rollout_id, result, source_state(steps.data_source))
         if runtime.stop.is_set:
             steps.stop(rollout_id + 1, [])

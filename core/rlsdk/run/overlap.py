@@ -24,6 +24,7 @@ from typing import Any
 from ..plugins.calls import call_generate_rollout
 from ..training.session import TrainingSession
 from ..types import RolloutFnTrainOutput, Sample
+from .extensions import source_state
 from .steps import StepRecorder
 
 STALE = "stale_policy"
@@ -111,7 +112,7 @@ class Overlap:
                         rollout_id,
                         self.steps.data_source,
                     )
-                    data_state = self.steps.data_source.state_dict()
+                    data_state = source_state(self.steps.data_source)
                 finally:
                     self.clock.add("engine", started, time.monotonic())
                     with self.changed:

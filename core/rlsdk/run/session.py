@@ -28,7 +28,8 @@ def resolve_run_plugins(args: RolloutConfig, pm: RlsdkPluginManager | None = Non
 
 def open_runtime(args: RolloutConfig, plugins: RunPlugins) -> Runtime:
     """Start the engine and check its health; serve it over HTTP on loopback when it has no URL of its
-    own, so slime-style generators that POST to ``/generate`` reach it; load the tokenizer."""
+    own (or a LoRA adapter to name), so slime-style generators that POST to ``/generate`` reach it; load
+    the tokenizer."""
     # engine: built by its plugin from the run's settings
     runtime = Runtime(plugins.pm, call_engine(plugins.engine, args), run_plugins=plugins)
     try:
@@ -36,7 +37,8 @@ def open_runtime(args: RolloutConfig, plugins: RunPlugins) -> Runtime:
         # a dead or broken engine stops the run here, before any data is taken
         runtime.run(check_engine_health(runtime.engine, plugins.engine, args.generate_timeout))
         url = runtime.engine.url
-        if url is None:
+        if url is None or args.lora_rank:  # with LoRA, a /generate reaches the engine through its client,
+            # which names the adapter (lora_path) for generators that POST to the URL themselves
             runtime.server = runtime.run(
                 start_server(
                     runtime.engine,

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from ..config import RolloutConfig
-from ..data import DataSource
 from ..errors import RlsdkError
 from ..plugins.calls import call_eval_rollout
 from ..report import RunReport
 from ..runtime import Runtime
 from ..training.session import TrainingSession
 from ..types import RolloutFnEvalOutput, RolloutFnTrainOutput
+from .extensions import after_checkpoint, log_eval, log_step, source_state
 from .output import RunOutput, sample_row
 from .preemption import RunStopped
 
@@ -30,7 +30,8 @@ class StepRecorder:
     args: RolloutConfig
     runtime: Runtime
     output: RunOutput
-    data_source: DataSource
+    data_source: Any
+    """rlsdk's :class:`~rlsdk.data.DataSource`, or a data_source plugin's."""
     training: TrainingSession | None
     report: RunReport | None
     on_step: Callable[[int, dict[str, Any]], None] | None
@@ -55,6 +56,7 @@ class StepRecorder:
         args, output = self.args, self.output
         result.metrics["run/elapsed_seconds"] = time.monotonic() - self.started  # wall-clock curves
         output.write_step(rollout_id, result)
+        log_step(args, self.runtime, rollout_id, result)  # rollout_log
         state = output.run_state(rollout_id + 1, data_state, args, self.runtime.pm)
         if self.training is None:
             output.save_state(state)
@@ -69,6 +71,7 @@ class StepRecorder:
             evaluated = run_eval(args, self.runtime, rollout_id)
             evaluated.metrics["run/elapsed_seconds"] = time.monotonic() - self.started
             output.write_eval(rollout_id, evaluated)
+            log_eval(args, self.runtime, rollout_id, evaluated)  # eval_rollout_log
             result.metrics.update(evaluated.metrics)
             if self.on_eval is not None:
                 self.on_eval(rollout_id, evaluated.metrics)
@@ -76,6 +79,9 @@ class StepRecorder:
             # A training run resumes from its last checkpoint: state.json moves only with one.
             self.save_checkpoint(rollout_id, state)
             output.save_state(state)
+            after_checkpoint(
+                args, self.runtime, rollout_id, output.checkpoint_path(state)
+            )  # checkpoint_callback
         if self.report is not None:
             self.report.add(rollout_id, result.metrics)
 
@@ -97,15 +103,19 @@ class StepRecorder:
         if returned:
             self.data_source.add_samples(returned, next_rollout_id)
         state = self.output.run_state(
-            next_rollout_id, self.data_source.state_dict(), self.args, self.runtime.pm
+            next_rollout_id, source_state(self.data_source), self.args, self.runtime.pm
         )
+        saved = False
         if self.training is not None:
             if self.training.weight_version != self.checkpoint_version:
                 self.status("saving a checkpoint before stopping")
                 self.save_checkpoint(next_rollout_id - 1, state)
+                saved = True
             elif self.checkpoint is not None:
                 state["checkpoint"] = self.checkpoint
         self.output.save_state(state)
+        if saved:
+            after_checkpoint(self.args, self.runtime, next_rollout_id - 1, self.output.checkpoint_path(state))
         raise RunStopped(self.runtime.stop.reason, self.output.folder)
 
 

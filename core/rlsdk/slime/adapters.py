@@ -13,12 +13,28 @@ import copy
 import functools
 import importlib
 import inspect
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ..config import core_options, installed_options
 from ..errors import PluginCallError, UnknownPluginError
-from ..plugins.calls import reward_problem
+from ..plugins.calls import (
+    call_advantage,
+    call_all_samples_process,
+    call_convert_samples_to_train_data,
+    call_data_source,
+    call_eval_rollout_log,
+    call_pg_loss_reducer,
+    call_reward_post_process,
+    call_rollout_data_postprocess,
+    call_rollout_log,
+    call_rollout_sample_filter,
+    call_sample_hooks,
+    call_tis_function,
+    reward_problem,
+)
 from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
 from ..plugins.records import Resolved
 from ..runtime import get_runtime
@@ -74,6 +90,10 @@ class SlimeArgs:
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self.slime_args, name, value)
+
+    def __copy__(self) -> SlimeArgs:
+        """A view of a copy of slime's ``args`` (one eval dataset's overrides stay out of the run's)."""
+        return SlimeArgs(copy.copy(self.slime_args))
 
 
 _views: dict[int, SlimeArgs] = {}
@@ -225,7 +245,8 @@ def generate_rollout_adapter(resolved: Resolved) -> Callable[..., Any]:
     types and samples when slime is importable."""
 
     def generate_rollout(args: Any, rollout_id: Any, data_source: Any, evaluation: bool = False) -> Any:
-        rollout_args, source = view(args), SlimeDataSource(data_source)
+        rollout_args = view(args)
+        source = SlimeDataSource(data_source) if data_source is not None else None  # eval may pass none
         output = resolved.func(rollout_args, rollout_id, source, evaluation=evaluation)
         if inspect.isawaitable(output):
             output = get_runtime(rollout_args).run(_awaited(output))
@@ -254,6 +275,168 @@ def _named(func: Callable[..., Any], resolved: Resolved) -> Callable[..., Any]:
     return func
 
 
+# ----- slime's other extension points ----------------------------------------------------------------
+
+
+def sample_hook_adapter(resolved: Resolved) -> Callable[..., Any]:
+    """``async hook(args, sample, *, rollout_id=None, evaluation=False)``: slime's sample in and back; a hook
+    that fails raises (slime stops on it), naming the plugin."""
+
+    async def sample_hook(args: Any, sample: Any, *, rollout_id: Any = None, evaluation: bool = False) -> Any:
+        out = await call_sample_hooks(
+            view(args), [resolved], to_rlsdk(sample), rollout_id=rollout_id, evaluation=evaluation
+        )
+        if out.status is Sample.Status.FAILED and "generate_error" in out.metadata:
+            raise PluginCallError(out.metadata["generate_error"])
+        return to_slime(out)
+
+    return _named(sample_hook, resolved)
+
+
+def rollout_sample_filter_adapter(resolved: Resolved) -> Callable[..., Any]:
+    """``sample_filter(args, groups)``: marks slime's own samples ``remove_sample``."""
+
+    def rollout_sample_filter(args: Any, groups: list[list[Any]]) -> None:
+        converted = _groups(groups, to_rlsdk)
+        call_rollout_sample_filter(view(args), resolved, converted)
+        for group, marked in zip(groups, converted, strict=True):
+            for sample, mark in zip(group, marked, strict=True):
+                sample.remove_sample = bool(mark.remove_sample)
+
+    return _named(rollout_sample_filter, resolved)
+
+
+def all_samples_process_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def all_samples_process(args: Any, all_groups: list[list[Any]], data_source: Any) -> None:
+        call_all_samples_process(view(args), resolved, _groups(all_groups, to_rlsdk), data_source)
+
+    return _named(all_samples_process, resolved)
+
+
+def advantage_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def advantage(args: Any, rollout_data: dict[str, Any]) -> None:
+        call_advantage(view(args), resolved, rollout_data)
+
+    return _named(advantage, resolved)
+
+
+def reward_post_process_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def reward_post_process(args: Any, samples: list[Any]) -> tuple[list[float], list[float]]:
+        return call_reward_post_process(view(args), resolved, [to_rlsdk(s) for s in samples])
+
+    return _named(reward_post_process, resolved)
+
+
+def rollout_data_postprocess_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def rollout_data_postprocess(args: Any, rollout_id: Any, rollout_data: dict[str, Any]) -> None:
+        call_rollout_data_postprocess(view(args), resolved, rollout_id, rollout_data)
+
+    return _named(rollout_data_postprocess, resolved)
+
+
+def convert_samples_to_train_data_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def convert_samples_to_train_data(args: Any, samples: list[Any]) -> dict[str, Any]:
+        return call_convert_samples_to_train_data(view(args), resolved, [to_rlsdk(s) for s in samples])
+
+    return _named(convert_samples_to_train_data, resolved)
+
+
+def rollout_log_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def rollout_log(
+        rollout_id: Any, args: Any, samples: list[Any], rollout_extra_metrics: Any, rollout_time: Any
+    ) -> bool:
+        metrics = dict(rollout_extra_metrics or {})
+        converted = [to_rlsdk(s) for s in samples]
+        return call_rollout_log(resolved, rollout_id, view(args), converted, metrics, rollout_time)
+
+    return _named(rollout_log, resolved)
+
+
+def eval_rollout_log_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def eval_rollout_log(rollout_id: Any, args: Any, data: dict[str, Any], extra_metrics: Any) -> bool:
+        converted = {
+            name: {**part, "samples": [to_rlsdk(s) for s in part.get("samples", [])]}
+            for name, part in data.items()
+        }
+        return call_eval_rollout_log(resolved, rollout_id, view(args), converted, dict(extra_metrics or {}))
+
+    return _named(eval_rollout_log, resolved)
+
+
+def pg_loss_reducer_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def pg_loss_reducer(
+        total_lengths: Any, response_lengths: Any, loss_masks: Any, calculate_per_token_loss: bool = False
+    ) -> Callable[[Any], Any]:
+        return call_pg_loss_reducer(
+            resolved, total_lengths, response_lengths, loss_masks, calculate_per_token_loss
+        )
+
+    return _named(pg_loss_reducer, resolved)
+
+
+def tis_function_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def tis_function(
+        args: Any,
+        pg_loss: Any,
+        train_log_probs: Any,
+        rollout_log_probs: Any,
+        loss_masks: Any,
+        total_lengths: Any,
+        response_lengths: Any,
+    ) -> tuple[Any, Any, Any]:
+        return call_tis_function(
+            resolved,
+            args=view(args),
+            pg_loss=pg_loss,
+            train_log_probs=train_log_probs,
+            rollout_log_probs=rollout_log_probs,
+            loss_masks=loss_masks,
+            total_lengths=total_lengths,
+            response_lengths=response_lengths,
+        )
+
+    return _named(tis_function, resolved)
+
+
+def data_source_adapter(resolved: Resolved) -> Callable[..., Any]:
+    """A class with slime's data-source interface (``__init__(self, args)``, ``get_samples(num_samples)``,
+    ``add_samples``, ``save``, ``load``, ``__len__``) around the plugin's data source, slime's samples in and
+    out; ``save``/``load`` keep its ``state_dict()`` in ``<args.save>/rollout/`` as slime keeps its own."""
+
+    class DataSourceAdapter:
+        def __init__(self, args: Any) -> None:
+            self.args = args
+            self.source = call_data_source(view(args), resolved)
+
+        def get_samples(self, num_samples: int) -> list[list[Any]]:
+            return _groups(self.source.get_samples(num_samples), to_slime)
+
+        def add_samples(self, samples: list[list[Any]]) -> None:
+            self.source.add_samples(_groups(samples, to_rlsdk))
+
+        def _state_file(self, rollout_id: Any) -> Path | None:
+            folder = getattr(self.args, "save", None)
+            return Path(folder) / "rollout" / f"rlsdk_data_source_{rollout_id}.json" if folder else None
+
+        def save(self, rollout_id: Any) -> None:
+            path = self._state_file(rollout_id)
+            if path is not None and callable(getattr(self.source, "state_dict", None)):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(self.source.state_dict()))
+
+        def load(self, rollout_id: Any = None) -> None:
+            path = self._state_file(rollout_id)
+            if path is not None and path.exists() and callable(getattr(self.source, "load_state_dict", None)):
+                self.source.load_state_dict(json.loads(path.read_text()))
+
+        def __len__(self) -> int:
+            return len(self.source)
+
+    DataSourceAdapter.__name__ = DataSourceAdapter.__qualname__ = resolved.name
+    DataSourceAdapter.__doc__ = f"{resolved.describe()}, adapted to slime's data-source interface."
+    return DataSourceAdapter
+
+
 ADAPTERS: dict[str, Callable[[Resolved], Callable[..., Any]]] = {
     "reward": reward_adapter,
     "dynamic_filter": dynamic_filter_adapter,
@@ -261,4 +444,16 @@ ADAPTERS: dict[str, Callable[[Resolved], Callable[..., Any]]] = {
     "buffer_filter": buffer_filter_adapter,
     "custom_generate": custom_generate_adapter,
     "generate_rollout": generate_rollout_adapter,
+    "sample_hook": sample_hook_adapter,
+    "rollout_sample_filter": rollout_sample_filter_adapter,
+    "all_samples_process": all_samples_process_adapter,
+    "advantage": advantage_adapter,
+    "reward_post_process": reward_post_process_adapter,
+    "rollout_data_postprocess": rollout_data_postprocess_adapter,
+    "convert_samples_to_train_data": convert_samples_to_train_data_adapter,
+    "rollout_log": rollout_log_adapter,
+    "eval_rollout_log": eval_rollout_log_adapter,
+    "pg_loss_reducer": pg_loss_reducer_adapter,
+    "tis_function": tis_function_adapter,
+    "data_source": data_source_adapter,
 }

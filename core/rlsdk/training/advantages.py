@@ -10,14 +10,21 @@ from typing import Any
 
 import torch
 
-GROUP_NORMALIZED = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
-STD_NORMALIZED = ("grpo", "gspo", "cispo")
+GROUP_NORMALIZED = ("grpo", "gspo", "cispo", "sapo", "rloo", "reinforce_plus_plus_baseline")
+STD_NORMALIZED = ("grpo", "gspo", "cispo", "sapo")
+SEQUENCE_REWARD = (*STD_NORMALIZED, "rloo", "reinforce")
+"""Estimators that give every token of a sample its (normalized) reward as advantage."""
 
 
 def normalize_rewards(args: Any, rewards: list[float], group_sizes: list[int]) -> list[float]:
     """slime's reward post-processing: for the group estimators (unless ``disable_rewards_normalization``)
-    subtract each group's mean; for grpo/gspo/cispo also divide by the group's (unbiased) standard
-    deviation plus 1e-6 (unless ``disable_grpo_std_normalization``). Groups may differ in size."""
+    subtract each group's mean; for grpo/gspo/cispo/sapo also divide by the group's (unbiased) standard
+    deviation plus 1e-6 (unless ``disable_grpo_std_normalization``). Groups may differ in size.
+
+    ``rloo`` (REINFORCE leave-one-out: Kool et al. 2019, "Buy 4 REINFORCE samples, get a baseline for
+    free!"; Ahmadian et al. 2024, "Back to Basics") subtracts the mean of the group's *other* rewards:
+    ``r_i - mean_{j != i} r_j = k / (k - 1) * (r_i - mean)`` for a group of k; a lone sample gets 0.
+    ``reinforce`` (Williams 1992) and ``ppo`` keep the raw rewards."""
     if args.advantage_estimator not in GROUP_NORMALIZED or args.disable_rewards_normalization:
         return list(rewards)
     if sum(group_sizes) != len(rewards):
@@ -28,6 +35,8 @@ def normalize_rewards(args: Any, rewards: list[float], group_sizes: list[int]) -
         group = torch.tensor(rewards[start : start + size], dtype=torch.float32)
         start += size
         centered = group - group.mean()
+        if args.advantage_estimator == "rloo":
+            centered = centered * (size / (size - 1)) if size > 1 else torch.zeros_like(centered)
         if args.advantage_estimator in STD_NORMALIZED and not args.disable_grpo_std_normalization:
             std = group.std() if size > 1 else torch.zeros(())  # a lone sample: advantage 0
             centered = centered / (std + 1e-6)
@@ -59,45 +68,83 @@ def approx_kl(
 
 
 def discounted_returns(token_rewards: torch.Tensor, gamma: float) -> torch.Tensor:
-    """G_t = r_t + gamma * G_{t+1} along one response."""
-    returns = torch.empty_like(token_rewards)
-    running = torch.zeros((), dtype=token_rewards.dtype)
-    for t in range(token_rewards.numel() - 1, -1, -1):
-        running = token_rewards[t] + gamma * running
-        returns[t] = running
-    return returns
+    """G_t = r_t + gamma * G_{t+1} along one response (GAE with no values and lambda 1)."""
+    return gae(token_rewards, torch.zeros_like(token_rewards), gamma, 1.0)
+
+
+def token_rewards(reward: float, kl: torch.Tensor, mask: torch.Tensor, kl_coef: float) -> torch.Tensor:
+    """``-kl_coef * kl`` on the trained tokens, plus the reward on the last trained token."""
+    if not mask.any():
+        raise ValueError("a sample has no trained token to put its reward on")
+    out = -kl_coef * kl * mask
+    out[mask.nonzero()[-1, 0]] += reward
+    return out
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lambd: float) -> torch.Tensor:
+    """Generalized advantage estimation (Schulman et al. 2016) along one response: with
+    ``delta_t = r_t + gamma * V_{t+1} - V_t`` (``V`` after the last token is 0),
+    ``A_t = delta_t + gamma * lambd * A_{t+1}``."""
+    advantages = torch.empty_like(rewards)
+    running = torch.zeros((), dtype=rewards.dtype)
+    next_value = torch.zeros((), dtype=rewards.dtype)
+    for t in range(rewards.numel() - 1, -1, -1):
+        delta = rewards[t] + gamma * next_value - values[t]
+        running = delta + gamma * lambd * running
+        advantages[t] = running
+        next_value = values[t]
+    return advantages
 
 
 def compute_advantages(
-    args: Any, rewards: list[float], kl: list[torch.Tensor], loss_masks: list[torch.Tensor]
+    args: Any,
+    rewards: list[float],
+    kl: list[torch.Tensor],
+    loss_masks: list[torch.Tensor],
+    values: list[torch.Tensor] | None = None,
+) -> list[torch.Tensor]:
+    """:func:`raw_advantages`, whitened over the batch's trained tokens with ``normalize_advantages``."""
+    advantages = raw_advantages(args, rewards, kl, loss_masks, values)
+    return whiten(advantages, loss_masks) if args.normalize_advantages else advantages
+
+
+def raw_advantages(
+    args: Any,
+    rewards: list[float],
+    kl: list[torch.Tensor],
+    loss_masks: list[torch.Tensor],
+    values: list[torch.Tensor] | None = None,
 ) -> list[torch.Tensor]:
     """Per-token advantages from (normalized) rewards and per-token KL to the reference.
 
-    - grpo, gspo, cispo: every token of a sample gets its reward;
+    - grpo, gspo, cispo, sapo, rloo, reinforce: every token of a sample gets its (normalized) reward;
+    - ppo: GAE (``gamma``, ``lambd``) over the critic's ``values`` and the token rewards of
+      reinforce_plus_plus (below); the critic's targets are these advantages plus ``values``;
     - reinforce_plus_plus: token rewards are ``-kl_coef * kl`` on trained tokens plus the reward on the
       last trained token, discounted by ``gamma`` into returns;
     - reinforce_plus_plus_baseline: the (group-centered) reward minus ``kl_coef * kl`` on every token.
-    ``normalize_advantages`` then whitens them over the trained tokens of the batch.
     """
     estimator = args.advantage_estimator
-    if estimator in STD_NORMALIZED:
+    if estimator in SEQUENCE_REWARD:
         advantages = [torch.full_like(k, float(r)) for r, k in zip(rewards, kl, strict=True)]
+    elif estimator == "ppo":
+        if values is None:
+            raise ValueError("advantage_estimator ppo needs the critic's values")
+        advantages = [
+            gae(token_rewards(r, k, m, args.kl_coef), v, args.gamma, args.lambd)
+            for r, k, m, v in zip(rewards, kl, loss_masks, values, strict=True)
+        ]
     elif estimator == "reinforce_plus_plus":
-        advantages = []
-        for reward, k, mask in zip(rewards, kl, loss_masks, strict=True):
-            if not mask.any():
-                raise ValueError("reinforce_plus_plus: a sample has no trained token")
-            token_rewards = -args.kl_coef * k * mask
-            token_rewards[mask.nonzero()[-1, 0]] += reward
-            advantages.append(discounted_returns(token_rewards, args.gamma))
+        advantages = [
+            discounted_returns(token_rewards(r, k, m, args.kl_coef), args.gamma)
+            for r, k, m in zip(rewards, kl, loss_masks, strict=True)
+        ]
     elif estimator == "reinforce_plus_plus_baseline":
         advantages = [
             torch.full_like(k, float(r)) - args.kl_coef * k for r, k in zip(rewards, kl, strict=True)
         ]
     else:
         raise ValueError(f"unknown advantage_estimator {estimator!r}")
-    if args.normalize_advantages:
-        advantages = whiten(advantages, loss_masks)
     return advantages
 
 

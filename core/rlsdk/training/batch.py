@@ -34,6 +34,8 @@ class TrainSample:
                 f"among its {len(sample.tokens)} tokens (the first response token is predicted from one)"
             )
         mask = sample.loss_mask if sample.loss_mask is not None else [1] * n
+        if sample.remove_sample:  # a rollout_sample_filter left it out of the loss (its reward still counted)
+            mask = [0] * n
         logps = sample.rollout_log_probs
         if len(mask) != n or (logps is not None and len(logps) != n):
             raise ValueError(

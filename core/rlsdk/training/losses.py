@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from ..plugins.calls import call_pg_loss_reducer, call_tis_function
+from ..runtime import plugins_of
 from ..training_options import tis_on
 from .advantages import approx_kl
 from .batch import response_rows
@@ -23,16 +25,21 @@ Reducer = Callable[[torch.Tensor], torch.Tensor]
 
 
 def sum_of_sample_mean_fn(
-    response_lengths: list[int], loss_masks: list[torch.Tensor], per_token: bool = False
+    response_lengths: list[int],
+    loss_masks: list[torch.Tensor],
+    per_token: bool = False,
+    denominators: list[torch.Tensor] | None = None,
 ) -> Reducer:
     """A reducer of packed per-response-token values: the sum over samples of each sample's masked mean,
-    or with ``per_token`` the masked sum over every token."""
+    or with ``per_token`` the masked sum over every token. ``denominators`` (default ``loss_masks``) are the
+    masks whose sums divide: a TIS function's rejected tokens leave the mean's denominator as it was."""
+    divisors = denominators if denominators is not None else loss_masks
 
     def reduce(x: torch.Tensor) -> torch.Tensor:
         total = x.new_zeros(())
-        for part, mask in zip(x.split(response_lengths), loss_masks, strict=True):
+        for part, mask, divisor in zip(x.split(response_lengths), loss_masks, divisors, strict=True):
             masked = (part * mask).sum()
-            total = total + (masked if per_token else masked / mask.sum().clamp_min(1))
+            total = total + (masked if per_token else masked / divisor.sum().clamp_min(1))
         return total
 
     return reduce
@@ -117,6 +124,28 @@ def cispo_loss(
     return -truncated.detach() * advantages * log_probs, (truncated != ratio).float()
 
 
+def importance_weighted_loss(ppo_kl: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """REINFORCE's score-function loss (Williams 1992, "Simple statistical gradient-following algorithms
+    for connectionist reinforcement learning"), as ``reinforce`` and ``rloo`` use it: ``-ratio * advantage``
+    with no clipping; on the samples' own policy (ratio 1) its gradient is ``-advantage * grad log_prob``."""
+    return -torch.exp(-ppo_kl) * advantages
+
+
+def soft_gated_loss(
+    ppo_kl: torch.Tensor, advantages: torch.Tensor, tau_pos: float, tau_neg: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SAPO's loss per token (Gao et al. 2025, "Soft Adaptive Policy Optimization", arXiv:2511.20347):
+    ``-f(ratio) * advantage`` with the soft gate ``f(r) = sigmoid(tau * (r - 1)) * 4 / tau`` in place of
+    PPO's hard clip, ``tau`` being ``tau_pos`` for a positive advantage and ``tau_neg`` otherwise. The
+    gradient's weight ``4 * s * (1 - s)`` (``s`` the sigmoid) is 1 on policy and decays smoothly as the
+    ratio moves away. Returns (loss, the tokens whose weight fell below one half: the "clipped" ones)."""
+    ratio = torch.exp(-ppo_kl)
+    tau = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)
+    gate = torch.sigmoid(tau * (ratio - 1))
+    weight = 4 * gate * (1 - gate)
+    return -(gate * 4 / tau) * advantages, (weight < 0.5).float()
+
+
 def sequence_kl(old: list[torch.Tensor], new: list[torch.Tensor], masks: list[torch.Tensor]) -> torch.Tensor:
     """GSPO: each sample's masked mean of (old - new) log-probs, repeated over its tokens."""
     return torch.cat(
@@ -131,7 +160,9 @@ def policy_loss(
     args: Any, batch: dict[str, Any], logits: torch.Tensor, sum_of_sample_mean: Reducer
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """slime's ``policy_loss``: clipped policy gradient minus ``entropy_coef`` times entropy plus
-    ``kl_loss_coef`` times the KL to the reference, with TIS against the rollout log-probs."""
+    ``kl_loss_coef`` times the KL to the reference, with TIS against the rollout log-probs. The policy
+    gradient term follows ``advantage_estimator``: PPO's clip (grpo, ppo, reinforce_plus_plus*), GSPO's
+    sequence ratio, CISPO, SAPO's soft gate, or REINFORCE's unclipped one (reinforce, rloo)."""
     log_prob_list, entropy_list = log_probs_and_entropy(
         logits, batch, args, with_entropy=True, entropy_grad=bool(args.entropy_coef)
     )
@@ -148,13 +179,43 @@ def policy_loss(
     eps_high = args.eps_clip if args.eps_clip_high is None else args.eps_clip_high
     if args.advantage_estimator == "cispo":
         pg_loss, clip_fraction = cispo_loss(ppo_kl, log_probs, advantages, args.eps_clip, eps_high)
+    elif args.advantage_estimator == "sapo":
+        pg_loss, clip_fraction = soft_gated_loss(ppo_kl, advantages, args.sapo_tau_pos, args.sapo_tau_neg)
+    elif args.advantage_estimator in ("reinforce", "rloo"):
+        pg_loss, clip_fraction = importance_weighted_loss(ppo_kl, advantages), torch.zeros_like(ppo_kl)
     else:
         pg_loss, clip_fraction = clipped_policy_loss(
             ppo_kl, advantages, args.eps_clip, eps_high, args.eps_clip_c
         )
 
     metrics: dict[str, torch.Tensor] = {}
-    if tis_on(args) and (args.use_tis or batch.get("rollout_log_probs")):  # by default where log-probs are
+    pg_masks = batch["loss_masks"]
+    tis_active = tis_on(args) and bool(
+        args.use_tis or batch.get("rollout_log_probs")
+    )  # by default where log-probs are
+    tis_function = plugins_of(args).tis_function if tis_active and args.custom_tis_function_path else None
+    if tis_function is not None:
+        # tis_function: the plugin weights (or rejects) the per-token loss, called by keyword as slime does
+        pg_loss, pg_masks, tis_metrics = call_tis_function(
+            tis_function,
+            args=args,
+            pg_loss=pg_loss,
+            train_log_probs=batch.get("log_probs") or [lp.detach() for lp in log_prob_list],
+            rollout_log_probs=batch["rollout_log_probs"],
+            loss_masks=batch["loss_masks"],
+            total_lengths=batch["total_lengths"],
+            response_lengths=batch["response_lengths"],
+        )
+        sum_of_sample_mean = sum_of_sample_mean_fn(
+            batch["response_lengths"],
+            pg_masks,
+            args.calculate_per_token_loss,
+            denominators=batch["loss_masks"],
+        )
+        for key, value in tis_metrics.items():
+            value = torch.as_tensor(value)
+            metrics[key] = (sum_of_sample_mean(value) if value.shape == pg_loss.shape else value).detach()
+    elif tis_active:
         train_old = torch.cat(batch.get("log_probs") or [lp.detach() for lp in log_prob_list])
         rollout = torch.cat(batch["rollout_log_probs"])
         tis = torch.exp(train_old - rollout)
@@ -163,7 +224,18 @@ def policy_loss(
         metrics["tis"] = sum_of_sample_mean(tis).detach()
         metrics["tis_clipfrac"] = sum_of_sample_mean((weights != tis).float()).detach()
 
-    pg = sum_of_sample_mean(pg_loss)
+    pg_reduce = sum_of_sample_mean
+    reducer = plugins_of(args).pg_loss_reducer if args.custom_pg_loss_reducer_function_path else None
+    if reducer is not None:
+        # pg_loss_reducer: the plugin's reduction of the policy-gradient term only
+        pg_reduce = call_pg_loss_reducer(
+            reducer,
+            batch["total_lengths"],
+            batch["response_lengths"],
+            pg_masks,
+            args.calculate_per_token_loss,
+        )
+    pg = pg_reduce(pg_loss)
     entropy = sum_of_sample_mean(torch.cat(entropy_list))
     loss = pg - args.entropy_coef * entropy
     metrics.update(

@@ -14,6 +14,7 @@ from ..config import RolloutConfig
 from ..runtime import Runtime
 from ..training_options import offloads
 from ..types import RolloutFnTrainOutput, Sample
+from .distillation import open_teacher, score_with_teacher
 from .gpu_memory import phase_peaks_for
 from .sync import (
     SyncTimes,
@@ -54,6 +55,10 @@ class TrainingSession:
         self.memory = phase_peaks_for(self.trainer)
         if self.offload_train:  # the engines generate first
             self.trainer.offload()
+        self.teacher = None
+        if args.opd_teacher:  # on-policy distillation: the teacher scores every kept sample
+            self.teacher = open_teacher(args, runtime.pm)
+            runtime.run(self.teacher.start())
 
     @property
     def checkpoint_root(self) -> Path:
@@ -98,6 +103,11 @@ class TrainingSession:
         """One train step on the kept groups (no sync): the trainer's ``weight_version`` goes up by one."""
         if not result.samples:
             raise RuntimeError(f"step {rollout_id} kept no samples: nothing to train on")
+        teacher_seconds = None
+        if self.teacher is not None:
+            started = time.perf_counter()
+            self.runtime.run(score_with_teacher(self.teacher, [s for g in result.samples for s in g]))
+            teacher_seconds = time.perf_counter() - started
         with self._phase("train"):
             self.runtime.run(self.weight_sync.before_train(self.runtime.engine))  # offload_rollout
             if self.offload_train:
@@ -107,6 +117,8 @@ class TrainingSession:
                 started = time.perf_counter()
                 self.trainer.offload()
                 metrics["train/offload_seconds"] = time.perf_counter() - started
+        if teacher_seconds is not None:
+            metrics["train/opd_teacher_seconds"] = teacher_seconds
         self.weight_version += 1
         if "train/train_rollout_logprob_abs_diff" in metrics:
             metrics["train/rollout_logprob_diff"] = metrics.pop("train/train_rollout_logprob_abs_diff")
@@ -150,7 +162,11 @@ class TrainingSession:
     def close(self) -> None:
         if self.memory is not None:
             self.memory.close()
-        self.trainer.close()
+        try:
+            self.trainer.close()
+        finally:
+            if self.teacher is not None:
+                self.runtime.run(self.teacher.close())
 
     def restore(self, folder: Path) -> None:
         """Load a checkpoint into the trainer and hand its weights to the engine."""

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import shutil
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,23 @@ class WeightSync:
 
     def __init__(self) -> None:
         self.timings = {}
+        self.adapter: str | None = None
+        """The name of the LoRA adapter the engine serves (the last one pushed)."""
+
+    async def swap_adapter(
+        self, engine: InferenceEngine, weight_version: str, load: Callable[[str], Awaitable[None]]
+    ) -> str | None:
+        """Load the new adapter as ``rlsdk_v<weight_version>`` (``load(name)``), unload the one before, and
+        set the engine's weight version (SGLang's ``/load_lora_adapter`` sets none). Returns the name
+        unloaded, if any."""
+        name = f"rlsdk_v{weight_version}"
+        before = self.adapter
+        await load(name)
+        self.adapter = name
+        if before is not None and before != name:
+            await engine.unload_lora_adapter(before)
+        await engine.update_weight_version(weight_version)
+        return before if before != name else None
 
     async def before_train(self, engine: InferenceEngine) -> None:
         """Free what the engine holds that the trainer needs (colocated GPUs); nothing by default."""
@@ -66,9 +84,17 @@ class InProcessSync(WeightSync):
     name = "in_process"
 
     async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
+        adapter = trainer.lora_adapter()
         await engine.pause("in_place")
         try:
-            await engine.update_weights(trainer.weights(), weight_version)
+            if adapter is None:
+                await engine.update_weights(trainer.weights(), weight_version)
+            else:  # only the adapter travels; the engine merges it into the weights it has
+                await self.swap_adapter(
+                    engine,
+                    weight_version,
+                    lambda name: engine.load_lora_adapter_tensors(name, adapter.config, adapter.tensors),
+                )
             await engine.flush_cache()
         finally:
             await engine.resume()
@@ -82,12 +108,31 @@ class DiskSync(WeightSync):
         self.folder = folder
 
     async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
+        if trainer.lora_adapter() is not None:
+            await self._push_adapter(engine, trainer, weight_version)
+            return
         staging = self.folder.with_name(self.folder.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
         await asyncio.to_thread(trainer.save_hf_model, staging)
         shutil.rmtree(self.folder, ignore_errors=True)
         staging.rename(self.folder)
         await engine.update_weights_from_disk(str(self.folder.resolve()), weight_version)
+
+    async def _push_adapter(
+        self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str
+    ) -> None:
+        """The adapter alone, as a PEFT folder per version (``<folder>/rlsdk_v<N>``) that the engine loads
+        through ``/load_lora_adapter``; the folder of the adapter it replaced goes."""
+        folder = self.folder / f"rlsdk_v{weight_version}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(trainer.save_lora_adapter, folder)
+        path = str(folder.resolve())
+        unloaded = await self.swap_adapter(
+            engine, weight_version, lambda name: engine.load_lora_adapter(name, path)
+        )
+        if unloaded is not None:
+            shutil.rmtree(self.folder / unloaded, ignore_errors=True)
 
 
 class ColocatedTensorSync(WeightSync):
@@ -233,7 +278,8 @@ def choose_sync(args: RolloutConfig, engine: InferenceEngine, disk_folder: Path)
     with ``colocate``, else ``disk``."""
     mode = getattr(args, "weight_sync", "auto")
     if mode == "auto":
-        mode = "in_process" if engine.in_process_weights else "tensor" if args.colocate else "disk"
+        colocated = args.colocate and not getattr(args, "lora_rank", 0)  # an adapter goes through disk
+        mode = "in_process" if engine.in_process_weights else "tensor" if colocated else "disk"
     if mode in ("tensor", "nccl") and not hasattr(engine, "post_weights"):
         raise ValueError(
             f"--weight-sync {mode} needs an SGLang engine; {type(engine).__name__} takes "
@@ -243,6 +289,11 @@ def choose_sync(args: RolloutConfig, engine: InferenceEngine, disk_folder: Path)
         raise ValueError(
             "--weight-sync tensor passes CUDA memory handles: it needs --colocate (engines on the "
             "trainer's GPUs); use --weight-sync nccl for engines on other GPUs"
+        )
+    if getattr(args, "lora_rank", 0) and mode in ("tensor", "nccl"):
+        raise ValueError(
+            f"--weight-sync {mode} sends whole weights; a LoRA run (--lora-rank) syncs its adapter in process "
+            "(embedded engine) or through disk (--weight-sync auto or disk)"
         )
     if mode == "in_process" and not engine.in_process_weights:
         raise ValueError(f"{type(engine).__name__} cannot take weights in process")

@@ -18,21 +18,30 @@ from typing import Any
 
 import torch
 
-from ..plugins.loading import load_callable
+from ..engines.lora_adapter import lora_adapter_deltas
+from ..plugins.calls import call_advantage, call_reward_post_process, call_rollout_data_postprocess
 from ..plugins.records import Loss, Resolved
 from ..runtime import plugins_of
 from ..types import Sample
-from .advantages import approx_kl, compute_advantages, normalize_rewards
+from .advantages import approx_kl, compute_advantages, normalize_rewards, raw_advantages, whiten
 from .batch import SharedPrompts, TrainSample, loss_batch, micro_batches, slices
+from .critic import Critic
+from .distillation import subtract_reverse_kl
 from .losses import log_probs_and_entropy, sum_of_sample_mean_fn
-from .trainer import PolicyTrainer
+from .optim import adamw, optimizer_step
+from .trainer import LoraAdapter, PolicyTrainer
 
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
 
 
 class TorchTrainer(PolicyTrainer):
-    """AdamW on a ``transformers`` causal LM; options from ``args`` (slime's names)."""
+    """AdamW on a ``transformers`` causal LM; options from ``args`` (slime's names). With ``lora_rank`` the
+    model is wrapped in a peft LoRA adapter and only the adapter trains; with ``advantage_estimator: ppo`` a
+    :class:`~.critic.Critic` trains beside it."""
+
+    critic: Critic | None = None
+    lora: bool = False
 
     def __init__(self, args: Any) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -61,9 +70,20 @@ class TorchTrainer(PolicyTrainer):
         self.model.config.use_cache = False
         if args.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
+        if args.lora_rank:
+            from .lora import wrap_with_lora
+
+            if args.gradient_checkpointing:  # the frozen embeddings' outputs must carry gradients
+                self.model.enable_input_require_grads()
+            self.model = wrap_with_lora(self.model, args)
+            self.lora = True
         self.model.train()
         self.optimizer = adamw(self.model, args)
         self.loss = resolve_loss(args)
+        if args.advantage_estimator == "ppo":
+            self.critic = Critic(
+                args, self.model_path, self.device, self.dtype, self.tokenizer.pad_token_id or 0
+            )
         self.ref_model = None
         if args.use_kl_loss or args.kl_coef:
             self.ref_model = AutoModelForCausalLM.from_pretrained(
@@ -79,10 +99,17 @@ class TorchTrainer(PolicyTrainer):
         samples = [s for group in groups for s in group]
         if not samples:
             raise ValueError(f"step {rollout_id}: no samples to train on")
+        plugins = plugins_of(args)
         raw = [sample.get_reward_value(args) for sample in samples]
         if any(r is None for r in raw):
             raise ValueError(f"step {rollout_id}: a kept sample has no reward")
-        rewards = normalize_rewards(args, [float(r) for r in raw if r is not None], [len(g) for g in groups])
+        if plugins.reward_post_process is not None:
+            # reward_post_process: the plugin's rewards in place of the group normalization
+            _, rewards = call_reward_post_process(args, plugins.reward_post_process, samples)
+        else:
+            rewards = normalize_rewards(
+                args, [float(r) for r in raw if r is not None], [len(g) for g in groups]
+            )
         data = [TrainSample.from_sample(s, r) for s, r in zip(samples, rewards, strict=True)]
         masks = [d.loss_mask for d in data]
 
@@ -106,7 +133,24 @@ class TorchTrainer(PolicyTrainer):
             ]
         else:
             kl = [torch.zeros(d.response_length) for d in data]
-        per_sample["advantages"] = self._advantages(rewards, kl, masks, data, per_sample)
+        if plugins.rollout_data_postprocess is not None:
+            rewards, masks = self._postprocess(
+                rollout_id, plugins.rollout_data_postprocess, samples, data, raw, per_sample
+            )
+        values = self.critic.values(data) if self.critic is not None else None
+        per_sample["advantages"], returns = self._advantages(rewards, kl, masks, data, per_sample, values)
+        extra: dict[str, float] = {}
+        if args.opd_teacher:
+            student = self._log_probs(self.model, data, temperature=1.0)
+            teacher = [s.teacher_log_probs for s in samples]
+            per_sample["advantages"], extra["train/opd_reverse_kl"] = subtract_reverse_kl(
+                per_sample["advantages"], student, teacher, masks, args.opd_kl_coef
+            )
+        if self.critic is not None:
+            assert values is not None and returns is not None
+            extra.update(self.critic.train(data, values, returns, gbs))
+            if rollout_id < args.num_critic_only_steps:
+                return {**extra, "train/samples": len(data), "train/seconds": time.perf_counter() - started}
 
         totals: dict[str, float] = {}
         grad_norms = []
@@ -154,7 +198,7 @@ class TorchTrainer(PolicyTrainer):
                 "train/lr": self.optimizer.param_groups[0]["lr"],
             }
         )
-        return out
+        return {**out, **extra}
 
     def _advantages(
         self,
@@ -163,10 +207,18 @@ class TorchTrainer(PolicyTrainer):
         masks: list[torch.Tensor],
         data: list[TrainSample],
         per_sample: dict[str, list[Any]],
-    ) -> list[torch.Tensor]:
+        values: list[torch.Tensor] | None = None,
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+        """Per-token advantages, and with the critic's ``values`` the returns it trains on (GAE's
+        advantages plus the values, before any whitening)."""
         args = self.args
-        if not args.custom_advantage_function_path:
-            return compute_advantages(args, rewards, kl, masks)
+        estimator = plugins_of(args).advantage
+        if estimator is None:
+            if values is None:
+                return compute_advantages(args, rewards, kl, masks), None
+            raw = raw_advantages(args, rewards, kl, masks, values)
+            returns = [a + v for a, v in zip(raw, values, strict=True)]
+            return (whiten(raw, masks) if args.normalize_advantages else raw), returns
         rollout_data: dict[str, Any] = {
             "rewards": rewards,
             "kl": kl,
@@ -176,13 +228,46 @@ class TorchTrainer(PolicyTrainer):
             "rollout_log_probs": [d.rollout_log_probs for d in data],
             **per_sample,
         }
-        load_callable(args.custom_advantage_function_path)(args, rollout_data)
-        if "advantages" not in rollout_data:
+        if values is not None:
+            rollout_data["values"] = values
+        advantages = call_advantage(args, estimator, rollout_data)  # advantage
+        if values is None:
+            return advantages, None
+        if "returns" not in rollout_data:
             raise ValueError(
-                f"custom advantage function {args.custom_advantage_function_path!r} did not set "
-                "rollout_data['advantages']"
+                f"{estimator.describe()} did not set rollout_data['returns'] (the critic's targets, with "
+                "advantage_estimator ppo)"
             )
-        return list(rollout_data["advantages"])
+        return advantages, list(rollout_data["returns"])
+
+    def _postprocess(
+        self,
+        rollout_id: int,
+        resolved: Resolved,
+        samples: list[Sample],
+        data: list[TrainSample],
+        raw: list[Any],
+        per_sample: dict[str, list[Any]],
+    ) -> tuple[list[float], list[torch.Tensor]]:
+        """rollout_data_postprocess: the plugin edits the step's data (once its log-probs are in); the rewards
+        and loss masks it leaves are the ones trained on."""
+        rollout_data: dict[str, Any] = {
+            "tokens": [d.tokens for d in data],
+            "response_lengths": [d.response_length for d in data],
+            "total_lengths": [d.total_length for d in data],
+            "rewards": [d.reward for d in data],
+            "raw_reward": list(raw),
+            "loss_masks": [d.loss_mask for d in data],
+            "rollout_log_probs": [d.rollout_log_probs for d in data],
+            "truncated": [int(s.status is Sample.Status.TRUNCATED) for s in samples],
+            "sample_indices": [s.index for s in samples],
+            **{k: v for k, v in per_sample.items() if v},
+        }
+        call_rollout_data_postprocess(self.args, resolved, rollout_id, rollout_data)
+        for d, reward, mask in zip(data, rollout_data["rewards"], rollout_data["loss_masks"], strict=True):
+            d.reward = float(reward)
+            d.loss_mask = torch.as_tensor(mask, dtype=d.loss_mask.dtype)
+        return [d.reward for d in data], [d.loss_mask for d in data]
 
     def _micro_batches(self, samples: list[TrainSample]) -> list[list[int]]:
         """Indices into ``samples`` of each micro-batch; an empty one is a pass without samples, for a
@@ -201,15 +286,7 @@ class TorchTrainer(PolicyTrainer):
         return totals, tokens
 
     def _optimizer_step(self) -> float:
-        if self.args.clip_grad and self.args.clip_grad > 0:
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.clip_grad)
-        else:
-            norm = torch.nn.utils.get_total_norm(
-                [p.grad for p in self.model.parameters() if p.grad is not None]
-            )
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
+        return optimizer_step(self.model, self.optimizer, self.args.clip_grad)
 
     def _packed_logits(self, model: Any, data: list[TrainSample], indices: list[int]) -> torch.Tensor:
         """``[1, sum(total_lengths), vocab]``: the micro-batch's logits in slime's packed layout, computed
@@ -293,21 +370,65 @@ class TorchTrainer(PolicyTrainer):
     # ------------------------------------------------------------------ weights and checkpoints
 
     def weights(self) -> Mapping[str, Any]:
-        return self.model.state_dict()
+        """The policy's state dict; with LoRA the base model's names with the adapter merged in."""
+        if not self.lora:
+            return self.model.state_dict()
+        peft_model: Any = self.model
+        base = {
+            name.replace(".base_layer.", "."): tensor
+            for name, tensor in peft_model.get_base_model().state_dict().items()
+            if ".lora_" not in name
+        }
+        adapter = self.lora_adapter()
+        assert adapter is not None
+        deltas = lora_adapter_deltas(adapter.config, adapter.tensors, base)
+        return {name: t + deltas[name].to(t.dtype) if name in deltas else t for name, t in base.items()}
+
+    def lora_adapter(self) -> LoraAdapter | None:
+        if not self.lora:
+            return None
+        from .lora import adapter_config, adapter_tensors
+
+        return LoraAdapter(adapter_config(self.model), adapter_tensors(self.model))
+
+    def save_lora_adapter(self, folder: Path) -> None:
+        if not self.lora:
+            super().save_lora_adapter(folder)
+        from .lora import save_adapter
+
+        save_adapter(self.model, folder)
 
     def save_hf_model(self, folder: Path) -> None:
-        self.model.save_pretrained(folder)
+        if self.lora:  # the base model with the adapter merged in
+            peft_model: Any = self.model
+            peft_model.get_base_model().save_pretrained(folder, state_dict=dict(self.weights()))
+        else:
+            self.model.save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
 
     def save_checkpoint(self, folder: Path) -> None:
-        self.save_hf_model(folder)
+        """The model (with LoRA the adapter alone), the tokenizer, optimizer and random states, the critic."""
+        if self.lora:
+            self.save_lora_adapter(folder)
+            self.tokenizer.save_pretrained(folder)
+        else:
+            self.save_hf_model(folder)
         self._save_optimizer_and_rng(folder)
+        if self.critic is not None:
+            self.critic.save(folder)
 
     def load_checkpoint(self, folder: Path) -> None:
         from safetensors.torch import load_model
 
-        load_model(self.model, str(folder / "model.safetensors"), device=str(self.device))
+        if self.lora:
+            from .lora import load_adapter
+
+            load_adapter(self.model, folder)
+        else:
+            load_model(self.model, str(folder / "model.safetensors"), device=str(self.device))
         self._load_optimizer_and_rng(folder)
+        if self.critic is not None:
+            self.critic.load(folder)
 
     def _save_optimizer_and_rng(self, folder: Path) -> None:
         torch.save(self.optimizer.state_dict(), folder / OPTIMIZER_FILE)
@@ -327,20 +448,6 @@ class TorchTrainer(PolicyTrainer):
         random.setstate(rng["python"])
         if rng["cuda"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
-
-
-def adamw(model: torch.nn.Module, args: Any) -> torch.optim.AdamW:
-    """AdamW over ``model``'s parameters with slime's options (``lr``, ``weight_decay``, ``adam_*``), in its
-    fused form: one pass over each parameter (a step over SmolLM2-135M's parameters on 2 CPU cores took
-    an eighth of the default implementation's time)."""
-    return torch.optim.AdamW(
-        model.parameters(),
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        betas=(args.adam_beta1, args.adam_beta2),
-        eps=args.adam_eps,
-        fused=True,
-    )
 
 
 def resolve_loss(args: Any) -> Resolved[Loss]:

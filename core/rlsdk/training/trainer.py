@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import PluginCallError, RlsdkError
 from ..plugins.records import Resolved
 from ..types import Sample
+
+
+@dataclass
+class LoraAdapter:
+    """A LoRA adapter as the trainer hands it to an engine in process: its PEFT config (what
+    ``adapter_config.json`` holds) and its tensors under PEFT's saved names."""
+
+    config: dict[str, Any]
+    tensors: Mapping[str, Any]
 
 
 class PolicyTrainer(abc.ABC):
@@ -44,6 +54,15 @@ class PolicyTrainer(abc.ABC):
     @abc.abstractmethod
     def load_checkpoint(self, folder: Path) -> None:
         """Restore the state :meth:`save_checkpoint` wrote."""
+
+    def lora_adapter(self) -> LoraAdapter | None:
+        """The LoRA adapter the policy trains, which is all the engine needs after its first weights; None
+        (the default) when the trainer trains every weight."""
+        return None
+
+    def save_lora_adapter(self, folder: Path) -> None:
+        """Write :meth:`lora_adapter` as a PEFT adapter folder (for engines that load adapters from disk)."""
+        raise NotImplementedError(f"{type(self).__name__} trains no LoRA adapter")
 
     def offload(self) -> None:  # noqa: B027 (optional: a trainer with nothing to move keeps its memory)
         """Free the GPU memory training alone needs (optimizer state, gradients) while the engines generate

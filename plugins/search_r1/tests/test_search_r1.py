@@ -27,7 +27,7 @@ from rl_plugin_search_r1.server import serve_in_thread
 from rlsdk import RolloutConfig, Sample, get_plugin_manager
 from rlsdk.rollout.generate import sampling_params_for
 from rlsdk.runtime import Runtime, bind_runtime
-from rlsdk.testing import FakeEngine, ServedEngine, check_callable, check_reward
+from rlsdk.testing import FakeEngine, ServedEngine, check_callable, check_environment, check_reward
 
 PROMPT = "<|im_start|>user\nWhat is the capital of Australia?<|im_end|>\n<|im_start|>assistant\n"
 
@@ -93,6 +93,17 @@ def test_installed_plugin_registers_its_names():
     assert "search_r1" in pm.names("custom_generate") and "search_r1_em" in pm.names("reward")
     assert pm.resolve("tool", "search").info.distribution == "rl-plugin-search-r1"
     check_callable(pm, "custom_generate", "search_r1")
+
+
+def test_search_r1_is_an_environment(rlsdk_pm):
+    rlsdk_pm.register(search_r1_plugin)
+    args = check_environment(rlsdk_pm, "search_r1", train=True)
+    assert (args.custom_generate_function_path, args.rm_type, args.label_key) == (
+        "search_r1",
+        "search_r1_em",
+        "label",
+    )
+    assert args.prompt_data == str(QUESTIONS) and args.apply_chat_template and args.num_rollout == 8
 
 
 def run_generator(pm, tokenizer, turns, **extra):
@@ -281,4 +292,5 @@ def test_appears_in_rlsdk_plugins_list():
         "custom_generate": ["search_r1"],
         "reward": ["search_r1_em"],
         "tool": ["search"],
+        "environment": ["search_r1"],
     }

@@ -161,6 +161,7 @@ def plan_launch(
     flags = server_flags(prefixed_options(args, "sglang_"))
     if args.colocate:
         flags.append("--enable-memory-saver")
+    flags.extend(lora_flags(args, flags))
     engines = []
     for i in range(args.rollout_engine_index, args.rollout_engine_index + count):
         local = i - args.rollout_engine_index
@@ -200,6 +201,15 @@ def plan_launch(
         *router_flags(prefixed_options(args, "router_")),
     ]
     return plan
+
+
+def lora_flags(args: Any, flags: list[str]) -> list[str]:
+    """With ``lora_rank``: ``--enable-lora`` and the rank and target modules adapters will have (SGLang
+    sizes its adapter memory at launch), unless the ``sglang_*`` options set them."""
+    if not getattr(args, "lora_rank", 0) or "--enable-lora" in flags:
+        return []
+    targets = list(args.lora_target_modules) if args.lora_target_modules else ["all"]
+    return ["--enable-lora", "--max-lora-rank", str(args.lora_rank), "--lora-target-modules", *targets]
 
 
 def trainer_gpu_count(args: Any) -> int:

@@ -9,7 +9,7 @@ import functools
 import os
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -26,7 +26,9 @@ from rlsdk import (
     finish_length,
     finish_stop,
     generate_response,
+    lora_adapter_deltas,
     new_rid,
+    read_lora_adapter,
     split_batch,
 )
 
@@ -189,6 +191,13 @@ class EmbeddedEngine(InferenceEngine):
         self._launched: _Launched | None = None
         """The decode step launched last, not yet recorded (static decode only)."""
         self._eos: set[int] = set()
+        self.lora_adapters: dict[str, str] = {}
+        """The LoRA adapters loaded, name -> where they came from (a folder, or ``<tensors>``)."""
+        self.lora_name: str | None = None
+        """The adapter merged into the weights (the one loaded last): every request is served with it."""
+        self._lora_deltas: dict[str, dict[str, torch.Tensor]] = {}
+        self._lora_base: dict[str, torch.Tensor] = {}
+        """The engine thread's: the original value of every weight an adapter changed."""
         self._kernels: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
         """Entered around every step: the SDPA kernels allowed on this device."""
 
@@ -313,6 +322,7 @@ class EmbeddedEngine(InferenceEngine):
         if not self._ready:
             raise RuntimeError("EmbeddedEngine.start() must be awaited before generate()")
         prompt = await self._prompt(payload)
+        self._check_adapter(payload)
         start = payload.get("logprob_start_len")
         params = SamplingParams.from_request(payload.get("sampling_params"))
         if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < len(prompt):
@@ -375,10 +385,9 @@ class EmbeddedEngine(InferenceEngine):
                 f"the model {self.model_path.name} cannot take images (it has no image "
                 f"understanding): image_data is not supported; use a vision-language model"
             )
-        if payload.get("top_logprobs_num") or payload.get("lora_path"):
-            raise EngineRequestError(
-                "top_logprobs_num and lora_path are not supported by the embedded engine"
-            )
+        if payload.get("top_logprobs_num"):
+            raise EngineRequestError("top_logprobs_num is not supported by the embedded engine")
+        self._check_adapter(payload)
         rid = payload.get("rid") or new_rid()
         if not isinstance(rid, str):
             raise EngineRequestError(f"rid must be a string, got {rid!r}")
@@ -520,6 +529,67 @@ class EmbeddedEngine(InferenceEngine):
         self._updates += 1
         self.weight_version = weight_version if weight_version is not None else str(self._updates)
 
+    def _check_adapter(self, payload: dict[str, Any]) -> None:
+        """A request's ``lora_path`` must name the adapter the engine serves (it merges one at a time)."""
+        name = payload.get("lora_path")
+        if name is not None and name != self.lora_name:
+            served = f"it serves {self.lora_name!r}" if self.lora_name else "it serves no adapter"
+            raise EngineRequestError(
+                f"lora_path {str(name)[:100]!r} is not the embedded engine's adapter ({served}; it merges the "
+                "adapter loaded last into its weights and serves every request with it)"
+            )
+
+    async def load_lora_adapter(self, lora_name: str, lora_path: str) -> None:
+        """Load a PEFT adapter folder and merge it into the weights (in place of the adapter before)."""
+        config, tensors = await asyncio.to_thread(read_lora_adapter, Path(lora_path))
+        await self._load_adapter(lora_name, config, tensors, lora_path)
+
+    async def load_lora_adapter_tensors(
+        self, lora_name: str, config: dict[str, Any], tensors: Mapping[str, Any]
+    ) -> None:
+        await self._load_adapter(lora_name, config, tensors, "<tensors>")
+
+    async def _load_adapter(
+        self, lora_name: str, config: dict[str, Any], tensors: Mapping[str, Any], source: str
+    ) -> None:
+        if lora_name in self.lora_adapters:
+            raise EngineRequestError(f"a LoRA adapter named {lora_name!r} is already loaded")
+        state = self.model.state_dict()
+        deltas = lora_adapter_deltas(config, tensors, state)
+        shared = Counter(t.data_ptr() for t in state.values())
+        if tied := [name for name in deltas if shared[state[name].data_ptr()] > 1]:
+            raise EngineRequestError(
+                f"the LoRA adapter {lora_name!r} changes {tied[0]}, a weight the model ties to another (its "
+                "embeddings): merged, it would change both; leave the output head out of the target modules"
+            )
+        await self._on_thread(self._merge_adapter, deltas)
+        self._lora_deltas[lora_name] = deltas
+        self.lora_adapters[lora_name] = source
+        self.lora_name = lora_name
+
+    async def unload_lora_adapter(self, lora_name: str) -> None:
+        """Forget an adapter; the one served gives the weights back their values without it."""
+        if lora_name not in self.lora_adapters:
+            raise EngineRequestError(f"no LoRA adapter named {lora_name!r} is loaded")
+        if lora_name == self.lora_name:
+            await self._on_thread(self._merge_adapter, {})
+            self.lora_name = None
+        del self.lora_adapters[lora_name], self._lora_deltas[lora_name]
+
+    async def update_weight_version(self, version: str) -> None:
+        self.weight_version = version
+
+    def _merge_adapter(self, deltas: Mapping[str, torch.Tensor]) -> None:
+        """The weights without the adapter before, plus ``deltas``."""
+        current = self.model.state_dict()
+        with torch.inference_mode():
+            for name, base in self._lora_base.items():
+                current[name].copy_(base)
+            for name, delta in deltas.items():
+                if name not in self._lora_base:
+                    self._lora_base[name] = current[name].clone()
+                current[name].add_(delta.to(current[name].device, current[name].dtype))
+
     def _copy_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         current = self.model.state_dict()
         unexpected = sorted(set(state_dict) - set(current))
@@ -532,6 +602,10 @@ class EmbeddedEngine(InferenceEngine):
             raise ValueError(
                 f"state dict does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}"
             )
+        self._lora_base.clear()  # new base weights: an adapter merged before is gone with the old ones
+        self.lora_adapters.clear()
+        self._lora_deltas.clear()
+        self.lora_name = None
         with torch.inference_mode():
             for name, tensor in state_dict.items():
                 current[name].copy_(tensor)

@@ -238,6 +238,11 @@ class MegatronTrainer(TorchTrainer):
 
     def __init__(self, args: Any, device: torch.device | None = None) -> None:
         self.device = device or cuda_device()
+        if args.advantage_estimator == "ppo" or args.lora_rank:
+            raise ValueError(
+                "rlsdk-megatron trains neither a critic (--advantage-estimator ppo) nor a LoRA adapter "
+                "(--lora-rank) yet: use --trainer torch"
+            )
         import torch.distributed as dist
         from megatron.core import parallel_state
         from transformers import AutoTokenizer

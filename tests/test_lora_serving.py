@@ -1,0 +1,121 @@
+"""SGLang's LoRA endpoints on ``rlsdk serve``'s server with the embedded engine (the tiny Llama of
+conftest.py): an adapter folder loads by path only from inside an allowed folder, merges exactly (its
+log-probs are peft's), is named per request in ``lora_path``, and unloads."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from rlsdk.testing import ServedEngine
+
+pytestmark = pytest.mark.plugins("rlsdk_embedded")
+
+PROBE = {"input_ids": [2, 3, 4, 5, 6], "return_logprob": True, "logprob_start_len": 2,
+         "sampling_params": {"max_new_tokens": 0, "temperature": 1.0}}
+
+
+def adapter_folder(tiny_llama: Path, folder: Path) -> tuple[Path, list[float]]:
+    """A random (non-zero) rank-4 adapter on the attention projections, saved in PEFT's format, and peft's
+    own log-probs of the probe's tokens 3.. with it."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(3)
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"], init_lora_weights=False)
+    peft_model = get_peft_model(model, config)
+    for name, parameter in peft_model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(parameter, std=0.5)
+    peft_model.save_pretrained(folder)
+    with torch.no_grad():
+        ids = torch.tensor([PROBE["input_ids"]])
+        logits = peft_model(input_ids=ids).logits[0, :-1]
+        picked = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
+    return folder, picked.tolist()[2:]
+
+
+def scored(url: str, **extra) -> httpx.Response:
+    return httpx.post(f"{url}/generate", json={**PROBE, **extra}, timeout=60)
+
+
+@pytest.fixture
+def served(tiny_llama, tmp_path):
+    from rlsdk_embedded.engine import EmbeddedEngine
+
+    (tmp_path / "allowed").mkdir()
+    with ServedEngine(EmbeddedEngine(str(tiny_llama), device="cpu", threads=1),
+                      weights_dirs=[tmp_path / "allowed"]) as running:
+        yield running
+
+
+def test_an_adapter_loads_merges_exactly_and_unloads(tiny_llama, tmp_path, served):
+    folder, expected = adapter_folder(tiny_llama, tmp_path / "allowed" / "adapter")
+    base = [e[0] for e in scored(served.url).json()["meta_info"]["input_token_logprobs"][1:]]
+    answer = httpx.post(f"{served.url}/load_lora_adapter", json={"lora_name": "a1", "lora_path": str(folder)})
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"success": True, "error_message": None, "loaded_adapters": {"a1": str(folder)}}
+    merged = [e[0] for e in scored(served.url, lora_path="a1").json()["meta_info"]["input_token_logprobs"][1:]]
+    assert max(abs(a - b) for a, b in zip(merged, expected, strict=True)) < 1e-4
+    assert max(abs(a - b) for a, b in zip(base, expected, strict=True)) > 1e-2  # the adapter matters
+
+    other = scored(served.url, lora_path="a2")
+    assert other.status_code == 400 and "is not the embedded engine's adapter" in other.json()["message"]
+    again = httpx.post(f"{served.url}/load_lora_adapter", json={"lora_name": "a1", "lora_path": str(folder)})
+    assert again.status_code == 400 and "already loaded" in again.json()["error_message"]
+
+    version = httpx.post(f"{served.url}/update_weight_version", json={"new_version": "lora-1"})
+    assert version.json()["success"] and httpx.get(f"{served.url}/model_info").json()["weight_version"] == "lora-1"
+
+    gone = httpx.post(f"{served.url}/unload_lora_adapter", json={"lora_name": "a1"})
+    assert gone.status_code == 200 and gone.json()["loaded_adapters"] == {}
+    after = [e[0] for e in scored(served.url).json()["meta_info"]["input_token_logprobs"][1:]]
+    assert max(abs(a - b) for a, b in zip(after, base, strict=True)) < 1e-5  # the base weights are back
+    unknown = httpx.post(f"{served.url}/unload_lora_adapter", json={"lora_name": "a1"})
+    assert unknown.status_code == 400 and unknown.json()["success"] is False
+
+
+def test_a_request_never_makes_the_server_read_outside_the_allowed_folders(tiny_llama, tmp_path, served):
+    """A path outside, a link inside that points outside (the folder or one of its files), and a server
+    allowing no folder: each refused with 403 before anything is read."""
+    outside, _ = adapter_folder(tiny_llama, tmp_path / "outside")
+    linked = tmp_path / "allowed" / "linked"
+    os.symlink(outside, linked)
+    sneaky = tmp_path / "allowed" / "sneaky"
+    sneaky.mkdir()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        os.symlink(outside / name, sneaky / name)
+    for path in (outside, linked, sneaky, tmp_path / "allowed" / ".." / "outside"):
+        answer = httpx.post(f"{served.url}/load_lora_adapter", json={"lora_name": "x", "lora_path": str(path)})
+        assert answer.status_code == 403, path
+        assert answer.json()["success"] is False and "is not inside" in answer.json()["error_message"]
+    assert served.engine.lora_adapters == {}
+    bad = httpx.post(f"{served.url}/load_lora_adapter", json={"lora_name": 3, "lora_path": str(outside)})
+    assert bad.status_code == 400
+
+
+def test_with_no_allowed_folder_adapters_do_not_load_over_http(tiny_llama, tmp_path):
+    from rlsdk_embedded.engine import EmbeddedEngine
+
+    folder, _ = adapter_folder(tiny_llama, tmp_path / "adapter")
+    with ServedEngine(EmbeddedEngine(str(tiny_llama), device="cpu", threads=1)) as served:
+        answer = httpx.post(f"{served.url}/load_lora_adapter", json={"lora_name": "x", "lora_path": str(folder)})
+        assert answer.status_code == 403 and "loading weights over HTTP is off" in answer.json()["error_message"]
+
+
+def test_an_adapter_of_a_tied_output_head_is_refused(tiny_llama, tmp_path, served):
+    """The tiny Llama ties its output head to its embeddings: merging an adapter of one would change both."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_llama),
+                           LoraConfig(r=2, target_modules=["lm_head"], init_lora_weights=False))
+    model.save_pretrained(tmp_path / "allowed" / "head", save_embedding_layers=False)
+    answer = httpx.post(f"{served.url}/load_lora_adapter",
+                        json={"lora_name": "h", "lora_path": str(tmp_path / "allowed" / "head")})
+    assert answer.status_code == 400 and "ties to another" in answer.json()["error_message"]
