@@ -303,7 +303,7 @@ def test_a_failing_agent_is_named_with_its_plugin_and_sample(served):
         PluginCallError, match=r"agent 'under_test' from .* on sample 0/1 raised ValueError: no idea"
     ):
         run_agent(served, broken)
-    with pytest.raises(PluginCallError, match="made no chat completion request"):
+    with pytest.raises(PluginCallError, match="made no chat request"):
         run_agent(served, silent)
 
 

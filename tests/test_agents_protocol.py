@@ -56,11 +56,11 @@ def test_formatted_calls_parse_back(fmt, parse):
                     {
                         "role": "assistant",
                         "content": None,
-                        "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{oops"}}],
+                        "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": 3}}],
                     }
                 ]
             },
-            "not JSON",
+            "must be a JSON object or its text",
         ),
     ],
 )

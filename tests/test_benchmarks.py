@@ -57,10 +57,14 @@ def test_long_tail_compares_sync_and_partial_without_losing_samples():
 def test_agent_sessions_counts_forks_and_times_both_paths():
     # one session of two turns (the second continues the first), one timed latency turn after the warm-up
     out = report("agent_sessions.py", "--sessions", "1", "--turns", "2", "--latency-turns", "2", "--max-tokens", "2",
-                 timeout=170)
+                 "--conversation-turns", "3", "--tool-tokens", "20", "--gen-tokens", "2", timeout=170)
     assert out["benchmark"] == "agent_sessions"
     assert out["false_forks"]["sessions"] == 1 and out["false_forks"]["turns"] == 2
     assert out["false_forks"]["forks"] == 0  # the agent never edits its history
     latency = out["latency"]
     assert latency["turns"] == 1 and latency["chat_s_median"] > 0 and latency["generate_s_median"] > 0
     assert latency["overhead"] == pytest.approx(latency["chat_s_median"] / latency["generate_s_median"] - 1)
+    # the re-tokenisation cost: one conversation of three turns, both paths timed on each turn
+    (conversation,) = out["retokenisation"]["conversations"]
+    assert conversation["turns"] == 3 and conversation["session_s_per_turn"] > 0
+    assert conversation["baseline_s_per_turn"] > 0 and out["retokenisation"]["gpu_generation"]["s_per_turn"] > 0

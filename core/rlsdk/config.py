@@ -250,13 +250,15 @@ class RolloutConfig(TrainingOptions):
     rollout_max_context_len: int | None = None
     """Prompt plus response tokens allowed per sample; multi-turn generators clamp each turn to it."""
     agent_function_path: str | None = None
-    """The agent plugin (or dotted path) the ``openai_agent`` custom_generate runs for each sample."""
+    """The agent plugin (or dotted path) the ``openai_agent`` or ``anthropic_agent`` custom_generate runs
+    for each sample."""
     max_turns: int = 4
     """Model turns per sample for multi-turn generators and agents (``multi_turn``, ``search_r1``,
     ``tool_agent``, and third-party ones that read it)."""
     tool_call_parser: str = "auto"
-    """How ``/v1/chat/completions`` reads tool calls: a tool_call_parser plugin (``json``, ``hermes``) or
-    ``auto`` (``hermes`` for chat templates that write ``<tool_call>``, else ``json``)."""
+    """How ``/v1/chat/completions`` and ``/v1/messages`` read tool calls, per model family: a
+    tool_call_parser plugin (``json``, ``hermes``) or ``auto`` (``hermes`` for chat templates that write
+    ``<tool_call>``, else ``json``)."""
 
     # --- eval ---
     eval_prompt_data: list[str] = field(default_factory=list)

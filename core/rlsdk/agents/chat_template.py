@@ -80,7 +80,18 @@ class ChatTemplate:
         if output_ids and output_ids[-1] in self.special_ids:
             end_of_turn = self.tokenizer.decode(output_ids[-1:])
             after = after.removeprefix(end_of_turn)
-        return self.encode(after)
+        return self.encode_after(after)
+
+    def encode_after(self, text: str) -> list[int]:
+        """``text`` tokenised as it is when it follows other text: SentencePiece tokenizers (Llama 2,
+        Mistral) give text of its own a leading word boundary, so it is tokenised after an end-of-sequence
+        token (a special token, which no text merges with) and that token's ids dropped."""
+        eos = getattr(self.tokenizer, "eos_token", None)
+        if not eos or not text:
+            return self.encode(text)
+        anchor = self.encode(eos)
+        ids = self.encode(eos + text)
+        return ids[len(anchor) :] if ids[: len(anchor)] == anchor else self.encode(text)
 
     def _template_message(self, message: dict[str, Any]) -> dict[str, Any]:
         """A canonical message as the template takes it; calls become content where it renders none."""
@@ -150,11 +161,18 @@ def _canonical_call(call: Any, where: str) -> dict[str, Any]:
         raise TypeError(
             f"{where} must be {{'type': 'function', 'function': {{'name': ..., 'arguments': ...}}}}"
         )
-    arguments = function.get("arguments", "{}")
-    try:
-        arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}.function.arguments is not JSON: {exc}") from None
-    if not isinstance(arguments, dict):
-        raise TypeError(f"{where}.function.arguments must be a JSON object")
-    return {"name": function["name"], "arguments": arguments}
+    return canonical_call(function["name"], function.get("arguments", "{}"), f"{where}.function.arguments")
+
+
+def canonical_call(name: str, arguments: Any, where: str) -> dict[str, Any]:
+    """A tool call as the session compares it: its name, and its arguments as an object; text that is no
+    JSON object (what a model wrote broken, sent back as it came) stays text."""
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except json.JSONDecodeError:
+            return {"name": name, "arguments": arguments}
+        arguments = parsed if isinstance(parsed, dict) else arguments
+    elif not isinstance(arguments, dict):
+        raise TypeError(f"{where} must be a JSON object or its text")
+    return {"name": name, "arguments": arguments}

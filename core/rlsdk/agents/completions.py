@@ -40,7 +40,8 @@ class GenerationAborted(RuntimeError):
 
 @dataclass
 class ChatRequest:
-    """A checked ``/v1/chat/completions`` body."""
+    """A checked request (``/v1/chat/completions``, or ``/v1/messages`` converted): the one shape both
+    APIs are answered from."""
 
     model: str
     messages: list[dict[str, Any]]
@@ -55,6 +56,7 @@ class ChatRequest:
     top_p: float | None
     seed: int | None
     logprobs: bool
+    top_k: int | None = None
 
 
 def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
@@ -86,20 +88,20 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
             raise ValueError("top_logprobs is not supported: logprobs gives each sampled token's log-prob")
         options = body.get("stream_options") or {}
         return ChatRequest(
-            model=_typed(body, "model", str, "") or "",
+            model=check_typed(body, "model", str, "") or "",
             messages=canonical,
             tools=tools,
             parse_tools=bool(tools) and choice == "auto",
-            n=_bounded(body, "n", 1, 1, MAX_CHOICES) or 1,
-            stream=bool(_typed(body, "stream", bool, False)),
+            n=check_int(body, "n", 1, 1, MAX_CHOICES) or 1,
+            stream=bool(check_typed(body, "stream", bool, False)),
             include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
             stop=list(stop),
-            max_tokens=_bounded(body, "max_completion_tokens", None, 1, None)
-            or _bounded(body, "max_tokens", None, 1, None),
-            temperature=_number(body, "temperature", 0.0, 2.0),
-            top_p=_number(body, "top_p", 0.0, 1.0),
-            seed=_bounded(body, "seed", None, 0, 2**63 - 1),
-            logprobs=bool(_typed(body, "logprobs", bool, False)),
+            max_tokens=check_int(body, "max_completion_tokens", None, 1, None)
+            or check_int(body, "max_tokens", None, 1, None),
+            temperature=check_number(body, "temperature", 0.0, 2.0),
+            top_p=check_number(body, "top_p", 0.0, 1.0),
+            seed=check_int(body, "seed", None, 0, 2**63 - 1),
+            logprobs=bool(check_typed(body, "logprobs", bool, False)),
         )
     except (ValueError, TypeError) as exc:
         raise ChatRequestError(str(exc)) from None
@@ -114,7 +116,7 @@ def _is_function_tool(tool: Any) -> bool:
     )
 
 
-def _typed(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+def check_typed(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     value = body.get(key)
     if value is None:
         return default
@@ -123,7 +125,7 @@ def _typed(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     return value
 
 
-def _bounded(body: dict[str, Any], key: str, default: int | None, low: int, high: int | None) -> int | None:
+def check_int(body: dict[str, Any], key: str, default: int | None, low: int, high: int | None) -> int | None:
     value = body.get(key)
     if value is None:
         return default
@@ -139,7 +141,7 @@ def _bounded(body: dict[str, Any], key: str, default: int | None, low: int, high
     return value
 
 
-def _number(body: dict[str, Any], key: str, low: float, high: float) -> float | None:
+def check_number(body: dict[str, Any], key: str, low: float, high: float) -> float | None:
     value = body.get(key)
     if value is None:
         return None
@@ -155,6 +157,49 @@ class _Prepared:
     prompt_ids: list[int]
     sampling: dict[str, Any]
     turn: Turn | None
+
+
+@dataclass
+class Answer:
+    """One finished choice: the model's turn read by the tool-call parser, the session's record of it, and
+    the stop string that ended it (None when a token or the length did)."""
+
+    parsed: ParsedTurn
+    choice: Choice
+    stop_sequence: str | None
+
+
+@dataclass
+class TextDelta:
+    """Streamed text of choice ``index`` (held back from a possible stop string or tool call), with the
+    log-prob entries ``[logprob, token id]`` sampled since the last event."""
+
+    index: int
+    text: str
+    entries: list[list[Any]]
+
+
+@dataclass
+class Finished:
+    """Choice ``index`` is done: ``rest`` is the content not yet streamed."""
+
+    index: int
+    answer: Answer
+    rest: str
+    entries: list[list[Any]]
+
+
+@dataclass
+class Turned:
+    """A whole turn, streamed or not: its prompt ids and each choice's answer (both APIs format it)."""
+
+    prompt_ids: list[int]
+    answers: list[Answer]
+
+    @property
+    def usage(self) -> tuple[int, int]:
+        """(prompt tokens, sampled tokens)."""
+        return len(self.prompt_ids), sum(len(a.choice.output_ids) for a in self.answers)
 
 
 class ChatEndpoint:
@@ -226,6 +271,8 @@ class ChatEndpoint:
         }
         if request.top_p is not None:
             sampling["top_p"] = request.top_p
+        if request.top_k is not None:
+            sampling["top_k"] = request.top_k
         if request.seed is not None:
             sampling["sampling_seed"] = request.seed
         stop = list(request.stop)
@@ -249,10 +296,11 @@ class ChatEndpoint:
             for _ in range(n)
         ]
 
-    def _choice(self, request: ChatRequest, output: dict[str, Any]) -> tuple[ParsedTurn, Choice]:
+    def _answer(self, request: ChatRequest, output: dict[str, Any]) -> Answer:
         """One engine response as a parsed turn and the session's record of it."""
         meta = output["meta_info"]
-        finish = (meta.get("finish_reason") or {}).get("type")
+        finish_reason = meta.get("finish_reason") or {}
+        finish = finish_reason.get("type")
         if finish == "abort":
             raise GenerationAborted("the engine aborted the turn")
         entries = meta.get("output_token_logprobs") or []
@@ -260,13 +308,16 @@ class ChatEndpoint:
         parsed = self._parse(text, request.tools) if request.parse_tools else ParsedTurn(text)
         reason = "length" if finish == "length" else "tool_calls" if parsed.calls else "stop"
         message = canonical_message(_assistant(parsed), "the answer")
-        return parsed, Choice(
+        matched = finish_reason.get("matched")
+        choice = Choice(
             message,
             [int(e[1]) for e in entries],
             [float(e[0]) for e in entries],
             reason,
             str(meta.get("weight_version", "default")),
+            malformed_calls=parsed.malformed + sum(isinstance(c.arguments, str) for c in parsed.calls),
         )
+        return Answer(parsed, choice, matched if finish == "stop" and isinstance(matched, str) else None)
 
     def _parse(self, text: str, tools: list[dict[str, Any]] | None) -> ParsedTurn:
         """The tool_call_parser plugin's reading of a turn; its failure names it."""
@@ -282,8 +333,8 @@ class ChatEndpoint:
 
     # ---------------------------------------------------------------------------------- answering
 
-    async def complete(self, request: ChatRequest, session: Session | None) -> dict[str, Any]:
-        """The ``chat.completion`` body for ``request``."""
+    async def turn(self, request: ChatRequest, session: Session | None) -> Turned:
+        """Answer ``request`` as a whole (each of its ``n`` choices), recorded in ``session``."""
         prepared = self.prepare(request, session)
         payloads = self._payloads(prepared, request.n)
         outputs: list[Any]
@@ -292,34 +343,24 @@ class ChatEndpoint:
                 outputs = [_empty_output() for _ in payloads]
             else:
                 outputs = list(await asyncio.gather(*(self.engine.generate(p) for p in payloads)))
-            results = [self._choice(request, output) for output in outputs]
+            answers = [self._answer(request, output) for output in outputs]
         except BaseException as exc:  # the engine refused or aborted it, or the client went away
             _failed(prepared.turn, exc)
             if isinstance(exc, asyncio.CancelledError):
                 await asyncio.gather(*(self.engine.abort(p["rid"]) for p in payloads), return_exceptions=True)
             raise
         if prepared.turn is not None:
-            prepared.turn.choices = [choice for _, choice in results]
-        body = self._envelope("chat.completion")
-        body["choices"] = [
-            {
-                "index": i,
-                "message": _response_message(parsed),
-                "logprobs": self._logprobs(request, choice, 0),
-                "finish_reason": choice.finish_reason,
-            }
-            for i, (parsed, choice) in enumerate(results)
-        ]
-        body["usage"] = _usage(len(prepared.prompt_ids), sum(len(c.output_ids) for _, c in results))
-        return body
+            prepared.turn.choices = [answer.choice for answer in answers]
+        return Turned(prepared.prompt_ids, answers)
 
-    async def stream(self, request: ChatRequest, session: Session | None) -> AsyncGenerator[dict[str, Any]]:
-        """``chat.completion.chunk`` bodies: content as it comes (held back from a possible stop string or
-        tool call), then each choice's tool calls and finish reason."""
-
+    async def events(
+        self, request: ChatRequest, session: Session | None
+    ) -> AsyncGenerator[Turned | TextDelta | Finished]:
+        """Answer ``request`` as it is generated: first an empty :class:`Turned` (the request is checked and
+        its prompt made by then), then :class:`TextDelta` and :class:`Finished` events, and last the whole
+        :class:`Turned`, recorded in ``session``."""
         prepared = self.prepare(request, session)
         payloads = self._payloads(prepared, request.n)
-        envelope = self._envelope("chat.completion.chunk")
         if prepared.sampling["max_new_tokens"] == 0:
             streams = merge_streams([_single(_empty_output()) for _ in payloads])
         else:
@@ -328,44 +369,77 @@ class ChatEndpoint:
         marker = self.marker if request.parse_tools else None
         sent_text = [""] * request.n
         sent_tokens = [0] * request.n
-        finished: list[Choice | None] = [None] * request.n
-        for i in range(request.n):
-            yield {**envelope, "choices": [_chunk(i, {"role": "assistant", "content": ""})]}
+        finished: list[Answer | None] = [None] * request.n
+        yield Turned(prepared.prompt_ids, [])
         try:
             async for output in streams:
                 i = output["index"]
                 meta = output["meta_info"]
-                entries = meta.get("output_token_logprobs") or []
-                logprobs = None
-                if request.logprobs:
-                    logprobs = self._token_logprobs(entries[sent_tokens[i] :])
-                sent_tokens[i] = len(entries)
+                entries = (meta.get("output_token_logprobs") or [])[sent_tokens[i] :]
+                sent_tokens[i] += len(entries)
                 if meta.get("finish_reason") is None:
                     visible = _held_back(output.get("text", ""), stops, marker)
+                    delta = ""
                     if visible != sent_text[i] and visible.startswith(sent_text[i]):
                         delta, sent_text[i] = visible[len(sent_text[i]) :], visible
-                        yield {**envelope, "choices": [_chunk(i, {"content": delta}, logprobs)]}
-                    elif logprobs:
-                        yield {**envelope, "choices": [_chunk(i, {}, logprobs)]}
+                    if delta or entries:
+                        yield TextDelta(i, delta, entries)
                     continue
-                parsed, choice = self._choice(request, output)
-                finished[i] = choice
-                rest: dict[str, Any] = {}
-                if parsed.content.startswith(sent_text[i]) and len(parsed.content) > len(sent_text[i]):
-                    rest["content"] = parsed.content[len(sent_text[i]) :]
-                if parsed.calls:
-                    rest["tool_calls"] = [{"index": k, **call} for k, call in enumerate(_tool_calls(parsed))]
-                yield {**envelope, "choices": [_chunk(i, rest, logprobs, choice.finish_reason)]}
+                answer = finished[i] = self._answer(request, output)
+                content = answer.parsed.content
+                rest = content[len(sent_text[i]) :] if content.startswith(sent_text[i]) else ""
+                yield Finished(i, answer, rest, entries)
         except BaseException as exc:
             _failed(prepared.turn, exc)
             await asyncio.gather(*(self.engine.abort(p["rid"]) for p in payloads), return_exceptions=True)
             raise
-        choices = [c for c in finished if c is not None]
+        answers = [a for a in finished if a is not None]
         if prepared.turn is not None:
-            prepared.turn.choices = choices
-        if request.include_usage:
-            usage = _usage(len(prepared.prompt_ids), sum(len(c.output_ids) for c in choices))
-            yield {**envelope, "choices": [], "usage": usage}
+            prepared.turn.choices = [a.choice for a in answers]
+        yield Turned(prepared.prompt_ids, answers)
+
+    # ---------------------------------------------------------------------------------- OpenAI's shapes
+
+    async def complete(self, request: ChatRequest, session: Session | None) -> dict[str, Any]:
+        """The ``chat.completion`` body for ``request``."""
+        turned = await self.turn(request, session)
+        body = self._envelope("chat.completion")
+        body["choices"] = [
+            {
+                "index": i,
+                "message": _response_message(answer.parsed),
+                "logprobs": self._logprobs(request, answer.choice, 0),
+                "finish_reason": answer.choice.finish_reason,
+            }
+            for i, answer in enumerate(turned.answers)
+        ]
+        body["usage"] = _usage(*turned.usage)
+        return body
+
+    async def stream(self, request: ChatRequest, session: Session | None) -> AsyncGenerator[dict[str, Any]]:
+        """``chat.completion.chunk`` bodies: content as it comes (held back from a possible stop string or
+        tool call), then each choice's tool calls and finish reason."""
+        envelope = self._envelope("chat.completion.chunk")
+        async for event in self.events(request, session):
+            if isinstance(event, Turned):
+                if not event.answers:
+                    for i in range(request.n):
+                        yield {**envelope, "choices": [_chunk(i, {"role": "assistant", "content": ""})]}
+                elif request.include_usage:
+                    yield {**envelope, "choices": [], "usage": _usage(*event.usage)}
+                continue
+            logprobs = self._token_logprobs(event.entries) if request.logprobs else None
+            if isinstance(event, TextDelta):
+                if event.text or logprobs:
+                    delta = {"content": event.text} if event.text else {}
+                    yield {**envelope, "choices": [_chunk(event.index, delta, logprobs)]}
+                continue
+            rest: dict[str, Any] = {"content": event.rest} if event.rest else {}
+            if event.answer.parsed.calls:
+                calls = _tool_calls(event.answer.parsed)
+                rest["tool_calls"] = [{"index": k, **call} for k, call in enumerate(calls)]
+            reason = event.answer.choice.finish_reason
+            yield {**envelope, "choices": [_chunk(event.index, rest, logprobs, reason)]}
 
     def _envelope(self, kind: str) -> dict[str, Any]:
         return {
@@ -420,12 +494,17 @@ def _held_back(text: str, stops: list[str], marker: str | None) -> str:
     return shown.strip() if marker is not None else shown
 
 
+def arguments_text(arguments: dict[str, Any] | str) -> str:
+    """A call's arguments as JSON text; arguments the model wrote as no JSON object stay as it wrote them."""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
 def _tool_calls(parsed: ParsedTurn) -> list[dict[str, Any]]:
     return [
         {
             "id": f"call_{secrets.token_hex(12)}",
             "type": "function",
-            "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)},
+            "function": {"name": call.name, "arguments": arguments_text(call.arguments)},
         }
         for call in parsed.calls
     ]

@@ -1,9 +1,10 @@
-"""The OpenAI-compatible routes (``/v1/models``, ``/v1/chat/completions``) and the session routes, added to
-``rlsdk serve`` and the run's loopback server, or served on their own in front of any engine (an SGLang
-server or router by URL: :func:`start_chat_server`).
+"""The OpenAI-compatible routes (``/v1/models``, ``/v1/chat/completions``), Anthropic's ``/v1/messages`` and
+the session routes, added to ``rlsdk serve`` and the run's loopback server, or served on their own in front
+of any engine (an SGLang server or router by URL: :func:`start_chat_server`).
 
-A session's client uses the base URL ``<server>/sessions/<id>/v1``; ``POST /sessions`` opens one,
-``GET /sessions/<id>`` returns its record (turns, forks, the training trajectory) and ``DELETE`` closes it.
+A session's OpenAI client uses the base URL ``<server>/sessions/<id>/v1``, its Anthropic client
+``<server>/sessions/<id>``; ``POST /sessions`` opens one, ``GET /sessions/<id>`` returns its record (turns,
+forks, the tree of token segments, the training trajectory) and ``DELETE`` closes it.
 """
 
 from __future__ import annotations
@@ -23,19 +24,23 @@ from ..engines.service_guard import ConnectionLimits, check_binding, guard
 from ..errors import PluginCallError
 from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
 from ..plugins.records import PluginInfo, Resolved
-from .completions import ChatEndpoint, ChatRequestError, GenerationAborted, parse_chat_request
+from .completions import ChatEndpoint, ChatRequest, ChatRequestError, GenerationAborted, parse_chat_request
+from .messages import anthropic_error_body, create_message, parse_messages_request, stream_message
 from .sessions import Session
 from .tool_parsers import builtin_parsers
+from .tree import session_tree
 
 _CHAT = web.AppKey("chat", ChatEndpoint)
 MAX_BODY = 16 * 1024 * 1024
 
 
 def resolve_parser(pm: RlsdkPluginManager, spec: str, tokenizer: Any) -> Resolved:
-    """The tool-call parser by name (or dotted path); ``auto`` is ``hermes`` for chat templates that write
-    ``<tool_call>`` and ``json`` otherwise. Core's own parsers are there even in a manager without them."""
+    """The tool-call parser by name (or dotted path), one per model family; ``auto`` is ``hermes`` for chat
+    templates that write ``<tool_call>``, ``mistral`` for those that write ``[TOOL_CALLS]`` and ``json``
+    otherwise. Core's own parsers are there even in a manager without them."""
     if spec == "auto":
-        spec = "hermes" if "<tool_call>" in str(getattr(tokenizer, "chat_template", None) or "") else "json"
+        template = str(getattr(tokenizer, "chat_template", None) or "")
+        spec = "hermes" if "<tool_call>" in template else "mistral" if "[TOOL_CALLS]" in template else "json"
     if spec not in pm.names("tool_call_parser"):
         builtin = {record.name: record for record in builtin_parsers()}
         if spec in builtin:
@@ -68,6 +73,8 @@ def add_chat_routes(app: web.Application, chat: ChatEndpoint) -> None:
             web.delete("/sessions/{session}", _close_session),
             web.get("/sessions/{session}/v1/models", _models),
             web.post("/sessions/{session}/v1/chat/completions", _completions),
+            web.post("/v1/messages", _messages),
+            web.post("/sessions/{session}/v1/messages", _messages),
         ]
     )
 
@@ -78,6 +85,11 @@ def openai_error(message: str, status: int) -> web.Response:
     return web.json_response(
         {"error": {"message": message, "type": kind, "param": None, "code": status}}, status=status
     )
+
+
+def anthropic_error(message: str, status: int) -> web.Response:
+    """Anthropic's error body."""
+    return web.json_response(anthropic_error_body(message, status), status=status)
 
 
 class UnknownSession(LookupError):
@@ -95,18 +107,24 @@ def _session(request: web.Request) -> Session | None:
     return session
 
 
-def _openai_errors(handler: Any) -> Any:
-    """Unknown sessions and full stores get OpenAI's error body, whatever the app's own middleware does."""
+def _api_errors(error: Any) -> Any:
+    """Unknown sessions and full stores get the API's own error body, whatever the app's middleware does."""
 
-    async def handle(request: web.Request) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except UnknownSession as exc:
-            return openai_error(str(exc), 404)
-        except OverflowError as exc:
-            return openai_error(str(exc), 429)
+    def wrap(handler: Any) -> Any:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            try:
+                return await handler(request)
+            except UnknownSession as exc:
+                return error(str(exc), 404)
+            except OverflowError as exc:
+                return error(str(exc), 429)
 
-    return handle
+        return handle
+
+    return wrap
+
+
+_openai_errors = _api_errors(openai_error)
 
 
 @_openai_errors
@@ -115,51 +133,79 @@ async def _models(request: web.Request) -> web.Response:
     return web.json_response(request.app[_CHAT].models())
 
 
-@_openai_errors
-async def _completions(request: web.Request) -> web.StreamResponse:
+async def _chat_request(request: web.Request, parse: Any) -> ChatRequest:
+    try:
+        body = json.loads(await request.read())
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ChatRequestError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ChatRequestError("request body must be a JSON object")
+    return parse(body)
+
+
+async def _answer(
+    request: web.Request, parse: Any, whole: Any, stream: Any, error: Any
+) -> web.StreamResponse:
+    """One turn through either API: ``parse`` checks the body, ``whole`` answers it as one JSON body and
+    ``stream`` as (event name or None, data) pairs; ``error`` is the API's error body."""
     chat = request.app[_CHAT]
     session = _session(request)
     if session is not None and session.aborted:  # the step is over for this sample: nothing more runs
-        return openai_error("the session's generation was aborted", 503)
+        return error("the session's generation was aborted", 503)
     try:
-        try:
-            body = json.loads(await request.read())
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            raise ChatRequestError(f"request body is not valid JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise ChatRequestError("request body must be a JSON object")
-        chat_request = parse_chat_request(body)
+        chat_request = await _chat_request(request, parse)
         if not chat_request.stream:
-            return web.json_response(await chat.complete(chat_request, session))
-        chunks = chat.stream(chat_request, session)
-        first = await anext(chunks)  # a bad request fails here, before the 200 is sent
+            return web.json_response(await whole(chat, chat_request, session))
+        events = stream(chat, chat_request, session)
+        first = await anext(events)  # a bad request fails here, before the 200 is sent
     except PluginCallError as exc:  # the tool-call parser failed
-        return openai_error(str(exc), 500)
+        return error(str(exc), 500)
     except (ChatRequestError, EngineRequestError, ValueError) as exc:
-        return openai_error(str(exc), 400)
+        return error(str(exc), 400)
     except GenerationAborted as exc:
         if session is not None:
             session.aborted = True
-        return openai_error(str(exc), 503)
+        return error(str(exc), 503)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
     try:
-        await response.write(_event(first))
-        async for chunk in chunks:
-            await response.write(_event(chunk))
-        await response.write(b"data: [DONE]\n\n")
-    except (GenerationAborted, PluginCallError) as exc:  # after the 200: an error event, as OpenAI sends
+        await response.write(_event(*first))
+        async for event in events:
+            await response.write(_event(*event))
+        if stream is _openai_stream:
+            await response.write(b"data: [DONE]\n\n")
+    except (GenerationAborted, PluginCallError) as exc:  # after the 200: an error event, as both APIs send
         if session is not None and isinstance(exc, GenerationAborted):
             session.aborted = True
-        await response.write(_event({"error": {"message": str(exc), "type": "server_error", "code": 500}}))
+        body = json.loads(error(str(exc), 500).text)
+        await response.write(_event("error" if stream is not _openai_stream else None, body))
     except (ConnectionResetError, asyncio.CancelledError):
-        await chunks.aclose()
+        await events.aclose()
         raise
     return response
 
 
-def _event(chunk: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+async def _openai_stream(chat: ChatEndpoint, chat_request: ChatRequest, session: Session | None) -> Any:
+    async for chunk in chat.stream(chat_request, session):
+        yield None, chunk
+
+
+@_openai_errors
+async def _completions(request: web.Request) -> web.StreamResponse:
+    return await _answer(
+        request, parse_chat_request, lambda chat, r, s: chat.complete(r, s), _openai_stream, openai_error
+    )
+
+
+@_api_errors(anthropic_error)
+async def _messages(request: web.Request) -> web.StreamResponse:
+    return await _answer(request, parse_messages_request, create_message, stream_message, anthropic_error)
+
+
+def _event(name: str | None, data: dict[str, Any]) -> bytes:
+    """A server-sent event: ``data:`` only (OpenAI), or named (Anthropic)."""
+    head = f"event: {name}\n".encode() if name else b""
+    return head + b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 
 
 @_openai_errors
@@ -190,6 +236,7 @@ def session_record(session: Session) -> dict[str, Any]:
         "id": session.id,
         "turns": [asdict(turn) for turn in session.turns],
         "forks": session.forks(),
+        "tree": session_tree(session),
         "trajectory": asdict(trajectory) if trajectory is not None else None,
     }
 

@@ -27,6 +27,8 @@ class Choice:
     logprobs: list[float]
     finish_reason: str
     weight_version: str
+    malformed_calls: int = 0
+    """Tool calls in the turn whose arguments are no JSON object (kept as the model wrote them)."""
 
 
 @dataclass
@@ -102,13 +104,15 @@ class Session:
         """Attach ``messages`` to the longest recorded path they extend; say whether that forks."""
         best: tuple[int, int] | None = None
         best_length = 0
-        for turn in self.turns:
-            if turn.tools != tools:
-                continue
-            for c in range(len(turn.choices)):
-                path = turn.path_messages(c)
-                if len(path) > best_length and messages[: len(path)] == path:
-                    best, best_length = (turn.index, c), len(path)
+        candidates = sorted(
+            ((len(t.messages) + 1, t.index, c) for t in self.turns for c in range(len(t.choices))),
+            key=lambda candidate: -candidate[0],
+        )  # longest first: the first that the request extends is the attachment point
+        for length, index, c in candidates:
+            turn = self.turns[index]
+            if length <= len(messages) and turn.tools == tools and messages[:length] == turn.path_messages(c):
+                best, best_length = (index, c), length
+                break
         siblings = [t for t in self.turns if t.parent == best and t.error is None]
         fork = None
         if siblings:
@@ -162,9 +166,12 @@ class Session:
     def trajectory(self) -> Trajectory | None:
         """The path to the latest answered turn (its first choice), or None before any answer."""
         answered = self.answered()
-        if not answered:
-            return None
-        path = [(answered[-1].index, 0)]
+        return self.path((answered[-1].index, 0)) if answered else None
+
+    def path(self, leaf: tuple[int, int]) -> Trajectory:
+        """The tokens from the root to the answered (turn, choice) ``leaf``: each turn's ids between turns
+        (loss mask 0) and its sampled ids (loss mask 1, with their log-probs)."""
+        path = [leaf]
         while (parent := self.turns[path[-1][0]].parent) is not None:
             path.append(parent)
         path.reverse()
@@ -184,7 +191,7 @@ class Session:
             mask += [0] * len(between) + [1] * len(choice.output_ids)
             logprobs += [0.0] * len(between) + choice.logprobs
             versions.append(choice.weight_version)
-        last = self.turns[path[-1][0]].choices[path[-1][1]]
+        last = self.turns[leaf[0]].choices[leaf[1]]
         return Trajectory(tokens, len(root.prompt_ids), mask, logprobs, path, last.finish_reason, versions)
 
 
@@ -222,17 +229,22 @@ class SessionStore:
 
 
 def agent_metrics(samples: list[Any]) -> dict[str, Any]:
-    """A step's agent metrics from its samples' ``metadata["agent"]``: turns, forks, and the fork rate
-    (forks per turn that had history to continue); empty when no sample ran an agent."""
+    """A step's agent metrics from its samples' ``metadata["agent"]``: turns, forks, the fork rate (forks
+    per turn that had history to continue), its mean per session, branches (leaves of the sessions' trees)
+    and tool calls whose arguments were no JSON object; empty when no sample ran an agent."""
     records = [s.metadata["agent"] for s in samples if isinstance(s.metadata.get("agent"), dict)]
     if not records:
         return {}
     turns = sum(r["turns"] for r in records)
     forks = sum(len(r["forks"]) for r in records)
     continued = sum(max(r["turns"] - 1, 0) for r in records)
+    per_session = [len(r["forks"]) / (r["turns"] - 1) if r["turns"] > 1 else 0.0 for r in records]
     return {
         "agent/sessions": len(records),
         "agent/turns": turns,
         "agent/forks": forks,
         "agent/fork_rate": forks / continued if continued else 0.0,
+        "agent/fork_rate_per_session": sum(per_session) / len(records),
+        "agent/branches": sum(r.get("branches", 1) for r in records),
+        "agent/malformed_tool_calls": sum(r.get("malformed_tool_calls", 0) for r in records),
     }

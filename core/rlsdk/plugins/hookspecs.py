@@ -370,11 +370,13 @@ def rlsdk_tool_call_parsers() -> Iterable[ToolCallParser]:
 
 @hookspec
 def rlsdk_agents() -> Iterable[Agent]:
-    """Provide agents for the ``openai_agent`` custom_generate (``--set agent_function_path=NAME``).
+    """Provide agents for the ``openai_agent`` and ``anthropic_agent`` custom_generates
+    (``--set agent_function_path=NAME``).
 
     The callable is ``agent(args, sample, client) -> result`` (sync or async) and talks to the model only
-    through ``client``: an ``openai.AsyncOpenAI`` for async agents, an ``openai.OpenAI`` for sync ones,
-    bound to the sample's session, which records every turn's tokens. The result (JSON-ready) and the
+    through ``client``: an ``openai.AsyncOpenAI`` (``anthropic.AsyncAnthropic`` under ``anthropic_agent``)
+    for async agents, the sync client for sync ones, bound to the sample's session, which records every
+    turn's tokens. The result (JSON-ready) and the
     transcript land in ``sample.metadata["agent"]`` for rewards.
 
     :param args: the run's :class:`rlsdk.RolloutConfig`.

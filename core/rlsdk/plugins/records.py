@@ -250,7 +250,8 @@ class ToolCallParser(PluginRecord):
 class Agent(PluginRecord):
     """``agent(args, sample, client) -> result`` (sync or async): an agent that talks to the model only
     through ``client``, an ``openai.OpenAI`` (``openai.AsyncOpenAI`` for async agents) bound to the
-    sample's session; run by the ``openai_agent`` custom_generate."""
+    sample's session, run by the ``openai_agent`` custom_generate; or the ``anthropic`` client's, run by
+    ``anthropic_agent``."""
 
     kind: ClassVar[str] = "agent"
     call_args: ClassVar[tuple[str, ...]] = ("args", "sample", "client")

@@ -24,7 +24,10 @@ def test_listed_by_rlsdk_plugins():
 
     listed = json.loads(CliRunner().invoke(app, ["plugins", "list", "--json"]).stdout)
     mine = next(row for row in listed if row["distribution"] == "rlsdk-tool-agent")
-    assert mine["provides"] == {"agent": ["tool_agent"], "reward": ["tool_agent_answer"]}
+    assert mine["provides"] == {
+        "agent": ["tool_agent", "tool_agent_anthropic"],
+        "reward": ["tool_agent_answer"],
+    }
 
 
 async def three_turns(client) -> list:
@@ -164,3 +167,33 @@ def test_rlsdk_run_trains_the_agent_with_token_exact_samples(tmp_path):
         assert agent["name"] == "tool_agent" and agent["messages"][-1]["role"] == "assistant"
         assert len(sample["loss_mask"]) == len(sample["rollout_log_probs"]) == sample["response_length"]
         assert 0 < sum(sample["loss_mask"]) <= sample["response_length"]
+
+
+def test_the_anthropic_client_agent_runs_through_anthropic_agent():
+    """``tool_agent_anthropic`` (the same agent written with the ``anthropic`` client) under the
+    ``anthropic_agent`` custom_generate on the embedded engine: a token-exact sample from its session, the
+    tools' results between its turns, nothing forked."""
+    from rlsdk_embedded import EmbeddedEngine
+
+    from rlsdk import Sample, get_plugin_manager
+    from rlsdk.agents.anthropic_agent import anthropic_agent
+    from rlsdk.runtime import Runtime, bind_runtime
+
+    pm = get_plugin_manager()
+    args = RolloutConfig.from_dict({"agent_function_path": "tool_agent_anthropic", "max_turns": 2})
+    with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=8)) as served:
+        runtime = Runtime(pm, served.engine, served.engine.tokenizer, loop=served._loop)
+        runtime.server = served.handle
+        bind_runtime(args, runtime)
+        sample = Sample(group_index=0, index=0, prompt="What is 37 * 91?")
+        sample = served.run(anthropic_agent(args, sample, {"temperature": 0.0, "max_new_tokens": 200}))
+    agent = sample.metadata["agent"]
+    assert agent["name"] == "tool_agent_anthropic" and agent["forks"] == [] and agent["turns"] >= 1
+    assert agent["result"]["tool_calls"] >= 1  # greedy, after the worked examples, it calls a tool
+    response = served.engine.tokenizer.decode(sample.tokens[-sample.response_length :])
+    asked = max(i for i, m in enumerate(agent["messages"]) if m["role"] == "user")  # after the examples
+    observations = [m["content"] for m in agent["messages"][asked:] if m["role"] == "tool"]
+    assert observations and all(o in response for o in observations)  # the tools' results, between turns
+    tree = agent["tree"]
+    assert [t for i in tree["trained"] for t in tree["nodes"][i]["tokens"]] == sample.tokens
+    assert len(sample.loss_mask) == sample.response_length == len(sample.rollout_log_probs)

@@ -1,4 +1,5 @@
-"""The tool agent's hook implementations: the ``tool_agent`` agent and its ``tool_agent_answer`` reward."""
+"""The tool agent's hook implementations: the ``tool_agent`` (openai client) and ``tool_agent_anthropic``
+(anthropic client) agents and their ``tool_agent_answer`` reward."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from rlsdk import Agent, Reward, hookimpl
 
 from .agent import tool_agent
+from .anthropic_agent import tool_agent_anthropic
 from .reward import tool_agent_answer
 
 QUESTIONS = Path(__file__).parent / "data" / "questions.jsonl"
@@ -16,6 +18,7 @@ QUESTIONS = Path(__file__).parent / "data" / "questions.jsonl"
 @hookimpl
 def rlsdk_agents():
     yield Agent(name="tool_agent", func=tool_agent)
+    yield Agent(name="tool_agent_anthropic", func=tool_agent_anthropic)
 
 
 @hookimpl

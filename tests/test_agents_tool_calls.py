@@ -1,0 +1,217 @@
+"""Tool calls as models write them, through both wire formats (the ``openai`` and ``anthropic`` clients on
+a real chat server on loopback): several calls in one turn, in order; arguments that are no JSON kept as
+written and counted; a rewritten history kept as a tree of token segments.
+
+The engine is :class:`rlsdk.testing.FakeEngine` with SmolLM2's real tokenizer and chat template: the turns
+under test (two calls at once, a call cut short) are ones the 135M model does not write on demand, so the
+engine is scripted to write them; everything else (templates, parsing, sessions, HTTP, clients) is real."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import anthropic
+import openai
+import pytest
+
+from rlsdk import get_plugin_manager
+from rlsdk.agents.server import chat_endpoint, session_record, start_chat_server
+from rlsdk.agents.sessions import agent_metrics
+from rlsdk.agents.tree import tree_paths
+from rlsdk.testing import FakeEngine
+
+OPENAI_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"The {name} tool.",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    }
+    for name in ("calculator", "search")
+]
+ANTHROPIC_TOOLS = [
+    {
+        "name": t["function"]["name"],
+        "description": t["function"]["description"],
+        "input_schema": t["function"]["parameters"],
+    }
+    for t in OPENAI_TOOLS
+]
+END = "<|im_end|>"
+PARALLEL = {
+    "json": '{"name": "search", "arguments": {"q": "Elm"}}\n{"name": "calculator", "arguments": {"q": "2*3"}}',
+    "hermes": '<tool_call>\n{"name": "search", "arguments": {"q": "Elm"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "calculator", "arguments": {"q": "2*3"}}\n</tool_call>',
+}
+BROKEN = {
+    "json": '{"name": "calculator", "arguments": {"q": "2*3"',
+    "hermes": '<tool_call>\n{"name": "calculator", "arguments": {"q": "2*3"\n</tool_call>',
+}
+
+
+def serve(tokenizer, replies, parser):
+    """A chat server on a FakeEngine scripted with ``replies``; yields (url, endpoint, engine)."""
+
+    async def start():
+        engine = FakeEngine(replies, tokenizer)
+        chat = await chat_endpoint(
+            engine, tokenizer, pm=get_plugin_manager(load_entrypoints=False), tool_call_parser=parser
+        )
+        return engine, chat, await start_chat_server(chat)
+
+    return start
+
+
+def run(coroutine_function):
+    return asyncio.run(coroutine_function())
+
+
+@pytest.mark.parametrize("parser", ["json", "hermes"])
+def test_parallel_calls_keep_their_order_in_both_apis_and_the_session_continues(small_tokenizer, parser):
+    replies = [PARALLEL[parser] + END, "Done." + END, PARALLEL[parser] + END, "Done." + END]
+
+    async def go():
+        engine, chat, server = await serve(small_tokenizer, replies, parser)()
+        try:
+            oa_session = chat.sessions.open()
+            oa = openai.AsyncOpenAI(base_url=f"{server.url}/sessions/{oa_session.id}/v1", api_key="-")
+            messages = [{"role": "user", "content": "Look up Elm and compute 2*3."}]
+            reply = await oa.chat.completions.create(model="m", messages=messages, tools=OPENAI_TOOLS)
+            message = reply.choices[0].message
+            assert reply.choices[0].finish_reason == "tool_calls"
+            assert [c.function.name for c in message.tool_calls] == ["search", "calculator"]
+            assert [json.loads(c.function.arguments) for c in message.tool_calls] == [
+                {"q": "Elm"},
+                {"q": "2*3"},
+            ]
+            messages.append(message)
+            messages += [{"role": "tool", "tool_call_id": c.id, "content": "ok"} for c in message.tool_calls]
+            await oa.chat.completions.create(model="m", messages=messages, tools=OPENAI_TOOLS)
+
+            an_session = chat.sessions.open()
+            an = anthropic.AsyncAnthropic(base_url=f"{server.url}/sessions/{an_session.id}", api_key="-")
+            asked = [{"role": "user", "content": "Look up Elm and compute 2*3."}]
+            answer = await an.messages.create(model="m", max_tokens=64, messages=asked, tools=ANTHROPIC_TOOLS)
+            assert answer.stop_reason == "tool_use"
+            assert [(b.type, b.name, b.input) for b in answer.content] == [
+                ("tool_use", "search", {"q": "Elm"}),
+                ("tool_use", "calculator", {"q": "2*3"}),
+            ]
+            results = [{"type": "tool_result", "tool_use_id": b.id, "content": "ok"} for b in answer.content]
+            asked += [{"role": "assistant", "content": answer.content}, {"role": "user", "content": results}]
+            await an.messages.create(model="m", max_tokens=64, messages=asked, tools=ANTHROPIC_TOOLS)
+            return oa_session, an_session
+        finally:
+            await server.close()
+
+    oa_session, an_session = run(go)
+    for session in (oa_session, an_session):
+        assert [t.parent for t in session.turns] == [None, (0, 0)] and session.forks() == []
+        first, second = session.turns
+        assert second.prompt_ids[: second.reused] == first.prompt_ids + first.choices[0].output_ids
+        # the two tool results follow the calls in order, after the sampled ids
+        between = small_tokenizer.decode(second.prompt_ids[second.reused :])
+        assert between.count("ok") == 2
+    # both APIs made the same internal turns: the same prompt ids, the same recorded tokens
+    assert [t.prompt_ids for t in oa_session.turns] == [t.prompt_ids for t in an_session.turns]
+
+
+@pytest.mark.parametrize("parser", ["json", "hermes"])
+def test_malformed_arguments_are_kept_as_written_and_counted(small_tokenizer, parser):
+    replies = [BROKEN[parser] + END, "Sorry." + END, BROKEN[parser] + END, "Sorry." + END]
+
+    async def go():
+        engine, chat, server = await serve(small_tokenizer, replies, parser)()
+        try:
+            oa_session = chat.sessions.open()
+            oa = openai.AsyncOpenAI(base_url=f"{server.url}/sessions/{oa_session.id}/v1", api_key="-")
+            messages = [{"role": "user", "content": "Compute 2*3."}]
+            reply = await oa.chat.completions.create(model="m", messages=messages, tools=OPENAI_TOOLS)
+            call = reply.choices[0].message.tool_calls[0]
+            assert (call.function.name, call.function.arguments) == ("calculator", '{"q": "2*3"')
+            messages += [
+                reply.choices[0].message,
+                {"role": "tool", "tool_call_id": call.id, "content": "bad"},
+            ]
+            await oa.chat.completions.create(model="m", messages=messages, tools=OPENAI_TOOLS)
+
+            an_session = chat.sessions.open()
+            an = anthropic.AsyncAnthropic(base_url=f"{server.url}/sessions/{an_session.id}", api_key="-")
+            asked = [{"role": "user", "content": "Compute 2*3."}]
+            answer = await an.messages.create(model="m", max_tokens=64, messages=asked, tools=ANTHROPIC_TOOLS)
+            block = answer.content[0]
+            assert (block.name, block.input) == ("calculator", {"INVALID_JSON": '{"q": "2*3"'})
+            result = [{"type": "tool_result", "tool_use_id": block.id, "content": "bad"}]
+            asked += [{"role": "assistant", "content": answer.content}, {"role": "user", "content": result}]
+            await an.messages.create(model="m", max_tokens=64, messages=asked, tools=ANTHROPIC_TOOLS)
+            return engine, oa_session, an_session
+        finally:
+            await server.close()
+
+    engine, *sessions = run(go)
+    sampled = small_tokenizer(BROKEN[parser] + END, add_special_tokens=False)["input_ids"]
+    for session in sessions:
+        # sent back as it came, the broken call matches the recorded turn: its sampled ids are reused
+        assert [t.parent for t in session.turns] == [None, (0, 0)] and session.forks() == []
+        assert session.turns[0].choices[0].output_ids == sampled
+        assert session.turns[1].prompt_ids[: session.turns[1].reused][-len(sampled) :] == sampled
+        assert [c.malformed_calls for t in session.turns for c in t.choices] == [1, 0]
+
+
+def test_a_rewritten_history_is_kept_as_a_tree_of_token_segments(small_tokenizer):
+    """The agent edits its first question after two turns, then drops the model's first answer: each
+    rewrite is a branch; every recorded (turn, choice) is a path of the tree, token for token."""
+    replies = ["<think>hmm</think>It is 6." + END, "Yes." + END, "Six." + END, "Ok." + END]
+
+    async def go():
+        engine, chat, server = await serve(small_tokenizer, replies, "json")()
+        try:
+            session = chat.sessions.open()
+            oa = openai.AsyncOpenAI(base_url=f"{server.url}/sessions/{session.id}/v1", api_key="-")
+
+            async def ask(messages):
+                return (await oa.chat.completions.create(model="m", messages=messages)).choices[0].message
+
+            first = [{"role": "user", "content": "What is 2*3?"}]
+            answer = await ask(first)
+            await ask([*first, answer, {"role": "user", "content": "Sure?"}])
+            await ask([{"role": "user", "content": "What is 2 times 3?"}])  # the question edited
+            stripped = {"role": "assistant", "content": "It is 6."}  # old reasoning dropped
+            await ask([*first, stripped, {"role": "user", "content": "Sure?"}])
+            return session
+        finally:
+            await server.close()
+
+    session = run(go)
+    tree = session_record(session)["tree"]
+    assert tree["format"] == "rlsdk.trajectory_tree/1" and tree["branches"] == 3
+    assert [f["reason"] for f in session.forks()] == ["new_root", "new_root"]
+    paths = tree_paths(tree)
+    assert set(paths) == {(0, 0), (1, 0), (2, 0), (3, 0)}
+    for leaf, path in paths.items():
+        expected = session.path(leaf)
+        assert path["tokens"] == expected.tokens
+        assert path["loss_mask"] == [0] * expected.prompt_length + expected.loss_mask
+        assert path["logprobs"] == [0.0] * expected.prompt_length + expected.rollout_log_probs
+    # the roots share the system and user header: one segment, then the branches
+    nodes = tree["nodes"]
+    roots = [n for n in nodes if n["parent"] is None]
+    assert len(roots) == 1 and sum(n["parent"] == roots[0]["id"] for n in nodes) == 2
+    # the trained branch is the latest turn's path
+    trained = [x for i in tree["trained"] for x in nodes[i]["tokens"]]
+    assert trained == session.trajectory().tokens and tree["trained_turns"] == [[3, 0]]
+
+
+def test_agent_metrics_count_branches_and_malformed_calls():
+    from rlsdk import Sample
+
+    samples = [Sample(index=i) for i in range(2)]
+    samples[0].metadata["agent"] = {"turns": 3, "forks": [{}], "branches": 2, "malformed_tool_calls": 1}
+    samples[1].metadata["agent"] = {"turns": 2, "forks": [], "branches": 1, "malformed_tool_calls": 0}
+    metrics = agent_metrics(samples)
+    assert metrics["agent/branches"] == 3 and metrics["agent/malformed_tool_calls"] == 1
+    assert metrics["agent/fork_rate"] == pytest.approx(1 / 3)
+    assert metrics["agent/fork_rate_per_session"] == pytest.approx((1 / 2 + 0) / 2)
