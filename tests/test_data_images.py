@@ -81,5 +81,5 @@ def test_generate_sends_text_and_image_data(rlsdk_pm, small_tokenizer, tmp_path)
                      "return_logprob": True}
     assert second["text"] == cat.prompt + "A small" and second["image_data"] == images and "input_ids" not in second
     assert "image_data" not in third and third["input_ids"] == small_tokenizer(plain.prompt, add_special_tokens=False)["input_ids"]
-    assert cat.status == Sample.Status.COMPLETED and cat.response == "A small cat.<|im_end|>"  # no_stop_trim
+    assert cat.status == Sample.Status.COMPLETED and cat.response == "A small cat."  # the stop token in the ids, not the text
     assert len(cat.loss_mask) == len(cat.rollout_log_probs) == cat.response_length

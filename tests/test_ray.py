@@ -235,12 +235,12 @@ def test_on_a_local_cluster_the_engine_s_own_check_stops_the_run_without_a_node_
     which the first engine actor's start checks: no separate probe task runs, and a plugin the workers
     lack still stops the run before the first step, naming the engine and its node."""
     import rlsdk.ray.cluster as cluster_module
-    import rlsdk.ray.environments as environments
+    import rlsdk.run.ray_wiring as wiring
 
     monkeypatch.setattr(
-        cluster_module, "connect", lambda args: cluster_module.Cluster(cluster_module.LOCAL, False)
+        wiring, "connect", lambda args, local_cpus: cluster_module.Cluster(cluster_module.LOCAL, False)
     )
-    monkeypatch.setattr(environments, "check_nodes", _no_probe)
+    monkeypatch.setattr(wiring, "check_nodes", _no_probe)
     fake_dist("rlsdk-ghost", "1.0", "ghost", "ghost_plugin", "")
     out = tmp_path / "out"
     with pytest.raises(PluginEnvironmentError) as error:
@@ -370,6 +370,8 @@ def test_sync_rewards_run_as_ray_tasks_and_a_killed_worker_s_sample_is_scored_ag
     """With ``ray_sync_rewards`` a plain reward (a path here, the same file on every node) runs in Ray's
     workers, not in the driver; the worker of the first call dies with it and that sample is scored again
     by another worker; what the reward wrote on the samples comes back."""
+    from rlsdk.plugins.run_plugins import RunPlugins
+    from rlsdk.ray.task_pool import score_on_cluster
     from rlsdk.rollout.rewarding import score_group
     from rlsdk.types import Sample
 
@@ -379,7 +381,9 @@ def test_sync_rewards_run_as_ray_tasks_and_a_killed_worker_s_sample_is_scored_ag
     samples = [Sample(prompt="p", response="x" * n) for n in (1, 2, 3)]
     set_cluster_task_pool(RayTaskPool(cpus_per_task=0.5))
     try:
-        asyncio.run(score_group(args, get_plugin_manager(), samples))
+        plugins = RunPlugins(args, get_plugin_manager())
+        plugins.reward_runner = score_on_cluster  # what the Ray wiring of a run with ray_sync_rewards sets
+        asyncio.run(score_group(args, plugins, samples))
     finally:
         set_cluster_task_pool(None)
     assert [s.reward for s in samples] == [1.0, 2.0, 3.0]
