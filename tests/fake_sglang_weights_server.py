@@ -10,7 +10,7 @@ what the server does with each request (read from its source: ``http_server.py``
 - ``/init_weights_update_group`` (a TCP rendezvous as rank ``rank_offset`` of a group whose store keys
   are prefixed by ``group_name``) and ``/update_weights_from_distributed`` (a broadcast from rank 0 of
   one flattened byte tensor, rebuilt by names, dtypes and shapes), over gloo instead of NCCL;
-- ``/server_info`` (``tp_size`` 1), ``/flush_cache``; ``GET /loaded`` answers what it holds: per weight
+- ``/server_info`` (``tp_size`` 1), ``/model_info`` (the weight version), ``/flush_cache``; ``GET /loaded`` answers what it holds: per weight
   its dtype, shape and sum, the calls in order and the weight version.
 
 ``python fake_sglang_weights_server.py PORT AUTHKEY_HEX``: the key lets it fetch CPU tensors shared by
@@ -178,6 +178,9 @@ def make_app(state):
     async def server_info(request):
         return web.json_response({"tp_size": 1})
 
+    async def model_info(request):  # SGLang 0.5.17 reports the served weights' version here
+        return web.json_response({"weight_version": state.version})
+
     async def ok(request):
         return web.json_response({})
 
@@ -189,6 +192,7 @@ def make_app(state):
     app.router.add_post("/update_weights_from_distributed", from_distributed)
     app.router.add_get("/loaded", loaded)
     app.router.add_get("/server_info", server_info)
+    app.router.add_get("/model_info", model_info)
     app.router.add_get("/flush_cache", ok)
     app.router.add_get("/health", ok)
     return app

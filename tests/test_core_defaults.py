@@ -48,7 +48,7 @@ def served():
 def test_core_registers_the_defaults_itself(core_only):
     assert {info.distribution for info in core_only.plugin_infos()} == {"rlsdk"}
     assert core_only.names("generate_rollout") == ["sglang"]
-    assert core_only.names("custom_generate") == ["openai_agent", "single_turn"]
+    assert core_only.names("custom_generate") == ["anthropic_agent", "openai_agent", "single_turn"]
     assert core_only.names("engine") == ["sglang"]
     assert core_only.names("buffer_filter") == ["pop_first"]
     assert core_only.names("trainer") == ["torch"]

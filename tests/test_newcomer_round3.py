@@ -84,7 +84,8 @@ def test_a_step_whose_every_reward_is_invalid_stops_the_run_with_the_cause(make_
     assert metrics["rollout/dynamic_filter/drop_invalid_reward"] == 4 and metrics["ledger/kept"] == 0
     with pytest.raises(RlsdkError, match=r"step 0: all 4 samples were dropped for an invalid reward \(reward "
                                          r"'needs_label' .*the sample has no label: name the data's answer key "
-                                         r"with --label-key\); the samples are in discarded.jsonl"):
+                                         r"with --label-key\); nothing was trained or checkpointed, the samples "
+                                         r"are in discarded.jsonl"):
         check_step(args, 0, metrics)
     check_step(args.replace(on_failed_step="continue"), 0, metrics)  # asked to go on: it goes on
 

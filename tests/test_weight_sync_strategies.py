@@ -311,6 +311,7 @@ def one_step(url: str, tiny_llama: Path, tmp_path: Path, **flags: Any) -> tuple[
         session = TrainingSession(args, runtime, tmp_path)
         trainer = session.trainer
         assert isinstance(trainer, RecordingTrainer)
+        session.drift.baseline = 1.0  # the drift check's noise, which it would measure with /generate (the fake has none)
         try:
             metrics = session.train(0, RolloutFnTrainOutput(samples=groups()))
         except Exception as exc:  # the fake server has no /generate: the trust check after the sync
