@@ -45,6 +45,7 @@ def qwen3_folder(model_type: str, tiny_llama: Path, folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.plugins("rlsdk_embedded")
 @pytest.mark.parametrize("model_type", ["qwen3", "qwen3_moe"])
 def test_torch_trainer_trains_and_the_embedded_engine_serves_its_weights(model_type, tiny_llama, tmp_path):
     from rlsdk_embedded.engine import EmbeddedEngine
