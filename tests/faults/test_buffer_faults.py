@@ -165,7 +165,10 @@ def test_slow_and_half_open_clients_are_cut_off(buffer_service):
     assert time.monotonic() - started < 5, "slow connections were not closed"
     for sock in slow:
         sock.settimeout(2)
-        answer = sock.recv(200)  # closed by the service: refused (503) past the limit, or cut off
+        try:
+            answer = sock.recv(200)  # closed by the service: refused (503) past the limit, or cut off
+        except ConnectionResetError:  # cut off with a reset (unread request bytes were pending): closed too
+            answer = b""
         assert answer == b"" or answer.startswith(b"HTTP/1.1 503"), answer
         sock.close()
     body_late = socket.create_connection((host, int(port)))  # headers, then a body that never comes
