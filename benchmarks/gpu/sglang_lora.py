@@ -132,10 +132,17 @@ def capture(url: str, adapter: Path) -> dict[str, Any]:
     return out
 
 
+def rounded(row: dict[str, Any], key: str, digits: int) -> float | None:
+    """``row[key]`` rounded; None where the step did not record it (a failed step writes nulls)."""
+    value = row.get(key)
+    return None if value is None else round(value, digits)
+
+
 def train_against(url: str, model: Path, out: Path, steps: int) -> dict[str, Any]:
     data = arithmetic_dataset(out / "train.jsonl", 256)
     command = [sys.executable, "-m", "rlsdk_cli.app", "run", "--train", "--engine", url, "--hf-checkpoint", str(model),
-               "--data", str(data), "--rm", "math", "--lora-rank", "16", "--lr", "1e-4", "--num-rollout", str(steps),
+               "--data", str(data), "--rm", "math", "--label-key", "label", "--lora-rank", "16", "--lr", "1e-4",
+               "--num-rollout", str(steps),
                "--rollout-batch-size", "16", "--n-samples-per-prompt", "8", "--rollout-max-response-len", "64",
                "--output", str(out / "run")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=480)
@@ -145,10 +152,10 @@ def train_against(url: str, model: Path, out: Path, steps: int) -> dict[str, Any
     return {
         "exit_code": done.returncode,
         "steps": len(rows),
-        "trust_check_max_diff": [round(r.get("train/sync_logprob_max_diff", -1), 4) for r in rows],
+        "trust_check_max_diff": [rounded(r, "train/sync_logprob_max_diff", 4) for r in rows],
         "weight_versions": [r.get("train/weight_version") for r in rows],
-        "sync_seconds": [round(r.get("train/sync_seconds", -1), 3) for r in rows],
-        "reward_mean": [round(r.get("rollout/reward_mean", -1), 4) for r in rows],
+        "sync_seconds": [rounded(r, "train/sync_seconds", 3) for r in rows],
+        "reward_mean": [rounded(r, "rollout/reward_mean", 4) for r in rows],
         "error_tail": (done.stderr or done.stdout)[-600:] if done.returncode else None,
     }
 

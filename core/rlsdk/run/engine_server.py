@@ -219,6 +219,8 @@ async def _weight_version_gone(request: web.Request) -> web.Response:
 async def _generate(request: web.Request) -> web.StreamResponse:
     engine = request.app[_ENGINE]
     body = _with_rids(await _json_body(request))
+    if unknown := _unknown_adapter(engine, body):
+        return unknown
     if not body.get("stream"):
         try:
             return web.json_response(await engine.generate(body))
@@ -349,11 +351,37 @@ async def _update_weights_from_disk(request: web.Request) -> web.Response:
     )
 
 
-def _lora_answer(engine: InferenceEngine, error: str | None = None, status: int = 400) -> web.Response:
-    """SGLang's ``LoRAUpdateOutput``: ``success``, ``error_message``, ``loaded_adapters`` (name -> path)."""
-    loaded = dict(getattr(engine, "lora_adapters", {}))
-    body = {"success": error is None, "error_message": error, "loaded_adapters": loaded}
+def _lora_answer(
+    engine: InferenceEngine, error: str | None = None, status: int = 400, *, unloading: bool = False
+) -> web.Response:
+    """SGLang 0.5.17's answer to a LoRA call (``tests/fixtures/sglang-0.5.17-lora.json``): ``rid`` and
+    ``http_worker_ipc`` (null), ``success``, ``error_message`` (empty on success), ``loaded_adapters``
+    (name -> path; null when an unload failed, as SGLang sends it)."""
+    loaded = None if error is not None and unloading else _loaded_adapters(engine)
+    body = {"rid": None, "http_worker_ipc": None, "success": error is None, "error_message": error or "",
+            "loaded_adapters": loaded}  # fmt: skip
     return web.json_response(body, status=200 if error is None else status)
+
+
+def _loaded_adapters(engine: InferenceEngine) -> dict[str, str]:
+    return dict(getattr(engine, "lora_adapters", {}))
+
+
+def _unknown_adapter(engine: InferenceEngine, body: dict[str, Any]) -> web.Response | None:
+    """SGLang's 400 for a ``/generate`` that names an adapter not loaded (a ``lora_path`` string, or one per
+    prompt), before anything is generated; None when every name is loaded, or the engine keeps no list of
+    its adapters (an SGLang behind it checks the names itself)."""
+    named, loaded = body.get("lora_path"), getattr(engine, "lora_adapters", None)
+    if named is None or loaded is None:
+        return None
+    for name in named if isinstance(named, list) else [named]:
+        if isinstance(name, str) and name not in loaded:
+            message = (
+                f"Got LoRA adapter that has never been loaded: {name}\n"
+                f"All loaded adapters: dict_keys({list(loaded)!r})."
+            )
+            return web.json_response({"error": {"message": message}}, status=400)
+    return None
 
 
 async def _load_lora_adapter(request: web.Request) -> web.Response:
@@ -382,7 +410,7 @@ async def _unload_lora_adapter(request: web.Request) -> web.Response:
     try:
         await engine.unload_lora_adapter(name)
     except (ValueError, RuntimeError, NotImplementedError, EngineRequestError) as exc:
-        return _lora_answer(engine, f"Failed to unload LoRA adapter {name!r}: {exc}")
+        return _lora_answer(engine, f"Failed to unload LoRA adapter {name!r}: {exc}", unloading=True)
     return _lora_answer(engine)
 
 
