@@ -1006,8 +1006,8 @@ def rlsdk_model_providers() -> Iterable[ModelProvider]:
 
     The callable is slime's ``provider(pre_process, post_process, vp_stage=None) -> GPTModel``, called by
     keyword; the checkpoint's converted weights are loaded into what it returns, so the weights keep
-    ``GPTModel``'s names. Declare ``config`` and ``model_kwargs`` to get the ``TransformerConfig`` and the
-    other ``GPTModel`` arguments the trainer would use.
+    ``GPTModel``'s names. Declare ``config=None`` and ``model_kwargs=None`` to get the ``TransformerConfig``
+    and the other ``GPTModel`` arguments the trainer would use.
 
     **Example:**
 
@@ -1015,7 +1015,7 @@ def rlsdk_model_providers() -> Iterable[ModelProvider]:
 
         from rlsdk import ModelProvider, hookimpl
 
-        def local_spec(pre_process, post_process, vp_stage=None, *, config, model_kwargs):
+        def local_spec(pre_process, post_process, vp_stage=None, config=None, model_kwargs=None):
             from megatron.core.models.gpt import GPTModel
             from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
