@@ -512,7 +512,7 @@ def test_check_agent_runs_it_through_openai_agent_on_a_served_engine(small_token
 
 class Tasks:
     """Task generators for the rollout buffer: one that writes a group per input row, one that fails, one
-    that writes nothing."""
+    that writes nothing, one whose group hook fails."""
 
     @hookimpl
     def rlsdk_task_generators(self):
@@ -540,6 +540,11 @@ class Tasks:
         yield TaskGenerator(name="broken", func=broken)
         yield TaskGenerator(name="idle", func=lambda data: None)
 
+        def needs_score(group, group_size, task_type):
+            return all(item["extra_info"]["score"] > 0 for item in group[1])
+
+        yield TaskGenerator(name="picky", func=answers, is_valid_group=needs_score)
+
 
 def test_check_task_generator_runs_it_on_a_served_buffer(tmp_path):
     pm = get_plugin_manager(load_entrypoints=False, plugins=[Tasks()])
@@ -559,3 +564,7 @@ def test_check_task_generator_runs_it_on_a_served_buffer(tmp_path):
         check_task_generator(pm, "broken", body)
     with pytest.raises(AssertionError, match="task_generator 'idle' .* wrote no complete group of 2"):
         check_task_generator(pm, "idle", body)
+    with pytest.raises(
+        AssertionError, match="task_generator 'picky' .*'s group hooks raised KeyError: 'score'"
+    ):
+        check_task_generator(pm, "picky", body)
