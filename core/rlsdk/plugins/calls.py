@@ -6,7 +6,9 @@ in the loop. The kinds that live a floor up have theirs beside their protocol: t
 (:func:`rlsdk.training.trainer.build_trainer`), tools (:func:`rlsdk.rollout.tools.call_tool`), tool-call
 parsers (:mod:`rlsdk.agents.completions`), agents (:mod:`rlsdk.agents.openai_agent`), task generators
 (:mod:`rlsdk.rollout.buffer_service`), losses (the trainer's own forward pass). A ``cheap`` reward has a sync
-fast path (:func:`call_cheap_reward`) that checks its result as :func:`call_reward` does.
+fast path (:func:`call_cheap_reward`) that checks its result as :func:`call_reward` does. slime's other
+extension points have theirs at the end, the megatron trainer's hooks (called through
+:class:`rlsdk.MegatronHooks`) and the disk weight sync's post-write hook among them.
 
 Each function calls the plugin the same way, sync or async (an awaitable result is awaited), turns any failure
 (an exception, a timeout, a result of the wrong shape) into a :class:`~rlsdk.errors.PluginCallError` that names
