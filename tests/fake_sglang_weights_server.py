@@ -10,6 +10,8 @@ what the server does with each request (read from its source: ``http_server.py``
 - ``/init_weights_update_group`` (a TCP rendezvous as rank ``rank_offset`` of a group whose store keys
   are prefixed by ``group_name``) and ``/update_weights_from_distributed`` (a broadcast from rank 0 of
   one flattened byte tensor, rebuilt by names, dtypes and shapes), over gloo instead of NCCL;
+- ``/update_weights_from_disk``: every ``*.safetensors`` file of ``model_path`` loaded (an error answer when
+  there is none), with ``/pause_generation`` and ``/continue_generation`` around it (nothing to pause);
 - ``/server_info`` (``tp_size`` 1), ``/model_info`` (the weight version), ``/flush_cache``; ``GET /loaded`` answers what it holds: per weight
   its dtype, shape and sum, the calls in order and the weight version.
 
@@ -24,6 +26,7 @@ import multiprocessing
 import pickle
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 from aiohttp import web
@@ -164,6 +167,21 @@ def make_app(state):
         state.version = body.get("weight_version") or state.version
         return web.json_response({"success": True, "message": "ok"})
 
+    async def from_disk(request):
+        from safetensors.torch import load_file
+
+        body = await request.json()
+        state.calls.append("update_weights_from_disk")
+        files = sorted(Path(body["model_path"]).glob("*.safetensors"))
+        if not files:
+            message = f"no safetensors weights in {body['model_path']}"
+            return web.json_response({"success": False, "message": message}, status=400)
+        state.weights = {}
+        for file in files:
+            state.weights.update(load_file(str(file)))
+        state.version = body.get("weight_version") or state.version
+        return web.json_response({"success": True, "message": "Succeeded to update model weights."})
+
     async def loaded(request):
         return web.json_response(
             {
@@ -190,6 +208,9 @@ def make_app(state):
     app.router.add_post("/update_weights_from_tensor", from_tensor)
     app.router.add_post("/init_weights_update_group", init_group)
     app.router.add_post("/update_weights_from_distributed", from_distributed)
+    app.router.add_post("/update_weights_from_disk", from_disk)
+    app.router.add_post("/pause_generation", ok)
+    app.router.add_post("/continue_generation", ok)
     app.router.add_get("/loaded", loaded)
     app.router.add_get("/server_info", server_info)
     app.router.add_get("/model_info", model_info)

@@ -127,7 +127,9 @@ class Plugins:
     @hookimpl
     def rlsdk_all_samples_processes(self):
         def record(args, all_groups, data_source):
-            CALLS.append(("all", [(g[0].group_index, g[0].reward) for g in all_groups], type(data_source).__name__))
+            CALLS.append(
+                ("all", [(g[0].group_index, g[0].reward) for g in all_groups], type(data_source).__name__)
+            )
 
         yield AllSamplesProcess(name="record", func=record)
 
@@ -405,8 +407,36 @@ def test_a_sample_filter_that_removes_a_sample_is_named(step_run):
 
 def test_all_samples_process_sees_kept_and_dropped_groups_in_order(step_run):
     CALLS.clear()
-    args, source, runtime = step_run(rollout_all_samples_process_path="record", rm_type="contains_x:1,crashes:1",
-                                     on_invalid_reward="drop_group", rollout_max_groups_per_step=2)
+    args, source, runtime = step_run(
+        rollout_all_samples_process_path="record",
+        rm_type="contains_x:1,crashes:1",
+        on_invalid_reward="drop_group",
+        rollout_max_groups_per_step=2,
+    )
     with pytest.warns(RuntimeWarning):
         runtime.run(rollout_step(args, 0, source, runtime))
     assert CALLS == [("all", [(0, None), (1, None)], "DataSource")]
+
+
+def test_megatron_hooks_with_the_torch_trainer_are_refused_before_the_engine_starts(pm, tmp_path):
+    """The torch trainer would never call them: the run stops while it resolves its plugins, naming them."""
+    from rlsdk import MegatronInit
+
+    class Init:
+        @hookimpl
+        def rlsdk_megatron_inits(self):
+            yield MegatronInit(name="note", func=lambda args: None)
+
+    pm.register(Init())
+    args = RolloutConfig(
+        engine="fake",
+        data_source_path="countdown",
+        rm_type="contains_x",
+        output_dir=str(tmp_path / "out"),
+        train=True,
+        custom_megatron_init_path="note",
+    )
+    with pytest.raises(
+        ValueError, match="--custom-megatron-init-path: megatron hooks, which only --trainer megatron"
+    ):
+        run_job(args, pm)

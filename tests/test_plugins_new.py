@@ -24,6 +24,13 @@ def new_plugin(tmp_path: Path, *kinds: str, name: str = "my-rewards") -> Path:
 
 
 def test_a_new_plugin_passes_its_own_tests_installs_and_is_listed(tmp_path):
+    trainer_hooks = {
+        "megatron_init",
+        "megatron_before_log_prob",
+        "megatron_before_train_step",
+        "model_provider",
+    }
+    assert trainer_hooks | {"task_generator", "update_weight_post_write"} <= set(SCAFFOLD_KINDS)
     root = new_plugin(tmp_path, *SCAFFOLD_KINDS)
     assert (root / "README.md").exists()
     env = {**os.environ, "PYTHONPATH": str(root / "src")}

@@ -382,9 +382,92 @@ def test_sample_filter_and_all_samples_slots_as_slime_calls_them(slime_pm):
     assert tuple(inspect.signature(sample_filter).parameters)[:2] == ("args", "groups")
     groups = [[Sample(index=0), Sample(index=1)], [Sample(index=2), Sample(index=3)]]
     sample_filter(object(), groups)
-    assert [[s.remove_sample for s in g] for g in groups] == [[False, True], [False, True]]  # slime's own samples
+    assert [[s.remove_sample for s in g] for g in groups] == [
+        [False, True],
+        [False, True],
+    ]  # slime's own samples
     process = load_callable("rlsdk.slime.all_samples_process.count")
     assert tuple(inspect.signature(process).parameters)[:3] == ("args", "all_groups", "data_source")
     args = make_args()
     process(args, [[Sample(index=0)]], object())
     assert args.processed_group_count == 1
+
+
+def test_megatron_and_weight_sync_slots_as_slime_calls_them(slime_pm, tmp_path):
+    """slime's megatron backend calls ``init(args)``, ``hook(args, model, store_prefix)``, ``hook(args,
+    rollout_id, step_id, model, optimizer, opt_param_scheduler)``, ``provider(pre_process=, post_process=,
+    vp_stage=)`` (``vp_stage`` only where the signature has it) and, after a disk sync's write,
+    ``hook(args, version_dir, rollout_engines)``; each plugin gets slime's ``args`` with rlsdk's defaults."""
+    from rlsdk import (
+        MegatronBeforeLogProb,
+        MegatronBeforeTrainStep,
+        MegatronInit,
+        ModelProvider,
+        UpdateWeightPostWrite,
+    )
+
+    seen: list[tuple[Any, ...]] = []
+
+    class Megatron:
+        @hookimpl
+        def rlsdk_megatron_inits(self):
+            yield MegatronInit(name="note", func=lambda args: seen.append(("init", args.lr)) and None)
+
+        @hookimpl
+        def rlsdk_megatron_before_log_probs(self):
+            yield MegatronBeforeLogProb(
+                name="note", func=lambda args, model, prefix: seen.append(("log_prob", prefix)) and None
+            )
+
+        @hookimpl
+        def rlsdk_megatron_before_train_steps(self):
+            def note(args, rollout_id, step_id, model, optimizer, opt_param_scheduler):
+                seen.append(("train_step", rollout_id, step_id, opt_param_scheduler))
+
+            yield MegatronBeforeTrainStep(name="note", func=note)
+
+        @hookimpl
+        def rlsdk_model_providers(self):
+            def linear(pre_process, post_process, vp_stage=None):
+                seen.append(("provider", pre_process, post_process, vp_stage))
+                return torch.nn.Linear(2, 2)
+
+            yield ModelProvider(name="linear", func=linear)
+
+        @hookimpl
+        def rlsdk_update_weight_post_writes(self):
+            def publish(args, version_dir, rollout_engines):
+                seen.append(("post_write", version_dir, rollout_engines))
+
+            yield UpdateWeightPostWrite(name="note", func=publish)
+
+    slime_pm.register(Megatron())
+    args = make_args()
+    init = load_callable("rlsdk.slime.megatron_init.note")
+    assert tuple(inspect.signature(init).parameters) == ("args",) and init(args) is None
+    before_log_prob = load_callable("rlsdk.slime.megatron_before_log_prob.note")
+    assert tuple(inspect.signature(before_log_prob).parameters) == ("args", "model", "store_prefix")
+    before_log_prob(args, [torch.nn.Linear(2, 2)], "ref_")
+    before_train_step = load_callable("rlsdk.slime.megatron_before_train_step.note")
+    assert tuple(inspect.signature(before_train_step).parameters) == (
+        "args",
+        "rollout_id",
+        "step_id",
+        "model",
+        "optimizer",
+        "opt_param_scheduler",
+    )
+    before_train_step(args, 2, 1, [], None, "scheduler")
+    provider = load_callable("rlsdk.slime.model_provider.linear")
+    assert "vp_stage" in inspect.signature(provider).parameters
+    assert isinstance(provider(pre_process=True, post_process=False, vp_stage=0), torch.nn.Linear)
+    post_write = load_callable("rlsdk.slime.update_weight_post_write.note")
+    assert tuple(inspect.signature(post_write).parameters) == ("args", "version_dir", "rollout_engines")
+    post_write(args, str(tmp_path), ("engine-actor",))
+    assert seen == [
+        ("init", 1e-6),  # rlsdk's default lr: slime's args here has none
+        ("log_prob", "ref_"),
+        ("train_step", 2, 1, "scheduler"),
+        ("provider", True, False, 0),
+        ("post_write", str(tmp_path), ["engine-actor"]),
+    ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 import json
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -21,6 +22,10 @@ from rlsdk import (
     Environment,
     EvalRolloutLog,
     GenerateRollout,
+    MegatronBeforeLogProb,
+    MegatronBeforeTrainStep,
+    MegatronInit,
+    ModelProvider,
     PgLossReducer,
     PluginCallError,
     PluginError,
@@ -31,8 +36,10 @@ from rlsdk import (
     RolloutLog,
     RolloutSampleFilter,
     SampleHook,
+    TaskGenerator,
     TisFunction,
     Tool,
+    UpdateWeightPostWrite,
     get_plugin_manager,
     hookimpl,
     package_file,
@@ -50,6 +57,10 @@ from rlsdk.testing import (
     check_environment,
     check_eval_rollout_log,
     check_generate_rollout,
+    check_megatron_before_log_prob,
+    check_megatron_before_train_step,
+    check_megatron_init,
+    check_model_provider,
     check_pg_loss_reducer,
     check_reward,
     check_reward_post_process,
@@ -57,8 +68,10 @@ from rlsdk.testing import (
     check_rollout_log,
     check_rollout_sample_filter,
     check_sample_hook,
+    check_task_generator,
     check_tis_function,
     check_tool,
+    check_update_weight_post_write,
 )
 
 
@@ -190,6 +203,33 @@ class Good:
 
         yield Tool(name="add", func=add)
 
+    @hookimpl
+    def rlsdk_megatron_inits(self):
+        yield MegatronInit(name="seed", func=lambda args: torch.manual_seed(args.rollout_seed) and None)
+
+    @hookimpl
+    def rlsdk_megatron_before_log_probs(self):
+        yield MegatronBeforeLogProb(
+            name="eval_mode", func=lambda args, model, store_prefix: [m.eval() for m in model] and None
+        )
+
+    @hookimpl
+    def rlsdk_megatron_before_train_steps(self):
+        yield MegatronBeforeTrainStep(
+            name="zero",
+            func=lambda args, rollout_id, step_id, model, optimizer, scheduler: optimizer.zero_grad(),
+        )
+
+    @hookimpl
+    def rlsdk_model_providers(self):
+        yield ModelProvider(name="linear", func=lambda pre_process, post_process: torch.nn.Linear(2, 2))
+
+    @hookimpl
+    def rlsdk_update_weight_post_writes(self):
+        yield UpdateWeightPostWrite(
+            name="mark", func=lambda args, version_dir, engines: (Path(version_dir) / "published").touch()
+        )
+
 
 class Bad:
     @hookimpl
@@ -272,6 +312,30 @@ class Bad:
 
         yield Tool(name="add", func=add)
 
+    @hookimpl
+    def rlsdk_megatron_inits(self):
+        yield MegatronInit(name="seed", func=lambda args: 42)
+
+    @hookimpl
+    def rlsdk_megatron_before_log_probs(self):
+        yield MegatronBeforeLogProb(name="eval_mode", func=lambda args, model, store_prefix: model[1])
+
+    @hookimpl
+    def rlsdk_megatron_before_train_steps(self):
+        yield MegatronBeforeTrainStep(
+            name="zero", func=lambda args, rollout_id, step_id, model, optimizer, scheduler: optimizer
+        )
+
+    @hookimpl
+    def rlsdk_model_providers(self):
+        yield ModelProvider(name="linear", func=lambda pre_process, post_process: {"weight": 1})
+
+    @hookimpl
+    def rlsdk_update_weight_post_writes(self):
+        yield UpdateWeightPostWrite(
+            name="mark", func=lambda args, version_dir, engines: open("/nonexistent/x")
+        )  # noqa: SIM115
+
 
 CHECKS = [
     (check_rollout_sample_filter, "mark", "changed the groups"),
@@ -288,6 +352,11 @@ CHECKS = [
     (check_pg_loss_reducer, "total", "expected a scalar tensor"),
     (check_tis_function, "keep", "pg_loss of shape"),
     (check_engine, "fake", "expected an rlsdk.InferenceEngine"),
+    (check_megatron_init, "seed", "returned int: a hook makes its changes in place"),
+    (check_megatron_before_log_prob, "eval_mode", "before the policy log-probs raised IndexError"),
+    (check_megatron_before_train_step, "zero", "before optimizer step 0 of rollout 0 returned AdamW"),
+    (check_model_provider, "linear", "built dict, which has no parameters"),
+    (check_update_weight_post_write, "mark", "after the weights were written to .* raised FileNotFoundError"),
 ]
 
 
@@ -439,3 +508,63 @@ def test_check_agent_runs_it_through_openai_agent_on_a_served_engine(small_token
         assert sample.metadata["agent"]["result"] == "Hi there."
         with pytest.raises(AssertionError, match="agent 'crashes' .* RuntimeError: agent bug"):
             check_agent(pm, "crashes", served)
+
+
+class Tasks:
+    """Task generators for the rollout buffer: one that writes a group per input row, one that fails, one
+    that writes nothing, one whose group hook fails."""
+
+    @hookimpl
+    def rlsdk_task_generators(self):
+        import httpx
+
+        def answers(data):
+            rows = [json.loads(line) for line in Path(data["input_file"]).read_text().splitlines()]
+            for r, row in enumerate(rows):
+                for n in range(int(data["num_repeat_per_sample"])):
+                    item = {
+                        "instance_id": r,
+                        "uid": f"{r}-{n}",
+                        "messages": [
+                            {"role": "user", "content": row["q"]},
+                            {"role": "assistant", "content": row["a"]},
+                        ],
+                        "reward": 1.0,
+                    }
+                    httpx.post(data["remote_buffer_url"] + "/buffer/write", json=item).raise_for_status()
+
+        def broken(data):
+            raise ConnectionError("the environment server is down")
+
+        yield TaskGenerator(name="answers", func=answers)
+        yield TaskGenerator(name="broken", func=broken)
+        yield TaskGenerator(name="idle", func=lambda data: None)
+
+        def needs_score(group, group_size, task_type):
+            return all(item["extra_info"]["score"] > 0 for item in group[1])
+
+        yield TaskGenerator(name="picky", func=answers, is_valid_group=needs_score)
+
+
+def test_check_task_generator_runs_it_on_a_served_buffer(tmp_path):
+    pm = get_plugin_manager(load_entrypoints=False, plugins=[Tasks()])
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"q": "1+1", "a": "2"}\n{"q": "2+2", "a": "4"}\n')
+    body = {"input_file": str(rows), "num_repeat_per_sample": 2}
+    items = check_task_generator(pm, "answers", body)
+    assert sorted((i["instance_id"], i["uid"]) for i in items) == [
+        ("0", "0-0"),
+        ("0", "0-1"),
+        ("1", "1-0"),
+        ("1", "1-1"),
+    ]
+    with pytest.raises(
+        AssertionError, match="task_generator 'broken' .* raised ConnectionError: the environment"
+    ):
+        check_task_generator(pm, "broken", body)
+    with pytest.raises(AssertionError, match="task_generator 'idle' .* wrote no complete group of 2"):
+        check_task_generator(pm, "idle", body)
+    with pytest.raises(
+        AssertionError, match="task_generator 'picky' .*'s group hooks raised KeyError: 'score'"
+    ):
+        check_task_generator(pm, "picky", body)

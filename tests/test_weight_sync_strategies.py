@@ -23,7 +23,16 @@ from typing import Any
 import pytest
 import torch
 
-from rlsdk import RolloutConfig, RolloutFnTrainOutput, Runtime, Sample, get_plugin_manager
+from rlsdk import (
+    PluginCallError,
+    RolloutConfig,
+    RolloutFnTrainOutput,
+    Runtime,
+    Sample,
+    UpdateWeightPostWrite,
+    get_plugin_manager,
+    hookimpl,
+)
 from rlsdk.engines.sglang_client import SGLangClient
 from rlsdk.plugins.run_plugins import RunPlugins
 from rlsdk.training.session import TrainingSession
@@ -311,7 +320,9 @@ def one_step(url: str, tiny_llama: Path, tmp_path: Path, **flags: Any) -> tuple[
         session = TrainingSession(args, runtime, tmp_path)
         trainer = session.trainer
         assert isinstance(trainer, RecordingTrainer)
-        session.drift.baseline = 1.0  # the drift check's noise, which it would measure with /generate (the fake has none)
+        session.drift.baseline = (
+            1.0  # the drift check's noise, which it would measure with /generate (the fake has none)
+        )
         try:
             metrics = session.train(0, RolloutFnTrainOutput(samples=groups()))
         except Exception as exc:  # the fake server has no /generate: the trust check after the sync
@@ -366,3 +377,108 @@ def test_choose_sync_keeps_the_engines_memory_without_offload_rollout(tmp_path):
     assert choose_sync(RolloutConfig(colocate=True), client, tmp_path).release  # type: ignore[attr-defined]
     kept = choose_sync(RolloutConfig(colocate=True, offload_rollout=False), client, tmp_path)
     assert isinstance(kept, ColocatedTensorSync) and not kept.release
+
+
+# ---------------------------------------------------------------------------- update_weight_post_write
+#
+# slime's --custom-update-weight-post-write-path: hook(args, version_dir, rollout_engines), called after a disk
+# weight sync's files are written and before the engines read them (slime: update_weight_from_disk.py).
+
+
+def post_write_session(
+    url: str, tiny_llama: Path, tmp_path: Path, hook: Any
+) -> tuple[TrainingSession, Runtime]:
+    """A training session syncing through disk to the server at ``url``, ``hook`` its post-write plugin."""
+
+    class PostWrite:
+        @hookimpl
+        def rlsdk_update_weight_post_writes(self):
+            yield UpdateWeightPostWrite(name="publish", func=hook)
+
+    args = RolloutConfig(
+        hf_checkpoint=str(tiny_llama),
+        train=True,
+        train_threads=1,
+        weight_sync="disk",
+        custom_update_weight_post_write_path="publish",
+    )
+    pm = get_plugin_manager(load_entrypoints=False, plugins=[PostWrite()])
+    runtime = Runtime(pm, SGLangClient(url), run_plugins=RunPlugins(args, pm))
+    return TrainingSession(args, runtime, tmp_path), runtime
+
+
+def test_disk_sync_calls_the_post_write_hook_between_writing_and_the_engines_read(
+    weights_server, tiny_llama, tmp_path
+):
+    seen: list[tuple[str, list[str], list[str], list[Any]]] = []
+
+    def publish(args, version_dir, rollout_engines):
+        files = sorted(p.name for p in Path(version_dir).iterdir())
+        seen.append((version_dir, files, list(loaded(weights_server)["calls"]), rollout_engines))
+
+    session, runtime = post_write_session(weights_server, tiny_llama, tmp_path, publish)
+    try:
+        session.sync()
+        session.weight_version = 1
+        session.sync()
+    finally:
+        session.close()
+        runtime.run(runtime.engine.close())
+        runtime.loop.close()
+    assert len(seen) == 2  # once per sync
+    folder, files, calls_then, engines = seen[0]
+    assert folder == str((tmp_path / "sync-weights").resolve())
+    assert {"config.json", "model.safetensors"} <= set(files)  # complete, not a staging folder
+    assert calls_then == []  # the engine had not read the weights yet
+    assert engines == [runtime.engine]
+    assert seen[1][2] == ["update_weights_from_disk"]  # the second write came after the first read
+    state = loaded(weights_server)
+    assert state["calls"] == ["update_weights_from_disk"] * 2 and state["weight_version"] == "1"
+    weights = session.trainer.weights()
+    assert state["weights"] and set(state["weights"]) <= set(weights)  # a tied lm_head is not written
+    for name, (_, shape, total) in state["weights"].items():
+        assert shape == list(weights[name].shape)
+        assert total == pytest.approx(float(weights[name].float().sum()), rel=1e-5, abs=1e-5), name
+
+
+def test_a_failing_post_write_hook_stops_the_sync_before_the_engines_read(
+    weights_server, tiny_llama, tmp_path
+):
+    def publish(args, version_dir, rollout_engines):
+        raise OSError("object store unreachable")
+
+    session, runtime = post_write_session(weights_server, tiny_llama, tmp_path, publish)
+    try:
+        with pytest.raises(
+            PluginCallError,
+            match=r"update_weight_post_write 'publish' .* after the weights were "
+            r"written to .*sync-weights raised OSError: object store unreachable",
+        ):
+            session.sync()
+    finally:
+        session.close()
+        runtime.run(runtime.engine.close())
+        runtime.loop.close()
+    assert loaded(weights_server)["calls"] == []  # nothing read the unpublished files
+
+
+def test_a_post_write_hook_needs_the_disk_sync(tmp_path: Path):
+    """slime calls the hook from its disk syncs only: rlsdk refuses it with another transport instead of
+    skipping it silently."""
+
+    class PostWrite:
+        @hookimpl
+        def rlsdk_update_weight_post_writes(self):
+            yield UpdateWeightPostWrite(name="publish", func=lambda args, version_dir, rollout_engines: None)
+
+    hook = get_plugin_manager(load_entrypoints=False, plugins=[PostWrite()]).resolve(
+        "update_weight_post_write", "publish"
+    )
+    client = SGLangClient("http://127.0.0.1:1")
+    with pytest.raises(
+        ValueError, match="runs after a disk weight sync wrote its files; this run syncs nccl"
+    ):
+        choose_sync(RolloutConfig(weight_sync="nccl"), client, tmp_path, hook)
+    with pytest.raises(ValueError, match="this run syncs in_process: pass --weight-sync disk"):
+        choose_sync(RolloutConfig(), InProcessEngine(), tmp_path, hook)  # type: ignore[arg-type]
+    assert isinstance(choose_sync(RolloutConfig(weight_sync="disk"), client, tmp_path, hook), DiskSync)

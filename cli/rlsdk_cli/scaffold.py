@@ -22,6 +22,12 @@ SCAFFOLD_KINDS = (
     "agent",
     "trainer",
     "environment",
+    "task_generator",
+    "megatron_init",
+    "megatron_before_log_prob",
+    "megatron_before_train_step",
+    "model_provider",
+    "update_weight_post_write",
 )
 """The kinds ``rlsdk plugins new --kind`` writes an example of."""
 
@@ -267,6 +273,107 @@ def settings():
         "two-number additions, graded by a rubric",
     ),
 }
+EXAMPLES.update(
+    {
+        "task_generator": (
+            '''\
+def echo_answers(data):
+    """A rollout-buffer task, started with the ``/start_rollout`` body ``data``: it writes
+    ``num_repeat_per_sample`` trajectories for each of three questions to the buffer at ``remote_buffer_url``
+    (run your agent or environment here)."""
+    import httpx
+
+    for i in range(3):
+        for n in range(int(data.get("num_repeat_per_sample") or 1)):
+            messages = [
+                {"role": "user", "content": f"What is {i} + 1?"},
+                {"role": "assistant", "content": str(i + 1)},
+            ]
+            item = {"instance_id": i, "uid": f"{i}-{n}", "messages": messages, "reward": 1.0}
+            httpx.post(data["remote_buffer_url"] + "/buffer/write", json=item, timeout=30).raise_for_status()
+''',
+            "TaskGenerator",
+            "rlsdk_task_generators",
+            "echo_answers",
+            "a rollout-buffer task writing answered questions",
+        ),
+        "megatron_init": (
+            '''\
+def seed_python(args):
+    """Called once on every megatron trainer rank after megatron's initialisation, before the model is built."""
+    import random
+
+    random.seed(args.rollout_seed)
+''',
+            "MegatronInit",
+            "rlsdk_megatron_inits",
+            "seed_python",
+            "seed Python's random module on every rank",
+        ),
+        "megatron_before_log_prob": (
+            '''\
+def eval_mode(args, model, store_prefix):
+    """Before each log-prob computation (``store_prefix`` "" for the policy, "ref_" for the reference
+    model): every model chunk in eval mode."""
+    for chunk in model:
+        chunk.eval()
+''',
+            "MegatronBeforeLogProb",
+            "rlsdk_megatron_before_log_probs",
+            "eval_mode",
+            "model chunks in eval mode before log-probs",
+        ),
+        "megatron_before_train_step": (
+            '''\
+def lr_warmup(args, rollout_id, step_id, model, optimizer, opt_param_scheduler):
+    """Before each optimizer step: the learning rate rises linearly over the first 10 rollouts."""
+    for group in optimizer.param_groups:
+        group["lr"] = args.lr * min(1.0, (rollout_id + 1) / 10)
+''',
+            "MegatronBeforeTrainStep",
+            "rlsdk_megatron_before_train_steps",
+            "lr_warmup",
+            "a linear learning-rate warmup",
+        ),
+        "model_provider": (
+            '''\
+def local_gpt(pre_process, post_process, vp_stage=None, config=None, model_kwargs=None):
+    """megatron-core's GPTModel with the local layer spec, from the trainer's ``config`` and ``model_kwargs``;
+    the checkpoint's weights are loaded into it, so keep GPTModel's weight names."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization="RMSNorm")
+    return GPTModel(
+        config=config,
+        transformer_layer_spec=spec,
+        pre_process=pre_process,
+        post_process=post_process,
+        **model_kwargs,
+    )
+''',
+            "ModelProvider",
+            "rlsdk_model_providers",
+            "local_gpt",
+            "GPTModel with megatron's local layer spec",
+        ),
+        "update_weight_post_write": (
+            '''\
+def list_files(args, version_dir, rollout_engines):
+    """After a disk weight sync wrote ``version_dir``, before the engines read it: its file list is written
+    beside it (publish the files to your shared store here)."""
+    from pathlib import Path
+
+    folder = Path(version_dir)
+    (folder.parent / f"{folder.name}.files").write_text("\\n".join(sorted(p.name for p in folder.iterdir())))
+''',
+            "UpdateWeightPostWrite",
+            "rlsdk_update_weight_post_writes",
+            "list_files",
+            "list the synced weight files",
+        ),
+    }
+)
 """Per kind: the example function, its record class, its hook, the function's name, a description."""
 
 ENVIRONMENT_REWARDS = (("correct", "the last number is the label"), ("brief", "short answers"))
@@ -359,6 +466,46 @@ def test_{name}(rlsdk_pm):
     rlsdk_pm.register(plugin)
     check_callable(rlsdk_pm, "trainer", "{record}")
 """,
+        "task_generator": """\
+def test_{name}(rlsdk_pm):
+    rlsdk_pm.register(plugin)
+    body = {{"num_repeat_per_sample": 2}}  # the /start_rollout body (task_type added)
+    items = check_task_generator(rlsdk_pm, "{record}", body)
+    assert len(items) == 6  # three complete groups of two
+""",
+        "megatron_init": """\
+def test_{name}(rlsdk_pm):
+    rlsdk_pm.register(plugin)
+    check_megatron_init(rlsdk_pm, "{record}")
+""",
+        "megatron_before_log_prob": """\
+def test_{name}(rlsdk_pm):
+    rlsdk_pm.register(plugin)
+    # with one small torch module by default
+    model = check_megatron_before_log_prob(rlsdk_pm, "{record}")
+    assert not model[0].training
+""",
+        "megatron_before_train_step": """\
+def test_{name}(rlsdk_pm):
+    rlsdk_pm.register(plugin)
+    # rollout 0 with the default lr, 1e-6
+    _, optimizer = check_megatron_before_train_step(rlsdk_pm, "{record}")
+    assert abs(optimizer.param_groups[0]["lr"] - 1e-7) < 1e-15
+""",
+        "model_provider": """\
+def test_{name}(rlsdk_pm):
+    # the signature only: check_model_provider(rlsdk_pm, name, config=..., model_kwargs=...) builds it
+    # where megatron-core is installed
+    rlsdk_pm.register(plugin)
+    check_callable(rlsdk_pm, "model_provider", "{record}")
+""",
+        "update_weight_post_write": """\
+def test_{name}(rlsdk_pm):
+    rlsdk_pm.register(plugin)
+    # a folder holding config.json by default
+    folder = check_update_weight_post_write(rlsdk_pm, "{record}")
+    assert (folder.parent / f"{{folder.name}}.files").read_text() == "config.json"
+""",
     }
 )
 
@@ -374,6 +521,12 @@ CHECK_IMPORTS = {
     "agent": ["check_callable"],
     "trainer": ["check_callable"],
     "environment": ["check_environment", "check_reward", "make_group"],
+    "task_generator": ["check_task_generator"],
+    "megatron_init": ["check_megatron_init"],
+    "megatron_before_log_prob": ["check_megatron_before_log_prob"],
+    "megatron_before_train_step": ["check_megatron_before_train_step"],
+    "model_provider": ["check_callable"],
+    "update_weight_post_write": ["check_update_weight_post_write"],
 }
 
 
@@ -464,6 +617,12 @@ def readme(distribution: str, package: str, kinds: list[str]) -> str:
         "agent": "--custom-generate openai_agent --set agent_function_path=",
         "trainer": "--train --trainer",
         "environment": "--env",
+        "task_generator": "--rollout rollout_buffer --set rollout_task_type=",
+        "megatron_init": "--train --trainer megatron --custom-megatron-init-path",
+        "megatron_before_log_prob": "--train --trainer megatron --custom-megatron-before-log-prob-hook-path",
+        "megatron_before_train_step": "--train --trainer megatron --custom-megatron-before-train-step-hook-path",
+        "model_provider": "--train --trainer megatron --custom-model-provider-path",
+        "update_weight_post_write": "--train --weight-sync disk --custom-update-weight-post-write-path",
     }
     usage = " ".join(
         f"{option[k]}{'' if option[k].endswith('=') else ' '}{record_name(package, k)}" for k in kinds

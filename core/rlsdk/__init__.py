@@ -64,6 +64,10 @@ from .plugins.records import (
     EvalRolloutLog,
     GenerateRollout,
     Loss,
+    MegatronBeforeLogProb,
+    MegatronBeforeTrainStep,
+    MegatronInit,
+    ModelProvider,
     Option,
     OverSamplingFilter,
     PgLossReducer,
@@ -80,12 +84,14 @@ from .plugins.records import (
     Tool,
     ToolCallParser,
     Trainer,
+    UpdateWeightPostWrite,
 )
 from .rollout.generate import append_observation, model_turn
 from .rollout.generate import generate as single_turn
 from .rollout.rewarding import REWARD_ERROR, score_samples
 from .rollout.tools import ToolResult, call_tool, resolve_tools
 from .runtime import Runtime, get_runtime
+from .training.megatron_hooks import MegatronHooks
 from .training_options import named_model_folder, trainer_world_size
 from .types import (
     DynamicFilterOutput,
@@ -164,7 +170,12 @@ __all__ = [
     "LoraAdapter",
     "Loss",
     "ManagedProcess",
+    "MegatronBeforeLogProb",
+    "MegatronBeforeTrainStep",
+    "MegatronHooks",
+    "MegatronInit",
     "Messages",
+    "ModelProvider",
     "Option",
     "OverSamplingFilter",
     "ParsedTurn",
@@ -199,6 +210,7 @@ __all__ = [
     "TrainSample",
     "Trainer",
     "UnknownPluginError",
+    "UpdateWeightPostWrite",
     "adamw",
     "append_observation",
     "backoff_delay",

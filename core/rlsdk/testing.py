@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import tempfile
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .agents import FunctionCall, ParsedTurn
@@ -48,6 +50,10 @@ from .testing_kinds import (
     check_environment,
     check_eval_rollout_log,
     check_generate_rollout,
+    check_megatron_before_log_prob,
+    check_megatron_before_train_step,
+    check_megatron_init,
+    check_model_provider,
     check_pg_loss_reducer,
     check_reward_post_process,
     check_rollout_data_postprocess,
@@ -56,6 +62,7 @@ from .testing_kinds import (
     check_sample_hook,
     check_tis_function,
     check_tool,
+    check_update_weight_post_write,
 )
 from .training.trainer import build_trainer
 from .types import DynamicFilterOutput, Sample
@@ -83,6 +90,10 @@ __all__ = [
     "check_eval_rollout_log",
     "check_generate_rollout",
     "check_loss",
+    "check_megatron_before_log_prob",
+    "check_megatron_before_train_step",
+    "check_megatron_init",
+    "check_model_provider",
     "check_over_sampling_filter",
     "check_pg_loss_reducer",
     "check_reward",
@@ -91,10 +102,12 @@ __all__ = [
     "check_rollout_log",
     "check_rollout_sample_filter",
     "check_sample_hook",
+    "check_task_generator",
     "check_tis_function",
     "check_tool",
     "check_tool_call_parser",
     "check_trainer",
+    "check_update_weight_post_write",
     "make_group",
 ]
 
@@ -453,6 +466,39 @@ class ServedBuffer:
     def __exit__(self, *exc: object) -> None:
         self._loop.run(self.server.close(), 30)
         self._loop.close()
+
+
+def check_task_generator(
+    pm: RlsdkPluginManager, name: str, body: dict[str, Any] | None = None, *, timeout: float = 60.0
+) -> list[dict[str, Any]]:
+    """A task generator, started by a rollout buffer service on loopback through ``POST /start_rollout`` with
+    ``body`` (``task_type`` and ``num_repeat_per_sample: 1`` by default; the folder of its ``input_file`` is
+    allowed), finishes within ``timeout`` seconds without an error, and what it wrote makes at least one
+    complete group (its ``is_valid_group``, ``transform_group`` and ``get_group_data_meta_info`` applied) for
+    ``POST /get_rollout_data``, as the buffer service runs it for a trainer. Returns the items served."""
+    import httpx
+
+    from .rollout.buffer_service import BufferService, TrajectoryStore
+
+    resolved = pm.resolve("task_generator", name, registered_only=True)
+    body = {"task_type": resolved.name, "num_repeat_per_sample": 1, **(body or {})}
+    inputs = [Path(body["input_file"]).resolve().parent] if isinstance(body.get("input_file"), str) else []
+    with tempfile.TemporaryDirectory(prefix="rlsdk-buffer-") as folder:
+        service = BufferService(pm, TrajectoryStore(folder), input_dirs=inputs)
+        with ServedBuffer(service) as served:
+            started = httpx.post(served.url + "/start_rollout", json=body, timeout=30)
+            assert started.status_code == 200, (
+                f"{resolved.describe()}: /start_rollout answered {started.text}"
+            )
+            task = service.tasks[resolved.name]
+            task.join(timeout)
+            assert not task.is_alive(), f"{resolved.describe()} still running after {timeout:g}s"
+            assert not service.task_errors, service.task_errors[0]
+            answer = httpx.post(served.url + "/get_rollout_data", json={}, timeout=30)
+    assert answer.status_code == 200, f"/get_rollout_data answered {answer.text}"
+    items: list[dict[str, Any]] = answer.json()["data"]["data"]
+    assert items, f"{resolved.describe()} wrote no complete group of {body['num_repeat_per_sample']}"
+    return items
 
 
 @dataclass

@@ -24,6 +24,10 @@ from .plugins.calls import (
     call_environment,
     call_eval_rollout_log,
     call_generate_rollout,
+    call_megatron_before_log_prob,
+    call_megatron_before_train_step,
+    call_megatron_init,
+    call_model_provider,
     call_pg_loss_reducer,
     call_reward_post_process,
     call_rollout_data_postprocess,
@@ -31,6 +35,7 @@ from .plugins.calls import (
     call_rollout_sample_filter,
     call_sample_hooks,
     call_tis_function,
+    call_update_weight_post_write,
     run_to_completion,
 )
 from .plugins.manager import RlsdkPluginManager
@@ -358,3 +363,85 @@ def check_agent(
     assert result.loss_mask and 1 in result.loss_mask, f"agent {name!r}: no model token in its sample"
     assert math.isfinite(sum(result.rollout_log_probs or [0.0]))
     return result
+
+
+# ----- the megatron trainer's hooks and the weight sync's -----------------------------------------------------
+
+
+def _small_model() -> list[Any]:
+    import torch
+
+    return [torch.nn.Linear(4, 4)]
+
+
+def check_megatron_init(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None) -> None:
+    """An init hook takes the run's ``args`` and returns None, as the megatron trainer calls it once megatron is
+    initialised (:func:`rlsdk.plugins.calls.call_megatron_init`)."""
+    call_megatron_init(args or RolloutConfig(), pm.resolve("megatron_init", name))
+
+
+def check_megatron_before_log_prob(
+    pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None, model: list[Any] | None = None
+) -> list[Any]:
+    """A before-log-prob hook takes ``model`` (a list of model chunks; by default one small torch module: pass
+    your megatron model where the hook needs one) with the policy's and the reference model's store prefixes
+    (:func:`rlsdk.plugins.calls.call_megatron_before_log_prob`). Returns the model."""
+    args = args or RolloutConfig()
+    resolved = pm.resolve("megatron_before_log_prob", name)
+    model = model if model is not None else _small_model()
+    for store_prefix in ("", "ref_"):
+        call_megatron_before_log_prob(args, resolved, model, store_prefix)
+    return model
+
+
+def check_megatron_before_train_step(
+    pm: RlsdkPluginManager,
+    name: str,
+    args: RolloutConfig | None = None,
+    model: list[Any] | None = None,
+    optimizer: Any = None,
+) -> tuple[list[Any], Any]:
+    """A before-train-step hook takes two optimizer steps of a rollout with ``model`` (a list of chunks; by
+    default one small torch module) and ``optimizer`` (by default AdamW over it) and no LR scheduler, as the
+    megatron trainer calls it (:func:`rlsdk.plugins.calls.call_megatron_before_train_step`). Returns both."""
+    import torch
+
+    args = args or RolloutConfig()
+    resolved = pm.resolve("megatron_before_train_step", name)
+    model = model if model is not None else _small_model()
+    if optimizer is None:
+        optimizer = torch.optim.AdamW([p for chunk in model for p in chunk.parameters()], lr=args.lr)
+    for step_id in range(2):
+        call_megatron_before_train_step(args, resolved, 0, step_id, model, optimizer, None)
+    return model, optimizer
+
+
+def check_model_provider(pm: RlsdkPluginManager, name: str, **extra: Any) -> Any:
+    """A model provider builds a torch module for the whole model (``pre_process`` and ``post_process`` True,
+    ``vp_stage`` None), called by keyword as the megatron trainer calls it
+    (:func:`rlsdk.plugins.calls.call_model_provider`); ``extra`` (``config``, ``model_kwargs``) reaches it where
+    it declares them. Returns the model, whose parameters must not be empty."""
+    resolved = pm.resolve("model_provider", name)
+    model = call_model_provider(resolved, pre_process=True, post_process=True, vp_stage=None, **extra)
+    assert any(True for _ in model.parameters()), f"{resolved.describe()} built a model without parameters"
+    return model
+
+
+def check_update_weight_post_write(
+    pm: RlsdkPluginManager,
+    name: str,
+    args: RolloutConfig | None = None,
+    folder: Path | None = None,
+    engines: list[Any] | None = None,
+) -> Path:
+    """A post-write hook runs on a written weights folder (``folder``; by default a temporary one holding a
+    ``config.json``) with the engines about to read it (``engines``, by default none), as the disk weight sync
+    calls it (:func:`rlsdk.plugins.calls.call_update_weight_post_write`). Returns the folder."""
+    args = args or RolloutConfig(weight_sync="disk")
+    resolved = pm.resolve("update_weight_post_write", name)
+    if folder is None:
+        folder = Path(tempfile.mkdtemp(prefix="rlsdk-weights-")) / "sync-weights"
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+    call_update_weight_post_write(args, resolved, str(folder), list(engines or []))
+    return folder

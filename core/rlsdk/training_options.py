@@ -149,6 +149,9 @@ class TrainingOptions(AlgorithmOptions):
     """How weights reach a GPU engine: ``tensor`` (CUDA IPC, needs ``colocate``), ``nccl`` (a broadcast
     group with the engines), ``disk`` (a Hugging Face folder); ``auto``: in process for the embedded
     engine, else ``tensor`` with ``colocate``, else ``disk``."""
+    custom_update_weight_post_write_path: str | None = None
+    """With ``weight_sync disk``: an update_weight_post_write plugin ``fn(args, version_dir, rollout_engines)``
+    called after each version's files are written, before the engines read them."""
     actor_num_gpus_per_node: int | None = None
     """GPUs the trainer trains on, one process each (its world size; one node); default
     ``tensor_model_parallel_size`` x ``pipeline_model_parallel_size``. The ``torch`` trainer uses one."""
@@ -159,6 +162,18 @@ class TrainingOptions(AlgorithmOptions):
     expert_model_parallel_size: int = 1
     """megatron trainer: expert-parallel size for MoE models (the experts split over this many of the
     data-parallel ranks; tokens reach them all-to-all)."""
+    custom_megatron_init_path: str | None = None
+    """megatron trainer: a megatron_init plugin (or dotted path) ``fn(args)`` called on every rank once megatron
+    is initialised, before the model is built."""
+    custom_megatron_before_log_prob_hook_path: str | None = None
+    """megatron trainer: a megatron_before_log_prob plugin ``fn(args, model, store_prefix)`` called before each
+    log-prob computation."""
+    custom_megatron_before_train_step_hook_path: str | None = None
+    """megatron trainer: a megatron_before_train_step plugin ``fn(args, rollout_id, step_id, model, optimizer,
+    opt_param_scheduler)`` called before each optimizer step's passes."""
+    custom_model_provider_path: str | None = None
+    """megatron trainer: a model_provider plugin ``fn(pre_process, post_process, vp_stage=None) -> GPTModel``
+    that builds the model in place of the trainer's ``GPTModel`` (the checkpoint's weights are loaded into it)."""
     offload: bool = False
     """Both ``offload_train`` and ``offload_rollout`` (slime's ``--offload``)."""
     offload_train: bool | None = None

@@ -6,7 +6,9 @@ in the loop. The kinds that live a floor up have theirs beside their protocol: t
 (:func:`rlsdk.training.trainer.build_trainer`), tools (:func:`rlsdk.rollout.tools.call_tool`), tool-call
 parsers (:mod:`rlsdk.agents.completions`), agents (:mod:`rlsdk.agents.openai_agent`), task generators
 (:mod:`rlsdk.rollout.buffer_service`), losses (the trainer's own forward pass). A ``cheap`` reward has a sync
-fast path (:func:`call_cheap_reward`) that checks its result as :func:`call_reward` does.
+fast path (:func:`call_cheap_reward`) that checks its result as :func:`call_reward` does. slime's other
+extension points have theirs at the end, the megatron trainer's hooks (called through
+:class:`rlsdk.MegatronHooks`) and the disk weight sync's post-write hook among them.
 
 Each function calls the plugin the same way, sync or async (an awaitable result is awaited), turns any failure
 (an exception, a timeout, a result of the wrong shape) into a :class:`~rlsdk.errors.PluginCallError` that names
@@ -751,3 +753,70 @@ def call_environment(resolved: Resolved) -> dict[str, Any]:
             f"{resolved.describe()} returned {type(settings).__name__}: expected a dict of run options"
         )
     return dict(settings)
+
+
+# ----- the megatron trainer's hooks and the weight sync's ---------------------------------------------------
+
+
+def _returns_none(resolved: Resolved, where: str, result: Any) -> None:
+    if result is not None:
+        raise PluginCallError(
+            f"{resolved.describe()} {where} returned {type(result).__name__}: a hook makes its changes in "
+            "place and returns None"
+        )
+
+
+def call_megatron_init(args: Any, resolved: Resolved) -> None:
+    """The init hook, once megatron's parallel state is set up."""
+    where = "after megatron's initialisation"
+    _returns_none(resolved, where, _call_sync(resolved, where, args))
+
+
+def call_megatron_before_log_prob(args: Any, resolved: Resolved, model: list[Any], store_prefix: str) -> None:
+    """The hook before a log-prob computation of ``model`` (a list of model chunks); ``store_prefix`` names
+    whose log-probs: ``""`` the policy's, ``"ref_"`` the reference model's."""
+    where = f"before the {store_prefix.rstrip('_') or 'policy'} log-probs"
+    _returns_none(resolved, where, _call_sync(resolved, where, args, model, store_prefix))
+
+
+def call_megatron_before_train_step(
+    args: Any,
+    resolved: Resolved,
+    rollout_id: int,
+    step_id: int,
+    model: list[Any],
+    optimizer: Any,
+    opt_param_scheduler: Any,
+) -> None:
+    """The hook before optimizer step ``step_id`` of rollout ``rollout_id`` (gradients zeroed)."""
+    where = f"before optimizer step {step_id} of rollout {rollout_id}"
+    result = _call_sync(resolved, where, args, rollout_id, step_id, model, optimizer, opt_param_scheduler)
+    _returns_none(resolved, where, result)
+
+
+MODEL_METHODS = ("parameters", "state_dict", "load_state_dict")
+
+
+def call_model_provider(
+    resolved: Resolved, *, pre_process: bool, post_process: bool, vp_stage: int | None = None, **extra: Any
+) -> Any:
+    """The model the provider builds, called by keyword as slime calls it; ``vp_stage`` and ``extra`` (rlsdk's
+    ``config``, ``model_kwargs``) are passed where its signature declares them. It must be a torch module."""
+    kwargs = {"pre_process": pre_process, "post_process": post_process}
+    kwargs.update(_declared(resolved.func, {"vp_stage": vp_stage, **extra}))
+    model = _call_sync(resolved, "building the model", **kwargs)
+    missing = [m for m in MODEL_METHODS if not callable(getattr(model, m, None))]
+    if missing:
+        raise PluginCallError(
+            f"{resolved.describe()} built {type(model).__name__}, which has no {', '.join(missing)}: a model "
+            "provider returns a torch module (a megatron GPTModel)"
+        )
+    return model
+
+
+def call_update_weight_post_write(
+    args: Any, resolved: Resolved, version_dir: str, rollout_engines: list[Any]
+) -> None:
+    """The hook after a disk weight sync wrote ``version_dir``, before ``rollout_engines`` read it."""
+    where = f"after the weights were written to {version_dir}"
+    _returns_none(resolved, where, _call_sync(resolved, where, args, version_dir, rollout_engines))

@@ -26,6 +26,10 @@ from .records import (
     EvalRolloutLog,
     GenerateRollout,
     Loss,
+    MegatronBeforeLogProb,
+    MegatronBeforeTrainStep,
+    MegatronInit,
+    ModelProvider,
     Option,
     OverSamplingFilter,
     PgLossReducer,
@@ -40,6 +44,7 @@ from .records import (
     Tool,
     ToolCallParser,
     Trainer,
+    UpdateWeightPostWrite,
 )
 
 PROJECT = "rlsdk"
@@ -909,6 +914,145 @@ def rlsdk_tis_functions() -> Iterable[TisFunction]:
         @hookimpl
         def rlsdk_tis_functions():
             yield TisFunction(name="clipped", func=clipped)
+    """
+
+
+# -------------------------------------------------------------------------
+# The megatron trainer's hooks and the weight sync's
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def rlsdk_megatron_inits() -> Iterable[MegatronInit]:
+    """Provide functions the ``megatron`` trainer calls once on every rank after megatron's parallel state is
+    initialised, before it builds the model (``--custom-megatron-init-path NAME``).
+
+    The callable is slime's ``init(args) -> None``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import MegatronInit, hookimpl
+
+        def deterministic(args):
+            import torch
+
+            torch.backends.cudnn.deterministic = True
+
+        @hookimpl
+        def rlsdk_megatron_inits():
+            yield MegatronInit(name="deterministic", func=deterministic)
+    """
+
+
+@hookspec
+def rlsdk_megatron_before_log_probs() -> Iterable[MegatronBeforeLogProb]:
+    """Provide hooks the ``megatron`` trainer calls before each log-prob computation
+    (``--custom-megatron-before-log-prob-hook-path NAME``).
+
+    The callable is slime's ``hook(args, model, store_prefix) -> None``.
+
+    :param model: the trainer's model chunks (a list of one ``GPTModel``).
+    :param store_prefix: ``""`` for the policy's log-probs, ``"ref_"`` for the reference model's.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import MegatronBeforeLogProb, hookimpl
+
+        def eval_mode(args, model, store_prefix):
+            for chunk in model:
+                chunk.eval()
+
+        @hookimpl
+        def rlsdk_megatron_before_log_probs():
+            yield MegatronBeforeLogProb(name="eval_mode", func=eval_mode)
+    """
+
+
+@hookspec
+def rlsdk_megatron_before_train_steps() -> Iterable[MegatronBeforeTrainStep]:
+    """Provide hooks the ``megatron`` trainer calls before each optimizer step's passes, gradients zeroed
+    (``--custom-megatron-before-train-step-hook-path NAME``).
+
+    The callable is slime's ``hook(args, rollout_id, step_id, model, optimizer, opt_param_scheduler) -> None``.
+
+    :param step_id: the optimizer step within the rollout step, from 0.
+    :param model: the trainer's model chunks (a list of one ``GPTModel``).
+    :param opt_param_scheduler: ``None`` (rlsdk keeps the learning rate constant).
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import MegatronBeforeTrainStep, hookimpl
+
+        def warmup(args, rollout_id, step_id, model, optimizer, opt_param_scheduler):
+            for group in optimizer.param_groups:
+                group["lr"] = args.lr * min(1.0, (rollout_id + 1) / 10)
+
+        @hookimpl
+        def rlsdk_megatron_before_train_steps():
+            yield MegatronBeforeTrainStep(name="warmup", func=warmup)
+    """
+
+
+@hookspec
+def rlsdk_model_providers() -> Iterable[ModelProvider]:
+    """Provide model builders for the ``megatron`` trainer, in place of its ``GPTModel``
+    (``--custom-model-provider-path NAME``).
+
+    The callable is slime's ``provider(pre_process, post_process, vp_stage=None) -> GPTModel``, called by
+    keyword; the checkpoint's converted weights are loaded into what it returns, so the weights keep
+    ``GPTModel``'s names. Declare ``config=None`` and ``model_kwargs=None`` to get the ``TransformerConfig``
+    and the other ``GPTModel`` arguments the trainer would use.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import ModelProvider, hookimpl
+
+        def local_spec(pre_process, post_process, vp_stage=None, config=None, model_kwargs=None):
+            from megatron.core.models.gpt import GPTModel
+            from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+            spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization="RMSNorm")
+            return GPTModel(config=config, transformer_layer_spec=spec, pre_process=pre_process,
+                            post_process=post_process, **model_kwargs)
+
+        @hookimpl
+        def rlsdk_model_providers():
+            yield ModelProvider(name="local_spec", func=local_spec)
+    """
+
+
+@hookspec
+def rlsdk_update_weight_post_writes() -> Iterable[UpdateWeightPostWrite]:
+    """Provide hooks called after a disk weight sync (``--weight-sync disk``) wrote a version's files and
+    before the engines read them (``--custom-update-weight-post-write-path NAME``).
+
+    The callable is slime's ``hook(args, version_dir, rollout_engines) -> None``.
+
+    :param version_dir: the folder just written (a string).
+    :param rollout_engines: the engines about to read it (:class:`rlsdk.InferenceEngine` objects).
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import UpdateWeightPostWrite, hookimpl
+
+        def publish(args, version_dir, rollout_engines):
+            import subprocess
+
+            subprocess.run(["sync", "-f", version_dir], check=True)
+
+        @hookimpl
+        def rlsdk_update_weight_post_writes():
+            yield UpdateWeightPostWrite(name="publish", func=publish)
     """
 
 

@@ -412,6 +412,67 @@ class TisFunction(PluginRecord):
     call_keywords: ClassVar[tuple[str, ...]] = TIS_ARGUMENTS
 
 
+# ----- the trainer's and the weight sync's hooks (slime's megatron backend) ---------------------------------
+
+
+@dataclass
+class MegatronInit(PluginRecord):
+    """``init(args) -> None``: called once on every trainer rank after megatron's parallel state is set up,
+    before the model is built (slime's ``--custom-megatron-init-path``)."""
+
+    kind: ClassVar[str] = "megatron_init"
+    call_args: ClassVar[tuple[str, ...]] = ("args",)
+
+
+@dataclass
+class MegatronBeforeLogProb(PluginRecord):
+    """``hook(args, model, store_prefix) -> None``: called before each log-prob computation of the megatron
+    trainer, ``model`` its list of model chunks, ``store_prefix`` ``""`` (the policy) or ``"ref_"`` (the
+    reference model) (slime's ``--custom-megatron-before-log-prob-hook-path``)."""
+
+    kind: ClassVar[str] = "megatron_before_log_prob"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "model", "store_prefix")
+
+
+@dataclass
+class MegatronBeforeTrainStep(PluginRecord):
+    """``hook(args, rollout_id, step_id, model, optimizer, opt_param_scheduler) -> None``: called before each
+    optimizer step's forward and backward passes of the megatron trainer, the gradients zeroed
+    (slime's ``--custom-megatron-before-train-step-hook-path``); rlsdk has no LR scheduler: ``None``."""
+
+    kind: ClassVar[str] = "megatron_before_train_step"
+    call_args: ClassVar[tuple[str, ...]] = (
+        "args",
+        "rollout_id",
+        "step_id",
+        "model",
+        "optimizer",
+        "opt_param_scheduler",
+    )
+
+
+@dataclass
+class ModelProvider(PluginRecord):
+    """``provider(pre_process, post_process, vp_stage=None) -> GPTModel``: builds the megatron trainer's model
+    in place of its own ``GPTModel`` (slime's ``--custom-model-provider-path``), called by keyword; the
+    converted Hugging Face weights are then loaded into it, so its weights must keep ``GPTModel``'s names.
+    ``vp_stage``, and rlsdk's ``config`` (the ``TransformerConfig`` the trainer would use) and
+    ``model_kwargs`` (its other ``GPTModel`` arguments), are passed where the provider declares them."""
+
+    kind: ClassVar[str] = "model_provider"
+    call_keywords: ClassVar[tuple[str, ...]] = ("pre_process", "post_process")
+
+
+@dataclass
+class UpdateWeightPostWrite(PluginRecord):
+    """``hook(args, version_dir, rollout_engines) -> None``: called after a disk weight sync wrote a version's
+    files into ``version_dir`` and before the engines read them (to publish them on a filesystem without
+    cross-host consistency, say) (slime's ``--custom-update-weight-post-write-path``)."""
+
+    kind: ClassVar[str] = "update_weight_post_write"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "version_dir", "rollout_engines")
+
+
 @dataclass
 class Environment(PluginRecord):
     """An environment: everything one task needs, shipped as one package. ``func`` is ``settings() -> dict``:
@@ -516,6 +577,11 @@ RECORD_TYPES: dict[str, type[PluginRecord]] = {
         PgLossReducer,
         TisFunction,
         Environment,
+        MegatronInit,
+        MegatronBeforeLogProb,
+        MegatronBeforeTrainStep,
+        ModelProvider,
+        UpdateWeightPostWrite,
     )
 }
 """Kind name -> record type. The hook for kind ``k`` is ``rlsdk_<k>s`` (``rlsdk_losses`` for ``loss``)."""

@@ -26,6 +26,8 @@ from .records import Resolved, Reward, Tool, normalize_name
 from .rubric import parse_rubric, rubric_reward
 
 DEFAULT_GENERATE = "single_turn"
+MEGATRON_HOOKS = ("megatron_init", "megatron_before_log_prob", "megatron_before_train_step", "model_provider")
+"""The megatron trainer's kinds (slime's ``--custom-megatron-*`` and ``--custom-model-provider-path``)."""
 BOXED_PREFIX = "boxed_"
 """A reward name ``boxed_X`` that no plugin registers is reward ``X`` on the last ``\\boxed{}`` answer."""
 
@@ -106,6 +108,8 @@ class RunPlugins:
             getattr(self, kind)
         self.tis_function  # noqa: B018 (resolved to fail early)
         self.convert_samples_to_train_data  # noqa: B018
+        for kind in (*MEGATRON_HOOKS, "update_weight_post_write"):
+            getattr(self, kind)
         if getattr(args, "train", False):
             trainer = self.trainer
             assert trainer is not None
@@ -268,6 +272,29 @@ class RunPlugins:
     @property
     def tis_function(self) -> Resolved[Any] | None:
         return self._named("tis_function", getattr(self.args, "custom_tis_function_path", None))
+
+    @property
+    def megatron_init(self) -> Resolved[Any] | None:
+        return self._named("megatron_init", getattr(self.args, "custom_megatron_init_path", None))
+
+    @property
+    def megatron_before_log_prob(self) -> Resolved[Any] | None:
+        spec = getattr(self.args, "custom_megatron_before_log_prob_hook_path", None)
+        return self._named("megatron_before_log_prob", spec)
+
+    @property
+    def megatron_before_train_step(self) -> Resolved[Any] | None:
+        spec = getattr(self.args, "custom_megatron_before_train_step_hook_path", None)
+        return self._named("megatron_before_train_step", spec)
+
+    @property
+    def model_provider(self) -> Resolved[Any] | None:
+        return self._named("model_provider", getattr(self.args, "custom_model_provider_path", None))
+
+    @property
+    def update_weight_post_write(self) -> Resolved[Any] | None:
+        spec = getattr(self.args, "custom_update_weight_post_write_path", None)
+        return self._named("update_weight_post_write", spec)
 
     def tools(self, names: list[str]) -> dict[str, Tool]:
         """The tools ``names`` name, by their registered name."""

@@ -48,7 +48,7 @@ from ..engines.service_guard import ConnectionLimits, guard, is_loopback, normal
 from ..engines.service_guard import check_binding as _check_binding
 from ..errors import PluginError
 from ..plugins.manager import RlsdkPluginManager
-from ..plugins.records import TaskGenerator
+from ..plugins.records import Resolved, TaskGenerator
 
 DEFAULT_MAX_BODY = 64 << 20
 __getattr__ = _moved.forward(__name__, {"TOKEN_ENV": "rlsdk:BUFFER_TOKEN_ENV"})
@@ -335,12 +335,11 @@ class BufferService:
         self.task_errors: list[str] = []
         self.tasks: dict[str, threading.Thread] = {}
 
-    def task(self) -> TaskGenerator | None:
+    def task(self) -> Resolved[TaskGenerator] | None:
         name = self.store.task.get("task_type")
         if not name:
             return None
-        resolved = self.pm.resolve("task_generator", name, registered_only=True)
-        return resolved.record
+        return self.pm.resolve("task_generator", name, registered_only=True)
 
     def start_rollout(self, body: Any) -> tuple[int, dict[str, Any]]:
         if not isinstance(body, dict) or not isinstance(body.get("task_type"), str):
@@ -441,9 +440,16 @@ class BufferService:
         if not _finite(lease_seconds) or lease_seconds <= 0:
             message = f"lease_seconds must be a positive number, got {lease_seconds!r:.40}"
             return 400, {"success": False, "message": message}, None
-        lease_id, result = self.store.lease_ready(
-            self.task(), max_groups=max_groups, lease_seconds=lease_seconds
-        )
+        task = self.task()
+        try:
+            lease_id, result = self.store.lease_ready(
+                None if task is None else task.record, max_groups=max_groups, lease_seconds=lease_seconds
+            )
+        except Exception as exc:  # a group hook's: nothing was leased
+            if task is None:
+                raise
+            message = f"{task.describe()}'s group hooks raised {type(exc).__name__}: {exc}"
+            return 500, {"success": False, "message": message}, None
         result["meta_info"]["task_errors"] = list(self.task_errors)
         n = len(result["data"])
         message = f"Successfully read {n} items" if n else "No data available to read"

@@ -26,6 +26,10 @@ from ..plugins.calls import (
     call_convert_samples_to_train_data,
     call_data_source,
     call_eval_rollout_log,
+    call_megatron_before_log_prob,
+    call_megatron_before_train_step,
+    call_megatron_init,
+    call_model_provider,
     call_pg_loss_reducer,
     call_reward_post_process,
     call_rollout_data_postprocess,
@@ -33,6 +37,7 @@ from ..plugins.calls import (
     call_rollout_sample_filter,
     call_sample_hooks,
     call_tis_function,
+    call_update_weight_post_write,
     reward_problem,
 )
 from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
@@ -437,6 +442,49 @@ def data_source_adapter(resolved: Resolved) -> Callable[..., Any]:
     return DataSourceAdapter
 
 
+def megatron_init_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def megatron_init(args: Any) -> None:
+        call_megatron_init(view(args), resolved)
+
+    return _named(megatron_init, resolved)
+
+
+def megatron_before_log_prob_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def megatron_before_log_prob(args: Any, model: Any, store_prefix: str) -> None:
+        call_megatron_before_log_prob(view(args), resolved, model, store_prefix)
+
+    return _named(megatron_before_log_prob, resolved)
+
+
+def megatron_before_train_step_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def megatron_before_train_step(
+        args: Any, rollout_id: int, step_id: int, model: Any, optimizer: Any, opt_param_scheduler: Any
+    ) -> None:
+        call_megatron_before_train_step(
+            view(args), resolved, rollout_id, step_id, model, optimizer, opt_param_scheduler
+        )
+
+    return _named(megatron_before_train_step, resolved)
+
+
+def model_provider_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def model_provider(
+        pre_process: bool = True, post_process: bool = True, vp_stage: int | None = None
+    ) -> Any:
+        return call_model_provider(
+            resolved, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage
+        )
+
+    return _named(model_provider, resolved)
+
+
+def update_weight_post_write_adapter(resolved: Resolved) -> Callable[..., Any]:
+    def update_weight_post_write(args: Any, version_dir: str, rollout_engines: Any) -> None:
+        call_update_weight_post_write(view(args), resolved, version_dir, list(rollout_engines))
+
+    return _named(update_weight_post_write, resolved)
+
+
 ADAPTERS: dict[str, Callable[[Resolved], Callable[..., Any]]] = {
     "reward": reward_adapter,
     "dynamic_filter": dynamic_filter_adapter,
@@ -456,4 +504,9 @@ ADAPTERS: dict[str, Callable[[Resolved], Callable[..., Any]]] = {
     "pg_loss_reducer": pg_loss_reducer_adapter,
     "tis_function": tis_function_adapter,
     "data_source": data_source_adapter,
+    "megatron_init": megatron_init_adapter,
+    "megatron_before_log_prob": megatron_before_log_prob_adapter,
+    "megatron_before_train_step": megatron_before_train_step_adapter,
+    "model_provider": model_provider_adapter,
+    "update_weight_post_write": update_weight_post_write_adapter,
 }

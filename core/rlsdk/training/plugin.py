@@ -8,6 +8,27 @@ from ..plugins.hookspecs import hookimpl
 from ..plugins.records import Loss, Trainer
 
 
+MEGATRON_HOOK_OPTIONS = (
+    "custom_megatron_init_path",
+    "custom_megatron_before_log_prob_hook_path",
+    "custom_megatron_before_train_step_hook_path",
+    "custom_model_provider_path",
+)
+"""slime's megatron hooks: the ``megatron`` trainer calls them, the ``torch`` trainer has no megatron model."""
+
+
+def check_torch_settings(args: Any) -> None:
+    """Refuse the megatron hooks: with the torch trainer they would never run."""
+    named = [
+        f"--{option.replace('_', '-')}" for option in MEGATRON_HOOK_OPTIONS if getattr(args, option, None)
+    ]
+    if named:
+        raise ValueError(
+            f"{', '.join(named)}: megatron hooks, which only --trainer megatron calls; the torch trainer would "
+            "never run them"
+        )
+
+
 def torch_trainer(args: Any) -> Any:
     """AdamW on a Hugging Face causal LM (float32 on CPU, bfloat16 on CUDA)."""
     from .torch_trainer import TorchTrainer
@@ -31,7 +52,7 @@ def sft_loss(args: Any, batch: Any, logits: Any, sum_of_sample_mean: Any) -> Any
 
 @hookimpl
 def rlsdk_trainers() -> Any:
-    yield Trainer(name="torch", func=torch_trainer)
+    yield Trainer(name="torch", func=torch_trainer, check=check_torch_settings)
 
 
 @hookimpl

@@ -65,9 +65,12 @@ class TrainingSession:
         self.args = args
         self.runtime = runtime
         self.output_folder = output_folder
-        self.weight_sync = choose_sync(
-            args, runtime.engine, output_folder / "sync-weights"
-        )  # before any model loads
+        self.weight_sync = choose_sync(  # before any model loads
+            args,
+            runtime.engine,
+            output_folder / "sync-weights",
+            runtime.plugins.update_weight_post_write,  # update_weight_post_write: called by the disk sync
+        )
         trainer = runtime.plugins.trainer
         assert trainer is not None, "a training run resolves its trainer"
         # trainer: built by its plugin from the run's settings

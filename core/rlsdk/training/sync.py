@@ -8,7 +8,8 @@ Four strategies (``weight_sync``; ``auto`` picks by engine and ``colocate``):
   trainer's tensors (``/update_weights_from_tensor``; nothing touches disk), then its KV cache and CUDA graphs.
 - ``nccl`` (separate GPUs): the servers join an NCCL group with the trainer as rank 0
   (``/init_weights_update_group``, once) and receive a broadcast (``/update_weights_from_distributed``).
-- ``disk``: the trainer writes a Hugging Face folder the engine loads (``/update_weights_from_disk``).
+- ``disk``: the trainer writes a Hugging Face folder the engine loads (``/update_weights_from_disk``); an
+  ``update_weight_post_write`` plugin runs between the two.
 
 The trust check then asks the engine for the log-probs of a probe sample's response tokens (SGLang's
 ``logprob_start_len`` with ``max_new_tokens: 0``) and compares them with the trainer's.
@@ -30,6 +31,8 @@ from ..engines.engine import InferenceEngine
 from ..engines.protocol import ReplicaLostError
 from ..engines.launch.process_group import free_port
 from ..errors import RlsdkError
+from ..plugins.calls import call_update_weight_post_write
+from ..plugins.records import Resolved
 from ..training_options import named_model_folder
 from ..types import Sample
 from ..training_options import offloads
@@ -100,12 +103,22 @@ class InProcessSync(WeightSync):
             await engine.resume()
 
 
+PostWrite = Callable[[str, list[InferenceEngine]], None]
+"""``post_write(version_dir, engines)``: called once a version's files are written, before the engines read them."""
+
+
 class DiskSync(WeightSync):
     name = "disk"
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, post_write: PostWrite | None = None) -> None:
         super().__init__()
         self.folder = folder
+        self.post_write = post_write
+
+    async def _written(self, engine: InferenceEngine, folder: Path) -> None:
+        """update_weight_post_write: the files of ``folder`` are complete; the engines have not read them."""
+        if self.post_write is not None:
+            await asyncio.to_thread(self.post_write, str(folder.resolve()), engine.replicas())
 
     async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
         if trainer.lora_adapter() is not None:
@@ -116,6 +129,7 @@ class DiskSync(WeightSync):
         await asyncio.to_thread(trainer.save_hf_model, staging)
         shutil.rmtree(self.folder, ignore_errors=True)
         staging.rename(self.folder)
+        await self._written(engine, self.folder)
         await engine.update_weights_from_disk(str(self.folder.resolve()), weight_version)
 
     async def _push_adapter(
@@ -127,6 +141,7 @@ class DiskSync(WeightSync):
         shutil.rmtree(folder, ignore_errors=True)
         folder.parent.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(trainer.save_lora_adapter, folder)
+        await self._written(engine, folder)
         path = str(folder.resolve())
         unloaded = await self.swap_adapter(
             engine, weight_version, lambda name: engine.load_lora_adapter(name, path)
@@ -273,9 +288,11 @@ class NcclBroadcastSync(WeightSync):
             torch.cuda.synchronize()
 
 
-def choose_sync(args: RolloutConfig, engine: InferenceEngine, disk_folder: Path) -> WeightSync:
+def choose_sync(
+    args: RolloutConfig, engine: InferenceEngine, disk_folder: Path, post_write: Resolved | None = None
+) -> WeightSync:
     """The strategy ``args.weight_sync`` names; ``auto``: in process for an in-process engine, ``tensor``
-    with ``colocate``, else ``disk``."""
+    with ``colocate``, else ``disk``. ``post_write`` (an ``update_weight_post_write`` plugin) needs ``disk``."""
     mode = getattr(args, "weight_sync", "auto")
     if mode == "auto":
         colocated = args.colocate and not getattr(args, "lora_rank", 0)  # an adapter goes through disk
@@ -297,10 +314,22 @@ def choose_sync(args: RolloutConfig, engine: InferenceEngine, disk_folder: Path)
         )
     if mode == "in_process" and not engine.in_process_weights:
         raise ValueError(f"{type(engine).__name__} cannot take weights in process")
+    if post_write is not None and mode != "disk":
+        raise ValueError(
+            f"{post_write.describe()} (--custom-update-weight-post-write-path) runs after a disk weight sync "
+            f"wrote its files; this run syncs {mode}: pass --weight-sync disk, or drop the hook"
+        )
     if mode == "tensor":
         return ColocatedTensorSync(release=offloads(args)[1])
+    if mode == "disk":
+        if post_write is None:
+            return DiskSync(disk_folder)
+        hook = post_write
+        return DiskSync(
+            disk_folder, lambda folder, engines: call_update_weight_post_write(args, hook, folder, engines)
+        )
     strategies = {"in_process": InProcessSync, "nccl": NcclBroadcastSync}
-    return DiskSync(disk_folder) if mode == "disk" else strategies[mode]()
+    return strategies[mode]()
 
 
 async def sync_weights(

@@ -160,7 +160,8 @@ class TorchTrainer(PolicyTrainer):
         totals: dict[str, float] = {}
         grad_norms = []
         tokens = 0
-        for global_batch in slices(len(data), gbs):
+        for step_id, global_batch in enumerate(slices(len(data), gbs)):
+            self._before_train_step(rollout_id, step_id)
             indices = list(range(global_batch.start, global_batch.stop))
             part = [data[i] for i in indices]
             denominator = (
@@ -276,6 +277,10 @@ class TorchTrainer(PolicyTrainer):
             d.reward = float(reward)
             d.loss_mask = torch.as_tensor(mask, dtype=d.loss_mask.dtype)
         return [d.reward for d in data], [d.loss_mask for d in data]
+
+    def _before_train_step(self, rollout_id: int, step_id: int) -> None:
+        """Called before each optimizer step's passes (``step_id`` from 0 within the rollout step), gradients
+        zeroed: nothing here; a subclass's hook (the megatron trainer's ``megatron_before_train_step``)."""
 
     def _micro_batches(self, samples: list[TrainSample]) -> list[list[int]]:
         """Indices into ``samples`` of each micro-batch; an empty one is a pass without samples, for a

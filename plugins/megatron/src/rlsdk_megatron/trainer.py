@@ -22,13 +22,20 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from rlsdk import OPTIMIZER_FILE, TorchTrainer, TrainSample, adamw, resolve_loss
+from rlsdk import (
+    OPTIMIZER_FILE,
+    MegatronHooks,
+    TorchTrainer,
+    TrainSample,
+    adamw,
+    resolve_loss,
+)
 
 from .convert import (
     ModelShape,
@@ -133,11 +140,13 @@ def build_gpt_model(
     source: str = "the Hugging Face checkpoint",
     tensor_parallel: tuple[int, int] = (0, 1),
     expert_parallel: tuple[int, int] = (0, 1),
+    provider: tuple[Callable[[Any, dict[str, Any]], Any], str] | None = None,
 ) -> Any:
     """A ``GPTModel`` (local layer spec, attention through torch's SDPA) on ``device`` holding ``hf_state``
     converted, or its shard ``rank`` of ``tensor_parallel = (rank, size)`` (the vocabulary padded to a
     multiple of the size) and of ``expert_parallel`` (its experts); needs megatron's model parallel state
-    initialised. On a CPU device the weights are created there (as the tests do)."""
+    initialised. On a CPU device the weights are created there (as the tests do). ``provider = (build, name)``:
+    ``build(config, model_kwargs)`` makes the model instead (``name``'s, a ``model_provider`` plugin)."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
@@ -166,7 +175,10 @@ def build_gpt_model(
         normalization="RMSNorm",
     )
     spec.submodules.self_attention.submodules.core_attention = SDPAttention
-    model = GPTModel(config=config, transformer_layer_spec=spec, **gpt)
+    if provider is None:
+        model = GPTModel(config=config, transformer_layer_spec=spec, **gpt)
+    else:
+        model = provider[0](config, gpt)
     model.to(device=device, dtype=dtype)
     whole = pad_vocab(hf_to_megatron(hf_state, hf_config), gpt["vocab_size"])
     shard = split_expert_parallel(split_tensor_parallel(whole, tp)[tp_rank], ep)[ep_rank]
@@ -174,7 +186,8 @@ def build_gpt_model(
     missing = [k for k in missing if not k.endswith("_extra_state")]
     if missing or unexpected:
         raise KeyError(
-            f"rlsdk-megatron: converted weights of {source} do not fit GPTModel: "
+            f"rlsdk-megatron: converted weights of {source} do not fit "
+            f"{'GPTModel' if provider is None else 'the model of ' + provider[1]}: "
             f"missing {missing[:5]}, unexpected {unexpected[:5]}"
         )
     return model
@@ -248,6 +261,7 @@ class MegatronTrainer(TorchTrainer):
         from transformers import AutoTokenizer
 
         self.args = args
+        self.hooks = MegatronHooks(args)
         self.model_path = args.hf_checkpoint or args.model
         if not self.model_path:
             raise ValueError("the megatron trainer needs a Hugging Face model folder: pass --hf-checkpoint")
@@ -275,6 +289,7 @@ class MegatronTrainer(TorchTrainer):
 
             model_parallel_cuda_manual_seed(args.rollout_seed)
         torch.manual_seed(args.rollout_seed)
+        self.hooks.init()  # megatron_init
         self.dtype = (
             torch.bfloat16 if args.train_dtype in ("auto", "bfloat16") else getattr(torch, args.train_dtype)
         )
@@ -290,6 +305,7 @@ class MegatronTrainer(TorchTrainer):
             self.ref_model = self._build(reference).eval().requires_grad_(False)
 
     def _build(self, hf_state: dict[str, torch.Tensor]) -> Any:
+        provider = self.hooks.model_provider
         return build_gpt_model(
             self.hf_config,
             hf_state,
@@ -299,7 +315,18 @@ class MegatronTrainer(TorchTrainer):
             source=str(self.model_path),
             tensor_parallel=(self.tp_rank, self.tp),
             expert_parallel=(self.ep_rank, self.ep),
+            provider=None if provider is None else (self._provided_model, provider.describe()),
         )
+
+    def _provided_model(self, config: Any, model_kwargs: dict[str, Any]) -> Any:
+        """The ``model_provider`` plugin's model (one pipeline stage: the whole model)."""
+        return self.hooks.provide_model(
+            pre_process=True, post_process=True, vp_stage=None, config=config, model_kwargs=model_kwargs
+        )
+
+    def _before_train_step(self, rollout_id: int, step_id: int) -> None:
+        # megatron_before_train_step
+        self.hooks.before_train_step(rollout_id, step_id, [self.model], self.optimizer)
 
     def _packed_logits(self, model: Any, data: list[TrainSample], indices: list[int]) -> torch.Tensor:
         """slime's packed layout ``[1, sum(total_lengths), vocab]``, as the loss code expects."""
@@ -367,6 +394,8 @@ class MegatronTrainer(TorchTrainer):
         self, model: Any, data: list[TrainSample], temperature: float | None = None
     ) -> list[torch.Tensor]:
         """Each replica computes its share; all of them get every sample's log-probs."""
+        # megatron_before_log_prob
+        self.hooks.before_log_prob([model], "ref_" if model is self.ref_model else "")
         if self.dp_size == 1:
             return super()._log_probs(model, data, temperature)
         share = self._data_parallel_share(list(range(len(data))))
