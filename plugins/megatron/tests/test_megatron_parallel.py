@@ -146,8 +146,12 @@ def one_process_result(folder: Path, **options: int) -> dict:
 
 @pytest.mark.parametrize(
     "sizes",
-    [{"tensor_model_parallel_size": 2}, {"actor_num_gpus_per_node": 2}],
-    ids=["tensor-parallel-2", "data-parallel-2"],
+    [
+        {"tensor_model_parallel_size": 2},
+        {"actor_num_gpus_per_node": 2},
+        {"pipeline_model_parallel_size": 2},
+    ],
+    ids=["tensor-parallel-2", "data-parallel-2", "pipeline-parallel-2"],
 )
 def test_two_processes_train_as_one(folder, one_process, sizes, tmp_path):
     check_two_processes(folder, one_process, sizes, tmp_path)

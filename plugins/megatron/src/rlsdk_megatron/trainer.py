@@ -12,7 +12,12 @@ of every global batch, the loss divided by the whole batch's denominator and the
 replicas, so the step is the one-process step. Expert parallel (``--expert-model-parallel-size``, MoE
 models): the experts are split over that many data-parallel ranks, tokens reach them all-to-all, and every
 rank runs as many forward passes as its peers (an empty pass where it has fewer micro-batches), since each
-MoE layer's all-to-all is collective. Pipeline parallel (``--pipeline-model-parallel-size``) must stay 1.
+MoE layer's all-to-all is collective. Pipeline parallel (``--pipeline-model-parallel-size``): each
+stage holds its share of the layers (the embedding on the first, the output layer on the last), and
+megatron-core's 1F1B schedule (``get_forward_backward_func``) runs a global batch's micro-batches through
+the stages, activations of each micro-batch's own shape exchanged between them (``variable_seq_lengths``);
+the last stage computes the loss and the log-probs, which it hands the other stages. Weights leave the
+stages one tensor at a time to rank 0 (:meth:`MegatronTrainer.weights`).
 
 With ``offload_train`` (on with ``--colocate``) :meth:`MegatronTrainer.offload` moves the optimizer state
 (and any gradients) to CPU memory while the engines generate; :meth:`MegatronTrainer.onload` brings it back.
@@ -20,6 +25,7 @@ With ``offload_train`` (on with ``--colocate``) :meth:`MegatronTrainer.offload` 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -28,21 +34,24 @@ from typing import Any
 
 import torch
 
-from rlsdk import OPTIMIZER_FILE, TorchTrainer, TrainSample, adamw, resolve_loss
+from rlsdk import OPTIMIZER_FILE, Sample, TorchTrainer, TrainSample, adamw, resolve_loss
 
 from .convert import (
     ModelShape,
     check_expert_parallel,
+    check_pipeline_parallel,
     check_tensor_parallel,
     global_expert_name,
-    is_expert_weight,
-    split_expert_parallel,
     hf_to_megatron,
+    is_expert_weight,
     megatron_config,
     megatron_to_hf,
     merge_tensor_parallel,
     pad_vocab,
     padded_vocab_size,
+    pipeline_stage_to_whole,
+    split_expert_parallel,
+    split_pipeline_parallel,
     split_tensor_parallel,
     tensor_parallel_dim,
 )
@@ -69,17 +78,20 @@ def parallel_sizes(args: Any, world_size: int) -> tuple[int, int, int]:
 def check_parallel_sizes(
     args: Any, world_size: int, hf_config: dict[str, Any] | None
 ) -> tuple[int, int, int]:
-    """``(tensor, pipeline, data)`` sizes this trainer can train with, else a ``ValueError`` naming why:
-    pipeline parallel > 1, or (given the model's config) a tensor-parallel size the model cannot be split by."""
+    """``(tensor, pipeline, data)`` sizes this trainer can train with, else a ``ValueError`` naming why
+    (given the model's config): a tensor-parallel size the model cannot be split by, a pipeline-parallel
+    size that does not divide its layers, expert parallelism with pipeline parallelism."""
     tp, pp, dp = parallel_sizes(args, world_size)
-    if pp != 1:
+    ep = getattr(args, "expert_model_parallel_size", 1)
+    if pp > 1 and ep > 1:
         raise ValueError(
-            f"rlsdk-megatron: pipeline-parallel size {pp} is not supported yet (the trainer runs "
-            "GPTModel's forward and backward itself, without megatron's pipeline schedules); use 1"
+            f"rlsdk-megatron: expert parallelism (size {ep}) with pipeline parallelism (size {pp}) is not "
+            "supported yet: use one of them"
         )
     if hf_config is not None:
         check_tensor_parallel(hf_config, tp)
-        check_expert_parallel(hf_config, getattr(args, "expert_model_parallel_size", 1), tp)
+        check_expert_parallel(hf_config, ep, tp)
+        check_pipeline_parallel(hf_config, pp)
     return tp, pp, dp
 
 
@@ -133,11 +145,13 @@ def build_gpt_model(
     source: str = "the Hugging Face checkpoint",
     tensor_parallel: tuple[int, int] = (0, 1),
     expert_parallel: tuple[int, int] = (0, 1),
+    pipeline_parallel: tuple[int, int] = (0, 1),
 ) -> Any:
     """A ``GPTModel`` (local layer spec, attention through torch's SDPA) on ``device`` holding ``hf_state``
     converted, or its shard ``rank`` of ``tensor_parallel = (rank, size)`` (the vocabulary padded to a
-    multiple of the size) and of ``expert_parallel`` (its experts); needs megatron's model parallel state
-    initialised. On a CPU device the weights are created there (as the tests do)."""
+    multiple of the size), of ``expert_parallel`` (its experts) and of ``pipeline_parallel`` (its stage's
+    layers); needs megatron's model parallel state initialised. On a CPU device the weights are created
+    there (as the tests do)."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
@@ -146,12 +160,19 @@ def build_gpt_model(
 
     tp_rank, tp = tensor_parallel
     ep_rank, ep = expert_parallel
+    stage, pp = pipeline_parallel
     transformer, gpt = megatron_config(hf_config)
     gpt["vocab_size"] = padded_vocab_size(gpt["vocab_size"], tp)
+    # megatron refuses variable sequence lengths with its default dispatcher, MoE layers or not
+    transformer.setdefault("moe_token_dispatcher_type", "alltoall")
     config = TransformerConfig(
         **transformer,
         tensor_model_parallel_size=tp,
         expert_model_parallel_size=ep,
+        pipeline_model_parallel_size=pp,
+        pipeline_dtype=dtype,
+        variable_seq_lengths=pp > 1,  # every micro-batch has its own shape
+        calculate_per_token_loss=True,  # the schedule leaves the loss as the trainer divided it
         params_dtype=dtype,
         bf16=dtype == torch.bfloat16,
         use_cpu_initialization=device.type == "cpu",
@@ -166,10 +187,16 @@ def build_gpt_model(
         normalization="RMSNorm",
     )
     spec.submodules.self_attention.submodules.core_attention = SDPAttention
-    model = GPTModel(config=config, transformer_layer_spec=spec, **gpt)
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=spec,
+        pre_process=stage == 0,
+        post_process=stage == pp - 1,
+        **gpt,
+    )
     model.to(device=device, dtype=dtype)
     whole = pad_vocab(hf_to_megatron(hf_state, hf_config), gpt["vocab_size"])
-    shard = split_expert_parallel(split_tensor_parallel(whole, tp)[tp_rank], ep)[ep_rank]
+    shard = shard_of(whole, hf_config, tensor_parallel, expert_parallel, pipeline_parallel)
     missing, unexpected = model.load_state_dict(shard, strict=False)
     missing = [k for k in missing if not k.endswith("_extra_state")]
     if missing or unexpected:
@@ -178,6 +205,19 @@ def build_gpt_model(
             f"missing {missing[:5]}, unexpected {unexpected[:5]}"
         )
     return model
+
+
+def shard_of(
+    whole: dict[str, torch.Tensor],
+    hf_config: dict[str, Any],
+    tensor_parallel: tuple[int, int],
+    expert_parallel: tuple[int, int],
+    pipeline_parallel: tuple[int, int],
+) -> dict[str, torch.Tensor]:
+    """A rank's part of a whole ``GPTModel`` state dict, given its ``(rank, size)`` in each parallelism."""
+    (tp_rank, tp), (ep_rank, ep), (stage, pp) = tensor_parallel, expert_parallel, pipeline_parallel
+    shard = split_expert_parallel(split_tensor_parallel(whole, tp)[tp_rank], ep)[ep_rank]
+    return split_pipeline_parallel(shard, pp, bool(hf_config.get("tie_word_embeddings")))[stage]
 
 
 def packed_logits(
@@ -269,6 +309,10 @@ class MegatronTrainer(TorchTrainer):
             dp,
         )
         self.tp = tp
+        self.pp, self.pp_rank = pp, parallel_state.get_pipeline_model_parallel_rank()
+        self.pp_group = parallel_state.get_pipeline_model_parallel_group()
+        self.is_last_stage = self.pp_rank == pp - 1
+        self.tied = bool(self.hf_config.get("tie_word_embeddings"))
         self.is_first_rank = dist.get_rank() == 0
         if self.device.type == "cuda":
             from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
@@ -299,6 +343,7 @@ class MegatronTrainer(TorchTrainer):
             source=str(self.model_path),
             tensor_parallel=(self.tp_rank, self.tp),
             expert_parallel=(self.ep_rank, self.ep),
+            pipeline_parallel=(self.pp_rank, self.pp),
         )
 
     def _packed_logits(self, model: Any, data: list[TrainSample], indices: list[int]) -> torch.Tensor:
@@ -366,18 +411,125 @@ class MegatronTrainer(TorchTrainer):
     def _log_probs(
         self, model: Any, data: list[TrainSample], temperature: float | None = None
     ) -> list[torch.Tensor]:
-        """Each replica computes its share; all of them get every sample's log-probs."""
-        if self.dp_size == 1:
-            return super()._log_probs(model, data, temperature)
+        """Each replica computes its share (through the pipeline's stages); all of them get every sample's
+        log-probs."""
         share = self._data_parallel_share(list(range(len(data))))
-        mine = super()._log_probs(model, [data[i] for i in share], temperature)
+        part = [data[i] for i in share]
+        if self.pp > 1:
+            mine = self._pipeline_log_probs(model, part, temperature)
+        else:
+            mine = super()._log_probs(model, part, temperature)
+        if self.dp_size == 1:
+            return mine
         return [log_probs for part in self._gather_objects(mine) for log_probs in part]
+
+    # ------------------------------------------------------------------ pipeline parallelism
+
+    def _pipeline_log_probs(
+        self, model: Any, data: list[TrainSample], temperature: float | None
+    ) -> list[torch.Tensor]:
+        """The log-probs of ``data``'s responses, micro-batch by micro-batch through the stages; the last
+        stage's handed to the others."""
+        micros = self._micro_batches(data)
+
+        def step(micro: list[int], logits: torch.Tensor, non_loss_data: bool = True) -> list[torch.Tensor]:
+            return self._micro_batch_log_probs(data, micro, logits, temperature)
+
+        outputs = self._run_pipeline(model, data, micros, step, forward_only=True, response=True)
+        mine = [lp for part in outputs for lp in part] if self.is_last_stage else None
+        return self._from_last_stage(mine)
+
+    def _accumulate_gradients(
+        self,
+        samples: list[Sample],
+        data: list[TrainSample],
+        share: list[int],
+        per_sample: dict[str, list[Any]],
+        denominator: float,
+    ) -> tuple[dict[str, float], int]:
+        """With pipeline parallelism megatron's 1F1B schedule runs the passes: the last stage computes each
+        micro-batch's loss and the metrics, which it hands the other stages."""
+        if self.pp == 1:
+            return super()._accumulate_gradients(samples, data, share, per_sample, denominator)
+        micros = [[share[i] for i in micro] for micro in self._micro_batches([data[i] for i in share])]
+
+        def step(micro: list[int], logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
+            loss, metrics, tokens = self._micro_batch_loss(samples, data, micro, per_sample, logits)
+            return loss / denominator, torch.tensor(tokens, dtype=torch.int), (metrics, tokens)
+
+        outputs = self._run_pipeline(
+            self.model, data, micros, step, forward_only=False, response=self.loss.record.logits == "response"
+        )
+        totals: dict[str, float] = {}
+        tokens = 0
+        for metrics, count in outputs if self.is_last_stage else []:
+            for key, value in metrics.items():
+                totals[key] = totals.get(key, 0.0) + value / denominator
+            tokens += count
+        result: tuple[dict[str, float], int] = self._from_last_stage((totals, tokens))
+        return result
+
+    def _run_pipeline(
+        self,
+        model: Any,
+        data: list[TrainSample],
+        micros: list[list[int]],
+        step: Any,
+        forward_only: bool,
+        response: bool,
+    ) -> list[Any]:
+        """megatron-core's schedule over the micro-batches ``micros`` (indices into ``data``): each stage runs
+        its layers, the last one calls ``step(micro, logits)`` (the response positions' logits with
+        ``response``, else the packed ones) and returns what the schedule kept of its results (nothing on the
+        other stages)."""
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        pad_id = self.tokenizer.pad_token_id or 0
+        queue = iter(micros)
+
+        def forward_step(_iterator: Any, stage: Any) -> tuple[torch.Tensor, Any]:
+            micro = next(queue)
+            rows = self._rows(data, micro)
+            if not self.is_last_stage:  # hidden states [sequence, batch, hidden] for the next stage
+                return _padded_forward(stage, rows, pad_id, self.device, None), None
+            if response:
+                lengths = [data[i].response_length for i in micro]
+                logits = response_logits(stage, rows, lengths, pad_id, self.device, self.vocab_size)
+            else:
+                logits = packed_logits(stage, rows, pad_id, self.device, self.vocab_size)
+            return logits, functools.partial(step, micro)
+
+        if not micros:
+            return []
+        return list(
+            get_forward_backward_func()(
+                forward_step_func=forward_step,
+                data_iterator=None,
+                model=model,
+                num_microbatches=len(micros),
+                seq_length=1,  # ignored: the stages exchange each micro-batch's shape
+                micro_batch_size=1,
+                forward_only=forward_only,
+                collect_non_loss_data=forward_only,
+            )
+        )
+
+    def _from_last_stage(self, value: Any) -> Any:
+        """``value`` as the last pipeline stage has it, on every stage."""
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        box = [value]
+        source = parallel_state.get_pipeline_model_parallel_last_rank()
+        dist.broadcast_object_list(box, src=source, group=self.pp_group)
+        return box[0]
 
     def _optimizer_step(self) -> float:
         """Gradients summed over the replicas (an expert's over the ranks holding the same experts: the
-        all-to-all already brought it every replica's tokens), then clipped by the whole model's norm (a
-        tensor-parallel shard counted on its rank, an expert on its expert-parallel rank, a replicated
-        weight once), then AdamW on this rank's parameters."""
+        all-to-all already brought it every replica's tokens), a tied model's embedding and its last stage's
+        copy summed over the two stages, then clipped by the whole model's norm (a tensor-parallel shard
+        counted on its rank, an expert on its expert-parallel rank, a layer on its stage, a replicated
+        weight or the tied copy once), then AdamW on this rank's parameters."""
         import torch.distributed as dist
 
         named: list[tuple[str, Any, torch.Tensor]] = []
@@ -392,14 +544,23 @@ class MegatronTrainer(TorchTrainer):
             _all_reduce_in_buckets(dense, self.dp_group)
         if experts and self.dp_size // self.ep > 1:
             _all_reduce_in_buckets(experts, self.expert_dp_group)
+        copy = None  # the last stage's copy of a tied embedding, counted on the first stage
+        if self.tied and self.pp > 1 and (self.pp_rank == 0 or self.is_last_stage):
+            from megatron.core import parallel_state
+
+            shared = self.model.shared_embedding_or_output_weight()
+            dist.all_reduce(shared.grad, group=parallel_state.get_embedding_group())
+            copy = shared if self.pp_rank != 0 else None
         squares = torch.zeros((), dtype=torch.float32, device=self.device)
         expert_squares = torch.zeros((), dtype=torch.float32, device=self.device)
         for name, p, grad in named:
             if is_expert_weight(name):
                 expert_squares += grad.float().square().sum()
-            elif getattr(p, "tensor_model_parallel", False) or self.tp_rank == 0:
+            elif p is not copy and (getattr(p, "tensor_model_parallel", False) or self.tp_rank == 0):
                 squares += grad.float().square().sum()
         dist.all_reduce(squares, group=self.tp_group)
+        if self.pp > 1:
+            dist.all_reduce(squares, group=self.pp_group)
         if experts and self.ep > 1:
             dist.all_reduce(expert_squares, group=self.ep_group)
         norm = float((squares + expert_squares).sqrt())
@@ -415,15 +576,45 @@ class MegatronTrainer(TorchTrainer):
     # ------------------------------------------------------------------ weights and checkpoints
 
     def weights(self) -> Mapping[str, Any]:
-        """The whole model in Hugging Face format on rank 0 (the shards gathered); ``{}`` on the others."""
+        """The whole model in Hugging Face format on rank 0; ``{}`` on the others. Each stage gathers its
+        shards (tensor and expert parallel) and converts its layers; the other stages send theirs to rank 0
+        one tensor at a time."""
         state = {k: v for k, v in self.model.state_dict().items() if not k.endswith("_extra_state")}
         if self.tp > 1:
             state = merge_tensor_parallel(self._gather_shards(state))
         if self.ep > 1:
             state = self._gather_experts(state)
-        if not self.is_first_rank:
+        if self.tp_rank != 0 or self.dp_rank != 0:
             return {}
-        return megatron_to_hf(pad_vocab(state, self.vocab_size), self.hf_config)
+        per_stage = self.hf_config["num_hidden_layers"] // self.pp
+        state = pipeline_stage_to_whole(state, self.pp_rank, self.pp, per_stage, self.tied)
+        hf = megatron_to_hf(pad_vocab(state, self.vocab_size), self.hf_config)
+        if self.pp > 1:
+            hf = self._gather_stages(hf)
+        return hf if self.is_first_rank else {}
+
+    def _gather_stages(self, hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Every stage's weights on the first stage (rank 0's pipeline: tensor- and data-parallel rank 0),
+        received one tensor at a time: the names, shapes and dtypes first, then the tensors."""
+        import torch.distributed as dist
+
+        ranks = dist.get_process_group_ranks(self.pp_group)
+        if self.pp_rank != 0:
+            tensors = [t.contiguous() for t in hf.values()]
+            listing = [(name, t.shape, t.dtype) for name, t in zip(hf, tensors, strict=True)]
+            dist.send_object_list([listing], dst=ranks[0], group=self.pp_group, device=self.device)
+            for tensor in tensors:
+                dist.send(tensor, dst=ranks[0], group=self.pp_group)
+            return {}
+        whole = dict(hf)
+        for source in ranks[1:]:
+            box: list[Any] = [None]
+            dist.recv_object_list(box, src=source, group=self.pp_group, device=self.device)
+            for name, shape, dtype in box[0]:
+                tensor = torch.empty(shape, dtype=dtype, device=self.device)
+                dist.recv(tensor, src=source, group=self.pp_group)
+                whole[name] = tensor
+        return whole
 
     def _gather_experts(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Every expert-parallel rank's experts, one tensor at a time, under their whole-model names."""
@@ -486,15 +677,20 @@ class MegatronTrainer(TorchTrainer):
         saved = json.loads((folder / PARALLEL_FILE).read_text()) if (folder / PARALLEL_FILE).exists() else {}
         if saved:
             saved.setdefault("expert", 1)  # written before expert parallelism
+            saved.setdefault("pipeline", 1)  # and before pipeline parallelism
         if saved and saved != self._parallel_sizes():
             raise ValueError(
                 f"rlsdk-megatron: {folder} was saved with parallel sizes {saved}, this run has "
                 f"{self._parallel_sizes()}: resume with the same sizes"
             )
         whole = pad_vocab(hf_to_megatron(read_hf_weights(folder), self.hf_config), self.model.vocab_size)
-        shard = split_expert_parallel(split_tensor_parallel(whole, self.tp)[self.tp_rank], self.ep)[
-            self.ep_rank
-        ]
+        shard = shard_of(
+            whole,
+            self.hf_config,
+            (self.tp_rank, self.tp),
+            (self.ep_rank, self.ep),
+            (self.pp_rank, self.pp),
+        )
         self.model.load_state_dict(shard, strict=False)
         rank_folder = self._rank_folder(folder)
         if not (rank_folder / OPTIMIZER_FILE).exists():
@@ -513,7 +709,7 @@ class MegatronTrainer(TorchTrainer):
         return folder if self.is_first_rank else folder / f"rank-{dist.get_rank()}"
 
     def _parallel_sizes(self) -> dict[str, int]:
-        return {"tensor": self.tp, "data": self.dp_size, "expert": self.ep}
+        return {"tensor": self.tp, "pipeline": self.pp, "data": self.dp_size, "expert": self.ep}
 
 
 def _all_reduce_in_buckets(tensors: list[torch.Tensor], group: Any) -> None:
