@@ -50,6 +50,13 @@ TINY_MOE = {
     "norm_topk_prob": True,
 }
 
+TINY_QWEN3 = {
+    **{k: v for k, v in TINY_MOE.items() if not k.startswith(("moe_", "num_experts", "norm_topk"))},
+    "model_type": "qwen3",
+    "tie_word_embeddings": True,
+}
+"""Qwen3 dense (QK norms) with tied embeddings, as Qwen3-4B has them."""
+
 
 def save_tiny(path: Path, config: dict) -> Path:
     from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -71,6 +78,11 @@ def folder(tmp_path_factory):
 @pytest.fixture(scope="module")
 def moe_folder(tmp_path_factory):
     return save_tiny(tmp_path_factory.mktemp("tiny-qwen3-moe"), TINY_MOE)
+
+
+@pytest.fixture(scope="module")
+def qwen3_folder(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("tiny-qwen3"), TINY_QWEN3)
 
 
 def groups() -> list[list[Sample]]:
@@ -126,6 +138,11 @@ def one_process_moe(moe_folder):
     return one_process_result(moe_folder, global_batch_size=3)
 
 
+@pytest.fixture(scope="module")
+def one_process_qwen3(qwen3_folder):
+    return one_process_result(qwen3_folder)
+
+
 def one_process_result(folder: Path, **options: int) -> dict:
     import torch.distributed as dist
     from megatron.core import parallel_state
@@ -136,7 +153,9 @@ def one_process_result(folder: Path, **options: int) -> dict:
     try:
         trainer = load_callable(f"{CPU_MEGATRON}:cpu_trainer")(config(folder, **options))
         result = run(trainer, samples)
-        result["initial"] = load_callable("rlsdk_megatron.trainer:read_hf_weights")(folder)
+        initial = load_callable("rlsdk_megatron.trainer:read_hf_weights")(folder)
+        initial.setdefault("lm_head.weight", initial["model.embed_tokens.weight"])  # a tied model's
+        result["initial"] = initial
         parallel_state.destroy_model_parallel()
         dist.destroy_process_group()
     finally:
@@ -204,14 +223,36 @@ def check_two_processes(folder: Path, one_process: dict, sizes: dict, tmp_path: 
     assert (checkpoint / "rank-1" / "optimizer.pt").exists()
 
 
-def test_pipeline_parallelism_is_refused_by_name(folder, tmp_path):
+def test_pipeline_parallel_tied_qwen3_trains_as_one_process(qwen3_folder, one_process_qwen3, tmp_path):
+    """A Qwen3 dense model (QK norms) with tied embeddings over 2 pipeline stages: the embedding on the
+    first stage, its copy as the output layer on the last, their gradients summed over the two and the
+    copy counted once in the grad norm; the same log-probs, loss, grad norm and weights after the step."""
+    check_two_processes(qwen3_folder, one_process_qwen3, {"pipeline_model_parallel_size": 2}, tmp_path)
+
+
+def test_pipeline_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, tmp_path):
+    """A Qwen3-MoE (4 experts, top-2, every expert on each rank) over 2 pipeline stages, one MoE layer
+    each: the same log-probs, loss, grad norm and weights after the step."""
+    sizes = {"pipeline_model_parallel_size": 2, "global_batch_size": 3}
+    check_two_processes(moe_folder, one_process_moe, sizes, tmp_path)
+
+
+def test_pipeline_sizes_that_cannot_work_are_refused_by_name(tmp_path):
+    """Stages that would hold different numbers of layers (3 layers over 2 stages) stop the ranks as they
+    start, with the reason; so do pipeline and expert parallelism together (not supported yet)."""
+    from rlsdk_megatron.trainer import check_parallel_sizes
+
+    three_layers = save_tiny(tmp_path / "three-layers", {**TINY, "num_hidden_layers": 3})
     patches = pytest.MonkeyPatch()
     load_callable(f"{CPU_MEGATRON}:patch_for_cpu")(patches.setattr)
-    args = config(folder, pipeline_model_parallel_size=2)
+    args = config(three_layers, pipeline_model_parallel_size=2)
     try:
         with pytest.raises(
-            (ValueError, RankFailedError), match="pipeline-parallel size 2 is not supported yet"
+            (ValueError, RankFailedError), match="pipeline-parallel size 2 does not divide the 3 layers"
         ):
             RankGroupTrainer(f"{CPU_MEGATRON}:cpu_trainer", args, 2, tmp_path / "logs")
     finally:
         patches.undo()
+    both = config(three_layers, pipeline_model_parallel_size=2, expert_model_parallel_size=2)
+    with pytest.raises(ValueError, match="expert parallelism .size 2. with pipeline parallelism"):
+        check_parallel_sizes(both, 4, TINY_MOE)

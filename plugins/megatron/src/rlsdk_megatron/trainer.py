@@ -559,11 +559,12 @@ class MegatronTrainer(TorchTrainer):
             elif p is not copy and (getattr(p, "tensor_model_parallel", False) or self.tp_rank == 0):
                 squares += grad.float().square().sum()
         dist.all_reduce(squares, group=self.tp_group)
-        if self.pp > 1:
-            dist.all_reduce(squares, group=self.pp_group)
         if experts and self.ep > 1:
             dist.all_reduce(expert_squares, group=self.ep_group)
-        norm = float((squares + expert_squares).sqrt())
+        total = squares + expert_squares
+        if self.pp > 1:
+            dist.all_reduce(total, group=self.pp_group)
+        norm = float(total.sqrt())
         grads = [grad for _, _, grad in named]
         if self.args.clip_grad and self.args.clip_grad > 0:
             scale = self.args.clip_grad / (norm + 1e-6)
