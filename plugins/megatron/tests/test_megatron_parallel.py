@@ -173,7 +173,7 @@ def one_process_result(folder: Path, **options: int) -> dict:
     ids=["tensor-parallel-2", "data-parallel-2", "pipeline-parallel-2"],
 )
 def test_two_processes_train_as_one(folder, one_process, sizes, tmp_path):
-    check_two_processes(folder, one_process, sizes, tmp_path)
+    check_processes(folder, one_process, sizes, tmp_path)
 
 
 def test_expert_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, tmp_path):
@@ -183,14 +183,16 @@ def test_expert_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, 
     Global batches of 3 give the ranks 2 and 1 samples: the second runs an empty pass to meet the first's
     all-to-all exchanges."""
     sizes = {"expert_model_parallel_size": 2, "global_batch_size": 3}
-    check_two_processes(moe_folder, one_process_moe, sizes, tmp_path)
+    check_processes(moe_folder, one_process_moe, sizes, tmp_path)
 
 
-def check_two_processes(folder: Path, one_process: dict, sizes: dict, tmp_path: Path) -> None:
+def check_processes(folder: Path, one_process: dict, sizes: dict, tmp_path: Path, world: int = 2) -> None:
+    """``world`` processes with parallel ``sizes`` train as one process did (``one_process``)."""
     patches = pytest.MonkeyPatch()
     load_callable(f"{CPU_MEGATRON}:patch_for_cpu")(patches.setattr)
     samples = [s for g in groups() for s in g]
-    trainer = RankGroupTrainer(f"{CPU_MEGATRON}:cpu_trainer", config(folder, **sizes), 2, tmp_path / "logs")
+    args = config(folder, **sizes)
+    trainer = RankGroupTrainer(f"{CPU_MEGATRON}:cpu_trainer", args, world, tmp_path / "logs")
     try:
         result = run(trainer, samples)
         checkpoint = tmp_path / "checkpoint"
@@ -220,28 +222,41 @@ def check_two_processes(folder: Path, one_process: dict, sizes: dict, tmp_path: 
         assert moved > 0, f"{name} did not train"
     # A checkpoint resumes exactly: the step after it, repeated after loading it, is the same step.
     assert after_load["train/loss"] == pytest.approx(after_save["train/loss"], rel=1e-6)
-    assert (checkpoint / "rank-1" / "optimizer.pt").exists()
+    assert all((checkpoint / f"rank-{rank}" / "optimizer.pt").exists() for rank in range(1, world))
 
 
 def test_pipeline_parallel_tied_qwen3_trains_as_one_process(qwen3_folder, one_process_qwen3, tmp_path):
     """A Qwen3 dense model (QK norms) with tied embeddings over 2 pipeline stages: the embedding on the
     first stage, its copy as the output layer on the last, their gradients summed over the two and the
     copy counted once in the grad norm; the same log-probs, loss, grad norm and weights after the step."""
-    check_two_processes(qwen3_folder, one_process_qwen3, {"pipeline_model_parallel_size": 2}, tmp_path)
+    check_processes(qwen3_folder, one_process_qwen3, {"pipeline_model_parallel_size": 2}, tmp_path)
 
 
 def test_pipeline_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, tmp_path):
     """A Qwen3-MoE (4 experts, top-2, every expert on each rank) over 2 pipeline stages, one MoE layer
     each: the same log-probs, loss, grad norm and weights after the step."""
     sizes = {"pipeline_model_parallel_size": 2, "global_batch_size": 3}
-    check_two_processes(moe_folder, one_process_moe, sizes, tmp_path)
+    check_processes(moe_folder, one_process_moe, sizes, tmp_path)
+
+
+def test_pipeline_and_tensor_parallel_train_as_one_process(folder, one_process, tmp_path):
+    """4 processes: 2 pipeline stages, each split over 2 tensor-parallel ranks (the stage's weights
+    gathered over its tensor-parallel ranks, then sent to rank 0)."""
+    sizes = {"pipeline_model_parallel_size": 2, "tensor_model_parallel_size": 2}
+    check_processes(folder, one_process, sizes, tmp_path, world=4)
+
+
+def test_pipeline_data_and_expert_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, tmp_path):
+    """4 processes: 2 pipeline stages, 2 data-parallel replicas whose ranks split the experts (2 each).
+    Global batches of 3 give the replicas 2 and 1 samples: the second runs an empty pass through its
+    stages to meet the first's all-to-all exchanges."""
+    sizes = {"pipeline_model_parallel_size": 2, "expert_model_parallel_size": 2, "global_batch_size": 3}
+    check_processes(moe_folder, one_process_moe, sizes, tmp_path, world=4)
 
 
 def test_pipeline_sizes_that_cannot_work_are_refused_by_name(tmp_path):
     """Stages that would hold different numbers of layers (3 layers over 2 stages) stop the ranks as they
-    start, with the reason; so do pipeline and expert parallelism together (not supported yet)."""
-    from rlsdk_megatron.trainer import check_parallel_sizes
-
+    start, with the reason."""
     three_layers = save_tiny(tmp_path / "three-layers", {**TINY, "num_hidden_layers": 3})
     patches = pytest.MonkeyPatch()
     load_callable(f"{CPU_MEGATRON}:patch_for_cpu")(patches.setattr)
@@ -253,6 +268,3 @@ def test_pipeline_sizes_that_cannot_work_are_refused_by_name(tmp_path):
             RankGroupTrainer(f"{CPU_MEGATRON}:cpu_trainer", args, 2, tmp_path / "logs")
     finally:
         patches.undo()
-    both = config(three_layers, pipeline_model_parallel_size=2, expert_model_parallel_size=2)
-    with pytest.raises(ValueError, match="expert parallelism .size 2. with pipeline parallelism"):
-        check_parallel_sizes(both, 4, TINY_MOE)

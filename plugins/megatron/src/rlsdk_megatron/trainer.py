@@ -80,14 +80,9 @@ def check_parallel_sizes(
 ) -> tuple[int, int, int]:
     """``(tensor, pipeline, data)`` sizes this trainer can train with, else a ``ValueError`` naming why
     (given the model's config): a tensor-parallel size the model cannot be split by, a pipeline-parallel
-    size that does not divide its layers, expert parallelism with pipeline parallelism."""
+    size that does not divide its layers, an expert-parallel size that does not divide its experts."""
     tp, pp, dp = parallel_sizes(args, world_size)
     ep = getattr(args, "expert_model_parallel_size", 1)
-    if pp > 1 and ep > 1:
-        raise ValueError(
-            f"rlsdk-megatron: expert parallelism (size {ep}) with pipeline parallelism (size {pp}) is not "
-            "supported yet: use one of them"
-        )
     if hf_config is not None:
         check_tensor_parallel(hf_config, tp)
         check_expert_parallel(hf_config, ep, tp)
@@ -433,7 +428,7 @@ class MegatronTrainer(TorchTrainer):
         micros = self._micro_batches(data)
 
         def step(micro: list[int], logits: torch.Tensor, non_loss_data: bool = True) -> list[torch.Tensor]:
-            return self._micro_batch_log_probs(data, micro, logits, temperature)
+            return self._micro_batch_log_probs(data, micro, logits, temperature) if micro else []
 
         outputs = self._run_pipeline(model, data, micros, step, forward_only=True, response=True)
         mine = [lp for part in outputs for lp in part] if self.is_last_stage else None
@@ -454,6 +449,8 @@ class MegatronTrainer(TorchTrainer):
         micros = [[share[i] for i in micro] for micro in self._micro_batches([data[i] for i in share])]
 
         def step(micro: list[int], logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
+            if not micro:  # an empty pass contributes nothing
+                return logits.sum() * 0.0, torch.tensor(0, dtype=torch.int), ({}, 0)
             loss, metrics, tokens = self._micro_batch_loss(samples, data, micro, per_sample, logits)
             return loss / denominator, torch.tensor(tokens, dtype=torch.int), (metrics, tokens)
 
@@ -481,7 +478,8 @@ class MegatronTrainer(TorchTrainer):
         """megatron-core's schedule over the micro-batches ``micros`` (indices into ``data``): each stage runs
         its layers, the last one calls ``step(micro, logits)`` (the response positions' logits with
         ``response``, else the packed ones) and returns what the schedule kept of its results (nothing on the
-        other stages)."""
+        other stages). An empty micro-batch is a pass of one padding token (its packed logits to ``step``):
+        this rank's part in its expert-parallel peers' all-to-all exchanges."""
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         pad_id = self.tokenizer.pad_token_id or 0
@@ -489,10 +487,10 @@ class MegatronTrainer(TorchTrainer):
 
         def forward_step(_iterator: Any, stage: Any) -> tuple[torch.Tensor, Any]:
             micro = next(queue)
-            rows = self._rows(data, micro)
+            rows = self._rows(data, micro) if micro else [torch.tensor([pad_id])]
             if not self.is_last_stage:  # hidden states [sequence, batch, hidden] for the next stage
                 return _padded_forward(stage, rows, pad_id, self.device, None), None
-            if response:
+            if response and micro:
                 lengths = [data[i].response_length for i in micro]
                 logits = response_logits(stage, rows, lengths, pad_id, self.device, self.vocab_size)
             else:
