@@ -11,15 +11,29 @@ import pytest
 from rlsdk.aio.blocking import BlockingPool, PoolExhausted
 
 
+async def abandon_a_stuck_call(pool: BlockingPool, release: threading.Event) -> None:
+    """A call that blocks until ``release``, given up by its caller (a timeout) once a thread runs it: a
+    call given up while still queued never runs, which a loaded machine would make of it."""
+    entered = threading.Event()
+
+    def stuck() -> None:
+        entered.set()
+        release.wait()
+
+    call = asyncio.ensure_future(pool.run(stuck))
+    while not entered.is_set():
+        await asyncio.sleep(0.01)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(call, 0.05)
+
+
 def test_stuck_calls_are_abandoned_and_later_calls_still_run():
     pool = BlockingPool(workers=2, max_abandoned=3)
     release = threading.Event()
 
     async def scenario():
         for _ in range(2):  # both workers stuck: the old default executor would queue everything behind them
-            with pytest.raises(TimeoutError):
-                async with asyncio.timeout(0.05):
-                    await pool.run(release.wait)
+            await abandon_a_stuck_call(pool, release)
         started = time.perf_counter()
         results = await asyncio.gather(*(pool.run(lambda n=n: n * n) for n in range(10)))
         return results, time.perf_counter() - started
@@ -40,9 +54,7 @@ def test_exhaustion_is_reported_not_queued():
 
     async def scenario():
         for _ in range(2):
-            with pytest.raises(TimeoutError):
-                async with asyncio.timeout(0.05):
-                    await pool.run(release.wait)
+            await abandon_a_stuck_call(pool, release)
         with pytest.raises(PoolExhausted, match="all 2 threads of reward threads .* are stuck"):
             await pool.run(time.sleep, 0)
 

@@ -758,7 +758,7 @@ def test_a_hanging_health_check_holds_up_no_other_engines_check(cluster, tiny_ll
             os.kill(stopped, signal.SIGCONT)
             await pool.close()
 
-    assert asyncio.run(scenario()) < timeout - 20  # not held up by engine 0's hanging check
+    assert asyncio.run(scenario()) < timeout / 4  # not held up by engine 0's hanging check
 
 
 @pytest.mark.timeout(90)

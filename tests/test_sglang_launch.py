@@ -253,7 +253,7 @@ def test_no_orphans_when_rlsdk_is_interrupted_or_killed(fake_python, tmp_path, h
                 os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.plugins('rlsdk_rm_hub')
+@pytest.mark.plugins("rlsdk_rm_hub")
 def test_rlsdk_run_passes_unknown_sglang_flags_to_the_servers(fake_python, tmp_path, monkeypatch):
     """The CLI end to end: the fake server starts with the passed-through flags, the run then fails (the
     fake generates nothing) and leaves no process behind; a mistyped flag is still an error."""
@@ -303,7 +303,7 @@ def test_rlsdk_run_passes_unknown_sglang_flags_to_the_servers(fake_python, tmp_p
     assert "did you mean --rollout-batch-size" in " ".join(typo.output.replace("│", " ").split())
 
 
-@pytest.mark.plugins('rlsdk_rm_hub')
+@pytest.mark.plugins("rlsdk_rm_hub")
 def test_the_gpu_learning_run_launches_colocated_bfloat16_sglang(fake_python, tmp_path, monkeypatch):
     """benchmarks/gpu/learning_gpu.py's ``rlsdk run`` arguments through the CLI (as ``rlsdk_cli.app``'s
     ``main`` reads them), SGLang faked (it needs CUDA): the server starts on the model folder with the
@@ -340,3 +340,36 @@ def test_servers_get_nccl_cumem_off_and_no_allocator_settings_unless_set(monkeyp
     assert env["NCCL_CUMEM_ENABLE"] == "0" and "PYTORCH_CUDA_ALLOC_CONF" not in env
     monkeypatch.setenv("NCCL_CUMEM_ENABLE", "1")
     assert server_environment()["NCCL_CUMEM_ENABLE"] == "1"
+
+
+def test_a_killed_servers_zombie_worker_does_not_hold_up_its_stop(fake_python, tmp_path):
+    """A SIGKILLed server's worker dies with it but is adopted by a process that does not reap it at once
+    (Ray's raylet is such a subreaper; here the launching process itself): the group then holds only a
+    zombie, which must count as stopped, or each health check that found the death waits out the stop's
+    20 s grace before it reports (a Ray engine's death took 20 s to notice)."""
+    pids_file = tmp_path / "pids"
+    program = textwrap.dedent(f"""
+        import asyncio, ctypes, os, signal, time
+        from pathlib import Path
+        from rlsdk import RolloutConfig
+        from rlsdk.engines.launch import process_group
+        from rlsdk.engines.launch.sglang import SGLangLauncher, plan_launch
+        ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans come to this process, unreaped
+        launcher = SGLangLauncher(plan_launch(RolloutConfig(sglang_python={fake_python!r}), "/m"), Path({str(tmp_path)!r}))
+        asyncio.run(launcher.start())
+        server, worker = (int(p) for p in Path({str(pids_file)!r}).read_text().split())
+        os.kill(server, signal.SIGKILL)
+        while launcher.exited() is None:
+            time.sleep(0.05)
+        while Path(f"/proc/{{worker}}/stat").read_text().split(") ")[1][0] != "Z":
+            time.sleep(0.05)  # the worker's parent-death signal
+        print(process_group._group_alive(server), flush=True)
+        launcher.stop()
+        os.waitpid(worker, 0)
+    """)
+    env = {**os.environ, "FAKE_SGLANG_PIDS": str(pids_file)}
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, env=env, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"

@@ -9,6 +9,8 @@
 # wheels/ and sglang-wheels.tar split into PIECE_SIZE pieces (default 58M: a call carries at most
 # 64 MiB, the checkout included) named sglang-wheels.tar.part-NN. The wheels are already compressed;
 # an uncompressed tar costs no CPU here and unpacks in seconds there (benchmarks/gpu/device.sh).
+# SITE_XZ=1 also writes sglang-site.tar.xz.part-NN: the wheels unpacked as device.sh's setup would, xz'd
+# (about half the size; carry these instead of the sglang-wheels pieces, about 5 minutes of xz here).
 # Ray and sglang-router (for the two-GPU checks: engines behind the router, engines as Ray actors) go
 # the same way into extra-wheels.tar.part-NN; their other needs are among SGLang's wheels or the image's.
 set -euo pipefail
@@ -36,6 +38,14 @@ missing=$(comm -23 <(sort "$list") <(ls "$out/wheels" | sort))
 rm -f "$out"/sglang-wheels.tar.part-*
 (cd "$out/wheels" && tar cf - $(cat "$list")) | split -b "$piece" -d -a 2 - "$out/sglang-wheels.tar.part-"
 ls -l "$out"/sglang-wheels.tar.part-*
+if [ -n "${SITE_XZ:-}" ]; then  # the same wheels unpacked and xz'd: 7 pieces instead of 12, fewer device calls
+  stage=$(mktemp -d)
+  python3 "$root/benchmarks/gpu/unpack_wheels.py" "$out/wheels" "$stage"
+  rm -f "$out"/sglang-site.tar.xz.part-*
+  tar cf - -C "$stage" . | xz -T0 -6 | split -b "$piece" -d -a 2 - "$out/sglang-site.tar.xz.part-"
+  rm -rf "$stage"
+  ls -l "$out"/sglang-site.tar.xz.part-*
+fi
 rm -rf "$out/extra-wheels" && mkdir -p "$out/extra-wheels"
 PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --abi cp312 --abi abi3 "${platforms[@]}" -d "$out/extra-wheels" \

@@ -68,7 +68,8 @@ bench() {  # bench NAME SCRIPT ARGS...: the log to $OUT/NAME.log, its last JSON 
 
 piece() {  # whichever pieces this call carried: SGLang's archive, the extra wheels (Ray, sglang-router), the GGUF
   mkdir -p "$chunks"
-  local carried=("$gpu"/sglang-wheels.tar.part-* "$gpu"/extra-wheels.tar.part-* "$gpu"/gguf.part-*)
+  local carried=("$gpu"/sglang-wheels.tar.part-* "$gpu"/sglang-site.tar.xz.part-* "$gpu"/extra-wheels.tar.part-*
+                 "$gpu"/gguf.part-*)
   for file in "${carried[@]}"; do [ -f "$file" ] && cp "$file" "$chunks"/; done
   ls "$chunks" | tr '\n' ' ' && echo
 }
@@ -76,7 +77,11 @@ piece() {  # whichever pieces this call carried: SGLang's archive, the extra whe
 setup() {
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$rl" "$gpu"/rlsdk-wheels/*.whl || return 1
   rm -rf /tmp/sglang-wheels "$site" && mkdir -p /tmp/sglang-wheels "$site"
-  cat "$chunks"/sglang-wheels.tar.part-* | tar xf - -C /tmp/sglang-wheels || return 1
+  if ls "$chunks"/sglang-site.tar.xz.part-* >/dev/null 2>&1; then  # SGLang's wheels already unpacked, xz'd
+    cat "$chunks"/sglang-site.tar.xz.part-* | tar xJf - -C "$site" || return 1
+  else
+    cat "$chunks"/sglang-wheels.tar.part-* | tar xf - -C /tmp/sglang-wheels || return 1
+  fi
   if ls "$chunks"/extra-wheels.tar.part-* >/dev/null 2>&1; then  # Ray and sglang-router, where carried
     cat "$chunks"/extra-wheels.tar.part-* | tar xf - -C /tmp/sglang-wheels || return 1
   fi

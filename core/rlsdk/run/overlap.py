@@ -10,10 +10,16 @@ it waits for the trainer's step and syncs. ``--async`` is ``K = 1`` (slime's ``t
 rollout generates while the trainer trains on the current one). When the trainer takes a batch, a group
 sampled more than ``K`` versions before the trainer's (a partial rollout resumed from older weights, say)
 is dropped with ``drop_reason: stale_policy``, written to discarded.jsonl and counted in the ledger.
+
+The trust checks are the synchronous loop's: before each rollout step the engines' weight versions are
+compared with the version last synced to them (an engine restarted since then gets the trainer's weights
+before it generates), and every sync is followed by the probe check and the drift check against the noise
+measured before the first train step.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -23,6 +29,8 @@ from typing import Any
 
 from ..plugins.calls import call_generate_rollout
 from ..training.session import TrainingSession
+from ..training.sync import WeightSyncError
+from ..training.trust import describe_stale, pick_probes
 from ..types import RolloutFnTrainOutput, Sample
 from .extensions import source_state
 from .steps import StepRecorder
@@ -31,6 +39,10 @@ STALE = "stale_policy"
 """The drop reason of a group older than the lag bound when the trainer takes it."""
 POLL_SECONDS = 0.2
 """How often a waiting thread looks at the stop request (a signal handler cannot notify a condition)."""
+UNKNOWN = -1
+"""The engines' version once one of them is found serving other weights: any trainer version is newer."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -90,6 +102,7 @@ class Overlap:
         self.handled = 0  # batches the trainer is done with
         self.training_now = self.syncing = self.sync_wanted = self.generating = self.held = False
         self.probe: Sample | None = None  # of the last trained batch: the trust check's sample
+        self.probes: list[Sample] = []  # of the last trained batch: the drift check's samples
         self.sync_metrics: dict[str, Any] = {}  # of the syncs since the last step was recorded
         self.clock = BusyClock()
         self.thread = threading.Thread(target=self.produce, name="rlsdk-rollouts", daemon=True)
@@ -100,7 +113,8 @@ class Overlap:
         """Rollout steps back to back, each one started within the lag bound."""
         try:
             for rollout_id in range(self.first, self.args.num_rollout):
-                if not self.ready_for(rollout_id):  # sets `generating`
+                started_ok, resynced = self.start_step(rollout_id)  # sets `generating`
+                if not started_ok:
                     return
                 version, started = self.engine_version, time.monotonic()
                 try:
@@ -118,6 +132,8 @@ class Overlap:
                     with self.changed:
                         self.generating = False
                         self.changed.notify_all()
+                if resynced:
+                    result.metrics["train/engine_resyncs"] = resynced
                 self.sync_if_free()  # before the batch is handed over: the trainer then waits less
                 self.batches.put(Batch(rollout_id, result, data_state, version))
                 if result.metrics.get("rollout/stopped"):
@@ -126,6 +142,26 @@ class Overlap:
             self.batches.put(exc)
         finally:
             self.batches.put(None)
+
+    def start_step(self, rollout_id: int) -> tuple[bool, int]:
+        """:meth:`ready_for`, then the weight-version handshake (T21): an engine that serves other weights
+        than the version last synced to it (restarted since) makes the engines' version unknown, so that
+        the step waits for the trainer's weights. Whether the step may generate, and how many engines had
+        to be synced again."""
+        resynced = 0
+        while self.ready_for(rollout_id):
+            stale = self.training.stale_engines(self.engine_version)  # no sync runs while generating
+            if not stale:
+                return True, resynced
+            described = describe_stale(stale, self.engine_version)
+            with self.changed:
+                self.generating, self.engine_version = False, UNKNOWN
+                self.changed.notify_all()
+            if resynced:
+                raise WeightSyncError(f"{described}, even after a new weight sync")
+            log.warning("%s: syncing the weights again before the step", described)
+            resynced = len(stale)
+        return False, resynced
 
     def ready_for(self, rollout_id: int) -> bool:
         """Wait until step ``rollout_id`` may generate within the bound, syncing the engines to the
@@ -139,7 +175,7 @@ class Overlap:
                 newer = self.trainer_version > self.engine_version
                 if newer and not self.training_now and not self.held:
                     self.syncing = True
-                elif stale <= self.lag and not self.held:
+                elif stale <= self.lag and not self.held and self.engine_version != UNKNOWN:
                     self.sync_wanted = False
                     self.generating = True
                     return True
@@ -168,7 +204,7 @@ class Overlap:
         try:
             metrics = self.training.sync()
             if self.probe is not None:
-                metrics.update(self.training.check(self.probe))
+                metrics.update(self.training.check(self.probe, self.probes))
         finally:
             with self.changed:
                 self.syncing = self.sync_wanted = False
@@ -264,16 +300,19 @@ class Overlap:
             with self.changed:
                 while self.syncing or self.sync_wanted:
                     self.changed.wait(POLL_SECONDS)
-                self.training_now = True
+                self.training_now = True  # no sync starts from here
+                same_weights = self.engine_version == self.trainer_version
             started = time.monotonic()
             try:
+                if same_weights:  # once: the drift check's baseline
+                    self.training.measure_noise(pick_probes(kept))
                 result.metrics.update(self.training.train_step(batch.rollout_id, result))
             finally:
                 self.clock.add("trainer", started, time.monotonic())
                 with self.changed:
                     self.training_now = False
                     self.trainer_version = self.training.weight_version
-                    self.probe = kept[-1][0]
+                    self.probe, self.probes = kept[-1][0], pick_probes(kept)
                     self.changed.notify_all()
         with self.changed:
             result.metrics.update(self.sync_metrics)

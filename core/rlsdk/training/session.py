@@ -117,14 +117,14 @@ class TrainingSession:
         """The weight-version handshake before a step generates (T21): an engine that serves another
         version than the trainer's (restarted since the last sync) gets the weights again; the number of
         engines that needed it. Still stale after that: :class:`WeightSyncError`."""
-        stale = self.runtime.run(stale_replicas(self.runtime.engine, self.weight_version))
+        stale = self.stale_engines(self.weight_version)
         if not stale:
             return 0
         log.warning(
             "%s: syncing the weights again before the step", describe_stale(stale, self.weight_version)
         )
         self.sync()
-        still = self.runtime.run(stale_replicas(self.runtime.engine, self.weight_version))
+        still = self.stale_engines(self.weight_version)
         if still:
             raise WeightSyncError(
                 f"{describe_stale(still, self.weight_version)}, even after a new weight sync"
@@ -136,7 +136,7 @@ class TrainingSession:
         the mean gap of several probes against this run's own noise (:class:`~.trust.DriftCheck`). Before
         it, the engine must still serve the weights the step was sampled under (T21)."""
         if result.samples:
-            stale = self.runtime.run(stale_replicas(self.runtime.engine, self.weight_version))
+            stale = self.stale_engines(self.weight_version)
             if stale:  # restarted during the step: its samples may come from other weights
                 raise WeightSyncError(
                     f"step {rollout_id}: {describe_stale(stale, self.weight_version)}: the engine lost the "
@@ -144,10 +144,7 @@ class TrainingSession:
                     "--resume continues from the last checkpoint"
                 )
         probes = pick_probes(result.samples)
-        if self.drift.baseline is None and probes:  # the same weights on both sides: the pair's noise
-            self.drift.set_baseline(
-                self.runtime.run(self.drift.measure(self.runtime.engine, self.trainer, probes))
-            )
+        self.measure_noise(probes)
         metrics = self.train_step(rollout_id, result)
         with self._phase("sync"):
             metrics.update(self.sync())
@@ -156,6 +153,18 @@ class TrainingSession:
             peaks = self.memory.take()
             metrics.update({f"memory/peak_gpu_gb_{phase}": gb for phase, gb in peaks.items()})
         return metrics
+
+    def stale_engines(self, version: int) -> list[tuple[str, str]]:
+        """(engine, version it serves) of each engine not serving weight version ``version``."""
+        return self.runtime.run(stale_replicas(self.runtime.engine, version))
+
+    def measure_noise(self, probes: list[Sample]) -> None:
+        """The drift check's baseline, once: the probes' mean gap while the engines and the trainer hold
+        the same weights (the caller makes sure they do), the pair's own numeric noise."""
+        if self.drift.baseline is None and probes:
+            self.drift.set_baseline(
+                self.runtime.run(self.drift.measure(self.runtime.engine, self.trainer, probes))
+            )
 
     def train_step(self, rollout_id: int, result: RolloutFnTrainOutput) -> dict[str, Any]:
         """One train step on the kept groups (no sync): the trainer's ``weight_version`` goes up by one."""

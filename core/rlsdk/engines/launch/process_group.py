@@ -115,13 +115,31 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs. Zombies do not count: a worker orphaned by a SIGKILLed
+    server is adopted by a process that may reap it only much later (Ray's raylet, say), and an exited
+    process holds no GPU and no port."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return _has_live_member(pgid)
+
+
+def _has_live_member(pgid: int) -> bool:
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():  # no procfs: take killpg's word
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # ended meanwhile
+            continue
+        state, _ppid, group = text[text.rindex(")") + 2 :].split()[:3]
+        if int(group) == pgid and state != "Z":
+            return True
+    return False
 
 
 @atexit.register
