@@ -268,3 +268,9 @@ def test_pipeline_sizes_that_cannot_work_are_refused_by_name(tmp_path):
             RankGroupTrainer(f"{CPU_MEGATRON}:cpu_trainer", args, 2, tmp_path / "logs")
     finally:
         patches.undo()
+
+
+def test_tensor_parallel_qwen3_trains_as_one_process(qwen3_folder, one_process_qwen3, tmp_path):
+    """Qwen3's query and key norms act on each tensor-parallel rank's own heads: their gradients are
+    summed over the ranks (the grad norm and the weights after the step differed without it)."""
+    check_processes(qwen3_folder, one_process_qwen3, {"tensor_model_parallel_size": 2}, tmp_path)

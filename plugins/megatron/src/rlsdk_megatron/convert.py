@@ -315,6 +315,15 @@ _SPLIT_ROWS = ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bi
 _SPLIT_COLUMNS = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
 
 
+_PER_HEAD_NORMS = ("self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight")
+
+
+def is_per_head_norm(name: str) -> bool:
+    """Qwen3's query and key norms: replicated weights applied to each rank's own heads under tensor
+    parallelism, so each rank's gradient is its heads' part (the ranks' gradients are summed)."""
+    return name.endswith(_PER_HEAD_NORMS)
+
+
 def tensor_parallel_dim(name: str) -> int | None:
     """The dimension megatron-core splits weight ``name`` along under tensor parallelism (None: replicated)."""
     if name.endswith(_SPLIT_ROWS):

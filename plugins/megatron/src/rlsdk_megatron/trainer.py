@@ -44,6 +44,7 @@ from .convert import (
     global_expert_name,
     hf_to_megatron,
     is_expert_weight,
+    is_per_head_norm,
     megatron_config,
     megatron_to_hf,
     merge_tensor_parallel,
@@ -524,7 +525,8 @@ class MegatronTrainer(TorchTrainer):
 
     def _optimizer_step(self) -> float:
         """Gradients summed over the replicas (an expert's over the ranks holding the same experts: the
-        all-to-all already brought it every replica's tokens), a tied model's embedding and its last stage's
+        all-to-all already brought it every replica's tokens), Qwen3's query and key norms' over the
+        tensor-parallel ranks (each holds its heads' part), a tied model's embedding and its last stage's
         copy summed over the two stages, then clipped by the whole model's norm (a tensor-parallel shard
         counted on its rank, an expert on its expert-parallel rank, a layer on its stage, a replicated
         weight or the tied copy once), then AdamW on this rank's parameters."""
@@ -540,6 +542,9 @@ class MegatronTrainer(TorchTrainer):
         experts = [grad for name, _, grad in named if is_expert_weight(name)]
         if self.dp_size > 1:
             _all_reduce_in_buckets(dense, self.dp_group)
+        per_head = [grad for name, _, grad in named if is_per_head_norm(name)]
+        if self.tp > 1 and per_head:
+            _all_reduce_in_buckets(per_head, self.tp_group)
         if experts and self.dp_size // self.ep > 1:
             _all_reduce_in_buckets(experts, self.expert_dp_group)
         copy = None  # the last stage's copy of a tied embedding, counted on the first stage
