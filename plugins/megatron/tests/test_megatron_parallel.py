@@ -225,6 +225,15 @@ def check_processes(folder: Path, one_process: dict, sizes: dict, tmp_path: Path
     assert all((checkpoint / f"rank-{rank}" / "optimizer.pt").exists() for rank in range(1, world))
 
 
+def test_tensor_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, tmp_path):
+    """A Qwen3-MoE with tensor parallelism 2: attention split over the ranks, the sequence too
+    (megatron's MoE layers need sequence parallelism: each rank routes its part of the tokens to the
+    experts it holds whole), the norms' and routers' gradients summed over the ranks; the same log-probs,
+    loss, grad norm and weights after the step (rows padded to a multiple of 2 tokens)."""
+    sizes = {"tensor_model_parallel_size": 2, "global_batch_size": 3}
+    check_processes(moe_folder, one_process_moe, sizes, tmp_path)
+
+
 def test_pipeline_parallel_tied_qwen3_trains_as_one_process(qwen3_folder, one_process_qwen3, tmp_path):
     """A Qwen3 dense model (QK norms) with tied embeddings over 2 pipeline stages: the embedding on the
     first stage, its copy as the output layer on the last, their gradients summed over the two and the

@@ -415,18 +415,13 @@ def is_expert_weight(name: str) -> bool:
     return _LOCAL_EXPERT.match(name) is not None
 
 
-def check_expert_parallel(config: dict[str, Any], ep: int, tp: int) -> None:
+def check_expert_parallel(config: dict[str, Any], ep: int) -> None:
     """Refuse an expert-parallel size that does not divide the experts, or one given to a dense model."""
     experts = ModelShape.from_hf(config).num_experts
     if ep > 1 and not experts:
         raise ValueError(f"rlsdk-megatron: expert-parallel size {ep} needs a MoE model (qwen3_moe)")
     if experts and experts % ep:
         raise ValueError(f"rlsdk-megatron: expert-parallel size {ep} does not divide the {experts} experts")
-    if experts and tp > 1:
-        raise ValueError(
-            "rlsdk-megatron: tensor parallelism of MoE models is not supported yet: use expert and data "
-            f"parallelism (tensor-parallel size {tp})"
-        )
 
 
 def split_expert_parallel(state: dict[str, torch.Tensor], ep: int) -> list[dict[str, torch.Tensor]]:

@@ -86,7 +86,7 @@ def check_parallel_sizes(
     ep = getattr(args, "expert_model_parallel_size", 1)
     if hf_config is not None:
         check_tensor_parallel(hf_config, tp)
-        check_expert_parallel(hf_config, ep, tp)
+        check_expert_parallel(hf_config, ep)
         check_pipeline_parallel(hf_config, pp)
     return tp, pp, dp
 
@@ -151,8 +151,10 @@ def build_gpt_model(
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
 
     from .attention import SDPAttention
+    from .norm import SequenceParallelRMSNorm
 
     tp_rank, tp = tensor_parallel
     ep_rank, ep = expert_parallel
@@ -166,6 +168,8 @@ def build_gpt_model(
         tensor_model_parallel_size=tp,
         expert_model_parallel_size=ep,
         pipeline_model_parallel_size=pp,
+        # megatron's MoE layers need each tensor-parallel rank to hold a part of the sequence
+        sequence_parallel=tp > 1 and bool(transformer.get("num_moe_experts")),
         pipeline_dtype=dtype,
         variable_seq_lengths=pp > 1,  # every micro-batch has its own shape
         calculate_per_token_loss=True,  # the schedule leaves the loss as the trainer divided it
@@ -183,9 +187,16 @@ def build_gpt_model(
         normalization="RMSNorm",
     )
     spec.submodules.self_attention.submodules.core_attention = SDPAttention
+    spec.submodules.input_layernorm = spec.submodules.pre_mlp_layernorm = SequenceParallelRMSNorm
+    if transformer["qk_layernorm"]:
+        attention = spec.submodules.self_attention.submodules
+        attention.q_layernorm = attention.k_layernorm = SequenceParallelRMSNorm
+    block = TransformerBlockSubmodules(
+        layer_specs=[spec] * (transformer["num_layers"] // pp), layer_norm=SequenceParallelRMSNorm
+    )
     model = GPTModel(
         config=config,
-        transformer_layer_spec=spec,
+        transformer_layer_spec=block,
         pre_process=stage == 0,
         post_process=stage == pp - 1,
         **gpt,
@@ -237,19 +248,31 @@ def response_logits(
     """``[1, sum(response_lengths), vocab]``: the logits of the positions that predict each row's last
     ``response_lengths`` tokens, in order. ``GPTModel`` projects every position it is given, so a pre-hook
     hands its output layer only those positions' hidden states ``[n, 1, hidden]`` (as ``GPTModel`` itself
-    keeps only the last token's for inference); its ``[s, b] -> [b, s]`` transpose then makes them one row."""
+    keeps only the last token's for inference); its ``[s, b] -> [b, s]`` transpose then makes them one row.
+    Under sequence parallelism the hook gathers the ranks' parts of the sequence first (each rank's gradient
+    then flows back to its own part) and the output layer, given the same positions on every rank, gathers
+    nothing more (as ``GPTModel`` does for inference)."""
+    from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
+
     position = torch.cat([torch.arange(len(r) - n - 1, len(r) - 1) for r, n in zip(rows, response_lengths)])
     row = torch.cat([torch.full((n,), i) for i, n in enumerate(response_lengths)])
     position, row = position.to(device), row.to(device)
+    output_layer = model.output_layer
+    sequence_parallel = output_layer.sequence_parallel
 
     def select(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        return (args[0][position, row].unsqueeze(1), *args[1:]), kwargs  # hidden states are [s, b, h]
+        hidden = args[0]  # [s, b, h]
+        if sequence_parallel:
+            hidden = gather_from_sequence_parallel_region(hidden, tensor_parallel_output_grad=False)
+        return (hidden[position, row].unsqueeze(1), *args[1:]), kwargs
 
-    hook = model.output_layer.register_forward_pre_hook(select, with_kwargs=True)
+    hook = output_layer.register_forward_pre_hook(select, with_kwargs=True)
+    output_layer.sequence_parallel = False
     try:
         return _padded_forward(model, rows, pad_id, device, vocab_size)
     finally:
         hook.remove()
+        output_layer.sequence_parallel = sequence_parallel
 
 
 def _padded_forward(
@@ -258,6 +281,8 @@ def _padded_forward(
     """``GPTModel``'s logits ``[batch, sequence, vocab]`` for the rows right-padded into one batch (the
     whole vocabulary: with tensor parallelism the output layer gathers it, ``parallel_output=False``)."""
     width = max(len(row) for row in rows)
+    if model.config.sequence_parallel:  # each tensor-parallel rank takes an equal part of the sequence
+        width = -(-width // model.config.tensor_model_parallel_size) * model.config.tensor_model_parallel_size
     tokens = torch.full((len(rows), width), pad_id, dtype=torch.long)
     for i, row in enumerate(rows):
         tokens[i, : len(row)] = row
@@ -525,8 +550,9 @@ class MegatronTrainer(TorchTrainer):
 
     def _optimizer_step(self) -> float:
         """Gradients summed over the replicas (an expert's over the ranks holding the same experts: the
-        all-to-all already brought it every replica's tokens), Qwen3's query and key norms' over the
-        tensor-parallel ranks (each holds its heads' part), a tied model's embedding and its last stage's
+        all-to-all already brought it every replica's tokens, or each tensor-parallel rank's part of the
+        sequence), Qwen3's query and key norms' and, under sequence parallelism, the norms' and routers'
+        over the tensor-parallel ranks (each holds its heads' or its sequence part's), a tied model's embedding and its last stage's
         copy summed over the two stages, then clipped by the whole model's norm (a tensor-parallel shard
         counted on its rank, an expert on its expert-parallel rank, a layer on its stage, a replicated
         weight or the tied copy once), then AdamW on this rank's parameters."""
@@ -542,16 +568,17 @@ class MegatronTrainer(TorchTrainer):
         experts = [grad for name, _, grad in named if is_expert_weight(name)]
         if self.dp_size > 1:
             _all_reduce_in_buckets(dense, self.dp_group)
-        per_head = [grad for name, _, grad in named if is_per_head_norm(name)]
-        if self.tp > 1 and per_head:
-            _all_reduce_in_buckets(per_head, self.tp_group)
-        if experts and self.dp_size // self.ep > 1:
+        partial = [g for n, p, g in named if is_per_head_norm(n) or getattr(p, "sequence_parallel", False)]
+        if self.tp > 1 and partial:
+            _all_reduce_in_buckets(partial, self.tp_group)
+        if experts and dist.get_world_size(self.expert_dp_group) > 1:
             _all_reduce_in_buckets(experts, self.expert_dp_group)
         copy = None  # the last stage's copy of a tied embedding, counted on the first stage
         if self.tied and self.pp > 1 and (self.pp_rank == 0 or self.is_last_stage):
             from megatron.core import parallel_state
 
-            shared = self.model.shared_embedding_or_output_weight()
+            model: Any = self.model
+            shared = model.shared_embedding_or_output_weight()
             dist.all_reduce(shared.grad, group=parallel_state.get_embedding_group())
             copy = shared if self.pp_rank != 0 else None
         squares = torch.zeros((), dtype=torch.float32, device=self.device)
