@@ -1,9 +1,10 @@
-"""Tensor- and data-parallel megatron training in 2 real processes on gloo (CPU, float32) computes what one
-process computes: per-token log-probs, a train step's loss and grad norm, and the weights after it
-(gathered and converted back to Hugging Face format), on a tiny GQA Llama whose 127-token vocabulary
-tensor parallelism must pad. Rank 0 is this process, rank 1 a subprocess, as ``rlsdk run`` starts them;
-megatron-core's own tensor-parallel layers and collectives run on gloo, with the three CUDA assumptions
-pointed at the CPU (cpu_megatron.py). Each rank loads its split of the weights into a real tensor-parallel
+"""Tensor-, data-, expert- and pipeline-parallel megatron training in 2 (or 4) real processes on gloo (CPU,
+float32) computes what one process computes: per-token log-probs, a train step's loss and grad norm, and
+the weights after it (gathered and converted back to Hugging Face format), on a tiny GQA Llama whose
+127-token vocabulary tensor parallelism must pad, a tiny tied Qwen3 and a tiny Qwen3-MoE. Rank 0 is this
+process, the others subprocesses, as ``rlsdk run`` starts them; megatron-core's own parallel layers,
+pipeline schedule and collectives run on gloo, with its CUDA assumptions pointed at the CPU
+(cpu_megatron.py). Each rank loads its split of the weights into a real tensor-parallel
 ``GPTModel`` with ``load_state_dict`` (which refuses a wrong shape), so the split's shard shapes are
 megatron's. Skipped where megatron-core cannot be imported.
 """
@@ -168,9 +169,8 @@ def one_process_result(folder: Path, **options: int) -> dict:
     [
         {"tensor_model_parallel_size": 2},
         {"actor_num_gpus_per_node": 2},
-        {"pipeline_model_parallel_size": 2},
     ],
-    ids=["tensor-parallel-2", "data-parallel-2", "pipeline-parallel-2"],
+    ids=["tensor-parallel-2", "data-parallel-2"],
 )
 def test_two_processes_train_as_one(folder, one_process, sizes, tmp_path):
     check_processes(folder, one_process, sizes, tmp_path)
@@ -186,8 +186,11 @@ def test_expert_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, 
     check_processes(moe_folder, one_process_moe, sizes, tmp_path)
 
 
-def check_processes(folder: Path, one_process: dict, sizes: dict, tmp_path: Path, world: int = 2) -> None:
-    """``world`` processes with parallel ``sizes`` train as one process did (``one_process``)."""
+def check_processes(
+    folder: Path, one_process: dict, sizes: dict, tmp_path: Path, world: int = 2, resume: bool = True
+) -> None:
+    """``world`` processes with parallel ``sizes`` train as one process did (``one_process``); with
+    ``resume`` a checkpoint they save resumes exactly."""
     patches = pytest.MonkeyPatch()
     load_callable(f"{CPU_MEGATRON}:patch_for_cpu")(patches.setattr)
     samples = [s for g in groups() for s in g]
@@ -196,10 +199,11 @@ def check_processes(folder: Path, one_process: dict, sizes: dict, tmp_path: Path
     try:
         result = run(trainer, samples)
         checkpoint = tmp_path / "checkpoint"
-        trainer.save_checkpoint(checkpoint)
-        after_save = trainer.train_step(1, groups())
-        trainer.load_checkpoint(checkpoint)
-        after_load = trainer.train_step(1, groups())
+        if resume:
+            trainer.save_checkpoint(checkpoint)
+            after_save = trainer.train_step(1, groups())
+            trainer.load_checkpoint(checkpoint)
+            after_load = trainer.train_step(1, groups())
     finally:
         trainer.close()
         patches.undo()
@@ -220,6 +224,8 @@ def check_processes(folder: Path, one_process: dict, sizes: dict, tmp_path: Path
         assert diff < 1e-6, f"{name}: {diff:.3g}"
         moved = (tensor - one_process["initial"][name]).abs().max()
         assert moved > 0, f"{name} did not train"
+    if not resume:
+        return
     # A checkpoint resumes exactly: the step after it, repeated after loading it, is the same step.
     assert after_load["train/loss"] == pytest.approx(after_save["train/loss"], rel=1e-6)
     assert all((checkpoint / f"rank-{rank}" / "optimizer.pt").exists() for rank in range(1, world))
@@ -250,9 +256,10 @@ def test_pipeline_parallel_moe_trains_as_one_process(moe_folder, one_process_moe
 
 def test_pipeline_and_tensor_parallel_train_as_one_process(folder, one_process, tmp_path):
     """4 processes: 2 pipeline stages, each split over 2 tensor-parallel ranks (the stage's weights
-    gathered over its tensor-parallel ranks, then sent to rank 0)."""
+    gathered over its tensor-parallel ranks, then sent to rank 0). Pipeline checkpoints are checked with
+    two processes (the tied Qwen3)."""
     sizes = {"pipeline_model_parallel_size": 2, "tensor_model_parallel_size": 2}
-    check_processes(folder, one_process, sizes, tmp_path, world=4)
+    check_processes(folder, one_process, sizes, tmp_path, world=4, resume=False)
 
 
 def test_pipeline_data_and_expert_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, tmp_path):
@@ -260,7 +267,7 @@ def test_pipeline_data_and_expert_parallel_moe_trains_as_one_process(moe_folder,
     Global batches of 3 give the replicas 2 and 1 samples: the second runs an empty pass through its
     stages to meet the first's all-to-all exchanges."""
     sizes = {"pipeline_model_parallel_size": 2, "expert_model_parallel_size": 2, "global_batch_size": 3}
-    check_processes(moe_folder, one_process_moe, sizes, tmp_path, world=4)
+    check_processes(moe_folder, one_process_moe, sizes, tmp_path, world=4, resume=False)
 
 
 def test_pipeline_sizes_that_cannot_work_are_refused_by_name(tmp_path):
