@@ -3,7 +3,8 @@
 (TP=1) (not run in CI; one device call on two GPUs, a few minutes; the last line printed is one JSON
 object). With ``--shape`` a published shape's random weights instead of the bench model's (``workload.SHAPES``);
 for a MoE shape (``qwen3-moe-32e``: 32 experts, 8 active) expert parallel (EP=2: 16 experts a GPU, tokens
-all-to-all over NCCL), DP=2 and PP=2 against one GPU. ``--configs`` picks some of them (the one-GPU
+all-to-all over NCCL), DP=2, PP=2 and TP=2 (with sequence parallelism, experts whole on each GPU) against
+one GPU. ``--configs`` picks some of them (the one-GPU
 reference always runs).
 
 Each configuration is built as ``rlsdk run --trainer megatron`` builds it: this process is rank 0 and
@@ -50,6 +51,7 @@ MOE = {
     "ep2": {"expert_model_parallel_size": 2},
     "dp2": {"actor_num_gpus_per_node": 2},
     "pp2": {"pipeline_model_parallel_size": 2},
+    "tp2": {"tensor_model_parallel_size": 2},
 }
 CONFIGS = {**DENSE, **MOE}
 
