@@ -9,8 +9,9 @@ the ``rlsdk run`` process (:mod:`.rank_group`). Tensor parallel (``--tensor-mode
 each rank holds its shard of megatron's parallel layers (:func:`~.convert.split_tensor_parallel`) and the
 output layer gathers the logits; a MoE model is split with sequence parallelism too (megatron's MoE
 layers need it: each rank holds part of every row's tokens and routes them to its experts, kept whole).
-Data parallel (the world size over TP x PP): each replica trains on its share of every global batch, the loss divided by the whole batch's denominator and the gradients summed over the
-replicas, so the step is the one-process step. Expert parallel (``--expert-model-parallel-size``, MoE
+Data parallel (the world size over TP x PP): each replica trains on its share of every global batch, the
+loss divided by the whole batch's denominator and the gradients summed over the replicas, so the step is
+the one-process step. Expert parallel (``--expert-model-parallel-size``, MoE
 models): the experts are split over that many data-parallel ranks, tokens reach them all-to-all, and every
 rank runs as many forward passes as its peers (an empty pass where it has fewer micro-batches), since each
 MoE layer's all-to-all is collective. Pipeline parallel (``--pipeline-model-parallel-size``): each
