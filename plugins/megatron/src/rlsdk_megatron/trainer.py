@@ -612,6 +612,11 @@ class MegatronTrainer(TorchTrainer):
         """The whole model in Hugging Face format on rank 0; ``{}`` on the others. Each stage gathers its
         shards (tensor and expert parallel) and converts its layers; the other stages send theirs to rank 0
         one tensor at a time."""
+        return self._hf_weights(host=False)
+
+    def _hf_weights(self, host: bool) -> dict[str, torch.Tensor]:
+        """:meth:`weights`; with ``host`` the other stages' tensors are moved to CPU memory as they come
+        (rank 0's GPU then holds one of them at a time beside its own stage)."""
         state = {k: v for k, v in self.model.state_dict().items() if not k.endswith("_extra_state")}
         if self.tp > 1:
             state = merge_tensor_parallel(self._gather_shards(state))
@@ -623,21 +628,20 @@ class MegatronTrainer(TorchTrainer):
         state = pipeline_stage_to_whole(state, self.pp_rank, self.pp, per_stage, self.tied)
         hf = megatron_to_hf(pad_vocab(state, self.vocab_size), self.hf_config)
         if self.pp > 1:
-            hf = self._gather_stages(hf)
+            hf = self._gather_stages(hf, host)
         return hf if self.is_first_rank else {}
 
-    def _gather_stages(self, hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _gather_stages(self, hf: dict[str, torch.Tensor], host: bool) -> dict[str, torch.Tensor]:
         """Every stage's weights on the first stage (rank 0's pipeline: tensor- and data-parallel rank 0),
         received one tensor at a time: the names, shapes and dtypes first, then the tensors."""
         import torch.distributed as dist
 
         ranks = dist.get_process_group_ranks(self.pp_group)
         if self.pp_rank != 0:
-            tensors = [t.contiguous() for t in hf.values()]
-            listing = [(name, t.shape, t.dtype) for name, t in zip(hf, tensors, strict=True)]
+            listing = [(name, t.shape, t.dtype) for name, t in hf.items()]
             dist.send_object_list([listing], dst=ranks[0], group=self.pp_group, device=self.device)
-            for tensor in tensors:
-                dist.send(tensor, dst=ranks[0], group=self.pp_group)
+            for tensor in hf.values():
+                dist.send(tensor.contiguous(), dst=ranks[0], group=self.pp_group)
             return {}
         whole = dict(hf)
         for source in ranks[1:]:
@@ -646,7 +650,7 @@ class MegatronTrainer(TorchTrainer):
             for name, shape, dtype in box[0]:
                 tensor = torch.empty(shape, dtype=dtype, device=self.device)
                 dist.recv(tensor, src=source, group=self.pp_group)
-                whole[name] = tensor
+                whole[name] = tensor.cpu() if host else tensor
         return whole
 
     def _gather_experts(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -681,7 +685,7 @@ class MegatronTrainer(TorchTrainer):
     def save_hf_model(self, folder: Path) -> None:
         from safetensors.torch import save_file
 
-        weights = self.weights()
+        weights = self._hf_weights(host=True)
         if not self.is_first_rank:
             return
         folder.mkdir(parents=True, exist_ok=True)
