@@ -183,6 +183,7 @@ def main() -> None:
         report["adapter_effect_max"] = max(abs(a - b) for a, b in zip(want, want_base, strict=True))
         call(f"{url}/unload_lora_adapter", {"lora_name": "check"})
         del peft_model
+        print(json.dumps({**report, "partial": "before the training run"}), flush=True)  # kept if cut short
         report["run"] = train_against(url, opts.model, opts.output, opts.steps)
         report["passed"] = (
             report["run"]["exit_code"] == 0
