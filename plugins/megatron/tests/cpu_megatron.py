@@ -83,3 +83,10 @@ def cpu_trainer(args: Any) -> Any:
     patch_for_cpu()
     torch.set_num_threads(1)
     return MegatronTrainer(args, torch.device("cpu"))
+
+
+def packed_sft_loss(args: Any, batch: Any, logits: Any, reduce: Any) -> Any:
+    """slime's ``sft_loss`` as a loss plugin given by path, which reads packed logits (a path's default)."""
+    from rlsdk.training.losses import sft_loss
+
+    return sft_loss(args, batch, logits, reduce)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -107,14 +108,14 @@ def groups() -> list[list[Sample]]:
     return out
 
 
-def config(folder: Path, **sizes: int) -> RolloutConfig:
-    options = {"global_batch_size": 4, "micro_batch_size": 1, **sizes}  # two optimizer steps by default
+def config(folder: Path, **sizes: Any) -> RolloutConfig:
+    # two optimizer steps by default
+    options = {"global_batch_size": 4, "micro_batch_size": 1, "loss_type": "sft_loss", **sizes}
     return RolloutConfig(
         hf_checkpoint=str(folder),
         train=True,
         trainer="megatron",
         train_dtype="float32",
-        loss_type="sft_loss",
         lr=1e-2,
         adam_eps=1.0,  # updates proportional to the gradients: Adam's g / sqrt(v) would magnify rounding
         clip_grad=0.5,  # clips: the norm must be the whole model's
@@ -252,6 +253,18 @@ def test_pipeline_parallel_moe_trains_as_one_process(moe_folder, one_process_moe
     each: the same log-probs, loss, grad norm and weights after the step."""
     sizes = {"pipeline_model_parallel_size": 2, "global_batch_size": 3}
     check_processes(moe_folder, one_process_moe, sizes, tmp_path)
+
+
+def test_pipeline_parallel_with_a_packed_loss_trains_as_one_process(folder, one_process, tmp_path):
+    """A loss plugin that reads slime's packed logits (every position's; here sft_loss's function, which
+    the one-process reference ran on the response positions' logits) over 2 pipeline stages: the last
+    stage hands it the packed logits; the same loss, grad norm and weights after the step."""
+    sizes = {
+        "pipeline_model_parallel_size": 2,
+        "loss_type": "custom_loss",
+        "custom_loss_function_path": f"{CPU_MEGATRON}:packed_sft_loss",
+    }
+    check_processes(folder, one_process, sizes, tmp_path, resume=False)
 
 
 def test_pipeline_and_tensor_parallel_train_as_one_process(folder, one_process, tmp_path):
