@@ -13,8 +13,9 @@
 #   bash benchmarks/gpu/device.sh nccl       # gpu_loop.py nccl: the same through an NCCL broadcast (two GPUs)
 #   bash benchmarks/gpu/device.sh engines2   # gpu_loop.py engines2: one launched engine vs two behind the router
 #   bash benchmarks/gpu/device.sh megatron   # megatron_parity.py: megatron vs torch trainer (~2 min)
-#   bash benchmarks/gpu/device.sh megatron_parallel  # megatron_parallel.py: TP=2 and DP=2 vs one GPU (two GPUs;
-#     MEGATRON_PARALLEL_ARGS="--shape qwen3-moe-32e --steps 5": EP=2 and DP=2 of a 32-expert MoE, ~7 min on 2x H100)
+#   bash benchmarks/gpu/device.sh megatron_parallel  # megatron_parallel.py: TP=2, DP=2 and PP=2 vs one GPU (two GPUs;
+#     MEGATRON_PARALLEL_ARGS="--shape qwen3-moe-32e --steps 5": EP=2, DP=2, PP=2 and TP=2 of a 32-expert MoE, ~7 min on
+#     2x H100 before PP=2 was added (not re-measured); "--configs pp2 --steps 5": PP=2 alone vs one GPU)
 #   bash benchmarks/gpu/device.sh model      # reassemble the carried SmolLM2 GGUF, convert it to /tmp/rlsdk-models
 #   bash benchmarks/gpu/device.sh learn      # learning_gpu.py: GRPO on SmolLM2 through colocated SGLang (~9 min)
 #   bash benchmarks/gpu/device.sh lora       # sglang_lora.py: SGLang --enable-lora on SmolLM2 (after `model`): the LoRA

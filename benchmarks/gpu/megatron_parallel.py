@@ -1,8 +1,11 @@
-"""The megatron trainer on two GPUs, tensor parallel (TP=2) and data parallel (DP=2), against one GPU
+"""The megatron trainer on two GPUs, tensor parallel (TP=2), data parallel (DP=2) and pipeline parallel
+(PP=2: half the layers a GPU, megatron-core's 1F1B schedule, activations sent over NCCL), against one GPU
 (TP=1) (not run in CI; one device call on two GPUs, a few minutes; the last line printed is one JSON
 object). With ``--shape`` a published shape's random weights instead of the bench model's (``workload.SHAPES``);
 for a MoE shape (``qwen3-moe-32e``: 32 experts, 8 active) expert parallel (EP=2: 16 experts a GPU, tokens
-all-to-all over NCCL) and DP=2 against one GPU.
+all-to-all over NCCL), DP=2, PP=2 and TP=2 (with sequence parallelism, experts whole on each GPU) against
+one GPU. ``--configs`` picks some of them (the one-GPU
+reference always runs).
 
 Each configuration is built as ``rlsdk run --trainer megatron`` builds it: this process is rank 0 and
 starts rank 1 itself (its log under ``<work>/logs-<config>/``). All load the same Hugging Face folder
@@ -41,11 +44,14 @@ DENSE = {
     "tp1": {},
     "tp2": {"tensor_model_parallel_size": 2},
     "dp2": {"actor_num_gpus_per_node": 2},
+    "pp2": {"pipeline_model_parallel_size": 2},
 }
 MOE = {
     "ep1": {},
     "ep2": {"expert_model_parallel_size": 2},
     "dp2": {"actor_num_gpus_per_node": 2},
+    "pp2": {"pipeline_model_parallel_size": 2},
+    "tp2": {"tensor_model_parallel_size": 2},
 }
 CONFIGS = {**DENSE, **MOE}
 
@@ -102,10 +108,19 @@ def main() -> None:
     )
     parser.add_argument("--update-tol", type=float, default=0.05)
     parser.add_argument("--shape", choices=sorted(SHAPES), help="a published shape instead of --model-config")
+    parser.add_argument(
+        "--configs", help="comma-separated parallel configurations to compare (default: all; e.g. pp2)"
+    )
     opts = parser.parse_args()
     moe = bool(opts.shape and SHAPES[opts.shape]["model_type"] == "qwen3_moe")
-    configs = MOE if moe else DENSE
-    reference, *others = configs
+    every = MOE if moe else DENSE
+    reference = next(iter(every))
+    chosen = opts.configs.split(",") if opts.configs else list(every)
+    unknown = [name for name in chosen if name not in every]
+    if unknown:
+        parser.error(f"--configs: {unknown} are not among {sorted(every)}")
+    configs = [reference, *(name for name in chosen if name != reference)]
+    others = configs[1:]
 
     import torch
 

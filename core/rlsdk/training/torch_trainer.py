@@ -170,25 +170,12 @@ class TorchTrainer(PolicyTrainer):
                 else float(len(part))
             )
             share = self._data_parallel_share(indices)
-            for micro in self._micro_batches([data[i] for i in share]):
-                if not micro:  # a rank with fewer micro-batches than its peers (collective layers)
-                    self._empty_pass(backward=True)
-                    continue
-                chosen = [share[i] for i in micro]
-                batch = loss_batch(data, chosen, per_sample, self.device)
-                if self.loss.record.logits == "response":
-                    logits = self._response_logits(self.model, data, chosen)
-                else:
-                    logits = self._packed_logits(self.model, data, chosen)
-                reduce = sum_of_sample_mean_fn(
-                    batch["response_lengths"], batch["loss_masks"], args.calculate_per_token_loss
-                )
-                loss, metrics = self.loss.func(args, batch, logits, reduce)
-                check_loss_value(self.loss, rollout_id, loss, [samples[i] for i in chosen])
-                (loss / max(denominator, 1.0)).backward()
-                for key, value in metrics.items():
-                    totals[key] = totals.get(key, 0.0) + float(value) / max(denominator, 1.0)
-                tokens += sum(batch["total_lengths"])
+            batch_totals, batch_tokens = self._accumulate_gradients(
+                samples, data, share, per_sample, max(denominator, 1.0)
+            )
+            for key, value in batch_totals.items():
+                totals[key] = totals.get(key, 0.0) + value
+            tokens += batch_tokens
             grad_norms.append(self._optimizer_step())
         totals, tokens = self._sum_over_data_parallel(totals, tokens)
         steps = len(grad_norms)
@@ -208,6 +195,52 @@ class TorchTrainer(PolicyTrainer):
             }
         )
         return {**out, **extra}
+
+    def _accumulate_gradients(
+        self,
+        samples: list[Sample],
+        data: list[TrainSample],
+        share: list[int],
+        per_sample: dict[str, list[Any]],
+        denominator: float,
+    ) -> tuple[dict[str, float], int]:
+        """The forward and backward passes over this process's ``share`` of a global batch (indices into
+        ``data``), each micro-batch's loss divided by the global batch's ``denominator``; returns the loss
+        metrics summed (each divided by the denominator) and the tokens seen."""
+        totals: dict[str, float] = {}
+        tokens = 0
+        for micro in self._micro_batches([data[i] for i in share]):
+            if not micro:  # a rank with fewer micro-batches than its peers (collective layers)
+                self._empty_pass(backward=True)
+                continue
+            chosen = [share[i] for i in micro]
+            if self.loss.record.logits == "response":
+                logits = self._response_logits(self.model, data, chosen)
+            else:
+                logits = self._packed_logits(self.model, data, chosen)
+            loss, metrics, count = self._micro_batch_loss(samples, data, chosen, per_sample, logits)
+            (loss / denominator).backward()
+            for key, value in metrics.items():
+                totals[key] = totals.get(key, 0.0) + value / denominator
+            tokens += count
+        return totals, tokens
+
+    def _micro_batch_loss(
+        self,
+        samples: list[Sample],
+        data: list[TrainSample],
+        chosen: list[int],
+        per_sample: dict[str, list[Any]],
+        logits: torch.Tensor,
+    ) -> tuple[torch.Tensor, dict[str, float], int]:
+        """The loss plugin's loss on a micro-batch's ``logits`` (checked), its metrics, its tokens."""
+        batch = loss_batch(data, chosen, per_sample, self.device)
+        reduce = sum_of_sample_mean_fn(
+            batch["response_lengths"], batch["loss_masks"], self.args.calculate_per_token_loss
+        )
+        loss, metrics = self.loss.func(self.args, batch, logits, reduce)
+        check_loss_value(self.loss, self._rollout_id, loss, [samples[i] for i in chosen])
+        return loss, {k: float(v) for k, v in metrics.items()}, sum(batch["total_lengths"])
 
     def _advantages(
         self,
@@ -345,16 +378,22 @@ class TorchTrainer(PolicyTrainer):
             if not micro:
                 self._empty_pass(backward=False)
                 continue
-            batch = loss_batch(data, micro, {}, self.device)
-            log_probs, _ = log_probs_and_entropy(
-                self._response_logits(model, data, micro),
-                batch,
-                self.args,
-                with_entropy=False,
-                temperature=temperature,
+            out.extend(
+                self._micro_batch_log_probs(
+                    data, micro, self._response_logits(model, data, micro), temperature
+                )
             )
-            out.extend(lp.float().cpu() for lp in log_probs)
         return out
+
+    def _micro_batch_log_probs(
+        self, data: list[TrainSample], micro: list[int], logits: torch.Tensor, temperature: float | None
+    ) -> list[torch.Tensor]:
+        """Each sample's response log-probs (float32, on the CPU) from a micro-batch's response logits."""
+        batch = loss_batch(data, micro, {}, self.device)
+        log_probs, _ = log_probs_and_entropy(
+            logits, batch, self.args, with_entropy=False, temperature=temperature
+        )
+        return [lp.float().cpu() for lp in log_probs]
 
     def response_log_probs(self, samples: list[Sample]) -> list[list[float]]:
         data = [TrainSample.from_sample(s, 0.0) for s in samples]

@@ -5,7 +5,10 @@ which :func:`patch_for_cpu` points at the CPU: the rotary frequencies (and a MoE
 to ``torch.cuda.current_device()``, the default causal mask is allocated on ``"cuda"``, attention dropout
 forks the CUDA RNG tracker, and the MoE all-to-all dispatcher copies its split sizes to the host on a side
 CUDA stream, as numpy arrays only when they were on the GPU (here: no stream, and numpy arrays always, as
-``all_to_all_single`` takes them). Everything else is megatron's real code.
+``all_to_all_single`` takes them). The pipeline schedules count tokens in a tensor made on ``"cuda"`` and
+synchronize CUDA after their point-to-point exchanges (here: the tensor on the CPU, nothing to wait for), and
+a tied model's last stage moves its embedding copy to CUDA before the all-reduce that fills it (here: it
+stays). Everything else is megatron's real code.
 """
 
 from __future__ import annotations
@@ -34,6 +37,17 @@ def _host_copy(tensor: Any, as_numpy: bool = False, record_stream: bool = False)
     return tensor
 
 
+class _TorchOnCpu:
+    """``torch`` for megatron's schedules module, its ``zeros`` on the CPU whatever device it names."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    @staticmethod
+    def zeros(*size: Any, **kwargs: Any) -> torch.Tensor:
+        return torch.zeros(*size, **{**kwargs, "device": "cpu"})
+
+
 class _NoDropoutRng:
     def fork(self, *args: Any, **kwargs: Any) -> contextlib.nullcontext[None]:
         return contextlib.nullcontext()
@@ -43,6 +57,7 @@ def patch_for_cpu(set_attribute: Callable[[Any, str, Any], None] = setattr) -> N
     """Apply the patches with ``set_attribute`` (``monkeypatch.setattr`` to undo them later)."""
     from megatron.core import tensor_parallel
     from megatron.core.fusions import fused_softmax
+    from megatron.core.pipeline_parallel import schedules
     from megatron.core.transformer.moe import token_dispatcher
     from megatron.core.transformer.moe.token_dispatcher import MoEAlltoAllTokenDispatcher
 
@@ -56,6 +71,9 @@ def patch_for_cpu(set_attribute: Callable[[Any, str, Any], None] = setattr) -> N
     set_attribute(torch.cuda, "current_stream", lambda *args, **kwargs: stream)
     set_attribute(torch.cuda, "stream", lambda *args, **kwargs: contextlib.nullcontext())
     set_attribute(token_dispatcher, "maybe_move_tensor_to_cpu", _host_copy)
+    set_attribute(schedules, "torch", _TorchOnCpu())
+    set_attribute(torch.cuda, "synchronize", lambda *args, **kwargs: None)
+    set_attribute(torch.Tensor, "cuda", lambda self, *args, **kwargs: self)
 
 
 def cpu_trainer(args: Any) -> Any:
@@ -65,3 +83,10 @@ def cpu_trainer(args: Any) -> Any:
     patch_for_cpu()
     torch.set_num_threads(1)
     return MegatronTrainer(args, torch.device("cpu"))
+
+
+def packed_sft_loss(args: Any, batch: Any, logits: Any, reduce: Any) -> Any:
+    """slime's ``sft_loss`` as a loss plugin given by path, which reads packed logits (a path's default)."""
+    from rlsdk.training.losses import sft_loss
+
+    return sft_loss(args, batch, logits, reduce)

@@ -9,16 +9,19 @@ import torch
 from rlsdk_megatron.convert import (
     ModelShape,
     check_expert_parallel,
+    check_pipeline_parallel,
     check_tensor_parallel,
     fuse_qkv,
     hf_to_megatron,
     megatron_config,
     megatron_to_hf,
     merge_expert_parallel,
+    merge_pipeline_parallel,
     merge_tensor_parallel,
     pad_vocab,
     padded_vocab_size,
     split_expert_parallel,
+    split_pipeline_parallel,
     split_tensor_parallel,
 )
 
@@ -292,10 +295,46 @@ def test_expert_parallel_split_then_merge_is_the_identity(ep):
 
 def test_expert_parallel_sizes_are_checked():
     _, config, _ = tiny_qwen3("qwen3_moe")
-    check_expert_parallel(config, 2, 1)
+    check_expert_parallel(config, 2)
     with pytest.raises(ValueError, match="size 3 does not divide the 4 experts"):
-        check_expert_parallel(config, 3, 1)
+        check_expert_parallel(config, 3)
     with pytest.raises(ValueError, match="needs a MoE model"):
-        check_expert_parallel(tiny_model("llama", False)[1], 2, 1)
-    with pytest.raises(ValueError, match="tensor parallelism of MoE models"):
-        check_expert_parallel(config, 1, 2)
+        check_expert_parallel(tiny_model("llama", False)[1], 2)
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+@pytest.mark.parametrize("tied", [True, False])
+def test_pipeline_split_then_merge_is_the_identity(tied, pp):
+    """Stage s holds its layers renumbered from 0, the first the embedding, the last the final norm and
+    the output layer (a tied model's: a copy of the embedding, dropped again by the merge)."""
+    hf, config = tiny_model("llama", tied)
+    whole = hf_to_megatron(hf, config)
+    stages = split_pipeline_parallel(whole, pp, tied)
+    last = stages[-1]
+    assert {k.split(".")[2] for k in last if k.startswith("decoder.layers.")} == {
+        str(i) for i in range(2 // pp)
+    }
+    assert torch.equal(
+        last["decoder.layers.0.input_layernorm.weight"],
+        whole[f"decoder.layers.{2 - 2 // pp}.input_layernorm.weight"],
+    )
+    assert "decoder.final_layernorm.weight" in last
+    assert ("output_layer.weight" in last) == (not tied or pp > 1)
+    if pp > 1:
+        assert "embedding.word_embeddings.weight" not in last
+        assert "output_layer.weight" not in stages[0] and "decoder.final_layernorm.weight" not in stages[0]
+        if tied:
+            assert last["output_layer.weight"] is whole["embedding.word_embeddings.weight"]
+    merged = merge_pipeline_parallel(stages, tied)
+    assert merged.keys() == whole.keys()
+    for name, tensor in whole.items():
+        assert torch.equal(merged[name], tensor), name
+
+
+def test_pipeline_sizes_that_do_not_split_the_layers_are_refused():
+    _, config = tiny_model("llama", False)
+    check_pipeline_parallel(config, 2)
+    with pytest.raises(ValueError, match="pipeline-parallel size 3 does not divide the 2 layers"):
+        check_pipeline_parallel(config, 3)
+    with pytest.raises(ValueError, match="2 layers cannot be split over 4 pipeline stages"):
+        split_pipeline_parallel(hf_to_megatron(*tiny_model("llama", False)), 4, False)

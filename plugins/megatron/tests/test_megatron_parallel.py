@@ -1,9 +1,10 @@
-"""Tensor- and data-parallel megatron training in 2 real processes on gloo (CPU, float32) computes what one
-process computes: per-token log-probs, a train step's loss and grad norm, and the weights after it
-(gathered and converted back to Hugging Face format), on a tiny GQA Llama whose 127-token vocabulary
-tensor parallelism must pad. Rank 0 is this process, rank 1 a subprocess, as ``rlsdk run`` starts them;
-megatron-core's own tensor-parallel layers and collectives run on gloo, with the three CUDA assumptions
-pointed at the CPU (cpu_megatron.py). Each rank loads its split of the weights into a real tensor-parallel
+"""Tensor-, data-, expert- and pipeline-parallel megatron training in 2 (or 4) real processes on gloo (CPU,
+float32) computes what one process computes: per-token log-probs, a train step's loss and grad norm, and
+the weights after it (gathered and converted back to Hugging Face format), on a tiny GQA Llama whose
+127-token vocabulary tensor parallelism must pad, a tiny tied Qwen3 and a tiny Qwen3-MoE. Rank 0 is this
+process, the others subprocesses, as ``rlsdk run`` starts them; megatron-core's own parallel layers,
+pipeline schedule and collectives run on gloo, with its CUDA assumptions pointed at the CPU
+(cpu_megatron.py). Each rank loads its split of the weights into a real tensor-parallel
 ``GPTModel`` with ``load_state_dict`` (which refuses a wrong shape), so the split's shard shapes are
 megatron's. Skipped where megatron-core cannot be imported.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -50,6 +52,13 @@ TINY_MOE = {
     "norm_topk_prob": True,
 }
 
+TINY_QWEN3 = {
+    **{k: v for k, v in TINY_MOE.items() if not k.startswith(("moe_", "num_experts", "norm_topk"))},
+    "model_type": "qwen3",
+    "tie_word_embeddings": True,
+}
+"""Qwen3 dense (QK norms) with tied embeddings, as Qwen3-4B has them."""
+
 
 def save_tiny(path: Path, config: dict) -> Path:
     from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -73,6 +82,11 @@ def moe_folder(tmp_path_factory):
     return save_tiny(tmp_path_factory.mktemp("tiny-qwen3-moe"), TINY_MOE)
 
 
+@pytest.fixture(scope="module")
+def qwen3_folder(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("tiny-qwen3"), TINY_QWEN3)
+
+
 def groups() -> list[list[Sample]]:
     rng = random.Random(0)
     out = []
@@ -94,14 +108,14 @@ def groups() -> list[list[Sample]]:
     return out
 
 
-def config(folder: Path, **sizes: int) -> RolloutConfig:
-    options = {"global_batch_size": 4, "micro_batch_size": 1, **sizes}  # two optimizer steps by default
+def config(folder: Path, **sizes: Any) -> RolloutConfig:
+    # two optimizer steps by default
+    options = {"global_batch_size": 4, "micro_batch_size": 1, "loss_type": "sft_loss", **sizes}
     return RolloutConfig(
         hf_checkpoint=str(folder),
         train=True,
         trainer="megatron",
         train_dtype="float32",
-        loss_type="sft_loss",
         lr=1e-2,
         adam_eps=1.0,  # updates proportional to the gradients: Adam's g / sqrt(v) would magnify rounding
         clip_grad=0.5,  # clips: the norm must be the whole model's
@@ -126,6 +140,11 @@ def one_process_moe(moe_folder):
     return one_process_result(moe_folder, global_batch_size=3)
 
 
+@pytest.fixture(scope="module")
+def one_process_qwen3(qwen3_folder):
+    return one_process_result(qwen3_folder)
+
+
 def one_process_result(folder: Path, **options: int) -> dict:
     import torch.distributed as dist
     from megatron.core import parallel_state
@@ -136,7 +155,9 @@ def one_process_result(folder: Path, **options: int) -> dict:
     try:
         trainer = load_callable(f"{CPU_MEGATRON}:cpu_trainer")(config(folder, **options))
         result = run(trainer, samples)
-        result["initial"] = load_callable("rlsdk_megatron.trainer:read_hf_weights")(folder)
+        initial = load_callable("rlsdk_megatron.trainer:read_hf_weights")(folder)
+        initial.setdefault("lm_head.weight", initial["model.embed_tokens.weight"])  # a tied model's
+        result["initial"] = initial
         parallel_state.destroy_model_parallel()
         dist.destroy_process_group()
     finally:
@@ -146,11 +167,14 @@ def one_process_result(folder: Path, **options: int) -> dict:
 
 @pytest.mark.parametrize(
     "sizes",
-    [{"tensor_model_parallel_size": 2}, {"actor_num_gpus_per_node": 2}],
+    [
+        {"tensor_model_parallel_size": 2},
+        {"actor_num_gpus_per_node": 2},
+    ],
     ids=["tensor-parallel-2", "data-parallel-2"],
 )
 def test_two_processes_train_as_one(folder, one_process, sizes, tmp_path):
-    check_two_processes(folder, one_process, sizes, tmp_path)
+    check_processes(folder, one_process, sizes, tmp_path)
 
 
 def test_expert_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, tmp_path):
@@ -160,21 +184,27 @@ def test_expert_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, 
     Global batches of 3 give the ranks 2 and 1 samples: the second runs an empty pass to meet the first's
     all-to-all exchanges."""
     sizes = {"expert_model_parallel_size": 2, "global_batch_size": 3}
-    check_two_processes(moe_folder, one_process_moe, sizes, tmp_path)
+    check_processes(moe_folder, one_process_moe, sizes, tmp_path)
 
 
-def check_two_processes(folder: Path, one_process: dict, sizes: dict, tmp_path: Path) -> None:
+def check_processes(
+    folder: Path, one_process: dict, sizes: dict, tmp_path: Path, world: int = 2, resume: bool = True
+) -> None:
+    """``world`` processes with parallel ``sizes`` train as one process did (``one_process``); with
+    ``resume`` a checkpoint they save resumes exactly."""
     patches = pytest.MonkeyPatch()
     load_callable(f"{CPU_MEGATRON}:patch_for_cpu")(patches.setattr)
     samples = [s for g in groups() for s in g]
-    trainer = RankGroupTrainer(f"{CPU_MEGATRON}:cpu_trainer", config(folder, **sizes), 2, tmp_path / "logs")
+    args = config(folder, **sizes)
+    trainer = RankGroupTrainer(f"{CPU_MEGATRON}:cpu_trainer", args, world, tmp_path / "logs")
     try:
         result = run(trainer, samples)
         checkpoint = tmp_path / "checkpoint"
-        trainer.save_checkpoint(checkpoint)
-        after_save = trainer.train_step(1, groups())
-        trainer.load_checkpoint(checkpoint)
-        after_load = trainer.train_step(1, groups())
+        if resume:
+            trainer.save_checkpoint(checkpoint)
+            after_save = trainer.train_step(1, groups())
+            trainer.load_checkpoint(checkpoint)
+            after_load = trainer.train_step(1, groups())
     finally:
         trainer.close()
         patches.undo()
@@ -195,19 +225,81 @@ def check_two_processes(folder: Path, one_process: dict, sizes: dict, tmp_path: 
         assert diff < 1e-6, f"{name}: {diff:.3g}"
         moved = (tensor - one_process["initial"][name]).abs().max()
         assert moved > 0, f"{name} did not train"
+    if not resume:
+        return
     # A checkpoint resumes exactly: the step after it, repeated after loading it, is the same step.
     assert after_load["train/loss"] == pytest.approx(after_save["train/loss"], rel=1e-6)
-    assert (checkpoint / "rank-1" / "optimizer.pt").exists()
+    assert all((checkpoint / f"rank-{rank}" / "optimizer.pt").exists() for rank in range(1, world))
 
 
-def test_pipeline_parallelism_is_refused_by_name(folder, tmp_path):
+def test_tensor_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, tmp_path):
+    """A Qwen3-MoE with tensor parallelism 2: attention split over the ranks, the sequence too
+    (megatron's MoE layers need sequence parallelism: each rank routes its part of the tokens to the
+    experts it holds whole), the norms' and routers' gradients summed over the ranks; the same log-probs,
+    loss, grad norm and weights after the step (rows padded to a multiple of 2 tokens)."""
+    sizes = {"tensor_model_parallel_size": 2, "global_batch_size": 3}
+    check_processes(moe_folder, one_process_moe, sizes, tmp_path)
+
+
+def test_pipeline_parallel_tied_qwen3_trains_as_one_process(qwen3_folder, one_process_qwen3, tmp_path):
+    """A Qwen3 dense model (QK norms) with tied embeddings over 2 pipeline stages: the embedding on the
+    first stage, its copy as the output layer on the last, their gradients summed over the two and the
+    copy counted once in the grad norm; the same log-probs, loss, grad norm and weights after the step."""
+    check_processes(qwen3_folder, one_process_qwen3, {"pipeline_model_parallel_size": 2}, tmp_path)
+
+
+def test_pipeline_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, tmp_path):
+    """A Qwen3-MoE (4 experts, top-2, every expert on each rank) over 2 pipeline stages, one MoE layer
+    each: the same log-probs, loss, grad norm and weights after the step."""
+    sizes = {"pipeline_model_parallel_size": 2, "global_batch_size": 3}
+    check_processes(moe_folder, one_process_moe, sizes, tmp_path)
+
+
+def test_pipeline_parallel_with_a_packed_loss_trains_as_one_process(folder, one_process, tmp_path):
+    """A loss plugin that reads slime's packed logits (every position's; here sft_loss's function, which
+    the one-process reference ran on the response positions' logits) over 2 pipeline stages: the last
+    stage hands it the packed logits; the same loss, grad norm and weights after the step."""
+    sizes = {
+        "pipeline_model_parallel_size": 2,
+        "loss_type": "custom_loss",
+        "custom_loss_function_path": f"{CPU_MEGATRON}:packed_sft_loss",
+    }
+    check_processes(folder, one_process, sizes, tmp_path, resume=False)
+
+
+def test_pipeline_and_tensor_parallel_train_as_one_process(folder, one_process, tmp_path):
+    """4 processes: 2 pipeline stages, each split over 2 tensor-parallel ranks (the stage's weights
+    gathered over its tensor-parallel ranks, then sent to rank 0). Pipeline checkpoints are checked with
+    two processes (the tied Qwen3)."""
+    sizes = {"pipeline_model_parallel_size": 2, "tensor_model_parallel_size": 2}
+    check_processes(folder, one_process, sizes, tmp_path, world=4, resume=False)
+
+
+def test_pipeline_data_and_expert_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, tmp_path):
+    """4 processes: 2 pipeline stages, 2 data-parallel replicas whose ranks split the experts (2 each).
+    Global batches of 3 give the replicas 2 and 1 samples: the second runs an empty pass through its
+    stages to meet the first's all-to-all exchanges."""
+    sizes = {"pipeline_model_parallel_size": 2, "expert_model_parallel_size": 2, "global_batch_size": 3}
+    check_processes(moe_folder, one_process_moe, sizes, tmp_path, world=4, resume=False)
+
+
+def test_pipeline_sizes_that_cannot_work_are_refused_by_name(tmp_path):
+    """Stages that would hold different numbers of layers (3 layers over 2 stages) stop the ranks as they
+    start, with the reason."""
+    three_layers = save_tiny(tmp_path / "three-layers", {**TINY, "num_hidden_layers": 3})
     patches = pytest.MonkeyPatch()
     load_callable(f"{CPU_MEGATRON}:patch_for_cpu")(patches.setattr)
-    args = config(folder, pipeline_model_parallel_size=2)
+    args = config(three_layers, pipeline_model_parallel_size=2)
     try:
         with pytest.raises(
-            (ValueError, RankFailedError), match="pipeline-parallel size 2 is not supported yet"
+            (ValueError, RankFailedError), match="pipeline-parallel size 2 does not divide the 3 layers"
         ):
             RankGroupTrainer(f"{CPU_MEGATRON}:cpu_trainer", args, 2, tmp_path / "logs")
     finally:
         patches.undo()
+
+
+def test_tensor_parallel_qwen3_trains_as_one_process(qwen3_folder, one_process_qwen3, tmp_path):
+    """Qwen3's query and key norms act on each tensor-parallel rank's own heads: their gradients are
+    summed over the ranks (the grad norm and the weights after the step differed without it)."""
+    check_processes(qwen3_folder, one_process_qwen3, {"tensor_model_parallel_size": 2}, tmp_path)

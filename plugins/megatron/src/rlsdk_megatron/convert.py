@@ -19,7 +19,8 @@ form is written, as SGLang and ``from_pretrained`` load it.
 :func:`hf_to_megatron` and :func:`megatron_to_hf` take whole (tensor-parallel size 1) state dicts;
 :func:`split_tensor_parallel` and :func:`merge_tensor_parallel` cut one into the shards of megatron-core's
 tensor-parallel layers and join them back; :func:`split_expert_parallel` and :func:`merge_expert_parallel`
-do the same for the experts over expert-parallel ranks.
+do the same for the experts over expert-parallel ranks, :func:`split_pipeline_parallel` and
+:func:`merge_pipeline_parallel` for the layers over pipeline stages.
 """
 
 from __future__ import annotations
@@ -314,6 +315,15 @@ _SPLIT_ROWS = ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bi
 _SPLIT_COLUMNS = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
 
 
+_PER_HEAD_NORMS = ("self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight")
+
+
+def is_per_head_norm(name: str) -> bool:
+    """Qwen3's query and key norms: replicated weights applied to each rank's own heads under tensor
+    parallelism, so each rank's gradient is its heads' part (the ranks' gradients are summed)."""
+    return name.endswith(_PER_HEAD_NORMS)
+
+
 def tensor_parallel_dim(name: str) -> int | None:
     """The dimension megatron-core splits weight ``name`` along under tensor parallelism (None: replicated)."""
     if name.endswith(_SPLIT_ROWS):
@@ -405,18 +415,13 @@ def is_expert_weight(name: str) -> bool:
     return _LOCAL_EXPERT.match(name) is not None
 
 
-def check_expert_parallel(config: dict[str, Any], ep: int, tp: int) -> None:
+def check_expert_parallel(config: dict[str, Any], ep: int) -> None:
     """Refuse an expert-parallel size that does not divide the experts, or one given to a dense model."""
     experts = ModelShape.from_hf(config).num_experts
     if ep > 1 and not experts:
         raise ValueError(f"rlsdk-megatron: expert-parallel size {ep} needs a MoE model (qwen3_moe)")
     if experts and experts % ep:
         raise ValueError(f"rlsdk-megatron: expert-parallel size {ep} does not divide the {experts} experts")
-    if experts and tp > 1:
-        raise ValueError(
-            "rlsdk-megatron: tensor parallelism of MoE models is not supported yet: use expert and data "
-            f"parallelism (tensor-parallel size {tp})"
-        )
 
 
 def split_expert_parallel(state: dict[str, torch.Tensor], ep: int) -> list[dict[str, torch.Tensor]]:
@@ -453,4 +458,75 @@ def merge_expert_parallel(shards: list[dict[str, torch.Tensor]]) -> dict[str, to
         for name, tensor in shard.items():
             if is_expert_weight(name) or rank == 0:
                 whole[global_expert_name(name, rank, per_rank)] = tensor
+    return whole
+
+
+# ---------------------------------------------------------------------------- pipeline parallelism
+#
+# Pipeline stage s of pp holds layers [s * L / pp, (s + 1) * L / pp) as its decoder.layers 0 .. L / pp - 1,
+# the embedding on the first stage, the final norm and the output layer on the last. A tied model's last
+# stage (pp > 1) holds a copy of the embedding as its output layer: megatron keeps the two equal by summing
+# their gradients, and the copy is dropped when the stages are merged.
+
+_EMBEDDING = "embedding.word_embeddings.weight"
+_OUTPUT = "output_layer.weight"
+
+
+def check_pipeline_parallel(config: dict[str, Any], pp: int) -> None:
+    """Refuse a pipeline-parallel size that does not split the layers evenly over the stages."""
+    layers = config["num_hidden_layers"]
+    if layers % pp:
+        raise ValueError(
+            f"rlsdk-megatron: pipeline-parallel size {pp} does not divide the {layers} layers "
+            "(every stage holds the same number of layers)"
+        )
+
+
+def split_pipeline_parallel(
+    state: dict[str, torch.Tensor], pp: int, tied: bool
+) -> list[dict[str, torch.Tensor]]:
+    """A whole ``GPTModel`` state dict -> one per pipeline stage (its layers renumbered from 0)."""
+    layers = 1 + max((int(m.group(1)) for m in map(_MEGATRON_LAYER.match, state) if m), default=-1)
+    if layers % pp:
+        raise ValueError(f"rlsdk-megatron: {layers} layers cannot be split over {pp} pipeline stages")
+    per_stage = layers // pp
+    stages: list[dict[str, torch.Tensor]] = [{} for _ in range(pp)]
+    for name, tensor in state.items():
+        if name.endswith("_extra_state"):
+            continue
+        match = _MEGATRON_LAYER.match(name)
+        if match is not None:
+            stage, local = divmod(int(match.group(1)), per_stage)
+            stages[stage][f"decoder.layers.{local}.{match.group(2)}"] = tensor
+        elif name.startswith("embedding."):
+            stages[0][name] = tensor
+            if tied and pp > 1 and name == _EMBEDDING:
+                stages[-1][_OUTPUT] = tensor
+        else:
+            stages[-1][name] = tensor
+    return stages
+
+
+def pipeline_stage_to_whole(
+    state: dict[str, torch.Tensor], stage: int, pp: int, per_stage: int, tied: bool
+) -> dict[str, torch.Tensor]:
+    """Stage ``stage``'s state dict under the whole model's names (its layers numbered from
+    ``stage * per_stage``; a tied model's output-layer copy dropped)."""
+    whole: dict[str, torch.Tensor] = {}
+    for name, tensor in state.items():
+        if tied and pp > 1 and stage == pp - 1 and name == _OUTPUT:
+            continue
+        match = _MEGATRON_LAYER.match(name)
+        if match is not None:
+            name = f"decoder.layers.{stage * per_stage + int(match.group(1))}.{match.group(2)}"
+        whole[name] = tensor
+    return whole
+
+
+def merge_pipeline_parallel(stages: list[dict[str, torch.Tensor]], tied: bool) -> dict[str, torch.Tensor]:
+    """The inverse of :func:`split_pipeline_parallel`."""
+    per_stage = 1 + max((int(m.group(1)) for m in map(_MEGATRON_LAYER.match, stages[0]) if m), default=-1)
+    whole: dict[str, torch.Tensor] = {}
+    for stage, state in enumerate(stages):
+        whole.update(pipeline_stage_to_whole(state, stage, len(stages), per_stage, tied))
     return whole

@@ -12,7 +12,7 @@ RANK_TRAINER = "rlsdk_megatron.trainer:MegatronTrainer"
 
 
 def megatron_trainer(args: Any) -> Any:
-    """megatron-core GPTModel (Llama, Qwen2, Qwen3, Qwen3-MoE) in bfloat16 on CUDA, one process per GPU, TP, DP and EP from slime's flags."""
+    """megatron-core GPTModel (Llama, Qwen2, Qwen3, Qwen3-MoE) in bfloat16 on CUDA, one process per GPU, TP, PP, DP and EP from slime's flags."""
     from rlsdk import trainer_world_size
 
     from .trainer import MegatronTrainer, cuda_device

@@ -7,12 +7,19 @@ same full-vocabulary logits (packed, or only the positions that predict response
 step. One process per GPU: ``actor_num_gpus_per_node`` of them (default TP x PP), started and driven by
 the ``rlsdk run`` process (:mod:`.rank_group`). Tensor parallel (``--tensor-model-parallel-size``):
 each rank holds its shard of megatron's parallel layers (:func:`~.convert.split_tensor_parallel`) and the
-output layer gathers the logits. Data parallel (the world size over TP): each replica trains on its share
-of every global batch, the loss divided by the whole batch's denominator and the gradients summed over the
-replicas, so the step is the one-process step. Expert parallel (``--expert-model-parallel-size``, MoE
+output layer gathers the logits; a MoE model is split with sequence parallelism too (megatron's MoE
+layers need it: each rank holds part of every row's tokens and routes them to its experts, kept whole).
+Data parallel (the world size over TP x PP): each replica trains on its share of every global batch, the
+loss divided by the whole batch's denominator and the gradients summed over the replicas, so the step is
+the one-process step. Expert parallel (``--expert-model-parallel-size``, MoE
 models): the experts are split over that many data-parallel ranks, tokens reach them all-to-all, and every
 rank runs as many forward passes as its peers (an empty pass where it has fewer micro-batches), since each
-MoE layer's all-to-all is collective. Pipeline parallel (``--pipeline-model-parallel-size``) must stay 1.
+MoE layer's all-to-all is collective. Pipeline parallel (``--pipeline-model-parallel-size``): each
+stage holds its share of the layers (the embedding on the first, the output layer on the last), and
+megatron-core's 1F1B schedule (``get_forward_backward_func``) runs a global batch's micro-batches through
+the stages, activations of each micro-batch's own shape exchanged between them (``variable_seq_lengths``);
+the last stage computes the loss and the log-probs, which it hands the other stages. Weights leave the
+stages one tensor at a time to rank 0 (:meth:`MegatronTrainer.weights`).
 
 With ``offload_train`` (on with ``--colocate``) :meth:`MegatronTrainer.offload` moves the optimizer state
 (and any gradients) to CPU memory while the engines generate; :meth:`MegatronTrainer.onload` brings it back.
@@ -20,6 +27,7 @@ With ``offload_train`` (on with ``--colocate``) :meth:`MegatronTrainer.offload` 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -31,6 +39,7 @@ import torch
 from rlsdk import (
     OPTIMIZER_FILE,
     MegatronHooks,
+    Sample,
     TorchTrainer,
     TrainSample,
     adamw,
@@ -40,16 +49,20 @@ from rlsdk import (
 from .convert import (
     ModelShape,
     check_expert_parallel,
+    check_pipeline_parallel,
     check_tensor_parallel,
     global_expert_name,
-    is_expert_weight,
-    split_expert_parallel,
     hf_to_megatron,
+    is_expert_weight,
+    is_per_head_norm,
     megatron_config,
     megatron_to_hf,
     merge_tensor_parallel,
     pad_vocab,
     padded_vocab_size,
+    pipeline_stage_to_whole,
+    split_expert_parallel,
+    split_pipeline_parallel,
     split_tensor_parallel,
     tensor_parallel_dim,
 )
@@ -76,17 +89,15 @@ def parallel_sizes(args: Any, world_size: int) -> tuple[int, int, int]:
 def check_parallel_sizes(
     args: Any, world_size: int, hf_config: dict[str, Any] | None
 ) -> tuple[int, int, int]:
-    """``(tensor, pipeline, data)`` sizes this trainer can train with, else a ``ValueError`` naming why:
-    pipeline parallel > 1, or (given the model's config) a tensor-parallel size the model cannot be split by."""
+    """``(tensor, pipeline, data)`` sizes this trainer can train with, else a ``ValueError`` naming why
+    (given the model's config): a tensor-parallel size the model cannot be split by, a pipeline-parallel
+    size that does not divide its layers, an expert-parallel size that does not divide its experts."""
     tp, pp, dp = parallel_sizes(args, world_size)
-    if pp != 1:
-        raise ValueError(
-            f"rlsdk-megatron: pipeline-parallel size {pp} is not supported yet (the trainer runs "
-            "GPTModel's forward and backward itself, without megatron's pipeline schedules); use 1"
-        )
+    ep = getattr(args, "expert_model_parallel_size", 1)
     if hf_config is not None:
         check_tensor_parallel(hf_config, tp)
-        check_expert_parallel(hf_config, getattr(args, "expert_model_parallel_size", 1), tp)
+        check_expert_parallel(hf_config, ep)
+        check_pipeline_parallel(hf_config, pp)
     return tp, pp, dp
 
 
@@ -140,27 +151,40 @@ def build_gpt_model(
     source: str = "the Hugging Face checkpoint",
     tensor_parallel: tuple[int, int] = (0, 1),
     expert_parallel: tuple[int, int] = (0, 1),
-    provider: tuple[Callable[[Any, dict[str, Any]], Any], str] | None = None,
+    pipeline_parallel: tuple[int, int] = (0, 1),
+    provider: tuple[Callable[[Any, dict[str, Any], bool, bool], Any], str] | None = None,
 ) -> Any:
     """A ``GPTModel`` (local layer spec, attention through torch's SDPA) on ``device`` holding ``hf_state``
     converted, or its shard ``rank`` of ``tensor_parallel = (rank, size)`` (the vocabulary padded to a
-    multiple of the size) and of ``expert_parallel`` (its experts); needs megatron's model parallel state
-    initialised. On a CPU device the weights are created there (as the tests do). ``provider = (build, name)``:
-    ``build(config, model_kwargs)`` makes the model instead (``name``'s, a ``model_provider`` plugin)."""
+    multiple of the size), of ``expert_parallel`` (its experts) and of ``pipeline_parallel`` (its stage's
+    layers); needs megatron's model parallel state initialised. On a CPU device the weights are created
+    there (as the tests do). ``provider = (build, name)``: ``build(config, model_kwargs, pre_process,
+    post_process)`` makes the model (the stage's) instead (``name``'s, a ``model_provider`` plugin)."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
 
     from .attention import SDPAttention
+    from .norm import SequenceParallelRMSNorm
 
     tp_rank, tp = tensor_parallel
     ep_rank, ep = expert_parallel
+    stage, pp = pipeline_parallel
     transformer, gpt = megatron_config(hf_config)
     gpt["vocab_size"] = padded_vocab_size(gpt["vocab_size"], tp)
+    # megatron refuses variable sequence lengths with its default dispatcher, MoE layers or not
+    transformer.setdefault("moe_token_dispatcher_type", "alltoall")
     config = TransformerConfig(
         **transformer,
         tensor_model_parallel_size=tp,
         expert_model_parallel_size=ep,
+        pipeline_model_parallel_size=pp,
+        # megatron's MoE layers need each tensor-parallel rank to hold a part of the sequence
+        sequence_parallel=tp > 1 and bool(transformer.get("num_moe_experts")),
+        pipeline_dtype=dtype,
+        variable_seq_lengths=pp > 1,  # every micro-batch has its own shape
+        calculate_per_token_loss=True,  # the schedule leaves the loss as the trainer divided it
         params_dtype=dtype,
         bf16=dtype == torch.bfloat16,
         use_cpu_initialization=device.type == "cpu",
@@ -175,13 +199,26 @@ def build_gpt_model(
         normalization="RMSNorm",
     )
     spec.submodules.self_attention.submodules.core_attention = SDPAttention
+    spec.submodules.input_layernorm = spec.submodules.pre_mlp_layernorm = SequenceParallelRMSNorm
+    if transformer["qk_layernorm"]:
+        attention = spec.submodules.self_attention.submodules
+        attention.q_layernorm = attention.k_layernorm = SequenceParallelRMSNorm
+    block = TransformerBlockSubmodules(
+        layer_specs=[spec] * (transformer["num_layers"] // pp), layer_norm=SequenceParallelRMSNorm
+    )
     if provider is None:
-        model = GPTModel(config=config, transformer_layer_spec=spec, **gpt)
+        model = GPTModel(
+            config=config,
+            transformer_layer_spec=block,
+            pre_process=stage == 0,
+            post_process=stage == pp - 1,
+            **gpt,
+        )
     else:
-        model = provider[0](config, gpt)
+        model = provider[0](config, gpt, stage == 0, stage == pp - 1)
     model.to(device=device, dtype=dtype)
     whole = pad_vocab(hf_to_megatron(hf_state, hf_config), gpt["vocab_size"])
-    shard = split_expert_parallel(split_tensor_parallel(whole, tp)[tp_rank], ep)[ep_rank]
+    shard = shard_of(whole, hf_config, tensor_parallel, expert_parallel, pipeline_parallel)
     missing, unexpected = model.load_state_dict(shard, strict=False)
     missing = [k for k in missing if not k.endswith("_extra_state")]
     if missing or unexpected:
@@ -191,6 +228,19 @@ def build_gpt_model(
             f"missing {missing[:5]}, unexpected {unexpected[:5]}"
         )
     return model
+
+
+def shard_of(
+    whole: dict[str, torch.Tensor],
+    hf_config: dict[str, Any],
+    tensor_parallel: tuple[int, int],
+    expert_parallel: tuple[int, int],
+    pipeline_parallel: tuple[int, int],
+) -> dict[str, torch.Tensor]:
+    """A rank's part of a whole ``GPTModel`` state dict, given its ``(rank, size)`` in each parallelism."""
+    (tp_rank, tp), (ep_rank, ep), (stage, pp) = tensor_parallel, expert_parallel, pipeline_parallel
+    shard = split_expert_parallel(split_tensor_parallel(whole, tp)[tp_rank], ep)[ep_rank]
+    return split_pipeline_parallel(shard, pp, bool(hf_config.get("tie_word_embeddings")))[stage]
 
 
 def packed_logits(
@@ -214,19 +264,31 @@ def response_logits(
     """``[1, sum(response_lengths), vocab]``: the logits of the positions that predict each row's last
     ``response_lengths`` tokens, in order. ``GPTModel`` projects every position it is given, so a pre-hook
     hands its output layer only those positions' hidden states ``[n, 1, hidden]`` (as ``GPTModel`` itself
-    keeps only the last token's for inference); its ``[s, b] -> [b, s]`` transpose then makes them one row."""
+    keeps only the last token's for inference); its ``[s, b] -> [b, s]`` transpose then makes them one row.
+    Under sequence parallelism the hook gathers the ranks' parts of the sequence first (each rank's gradient
+    then flows back to its own part) and the output layer, given the same positions on every rank, gathers
+    nothing more (as ``GPTModel`` does for inference)."""
+    from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
+
     position = torch.cat([torch.arange(len(r) - n - 1, len(r) - 1) for r, n in zip(rows, response_lengths)])
     row = torch.cat([torch.full((n,), i) for i, n in enumerate(response_lengths)])
     position, row = position.to(device), row.to(device)
+    output_layer = model.output_layer
+    sequence_parallel = output_layer.sequence_parallel
 
     def select(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        return (args[0][position, row].unsqueeze(1), *args[1:]), kwargs  # hidden states are [s, b, h]
+        hidden = args[0]  # [s, b, h]
+        if sequence_parallel:
+            hidden = gather_from_sequence_parallel_region(hidden, tensor_parallel_output_grad=False)
+        return (hidden[position, row].unsqueeze(1), *args[1:]), kwargs
 
-    hook = model.output_layer.register_forward_pre_hook(select, with_kwargs=True)
+    hook = output_layer.register_forward_pre_hook(select, with_kwargs=True)
+    output_layer.sequence_parallel = False
     try:
         return _padded_forward(model, rows, pad_id, device, vocab_size)
     finally:
         hook.remove()
+        output_layer.sequence_parallel = sequence_parallel
 
 
 def _padded_forward(
@@ -235,6 +297,8 @@ def _padded_forward(
     """``GPTModel``'s logits ``[batch, sequence, vocab]`` for the rows right-padded into one batch (the
     whole vocabulary: with tensor parallelism the output layer gathers it, ``parallel_output=False``)."""
     width = max(len(row) for row in rows)
+    if model.config.sequence_parallel:  # each tensor-parallel rank takes an equal part of the sequence
+        width = -(-width // model.config.tensor_model_parallel_size) * model.config.tensor_model_parallel_size
     tokens = torch.full((len(rows), width), pad_id, dtype=torch.long)
     for i, row in enumerate(rows):
         tokens[i, : len(row)] = row
@@ -283,6 +347,10 @@ class MegatronTrainer(TorchTrainer):
             dp,
         )
         self.tp = tp
+        self.pp, self.pp_rank = pp, parallel_state.get_pipeline_model_parallel_rank()
+        self.pp_group = parallel_state.get_pipeline_model_parallel_group()
+        self.is_last_stage = self.pp_rank == pp - 1
+        self.tied = bool(self.hf_config.get("tie_word_embeddings"))
         self.is_first_rank = dist.get_rank() == 0
         if self.device.type == "cuda":
             from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
@@ -315,13 +383,20 @@ class MegatronTrainer(TorchTrainer):
             source=str(self.model_path),
             tensor_parallel=(self.tp_rank, self.tp),
             expert_parallel=(self.ep_rank, self.ep),
+            pipeline_parallel=(self.pp_rank, self.pp),
             provider=None if provider is None else (self._provided_model, provider.describe()),
         )
 
-    def _provided_model(self, config: Any, model_kwargs: dict[str, Any]) -> Any:
-        """The ``model_provider`` plugin's model (one pipeline stage: the whole model)."""
+    def _provided_model(
+        self, config: Any, model_kwargs: dict[str, Any], pre_process: bool, post_process: bool
+    ) -> Any:
+        """The ``model_provider`` plugin's model of this rank's pipeline stage."""
         return self.hooks.provide_model(
-            pre_process=True, post_process=True, vp_stage=None, config=config, model_kwargs=model_kwargs
+            pre_process=pre_process,
+            post_process=post_process,
+            vp_stage=None,
+            config=config,
+            model_kwargs=model_kwargs,
         )
 
     def _before_train_step(self, rollout_id: int, step_id: int) -> None:
@@ -393,20 +468,132 @@ class MegatronTrainer(TorchTrainer):
     def _log_probs(
         self, model: Any, data: list[TrainSample], temperature: float | None = None
     ) -> list[torch.Tensor]:
-        """Each replica computes its share; all of them get every sample's log-probs."""
+        """Each replica computes its share (through the pipeline's stages); all of them get every sample's
+        log-probs."""
         # megatron_before_log_prob
         self.hooks.before_log_prob([model], "ref_" if model is self.ref_model else "")
-        if self.dp_size == 1:
-            return super()._log_probs(model, data, temperature)
         share = self._data_parallel_share(list(range(len(data))))
-        mine = super()._log_probs(model, [data[i] for i in share], temperature)
+        part = [data[i] for i in share]
+        if self.pp > 1:
+            mine = self._pipeline_log_probs(model, part, temperature)
+        else:
+            mine = super()._log_probs(model, part, temperature)
+        if self.dp_size == 1:
+            return mine
         return [log_probs for part in self._gather_objects(mine) for log_probs in part]
+
+    # ------------------------------------------------------------------ pipeline parallelism
+
+    def _pipeline_log_probs(
+        self, model: Any, data: list[TrainSample], temperature: float | None
+    ) -> list[torch.Tensor]:
+        """The log-probs of ``data``'s responses, micro-batch by micro-batch through the stages; the last
+        stage's handed to the others."""
+        micros = self._micro_batches(data)
+
+        def step(micro: list[int], logits: torch.Tensor, non_loss_data: bool = True) -> list[torch.Tensor]:
+            return self._micro_batch_log_probs(data, micro, logits, temperature) if micro else []
+
+        outputs = self._run_pipeline(model, data, micros, step, forward_only=True, response=True)
+        mine = [lp for part in outputs for lp in part] if self.is_last_stage else None
+        return self._from_last_stage(mine)
+
+    def _accumulate_gradients(
+        self,
+        samples: list[Sample],
+        data: list[TrainSample],
+        share: list[int],
+        per_sample: dict[str, list[Any]],
+        denominator: float,
+    ) -> tuple[dict[str, float], int]:
+        """With pipeline parallelism megatron's 1F1B schedule runs the passes: the last stage computes each
+        micro-batch's loss and the metrics, which it hands the other stages."""
+        if self.pp == 1:
+            return super()._accumulate_gradients(samples, data, share, per_sample, denominator)
+        micros = [[share[i] for i in micro] for micro in self._micro_batches([data[i] for i in share])]
+
+        def step(micro: list[int], logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
+            if not micro:  # an empty pass contributes nothing
+                return logits.sum() * 0.0, torch.tensor(0, dtype=torch.int), ({}, 0)
+            loss, metrics, tokens = self._micro_batch_loss(samples, data, micro, per_sample, logits)
+            return loss / denominator, torch.tensor(tokens, dtype=torch.int), (metrics, tokens)
+
+        outputs = self._run_pipeline(
+            self.model, data, micros, step, forward_only=False, response=self.loss.record.logits == "response"
+        )
+        totals: dict[str, float] = {}
+        tokens = 0
+        for metrics, count in outputs if self.is_last_stage else []:
+            for key, value in metrics.items():
+                totals[key] = totals.get(key, 0.0) + value / denominator
+            tokens += count
+        result: tuple[dict[str, float], int] = self._from_last_stage((totals, tokens))
+        return result
+
+    def _run_pipeline(
+        self,
+        model: Any,
+        data: list[TrainSample],
+        micros: list[list[int]],
+        step: Any,
+        forward_only: bool,
+        response: bool,
+    ) -> list[Any]:
+        """megatron-core's schedule over the micro-batches ``micros`` (indices into ``data``): each stage runs
+        its layers, the last one calls ``step(micro, logits)`` (the response positions' logits with
+        ``response``, else the packed ones) and returns what the schedule kept of its results (nothing on the
+        other stages). An empty micro-batch is a pass of one padding token (its packed logits to ``step``):
+        this rank's part in its expert-parallel peers' all-to-all exchanges."""
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        pad_id = self.tokenizer.pad_token_id or 0
+        queue = iter(micros)
+
+        def forward_step(_iterator: Any, stage: Any) -> tuple[torch.Tensor, Any]:
+            micro = next(queue)
+            rows = self._rows(data, micro) if micro else [torch.tensor([pad_id])]
+            if not self.is_last_stage:  # hidden states [sequence, batch, hidden] for the next stage
+                return _padded_forward(stage, rows, pad_id, self.device, None), None
+            if response and micro:
+                lengths = [data[i].response_length for i in micro]
+                logits = response_logits(stage, rows, lengths, pad_id, self.device, self.vocab_size)
+            else:
+                logits = packed_logits(stage, rows, pad_id, self.device, self.vocab_size)
+            return logits, functools.partial(step, micro)
+
+        if not micros:
+            return []
+        return list(
+            get_forward_backward_func()(
+                forward_step_func=forward_step,
+                data_iterator=None,
+                model=model,
+                num_microbatches=len(micros),
+                seq_length=1,  # ignored: the stages exchange each micro-batch's shape
+                micro_batch_size=1,
+                forward_only=forward_only,
+                collect_non_loss_data=forward_only,
+            )
+        )
+
+    def _from_last_stage(self, value: Any) -> Any:
+        """``value`` as the last pipeline stage has it, on every stage."""
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        box = [value]
+        source = parallel_state.get_pipeline_model_parallel_last_rank()
+        dist.broadcast_object_list(box, src=source, group=self.pp_group)
+        return box[0]
 
     def _optimizer_step(self) -> float:
         """Gradients summed over the replicas (an expert's over the ranks holding the same experts: the
-        all-to-all already brought it every replica's tokens), then clipped by the whole model's norm (a
-        tensor-parallel shard counted on its rank, an expert on its expert-parallel rank, a replicated
-        weight once), then AdamW on this rank's parameters."""
+        all-to-all already brought it every replica's tokens, or each tensor-parallel rank's part of the
+        sequence), Qwen3's query and key norms' and, under sequence parallelism, the norms' and routers'
+        over the tensor-parallel ranks (each holds its heads' or its sequence part's), a tied model's embedding and its last stage's
+        copy summed over the two stages, then clipped by the whole model's norm (a tensor-parallel shard
+        counted on its rank, an expert on its expert-parallel rank, a layer on its stage, a replicated
+        weight or the tied copy once), then AdamW on this rank's parameters."""
         import torch.distributed as dist
 
         named: list[tuple[str, Any, torch.Tensor]] = []
@@ -419,19 +606,33 @@ class MegatronTrainer(TorchTrainer):
         experts = [grad for name, _, grad in named if is_expert_weight(name)]
         if self.dp_size > 1:
             _all_reduce_in_buckets(dense, self.dp_group)
-        if experts and self.dp_size // self.ep > 1:
+        partial = [g for n, p, g in named if is_per_head_norm(n) or getattr(p, "sequence_parallel", False)]
+        if self.tp > 1 and partial:
+            _all_reduce_in_buckets(partial, self.tp_group)
+        if experts and dist.get_world_size(self.expert_dp_group) > 1:
             _all_reduce_in_buckets(experts, self.expert_dp_group)
+        copy = None  # the last stage's copy of a tied embedding, counted on the first stage
+        if self.tied and self.pp > 1 and (self.pp_rank == 0 or self.is_last_stage):
+            from megatron.core import parallel_state
+
+            model: Any = self.model
+            shared = model.shared_embedding_or_output_weight()
+            dist.all_reduce(shared.grad, group=parallel_state.get_embedding_group())
+            copy = shared if self.pp_rank != 0 else None
         squares = torch.zeros((), dtype=torch.float32, device=self.device)
         expert_squares = torch.zeros((), dtype=torch.float32, device=self.device)
         for name, p, grad in named:
             if is_expert_weight(name):
                 expert_squares += grad.float().square().sum()
-            elif getattr(p, "tensor_model_parallel", False) or self.tp_rank == 0:
+            elif p is not copy and (getattr(p, "tensor_model_parallel", False) or self.tp_rank == 0):
                 squares += grad.float().square().sum()
         dist.all_reduce(squares, group=self.tp_group)
         if experts and self.ep > 1:
             dist.all_reduce(expert_squares, group=self.ep_group)
-        norm = float((squares + expert_squares).sqrt())
+        total = squares + expert_squares
+        if self.pp > 1:
+            dist.all_reduce(total, group=self.pp_group)
+        norm = float(total.sqrt())
         grads = [grad for _, _, grad in named]
         if self.args.clip_grad and self.args.clip_grad > 0:
             scale = self.args.clip_grad / (norm + 1e-6)
@@ -444,15 +645,49 @@ class MegatronTrainer(TorchTrainer):
     # ------------------------------------------------------------------ weights and checkpoints
 
     def weights(self) -> Mapping[str, Any]:
-        """The whole model in Hugging Face format on rank 0 (the shards gathered); ``{}`` on the others."""
+        """The whole model in Hugging Face format on rank 0; ``{}`` on the others. Each stage gathers its
+        shards (tensor and expert parallel) and converts its layers; the other stages send theirs to rank 0
+        one tensor at a time."""
+        return self._hf_weights(host=False)
+
+    def _hf_weights(self, host: bool) -> dict[str, torch.Tensor]:
+        """:meth:`weights`; with ``host`` the other stages' tensors are moved to CPU memory as they come
+        (rank 0's GPU then holds one of them at a time beside its own stage)."""
         state = {k: v for k, v in self.model.state_dict().items() if not k.endswith("_extra_state")}
         if self.tp > 1:
             state = merge_tensor_parallel(self._gather_shards(state))
         if self.ep > 1:
             state = self._gather_experts(state)
-        if not self.is_first_rank:
+        if self.tp_rank != 0 or self.dp_rank != 0:
             return {}
-        return megatron_to_hf(pad_vocab(state, self.vocab_size), self.hf_config)
+        per_stage = self.hf_config["num_hidden_layers"] // self.pp
+        state = pipeline_stage_to_whole(state, self.pp_rank, self.pp, per_stage, self.tied)
+        hf = megatron_to_hf(pad_vocab(state, self.vocab_size), self.hf_config)
+        if self.pp > 1:
+            hf = self._gather_stages(hf, host)
+        return hf if self.is_first_rank else {}
+
+    def _gather_stages(self, hf: dict[str, torch.Tensor], host: bool) -> dict[str, torch.Tensor]:
+        """Every stage's weights on the first stage (rank 0's pipeline: tensor- and data-parallel rank 0),
+        received one tensor at a time: the names, shapes and dtypes first, then the tensors."""
+        import torch.distributed as dist
+
+        ranks = dist.get_process_group_ranks(self.pp_group)
+        if self.pp_rank != 0:
+            listing = [(name, t.shape, t.dtype) for name, t in hf.items()]
+            dist.send_object_list([listing], dst=ranks[0], group=self.pp_group, device=self.device)
+            for tensor in hf.values():
+                dist.send(tensor.contiguous(), dst=ranks[0], group=self.pp_group)
+            return {}
+        whole = dict(hf)
+        for source in ranks[1:]:
+            box: list[Any] = [None]
+            dist.recv_object_list(box, src=source, group=self.pp_group, device=self.device)
+            for name, shape, dtype in box[0]:
+                tensor = torch.empty(shape, dtype=dtype, device=self.device)
+                dist.recv(tensor, src=source, group=self.pp_group)
+                whole[name] = tensor.cpu() if host else tensor
+        return whole
 
     def _gather_experts(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Every expert-parallel rank's experts, one tensor at a time, under their whole-model names."""
@@ -486,7 +721,7 @@ class MegatronTrainer(TorchTrainer):
     def save_hf_model(self, folder: Path) -> None:
         from safetensors.torch import save_file
 
-        weights = self.weights()
+        weights = self._hf_weights(host=True)
         if not self.is_first_rank:
             return
         folder.mkdir(parents=True, exist_ok=True)
@@ -515,15 +750,20 @@ class MegatronTrainer(TorchTrainer):
         saved = json.loads((folder / PARALLEL_FILE).read_text()) if (folder / PARALLEL_FILE).exists() else {}
         if saved:
             saved.setdefault("expert", 1)  # written before expert parallelism
+            saved.setdefault("pipeline", 1)  # and before pipeline parallelism
         if saved and saved != self._parallel_sizes():
             raise ValueError(
                 f"rlsdk-megatron: {folder} was saved with parallel sizes {saved}, this run has "
                 f"{self._parallel_sizes()}: resume with the same sizes"
             )
         whole = pad_vocab(hf_to_megatron(read_hf_weights(folder), self.hf_config), self.model.vocab_size)
-        shard = split_expert_parallel(split_tensor_parallel(whole, self.tp)[self.tp_rank], self.ep)[
-            self.ep_rank
-        ]
+        shard = shard_of(
+            whole,
+            self.hf_config,
+            (self.tp_rank, self.tp),
+            (self.ep_rank, self.ep),
+            (self.pp_rank, self.pp),
+        )
         self.model.load_state_dict(shard, strict=False)
         rank_folder = self._rank_folder(folder)
         if not (rank_folder / OPTIMIZER_FILE).exists():
@@ -542,7 +782,7 @@ class MegatronTrainer(TorchTrainer):
         return folder if self.is_first_rank else folder / f"rank-{dist.get_rank()}"
 
     def _parallel_sizes(self) -> dict[str, int]:
-        return {"tensor": self.tp, "data": self.dp_size, "expert": self.ep}
+        return {"tensor": self.tp, "pipeline": self.pp, "data": self.dp_size, "expert": self.ep}
 
 
 def _all_reduce_in_buckets(tensors: list[torch.Tensor], group: Any) -> None:
