@@ -90,3 +90,23 @@ def packed_sft_loss(args: Any, batch: Any, logits: Any, reduce: Any) -> Any:
     from rlsdk.training.losses import sft_loss
 
     return sft_loss(args, batch, logits, reduce)
+
+
+def local_gpt(
+    pre_process: bool, post_process: bool, vp_stage: Any = None, config: Any = None, model_kwargs: Any = None
+) -> Any:
+    """A ``model_provider`` as docs/plugin-kinds.md shows one: megatron's ``GPTModel`` with the local layer
+    spec (attention through the trainer's SDPA), built for the pipeline stage it is asked for."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from rlsdk_megatron.attention import SDPAttention
+
+    spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization="RMSNorm")
+    spec.submodules.self_attention.submodules.core_attention = SDPAttention
+    return GPTModel(
+        config=config,
+        transformer_layer_spec=spec,
+        pre_process=pre_process,
+        post_process=post_process,
+        **model_kwargs,
+    )

@@ -267,6 +267,15 @@ def test_pipeline_parallel_with_a_packed_loss_trains_as_one_process(folder, one_
     check_processes(folder, one_process, sizes, tmp_path, resume=False)
 
 
+def test_pipeline_parallel_with_a_model_provider_trains_as_one_process(folder, one_process, tmp_path):
+    """A ``model_provider`` (by file path, so that each rank resolves it) builds each of 2 pipeline stages'
+    models, asked for the first stage's embedding (``pre_process``) and the last one's output layer
+    (``post_process``): the same log-probs, loss, grad norm and weights after the step as one process with
+    the trainer's own model."""
+    sizes = {"pipeline_model_parallel_size": 2, "custom_model_provider_path": f"{CPU_MEGATRON}:local_gpt"}
+    check_processes(folder, one_process, sizes, tmp_path, resume=False)
+
+
 def test_pipeline_and_tensor_parallel_train_as_one_process(folder, one_process, tmp_path):
     """4 processes: 2 pipeline stages, each split over 2 tensor-parallel ranks (the stage's weights
     gathered over its tensor-parallel ranks, then sent to rank 0). Pipeline checkpoints are checked with
