@@ -6,6 +6,7 @@ import ctypes
 import gc
 import importlib
 import importlib.util
+import json
 import os
 import signal
 import subprocess
@@ -214,3 +215,21 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     LlamaForCausalLM(config).save_pretrained(folder)
     return folder
+
+
+REWARD_FILE = '''
+def first_token_mod4(args, sample, **kwargs):
+    """1 when the first response token id is a multiple of 4 (a quarter of the vocabulary)."""
+    return float(sample.response_length > 0 and sample.tokens[sample.prompt_length] % 4 == 0)
+'''
+
+
+@pytest.fixture
+def run_files(tmp_path: Path) -> tuple[Path, str]:
+    """A training run's inputs for the tiny Llama: 16 prompts of three words, and a reward file that pays
+    for a first response token that is a multiple of 4 (``(data, "reward.py:first_token_mod4")``)."""
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"input": f"w{i} w{i + 1} w{i + 2}"}) + "\n" for i in range(16)))
+    reward = tmp_path / "reward.py"
+    reward.write_text(REWARD_FILE)
+    return data, f"{reward}:first_token_mod4"

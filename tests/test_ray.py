@@ -64,18 +64,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ray.shutdown()
 
 
-@pytest.fixture
-def run_files(tmp_path: Path) -> tuple[Path, str]:
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"input": f"w{i} w{i + 1} w{i + 2}"}) + "\n" for i in range(16)))
-    reward = tmp_path / "reward.py"
-    reward.write_text(
-        "def first_token_mod4(args, sample, **kwargs):\n"
-        "    return float(sample.response_length > 0 and sample.tokens[sample.prompt_length] % 4 == 0)\n"
-    )
-    return data, f"{reward}:first_token_mod4"
-
-
 def ray_args(tiny_llama: Path, run_files: tuple[Path, str], out: Path, **options) -> RolloutConfig:
     data, reward = run_files
     values = {

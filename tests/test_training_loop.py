@@ -19,22 +19,6 @@ from rlsdk.run.job import run_job
 from rlsdk.testing import check_loss, check_trainer
 from rlsdk.training.sync import WeightSyncError
 
-REWARD_FILE = '''
-def first_token_mod4(args, sample, **kwargs):
-    """1 when the first response token id is a multiple of 4 (a quarter of the vocabulary)."""
-    return float(sample.response_length > 0 and sample.tokens[sample.prompt_length] % 4 == 0)
-'''
-
-
-@pytest.fixture
-def run_files(tmp_path: Path) -> tuple[Path, str]:
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"input": f"w{i} w{i + 1} w{i + 2}"}) + "\n" for i in range(16)))
-    reward = tmp_path / "reward.py"
-    reward.write_text(REWARD_FILE)
-    return data, f"{reward}:first_token_mod4"
-
-
 def train_args(tiny_llama: Path, run_files: tuple[Path, str], out: Path, **options) -> RolloutConfig:
     data, reward = run_files
     values = {"model": str(tiny_llama), "prompt_data": str(data), "rm_type": reward, "train": True, "lr": 3e-2,
