@@ -26,7 +26,7 @@ from rlsdk_cli.run import configure, eval_dataset
 from rlsdk_cli.settings import setting_sources, summary_lines, with_checkpoint_settings
 
 from . import test_rollout_loop as loop
-from .test_training_loop import run_files, train_args  # noqa: F401 (run_files is a fixture)
+from .test_training_loop import train_args
 
 runner = CliRunner()
 make_run, step = loop.make_run, loop.step
@@ -136,7 +136,7 @@ def test_keep_last_n_removes_the_oldest_checkpoints(tmp_path):
 
 @pytest.mark.plugins("rlsdk_embedded")
 def test_a_training_run_skips_the_first_eval_times_its_evals_keeps_two_checkpoints_and_its_eval_reads_them(
-    tiny_llama, run_files, tmp_path  # noqa: F811
+    tiny_llama, run_files, tmp_path
 ):
     out = tmp_path / "out"
     data, _ = run_files
