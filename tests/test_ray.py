@@ -719,6 +719,31 @@ def test_more_sglang_engine_actors_than_gpus_is_an_error_before_any_starts(
 
 
 @pytest.mark.timeout(90)
+def test_the_version_handshake_leaves_out_an_engine_whose_actor_died(cluster, tiny_llama, fake_python, tmp_path):
+    """An engine actor killed just before the weight-version handshake asks it what it serves: its pool
+    is told and brings it back, and the handshake leaves it out, as it does an engine lost any other way
+    (its Ray error once stopped a training run)."""
+    import ray
+
+    from rlsdk.training.trust import stale_replicas
+
+    args = sglang_args(tiny_llama, fake_python, tmp_path / "out")
+
+    async def scenario() -> tuple[list, list]:
+        pool = RayEnginePool(args, "sglang", get_plugin_manager().plugin_versions())
+        await pool.start()
+        try:
+            ray.kill(pool.replicas()[0].actor)
+            return await stale_replicas(pool, 0), list(pool.recoveries)
+        finally:
+            await pool.close()
+
+    stale, recoveries = asyncio.run(scenario())
+    assert stale == []
+    assert [r.engine for r in recoveries] == [0] and recoveries[0].cause.startswith("its actor died")
+
+
+@pytest.mark.timeout(90)
 def test_a_hanging_health_check_holds_up_no_other_engines_check(cluster, tiny_llama, fake_python, tmp_path):
     """Each engine's health check runs on its own. With engine 0's server stopped (SIGSTOP: its ``/health``
     answers nothing until ``rollout_health_check_timeout``), engine 1's server SIGKILLed while idle is

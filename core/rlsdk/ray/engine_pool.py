@@ -102,23 +102,29 @@ class Replica(InferenceEngine):
         return f"engine {self.index} ({self.place_text})"
 
     async def generate(self, payload: dict[str, Any]) -> Any:
-        """A request to this engine alone (the trust check's probe): if it dies meanwhile, its pool is told
-        and a :class:`ReplicaLostError` raised."""
+        """A request to this engine alone (the trust check's probe)."""
+        return await self._on_its_own("generate", payload)
+
+    async def abort(self, rid: str | None = None) -> None:
+        await self.actor.abort.remote(rid)
+
+    async def model_info(self) -> dict[str, Any]:
+        """What the engine serves (the weight-version handshake asks each engine)."""
+        result: dict[str, Any] = await self._on_its_own("model_info")
+        return result
+
+    async def _on_its_own(self, method: str, *args: Any) -> Any:
+        """``method`` of this engine's actor: if the engine is dead or dies meanwhile, its pool is told and
+        a :class:`ReplicaLostError` raised."""
         actor = self.actor
         try:
-            return await actor.generate.remote(payload)
+            return await getattr(actor, method).remote(*args)
         except Exception as exc:
             cause = death_cause(exc)
             if cause is None:
                 raise
             self.pool._lost(self, actor, cause)
             raise ReplicaLostError(f"{self.name} died while it was asked on its own ({cause})") from exc
-
-    async def abort(self, rid: str | None = None) -> None:
-        await self.actor.abort.remote(rid)
-
-    async def model_info(self) -> dict[str, Any]:
-        return await self.actor.model_info.remote()
 
 
 class RayEnginePool(InferenceEngine):
