@@ -101,8 +101,12 @@ def limited_app():
 
     runner, port = loop.run(start(), 30)
     yield f"http://127.0.0.1:{port}"
-    limits.close()
-    loop.run(runner.cleanup(), 30)
+
+    async def stop():  # on the server's loop: asyncio's Server.close is not thread-safe
+        limits.close()
+        await runner.cleanup()
+
+    loop.run(stop(), 30)
     loop.close()
 
 

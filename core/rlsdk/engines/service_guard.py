@@ -320,7 +320,7 @@ class ConnectionLimits:
                 del self._opened[handler]
 
     def close(self) -> None:
-        """Stop listening (then ``await runner.cleanup()`` closes the open connections)."""
+        """Stop listening (then ``await runner.cleanup()`` closes the open connections); call it on the server's loop."""
         if self._watchdog is not None:
             self._watchdog.cancel()
         if self._server is not None:
