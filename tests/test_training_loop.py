@@ -241,7 +241,7 @@ def teacher_model(tiny_llama: Path, folder: Path) -> Path:
     generator = torch.Generator().manual_seed(7)
     with torch.no_grad():
         weight = model.get_input_embeddings().weight
-        weight.copy_(torch.randn(weight.shape, generator=generator) * 0.5)
+        weight.copy_(torch.randn(weight.shape, generator=generator) * 0.2)
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(tiny_llama).save_pretrained(folder)
     return folder
@@ -258,7 +258,9 @@ def zero(args, sample, **kwargs):
 def test_on_policy_distillation_pulls_the_student_to_the_teacher(tiny_llama, tmp_path):
     """No task reward at all: the reverse KL to a fixed teacher (an embedded engine of another model, by
     name) is the only signal, and it falls. One prompt, so that a few steps see its contexts often (sampled
-    freely: deterministic seeds, one per sample index, would make its groups alike)."""
+    freely: deterministic seeds, one per sample index, would make its groups alike). The teacher's logits are
+    mild (its embeddings drawn with scale 0.2): a sharper teacher (0.5) put the KL near 10 for a random
+    number of steps before it fell, and the test failed about one run in two."""
     teacher = teacher_model(tiny_llama, tmp_path / "teacher")
     data, reward = tmp_path / "one.jsonl", tmp_path / "zero.py"
     data.write_text(json.dumps({"input": "w1 w2 w3"}) + "\n")
