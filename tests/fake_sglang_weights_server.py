@@ -9,7 +9,9 @@ what the server does with each request (read from its source: ``http_server.py``
   while the weights' memory is released;
 - ``/init_weights_update_group`` (a TCP rendezvous as rank ``rank_offset`` of a group whose store keys
   are prefixed by ``group_name``) and ``/update_weights_from_distributed`` (a broadcast from rank 0 of
-  one flattened byte tensor, rebuilt by names, dtypes and shapes), over gloo instead of NCCL;
+  one flattened byte tensor, rebuilt by names, dtypes and shapes), over gloo instead of NCCL; both load
+  the tensors they name and keep the rest (a sync sends buckets); each is recorded with its names,
+  weight version and ``flush_cache``;
 - ``/update_weights_from_disk``: every ``*.safetensors`` file of ``model_path`` loaded (an error answer when
   there is none), with ``/pause_generation`` and ``/continue_generation`` around it (nothing to pause);
 - ``/server_info`` (``tp_size`` 1), ``/model_info`` (the weight version), ``/flush_cache``; ``GET /loaded`` answers what it holds: per weight
@@ -63,6 +65,7 @@ class State:
         self.calls = []
         self.version = "default"
         self.groups = {}
+        self.updates = []
 
 
 def rebuild(flat, metadata):
@@ -119,9 +122,9 @@ def make_app(state):
             return web.json_response({"success": False, "message": "weights released"}, status=400)
         payload = Allowlist(io.BytesIO(base64.b64decode(body["serialized_named_tensors"][0]))).load()
         assert body["load_format"] == "flattened_bucket", body["load_format"]
-        state.weights = {
-            k: v.clone() for k, v in rebuild(payload["flattened_tensor"], payload["metadata"]).items()
-        }
+        update = rebuild(payload["flattened_tensor"], payload["metadata"])
+        state.weights.update({k: v.clone() for k, v in update.items()})  # a bucket: the named weights only
+        state.updates.append([list(update), body.get("weight_version"), body["flush_cache"]])
         state.version = body.get("weight_version") or state.version
         return web.json_response({"success": True, "message": "Success"})
 
@@ -163,7 +166,8 @@ def make_app(state):
         flat = torch.cat(parts)
         group = state.groups[body["group_name"]]
         await asyncio.to_thread(torch.distributed.broadcast, flat, 0, group)
-        state.weights = rebuild(flat, metadata)
+        state.weights.update(rebuild(flat, metadata))  # a bucket: the named weights only
+        state.updates.append([body["names"], body.get("weight_version"), body["flush_cache"]])
         state.version = body.get("weight_version") or state.version
         return web.json_response({"success": True, "message": "ok"})
 
@@ -189,6 +193,7 @@ def make_app(state):
                     k: [str(v.dtype), list(v.shape), float(v.float().sum())] for k, v in state.weights.items()
                 },
                 "calls": state.calls,
+                "updates": state.updates,
                 "weight_version": state.version,
             }
         )

@@ -252,6 +252,77 @@ def test_broadcast_sync_joins_the_group_once_and_sends_the_weights(weights_serve
     assert_holds_trainer_weights(state, trainer)
 
 
+@pytest.mark.parametrize("strategy", ["tensor", "nccl"])
+def test_a_sync_sends_buckets_of_the_buffer_size_with_the_version_on_the_last(
+    weights_server, trainer, strategy
+):
+    """``update_weight_buffer_size`` bounds each update: the weights arrive in several calls, in order, none
+    above the size unless one tensor is (a bucket of its own); the version and the cache flush come with the
+    last call only, and the engine ends up with the whole model."""
+    client = SGLangClient(weights_server)
+    weights = trainer.weights()
+    size = {name: t.numel() * t.element_size() for name, t in weights.items()}
+    limit = sum(size.values()) // 5
+    sync = (
+        ColocatedTensorSync(release=False, bucket_bytes=limit)
+        if strategy == "tensor"
+        else NcclBroadcastSync(backend="gloo", bucket_bytes=limit)
+    )
+    sync.group_name = f"buckets_{strategy}"  # a process joins a group name once
+
+    async def one_sync() -> None:
+        try:
+            await sync.push(client, trainer, "3")
+        finally:
+            await client.close()
+
+    asyncio.run(one_sync())
+    state = loaded(weights_server)
+    updates = state["updates"]
+    assert len(updates) >= 5
+    assert [name for names, _, _ in updates for name in names] == list(weights)
+    for names, _, _ in updates:
+        assert len(names) == 1 or sum(size[n] for n in names) <= limit, names
+    assert [version for _, version, _ in updates] == [None] * (len(updates) - 1) + ["3"]
+    assert [flush for _, _, flush in updates] == [False] * (len(updates) - 1) + [True]
+    assert state["weight_version"] == "3"
+    assert_holds_trainer_weights(state, trainer)
+
+
+class FailsHalfWay(TorchTrainer):
+    """The torch trainer whose bucket stream fails after two buckets when there are more (a rank lost
+    mid-sync); the sync has sent the first (it reads one ahead)."""
+
+    def weight_buckets(self, bucket_bytes: int) -> Any:
+        buckets = list(super().weight_buckets(bucket_bytes))
+        yield from buckets[:2]
+        if len(buckets) > 2:
+            raise RuntimeError("rank 1 exited")
+
+
+def test_a_sync_that_stops_half_way_leaves_the_engine_on_its_old_version(weights_server, tiny_llama):
+    """The engine took the first bucket, but the version it reports is still the last whole sync's: the
+    weight-version handshake sees the engine is not on the trainer's weights."""
+    failing = FailsHalfWay(RolloutConfig(hf_checkpoint=str(tiny_llama), train=True, train_threads=1))
+    client = SGLangClient(weights_server)
+    sync = NcclBroadcastSync(backend="gloo")
+    sync.group_name = "half_way"  # a process joins a group name once
+
+    async def two_syncs() -> None:
+        try:
+            await sync.push(client, failing, "1")  # one bucket: whole
+            sync.bucket_bytes = 1
+            with pytest.raises(RuntimeError, match="rank 1 exited"):
+                await sync.push(client, failing, "2")
+        finally:
+            await client.close()
+
+    asyncio.run(two_syncs())
+    state = loaded(weights_server)
+    assert [version for _, version, _ in state["updates"]] == ["1", None]
+    assert state["weight_version"] == "1"
+
+
 # ---------------------------------------------------------------------------- colocated memory offload
 #
 # slime's --offload, --offload-train, --offload-rollout: the order in which a training step frees and takes

@@ -107,12 +107,13 @@ if TYPE_CHECKING:
     from .training.batch import TrainSample
     from .training.losses import log_probs_and_entropy, response_logits, sum_of_sample_mean_fn
     from .training.torch_trainer import OPTIMIZER_FILE, TorchTrainer, adamw, resolve_loss
-    from .training.trainer import LoraAdapter, PolicyTrainer
+    from .training.trainer import LoraAdapter, PolicyTrainer, byte_buckets
 
 _LAZY = {
     "SGLangClient": "rlsdk.engines.sglang_client",
     "PolicyTrainer": "rlsdk.training.trainer",
     "LoraAdapter": "rlsdk.training.trainer",
+    "byte_buckets": "rlsdk.training.trainer",
     "TrainSample": "rlsdk.training.batch",
     "TorchTrainer": "rlsdk.training.torch_trainer",
     "OPTIMIZER_FILE": "rlsdk.training.torch_trainer",
@@ -215,6 +216,7 @@ __all__ = [
     "append_observation",
     "backoff_delay",
     "boxed_contents",
+    "byte_buckets",
     "call_tool",
     "cluster_task_pool",
     "finish_abort",

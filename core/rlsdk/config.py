@@ -371,6 +371,10 @@ class RolloutConfig(TrainingOptions):
             )
         if self.max_policy_version_lag is not None and self.max_policy_version_lag < 0:
             raise ValueError(f"max_policy_version_lag must be 0 or more, got {self.max_policy_version_lag}")
+        if self.update_weight_buffer_size < 1:
+            raise ValueError(
+                f"update_weight_buffer_size must be at least 1 byte, got {self.update_weight_buffer_size}"
+            )
         if self.weight_sync_timeout is not None and not self.weight_sync_timeout > 0:
             raise ValueError(f"weight_sync_timeout must be above 0 seconds, got {self.weight_sync_timeout}")
         if self.colocate and (self.train_async or self.max_policy_version_lag is not None):

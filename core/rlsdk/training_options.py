@@ -149,6 +149,9 @@ class TrainingOptions(AlgorithmOptions):
     """How weights reach a GPU engine: ``tensor`` (CUDA IPC, needs ``colocate``), ``nccl`` (a broadcast
     group with the engines), ``disk`` (a Hugging Face folder); ``auto``: in process for the embedded
     engine, else ``tensor`` with ``colocate``, else ``disk``."""
+    update_weight_buffer_size: int = 512 * 2**20
+    """Bytes of weights a ``tensor`` or ``nccl`` sync sends at a time (slime's name; 512 MiB): the trainer
+    gathers and the engines load one bucket of this size after another, never the whole model at once."""
     custom_update_weight_post_write_path: str | None = None
     """With ``weight_sync disk``: an update_weight_post_write plugin ``fn(args, version_dir, rollout_engines)``
     called after each version's files are written, before the engines read them."""

@@ -8,6 +8,9 @@ Four strategies (``weight_sync``; ``auto`` picks by engine and ``colocate``):
   trainer's tensors (``/update_weights_from_tensor``; nothing touches disk), then its KV cache and CUDA graphs.
 - ``nccl`` (separate GPUs): the servers join an NCCL group with the trainer as rank 0
   (``/init_weights_update_group``, once) and receive a broadcast (``/update_weights_from_distributed``).
+
+  Both send the weights in buckets of ``update_weight_buffer_size`` bytes (``PolicyTrainer.weight_buckets``),
+  the new weight version with the last.
 - ``disk``: the trainer writes a Hugging Face folder the engine loads (``/update_weights_from_disk``); an
   ``update_weight_post_write`` plugin runs between the two.
 
@@ -18,10 +21,11 @@ The trust check then asks the engine for the log-probs of a probe sample's respo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,10 @@ from ..training_options import offloads
 from .trainer import PolicyTrainer
 
 log = logging.getLogger(__name__)
+
+
+DEFAULT_BUCKET_BYTES = 512 * 2**20
+"""Bytes a tensor or NCCL sync sends at a time unless told (``update_weight_buffer_size``'s default)."""
 
 
 class WeightSyncError(RlsdkError):
@@ -157,11 +165,12 @@ class ColocatedTensorSync(WeightSync):
 
     name = "tensor"
 
-    def __init__(self, release: bool = True) -> None:
+    def __init__(self, release: bool = True, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
         super().__init__()
         self.release = release
         self.released = False
         self.release_seconds = 0.0
+        self.bucket_bytes = bucket_bytes
 
     async def before_train(self, engine: InferenceEngine) -> None:
         if not self.release:
@@ -173,7 +182,7 @@ class ColocatedTensorSync(WeightSync):
         self.release_seconds = time.perf_counter() - started
 
     async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
-        from .tensor_transport import LOAD_FORMAT, FlatWeights, serialize_for_sglang
+        from .tensor_transport import LOAD_FORMAT, serialize_for_sglang
 
         if self.release and not self.released:  # a sync with no train step before it (a restored checkpoint)
             await self.before_train(engine)
@@ -181,23 +190,26 @@ class ColocatedTensorSync(WeightSync):
         if self.release:
             await engine.resume_memory(["weights"])  # type: ignore[attr-defined]
         resumed = time.perf_counter()
-        flat = await asyncio.to_thread(FlatWeights.pack, trainer.weights().items())
-        payload = await asyncio.to_thread(serialize_for_sglang, flat)
-        # No flush here: the cache was flushed before the release and the KV cache is not back yet (slime's
-        # order: weights, update, then KV cache and CUDA graphs).
-        for worker in await engine.workers():  # type: ignore[attr-defined]
-            ranks = await engine.tp_size(worker)  # type: ignore[attr-defined]
-            await engine.post_weights(  # type: ignore[attr-defined]
-                worker,
-                "/update_weights_from_tensor",
-                {
-                    "serialized_named_tensors": [payload] * ranks,
-                    "load_format": LOAD_FORMAT,
-                    "flush_cache": not self.release,
-                    "weight_version": weight_version,
-                },
-            )
-        del flat
+        workers = [(w, await engine.tp_size(w)) for w in await engine.workers()]  # type: ignore[attr-defined]
+        async with contextlib.aclosing(_flat_buckets(trainer, self.bucket_bytes)) as buckets:
+            async for flat, last in buckets:
+                payload = await asyncio.to_thread(serialize_for_sglang, flat)
+                # No flush with a release: the cache was flushed before it and the KV cache is not back yet
+                # (slime's order: weights, update, then KV cache and CUDA graphs). The version comes with the
+                # last bucket: an engine that stops half way still reports the weights it had.
+                for worker, ranks in workers:
+                    await engine.post_weights(  # type: ignore[attr-defined]
+                        worker,
+                        "/update_weights_from_tensor",
+                        {
+                            "serialized_named_tensors": [payload] * ranks,
+                            "load_format": LOAD_FORMAT,
+                            "flush_cache": last and not self.release,
+                            "weight_version": weight_version if last else None,
+                        },
+                    )
+                del flat, payload
+                await asyncio.to_thread(_collect_ipc)  # the bucket before: this one is still referenced
         await asyncio.to_thread(_collect_ipc)
         updated = time.perf_counter()
         if self.release:
@@ -209,6 +221,36 @@ class ColocatedTensorSync(WeightSync):
             "update_seconds": updated - resumed,
             "resume_cache_seconds": time.perf_counter() - updated,
         }
+
+
+async def _flat_buckets(trainer: PolicyTrainer, bucket_bytes: int) -> AsyncGenerator[tuple[Any, bool], None]:
+    """The trainer's :meth:`~PolicyTrainer.weight_buckets`, each packed into one flat tensor, with whether it
+    is the last (one bucket is read ahead to know). The buckets are read to the end even when the sync stops
+    half way, since the other ranks of a trainer take part in each."""
+    from .tensor_transport import FlatWeights
+
+    buckets = trainer.weight_buckets(bucket_bytes)
+
+    def pack_next() -> Any:
+        bucket = next(buckets, None)
+        return None if bucket is None else FlatWeights.pack(bucket.items())
+
+    try:
+        current = await asyncio.to_thread(pack_next)
+        if current is None:
+            raise WeightSyncError(f"{type(trainer).__name__}.weight_buckets() gave no weights to send")
+        while current is not None:
+            following = await asyncio.to_thread(pack_next)
+            yield current, following is None
+            current = following
+    finally:
+        await asyncio.to_thread(_drain, buckets)
+
+
+def _drain(buckets: Iterator[Any]) -> None:
+    with contextlib.suppress(ValueError):  # still running in a thread a cancelled sync left behind
+        for _ in buckets:
+            pass
 
 
 def _collect_ipc() -> None:
@@ -224,10 +266,16 @@ class NcclBroadcastSync(WeightSync):
     name = "nccl"
     group_name = "rlsdk_weight_sync"
 
-    def __init__(self, master_address: str = "127.0.0.1", backend: str = "nccl") -> None:
+    def __init__(
+        self,
+        master_address: str = "127.0.0.1",
+        backend: str = "nccl",
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+    ) -> None:
         super().__init__()
         self.master_address = master_address
         self.backend = backend
+        self.bucket_bytes = bucket_bytes
         self.group: Any = None
         self.workers: list[str] = []
 
@@ -262,19 +310,20 @@ class NcclBroadcastSync(WeightSync):
         )
 
     async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
-        from .tensor_transport import FlatWeights
-
         started = time.perf_counter()
         if self.group is None:
             await self._join(engine)
         joined = time.perf_counter()
-        flat = await asyncio.to_thread(FlatWeights.pack, trainer.weights().items())
-        body = flat.distributed_body(self.group_name, weight_version)
-        announce = [
-            engine.post_weights(w, "/update_weights_from_distributed", body)  # type: ignore[attr-defined]
-            for w in self.workers
-        ]
-        await asyncio.gather(asyncio.to_thread(self._broadcast, flat), *announce)
+        async with contextlib.aclosing(_flat_buckets(trainer, self.bucket_bytes)) as buckets:
+            async for flat, last in buckets:
+                # The version and the cache flush come with the last bucket, as in the tensor sync.
+                version = weight_version if last else None
+                body = flat.distributed_body(self.group_name, version, flush_cache=last)
+                announce = [
+                    engine.post_weights(w, "/update_weights_from_distributed", body)  # type: ignore[attr-defined]
+                    for w in self.workers
+                ]
+                await asyncio.gather(asyncio.to_thread(self._broadcast, flat), *announce)
         self.timings = {"join_seconds": joined - started, "broadcast_seconds": time.perf_counter() - joined}
 
     def _broadcast(self, flat: Any) -> None:
@@ -320,7 +369,7 @@ def choose_sync(
             f"wrote its files; this run syncs {mode}: pass --weight-sync disk, or drop the hook"
         )
     if mode == "tensor":
-        return ColocatedTensorSync(release=offloads(args)[1])
+        return ColocatedTensorSync(release=offloads(args)[1], bucket_bytes=args.update_weight_buffer_size)
     if mode == "disk":
         if post_write is None:
             return DiskSync(disk_folder)
@@ -328,8 +377,9 @@ def choose_sync(
         return DiskSync(
             disk_folder, lambda folder, engines: call_update_weight_post_write(args, hook, folder, engines)
         )
-    strategies = {"in_process": InProcessSync, "nccl": NcclBroadcastSync}
-    return strategies[mode]()
+    if mode == "nccl":
+        return NcclBroadcastSync(bucket_bytes=args.update_weight_buffer_size)
+    return InProcessSync()
 
 
 async def sync_weights(

@@ -75,14 +75,16 @@ class FlatWeights:
             for r in self.records()
         ]
 
-    def distributed_body(self, group_name: str, weight_version: str | None) -> dict[str, Any]:
+    def distributed_body(
+        self, group_name: str, weight_version: str | None, flush_cache: bool = True
+    ) -> dict[str, Any]:
         """The ``/update_weights_from_distributed`` body announcing this broadcast."""
         return {
             "names": self.names,
             "dtypes": [str(d).removeprefix("torch.") for d in self.dtypes],
             "shapes": self.shapes,
             "group_name": group_name,
-            "flush_cache": True,
+            "flush_cache": flush_cache,
             "weight_version": weight_version,
             "load_format": LOAD_FORMAT,
         }

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import PluginCallError, RlsdkError
 from ..plugins.records import Resolved
@@ -43,6 +43,16 @@ class PolicyTrainer(abc.ABC):
     def weights(self) -> Mapping[str, Any]:
         """The policy's weights as a Hugging Face state dict, for engines in the same process."""
 
+    def weight_buckets(self, bucket_bytes: int) -> Iterator[dict[str, Any]]:
+        """:meth:`weights` in buckets of about ``bucket_bytes`` (a larger tensor is a bucket of its own), in
+        order, for syncs that send one bucket at a time (``update_weight_buffer_size``). A trainer of several
+        processes overrides it to gather one bucket at a time on its first rank, so that no rank ever holds
+        the whole model; the default cuts :meth:`weights`. Iterate to the end: other ranks may take part in
+        every bucket."""
+        weights = self.weights()
+        for names in byte_buckets(((name, _nbytes(t)) for name, t in weights.items()), bucket_bytes):
+            yield {name: weights[name] for name in names}
+
     @abc.abstractmethod
     def save_hf_model(self, folder: Path) -> None:
         """Write the policy as a Hugging Face model folder (config, safetensors, tokenizer)."""
@@ -73,6 +83,28 @@ class PolicyTrainer(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 (optional: most trainers hold nothing beyond their process)
         """Release what outlives the trainer object otherwise (e.g. the processes of other ranks)."""
+
+
+Key = TypeVar("Key")
+
+
+def byte_buckets(sizes: Iterable[tuple[Key, int]], bucket_bytes: int) -> Iterator[list[Key]]:
+    """Consecutive keys grouped so that no group's bytes exceed ``bucket_bytes`` (a key larger than that is
+    a group of its own): ``sizes`` are ``(key, bytes)`` in order."""
+    group: list[Key] = []
+    total = 0
+    for key, size in sizes:
+        if group and total + size > bucket_bytes:
+            yield group
+            group, total = [], 0
+        group.append(key)
+        total += size
+    if group:
+        yield group
+
+
+def _nbytes(tensor: Any) -> int:
+    return int(tensor.numel()) * int(tensor.element_size())
 
 
 def build_trainer(resolved: Resolved[Any], args: Any) -> PolicyTrainer:

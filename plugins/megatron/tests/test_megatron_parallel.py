@@ -11,6 +11,7 @@ megatron's. Skipped where megatron-core cannot be imported.
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -199,6 +200,9 @@ def check_processes(
     trainer = RankGroupTrainer(f"{CPU_MEGATRON}:cpu_trainer", args, world, tmp_path / "logs")
     try:
         result = run(trainer, samples)
+        whole = sum(t.numel() * t.element_size() for t in result["weights"].values())
+        bucket_bytes = whole // 4  # above any one weight of these shapes
+        buckets = [{k: v.clone() for k, v in b.items()} for b in trainer.weight_buckets(bucket_bytes)]
         checkpoint = tmp_path / "checkpoint"
         if resume:
             trainer.save_checkpoint(checkpoint)
@@ -220,6 +224,8 @@ def check_processes(
         assert metrics[key] == pytest.approx(reference[key], rel=1e-5), key
     assert metrics.keys() == reference.keys()
     assert result["weights"].keys() == one_process["weights"].keys()
+    tied = json.loads((folder / "config.json").read_text()).get("tie_word_embeddings", False)
+    check_buckets(buckets, result["weights"], bucket_bytes, tied)
     for name, tensor in one_process["weights"].items():
         diff = (result["weights"][name] - tensor).abs().max()
         assert diff < 1e-6, f"{name}: {diff:.3g}"
@@ -227,9 +233,67 @@ def check_processes(
         assert moved > 0, f"{name} did not train"
     if not resume:
         return
+    index = checkpoint / "model.safetensors.index.json"  # saved one bucket per file
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        assert set(weight_map) == set(result["weights"]) - ({"lm_head.weight"} if tied else set())
+        assert all((checkpoint / file).exists() for file in set(weight_map.values()))
     # A checkpoint resumes exactly: the step after it, repeated after loading it, is the same step.
     assert after_load["train/loss"] == pytest.approx(after_save["train/loss"], rel=1e-6)
     assert all((checkpoint / f"rank-{rank}" / "optimizer.pt").exists() for rank in range(1, world))
+
+
+def check_buckets(buckets: list[dict], weights: dict, bucket_bytes: int, tied: bool) -> None:
+    """The weights came as several buckets of at most ``bucket_bytes`` (a tied model's ``lm_head`` is the
+    embedding, not counted), in layer order (each stage's after the one before), together the whole model."""
+    assert len(buckets) >= 3
+    for bucket in buckets:
+        size = sum(
+            t.numel() * t.element_size() for n, t in bucket.items() if not (tied and n == "lm_head.weight")
+        )
+        assert size <= bucket_bytes, sorted(bucket)
+    names = [name for bucket in buckets for name in bucket]
+    assert len(names) == len(set(names)) and set(names) == set(weights)
+    layers = [int(name.split(".")[2]) for name in names if name.startswith("model.layers.")]
+    assert layers == sorted(layers)
+    for bucket in buckets:
+        for name, tensor in bucket.items():
+            assert torch.equal(tensor, weights[name]), name
+
+
+def test_the_weights_are_gathered_and_converted_one_bucket_at_a_time(folder):
+    """Taking the first bucket converts that bucket's weights and no others (the rest wait until asked),
+    so a sync never holds the whole model in Hugging Face form; the buckets put together are
+    :meth:`weights`."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    import rlsdk_megatron.trainer as trainer_module
+
+    converted: list[str] = []
+    convert = trainer_module.megatron_to_hf
+
+    def counting(state, config):
+        out = convert(state, config)
+        converted.extend(out)
+        return out
+
+    patches = pytest.MonkeyPatch()
+    load_callable(f"{CPU_MEGATRON}:patch_for_cpu")(patches.setattr)
+    patches.setattr(trainer_module, "megatron_to_hf", counting)
+    try:
+        trainer = load_callable(f"{CPU_MEGATRON}:cpu_trainer")(config(folder))
+        buckets = trainer.weight_buckets(50_000)
+        first = next(buckets)
+        assert converted == list(first)
+        rest = list(buckets)
+        whole = trainer.weights()
+        assert len(rest) >= 4
+        assert [n for b in [first, *rest] for n in b] == list(whole)
+        parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
+    finally:
+        patches.undo()
 
 
 def test_tensor_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, tmp_path):
@@ -244,8 +308,11 @@ def test_tensor_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, 
 def test_pipeline_parallel_tied_qwen3_trains_as_one_process(qwen3_folder, one_process_qwen3, tmp_path):
     """A Qwen3 dense model (QK norms) with tied embeddings over 2 pipeline stages: the embedding on the
     first stage, its copy as the output layer on the last, their gradients summed over the two and the
-    copy counted once in the grad norm; the same log-probs, loss, grad norm and weights after the step."""
-    check_processes(qwen3_folder, one_process_qwen3, {"pipeline_model_parallel_size": 2}, tmp_path)
+    copy counted once in the grad norm; the same log-probs, loss, grad norm and weights after the step. Its
+    checkpoint is written (and resumed) one 20 kB bucket per file."""
+    sizes = {"pipeline_model_parallel_size": 2, "update_weight_buffer_size": 20_000}
+    check_processes(qwen3_folder, one_process_qwen3, sizes, tmp_path)
+    assert len(list((tmp_path / "checkpoint").glob("model-*-of-*.safetensors"))) > 3
 
 
 def test_pipeline_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, tmp_path):

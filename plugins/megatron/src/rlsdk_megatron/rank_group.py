@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,25 @@ class RankGroup:
         """Run ``method(*arguments)`` on every rank; returns rank 0's result."""
         return self._everywhere(method, arguments, lambda: getattr(self.target, method)(*arguments))
 
+    def stream(self, method: str, *arguments: Any) -> Iterator[Any]:
+        """Run generator ``method(*arguments)`` on every rank; yields rank 0's items. The other ranks run
+        theirs to the end, and so does rank 0 when its consumer stops early (they take part in each item)."""
+        items = self.call(method, *arguments)
+        try:
+            while True:
+                try:
+                    item = next(items)
+                except StopIteration:
+                    return
+                except BaseException as exc:
+                    self._failed(method, exc)
+                    raise
+                yield item
+        finally:
+            with contextlib.suppress(Exception):  # a failure above stopped the group already
+                for _ in items:
+                    pass
+
     def _everywhere(self, method: str, arguments: tuple[Any, ...], run_here: Any) -> Any:
         """Broadcast the call, then ``run_here()``. After a failure the group is stopped: the other ranks
         may wait in a collective rank 0 never reaches."""
@@ -115,12 +135,17 @@ class RankGroup:
             dist.broadcast_object_list([(method, arguments)], src=0, group=self.control)
             return run_here()
         except BaseException as exc:  # Ctrl-C included: the ranks would wait in the call forever
-            if isinstance(exc, Exception):
-                time.sleep(1.0)  # a failed collective is often a rank's death the watchdog is about to see
-                self._raise_if_exited()
-            self.failure = f"rlsdk-megatron: {method} failed on rank 0 ({exc!r}); the ranks were stopped"
-            self._stop()
+            self._failed(method, exc)
             raise
+
+    def _failed(self, method: str, exc: BaseException) -> None:
+        """Stop the group after rank 0's ``method`` raised ``exc`` (a rank's exit, when one is seen, raises
+        :class:`RankFailedError` naming it instead)."""
+        if isinstance(exc, Exception):
+            time.sleep(1.0)  # a failed collective is often a rank's death the watchdog is about to see
+            self._raise_if_exited()
+        self.failure = f"rlsdk-megatron: {method} failed on rank 0 ({exc!r}); the ranks were stopped"
+        self._stop()
 
     def close(self) -> None:
         """Ranks 1..N-1 leave their loop; whatever has not exited after a while is stopped."""
@@ -217,7 +242,10 @@ def serve() -> None:
             factory, args = arguments
             target = load_callable(factory)(args)
         else:
-            getattr(target, method)(*arguments)
+            result = getattr(target, method)(*arguments)
+            if inspect.isgenerator(result):  # a stream: this rank's part of every item
+                for _ in result:
+                    pass
     dist.destroy_process_group()
 
 
@@ -238,6 +266,9 @@ class RankGroupTrainer(PolicyTrainer):
 
     def weights(self) -> Mapping[str, Any]:
         return self.group.call("weights")
+
+    def weight_buckets(self, bucket_bytes: int) -> Iterator[dict[str, Any]]:
+        return self.group.stream("weight_buckets", bucket_bytes)
 
     def save_hf_model(self, folder: Path) -> None:
         self.group.call("save_hf_model", folder)

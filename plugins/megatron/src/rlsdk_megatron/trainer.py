@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from rlsdk import (
     TorchTrainer,
     TrainSample,
     adamw,
+    byte_buckets,
     resolve_loss,
 )
 
@@ -68,6 +69,7 @@ from .convert import (
 )
 
 MODEL_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
 PARALLEL_FILE = "megatron_parallel.json"
 GRADIENT_BUCKET = 2**27
 """Gradient elements all-reduced at once over the data-parallel group."""
@@ -645,15 +647,42 @@ class MegatronTrainer(TorchTrainer):
     # ------------------------------------------------------------------ weights and checkpoints
 
     def weights(self) -> Mapping[str, Any]:
-        """The whole model in Hugging Face format on rank 0; ``{}`` on the others. Each stage gathers its
-        shards (tensor and expert parallel) and converts its layers; the other stages send theirs to rank 0
-        one tensor at a time."""
-        return self._hf_weights(host=False)
+        """The whole model in Hugging Face format on rank 0; ``{}`` on the others (every bucket of
+        :meth:`weight_buckets` put together: syncs that can send buckets take those instead)."""
+        whole: dict[str, torch.Tensor] = {}
+        for bucket in self.weight_buckets(self.args.update_weight_buffer_size):
+            whole.update(bucket)
+        return whole
 
-    def _hf_weights(self, host: bool) -> dict[str, torch.Tensor]:
-        """:meth:`weights`; with ``host`` the other stages' tensors are moved to CPU memory as they come
-        (rank 0's GPU then holds one of them at a time beside its own stage)."""
+    def weight_buckets(self, bucket_bytes: int) -> Iterator[dict[str, torch.Tensor]]:
+        """The model in Hugging Face format on rank 0, in buckets of about ``bucket_bytes`` (counted whole:
+        gathered over tensor and expert parallel ranks), in order; nothing on the other ranks, which must
+        run it to the end too. Each stage gathers and converts one bucket at a time; the first stage's
+        buckets come first, then each later stage's, sent to rank 0 one tensor at a time. No rank holds
+        more of the whole model than a bucket or two beside its own shard."""
         state = {k: v for k, v in self.model.state_dict().items() if not k.endswith("_extra_state")}
+        sizes = ((name, self._whole_bytes(name, tensor)) for name, tensor in state.items())
+        mine = (self._hf_bucket({n: state[n] for n in names}) for names in byte_buckets(sizes, bucket_bytes))
+        if self.tp_rank != 0 or self.dp_rank != 0:
+            for _ in mine:  # the gathers this rank takes part in
+                pass
+            return
+        if self.pp_rank != 0:
+            self._send_to_first_stage(mine)
+            return
+        yield from (bucket for bucket in mine if bucket)
+        yield from self._from_later_stages()
+
+    def _whole_bytes(self, name: str, tensor: torch.Tensor) -> int:
+        """Bytes of weight ``name`` once gathered from its tensor- and expert-parallel shards."""
+        shards = (self.tp if tensor_parallel_dim(name) is not None else 1) * (
+            self.ep if is_expert_weight(name) else 1
+        )
+        return tensor.numel() * tensor.element_size() * shards
+
+    def _hf_bucket(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """This stage's weights ``state`` gathered whole (collective over tensor and expert parallel
+        ranks) and converted to Hugging Face names; ``{}`` except on tensor- and data-parallel rank 0."""
         if self.tp > 1:
             state = merge_tensor_parallel(self._gather_shards(state))
         if self.ep > 1:
@@ -662,32 +691,38 @@ class MegatronTrainer(TorchTrainer):
             return {}
         per_stage = self.hf_config["num_hidden_layers"] // self.pp
         state = pipeline_stage_to_whole(state, self.pp_rank, self.pp, per_stage, self.tied)
-        hf = megatron_to_hf(pad_vocab(state, self.vocab_size), self.hf_config)
-        if self.pp > 1:
-            hf = self._gather_stages(hf, host)
-        return hf if self.is_first_rank else {}
+        return megatron_to_hf(pad_vocab(state, self.vocab_size), self.hf_config)
 
-    def _gather_stages(self, hf: dict[str, torch.Tensor], host: bool) -> dict[str, torch.Tensor]:
-        """Every stage's weights on the first stage (rank 0's pipeline: tensor- and data-parallel rank 0),
-        received one tensor at a time: the names, shapes and dtypes first, then the tensors."""
+    def _send_to_first_stage(self, buckets: Iterator[dict[str, torch.Tensor]]) -> None:
+        """A later stage's buckets to rank 0: each bucket's names, shapes and dtypes, then its tensors; an
+        empty listing ends the stage."""
         import torch.distributed as dist
 
-        ranks = dist.get_process_group_ranks(self.pp_group)
-        if self.pp_rank != 0:
-            listing = [(name, t.shape, t.dtype) for name, t in hf.items()]
-            dist.send_object_list([listing], dst=ranks[0], group=self.pp_group, device=self.device)
-            for tensor in hf.values():
-                dist.send(tensor.contiguous(), dst=ranks[0], group=self.pp_group)
-            return {}
-        whole = dict(hf)
-        for source in ranks[1:]:
-            box: list[Any] = [None]
-            dist.recv_object_list(box, src=source, group=self.pp_group, device=self.device)
-            for name, shape, dtype in box[0]:
-                tensor = torch.empty(shape, dtype=dtype, device=self.device)
-                dist.recv(tensor, src=source, group=self.pp_group)
-                whole[name] = tensor.cpu() if host else tensor
-        return whole
+        first = dist.get_process_group_ranks(self.pp_group)[0]
+        for bucket in buckets:
+            if not bucket:
+                continue
+            listing = [(name, t.shape, t.dtype) for name, t in bucket.items()]
+            dist.send_object_list([listing], dst=first, group=self.pp_group, device=self.device)
+            for tensor in bucket.values():
+                dist.send(tensor.contiguous(), dst=first, group=self.pp_group)
+        dist.send_object_list([[]], dst=first, group=self.pp_group, device=self.device)
+
+    def _from_later_stages(self) -> Iterator[dict[str, torch.Tensor]]:
+        """Rank 0: the buckets :meth:`_send_to_first_stage` sends, stage after stage."""
+        import torch.distributed as dist
+
+        for source in dist.get_process_group_ranks(self.pp_group)[1:]:
+            while True:
+                box: list[Any] = [None]
+                dist.recv_object_list(box, src=source, group=self.pp_group, device=self.device)
+                if not box[0]:
+                    break
+                bucket: dict[str, torch.Tensor] = {}
+                for name, shape, dtype in box[0]:
+                    bucket[name] = torch.empty(shape, dtype=dtype, device=self.device)
+                    dist.recv(bucket[name], src=source, group=self.pp_group)
+                yield bucket
 
     def _gather_experts(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Every expert-parallel rank's experts, one tensor at a time, under their whole-model names."""
@@ -719,17 +754,38 @@ class MegatronTrainer(TorchTrainer):
         return shards
 
     def save_hf_model(self, folder: Path) -> None:
+        """A Hugging Face folder written by rank 0 one bucket of ``update_weight_buffer_size`` at a time:
+        ``model.safetensors`` for a model of one bucket, else one file per bucket with
+        ``model.safetensors.index.json``."""
         from safetensors.torch import save_file
 
-        weights = self._hf_weights(host=True)
+        buckets = self.weight_buckets(self.args.update_weight_buffer_size)
         if not self.is_first_rank:
+            for _ in buckets:
+                pass
             return
         folder.mkdir(parents=True, exist_ok=True)
-        # Copies: the split q, k, v (and gate, up) are views of one tensor, which safetensors refuses.
-        state = {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}
-        if self.hf_config.get("tie_word_embeddings"):
-            state.pop("lm_head.weight", None)
-        save_file(state, str(folder / MODEL_FILE), metadata={"format": "pt"})
+        files: list[tuple[Path, list[str]]] = []
+        total = 0
+        for number, bucket in enumerate(buckets, start=1):
+            # Copies: the split q, k, v (and gate, up) are views of one tensor, which safetensors refuses.
+            state = {k: v.detach().to("cpu", copy=True) for k, v in bucket.items()}
+            if self.tied:
+                state.pop("lm_head.weight", None)
+            path = folder / f"model-part-{number:05d}.safetensors"
+            save_file(state, str(path), metadata={"format": "pt"})
+            files.append((path, list(state)))
+            total += sum(t.numel() * t.element_size() for t in state.values())
+        if len(files) == 1:
+            files[0][0].rename(folder / MODEL_FILE)
+        else:
+            weight_map = {}
+            for number, (path, names) in enumerate(files, start=1):
+                name = f"model-{number:05d}-of-{len(files):05d}.safetensors"
+                path.rename(folder / name)
+                weight_map.update(dict.fromkeys(names, name))
+            index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+            (folder / INDEX_FILE).write_text(json.dumps(index, indent=2))
         (folder / "config.json").write_text(json.dumps(self.hf_config, indent=2))
         self.tokenizer.save_pretrained(folder)
 
