@@ -226,6 +226,7 @@ def test_colocated_sync_releases_then_resumes_weights_updates_then_resumes_the_c
         "resume_weights_seconds",
         "update_seconds",
         "resume_cache_seconds",
+        "buckets",
     }
     assert_holds_trainer_weights(state, trainer)
 
@@ -285,7 +286,7 @@ def test_a_sync_sends_buckets_of_the_buffer_size_with_the_version_on_the_last(
         assert len(names) == 1 or sum(size[n] for n in names) <= limit, names
     assert [version for _, version, _ in updates] == [None] * (len(updates) - 1) + ["3"]
     assert [flush for _, _, flush in updates] == [False] * (len(updates) - 1) + [True]
-    assert state["weight_version"] == "3"
+    assert state["weight_version"] == "3" and sync.timings["buckets"] == len(updates)
     assert_holds_trainer_weights(state, trainer)
 
 

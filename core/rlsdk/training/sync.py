@@ -62,7 +62,8 @@ class WeightSync:
 
     name = "base"
     timings: dict[str, float]
-    """Seconds of the last push's parts, where a strategy splits them (``train/sync_<part>`` metrics)."""
+    """Seconds of the last push's parts, where a strategy splits them, and the buckets it sent
+    (``train/sync_<part>`` metrics)."""
 
     def __init__(self) -> None:
         self.timings = {}
@@ -191,8 +192,10 @@ class ColocatedTensorSync(WeightSync):
             await engine.resume_memory(["weights"])  # type: ignore[attr-defined]
         resumed = time.perf_counter()
         workers = [(w, await engine.tp_size(w)) for w in await engine.workers()]  # type: ignore[attr-defined]
+        sent = 0
         async with contextlib.aclosing(_flat_buckets(trainer, self.bucket_bytes)) as buckets:
             async for flat, last in buckets:
+                sent += 1
                 payload = await asyncio.to_thread(serialize_for_sglang, flat)
                 # No flush with a release: the cache was flushed before it and the KV cache is not back yet
                 # (slime's order: weights, update, then KV cache and CUDA graphs). The version comes with the
@@ -220,6 +223,7 @@ class ColocatedTensorSync(WeightSync):
             "resume_weights_seconds": resumed - started,
             "update_seconds": updated - resumed,
             "resume_cache_seconds": time.perf_counter() - updated,
+            "buckets": sent,
         }
 
 
@@ -314,8 +318,10 @@ class NcclBroadcastSync(WeightSync):
         if self.group is None:
             await self._join(engine)
         joined = time.perf_counter()
+        sent = 0
         async with contextlib.aclosing(_flat_buckets(trainer, self.bucket_bytes)) as buckets:
             async for flat, last in buckets:
+                sent += 1
                 # The version and the cache flush come with the last bucket, as in the tensor sync.
                 version = weight_version if last else None
                 body = flat.distributed_body(self.group_name, version, flush_cache=last)
@@ -324,7 +330,11 @@ class NcclBroadcastSync(WeightSync):
                     for w in self.workers
                 ]
                 await asyncio.gather(asyncio.to_thread(self._broadcast, flat), *announce)
-        self.timings = {"join_seconds": joined - started, "broadcast_seconds": time.perf_counter() - joined}
+        self.timings = {
+            "join_seconds": joined - started,
+            "broadcast_seconds": time.perf_counter() - joined,
+            "buckets": sent,
+        }
 
     def _broadcast(self, flat: Any) -> None:
         import torch
