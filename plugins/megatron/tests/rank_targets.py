@@ -31,3 +31,8 @@ class Summer:
         if dist.get_rank() == rank:
             os._exit(3)
         return self.total(1.0)
+
+    def running_totals(self, count: int) -> Any:
+        """``count`` sums over the ranks, one at a time (a generator, as a trainer's weight buckets)."""
+        for value in range(count):
+            yield self.total(float(value))

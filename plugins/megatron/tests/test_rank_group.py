@@ -34,6 +34,20 @@ def test_calls_run_on_every_rank_and_close_ends_them(tmp_path):
     assert (tmp_path / "megatron-rank-2.log").exists()
 
 
+def test_a_stream_yields_rank_0s_items_and_a_consumer_that_stops_early_leaves_no_rank_waiting(tmp_path):
+    """Each item takes every rank (an all-reduce); a consumer that takes one item and stops leaves the
+    others run to the end on every rank, so the next call meets them."""
+    group = RankGroup(SUMMER, RolloutConfig(lr=1.0), 2, tmp_path)
+    try:
+        assert list(group.stream("running_totals", 3)) == [0.0, 2.0, 4.0]
+        early = group.stream("running_totals", 3)
+        assert next(early) == 0.0
+        early.close()
+        assert group.call("total", 5.0) == 10.0  # not 6.0: rank 1's next item meeting this call
+    finally:
+        group.close()
+
+
 @pytest.mark.parametrize("method", ["raise_on", "exit_on"])
 def test_a_failing_rank_is_an_error_naming_it_and_its_log(tmp_path, method):
     group = RankGroup(SUMMER, RolloutConfig(lr=1.0), 2, tmp_path)

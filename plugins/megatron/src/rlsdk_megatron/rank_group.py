@@ -5,7 +5,8 @@ rlsdk_megatron.rank_group`` (each one's output in ``<log_dir>/megatron-rank-<r>.
 however it ends), and all join one ``torch.distributed`` group: NCCL on GPUs, gloo on CPU. Every rank
 builds the same object from one factory and the same arguments; :meth:`RankGroup.call` then broadcasts
 ``(method, arguments)`` over a gloo group and runs the method on rank 0 while the other ranks run it too,
-so the collectives inside it meet. A rank that exits early is an error on rank 0 naming the rank and its
+so the collectives inside it meet (:meth:`RankGroup.stream` does the same for a generator method, such as
+the weights bucket by bucket). A rank that exits early is an error on rank 0 naming the rank and its
 log, not a hang. :class:`RankGroupTrainer` is a :class:`rlsdk.PolicyTrainer` whose
 every call goes through such a group.
 """
