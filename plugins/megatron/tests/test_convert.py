@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from rlsdk_megatron.convert import (
+    in_pipeline_stage,
     ModelShape,
     check_expert_parallel,
     check_pipeline_parallel,
@@ -329,6 +330,25 @@ def test_pipeline_split_then_merge_is_the_identity(tied, pp):
     assert merged.keys() == whole.keys()
     for name, tensor in whole.items():
         assert torch.equal(merged[name], tensor), name
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_pipeline_stage_reads_only_its_part_and_splits_it_as_from_the_whole(tied):
+    """Each of 2 stages keeps its layer, the first the embedding, the last the final norm and the output
+    layer (a tied model's: the embedding); converted and split, that part gives the stage what the whole
+    model gives it."""
+    hf, config = tiny_model("llama", tied)
+    from_whole = split_pipeline_parallel(hf_to_megatron(hf, config), 2, tied)
+    for stage in range(2):
+        keep = in_pipeline_stage(config, stage, 2)
+        part = {name: tensor for name, tensor in hf.items() if keep(name)}
+        layers = {name.split(".")[2] for name in part if name.startswith("model.layers.")}
+        assert layers == {str(stage)}
+        assert ("model.embed_tokens.weight" in part) == (stage == 0 or tied)
+        assert ("model.norm.weight" in part) == (stage == 1)
+        split = split_pipeline_parallel(hf_to_megatron(part, config), 2, tied, layers=2)[stage]
+        assert split.keys() == from_whole[stage].keys()
+        assert all(torch.equal(split[name], tensor) for name, tensor in from_whole[stage].items())
 
 
 def test_pipeline_sizes_that_do_not_split_the_layers_are_refused():

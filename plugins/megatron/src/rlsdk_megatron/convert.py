@@ -26,6 +26,7 @@ do the same for the experts over expert-parallel ranks, :func:`split_pipeline_pa
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -483,10 +484,12 @@ def check_pipeline_parallel(config: dict[str, Any], pp: int) -> None:
 
 
 def split_pipeline_parallel(
-    state: dict[str, torch.Tensor], pp: int, tied: bool
+    state: dict[str, torch.Tensor], pp: int, tied: bool, layers: int | None = None
 ) -> list[dict[str, torch.Tensor]]:
-    """A whole ``GPTModel`` state dict -> one per pipeline stage (its layers renumbered from 0)."""
-    layers = 1 + max((int(m.group(1)) for m in map(_MEGATRON_LAYER.match, state) if m), default=-1)
+    """A ``GPTModel`` state dict -> one per pipeline stage (its layers renumbered from 0). ``layers``: the
+    model's number of layers, where ``state`` holds only some stages' weights (default: ``state`` is whole)."""
+    if layers is None:
+        layers = 1 + max((int(m.group(1)) for m in map(_MEGATRON_LAYER.match, state) if m), default=-1)
     if layers % pp:
         raise ValueError(f"rlsdk-megatron: {layers} layers cannot be split over {pp} pipeline stages")
     per_stage = layers // pp
@@ -505,6 +508,25 @@ def split_pipeline_parallel(
         else:
             stages[-1][name] = tensor
     return stages
+
+
+def in_pipeline_stage(config: dict[str, Any], stage: int, pp: int) -> Callable[[str], bool]:
+    """Whether a Hugging Face weight's name is one pipeline stage ``stage`` loads: its layers, the embedding
+    on the first (and on the last of a tied model, as its output layer), the final norm and ``lm_head`` on
+    the last; so that a stage reads only its part of a checkpoint."""
+    per_stage = config["num_hidden_layers"] // pp
+    first, last = stage == 0, stage == pp - 1
+    tied = bool(config.get("tie_word_embeddings"))
+
+    def keep(name: str) -> bool:
+        match = _LAYER.match(name)
+        if match is not None:
+            return int(match.group(1)) // per_stage == stage
+        if name == "model.embed_tokens.weight":
+            return first or (tied and last)
+        return last
+
+    return keep
 
 
 def pipeline_stage_to_whole(

@@ -54,6 +54,7 @@ from .convert import (
     check_tensor_parallel,
     global_expert_name,
     hf_to_megatron,
+    in_pipeline_stage,
     is_expert_weight,
     is_per_head_norm,
     megatron_config,
@@ -130,16 +131,18 @@ def init_distributed(device: torch.device) -> int:
     return dist.get_world_size()
 
 
-def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """Every ``*.safetensors`` file of a Hugging Face folder (one file or shards), on the CPU."""
-    from safetensors.torch import load_file
+def read_hf_weights(folder: Path, keep: Callable[[str], bool] | None = None) -> dict[str, torch.Tensor]:
+    """The weights of a Hugging Face folder's ``*.safetensors`` files (one file or shards) on the CPU; with
+    ``keep``, only the names it keeps are read (:func:`in_pipeline_stage`: a stage's part)."""
+    from safetensors import safe_open
 
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"rlsdk-megatron: no *.safetensors weights in {folder}")
     state: dict[str, torch.Tensor] = {}
     for file in files:
-        state.update(load_file(str(file)))
+        with safe_open(str(file), framework="pt") as weights:
+            state.update({n: weights.get_tensor(n) for n in weights.keys() if keep is None or keep(n)})
     return state
 
 
@@ -159,7 +162,8 @@ def build_gpt_model(
     """A ``GPTModel`` (local layer spec, attention through torch's SDPA) on ``device`` holding ``hf_state``
     converted, or its shard ``rank`` of ``tensor_parallel = (rank, size)`` (the vocabulary padded to a
     multiple of the size), of ``expert_parallel`` (its experts) and of ``pipeline_parallel`` (its stage's
-    layers); needs megatron's model parallel state initialised. On a CPU device the weights are created
+    layers: ``hf_state`` may hold only those, :func:`in_pipeline_stage`); needs megatron's model parallel
+    state initialised. On a CPU device the weights are created
     there (as the tests do). ``provider = (build, name)``: ``build(config, model_kwargs, pre_process,
     post_process)`` makes the model (the stage's) instead (``name``'s, a ``model_provider`` plugin)."""
     from megatron.core.models.gpt import GPTModel
@@ -219,8 +223,8 @@ def build_gpt_model(
     else:
         model = provider[0](config, gpt, stage == 0, stage == pp - 1)
     model.to(device=device, dtype=dtype)
-    whole = pad_vocab(hf_to_megatron(hf_state, hf_config), gpt["vocab_size"])
-    shard = shard_of(whole, hf_config, tensor_parallel, expert_parallel, pipeline_parallel)
+    converted = pad_vocab(hf_to_megatron(hf_state, hf_config), gpt["vocab_size"])
+    shard = shard_of(converted, hf_config, tensor_parallel, expert_parallel, pipeline_parallel)
     missing, unexpected = model.load_state_dict(shard, strict=False)
     missing = [k for k in missing if not k.endswith("_extra_state")]
     if missing or unexpected:
@@ -233,16 +237,18 @@ def build_gpt_model(
 
 
 def shard_of(
-    whole: dict[str, torch.Tensor],
+    state: dict[str, torch.Tensor],
     hf_config: dict[str, Any],
     tensor_parallel: tuple[int, int],
     expert_parallel: tuple[int, int],
     pipeline_parallel: tuple[int, int],
 ) -> dict[str, torch.Tensor]:
-    """A rank's part of a whole ``GPTModel`` state dict, given its ``(rank, size)`` in each parallelism."""
+    """A rank's part of a ``GPTModel`` state dict (the whole model's, or at least its pipeline stage's),
+    given its ``(rank, size)`` in each parallelism."""
     (tp_rank, tp), (ep_rank, ep), (stage, pp) = tensor_parallel, expert_parallel, pipeline_parallel
-    shard = split_expert_parallel(split_tensor_parallel(whole, tp)[tp_rank], ep)[ep_rank]
-    return split_pipeline_parallel(shard, pp, bool(hf_config.get("tie_word_embeddings")))[stage]
+    shard = split_expert_parallel(split_tensor_parallel(state, tp)[tp_rank], ep)[ep_rank]
+    tied = bool(hf_config.get("tie_word_embeddings"))
+    return split_pipeline_parallel(shard, pp, tied, hf_config["num_hidden_layers"])[stage]
 
 
 def packed_logits(
@@ -365,13 +371,15 @@ class MegatronTrainer(TorchTrainer):
         )
         self.vocab_size = self.hf_config["vocab_size"]
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.model = self._build(read_hf_weights(Path(self.model_path)))
+        self.stage_weights = in_pipeline_stage(self.hf_config, self.pp_rank, pp)
+        """Which Hugging Face weights this rank's pipeline stage reads from a checkpoint."""
+        self.model = self._build(read_hf_weights(Path(self.model_path), self.stage_weights))
         self.model.train()
         self.optimizer = adamw(self.model, args)
         self.loss = resolve_loss(args)
         self.ref_model = None
         if args.use_kl_loss or args.kl_coef:
-            reference = read_hf_weights(Path(args.ref_load or self.model_path))
+            reference = read_hf_weights(Path(args.ref_load or self.model_path), self.stage_weights)
             self.ref_model = self._build(reference).eval().requires_grad_(False)
 
     def _build(self, hf_state: dict[str, torch.Tensor]) -> Any:
@@ -812,9 +820,9 @@ class MegatronTrainer(TorchTrainer):
                 f"rlsdk-megatron: {folder} was saved with parallel sizes {saved}, this run has "
                 f"{self._parallel_sizes()}: resume with the same sizes"
             )
-        whole = pad_vocab(hf_to_megatron(read_hf_weights(folder), self.hf_config), self.model.vocab_size)
+        converted = hf_to_megatron(read_hf_weights(folder, self.stage_weights), self.hf_config)
         shard = shard_of(
-            whole,
+            pad_vocab(converted, self.model.vocab_size),
             self.hf_config,
             (self.tp_rank, self.tp),
             (self.ep_rank, self.ep),
