@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -110,3 +111,17 @@ def local_gpt(
         post_process=post_process,
         **model_kwargs,
     )
+
+
+def save_tiny(path: Path, config: dict[str, Any]) -> Path:
+    """A Hugging Face folder of a model with ``config`` and random weights (seed 0), and a word-level
+    tokenizer ``t0``..``t<vocab-1>``."""
+    from tokenizers import Tokenizer, models
+    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(AutoConfig.for_model(**config)).save_pretrained(path)
+    vocab = {f"t{i}": i for i in range(config["vocab_size"])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="t0").save_pretrained(path)
+    return path

@@ -52,16 +52,7 @@ TINY = {
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
-    from tokenizers import Tokenizer, models
-
-    path = tmp_path_factory.mktemp("tiny-llama")
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(AutoConfig.for_model(**TINY)).save_pretrained(path)
-    vocab = {f"t{i}": i for i in range(TINY["vocab_size"])}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="t0").save_pretrained(path)
-    return path
+    return load_callable(f"{CPU_MEGATRON}:save_tiny")(tmp_path_factory.mktemp("tiny-llama"), TINY)
 
 
 @pytest.fixture(scope="module")

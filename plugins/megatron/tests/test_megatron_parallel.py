@@ -61,16 +61,7 @@ TINY_QWEN3 = {
 """Qwen3 dense (QK norms) with tied embeddings, as Qwen3-4B has them."""
 
 
-def save_tiny(path: Path, config: dict) -> Path:
-    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
-    from tokenizers import Tokenizer, models
-
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(AutoConfig.for_model(**config)).save_pretrained(path)
-    vocab = {f"t{i}": i for i in range(config["vocab_size"])}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="t0").save_pretrained(path)
-    return path
+save_tiny = load_callable(f"{CPU_MEGATRON}:save_tiny")
 
 
 @pytest.fixture(scope="module")
