@@ -163,8 +163,7 @@ def build_gpt_model(
     converted, or its shard ``rank`` of ``tensor_parallel = (rank, size)`` (the vocabulary padded to a
     multiple of the size), of ``expert_parallel`` (its experts) and of ``pipeline_parallel`` (its stage's
     layers: ``hf_state`` may hold only those, :func:`in_pipeline_stage`); needs megatron's model parallel
-    state initialised. On a CPU device the weights are created
-    there (as the tests do). ``provider = (build, name)``: ``build(config, model_kwargs, pre_process,
+    state initialised. On a CPU device the weights are created there (as the tests do). ``provider = (build, name)``: ``build(config, model_kwargs, pre_process,
     post_process)`` makes the model (the stage's) instead (``name``'s, a ``model_provider`` plugin)."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
