@@ -128,6 +128,7 @@ def step_report(row: dict[str, Any], config: dict[str, Any], peak: float | None)
             for k, v in row.items()
             if k.startswith("train/sync_") and k.endswith("_seconds") and k != "train/sync_seconds"
         },
+        "sync_buckets": row.get("train/sync_buckets"),
         "trust_check_seconds": row.get("train/trust_check_seconds"),
         "trust_check_max_diff": row.get("train/sync_logprob_max_diff"),
         "peak_gpu_gb": {p: row.get(f"memory/peak_gpu_gb_{p}") for p in PHASES},
