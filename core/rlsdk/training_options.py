@@ -30,6 +30,10 @@ KL_LOSS_TYPES = ("k1", "k2", "k3", "low_var_kl")
 WEIGHT_SYNC_MODES = ("auto", "tensor", "nccl", "disk")
 
 
+UPDATE_WEIGHT_BUFFER_SIZE = 512 * 2**20
+"""Bytes of weights a ``tensor`` or ``nccl`` sync sends at a time unless told (slime's default, 512 MiB)."""
+
+
 @dataclass
 class TrainingOptions(AlgorithmOptions):
     """Trainer, optimizer, loss and checkpoint options (used with ``train``)."""
@@ -149,7 +153,7 @@ class TrainingOptions(AlgorithmOptions):
     """How weights reach a GPU engine: ``tensor`` (CUDA IPC, needs ``colocate``), ``nccl`` (a broadcast
     group with the engines), ``disk`` (a Hugging Face folder); ``auto``: in process for the embedded
     engine, else ``tensor`` with ``colocate``, else ``disk``."""
-    update_weight_buffer_size: int = 512 * 2**20
+    update_weight_buffer_size: int = UPDATE_WEIGHT_BUFFER_SIZE
     """Bytes of weights a ``tensor`` or ``nccl`` sync sends at a time (slime's name; 512 MiB): the trainer
     gathers and the engines load one bucket of this size after another, never the whole model at once."""
     custom_update_weight_post_write_path: str | None = None

@@ -37,16 +37,11 @@ from ..engines.launch.process_group import free_port
 from ..errors import RlsdkError
 from ..plugins.calls import call_update_weight_post_write
 from ..plugins.records import Resolved
-from ..training_options import named_model_folder
 from ..types import Sample
-from ..training_options import offloads
+from ..training_options import UPDATE_WEIGHT_BUFFER_SIZE, named_model_folder, offloads
 from .trainer import PolicyTrainer
 
 log = logging.getLogger(__name__)
-
-
-DEFAULT_BUCKET_BYTES = 512 * 2**20
-"""Bytes a tensor or NCCL sync sends at a time unless told (``update_weight_buffer_size``'s default)."""
 
 
 class WeightSyncError(RlsdkError):
@@ -166,7 +161,7 @@ class ColocatedTensorSync(WeightSync):
 
     name = "tensor"
 
-    def __init__(self, release: bool = True, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
+    def __init__(self, release: bool = True, bucket_bytes: int = UPDATE_WEIGHT_BUFFER_SIZE) -> None:
         super().__init__()
         self.release = release
         self.released = False
@@ -274,7 +269,7 @@ class NcclBroadcastSync(WeightSync):
         self,
         master_address: str = "127.0.0.1",
         backend: str = "nccl",
-        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        bucket_bytes: int = UPDATE_WEIGHT_BUFFER_SIZE,
     ) -> None:
         super().__init__()
         self.master_address = master_address
