@@ -21,6 +21,7 @@ from rlsdk.plugins.calls import call_engine, call_generate_rollout
 from rlsdk.run.session import resolve_run_plugins
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import ByteTokenizer, FakeEngine, FakeReply, ServedEngine
+from rlsdk import GenerateRollout
 
 PLUGIN_PACKAGES = ",".join(sorted(ep.name for ep in importlib.metadata.entry_points(group="rlsdk")
                                   if ep.dist is not None and ep.dist.name != "rlsdk"))
@@ -70,13 +71,13 @@ def test_core_alone_runs_a_step_against_an_sglang_protocol_server(core_only, ser
     try:
         runtime.run(engine.start())
         source = DataSource(args, pm=core_only, tokenizer=runtime.tokenizer)
-        out = call_generate_rollout(runtime, plugins.generate_rollout, args, 0, source)
+        out = call_generate_rollout(plugins.one(GenerateRollout), args, 0, source, runtime=runtime)
         assert [s.reward for g in out.samples for s in g] == [1.0] * 4
         assert source.get_buffer_length() == 1  # the surplus group, served first next step by pop_first
         # Three groups were sent: two kept, the one that finished last (which depends on timing) buffered.
         surplus = source.buffer[0][0].prompt
         assert {group[0].prompt for group in out.samples} | {surplus} == {"0|", "1|", "2|"}
-        again = call_generate_rollout(runtime, plugins.generate_rollout, args, 1, source)
+        again = call_generate_rollout(plugins.one(GenerateRollout), args, 1, source, runtime=runtime)
         assert again.samples[0][0].prompt == surplus
     finally:
         runtime.run(engine.close())

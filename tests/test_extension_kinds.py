@@ -378,7 +378,7 @@ def test_a_hook_that_raises_is_wrapped_by_its_call_point(pm):
     hook = pm.resolve("sample_hook", "raises")
     sample = Sample(group_index=3, index=4, response="r", status=Sample.Status.COMPLETED)
     out = run_to_completion(
-        call_sample_hooks(RolloutConfig(), [hook], sample, rollout_id=0, evaluation=False)
+        call_sample_hooks([hook], RolloutConfig(), sample, rollout_id=0, evaluation=False)
     )
     assert out.status is Sample.Status.FAILED and "on sample 3/4" in out.metadata["generate_error"]
     with pytest.raises(PluginCallError, match="sample_hook 'raises'"):

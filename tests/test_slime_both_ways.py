@@ -17,7 +17,7 @@ import pytest
 
 from rlsdk import DynamicFilterOutput, Sample, hookimpl, slime_compat
 from rlsdk.plugins.loading import load_callable
-from rlsdk.plugins.records import BufferFilter, DynamicFilter, Reward
+from rlsdk.plugins.kinds import BufferFilter, DynamicFilter, Reward
 from rlsdk.slime import adapters
 
 FAKE_SLIME = {
@@ -281,7 +281,7 @@ def test_foreign_and_unknown_statuses_are_never_silently_recycled(rlsdk_pm, rlsd
     from rlsdk.aio.concurrency import ConcurrencyLimit
     from rlsdk.plugins.calls import call_custom_generate
     from rlsdk.plugins.run_plugins import RunPlugins
-    from rlsdk.plugins.records import CustomGenerate
+    from rlsdk.plugins.kinds import CustomGenerate
 
     async def slime_generator(args, sample, sampling_params):
         sample.status = fake_slime.Sample.Status(status) if status != "weird" else status
@@ -291,7 +291,7 @@ def test_foreign_and_unknown_statuses_are_never_silently_recycled(rlsdk_pm, rlsd
         CustomGenerate(name="slime_generator", func=slime_generator)])})(), "gen")
     args = rlsdk_args.replace(custom_generate_function_path="slime_generator")
     plugins = RunPlugins(args, rlsdk_pm)
-    [out] = asyncio.run(call_custom_generate(args, plugins.custom_generate, Sample(), {}, ConcurrencyLimit(1)))
+    [out] = asyncio.run(call_custom_generate(plugins.one(CustomGenerate), args, Sample(), {}, limit=ConcurrencyLimit(1)))
     assert out.status is Sample.Status(expected)
     if expected == "failed":
         assert "unknown status 'weird'" in out.metadata["generate_error"]
@@ -405,7 +405,7 @@ def test_slime_functions_get_slimes_own_samples_when_slime_is_installed(fake_sli
     assert out is sample and sample.status is Sample.Status.COMPLETED and sample.tokens == [1, 2]
 
     zero_std = rlsdk_pm.resolve("dynamic_filter", f"{path}:zero_std")
-    verdict = asyncio.run(call_dynamic_filter(rlsdk_args, zero_std, [sample]))
+    verdict = asyncio.run(call_dynamic_filter(zero_std, rlsdk_args, [sample]))
     assert isinstance(verdict, DynamicFilterOutput) and (verdict.keep, verdict.reason) == (False, "zero_std_1.0")
 
     buffer = [[Sample(index=1)], [Sample(index=2)]]

@@ -47,6 +47,7 @@ from rlsdk.training.sync import (
 from rlsdk.training.tensor_transport import FlatWeights, serialize_for_sglang
 from rlsdk.training.torch_trainer import TorchTrainer
 from rlsdk.training_options import offloads
+from rlsdk import Trainer
 
 
 class InProcessEngine:
@@ -385,7 +386,7 @@ def one_step(url: str, tiny_llama: Path, tmp_path: Path, **flags: Any) -> tuple[
         **flags,
     )
     plugins = RunPlugins(args, get_plugin_manager(load_entrypoints=False))
-    plugins.swap("trainer", RecordingTrainer)
+    plugins.swap(Trainer, RecordingTrainer)
     engine = SGLangClient(url)
     runtime = Runtime(plugins.pm, engine, run_plugins=plugins)
     try:

@@ -133,7 +133,7 @@ def option_parameters() -> list[inspect.Parameter]:
     for name, option in core_options().items():
         if name not in NOT_FLAGS:
             panel = "Training" if name in training else "Run"
-            params.append(_parameter(option, panel, hints[name]))
+            params.append(_parameter(option, panel, hints.get(name)))
     try:
         declared = installed_plugin_options()
     except RlsdkError:  # two plugins declaring one option differently: `rlsdk run` itself says so

@@ -21,6 +21,7 @@ from .engines.launch.arguments import check_passthrough
 from .algorithm_options import AlgorithmOptions, check_algorithm_options
 from .errors import PluginError
 from .plugins.calls import call_environment
+from .plugins.kinds import RECORD_TYPES
 from .plugins.manager import RlsdkPluginManager, get_plugin_manager
 from .plugins.records import Option, PluginInfo, Resolved
 from .plugins.verifiers_envs import is_verifiers_module, verifiers_environment
@@ -76,20 +77,12 @@ ALIASES = {
 @dataclass(init=False)
 class RolloutConfig(TrainingOptions):
     """Everything a run needs: core's options, the rollout step's here and the trainer's in
-    :class:`~rlsdk.training_options.TrainingOptions`. Plugins declare options of their own (``rlsdk_options``):
-    they are kept in ``extra`` and read as attributes (``args.retriever_url``), their default when unset."""
+    :class:`~rlsdk.training_options.TrainingOptions`. The options that name each kind's plugin are declared by
+    the kinds (:mod:`rlsdk.plugins.kinds`: ``rm_type``, ``custom_generate_function_path``, ...): they are kept
+    in ``choices``. Plugins declare options of their own (``rlsdk_options``): they are kept in ``extra``. Both
+    are read as attributes (``args.rm_type``, ``args.retriever_url``), their default when unset."""
 
-    # --- plugins, by registered name or dotted path ---
-    rollout_function_path: str = "sglang"
-    """The generate_rollout plugin: one training or eval step."""
-    eval_function_path: str | None = None
-    """The generate_rollout plugin for eval; defaults to ``rollout_function_path``."""
-    custom_generate_function_path: str | None = None
-    """The custom_generate plugin that turns one sample into a response; default single-turn generate."""
-    rm_type: str = "math"
-    """The reward plugin; a sample's ``metadata["rm_type"]`` overrides it."""
-    custom_rm_path: str | None = None
-    """A reward by dotted path that takes precedence over ``rm_type`` (slime's ``--custom-rm-path``)."""
+    # --- rewards ---
     group_rm: bool = False
     """Call a dotted-path reward once per group with the list of samples."""
     reward_key: str | None = None
@@ -105,34 +98,8 @@ class RolloutConfig(TrainingOptions):
     ``continue`` goes on to the next step."""
     reward_timeout: float = 60.0
     """Wall-clock seconds one sample's reward (or one group reward) may take before it is marked invalid."""
-    dynamic_sampling_filter_path: str | None = None
-    """The dynamic_filter plugin applied to each finished group; none keeps every group."""
-    over_sampling_filter_path: str | None = None
-    """The over_sampling_filter plugin that orders kept groups before the batch is cut."""
-    buffer_filter_path: str = "pop_first"
-    """The buffer_filter plugin that chooses which buffered groups are served first."""
-    rollout_sample_hook_path: list[str] = field(default_factory=list)
-    """sample_hook plugins applied, in order, to every generated sample before its reward."""
-    rollout_sample_filter_path: str | None = None
-    """A rollout_sample_filter plugin that marks kept samples ``remove_sample`` (out of the loss)."""
-    rollout_all_samples_process_path: str | None = None
-    """An all_samples_process plugin that sees every group a step finished, kept and dropped."""
-    data_source_path: str | None = None
-    """A data_source plugin that serves the groups; default rlsdk's (``prompt_data``, buffer, resume)."""
-    custom_rollout_log_function_path: str | None = None
-    """rollout_log plugins (``jsonl``, ``tensorboard``, ``wandb``, ...; several joined by commas) that log
-    every step beside ``metrics.jsonl``."""
-    custom_eval_rollout_log_function_path: str | None = None
-    """eval_rollout_log plugins (several joined by commas) that log every eval."""
-    checkpoint_callback: str | None = None
-    """checkpoint_callback plugins (several joined by commas) called after each checkpoint is complete."""
-    env: str | None = None
-    """An environment plugin whose settings (data, reward or rubric, generator, eval sets, options) the run
-    takes; options given on the command line or in a config file win over them."""
 
     # --- engine ---
-    engine: str = "embedded"
-    """The engine: ``embedded``, ``sglang``, another engine plugin, or an SGLang server/router URL."""
     model: str | None = None
     """Model for the embedded engine: a local Hugging Face folder; default SmolLM2-135M-Instruct."""
     hf_checkpoint: str | None = None
@@ -249,16 +216,9 @@ class RolloutConfig(TrainingOptions):
     # --- multi-turn and agents ---
     rollout_max_context_len: int | None = None
     """Prompt plus response tokens allowed per sample; multi-turn generators clamp each turn to it."""
-    agent_function_path: str | None = None
-    """The agent plugin (or dotted path) the ``openai_agent`` or ``anthropic_agent`` custom_generate runs
-    for each sample."""
     max_turns: int = 4
     """Model turns per sample for multi-turn generators and agents (``multi_turn``, ``search_r1``,
     ``tool_agent``, and third-party ones that read it)."""
-    tool_call_parser: str = "auto"
-    """How ``/v1/chat/completions`` and ``/v1/messages`` read tool calls, per model family: a
-    tool_call_parser plugin (``json``, ``hermes``) or ``auto`` (``hermes`` for chat templates that write
-    ``<tool_call>``, else ``json``)."""
 
     # --- eval ---
     eval_prompt_data: list[str] = field(default_factory=list)
@@ -284,14 +244,21 @@ class RolloutConfig(TrainingOptions):
     overwrite: bool = False
     """Start afresh in an ``output_dir`` that holds a run (otherwise that is an error)."""
 
+    choices: dict[str, Any] = field(default_factory=dict)
+    """The plugin each kind's options name for this run, by option (every kind's option, its default when
+    not given)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """The plugins' options given for this run (and slime's arguments that rlsdk has no option for)."""
 
     def __init__(self, **values: Any) -> None:
-        """Core options by keyword, and the installed plugins' options (kept in ``extra``); an unknown key is a
-        ValueError with a did-you-mean. ``extra`` itself is taken as given (it was checked when built)."""
+        """Core options by keyword (the kinds' among them), and the installed plugins' options (kept in
+        ``extra``); an unknown key is a ValueError with a did-you-mean. ``extra`` itself is taken as given (it
+        was checked when built)."""
         extra = dict(values.pop("extra", None) or {})
-        fields = [f for f in dataclasses.fields(self) if f.name != "extra"]
+        choices = {option.name: option.default for option in kind_option_list()}
+        choices.update(values.pop("choices", None) or {})
+        choices.update({key: values.pop(key) for key in [k for k in values if k in choices]})
+        fields = [f for f in dataclasses.fields(self) if f.name not in ("extra", "choices")]
         names = {f.name for f in fields}
         loose = {key: values.pop(key) for key in [k for k in values if k not in names]}
         if loose:  # only then are the installed plugins loaded
@@ -302,13 +269,18 @@ class RolloutConfig(TrainingOptions):
             else:
                 value = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
             setattr(self, f.name, value)
+        self.choices = choices
         self.extra = extra
         self.__post_init__()
 
     if not TYPE_CHECKING:  # mypy sees only the fields: core's reads of ``args`` are checked against them
 
         def __getattr__(self, name: str) -> Any:
-            """A plugin option (set in ``extra``, else its declared default) or one of slime's arguments."""
+            """A kind's option, a plugin option (set in ``extra``, else its declared default) or one of slime's
+            arguments."""
+            choices = self.__dict__.get("choices", {})
+            if name in choices:
+                return choices[name]
             extra = self.__dict__.get("extra", {})
             if name in extra:
                 return extra[name]
@@ -354,7 +326,7 @@ class RolloutConfig(TrainingOptions):
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
-        if self.loss_type == "custom_loss" and not self.custom_loss_function_path:
+        if self.loss_type == "custom_loss" and not self.choices.get("custom_loss_function_path"):
             raise ValueError(
                 "loss_type custom_loss needs custom_loss_function_path (a loss name or dotted path)"
             )
@@ -385,7 +357,8 @@ class RolloutConfig(TrainingOptions):
 
     @classmethod
     def option_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
+        """Every core option: the kinds' and the fields'."""
+        return list(core_options())
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], *, pm: Any = None) -> RolloutConfig:
@@ -440,11 +413,13 @@ class RolloutConfig(TrainingOptions):
         """With neither ``prompt_data`` nor ``env``: the shipped arithmetic environment (its training set,
         ``label`` key and chat template; with ``train`` also its disjoint eval set and demo training settings),
         for the options not in ``given``."""
-        if self.prompt_data is None and self.env is None:
-            self.env = DEFAULT_ENVIRONMENT
+        if self.prompt_data is None and self.choices.get("env") is None:
+            self.choices["env"] = DEFAULT_ENVIRONMENT
             core = core_options()
             for name, value in environment_options(DEFAULT_ENVIRONMENT, None, train=self.train).items():
-                if name not in given:
+                if name in self.choices and name not in given:
+                    self.choices[name] = core[name].check(value)
+                elif name not in given:
                     setattr(self, name, core[name].check(value))
             if "over_sampling_batch_size" not in given:
                 self.over_sampling_batch_size = self.rollout_batch_size
@@ -452,10 +427,14 @@ class RolloutConfig(TrainingOptions):
         return self
 
     def replace(self, **changes: Any) -> RolloutConfig:
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes`` (any core option, the kinds' among them)."""
+        choices = {key: changes.pop(key) for key in [k for k in changes if k in self.choices]}
+        return dataclasses.replace(self, choices={**self.choices, **choices}, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every core option by name (the kinds' among them) and ``extra``."""
+        values = dataclasses.asdict(self)
+        return {**values.pop("choices"), **values}
 
 
 def demo_settings(train: bool) -> dict[str, Any]:
@@ -463,6 +442,11 @@ def demo_settings(train: bool) -> dict[str, Any]:
     (:data:`DEFAULT_ENVIRONMENT`) and its options (with ``train`` also its training settings). With ``--data``
     none of these apply: the options keep their defaults."""
     return {"env": DEFAULT_ENVIRONMENT, **environment_options(DEFAULT_ENVIRONMENT, None, train=train)}
+
+
+def kind_option_list() -> list[Option]:
+    """The options of every kind (:attr:`rlsdk.plugins.records.PluginRecord.options`), in kind order."""
+    return [option for record in RECORD_TYPES.values() for option in record.options]
 
 
 def plugin_values(values: dict[str, Any], declared: dict[str, Option]) -> dict[str, Any]:
@@ -492,9 +476,9 @@ def core_options() -> dict[str, Option]:
     field's type, default and docstring: the single source of ``rlsdk run``'s options and their checks."""
     docs = {**option_docs(AlgorithmOptions), **option_docs(TrainingOptions), **option_docs(RolloutConfig)}
     hints = typing.get_type_hints(RolloutConfig)
-    options = {}
+    options = {option.name: option for option in kind_option_list()}
     for f in dataclasses.fields(RolloutConfig):
-        if f.name == "extra":
+        if f.name in ("extra", "choices"):
             continue
         kind = hints[f.name]
         if isinstance(kind, types.UnionType):  # X | None

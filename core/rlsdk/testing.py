@@ -29,6 +29,7 @@ from .plugins.calls import (
     call_buffer_filter,
     call_dynamic_filter,
     call_over_sampling_filter,
+    call_plugin,
     call_reward,
     run_to_completion,
 )
@@ -70,6 +71,7 @@ from .types import DynamicFilterOutput, Sample
 pytest_plugins = ["rlsdk.testing_fixtures"]
 
 __all__ = [
+    "check_plugin",
     "ByteTokenizer",
     "FakeEngine",
     "FakeReply",
@@ -158,7 +160,7 @@ def check_reward(
     samples = samples if samples is not None else make_group([None, None])
 
     def reward(target: Any) -> Any:
-        return run_to_completion(call_reward(args, resolved, target, timeout=args.reward_timeout))
+        return run_to_completion(call_reward(resolved, args, target, timeout=args.reward_timeout))
 
     if resolved.record.group:
         assert reward([]) == [], f"{resolved.describe()} must return [] for an empty group"
@@ -188,7 +190,7 @@ def check_dynamic_filter(
             [],
         ]
     )
-    return [run_to_completion(call_dynamic_filter(args, resolved, group)) for group in groups]
+    return [run_to_completion(call_dynamic_filter(resolved, args, group)) for group in groups]
 
 
 def check_over_sampling_filter(
@@ -210,8 +212,8 @@ def check_over_sampling_filter(
             make_group([0.0, 0.5, 1.0], group_index=2),
         ]
     )
-    result = run_to_completion(call_over_sampling_filter(args, resolved, groups))
-    assert run_to_completion(call_over_sampling_filter(args, resolved, [])) == [], (
+    result = run_to_completion(call_over_sampling_filter(resolved, args, groups))
+    assert run_to_completion(call_over_sampling_filter(resolved, args, [])) == [], (
         f"{resolved.describe()} must return [] for no groups"
     )
     return result
@@ -231,10 +233,10 @@ def check_buffer_filter(
     args = args or RolloutConfig()
     resolved = pm.resolve("buffer_filter", name)
     groups = [make_group([0.0, 1.0], group_index=i) for i in range(5)]
-    taken, left = call_buffer_filter(args, resolved, rollout_id, groups, num_samples)
+    taken, left = call_buffer_filter(resolved, args, rollout_id, groups, num_samples)
     dropped = len(groups) - len(left) - len(taken)
     assert not dropped or may_drop, f"{resolved.describe()} lost {dropped} groups"
-    assert call_buffer_filter(args, resolved, rollout_id, [], num_samples)[0] == [], (
+    assert call_buffer_filter(resolved, args, rollout_id, [], num_samples)[0] == [], (
         f"{resolved.describe()}: an empty buffer must serve []"
     )
     return taken
@@ -349,6 +351,17 @@ def check_tool_call_parser(pm: RlsdkPluginManager, name: str) -> Resolved:
         parsed = resolved.func(format_calls(calls), tools)
         assert parsed.calls == calls, f"{resolved.describe()}: its own format_calls parsed as {parsed.calls}"
     return resolved
+
+
+def check_plugin(pm: RlsdkPluginManager, kind: str, name: str, *arguments: Any) -> Any:
+    """Any kind's plugin called once with ``arguments`` (its record's ``call_args``, in order) through the
+    generic call point (:func:`rlsdk.plugins.calls.call_plugin`), its result checked as its kind declares,
+    as a run calls a kind that has no call point of its own. Returns what the plugin gave."""
+    resolved = pm.resolve(kind, name)
+    expected = resolved.record.call_args
+    if len(arguments) != len(expected):
+        raise TypeError(f"check_plugin for {kind}: give the call's {len(expected)} arguments {expected}")
+    return call_plugin(resolved, *arguments)
 
 
 def check_callable(pm: RlsdkPluginManager, kind: str, name: str) -> Resolved:

@@ -41,8 +41,6 @@ class TrainingOptions(AlgorithmOptions):
     # --- the loop ---
     train: bool = False
     """Train the policy on every step's kept samples and sync the new weights to the engine."""
-    trainer: str = "torch"
-    """The trainer plugin (``torch``, or another by name or dotted path)."""
     lr: float = 1e-6
     """AdamW learning rate (slime's default 1e-6; the default demo sets its own)."""
     weight_decay: float = 0.0
@@ -73,28 +71,8 @@ class TrainingOptions(AlgorithmOptions):
     advantage_estimator: str = "grpo"
     """``grpo``, ``gspo``, ``cispo``, ``reinforce_plus_plus``, ``reinforce_plus_plus_baseline``, ``reinforce``,
     ``rloo``, ``sapo`` or ``ppo`` (with a critic; see docs/training.md)."""
-    custom_advantage_function_path: str | None = None
-    """An advantage plugin (or dotted path) ``fn(args, rollout_data)`` that sets ``rollout_data["advantages"]``
-    in place of ``advantage_estimator``."""
-    custom_reward_post_process_path: str | None = None
-    """A reward_post_process plugin ``fn(args, samples) -> (raw_rewards, rewards)`` in place of the group
-    normalization."""
-    rollout_data_postprocess_path: str | None = None
-    """A rollout_data_postprocess plugin ``fn(args, rollout_id, rollout_data)`` that edits the step's training
-    data once its log-probs are in."""
-    custom_convert_samples_to_train_data_path: str | None = None
-    """A convert_samples_to_train_data plugin ``fn(args, samples) -> dict`` (slime's trainer, or a trainer
-    that reads slime's training-data dict; rlsdk's torch trainer builds its own batches)."""
-    custom_pg_loss_reducer_function_path: str | None = None
-    """A pg_loss_reducer plugin ``fn(total_lengths, response_lengths, loss_masks, calculate_per_token_loss)``
-    that reduces the policy-gradient term (the others keep the sample mean)."""
-    custom_tis_function_path: str | None = None
-    """With ``use_tis``: a tis_function plugin, called by keyword as slime calls it, in place of the clipped
-    ratio."""
     loss_type: str = "policy_loss"
     """``policy_loss`` (PPO-style clipped policy gradient), ``sft_loss`` or ``custom_loss``."""
-    custom_loss_function_path: str | None = None
-    """With ``loss_type: custom_loss``: a loss plugin by name, or a dotted path with slime's signature."""
     eps_clip: float = 0.2
     """PPO clip range below 1 (and above, unless ``eps_clip_high``)."""
     eps_clip_high: float | None = None
@@ -156,9 +134,6 @@ class TrainingOptions(AlgorithmOptions):
     update_weight_buffer_size: int = UPDATE_WEIGHT_BUFFER_SIZE
     """Bytes of weights a ``tensor`` or ``nccl`` sync sends at a time (slime's name; 512 MiB): the trainer
     gathers and the engines load one bucket of this size after another, never the whole model at once."""
-    custom_update_weight_post_write_path: str | None = None
-    """With ``weight_sync disk``: an update_weight_post_write plugin ``fn(args, version_dir, rollout_engines)``
-    called after each version's files are written, before the engines read them."""
     actor_num_gpus_per_node: int | None = None
     """GPUs the trainer trains on, one process each (its world size; one node); default
     ``tensor_model_parallel_size`` x ``pipeline_model_parallel_size``. The ``torch`` trainer uses one."""
@@ -169,18 +144,6 @@ class TrainingOptions(AlgorithmOptions):
     expert_model_parallel_size: int = 1
     """megatron trainer: expert-parallel size for MoE models (the experts split over this many of the
     data-parallel ranks; tokens reach them all-to-all)."""
-    custom_megatron_init_path: str | None = None
-    """megatron trainer: a megatron_init plugin (or dotted path) ``fn(args)`` called on every rank once megatron
-    is initialised, before the model is built."""
-    custom_megatron_before_log_prob_hook_path: str | None = None
-    """megatron trainer: a megatron_before_log_prob plugin ``fn(args, model, store_prefix)`` called before each
-    log-prob computation."""
-    custom_megatron_before_train_step_hook_path: str | None = None
-    """megatron trainer: a megatron_before_train_step plugin ``fn(args, rollout_id, step_id, model, optimizer,
-    opt_param_scheduler)`` called before each optimizer step's passes."""
-    custom_model_provider_path: str | None = None
-    """megatron trainer: a model_provider plugin ``fn(pre_process, post_process, vp_stage=None) -> GPTModel``
-    that builds the model in place of the trainer's ``GPTModel`` (the checkpoint's weights are loaded into it)."""
     offload: bool = False
     """Both ``offload_train`` and ``offload_rollout`` (slime's ``--offload``)."""
     offload_train: bool | None = None
@@ -254,11 +217,6 @@ def named_model_folder(args: Any) -> Path | None:
     """The model folder the command line names, before any engine starts: ``hf_checkpoint``, else ``model``
     where it is a folder (not a name the engine resolves); None otherwise."""
     return next((Path(f) for f in (args.hf_checkpoint, args.model) if f and Path(f).is_dir()), None)
-
-
-def loss_spec(args: TrainingOptions) -> str:
-    """The loss plugin ``args`` select: ``loss_type``, or ``custom_loss_function_path`` for ``custom_loss``."""
-    return (args.custom_loss_function_path or "") if args.loss_type == "custom_loss" else args.loss_type
 
 
 def option_docs(cls: type = TrainingOptions) -> dict[str, str]:

@@ -25,6 +25,7 @@ from ..types import Sample
 from .server import chat_endpoint, start_chat_server
 from .sessions import Session
 from .tree import session_tree
+from ..plugins.kinds import Agent
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ async def _state(kind: AgentClient, args: Any, runtime: Runtime) -> dict[str, An
             f"{kind.generate} needs an agent: set agent_function_path (--set agent_function_path=NAME, "
             f"one of: {', '.join(runtime.pm.names('agent')) or 'none installed'}, or a dotted path)"
         )
-    agent = runtime.plugins.agent
+    agent = runtime.plugins.get(Agent)
     # the run's loopback server, else a chat server this run started in front of its engine (both clients')
     server = next((s for s in (runtime.server, *runtime.servers) if getattr(s, "chat", None)), None)
     if server is None:

@@ -16,16 +16,8 @@ from ..errors import PluginConflictError, PluginError, UnknownPluginError
 from . import hookspecs
 from .real_slime import for_real_slime
 from .loading import check_signature, is_async_callable, is_path, load_callable
-from .records import (
-    KINDS,
-    RECORD_TYPES,
-    Option,
-    PluginInfo,
-    PluginRecord,
-    Resolved,
-    hook_name,
-    normalize_name,
-)
+from .kinds import KINDS, RECORD_TYPES, hook_name
+from .records import Option, PluginInfo, PluginRecord, Resolved, normalize_name
 
 ENTRY_POINT_GROUP = "rlsdk"
 CORE_DISTRIBUTION = "rlsdk"

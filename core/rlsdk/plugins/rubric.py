@@ -16,7 +16,8 @@ from typing import Any
 
 from ..types import Sample, reward_value
 from .calls import InvalidReward, call_reward
-from .records import PluginInfo, Resolved, Reward
+from .kinds import Reward
+from .records import PluginInfo, Resolved
 
 RUBRIC_METADATA = "rubric"
 """Sample metadata key: ``{part name: value}`` of a rubric's parts."""
@@ -90,7 +91,7 @@ async def _call(args: Any, resolved: Resolved[Any], target: Any, evaluation: boo
     """One part's reward; its failure names the part (the sample's error names the rubric too)."""
     timeout = getattr(args, "reward_timeout", None)
     try:
-        return await call_reward(args, resolved, target, evaluation=evaluation, timeout=timeout)
+        return await call_reward(resolved, args, target, evaluation=evaluation, timeout=timeout)
     except InvalidReward as exc:
         raise InvalidReward(resolved, "(a rubric part)", f"part {resolved.describe()}: {exc.reason}") from exc
 

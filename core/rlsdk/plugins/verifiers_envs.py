@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PluginError
-from .records import Environment
+from .kinds import Environment
 
 MODULE_KEY = "verifiers_env"
 """Row metadata key naming the verifiers environment module the row comes from."""

@@ -24,8 +24,9 @@ from ..engines.launch.process_group import free_port
 from ..errors import RlsdkError
 from ..plugins.calls import call_engine
 from ..plugins.manager import get_plugin_manager
-from ..plugins.run_plugins import RunPlugins, engine_name, sglang_url
+from ..plugins.run_plugins import sglang_url
 from .cluster import import_ray, worker_info
+from ..plugins.kinds import Engine
 
 T = TypeVar("T")
 
@@ -36,7 +37,7 @@ class EngineDiedError(RlsdkError):
 
 def launches_sglang(args: Any) -> bool:
     """Whether the run's engine is the ``sglang`` engine launching its own servers (no URL given)."""
-    return engine_name(args) == "sglang" and sglang_url(args) is None
+    return Engine.chosen(args) == "sglang" and sglang_url(args) is None
 
 
 def engine_count(args: Any) -> int:
@@ -130,7 +131,7 @@ class EngineActor:
         if self._built is None:
             # engine: this worker's own plugin, built through the engine call point
             a = engine_args(self.args, self.index)
-            built = call_engine(RunPlugins(a, get_plugin_manager()).engine, a)
+            built = call_engine(get_plugin_manager().resolve(Engine.kind, Engine.chosen(a)), a)
             prepare = getattr(built, "prepare", None)
             if prepare is not None:
                 await prepare()

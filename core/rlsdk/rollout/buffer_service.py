@@ -48,7 +48,8 @@ from ..engines.service_guard import ConnectionLimits, guard, is_loopback, normal
 from ..engines.service_guard import check_binding as _check_binding
 from ..errors import PluginError
 from ..plugins.manager import RlsdkPluginManager
-from ..plugins.records import Resolved, TaskGenerator
+from ..plugins.kinds import TaskGenerator
+from ..plugins.records import Resolved
 
 DEFAULT_MAX_BODY = 64 << 20
 __getattr__ = _moved.forward(__name__, {"TOKEN_ENV": "rlsdk:BUFFER_TOKEN_ENV"})

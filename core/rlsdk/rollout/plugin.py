@@ -11,7 +11,7 @@ from typing import Any
 
 from ..plugins.hookspecs import hookimpl
 from ..data import DataSource
-from ..plugins.records import BufferFilter, CustomGenerate, DataSourceFactory, Engine, GenerateRollout
+from ..plugins.kinds import BufferFilter, CustomGenerate, DataSourceFactory, Engine, GenerateRollout
 from ..plugins.run_plugins import sglang_url
 from . import generate, step
 

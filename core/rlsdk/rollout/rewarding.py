@@ -128,7 +128,7 @@ async def _score_one(
 ) -> None:
     try:
         reward = await call_reward(
-            args, resolved, sample, evaluation=evaluation, timeout=timeout, runner=plugins.reward_runner
+            resolved, args, sample, evaluation=evaluation, timeout=timeout, runner=plugins.reward_runner
         )
     except InvalidReward as exc:
         mark_invalid(sample, resolved, exc.reason)
@@ -140,7 +140,7 @@ def _score_inline(args: RolloutConfig, resolved: Resolved, samples: list[Sample]
     """A ``cheap`` reward, called on the event loop: no thread hop, no timeout."""
     for sample in samples:
         try:
-            reward = call_cheap_reward(args, resolved, sample, evaluation=evaluation)
+            reward = call_cheap_reward(resolved, args, sample, evaluation=evaluation)
         except InvalidReward as exc:
             mark_invalid(sample, resolved, exc.reason)
             continue
@@ -157,7 +157,7 @@ async def _score_together(
 ) -> None:
     try:
         rewards = await call_reward(
-            args, resolved, samples, evaluation=evaluation, timeout=timeout, runner=plugins.reward_runner
+            resolved, args, samples, evaluation=evaluation, timeout=timeout, runner=plugins.reward_runner
         )
     except InvalidReward as exc:
         for sample in samples:

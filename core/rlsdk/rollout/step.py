@@ -36,6 +36,7 @@ from .generate import sampling_params_for
 from .groups import run_group
 from .ledger import Group, StepLedger
 from .rewarding import apply_invalid_policy, count_invalid, invalid_reward_causes, rubric_metrics
+from ..plugins.kinds import AllSamplesProcess, DynamicFilter, OverSamplingFilter, RolloutSampleFilter
 
 SUBMIT_SLICE = 64
 """Samples whose tasks a step creates before it lets them run (and send their requests) while it goes on
@@ -149,7 +150,7 @@ async def rollout_step(
             ledger.drop(group, reason)
 
     # over_sampling_filter: order the kept groups; the first rollout_batch_size form the batch.
-    if plugins.over_sampling_filter is not None:
+    if plugins.get(OverSamplingFilter) is not None:
         kept = await order_groups(args, plugins, kept, ledger)
     batch, surplus = kept[:target], kept[target:]
     for group in batch:
@@ -178,13 +179,14 @@ async def rollout_step(
         ledger.drop(group, reason)
     ledger.check()
     removed = None
-    if plugins.rollout_sample_filter is not None:  # rollout_sample_filter: mark samples out of the loss
-        removed = call_rollout_sample_filter(args, plugins.rollout_sample_filter, batch)
-    if plugins.all_samples_process is not None:  # all_samples_process: every finished group, kept or not
+    sample_filter, process_all = plugins.get(RolloutSampleFilter), plugins.get(AllSamplesProcess)
+    if sample_filter is not None:  # rollout_sample_filter: mark samples out of the loss
+        removed = call_rollout_sample_filter(sample_filter, args, batch)
+    if process_all is not None:  # all_samples_process: every finished group, kept or not
         finished_groups = sorted(
             [*batch, *ledger.discarded], key=lambda g: (g[0].group_index or 0) if g else 0
         )
-        call_all_samples_process(args, plugins.all_samples_process, finished_groups, data_source)
+        call_all_samples_process(process_all, args, finished_groups, data_source)
     metrics = step_metrics(args, batch, ledger, started)
     if removed is not None:
         metrics["rollout/removed_samples"] = removed
@@ -235,11 +237,12 @@ async def settle(
     if reason is not None:
         ledger.drop(group, reason)
         return
-    if plugins.dynamic_filter is None:
+    dynamic_filter = plugins.get(DynamicFilter)
+    if dynamic_filter is None:
         kept.append(group)
         return
     try:
-        verdict = await call_dynamic_filter(args, plugins.dynamic_filter, group)  # dynamic_filter
+        verdict = await call_dynamic_filter(dynamic_filter, args, group)  # dynamic_filter
     except PluginCallError as exc:  # a filter's bug fails its group, named; the step goes on
         for sample in group:
             sample.metadata["filter_error"] = str(exc)
@@ -257,9 +260,9 @@ async def order_groups(
     args: RolloutConfig, plugins: RunPlugins, kept: list[Group], ledger: StepLedger
 ) -> list[Group]:
     """Apply the over-sampling filter; groups it leaves out count as dropped by it."""
-    resolved = plugins.over_sampling_filter
+    resolved = plugins.get(OverSamplingFilter)
     assert resolved is not None
-    ordered = await call_over_sampling_filter(args, resolved, kept)
+    ordered = await call_over_sampling_filter(resolved, args, kept)
     returned = {id(g) for g in ordered}
     for group in kept:
         if id(group) not in returned:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from ..aio.blocking import blocking_pool
-from ..plugins.records import Tool
+from ..plugins.kinds import Tool
 from ..runtime import plugins_of
 
 
@@ -27,9 +28,19 @@ def resolve_tools(args: Any, names: list[str]) -> dict[str, Tool]:
     return plugins_of(args).tools(names)
 
 
-async def call_tool(args: Any, tool: Tool, arguments: dict[str, Any]) -> ToolResult:
-    """Run ``tool`` with ``arguments`` within its timeout. A tool that raises, hangs or returns
-    something unprintable gives an ``Error: ...`` observation instead of an exception."""
+async def call_tool(tool: Tool, args: Any, arguments: dict[str, Any]) -> ToolResult:
+    """Run ``tool`` with ``arguments`` within its timeout (the call point's order: the plugin first, then what
+    it is called with). A tool that raises, hangs or returns something unprintable gives an ``Error: ...``
+    observation instead of an exception. ``call_tool(args, tool, arguments)``, the 0.2 order, still works and
+    warns."""
+    if not isinstance(tool, Tool) and isinstance(args, Tool):
+        warnings.warn(
+            "call_tool(args, tool, arguments) is deprecated and will be removed in 0.4: "
+            "use rlsdk.call_tool(tool, args, arguments)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        tool, args = args, tool
     try:
         if inspect.iscoroutinefunction(tool.func):
             call = tool.func(args, **arguments)

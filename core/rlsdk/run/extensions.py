@@ -17,6 +17,7 @@ from ..plugins.calls import (
 )
 from ..runtime import Runtime
 from ..types import RolloutFnEvalOutput, RolloutFnTrainOutput
+from ..plugins.kinds import CheckpointCallback, DataSourceFactory, EvalRolloutLog, GenerateRollout, RolloutLog
 
 CORE_DATA_SOURCE = "prompt_data"
 """Core's data source plugin: :class:`rlsdk.DataSource` on ``prompt_data``."""
@@ -35,12 +36,12 @@ def build_data_source(args: Any, runtime: Runtime, rows: Any) -> Any:
             args,
             plugins=plugins,
             tokenizer=runtime.tokenizer,
-            keep_messages=plugins.generate_rollout.record.chat_messages,
+            keep_messages=plugins.one(GenerateRollout).record.chat_messages,
             read=rows,
         )
-    resolved = plugins.data_source
+    resolved = plugins.get(DataSourceFactory)
     assert resolved is not None
-    source = call_data_source(args, resolved)
+    source = call_data_source(resolved, args)
     if not callable(getattr(source, "state_dict", None)):
         warnings.warn(
             f"{resolved.describe()} has no state_dict()/load_state_dict(): --resume starts its data over",
@@ -62,21 +63,21 @@ def log_step(args: Any, runtime: Runtime, rollout_id: int, result: RolloutFnTrai
     """Every rollout_log backend, with slime's arguments (the kept samples flat, the step's metrics)."""
     samples = [s for group in result.samples for s in group]
     seconds = float(result.metrics.get("rollout/seconds") or 0.0)
-    for resolved in runtime.plugins.rollout_logs:
+    for resolved in runtime.plugins.each(RolloutLog):
         call_rollout_log(resolved, rollout_id, args, samples, result.metrics, seconds)  # rollout_log
 
 
 def log_eval(args: Any, runtime: Runtime, rollout_id: int, result: RolloutFnEvalOutput) -> None:
     """Every eval_rollout_log backend."""
-    for resolved in runtime.plugins.eval_rollout_logs:
+    for resolved in runtime.plugins.each(EvalRolloutLog):
         call_eval_rollout_log(resolved, rollout_id, args, result.data, result.metrics)  # eval_rollout_log
 
 
 def after_checkpoint(args: Any, runtime: Runtime, rollout_id: int, folder: Path) -> None:
     """Every checkpoint_callback, once the checkpoint ``folder`` is complete and the state points at it; a
     failing callback stops the run, naming it (the checkpoint itself is kept)."""
-    for resolved in runtime.plugins.checkpoint_callbacks:
+    for resolved in runtime.plugins.each(CheckpointCallback):
         try:
-            call_checkpoint_callback(args, resolved, rollout_id, folder)  # checkpoint_callback
+            call_checkpoint_callback(resolved, args, rollout_id, folder)  # checkpoint_callback
         except PluginCallError as exc:
             raise PluginCallError(f"{exc} (the checkpoint {folder} is complete and kept)") from exc

@@ -24,6 +24,7 @@ from .overlap import run_overlapped
 from .preemption import stop_on_signals
 from .session import running
 from .steps import StepRecorder, check_step, run_eval
+from ..plugins.kinds import GenerateRollout
 
 LABEL_KEYS = ("label", "answer", "solution", "ground_truth")
 """Row keys that look like a label, for the warning when ``--label-key`` is not set."""
@@ -67,8 +68,9 @@ def _run_job(
     )
     if not args.resume:
         output.start_fresh(args.overwrite)  # so does an output folder holding another run
-    loading = " (loading the model)" if args.engine == "embedded" else ""
-    status(f"starting the {args.engine} engine{loading}")
+    engine = args.choices["engine"]
+    loading = " (loading the model)" if engine == "embedded" else ""
+    status(f"starting the {engine} engine{loading}")
     with running(args, pm) as runtime, ExitStack() as closing:
         status("reading the data")
         runtime.progress = progress
@@ -160,7 +162,7 @@ def run_steps(steps: StepRecorder, first: int) -> None:
         resynced = training.ensure_engine_weights() if training is not None else 0
         # generate_rollout: one whole step
         result = call_generate_rollout(
-            runtime, runtime.plugins.generate_rollout, args, rollout_id, steps.data_source
+            runtime.plugins.one(GenerateRollout), args, rollout_id, steps.data_source, runtime=runtime
         )
         if resynced:
             result.metrics["train/engine_resyncs"] = resynced

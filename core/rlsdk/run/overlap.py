@@ -34,6 +34,7 @@ from ..training.trust import describe_stale, pick_probes
 from ..types import RolloutFnTrainOutput, Sample
 from .extensions import source_state
 from .steps import StepRecorder
+from ..plugins.kinds import GenerateRollout
 
 STALE = "stale_policy"
 """The drop reason of a group older than the lag bound when the trainer takes it."""
@@ -120,11 +121,11 @@ class Overlap:
                 try:
                     # generate_rollout: one whole step
                     result = call_generate_rollout(
-                        self.runtime,
-                        self.runtime.plugins.generate_rollout,
+                        self.runtime.plugins.one(GenerateRollout),
                         self.args,
                         rollout_id,
                         self.steps.data_source,
+                        runtime=self.runtime,
                     )
                     data_state = source_state(self.steps.data_source)
                 finally:

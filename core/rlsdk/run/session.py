@@ -48,7 +48,7 @@ def open_runtime(args: RolloutConfig, plugins: RunPlugins) -> Runtime:
                     host="127.0.0.1",
                     port=0,
                     pm=plugins.pm,
-                    tool_call_parser=args.tool_call_parser,
+                    tool_call_parser=args.choices["tool_call_parser"],
                     # a secret of its own: no other local process may pause or drive it (T24)
                     token=os.environ.get(SERVE_TOKEN_ENV) or new_token(),
                     trust_own_process=True,  # the run's own code, slime-style raw HTTP clients included

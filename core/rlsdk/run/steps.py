@@ -171,6 +171,6 @@ def run_eval(args: RolloutConfig, runtime: Runtime, rollout_id: int) -> RolloutF
     """generate_rollout with ``evaluation=True`` (the eval function, else the rollout function); its time
     in ``eval/seconds``."""
     started = time.perf_counter()
-    output = call_eval_rollout(runtime, runtime.plugins.eval_rollout, args, rollout_id)
+    output = call_eval_rollout(runtime.plugins.eval_rollout, args, rollout_id, runtime=runtime)
     output.metrics["eval/seconds"] = time.perf_counter() - started
     return output

@@ -8,7 +8,6 @@ bridges exactly those differences and nothing else.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import functools
 import importlib
@@ -31,6 +30,8 @@ from ..plugins.calls import (
     call_megatron_init,
     call_model_provider,
     call_pg_loss_reducer,
+    call_plugin,
+    call_reward,
     call_reward_post_process,
     call_rollout_data_postprocess,
     call_rollout_log,
@@ -38,7 +39,6 @@ from ..plugins.calls import (
     call_sample_hooks,
     call_tis_function,
     call_update_weight_post_write,
-    reward_problem,
 )
 from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
 from ..plugins.records import Resolved
@@ -65,7 +65,7 @@ def kind_module_hooks(kind: str) -> tuple[Callable[[str], Any], Callable[[], lis
                 resolved = pm.resolve(kind, name)
             except UnknownPluginError as exc:
                 raise AttributeError(f"rlsdk.slime.{kind} has no {name!r}: {exc}") from None
-            adapted[name] = (pm, ADAPTERS[kind](resolved))
+            adapted[name] = (pm, ADAPTERS.get(kind, generic_adapter)(resolved))
         return adapted[name][1]
 
     def __dir__() -> list[str]:
@@ -145,20 +145,12 @@ def _groups(groups: list[list[Any]], convert: Callable[[Any], Any]) -> list[list
 
 
 def reward_adapter(resolved: Resolved) -> Callable[..., Any]:
-    """``async rm(args, sample, **kw)`` (``samples`` for a group reward), as slime awaits it; a sync
-    reward runs in a thread so it cannot stall slime's loop."""
+    """``async rm(args, sample, **kw)`` (``samples`` for a group reward), as slime awaits it, through rlsdk's
+    reward call point (a sync reward runs in a thread so it cannot stall slime's loop)."""
 
     async def call(args: Any, target: Any, **kwargs: Any) -> Any:
-        if resolved.is_async:
-            result = await resolved.func(view(args), target, **kwargs)
-        elif resolved.record.cheap:
-            result = resolved.func(view(args), target, **kwargs)
-        else:
-            result = await asyncio.to_thread(resolved.func, view(args), target, **kwargs)
-        problems = [reward_problem(r) for r in result] if resolved.record.group else [reward_problem(result)]
-        if any(problems):
-            raise PluginCallError(f"{resolved.describe()} {next(p for p in problems if p)}")
-        return result
+        evaluation = bool(kwargs.get("evaluation", False))
+        return await call_reward(resolved, view(args), target, evaluation=evaluation)
 
     if resolved.record.group:
 
@@ -289,7 +281,7 @@ def sample_hook_adapter(resolved: Resolved) -> Callable[..., Any]:
 
     async def sample_hook(args: Any, sample: Any, *, rollout_id: Any = None, evaluation: bool = False) -> Any:
         out = await call_sample_hooks(
-            view(args), [resolved], to_rlsdk(sample), rollout_id=rollout_id, evaluation=evaluation
+            [resolved], view(args), to_rlsdk(sample), rollout_id=rollout_id, evaluation=evaluation
         )
         if out.status is Sample.Status.FAILED and "generate_error" in out.metadata:
             raise PluginCallError(out.metadata["generate_error"])
@@ -303,7 +295,7 @@ def rollout_sample_filter_adapter(resolved: Resolved) -> Callable[..., Any]:
 
     def rollout_sample_filter(args: Any, groups: list[list[Any]]) -> None:
         converted = _groups(groups, to_rlsdk)
-        call_rollout_sample_filter(view(args), resolved, converted)
+        call_rollout_sample_filter(resolved, view(args), converted)
         for group, marked in zip(groups, converted, strict=True):
             for sample, mark in zip(group, marked, strict=True):
                 sample.remove_sample = bool(mark.remove_sample)
@@ -313,35 +305,35 @@ def rollout_sample_filter_adapter(resolved: Resolved) -> Callable[..., Any]:
 
 def all_samples_process_adapter(resolved: Resolved) -> Callable[..., Any]:
     def all_samples_process(args: Any, all_groups: list[list[Any]], data_source: Any) -> None:
-        call_all_samples_process(view(args), resolved, _groups(all_groups, to_rlsdk), data_source)
+        call_all_samples_process(resolved, view(args), _groups(all_groups, to_rlsdk), data_source)
 
     return _named(all_samples_process, resolved)
 
 
 def advantage_adapter(resolved: Resolved) -> Callable[..., Any]:
     def advantage(args: Any, rollout_data: dict[str, Any]) -> None:
-        call_advantage(view(args), resolved, rollout_data)
+        call_advantage(resolved, view(args), rollout_data)
 
     return _named(advantage, resolved)
 
 
 def reward_post_process_adapter(resolved: Resolved) -> Callable[..., Any]:
     def reward_post_process(args: Any, samples: list[Any]) -> tuple[list[float], list[float]]:
-        return call_reward_post_process(view(args), resolved, [to_rlsdk(s) for s in samples])
+        return call_reward_post_process(resolved, view(args), [to_rlsdk(s) for s in samples])
 
     return _named(reward_post_process, resolved)
 
 
 def rollout_data_postprocess_adapter(resolved: Resolved) -> Callable[..., Any]:
     def rollout_data_postprocess(args: Any, rollout_id: Any, rollout_data: dict[str, Any]) -> None:
-        call_rollout_data_postprocess(view(args), resolved, rollout_id, rollout_data)
+        call_rollout_data_postprocess(resolved, view(args), rollout_id, rollout_data)
 
     return _named(rollout_data_postprocess, resolved)
 
 
 def convert_samples_to_train_data_adapter(resolved: Resolved) -> Callable[..., Any]:
     def convert_samples_to_train_data(args: Any, samples: list[Any]) -> dict[str, Any]:
-        return call_convert_samples_to_train_data(view(args), resolved, [to_rlsdk(s) for s in samples])
+        return call_convert_samples_to_train_data(resolved, view(args), [to_rlsdk(s) for s in samples])
 
     return _named(convert_samples_to_train_data, resolved)
 
@@ -411,7 +403,7 @@ def data_source_adapter(resolved: Resolved) -> Callable[..., Any]:
     class DataSourceAdapter:
         def __init__(self, args: Any) -> None:
             self.args = args
-            self.source = call_data_source(view(args), resolved)
+            self.source = call_data_source(resolved, view(args))
 
         def get_samples(self, num_samples: int) -> list[list[Any]]:
             return _groups(self.source.get_samples(num_samples), to_slime)
@@ -444,14 +436,14 @@ def data_source_adapter(resolved: Resolved) -> Callable[..., Any]:
 
 def megatron_init_adapter(resolved: Resolved) -> Callable[..., Any]:
     def megatron_init(args: Any) -> None:
-        call_megatron_init(view(args), resolved)
+        call_megatron_init(resolved, view(args))
 
     return _named(megatron_init, resolved)
 
 
 def megatron_before_log_prob_adapter(resolved: Resolved) -> Callable[..., Any]:
     def megatron_before_log_prob(args: Any, model: Any, store_prefix: str) -> None:
-        call_megatron_before_log_prob(view(args), resolved, model, store_prefix)
+        call_megatron_before_log_prob(resolved, view(args), model, store_prefix)
 
     return _named(megatron_before_log_prob, resolved)
 
@@ -461,7 +453,7 @@ def megatron_before_train_step_adapter(resolved: Resolved) -> Callable[..., Any]
         args: Any, rollout_id: int, step_id: int, model: Any, optimizer: Any, opt_param_scheduler: Any
     ) -> None:
         call_megatron_before_train_step(
-            view(args), resolved, rollout_id, step_id, model, optimizer, opt_param_scheduler
+            resolved, view(args), rollout_id, step_id, model, optimizer, opt_param_scheduler
         )
 
     return _named(megatron_before_train_step, resolved)
@@ -480,9 +472,33 @@ def model_provider_adapter(resolved: Resolved) -> Callable[..., Any]:
 
 def update_weight_post_write_adapter(resolved: Resolved) -> Callable[..., Any]:
     def update_weight_post_write(args: Any, version_dir: str, rollout_engines: Any) -> None:
-        call_update_weight_post_write(view(args), resolved, version_dir, list(rollout_engines))
+        call_update_weight_post_write(resolved, view(args), version_dir, list(rollout_engines))
 
     return _named(update_weight_post_write, resolved)
+
+
+SAMPLE_ARGUMENTS: dict[str, Callable[[Any], Any]] = {
+    "sample": lambda sample: to_rlsdk(sample),
+    "samples": lambda samples: [to_rlsdk(s) for s in samples],
+    "groups": lambda groups: _groups(groups, to_rlsdk),
+    "all_groups": lambda groups: _groups(groups, to_rlsdk),
+}
+"""How an adapter converts slime's arguments by name (a kind's ``call_args``) to rlsdk's."""
+
+
+def generic_adapter(resolved: Resolved) -> Callable[..., Any]:
+    """A kind with no adapter of its own, in slime's convention as its declaration gives it: ``args`` seen
+    through rlsdk's defaults, slime's samples converted to rlsdk's, called through :func:`call_plugin`."""
+    names = resolved.record.call_args
+
+    def adapted(*arguments: Any) -> Any:
+        converted = [
+            view(value) if name == "args" else SAMPLE_ARGUMENTS.get(name, lambda v: v)(value)
+            for name, value in zip(names, arguments, strict=False)
+        ]
+        return call_plugin(resolved, *converted, *arguments[len(names) :])
+
+    return _named(adapted, resolved)
 
 
 ADAPTERS: dict[str, Callable[[Resolved], Callable[..., Any]]] = {

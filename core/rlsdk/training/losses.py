@@ -20,6 +20,7 @@ from ..runtime import plugins_of
 from ..training_options import tis_on
 from .advantages import approx_kl
 from .batch import response_rows
+from ..plugins.kinds import PgLossReducer, TisFunction
 
 Reducer = Callable[[torch.Tensor], torch.Tensor]
 
@@ -193,7 +194,7 @@ def policy_loss(
     tis_active = tis_on(args) and bool(
         args.use_tis or batch.get("rollout_log_probs")
     )  # by default where log-probs are
-    tis_function = plugins_of(args).tis_function if tis_active and args.custom_tis_function_path else None
+    tis_function = plugins_of(args).get(TisFunction) if tis_active else None
     if tis_function is not None:
         # tis_function: the plugin weights (or rejects) the per-token loss, called by keyword as slime does
         pg_loss, pg_masks, tis_metrics = call_tis_function(
@@ -225,7 +226,7 @@ def policy_loss(
         metrics["tis_clipfrac"] = sum_of_sample_mean((weights != tis).float()).detach()
 
     pg_reduce = sum_of_sample_mean
-    reducer = plugins_of(args).pg_loss_reducer if args.custom_pg_loss_reducer_function_path else None
+    reducer = plugins_of(args).get(PgLossReducer)
     if reducer is not None:
         # pg_loss_reducer: the plugin's reduction of the policy-gradient term only
         pg_reduce = call_pg_loss_reducer(

@@ -5,14 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from ..plugins.hookspecs import hookimpl
-from ..plugins.records import Loss, Trainer
+from ..plugins.kinds import (
+    Loss,
+    MegatronBeforeLogProb,
+    MegatronBeforeTrainStep,
+    MegatronInit,
+    ModelProvider,
+    Trainer,
+)
 
 
-MEGATRON_HOOK_OPTIONS = (
-    "custom_megatron_init_path",
-    "custom_megatron_before_log_prob_hook_path",
-    "custom_megatron_before_train_step_hook_path",
-    "custom_model_provider_path",
+MEGATRON_HOOK_OPTIONS = tuple(
+    record.options[0].name
+    for record in (MegatronInit, MegatronBeforeLogProb, MegatronBeforeTrainStep, ModelProvider)
 )
 """slime's megatron hooks: the ``megatron`` trainer calls them, the ``torch`` trainer has no megatron model."""
 

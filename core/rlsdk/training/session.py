@@ -30,6 +30,7 @@ from .sync import (
 )
 from .trainer import PolicyTrainer, build_trainer
 from .trust import DriftCheck, describe_stale, pick_probes, stale_replicas
+from ..plugins.kinds import Trainer, UpdateWeightPostWrite
 
 CHECKPOINT_META = "rlsdk_checkpoint.json"
 log = logging.getLogger(__name__)
@@ -69,9 +70,9 @@ class TrainingSession:
             args,
             runtime.engine,
             output_folder / "sync-weights",
-            runtime.plugins.update_weight_post_write,  # update_weight_post_write: called by the disk sync
+            runtime.plugins.get(UpdateWeightPostWrite),  # update_weight_post_write: called by the disk sync
         )
-        trainer = runtime.plugins.trainer
+        trainer = runtime.plugins.get(Trainer)
         assert trainer is not None, "a training run resolves its trainer"
         # trainer: built by its plugin from the run's settings
         self.trainer: PolicyTrainer = build_trainer(trainer, args)

@@ -380,7 +380,7 @@ def choose_sync(
             return DiskSync(disk_folder)
         hook = post_write
         return DiskSync(
-            disk_folder, lambda folder, engines: call_update_weight_post_write(args, hook, folder, engines)
+            disk_folder, lambda folder, engines: call_update_weight_post_write(hook, args, folder, engines)
         )
     if mode == "nccl":
         return NcclBroadcastSync(bucket_bytes=args.update_weight_buffer_size)

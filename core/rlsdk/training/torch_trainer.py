@@ -22,7 +22,8 @@ import torch
 from ..engines.lora_adapter import lora_adapter_deltas
 from ..errors import CheckpointError, RlsdkError
 from ..plugins.calls import call_advantage, call_reward_post_process, call_rollout_data_postprocess
-from ..plugins.records import Loss, Resolved
+from ..plugins.kinds import Loss
+from ..plugins.records import Resolved
 from ..runtime import plugins_of
 from ..types import Sample
 from .advantages import approx_kl, compute_advantages, normalize_rewards, raw_advantages, whiten
@@ -32,6 +33,8 @@ from .distillation import subtract_reverse_kl
 from .losses import log_probs_and_entropy, sum_of_sample_mean_fn
 from .optim import adamw, optimizer_step
 from .trainer import LoraAdapter, PolicyTrainer
+from ..plugins.kinds import RewardPostProcess, RolloutDataPostprocess
+from ..plugins.kinds import Advantage
 
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
@@ -108,9 +111,10 @@ class TorchTrainer(PolicyTrainer):
         raw = [sample.get_reward_value(args) for sample in samples]
         if any(r is None for r in raw):
             raise ValueError(f"step {rollout_id}: a kept sample has no reward")
-        if plugins.reward_post_process is not None:
+        post_process, postprocess_data = plugins.get(RewardPostProcess), plugins.get(RolloutDataPostprocess)
+        if post_process is not None:
             # reward_post_process: the plugin's rewards in place of the group normalization
-            _, rewards = call_reward_post_process(args, plugins.reward_post_process, samples)
+            _, rewards = call_reward_post_process(post_process, args, samples)
         else:
             rewards = normalize_rewards(
                 args, [float(r) for r in raw if r is not None], [len(g) for g in groups]
@@ -138,10 +142,8 @@ class TorchTrainer(PolicyTrainer):
             ]
         else:
             kl = [torch.zeros(d.response_length) for d in data]
-        if plugins.rollout_data_postprocess is not None:
-            rewards, masks = self._postprocess(
-                rollout_id, plugins.rollout_data_postprocess, samples, data, raw, per_sample
-            )
+        if postprocess_data is not None:
+            rewards, masks = self._postprocess(rollout_id, postprocess_data, samples, data, raw, per_sample)
         values = self.critic.values(data) if self.critic is not None else None
         per_sample["advantages"], returns = self._advantages(rewards, kl, masks, data, per_sample, values)
         extra: dict[str, float] = {}
@@ -254,7 +256,7 @@ class TorchTrainer(PolicyTrainer):
         """Per-token advantages, and with the critic's ``values`` the returns it trains on (GAE's
         advantages plus the values, before any whitening)."""
         args = self.args
-        estimator = plugins_of(args).advantage
+        estimator = plugins_of(args).get(Advantage)
         if estimator is None:
             if values is None:
                 return compute_advantages(args, rewards, kl, masks), None
@@ -272,7 +274,7 @@ class TorchTrainer(PolicyTrainer):
         }
         if values is not None:
             rollout_data["values"] = values
-        advantages = call_advantage(args, estimator, rollout_data)  # advantage
+        advantages = call_advantage(estimator, args, rollout_data)  # advantage
         if values is None:
             return advantages, None
         if "returns" not in rollout_data:
@@ -305,7 +307,7 @@ class TorchTrainer(PolicyTrainer):
             "sample_indices": [s.index for s in samples],
             **{k: v for k, v in per_sample.items() if v},
         }
-        call_rollout_data_postprocess(self.args, resolved, rollout_id, rollout_data)
+        call_rollout_data_postprocess(resolved, self.args, rollout_id, rollout_data)
         for d, reward, mask in zip(data, rollout_data["rewards"], rollout_data["loss_masks"], strict=True):
             d.reward = float(reward)
             d.loss_mask = torch.as_tensor(mask, dtype=d.loss_mask.dtype)
@@ -562,7 +564,7 @@ def check_loss_value(loss: Resolved[Loss], rollout_id: int, value: Any, samples:
 
 def resolve_loss(args: Any) -> Resolved[Loss]:
     """``loss_type``'s loss: a built-in by name, or ``custom_loss_function_path`` (a loss plugin or path)."""
-    loss = plugins_of(args).loss
+    loss = plugins_of(args).get(Loss)
     assert loss is not None, "a training run names its loss"
     return loss
 
