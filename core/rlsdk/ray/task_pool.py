@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import importlib
 import signal
 import threading
@@ -63,10 +64,18 @@ def run_task(spec: str, args: tuple[Any, ...], timeout: float) -> tuple[bool, An
             signal.setitimer(signal.ITIMER_REAL, 0)
 
 
+@functools.cache
+def worker_plugins() -> RunPlugins:
+    """This worker process's plugins, discovered once: a task resolves its reward from the worker's own
+    environment (the driver's resolved plugin does not travel)."""
+    return RunPlugins(None, get_plugin_manager())
+
+
 def score_reward(spec: str, group: bool, args: Any, target: Any, kwargs: dict[str, Any]) -> tuple[Any, Any]:
     """A Ray task: the reward ``spec`` (a registered name or a path) resolved from this worker's own
-    environment, called on ``target``; its result and ``target`` (which a reward may have changed)."""
-    resolved = RunPlugins(args, get_plugin_manager()).resolve("reward", spec, group=group)
+    environment, called on ``target``; its result and ``target`` (which a reward may have changed). The
+    driver's :func:`rlsdk.plugins.calls.call_reward` checks the result, as for a reward run in a thread."""
+    resolved = worker_plugins().resolve("reward", spec, group=group)
     return resolved.func(args, target, **kwargs), target
 
 
