@@ -20,7 +20,9 @@ def kinds_table() -> str:
     for record in RECORD_TYPES.values():
         fields = ", ".join(f"`{f.name}`" for f in dataclasses.fields(record))
         option = ", ".join(f"`{o.name}`" for o in record.options) or "-"
-        rows.append(f"| `{record.hook_name()}` | `{record.__name__}` | {fields} | {option} | {record.scope} |")
+        rows.append(
+            f"| `{record.hook_name()}` | `{record.__name__}` | {fields} | {option} | {record.scope} |"
+        )
     options = ", ".join(f"`{f.name}`" for f in dataclasses.fields(Option))
     rows.append(f"| `rlsdk_options` | `Option` | {options} | - | - |")
     return "\n".join(rows)

@@ -4,7 +4,8 @@ This module is the public API: every name a plugin author or a script needs is i
 (and the test kit from ``rlsdk.testing``). Everything else (``rlsdk.rollout``, ``rlsdk.run``,
 ``rlsdk.training``, ...) is internal and may change in any release. The public names follow semantic
 versioning: a name that moves or changes keeps working for at least one minor version with a
-``DeprecationWarning`` naming its replacement (``api/rlsdk.txt`` is the committed snapshot CI checks).
+``DeprecationWarning`` naming its replacement (``scripts/api_check.py`` checks it with griffe against the
+released baseline ``api/rlsdk.json``).
 
 Names whose modules import torch (the trainer protocol and the loss helpers) load on first use, so
 ``import rlsdk`` stays fast where torch is absent.
