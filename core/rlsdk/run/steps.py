@@ -10,7 +10,8 @@ from typing import Any, NoReturn
 
 from ..config import RolloutConfig
 from ..errors import RlsdkError
-from ..plugins.calls import call_eval_rollout
+from ..plugins.calls import call_eval_rollout, call_plugin
+from ..plugins.kinds import RolloutMetrics
 from ..report import RunReport
 from ..runtime import Runtime
 from ..training.session import TrainingSession
@@ -57,6 +58,10 @@ class StepRecorder:
         (``before_eval`` first: the overlapped loop brings the engine up to date there), checkpoint."""
         args, output = self.args, self.output
         result.metrics["run/elapsed_seconds"] = time.monotonic() - self.started  # wall-clock curves
+        kept = [sample for group in result.samples for sample in group]
+        for resolved in self.runtime.plugins.each(RolloutMetrics):  # rollout_metrics: a task's own metrics
+            metrics = call_plugin(resolved, args, rollout_id, kept, where=f"at rollout {rollout_id}")
+            result.metrics.update({f"custom/{name}": value for name, value in metrics.items()})
         output.write_step(rollout_id, result)
         log_step(args, self.runtime, rollout_id, result)  # rollout_log
         state = output.run_state(rollout_id + 1, data_state, args, self.runtime.pm, self.data_file)

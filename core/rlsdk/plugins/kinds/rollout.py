@@ -5,6 +5,7 @@ declarations (:mod:`rlsdk.plugins.kinds`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -25,6 +26,7 @@ __all__ = [
     "OverSamplingFilter",
     "Reward",
     "RolloutLog",
+    "RolloutMetrics",
     "RolloutSampleFilter",
     "SampleHook",
 ]
@@ -572,6 +574,65 @@ class AllSamplesProcess(PluginRecord):
         ),
     )
     func: AllSamplesProcessCall
+
+
+class RolloutMetricsCall(Protocol):
+    """``rollout_metrics``'s call."""
+
+    def __call__(self, args: Any, rollout_id: int, samples: list[Sample], /) -> Any: ...
+
+
+@dataclass
+class RolloutMetrics(PluginRecord):
+    """``metrics(args, rollout_id, samples) -> dict[str, float]``: metrics of one step, computed from the samples
+    it trains on (its kept groups), written with the step's own as ``custom/<name>`` (in ``metrics.jsonl``,
+    the step table and every logging backend).
+
+    The hook provides step metrics of a task's own: how often an answer was boxed, the mean number of tool
+    calls, a length a task cares about (``--rollout-metrics a,b``; several, in order).
+
+    - ``args``: the run's :class:`rlsdk.RolloutConfig`.
+    - ``rollout_id``: the step number.
+    - ``samples``: the samples of the step's kept groups, in group order.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from rlsdk import RolloutMetrics, hookimpl
+
+        def boxed_share(args, rollout_id, samples):
+            boxed = sum("\\\\boxed{" in (s.response or "") for s in samples)
+            return {"boxed_share": boxed / len(samples) if samples else 0.0}
+
+        @hookimpl
+        def rlsdk_rollout_metrics():
+            yield RolloutMetrics(name="boxed_share", func=boxed_share)
+    """
+
+    kind: ClassVar[str] = "rollout_metrics"
+    hook: ClassVar[str] = "rlsdk_rollout_metrics"
+    call_args: ClassVar[tuple[str, ...]] = ("args", "rollout_id", "samples")
+    scope: ClassVar[str] = "step"
+    options: ClassVar[tuple[Option, ...]] = (
+        Option(
+            "rollout_metrics", list, [], "rollout_metrics plugins whose metrics each step adds, in order."
+        ),
+    )
+    many: ClassVar[bool] = True
+    func: RolloutMetricsCall
+
+    @classmethod
+    def result_problem(cls, result: Any) -> str | None:
+        """A dict of metric names to finite numbers."""
+        if not isinstance(result, dict) or not all(isinstance(key, str) for key in result):
+            return f"returned {type(result).__name__} {repr(result)[:80]}: expected a dict of metric names to numbers"
+        bad = {
+            key: value
+            for key, value in result.items()
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+        }
+        return f"returned metrics that are not finite numbers: {repr(bad)[:120]}" if bad else None
 
 
 class RolloutLogCall(Protocol):
