@@ -64,7 +64,7 @@ def tensor_checksum(tensor: Any) -> str:
     words = data.view(torch.int32)
     count = words.numel()
     byte_count = _signed(count * 4)
-    sums = [0, 0]
+    sums = torch.zeros(2, dtype=torch.int64, device=words.device)  # each lane's tile values, summed
     for start in range(0, count, _CHUNK):
         chunk = words[start : start + _CHUNK]
         index = torch.arange(start, start + chunk.numel(), device=chunk.device, dtype=torch.int32)
@@ -75,8 +75,9 @@ def tensor_checksum(tensor: Any) -> str:
             padded = torch.nn.functional.pad(mixed, (0, tiles * _TILE - mixed.numel()))
             per_tile = padded.view(tiles, _TILE).sum(dim=1, dtype=torch.int64) & _M32
             per_tile = (per_tile - ((per_tile >> 31) << 32)).to(torch.int32)  # the same bits, as int32
-            sums[lane] += int((_fmix32(per_tile ^ byte_count).to(torch.int64) & _M32).sum())
-    return f"{_splitmix64(((sums[0] << 32) + sums[1]) & _M64):016x}"
+            sums[lane] += (_fmix32(per_tile ^ byte_count).to(torch.int64) & _M32).sum()
+    high, low = sums.tolist()  # the one wait for the device
+    return f"{_splitmix64(((high << 32) + low) & _M64):016x}"
 
 
 def _signed(value: int) -> int:
