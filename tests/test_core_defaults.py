@@ -21,7 +21,7 @@ from rlsdk.plugins.calls import call_engine, call_generate_rollout
 from rlsdk.run.session import resolve_run_plugins
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import ByteTokenizer, FakeEngine, FakeReply, ServedEngine
-from rlsdk import GenerateRollout
+from rlsdk import BufferFilter, Engine, GenerateRollout
 
 PLUGIN_PACKAGES = ",".join(sorted(ep.name for ep in importlib.metadata.entry_points(group="rlsdk")
                                   if ep.dist is not None and ep.dist.name != "rlsdk"))
@@ -63,7 +63,7 @@ def test_core_alone_runs_a_step_against_an_sglang_protocol_server(core_only, ser
                          custom_rm_path=f"{tmp_path}/rewards.py:exact",
                          rollout_batch_size=2, n_samples_per_prompt=2, over_sampling_batch_size=3)
     plugins = resolve_run_plugins(args, core_only)
-    assert {k: getattr(plugins, k).info.distribution for k in ("generate_rollout", "engine", "buffer_filter")} == {
+    assert {k.kind: plugins.one(k).info.distribution for k in (GenerateRollout, Engine, BufferFilter)} == {
         "generate_rollout": "rlsdk", "engine": "rlsdk", "buffer_filter": "rlsdk"}
     engine = call_engine(plugins.engine, args)
     assert isinstance(engine, SGLangClient) and engine.url == served.url
