@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 
+from rlsdk.testing import score
 from rlsdk import DynamicFilterOutput, Sample, hookimpl, slime_compat
 from rlsdk.plugins.loading import load_callable
 from rlsdk.plugins.kinds import BufferFilter, DynamicFilter, Reward
@@ -318,11 +319,10 @@ def test_args_answer_slimes_arguments_and_survive_deepcopy_and_pickle(rlsdk_args
 
 def test_rewards_a_generator_already_set_are_kept(rlsdk_pm, rlsdk_args):
     """slime's agents score their samples themselves; slime rewards only samples without one."""
-    from rlsdk.rollout.rewarding import score_group
 
     rlsdk_pm.register(Plugins(), "test_plugins")
     scored, fresh = Sample(response="abc", reward=0.8), Sample(response="abcd")
-    asyncio.run(score_group(rlsdk_args.replace(rm_type="length_sync"), rlsdk_pm, [scored, fresh]))
+    score(rlsdk_pm, [scored, fresh], rlsdk_args.replace(rm_type="length_sync"))
     assert (scored.reward, fresh.reward) == (0.8, 4.0)
 
 
@@ -391,13 +391,12 @@ def take_last(args, rollout_id, buffer, num_samples):
 
 def test_slime_functions_get_slimes_own_samples_when_slime_is_installed(fake_slime, tmp_path, rlsdk_pm,
                                                                           rlsdk_args):
-    from rlsdk.rollout.rewarding import score_group
     from rlsdk.rollout.step import call_dynamic_filter
 
     path = tmp_path / "slime_functions.py"
     path.write_text(SLIME_FUNCTIONS)
     sample = Sample(response="4", label="4", tokens=[1, 2])
-    asyncio.run(score_group(rlsdk_args.replace(custom_rm_path=f"{path}:reward"), rlsdk_pm, [sample]))
+    score(rlsdk_pm, [sample], rlsdk_args.replace(custom_rm_path=f"{path}:reward"))
     assert sample.reward == 1.0 and sample.metadata["seen_by_slime"] is True
 
     generate = rlsdk_pm.resolve("custom_generate", f"{path}:generate")

@@ -38,21 +38,42 @@ def build_config(config: Path | None, options: dict[str, Any], extra: list[str])
 
 
 def configure(
-    config: Path | None, options: dict[str, Any], extra: list[str]
+    config: Path | None, options: dict[str, Any], extra: list[str], pm: Any = None
 ) -> tuple[RolloutConfig, set[str]]:
-    """:func:`build_config`, and the names of the options the file and the command line set (for the demo's
-    defaults, which apply only to options not given, and the start-up summary). The file is read once."""
+    """:func:`build_config` (its plugin options checked against ``pm``'s, default the installed plugins'), and
+    the names of the options the file and the command line set (for the demo's defaults, which apply only to
+    options not given, and the start-up summary). The file is read once."""
     overrides = given_overrides(options, extra)
     try:
         settings = RolloutConfig.read_file(config) if config is not None else {}
         try:
-            args = RolloutConfig.from_dict({**settings, **overrides})
+            args = RolloutConfig.from_dict({**settings, **overrides}, pm=pm)
         except ValueError as exc:
             raise ValueError(f"{config}: {exc}" if config is not None else str(exc)) from None
         given = {ALIASES.get(key.replace("-", "_"), key.replace("-", "_")) for key in [*overrides, *settings]}
         return args.with_default_data(given=given), given
     except (ValueError, TypeError) as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def resumed_config(
+    config: Path | None, options: dict[str, Any], extra: list[str], pm: Any
+) -> tuple[RolloutConfig, set[str]]:
+    """The configuration of the run saved in the output folder (the command line's, else the config file's),
+    built once from its saved settings with the options given on the command line applied (only those
+    ``--resume`` may change), and their names."""
+    from rlsdk.config import canonical_keys
+    from rlsdk.run.output import resumed_settings
+
+    changed = {k: v for k, v in options.items() if v is not None and v != []}
+    try:
+        settings = canonical_keys(RolloutConfig.read_file(config)) if config is not None else {}
+        folder = changed.get("output_dir") or settings.get("output_dir") or RolloutConfig.output_dir
+        args = RolloutConfig.from_dict(resumed_settings(folder, {**changed, **parse_set(extra)}), pm=pm)
+    except (RlsdkError, ValueError, TypeError, FileNotFoundError) as exc:
+        fail(exc)
+        raise typer.Exit(1) from None
+    return args, set(canonical_keys({**changed, **parse_set(extra)}))
 
 
 def given_overrides(options: dict[str, Any], extra: list[str]) -> dict[str, Any]:
@@ -125,15 +146,16 @@ def option_parameters() -> list[inspect.Parameter]:
     """One command-line option per run option: core's (:func:`rlsdk.config.core_options`, from RolloutConfig's
     fields and docstrings) and those the installed plugins declare, each with its help and default."""
     from rlsdk.config import core_options, installed_plugin_options
-    from rlsdk.training_options import TrainingOptions
+    from rlsdk.config.sections import SECTIONS
 
-    training = {f.name for f in dataclasses.fields(TrainingOptions)}
+    panels = {
+        f.name: title.title() for title, section in SECTIONS.items() for f in dataclasses.fields(section)
+    }
     hints = typing.get_type_hints(RolloutConfig)
     params = []
     for name, option in core_options().items():
         if name not in NOT_FLAGS:
-            panel = "Training" if name in training else "Run"
-            params.append(_parameter(option, panel, hints.get(name)))
+            params.append(_parameter(option, panels.get(name, "Plugins"), hints.get(name)))
     try:
         declared = installed_plugin_options()
     except RlsdkError:  # two plugins declaring one option differently: `rlsdk run` itself says so
@@ -256,20 +278,15 @@ def run(
     known = [flag for param in context.command.params for flag in param.opts]
     extra = options.pop("extra") + sglang_passthrough_options(context.args, known)
     config = options.pop("config")
-    args, given = configure(
-        config, {**options, "resume": resume or None, "overwrite": overwrite or None}, extra
-    )
+    from rlsdk import get_plugin_manager
     from rlsdk.run.job import run_job
-    from rlsdk.run.output import resumed_settings
     from rlsdk.run.preemption import RunStopped
 
+    pm = get_plugin_manager()  # the run's one manager: its options checked, its plugins resolved
     if resume:
-        changed = {k: v for k, v in options.items() if v is not None and v != []}
-        try:
-            args = RolloutConfig.from_dict(resumed_settings(args.output_dir, {**changed, **parse_set(extra)}))
-        except (RlsdkError, ValueError, TypeError, FileNotFoundError) as exc:
-            fail(exc)
-            raise typer.Exit(1) from None
+        args, given = resumed_config(config, options, extra, pm)
+    else:
+        args, given = configure(config, {**options, "overwrite": overwrite or None}, extra, pm)
     sources = setting_sources(args, given)
     if print_config:
         typer.echo(config_yaml(args, sources), nl=False)
@@ -336,6 +353,7 @@ def run(
         with progress:
             output = run_job(
                 args,
+                pm,
                 on_step=on_step,
                 on_eval=on_eval,
                 on_status=on_status,
@@ -370,24 +388,28 @@ def evaluate(**options: Any) -> None:
     """Evaluate the model on the eval datasets (or the training data) once."""
     from .settings import with_checkpoint_settings
 
+    from rlsdk import get_plugin_manager
+
     extra = options.pop("extra")
     config = options.pop("config")
-    args, given = configure(config, options, extra)
-    taken = with_checkpoint_settings(args, given)
+    pm = get_plugin_manager()  # the eval's one manager: its options checked, its plugins resolved
+    args, given = configure(config, options, extra, pm)
+    args, taken = with_checkpoint_settings(args, given)
     if taken:
         console.print(
             f"from the checkpoint's run: {', '.join(taken)}", markup=False, highlight=False, soft_wrap=True
         )
     if not args.eval_datasets and not args.eval_prompt_data:
         data = str(args.prompt_data)  # with_default_data set it
-        args.eval_datasets = [{"name": Path(data).stem, "path": data}]
+        args = args.replace(eval_datasets=[{"name": Path(data).stem, "path": data}])
     from rlsdk.run.job import run_eval
     from rlsdk.run.output import RunOutput
     from rlsdk.run.session import running
 
     try:
-        with running(args) as runtime:
-            result = run_eval(args, runtime, rollout_id=0)
+        with running(args, pm) as runtime:
+            assert runtime.args is not None
+            result = run_eval(runtime.args, runtime, rollout_id=0)
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
         fail(exc)
         raise typer.Exit(1) from None

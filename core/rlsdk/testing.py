@@ -38,6 +38,7 @@ from .plugins.records import Resolved
 from .plugins.run_plugins import RunPlugins
 from .rollout.buffer_service import start_buffer_server
 from .rollout.generate import sampling_params_for
+from .rollout.rewarding import score_group
 from .run.engine_server import start_server
 from .runtime import BackgroundLoop, Runtime, bind_runtime
 from .testing_kinds import (
@@ -72,6 +73,7 @@ pytest_plugins = ["rlsdk.testing_fixtures"]
 
 __all__ = [
     "check_plugin",
+    "score",
     "ByteTokenizer",
     "FakeEngine",
     "FakeReply",
@@ -166,6 +168,18 @@ def check_reward(
         assert reward([]) == [], f"{resolved.describe()} must return [] for an empty group"
         return reward(samples)
     return [reward(sample) for sample in samples]
+
+
+def score(
+    pm: RlsdkPluginManager, samples: list[Sample], args: RolloutConfig | None = None, evaluation: bool = False
+) -> list[Sample]:
+    """Score ``samples`` with the plugins of ``pm`` as the rollout step does (``args.rm_type``, a sample's own
+    ``metadata["rm_type"]`` or ``custom_rm_path``, group rewards per group, the invalid-reward policy's
+    markings): each sample without a reward gets one, or is marked invalid with the reason in
+    ``metadata["reward_error"]``. Returns the samples."""
+    args = args or RolloutConfig()
+    run_to_completion(score_group(args, RunPlugins(args, pm), samples, evaluation=evaluation))
+    return samples
 
 
 def check_dynamic_filter(

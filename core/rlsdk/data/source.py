@@ -92,8 +92,12 @@ class DataSource:
             raise DataError(f"{self.data_path}: no usable prompts ({self._describe_counts()})")
         log.info("%s: %d prompts (%s)", self.data_path, len(self.prompts), self._describe_counts())
 
-        plugins = plugins or RunPlugins(args, pm or get_plugin_manager())
-        self._buffer_filter = plugins.one(BufferFilter)
+        # buffer_filter: the run's, or (a data source outside a run) resolved from ``pm`` or the installed plugins
+        self._buffer_filter = (
+            plugins.one(BufferFilter)
+            if plugins is not None
+            else (pm or get_plugin_manager()).resolve(BufferFilter.kind, BufferFilter.chosen(args))
+        )
         self.buffer: list[list[Sample]] = []
         self._epoch = 0
         self._offset = 0

@@ -4,10 +4,15 @@ record resolved for a run (:class:`Resolved`, with its provenance :class:`Plugin
 
 from __future__ import annotations
 
+from argparse import Namespace
+
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from ..config import RolloutConfig
 
 
 def normalize_name(name: str) -> str:
@@ -132,7 +137,7 @@ class PluginRecord:
         return None
 
     @classmethod
-    def chosen(cls, args: Any) -> Any:
+    def chosen(cls, args: RolloutConfig | Namespace) -> Any:
         """What the run ``args`` name for this kind: its first option's value, else :attr:`default`. A name
         or path (a list of them for :attr:`many` kinds); None: no plugin of this kind."""
         if not cls.options:

@@ -13,9 +13,10 @@ cached by name.
 from __future__ import annotations
 
 import copy
+from argparse import Namespace
 import dataclasses
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, TYPE_CHECKING, cast
 
 from ..answers import last_boxed
 from ..errors import PluginError
@@ -37,16 +38,21 @@ from .manager import RlsdkPluginManager
 from .records import PluginRecord, RecordT, Resolved, normalize_name
 from .rubric import parse_rubric, rubric_reward
 
+if TYPE_CHECKING:
+    from ..config import RolloutConfig
+
+
 BOXED_PREFIX = "boxed_"
 """A reward name ``boxed_X`` that no plugin registers is reward ``X`` on the last ``\\boxed{}`` answer."""
 TRAINING_KINDS = (Trainer, Loss)
 """Kinds a run resolves only when it trains."""
 
 
-def sglang_url(args: Any) -> str | None:
+def sglang_url(args: RolloutConfig) -> str | None:
     """The URL of the running SGLang server or router ``args`` name (``sglang_url``, ``--engine URL``, or
     ``sglang_router_ip``/``_port`` without ``sglang_launch``); None: the ``sglang`` engine launches SGLang."""
-    url = args.sglang_url or (args.engine if args.engine.startswith(("http://", "https://")) else None)
+    engine = str(getattr(args, "engine", None) or "")  # a kind's option, or slime's args
+    url = args.sglang_url or (engine if engine.startswith(("http://", "https://")) else None)
     if not url and args.sglang_router_ip and args.sglang_router_port and not args.sglang_launch:
         url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
     return url
@@ -55,7 +61,9 @@ def sglang_url(args: Any) -> str | None:
 class RunPlugins:
     """Every plugin a run names, by kind (resolved once), and per-sample choices by name."""
 
-    def __init__(self, args: Any, pm: RlsdkPluginManager) -> None:
+    def __init__(self, args: RolloutConfig | Namespace, pm: RlsdkPluginManager) -> None:
+        """The plugins ``args`` name (rlsdk's configuration, or slime's ``args`` for a function slime calls)
+        from ``pm``."""
         self.args = args
         self.pm = pm
         self._cache: dict[tuple[str, str, bool], Resolved[Any]] = {}
@@ -197,7 +205,7 @@ def _boxed_sample(sample: Sample) -> Sample:
 
 
 def _boxed(inner: Resolved[Any]) -> Any:
-    async def boxed_reward(args: Any, sample: Any, evaluation: bool = False) -> Any:
+    async def boxed_reward(args: RolloutConfig, sample: Any, evaluation: bool = False) -> Any:
         target = [_boxed_sample(s) for s in sample] if inner.record.group else _boxed_sample(sample)
         return await call_reward(inner, args, target, evaluation=evaluation)
 

@@ -12,6 +12,7 @@ from typing import Any
 from ..aio.blocking import blocking_pool
 from ..plugins.kinds import Tool
 from ..runtime import plugins_of
+from ..config import RolloutConfig
 
 
 @dataclass
@@ -23,12 +24,12 @@ class ToolResult:
     error: str | None = None
 
 
-def resolve_tools(args: Any, names: list[str]) -> dict[str, Tool]:
+def resolve_tools(args: RolloutConfig, names: list[str]) -> dict[str, Tool]:
     """The tool records of ``names`` from the run's plugins (an unknown name lists the installed)."""
     return plugins_of(args).tools(names)
 
 
-async def call_tool(tool: Tool, args: Any, arguments: dict[str, Any]) -> ToolResult:
+async def call_tool(tool: Tool, args: RolloutConfig, arguments: dict[str, Any]) -> ToolResult:
     """Run ``tool`` with ``arguments`` within its timeout (the call point's order: the plugin first, then what
     it is called with). A tool that raises, hangs or returns something unprintable gives an ``Error: ...``
     observation instead of an exception. ``call_tool(args, tool, arguments)``, the 0.2 order, still works and

@@ -18,16 +18,17 @@ from ..plugins.calls import (
 from ..runtime import Runtime
 from ..types import RolloutFnEvalOutput, RolloutFnTrainOutput
 from ..plugins.kinds import CheckpointCallback, DataSourceFactory, EvalRolloutLog, GenerateRollout, RolloutLog
+from ..config import RolloutConfig
 
 CORE_DATA_SOURCE = "prompt_data"
 """Core's data source plugin: :class:`rlsdk.DataSource` on ``prompt_data``."""
 
 
-def uses_core_data_source(args: Any) -> bool:
+def uses_core_data_source(args: RolloutConfig) -> bool:
     return getattr(args, "data_source_path", None) in (None, CORE_DATA_SOURCE)
 
 
-def build_data_source(args: Any, runtime: Runtime, rows: Any) -> Any:
+def build_data_source(args: RolloutConfig, runtime: Runtime, rows: Any) -> Any:
     """The run's data source: rlsdk's own on ``prompt_data`` (the rows read already), or the data_source
     plugin's (data_source)."""
     plugins = runtime.plugins
@@ -59,7 +60,7 @@ def load_data_state(data_source: Any, state: dict[str, Any]) -> None:
         data_source.load_state_dict(state)
 
 
-def log_step(args: Any, runtime: Runtime, rollout_id: int, result: RolloutFnTrainOutput) -> None:
+def log_step(args: RolloutConfig, runtime: Runtime, rollout_id: int, result: RolloutFnTrainOutput) -> None:
     """Every rollout_log backend, with slime's arguments (the kept samples flat, the step's metrics)."""
     samples = [s for group in result.samples for s in group]
     seconds = float(result.metrics.get("rollout/seconds") or 0.0)
@@ -67,13 +68,13 @@ def log_step(args: Any, runtime: Runtime, rollout_id: int, result: RolloutFnTrai
         call_rollout_log(resolved, rollout_id, args, samples, result.metrics, seconds)  # rollout_log
 
 
-def log_eval(args: Any, runtime: Runtime, rollout_id: int, result: RolloutFnEvalOutput) -> None:
+def log_eval(args: RolloutConfig, runtime: Runtime, rollout_id: int, result: RolloutFnEvalOutput) -> None:
     """Every eval_rollout_log backend."""
     for resolved in runtime.plugins.each(EvalRolloutLog):
         call_eval_rollout_log(resolved, rollout_id, args, result.data, result.metrics)  # eval_rollout_log
 
 
-def after_checkpoint(args: Any, runtime: Runtime, rollout_id: int, folder: Path) -> None:
+def after_checkpoint(args: RolloutConfig, runtime: Runtime, rollout_id: int, folder: Path) -> None:
     """Every checkpoint_callback, once the checkpoint ``folder`` is complete and the state points at it; a
     failing callback stops the run, naming it (the checkpoint itself is kept)."""
     for resolved in runtime.plugins.each(CheckpointCallback):

@@ -72,6 +72,8 @@ def _run_job(
     loading = " (loading the model)" if engine == "embedded" else ""
     status(f"starting the {engine} engine{loading}")
     with running(args, pm) as runtime, ExitStack() as closing:
+        assert runtime.args is not None
+        args = runtime.args  # the configuration as the run's plugins see it
         status("reading the data")
         runtime.progress = progress
         output.on_saved.append(lambda state: setattr(runtime, "saved_state", state))

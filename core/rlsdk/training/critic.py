@@ -5,13 +5,13 @@ ppo``; its values feed GAE and it trains on GAE's returns, checkpointed in ``cri
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from .batch import SharedPrompts, TrainSample, micro_batches, slices
 from .losses import sum_of_sample_mean_fn
 from .optim import adamw, optimizer_step
+from ..config import RolloutConfig
 
 CRITIC_FOLDER = "critic"
 CRITIC_WEIGHTS = "value_model.safetensors"
@@ -67,7 +67,7 @@ class Critic:
     ``args.critic_lr`` (default ``lr``)."""
 
     def __init__(
-        self, args: Any, model_path: str, device: torch.device, dtype: torch.dtype, pad_id: int
+        self, args: RolloutConfig, model_path: str, device: torch.device, dtype: torch.dtype, pad_id: int
     ) -> None:
         from transformers import AutoModel
 

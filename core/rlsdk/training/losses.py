@@ -21,6 +21,7 @@ from ..training_options import tis_on
 from .advantages import approx_kl
 from .batch import response_rows
 from ..plugins.kinds import PgLossReducer, TisFunction
+from ..config import RolloutConfig
 
 Reducer = Callable[[torch.Tensor], torch.Tensor]
 
@@ -63,7 +64,7 @@ def response_logits(logits: torch.Tensor, batch: dict[str, Any], temperature: fl
 def log_probs_and_entropy(
     logits: torch.Tensor,
     batch: dict[str, Any],
-    args: Any,
+    args: RolloutConfig,
     with_entropy: bool = True,
     entropy_grad: bool = True,
     temperature: float | None = None,
@@ -158,7 +159,7 @@ def sequence_kl(old: list[torch.Tensor], new: list[torch.Tensor], masks: list[to
 
 
 def policy_loss(
-    args: Any, batch: dict[str, Any], logits: torch.Tensor, sum_of_sample_mean: Reducer
+    args: RolloutConfig, batch: dict[str, Any], logits: torch.Tensor, sum_of_sample_mean: Reducer
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """slime's ``policy_loss``: clipped policy gradient minus ``entropy_coef`` times entropy plus
     ``kl_loss_coef`` times the KL to the reference, with TIS against the rollout log-probs. The policy
@@ -260,7 +261,7 @@ def policy_loss(
 
 
 def sft_loss(
-    args: Any, batch: dict[str, Any], logits: torch.Tensor, sum_of_sample_mean: Reducer
+    args: RolloutConfig, batch: dict[str, Any], logits: torch.Tensor, sum_of_sample_mean: Reducer
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """slime's ``sft_loss``: the negative log-likelihood of the trained response tokens."""
     log_prob_list, _ = log_probs_and_entropy(logits, batch, args, with_entropy=False)

@@ -12,6 +12,7 @@ from ..plugins.calls import (
 )
 from ..runtime import plugins_of
 from ..plugins.kinds import MegatronBeforeLogProb, MegatronBeforeTrainStep, MegatronInit, ModelProvider
+from ..config import RolloutConfig
 
 
 class MegatronHooks:
@@ -21,7 +22,7 @@ class MegatronHooks:
     resolved once from ``args``. Each method calls its plugin through the kind's call point (an error names
     the plugin and its distribution) and does nothing where the run names none."""
 
-    def __init__(self, args: Any) -> None:
+    def __init__(self, args: RolloutConfig) -> None:
         self.args = args
         plugins = plugins_of(args)
         self.init_hook = plugins.get(MegatronInit)

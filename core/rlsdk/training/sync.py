@@ -423,7 +423,7 @@ DEFAULT_SYNC_TIMEOUT = 300.0
 """Seconds a weight sync may take when the model's size is unknown."""
 
 
-def default_sync_timeout(args: Any) -> float:
+def default_sync_timeout(args: RolloutConfig) -> float:
     """``--weight-sync-timeout``, else 120 s plus 60 s per GiB of the model folder's weight files (a GGUF
     file counts four times: it is dequantized); :data:`DEFAULT_SYNC_TIMEOUT` when no folder is named."""
     if args.weight_sync_timeout:

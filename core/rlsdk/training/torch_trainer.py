@@ -36,6 +36,7 @@ from .optim import adamw, optimizer_step
 from .trainer import LoraAdapter, PolicyTrainer
 from ..plugins.kinds import RewardPostProcess, RolloutDataPostprocess
 from ..plugins.kinds import Advantage
+from ..config import RolloutConfig
 
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
@@ -49,7 +50,7 @@ class TorchTrainer(PolicyTrainer):
     critic: Critic | None = None
     lora: bool = False
 
-    def __init__(self, args: Any) -> None:
+    def __init__(self, args: RolloutConfig) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.args = args
@@ -573,7 +574,7 @@ def check_loss_value(loss: Resolved[Loss], rollout_id: int, value: Any, samples:
         )
 
 
-def resolve_loss(args: Any) -> Resolved[Loss]:
+def resolve_loss(args: RolloutConfig) -> Resolved[Loss]:
     """``loss_type``'s loss: a built-in by name, or ``custom_loss_function_path`` (a loss plugin or path)."""
     loss = plugins_of(args).get(Loss)
     assert loss is not None, "a training run names its loss"

@@ -12,6 +12,7 @@ from ..engines.weight_checksums import Layout, engine_tensors, served_checksums
 from ..errors import PluginCallError, RlsdkError
 from ..plugins.records import Resolved
 from ..types import Sample
+from ..config import RolloutConfig
 
 
 @dataclass
@@ -120,7 +121,7 @@ def _nbytes(tensor: Any) -> int:
     return int(tensor.numel()) * int(tensor.element_size())
 
 
-def build_trainer(resolved: Resolved[Any], args: Any) -> PolicyTrainer:
+def build_trainer(resolved: Resolved[Any], args: RolloutConfig) -> PolicyTrainer:
     """The trainer call point: ``trainer(args)`` from its plugin, checked to be a :class:`PolicyTrainer`
     (the run's trainer, a Ray trainer actor's, and :func:`rlsdk.testing.check_trainer`'s)."""
     try:

@@ -2,12 +2,11 @@
 reward hub at commit 624b824 (its tests/test_rm_*.py pass against rlsdk_rm_hub.slime_rm_hub; see the
 README), run here through rlsdk's reward call point with real grading workers."""
 
-import asyncio
-
 import pytest
 
 from rlsdk import Sample
-from rlsdk.rollout.rewarding import REWARD_ERROR, score_group
+from rlsdk import REWARD_ERROR
+from rlsdk.testing import score
 from rlsdk_rm_hub.f1 import f1_score
 from rlsdk_rm_hub.slime_rm_hub import math_dapo_utils, math_utils
 from rlsdk_rm_hub.slime_rm_hub.deepscaler import get_deepscaler_rule_based_reward
@@ -23,7 +22,7 @@ def reward(pm, args, rm, response, label, metadata=None):
         metadata=dict(metadata or {}),
         status=Sample.Status.COMPLETED,
     )
-    asyncio.run(score_group(args.replace(rm_type=rm), pm, [sample]))
+    score(pm, [sample], args.replace(rm_type=rm))
     return sample
 
 

@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+from argparse import Namespace
+
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TYPE_CHECKING
 
 from ...types import Sample
 from ..records import Option, PluginRecord
 from ..tool_schema import schema_from_signature
+
+if TYPE_CHECKING:
+    from ...config import RolloutConfig
+
 
 __all__ = [
     "Agent",
@@ -220,7 +226,7 @@ class ToolCallParser(PluginRecord):
     func: ToolCallParserCall
 
     @classmethod
-    def chosen(cls, args: Any) -> Any:
+    def chosen(cls, args: RolloutConfig | Namespace) -> Any:
         """None for ``auto``: the chat endpoint picks one by the chat template."""
         name = getattr(args, "tool_call_parser", None)
         return None if name == "auto" else name
@@ -233,7 +239,7 @@ class ToolCallParser(PluginRecord):
 class AgentCall(Protocol):
     """``agent``'s call."""
 
-    def __call__(self, args: Any, sample: Sample, client: Any, /) -> Any: ...
+    def __call__(self, args: RolloutConfig, sample: Sample, client: Any, /) -> Any: ...
 
 
 @dataclass

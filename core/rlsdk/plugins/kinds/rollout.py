@@ -5,13 +5,19 @@ declarations (:mod:`rlsdk.plugins.kinds`)."""
 
 from __future__ import annotations
 
+from argparse import Namespace
+
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TYPE_CHECKING
 
 from ...types import Sample
 from ..loading import is_async_callable
 from ..records import Option, PluginRecord
+
+if TYPE_CHECKING:
+    from ...config import RolloutConfig
+
 
 __all__ = [
     "AllSamplesProcess",
@@ -35,7 +41,7 @@ __all__ = [
 class GenerateRolloutCall(Protocol):
     """``generate_rollout``'s call."""
 
-    def __call__(self, args: Any, rollout_id: int, data_source: Any, /) -> Any: ...
+    def __call__(self, args: RolloutConfig, rollout_id: int, data_source: Any, /) -> Any: ...
 
 
 @dataclass
@@ -91,7 +97,7 @@ class GenerateRollout(PluginRecord):
 class CustomGenerateCall(Protocol):
     """``custom_generate``'s call."""
 
-    def __call__(self, args: Any, sample: Sample, sampling_params: dict[str, Any], /) -> Any: ...
+    def __call__(self, args: RolloutConfig, sample: Sample, sampling_params: dict[str, Any], /) -> Any: ...
 
 
 @dataclass
@@ -145,13 +151,13 @@ class CustomGenerate(PluginRecord):
 class RewardCall(Protocol):
     """``reward``'s call."""
 
-    def __call__(self, args: Any, sample: Sample, /) -> Any: ...
+    def __call__(self, args: RolloutConfig, sample: Sample, /) -> Any: ...
 
 
 class GroupRewardCall(Protocol):
     """A group ``reward``'s call (``group=True``)."""
 
-    def __call__(self, args: Any, samples: list[Sample], /) -> Any: ...
+    def __call__(self, args: RolloutConfig, samples: list[Sample], /) -> Any: ...
 
 
 @dataclass
@@ -198,7 +204,7 @@ class Reward(PluginRecord):
     func: RewardCall | GroupRewardCall
 
     @classmethod
-    def chosen(cls, args: Any) -> Any:
+    def chosen(cls, args: RolloutConfig | Namespace) -> Any:
         """``custom_rm_path`` (slime's, before ``rm_type``), else ``rm_type``."""
         return getattr(args, "custom_rm_path", None) or getattr(args, "rm_type", None)
 
@@ -220,7 +226,7 @@ class Reward(PluginRecord):
 class DynamicFilterCall(Protocol):
     """``dynamic_filter``'s call."""
 
-    def __call__(self, args: Any, samples: list[Sample], /) -> Any: ...
+    def __call__(self, args: RolloutConfig, samples: list[Sample], /) -> Any: ...
 
 
 @dataclass
@@ -268,7 +274,7 @@ class DynamicFilter(PluginRecord):
 class OverSamplingFilterCall(Protocol):
     """``over_sampling_filter``'s call."""
 
-    def __call__(self, args: Any, groups: list[list[Sample]], /) -> Any: ...
+    def __call__(self, args: RolloutConfig, groups: list[list[Sample]], /) -> Any: ...
 
 
 @dataclass
@@ -316,7 +322,7 @@ class BufferFilterCall(Protocol):
     """``buffer_filter``'s call."""
 
     def __call__(
-        self, args: Any, rollout_id: int, buffer: list[list[Sample]], num_samples: int, /
+        self, args: RolloutConfig, rollout_id: int, buffer: list[list[Sample]], num_samples: int, /
     ) -> Any: ...
 
 
@@ -369,7 +375,7 @@ class BufferFilter(PluginRecord):
 class EngineCall(Protocol):
     """``engine``'s call."""
 
-    def __call__(self, args: Any, /) -> Any: ...
+    def __call__(self, args: RolloutConfig, /) -> Any: ...
 
 
 @dataclass
@@ -413,7 +419,7 @@ class Engine(PluginRecord):
     func: EngineCall
 
     @classmethod
-    def chosen(cls, args: Any) -> Any:
+    def chosen(cls, args: RolloutConfig | Namespace) -> Any:
         """``--engine URL`` names the ``sglang`` engine, which reads the URL from ``args.engine``."""
         name = getattr(args, "engine", None) or ""
         return "sglang" if name.startswith(("http://", "https://")) else name
@@ -422,7 +428,7 @@ class Engine(PluginRecord):
 class SampleHookCall(Protocol):
     """``sample_hook``'s call."""
 
-    def __call__(self, args: Any, sample: Sample, /) -> Any: ...
+    def __call__(self, args: RolloutConfig, sample: Sample, /) -> Any: ...
 
 
 @dataclass
@@ -474,7 +480,7 @@ class SampleHook(PluginRecord):
 class RolloutSampleFilterCall(Protocol):
     """``rollout_sample_filter``'s call."""
 
-    def __call__(self, args: Any, groups: list[list[Sample]], /) -> Any: ...
+    def __call__(self, args: RolloutConfig, groups: list[list[Sample]], /) -> Any: ...
 
 
 @dataclass
@@ -526,7 +532,7 @@ class RolloutSampleFilter(PluginRecord):
 class AllSamplesProcessCall(Protocol):
     """``all_samples_process``'s call."""
 
-    def __call__(self, args: Any, all_groups: list[list[Sample]], data_source: Any, /) -> Any: ...
+    def __call__(self, args: RolloutConfig, all_groups: list[list[Sample]], data_source: Any, /) -> Any: ...
 
 
 @dataclass
@@ -579,7 +585,7 @@ class AllSamplesProcess(PluginRecord):
 class RolloutMetricsCall(Protocol):
     """``rollout_metrics``'s call."""
 
-    def __call__(self, args: Any, rollout_id: int, samples: list[Sample], /) -> Any: ...
+    def __call__(self, args: RolloutConfig, rollout_id: int, samples: list[Sample], /) -> Any: ...
 
 
 @dataclass
@@ -641,7 +647,7 @@ class RolloutLogCall(Protocol):
     def __call__(
         self,
         rollout_id: int,
-        args: Any,
+        args: RolloutConfig,
         samples: list[Sample],
         rollout_extra_metrics: dict[str, Any],
         rollout_time: float,
@@ -706,7 +712,9 @@ class RolloutLog(PluginRecord):
 class EvalRolloutLogCall(Protocol):
     """``eval_rollout_log``'s call."""
 
-    def __call__(self, rollout_id: int, args: Any, data: Any, extra_metrics: dict[str, Any], /) -> Any: ...
+    def __call__(
+        self, rollout_id: int, args: RolloutConfig, data: Any, extra_metrics: dict[str, Any], /
+    ) -> Any: ...
 
 
 @dataclass
@@ -760,7 +768,7 @@ class EvalRolloutLog(PluginRecord):
 class DataSourceFactoryCall(Protocol):
     """``data_source``'s call."""
 
-    def __call__(self, args: Any, /) -> Any: ...
+    def __call__(self, args: RolloutConfig, /) -> Any: ...
 
 
 @dataclass

@@ -3,12 +3,18 @@ each declared once as in :mod:`rlsdk.plugins.kinds.rollout`."""
 
 from __future__ import annotations
 
+from argparse import Namespace
+
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TYPE_CHECKING
 
 from ...types import Sample
 from ..records import Option, PluginRecord
+
+if TYPE_CHECKING:
+    from ...config import RolloutConfig
+
 
 __all__ = [
     "Advantage",
@@ -31,7 +37,7 @@ __all__ = [
 class TrainerCall(Protocol):
     """``trainer``'s call."""
 
-    def __call__(self, args: Any, /) -> Any: ...
+    def __call__(self, args: RolloutConfig, /) -> Any: ...
 
 
 @dataclass
@@ -81,7 +87,7 @@ class Trainer(PluginRecord):
 class LossCall(Protocol):
     """``loss``'s call."""
 
-    def __call__(self, args: Any, batch: Any, logits: Any, sum_of_sample_mean: Any, /) -> Any: ...
+    def __call__(self, args: RolloutConfig, batch: Any, logits: Any, sum_of_sample_mean: Any, /) -> Any: ...
 
 
 @dataclass
@@ -140,7 +146,7 @@ class Loss(PluginRecord):
     func: LossCall
 
     @classmethod
-    def chosen(cls, args: Any) -> Any:
+    def chosen(cls, args: RolloutConfig | Namespace) -> Any:
         """``loss_type``, or ``custom_loss_function_path`` for ``custom_loss``."""
         if args.loss_type == "custom_loss":
             return getattr(args, "custom_loss_function_path", None) or ""
@@ -164,7 +170,7 @@ class Loss(PluginRecord):
 class AdvantageCall(Protocol):
     """``advantage``'s call."""
 
-    def __call__(self, args: Any, rollout_data: dict[str, Any], /) -> Any: ...
+    def __call__(self, args: RolloutConfig, rollout_data: dict[str, Any], /) -> Any: ...
 
 
 @dataclass
@@ -219,7 +225,7 @@ class Advantage(PluginRecord):
 class RewardPostProcessCall(Protocol):
     """``reward_post_process``'s call."""
 
-    def __call__(self, args: Any, samples: list[Sample], /) -> Any: ...
+    def __call__(self, args: RolloutConfig, samples: list[Sample], /) -> Any: ...
 
 
 @dataclass
@@ -271,7 +277,7 @@ class RewardPostProcess(PluginRecord):
 class RolloutDataPostprocessCall(Protocol):
     """``rollout_data_postprocess``'s call."""
 
-    def __call__(self, args: Any, rollout_id: int, rollout_data: dict[str, Any], /) -> Any: ...
+    def __call__(self, args: RolloutConfig, rollout_id: int, rollout_data: dict[str, Any], /) -> Any: ...
 
 
 @dataclass
@@ -324,7 +330,7 @@ class RolloutDataPostprocess(PluginRecord):
 class ConvertSamplesToTrainDataCall(Protocol):
     """``convert_samples_to_train_data``'s call."""
 
-    def __call__(self, args: Any, samples: list[Sample], /) -> Any: ...
+    def __call__(self, args: RolloutConfig, samples: list[Sample], /) -> Any: ...
 
 
 @dataclass
@@ -384,7 +390,7 @@ class ConvertSamplesToTrainData(PluginRecord):
 class CheckpointCallbackCall(Protocol):
     """``checkpoint_callback``'s call."""
 
-    def __call__(self, args: Any, rollout_id: int, path: str, /) -> Any: ...
+    def __call__(self, args: RolloutConfig, rollout_id: int, path: str, /) -> Any: ...
 
 
 @dataclass
@@ -504,7 +510,7 @@ class TisFunctionCall(Protocol):
     def __call__(
         self,
         *,
-        args: Any,
+        args: RolloutConfig,
         pg_loss: Any,
         train_log_probs: Any,
         rollout_log_probs: Any,
@@ -575,7 +581,7 @@ class TisFunction(PluginRecord):
 class MegatronInitCall(Protocol):
     """``megatron_init``'s call."""
 
-    def __call__(self, args: Any, /) -> Any: ...
+    def __call__(self, args: RolloutConfig, /) -> Any: ...
 
 
 @dataclass
@@ -622,7 +628,7 @@ class MegatronInit(PluginRecord):
 class MegatronBeforeLogProbCall(Protocol):
     """``megatron_before_log_prob``'s call."""
 
-    def __call__(self, args: Any, model: Any, store_prefix: str, /) -> Any: ...
+    def __call__(self, args: RolloutConfig, model: Any, store_prefix: str, /) -> Any: ...
 
 
 @dataclass
@@ -674,7 +680,7 @@ class MegatronBeforeTrainStepCall(Protocol):
 
     def __call__(
         self,
-        args: Any,
+        args: RolloutConfig,
         rollout_id: int,
         step_id: int,
         model: Any,
@@ -795,7 +801,7 @@ class ModelProvider(PluginRecord):
 class UpdateWeightPostWriteCall(Protocol):
     """``update_weight_post_write``'s call."""
 
-    def __call__(self, args: Any, version_dir: str, rollout_engines: Any, /) -> Any: ...
+    def __call__(self, args: RolloutConfig, version_dir: str, rollout_engines: Any, /) -> Any: ...
 
 
 @dataclass
