@@ -11,7 +11,6 @@ from typing import Any
 from ..config import RolloutConfig
 from ..data import BadRowPolicy, DataPath, Row, read_rows
 from ..errors import DataError
-from ..plugins.calls import call_generate_rollout
 from ..plugins.manager import RlsdkPluginManager
 from ..report import RunReport
 from ..runtime import Runtime
@@ -24,7 +23,6 @@ from .overlap import run_overlapped
 from .preemption import stop_on_signals
 from .session import running
 from .steps import StepRecorder, check_step, run_eval
-from ..plugins.kinds import GenerateRollout
 
 LABEL_KEYS = ("label", "answer", "solution", "ground_truth")
 """Row keys that look like a label, for the warning when ``--label-key`` is not set."""
@@ -97,7 +95,7 @@ def _run_job(
             warn_changed_plugins(state.get("plugins", {}), runtime.pm)
             if training is not None and state.get("checkpoint"):
                 training.restore(output.checkpoint_path(state))
-                steps.checkpoint, steps.checkpoint_version = state["checkpoint"], training.weight_version
+                steps.last_checkpoint, steps.checkpoint_version = state["checkpoint"], training.weight_version
         else:
             if training is not None and args.eval_interval and not args.skip_eval_before_train:
                 status("eval before the first step")
@@ -156,24 +154,18 @@ def check_images(runtime: Runtime, data_source: Any) -> None:
 
 
 def run_steps(steps: StepRecorder, first: int) -> None:
-    """The synchronous loop: each step's rollout, then its training, sync and trust check."""
+    """The synchronous loop, its five verbs in order as in slime's ``train.py``: rollout, train, sync, eval,
+    checkpoint (the overlapped loop, :mod:`.overlap`, runs the same verbs in two threads)."""
     args, runtime, training = steps.args, steps.runtime, steps.training
     for rollout_id in range(first, args.num_rollout):
         steps.status(f"step {rollout_id}")
-        # an engine restarted since the last sync gets the weights again before it generates (T21)
-        resynced = training.ensure_engine_weights() if training is not None else 0
-        # generate_rollout: one whole step
-        result = call_generate_rollout(
-            runtime.plugins.one(GenerateRollout), args, rollout_id, steps.data_source, runtime=runtime
-        )
-        if resynced:
-            result.metrics["train/engine_resyncs"] = resynced
-        if result.metrics.get("rollout/stopped"):  # its groups wait in the buffer, tokens kept
-            steps.stop(rollout_id, [(rollout_id, result)])
+        result = steps.rollout(rollout_id)  # generate_rollout: one whole step
         if training is not None and result.samples:
             steps.status(f"step {rollout_id}: training")
-            # trainer: learn from the kept groups, sync the engine, check it serves the new weights
-            result.metrics.update(training.train(rollout_id, result))
-        steps.finish(rollout_id, result, source_state(steps.data_source))
+            result.metrics.update(training.train(rollout_id, result))  # trainer: learn from the kept groups
+            result.metrics.update(training.publish(result))  # sync: weights to every engine, trust check
+        state = steps.record(rollout_id, result, source_state(steps.data_source))  # outputs, run state
+        steps.evaluate(rollout_id, result, state)  # eval, when due
+        steps.checkpoint(rollout_id, result, state)  # checkpoint, when due
         if runtime.stop.is_set:
             steps.stop(rollout_id + 1, [])

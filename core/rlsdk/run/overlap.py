@@ -27,14 +27,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..plugins.calls import call_generate_rollout
 from ..training.session import TrainingSession
 from ..training.sync import WeightSyncError
 from ..training.trust import describe_stale, pick_probes
 from ..types import RolloutFnTrainOutput, Sample
 from .extensions import source_state
 from .steps import StepRecorder
-from ..plugins.kinds import GenerateRollout
 
 STALE = "stale_policy"
 """The drop reason of a group older than the lag bound when the trainer takes it."""
@@ -119,14 +117,7 @@ class Overlap:
                     return
                 version, started = self.engine_version, time.monotonic()
                 try:
-                    # generate_rollout: one whole step
-                    result = call_generate_rollout(
-                        self.runtime.plugins.one(GenerateRollout),
-                        self.args,
-                        rollout_id,
-                        self.steps.data_source,
-                        runtime=self.runtime,
-                    )
+                    result = self.steps.generate(rollout_id)  # generate_rollout: one whole step
                     data_state = source_state(self.steps.data_source)
                 finally:
                     self.clock.add("engine", started, time.monotonic())
@@ -242,7 +233,9 @@ class Overlap:
                     }
                 )
                 last = now
-                self.steps.finish(item.rollout_id, item.result, item.data_state, self.sync_for_eval)
+                state = self.steps.record(item.rollout_id, item.result, item.data_state)  # outputs, run state
+                self.steps.evaluate(item.rollout_id, item.result, state, self.sync_for_eval)  # eval, when due
+                self.steps.checkpoint(item.rollout_id, item.result, state)  # checkpoint, when due
                 next_id = item.rollout_id + 1
                 with self.changed:
                     self.handled += 1

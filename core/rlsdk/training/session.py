@@ -147,9 +147,9 @@ class TrainingSession:
         return len(stale)
 
     def train(self, rollout_id: int, result: RolloutFnTrainOutput) -> dict[str, Any]:
-        """One train step on the kept groups, the sync, and the trust checks: the probe's largest gap, and
-        the mean gap of several probes against this run's own noise (:class:`~.trust.DriftCheck`). Before
-        it, the engine must still serve the weights the step was sampled under (T21)."""
+        """One train step on the kept groups (the loop's train verb; :meth:`publish` syncs). Before it, the
+        engine must still serve the weights the step was sampled under (T21), and the drift check's baseline
+        is measured once while both hold the same weights."""
         if result.samples:
             stale = self.stale_engines(self.weight_version)
             if stale:  # restarted during the step: its samples may come from other weights
@@ -158,12 +158,16 @@ class TrainingSession:
                     "trainer's weights during the step (restarted?), so its samples are not trained on; "
                     "--resume continues from the last checkpoint"
                 )
-        probes = pick_probes(result.samples)
-        self.measure_noise(probes)
-        metrics = self.train_step(rollout_id, result)
+        self.measure_noise(pick_probes(result.samples))
+        return self.train_step(rollout_id, result)
+
+    def publish(self, result: RolloutFnTrainOutput) -> dict[str, Any]:
+        """The new weights to every engine, then the trust checks on the step's samples (the loop's sync verb):
+        the probe's largest gap, and the mean gap of several probes against this run's own noise
+        (:class:`~.trust.DriftCheck`)."""
         with self._phase("sync"):
-            metrics.update(self.sync())
-            metrics.update(self.check(result.samples[-1][0], probes))
+            metrics = self.sync()
+            metrics.update(self.check(result.samples[-1][0], pick_probes(result.samples)))
         if self.memory is not None:
             peaks = self.memory.take()
             metrics.update({f"memory/peak_gpu_gb_{phase}": gb for phase, gb in peaks.items()})
