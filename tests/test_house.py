@@ -99,3 +99,19 @@ def test_core_signatures_type_the_runs_args():
         if arg.arg == "args" and arg.annotation is not None and ast.unparse(arg.annotation) == "Any"
     ]
     assert len(untyped) <= 20, untyped
+
+
+def function_lengths() -> dict[str, int]:
+    return {
+        f"{path.relative_to(CORE)}:{node.name}": node.end_lineno - node.lineno + 1  # type: ignore[operator]
+        for path, tree in core_sources()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+
+
+def test_no_core_function_is_over_80_lines_and_the_step_reads_in_one_screen():
+    lengths = function_lengths()
+    assert {name: n for name, n in lengths.items() if n > 80} == {}
+    step = {name: n for name, n in lengths.items() if name.startswith("rollout/step.py:")}
+    assert step["rollout/step.py:rollout_step"] <= 60 and max(step.values()) <= 60, step

@@ -543,6 +543,27 @@ async def start_buffer_server(
         max_connections=max_connections,
     )
 
+    app = web.Application(
+        client_max_size=max_body,
+        middlewares=[
+            guard(token, _error, bind_host=host, allowed_hosts=allowed_hosts),
+            limits.middleware(_error),
+        ],
+    )
+    app.add_routes(buffer_routes(service))
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, handler_cancellation=True, keepalive_timeout=read_timeout
+    )
+    await runner.setup()
+    bound = await limits.listen(runner, host, port)
+    service.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bound}"
+    return BufferServer(service, runner, limits)
+
+
+def buffer_routes(service: BufferService) -> list[web.RouteDef]:
+    """slime's rollout-buffer routes on ``service``; bodies are JSON, read whole (the connection limits read
+    them already)."""
+
     async def read_body(request: web.Request) -> tuple[Any, web.Response | None]:
         """(the JSON body, None), or (None, the error answer); ``limits`` has read it already."""
         raw = await request.read()
@@ -580,26 +601,10 @@ async def start_buffer_server(
         await asyncio.to_thread(service.store.ack, lease_id)
         return response
 
-    app = web.Application(
-        client_max_size=max_body,
-        middlewares=[
-            guard(token, _error, bind_host=host, allowed_hosts=allowed_hosts),
-            limits.middleware(_error),
-        ],
-    )
-    app.add_routes(
-        [
-            web.post("/start_rollout", endpoint(service.start_rollout)),
-            web.post("/buffer/write", endpoint(service.write, in_thread=True)),
-            web.post("/get_rollout_data", get_rollout_data),
-            web.post("/ack_rollout_data", endpoint(service.ack_rollout_data, in_thread=True)),
-            web.post("/release_rollout_data", endpoint(service.release_rollout_data)),
-        ]
-    )
-    runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, handler_cancellation=True, keepalive_timeout=read_timeout
-    )
-    await runner.setup()
-    bound = await limits.listen(runner, host, port)
-    service.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bound}"
-    return BufferServer(service, runner, limits)
+    return [
+        web.post("/start_rollout", endpoint(service.start_rollout)),
+        web.post("/buffer/write", endpoint(service.write, in_thread=True)),
+        web.post("/get_rollout_data", get_rollout_data),
+        web.post("/ack_rollout_data", endpoint(service.ack_rollout_data, in_thread=True)),
+        web.post("/release_rollout_data", endpoint(service.release_rollout_data)),
+    ]

@@ -229,10 +229,12 @@ def test_rollout_buffer_rollout_turns_trajectories_into_samples(rlsdk_pm, small_
         rollout_task_type="echo",
         rollout_buffer_wait=30,
     )
-    bind_runtime(args, Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer))
+    runtime = Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer)
+    bind_runtime(args, runtime)
     source = data_source(rlsdk_pm, args, small_tokenizer)
     with ServedBuffer(service):
-        args.rollout_buffer_url = service.url
+        args = args.replace(rollout_buffer_url=service.url)
+        bind_runtime(args, runtime)
         first = rollout_buffer(args, 0, source)
         second = rollout_buffer(args, 1, source)
     assert [len(g) for g in first.samples] == [2, 2] and [len(g) for g in second.samples] == [2, 2]
@@ -274,10 +276,12 @@ def test_rollout_buffer_reports_a_failing_task(rlsdk_pm, small_tokenizer, tmp_pa
         rollout_task_type="broken",
         rollout_buffer_wait=10,
     )
-    bind_runtime(args, Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer))
+    runtime = Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer)
+    bind_runtime(args, runtime)
     source = data_source(rlsdk_pm, args, small_tokenizer)  # chat messages, kept for the agents
     with ServedBuffer(service):
-        args.rollout_buffer_url = service.url
+        args = args.replace(rollout_buffer_url=service.url)
+        bind_runtime(args, runtime)
         with pytest.raises(
             RuntimeError, match="task_generator 'broken'.*raised FileNotFoundError: .*chats.jsonl"
         ):
