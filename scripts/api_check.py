@@ -25,7 +25,7 @@ import griffe
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "api" / "rlsdk.json"
 CHANGELOG = ROOT / "CHANGELOG.md"
-MODULES = ("rlsdk", "rlsdk.testing")
+MODULES = ("rlsdk", "rlsdk.testing", "rlsdk.engine_api", "rlsdk.trainer_api")
 
 
 def _without_docstrings(obj: Any) -> Any:

@@ -110,3 +110,16 @@ def test_serve_names_what_is_wrong_before_loading_anything(options, error):
     result = subprocess.run([*RLSDK, "serve", "--port", "0", *options], capture_output=True, text=True, timeout=60,
                             env={**os.environ, "COLUMNS": "200"})
     assert result.returncode == 2 and error in " ".join(result.stderr.split()), result.stderr
+
+
+def test_a_source_checkout_has_cores_defaults_without_any_entry_point(monkeypatch):
+    """Core registers its own plugins by import (``rlsdk.plugins.manager.CORE_PLUGINS``), as conda and llm do:
+    with no distribution installed (no entry point at all) a manager still has every default."""
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **kwargs: [])
+    pm = get_plugin_manager()
+    defaults = {"generate_rollout": "sglang", "custom_generate": "single_turn", "buffer_filter": "pop_first",
+                "trainer": "torch", "engine": "sglang", "loss": "policy_loss"}
+    assert {kind: pm.resolve(kind, name).info.distribution for kind, name in defaults.items()} == dict.fromkeys(
+        defaults, "rlsdk")

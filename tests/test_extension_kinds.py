@@ -393,7 +393,7 @@ def test_a_sample_filter_marks_kept_samples_out_of_the_loss(step_run):
     out = runtime.run(rollout_step(args, 0, source, runtime))
     assert [[s.remove_sample for s in g] for g in out.samples] == [[False, True], [False, True]]
     assert out.metrics["rollout/removed_samples"] == 2
-    from rlsdk import TrainSample
+    from rlsdk.trainer_api import TrainSample
 
     masks = [TrainSample.from_sample(s, 1.0).loss_mask.tolist() for s in out.samples[0]]
     assert masks[0] == [1] * out.samples[0][0].response_length and set(masks[1]) == {0}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import json
 import subprocess
 import sys
@@ -22,7 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import api_check  # noqa: E402
 
-PUBLIC_MODULES = {"rlsdk", "rlsdk.testing"}
+PUBLIC_MODULES = {"rlsdk", "rlsdk.testing", "rlsdk.engine_api", "rlsdk.trainer_api", "rlsdk.slime"}
+"""The public modules by audience: plugin authors, their tests, engine and trainer implementers, and slime's
+adapters (``rlsdk.slime.<kind>`` paths, which slime loads by name)."""
 
 
 @pytest.mark.parametrize("module", [rlsdk, rlsdk.testing], ids=["rlsdk", "rlsdk.testing"])
@@ -83,14 +86,14 @@ OLD_NAMES = [
     ("rlsdk.generate", "append_observation", "rlsdk.append_observation"),
     ("rlsdk.generate", "generate", "rlsdk.single_turn"),
     ("rlsdk.tools", "call_tool", "rlsdk.call_tool"),
-    ("rlsdk.engine", "InferenceEngine", "rlsdk.InferenceEngine"),
-    ("rlsdk.protocol", "EngineRequestError", "rlsdk.EngineRequestError"),
-    ("rlsdk.rollout.job", "run_job", "rlsdk.run.job.run_job"),
+    ("rlsdk.engine", "InferenceEngine", "rlsdk.engine_api.InferenceEngine"),
+    ("rlsdk.protocol", "EngineRequestError", "rlsdk.engine_api.EngineRequestError"),
+    ("rlsdk.rollout.job", "run_job", "rlsdk.run_job"),
     ("rlsdk.engines.server", "start_server", "rlsdk.run.engine_server.start_server"),
     ("rlsdk.plugins.defaults", "pop_first", "rlsdk.rollout.plugin.pop_first"),
-    ("rlsdk.training.options", "trainer_world_size", "rlsdk.trainer_world_size"),
-    ("rlsdk.training", "PolicyTrainer", "rlsdk.PolicyTrainer"),
-    ("rlsdk.engines.engine", "SGLangClient", "rlsdk.SGLangClient"),
+    ("rlsdk.training.options", "trainer_world_size", "rlsdk.trainer_api.trainer_world_size"),
+    ("rlsdk.training", "PolicyTrainer", "rlsdk.trainer_api.PolicyTrainer"),
+    ("rlsdk.engines.engine", "SGLangClient", "rlsdk.engine_api.SGLangClient"),
     ("rlsdk.rollout.buffer_service", "TOKEN_ENV", "rlsdk.BUFFER_TOKEN_ENV"),
 ]
 
@@ -148,14 +151,39 @@ def _rlsdk_imports(path: Path) -> list[tuple[int, str]]:
 
 
 def test_rlsdks_own_plugins_import_only_the_public_api():
-    """What an outside author's package may import, rlsdk's own plugin packages import: ``rlsdk`` and
-    ``rlsdk.testing`` (and ``rlsdk.slime.<kind>`` adapter paths, which slime loads by name)."""
-    sources = sorted((ROOT / "plugins").glob("*/src/**/*.py"))
+    """What an outside author's package may import, rlsdk's own plugin packages import, in their code and in
+    their tests alike: :data:`PUBLIC_MODULES` (and ``rlsdk.slime.<kind>`` adapter paths)."""
+    sources = sorted([*(ROOT / "plugins").glob("*/src/**/*.py"), *(ROOT / "plugins").glob("*/tests/**/*.py")])
     assert sources
     internal = [
         f"{path.relative_to(ROOT)}:{line}: {module}"
         for path in sources
         for line, module in _rlsdk_imports(path)
-        if module not in PUBLIC_MODULES
+        if module not in PUBLIC_MODULES and not module.startswith("rlsdk.slime.")
     ]
     assert not internal, "plugins import rlsdk internals:\n" + "\n".join(internal)
+
+
+def _taught_imports(text: str) -> list[str]:
+    """The rlsdk modules the python code blocks of a Markdown page or a docstring import."""
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S) + re.findall(
+        r"\.\. code-block:: python\n\n(.*?)(?:\n\S|\Z)", text, flags=re.S
+    )
+    return [m for block in blocks for m in re.findall(r"^\s*(?:from|import) (rlsdk[\w.]*)", block, flags=re.M)]
+
+
+def test_the_docs_the_hooks_and_the_scaffold_teach_only_public_imports(tmp_path):
+    """What a plugin author reads (the README, the docs site, each hook's example) and what ``rlsdk plugins
+    new`` writes import only :data:`PUBLIC_MODULES`."""
+    from rlsdk.plugins.kinds import RECORD_TYPES
+    from rlsdk_cli.scaffold import SCAFFOLD_KINDS, scaffold
+
+    taught = {str(path.relative_to(ROOT)): _taught_imports(path.read_text())
+              for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+    taught.update({f"rlsdk.{record.__name__}": _taught_imports(record.__doc__ or "") for record in RECORD_TYPES.values()})
+    package = scaffold("my-plugin", list(SCAFFOLD_KINDS), tmp_path)
+    taught.update({str(path.relative_to(tmp_path)): [m for _, m in _rlsdk_imports(path)] for path in package.rglob("*.py")})
+    assert sum(map(len, taught.values())) > 50  # the pages, the hooks and the package do import rlsdk
+    internal = {where: sorted({m for m in modules if m not in PUBLIC_MODULES and not m.startswith("rlsdk.slime.")})
+                for where, modules in taught.items()}
+    assert {where: modules for where, modules in internal.items() if modules} == {}

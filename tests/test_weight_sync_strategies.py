@@ -163,7 +163,7 @@ def weights_server(tmp_path: Path):
     """SGLang's weight endpoints restated in a real server process (``fake_sglang_weights_server.py``)."""
     import httpx
 
-    from rlsdk import free_port
+    from rlsdk.trainer_api import free_port
 
     port = free_port()
     authkey = multiprocessing.current_process().authkey.hex()

@@ -40,7 +40,7 @@ import urllib.request
 from learning_gpu import run_until, shipped
 from workload import machine
 
-from rlsdk import ManagedProcess
+from rlsdk.trainer_api import ManagedProcess
 
 PROBE_TOKENS = 24
 

@@ -162,7 +162,7 @@ async def one_turn(args, sample, sampling_params):
         '''\
 def default_step(args, rollout_id, data_source, evaluation=False):
     """rlsdk's own rollout step (over-sampling, filters, buffer): start here and change what you need."""
-    return generate_rollout(args, rollout_id, data_source, evaluation)
+    return sglang_rollout(args, rollout_id, data_source, evaluation)
 ''',
         "GenerateRollout",
         "rlsdk_generate_rollouts",
@@ -215,7 +215,7 @@ async def ask_once(args, sample, client):
 def counting_trainer(args):
     """rlsdk's torch trainer that also reports how many groups each step trained on; override
     ``train_step`` (or write a PolicyTrainer of your own) to change how it learns."""
-    from rlsdk import TorchTrainer
+    from rlsdk.trainer_api import TorchTrainer
 
     class Counting(TorchTrainer):
         def train_step(self, rollout_id, groups):
@@ -580,6 +580,7 @@ def plugin_module(distribution: str, package: str, kinds: list[str]) -> str:
         "custom_generate": ["model_turn"],
         "loss": ["log_probs_and_entropy"],
         "environment": ["Reward", "package_file"],
+        "generate_rollout": ["sglang_rollout"],
     }
     declared, imports = declared_imports(kinds)
     imports = sorted({*imports, *(["import re"] if "environment" in kinds else [])})
@@ -592,8 +593,6 @@ def plugin_module(distribution: str, package: str, kinds: list[str]) -> str:
         *([""] if imports else []),
         import_line("rlsdk", sorted(names, key=lambda n: (n[0].islower(), n))),  # ruff's order: classes first
     ]
-    if "generate_rollout" in kinds:  # not public yet: rlsdk's own step, to start from
-        lines.append("from rlsdk.rollout.step import generate_rollout")
     for kind in kinds:
         lines += ["", "", example(kind)[0].rstrip().replace("{package}", package)]
     yields: dict[str, list[str]] = {}  # hook -> the records it yields

@@ -36,7 +36,7 @@ from .plugins.calls import (
 from .plugins.manager import RlsdkPluginManager
 from .plugins.records import Resolved
 from .plugins.run_plugins import RunPlugins
-from .rollout.buffer_service import start_buffer_server
+from .rollout.buffer_service import BufferService, TrajectoryStore, start_buffer_server
 from .rollout.generate import sampling_params_for
 from .rollout.rewarding import score_group
 from .run.engine_server import start_server
@@ -72,7 +72,9 @@ from .types import DynamicFilterOutput, Sample
 pytest_plugins = ["rlsdk.testing_fixtures"]
 
 __all__ = [
+    "bind_runtime",
     "check_plugin",
+    "sampling_params_for",
     "score",
     "ByteTokenizer",
     "FakeEngine",
@@ -303,7 +305,7 @@ def check_loss(
 
 def check_trainer(pm: RlsdkPluginManager, name: str, args: RolloutConfig) -> Any:
     """A trainer built from ``args`` (whose ``hf_checkpoint`` names a small model folder) is a
-    :class:`rlsdk.PolicyTrainer`: a train step on two groups returns numeric ``train/*``
+    :class:`rlsdk.trainer_api.PolicyTrainer`: a train step on two groups returns numeric ``train/*``
     metrics, its log-probs cover each response token, its weights are a state dict, and a checkpoint
     saved and loaded gives back the same log-probs. Returns the trainer."""
     import math
@@ -468,14 +470,25 @@ class ServedEngine:
 class ServedBuffer:
     """A rollout buffer service on loopback, run from a background thread's event loop, for tests whose
     task generators are registered in process (``rlsdk buffer serve`` in a subprocess serves installed
-    plugins only)::
+    plugins only). ``service`` is the plugin manager whose tasks it runs, trajectories kept in ``folder``
+    and ``service_options`` as ``rlsdk buffer serve`` takes them (``input_dirs``, ``url_hosts``), or a service
+    already built; ``server_options`` as its server takes them (``token``)::
 
-        with ServedBuffer(BufferService(pm, TrajectoryStore(tmp_path))) as served:
+        with ServedBuffer(pm, tmp_path / "buffer", service_options={"input_dirs": [tmp_path]}) as served:
             httpx.post(served.url + "/buffer/write", json=item)
     """
 
-    def __init__(self, service: Any, **server_options: Any) -> None:
-        self.service = service
+    def __init__(
+        self,
+        service: Any,
+        folder: Any = None,
+        *,
+        service_options: dict[str, Any] | None = None,
+        **server_options: Any,
+    ) -> None:
+        if not isinstance(service, BufferService):  # the plugin manager of a new service
+            service = BufferService(service, TrajectoryStore(folder), **(service_options or {}))
+        self.service: BufferService = service
         self.server_options = server_options
         self.server: Any = None
 
@@ -505,14 +518,12 @@ def check_task_generator(
     ``POST /get_rollout_data``, as the buffer service runs it for a trainer. Returns the items served."""
     import httpx
 
-    from .rollout.buffer_service import BufferService, TrajectoryStore
-
     resolved = pm.resolve("task_generator", name, registered_only=True)
     body = {"task_type": resolved.name, "num_repeat_per_sample": 1, **(body or {})}
     inputs = [Path(body["input_file"]).resolve().parent] if isinstance(body.get("input_file"), str) else []
     with tempfile.TemporaryDirectory(prefix="rlsdk-buffer-") as folder:
-        service = BufferService(pm, TrajectoryStore(folder), input_dirs=inputs)
-        with ServedBuffer(service) as served:
+        with ServedBuffer(pm, folder, service_options={"input_dirs": inputs}) as served:
+            service = served.service
             started = httpx.post(served.url + "/start_rollout", json=body, timeout=30)
             assert started.status_code == 200, (
                 f"{resolved.describe()}: /start_rollout answered {started.text}"

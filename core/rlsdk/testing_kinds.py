@@ -300,7 +300,7 @@ def check_tis_function(
 
 
 def check_engine(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None) -> Any:
-    """An engine factory builds an :class:`rlsdk.InferenceEngine` from ``args``
+    """An engine factory builds an :class:`rlsdk.engine_api.InferenceEngine` from ``args``
     (:func:`rlsdk.plugins.calls.call_engine`). Returns the engine (close it when done)."""
     return call_engine(pm.resolve("engine", name), args or RolloutConfig())
 
@@ -345,19 +345,26 @@ def check_tool(
 
 
 def check_agent(
-    pm: RlsdkPluginManager, name: str, served: Any, args: RolloutConfig | None = None, prompt: str = "Say hi."
+    pm: RlsdkPluginManager,
+    name: str,
+    served: Any,
+    args: RolloutConfig | None = None,
+    prompt: str = "Say hi.",
+    generator: str = "openai_agent",
+    sampling_params: dict[str, Any] | None = None,
 ) -> Sample:
-    """An agent, run by the ``openai_agent`` generator against ``served`` (a :class:`rlsdk.testing.ServedEngine`
-    whose engine has a chat template) through the generator's call point
-    (:func:`rlsdk.plugins.calls.call_custom_generate`), finishes its sample with at least one model turn whose
-    tokens are loss-masked 1. Returns the sample."""
+    """An agent, run by the ``openai_agent`` generator (or ``generator``: ``anthropic_agent`` for an agent on
+    the ``anthropic`` client) against ``served`` (a :class:`rlsdk.testing.ServedEngine` whose engine has a chat
+    template) through the generator's call point (:func:`rlsdk.plugins.calls.call_custom_generate`), finishes
+    its sample with at least one model turn whose tokens are loss-masked 1. Returns the sample."""
     args = (args or RolloutConfig()).replace(agent_function_path=name)
     runtime = Runtime(pm, served.engine, served.engine.tokenizer, loop=served._loop)
     runtime.server = served.handle
     bind_runtime(args, runtime)
-    generator = runtime.plugins.resolve("custom_generate", "openai_agent")
+    resolved = runtime.plugins.resolve("custom_generate", generator)
     sample = Sample(group_index=0, index=0, prompt=prompt)
-    [result] = served.run(call_custom_generate(generator, args, sample, sampling_params_for(args)))
+    params = sampling_params or sampling_params_for(args)
+    [result] = served.run(call_custom_generate(resolved, args, sample, params))
     assert "generate_error" not in result.metadata, result.metadata["generate_error"]
     assert result.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED), result.status
     assert result.loss_mask and 1 in result.loss_mask, f"agent {name!r}: no model token in its sample"

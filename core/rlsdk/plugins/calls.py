@@ -8,7 +8,7 @@ parsers (:mod:`rlsdk.agents.completions`), agents (:mod:`rlsdk.agents.openai_age
 (:mod:`rlsdk.rollout.buffer_service`), losses (the trainer's own forward pass). A ``cheap`` reward has a sync
 fast path (:func:`call_cheap_reward`) that checks its result as :func:`call_reward` does. slime's other
 extension points have theirs at the end, the megatron trainer's hooks (called through
-:class:`rlsdk.MegatronHooks`) and the disk weight sync's post-write hook among them.
+:class:`rlsdk.trainer_api.MegatronHooks`) and the disk weight sync's post-write hook among them.
 
 Every call point takes the resolved plugin first, then the plugin's own arguments in the plugin's order (its
 record's ``call_args``), then keyword-only options of the call (a timeout, the runtime, a concurrency limit).
@@ -480,7 +480,7 @@ def _buffer_problem(served: Any, left: list[Any], given: set[int], num_samples: 
 
 
 def call_engine(resolved: Resolved, args: RolloutConfig) -> Any:
-    """Build the engine the factory makes from ``args``: an :class:`rlsdk.InferenceEngine`."""
+    """Build the engine the factory makes from ``args``: an :class:`rlsdk.engine_api.InferenceEngine`."""
     try:
         engine = run_to_completion(resolved.func(args))
     except RlsdkError:
@@ -489,7 +489,7 @@ def call_engine(resolved: Resolved, args: RolloutConfig) -> Any:
         raise _raised(resolved, "building the engine", exc) from exc
     if not isinstance(engine, InferenceEngine):
         raise PluginCallError(
-            f"{resolved.describe()} returned {type(engine).__name__}: expected an rlsdk.InferenceEngine"
+            f"{resolved.describe()} returned {type(engine).__name__}: expected an rlsdk.engine_api.InferenceEngine"
         )
     return engine
 

@@ -1,5 +1,5 @@
 """The trainer in a Ray actor: the ``trainer`` plugin resolved and built in the actor's own environment,
-driven through :class:`RemoteTrainer`, a :class:`rlsdk.PolicyTrainer` that forwards each
+driven through :class:`RemoteTrainer`, a :class:`rlsdk.trainer_api.PolicyTrainer` that forwards each
 call. Its weights go to the engines through Ray's object store without a copy in the driver. A trainer
 that dies stops the run, naming the last checkpoint to ``--resume`` from."""
 

@@ -19,7 +19,11 @@ import sys
 import types
 
 from ..plugins.kinds import RECORD_TYPES
-from .adapters import kind_module_hooks
+from .adapters import kind_module_hooks, view
+
+__all__ = ["view"]
+"""``view(args)``: slime's ``args`` as rlsdk's plugins see them (rlsdk's defaults for the options slime has
+not), the object the adapters hand them, and the one the runtime built for slime's call is bound to."""
 
 
 def kind_module(kind: str) -> types.ModuleType:

@@ -395,7 +395,7 @@ class Engine(PluginRecord):
     .. code-block:: python
 
         from rlsdk import Engine, hookimpl
-        from rlsdk import SGLangClient
+        from rlsdk.engine_api import SGLangClient
 
         def my_cluster(args):
             return SGLangClient("http://10.0.0.5:30000")

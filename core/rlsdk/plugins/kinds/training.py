@@ -42,11 +42,11 @@ class TrainerCall(Protocol):
 
 @dataclass
 class Trainer(PluginRecord):
-    """``trainer(args) -> rlsdk.PolicyTrainer``: a factory for the policy trainer of ``rlsdk run --train``.
+    """``trainer(args) -> rlsdk.trainer_api.PolicyTrainer``: a factory for the policy trainer of ``rlsdk run --train``.
 
     The hook provides policy trainers for ``rlsdk run --train`` (``--trainer NAME``).
 
-    The callable is a factory ``trainer(args) -> rlsdk.PolicyTrainer``: an object that trains on a
+    The callable is a factory ``trainer(args) -> rlsdk.trainer_api.PolicyTrainer``: an object that trains on a
     step's kept samples, reports per-token log-probs for the trust check, hands its weights to the
     engine and saves and loads checkpoints. Heavy imports (torch, megatron) belong inside the factory.
 
@@ -60,7 +60,7 @@ class Trainer(PluginRecord):
         from rlsdk import Trainer, hookimpl
 
         def frozen_embeddings(args):
-            from rlsdk import TorchTrainer
+            from rlsdk.trainer_api import TorchTrainer
 
             trainer = TorchTrainer(args)
             trainer.model.get_input_embeddings().requires_grad_(False)
@@ -816,7 +816,7 @@ class UpdateWeightPostWrite(PluginRecord):
     The callable is slime's ``hook(args, version_dir, rollout_engines) -> None``.
 
     - ``version_dir``: the folder just written (a string).
-    - ``rollout_engines``: the engines about to read it (:class:`rlsdk.InferenceEngine` objects).
+    - ``rollout_engines``: the engines about to read it (:class:`rlsdk.engine_api.InferenceEngine` objects).
 
     **Example:**
 
