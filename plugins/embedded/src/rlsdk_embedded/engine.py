@@ -18,7 +18,21 @@ from typing import Any
 
 import torch
 
-from rlsdk.engine_api import EngineError, EngineRequestError, InferenceEngine, ServedChecksums, finish_abort, finish_length, finish_stop, generate_response, lora_adapter_deltas, new_rid, read_lora_adapter, split_batch, tensor_checksum
+from rlsdk.engine_api import (
+    EngineError,
+    EngineRequestError,
+    InferenceEngine,
+    ServedChecksums,
+    finish_abort,
+    finish_length,
+    finish_stop,
+    generate_response,
+    lora_adapter_deltas,
+    new_rid,
+    read_lora_adapter,
+    split_batch,
+    tensor_checksum,
+)
 
 from . import attention
 from .attention import full_attention_only

@@ -37,7 +37,15 @@ from typing import Any
 import torch
 
 from rlsdk import Sample
-from rlsdk.trainer_api import OPTIMIZER_FILE, MegatronHooks, TorchTrainer, TrainSample, adamw, byte_buckets, resolve_loss
+from rlsdk.trainer_api import (
+    OPTIMIZER_FILE,
+    MegatronHooks,
+    TorchTrainer,
+    TrainSample,
+    adamw,
+    byte_buckets,
+    resolve_loss,
+)
 
 from .convert import (
     ModelShape,
