@@ -18,7 +18,10 @@ PORTS_TRIED = 20
 
 def view(
     folders: list[Path] = typer.Argument(
-        ..., metavar="RUN_DIR...", help="Run folders (a run's --output), or folders holding run folders.", show_default=False
+        ...,
+        metavar="RUN_DIR...",
+        help="Run folders (a run's --output), or folders holding run folders.",
+        show_default=False,
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; loopback by default."),
     port: int | None = typer.Option(

@@ -15,3 +15,6 @@ EVAL_SAMPLES_FILE = "eval_samples.jsonl"
 """Each eval sample, with its ``dataset``."""
 LOCK_FILE = ".rlsdk.lock"
 """Held (``flock``) by the run using the folder; holds its pid."""
+TRAIN_LOG_PROBS = "train_log_probs"
+"""Sample metadata key: the trainer's log-probs of the response tokens under the policy that sampled them
+(before the step's update), where the trainer computes them, beside the engine's ``rollout_log_probs``."""

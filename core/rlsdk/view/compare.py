@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .runs import RunFolder, SampleFile, ViewError, preview, prompt_preview
+from .runs import RunFolder, ViewError
+from .samples import SampleFile, preview, prompt_preview
 
 COMPARE_SORTS = ("delta", "-delta", "order")
 """``delta``: where B scores lowest against A first; ``-delta``: highest first; ``order``: A's order."""
@@ -14,7 +15,7 @@ COMPARE_SORTS = ("delta", "-delta", "order")
 def eval_prompts(samples: SampleFile, step: int, dataset: str) -> dict[int, list[int]]:
     """Prompt fingerprint -> line numbers of the eval samples of ``dataset`` after ``step``."""
     index = samples.index
-    code = index.codes["dataset"]._codes.get(dataset, -2)
+    code = index.codes["dataset"].lookup(dataset)
     column, keys = index.strings["dataset"], index.ints["prompt"]
     prompts: dict[int, list[int]] = {}
     for n in samples.steps.get(step, []):
@@ -52,13 +53,19 @@ def compare(
     left, right = a.samples["eval"], b.samples["eval"]
     prompts_a, prompts_b = eval_prompts(left, step_a, dataset), eval_prompts(right, step_b, dataset)
     shared = [key for key in prompts_a if key in prompts_b]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for key in shared:
         mean_a = _mean(left, prompts_a[key])
         mean_b = _mean(right, prompts_b[key])
         delta = None if mean_a is None or mean_b is None else mean_b - mean_a
-        rows.append({"key": str(key), "a": _part(prompts_a[key], mean_a), "b": _part(prompts_b[key], mean_b),
-                     "delta": delta})
+        rows.append(
+            {
+                "key": str(key),
+                "a": _part(prompts_a[key], mean_a),
+                "b": _part(prompts_b[key], mean_b),
+                "delta": delta,
+            }
+        )
     if order != "order":
         sign = 1 if order == "delta" else -1
         rows.sort(key=lambda r: (r["delta"] is None, sign * (r["delta"] or 0.0)))

@@ -43,6 +43,10 @@ class Codes:
             self.names.append(name)
         return self._codes[name]
 
+    def lookup(self, name: str) -> int:
+        """The code of ``name``; -2 (no line's) when no line has it."""
+        return self._codes.get(name, -2)
+
     def name(self, code: int) -> str | None:
         return None if code < 0 else self.names[code]
 

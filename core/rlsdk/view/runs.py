@@ -9,15 +9,12 @@ shows.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
-import re
 from bisect import bisect_left
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,22 +26,16 @@ from ..outputs import (
     METRICS_FILE,
     ROLLOUTS_FILE,
     STATE_FILE,
+    TRAIN_LOG_PROBS,
 )
 from .index import JsonlIndex
+from .samples import Filters, SampleFile, preview, prompt_preview
 from .tokens import TokenText
 
 SAMPLE_FILES = {"rollouts": ROLLOUTS_FILE, "discarded": DISCARDED_FILE, "eval": EVAL_SAMPLES_FILE}
 """The sample files, by the name pages use: kept samples, dropped and failed ones, eval samples."""
 RUN_FILES = (STATE_FILE, METRICS_FILE, ROLLOUTS_FILE)
 """A folder holding one of these is a run folder."""
-PREVIEW_CHARS = 240
-"""Characters of a prompt or response a list shows."""
-MAX_QUERY_CHARS = 200
-"""The longest text a search takes."""
-SORTS = ("order", "reward", "-reward", "length", "-length")
-"""Orders a sample list takes: the file's order, or by reward or response length (``-``: descending)."""
-SEARCHES_KEPT = 8
-"""Text searches remembered per run (a page of the same search reads no file again)."""
 
 
 class ViewError(ValueError):
@@ -75,202 +66,13 @@ def is_run(folder: Path) -> bool:
     return any((folder / name).exists() for name in RUN_FILES)
 
 
-def scalar_reward(reward: Any, key: str | None) -> float | None:
-    """A sample's reward as one number (a dict reward's ``key`` value); None when there is none."""
-    if isinstance(reward, dict):
-        reward = reward.get(key) if key else None
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
-        return None
-    return float(reward)
-
-
-def prompt_key(prompt: Any) -> int:
-    """A 63-bit fingerprint of a prompt (a string or chat messages), to match eval prompts across runs."""
-    text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") >> 1
-
-
-def drop_reason(row: dict[str, Any]) -> str | None:
-    """Why a discarded sample left its step: the filter's reason, or the failure."""
-    metadata = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
-    if metadata.get("drop_reason"):
-        return str(metadata["drop_reason"])
-    if row.get("status") == "failed" or metadata.get("generate_error") or metadata.get("filter_error"):
-        return "failed"
-    return None
-
-
-def text_of(value: Any) -> str:
-    """A prompt, response or label as text (chat messages as their JSON)."""
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def preview(value: Any) -> str:
-    """The start of a response or label."""
-    text = text_of(value)
-    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"
-
-
-def prompt_preview(prompt: Any) -> str:
-    """The end of a prompt, where a chat template puts the question (the last user message of chat
-    messages)."""
-    if isinstance(prompt, list):
-        users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
-        prompt = users[-1].get("content") if users else prompt
-    text = text_of(prompt)
-    return text if len(text) <= PREVIEW_CHARS else "…" + text[-PREVIEW_CHARS:]
-
-
-def numbers(row: dict[str, Any]) -> dict[str, float]:
+def numbers(row: dict[str, Any]) -> dict[str, int | float]:
     """A metrics row's finite numbers (curves plot only these)."""
     return {
-        k: float(v)
+        k: v
         for k, v in row.items()
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     }
-
-
-def text_pattern(query: str) -> tuple[re.Pattern[bytes], int]:
-    """A case-insensitive pattern for ``query`` as a JSONL line holds it (escaped as ``json.dumps`` writes
-    it, ASCII-only or not), and the longest match in bytes."""
-    forms = {json.dumps(query)[1:-1].encode(), json.dumps(query, ensure_ascii=False)[1:-1].encode()}
-    return re.compile(b"|".join(re.escape(f) for f in forms), re.IGNORECASE), max(map(len, forms))
-
-
-@dataclass(frozen=True)
-class Filters:
-    """What a sample list is narrowed to (each None: any)."""
-
-    step: int | None = None
-    group: int | None = None
-    min_reward: float | None = None
-    max_reward: float | None = None
-    min_length: int | None = None
-    max_length: int | None = None
-    status: str | None = None
-    reason: str | None = None
-    dataset: str | None = None
-    text: str | None = None
-
-
-class SampleFile:
-    """One sample file's index: per line its step, group, index, reward, response length, status, drop
-    reason, dataset and prompt fingerprint."""
-
-    def __init__(self, path: Path, reward_key: str | None) -> None:
-        self.reward_key = reward_key
-        self.index = JsonlIndex(
-            path,
-            self._values,
-            ints=("step", "group", "index", "length", "prompt"),
-            floats=("reward",),
-            strings=("status", "reason", "dataset"),
-        )
-        self.steps: dict[int, list[int]] = {}  # step -> line numbers
-        self._stepped = 0  # lines filed in self.steps
-        self._searches: OrderedDict[tuple[str, int, int], set[int]] = OrderedDict()
-
-    def _values(self, row: dict[str, Any]) -> dict[str, Any]:
-        key = self.reward_key
-        return {
-            "step": row.get("rollout_id"),
-            "group": row.get("group_index"),
-            "index": row.get("index"),
-            "length": row.get("response_length"),
-            "prompt": prompt_key(row.get("prompt", "")),
-            "reward": scalar_reward(row.get("reward"), key),
-            "status": row.get("status"),
-            "reason": drop_reason(row),
-            "dataset": row.get("dataset"),
-        }
-
-    def refresh(self) -> None:
-        if self.index.refresh():
-            if self._stepped > len(self.index):  # indexed again from the start
-                self.steps, self._stepped = {}, 0
-            self._searches.clear()
-        steps = self.index.ints["step"]
-        for n in range(self._stepped, len(self.index)):
-            self.steps.setdefault(steps[n], []).append(n)
-        self._stepped = len(self.index)
-
-    def lines(self, filters: Filters) -> list[int]:
-        """Numbers of the lines that pass ``filters``, in file order."""
-        index = self.index
-        candidates: Iterable[int] = (
-            self.steps.get(filters.step, []) if filters.step is not None else range(len(index))
-        )
-        if filters.text:
-            found = self._search(filters.text)
-            candidates = [n for n in candidates if n in found]
-        ints, floats, strings = index.ints, index.floats["reward"], index.strings
-        group, length = ints["group"], ints["length"]
-        tests = []
-        if filters.group is not None:
-            tests.append(lambda n: group[n] == filters.group)
-        if filters.min_reward is not None:
-            tests.append(lambda n: floats[n] >= filters.min_reward)  # NaN (no reward) fails both bounds
-        if filters.max_reward is not None:
-            tests.append(lambda n: floats[n] <= filters.max_reward)
-        if filters.min_length is not None:
-            tests.append(lambda n: length[n] >= filters.min_length)
-        if filters.max_length is not None:
-            tests.append(lambda n: 0 <= length[n] <= filters.max_length)
-        for name in ("status", "reason", "dataset"):
-            wanted = getattr(filters, name)
-            if wanted is not None:
-                code = index.codes[name]._codes.get(wanted, -2)
-                tests.append(lambda n, column=strings[name], code=code: column[n] == code)
-        return [n for n in candidates if all(test(n) for test in tests)]
-
-    def _search(self, text: str) -> set[int]:
-        """Lines whose prompt, response or label holds ``text`` (any case)."""
-        key = (text, len(self.index), self.index.end)
-        if key in self._searches:
-            self._searches.move_to_end(key)
-            return self._searches[key]
-        pattern, longest = text_pattern(text)
-        candidates = sorted(self.index.containing(pattern, longest))
-        wanted = text.casefold()
-        found = {
-            n
-            for n, row in zip(candidates, self.index.read_many(candidates), strict=True)
-            if row is not None
-            and any(wanted in text_of(row.get(k)).casefold() for k in ("prompt", "response", "label"))
-        }
-        self._searches[key] = found
-        if len(self._searches) > SEARCHES_KEPT:
-            self._searches.popitem(last=False)
-        return found
-
-    def sort(self, lines: list[int], order: str) -> list[int]:
-        if order == "order":
-            return lines
-        descending = order.startswith("-")
-        if order.lstrip("-") == "reward":
-            column: Any = self.index.floats["reward"]
-            missing = -math.inf if descending else math.inf  # samples without a reward go last
-
-            def value(n: int) -> float:
-                return missing if math.isnan(column[n]) else column[n]
-
-            return sorted(lines, key=value, reverse=descending)
-        column = self.index.ints["length"]
-        return sorted(lines, key=lambda n: column[n], reverse=descending)
-
-    def summary(self, n: int, row: dict[str, Any] | None) -> dict[str, Any]:
-        """A line as lists show it: its indexed values and the start of its prompt and response."""
-        out = {"n": n, **self.index.values(n)}
-        out.pop("prompt")
-        out["bad"] = row is None
-        out["prompt"] = prompt_preview(row.get("prompt")) if row else ""
-        out["response"] = preview(row.get("response")) if row else ""
-        return out
-
-    def summaries(self, lines: list[int]) -> list[dict[str, Any]]:
-        return [self.summary(n, row) for n, row in zip(lines, self.index.read_many(lines), strict=True)]
 
 
 class RowLog:
@@ -345,7 +147,8 @@ class RunFolder:
         self.evals = RowLog(folder / EVAL_FILE)
         keys = {"eval": settings.get("eval_reward_key") or self.reward_key}  # an eval's rewards: its own key
         self.samples = {
-            name: SampleFile(folder / file, keys.get(name, self.reward_key)) for name, file in SAMPLE_FILES.items()
+            name: SampleFile(folder / file, keys.get(name, self.reward_key))
+            for name, file in SAMPLE_FILES.items()
         }
         self.tokens: TokenText | None = None
 
@@ -425,7 +228,9 @@ class RunFolder:
             "files": self.files(),
             "notes": self.notes(),
             "eval_datasets": self.eval_datasets(),
-            "eval_steps": sorted({r.get("rollout_id") for r in self.evals.rows if "rollout_id" in r}),
+            "eval_steps": sorted(
+                {r["rollout_id"] for r in self.evals.rows if isinstance(r.get("rollout_id"), int)}
+            ),
         }
 
     def files(self) -> list[dict[str, Any]]:
@@ -471,13 +276,19 @@ class RunFolder:
                     why = "steps since the state was last saved; a training run saves it with each checkpoint"
                 else:
                     why = "--resume drops them and runs those steps again"
-                notes.append(f"{name}: {file['past_saved_state']} lines written after the saved state ({why})")
+                notes.append(
+                    f"{name}: {file['past_saved_state']} lines written after the saved state ({why})"
+                )
         metric_steps = {r.get("rollout_id") for r in self.metrics.rows}
         missing = sorted(s for s in self.samples["rollouts"].steps if s not in metric_steps)
         if missing:
             shown = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
             notes.append(f"steps with samples but no metrics row: {shown}")
         return notes
+
+    def steps(self) -> list[int]:
+        """The steps with a metrics row, in order."""
+        return sorted(r["rollout_id"] for r in self.metrics.rows if isinstance(r.get("rollout_id"), int))
 
     def metric_rows(self, since: int = 0) -> dict[str, Any]:
         """Each step's numeric metrics from row ``since`` on (a live page asks only for new rows)."""
@@ -507,8 +318,7 @@ class RunFolder:
         discarded = self.samples["discarded"]
         dropped = discarded.steps.get(step, [])
         if row is None and not lines and not dropped:
-            known = sorted(r.get("rollout_id") for r in self.metrics.rows if "rollout_id" in r)
-            raise ViewError(f"step {step} is not in this run (steps: {_ranges(known) or 'none yet'})")
+            raise ViewError(f"step {step} is not in this run (steps: {_ranges(self.steps()) or 'none yet'})")
         groups = _groups(kept, lines)
         shown = groups[group_offset : group_offset + group_limit]
         firsts = [g["lines"][0] for g in shown]
@@ -524,7 +334,7 @@ class RunFolder:
             for version in set((first or {}).get("weight_versions") or []):
                 versions[str(version)] += 1
         evaluated = next((r for r in self.evals.rows if r.get("rollout_id") == step), None)
-        steps = sorted(r.get("rollout_id") for r in self.metrics.rows if isinstance(r.get("rollout_id"), int))
+        steps = self.steps()
         position = steps.index(step) if step in steps else None
         return {
             "step": step,
@@ -568,7 +378,7 @@ class RunFolder:
         tokens = self.token_text()
         response_length = row.get("response_length") or 0
         ids = row.get("tokens") or []
-        trained = (row.get("metadata") or {}).get("train_log_probs")
+        trained = (row.get("metadata") or {}).get(TRAIN_LOG_PROBS)
         same_step = samples.steps.get(samples.index.int_value("step", n) or 0, [])
         position = same_step.index(n) if n in same_step else None
         agent = (row.get("metadata") or {}).get("agent")
@@ -586,7 +396,9 @@ class RunFolder:
             else None,
             "tokenizer": tokens.describe(),
             "previous": same_step[position - 1] if position else None,
-            "next": same_step[position + 1] if position is not None and position + 1 < len(same_step) else None,
+            "next": same_step[position + 1]
+            if position is not None and position + 1 < len(same_step)
+            else None,
         }
 
 

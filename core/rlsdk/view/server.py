@@ -28,7 +28,8 @@ from aiohttp import web
 
 from ..engines.service_guard import ConnectionLimits, FailedAuthLimiter, check_binding, guard, token_matches
 from .compare import COMPARE_SORTS, compare
-from .runs import MAX_QUERY_CHARS, SAMPLE_FILES, SORTS, Filters, RunFolder, ViewError
+from .runs import SAMPLE_FILES, RunFolder, ViewError
+from .samples import MAX_QUERY_CHARS, SORTS, Filters
 
 VIEW_TOKEN_ENV = "RLSDK_VIEW_TOKEN"
 """The environment variable ``rlsdk view --token`` reads."""
@@ -253,7 +254,9 @@ async def start_view(
     check_binding("rlsdk view", host, token, VIEW_TOKEN_ENV)
     for run in runs:
         run.refresh()
-    limits = ConnectionLimits(max_body=4096, read_timeout=10.0, idle_timeout=120.0, max_connections=max_connections)
+    limits = ConnectionLimits(
+        max_body=4096, read_timeout=10.0, idle_timeout=120.0, max_connections=max_connections
+    )
     bound: list[int] = [port]  # the cookie's name needs the port, known once listening
     app = web.Application(
         client_max_size=4096,
@@ -277,18 +280,18 @@ async def start_view(
             raise web.HTTPNotFound()
         return web.Response(body=found[0], content_type=found[1], charset="utf-8")
 
-    run = r"{run:\d{1,6}}"
+    run_id = r"{run:\d{1,6}}"
     app.add_routes(
         [
             web.get("/", page),
             web.get("/static/{name}", static),
             web.get("/api/runs", list_runs),
-            web.get(f"/api/runs/{run}", run_summary),
-            web.get(f"/api/runs/{run}/metrics", run_metrics),
-            web.get(f"/api/runs/{run}/evals", run_evals),
-            web.get(f"/api/runs/{run}/steps/{{step:-?\\d{{1,10}}}}", run_step),
-            web.get(f"/api/runs/{run}/samples", run_samples),
-            web.get(f"/api/runs/{run}/samples/{{file:[a-z]{{1,20}}}}/{{n:\\d{{1,12}}}}", run_sample),
+            web.get(f"/api/runs/{run_id}", run_summary),
+            web.get(f"/api/runs/{run_id}/metrics", run_metrics),
+            web.get(f"/api/runs/{run_id}/evals", run_evals),
+            web.get(f"/api/runs/{run_id}/steps/{{step:-?\\d{{1,10}}}}", run_step),
+            web.get(f"/api/runs/{run_id}/samples", run_samples),
+            web.get(f"/api/runs/{run_id}/samples/{{file:[a-z]{{1,20}}}}/{{n:\\d{{1,12}}}}", run_sample),
             web.get("/api/compare", run_compare),
         ]
     )
