@@ -281,6 +281,7 @@ def agent_run(small_tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path
     the rewritten question happen every time): the question asked once in other words (a branch), then
     asked, a calculator call, its result, the answer (the trained path)."""
     import asyncio
+    from concurrent.futures import ThreadPoolExecutor
 
     import openai
 
@@ -317,7 +318,8 @@ def agent_run(small_tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path
         finally:
             await server.close()
 
-    session = asyncio.run(converse())
+    with ThreadPoolExecutor(1) as thread:  # a loop of its own: Playwright's may be running in this thread
+        session = thread.submit(asyncio.run, converse()).result()
     folder = tmp_path_factory.mktemp("agent-run")
     small_tokenizer.save_pretrained(folder / "tokenizer")
     agent = Resolved(Agent(name="calculator_agent", func=lambda args, sample, client: None), PluginInfo("calculator_agent"))

@@ -72,6 +72,7 @@ function num(value, digits) {
 
 function seconds(value) {
   if (value === null || value === undefined) return "–";
+  if (value < 1) return `${Math.round(value * 1000)} ms`;
   if (value < 120) return `${value.toFixed(1)} s`;
   if (value < 7200) return `${(value / 60).toFixed(1)} min`;
   return `${(value / 3600).toFixed(2)} h`;
@@ -124,7 +125,7 @@ function setCrumbs(...items) {
 
 function show(gen, pageName, ...content) {
   if (gen !== generation) return false;
-  main.replaceChildren(...content.flat().filter(Boolean));
+  main.replaceChildren(...content.flat(Infinity).filter(Boolean));
   main.dataset.page = pageName;
   main.dataset.ready = "1";
   return true;
@@ -465,7 +466,7 @@ function messages(list) {
   return list.map((message) => h("div", { class: `message ${message.role || ""}` },
     h("div", { class: "role" }, message.role || "?", message.name ? ` · ${message.name}` : "",
       message.tool_call_id ? ` · answer to ${message.tool_call_id}` : ""),
-    h("div", { class: "text" }, contentText(message.content)),
+    contentText(message.content) ? h("div", { class: "text" }, contentText(message.content)) : null,
     (message.tool_calls || []).map((call) => h("div", { class: "toolcall" },
       `${(call.function && call.function.name) || call.name || "call"}(${(call.function && call.function.arguments) || JSON.stringify(call.arguments || call.input || {})})`,
       call.id ? h("span", { class: "muted" }, ` · ${call.id}`) : null))));
@@ -516,9 +517,10 @@ function tokenView(data) {
     span.addEventListener("click", () => {
       for (const other of box.querySelectorAll(".selected")) other.classList.remove("selected");
       span.classList.add("selected");
-      detail.replaceChildren(t.prompt ? `prompt token ${t.i} · id ${t.id} · ${JSON.stringify(t.text)}` :
+      detail.replaceChildren();
+      append(detail, [t.prompt ? `prompt token ${t.i} · id ${t.id} · ${JSON.stringify(t.text)}` :
         [`response token ${t.j} · id ${t.id} · ${JSON.stringify(t.text)} · rollout log-prob `, num(t.lp),
-          " · trainer log-prob ", num(t.tlp), " · gap ", num(t.gap), ` · loss mask ${t.mask}`]);
+          " · trainer log-prob ", num(t.tlp), " · gap ", num(t.gap), ` · loss mask ${t.mask}`]]);
     });
     return span;
   });
@@ -572,7 +574,7 @@ function treeView(tree, pieces) {
     const text = pieces && pieces[node.id] ? pieces[node.id].join("") : `${node.tokens.length} token ids`;
     return h("li", {}, h("span", { class: `node${trained.has(node.id) ? " trained" : ""}`, dataset: { node: node.id } },
       h("span", { class: "meta" }, `node ${node.id} · ${node.tokens.length} tokens (${sampled} sampled)` +
-        (node.ends && node.ends.length ? ` · ends turn ${node.ends.map((e) => e.join(".")).join(", ")}` : "") +
+        (node.ends && node.ends.length ? ` · ends ${node.ends.map(([turn, choice]) => `turn ${turn}${choice ? ` choice ${choice}` : ""}`).join(", ")}` : "") +
         (trained.has(node.id) ? " · trained path" : "")), text), children.has(node.id) ? render(node.id) : null);
   }));
   return [h("p", { class: "muted" }, `${tree.nodes.length} segments, ${tree.branches} branches; the trained path is green.`),
