@@ -63,7 +63,7 @@ def write_run(folder: Path, steps: int = 2, dropped: bool = True) -> RunOutput:
 
 def test_the_index_follows_a_growing_file_and_starts_over_when_it_is_cut_or_replaced(tmp_path):
     path = tmp_path / "rows.jsonl"
-    index = JsonlIndex(path, lambda row: {"step": row["rollout_id"]}, ints=("step",))
+    index = JsonlIndex(path, lambda row, line: {"step": row["rollout_id"]}, ints=("step",))
     assert not index.refresh() and len(index) == 0  # no file yet
     path.write_text('{"rollout_id": 0}\n{"rollout_id": 1}\n{"rollout_id"')
     assert index.refresh() and len(index) == 2 and index.partial == len('{"rollout_id"')  # a line being written
@@ -100,10 +100,18 @@ def test_lists_filter_sort_and_search_the_text_without_reading_the_whole_file(tm
     assert kept.lines(Filters(status="truncated")) == [2, 6] and kept.lines(Filters(status="nope")) == []
     assert kept.lines(Filters(text="GRÖßE")) == kept.lines(Filters(text="größe")) == [1, 5]  # any case
     assert kept.lines(Filters(text="response_length")) == []  # a key of the line is not its text
+    assert kept.lines(Filters(text="truncated")) == []  # nor is another field's value
     assert kept.lines(Filters(text="what is 2")) == list(range(8))  # in the prompt
     assert kept.sort(kept.lines(Filters(step=0)), "-reward") == [0, 2, 1, 3]  # no reward last
-    page = run.search("rollouts", Filters(), "length", offset=6, limit=5)
-    assert page["total"] == 8 and [r["n"] for r in page["rows"]] == [3, 7]
+    with (tmp_path / "run" / "rollouts.jsonl").open("a") as f:  # written by another writer: compact, UTF-8
+        f.write(json.dumps({"rollout_id": 2, "response": "GRÖßE", "metadata": {"x": "größe"}}, separators=(",", ":"),
+                           ensure_ascii=False) + "\n")
+        f.write(json.dumps({"rollout_id": 2, "response": "-", "metadata": {"x": "größe"}}, separators=(",", ":"),
+                           ensure_ascii=False) + "\n")
+    run.refresh()
+    assert kept.lines(Filters(text="größe")) == [1, 5, 8]  # that line read and checked
+    page = run.search("rollouts", Filters(step=None), "length", offset=6, limit=5)
+    assert page["total"] == 10 and [r["n"] for r in page["rows"]] == [3, 7, 8, 9]
     assert page["rows"][0]["response"] == "no idea" and page["facets"]["status"] == ["completed", "truncated"]
     dropped = run.search("discarded", Filters(reason="zero_std"))
     assert dropped["total"] == 4 and dropped["facets"]["reason"] == ["zero_std"]

@@ -51,8 +51,9 @@ class Codes:
         return None if code < 0 else self.names[code]
 
 
-Extract = Callable[[dict[str, Any]], dict[str, Any]]
-"""A row's indexed values: numbers (int or float columns) and strings (coded columns), by column name."""
+Extract = Callable[[dict[str, Any], bytes], dict[str, Any]]
+"""A row's indexed values from the row and its line's bytes: numbers (int or float columns) and strings
+(coded columns), by column name."""
 
 
 class JsonlIndex:
@@ -136,7 +137,7 @@ class JsonlIndex:
         self.lengths.append(len(line))
         try:
             row = json.loads(line)
-            values = self.extract(row) if isinstance(row, dict) else None
+            values = self.extract(row, line) if isinstance(row, dict) else None
         except (ValueError, TypeError, KeyError):
             values = None
         if values is None:
@@ -184,21 +185,27 @@ class JsonlIndex:
                     row = None
                 yield row if isinstance(row, dict) else None
 
-    def containing(self, pattern: re.Pattern[bytes], longest: int) -> set[int]:
-        """Numbers of the indexed lines in which ``pattern`` matches (a match is at most ``longest`` bytes;
-        read a block at a time, never the whole file at once)."""
-        found: set[int] = set()
+    def matches(self, pattern: re.Pattern[bytes], longest: int) -> Iterator[tuple[int, int, int]]:
+        """Each match of ``pattern`` in the indexed lines, read a block at a time and matched on the
+        block in lower case (ASCII), so ``pattern`` must be lower case: (line number, start, end) with
+        start and end within the line. A match is at most ``longest`` bytes; one found twice where blocks
+        overlap is given once."""
         overlap = max(longest - 1, 0)
+        seen_to = -1
         with open(self.path, "rb") as f:
             position = 0
             while position < self.end:
-                block = f.read(min(READ_BLOCK, self.end - position))
+                block = f.read(min(READ_BLOCK, self.end - position)).lower()
                 if not block:
                     break
                 for match in pattern.finditer(block):
-                    found.add(bisect_right(self.offsets, position + match.start()) - 1)
+                    start = position + match.start()
+                    if start <= seen_to:
+                        continue
+                    seen_to = start
+                    n = bisect_right(self.offsets, start) - 1
+                    yield n, start - self.offsets[n], position + match.end() - self.offsets[n]
                 position += len(block)
                 if position < self.end and overlap:
                     position -= overlap
                     f.seek(position)
-        return {n for n in found if n >= 0}

@@ -80,7 +80,7 @@ class RowLog:
 
     def __init__(self, path: Path) -> None:
         self.rows: list[dict[str, Any]] = []
-        self.index = JsonlIndex(path, lambda row: {}, ints=())
+        self.index = JsonlIndex(path, lambda row, line: {}, ints=())
 
     def refresh(self) -> None:
         if self.index.refresh():
@@ -374,7 +374,7 @@ class RunFolder:
             raise ViewError(f"{SAMPLE_FILES[file]} has {len(samples.index)} lines; no line {n}")
         row = samples.index.read(n)
         if row is None:
-            return {"file": file, "n": n, "row": None, "values": samples.index.values(n)}
+            return {"file": file, "n": n, "row": None, "values": samples.shown_values(n)}
         tokens = self.token_text()
         response_length = row.get("response_length") or 0
         ids = row.get("tokens") or []
@@ -387,7 +387,7 @@ class RunFolder:
             "file": file,
             "n": n,
             "row": row,
-            "values": samples.index.values(n),
+            "values": samples.shown_values(n),
             "prompt_length": max(len(ids) - response_length, 0),
             "pieces": tokens.pieces(ids),
             "train_log_probs": trained if isinstance(trained, list) else None,
@@ -416,9 +416,7 @@ def _groups(samples: SampleFile, lines: list[int]) -> list[dict[str, Any]]:
         key = index.int_value("group", n)
         group = groups.setdefault(key, {"group": key, "lines": [], "samples": []})
         group["lines"].append(n)
-        values = index.values(n)
-        values.pop("prompt")
-        group["samples"].append({"n": n, **values})
+        group["samples"].append({"n": n, **samples.shown_values(n)})
     for group in groups.values():
         rewards = [s["reward"] for s in group["samples"] if s["reward"] is not None]
         mean = sum(rewards) / len(rewards) if rewards else None

@@ -22,6 +22,10 @@ MAX_QUERY_CHARS = 200
 """The longest text a search takes."""
 SORTS = ("order", "reward", "-reward", "length", "-length")
 """Orders a sample list takes: the file's order, or by reward or response length (``-``: descending)."""
+TEXT_FIELDS = ("prompt", "response", "label")
+"""The fields a text search looks in."""
+SPANS = tuple(f"{field}_{end}" for field in TEXT_FIELDS for end in ("start", "end"))
+"""Index columns: where each text field's value lies in its line."""
 SEARCHES_KEPT = 8
 """Text searches remembered per file (a page of the same search reads no file again)."""
 
@@ -75,19 +79,37 @@ def prompt_preview(prompt: Any) -> str:
 
 
 def text_pattern(query: str) -> tuple[re.Pattern[bytes], int]:
-    """A pattern for ``query`` in any case as a JSONL line holds it (escaped as ``json.dumps`` writes it,
-    ASCII-only or not: each character may be ``\\u00f6`` or ``ö``, ``\\u00d6`` or ``Ö``), and the longest
-    match in bytes."""
+    """A pattern for ``query`` in any case as a JSONL line holds it, to match against the line in lower
+    case: each character as ``json.dumps`` writes it, ASCII-only or not (``ö`` may be ``\\u00f6`` or the
+    UTF-8 bytes, ``Ö`` ``\\u00d6``); and the longest match in bytes."""
     parts, longest = [], 0
     for char in query:
-        forms = {
-            json.dumps(variant, ensure_ascii=ascii_only)[1:-1].encode()
-            for variant in {char, char.lower(), char.upper()}
-            for ascii_only in (True, False)
-        }
-        parts.append(b"(?:" + b"|".join(re.escape(form) for form in sorted(forms)) + b")")
+        forms = sorted(
+            {
+                json.dumps(variant, ensure_ascii=ascii_only)[1:-1].encode().lower()
+                for variant in {char, char.lower(), char.upper()}
+                for ascii_only in (True, False)
+            }
+        )
         longest += max(map(len, forms))
-    return re.compile(b"".join(parts), re.IGNORECASE), longest
+        parts.append(
+            re.escape(forms[0]) if len(forms) == 1 else b"(?:" + b"|".join(map(re.escape, forms)) + b")"
+        )
+    return re.compile(b"".join(parts)), longest
+
+
+def text_span(line: bytes, key: str, value: Any) -> tuple[int, int] | None:
+    """Where ``value`` (the row's ``key``) lies in ``line``, as the writer encoded it; None when it is
+    not found as ``json.dumps`` writes it (the search then reads the line)."""
+    if value is None:
+        return None
+    for ascii_only in (True, False):
+        encoded = json.dumps(value, ensure_ascii=ascii_only).encode()
+        at = line.find(b'"' + key.encode() + b'": ' + encoded)
+        if at >= 0:
+            start = at + len(key) + 4
+            return start, start + len(encoded)
+    return None
 
 
 @dataclass(frozen=True)
@@ -115,7 +137,7 @@ class SampleFile:
         self.index = JsonlIndex(
             path,
             self._values,
-            ints=("step", "group", "index", "length", "prompt"),
+            ints=("step", "group", "index", "length", "prompt", *SPANS),
             floats=("reward",),
             strings=("status", "reason", "dataset"),
         )
@@ -123,9 +145,14 @@ class SampleFile:
         self._stepped = 0  # lines filed in self.steps
         self._searches: OrderedDict[tuple[str, int, int], set[int]] = OrderedDict()
 
-    def _values(self, row: dict[str, Any]) -> dict[str, Any]:
+    def _values(self, row: dict[str, Any], line: bytes) -> dict[str, Any]:
         key = self.reward_key
+        spans: dict[str, int | None] = {}
+        for field in TEXT_FIELDS:
+            span = text_span(line, field, row.get(field))
+            spans[f"{field}_start"], spans[f"{field}_end"] = span or (None, None)
         return {
+            **spans,
             "step": row.get("rollout_id"),
             "group": row.get("group_index"),
             "index": row.get("index"),
@@ -179,44 +206,60 @@ class SampleFile:
         return [n for n in candidates if passes(n)]
 
     def _search(self, text: str) -> set[int]:
-        """Lines whose prompt, response or label holds ``text`` (any case)."""
+        """Lines whose prompt, response or label holds ``text`` (any case): the file is matched a block at
+        a time, and a match counts where it lies within one of those fields' spans (a line whose spans are
+        unknown is read and checked)."""
         key = (text, len(self.index), self.index.end)
         if key in self._searches:
             self._searches.move_to_end(key)
             return self._searches[key]
-        pattern, longest = text_pattern(text)
-        candidates = sorted(self.index.containing(pattern, longest))
+        ints = self.index.ints
+        spans = [(ints[f"{field}_start"], ints[f"{field}_end"]) for field in TEXT_FIELDS]
+        found: set[int] = set()
+        unknown: set[int] = set()
+        for n, start, end in self.index.matches(*text_pattern(text)):
+            if n in found:
+                continue
+            if any(starts[n] == NONE for starts, _ in spans):
+                unknown.add(n)
+            elif any(starts[n] <= start and end <= ends[n] for starts, ends in spans):
+                found.add(n)
+        checked = sorted(unknown - found)
         wanted = text.lower()
-        found = {
+        found.update(
             n
-            for n, row in zip(candidates, self.index.read_many(candidates), strict=True)
-            if row is not None
-            and any(wanted in text_of(row.get(k)).lower() for k in ("prompt", "response", "label"))
-        }
+            for n, row in zip(checked, self.index.read_many(checked), strict=True)
+            if row is not None and any(wanted in text_of(row.get(k)).lower() for k in TEXT_FIELDS)
+        )
         self._searches[key] = found
         if len(self._searches) > SEARCHES_KEPT:
             self._searches.popitem(last=False)
         return found
 
     def sort(self, lines: list[int], order: str) -> list[int]:
+        """``lines`` in ``order`` (:data:`SORTS`); lines without the value go last either way."""
         if order == "order":
             return lines
-        descending = order.startswith("-")
-        if order.lstrip("-") == "reward":
-            column: Any = self.index.floats["reward"]
-            missing = -math.inf if descending else math.inf  # samples without a reward go last
+        name = order.lstrip("-")
+        column: Any = self.index.floats["reward"] if name == "reward" else self.index.ints["length"]
 
-            def value(n: int) -> float:
-                return missing if math.isnan(column[n]) else column[n]
+        def known(n: int) -> bool:
+            return column[n] != NONE and not math.isnan(column[n])
 
-            return sorted(lines, key=value, reverse=descending)
-        column = self.index.ints["length"]
-        return sorted(lines, key=lambda n: column[n], reverse=descending)
+        present = [n for n in lines if known(n)]
+        missing = [n for n in lines if not known(n)]
+        return sorted(present, key=column.__getitem__, reverse=order.startswith("-")) + missing
+
+    def shown_values(self, n: int) -> dict[str, Any]:
+        """Line ``n``'s indexed values a page shows (not the prompt's fingerprint, not the spans)."""
+        values = self.index.values(n)
+        for name in ("prompt", *SPANS):
+            del values[name]
+        return values
 
     def summary(self, n: int, row: dict[str, Any] | None) -> dict[str, Any]:
         """A line as lists show it: its indexed values and the start of its prompt and response."""
-        out = {"n": n, **self.index.values(n)}
-        out.pop("prompt")
+        out = {"n": n, **self.shown_values(n)}
         out["bad"] = row is None
         out["prompt"] = prompt_preview(row.get("prompt")) if row else ""
         out["response"] = preview(row.get("response")) if row else ""

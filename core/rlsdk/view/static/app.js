@@ -128,6 +128,7 @@ function show(gen, pageName, ...content) {
   main.replaceChildren(...content.flat(Infinity).filter(Boolean));
   main.dataset.page = pageName;
   main.dataset.ready = "1";
+  main.dataset.readyAt = performance.now().toFixed(1); // ms since this document's navigation began
   return true;
 }
 
@@ -738,6 +739,7 @@ async function route() {
   const gen = ++generation;
   stopPolling();
   delete main.dataset.ready;
+  delete main.dataset.readyAt;
   const [path, qs] = (location.hash.slice(1) || "/").split("?");
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
   const params = new URLSearchParams(qs || "");
