@@ -56,15 +56,15 @@ def write_tokenizer(folder: Path) -> Path:
 
 
 def write_run(folder: Path, samples: int, seed: int = 0) -> Path:
-    """A run of ``samples`` kept samples (8 prompts x 8 samples a step), a dropped group a step, evals of
-    40 prompts x 2 samples every 10 steps, written by ``RunOutput``."""
+    """A run of at least ``samples`` kept samples (8 prompts x 8 samples a step), a dropped group a step,
+    evals of 40 prompts x 2 samples every 10 steps, written by ``RunOutput``."""
     from rlsdk import RolloutConfig, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample, get_plugin_manager
     from rlsdk.run.output import RunOutput
 
     rng = random.Random(seed)
     output = RunOutput(folder)
     tokenizer = write_tokenizer(folder.parent / "tokenizer")
-    steps = max(1, samples // (PROMPTS_PER_STEP * SAMPLES_PER_PROMPT))
+    steps = -(-samples // (PROMPTS_PER_STEP * SAMPLES_PER_PROMPT))  # at least ``samples``
 
     def sample(step: int, group: int, index: int, prompt_id: int, words: random.Random = rng) -> Sample:
         prompt = [words.randrange(WORDS) for _ in range(120)]  # an eval's prompts: the same each eval

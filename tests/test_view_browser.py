@@ -202,3 +202,25 @@ def test_a_running_run_grows_on_the_open_page(trained_run, page, tmp_path):
         page.wait_for_selector('#steps tr[data-step="3"]', timeout=20_000)
         point = page.locator('.chart[data-metric="reward"] circle[data-step="3"]')
         assert value(point) == 0.125
+
+
+def test_a_sample_that_writes_markup_is_shown_as_text(page, tmp_path):
+    """A model can write anything: HTML and script in a prompt, response or label stay text on every page."""
+    from rlsdk import RolloutFnTrainOutput, Sample
+    from rlsdk.run.output import RunOutput
+
+    markup = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script><b>bold</b>'
+    output = RunOutput(tmp_path / "run")
+    sample = Sample(group_index=0, index=0, prompt=markup, tokens=[1, 2, 3], response=markup, response_length=1,
+                    label=markup, reward=1.0, status=Sample.Status.COMPLETED, rollout_log_probs=[-0.1])
+    output.write_step(0, RolloutFnTrainOutput(samples=[[sample]], metrics={"rollout/reward_mean": 1.0}))
+    with viewer(output.folder) as url:
+        base = url.split("/?")[0]
+        page.goto(url)
+        for address, name in (("#/run/0/step/0", "step"), ("#/run/0/samples?q=onerror", "samples"),
+                              ("#/run/0/sample/rollouts/0", "sample")):
+            page.goto(f"{base}/{address}")
+            wait_page(page, name, address.split("?")[0])
+            assert page.locator("main img, main script, main b").count() == 0
+            assert page.title() == "rlsdk view"
+        assert page.locator("#response").inner_text() == markup

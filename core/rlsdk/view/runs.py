@@ -379,7 +379,7 @@ class RunFolder:
         response_length = row.get("response_length") or 0
         ids = row.get("tokens") or []
         trained = (row.get("metadata") or {}).get(TRAIN_LOG_PROBS)
-        same_step = samples.steps.get(samples.index.int_value("step", n) or 0, [])
+        same_step = samples.steps.get(samples.index.ints["step"][n], [])  # keyed by the column's value
         position = same_step.index(n) if n in same_step else None
         agent = (row.get("metadata") or {}).get("agent")
         tree = agent.get("tree") if isinstance(agent, dict) else None
