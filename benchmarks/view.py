@@ -125,7 +125,7 @@ def pages(folder: Path) -> dict[str, tuple[str, str]]:
         "step": (f"#/run/0/step/{middle}", "table.groups a.chip"),
         "sample": ("#/run/0/sample/rollouts/0", f'#tokens .tok[data-i="{len(first["tokens"]) - 1}"]'),
         "search_text": (f"#/run/0/samples?q={word}", "table.results tbody tr"),
-        "search_filter": ("#/run/0/samples?min_reward=1&min_length=200&sort=-reward", "table.results tbody tr"),
+        "search_filter": ("#/run/0/samples?min_reward=1&sort=-length", "table.results tbody tr"),
         "compare": (f"#/compare?a=0&b=0&step_a={evals[0]}&step_b={evals[-1]}", "table.compare tbody tr.link"),
     }
 
@@ -180,7 +180,9 @@ def main() -> None:
                     log(f"{name}: {results[name]}")
                     if options.screenshots:
                         options.screenshots.mkdir(parents=True, exist_ok=True)
-                        page.screenshot(path=str(options.screenshots / f"{name}.png"), full_page=True)
+                        height = min(page.evaluate("document.body.scrollHeight"), 1800)  # a long list: its top
+                        page.screenshot(path=str(options.screenshots / f"{name}.png"), full_page=True,
+                                        clip={"x": 0, "y": 0, "width": 1280, "height": height})
                 total = page.evaluate("fetch('/api/runs/0/samples?limit=1').then(r => r.json()).then(b => b.total)")
                 assert total == len(everything), (total, len(everything))  # every sample is listed
                 browser.close()

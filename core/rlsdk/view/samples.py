@@ -18,6 +18,8 @@ from .index import NONE, JsonlIndex
 
 PREVIEW_CHARS = 240
 """Characters of a prompt or response a list shows."""
+PROMPT_TAIL_CHARS = 160
+"""Characters of the end of a prompt a list shows."""
 MAX_QUERY_CHARS = 200
 """The longest text a search takes."""
 SORTS = ("order", "reward", "-reward", "length", "-length")
@@ -75,7 +77,7 @@ def prompt_preview(prompt: Any) -> str:
         users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
         prompt = users[-1].get("content") if users else prompt
     text = text_of(prompt)
-    return text if len(text) <= PREVIEW_CHARS else "…" + text[-PREVIEW_CHARS:]
+    return text if len(text) <= PROMPT_TAIL_CHARS else "…" + text[-PROMPT_TAIL_CHARS:]
 
 
 def text_pattern(query: str) -> tuple[re.Pattern[bytes], int]:
