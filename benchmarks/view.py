@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -193,7 +194,7 @@ def main() -> None:
         slowest = max(r["ready_ms_max"] for r in results.values())
         report = {
             "benchmark": "view",
-            "machine": machine(),
+            "machine": {**machine(), "load_average_1min": round(os.getloadavg()[0], 2)},
             "inputs": {"samples": len(everything), "repeat": options.repeat,
                        "rollouts_mb": round(kept.stat().st_size / 2**20, 1), "generated": options.run is None},
             "startup_s": round(startup_s, 3),

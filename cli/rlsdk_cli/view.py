@@ -71,13 +71,13 @@ async def _serve(runs: list, host: str, port: int | None, token: str, allowed_ho
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE or candidate == ports[-1]:
                 raise typer.BadParameter(f"cannot listen on {host}:{candidate}: {exc.strerror}") from None
-    names = ", ".join(run.name for run in runs)
-    typer.echo(f"rlsdk view: {len(runs)} run{'s' if len(runs) != 1 else ''} ({names})")
-    typer.echo(f"open {server.url}   (Ctrl-C stops)", nl=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before the address is printed: whoever reads it may stop us
         loop.add_signal_handler(sig, stop.set)
+    names = ", ".join(run.name for run in runs)
+    typer.echo(f"rlsdk view: {len(runs)} run{'s' if len(runs) != 1 else ''} ({names})")
+    typer.echo(f"open {server.url}   (Ctrl-C stops)")
     try:
         await stop.wait()
     finally:

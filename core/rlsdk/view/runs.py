@@ -111,13 +111,12 @@ def running(folder: Path) -> bool:
     except OSError:
         return False
     try:
-        with open("/proc/locks") as locks:
-            wanted = f":{stat.st_ino}"
-            return any(
-                line.split()[1] == "FLOCK" and line.split()[5].endswith(wanted)
-                for line in locks
-                if len(line.split()) > 5
-            )
+        with open("/proc/locks") as locks:  # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+            for line in locks:
+                fields = line.split()
+                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].endswith(f":{stat.st_ino}"):
+                    return True
+            return False
     except OSError:
         pass
     try:

@@ -205,11 +205,10 @@ def authorize(token: str, port: list[int]) -> Any:
             return await handler(request)
         given = request.query.get("token")
         if given is not None and hmac.compare_digest(given.encode(), token.encode()) and request.path == "/":
-            response = web.HTTPFound("/")  # the browser keeps the #fragment (the page within the viewer)
+            # to the page without the token; the browser keeps the #fragment (the page within the viewer)
+            response = web.Response(status=302, headers={"Location": "/"})
             response.set_cookie(name, token, httponly=True, samesite="Strict", path="/")
-            for key, value in SECURITY_HEADERS.items():
-                response.headers[key] = value
-            raise response
+            return response
         await asyncio.sleep(failures.delay())
         if request.path.startswith("/api/"):
             return error("missing or wrong token: open the URL rlsdk view printed", 401)
@@ -261,10 +260,10 @@ async def start_view(
     app = web.Application(
         client_max_size=4096,
         middlewares=[
+            headers,  # outermost: on every answer, refusals included
             guard(None, error, bind_host=host, allowed_hosts=allowed_hosts),
             authorize(token, bound),
             limits.middleware(error),
-            headers,
         ],
     )
     app[_RUNS] = runs
