@@ -22,6 +22,7 @@ import torch
 from ..engines.lora_adapter import lora_adapter_deltas
 from ..engines.weight_checksums import Layout, engine_checksums
 from ..errors import CheckpointError, RlsdkError
+from ..outputs import TRAIN_LOG_PROBS
 from ..plugins.calls import call_advantage, call_reward_post_process, call_rollout_data_postprocess
 from ..plugins.kinds import Loss
 from ..plugins.records import Resolved
@@ -116,6 +117,9 @@ class TorchTrainer(PolicyTrainer):
         if args.num_steps_per_rollout:
             gbs = max(1, len(data) // args.num_steps_per_rollout)
         per_sample, kl = self._old_log_probs(data, one_optimizer_step=gbs >= len(data))
+        if len(per_sample["log_probs"]) == len(samples):  # kept in rollouts.jsonl, for rlsdk view
+            for sample, log_probs in zip(samples, per_sample["log_probs"], strict=True):
+                sample.metadata[TRAIN_LOG_PROBS] = log_probs.tolist()
         postprocess_data = plugins_of(args).get(RolloutDataPostprocess)
         if postprocess_data is not None:
             rewards, masks = self._postprocess(rollout_id, postprocess_data, samples, data, raw, per_sample)
