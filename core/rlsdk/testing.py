@@ -76,6 +76,7 @@ __all__ = [
     "check_plugin",
     "sampling_params_for",
     "score",
+    "tiny_llama",
     "ByteTokenizer",
     "FakeEngine",
     "FakeReply",
@@ -426,6 +427,37 @@ def check_custom_generate(
             f"{where}: {field} has {len(values)} entries for {result.response_length} response tokens"
         )
     return result
+
+
+def tiny_llama(folder: Path) -> Path:
+    """A 2-layer Llama (hidden size 32, random weights, seed 0) with a 32-word word-level tokenizer saved in
+    ``folder``: a model a trainer's or an engine's test loads and trains in seconds on a CPU. Returns
+    ``folder``."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    words = ["<eos>", "<pad>", *[f"w{i}" for i in range(30)]]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<pad>")
+    fast.save_pretrained(folder)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(words),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=1,
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
 
 
 class ServedEngine:
