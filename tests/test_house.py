@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from rlsdk import Engine, Reward, RolloutConfig, get_plugin_manager, hookimpl
+from rlsdk import RolloutConfig, get_plugin_manager
 from rlsdk.config.sections import SECTIONS
 from rlsdk.run.job import run_job
-from rlsdk.testing import FakeEngine
+
+from .test_rollout_metrics import Plugins  # a reward and an engine on rlsdk.testing's FakeEngine
 
 CORE = Path(__file__).resolve().parents[1] / "core" / "rlsdk"
 
@@ -43,16 +44,6 @@ def test_every_option_is_in_one_section_and_reads_both_ways():
     assert (sections.training.lr, sections.megatron.tensor_model_parallel_size) == (0.5, 2)
     assert (sections.agents.max_turns, sections.data.label_key) == (7, "answer")
     assert all(dataclasses.is_dataclass(s) and type(s).__dataclass_params__.frozen for s in vars(sections).values())
-
-
-class Plugins:
-    @hookimpl
-    def rlsdk_rewards(self):
-        yield Reward(name="has_x", func=lambda args, sample: float("x" in sample.response))
-
-    @hookimpl
-    def rlsdk_engines(self):
-        yield Engine(name="fake", func=lambda args: FakeEngine(lambda payload, call: "x is the answer"))
 
 
 def test_a_run_never_writes_its_configuration(tmp_path):
