@@ -77,6 +77,7 @@ __all__ = [
     "sampling_params_for",
     "score",
     "tiny_llama",
+    "tool_definition",
     "ByteTokenizer",
     "FakeEngine",
     "FakeReply",
@@ -427,6 +428,14 @@ def check_custom_generate(
             f"{where}: {field} has {len(values)} entries for {result.response_length} response tokens"
         )
     return result
+
+
+def tool_definition(name: str, description: str, *parameters: str) -> dict[str, Any]:
+    """An OpenAI-style function definition, a chat request's ``tools`` entry, whose ``parameters`` are strings:
+    ``tool_definition("calculator", "Arithmetic.", "expression")``."""
+    properties = {parameter: {"type": "string"} for parameter in parameters}
+    schema = {"type": "object", "properties": properties}
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
 
 
 def tiny_llama(folder: Path) -> Path:
