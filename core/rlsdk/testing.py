@@ -76,6 +76,7 @@ __all__ = [
     "check_plugin",
     "sampling_params_for",
     "score",
+    "scored",
     "tiny_llama",
     "tool_definition",
     "ByteTokenizer",
@@ -184,6 +185,26 @@ def score(
     args = args or RolloutConfig()
     run_to_completion(score_group(args, RunPlugins(args, pm), samples, evaluation=evaluation))
     return samples
+
+
+def scored(
+    pm: RlsdkPluginManager,
+    response: str,
+    label: Any = None,
+    args: RolloutConfig | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Sample:
+    """A finished sample with ``response`` (``label``, ``metadata``) scored by :func:`score`: its ``reward``,
+    or None with the reason in ``metadata["reward_error"]``."""
+    sample = Sample(
+        group_index=0,
+        index=0,
+        response=response,
+        label=label,
+        metadata=dict(metadata or {}),
+        status=Sample.Status.COMPLETED,
+    )
+    return score(pm, [sample], args)[0]
 
 
 def check_dynamic_filter(

@@ -9,23 +9,14 @@ import pytest
 from rlsdk import Sample
 from rlsdk import REWARD_ERROR
 from rlsdk.testing import check_reward
-from rlsdk.testing import score as score_samples
+from rlsdk.testing import score as score_samples, scored
 from rlsdk_rm_hub.final_answer import answer_candidates
 from rlsdk_rm_hub.math_grader import quick_verdict
 from rlsdk_rm_hub.normalize import math_normalize, minerva_normalize
 
 
 def score(pm, args, response, label, rm="math", metadata=None):
-    sample = Sample(
-        group_index=0,
-        index=0,
-        response=response,
-        label=label,
-        metadata=dict(metadata or {}),
-        status=Sample.Status.COMPLETED,
-    )
-    score_samples(pm, [sample], args.replace(rm_type=rm))
-    return sample
+    return scored(pm, response, label, args.replace(rm_type=rm), metadata)
 
 
 MATH_CASES = [
