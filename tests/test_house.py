@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlsdk import RolloutConfig, get_plugin_manager
-from rlsdk.config.sections import SECTIONS
+from rlsdk.options import SECTIONS
 from rlsdk.run.job import run_job
 
 from .test_rollout_metrics import Plugins  # a reward and an engine on rlsdk.testing's FakeEngine

@@ -146,7 +146,7 @@ def option_parameters() -> list[inspect.Parameter]:
     """One command-line option per run option: core's (:func:`rlsdk.config.core_options`, from RolloutConfig's
     fields and docstrings) and those the installed plugins declare, each with its help and default."""
     from rlsdk.config import core_options, installed_plugin_options
-    from rlsdk.config.sections import SECTIONS
+    from rlsdk.options import SECTIONS
 
     panels = {
         f.name: title.title() for title, section in SECTIONS.items() for f in dataclasses.fields(section)

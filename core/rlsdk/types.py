@@ -6,12 +6,10 @@ import dataclasses
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 from .sample_stats import PrefixCacheInfo, SpecInfo
-
-if TYPE_CHECKING:
-    from .config import RolloutConfig
+from .options import RunOptions
 
 
 RewardValue = float | dict[str, Any] | None
@@ -74,7 +72,7 @@ class Sample:
     SpecInfo = SpecInfo
     PrefixCacheInfo = PrefixCacheInfo
 
-    def get_reward_value(self, args: RolloutConfig) -> float | None:
+    def get_reward_value(self, args: RunOptions) -> float | None:
         """The scalar reward: ``reward[args.reward_key]`` for dict rewards, else the reward itself."""
         return reward_value(self.reward, getattr(args, "reward_key", None))
 
@@ -138,7 +136,7 @@ class Sample:
         if meta_info is not None and update_terminal_info:
             self.apply_finish_info(meta_info, args)
 
-    def apply_finish_info(self, meta_info: dict[str, Any], args: RolloutConfig | None = None) -> None:
+    def apply_finish_info(self, meta_info: dict[str, Any], args: RunOptions | None = None) -> None:
         """What SGLang's final ``meta_info`` says about the sample, as slime records it: prefix cache hits
         (speculative decoding too with ``args.sglang_speculative_algorithm``), the weight version, and the
         status from ``finish_reason`` (length: truncated, abort: aborted, stop: completed)."""

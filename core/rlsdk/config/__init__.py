@@ -12,7 +12,7 @@ import tomllib
 import types
 import typing
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,18 +26,7 @@ from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
 from ..plugins.records import Option, PluginInfo, Resolved
 from ..plugins.verifiers_envs import is_verifiers_module, verifiers_environment
 from ..slime_args import SLIME_ARG_DEFAULTS
-from .sections import (
-    SECTIONS,
-    AgentsOptions,
-    AlgorithmOptions,
-    DataOptions,
-    EngineOptions,
-    MegatronOptions,
-    OutputOptions,
-    RewardOptions,
-    RolloutOptions,
-    TrainingOptions,
-)
+from ..options import SECTIONS, RunOptions
 from ..training_options import option_docs
 
 DEFAULT_ENVIRONMENT = "arithmetic"
@@ -79,48 +68,17 @@ ALIASES = {
 """Short names of options (``--rm``, ``rm:`` in a config file) beside slime's long ones."""
 
 
-@dataclass(frozen=True)
-class RunSections:
-    """A configuration's sections, each a frozen dataclass (:mod:`rlsdk.config.sections`)."""
-
-    rollout: RolloutOptions
-    data: DataOptions
-    reward: RewardOptions
-    training: TrainingOptions
-    algorithm: AlgorithmOptions
-    engine: EngineOptions
-    megatron: MegatronOptions
-    agents: AgentsOptions
-    output: OutputOptions
-
-
 @dataclass(frozen=True, init=False)
-class RolloutConfig(
-    OutputOptions,
-    AgentsOptions,
-    MegatronOptions,
-    EngineOptions,
-    AlgorithmOptions,
-    TrainingOptions,
-    RewardOptions,
-    DataOptions,
-    RolloutOptions,
-):
+class RolloutConfig(RunOptions):
     """A run's configuration: a plain frozen value, built once (:meth:`from_dict`, :meth:`from_file`, or by
     keyword) and never written; a change is a new value (:meth:`replace`). Its options come in sections
-    (``config.sections.training.lr``; :class:`RunSections`), and every option reads under slime's flat name
+    (``config.sections.training.lr``: :mod:`rlsdk.options`), and every option reads under slime's flat name
     too (``args.lr``): the view slime's functions and rlsdk's plugins get as ``args``. What a run learns while
     it runs (the engine's address, the model's folder) is the runtime's (:func:`rlsdk.run.session.run_args`
     shows it to plugins under slime's names). The options that name each kind's plugin are declared by the
     kinds (:mod:`rlsdk.plugins.kinds`: ``rm_type``, ``custom_generate_function_path``, ...) and kept in
     ``choices``; plugins declare options of their own (``rlsdk_options``), kept in ``extra``. Both read as
     attributes (``args.rm_type``, ``args.retriever_url``), their default when unset."""
-
-    choices: dict[str, Any] = field(default_factory=dict)
-    """The plugin each kind's options name for this run, by option (every kind's option, its default when
-    not given)."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """The plugins' options given for this run (and slime's arguments that rlsdk has no option for)."""
 
     def __init__(self, *, declared: dict[str, Option] | None = None, **values: Any) -> None:
         """Core options by keyword (the kinds' among them), and plugins' options (kept in ``extra``) checked
@@ -190,16 +148,6 @@ class RolloutConfig(
                 "--async and --max-policy-version-lag generate while the trainer trains: they need the "
                 "engines on GPUs of their own, not --colocate"
             )
-
-    @functools.cached_property
-    def sections(self) -> RunSections:
-        """The configuration by section: ``config.sections.training.lr``."""
-        return RunSections(
-            **{
-                name: section(**{f.name: getattr(self, f.name) for f in dataclasses.fields(section)})
-                for name, section in SECTIONS.items()
-            }
-        )
 
     @classmethod
     def option_names(cls) -> list[str]:

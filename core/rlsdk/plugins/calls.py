@@ -28,7 +28,7 @@ import numbers
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 from ..aio.blocking import blocking_pool
 from ..aio.concurrency import ConcurrencyLimit
@@ -38,9 +38,7 @@ from ..engines.protocol import EngineError, EngineRequestError
 from ..errors import PluginCallError, RlsdkError
 from ..types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 from .records import Resolved
-
-if TYPE_CHECKING:
-    from ..config import RolloutConfig
+from ..options import RunOptions
 
 
 SyncRewardRunner = Callable[[Any, Resolved[Any], Any, dict[str, Any], float | None], Awaitable[Any]]
@@ -109,7 +107,7 @@ def _sample_where(sample: Sample) -> str:
 
 
 def call_generate_rollout(
-    resolved: Resolved, args: RolloutConfig, rollout_id: int, data_source: Any, *, runtime: Any
+    resolved: Resolved, args: RunOptions, rollout_id: int, data_source: Any, *, runtime: Any
 ) -> RolloutFnTrainOutput:
     """One whole training step from the main thread (an async rollout runs on ``runtime``'s loop); a bare list
     of groups is wrapped, as slime does."""
@@ -120,7 +118,7 @@ def call_generate_rollout(
 
 
 def call_eval_rollout(
-    resolved: Resolved, args: RolloutConfig, rollout_id: int, *, runtime: Any
+    resolved: Resolved, args: RunOptions, rollout_id: int, *, runtime: Any
 ) -> RolloutFnEvalOutput:
     """generate_rollout with ``evaluation=True`` (no data source); an eval dict is wrapped, as slime does."""
     where = f"at eval after rollout {rollout_id}"
@@ -172,7 +170,7 @@ def as_eval_output(resolved: Resolved, result: Any, where: str = "") -> RolloutF
 
 async def call_custom_generate(
     resolved: Resolved,
-    args: RolloutConfig,
+    args: RunOptions,
     sample: Sample,
     sampling_params: dict[str, Any],
     *,
@@ -275,7 +273,7 @@ class InvalidReward(PluginCallError):
 
 async def call_reward(
     resolved: Resolved,
-    args: RolloutConfig,
+    args: RunOptions,
     target: Sample | list[Sample],
     *,
     evaluation: bool = False,
@@ -318,7 +316,7 @@ async def call_reward(
 
 
 def call_cheap_reward(
-    resolved: Resolved, args: RolloutConfig, target: Sample | list[Sample], *, evaluation: bool = False
+    resolved: Resolved, args: RunOptions, target: Sample | list[Sample], *, evaluation: bool = False
 ) -> Any:
     """:func:`call_reward` for a ``cheap`` reward from sync code on the loop: no coroutine, no thread, no
     timeout (the rollout loop's fast path for exact-match rewards)."""
@@ -387,7 +385,7 @@ def reward_problem(reward: Any) -> str | None:
 
 
 async def call_dynamic_filter(
-    resolved: Resolved, args: RolloutConfig, group: list[Sample]
+    resolved: Resolved, args: RunOptions, group: list[Sample]
 ) -> DynamicFilterOutput:
     """The filter's verdict on one finished group: a bool (also a numpy or torch boolean, as slime's own filter
     returns), slime's ``DynamicFilterOutput`` or rlsdk's, always given back as rlsdk's."""
@@ -414,7 +412,7 @@ async def call_dynamic_filter(
 
 
 async def call_over_sampling_filter(
-    resolved: Resolved, args: RolloutConfig, groups: list[list[Sample]]
+    resolved: Resolved, args: RunOptions, groups: list[list[Sample]]
 ) -> list[list[Sample]]:
     """The kept groups in the filter's order: a list of groups it was given, none twice (it may leave some out)."""
     where = f"on {len(groups)} kept groups"
@@ -440,7 +438,7 @@ async def call_over_sampling_filter(
 
 
 def call_buffer_filter(
-    resolved: Resolved, args: RolloutConfig, rollout_id: int, buffer: list[list[Sample]], num_samples: int
+    resolved: Resolved, args: RunOptions, rollout_id: int, buffer: list[list[Sample]], num_samples: int
 ) -> tuple[list[list[Sample]], list[list[Sample]]]:
     """``(served, left)``: the groups the filter serves (at most ``num_samples``) and the buffer it leaves.
 
@@ -479,7 +477,7 @@ def _buffer_problem(served: Any, left: list[Any], given: set[int], num_samples: 
 # ----- engine ----------------------------------------------------------------------------------------------
 
 
-def call_engine(resolved: Resolved, args: RolloutConfig) -> Any:
+def call_engine(resolved: Resolved, args: RunOptions) -> Any:
     """Build the engine the factory makes from ``args``: an :class:`rlsdk.engine_api.InferenceEngine`."""
     try:
         engine = run_to_completion(resolved.func(args))
@@ -498,7 +496,7 @@ def call_engine(resolved: Resolved, args: RolloutConfig) -> Any:
 
 
 async def call_sample_hooks(
-    hooks: list[Resolved], args: RolloutConfig, sample: Sample, *, rollout_id: int | None, evaluation: bool
+    hooks: list[Resolved], args: RunOptions, sample: Sample, *, rollout_id: int | None, evaluation: bool
 ) -> Sample:
     """``sample`` through every sample hook in order (each gets the previous one's sample); a hook that raises
     or returns something other than a Sample or None gives the sample back failed, the error naming the hook
@@ -525,7 +523,7 @@ async def call_sample_hooks(
     return sample
 
 
-def call_rollout_sample_filter(resolved: Resolved, args: RolloutConfig, groups: list[list[Sample]]) -> int:
+def call_rollout_sample_filter(resolved: Resolved, args: RunOptions, groups: list[list[Sample]]) -> int:
     """Let the filter mark samples ``remove_sample``; returns how many are marked. The groups must keep their
     samples (it marks, it does not remove)."""
     where = f"on {len(groups)} kept groups"
@@ -539,7 +537,7 @@ def call_rollout_sample_filter(resolved: Resolved, args: RolloutConfig, groups: 
 
 
 def call_all_samples_process(
-    resolved: Resolved, args: RolloutConfig, groups: list[list[Sample]], data_source: Any
+    resolved: Resolved, args: RunOptions, groups: list[list[Sample]], data_source: Any
 ) -> None:
     """Hand every group the step finished to the plugin."""
     _call_sync(resolved, f"on the {len(groups)} groups of a step", args, groups, data_source)
@@ -579,7 +577,7 @@ def _call_sync(resolved: Resolved, where: str, *args: Any, **kwargs: Any) -> Any
         raise _raised(resolved, where, exc) from exc
 
 
-def call_advantage(resolved: Resolved, args: RolloutConfig, rollout_data: dict[str, Any]) -> list[Any]:
+def call_advantage(resolved: Resolved, args: RunOptions, rollout_data: dict[str, Any]) -> list[Any]:
     """The advantages an advantage plugin sets in ``rollout_data`` (one entry per sample, as many as
     ``rollout_data["rewards"]``)."""
     where = f"on {len(rollout_data.get('rewards', []))} samples"
@@ -596,7 +594,7 @@ def call_advantage(resolved: Resolved, args: RolloutConfig, rollout_data: dict[s
 
 
 def call_reward_post_process(
-    resolved: Resolved, args: RolloutConfig, samples: list[Sample]
+    resolved: Resolved, args: RunOptions, samples: list[Sample]
 ) -> tuple[list[float], list[float]]:
     """``(raw_rewards, rewards)``: two lists of finite numbers, one per sample."""
     where = f"on {len(samples)} samples"
@@ -622,7 +620,7 @@ def call_reward_post_process(
 
 
 def call_rollout_data_postprocess(
-    resolved: Resolved, args: RolloutConfig, rollout_id: int, rollout_data: dict[str, Any]
+    resolved: Resolved, args: RunOptions, rollout_id: int, rollout_data: dict[str, Any]
 ) -> None:
     """Let the plugin edit ``rollout_data`` in place; the per-sample lists must keep their lengths."""
     where = f"at rollout {rollout_id}"
@@ -652,7 +650,7 @@ TRAIN_DATA_KEYS = (
 
 
 def call_convert_samples_to_train_data(
-    resolved: Resolved, args: RolloutConfig, samples: list[Sample]
+    resolved: Resolved, args: RunOptions, samples: list[Sample]
 ) -> dict[str, Any]:
     """slime's training-data dict: :data:`TRAIN_DATA_KEYS` at least, each a list with one entry per sample."""
     where = f"on {len(samples)} samples"
@@ -680,7 +678,7 @@ def _log_result(resolved: Resolved, where: str, result: Any) -> bool:
 def call_rollout_log(
     resolved: Resolved,
     rollout_id: int,
-    args: RolloutConfig,
+    args: RunOptions,
     samples: list[Sample],
     metrics: dict[str, Any],
     rollout_time: float,
@@ -694,14 +692,14 @@ def call_rollout_log(
 
 
 def call_eval_rollout_log(
-    resolved: Resolved, rollout_id: int, args: RolloutConfig, data: dict[str, Any], metrics: dict[str, Any]
+    resolved: Resolved, rollout_id: int, args: RunOptions, data: dict[str, Any], metrics: dict[str, Any]
 ) -> bool:
     """One logging backend for one eval (see :func:`call_rollout_log`)."""
     where = f"logging the eval after rollout {rollout_id}"
     return _log_result(resolved, where, _call_sync(resolved, where, rollout_id, args, data, metrics))
 
 
-def call_checkpoint_callback(resolved: Resolved, args: RolloutConfig, rollout_id: int, path: Any) -> None:
+def call_checkpoint_callback(resolved: Resolved, args: RunOptions, rollout_id: int, path: Any) -> None:
     """A callback after the checkpoint ``path`` of step ``rollout_id`` is complete."""
     _call_sync(resolved, f"after the checkpoint {path} of rollout {rollout_id}", args, rollout_id, path)
 
@@ -709,7 +707,7 @@ def call_checkpoint_callback(resolved: Resolved, args: RolloutConfig, rollout_id
 DATA_SOURCE_METHODS = ("get_samples", "add_samples")
 
 
-def call_data_source(resolved: Resolved, args: RolloutConfig) -> Any:
+def call_data_source(resolved: Resolved, args: RunOptions) -> Any:
     """The data source the plugin builds from ``args``: an object with :data:`DATA_SOURCE_METHODS`."""
     source = _call_sync(resolved, "building the data source", args)
     missing = [m for m in DATA_SOURCE_METHODS if not callable(getattr(source, m, None))]
@@ -801,14 +799,14 @@ def _returns_none(resolved: Resolved, where: str, result: Any) -> None:
         )
 
 
-def call_megatron_init(resolved: Resolved, args: RolloutConfig) -> None:
+def call_megatron_init(resolved: Resolved, args: RunOptions) -> None:
     """The init hook, once megatron's parallel state is set up."""
     where = "after megatron's initialisation"
     _returns_none(resolved, where, _call_sync(resolved, where, args))
 
 
 def call_megatron_before_log_prob(
-    resolved: Resolved, args: RolloutConfig, model: list[Any], store_prefix: str
+    resolved: Resolved, args: RunOptions, model: list[Any], store_prefix: str
 ) -> None:
     """The hook before a log-prob computation of ``model`` (a list of model chunks); ``store_prefix`` names
     whose log-probs: ``""`` the policy's, ``"ref_"`` the reference model's."""
@@ -818,7 +816,7 @@ def call_megatron_before_log_prob(
 
 def call_megatron_before_train_step(
     resolved: Resolved,
-    args: RolloutConfig,
+    args: RunOptions,
     rollout_id: int,
     step_id: int,
     model: list[Any],
@@ -852,7 +850,7 @@ def call_model_provider(
 
 
 def call_update_weight_post_write(
-    resolved: Resolved, args: RolloutConfig, version_dir: str, rollout_engines: list[Any]
+    resolved: Resolved, args: RunOptions, version_dir: str, rollout_engines: list[Any]
 ) -> None:
     """The hook after a disk weight sync wrote ``version_dir``, before ``rollout_engines`` read it."""
     where = f"after the weights were written to {version_dir}"

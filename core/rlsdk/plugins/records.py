@@ -9,10 +9,14 @@ from argparse import Namespace
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TYPE_CHECKING, TypeVar
+from typing import Any, ClassVar, Generic, Never, TypeVar
+from ..options import RunOptions
 
-if TYPE_CHECKING:
-    from ..config import RolloutConfig
+
+PluginArgs = Never
+"""The type of a kind's ``args`` in its call ``Protocol``: the run's options, of whatever type the plugin
+names them (``rlsdk.RolloutConfig``, slime's ``argparse.Namespace``, unannotated): as the bottom type, any
+function accepts it, so a protocol checks a plugin's arity and its other arguments, not how it types ``args``."""
 
 
 def normalize_name(name: str) -> str:
@@ -137,7 +141,7 @@ class PluginRecord:
         return None
 
     @classmethod
-    def chosen(cls, args: RolloutConfig | Namespace) -> Any:
+    def chosen(cls, args: RunOptions | Namespace) -> Any:
         """What the run ``args`` name for this kind: its first option's value, else :attr:`default`. A name
         or path (a list of them for :attr:`many` kinds); None: no plugin of this kind."""
         if not cls.options:

@@ -12,15 +12,13 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 from ..types import Sample, reward_value
 from .calls import InvalidReward, call_reward
 from .kinds import Reward
 from .records import PluginInfo, Resolved
-
-if TYPE_CHECKING:
-    from ..config import RolloutConfig
+from ..options import RunOptions
 
 
 RUBRIC_METADATA = "rubric"
@@ -58,16 +56,14 @@ def rubric_reward(spec: str, parts: list[tuple[RubricPart, Resolved[Any]]]) -> R
     """A resolved reward computing the weighted sum of ``parts`` (each resolved already)."""
     group = any(resolved.record.group for _, resolved in parts)
 
-    async def score_one(
-        args: RolloutConfig, sample: Sample, evaluation: bool, values: dict[str, float]
-    ) -> None:
+    async def score_one(args: RunOptions, sample: Sample, evaluation: bool, values: dict[str, float]) -> None:
         for part, resolved in parts:
             if not resolved.record.group:
                 values[part.spec] = _scalar(
                     args, resolved, sample, await _call(args, resolved, sample, evaluation)
                 )
 
-    async def rubric(args: RolloutConfig, target: Any, evaluation: bool = False) -> Any:
+    async def rubric(args: RunOptions, target: Any, evaluation: bool = False) -> Any:
         samples = target if group else [target]
         values: list[dict[str, float]] = [{} for _ in samples]
         for part, resolved in parts:
@@ -93,7 +89,7 @@ def rubric_reward(spec: str, parts: list[tuple[RubricPart, Resolved[Any]]]) -> R
     return Resolved(record, PluginInfo(plugin=f"rubric {spec}"), is_async=True, accepts_evaluation=True)
 
 
-async def _call(args: RolloutConfig, resolved: Resolved[Any], target: Any, evaluation: bool) -> Any:
+async def _call(args: RunOptions, resolved: Resolved[Any], target: Any, evaluation: bool) -> Any:
     """One part's reward; its failure names the part (the sample's error names the rubric too)."""
     timeout = getattr(args, "reward_timeout", None)
     try:
@@ -102,7 +98,7 @@ async def _call(args: RolloutConfig, resolved: Resolved[Any], target: Any, evalu
         raise InvalidReward(resolved, "(a rubric part)", f"part {resolved.describe()}: {exc.reason}") from exc
 
 
-def _scalar(args: RolloutConfig, resolved: Resolved[Any], sample: Sample, value: Any) -> float:
+def _scalar(args: RunOptions, resolved: Resolved[Any], sample: Sample, value: Any) -> float:
     """A part's value as a number: None (the part marks the sample invalid) and a dict without the run's
     ``reward_key`` are invalid rewards naming the part."""
     where = f"on sample {sample.group_index}/{sample.index} (a rubric part)"

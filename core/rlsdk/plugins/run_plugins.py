@@ -16,7 +16,7 @@ import copy
 from argparse import Namespace
 import dataclasses
 from collections.abc import Callable
-from typing import Any, TYPE_CHECKING, cast
+from typing import Any, cast
 
 from ..answers import last_boxed
 from ..errors import PluginError
@@ -37,9 +37,7 @@ from .loading import is_path
 from .manager import RlsdkPluginManager
 from .records import PluginRecord, RecordT, Resolved, normalize_name
 from .rubric import parse_rubric, rubric_reward
-
-if TYPE_CHECKING:
-    from ..config import RolloutConfig
+from ..options import RunOptions
 
 
 BOXED_PREFIX = "boxed_"
@@ -48,7 +46,7 @@ TRAINING_KINDS = (Trainer, Loss)
 """Kinds a run resolves only when it trains."""
 
 
-def sglang_url(args: RolloutConfig) -> str | None:
+def sglang_url(args: RunOptions) -> str | None:
     """The URL of the running SGLang server or router ``args`` name (``sglang_url``, ``--engine URL``, or
     ``sglang_router_ip``/``_port`` without ``sglang_launch``); None: the ``sglang`` engine launches SGLang."""
     engine = str(getattr(args, "engine", None) or "")  # a kind's option, or slime's args
@@ -61,7 +59,7 @@ def sglang_url(args: RolloutConfig) -> str | None:
 class RunPlugins:
     """Every plugin a run names, by kind (resolved once), and per-sample choices by name."""
 
-    def __init__(self, args: RolloutConfig | Namespace, pm: RlsdkPluginManager) -> None:
+    def __init__(self, args: RunOptions | Namespace, pm: RlsdkPluginManager) -> None:
         """The plugins ``args`` name (rlsdk's configuration, or slime's ``args`` for a function slime calls)
         from ``pm``."""
         self.args = args
@@ -205,7 +203,7 @@ def _boxed_sample(sample: Sample) -> Sample:
 
 
 def _boxed(inner: Resolved[Any]) -> Any:
-    async def boxed_reward(args: RolloutConfig, sample: Any, evaluation: bool = False) -> Any:
+    async def boxed_reward(args: RunOptions, sample: Any, evaluation: bool = False) -> Any:
         target = [_boxed_sample(s) for s in sample] if inner.record.group else _boxed_sample(sample)
         return await call_reward(inner, args, target, evaluation=evaluation)
 

@@ -38,7 +38,8 @@ from ..errors import RlsdkError
 from ..plugins.calls import call_update_weight_post_write
 from ..plugins.records import Resolved
 from ..types import Sample
-from ..training_options import UPDATE_WEIGHT_BUFFER_SIZE, named_model_folder, offloads
+from ..options import UPDATE_WEIGHT_BUFFER_SIZE
+from ..training_options import named_model_folder, offloads
 from .trainer import PolicyTrainer
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 import aiohttp
 
@@ -27,9 +27,7 @@ from ...training_options import trainer_world_size
 from ..protocol import EngineError, EngineUnavailableError
 from .arguments import CLIENT_OPTIONS
 from .process_group import ManagedProcess, free_port
-
-if TYPE_CHECKING:
-    from ...config import RolloutConfig
+from ...options import RunOptions
 
 
 SET_BY_RLSDK = {
@@ -102,7 +100,7 @@ def _flags(options: Mapping[str, Any], prefix: str, refused: Mapping[str, str], 
     return flags
 
 
-def prefixed_options(args: RolloutConfig, prefix: str) -> dict[str, Any]:
+def prefixed_options(args: RunOptions, prefix: str) -> dict[str, Any]:
     """``args``' options named ``<prefix>...``: the fields (``sglang_mem_fraction_static``, ...) and extra
     keys."""
     options = {**vars(args), **getattr(args, "extra", {})}
@@ -140,7 +138,7 @@ class LaunchPlan:
 
 
 def plan_launch(
-    args: RolloutConfig, model_path: str, python: str | None = None, ports: Sequence[int] | None = None
+    args: RunOptions, model_path: str, python: str | None = None, ports: Sequence[int] | None = None
 ) -> LaunchPlan:
     """The servers (and router) ``args`` ask for. ``ports`` (servers', then the router's) default to free ones."""
     python = python or args.sglang_python or sys.executable
@@ -207,7 +205,7 @@ def plan_launch(
     return plan
 
 
-def lora_flags(args: RolloutConfig, flags: list[str]) -> list[str]:
+def lora_flags(args: RunOptions, flags: list[str]) -> list[str]:
     """With ``lora_rank``: ``--enable-lora`` and the rank and target modules adapters will have (SGLang
     sizes its adapter memory at launch), unless the ``sglang_*`` options set them."""
     if not getattr(args, "lora_rank", 0) or "--enable-lora" in flags:
@@ -216,7 +214,7 @@ def lora_flags(args: RolloutConfig, flags: list[str]) -> list[str]:
     return ["--enable-lora", "--max-lora-rank", str(args.lora_rank), "--lora-target-modules", *targets]
 
 
-def trainer_gpu_count(args: RolloutConfig) -> int:
+def trainer_gpu_count(args: RunOptions) -> int:
     """GPUs the trainer holds when not colocated: ``actor_num_gpus_per_node`` (default one per model-parallel
     rank of one data-parallel replica), and none without ``train``."""
     if not args.train:
@@ -384,7 +382,7 @@ def has_module(python: str, module: str) -> bool:
         return False
 
 
-def launcher_for(args: RolloutConfig, log_dir: Path) -> SGLangLauncher:
+def launcher_for(args: RunOptions, log_dir: Path) -> SGLangLauncher:
     """The launcher for ``args``: checks that SGLang (and the router, for several engines) is installed."""
     model = args.hf_checkpoint or args.model
     if not model:

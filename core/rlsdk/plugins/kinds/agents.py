@@ -7,14 +7,12 @@ from argparse import Namespace
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TYPE_CHECKING
+from typing import Any, ClassVar, Protocol
 
 from ...types import Sample
-from ..records import Option, PluginRecord
+from ..records import Option, PluginArgs, PluginRecord
 from ..tool_schema import schema_from_signature
-
-if TYPE_CHECKING:
-    from ...config import RolloutConfig
+from ...options import RunOptions
 
 
 __all__ = [
@@ -226,7 +224,7 @@ class ToolCallParser(PluginRecord):
     func: ToolCallParserCall
 
     @classmethod
-    def chosen(cls, args: RolloutConfig | Namespace) -> Any:
+    def chosen(cls, args: RunOptions | Namespace) -> Any:
         """None for ``auto``: the chat endpoint picks one by the chat template."""
         name = getattr(args, "tool_call_parser", None)
         return None if name == "auto" else name
@@ -239,7 +237,7 @@ class ToolCallParser(PluginRecord):
 class AgentCall(Protocol):
     """``agent``'s call."""
 
-    def __call__(self, args: RolloutConfig, sample: Sample, client: Any, /) -> Any: ...
+    def __call__(self, args: PluginArgs, sample: Sample, client: Any, /) -> Any: ...
 
 
 @dataclass

@@ -9,14 +9,12 @@ from argparse import Namespace
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TYPE_CHECKING
+from typing import Any, ClassVar, Protocol
 
 from ...types import Sample
 from ..loading import is_async_callable
-from ..records import Option, PluginRecord
-
-if TYPE_CHECKING:
-    from ...config import RolloutConfig
+from ..records import Option, PluginArgs, PluginRecord
+from ...options import RunOptions
 
 
 __all__ = [
@@ -41,7 +39,7 @@ __all__ = [
 class GenerateRolloutCall(Protocol):
     """``generate_rollout``'s call."""
 
-    def __call__(self, args: RolloutConfig, rollout_id: int, data_source: Any, /) -> Any: ...
+    def __call__(self, args: PluginArgs, rollout_id: int, data_source: Any, /) -> Any: ...
 
 
 @dataclass
@@ -97,7 +95,7 @@ class GenerateRollout(PluginRecord):
 class CustomGenerateCall(Protocol):
     """``custom_generate``'s call."""
 
-    def __call__(self, args: RolloutConfig, sample: Sample, sampling_params: dict[str, Any], /) -> Any: ...
+    def __call__(self, args: PluginArgs, sample: Sample, sampling_params: dict[str, Any], /) -> Any: ...
 
 
 @dataclass
@@ -151,13 +149,13 @@ class CustomGenerate(PluginRecord):
 class RewardCall(Protocol):
     """``reward``'s call."""
 
-    def __call__(self, args: RolloutConfig, sample: Sample, /) -> Any: ...
+    def __call__(self, args: PluginArgs, sample: Sample, /) -> Any: ...
 
 
 class GroupRewardCall(Protocol):
     """A group ``reward``'s call (``group=True``)."""
 
-    def __call__(self, args: RolloutConfig, samples: list[Sample], /) -> Any: ...
+    def __call__(self, args: PluginArgs, samples: list[Sample], /) -> Any: ...
 
 
 @dataclass
@@ -204,7 +202,7 @@ class Reward(PluginRecord):
     func: RewardCall | GroupRewardCall
 
     @classmethod
-    def chosen(cls, args: RolloutConfig | Namespace) -> Any:
+    def chosen(cls, args: RunOptions | Namespace) -> Any:
         """``custom_rm_path`` (slime's, before ``rm_type``), else ``rm_type``."""
         return getattr(args, "custom_rm_path", None) or getattr(args, "rm_type", None)
 
@@ -226,7 +224,7 @@ class Reward(PluginRecord):
 class DynamicFilterCall(Protocol):
     """``dynamic_filter``'s call."""
 
-    def __call__(self, args: RolloutConfig, samples: list[Sample], /) -> Any: ...
+    def __call__(self, args: PluginArgs, samples: list[Sample], /) -> Any: ...
 
 
 @dataclass
@@ -274,7 +272,7 @@ class DynamicFilter(PluginRecord):
 class OverSamplingFilterCall(Protocol):
     """``over_sampling_filter``'s call."""
 
-    def __call__(self, args: RolloutConfig, groups: list[list[Sample]], /) -> Any: ...
+    def __call__(self, args: PluginArgs, groups: list[list[Sample]], /) -> Any: ...
 
 
 @dataclass
@@ -322,7 +320,7 @@ class BufferFilterCall(Protocol):
     """``buffer_filter``'s call."""
 
     def __call__(
-        self, args: RolloutConfig, rollout_id: int, buffer: list[list[Sample]], num_samples: int, /
+        self, args: PluginArgs, rollout_id: int, buffer: list[list[Sample]], num_samples: int, /
     ) -> Any: ...
 
 
@@ -375,7 +373,7 @@ class BufferFilter(PluginRecord):
 class EngineCall(Protocol):
     """``engine``'s call."""
 
-    def __call__(self, args: RolloutConfig, /) -> Any: ...
+    def __call__(self, args: PluginArgs, /) -> Any: ...
 
 
 @dataclass
@@ -419,7 +417,7 @@ class Engine(PluginRecord):
     func: EngineCall
 
     @classmethod
-    def chosen(cls, args: RolloutConfig | Namespace) -> Any:
+    def chosen(cls, args: RunOptions | Namespace) -> Any:
         """``--engine URL`` names the ``sglang`` engine, which reads the URL from ``args.engine``."""
         name = getattr(args, "engine", None) or ""
         return "sglang" if name.startswith(("http://", "https://")) else name
@@ -428,7 +426,7 @@ class Engine(PluginRecord):
 class SampleHookCall(Protocol):
     """``sample_hook``'s call."""
 
-    def __call__(self, args: RolloutConfig, sample: Sample, /) -> Any: ...
+    def __call__(self, args: PluginArgs, sample: Sample, /) -> Any: ...
 
 
 @dataclass
@@ -480,7 +478,7 @@ class SampleHook(PluginRecord):
 class RolloutSampleFilterCall(Protocol):
     """``rollout_sample_filter``'s call."""
 
-    def __call__(self, args: RolloutConfig, groups: list[list[Sample]], /) -> Any: ...
+    def __call__(self, args: PluginArgs, groups: list[list[Sample]], /) -> Any: ...
 
 
 @dataclass
@@ -532,7 +530,7 @@ class RolloutSampleFilter(PluginRecord):
 class AllSamplesProcessCall(Protocol):
     """``all_samples_process``'s call."""
 
-    def __call__(self, args: RolloutConfig, all_groups: list[list[Sample]], data_source: Any, /) -> Any: ...
+    def __call__(self, args: PluginArgs, all_groups: list[list[Sample]], data_source: Any, /) -> Any: ...
 
 
 @dataclass
@@ -585,7 +583,7 @@ class AllSamplesProcess(PluginRecord):
 class RolloutMetricsCall(Protocol):
     """``rollout_metrics``'s call."""
 
-    def __call__(self, args: RolloutConfig, rollout_id: int, samples: list[Sample], /) -> Any: ...
+    def __call__(self, args: PluginArgs, rollout_id: int, samples: list[Sample], /) -> Any: ...
 
 
 @dataclass
@@ -647,7 +645,7 @@ class RolloutLogCall(Protocol):
     def __call__(
         self,
         rollout_id: int,
-        args: RolloutConfig,
+        args: PluginArgs,
         samples: list[Sample],
         rollout_extra_metrics: dict[str, Any],
         rollout_time: float,
@@ -713,7 +711,7 @@ class EvalRolloutLogCall(Protocol):
     """``eval_rollout_log``'s call."""
 
     def __call__(
-        self, rollout_id: int, args: RolloutConfig, data: Any, extra_metrics: dict[str, Any], /
+        self, rollout_id: int, args: PluginArgs, data: Any, extra_metrics: dict[str, Any], /
     ) -> Any: ...
 
 
@@ -768,7 +766,7 @@ class EvalRolloutLog(PluginRecord):
 class DataSourceFactoryCall(Protocol):
     """``data_source``'s call."""
 
-    def __call__(self, args: RolloutConfig, /) -> Any: ...
+    def __call__(self, args: PluginArgs, /) -> Any: ...
 
 
 @dataclass

@@ -7,13 +7,11 @@ from argparse import Namespace
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, TYPE_CHECKING
+from typing import Any, ClassVar, Protocol
 
 from ...types import Sample
-from ..records import Option, PluginRecord
-
-if TYPE_CHECKING:
-    from ...config import RolloutConfig
+from ..records import Option, PluginArgs, PluginRecord
+from ...options import RunOptions
 
 
 __all__ = [
@@ -37,7 +35,7 @@ __all__ = [
 class TrainerCall(Protocol):
     """``trainer``'s call."""
 
-    def __call__(self, args: RolloutConfig, /) -> Any: ...
+    def __call__(self, args: PluginArgs, /) -> Any: ...
 
 
 @dataclass
@@ -87,7 +85,7 @@ class Trainer(PluginRecord):
 class LossCall(Protocol):
     """``loss``'s call."""
 
-    def __call__(self, args: RolloutConfig, batch: Any, logits: Any, sum_of_sample_mean: Any, /) -> Any: ...
+    def __call__(self, args: PluginArgs, batch: Any, logits: Any, sum_of_sample_mean: Any, /) -> Any: ...
 
 
 @dataclass
@@ -146,7 +144,7 @@ class Loss(PluginRecord):
     func: LossCall
 
     @classmethod
-    def chosen(cls, args: RolloutConfig | Namespace) -> Any:
+    def chosen(cls, args: RunOptions | Namespace) -> Any:
         """``loss_type``, or ``custom_loss_function_path`` for ``custom_loss``."""
         if args.loss_type == "custom_loss":
             return getattr(args, "custom_loss_function_path", None) or ""
@@ -170,7 +168,7 @@ class Loss(PluginRecord):
 class AdvantageCall(Protocol):
     """``advantage``'s call."""
 
-    def __call__(self, args: RolloutConfig, rollout_data: dict[str, Any], /) -> Any: ...
+    def __call__(self, args: PluginArgs, rollout_data: dict[str, Any], /) -> Any: ...
 
 
 @dataclass
@@ -225,7 +223,7 @@ class Advantage(PluginRecord):
 class RewardPostProcessCall(Protocol):
     """``reward_post_process``'s call."""
 
-    def __call__(self, args: RolloutConfig, samples: list[Sample], /) -> Any: ...
+    def __call__(self, args: PluginArgs, samples: list[Sample], /) -> Any: ...
 
 
 @dataclass
@@ -277,7 +275,7 @@ class RewardPostProcess(PluginRecord):
 class RolloutDataPostprocessCall(Protocol):
     """``rollout_data_postprocess``'s call."""
 
-    def __call__(self, args: RolloutConfig, rollout_id: int, rollout_data: dict[str, Any], /) -> Any: ...
+    def __call__(self, args: PluginArgs, rollout_id: int, rollout_data: dict[str, Any], /) -> Any: ...
 
 
 @dataclass
@@ -330,7 +328,7 @@ class RolloutDataPostprocess(PluginRecord):
 class ConvertSamplesToTrainDataCall(Protocol):
     """``convert_samples_to_train_data``'s call."""
 
-    def __call__(self, args: RolloutConfig, samples: list[Sample], /) -> Any: ...
+    def __call__(self, args: PluginArgs, samples: list[Sample], /) -> Any: ...
 
 
 @dataclass
@@ -390,7 +388,7 @@ class ConvertSamplesToTrainData(PluginRecord):
 class CheckpointCallbackCall(Protocol):
     """``checkpoint_callback``'s call."""
 
-    def __call__(self, args: RolloutConfig, rollout_id: int, path: str, /) -> Any: ...
+    def __call__(self, args: PluginArgs, rollout_id: int, path: str, /) -> Any: ...
 
 
 @dataclass
@@ -510,7 +508,7 @@ class TisFunctionCall(Protocol):
     def __call__(
         self,
         *,
-        args: RolloutConfig,
+        args: PluginArgs,
         pg_loss: Any,
         train_log_probs: Any,
         rollout_log_probs: Any,
@@ -581,7 +579,7 @@ class TisFunction(PluginRecord):
 class MegatronInitCall(Protocol):
     """``megatron_init``'s call."""
 
-    def __call__(self, args: RolloutConfig, /) -> Any: ...
+    def __call__(self, args: PluginArgs, /) -> Any: ...
 
 
 @dataclass
@@ -628,7 +626,7 @@ class MegatronInit(PluginRecord):
 class MegatronBeforeLogProbCall(Protocol):
     """``megatron_before_log_prob``'s call."""
 
-    def __call__(self, args: RolloutConfig, model: Any, store_prefix: str, /) -> Any: ...
+    def __call__(self, args: PluginArgs, model: Any, store_prefix: str, /) -> Any: ...
 
 
 @dataclass
@@ -680,7 +678,7 @@ class MegatronBeforeTrainStepCall(Protocol):
 
     def __call__(
         self,
-        args: RolloutConfig,
+        args: PluginArgs,
         rollout_id: int,
         step_id: int,
         model: Any,
@@ -801,7 +799,7 @@ class ModelProvider(PluginRecord):
 class UpdateWeightPostWriteCall(Protocol):
     """``update_weight_post_write``'s call."""
 
-    def __call__(self, args: RolloutConfig, version_dir: str, rollout_engines: Any, /) -> Any: ...
+    def __call__(self, args: PluginArgs, version_dir: str, rollout_engines: Any, /) -> Any: ...
 
 
 @dataclass

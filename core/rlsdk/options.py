@@ -1,25 +1,42 @@
-"""The sections of a run's configuration, each a frozen dataclass of options with slime's names, defaults and
-meanings: :class:`RolloutOptions`, :class:`DataOptions`, :class:`RewardOptions`, :class:`TrainingOptions`,
-:class:`AlgorithmOptions`, :class:`EngineOptions`, :class:`MegatronOptions`, :class:`AgentsOptions` and
-:class:`OutputOptions`. Each checks its own values; :class:`rlsdk.RolloutConfig` holds every section (read as
-``config.training.lr``) and shows their options under slime's flat names (``args.lr``), the view slime's
-functions and rlsdk's plugins read. ``rlsdk run`` turns each field into a command-line option, its docstring
-the help.
+"""A run's options as plain values: the sections of its configuration, each a frozen dataclass of options with
+slime's names, defaults and meanings (:class:`RolloutOptions`, :class:`DataOptions`, :class:`RewardOptions`,
+:class:`TrainingOptions`, :class:`AlgorithmOptions`, :class:`EngineOptions`, :class:`MegatronOptions`,
+:class:`AgentsOptions`, :class:`OutputOptions`), each checking its own values, and :class:`RunOptions`, all of
+them under slime's flat names (``args.lr``), the view slime's functions and rlsdk's plugins read, and by
+section (``args.sections.training.lr``). :class:`rlsdk.RolloutConfig` builds and checks one (its kinds' and
+plugins' options included). ``rlsdk run`` turns each field into a command-line option, its docstring the help.
+
+The floors below the configuration (the plugin system, the engines) read the run's options through
+:class:`RunOptions`: it needs nothing above them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..training_options import (
-    ADVANTAGE_ESTIMATORS,
-    KL_LOSS_TYPES,
-    LOSS_TYPES,
-    UPDATE_WEIGHT_BUFFER_SIZE,
-    WEIGHT_SYNC_MODES,
-    WEIGHTS_CHECK_MODES,
+
+ADVANTAGE_ESTIMATORS = (
+    "grpo",
+    "gspo",
+    "cispo",
+    "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline",
+    "reinforce",
+    "rloo",
+    "sapo",
+    "ppo",
 )
+LOSS_TYPES = ("policy_loss", "sft_loss", "custom_loss")
+KL_LOSS_TYPES = ("k1", "k2", "k3", "low_var_kl")
+WEIGHT_SYNC_MODES = ("auto", "tensor", "nccl", "disk")
+WEIGHTS_CHECK_MODES = ("auto", "on", "off")
+
+
+UPDATE_WEIGHT_BUFFER_SIZE = 512 * 2**20
+"""Bytes of weights a ``tensor`` or ``nccl`` sync sends at a time unless told (slime's default, 512 MiB)."""
 
 
 def at_least_one(section: Any, name: str) -> None:
@@ -479,3 +496,50 @@ SECTIONS: dict[str, type] = {
     "output": OutputOptions,
 }
 """Section name -> its class: ``config.<name>`` is that section of a configuration."""
+
+
+@dataclass(frozen=True)
+class RunSections:
+    """A configuration's sections, each a frozen dataclass."""
+
+    rollout: RolloutOptions
+    data: DataOptions
+    reward: RewardOptions
+    training: TrainingOptions
+    algorithm: AlgorithmOptions
+    engine: EngineOptions
+    megatron: MegatronOptions
+    agents: AgentsOptions
+    output: OutputOptions
+
+
+@dataclass(frozen=True)
+class RunOptions(
+    OutputOptions,
+    AgentsOptions,
+    MegatronOptions,
+    EngineOptions,
+    AlgorithmOptions,
+    TrainingOptions,
+    RewardOptions,
+    DataOptions,
+    RolloutOptions,
+):
+    """Every section's options under slime's flat names, and the plugins' choices and options: a run's
+    options as plain values (:class:`rlsdk.RolloutConfig` builds and checks them)."""
+
+    choices: dict[str, Any] = field(default_factory=dict)
+    """The plugin each kind's options name for this run, by option (every kind's option, its default when
+    not given)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """The plugins' options given for this run (and slime's arguments that rlsdk has no option for)."""
+
+    @functools.cached_property
+    def sections(self) -> RunSections:
+        """The options by section: ``args.sections.training.lr``."""
+        return RunSections(
+            **{
+                name: section(**{f.name: getattr(self, f.name) for f in dataclasses.fields(section)})
+                for name, section in SECTIONS.items()
+            }
+        )
