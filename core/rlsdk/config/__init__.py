@@ -104,6 +104,11 @@ class RolloutConfig(RunOptions):
         if self.over_sampling_batch_size is None:
             object.__setattr__(self, "over_sampling_batch_size", self.rollout_batch_size)
         object.__setattr__(self, "choices", choices)
+        for (
+            name,
+            value,
+        ) in choices.items():  # read as plain attributes: the rollout loop reads some per sample
+            object.__setattr__(self, name, value)
         object.__setattr__(self, "extra", extra)
         object.__setattr__(self, "_declared", declared)
         self.__post_init__()

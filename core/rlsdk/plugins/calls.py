@@ -335,7 +335,6 @@ def _reward_where(target: Sample | list[Sample]) -> str:
 def checked_reward(resolved: Resolved, target: Sample | list[Sample], result: Any) -> Any:
     """``result`` when it is a reward for ``target`` (a number, a dict or None; for a group, a list of them,
     one per sample), else :class:`InvalidReward`."""
-    where = _reward_where(target)
     if isinstance(target, list):
         if not isinstance(result, (list, tuple)) or len(result) != len(target):
             got = (
@@ -344,19 +343,21 @@ def checked_reward(resolved: Resolved, target: Sample | list[Sample], result: An
                 else repr(result)[:100]
             )
             raise InvalidReward(
-                resolved, where, f"group reward returned {got}, expected a list of {len(target)}"
+                resolved,
+                _reward_where(target),
+                f"group reward returned {got}, expected a list of {len(target)}",
             )
         for value in result:
-            _check_reward(resolved, where, value)
+            _check_reward(resolved, target, value)
         return list(result)
-    _check_reward(resolved, where, result)
+    _check_reward(resolved, target, result)
     return result
 
 
-def _check_reward(resolved: Resolved, where: str, value: Any) -> None:
+def _check_reward(resolved: Resolved, target: Sample | list[Sample], value: Any) -> None:
     problem = None if value is None else reward_problem(value)
-    if problem:
-        raise InvalidReward(resolved, where, problem)
+    if problem:  # where is said only then: the loop checks every sample's reward
+        raise InvalidReward(resolved, _reward_where(target), problem)
 
 
 MAX_ABS_REWARD = 1e15

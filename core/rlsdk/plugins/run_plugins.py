@@ -66,7 +66,7 @@ class RunPlugins:
         self.pm = pm
         self._cache: dict[tuple[str, str, bool], Resolved[Any]] = {}
         self._swapped: dict[str, Resolved[Any]] = {}
-        self._lists: dict[tuple[str, str], list[Resolved[Any]]] = {}
+        self._chosen: dict[type[PluginRecord], Any] = {}  # the run's options never change: chosen once
         self.reward_runner: SyncRewardRunner | None = None
         """Where sync rewards run instead of a thread here (a run on Ray with ``ray_sync_rewards``)."""
 
@@ -87,10 +87,13 @@ class RunPlugins:
         """The run's plugin of ``record``'s kind (what its options name), or None where they name none."""
         if record.kind in self._swapped:
             return self._swapped[record.kind]
-        if record is Reward:
-            return cast(Resolved[RecordT], self.reward)
-        spec = record.chosen(self.args)
-        return self.resolve(record.kind, spec) if spec else None
+        if record not in self._chosen:
+            if record is Reward:
+                self._chosen[record] = self.reward
+            else:
+                spec = record.chosen(self.args)
+                self._chosen[record] = self.resolve(record.kind, spec) if spec else None
+        return cast("Resolved[RecordT] | None", self._chosen[record])
 
     def one(self, record: type[RecordT]) -> Resolved[RecordT]:
         """:meth:`get` for a kind the run always has (a default of its own)."""
@@ -102,13 +105,12 @@ class RunPlugins:
     def each(self, record: type[RecordT]) -> list[Resolved[RecordT]]:
         """Every plugin a :attr:`~rlsdk.plugins.records.PluginRecord.many` kind's option names, in order: a
         list of names or paths, or one string of them joined by commas (``jsonl,tensorboard``)."""
-        specs = record.chosen(self.args)
-        names = [specs] if isinstance(specs, str) else list(specs or [])
-        key = (record.kind, "\0".join(names))
-        if key not in self._lists:
+        if record not in self._chosen:
+            specs = record.chosen(self.args)
+            names = [specs] if isinstance(specs, str) else list(specs or [])
             parts = [part.strip() for name in names for part in name.split(",")]
-            self._lists[key] = [self.resolve(record.kind, part) for part in parts if part]
-        return self._lists[key]
+            self._chosen[record] = [self.resolve(record.kind, part) for part in parts if part]
+        return cast("list[Resolved[RecordT]]", self._chosen[record])
 
     def swap(self, record: type[PluginRecord], factory: Callable[..., Any]) -> None:
         """Build ``record``'s kind (the engine or the trainer) with ``factory`` instead of its plugin's own,
