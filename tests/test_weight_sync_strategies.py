@@ -435,8 +435,10 @@ def one_step(url: str, tiny_llama: Path, tmp_path: Path, **flags: Any) -> tuple[
         session.drift.baseline = (
             1.0  # the drift check's noise, which it would measure with /generate (the fake has none)
         )
-        try:
-            metrics = session.train(0, RolloutFnTrainOutput(samples=groups()))
+        result = RolloutFnTrainOutput(samples=groups())
+        try:  # the loop's train and sync verbs
+            metrics = session.train(0, result)
+            metrics.update(session.publish(result))
         except Exception as exc:  # the fake server has no /generate: the trust check after the sync
             metrics = {"error": repr(exc)}
         session.close()
