@@ -6,7 +6,7 @@ import typer
 
 from rlsdk import __version__
 
-from . import buffer, export, plugins, run, score, serve
+from . import buffer, export, plugins, run, score, serve, tinker
 
 app = typer.Typer(
     name="rlsdk",
@@ -22,6 +22,7 @@ app.command("score")(score.score)
 app.command("serve")(serve.serve)
 app.command("export")(export.export)
 app.add_typer(buffer.app, name="buffer")
+app.add_typer(tinker.app, name="tinker")
 
 
 def _version(value: bool) -> None:
