@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import json
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -129,12 +130,12 @@ def _page(request: web.Request, default: int = 20) -> tuple[int, int]:
     return limit, offset
 
 
-def build_routes() -> list[web.RouteDef]:
+def build_routes(flags: dict[str, Any]) -> list[web.RouteDef]:
     from tinker import types
 
     @_route(types.ClientConfigRequest)
     async def client_config(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
-        return CLIENT_CONFIG
+        return flags
 
     @_route(types.ClientConfigRequest)
     async def dynamic_config(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
@@ -352,6 +353,30 @@ class TinkerServer:
         await self.service.close()
 
 
+class ServerThread:
+    """:func:`start_tinker_server` on a thread and event loop of its own, for a client in the same process
+    (the SDK runs its own loop): tests, the compatibility report, benchmarks. ``with ServerThread(...) as url``."""
+
+    def __init__(self, service: TinkerService, api_keys: Sequence[str], **options: Any) -> None:
+        self.service, self.api_keys, self.options = service, api_keys, options
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="tinker-server", daemon=True)
+        self.server: TinkerServer | None = None
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        start = start_tinker_server(self.service, self.api_keys, **self.options)
+        self.server = asyncio.run_coroutine_threadsafe(start, self.loop).result()
+        return self.server.url
+
+    def __exit__(self, *exc: object) -> None:
+        if self.server is not None:
+            asyncio.run_coroutine_threadsafe(self.server.close(), self.loop).result(timeout=60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=60)
+        self.loop.close()
+
+
 async def start_tinker_server(
     service: TinkerService,
     api_keys: Sequence[str],
@@ -360,8 +385,10 @@ async def start_tinker_server(
     *,
     allowed_hosts: Sequence[str] = (),
     max_connections: int = 1024,
+    client_config: dict[str, Any] | None = None,
 ) -> TinkerServer:
-    """Start ``service`` (its engines) and serve it on ``host:port`` (0: a free port)."""
+    """Start ``service`` (its engines) and serve it on ``host:port`` (0: a free port). ``client_config``:
+    SDK flags to answer besides :data:`CLIENT_CONFIG` (e.g. ``fwdbwd_max_chunk_len``)."""
     if not api_keys:
         raise ValueError(f"the Tinker API needs an API key (--api-key or ${API_KEY_ENV})")
     for key in api_keys:
@@ -392,7 +419,7 @@ async def start_tinker_server(
     )
     app[_SERVICE] = service
     app[_OWNERS] = owners
-    app.add_routes(build_routes())
+    app.add_routes(build_routes({**CLIENT_CONFIG, **(client_config or {})}))
     await service.start()
     runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
     await runner.setup()
