@@ -71,8 +71,7 @@ class CheckpointPath:
         parts = path.removeprefix("tinker://").split("/")
         if len(parts) != 3 or not _RUN_ID.match(parts[0]) or parts[1] not in KINDS:
             raise UserError(
-                f"path {path[:120]!r}: expected tinker://<training run id>/"
-                f"{'|'.join(KINDS)}/<name>"
+                f"path {path[:120]!r}: expected tinker://<training run id>/{'|'.join(KINDS)}/<name>"
             )
         return cls(parts[0], parts[1], check_name(parts[2]))
 

@@ -126,7 +126,9 @@ class Sequencer:
     request_ids: dict[int, str] = field(default_factory=dict)
     runner: asyncio.Task[None] | None = None
 
-    def submit(self, futures: Futures, owner: str, kind: str, seq_id: int | None, operation: Operation) -> str:
+    def submit(
+        self, futures: Futures, owner: str, kind: str, seq_id: int | None, operation: Operation
+    ) -> str:
         if seq_id is None:  # an SDK that numbers nothing: after everything known
             seq_id = max([self.next_seq - 1, *self.request_ids, *self.waiting]) + 1
         if seq_id in self.request_ids:

@@ -172,7 +172,9 @@ def check_request(request: Any) -> list[int]:
         raise UserError("prompt: no tokens")
     last_n = request.prompt_logprobs_last_n
     if last_n is not None and not 1 <= last_n <= len(tokens) - 1:
-        raise UserError(f"prompt_logprobs_last_n: 1 to {len(tokens) - 1} (the prompt's length - 1), got {last_n}")
+        raise UserError(
+            f"prompt_logprobs_last_n: 1 to {len(tokens) - 1} (the prompt's length - 1), got {last_n}"
+        )
     return tokens
 
 
@@ -205,7 +207,7 @@ async def sample(
                 score["top_logprobs_num"] = request.topk_prompt_logprobs
             calls.append(engine.generate(score))
         try:
-            responses = await asyncio.gather(*calls)
+            responses: list[Any] = list(await asyncio.gather(*calls))
         except EngineRequestError as exc:
             raise UserError(str(exc)) from None
     output = SampleOutput([_sampled(r) for r in responses[: request.num_samples]])

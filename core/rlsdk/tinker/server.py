@@ -54,7 +54,9 @@ def owner_of(key: str) -> str:
 def check_api_key(key: str) -> str:
     """A key the SDK will send: ``tml-`` and at least 16 characters (the SDK refuses other forms)."""
     if not key.startswith("tml-"):
-        raise ValueError(f"the API key must start with 'tml-' (the Tinker SDK sends no other form; ${API_KEY_ENV})")
+        raise ValueError(
+            f"the API key must start with 'tml-' (the Tinker SDK sends no other form; ${API_KEY_ENV})"
+        )
     return key
 
 
@@ -204,7 +206,9 @@ def build_routes(flags: dict[str, Any]) -> list[web.RouteDef]:
         return _future(service.load_weights(owner, body), body.model_id)
 
     @_route(types.CreateSamplingSessionRequest)
-    async def create_sampling_session(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
+    async def create_sampling_session(
+        service: TinkerService, owner: str, body: Any, request: web.Request
+    ) -> Any:
         return await service.create_sampling_session(owner, body)
 
     @_route(types.SampleRequest)
@@ -221,7 +225,10 @@ def build_routes(flags: dict[str, Any]) -> list[web.RouteDef]:
         error = entry.future.exception()
         if error is not None:
             category = "user" if isinstance(error, (UserError, WireError)) else "server"
-            return {"error": f"{type(error).__name__}: {error}" if category == "server" else str(error), "category": category}
+            return {
+                "error": f"{type(error).__name__}: {error}" if category == "server" else str(error),
+                "category": category,
+            }
         result = entry.future.result()
         if isinstance(result, bytes):
             return web.Response(body=result, content_type=PROTOBUF)
@@ -400,7 +407,10 @@ async def start_tinker_server(
         return any(hmac.compare_digest(given, key.encode()) for key in owners)  # every key compared
 
     limits = ConnectionLimits(
-        max_body=MAX_BODY, read_timeout=READ_TIMEOUT, idle_timeout=IDLE_TIMEOUT, max_connections=max_connections
+        max_body=MAX_BODY,
+        read_timeout=READ_TIMEOUT,
+        idle_timeout=IDLE_TIMEOUT,
+        max_connections=max_connections,
     )
     app = web.Application(
         client_max_size=MAX_BODY,

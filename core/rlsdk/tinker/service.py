@@ -142,7 +142,9 @@ class TinkerService:
 
     def check_base(self, name: str | None) -> str:
         if name not in self.base_models:
-            raise UserError(f"base_model {name!r} is not served here; choose one of {sorted(self.base_models)}")
+            raise UserError(
+                f"base_model {name!r} is not served here; choose one of {sorted(self.base_models)}"
+            )
         return name
 
     async def _expire_loop(self) -> None:
@@ -220,7 +222,9 @@ class TinkerService:
         if request.lora_config is not None:
             c = request.lora_config
             lora = LoraSpec(c.rank, c.seed, c.train_mlp, c.train_attn, c.train_unembed)
-        model = Model(f"{session.id}:train:{request.model_seq_id}", session, base, lora, request.user_metadata)
+        model = Model(
+            f"{session.id}:train:{request.model_seq_id}", session, base, lora, request.user_metadata
+        )
 
         async def create() -> dict[str, Any]:
             await self._build(model)
@@ -374,7 +378,9 @@ class TinkerService:
         model = self.model(owner, request.model_id)
         if request.age_encryption_recipients:
             raise UserError("age_encryption_recipients: encryption is not supported here")
-        path = CheckpointPath(model.id, "external_weights", check_name(request.path or f"external-{request.seq_id}"))
+        path = CheckpointPath(
+            model.id, "external_weights", check_name(request.path or f"external-{request.seq_id}")
+        )
         ttl = check_ttl(request.ttl_seconds)
         run = model.run
         assert run is not None
@@ -420,7 +426,9 @@ class TinkerService:
         if key in session.requests:
             return session.requests[key]
         if request.base_model is not None and request.base_model != meta["base_model"]:
-            raise UserError(f"base_model {request.base_model!r}: {request.path} was trained on {meta['base_model']!r}")
+            raise UserError(
+                f"base_model {request.base_model!r}: {request.path} was trained on {meta['base_model']!r}"
+            )
         if not request.optimizer:
             _check_optimizer(request.optimizer_config)
         base = self.check_base(meta["base_model"])
@@ -461,7 +469,9 @@ class TinkerService:
     def sampler(self, owner: str, sampler_id: str) -> Sampler:
         sampler = self.samplers.get(sampler_id)
         if sampler is None or sampler.owner != owner:
-            raise NotFound(f"no sampling session {str(sampler_id)[:80]!r} (it may have ended with its session)")
+            raise NotFound(
+                f"no sampling session {str(sampler_id)[:80]!r} (it may have ended with its session)"
+            )
         return sampler
 
     def get_sampler(self, owner: str, sampler_id: str) -> dict[str, Any]:
@@ -495,7 +505,9 @@ class TinkerService:
         for name in self.base_models:
             config = getattr(getattr(self.slots.get(name), "engine", None), "model", None)
             context = getattr(getattr(config, "config", None), "max_position_embeddings", None)
-            models.append({"model_name": name, "max_context_length": context, "trainable": True, "sampleable": True})
+            models.append(
+                {"model_name": name, "max_context_length": context, "trainable": True, "sampleable": True}
+            )
         return {"supported_models": models}
 
     def training_run(self, owner: str, run_id: str) -> dict[str, Any]:
@@ -503,7 +515,7 @@ class TinkerService:
         if meta is None or meta.get("owner") != owner:
             raise NotFound(f"no training run {run_id}")
         checkpoints = self.store.listing(run_id)
-        last = {kind: None for kind in ("training", "sampler")}
+        last: dict[str, dict[str, Any] | None] = {"training": None, "sampler": None}
         for path, cmeta in checkpoints:
             if path.kind in last:
                 last[path.kind] = self.store.describe(path, cmeta)

@@ -114,7 +114,10 @@ class TrainingRun:
         """Every datum's learner log-probs of its ``target_tokens``; the loss summed over them, its gradient
         added to the weights' (``backward``)."""
         for i, datum in enumerate(data):
-            for name, ids in (("model_input", datum.tokens), ("target_tokens", datum.inputs["target_tokens"])):
+            for name, ids in (
+                ("model_input", datum.tokens),
+                ("target_tokens", datum.inputs["target_tokens"]),
+            ):
                 if ids.min() < 0 or ids.max() >= self.vocab_size:
                     raise UserError(f"data[{i}].{name}: token ids must lie in [0, {self.vocab_size})")
         loss = LOSSES[loss_fn]
@@ -212,7 +215,9 @@ class TrainingRun:
 
     def _default_probe(self) -> Sample:
         ids = self.trainer.tokenizer("The engine and the trainer must agree on every token of this probe.")
-        return _probe(np.asarray(ids["input_ids"], dtype=np.int64)) or Sample(tokens=[0, 0], response_length=1)
+        return _probe(np.asarray(ids["input_ids"], dtype=np.int64)) or Sample(
+            tokens=[0, 0], response_length=1
+        )
 
     def close(self) -> None:
         self.trainer.close()
@@ -244,4 +249,3 @@ def _random_seed() -> int:
     import secrets
 
     return secrets.randbelow(2**31)
-

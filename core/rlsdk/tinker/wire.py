@@ -97,7 +97,10 @@ def _read_datum(datum: Any, where: str) -> Datum:
     tokens = np.concatenate(pieces).astype(np.int64) if pieces else np.zeros(0, np.int64)
     if not 0 < len(tokens) <= MAX_TOKENS_PER_DATUM:
         raise WireError(f"{where}.model_input: {len(tokens)} tokens (1 to {MAX_TOKENS_PER_DATUM} allowed)")
-    inputs = {name: read_tensor(tensor, f"{where}.loss_fn_inputs[{name!r}]") for name, tensor in datum.loss_fn_inputs.items()}
+    inputs = {
+        name: read_tensor(tensor, f"{where}.loss_fn_inputs[{name!r}]")
+        for name, tensor in datum.loss_fn_inputs.items()
+    }
     return Datum(tokens=tokens, inputs=inputs)
 
 
@@ -189,7 +192,9 @@ def write_sample_response(output: SampleOutput) -> bytes:
     return bytes(message.SerializeToString())
 
 
-def write_forward_backward_output(outputs: Sequence[dict[str, np.ndarray]], metrics: dict[str, float]) -> bytes:
+def write_forward_backward_output(
+    outputs: Sequence[dict[str, np.ndarray]], metrics: dict[str, float]
+) -> bytes:
     """A ``ForwardBackwardOutput`` protobuf message: one ``ArrayRecord`` whose fields hold every datum's 1-D
     array back to back (``offsets`` in bytes), and the metrics (``name:reduction`` keys)."""
     proto = _proto()
@@ -218,10 +223,11 @@ def parse_json(model: type[Model], body: Any) -> Model:
     import pydantic
 
     try:
-        return model.model_validate(body)  # type: ignore[attr-defined,no-any-return]
+        return model.model_validate(body)  # type: ignore[attr-defined]
     except pydantic.ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or 'body'}: {error['msg']}" for error in exc.errors()[:5]
+            f"{'.'.join(str(p) for p in error['loc']) or 'body'}: {error['msg']}"
+            for error in exc.errors()[:5]
         )
         raise WireError(f"{model.__name__}: {problems}") from None
 

@@ -341,7 +341,9 @@ class EmbeddedEngine(InferenceEngine):
 
         top_k = payload.get("top_logprobs_num") or 0
         if not isinstance(top_k, int) or isinstance(top_k, bool) or not 0 <= top_k <= MAX_TOP_LOGPROBS:
-            raise EngineRequestError(f"top_logprobs_num must be an integer in [0, {MAX_TOP_LOGPROBS}], got {top_k!r}")
+            raise EngineRequestError(
+                f"top_logprobs_num must be an integer in [0, {MAX_TOP_LOGPROBS}], got {top_k!r}"
+            )
 
         def forward() -> tuple[list[float | None], list[Any]]:
             with torch.inference_mode(), self._kernels():
