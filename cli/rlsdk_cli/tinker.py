@@ -1,5 +1,4 @@
-"""``rlsdk tinker``: the Tinker-compatible training API (``serve``) and offline tokenizers for its model
-names (``link-tokenizer``)."""
+"""``rlsdk tinker serve``: the Tinker-compatible training API."""
 
 from __future__ import annotations
 
@@ -91,20 +90,3 @@ def serve(
     except OSError as exc:
         typer.secho(f"error: cannot listen on {host}:{port}: {exc}", err=True, fg="red")
         raise typer.Exit(2) from exc
-
-
-@app.command("link-tokenizer")
-def link_tokenizer(
-    spec: str = typer.Argument(..., help="NAME=PATH: the model name a recipe loads, a local model folder."),
-) -> None:
-    """Make AutoTokenizer.from_pretrained(NAME) load PATH's tokenizer offline (with HF_HUB_OFFLINE=1): its
-    files are copied into the Hugging Face cache as NAME."""
-    from rlsdk.tinker.names import link_tokenizer as link
-
-    name, _, folder = spec.partition("=")
-    try:
-        snapshot = link(name, Path(folder).expanduser())
-    except ValueError as exc:
-        typer.secho(f"error: {exc}", err=True, fg="red")
-        raise typer.Exit(2) from None
-    typer.echo(f"{name} -> {snapshot} (load it with HF_HUB_OFFLINE=1)")

@@ -288,6 +288,10 @@ def build_routes(flags: dict[str, Any]) -> list[web.RouteDef]:
     async def list_sessions(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
         return service.list_sessions(owner, *_page(request))
 
+    @_route(types.SessionSearchRequest)
+    async def search_sessions(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
+        return await asyncio.to_thread(service.search_sessions, owner, body)
+
     @_route()
     async def get_session(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
         return service.session_info(owner, request.match_info["session_id"])
@@ -329,6 +333,7 @@ def build_routes(flags: dict[str, Any]) -> list[web.RouteDef]:
         web.get("/api/v1/checkpoints", user_checkpoints),
         web.post("/api/v1/weights_info", weights_info),
         web.get("/api/v1/sessions", list_sessions),
+        web.post("/api/v1/sessions/search", search_sessions),
         web.get("/api/v1/sessions/{session_id}", get_session),
         web.get("/api/v1/billing/usage/checkpoints/current", storage_usage),
     ]

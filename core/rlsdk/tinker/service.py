@@ -47,8 +47,11 @@ class Session:
     user_metadata: dict[str, Any]
     display_name: str | None
     tags: list[str]
+    created: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.monotonic)
     finished: str | None = None
+    status: dict[str, Any] = field(default_factory=lambda: {"type": "active"})
+    """The SDK's ``SessionStatus``: active, client_finished (with its reason) or cancelled (expired)."""
     model_ids: list[str] = field(default_factory=list)
     sampler_ids: list[str] = field(default_factory=list)
     requests: dict[str, str] = field(default_factory=dict)
@@ -153,6 +156,7 @@ class TinkerService:
             now = time.monotonic()
             for session in list(self.sessions.values()):
                 if session.finished is None and now - session.last_seen > SESSION_TIMEOUT:
+                    session.status = {"type": "cancelled", "detail": "no heartbeat"}
                     self._release(session, f"no heartbeat for {SESSION_TIMEOUT:.0f}s")
             await asyncio.to_thread(self.store.remove_expired)
 
@@ -198,6 +202,10 @@ class TinkerService:
         session = self.session(owner, session_id, live=False)
         if session.finished is None:
             reason = body.get("reason", {}).get("type", "success") if isinstance(body, dict) else "success"
+            if reason not in ("success", "errored", "interrupted"):
+                raise UserError(f"reason.type: success, errored or interrupted, got {reason!r}")
+            detail = body.get("detail") if isinstance(body, dict) else None
+            session.status = {"type": "client_finished", "reason": {"type": reason}, "detail": detail}
             self._release(session, f"the client finished it: {reason}")
 
     # ------------------------------------------------------------------ training models
@@ -589,7 +597,8 @@ class TinkerService:
     def storage_usage(self, owner: str) -> dict[str, Any]:
         listing = self.user_checkpoints(owner, limit=1 << 30, offset=0)["checkpoints"]
         size = sum(c["size_bytes"] or 0 for c in listing)
-        return {"items": [{"checkpoint_count": len(listing), "size_bytes": size}] if listing else []}
+        item = {"checkpoint_count": len(listing), "size_bytes": size, "size_gigabytes": size / 1e9}
+        return {"data": [item], "effective_rate_usd_per_gigabyte_month": None}
 
     def session_info(self, owner: str, session_id: str) -> dict[str, Any]:
         session = self.session(owner, session_id, live=False)
@@ -603,6 +612,55 @@ class TinkerService:
     def list_sessions(self, owner: str, limit: int, offset: int) -> dict[str, Any]:
         ids = [s.id for s in self.sessions.values() if s.owner == owner][::-1]
         return {"sessions": ids[offset : offset + limit]}
+
+    def search_sessions(self, owner: str, request: Any) -> dict[str, Any]:
+        """This key's sessions matching ``request`` (``SessionSearchRequest``), newest first, a page at a time."""
+        if getattr(request.owner, "type", "own") == "user" or request.project_ids:
+            raise UserError("owner and project_ids: this server has one project per API key; search your own")
+        statuses = {query.type for query in request.statuses or []}
+        cursor = request.cursor
+        found = []
+        for session in sorted(self.sessions.values(), key=lambda s: (s.created, s.id), reverse=True):
+            named = (request.session_id is None and request.display_name is None) or (
+                session.id == request.session_id
+                or (
+                    request.display_name is not None
+                    and all(
+                        w in (session.display_name or "").lower()
+                        for w in request.display_name.lower().split()
+                    )
+                )
+            )
+            metadata = all(session.user_metadata.get(k) == v for k, v in request.user_metadata.items())
+            status = not statuses or session.status["type"] in statuses
+            after = cursor is None or (session.created, session.id) < (
+                cursor.last_created_at.timestamp(),
+                cursor.last_session_id,
+            )
+            if session.owner == owner and named and metadata and status and after:
+                found.append(session)
+        page = found[: request.limit]
+        summaries = [
+            {
+                "session_id": s.id,
+                "created_at": _iso(s.created),
+                "owner": owner,
+                "project_id": "default",
+                "status": s.status,
+                "checkpoints_count": sum(
+                    len(self.store.listing(m)) for m in s.model_ids if self.store.read_run(m)
+                ),
+                "display_name": s.display_name,
+                "user_metadata": s.user_metadata or None,
+            }
+            for s in page
+        ]
+        more = len(found) > request.limit
+        last = page[-1] if page else None
+        next_cursor = (
+            {"last_created_at": _iso(last.created), "last_session_id": last.id} if more and last else None
+        )
+        return {"sessions": summaries, "next_cursor": next_cursor}
 
 
 def _check_optimizer(config: Any) -> None:
