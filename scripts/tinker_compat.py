@@ -116,14 +116,18 @@ def checks() -> dict[str, Check | str]:
 
     def sampled(client: Any, result: Any = None) -> str:
         result = result or client.sample(prompt, 2, params).result()
-        _expect(len(result.sequences) == 2 and all(s.logprobs for s in result.sequences), "two sampled sequences")
+        _expect(
+            len(result.sequences) == 2 and all(s.logprobs for s in result.sequences), "two sampled sequences"
+        )
         return "2 sequences with per-token log-probs"
 
     def fresh_trainer(ctx: Context, **kw: Any) -> Any:
         return ctx.service.create_lora_training_client(base_model=NAME, rank=4, seed=0, **kw).result()
 
     def state_loaded(ctx: Context, client: Any) -> str:
-        _expect(_close(_logprobs(client.forward(ctx.data(), "cross_entropy").result()), ctx.base_logprobs), "")
+        _expect(
+            _close(_logprobs(client.forward(ctx.data(), "cross_entropy").result()), ctx.base_logprobs), ""
+        )
         return "its forward log-probs equal the saved model's"
 
     def fb(ctx: Context, call: Callable[[], Any]) -> str:
@@ -153,10 +157,16 @@ def checks() -> dict[str, Check | str]:
     def rest_lists(kind: str) -> Check:
         def check(ctx: Context) -> str:
             getter = {
-                "list_checkpoints": lambda: ctx.rest.list_checkpoints(ctx.trainer.model_id).result().checkpoints,
-                "list_checkpoints_async": lambda: _run(ctx.rest.list_checkpoints_async(ctx.trainer.model_id)).checkpoints,
+                "list_checkpoints": lambda: ctx.rest.list_checkpoints(ctx.trainer.model_id)
+                .result()
+                .checkpoints,
+                "list_checkpoints_async": lambda: _run(
+                    ctx.rest.list_checkpoints_async(ctx.trainer.model_id)
+                ).checkpoints,
                 "list_user_checkpoints": lambda: ctx.rest.list_user_checkpoints().result().checkpoints,
-                "list_user_checkpoints_async": lambda: _run(ctx.rest.list_user_checkpoints_async()).checkpoints,
+                "list_user_checkpoints_async": lambda: _run(
+                    ctx.rest.list_user_checkpoints_async()
+                ).checkpoints,
             }[kind]
             _expect(ctx.state in [c.tinker_path for c in getter()], "the state is listed")
             return "lists the state saved before"
@@ -165,7 +175,9 @@ def checks() -> dict[str, Check | str]:
 
     def runs(listing: Callable[[Context], Any]) -> Check:
         def check(ctx: Context) -> str:
-            _expect(ctx.trainer.model_id in [r.training_run_id for r in listing(ctx).training_runs], "run listed")
+            _expect(
+                ctx.trainer.model_id in [r.training_run_id for r in listing(ctx).training_runs], "run listed"
+            )
             return "lists the training client's run"
 
         return check
@@ -173,7 +185,9 @@ def checks() -> dict[str, Check | str]:
     def run_of(getter: Callable[[Context], Any]) -> Check:
         def check(ctx: Context) -> str:
             run = getter(ctx)
-            _expect(run.training_run_id == ctx.trainer.model_id and run.lora_rank == 4, "the run's id and rank")
+            _expect(
+                run.training_run_id == ctx.trainer.model_id and run.lora_rank == 4, "the run's id and rank"
+            )
             return "the run's id, base model and LoRA rank"
 
         return check
@@ -182,7 +196,9 @@ def checks() -> dict[str, Check | str]:
         def check(ctx: Context) -> str:
             path = ctx.trainer.save_state(f"to-delete-{time.monotonic_ns()}").result().path
             call(ctx, path)
-            listed = [c.tinker_path for c in ctx.rest.list_checkpoints(ctx.trainer.model_id).result().checkpoints]
+            listed = [
+                c.tinker_path for c in ctx.rest.list_checkpoints(ctx.trainer.model_id).result().checkpoints
+            ]
             _expect(path not in listed, "deleted")
             return "the checkpoint is no longer listed"
 
@@ -213,7 +229,11 @@ def checks() -> dict[str, Check | str]:
     def ttl(call: Callable[[Context, str], Any]) -> Check:
         def check(ctx: Context) -> str:
             call(ctx, ctx.state)
-            found = next(c for c in ctx.rest.list_checkpoints(ctx.trainer.model_id).result().checkpoints if c.tinker_path == ctx.state)
+            found = next(
+                c
+                for c in ctx.rest.list_checkpoints(ctx.trainer.model_id).result().checkpoints
+                if c.tinker_path == ctx.state
+            )
             _expect(found.expires_at is not None, "an expiry")
             return "the checkpoint gets an expiry"
 
@@ -222,7 +242,11 @@ def checks() -> dict[str, Check | str]:
     def publish(call: Callable[[Context, str], Any], public: bool) -> Check:
         def check(ctx: Context) -> str:
             call(ctx, ctx.state)
-            found = next(c for c in ctx.rest.list_checkpoints(ctx.trainer.model_id).result().checkpoints if c.tinker_path == ctx.state)
+            found = next(
+                c
+                for c in ctx.rest.list_checkpoints(ctx.trainer.model_id).result().checkpoints
+                if c.tinker_path == ctx.state
+            )
             _expect(found.public is public, f"public={public}")
             return f"the checkpoint's public flag becomes {public}"
 
@@ -245,7 +269,10 @@ def checks() -> dict[str, Check | str]:
             return loss, {"custom/neg_ll:sum": loss}
 
         handle_ = ctx.service.create_custom_loss(neg_ll, input_ranks={"logprobs": 1, "weights": 1}).result()
-        return custom(ctx, lambda _: ctx.trainer.forward_backward_custom(ctx.data(), handle_).result()) + " (traced)"
+        return (
+            custom(ctx, lambda _: ctx.trainer.forward_backward_custom(ctx.data(), handle_).result())
+            + " (traced)"
+        )
 
     def capabilities(getter: Callable[[Context], Any]) -> Check:
         def check(ctx: Context) -> str:
@@ -260,13 +287,19 @@ def checks() -> dict[str, Check | str]:
         service = tinker.ServiceClient(base_url=ctx.url, api_key=KEY)
         trainer = service.create_lora_training_client(base_model=NAME, rank=2).result()
         service.close("success").result()
-        answer = httpx.post(f"{ctx.url}/api/v1/get_info", json={"model_id": trainer.model_id}, headers={"X-API-Key": KEY})
+        answer = httpx.post(
+            f"{ctx.url}/api/v1/get_info", json={"model_id": trainer.model_id}, headers={"X-API-Key": KEY}
+        )
         _expect(answer.status_code == 404, "the closed session's model is gone")
         return "the session's models are released"
 
     def search(ctx: Context) -> str:
-        found = ctx.rest.search_sessions(types.SessionSearchRequest(session_id=ctx.service.holder.get_session_id())).result()
-        _expect([s.session_id for s in found.sessions] == [ctx.service.holder.get_session_id()], "one session")
+        found = ctx.rest.search_sessions(
+            types.SessionSearchRequest(session_id=ctx.service.holder.get_session_id())
+        ).result()
+        _expect(
+            [s.session_id for s in found.sessions] == [ctx.service.holder.get_session_id()], "one session"
+        )
         return "finds this client's session by id"
 
     def usage(getter: Callable[[Context], Any]) -> Check:
@@ -293,14 +326,30 @@ def checks() -> dict[str, Check | str]:
             _expect(fresh_trainer(ctx).get_info().lora_rank == 4, "rank 4") or "a LoRA model of rank 4"
         ),
         "ServiceClient.create_lora_training_client_async": lambda ctx: (
-            _expect(_run(ctx.service.create_lora_training_client_async(base_model=NAME, rank=2)).get_info().lora_rank == 2, "rank 2")
+            _expect(
+                _run(ctx.service.create_lora_training_client_async(base_model=NAME, rank=2))
+                .get_info()
+                .lora_rank
+                == 2,
+                "rank 2",
+            )
             or "a LoRA model of rank 2"
         ),
-        "ServiceClient.create_rest_client": runs(lambda ctx: _run_sync(ctx.service.create_rest_client).list_training_runs(limit=1000).result()),
-        "ServiceClient.create_sampling_client": lambda ctx: sampled(ctx.service.create_sampling_client(base_model=NAME).result()),
-        "ServiceClient.create_sampling_client_async": lambda ctx: sampled(_run(ctx.service.create_sampling_client_async(base_model=NAME))),
-        "ServiceClient.create_training_client_from_state": lambda ctx: state_loaded(ctx, ctx.service.create_training_client_from_state(ctx.state).result()),
-        "ServiceClient.create_training_client_from_state_async": lambda ctx: state_loaded(ctx, _run(ctx.service.create_training_client_from_state_async(ctx.state))),
+        "ServiceClient.create_rest_client": runs(
+            lambda ctx: _run_sync(ctx.service.create_rest_client).list_training_runs(limit=1000).result()
+        ),
+        "ServiceClient.create_sampling_client": lambda ctx: sampled(
+            ctx.service.create_sampling_client(base_model=NAME).result()
+        ),
+        "ServiceClient.create_sampling_client_async": lambda ctx: sampled(
+            _run(ctx.service.create_sampling_client_async(base_model=NAME))
+        ),
+        "ServiceClient.create_training_client_from_state": lambda ctx: state_loaded(
+            ctx, ctx.service.create_training_client_from_state(ctx.state).result()
+        ),
+        "ServiceClient.create_training_client_from_state_async": lambda ctx: state_loaded(
+            ctx, _run(ctx.service.create_training_client_from_state_async(ctx.state))
+        ),
         "ServiceClient.create_training_client_from_state_with_optimizer": lambda ctx: state_loaded(
             ctx, ctx.service.create_training_client_from_state_with_optimizer(ctx.state).result()
         ),
@@ -308,101 +357,202 @@ def checks() -> dict[str, Check | str]:
             ctx, _run(ctx.service.create_training_client_from_state_with_optimizer_async(ctx.state))
         ),
         "ServiceClient.get_console_url": client_side + "the Thinking Machines console's URL",
-        "ServiceClient.get_server_capabilities": capabilities(lambda ctx: _run_sync(ctx.service.get_server_capabilities)),
-        "ServiceClient.get_server_capabilities_async": capabilities(lambda ctx: _run(ctx.service.get_server_capabilities_async())),
+        "ServiceClient.get_server_capabilities": capabilities(
+            lambda ctx: _run_sync(ctx.service.get_server_capabilities)
+        ),
+        "ServiceClient.get_server_capabilities_async": capabilities(
+            lambda ctx: _run(ctx.service.get_server_capabilities_async())
+        ),
         "ServiceClient.get_telemetry": client_side + "the SDK's own telemetry object",
         # TrainingClient
-        "TrainingClient.create_sampling_client": lambda ctx: sampler_of(ctx, ctx.trainer.create_sampling_client(ctx.sampler_path).result()),
-        "TrainingClient.create_sampling_client_async": lambda ctx: sampler_of(ctx, _run(ctx.trainer.create_sampling_client_async(ctx.sampler_path))),
-        "TrainingClient.forward": lambda ctx: fb(ctx, lambda: ctx.trainer.forward(ctx.data(), "cross_entropy").result()),
-        "TrainingClient.forward_async": lambda ctx: fb(ctx, lambda: _run(ctx.trainer.forward_async(ctx.data(), "cross_entropy"))),
-        "TrainingClient.forward_backward": lambda ctx: fb(ctx, lambda: ctx.trainer.forward_backward(ctx.data(), "cross_entropy").result()),
-        "TrainingClient.forward_backward_async": lambda ctx: fb(ctx, lambda: _run(ctx.trainer.forward_backward_async(ctx.data(), "cross_entropy"))),
-        "TrainingClient.forward_backward_custom": lambda ctx: custom(ctx, lambda loss: ctx.trainer.forward_backward_custom(ctx.data(), loss).result()),
-        "TrainingClient.forward_backward_custom_async": lambda ctx: custom(ctx, lambda loss: _run(ctx.trainer.forward_backward_custom_async(ctx.data(), loss))),
+        "TrainingClient.create_sampling_client": lambda ctx: sampler_of(
+            ctx, ctx.trainer.create_sampling_client(ctx.sampler_path).result()
+        ),
+        "TrainingClient.create_sampling_client_async": lambda ctx: sampler_of(
+            ctx, _run(ctx.trainer.create_sampling_client_async(ctx.sampler_path))
+        ),
+        "TrainingClient.forward": lambda ctx: fb(
+            ctx, lambda: ctx.trainer.forward(ctx.data(), "cross_entropy").result()
+        ),
+        "TrainingClient.forward_async": lambda ctx: fb(
+            ctx, lambda: _run(ctx.trainer.forward_async(ctx.data(), "cross_entropy"))
+        ),
+        "TrainingClient.forward_backward": lambda ctx: fb(
+            ctx, lambda: ctx.trainer.forward_backward(ctx.data(), "cross_entropy").result()
+        ),
+        "TrainingClient.forward_backward_async": lambda ctx: fb(
+            ctx, lambda: _run(ctx.trainer.forward_backward_async(ctx.data(), "cross_entropy"))
+        ),
+        "TrainingClient.forward_backward_custom": lambda ctx: custom(
+            ctx, lambda loss: ctx.trainer.forward_backward_custom(ctx.data(), loss).result()
+        ),
+        "TrainingClient.forward_backward_custom_async": lambda ctx: custom(
+            ctx, lambda loss: _run(ctx.trainer.forward_backward_custom_async(ctx.data(), loss))
+        ),
         "TrainingClient.get_console_url": client_side + "the Thinking Machines console's URL",
         "TrainingClient.get_info": lambda ctx: (
-            _expect(ctx.trainer.get_info().model_data.model_name == NAME, "name") or "model id, base model, LoRA rank"
+            _expect(ctx.trainer.get_info().model_data.model_name == NAME, "name")
+            or "model id, base model, LoRA rank"
         ),
         "TrainingClient.get_info_async": lambda ctx: (
-            _expect(_run(ctx.trainer.get_info_async()).model_id == ctx.trainer.model_id, "id") or "model id, base model, LoRA rank"
+            _expect(_run(ctx.trainer.get_info_async()).model_id == ctx.trainer.model_id, "id")
+            or "model id, base model, LoRA rank"
         ),
         "TrainingClient.get_telemetry": client_side + "the SDK's own telemetry object",
         "TrainingClient.get_tokenizer": tokenizer(lambda ctx: ctx.trainer.get_tokenizer()),
         "TrainingClient.load_state": lambda ctx: _load(ctx, ctx.trainer.load_state),
-        "TrainingClient.load_state_async": lambda ctx: _load(ctx, lambda p: _run(ctx.trainer.load_state_async(p))),
-        "TrainingClient.load_state_with_optimizer": lambda ctx: _load(ctx, ctx.trainer.load_state_with_optimizer),
-        "TrainingClient.load_state_with_optimizer_async": lambda ctx: _load(ctx, lambda p: _run(ctx.trainer.load_state_with_optimizer_async(p))),
+        "TrainingClient.load_state_async": lambda ctx: _load(
+            ctx, lambda p: _run(ctx.trainer.load_state_async(p))
+        ),
+        "TrainingClient.load_state_with_optimizer": lambda ctx: _load(
+            ctx, ctx.trainer.load_state_with_optimizer
+        ),
+        "TrainingClient.load_state_with_optimizer_async": lambda ctx: _load(
+            ctx, lambda p: _run(ctx.trainer.load_state_with_optimizer_async(p))
+        ),
         "TrainingClient.optim_step": lambda ctx: _optim(ctx, lambda: ctx.trainer.optim_step(adam).result()),
-        "TrainingClient.optim_step_async": lambda ctx: _optim(ctx, lambda: _run(ctx.trainer.optim_step_async(adam))),
-        "TrainingClient.save_state": lambda ctx: save_state(ctx, lambda: ctx.trainer.save_state(f"s-{time.monotonic_ns()}").result()),
-        "TrainingClient.save_state_async": lambda ctx: save_state(ctx, lambda: _run(ctx.trainer.save_state_async(f"s-{time.monotonic_ns()}"))),
-        "TrainingClient.save_weights_and_get_sampling_client": lambda ctx: sampled(ctx.trainer.save_weights_and_get_sampling_client().result()),
-        "TrainingClient.save_weights_and_get_sampling_client_async": lambda ctx: sampled(_run(ctx.trainer.save_weights_and_get_sampling_client_async())),
-        "TrainingClient.save_weights_external": lambda ctx: external(lambda: ctx.trainer.save_weights_external(f"e-{time.monotonic_ns()}").result()),
-        "TrainingClient.save_weights_external_async": lambda ctx: external(lambda: _run(ctx.trainer.save_weights_external_async(f"e-{time.monotonic_ns()}"))),
-        "TrainingClient.save_weights_for_sampler": lambda ctx: _sampler_checkpoint(ctx, lambda n: ctx.trainer.save_weights_for_sampler(n).result()),
-        "TrainingClient.save_weights_for_sampler_async": lambda ctx: _sampler_checkpoint(ctx, lambda n: _run(ctx.trainer.save_weights_for_sampler_async(n))),
+        "TrainingClient.optim_step_async": lambda ctx: _optim(
+            ctx, lambda: _run(ctx.trainer.optim_step_async(adam))
+        ),
+        "TrainingClient.save_state": lambda ctx: save_state(
+            ctx, lambda: ctx.trainer.save_state(f"s-{time.monotonic_ns()}").result()
+        ),
+        "TrainingClient.save_state_async": lambda ctx: save_state(
+            ctx, lambda: _run(ctx.trainer.save_state_async(f"s-{time.monotonic_ns()}"))
+        ),
+        "TrainingClient.save_weights_and_get_sampling_client": lambda ctx: sampled(
+            ctx.trainer.save_weights_and_get_sampling_client().result()
+        ),
+        "TrainingClient.save_weights_and_get_sampling_client_async": lambda ctx: sampled(
+            _run(ctx.trainer.save_weights_and_get_sampling_client_async())
+        ),
+        "TrainingClient.save_weights_external": lambda ctx: external(
+            lambda: ctx.trainer.save_weights_external(f"e-{time.monotonic_ns()}").result()
+        ),
+        "TrainingClient.save_weights_external_async": lambda ctx: external(
+            lambda: _run(ctx.trainer.save_weights_external_async(f"e-{time.monotonic_ns()}"))
+        ),
+        "TrainingClient.save_weights_for_sampler": lambda ctx: _sampler_checkpoint(
+            ctx, lambda n: ctx.trainer.save_weights_for_sampler(n).result()
+        ),
+        "TrainingClient.save_weights_for_sampler_async": lambda ctx: _sampler_checkpoint(
+            ctx, lambda n: _run(ctx.trainer.save_weights_for_sampler_async(n))
+        ),
         # SamplingClient
-        "SamplingClient.compute_logprobs": lambda ctx: _scored(ctx, ctx.sampler.compute_logprobs(prompt).result()),
-        "SamplingClient.compute_logprobs_async": lambda ctx: _scored(ctx, _run(ctx.sampler.compute_logprobs_async(prompt))),
-        "SamplingClient.create": lambda ctx: sampled(tinker.SamplingClient.create(ctx.service.holder, base_model=NAME).result()),
+        "SamplingClient.compute_logprobs": lambda ctx: _scored(
+            ctx, ctx.sampler.compute_logprobs(prompt).result()
+        ),
+        "SamplingClient.compute_logprobs_async": lambda ctx: _scored(
+            ctx, _run(ctx.sampler.compute_logprobs_async(prompt))
+        ),
+        "SamplingClient.create": lambda ctx: sampled(
+            tinker.SamplingClient.create(ctx.service.holder, base_model=NAME).result()
+        ),
         "SamplingClient.from_sampler_handle": handle,
-        "SamplingClient.get_base_model": lambda ctx: _expect(ctx.sampler.get_base_model() == NAME, "name") or "the base model's name",
-        "SamplingClient.get_base_model_async": lambda ctx: _expect(_run(ctx.sampler.get_base_model_async()) == NAME, "name") or "the base model's name",
+        "SamplingClient.get_base_model": lambda ctx: _expect(ctx.sampler.get_base_model() == NAME, "name")
+        or "the base model's name",
+        "SamplingClient.get_base_model_async": lambda ctx: _expect(
+            _run(ctx.sampler.get_base_model_async()) == NAME, "name"
+        )
+        or "the base model's name",
         "SamplingClient.get_sampler_handle": handle,
         "SamplingClient.get_telemetry": client_side + "the SDK's own telemetry object",
         "SamplingClient.get_tokenizer": tokenizer(lambda ctx: ctx.sampler.get_tokenizer()),
         "SamplingClient.on_queue_state_change": client_side + "a callback the SDK calls with the queue state",
         "SamplingClient.sample": lambda ctx: sampled(ctx.sampler),
-        "SamplingClient.sample_async": lambda ctx: sampled(ctx.sampler, _run(ctx.sampler.sample_async(prompt, 2, params))),
+        "SamplingClient.sample_async": lambda ctx: sampled(
+            ctx.sampler, _run(ctx.sampler.sample_async(prompt, 2, params))
+        ),
         # RestClient
         "RestClient.assign_session_project": unsupported_projects,
         "RestClient.assign_session_project_async": unsupported_projects,
         "RestClient.copy_weights": unsupported_projects,
         "RestClient.copy_weights_async": unsupported_projects,
-        "RestClient.delete_checkpoint": delete(lambda ctx, p: ctx.rest.delete_checkpoint(ctx.trainer.model_id, p.split("/", 3)[3]).result()),
-        "RestClient.delete_checkpoint_async": delete(lambda ctx, p: _run(ctx.rest.delete_checkpoint_async(ctx.trainer.model_id, p.split("/", 3)[3]))),
-        "RestClient.delete_checkpoint_from_tinker_path": delete(lambda ctx, p: ctx.rest.delete_checkpoint_from_tinker_path(p).result()),
-        "RestClient.delete_checkpoint_from_tinker_path_async": delete(lambda ctx, p: _run(ctx.rest.delete_checkpoint_from_tinker_path_async(p))),
+        "RestClient.delete_checkpoint": delete(
+            lambda ctx, p: ctx.rest.delete_checkpoint(ctx.trainer.model_id, p.split("/", 3)[3]).result()
+        ),
+        "RestClient.delete_checkpoint_async": delete(
+            lambda ctx, p: _run(ctx.rest.delete_checkpoint_async(ctx.trainer.model_id, p.split("/", 3)[3]))
+        ),
+        "RestClient.delete_checkpoint_from_tinker_path": delete(
+            lambda ctx, p: ctx.rest.delete_checkpoint_from_tinker_path(p).result()
+        ),
+        "RestClient.delete_checkpoint_from_tinker_path_async": delete(
+            lambda ctx, p: _run(ctx.rest.delete_checkpoint_from_tinker_path_async(p))
+        ),
         "RestClient.export_session_trace": "not served: no session traces are recorded here",
         "RestClient.export_session_trace_async": "not served: no session traces are recorded here",
         "RestClient.get_audit_log": unsupported_billing,
         "RestClient.get_audit_log_async": unsupported_billing,
         "RestClient.get_billing_usage": unsupported_billing,
         "RestClient.get_billing_usage_async": unsupported_billing,
-        "RestClient.get_current_checkpoint_storage_usage": usage(lambda ctx: _run_sync(ctx.rest.get_current_checkpoint_storage_usage).result()),
-        "RestClient.get_current_checkpoint_storage_usage_async": usage(lambda ctx: _run(ctx.rest.get_current_checkpoint_storage_usage_async())),
+        "RestClient.get_current_checkpoint_storage_usage": usage(
+            lambda ctx: _run_sync(ctx.rest.get_current_checkpoint_storage_usage).result()
+        ),
+        "RestClient.get_current_checkpoint_storage_usage_async": usage(
+            lambda ctx: _run(ctx.rest.get_current_checkpoint_storage_usage_async())
+        ),
         "RestClient.get_external_weights_urls": "not served yet: external weights stay in the checkpoint folder",
         "RestClient.get_external_weights_urls_async": "not served yet: external weights stay in the checkpoint folder",
         "RestClient.get_sampler": sampler_info(lambda ctx, s: ctx.rest.get_sampler(s).result()),
         "RestClient.get_sampler_async": sampler_info(lambda ctx, s: _run(ctx.rest.get_sampler_async(s))),
-        "RestClient.get_server_capabilities": capabilities(lambda ctx: ctx.rest.get_server_capabilities().result()),
-        "RestClient.get_session": session_of(lambda ctx: ctx.rest.get_session(ctx.service.holder.get_session_id()).result()),
-        "RestClient.get_session_async": session_of(lambda ctx: _run(ctx.rest.get_session_async(ctx.service.holder.get_session_id()))),
+        "RestClient.get_server_capabilities": capabilities(
+            lambda ctx: ctx.rest.get_server_capabilities().result()
+        ),
+        "RestClient.get_session": session_of(
+            lambda ctx: ctx.rest.get_session(ctx.service.holder.get_session_id()).result()
+        ),
+        "RestClient.get_session_async": session_of(
+            lambda ctx: _run(ctx.rest.get_session_async(ctx.service.holder.get_session_id()))
+        ),
         "RestClient.get_telemetry": client_side + "the SDK's own telemetry object",
-        "RestClient.get_training_run": run_of(lambda ctx: ctx.rest.get_training_run(ctx.trainer.model_id).result()),
-        "RestClient.get_training_run_async": run_of(lambda ctx: _run(ctx.rest.get_training_run_async(ctx.trainer.model_id))),
-        "RestClient.get_training_run_by_tinker_path": run_of(lambda ctx: ctx.rest.get_training_run_by_tinker_path(ctx.state).result()),
-        "RestClient.get_training_run_by_tinker_path_async": run_of(lambda ctx: _run(ctx.rest.get_training_run_by_tinker_path_async(ctx.state))),
+        "RestClient.get_training_run": run_of(
+            lambda ctx: ctx.rest.get_training_run(ctx.trainer.model_id).result()
+        ),
+        "RestClient.get_training_run_async": run_of(
+            lambda ctx: _run(ctx.rest.get_training_run_async(ctx.trainer.model_id))
+        ),
+        "RestClient.get_training_run_by_tinker_path": run_of(
+            lambda ctx: ctx.rest.get_training_run_by_tinker_path(ctx.state).result()
+        ),
+        "RestClient.get_training_run_by_tinker_path_async": run_of(
+            lambda ctx: _run(ctx.rest.get_training_run_by_tinker_path_async(ctx.state))
+        ),
         "RestClient.get_weights_info_by_tinker_path": lambda ctx: (
-            _expect(ctx.rest.get_weights_info_by_tinker_path(ctx.state).result().lora_rank == 4, "rank") or "base model, LoRA rank and flags"
+            _expect(ctx.rest.get_weights_info_by_tinker_path(ctx.state).result().lora_rank == 4, "rank")
+            or "base model, LoRA rank and flags"
         ),
         "RestClient.list_checkpoints": rest_lists("list_checkpoints"),
         "RestClient.list_checkpoints_async": rest_lists("list_checkpoints_async"),
         "RestClient.list_sessions": sessions(lambda ctx: ctx.rest.list_sessions(limit=1000).result()),
-        "RestClient.list_sessions_async": sessions(lambda ctx: _run(ctx.rest.list_sessions_async(limit=1000))),
+        "RestClient.list_sessions_async": sessions(
+            lambda ctx: _run(ctx.rest.list_sessions_async(limit=1000))
+        ),
         "RestClient.list_training_runs": runs(lambda ctx: ctx.rest.list_training_runs(limit=1000).result()),
-        "RestClient.list_training_runs_async": runs(lambda ctx: _run(ctx.rest.list_training_runs_async(limit=1000))),
+        "RestClient.list_training_runs_async": runs(
+            lambda ctx: _run(ctx.rest.list_training_runs_async(limit=1000))
+        ),
         "RestClient.list_user_checkpoints": rest_lists("list_user_checkpoints"),
         "RestClient.list_user_checkpoints_async": rest_lists("list_user_checkpoints_async"),
-        "RestClient.publish_checkpoint_from_tinker_path": publish(lambda ctx, p: ctx.rest.publish_checkpoint_from_tinker_path(p).result(), True),
-        "RestClient.publish_checkpoint_from_tinker_path_async": publish(lambda ctx, p: _run(ctx.rest.publish_checkpoint_from_tinker_path_async(p)), True),
+        "RestClient.publish_checkpoint_from_tinker_path": publish(
+            lambda ctx, p: ctx.rest.publish_checkpoint_from_tinker_path(p).result(), True
+        ),
+        "RestClient.publish_checkpoint_from_tinker_path_async": publish(
+            lambda ctx, p: _run(ctx.rest.publish_checkpoint_from_tinker_path_async(p)), True
+        ),
         "RestClient.search_sessions": search,
-        "RestClient.set_checkpoint_ttl_from_tinker_path": ttl(lambda ctx, p: ctx.rest.set_checkpoint_ttl_from_tinker_path(p, 7200).result()),
-        "RestClient.set_checkpoint_ttl_from_tinker_path_async": ttl(lambda ctx, p: _run(ctx.rest.set_checkpoint_ttl_from_tinker_path_async(p, 7200))),
-        "RestClient.unpublish_checkpoint_from_tinker_path": publish(lambda ctx, p: ctx.rest.unpublish_checkpoint_from_tinker_path(p).result(), False),
-        "RestClient.unpublish_checkpoint_from_tinker_path_async": publish(lambda ctx, p: _run(ctx.rest.unpublish_checkpoint_from_tinker_path_async(p)), False),
+        "RestClient.set_checkpoint_ttl_from_tinker_path": ttl(
+            lambda ctx, p: ctx.rest.set_checkpoint_ttl_from_tinker_path(p, 7200).result()
+        ),
+        "RestClient.set_checkpoint_ttl_from_tinker_path_async": ttl(
+            lambda ctx, p: _run(ctx.rest.set_checkpoint_ttl_from_tinker_path_async(p, 7200))
+        ),
+        "RestClient.unpublish_checkpoint_from_tinker_path": publish(
+            lambda ctx, p: ctx.rest.unpublish_checkpoint_from_tinker_path(p).result(), False
+        ),
+        "RestClient.unpublish_checkpoint_from_tinker_path_async": publish(
+            lambda ctx, p: _run(ctx.rest.unpublish_checkpoint_from_tinker_path_async(p)), False
+        ),
         "RestClient.whoami": "not served: whoami reads a JWT; this server takes API keys (no JWT exchange)",
     }
 
@@ -438,7 +588,9 @@ def _sampler_checkpoint(ctx: Context, call: Callable[[str], Any]) -> str:
     client = ctx.service.create_sampling_client(model_path=path).result()
     from tinker import types
 
-    result = client.sample(types.ModelInput.from_ints([2, 3, 4, 5]), 1, types.SamplingParams(max_tokens=4)).result()
+    result = client.sample(
+        types.ModelInput.from_ints([2, 3, 4, 5]), 1, types.SamplingParams(max_tokens=4)
+    ).result()
     _expect(len(result.sequences) == 1, "samples")
     return "a sampler created from the saved path samples"
 
@@ -490,10 +642,22 @@ def run_checks(url: str, model_folder: Path) -> list[dict[str, Any]]:
                 name = f"{cls}.{method}"
                 check = table.get(name)
                 if check is None:
-                    rows.append({"method": name, "supported": "no", "checked": "not in this report's checks (new in the client?)"})
+                    rows.append(
+                        {
+                            "method": name,
+                            "supported": "no",
+                            "checked": "not in this report's checks (new in the client?)",
+                        }
+                    )
                 elif isinstance(check, str):
                     supported = "client-side" if check.startswith("client-side") else "no"
-                    rows.append({"method": name, "supported": supported, "checked": check.removeprefix("client-side: ")})
+                    rows.append(
+                        {
+                            "method": name,
+                            "supported": supported,
+                            "checked": check.removeprefix("client-side: "),
+                        }
+                    )
                 else:
                     try:
                         rows.append({"method": name, "supported": "yes", "checked": check(ctx)})
@@ -534,7 +698,9 @@ def tiny_llama(folder: Path) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", type=Path, help="a local model folder (default: the tiny Llama)")
     args = parser.parse_args()
     import tinker

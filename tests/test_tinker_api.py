@@ -78,7 +78,10 @@ def logprobs_of(result: types.ForwardBackwardOutput) -> list[list[float]]:
 def test_cross_entropy_is_a_weighted_sum_of_the_learner_logprobs_and_training_lowers_it(client, reference):
     trainer = client.create_lora_training_client(base_model=NAME, rank=4, seed=0).result()
     first = trainer.forward(BATCH, "cross_entropy").result()
-    expected = [target_logprobs(reference, d.model_input.to_ints(), d.loss_fn_inputs["target_tokens"].tolist()) for d in BATCH]
+    expected = [
+        target_logprobs(reference, d.model_input.to_ints(), d.loss_fn_inputs["target_tokens"].tolist())
+        for d in BATCH
+    ]
     # a fresh adapter (B = 0) computes the base model's function
     assert np.allclose(np.concatenate(logprobs_of(first)), np.concatenate(expected), atol=1e-5)
     weighted = -sum(np.dot(lp, d.loss_fn_inputs["weights"].tolist()) for lp, d in zip(expected, BATCH))
@@ -111,7 +114,12 @@ def rl_datum(tokens: list[int], sampled: list[float], advantages: list[float]) -
 
 @pytest.mark.parametrize(
     ("loss_fn", "config"),
-    [("importance_sampling", None), ("ppo", None), ("cispo", {"clip_high_threshold": 1.1}), ("dro", {"beta": 0.5})],
+    [
+        ("importance_sampling", None),
+        ("ppo", None),
+        ("cispo", {"clip_high_threshold": 1.1}),
+        ("dro", {"beta": 0.5}),
+    ],
 )
 def test_rl_losses_are_tinkers_sums_over_tokens(client, reference, loss_fn, config):
     from rlsdk.tinker.losses import LOSSES
@@ -119,7 +127,9 @@ def test_rl_losses_are_tinkers_sums_over_tokens(client, reference, loss_fn, conf
     trainer = client.create_lora_training_client(base_model=NAME, rank=4, seed=2).result()
     tokens = [2, 8, 9, 10, 11, 0]
     learner = target_logprobs(reference, tokens[:-1], tokens[1:])
-    sampled = [lp + d for lp, d in zip(learner, [0.3, -0.4, 0.05, 0.0, -0.2])]  # ratios inside and outside the clip
+    sampled = [
+        lp + d for lp, d in zip(learner, [0.3, -0.4, 0.05, 0.0, -0.2])
+    ]  # ratios inside and outside the clip
     advantages = [0.0, 1.0, -1.0, 2.0, 0.5]
     result = trainer.forward([rl_datum(tokens, sampled, advantages)], loss_fn, config).result()
     assert np.allclose(logprobs_of(result)[0], learner, atol=1e-5)
@@ -165,7 +175,9 @@ def test_forward_backward_custom_trains_like_the_cross_entropy_it_reduces_to(cli
     plain = client.create_lora_training_client(base_model=NAME, rank=4, seed=3).result()
 
     def doubled(data, logprobs_list):
-        loss = sum(-(2 * lp * d.loss_fn_inputs["weights"].to_torch()).sum() for d, lp in zip(data, logprobs_list))
+        loss = sum(
+            -(2 * lp * d.loss_fn_inputs["weights"].to_torch()).sum() for d, lp in zip(data, logprobs_list)
+        )
         return loss, {"doubled:sum": float(loss)}
 
     result = custom.forward_backward_custom(BATCH, doubled).result()
@@ -228,7 +240,9 @@ def test_stop_tokens_and_strings_end_a_sample_with_the_stop_token(client):
     stop_at = natural[0]
     expected = [stop_at]
     for stop in ([stop_at], [f"w{stop_at - 2}"]):
-        stopped = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=16, seed=seed, stop=stop)).result()
+        stopped = sampler.sample(
+            prompt, 1, types.SamplingParams(max_tokens=16, seed=seed, stop=stop)
+        ).result()
         assert stopped.sequences[0].tokens == expected and stopped.sequences[0].stop_reason == "stop", stop
 
 
@@ -241,12 +255,18 @@ def test_state_round_trips_with_and_without_the_optimizer(client):
     assert path.endswith("/weights/two-steps")
     restored = client.create_training_client_from_state_with_optimizer(path).result()
     weights_only = client.create_training_client_from_state(path).result()
-    before = [np.concatenate(logprobs_of(c.forward(BATCH, "cross_entropy").result())) for c in (trainer, restored, weights_only)]
+    before = [
+        np.concatenate(logprobs_of(c.forward(BATCH, "cross_entropy").result()))
+        for c in (trainer, restored, weights_only)
+    ]
     assert np.allclose(before[0], before[1], atol=1e-6) and np.allclose(before[0], before[2], atol=1e-6)
     for c in (trainer, restored, weights_only):
         c.forward_backward(BATCH, "cross_entropy")
         c.optim_step(ADAM).result()
-    after = [np.concatenate(logprobs_of(c.forward(BATCH, "cross_entropy").result())) for c in (trainer, restored, weights_only)]
+    after = [
+        np.concatenate(logprobs_of(c.forward(BATCH, "cross_entropy").result()))
+        for c in (trainer, restored, weights_only)
+    ]
     assert np.allclose(after[0], after[1], atol=1e-5)  # Adam's moments came back with the weights
     assert not np.allclose(after[0], after[2], atol=1e-4)  # a fresh optimizer steps differently
     with warnings.catch_warnings():
@@ -263,17 +283,28 @@ def test_the_rest_client_lists_and_deletes_checkpoints(server, client):
     rest = tinker.RestClient(base_url=server[0], api_key=KEY)
     listed = rest.list_checkpoints(trainer.model_id).result().checkpoints
     assert {c.tinker_path: c.checkpoint_type for c in listed} == {state: "training", sampler: "sampler"}
-    assert all(c.size_bytes > 0 for c in listed) and next(c for c in listed if c.tinker_path == state).expires_at
+    assert (
+        all(c.size_bytes > 0 for c in listed) and next(c for c in listed if c.tinker_path == state).expires_at
+    )
     run = rest.get_training_run_by_tinker_path(sampler).result()
     assert (run.base_model, run.is_lora, run.lora_rank) == (NAME, True, 2)
     assert run.last_checkpoint.tinker_path == state and run.last_sampler_checkpoint.tinker_path == sampler
     info = rest.get_weights_info_by_tinker_path(state).result()
     assert (info.base_model, info.lora_rank, info.train_unembed) == (NAME, 2, True)
-    assert trainer.model_id in [r.training_run_id for r in rest.list_training_runs(limit=100).result().training_runs]
+    assert trainer.model_id in [
+        r.training_run_id for r in rest.list_training_runs(limit=100).result().training_runs
+    ]
     rest.delete_checkpoint_from_tinker_path(state).result()
     assert [c.tinker_path for c in rest.list_checkpoints(trainer.model_id).result().checkpoints] == [sampler]
     from_file = client.create_sampling_client(model_path=sampler).result()
-    assert len(from_file.sample(types.ModelInput.from_ints(PROMPT), 1, types.SamplingParams(max_tokens=3)).result().sequences) == 1
+    assert (
+        len(
+            from_file.sample(types.ModelInput.from_ints(PROMPT), 1, types.SamplingParams(max_tokens=3))
+            .result()
+            .sequences
+        )
+        == 1
+    )
 
 
 def raw(url: str, path: str, key: str = KEY, **kwargs) -> httpx.Response:
@@ -285,17 +316,32 @@ def test_requests_are_guarded_and_malformed_bodies_named(server, client):
     url = server[0]
     assert raw(url, "/api/v1/create_session", key="tml-wrong-key-0123456789", json={}).status_code == 401
     assert raw(url, "/api/v1/healthz", headers={"Host": "evil.example"}).status_code == 421
-    assert raw(url, "/api/v1/create_session", headers={"Origin": "http://evil.example"}, json={}).status_code == 403
-    answer = raw(url, "/api/v1/forward_backward", content=b"\xff\x01garbage", headers={"Content-Type": "application/x-protobuf"})
+    assert (
+        raw(url, "/api/v1/create_session", headers={"Origin": "http://evil.example"}, json={}).status_code
+        == 403
+    )
+    answer = raw(
+        url,
+        "/api/v1/forward_backward",
+        content=b"\xff\x01garbage",
+        headers={"Content-Type": "application/x-protobuf"},
+    )
     assert answer.status_code == 400 and "ForwardBackwardRequest" in answer.json()["detail"]
     from tinker.proto import tinker_public_pb2 as pb
 
     message = pb.ForwardBackwardRequest(model_id="x", seq_id=1, loss_fn="cross_entropy")
     item = message.data.add()
     item.model_input.add().encoded_text.tokens = b"\x01\x00\x00"  # three bytes: not int32 tokens
-    answer = raw(url, "/api/v1/forward_backward", content=message.SerializeToString(), headers={"Content-Type": "application/x-protobuf"})
+    answer = raw(
+        url,
+        "/api/v1/forward_backward",
+        content=message.SerializeToString(),
+        headers={"Content-Type": "application/x-protobuf"},
+    )
     assert answer.status_code == 400 and "data[0].model_input[0].tokens" in answer.json()["detail"]
-    answer = raw(url, "/api/v1/create_model", json={"session_id": "x", "model_seq_id": "one", "base_model": NAME})
+    answer = raw(
+        url, "/api/v1/create_model", json={"session_id": "x", "model_seq_id": "one", "base_model": NAME}
+    )
     assert answer.status_code == 400 and "model_seq_id" in answer.json()["detail"]
     # another API key reaches nothing of this one's
     trainer = client.create_lora_training_client(base_model=NAME, rank=2).result()
@@ -308,12 +354,18 @@ def test_requests_are_guarded_and_malformed_bodies_named(server, client):
 def test_a_model_without_lora_trains_every_weight(server, client):
     """The SDK always asks for LoRA; the API takes a model without ``lora_config`` (full fine-tuning)."""
     session = client.holder.get_session_id()
-    answer = raw(server[0], "/api/v1/create_model", json={"session_id": session, "model_seq_id": 99, "base_model": NAME})
+    answer = raw(
+        server[0],
+        "/api/v1/create_model",
+        json={"session_id": session, "model_seq_id": 99, "base_model": NAME},
+    )
     assert answer.status_code == 200, answer.text
     request_id = answer.json()["request_id"]
     created = raw(server[0], "/api/v1/retrieve_future", json={"request_id": request_id}).json()
     model_id = created["model_id"]
-    info = types.GetInfoResponse.model_validate(raw(server[0], "/api/v1/get_info", json={"model_id": model_id}).json())
+    info = types.GetInfoResponse.model_validate(
+        raw(server[0], "/api/v1/get_info", json={"model_id": model_id}).json()
+    )
     assert info.is_lora is False
     trainer = tinker.TrainingClient(client.holder, model_seq_id=99, model_id=model_id, info=info)
     before = trainer.forward(BATCH, "cross_entropy").result()

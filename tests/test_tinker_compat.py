@@ -49,7 +49,11 @@ def test_every_method_keeps_the_status_the_report_records(tiny_llama, tmp_path):
     now = {row["method"]: row for row in rows}
     recorded = {row["method"]: row for row in report["methods"]}
     assert sorted(now) == sorted(recorded), "the client's public methods changed: regenerate the report"
-    regressed = [f"{m}: {now[m]['checked']}" for m, row in recorded.items() if row["supported"] == "yes" != now[m]["supported"]]
+    regressed = [
+        f"{m}: {now[m]['checked']}"
+        for m, row in recorded.items()
+        if row["supported"] == "yes" != now[m]["supported"]
+    ]
     assert not regressed, "methods that passed no longer do:\n" + "\n".join(regressed)
     newly = [m for m, row in now.items() if row["supported"] != recorded[m]["supported"]]
     assert not newly, f"statuses changed (update the report: python scripts/tinker_compat.py): {newly}"
