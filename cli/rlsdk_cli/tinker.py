@@ -40,6 +40,11 @@ def serve(
     sync_check_tol: float | None = typer.Option(
         None, "--sync-check-tol", help="Trust check tolerance in nats (default: 0.05 on CPU, 2 on CUDA)."
     ),
+    seed: int | None = typer.Option(
+        None,
+        "--seed",
+        help="Seed the samples of requests that give none (reproducible runs); default unseeded.",
+    ),
     allowed_host: list[str] = typer.Option(
         [], "--allowed-host", help="Host name clients may reach the server by besides loopback (repeatable)."
     ),
@@ -70,7 +75,7 @@ def serve(
             return call_engine(resolved, engine_args(flags, settings))
 
         placement = Placement(train_device, train_dtype, train_threads, sync_check_tol)
-        service = TinkerService(models, make_engine, checkpoint_dir, placement)  # type: ignore[arg-type]
+        service = TinkerService(models, make_engine, checkpoint_dir, placement, seed)  # type: ignore[arg-type]
 
         async def main() -> None:
             server = await start_tinker_server(service, [key], host, port, allowed_hosts=allowed_host)

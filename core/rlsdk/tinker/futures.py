@@ -20,7 +20,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-LONG_POLL_SECONDS = 25.0
+LONG_POLL_SECONDS = 40.0
 """How long a ``retrieve_future`` waits for a result before answering ``try_again`` (the SDK's poll has a
 45 s timeout)."""
 KEEP_RETRIEVED_SECONDS = 600.0

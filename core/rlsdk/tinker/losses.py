@@ -6,8 +6,8 @@ gradient. ``target_logprobs`` are the learner's log-probs of ``target_tokens``; 
 - ``cross_entropy``: ``-(target_logprobs * weights).sum()`` (signed weights: ``forward_backward_custom``
   sends ``-dC/dlogprobs`` as weights; no ``weights`` means all ones)
 - ``importance_sampling``: ``-(exp(target_logprobs - logprobs) * advantages).sum()``
-- ``ppo``: the ratio clipped to ``[clip_low_threshold, clip_high_threshold]`` (0.8, 1.2), the minimum of the
-  clipped and unclipped objectives per token
+- ``ppo``: the ratio clipped to ``[clip_low_threshold, clip_high_threshold]`` (``loss_fn_config``, default
+  0.8 and 1.2, or per token in ``loss_fn_inputs``), the minimum of the clipped and unclipped objectives
 - ``cispo``: the clipped ratio, detached, times ``target_logprobs * advantages``
 - ``dro``: ``-(target_logprobs * advantages - beta / 2 * (target_logprobs - logprobs) ** 2).sum()``
 """
@@ -39,18 +39,26 @@ def importance_sampling(lp: Tensor, inputs: Mapping[str, Tensor], config: Mappin
     return -(_ratio(lp, inputs) * inputs["advantages"]).sum()
 
 
+def _clipped(ratio: Tensor, inputs: Mapping[str, Tensor], config: Mapping[str, float]) -> Tensor:
+    """The ratio clipped to the thresholds: per token where ``loss_fn_inputs`` give them, else the config's."""
+    import torch
+
+    low = inputs.get("clip_low_threshold", config["clip_low_threshold"])
+    high = inputs.get("clip_high_threshold", config["clip_high_threshold"])
+    bounds = {"dtype": ratio.dtype, "device": ratio.device}
+    return torch.clamp(ratio, torch.as_tensor(low, **bounds), torch.as_tensor(high, **bounds))
+
+
 def ppo(lp: Tensor, inputs: Mapping[str, Tensor], config: Mapping[str, float]) -> Tensor:
     import torch
 
     ratio, advantages = _ratio(lp, inputs), inputs["advantages"]
-    clipped = torch.clamp(ratio, config["clip_low_threshold"], config["clip_high_threshold"])
+    clipped = _clipped(ratio, inputs, config)
     return -torch.minimum(ratio * advantages, clipped * advantages).sum()
 
 
 def cispo(lp: Tensor, inputs: Mapping[str, Tensor], config: Mapping[str, float]) -> Tensor:
-    import torch
-
-    clipped = torch.clamp(_ratio(lp, inputs), config["clip_low_threshold"], config["clip_high_threshold"])
+    clipped = _clipped(_ratio(lp, inputs), inputs, config)
     return -(clipped.detach() * lp * inputs["advantages"]).sum()
 
 
@@ -61,20 +69,26 @@ def dro(lp: Tensor, inputs: Mapping[str, Tensor], config: Mapping[str, float]) -
 
 @dataclass(frozen=True)
 class Loss:
-    """A built-in loss: the float ``loss_fn_inputs`` it reads besides ``target_tokens``, its
-    ``loss_fn_config`` keys with their defaults (None: required), and the function."""
+    """A built-in loss: the float ``loss_fn_inputs`` it needs besides ``target_tokens``, its
+    ``loss_fn_config`` keys with their defaults (None: required), the function, and the float inputs it
+    reads when given (per-token clip thresholds)."""
 
     inputs: tuple[str, ...]
     config: Mapping[str, float | None]
     fn: Callable[[Tensor, Mapping[str, Tensor], Mapping[str, float]], Tensor]
+    optional: tuple[str, ...] = ()
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return self.inputs + self.optional
 
 
 _CLIP = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
 LOSSES: dict[str, Loss] = {
     "cross_entropy": Loss(("weights",), {}, cross_entropy),
     "importance_sampling": Loss(("logprobs", "advantages"), {}, importance_sampling),
-    "ppo": Loss(("logprobs", "advantages"), _CLIP, ppo),
-    "cispo": Loss(("logprobs", "advantages"), _CLIP, cispo),
+    "ppo": Loss(("logprobs", "advantages"), _CLIP, ppo, tuple(_CLIP)),
+    "cispo": Loss(("logprobs", "advantages"), _CLIP, cispo, tuple(_CLIP)),
     "dro": Loss(("logprobs", "advantages"), {"beta": None}, dro),
 }
 
@@ -103,7 +117,7 @@ def check_loss(name: str, config: Mapping[str, float | str], data: list[Datum]) 
         if missing:
             raise WireError(f"data[{i}].loss_fn_inputs: {name} needs {missing}")
         for key, array in datum.inputs.items():
-            if key in {"target_tokens", *loss.inputs} and len(array) != len(datum.tokens):
+            if key in {"target_tokens", *loss.reads} and len(array) != len(datum.tokens):
                 raise WireError(
                     f"data[{i}].loss_fn_inputs[{key!r}]: {len(array)} values for {len(datum.tokens)} "
                     "model_input tokens"

@@ -179,11 +179,17 @@ def check_request(request: Any) -> list[int]:
 
 
 async def sample(
-    slot: EngineSlot, weights: SamplerWeights, request: Any, prompt: list[int], session: str
+    slot: EngineSlot,
+    weights: SamplerWeights,
+    request: Any,
+    prompt: list[int],
+    session: str,
+    default_seed: int | None = None,
 ) -> SampleOutput:
-    """Answer a checked ``SampleRequest`` (``prompt`` from :func:`check_request`) with ``weights``."""
+    """Answer a checked ``SampleRequest`` (``prompt`` from :func:`check_request`) with ``weights``; sample
+    ``i`` is drawn with seed ``seed + i``, the request's or else ``default_seed`` (None: unseeded)."""
     params = engine_params(request.sampling_params)
-    seed = request.sampling_params.seed
+    seed = request.sampling_params.seed if request.sampling_params.seed is not None else default_seed
     want_prompt = bool(request.prompt_logprobs) or request.topk_prompt_logprobs > 0
     async with slot.serving(weights):
         engine = slot.replica(session)

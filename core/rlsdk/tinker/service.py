@@ -22,7 +22,7 @@ from ..training.trainer import LoraAdapter
 from .checkpoints import CheckpointPath, CheckpointStore, check_name, check_run_id, check_ttl
 from .futures import Futures, Sequencer, UserError
 from .losses import check_loss
-from .sampling import BASE, EngineSlot, SamplerWeights, check_request, sample
+from .sampling import BASE, MAX_SAMPLES, EngineSlot, SamplerWeights, check_request, sample
 from .training import LoraSpec, Placement, TrainingRun
 from .wire import ForwardBackward, write_forward_backward_output, write_sample_response
 
@@ -80,6 +80,8 @@ class Sampler:
     model_path: str | None
     weights: SamplerWeights
     slot: EngineSlot
+    index: int = 0
+    """Samplers created before this one (for seeds derived from the server's ``sampling_seed``)."""
     requests: dict[int, tuple[str, list[str]]] = field(default_factory=dict)
 
 
@@ -96,8 +98,13 @@ class TinkerService:
         engine_factory: EngineFactory,
         checkpoint_root: Path,
         placement: Placement = Placement(),
+        sampling_seed: int | None = None,
     ) -> None:
+        """``sampling_seed``: requests that give no seed are seeded from it, the sampler's creation order and
+        the request's ``seq_id`` (a run that repeats its requests samples the same tokens); None: unseeded."""
         self.base_models = dict(base_models)
+        self.sampling_seed = sampling_seed
+        self._samplers_made = 0
         self.folders: dict[str, Path] = {}
         self.engine_factory = engine_factory
         self.placement = placement
@@ -454,6 +461,8 @@ class TinkerService:
     # ------------------------------------------------------------------ sampling
 
     def _add_sampler(self, sampler: Sampler, session: Session) -> None:
+        sampler.index = self._samplers_made
+        self._samplers_made += 1
         self.samplers[sampler.id] = sampler
         session.sampler_ids.append(sampler.id)
 
@@ -496,8 +505,13 @@ class TinkerService:
         else:
             prompt = check_request(request)
 
+            default = None
+            if self.sampling_seed is not None:
+                run = self.sampling_seed * 1_000_003 + sampler.index
+                default = (run * 1_000_033 + (seq or 0)) * MAX_SAMPLES % 2**62  # sample i: default + i
+
             async def work() -> bytes:
-                output = await sample(sampler.slot, sampler.weights, request, prompt, sampler.id)
+                output = await sample(sampler.slot, sampler.weights, request, prompt, sampler.id, default)
                 return write_sample_response(output)
 
             request_id = self.futures.run(owner, "sample", work())

@@ -132,7 +132,7 @@ class TrainingRun:
                     inputs = {
                         name: torch.as_tensor(array, device=logprobs.device)
                         for name, array in data[i].inputs.items()
-                        if name in loss.inputs
+                        if name in loss.reads
                     }
                     if loss_fn == "cross_entropy" and "weights" not in inputs:
                         inputs["weights"] = torch.ones(lengths[row], device=logprobs.device)
