@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
+
+from harness import machine
 
 QUESTIONS = [(a, b) for a in range(1, 5) for b in range(1, 5)]
 SUFFIX = " Provide a numerical answer without units, written inside \\boxed{}."
@@ -115,7 +116,7 @@ def main() -> None:
         "tolerance": args.tolerance,
         "passed": worst <= args.tolerance,
         "seconds": time.perf_counter() - started,
-        "machine": platform.node(),
+        "machine": machine(),
         "tinker": tinker.__version__,
     }
     print(json.dumps(report))

@@ -221,8 +221,6 @@ class TinkerService:
         model = self.models.get(model_id)
         if model is None or model.session.owner != owner:
             raise NotFound(f"no training model {str(model_id)[:80]!r} (it may have ended with its session)")
-        if model.run is None:
-            raise UserError(f"model {model_id} is still being created")
         model.last_request = time.time()
         return model
 
@@ -254,6 +252,9 @@ class TinkerService:
         run = await asyncio.to_thread(TrainingRun, self.folders[model.base], model.lora, self.placement)
         if state is not None:
             await asyncio.to_thread(run.load_state, state, optimizer)
+        if model.session.finished is not None:  # the session ended while the model loaded
+            run.close()
+            raise Gone(f"session {model.session.id} has ended ({model.session.finished})")
         model.run = run
         self.models[model.id] = model
         model.session.model_ids.append(model.id)
