@@ -314,6 +314,24 @@ def checks() -> dict[str, Check | str]:
         _expect("/external_weights/" in path, "an external_weights path")
         return "a merged Hugging Face folder saved as an external_weights checkpoint"
 
+    def downloads(ctx: Context, urls_of: Callable[[str], Any]) -> str:
+        import json as json_
+        import urllib.error
+        import urllib.request
+
+        path = ctx.trainer.save_weights_external(f"x-{time.monotonic_ns()}").result().path
+        urls = urls_of(path).urls
+        _expect({"config.json", "model.safetensors"} <= set(urls), "the merged model's files")
+        with urllib.request.urlopen(urls["config.json"]) as answer:  # a plain GET, no API key
+            _expect("vocab_size" in json_.loads(answer.read()), "a model config")
+        try:
+            urllib.request.urlopen(urls["config.json"].replace("signature=", "signature=0"))
+        except urllib.error.HTTPError as exc:
+            _expect(exc.code == 401, "a wrong signature is refused")
+        else:
+            raise AssertionError("a wrong signature was accepted")
+        return "signed URLs of the merged model's files download without the key; a forged one is refused"
+
     client_side = "client-side: "
     unsupported_billing = "not served: Thinking Machines' billing and audit services have no counterpart here"
     unsupported_projects = "not served: this server keeps no projects (one per API key)"
@@ -492,8 +510,12 @@ def checks() -> dict[str, Check | str]:
         "RestClient.get_current_checkpoint_storage_usage_async": usage(
             lambda ctx: _run(ctx.rest.get_current_checkpoint_storage_usage_async())
         ),
-        "RestClient.get_external_weights_urls": "not served yet: external weights stay in the checkpoint folder",
-        "RestClient.get_external_weights_urls_async": "not served yet: external weights stay in the checkpoint folder",
+        "RestClient.get_external_weights_urls": lambda ctx: downloads(
+            ctx, lambda p: ctx.rest.get_external_weights_urls(p).result()
+        ),
+        "RestClient.get_external_weights_urls_async": lambda ctx: downloads(
+            ctx, lambda p: _run(ctx.rest.get_external_weights_urls_async(p))
+        ),
         "RestClient.get_sampler": sampler_info(lambda ctx, s: ctx.rest.get_sampler(s).result()),
         "RestClient.get_sampler_async": sampler_info(lambda ctx, s: _run(ctx.rest.get_sampler_async(s))),
         "RestClient.get_server_capabilities": capabilities(

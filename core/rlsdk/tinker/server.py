@@ -12,7 +12,9 @@ import hashlib
 import hmac
 import json
 import logging
+import secrets
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +37,34 @@ MAX_DECOMPRESSED = 4 * MAX_BODY
 READ_TIMEOUT, IDLE_TIMEOUT = 60.0, 300.0
 _SERVICE = web.AppKey("service", TinkerService)
 _OWNERS = web.AppKey("owners", dict)
+_SIGNER = web.AppKey("signer", object)
+FILES = "/api/v1/files/"
+"""Downloads of external weights' files, by signed URL (``get_external_weights_urls``) rather than API key."""
+URL_SECONDS = 3600
+
+
+class Signer:
+    """Signed download URLs: an HMAC of the file's path and the expiry under a secret of this server."""
+
+    def __init__(self) -> None:
+        self.secret = secrets.token_bytes(32)
+
+    def signature(self, path: str, expires: int) -> str:
+        return hmac.new(self.secret, f"{path}|{expires}".encode(), hashlib.sha256).hexdigest()
+
+    def sign(self, origin: str, path: str) -> str:
+        expires = int(time.time()) + URL_SECONDS
+        return f"{origin}{FILES}{path}?expires={expires}&signature={self.signature(path, expires)}"
+
+    def valid(self, request: web.Request) -> bool:
+        path = request.path.removeprefix(FILES)
+        try:
+            expires = int(request.query.get("expires", ""))
+        except ValueError:
+            return False
+        given = request.query.get("signature", "")
+        return expires > time.time() and hmac.compare_digest(given, self.signature(path, expires))
+
 
 CLIENT_CONFIG = {
     "pjwt_auth_enabled": False,  # the API key itself on every request; no JWT exchange
@@ -278,6 +308,24 @@ def build_routes(flags: dict[str, Any]) -> list[web.RouteDef]:
         service.set_ttl(owner, *_checkpoint_id(request), ttl)
 
     @_route()
+    async def external_urls(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
+        run_id, checkpoint_id = _checkpoint_id(request)
+        files = await asyncio.to_thread(service.external_files, owner, run_id, checkpoint_id)
+        signer = request.app[_SIGNER]
+        assert isinstance(signer, Signer)
+        origin = f"{request.scheme}://{request.host}"
+        urls = {name: signer.sign(origin, f"{run_id}/{checkpoint_id}/{name}") for name in files}
+        expires = time.time() + URL_SECONDS
+        return {"urls": urls, "expires": _iso_time(expires)}
+
+    async def download(request: web.Request) -> web.StreamResponse:
+        match = request.match_info  # the guard checked the signature
+        path = request.app[_SERVICE].external_file(
+            match["run_id"], f"{match['segment']}/{match['name']}", match["file"]
+        )
+        return web.FileResponse(path)
+
+    @_route()
     async def weights_info(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
         path = body.get("tinker_path") if isinstance(body, dict) else None
         if not isinstance(path, str):
@@ -330,6 +378,8 @@ def build_routes(flags: dict[str, Any]) -> list[web.RouteDef]:
         web.post(checkpoint + "/publish", publish),
         web.delete(checkpoint + "/publish", publish),
         web.put(checkpoint + "/ttl", set_ttl),
+        web.get(checkpoint + "/external_weights_urls", external_urls),
+        web.get(FILES + "{run_id}/{segment}/{name}/{file:.+}", download),
         web.get("/api/v1/checkpoints", user_checkpoints),
         web.post("/api/v1/weights_info", weights_info),
         web.get("/api/v1/sessions", list_sessions),
@@ -337,6 +387,12 @@ def build_routes(flags: dict[str, Any]) -> list[web.RouteDef]:
         web.get("/api/v1/sessions/{session_id}", get_session),
         web.get("/api/v1/billing/usage/checkpoints/current", storage_usage),
     ]
+
+
+def _iso_time(seconds: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(seconds, UTC).isoformat()
 
 
 def _unzstd(body: bytes) -> bytes:
@@ -407,7 +463,11 @@ async def start_tinker_server(
         check_binding("rlsdk tinker serve", host, check_api_key(key), API_KEY_ENV)
     owners = {key: owner_of(key) for key in api_keys}
 
+    signer = Signer()
+
     def authorized(request: web.Request) -> bool:
+        if request.path.startswith(FILES) and request.method == "GET":
+            return signer.valid(request)
         given = request.headers.get("X-API-Key", "").encode()
         return any(hmac.compare_digest(given, key.encode()) for key in owners)  # every key compared
 
@@ -434,6 +494,7 @@ async def start_tinker_server(
     )
     app[_SERVICE] = service
     app[_OWNERS] = owners
+    app[_SIGNER] = signer
     app.add_routes(build_routes({**CLIENT_CONFIG, **(client_config or {})}))
     await service.start()
     runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)

@@ -19,6 +19,7 @@ from typing import Any
 from ..engines.engine import InferenceEngine
 from ..training.sync import trust_check
 from ..training.trainer import LoraAdapter
+from .checkpoints import META as CHECKPOINT_META
 from .checkpoints import CheckpointPath, CheckpointStore, check_name, check_run_id, check_ttl
 from .futures import Futures, Sequencer, UserError
 from .losses import check_loss
@@ -598,6 +599,27 @@ class TinkerService:
         if meta.get("owner") != owner:
             raise NotFound(f"no checkpoint {path.tinker_path} of this API key")
         return path
+
+    def external_files(self, owner: str, run_id: str, checkpoint_id: str) -> list[str]:
+        """The files of an ``external_weights`` checkpoint of this key, relative to its folder."""
+        path = self.own_checkpoint(owner, run_id, checkpoint_id)
+        if path.segment != "external_weights":
+            raise UserError(f"{path.tinker_path}: download URLs are for external_weights checkpoints")
+        folder = self.store.folder(path)
+        return sorted(
+            str(f.relative_to(folder)) for f in folder.rglob("*") if f.is_file() and f.name != CHECKPOINT_META
+        )
+
+    def external_file(self, run_id: str, checkpoint_id: str, name: str) -> Path:
+        """One file of an external checkpoint (a signed URL named it: no owner to check), inside its folder."""
+        path = CheckpointPath.parse(f"tinker://{run_id}/{checkpoint_id}")
+        if path.segment != "external_weights" or self.store.meta(path) is None:
+            raise NotFound(f"no checkpoint {path.tinker_path}")
+        folder = self.store.folder(path)
+        file = (folder / name).resolve()
+        if folder not in file.parents or not file.is_file() or file.name == CHECKPOINT_META:
+            raise NotFound(f"no file {name[:120]!r} in {path.tinker_path}")
+        return file
 
     def delete_checkpoint(self, owner: str, run_id: str, checkpoint_id: str) -> None:
         self.store.delete(self.own_checkpoint(owner, run_id, checkpoint_id))
