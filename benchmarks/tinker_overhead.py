@@ -104,7 +104,8 @@ def main() -> None:
         folder = default_model_path()
     count = max(1, args.tokens // args.datum_tokens)
     rng = np.random.default_rng(0)
-    rows = [rng.integers(100, 20000, args.datum_tokens + 1) for _ in range(count)]
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    rows = [rng.integers(0, vocab, args.datum_tokens + 1) for _ in range(count)]
 
     # in process: the trainer the server runs, called directly
     direct_data = [

@@ -105,7 +105,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True, help="SmolLM2-135M-Instruct's converted folder")
     parser.add_argument("--parts", default="rl,numerics,overhead")
-    parser.add_argument("--sl-steps", type=int, default=4)
+    parser.add_argument("--sl-steps", type=int, default=8)
+    parser.add_argument("--sl-lr", type=float, default=1e-3)
     parser.add_argument("--rl-steps", type=int, default=20)
     parser.add_argument("--questions", type=int, default=16)
     parser.add_argument("--group", type=int, default=8)
@@ -140,7 +141,7 @@ def main() -> None:
                     log_path = scratch / "run"
                     sl_seconds = recipe(
                         "sl_loop", work, env, f"log_path={log_path}", f"batch_size={sl_batch}",
-                        "learning_rate=5e-4", "save_every=0",
+                        f"learning_rate={args.sl_lr}", "save_every=0",
                     )
                     rl_seconds = recipe(
                         "rl_loop", work, env, f"log_path={log_path}", f"batch_size={args.questions}",
