@@ -377,3 +377,32 @@ def test_a_model_without_lora_trains_every_weight(server, client):
     scored = sampler.compute_logprobs(types.ModelInput.from_ints(PROMPT)).result()
     learner = logprobs_of(trainer.forward([datum(PROMPT)], "cross_entropy").result())[0]
     assert scored[1:] == pytest.approx(learner, abs=1e-4)
+
+
+def test_a_retried_submission_runs_once(server, client):
+    """The SDK retries a submission whose answer it did not get: the same ``seq_id`` names the same request,
+    which runs once (one optimizer step, not two)."""
+    url = server[0]
+    trainer = client.create_lora_training_client(base_model=NAME, rank=2, seed=7).result()
+    trainer.forward_backward(BATCH[:2], "cross_entropy").result()  # one chunk, seq_id 1; then by hand
+    step = {"model_id": trainer.model_id, "seq_id": 2, "adam_params": {"learning_rate": 0.05}}
+    first, again = (raw(url, "/api/v1/optim_step", json=step).json() for _ in range(2))
+    assert first["request_id"] == again["request_id"]
+    save = {"model_id": trainer.model_id, "seq_id": 3, "path": "after-one-step"}
+    saved = raw(url, "/api/v1/save_weights", json=save).json()
+    path = raw(url, "/api/v1/retrieve_future", json={"request_id": saved["request_id"]}).json()["path"]
+    reference = client.create_lora_training_client(base_model=NAME, rank=2, seed=7).result()
+    reference.forward_backward(BATCH[:2], "cross_entropy")
+    reference.optim_step(types.AdamParams(learning_rate=0.05)).result()
+    restored = client.create_training_client_from_state(path).result()
+    after = [
+        np.concatenate(logprobs_of(c.forward(BATCH, "cross_entropy").result())) for c in (restored, reference)
+    ]
+    assert np.allclose(after[0], after[1], atol=1e-6)
+
+
+def test_sampling_options_this_server_does_not_compute_are_refused_by_name(client):
+    sampler = client.create_sampling_client(base_model=NAME).result()
+    prompt = types.ModelInput.from_ints(PROMPT)
+    with pytest.raises(tinker.BadRequestError, match="topk_sample_logprobs"):
+        sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2), topk_sample_logprobs=2).result()
