@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from rlsdk import tensor_checksum
+from rlsdk.engines.weight_checksums import tensor_checksums
 from rlsdk.engines import weight_checksums
 from rlsdk.engines.sglang_client import SGLangClient
 from rlsdk.engines.weight_checksums import (
@@ -82,11 +83,19 @@ def test_the_checksum_is_sglangs_algorithm(tensor):
     assert tensor_checksum(tensor) == reference(tensor)
 
 
-def test_a_tensor_hashed_in_several_chunks_has_the_same_checksum(monkeypatch):
-    tensor = torch.randn(5 * 8192 + 11, generator=torch.Generator().manual_seed(3))
-    whole = tensor_checksum(tensor)
-    monkeypatch.setattr(weight_checksums, "_CHUNK", 2 * 8192)
-    assert tensor_checksum(tensor) == whole == reference(tensor)
+def test_tensors_hashed_together_or_in_pieces_have_their_own_checksums(monkeypatch):
+    """Batches of two tiles: a large tensor is hashed in pieces, small ones share a batch."""
+    generator = torch.Generator().manual_seed(3)
+    tensors = [
+        torch.randn(5 * 8192 + 11, generator=generator),
+        torch.randn(7, generator=generator).to(torch.bfloat16),
+        torch.zeros(0),
+        torch.randn(8192, generator=generator),
+        torch.arange(3, dtype=torch.uint8),
+    ]
+    one_by_one = [tensor_checksum(t) for t in tensors]
+    monkeypatch.setattr(weight_checksums, "_BATCH", 2 * 8192)
+    assert tensor_checksums(tensors) == one_by_one == [reference(t) for t in tensors]
 
 
 def test_one_changed_bit_changes_the_checksum():
@@ -96,11 +105,15 @@ def test_one_changed_bit_changes_the_checksum():
     assert tensor_checksum(changed) != tensor_checksum(tensor)
 
 
-@pytest.mark.skipif(not FIXTURE.is_file(), reason="recorded on the GPU machine by benchmarks/gpu/trust_gpu.py")
+@pytest.mark.skipif(
+    not FIXTURE.is_file(), reason="recorded on the GPU machine by benchmarks/gpu/trust_gpu.py"
+)
 def test_checksums_equal_those_the_real_sglang_computed():
     """Tensors of 32-bit words from a fixed LCG, hashed on an H200 by SGLang's own kernel."""
     for case in json.loads(FIXTURE.read_text())["cases"]:
-        words = torch.tensor([(i * 2654435761 + 12345) % 2**32 for i in range(case["words"])], dtype=torch.int64)
+        words = torch.tensor(
+            [(i * 2654435761 + 12345) % 2**32 for i in range(case["words"])], dtype=torch.int64
+        )
         tensor = words.to(torch.int32).view(getattr(torch, case["dtype"]))
         assert tensor_checksum(tensor) == case["sglang"], case
 
@@ -155,12 +168,10 @@ def test_tied_tensors_count_once_and_fused_ones_are_concatenated_rows():
 
 def test_a_float32_tensor_may_be_served_in_half_precision():
     tensor = torch.randn(8, generator=torch.Generator().manual_seed(5))
-    assert served_checksums(tensor) == {
-        tensor_checksum(tensor),
-        tensor_checksum(tensor.bfloat16()),
-        tensor_checksum(tensor.half()),
-    }
-    assert served_checksums(tensor.bfloat16()) == {tensor_checksum(tensor.bfloat16())}
+    assert served_checksums([tensor, tensor.bfloat16()]) == [
+        {tensor_checksum(tensor), tensor_checksum(tensor.bfloat16()), tensor_checksum(tensor.half())},
+        {tensor_checksum(tensor.bfloat16())},
+    ]
 
 
 def test_sglangs_answer_is_read_per_rank_and_a_sharded_rank_says_so():
@@ -187,7 +198,7 @@ def test_rlsdk_serve_answers_weights_checker_as_sglang_and_the_client_reads_it(t
         try:
             async with httpx.AsyncClient() as http:
                 answer = (await http.post(f"{handle.url}/weights_checker", json={})).json()
-                refused = (await http.post(f"{handle.url}/weights_checker", json={"action": "reset_tensors"}))
+                refused = await http.post(f"{handle.url}/weights_checker", json={"action": "reset_tensors"})
             served = await SGLangClient(handle.url).weight_checksums()
             return answer, refused.status_code, served or []
         finally:

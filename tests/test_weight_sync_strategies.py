@@ -263,7 +263,10 @@ def test_the_weights_check_compares_sglangs_fused_tensors_and_names_one_a_sync_m
     from rlsdk.training.trust import check_weights
 
     client = SGLangClient(weights_server)
-    sync = ColocatedTensorSync() if strategy == "tensor" else NcclBroadcastSync(backend="gloo")
+    sync: ColocatedTensorSync | NcclBroadcastSync = ColocatedTensorSync()
+    if strategy == "nccl":
+        sync = NcclBroadcastSync(backend="gloo")
+        sync.group_name = "weights_check"  # a process joins a group name once
     missed = "model.layers.0.self_attn.v_proj.weight"
 
     async def full_then_partial() -> tuple[Any, str]:

@@ -2,7 +2,8 @@
 # The GPU machine's side of the benchmarks (not part of CI). Run from the repository root there, with
 # the carry folder (default .gpu/, filled by prepare.sh and build_sglang_archive.sh) beside it:
 #
-#   bash benchmarks/gpu/device.sh piece      # copy the carried SGLang piece(s) to /tmp/chunks (one call each)
+#   bash benchmarks/gpu/device.sh piece      # copy the carried SGLang piece(s) to /tmp/chunks (one call each, about 8 s
+#                                            # of device time with the transfer on an H200, 2026-11-29)
 #   bash benchmarks/gpu/device.sh setup      # reassemble SGLang into /tmp/site; rlsdk into /tmp/rl
 #   bash benchmarks/gpu/device.sh embedded   # engine_gpu.py (8 rounds, about 7.5-8.5 minutes: a call of its own)
 #   bash benchmarks/gpu/device.sh generate   # embedded_vs_generate.py
@@ -17,12 +18,14 @@
 #     MEGATRON_PARALLEL_ARGS="--shape qwen3-moe-32e --steps 5": EP=2, DP=2, PP=2 and TP=2 of a 32-expert MoE, ~7 min on
 #     2x H100 before PP=2 was added (not re-measured); "--configs pp2 --steps 5": PP=2 alone vs one GPU)
 #   bash benchmarks/gpu/device.sh model      # reassemble the carried SmolLM2 GGUF, convert it to /tmp/rlsdk-models
-#   bash benchmarks/gpu/device.sh learn      # learning_gpu.py: GRPO on SmolLM2 through colocated SGLang (~9 min)
+#   bash benchmarks/gpu/device.sh learn      # learning_gpu.py: GRPO on SmolLM2 through colocated SGLang (80 steps: 7.7 min
+#                                            # on an H200, 2026-11-29)
 #   bash benchmarks/gpu/device.sh lora       # sglang_lora.py: SGLang --enable-lora on SmolLM2 (after `model`): the LoRA
 #                                            # protocol's answers, an adapter's log-probs, the demo trained with
-#                                            # --lora-rank 16, the trained adapter applied or not (~6 min)
+#                                            # --lora-rank 16, the trained adapter applied or not (4 min on an H200)
 #   bash benchmarks/gpu/device.sh trust      # trust_gpu.py (after `model`): checksums against SGLang's, one tensor
-#                                            # left out of a sync at each position, correct syncs (~4 min)
+#                                            # sent stale or not sent at each position, correct syncs (`piece setup
+#                                            # model trust` in one call: 4.6 min on an H200 with one fault kind)
 #   bash benchmarks/gpu/device.sh tinker     # tinker_gpu.py (after setup and model): rlsdk tinker serve on CUDA with
 #                                            # SmolLM2; tinker-cookbook's rl_loop learning single-digit addition, its
 #                                            # sampler-vs-trainer check, forward_backward overhead at 8k tokens (~8 min;

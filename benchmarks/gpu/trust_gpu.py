@@ -1,4 +1,4 @@
-"""The trust check on one GPU (issue 45; not run in CI; one device call of about 4 minutes; the last line
+"""The trust check on one GPU (issue 45; not run in CI; one device call of about 5 minutes; the last line
 printed is one JSON object). SmolLM2-135M-Instruct's real weights, SGLang launched by rlsdk and colocated
 with the torch trainer (float32 weights, as ``learning_gpu.py`` trains), CUDA-IPC syncs:
 
@@ -9,12 +9,14 @@ with the torch trainer (float32 weights, as ``learning_gpu.py`` trains), CUDA-IP
 2. **before any training**: the weights check against SGLang's ``/weights_checker`` (every tensor of the
    model, fused as SGLang holds them), and the log-prob noise baseline over ``--probe-sets`` disjoint sets
    of 8 probes and of 4 (its spread: the drift check's threshold moves with it);
-3. **one tensor left out of a sync**, at each position (the embeddings, the first layer's ``v_proj``, a
-   middle layer's ``up_proj``, the last layer's ``down_proj``, the final norm): a real train step (random
-   +-1 rewards over SGLang's samples of the shipped two-digit arithmetic prompts, chat template), the sync
-   without that tensor, then the weights check (must name it) beside what the log-prob checks saw (largest
-   gap against the 2.0 tolerance, mean gap as a multiple of the noise against the drift check's 4x); then a
-   full sync, which must pass;
+3. **one tensor a sync got wrong**, at each position (the embeddings, the first layer's ``v_proj``, a
+   middle layer's ``up_proj``, the last layer's ``down_proj``, the final norm), two ways (``--faults``):
+   sent with its values from before the step (``stale``: the fault the log-prob checks miss), or not sent
+   (``omit``: with SGLang's weights memory released for the train step, what it holds then is not the old
+   tensor). A real train step (random +-1 rewards over SGLang's samples of the shipped two-digit
+   arithmetic prompts, chat template), the faulty sync, then the weights check (must name it) beside what
+   the log-prob checks saw (largest gap against the 2.0 tolerance, mean gap as a multiple of the noise
+   against the drift check's 4x); then a full sync, which must pass;
 4. **correct syncs**: ``--correct-steps`` more train steps and full syncs, each checked (0 false alarms),
    with the check's seconds.
 
@@ -149,22 +151,25 @@ async def sample_groups(
 
 
 @contextlib.contextmanager
-def leaving_out(trainer: Any, name: str | None) -> Iterator[None]:
-    """Within: the trainer's exported weights (``weights``, ``weight_buckets``) without ``name`` and the names
-    tied to it, as a sync that missed it sends them (the trainer's own parameters are untouched)."""
+def leaving_out(trainer: Any, name: str | None, fault: str) -> Iterator[None]:
+    """Within: the trainer's exported weights (``weights``, ``weight_buckets``) as a faulty sync sends them:
+    ``stale``, ``name`` (and the names tied to it) with its values from before; ``omit``, without it (an
+    in-process engine, which needs every name, gets the old values). The trained parameters are untouched."""
     if name is None:
         yield
         return
     state = trainer.model.state_dict()
     tied = {n for n, t in state.items() if t.data_ptr() == state[name].data_ptr()}
     weights, buckets = trainer.weights, trainer.weight_buckets
-    old = {
-        n: state[n].detach().clone() for n in tied
-    }  # an in-process engine needs every name: the old values
+    old = {n: state[n].detach().clone() for n in tied}
+
+    def sent(bucket: dict[str, Any]) -> dict[str, Any]:
+        if fault == "stale":
+            return {k: old.get(k, v) for k, v in bucket.items()}
+        return {k: v for k, v in bucket.items() if k not in tied}
+
     trainer.weights = lambda: {**weights(), **old}
-    trainer.weight_buckets = lambda size: (
-        {k: v for k, v in b.items() if k not in tied} for b in buckets(size)
-    )
+    trainer.weight_buckets = lambda size: (sent(b) for b in buckets(size))
     try:
         yield
     finally:
@@ -190,6 +195,13 @@ def main() -> None:
     parser.add_argument("--probe-sets", type=int, default=5)
     parser.add_argument("--correct-steps", type=int, default=5)
     parser.add_argument("--skip-fixture", action="store_true", help="no SGLang interpreter (a CPU check)")
+    parser.add_argument(
+        "--faults",
+        nargs="+",
+        default=["stale", "omit"],
+        choices=["stale", "omit"],
+        help="stale: the tensor sent with its old values (a sync that skipped it); omit: not sent at all",
+    )
     opts = parser.parse_args()
     opts.output.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"benchmark": "trust_gpu", "machine": machine()}
@@ -279,10 +291,10 @@ def trust(opts: argparse.Namespace) -> dict[str, Any]:
         baseline = max(noise[8][0], 1e-12)  # the drift check's, as a run measures it: 8 probes
         probes, tolerance = firsts[:8], check_tolerance(args, trainer)
 
-        def step(skip: str | None) -> dict[str, Any]:
+        def step(skip: str | None, fault: str = "omit") -> dict[str, Any]:
             nonlocal version
             loop.run(strategy.before_train(engine))
-            with leaving_out(trainer, skip):  # the old values, taken before the step
+            with leaving_out(trainer, skip, fault):  # the old values, taken before the step
                 trainer.train_step(version, groups)
                 version += 1
                 t0 = time.perf_counter()
@@ -306,13 +318,18 @@ def trust(opts: argparse.Namespace) -> dict[str, Any]:
             }
 
         skipped = {}
-        for position, name in positions.items():
-            skipped[position] = {"tensor": name, **step(name)}
-            skipped[position]["after_full_sync"] = step(None)["weights"]
-            torch.cuda.empty_cache() if gpu else None
+        for fault in opts.faults:
+            for position, name in positions.items():
+                skipped[f"{fault}:{position}"] = {"tensor": name, **step(name, fault)}
+                skipped[f"{fault}:{position}"]["after_full_sync"] = step(None)["weights"]
+                if gpu:
+                    torch.cuda.empty_cache()
         out["skipped_tensor"] = skipped
         out["correct_syncs"] = [step(None) for _ in range(opts.correct_steps)]
         out["caught_at_first_sync"] = {p: s["weights"]["caught"] for p, s in skipped.items()}
+        out["log_prob_checks_caught"] = {
+            p: s["logprob_max_gap_over_tolerance"] or s["drift_check_would_fire"] for p, s in skipped.items()
+        }
         checks = [out["before_training"], *(s["after_full_sync"] for s in skipped.values())]
         checks += [s["weights"] for s in out["correct_syncs"]]
         out["false_alarms"] = sum(c["caught"] for c in checks)

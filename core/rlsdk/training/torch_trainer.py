@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ..engines.lora_adapter import lora_adapter_deltas
-from ..engines.weight_checksums import Layout, engine_tensors, served_checksums
+from ..engines.weight_checksums import Layout, engine_checksums
 from ..errors import CheckpointError, RlsdkError
 from ..plugins.calls import call_advantage, call_reward_post_process, call_rollout_data_postprocess
 from ..plugins.records import Loss, Resolved
@@ -454,10 +454,7 @@ class TorchTrainer(PolicyTrainer):
         if self.lora:
             return super().weight_checksums(layout)
         with torch.no_grad():
-            return {
-                name: (parts, sorted(served_checksums(tensor)))
-                for name, (tensor, parts) in engine_tensors(self.model.state_dict(), layout).items()
-            }
+            return engine_checksums(self.model.state_dict(), layout)
 
     def lora_adapter(self) -> LoraAdapter | None:
         if not self.lora:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..engines.weight_checksums import Layout, engine_tensors, served_checksums
+from ..engines.weight_checksums import Layout, engine_checksums
 from ..errors import PluginCallError, RlsdkError
 from ..plugins.records import Resolved
 from ..types import Sample
@@ -61,10 +61,7 @@ class PolicyTrainer(abc.ABC):
         types an engine serves). Computed where the weights are, from :meth:`weights` by default; a trainer
         whose parameters are at hand overrides it to read them directly, so that an export that left a
         tensor out or stale is caught too."""
-        return {
-            name: (parts, sorted(served_checksums(tensor)))
-            for name, (tensor, parts) in engine_tensors(self.weights(), layout).items()
-        }
+        return engine_checksums(self.weights(), layout)
 
     @abc.abstractmethod
     def save_hf_model(self, folder: Path) -> None:
