@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..engines.engine import InferenceEngine
-from ..training.sync import trust_check
+from ..training.sync import trains_on_gpu, trust_check
+from ..training.trust import check_weights
 from ..training.trainer import LoraAdapter
 from .checkpoints import META as CHECKPOINT_META
 from .checkpoints import CheckpointPath, CheckpointStore, check_name, check_run_id, check_ttl
@@ -353,7 +354,13 @@ class TinkerService:
             slot = await self.slot(model.base, full=model.lora is None)
             weights = await asyncio.to_thread(self._snapshot, model, sampler_id, slot.engine)
             async with slot.serving(weights):
-                diff = await trust_check(slot.engine, run.trainer, run.probe, run.tolerance)
+                exact = False
+                if model.lora is None and trains_on_gpu(run.trainer):  # every tensor by checksum
+                    verdict = await check_weights(slot.engine, run.trainer, len(self.samplers))
+                    exact = verdict.complete
+                diff = await trust_check(
+                    slot.engine, run.trainer, run.probe, run.tolerance, enforce=not exact
+                )
             log.info("sampler %s: trust check passed (largest log-prob gap %.2g nats)", sampler_id, diff)
             self._add_sampler(Sampler(sampler_id, owner, model.base, None, weights, slot), model.session)
             return {"type": "save_weights_for_sampler", "sampling_session_id": sampler_id}
