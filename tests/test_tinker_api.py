@@ -406,3 +406,15 @@ def test_sampling_options_this_server_does_not_compute_are_refused_by_name(clien
     prompt = types.ModelInput.from_ints(PROMPT)
     with pytest.raises(tinker.BadRequestError, match="topk_sample_logprobs"):
         sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2), topk_sample_logprobs=2).result()
+
+
+def test_a_model_keeps_the_weights_of_its_latest_samplers(client):
+    from rlsdk.tinker.service import KEEP_SNAPSHOTS
+
+    trainer = client.create_lora_training_client(base_model=NAME, rank=2, seed=8).result()
+    samplers = [trainer.save_weights_and_get_sampling_client().result() for _ in range(KEEP_SNAPSHOTS + 1)]
+    prompt, params = types.ModelInput.from_ints(PROMPT), types.SamplingParams(max_tokens=2)
+    assert len(samplers[-1].sample(prompt, 1, params).result().sequences) == 1
+    assert len(samplers[1].sample(prompt, 1, params).result().sequences) == 1
+    with pytest.raises(tinker.RequestFailedError, match="were released"):
+        samplers[0].sample(prompt, 1, params).result()

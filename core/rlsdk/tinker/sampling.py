@@ -106,7 +106,10 @@ class EngineSlot:
             elif weights.folder is not None:
                 await engine.load_lora_adapter(name, str(weights.folder))
             else:
-                raise UserError(f"the weights of {weights.key} are no longer available")
+                raise UserError(
+                    f"the weights of sampler {weights.key} were released: a model keeps those of its latest "
+                    "samplers only; save_weights_for_sampler(name) keeps weights for good"
+                )
             self.loaded_adapter = name
         elif weights.key != BASE.key:
             if weights.full is not None and engine.in_process_weights:
@@ -115,8 +118,8 @@ class EngineSlot:
                 await engine.update_weights_from_disk(str(weights.folder), weights.key)
             else:
                 raise UserError(
-                    f"the weights of {weights.key} were replaced by a later snapshot of the same run: keep "
-                    "a sampler of a full fine-tune with save_weights_for_sampler(name)"
+                    f"the weights of sampler {weights.key} were released: a full fine-tune keeps those of its "
+                    "latest sampler only; save_weights_for_sampler(name) keeps weights for good"
                 )
         await engine.flush_cache()
         self.current = weights.key

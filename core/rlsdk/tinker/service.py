@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,10 @@ log = logging.getLogger(__name__)
 
 SESSION_TIMEOUT = 600.0
 """Seconds without a heartbeat after which a session's models are released (the SDK beats every 10 s)."""
+KEEP_SNAPSHOTS = 8
+"""Samplers of a model's current weights (``save_weights_and_get_sampling_client``) whose weights are kept;
+an older one's are released (an RL loop samples from the latest; ``save_weights_for_sampler(name)`` keeps
+weights for good)."""
 
 
 class NotFound(LookupError):
@@ -72,6 +77,8 @@ class Model:
     last_request: float = field(default_factory=time.time)
     full_snapshot: SamplerWeights | None = None
     """A full fine-tune's latest sampler weights held in this process."""
+    snapshots: list[SamplerWeights] = field(default_factory=list)
+    """Its samplers' weights, oldest first (at most :data:`KEEP_SNAPSHOTS` kept)."""
 
 
 @dataclass
@@ -177,6 +184,8 @@ class TinkerService:
             model = self.models.pop(model_id, None)
             if model is not None:
                 model.sequencer.cancel(error)
+                for weights in model.snapshots:
+                    _release_weights(weights)
                 if model.run is not None:
                     model.run.close()
         for sampler_id in session.sampler_ids:
@@ -386,6 +395,10 @@ class TinkerService:
                 model.full_snapshot.full = None
             weights.full = taken
             model.full_snapshot = weights
+        model.snapshots.append(weights)
+        for old in model.snapshots[:-KEEP_SNAPSHOTS]:
+            _release_weights(old)
+        del model.snapshots[:-KEEP_SNAPSHOTS]
         return weights
 
     def _checkpoint_meta(self, model: Model, user_metadata: Any, ttl: int | None) -> dict[str, Any]:
@@ -705,6 +718,15 @@ class TinkerService:
             {"last_created_at": _iso(last.created), "last_session_id": last.id} if more and last else None
         )
         return {"sessions": summaries, "next_cursor": next_cursor}
+
+
+def _release_weights(weights: SamplerWeights) -> None:
+    """Free a sampler's weights (memory, and the folder written for an engine that loads from disk); the
+    sampler then refuses requests, unless its engine still serves them."""
+    weights.adapter = weights.full = None
+    if weights.folder is not None:
+        shutil.rmtree(weights.folder, ignore_errors=True)
+        weights.folder = None
 
 
 def _check_optimizer(config: Any) -> None:
