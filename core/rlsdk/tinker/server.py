@@ -434,7 +434,11 @@ class ServerThread:
     def __enter__(self) -> str:
         self.thread.start()
         start = start_tinker_server(self.service, self.api_keys, **self.options)
-        self.server = asyncio.run_coroutine_threadsafe(start, self.loop).result()
+        try:
+            self.server = asyncio.run_coroutine_threadsafe(start, self.loop).result()
+        except BaseException:
+            self.__exit__()
+            raise
         return self.server.url
 
     def __exit__(self, *exc: object) -> None:
