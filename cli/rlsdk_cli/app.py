@@ -6,7 +6,7 @@ import typer
 
 from rlsdk import __version__
 
-from . import buffer, export, plugins, run, score, serve, tinker
+from . import buffer, export, plugins, run, score, serve, tinker, view
 
 app = typer.Typer(
     name="rlsdk",
@@ -21,6 +21,7 @@ app.command("eval")(run.evaluate)
 app.command("score")(score.score)
 app.command("serve")(serve.serve)
 app.command("export")(export.export)
+app.command("view")(view.view)
 app.add_typer(buffer.app, name="buffer")
 app.add_typer(tinker.app, name="tinker")
 

@@ -151,6 +151,7 @@ def guard(
     allowed_hosts: Iterable[str] = (),
     trust_own_process: bool = False,
     authorized: Callable[[web.Request], bool] | None = None,
+    credentials: str = "bearer token (Authorization: Bearer <token>)",
     body_types: Iterable[str] = ("application/json",),
 ) -> Any:
     """An aiohttp middleware that answers 421 to a ``Host`` that is neither loopback nor in
@@ -160,7 +161,8 @@ def guard(
     status)`` builds the service's own error body. With ``trust_own_process`` (a server a run starts for
     itself) a request from this very process needs no token (the run's generators, slime-style code posting
     with its own HTTP client included); every other process does. ``authorized(request)``, when given,
-    checks the credentials in place of the bearer ``token`` (a service whose clients send another header)."""
+    checks the credentials in place of the bearer ``token`` (a service whose clients send another header,
+    named in the 401's message by ``credentials``)."""
     types = frozenset(body_types)
     allowed = normalize_hosts(allowed_hosts)
     check_host = is_loopback(bind_host) or bool(allowed)
@@ -190,7 +192,7 @@ def guard(
             allowed_in = not token or token_matches(request.headers.get("Authorization"), token)
         if not allowed_in and not (trust_own_process and own_connection(request.transport)):
             await asyncio.sleep(failures.delay())  # guesses are slowed down, not answered at once
-            return error("missing or wrong bearer token (Authorization: Bearer <token>)", 401)
+            return error(f"missing or wrong {credentials}", 401)
         origin = request.headers.get("Origin")
         if origin is not None and not host_allowed(origin, allowed):
             return error(f"requests from web pages are refused (Origin: {origin[:100]})", 403)

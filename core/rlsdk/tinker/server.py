@@ -490,6 +490,7 @@ async def start_tinker_server(
                 bind_host=host,
                 allowed_hosts=allowed_hosts,
                 authorized=authorized,
+                credentials="API key (X-API-Key: tml-..., the client's TINKER_API_KEY)",
                 body_types=("application/json", PROTOBUF),
             ),
             limits.middleware(_reply),
