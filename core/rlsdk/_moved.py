@@ -36,7 +36,7 @@ MOVED = {
     "rlsdk.launch.sglang": "rlsdk.engines.launch.sglang",
     "rlsdk.launch.process_group": "rlsdk.engines.launch.process_group",
     "rlsdk.hookspecs": "rlsdk.plugins.hookspecs",
-    "rlsdk.records": "rlsdk.plugins.records",
+    "rlsdk.records": "rlsdk.plugins.kinds",  # the records, each kind's declaration, and what they share
     "rlsdk.manager": "rlsdk.plugins.manager",
     "rlsdk.loading": "rlsdk.plugins.loading",
     "rlsdk.plugin_calls": "rlsdk.plugins.calls",

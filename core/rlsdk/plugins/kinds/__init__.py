@@ -13,7 +13,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from ..records import Option as Option  # what the records share, here too: 0.1's rlsdk.records forwards here
+from ..records import PluginInfo as PluginInfo
 from ..records import PluginRecord
+from ..records import Resolved as Resolved
+from ..records import normalize_name as normalize_name
 from . import agents, rollout, training
 from .agents import *  # noqa: F403 (each module's __all__ is its records)
 from .rollout import *  # noqa: F403
