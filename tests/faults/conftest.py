@@ -1,12 +1,15 @@
-"""Real services for the fault and attacker suites: ``rlsdk buffer serve`` in a subprocess on loopback."""
+"""Real services for the fault and attacker suites: ``rlsdk buffer serve`` in a subprocess on loopback, a
+misbehaving engine over HTTP, tokenizers built in milliseconds, and ``rlsdk run`` in a subprocess against them."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -236,3 +239,51 @@ def tiny_run(tiny_llama, tmp_path):
 
     make.data = data
     return make
+
+
+RLSDK = [sys.executable, "-c", "from rlsdk_cli.app import main; main()"]
+FAST_RETRIES = ["--set", "sglang_retries=1", "--set", "sglang_backoff=0.01"]
+
+
+@pytest.fixture
+def data(tmp_path) -> Path:
+    """Twelve prompts of the word tokenizer's words."""
+    path = tmp_path / "data.jsonl"
+    path.write_text(
+        "".join(json.dumps({"input": f"w{i} w{i + 1}", "label": f"w{i}"}) + "\n" for i in range(12))
+    )
+    return path
+
+
+def run_options(engine_url: str, tokenizer: str, data: Path, out: Path, *more: str) -> list[str]:
+    return [
+        "--engine",
+        engine_url,
+        "--hf-checkpoint",
+        tokenizer,
+        "--data",
+        str(data),
+        "--label-key",
+        "label",
+        "--rm-type",
+        "f1",
+        "--rollout-batch-size",
+        "2",
+        "--n-samples-per-prompt",
+        "2",
+        "--num-rollout",
+        "2",
+        "--output",
+        str(out),
+        *FAST_RETRIES,
+        *more,
+    ]
+
+
+def rlsdk_run(
+    *options: str, command: str = "run", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``rlsdk run`` (or ``command``) in a subprocess, within 120 s; ``env`` replaces the environment."""
+    return subprocess.run(
+        [*RLSDK, command, *options], check=False, capture_output=True, text=True, timeout=120, env=env
+    )

@@ -43,6 +43,11 @@ def checkpoint_settings(folder: Path) -> dict[str, Any] | None:
     return dict(json.loads(meta.read_text()).get("settings") or {})
 
 
+def checkpoint_root(args: Any, output_folder: Path) -> Path:
+    """Where a run writes its checkpoints (``step_N/``): ``--save``, else ``<output_dir>/checkpoints``."""
+    return Path(args.save) if args.save else output_folder / "checkpoints"
+
+
 def prune_checkpoints(root: Path, keep: int) -> list[Path]:
     """Remove all but the newest ``keep`` checkpoints (``step_N/`` by N) under ``root``; returns those removed."""
     steps = sorted(
@@ -90,7 +95,7 @@ class TrainingSession:
 
     @property
     def checkpoint_root(self) -> Path:
-        return Path(self.args.save) if self.args.save else self.output_folder / "checkpoints"
+        return checkpoint_root(self.args, self.output_folder)
 
     def sync(self) -> dict[str, float]:
         """The trainer's weights to the engine as the current ``weight_version``, within the sync timeout;

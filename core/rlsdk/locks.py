@@ -1,0 +1,52 @@
+"""Folders one process writes at a time: ``flock`` on a ``.rlsdk.lock`` file in the folder, which names its
+holder, so a second writer fails at once saying which folder and which process holds it."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .errors import RlsdkError
+
+LOCK_FILE = ".rlsdk.lock"
+
+
+@contextmanager
+def folder_lock(folder: Path, holder: str = "rlsdk run", role: str = "--output") -> Iterator[None]:
+    """Hold ``folder`` (made if missing) for this process, as ``holder`` uses it (``role``: the option
+    naming it): a second one fails at once naming the first one's pid and use. The lock goes with the
+    process, even a SIGKILLed one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RlsdkError(f"{folder} is in use by {describe_holder(os.pread(fd, 512, 0))}: two writers "
+                             f"in one folder would overwrite each other's files; wait for it to end or stop "
+                             f"it, or choose another {role}") from None  # fmt: skip
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "holder": holder, "role": role}).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def describe_holder(text: bytes) -> str:
+    """``another rlsdk run (pid N) as its --save folder`` from a lock file's text (an older one holds
+    the pid alone)."""
+    try:
+        value = json.loads(text)
+        if isinstance(value, int):
+            value = {"pid": value}
+    except ValueError:
+        value = {}
+    if not isinstance(value, dict):
+        value = {}
+    pid = value.get("pid", "unknown")
+    holder, role = str(value.get("holder", "rlsdk run"))[:100], value.get("role")
+    return f"another {holder} (pid {pid})" + (f" as its {str(role)[:100]} folder" if role else "")
