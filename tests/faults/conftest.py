@@ -151,14 +151,11 @@ def misbehaving_engine() -> Iterator[MisbehavingEngine]:
     engine.close()
 
 
-@pytest.fixture(scope="session")
-def word_tokenizer(tmp_path_factory) -> str:
-    """A folder with a word-level tokenizer of 32 words (``<eos>``, ``<pad>``, ``w0`` ... ``w29``), built
-    here in milliseconds, for runs against an HTTP engine that need ``--hf-checkpoint``."""
+def make_word_tokenizer(folder: Path) -> str:
+    """A word-level tokenizer of 32 words (``<eos>``, ``<pad>``, ``w0`` ... ``w29``) saved in ``folder``."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    folder = tmp_path_factory.mktemp("word-tokenizer")
     words = ["<eos>", "<pad>", *[f"w{i}" for i in range(30)]]
     tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -168,10 +165,19 @@ def word_tokenizer(tmp_path_factory) -> str:
     return str(folder)
 
 
+@pytest.fixture(scope="session")
+def word_tokenizer(tmp_path_factory) -> str:
+    """A folder with a word-level tokenizer of 32 words, built here in milliseconds, for runs against an
+    HTTP engine that need ``--hf-checkpoint``."""
+    return make_word_tokenizer(tmp_path_factory.mktemp("word-tokenizer"))
+
+
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} <eos> {% endfor %}"
     "{% if add_generation_prompt %}assistant {% endif %}"
 )
+TOOLS_CHAT_TEMPLATE = "{% if tools %}system {{ tools | tojson }} <eos> {% endif %}" + CHAT_TEMPLATE
+"""A template that writes the tool schemas out as JSON, as Qwen's and Llama's do."""
 
 
 @pytest.fixture(scope="session")

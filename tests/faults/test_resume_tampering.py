@@ -114,7 +114,9 @@ def test_a_run_folder_copied_from_another_machine_resumes_what_it_can_verify(run
     assert code == 0 and "not written by rlsdk on this machine" not in output, output
 
 
-def test_logger_rows_of_the_steps_run_again_are_rolled_back(misbehaving_engine, word_tokenizer, data, tmp_path):
+def test_logger_rows_of_the_steps_run_again_are_rolled_back(
+    misbehaving_engine, word_tokenizer, data, tmp_path
+):
     """A crash after a step was logged and before its state was saved: on ``--resume`` the step runs
     again, and its first rows in ``logs/`` are cut off as ``rollouts.jsonl``'s are."""
     out = tmp_path / "out"
@@ -188,7 +190,11 @@ def test_a_run_does_not_resume_from_weights_another_run_wrote_to_its_save_folder
     save = tmp_path / "shared-checkpoints"
     first, second = tmp_path / "first", tmp_path / "second"
     run_job(tiny_run(output_dir=str(first), save=str(save), num_rollout=1, save_interval=1))
-    run_job(tiny_run(output_dir=str(second), save=str(save), num_rollout=1, save_interval=1, rollout_seed=7, lr=0.1))
+    run_job(
+        tiny_run(
+            output_dir=str(second), save=str(save), num_rollout=1, save_interval=1, rollout_seed=7, lr=0.1
+        )
+    )
     with pytest.raises(CheckpointError, match="changed since it was saved"):
         run_job(tiny_run(output_dir=str(first), save=str(save), num_rollout=2, resume=True))
 
@@ -201,7 +207,9 @@ def test_a_lora_adapter_missing_tensors_is_refused(tiny_run, tmp_path):
     tensors = load_file(str(adapter))
     kept = dict(sorted(tensors.items())[: len(tensors) // 2])
     save_file(kept, str(adapter), metadata={"format": "pt"})
-    tamper(out, lambda state: state.pop("checkpoint_files", None))  # past the fingerprints: the loader checks too
+    tamper(
+        out, lambda state: state.pop("checkpoint_files", None)
+    )  # past the fingerprints: the loader checks too
     with pytest.raises(CheckpointError, match="misses .* of the model's adapter tensors"):
         run_job(tiny_run(output_dir=str(out), num_rollout=2, resume=True, lora_rank=4))
 

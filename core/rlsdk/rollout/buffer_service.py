@@ -49,6 +49,7 @@ from ..engines.service_guard import check_binding as _check_binding
 from ..errors import PluginError
 from ..plugins.manager import RlsdkPluginManager
 from ..plugins.records import Resolved, TaskGenerator
+from ..sizes import SMALL, Budget, NotJson, TooCostly, parse_request
 
 DEFAULT_MAX_BODY = 64 << 20
 __getattr__ = _moved.forward(__name__, {"TOKEN_ENV": "rlsdk:BUFFER_TOKEN_ENV"})
@@ -61,6 +62,11 @@ DEFAULT_MAX_HELD_BYTES = 1 << 30
 DEFAULT_MAX_CONNECTIONS = 256
 """Open connections at once; more are answered 503 and closed."""
 
+WRITE_VALUES = 2 << 20
+"""JSON values one ``/buffer/write`` may hold (a long trajectory's token ids and log-probs in its extra_info)."""
+TASK_BUDGET = Budget(bytes=1 << 20, values=1 << 16)
+"""A ``/start_rollout`` body: the task's settings, saved and handed to the task generator."""
+
 _dumps = functools.partial(json.dumps, allow_nan=False)
 
 
@@ -70,15 +76,6 @@ class BufferFull(RuntimeError):
 
 class InvalidItem(ValueError):
     """A written trajectory that does not have the expected shape."""
-
-
-def parse_json(raw: bytes) -> Any:
-    """Standard JSON only: ``NaN`` and ``Infinity`` (which Python's json reads) are refused."""
-
-    def refuse(name: str) -> Any:
-        raise ValueError(f"{name} is not standard JSON")
-
-    return json.loads(raw, parse_constant=refuse)
 
 
 def _finite(value: Any) -> bool:
@@ -542,17 +539,17 @@ async def start_buffer_server(
         max_connections=max_connections,
     )
 
-    async def read_body(request: web.Request) -> tuple[Any, web.Response | None]:
-        """(the JSON body, None), or (None, the error answer); ``limits`` has read it already."""
-        raw = await request.read()
+    async def read_body(request: web.Request, budget: Budget = SMALL) -> tuple[Any, web.Response | None]:
+        """(the JSON body, None), or (None, the error answer): standard JSON within the route's ``budget``
+        (:mod:`rlsdk.sizes`); ``limits`` has read it already."""
         try:
-            return (parse_json(raw) if raw.strip() else {}), None
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            return None, _error(f"body is not JSON: {exc}", 400)
+            return await parse_request(await request.read(), budget, standard=True), None
+        except (TooCostly, NotJson) as exc:
+            return None, _error(str(exc), exc.status)
 
-    def endpoint(method: Any, *, in_thread: bool = False) -> Any:
+    def endpoint(method: Any, budget: Budget = SMALL, *, in_thread: bool = False) -> Any:
         async def handle(request: web.Request) -> web.StreamResponse:
-            body, error = await read_body(request)
+            body, error = await read_body(request, budget)
             if error is not None:
                 return error
             # writes and acknowledgements fsync: off the event loop
@@ -588,8 +585,10 @@ async def start_buffer_server(
     )
     app.add_routes(
         [
-            web.post("/start_rollout", endpoint(service.start_rollout)),
-            web.post("/buffer/write", endpoint(service.write, in_thread=True)),
+            web.post("/start_rollout", endpoint(service.start_rollout, TASK_BUDGET)),
+            web.post(
+                "/buffer/write", endpoint(service.write, Budget(max_body, WRITE_VALUES), in_thread=True)
+            ),
             web.post("/get_rollout_data", get_rollout_data),
             web.post("/ack_rollout_data", endpoint(service.ack_rollout_data, in_thread=True)),
             web.post("/release_rollout_data", endpoint(service.release_rollout_data)),

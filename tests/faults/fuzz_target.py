@@ -1,0 +1,78 @@
+"""A service for the fuzz suite (:mod:`fuzzing`), in a process of its own, so that what the test process
+does (drawing examples, building bodies) is never counted as the service's stall or memory.
+
+``python fuzz_target.py KIND FOLDER [TOKEN]`` serves KIND (``engine``: ``rlsdk serve``'s server with the
+chat, messages and session routes, its template writing tool schemas out as JSON; ``chat``: the chat
+server of ``start_chat_server``, its template writing none; ``buffer``: the rollout buffer service) on
+loopback over :class:`rlsdk.testing.FakeEngine` and a word tokenizer made in FOLDER, prints
+``{"url", "routes"}`` as one JSON line, then answers each line on stdin with one JSON line: the event
+loop's worst lateness since the last answer (``stall``, seconds), the process's peak resident memory
+(``peak_mb``) and what the service holds (``state``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from conftest import CHAT_TEMPLATE, TOOLS_CHAT_TEMPLATE, RecordingEngine, make_word_tokenizer  # noqa: E402
+from fuzzing import LoopWatch, routes_of  # noqa: E402
+
+
+def peak_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main(kind: str, folder: Path, token: str | None) -> None:
+    from rlsdk import get_plugin_manager
+    from rlsdk.runtime import BackgroundLoop
+
+    pm = get_plugin_manager(load_entrypoints=False)
+    loop = BackgroundLoop("fuzz-target")
+    session = "x"
+    if kind == "buffer":
+        from rlsdk.rollout.buffer_service import BufferService, TrajectoryStore, start_buffer_server
+
+        service = BufferService(pm, TrajectoryStore(folder / "buffer"))
+        server = loop.run(start_buffer_server(service, port=0, token=token))
+        app, url = server.runner.app, server.url
+
+        def state() -> dict:
+            return service.store.counts()
+
+    else:
+        from transformers import AutoTokenizer
+
+        from rlsdk.agents.server import chat_endpoint, start_chat_server
+        from rlsdk.run.engine_server import start_server
+
+        tokenizer = AutoTokenizer.from_pretrained(make_word_tokenizer(folder / "tokenizer"))
+        tokenizer.chat_template = TOOLS_CHAT_TEMPLATE if kind == "engine" else CHAT_TEMPLATE
+        engine = RecordingEngine(tokenizer)
+        loop.run(engine.start())
+        if kind == "engine":
+            handle = loop.run(start_server(engine, token=token, pm=pm))
+            app, url, chat = handle.runner.app, handle.url, handle.chat
+        else:
+            chat = loop.run(chat_endpoint(engine, tokenizer, pm=pm))
+            handle = loop.run(start_chat_server(chat, token=token))
+            app, url = handle.runner.app, handle.url
+        session = chat.sessions.open().id
+
+        def state() -> dict:
+            return {"pauses": engine.pauses, "requests": engine.requests, "sessions": len(chat.sessions)}
+
+    print(json.dumps({"url": url, "routes": routes_of(app, session=session)}), flush=True)
+    with LoopWatch(loop.loop) as watch:
+        for _ in sys.stdin:
+            print(json.dumps({"stall": watch.worst, "peak_mb": peak_mb(), "state": state()}), flush=True)
+            watch.worst = 0.0
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else None)
