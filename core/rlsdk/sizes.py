@@ -92,7 +92,7 @@ def read_json_body(raw: bytes, budget: Budget, *, standard: bool = False) -> Any
     try:
         value = json.loads(raw, parse_constant=refuse) if standard else json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise NotJson(f"request body is not valid JSON: {str(exc)[:200]}") from None
+        raise NotJson(f"request body is not JSON: {str(exc)[:200]}") from None
     if budget.depth is not None:
         measure(value, budget)
     return value

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 from aiohttp import web
 
 from .. import _moved
@@ -367,7 +368,9 @@ class BufferService:
         return 200, {"success": True, "message": "Rollout started", "task_type": task.name}
 
     def _refuse_named(self, body: dict[str, Any]) -> str | None:
-        """Why a file or URL the body names may not reach the task (None: all allowed)."""
+        """Why a file or URL the body names may not reach the task (None: all allowed); the URLs allowed
+        are put back in ``body`` as they were checked (:func:`checked_url`), so that whatever HTTP client
+        the task uses connects where the check looked."""
         path = body.get("input_file")
         if path is not None:
             if not isinstance(path, str) or not path or "\0" in path:
@@ -380,26 +383,23 @@ class BufferService:
                 )
         own_port = urlsplit(self.url).port if self.url else None
         for key in ("remote_buffer_url", "remote_engine_url"):
-            url = body.get(key)
+            if body.get(key) is None:
+                continue
+            url, why = checked_url(body[key], key)
             if url is None:
-                continue
-            if not isinstance(url, str):
-                return f"{key} must be a URL"
-            try:
-                parts = urlsplit(url)
-                host, port = parts.hostname, parts.port
-            except ValueError:
-                return f"{key} {url[:200]!r} is not a URL"
-            if parts.scheme not in ("http", "https") or not host:
-                return f"{key} {url[:200]!r} is not an http(s) URL"
+                return why
+            parts = urlsplit(url)
+            host = parts.hostname or ""
             if host in self.url_hosts or "*" in self.url_hosts:
+                body[key] = url
                 continue
-            local = is_loopback(host) and (key == "remote_engine_url" or port == own_port)
+            local = is_loopback(host) and (key == "remote_engine_url" or parts.port == own_port)
             if not local:
                 return (
                     f"{key} {url[:200]!r} names a host the operator did not allow "
                     "(start rlsdk buffer serve with --allow-url-host HOST)"
                 )
+            body[key] = url
         return None
 
     def _run_task(self, task: Any, body: dict[str, Any]) -> None:
@@ -483,6 +483,37 @@ class BufferService:
             }
         self.store.release(lease_id)
         return 200, {"success": True, "message": "released: its groups will be served again"}
+
+
+def checked_url(url: Any, key: str) -> tuple[str | None, str]:
+    """``(url rebuilt from its parts, "")``, or ``(None, why not)``: an http(s) URL with no user part and
+    no character that URL parsers read differently (a backslash, a space, a control character: urllib3
+    ends the host at a ``\\`` where ``urlsplit`` and httpx read on), rebuilt as ``scheme://host:port/path``
+    and read back by httpx to the same host and port: every client connects where the check looked."""
+    if not isinstance(url, str):
+        return None, f"{key} must be a URL"
+    if any(ch == "\\" or ch.isspace() or not ch.isprintable() for ch in url):
+        return None, f"{key} {url[:200]!r} has characters URL parsers read differently (\\, spaces, controls)"
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None, f"{key} {url[:200]!r} is not a URL"
+    if parts.scheme.lower() not in ("http", "https") or not host:
+        return None, f"{key} {url[:200]!r} is not an http(s) URL"
+    if "@" in parts.netloc:
+        return None, f"{key} {url[:200]!r} names a user: give http(s)://host:port/path"
+    scheme = parts.scheme.lower()
+    port = port or (443 if scheme == "https" else 80)
+    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    rebuilt = f"{scheme}://{netloc}{parts.path}" + (f"?{parts.query}" if parts.query else "")
+    try:
+        read = httpx.URL(rebuilt)
+    except httpx.InvalidURL:
+        return None, f"{key} {url[:200]!r} is not a URL"
+    if read.host != host or (read.port or port) != port:
+        return None, f"{key} {url[:200]!r} is read differently by HTTP clients"
+    return rebuilt, ""
 
 
 def check_binding(host: str, token: str | None) -> None:
