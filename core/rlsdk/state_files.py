@@ -94,7 +94,9 @@ def signed(value: dict[str, Any]) -> dict[str, Any]:
 def signed_here(value: dict[str, Any]) -> bool:
     """Whether rlsdk on this machine (this user) wrote ``value`` as it is: its signature checks."""
     key, signature = signing_key(), value.get(SIGNATURE)
-    return key is not None and isinstance(signature, str) and hmac.compare_digest(signature, _digest(key, value))
+    return (
+        key is not None and isinstance(signature, str) and hmac.compare_digest(signature, _digest(key, value))
+    )
 
 
 def strings_in(value: Any) -> Iterable[str]:

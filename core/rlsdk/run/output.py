@@ -222,6 +222,7 @@ RESUME_MAY_CHANGE = frozenset(
         "train_threads",
         "generate_timeout",
         "reward_timeout",
+        "log_timeout",
         "grader_workers",
         "grader_timeout",
         "abort_timeout",
