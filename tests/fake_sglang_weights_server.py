@@ -14,6 +14,10 @@ what the server does with each request (read from its source: ``http_server.py``
   weight version and ``flush_cache``;
 - ``/update_weights_from_disk``: every ``*.safetensors`` file of ``model_path`` loaded (an error answer when
   there is none), with ``/pause_generation`` and ``/continue_generation`` around it (nothing to pause);
+- ``/weights_checker`` (``checksum``): each tensor's checksum under SGLang's own names, which fuse a layer's
+  ``q_proj``, ``k_proj`` and ``v_proj`` into ``qkv_proj`` and ``gate_proj`` and ``up_proj`` into
+  ``gate_up_proj`` (rows in that order: its ``stacked_params_mapping``), one rank of tensor-parallel size 1
+  (the checksum is rlsdk's restatement of SGLang's, held to SGLang's own values in test_weight_checksums.py);
 - ``/server_info`` (``tp_size`` 1), ``/model_info`` (the weight version), ``/flush_cache``; ``GET /loaded`` answers what it holds: per weight
   its dtype, shape and sum, the calls in order and the weight version.
 
@@ -95,6 +99,20 @@ def join_group(master_address, master_port, rank, world_size, group_name):
     )
     _world.pg_group_ranks[group] = {i: i for i in range(world_size)}
     return group
+
+
+STACKED = (("qkv_proj", ("q_proj", "k_proj", "v_proj")), ("gate_up_proj", ("gate_proj", "up_proj")))
+
+
+def as_sglang_holds(weights):
+    """SGLang's parameters for these Hugging Face tensors: stacked ones concatenated along rows."""
+    held = dict(weights)
+    for fused, parts in STACKED:
+        for name in [n for n in weights if f".{parts[0]}." in n]:
+            names = [name.replace(f".{parts[0]}.", f".{part}.") for part in parts]
+            if all(n in held for n in names):
+                held[name.replace(f".{parts[0]}.", f".{fused}.")] = torch.cat([held.pop(n) for n in names])
+    return held
 
 
 def make_app(state):
@@ -198,6 +216,18 @@ def make_app(state):
             }
         )
 
+    async def weights_checker(request):
+        from rlsdk import tensor_checksum
+
+        body = await request.json()
+        if body.get("action", "checksum") != "checksum":
+            return web.json_response({"success": False, "message": "only checksum here"}, status=400)
+        checksums = {name: tensor_checksum(t) for name, t in as_sglang_holds(state.weights).items()}
+        info = dict.fromkeys(("tp_rank", "dp_rank", "pp_rank", "rank"), 0)
+        info |= dict.fromkeys(("tp_size", "dp_size", "pp_size", "size"), 1)
+        rank = {"checksums": checksums, "per_gpu_checksum": "-", "parallelism_info": info}
+        return web.json_response({"success": True, "message": "", "ranks": [rank], "per_engine_checksum": "-"})
+
     async def server_info(request):
         return web.json_response({"tp_size": 1})
 
@@ -217,6 +247,7 @@ def make_app(state):
     app.router.add_post("/pause_generation", ok)
     app.router.add_post("/continue_generation", ok)
     app.router.add_get("/loaded", loaded)
+    app.router.add_post("/weights_checker", weights_checker)
     app.router.add_get("/server_info", server_info)
     app.router.add_get("/model_info", model_info)
     app.router.add_get("/flush_cache", ok)

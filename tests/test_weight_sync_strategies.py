@@ -41,6 +41,7 @@ from rlsdk.training.sync import (
     DiskSync,
     InProcessSync,
     NcclBroadcastSync,
+    WeightSyncError,
     check_tolerance,
     choose_sync,
 )
@@ -251,6 +252,44 @@ def test_broadcast_sync_joins_the_group_once_and_sends_the_weights(weights_serve
     assert sync.timings["join_seconds"] < 0.05 and sync.timings["broadcast_seconds"] > 0  # joined once
     assert state["weight_version"] == "2"
     assert_holds_trainer_weights(state, trainer)
+
+
+@pytest.mark.parametrize("strategy", ["tensor", "nccl"])
+def test_the_weights_check_compares_sglangs_fused_tensors_and_names_one_a_sync_missed(
+    weights_server, trainer, strategy
+):
+    """After a full sync every tensor SGLang holds (qkv_proj and gate_up_proj fused) has the trainer's
+    checksum; after a sync that left ``v_proj`` of layer 0 out, the check names the fused tensor holding it."""
+    from rlsdk.training.trust import check_weights
+
+    client = SGLangClient(weights_server)
+    sync: ColocatedTensorSync | NcclBroadcastSync = ColocatedTensorSync()
+    if strategy == "nccl":
+        sync = NcclBroadcastSync(backend="gloo")
+        sync.group_name = "weights_check"  # a process joins a group name once
+    missed = "model.layers.0.self_attn.v_proj.weight"
+
+    async def full_then_partial() -> tuple[Any, str]:
+        try:
+            await sync.push(client, trainer, "1")
+            verdict = await check_weights(client, trainer, 1)
+            with torch.no_grad():
+                trainer.model.state_dict()[missed].add_(1.0)
+            buckets = trainer.weight_buckets
+            trainer.weight_buckets = lambda size: (  # type: ignore[method-assign]
+                {k: v for k, v in b.items() if k != missed} for b in buckets(size)
+            )
+            await sync.push(client, trainer, "2")
+            with pytest.raises(WeightSyncError) as caught:
+                await check_weights(client, trainer, 2)
+            return verdict, str(caught.value)
+        finally:
+            await client.close()
+
+    verdict, error = asyncio.run(full_then_partial())
+    assert verdict.complete and verdict.tensors == 14  # per layer qkv, o, gate_up, down, 2 norms; embed, norm
+    assert "1 of 14 tensors" in error and "model.layers.0.self_attn.qkv_proj.weight" in error
+    assert "the trainer's q_proj, k_proj, v_proj" in error and "did not reach the engine" in error
 
 
 @pytest.mark.parametrize("strategy", ["tensor", "nccl"])

@@ -10,7 +10,8 @@
 # 64 MiB, the checkout included) named sglang-wheels.tar.part-NN. The wheels are already compressed;
 # an uncompressed tar costs no CPU here and unpacks in seconds there (benchmarks/gpu/device.sh).
 # SITE_XZ=1 also writes sglang-site.tar.xz.part-NN: the wheels unpacked as device.sh's setup would, xz'd
-# (about half the size; carry these instead of the sglang-wheels pieces, about 5 minutes of xz here).
+# (about half the size, 7 pieces instead of 12; but xz took about an hour on a busy 2-core machine, while a
+# plain piece costs about 8 s of device time to carry: the plain pieces are the default and the cheaper way).
 # Ray and sglang-router (for the two-GPU checks: engines behind the router, engines as Ray actors) go
 # the same way into extra-wheels.tar.part-NN; their other needs are among SGLang's wheels or the image's.
 set -euo pipefail

@@ -2,7 +2,8 @@
 # The GPU machine's side of the benchmarks (not part of CI). Run from the repository root there, with
 # the carry folder (default .gpu/, filled by prepare.sh and build_sglang_archive.sh) beside it:
 #
-#   bash benchmarks/gpu/device.sh piece      # copy the carried SGLang piece(s) to /tmp/chunks (one call each)
+#   bash benchmarks/gpu/device.sh piece      # copy the carried SGLang piece(s) to /tmp/chunks (one call each, about 8 s
+#                                            # of device time with the transfer on an H200, 2026-11-29)
 #   bash benchmarks/gpu/device.sh setup      # reassemble SGLang into /tmp/site; rlsdk into /tmp/rl
 #   bash benchmarks/gpu/device.sh embedded   # engine_gpu.py (8 rounds, about 7.5-8.5 minutes: a call of its own)
 #   bash benchmarks/gpu/device.sh generate   # embedded_vs_generate.py
@@ -17,9 +18,14 @@
 #     MEGATRON_PARALLEL_ARGS="--shape qwen3-moe-32e --steps 5": EP=2, DP=2, PP=2 and TP=2 of a 32-expert MoE, ~7 min on
 #     2x H100 before PP=2 was added (not re-measured); "--configs pp2 --steps 5": PP=2 alone vs one GPU)
 #   bash benchmarks/gpu/device.sh model      # reassemble the carried SmolLM2 GGUF, convert it to /tmp/rlsdk-models
-#   bash benchmarks/gpu/device.sh learn      # learning_gpu.py: GRPO on SmolLM2 through colocated SGLang (~9 min)
+#   bash benchmarks/gpu/device.sh learn      # learning_gpu.py: GRPO on SmolLM2 through colocated SGLang (80 steps: 7.7 min
+#                                            # on an H200, 2026-11-29)
 #   bash benchmarks/gpu/device.sh lora       # sglang_lora.py: SGLang --enable-lora on SmolLM2 (after `model`): the LoRA
-#                                            # protocol's answers, an adapter's log-probs, a --lora-rank 16 run (~5 min)
+#                                            # protocol's answers, an adapter's log-probs, the demo trained with
+#                                            # --lora-rank 16, the trained adapter applied or not (4 min on an H200)
+#   bash benchmarks/gpu/device.sh trust      # trust_gpu.py (after `model`): checksums against SGLang's, one tensor
+#                                            # sent stale or not sent at each position, correct syncs (`piece setup
+#                                            # model trust` in one call: 4.6 min on an H200 with one fault kind)
 #   bash benchmarks/gpu/device.sh learn_megatron  # the same with --trainer megatron (~9 min)
 #     (LEARN_ARGS="--ray": the engine and the trainer as Ray actors, a GPU each; two GPUs;
 #      LEARN_KILL_AFTER=S: SIGKILL the SGLang server S seconds after the run starts, once)
@@ -207,11 +213,25 @@ ray_startup() {  # the CPU-side start-up comparison of benchmarks/faults.py, on 
   path_tail=$site bench faults_startup "$here/../faults.py" --tiny --startup-only
 }
 
-lora() {
+lora() {  # its files in /tmp/sglang-lora; back in $OUT: the report, the protocol's answers, the run's rows
   local folder
   folder=$(rlsdk_env python3 -c "from pathlib import Path; from rlsdk_embedded.model_files import converted_gguf
 print(converted_gguf(Path('$gguf'), '$models'))") || return 1
-  bench sglang_lora "$here/sglang_lora.py" --model "$folder" --sglang-python /tmp/sglang-python --output "$out/sglang-lora"
+  rm -rf /tmp/sglang-lora
+  bench sglang_lora "$here/sglang_lora.py" --model "$folder" --sglang-python /tmp/sglang-python --output /tmp/sglang-lora
+  cp /tmp/sglang-lora/sglang-0.5.17-lora-responses.json "$out/" 2>/dev/null
+  cp /tmp/sglang-lora/run/metrics.jsonl "$out/sglang_lora-metrics.jsonl" 2>/dev/null
+  cp /tmp/sglang-lora/run/eval.jsonl "$out/sglang_lora-eval.jsonl" 2>/dev/null
+  gzip -c /tmp/sglang-lora/run.log >"$out/sglang_lora-run.log.gz" 2>/dev/null
+  return 0
+}
+
+trust() {  # trust_gpu.py (after `model`): checksums against SGLang's own, a tensor left out at each position
+  rm -rf /tmp/trust
+  bench trust_gpu "$here/trust_gpu.py" --gguf "$gguf" --cache-dir "$models" --sglang-python /tmp/sglang-python \
+      --output /tmp/trust
+  cp /tmp/trust/sglang-0.5.17-checksums.json "$out/" 2>/dev/null
+  return 0
 }
 
 learn_mode() {  # learn_mode NAME OPTIONS...: learning_gpu.py on Ray (two GPUs) as learning_gpu_NAME.json
@@ -246,7 +266,7 @@ learn_megatron() { learn_with megatron; }
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|megatron_parallel|model|learn|learn_megatron|lora|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|scale)
+    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|megatron_parallel|model|learn|learn_megatron|lora|trust|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|scale)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac

@@ -24,6 +24,7 @@ from .data.source import START_ROLLOUT_ID, DataSource
 from .engines.engine import InferenceEngine
 from .engines.launch.process_group import ManagedProcess, free_port
 from .engines.lora_adapter import lora_adapter_deltas, read_lora_adapter
+from .engines.weight_checksums import ServedChecksums, tensor_checksum
 from .engines.protocol import (
     BUFFER_TOKEN_ENV,
     EngineError,
@@ -201,6 +202,7 @@ __all__ = [
     "SGLangClient",
     "Sample",
     "SampleHook",
+    "ServedChecksums",
     "TaskGenerator",
     "TaskPool",
     "TisFunction",
@@ -244,5 +246,6 @@ __all__ = [
     "single_turn",
     "split_batch",
     "sum_of_sample_mean_fn",
+    "tensor_checksum",
     "trainer_world_size",
 ]

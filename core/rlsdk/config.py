@@ -30,6 +30,7 @@ from .training_options import (
     KL_LOSS_TYPES,
     LOSS_TYPES,
     WEIGHT_SYNC_MODES,
+    WEIGHTS_CHECK_MODES,
     TrainingOptions,
     option_docs,
 )
@@ -354,6 +355,7 @@ class RolloutConfig(TrainingOptions):
             ("loss_type", LOSS_TYPES),
             ("kl_loss_type", KL_LOSS_TYPES),
             ("weight_sync", WEIGHT_SYNC_MODES),
+            ("weights_check", WEIGHTS_CHECK_MODES),
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")

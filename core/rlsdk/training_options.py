@@ -28,6 +28,7 @@ ADVANTAGE_ESTIMATORS = (
 LOSS_TYPES = ("policy_loss", "sft_loss", "custom_loss")
 KL_LOSS_TYPES = ("k1", "k2", "k3", "low_var_kl")
 WEIGHT_SYNC_MODES = ("auto", "tensor", "nccl", "disk")
+WEIGHTS_CHECK_MODES = ("auto", "on", "off")
 
 
 UPDATE_WEIGHT_BUFFER_SIZE = 512 * 2**20
@@ -207,6 +208,13 @@ class TrainingOptions(AlgorithmOptions):
     """After each weight sync the engine's and trainer's log-probs of a probe sample may differ by at
     most this (nats); above it the run stops (the engine serves other weights than the trainer's).
     Default 0.05 with the trainer on CPU (float32 on both sides), 2.0 on CUDA (the engine serves bfloat16)."""
+    weights_check: str = "auto"
+    """After each weight sync, compare the checksum of every tensor each engine holds (SGLang's
+    ``/weights_checker``, the embedded engine's) with the trainer's: a tensor the sync missed stops the run,
+    named. ``auto``: on with the trainer on CUDA, where bfloat16's noise hides one missed tensor from the
+    log-prob checks (off on CPU, where float32's do not, and a checksum of every weight costs seconds);
+    ``on``; ``off``. Where it verified every tensor, a log-prob gap over ``sync_check_tol`` is numeric
+    noise: a warning, not a failure. LoRA runs compare log-probs only (the adapter is not in the weights)."""
     save: str | None = None
     """Folder for checkpoints (``step_N/``); default ``<output_dir>/checkpoints`` when ``save_interval`` is set."""
     save_interval: int | None = None

@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import _moved
 from .protocol import EngineError, EngineRequestError, EngineUnavailableError
+from .weight_checksums import ServedChecksums
 
 __all__ = ["EngineError", "EngineRequestError", "EngineUnavailableError", "InferenceEngine"]
 __getattr__ = _moved.forward(__name__, {"SGLangClient": "rlsdk"})
@@ -109,6 +110,13 @@ class InferenceEngine(abc.ABC):
         """Set the ``weight_version`` the engine reports (``/update_weight_version``), e.g. after an adapter
         changed what it serves."""
         raise NotImplementedError(f"{type(self).__name__} cannot set its weight version")
+
+    async def weight_checksums(self) -> list[ServedChecksums] | None:
+        """The checksum (:func:`rlsdk.tensor_checksum`) of every tensor the engine holds, by its own names,
+        one entry per holder of a copy of the weights (SGLang's ``/weights_checker`` with
+        ``{"action": "checksum"}``): the trust check compares them with the trainer's, bit for bit. None
+        (the default) where the engine offers none; the log-prob checks then decide alone."""
+        return None
 
     def replicas(self) -> list[InferenceEngine]:
         """The engines behind this one that each serve their own copy of the weights (an engine pool's live

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import weakref
 from collections.abc import AsyncIterator
@@ -15,6 +16,7 @@ import aiohttp
 from ..aio.backoff import backoff_delay
 from . import run_tokens
 from .engine import InferenceEngine
+from .weight_checksums import SGLANG_FUSED, ServedChecksums, sglang_checksums
 from .protocol import (
     GENERATE_RESPONSE,
     SERVE_TOKEN_ENV,
@@ -28,6 +30,7 @@ from .protocol import (
 if TYPE_CHECKING:
     from .launch.sglang import SGLangLauncher
 
+log = logging.getLogger(__name__)
 _RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 """Connection refused, reset or dropped before a whole answer: retried with backoff, as an HTTP 5xx is.
 A read timeout is not."""
@@ -90,6 +93,7 @@ class SGLangClient(InferenceEngine):
         self._launched = False
         self.lora_name: str | None = None
         """The LoRA adapter every ``/generate`` names in ``lora_path`` (the one loaded last), or None."""
+        self._said_no_checksums = False
 
     @classmethod
     def shared(cls, url: str) -> SGLangClient:
@@ -335,6 +339,33 @@ class SGLangClient(InferenceEngine):
         result = (await self._request("POST", path, base=worker, body=body, ok_statuses=(400, 403))).json()
         if not result.get("success", False):
             raise EngineError(f"{worker}{path} failed: {result.get('message')}")
+
+    async def weight_checksums(self) -> list[ServedChecksums] | None:
+        """``/weights_checker`` (``checksum``) of every worker; None where a worker has no such route
+        (SGLang before 0.5.17) or cannot compute it (quantized weights it cannot read back: SGLang answers
+        400), said once in the log."""
+        served: list[ServedChecksums] = []
+        for worker in await self.workers():
+            reply = await self._request(
+                "POST", "/weights_checker", base=worker, body={"action": "checksum"}, ok_statuses=(400, 404)
+            )
+            if reply.status_code != 200:
+                if not self._said_no_checksums:
+                    log.warning(
+                        "%s/weights_checker answered %s (%s): the trust check compares log-probs only",
+                        worker,
+                        reply.status_code,
+                        reply.text[:200],
+                    )
+                    self._said_no_checksums = True
+                return None
+            try:
+                served += sglang_checksums(reply.json(), worker, SGLANG_FUSED)
+            except ValueError as exc:
+                raise unreadable(
+                    f"{worker}/weights_checker", str(exc), "SGLang's checksum answer", reply.text
+                ) from None
+        return served
 
     async def health_problem(self, timeout: float) -> str | None:
         """None while the engine is healthy (the servers it launched run, and it answers ``/health`` within

@@ -208,6 +208,9 @@ class EngineActor:
     async def flush_cache(self) -> bool:
         return await self._call(lambda: self.engine.flush_cache())
 
+    async def weight_checksums(self) -> Any:
+        return await self._call(lambda: self.engine.weight_checksums())
+
     async def update_weights(self, shared: Any, weight_version: str | None) -> None:
         """Take the weights (Ray resolved the driver's object reference here to the arrays of
         :func:`.weights.to_shared`, mapped from the object store)."""

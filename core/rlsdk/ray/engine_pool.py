@@ -113,6 +113,10 @@ class Replica(InferenceEngine):
         result: dict[str, Any] = await self._on_its_own("model_info")
         return result
 
+    async def weight_checksums(self) -> Any:
+        """This engine's checksums (the trust check compares each engine's)."""
+        return await self._on_its_own("weight_checksums")
+
     async def _on_its_own(self, method: str, *args: Any) -> Any:
         """``method`` of this engine's actor: if the engine is dead or dies meanwhile, its pool is told and
         a :class:`ReplicaLostError` raised."""

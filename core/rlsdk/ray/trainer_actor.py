@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..engines.weight_checksums import Layout
 from ..errors import RlsdkError
 from ..outputs import STATE_FILE
 from ..plugins.manager import get_plugin_manager
@@ -155,6 +156,9 @@ class RemoteTrainer(PolicyTrainer):
     def weights(self) -> Mapping[str, Any]:
         """An object reference to the state dict, which the engine pool hands to each engine as it is."""
         return self._call("weights_ref")[0]
+
+    def weight_checksums(self, layout: Layout) -> dict[str, tuple[list[str], list[str]]]:
+        return self._call("weight_checksums", dict(layout))
 
     def save_hf_model(self, folder: Path) -> None:
         self._call("save_hf_model", folder)

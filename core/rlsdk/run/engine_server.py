@@ -32,6 +32,7 @@ from ..engines.engine import InferenceEngine
 from ..engines.lora_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from ..engines.protocol import SERVE_TOKEN_ENV, EngineRequestError, error_body, new_rid, split_batch
 from ..engines.service_guard import ConnectionLimits, check_binding, guard
+from ..engines.weight_checksums import sglang_answer
 from ..sizes import SMALL, Budget, NotJson, TooCostly, parse_request
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
@@ -145,6 +146,7 @@ async def start_server(
             web.post("/load_lora_adapter", _load_lora_adapter),
             web.post("/unload_lora_adapter", _unload_lora_adapter),
             web.post("/update_weight_version", _update_weight_version),
+            web.route("*", "/weights_checker", _weights_checker),
         ]
     )
     chat = None
@@ -436,3 +438,20 @@ async def _update_weight_version(request: web.Request) -> web.Response:
     return web.json_response(
         {"success": True, "message": f"Weight version updated to {version}", "new_version": version}
     )
+
+
+async def _weights_checker(request: web.Request) -> web.Response:
+    """SGLang's ``/weights_checker``: ``checksum`` (the default action) only; ``snapshot``, ``reset_tensors``
+    and ``compare`` copy or overwrite the served weights and are refused."""
+    if request.method not in ("GET", "POST"):
+        raise web.HTTPMethodNotAllowed(request.method, ["GET", "POST"])
+    body = await _json_body(request, required=False)
+    action = body.get("action", "checksum")
+    if action != "checksum":
+        message = f"Unsupported action={str(action)[:50]!r}: rlsdk serve answers 'checksum' only"
+        return web.json_response({"success": False, "message": message}, status=400)
+    served = await request.app[_ENGINE].weight_checksums()
+    if not served:
+        message = f"{type(request.app[_ENGINE]).__name__} reports no weight checksums"
+        return web.json_response({"success": False, "message": message}, status=400)
+    return web.json_response(sglang_answer([holder.checksums for holder in served]))

@@ -26,10 +26,11 @@ from .sync import (
     choose_sync,
     default_sync_timeout,
     sync_weights,
+    trains_on_gpu,
     trust_check,
 )
 from .trainer import PolicyTrainer, build_trainer
-from .trust import DriftCheck, describe_stale, pick_probes, stale_replicas
+from .trust import DriftCheck, WeightsVerdict, check_weights, describe_stale, pick_probes, stale_replicas
 
 CHECKPOINT_META = "rlsdk_checkpoint.json"
 log = logging.getLogger(__name__)
@@ -59,6 +60,14 @@ def prune_checkpoints(root: Path, keep: int) -> list[Path]:
     return removed
 
 
+def weights_check_on(args: RolloutConfig, trainer: PolicyTrainer) -> bool:
+    """``weights_check``: ``auto`` is on with the trainer on CUDA; a LoRA run has no use for it (the engine
+    serves the adapter beside the weights it compares)."""
+    if getattr(args, "lora_rank", 0):
+        return False
+    return args.weights_check == "on" or (args.weights_check == "auto" and trains_on_gpu(trainer))
+
+
 class TrainingSession:
     """The run's trainer, the engine's weight version, and the checkpoints.
 
@@ -82,6 +91,8 @@ class TrainingSession:
         self.trainer: PolicyTrainer = build_trainer(trainer, args)
         self.weight_version = 0
         self.drift = DriftCheck()
+        self.weights_check = weights_check_on(args, self.trainer)
+        self._said_partial = False
         self.sync_timeout = default_sync_timeout(args)
         self.sync_times = SyncTimes()
         self.offload_train = offloads(args)[0] and bool(getattr(args, "colocate", False))
@@ -200,19 +211,43 @@ class TrainingSession:
         return metrics
 
     def check(self, probe: Sample, probes: list[Sample] | None = None) -> dict[str, float]:
-        """The trust check after a sync: the engine's log-probs of ``probe`` against the trainer's, and with
-        ``probes`` (once the run's noise is measured) their mean per-token gap against that noise."""
+        """The trust check after a sync: with ``weights_check``, every tensor by checksum; the engine's
+        log-probs of ``probe`` against the trainer's, and with ``probes`` (once the run's noise is measured)
+        their mean per-token gap against that noise. Where the checksums verified every tensor, the gaps
+        are recorded but stop nothing (they are numeric noise)."""
         started = time.perf_counter()
+        metrics: dict[str, float] = {}
+        exact = False
+        if self.weights_check:
+            verdict = self.runtime.run(check_weights(self.runtime.engine, self.trainer, self.weight_version))
+            self._say_partial(verdict)
+            exact = verdict.complete
+            metrics["train/weights_checked"] = verdict.tensors
+            metrics["train/weights_check_seconds"] = time.perf_counter() - started
+        tolerance = check_tolerance(self.args, self.trainer)
         diff = self.runtime.run(
-            trust_check(self.runtime.engine, self.trainer, probe, check_tolerance(self.args, self.trainer))
+            trust_check(self.runtime.engine, self.trainer, probe, tolerance, enforce=not exact)
         )
-        metrics = {"train/sync_logprob_max_diff": diff}
+        metrics["train/sync_logprob_max_diff"] = diff
         if probes and self.drift.baseline is not None:
             means = self.runtime.run(self.drift.measure(self.runtime.engine, self.trainer, probes))
-            metrics["train/sync_logprob_mean_diff"] = self.drift.check(means, self.weight_version)
+            mean = max(means, default=0.0) if exact else self.drift.check(means, self.weight_version)
+            metrics["train/sync_logprob_mean_diff"] = mean
             metrics["train/sync_logprob_noise"] = self.drift.baseline
         metrics["train/trust_check_seconds"] = time.perf_counter() - started
         return metrics
+
+    def _say_partial(self, verdict: WeightsVerdict) -> None:
+        """Once a run: the weights check could not compare every tensor, and why."""
+        if verdict.complete or self._said_partial:
+            return
+        self._said_partial = True
+        why = verdict.unavailable or (
+            f"no engine reports {', '.join(verdict.unverified[:3])}"
+            + (f" and {len(verdict.unverified) - 3} more" if len(verdict.unverified) > 3 else "")
+            + " under the names its layout gives"
+        )
+        log.warning("weights check: %s; those tensors are checked through log-probs only", why)
 
     def checkpoint_due(self, rollout_id: int) -> bool:
         last = rollout_id + 1 == self.args.num_rollout

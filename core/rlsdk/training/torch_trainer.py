@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ..engines.lora_adapter import ADAPTER_WEIGHTS, lora_adapter_deltas
+from ..engines.weight_checksums import Layout, engine_checksums
 from ..errors import CheckpointError, RlsdkError
 from ..plugins.calls import call_advantage, call_reward_post_process, call_rollout_data_postprocess
 from ..plugins.records import Loss, Resolved
@@ -447,6 +448,13 @@ class TorchTrainer(PolicyTrainer):
         assert adapter is not None
         deltas = lora_adapter_deltas(adapter.config, adapter.tensors, base)
         return {name: t + deltas[name].to(t.dtype) if name in deltas else t for name, t in base.items()}
+
+    def weight_checksums(self, layout: Layout) -> dict[str, tuple[list[str], list[str]]]:
+        """From the model's own parameters (not through :meth:`weights`), with torch's grad mode off."""
+        if self.lora:
+            return super().weight_checksums(layout)
+        with torch.no_grad():
+            return engine_checksums(self.model.state_dict(), layout)
 
     def lora_adapter(self) -> LoraAdapter | None:
         if not self.lora:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..engines.weight_checksums import Layout, engine_checksums
 from ..errors import PluginCallError, RlsdkError
 from ..plugins.records import Resolved
 from ..types import Sample
@@ -52,6 +53,15 @@ class PolicyTrainer(abc.ABC):
         weights = self.weights()
         for names in byte_buckets(((name, _nbytes(t)) for name, t in weights.items()), bucket_bytes):
             yield {name: weights[name] for name in names}
+
+    def weight_checksums(self, layout: Layout) -> dict[str, tuple[list[str], list[str]]]:
+        """What an engine that fuses tensors as ``layout`` says must hold, for the trust check's exact
+        comparison: per tensor of the engine, the Hugging Face names it is made of and the checksums
+        (:func:`rlsdk.tensor_checksum`) it may have (with a float32 tensor, also in the half-precision
+        types an engine serves). Computed where the weights are, from :meth:`weights` by default; a trainer
+        whose parameters are at hand overrides it to read them directly, so that an export that left a
+        tensor out or stale is caught too."""
+        return engine_checksums(self.weights(), layout)
 
     @abc.abstractmethod
     def save_hf_model(self, folder: Path) -> None:

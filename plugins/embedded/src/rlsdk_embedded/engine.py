@@ -22,6 +22,7 @@ from rlsdk import (
     EngineError,
     EngineRequestError,
     InferenceEngine,
+    ServedChecksums,
     finish_abort,
     finish_length,
     finish_stop,
@@ -30,6 +31,7 @@ from rlsdk import (
     new_rid,
     read_lora_adapter,
     split_batch,
+    tensor_checksum,
 )
 
 from . import attention
@@ -528,6 +530,16 @@ class EmbeddedEngine(InferenceEngine):
         await self._on_thread(self._copy_weights, state_dict)
         self._updates += 1
         self.weight_version = weight_version if weight_version is not None else str(self._updates)
+
+    async def weight_checksums(self) -> list[ServedChecksums]:
+        """The checksum of every weight under its Hugging Face name, taken on the engine thread between two
+        steps (a merged LoRA adapter included: it is in the weights)."""
+
+        def checksums() -> dict[str, str]:
+            with torch.inference_mode():
+                return {name: tensor_checksum(t) for name, t in self.model.state_dict().items()}
+
+        return [ServedChecksums("the embedded engine", await self._on_thread(checksums))]
 
     def _check_adapter(self, payload: dict[str, Any]) -> None:
         """A request's ``lora_path`` must name the adapter the engine serves (it merges one at a time)."""
