@@ -260,126 +260,125 @@ def run(
             "--resume continues the run in the output folder, --overwrite replaces it: give one"
         )
     limit_malloc_arenas()  # before the engine's and the trainer's threads allocate
-    with ExitStack() as guard:  # the resumed state's code refusals, for the whole run
-        known = [flag for param in context.command.params for flag in param.opts]
-        extra = options.pop("extra") + sglang_passthrough_options(context.args, known)
-        config = options.pop("config")
-        args, given = configure(
-            config, {**options, "resume": resume or None, "overwrite": overwrite or None}, extra
-        )
-        from rlsdk.plugins.loading import refusing_code
-        from rlsdk.run.job import run_job
-        from rlsdk.run.output import resume_refusals, resumed_settings
-        from rlsdk.run.preemption import RunStopped
-        from rlsdk.state_files import strings_in
+    guard = ExitStack()  # the resumed state's code refusals, for the whole command
+    context.call_on_close(guard.close)
+    known = [flag for param in context.command.params for flag in param.opts]
+    extra = options.pop("extra") + sglang_passthrough_options(context.args, known)
+    config = options.pop("config")
+    args, given = configure(
+        config, {**options, "resume": resume or None, "overwrite": overwrite or None}, extra
+    )
+    from rlsdk.plugins.loading import refusing_code
+    from rlsdk.run.job import run_job
+    from rlsdk.run.output import resume_refusals, resumed_settings
+    from rlsdk.run.preemption import RunStopped
+    from rlsdk.state_files import strings_in
 
-        if resume:
-            changed = {k: v for k, v in options.items() if v is not None and v != []}
-            given_now = {**changed, **parse_set(extra)}
-            try:
-                # code the saved settings name is loaded only where this machine signed them, or named again here
-                refused = {} if trust_folder else resume_refusals(args.output_dir, given_now)
-                guard.enter_context(refusing_code(refused, allowed=strings_in(given_now)))
-                args = RolloutConfig.from_dict(resumed_settings(args.output_dir, given_now))
-            except (RlsdkError, ValueError, TypeError, FileNotFoundError) as exc:
-                fail(exc)
-                raise typer.Exit(1) from None
-        sources = setting_sources(args, given)
-        if print_config:
-            typer.echo(config_yaml(args, sources), nl=False)
-            return
-        console.print("\n".join(summary_lines(args, sources)), markup=False, highlight=False, soft_wrap=True)
-        if resume and finished_run(args):
-            console.print(
-                f"the run in {args.output_dir} is finished ({args.num_rollout} of {args.num_rollout} steps): "
-                "--resume --num-rollout N continues it to N steps",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
-            return
-        if not console.is_terminal:  # no download or loading bars redrawn line after line in a log
-            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-            os.environ.setdefault("TQDM_DISABLE", "1")
-
-        samples_per_step = args.rollout_batch_size * args.n_samples_per_prompt
-        # Each refresh renders the bar in a thread that holds the GIL meanwhile; at rich's default 10 per
-        # second that slowed the embedded engine's CUDA-graph steps by about 5% on an H100. Not drawn at all
-        # where nobody sees it (stderr is not a terminal).
-        progress = Progress(
-            TextColumn("[bold]{task.fields[status]}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("samples"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-            refresh_per_second=2,
-            disable=not console.is_terminal,
-        )
-        task = progress.add_task("rollout", total=samples_per_step, status="setting up")
-
-        lines = ProgressLines()
-
-        def on_status(text: str) -> None:
-            """Steps are numbered as in the tables and metrics.jsonl (the rollout_id); set-up is printed. An
-            eval counts its samples without a total (each dataset's size is known only once it is read)."""
-            lines.reset(text)
-            if text.startswith("step ") and text[5:].isdigit():
-                step = int(text[5:])
-                status = f"{text} ({step + 1} of {args.num_rollout})"
-                progress.reset(task, total=samples_per_step, status=escape(status))
-            else:
-                if text.startswith("eval "):
-                    progress.reset(task, total=None)
-                progress.update(task, status=escape(text))
-                console.print(f"[dim]{escape(text)}[/dim]", highlight=False)
-
-        def on_progress(samples: int) -> None:
-            progress.advance(task, samples)
-            if not console.is_terminal:  # no bar: a line now and then
-                lines.advance(samples)
-
-        def on_step(rollout_id: int, metrics: dict[str, Any]) -> None:
-            console.print(step_table(rollout_id, metrics))
-
-        def on_eval(rollout_id: int, metrics: dict[str, Any]) -> None:
-            console.print(metrics_table(f"eval after step {rollout_id}", metrics))
-
+    if resume:
+        changed = {k: v for k, v in options.items() if v is not None and v != []}
+        given_now = {**changed, **parse_set(extra)}
         try:
-            with progress:
-                output = run_job(
-                    args,
-                    on_step=on_step,
-                    on_eval=on_eval,
-                    on_status=on_status,
-                    progress=on_progress,
-                    trust_folder=trust_folder,
-                )
-        except (RlsdkError, ValueError, FileNotFoundError) as exc:
+            # code the saved settings name is loaded only where this machine signed them, or named again here
+            refused = {} if trust_folder else resume_refusals(args.output_dir, given_now)
+            guard.enter_context(refusing_code(refused, allowed=strings_in(given_now)))
+            args = RolloutConfig.from_dict(resumed_settings(args.output_dir, given_now))
+        except (RlsdkError, ValueError, TypeError, FileNotFoundError) as exc:
             fail(exc)
             raise typer.Exit(1) from None
-        except RunStopped as exc:  # SIGTERM or SIGINT: the state and a checkpoint are saved
-            console.print(
-                f"{exc.signal_name}: stopped; continue with: rlsdk run --resume --output {args.output_dir}",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
-            raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            console.print(
-                f"interrupted; continue with: rlsdk run --resume --output {args.output_dir}",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
-            raise typer.Exit(130) from None
+    sources = setting_sources(args, given)
+    if print_config:
+        typer.echo(config_yaml(args, sources), nl=False)
+        return
+    console.print("\n".join(summary_lines(args, sources)), markup=False, highlight=False, soft_wrap=True)
+    if resume and finished_run(args):
         console.print(
-            f"wrote {output.folder}/rollouts.jsonl, metrics.jsonl and state.json",
+            f"the run in {args.output_dir} is finished ({args.num_rollout} of {args.num_rollout} steps): "
+            "--resume --num-rollout N continues it to N steps",
             markup=False,
             highlight=False,
+            soft_wrap=True,
         )
+        return
+    if not console.is_terminal:  # no download or loading bars redrawn line after line in a log
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TQDM_DISABLE", "1")
+
+    samples_per_step = args.rollout_batch_size * args.n_samples_per_prompt
+    # Each refresh renders the bar in a thread that holds the GIL meanwhile; at rich's default 10 per
+    # second that slowed the embedded engine's CUDA-graph steps by about 5% on an H100. Not drawn at all
+    # where nobody sees it (stderr is not a terminal).
+    progress = Progress(
+        TextColumn("[bold]{task.fields[status]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("samples"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        refresh_per_second=2,
+        disable=not console.is_terminal,
+    )
+    task = progress.add_task("rollout", total=samples_per_step, status="setting up")
+
+    lines = ProgressLines()
+
+    def on_status(text: str) -> None:
+        """Steps are numbered as in the tables and metrics.jsonl (the rollout_id); set-up is printed. An
+        eval counts its samples without a total (each dataset's size is known only once it is read)."""
+        lines.reset(text)
+        if text.startswith("step ") and text[5:].isdigit():
+            step = int(text[5:])
+            status = f"{text} ({step + 1} of {args.num_rollout})"
+            progress.reset(task, total=samples_per_step, status=escape(status))
+        else:
+            if text.startswith("eval "):
+                progress.reset(task, total=None)
+            progress.update(task, status=escape(text))
+            console.print(f"[dim]{escape(text)}[/dim]", highlight=False)
+
+    def on_progress(samples: int) -> None:
+        progress.advance(task, samples)
+        if not console.is_terminal:  # no bar: a line now and then
+            lines.advance(samples)
+
+    def on_step(rollout_id: int, metrics: dict[str, Any]) -> None:
+        console.print(step_table(rollout_id, metrics))
+
+    def on_eval(rollout_id: int, metrics: dict[str, Any]) -> None:
+        console.print(metrics_table(f"eval after step {rollout_id}", metrics))
+
+    try:
+        with progress:
+            output = run_job(
+                args,
+                on_step=on_step,
+                on_eval=on_eval,
+                on_status=on_status,
+                progress=on_progress,
+                trust_folder=trust_folder,
+            )
+    except (RlsdkError, ValueError, FileNotFoundError) as exc:
+        fail(exc)
+        raise typer.Exit(1) from None
+    except RunStopped as exc:  # SIGTERM or SIGINT: the state and a checkpoint are saved
+        console.print(
+            f"{exc.signal_name}: stopped; continue with: rlsdk run --resume --output {args.output_dir}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        console.print(
+            f"interrupted; continue with: rlsdk run --resume --output {args.output_dir}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(130) from None
+    console.print(
+        f"wrote {output.folder}/rollouts.jsonl, metrics.jsonl and state.json", markup=False, highlight=False
+    )
 
 
 @with_run_options
