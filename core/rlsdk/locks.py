@@ -15,13 +15,19 @@ from .errors import RlsdkError
 LOCK_FILE = ".rlsdk.lock"
 
 
+_HELD: set[Path] = set()
+"""Folders this process holds (their insides are its own)."""
+
+
 @contextmanager
 def folder_lock(folder: Path, holder: str = "rlsdk run", role: str = "--output") -> Iterator[None]:
     """Hold ``folder`` (made if missing) for this process, as ``holder`` uses it (``role``: the option
-    naming it): a second one fails at once naming the first one's pid and use. The lock goes with the
-    process, even a SIGKILLed one."""
+    naming it): a second one fails at once naming the first one's pid and use, and so does one on a folder
+    inside a folder another process holds. The lock goes with the process, even a SIGKILLed one."""
     folder.mkdir(parents=True, exist_ok=True)
+    check_not_inside_a_held_folder(folder)
     fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    held = folder.resolve()
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -31,9 +37,32 @@ def folder_lock(folder: Path, holder: str = "rlsdk run", role: str = "--output")
                              f"it, or choose another {role}") from None  # fmt: skip
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "holder": holder, "role": role}).encode(), 0)
+        _HELD.add(held)
         yield
     finally:
+        _HELD.discard(held)
         os.close(fd)  # releases the lock
+
+
+def check_not_inside_a_held_folder(folder: Path) -> None:
+    """RlsdkError when a folder above ``folder`` is held by another process (a run's ``--save`` inside
+    another run's output folder would overwrite its checkpoints)."""
+    for parent in folder.resolve().parents:
+        lock = parent / LOCK_FILE
+        if parent in _HELD or not lock.is_file():
+            continue
+        fd = os.open(lock, os.O_RDONLY)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RlsdkError(
+                    f"{folder} is inside {parent}, which is in use by {describe_holder(os.pread(fd, 512, 0))}: "
+                    "its files are that process's to write; choose a folder outside it"
+                ) from None
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
 
 
 def describe_holder(text: bytes) -> str:

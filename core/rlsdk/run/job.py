@@ -60,8 +60,9 @@ def run_job(
     with ExitStack() as held:
         # a second run on a folder this one writes fails at once, naming this one (T20)
         held.enter_context(folder_lock(output.folder))
-        if args.train:
-            held.enter_context(folder_lock(checkpoint_root(args, output.folder), role="--save"))
+        checkpoints = checkpoint_root(args, output.folder)
+        if args.train and not checkpoints.resolve().is_relative_to(output.folder.resolve()):
+            held.enter_context(folder_lock(checkpoints, role="--save"))
         return _run_job(args, pm, output, rows, on_step, on_eval, progress, on_status, trust_folder)
 
 
