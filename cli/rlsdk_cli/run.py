@@ -384,12 +384,15 @@ def run(
 @with_run_options
 def evaluate(**options: Any) -> None:
     """Evaluate the model on the eval datasets (or the training data) once."""
-    from .settings import with_checkpoint_settings
+    from rlsdk.plugins.loading import refusing_code
+
+    from .settings import checkpoint_refusals, with_checkpoint_settings
 
     extra = options.pop("extra")
     config = options.pop("config")
     args, given = configure(config, options, extra)
     taken = with_checkpoint_settings(args, given)
+    refused = checkpoint_refusals(args, taken)  # code a checkpoint from elsewhere names is not loaded
     if taken:
         console.print(
             f"from the checkpoint's run: {', '.join(taken)}", markup=False, highlight=False, soft_wrap=True
@@ -402,7 +405,7 @@ def evaluate(**options: Any) -> None:
     from rlsdk.run.session import running
 
     try:
-        with running(args) as runtime:
+        with refusing_code(refused), running(args) as runtime:
             result = run_eval(args, runtime, rollout_id=0)
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
         fail(exc)

@@ -246,3 +246,22 @@ def test_the_critic_s_optimizer_is_loaded_without_running_a_pickle(tiny_llama, t
         assert not marker.exists()
     finally:
         trainer.close()
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_rlsdk_eval_of_a_checkpoint_with_tampered_settings_imports_no_code(tiny_run, tmp_path):
+    """``rlsdk eval --model CHECKPOINT`` takes the reward and data settings of the run that wrote it; from a
+    checkpoint this machine did not write, none of them loads code (before: its ``rm_type`` was imported)."""
+    out = tmp_path / "out"
+    run_job(tiny_run(output_dir=str(out), num_rollout=1, save_interval=1))
+    checkpoint = out / "checkpoints" / "step_0"
+    marker = tmp_path / "code-ran"
+    (checkpoint / "evil.py").write_text(EVIL.format(marker=str(marker)))
+    meta = json.loads((checkpoint / "rlsdk_checkpoint.json").read_text())
+    meta["settings"]["rm_type"] = f"{checkpoint / 'evil.py'}:fn"
+    (checkpoint / "rlsdk_checkpoint.json").write_text(json.dumps(meta))
+    done = rlsdk_run("--model", str(checkpoint), "--engine-threads", "1", command="eval")
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "not written by rlsdk on this machine" in output and "rm_type" in output and "Traceback" not in output
+    assert not marker.exists()
