@@ -12,16 +12,14 @@ from ..config import RolloutConfig
 from ..data import BadRowPolicy, DataPath, Row, read_rows
 from ..errors import DataError
 from ..plugins.calls import call_generate_rollout
+from ..plugins.loading import refusing_code
 from ..plugins.manager import RlsdkPluginManager
 from ..report import RunReport
 from ..runtime import Runtime
-from ..training.session import TrainingSession
-from ..training_options import overlapped
-from .extensions import build_data_source, load_data_state, log_eval, source_state, uses_core_data_source
-from ..plugins.loading import refusing_code
 from ..state_files import signed_here, strings_in
-from ..training.session import checkpoint_root
-from ..training_options import named_model_folder
+from ..training.session import TrainingSession, checkpoint_root
+from ..training_options import named_model_folder, overlapped
+from .extensions import build_data_source, load_data_state, log_eval, source_state, uses_core_data_source
 from .folder import (
     check_base_model_unchanged,
     check_data_unchanged,
@@ -95,9 +93,9 @@ def _run_job(
     else:
         output.start_fresh(args.overwrite)  # so does an output folder holding another run
     # code a state this machine did not sign names (a sample of its buffer) is never loaded
-    untrusted = (
-        {} if trust_folder or not saved else untrusted_texts(output.folder, saved, skip=saved["settings"])
-    )
+    settings = saved.get("settings")
+    skip = list(settings) if isinstance(settings, dict) else []  # the settings are the CLI's to refuse
+    untrusted = {} if trust_folder or not saved else untrusted_texts(output.folder, saved, skip=skip)
     loading = " (loading the model)" if args.engine == "embedded" else ""
     status(f"starting the {args.engine} engine{loading}")
     with (

@@ -16,8 +16,8 @@ from ..errors import CheckpointError, RlsdkError
 from ..outputs import STATE_FILE
 from ..plugins.manager import RlsdkPluginManager
 from ..state_files import check_fingerprints, folder_fingerprints, read_json, signed, signed_here, strings_in
-from .loggers import LOG_FILES
 from ..types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
+from .loggers import LOG_FILES
 
 
 def sample_row(rollout_id: int, sample: Sample) -> dict[str, Any]:
