@@ -68,3 +68,20 @@ def test_agent_sessions_counts_forks_and_times_both_paths():
     (conversation,) = out["retokenisation"]["conversations"]
     assert conversation["turns"] == 3 and conversation["session_s_per_turn"] > 0
     assert conversation["baseline_s_per_turn"] > 0 and out["retokenisation"]["gpu_generation"]["s_per_turn"] > 0
+
+
+@pytest.mark.timeout(300)
+def test_view_times_every_page_of_a_generated_run_in_chromium():
+    """CI installs Chromium (.ci/run); elsewhere, without it, this skips saying so."""
+    import os
+
+    if not os.path.exists("/usr/bin/chromium") and not os.environ.get("CI"):
+        pytest.skip("needs /usr/bin/chromium (apt-get install chromium)")
+    out = report("view.py", "--samples", "128", "--repeat", "1", timeout=280)  # about 20 s on 2 idle cores
+    assert out["benchmark"] == "view" and out["inputs"] == {"samples": 128, "repeat": 1, "rollouts_mb": out["inputs"]["rollouts_mb"],
+                                                              "generated": True}
+    assert set(out["pages"]) == {"run", "step", "sample", "search_text", "search_filter", "compare"}
+    for page in out["pages"].values():
+        assert 0 < page["ready_ms_median"] <= page["ready_ms_max"]
+    assert out["server_peak_rss_mb"] >= out["server_rss_mb"] > 0 and out["baseline"]["read_whole_rollouts_ms"] > 0
+    assert isinstance(out["meets_target"], bool)

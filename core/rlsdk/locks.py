@@ -11,8 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import RlsdkError
-
-LOCK_FILE = ".rlsdk.lock"
+from .outputs import LOCK_FILE
 
 
 _HELD: set[Path] = set()

@@ -13,7 +13,14 @@ from typing import Any
 
 from ..config import RolloutConfig
 from ..errors import CheckpointError, RlsdkError
-from ..outputs import STATE_FILE
+from ..outputs import (
+    DISCARDED_FILE,
+    EVAL_FILE,
+    EVAL_SAMPLES_FILE,
+    METRICS_FILE,
+    ROLLOUTS_FILE,
+    STATE_FILE,
+)
 from ..plugins.manager import RlsdkPluginManager
 from ..state_files import check_fingerprints, folder_fingerprints, read_json, signed, signed_here, strings_in
 from ..types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
@@ -38,14 +45,7 @@ class RunOutput:
     ``logs/`` too); resuming truncates what a crash wrote past it, so no step is written twice. ``save`` is
     the run's checkpoint folder when it is not inside this one."""
 
-    FILES = (
-        "rollouts.jsonl",
-        "discarded.jsonl",
-        "metrics.jsonl",
-        "eval.jsonl",
-        "eval_samples.jsonl",
-        *LOG_FILES,
-    )
+    FILES = (ROLLOUTS_FILE, DISCARDED_FILE, METRICS_FILE, EVAL_FILE, EVAL_SAMPLES_FILE, *LOG_FILES)
 
     def __init__(self, folder: str | Path, save: str | Path | None = None) -> None:
         self.folder = Path(folder)
