@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 from hypothesis import HealthCheck, given, settings
@@ -147,14 +148,40 @@ def bodies(draw: Any, seeds: list[dict[str, Any]]) -> bytes:
     return text.encode()
 
 
+QUERY_NAMES = [
+    "q",
+    "limit",
+    "offset",
+    "sort",
+    "step",
+    "file",
+    "dataset",
+    "status",
+    "since",
+    "a",
+    "b",
+    "token",
+]
+"""Query parameters services read (the viewer's among them), drawn beside random names."""
+query_values = (
+    st.text(max_size=40)
+    | st.integers(min_value=-(10**30), max_value=10**30).map(str)
+    | st.sampled_from(["nan", "inf", "-1", "", "%00", "../../etc/passwd", "x" * 3000])
+)
+
+
 @st.composite
 def requests(draw: Any, routes: list[tuple[str, str]], seeds: list[dict[str, Any]]) -> tuple:
     """Mostly requests to the service's own routes that pass the guard (so that the handlers are fuzzed),
-    some to other paths and methods, with headers that do not."""
+    some to other paths and methods, with headers that do not; GET routes with query strings."""
     method, path = draw(st.sampled_from(routes))
     if draw(st.integers(0, 5)) == 0:
         path = "/" + draw(st.text(alphabet="/abcxyz_.%0123456789", min_size=0, max_size=30)).lstrip("/")
         method = draw(st.sampled_from(["POST", "GET", "DELETE", "PUT"]))
+    if method in ("GET", "HEAD") and draw(st.booleans()):
+        names = st.sampled_from(QUERY_NAMES) | st.text(min_size=1, max_size=10)
+        params = draw(st.lists(st.tuples(names, query_values), max_size=5))
+        path += "?" + urlencode(params)
     headers = {}
     if draw(st.integers(0, 3)) == 0:
         headers["Content-Type"] = draw(
@@ -171,17 +198,25 @@ def requests(draw: Any, routes: list[tuple[str, str]], seeds: list[dict[str, Any
     return method, path, headers, draw(bodies(seeds))
 
 
-def send(client: httpx.Client, url: str, request: tuple) -> httpx.Response:
+def send(
+    client: httpx.Client, url: str, request: tuple, default_headers: dict[str, str] | None = None
+) -> httpx.Response:
+    """One request; ``default_headers`` (the service's token) where the request sets none of them."""
     method, path, headers, body = request
-    return client.request(method, url + path, content=body if method != "GET" else None, headers=headers)
+    headers = {**(default_headers or {}), **headers}
+    return client.request(
+        method, url + path, content=body if method not in ("GET", "HEAD") else None, headers=headers
+    )
 
 
 class FuzzTarget:
-    """A service served by ``fuzz_target.py`` in a process of its own (``kind``: ``engine``, ``chat`` or
-    ``buffer``; with ``token`` it needs it): ``url``, ``routes``, and :meth:`ask` for its stall, memory and
-    state."""
+    """A service served by ``fuzz_target.py`` in a process of its own (``kind``: ``engine``, ``chat``,
+    ``buffer`` or ``view``; with ``token`` it needs it, sent with every request with ``send_token``): ``url``,
+    ``routes``, and :meth:`ask` for its stall, memory and state."""
 
-    def __init__(self, kind: str, folder: Path, token: str | None = None) -> None:
+    def __init__(
+        self, kind: str, folder: Path, token: str | None = None, *, send_token: bool = False
+    ) -> None:
         script = Path(__file__).with_name("fuzz_target.py")
         self.proc = subprocess.Popen(
             [sys.executable, str(script), kind, str(folder), token or ""],
@@ -196,6 +231,8 @@ class FuzzTarget:
         self.url: str = started["url"]
         self.routes: list[tuple[str, str]] = [tuple(r) for r in started["routes"]]  # type: ignore[misc]
         self.start_mb = self.ask()["peak_mb"]
+        self.headers = {"Authorization": f"Bearer {token}"} if send_token else {}
+        """Sent with each request that sets no header of its own of that name."""
 
     def ask(self) -> dict[str, Any]:
         """``{"stall", "peak_mb", "state"}``: the loop's worst lateness since the last ask, and so on."""
@@ -230,7 +267,7 @@ def fuzz(
     with httpx.Client(timeout=60) as client:
 
         def one(request: tuple) -> None:
-            answer = send(client, target.url, request)
+            answer = send(client, target.url, request, target.headers)
             if check is not None:
                 check(request, answer)
             else:

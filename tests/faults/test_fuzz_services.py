@@ -1,6 +1,7 @@
 """Fuzzing every route of every HTTP service in core (issues 43 and 47) with hypothesis, over real HTTP on
 loopback (:mod:`.fuzzing`): ``rlsdk serve``'s engine routes with its OpenAI chat, Anthropic messages and
-session routes, the chat server in front of any engine (``start_chat_server``), and ``rlsdk buffer serve``.
+session routes, the chat server in front of any engine (``start_chat_server``), ``rlsdk buffer serve`` and
+``rlsdk view``.
 Random, mutated, re-encoded and costly bodies (millions of tiny values, thousands of levels, megabytes of
 text) never get a 500, never stall a server's event loop for a second, never grow memory past a bound,
 and a request without the token changes nothing. Each service runs in a process of its
@@ -111,3 +112,12 @@ def test_fuzzing_every_route_of_the_buffer_and_without_the_token_changes_nothing
             "pending_groups": 0,
             "leased_groups": 0,
         }
+
+
+def test_fuzzing_every_route_of_rlsdk_view(tmp_path):
+    """The viewer reads GET requests (query strings fuzzed) with its token; without it every one is 401."""
+    with FuzzTarget("view", tmp_path, token=TOKEN, send_token=True) as target:
+        assert ("GET", "/api/runs/0/steps/0") in target.routes
+        fuzz(target, seeds=[{}])
+        answer = httpx.get(target.url + "/api/runs/0", headers=target.headers)
+        assert answer.status_code == 200, answer.text
