@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from .errors import RlsdkError
 from .outputs import LOCK_FILE
@@ -64,17 +65,18 @@ def check_not_inside_a_held_folder(folder: Path) -> None:
             os.close(fd)
 
 
-def describe_holder(text: bytes) -> str:
-    """``another rlsdk run (pid N) as its --save folder`` from a lock file's text (an older one holds
-    the pid alone)."""
+def read_holder(text: bytes | str) -> dict[str, Any]:
+    """What a lock file says of its holder (``pid``, ``holder``, ``role``; an older one holds the pid alone)."""
     try:
         value = json.loads(text)
-        if isinstance(value, int):
-            value = {"pid": value}
     except ValueError:
-        value = {}
-    if not isinstance(value, dict):
-        value = {}
+        return {}
+    return {"pid": value} if isinstance(value, int) else value if isinstance(value, dict) else {}
+
+
+def describe_holder(text: bytes) -> str:
+    """``another rlsdk run (pid N) as its --save folder`` from a lock file's text."""
+    value = read_holder(text)
     pid = value.get("pid", "unknown")
     holder, role = str(value.get("holder", "rlsdk run"))[:100], value.get("role")
     return f"another {holder} (pid {pid})" + (f" as its {str(role)[:100]} folder" if role else "")
