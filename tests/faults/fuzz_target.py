@@ -4,7 +4,8 @@ does (drawing examples, building bodies) is never counted as the service's stall
 ``python fuzz_target.py KIND FOLDER [TOKEN]`` serves KIND (``engine``: ``rlsdk serve``'s server with the
 chat, messages and session routes, its template writing tool schemas out as JSON; ``chat``: the chat
 server of ``start_chat_server``, its template writing none; ``buffer``: the rollout buffer service;
-``view``: ``rlsdk view`` over a run folder written in FOLDER) on loopback over
+``view``: ``rlsdk view`` over a run folder written in FOLDER; ``tinker``: ``rlsdk tinker serve`` on the
+tiny Llama of tests/conftest.py, TOKEN its API key) on loopback over
 :class:`rlsdk.testing.FakeEngine` and a word tokenizer made in FOLDER, prints
 ``{"url", "routes"}`` as one JSON line, then answers each line on stdin with one JSON line: the event
 loop's worst lateness since the last answer (``stall``, seconds), the process's peak resident memory
@@ -12,14 +13,27 @@ loop's worst lateness since the last answer (``stall``, seconds), the process's 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from conftest import CHAT_TEMPLATE, TOOLS_CHAT_TEMPLATE, RecordingEngine, make_word_tokenizer  # noqa: E402
 from fuzzing import LoopWatch, routes_of  # noqa: E402
+
+
+def root_conftest() -> Any:
+    """tests/conftest.py (its tiny Llama), loaded by path as pytest loads it."""
+    spec = importlib.util.spec_from_file_location(
+        "rlsdk_tests_conftest", Path(__file__).parents[1] / "conftest.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def peak_mb() -> float:
@@ -52,7 +66,27 @@ def main(kind: str, folder: Path, token: str | None) -> None:
     pm = get_plugin_manager(load_entrypoints=False)
     loop = BackgroundLoop("fuzz-target")
     path_values: dict[str, str] = {}
-    if kind == "view":
+    if kind == "tinker":
+        from rlsdk_embedded.engine import EmbeddedEngine
+
+        from rlsdk.tinker.server import start_tinker_server
+        from rlsdk.tinker.service import TinkerService
+        from rlsdk.tinker.training import Placement
+
+        model = root_conftest().build_tiny_llama(folder / "tiny-llama")
+        tinker = TinkerService(
+            {"test/tiny-llama": model},
+            lambda weights: EmbeddedEngine(str(weights), device="cpu", threads=1),
+            folder / "checkpoints",
+            Placement("cpu", "float32", 1),
+        )
+        server = loop.run(start_tinker_server(tinker, [token or ""]))
+        app, url = server.runner.app, server.url
+
+        def state() -> dict:
+            return {}
+
+    elif kind == "view":
         from rlsdk.view.runs import RunFolder
         from rlsdk.view.server import start_view
 

@@ -211,8 +211,8 @@ def send(
 
 class FuzzTarget:
     """A service served by ``fuzz_target.py`` in a process of its own (``kind``: ``engine``, ``chat``,
-    ``buffer`` or ``view``; with ``token`` it needs it, sent with every request with ``send_token``): ``url``,
-    ``routes``, and :meth:`ask` for its stall, memory and state."""
+    ``buffer``, ``view`` or ``tinker``; with ``token`` it needs it, sent with every request with
+    ``send_token``): ``url``, ``routes``, and :meth:`ask` for its stall, memory and state."""
 
     def __init__(
         self, kind: str, folder: Path, token: str | None = None, *, send_token: bool = False
@@ -231,7 +231,11 @@ class FuzzTarget:
         self.url: str = started["url"]
         self.routes: list[tuple[str, str]] = [tuple(r) for r in started["routes"]]  # type: ignore[misc]
         self.start_mb = self.ask()["peak_mb"]
-        self.headers = {"Authorization": f"Bearer {token}"} if send_token else {}
+        self.headers = (
+            ({"X-API-Key": token} if kind == "tinker" else {"Authorization": f"Bearer {token}"})
+            if send_token
+            else {}
+        )
         """Sent with each request that sets no header of its own of that name."""
 
     def ask(self) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Fuzzing every route of every HTTP service in core (issues 43 and 47) with hypothesis, over real HTTP on
 loopback (:mod:`.fuzzing`): ``rlsdk serve``'s engine routes with its OpenAI chat, Anthropic messages and
-session routes, the chat server in front of any engine (``start_chat_server``), ``rlsdk buffer serve`` and
-``rlsdk view``.
+session routes, the chat server in front of any engine (``start_chat_server``), ``rlsdk buffer serve``,
+``rlsdk view`` and ``rlsdk tinker serve``.
 Random, mutated, re-encoded and costly bodies (millions of tiny values, thousands of levels, megabytes of
 text) never get a 500, never stall a server's event loop for a second, never grow memory past a bound,
 and a request without the token changes nothing. Each service runs in a process of its
@@ -120,4 +120,28 @@ def test_fuzzing_every_route_of_rlsdk_view(tmp_path):
         assert ("GET", "/api/runs/0/steps/0") in target.routes
         fuzz(target, seeds=[{}])
         answer = httpx.get(target.url + "/api/runs/0", headers=target.headers)
+        assert answer.status_code == 200, answer.text
+
+
+TINKER_SEEDS = [
+    {"base_model": "test/tiny-llama", "lora_config": {"rank": 4}, "session_id": "s", "model_seq_id": 0},
+    {"model_id": "m", "adam_params": {"learning_rate": 0.001}},
+    {
+        "sampling_session_id": "s",
+        "prompt": {"chunks": [{"tokens": [2, 3], "type": "encoded_text"}]},
+        "num_samples": 1,
+        "sampling_params": {"max_tokens": 2},
+    },
+    {"request_id": "r"},
+    {"session_id": "s"},
+    {"tags": ["a"], "user_metadata": {}, "sdk_version": "0.38.0"},
+]
+
+
+def test_fuzzing_every_route_of_rlsdk_tinker_serve(tmp_path):
+    """The Tinker-compatible API (its JSON routes read under a budget of their own) with its API key."""
+    with FuzzTarget("tinker", tmp_path, token="tml-fuzz-key-0123456789abcdef", send_token=True) as target:
+        assert ("POST", "/api/v1/asample") in target.routes
+        fuzz(target, seeds=TINKER_SEEDS, examples=list(costly_examples(target.routes)))
+        answer = httpx.get(target.url + "/api/v1/healthz", headers=target.headers)
         assert answer.status_code == 200, answer.text
