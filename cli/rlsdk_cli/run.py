@@ -9,6 +9,7 @@ import json
 import os
 import time
 import typing
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -57,23 +58,30 @@ def configure(
 
 
 def resumed_config(
-    config: Path | None, options: dict[str, Any], extra: list[str], pm: Any
+    config: Path | None, options: dict[str, Any], extra: list[str], pm: Any, guard: ExitStack, *, trust: bool
 ) -> tuple[RolloutConfig, set[str]]:
     """The configuration of the run saved in the output folder (the command line's, else the config file's),
     built once from its saved settings with the options given on the command line applied (only those
-    ``--resume`` may change), and their names."""
+    ``--resume`` may change), and their names. The code the saved settings name is loaded only where this
+    machine signed them, or named again here, or ``trust`` (``--trust-folder``): ``guard`` holds that
+    refusal for the whole command."""
     from rlsdk.config import canonical_keys
-    from rlsdk.run.output import resumed_settings
+    from rlsdk.plugins.loading import refusing_code
+    from rlsdk.run.output import resume_refusals, resumed_settings
+    from rlsdk.state_files import strings_in
 
     changed = {k: v for k, v in options.items() if v is not None and v != []}
+    given_now = {**changed, **parse_set(extra)}
     try:
         settings = canonical_keys(RolloutConfig.read_file(config)) if config is not None else {}
         folder = changed.get("output_dir") or settings.get("output_dir") or RolloutConfig.output_dir
-        args = RolloutConfig.from_dict(resumed_settings(folder, {**changed, **parse_set(extra)}), pm=pm)
+        refused = {} if trust else resume_refusals(folder, given_now)
+        guard.enter_context(refusing_code(refused, allowed=strings_in(given_now)))
+        args = RolloutConfig.from_dict(resumed_settings(folder, given_now), pm=pm)
     except (RlsdkError, ValueError, TypeError, FileNotFoundError) as exc:
         fail(exc)
         raise typer.Exit(1) from None
-    return args, set(canonical_keys({**changed, **parse_set(extra)}))
+    return args, set(canonical_keys(given_now))
 
 
 def given_overrides(options: dict[str, Any], extra: list[str]) -> dict[str, Any]:
@@ -259,6 +267,12 @@ def run(
     context: typer.Context,
     resume: bool = typer.Option(False, "--resume", help="Continue the run saved in the output folder."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run in the output folder."),
+    trust_folder: bool = typer.Option(
+        False,
+        "--trust-folder",
+        help="With --resume: load the code the saved state names although this machine did not write it "
+        "(a run folder copied from another machine); the state is signed here from then on.",
+    ),
     print_config: bool = typer.Option(
         False,
         "--print-config",
@@ -275,6 +289,8 @@ def run(
             "--resume continues the run in the output folder, --overwrite replaces it: give one"
         )
     limit_malloc_arenas()  # before the engine's and the trainer's threads allocate
+    guard = ExitStack()  # the resumed state's code refusals, for the whole command
+    context.call_on_close(guard.close)
     known = [flag for param in context.command.params for flag in param.opts]
     extra = options.pop("extra") + sglang_passthrough_options(context.args, known)
     config = options.pop("config")
@@ -284,7 +300,7 @@ def run(
 
     pm = get_plugin_manager()  # the run's one manager: its options checked, its plugins resolved
     if resume:
-        args, given = resumed_config(config, options, extra, pm)
+        args, given = resumed_config(config, options, extra, pm, guard, trust=trust_folder)
     else:
         args, given = configure(config, {**options, "overwrite": overwrite or None}, extra, pm)
     sources = setting_sources(args, given)
@@ -358,6 +374,7 @@ def run(
                 on_eval=on_eval,
                 on_status=on_status,
                 progress=on_progress,
+                trust_folder=trust_folder,
             )
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
         fail(exc)
@@ -392,15 +409,17 @@ def run(
 @with_run_options
 def evaluate(**options: Any) -> None:
     """Evaluate the model on the eval datasets (or the training data) once."""
-    from .settings import with_checkpoint_settings
-
     from rlsdk import get_plugin_manager
+    from rlsdk.plugins.loading import refusing_code
+
+    from .settings import checkpoint_refusals, with_checkpoint_settings
 
     extra = options.pop("extra")
     config = options.pop("config")
     pm = get_plugin_manager()  # the eval's one manager: its options checked, its plugins resolved
     args, given = configure(config, options, extra, pm)
     args, taken = with_checkpoint_settings(args, given)
+    refused = checkpoint_refusals(args, taken)  # code a checkpoint from elsewhere names is not loaded
     if taken:
         console.print(
             f"from the checkpoint's run: {', '.join(taken)}", markup=False, highlight=False, soft_wrap=True
@@ -413,7 +432,7 @@ def evaluate(**options: Any) -> None:
     from rlsdk.run.session import running
 
     try:
-        with running(args, pm) as runtime:
+        with refusing_code(refused), running(args, pm) as runtime:
             assert runtime.args is not None
             result = run_eval(runtime.args, runtime, rollout_id=0)
     except (RlsdkError, ValueError, FileNotFoundError) as exc:

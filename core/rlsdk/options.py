@@ -475,6 +475,9 @@ class OutputOptions:
     ``max_actor_ckpt_to_keep``, Hugging Face's ``save_total_limit``); none keeps every one."""
     report_to: str | None = None
     """``tensorboard``: also write TensorBoard event files to ``<output_dir>/tensorboard``."""
+    log_timeout: float | None = 600.0
+    """Seconds one rollout_log or eval_rollout_log backend may take for one step or eval before the run stops
+    naming it; none waits forever. A stop signal (SIGTERM, SIGINT) ends the wait at once either way."""
 
     def __post_init__(self) -> None:
         one_of(self, "on_failed_step", ("fail", "continue"))
