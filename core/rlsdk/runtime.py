@@ -177,6 +177,17 @@ def bind_runtime(args: RolloutConfig | Namespace, runtime: Runtime) -> Runtime:
 _outside_a_run: dict[int, tuple[weakref.ref[Any], RunPlugins]] = {}
 
 
+def _forgetting(key: int) -> Callable[[Any], None]:
+    """A weak reference's callback dropping ``key`` from the plugins made outside a run (the dict is held,
+    not looked up: at interpreter exit the module's names may be gone already)."""
+    cache = _outside_a_run
+
+    def forget(_: Any) -> None:
+        cache.pop(key, None)
+
+    return forget
+
+
 def plugins_of(args: RolloutConfig) -> RunPlugins:
     """The plugins of the run bound to ``args`` (its runtime's, made once for the run); outside a run (a Ray
     trainer actor, a script scoring samples, slime calling an rlsdk plugin) the installed plugins for
@@ -188,7 +199,7 @@ def plugins_of(args: RolloutConfig) -> RunPlugins:
     found = _outside_a_run.get(key)
     if found is None or found[0]() is not args:
         found = (
-            weakref.ref(args, lambda _: _outside_a_run.pop(key, None)),
+            weakref.ref(args, _forgetting(key)),
             RunPlugins(args, installed_plugins()),
         )
         _outside_a_run[key] = found
