@@ -52,7 +52,7 @@ def checkpoint_signed_here(folder: Path) -> bool:
     return meta.is_file() and signed_here(read_json(meta))
 
 
-def checkpoint_root(args: Any, output_folder: Path) -> Path:
+def checkpoint_root(args: RolloutConfig, output_folder: Path) -> Path:
     """Where a run writes its checkpoints (``step_N/``): ``--save``, else ``<output_dir>/checkpoints``."""
     return Path(args.save) if args.save else output_folder / "checkpoints"
 
