@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,11 +24,13 @@ from rlsdk.testing import FakeEngine
 
 def deterministic_run(tiny_llama: Path, run_files: tuple[Path, str], out: Path) -> None:
     data, reward = run_files
+    held = data.with_name("held.jsonl")
+    held.write_text("".join(data.read_text().splitlines(keepends=True)[:4]))
     run_job(
         RolloutConfig(
             model=str(tiny_llama), prompt_data=str(data), rm_type=reward, train=True, lr=3e-2,
-            rollout_batch_size=2, n_samples_per_prompt=4, rollout_max_response_len=3, num_rollout=20,
-            rollout_shuffle=True, eval_interval=10, eval_prompt_data=["held", str(data)],
+            rollout_batch_size=2, n_samples_per_prompt=3, rollout_max_response_len=2, num_rollout=20,
+            rollout_shuffle=True, eval_interval=10, eval_prompt_data=["held", str(held)],
             engine_threads=1, train_threads=1, output_dir=str(out), sglang_enable_deterministic_inference=True,
         )
     )
@@ -60,6 +64,12 @@ def test_two_deterministic_runs_write_identical_metrics(tiny_llama, run_files, t
         "rollout_seed": 42,
         "not_deterministic": [],
     }
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "determinism.py"
+    done = subprocess.run([sys.executable, str(script), "--compare", str(a), str(b)], capture_output=True, text=True,
+                          timeout=60, check=True)
+    compared = json.loads(done.stdout.splitlines()[-1])  # the GPU phase's comparison, on these two runs
+    assert compared["identical_reward_curves"] and compared["steps"] == [20, 20]
+    assert compared["first_differences"] == {"metrics.jsonl": None, "eval.jsonl": None}
 
 
 async def server_info_app(info: dict | None) -> web.AppRunner:

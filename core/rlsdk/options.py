@@ -72,7 +72,11 @@ class RolloutOptions:
     """Stop token ids (EOS always stops)."""
     rollout_skip_special_tokens: bool = False
     sglang_enable_deterministic_inference: bool = False
-    """Give sample ``i`` of a group the sampling seed ``rollout_seed + i``."""
+    """``--deterministic``: two runs with the same seed write the same metrics.jsonl. Sample ``i`` of a group
+    gets the sampling seed ``rollout_seed + i``; Python's, NumPy's and torch's generators are seeded; torch
+    runs its deterministic algorithms; the embedded engine runs one request at a time and launched SGLang
+    servers get ``--enable-deterministic-inference``; wall-clock figures go to timings.jsonl. The run warns
+    about (and writes to determinism.json) each part that stays non-deterministic, and why."""
     partial_rollout: bool = False
     """Return unfinished groups to the buffer at the end of a step and resume them later."""
     mask_offpolicy_in_partial_rollout: bool = False

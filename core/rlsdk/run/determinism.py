@@ -84,7 +84,15 @@ def report_nondeterminism(args: RolloutConfig, runtime: Runtime, folder: Path) -
     ``determinism.json`` in the run's folder."""
     parts = nondeterministic_parts(args, runtime)
     for part in parts:
-        warnings.warn(f"--deterministic: {part.part} is not deterministic: {part.why}", NondeterminismWarning, stacklevel=2)
-    report = {"deterministic": not parts, "rollout_seed": args.rollout_seed, "not_deterministic": [asdict(p) for p in parts]}
+        warnings.warn(
+            f"--deterministic: {part.part} is not deterministic: {part.why}",
+            NondeterminismWarning,
+            stacklevel=2,
+        )
+    report = {
+        "deterministic": not parts,
+        "rollout_seed": args.rollout_seed,
+        "not_deterministic": [asdict(p) for p in parts],
+    }
     (folder / REPORT_FILE).write_text(json.dumps(report, indent=1) + "\n")
     return parts

@@ -47,7 +47,15 @@ class RunOutput:
     ``logs/`` too); resuming truncates what a crash wrote past it, so no step is written twice. ``save`` is
     the run's checkpoint folder when it is not inside this one."""
 
-    FILES = (ROLLOUTS_FILE, DISCARDED_FILE, METRICS_FILE, EVAL_FILE, EVAL_SAMPLES_FILE, TIMINGS_FILE, *LOG_FILES)
+    FILES = (
+        ROLLOUTS_FILE,
+        DISCARDED_FILE,
+        METRICS_FILE,
+        EVAL_FILE,
+        EVAL_SAMPLES_FILE,
+        TIMINGS_FILE,
+        *LOG_FILES,
+    )
 
     def __init__(self, folder: str | Path, save: str | Path | None = None) -> None:
         self.folder = Path(folder)
@@ -131,7 +139,9 @@ class RunOutput:
             self.append(name, [{"rollout_id": rollout_id, **metrics}])
             return
         timings = {key: value for key, value in metrics.items() if is_timing(key)}
-        self.append(name, [{"rollout_id": rollout_id, **{k: v for k, v in metrics.items() if k not in timings}}])
+        self.append(
+            name, [{"rollout_id": rollout_id, **{k: v for k, v in metrics.items() if k not in timings}}]
+        )
         self.append(TIMINGS_FILE, [{"file": name, "rollout_id": rollout_id, **timings}])
 
     def write_eval(self, rollout_id: int, output: RolloutFnEvalOutput) -> None:
