@@ -395,6 +395,8 @@ def run(
             soft_wrap=True,
         )
         raise typer.Exit(130) from None
+    for finding in output.findings:  # the detectors' warnings, repeated where they are seen
+        console.print(f"warning ({finding['detector']}): {finding['message']}", markup=False, highlight=False, soft_wrap=True)
     console.print(
         f"wrote {output.folder}/rollouts.jsonl, metrics.jsonl and state.json", markup=False, highlight=False
     )

@@ -159,6 +159,9 @@ class RewardOptions:
     """The reward given to invalid samples when ``on_invalid_reward`` is ``score``."""
     reward_timeout: float = 60.0
     """Wall-clock seconds one sample's reward (or one group reward) may take before it is marked invalid."""
+    constant_reward_steps: int = 10
+    """Warn (and repeat it in the run's summary) when every sample got the same reward in this many steps in a
+    row: no group then has an advantage, and nothing is learned; 0 turns the check off."""
 
     def __post_init__(self) -> None:
         one_of(self, "on_invalid_reward", ("fail", "drop_group", "score"))

@@ -19,6 +19,7 @@ from ..state_files import signed_here, strings_in
 from ..training.seeds import seed_everything
 from ..training.session import TrainingSession, checkpoint_root
 from ..training_options import named_model_folder, overlapped
+from .detectors import Detectors
 from .determinism import report_nondeterminism
 from .extensions import build_data_source, load_data_state, log_eval, source_state, uses_core_data_source
 from .folder import (
@@ -127,6 +128,8 @@ def _run_job(
         report = RunReport(output.folder, args.report_to) if args.train else None
         first = 0
         steps = StepRecorder(args, runtime, output, data_source, training, report, on_step, on_eval, status)
+        steps.detectors = Detectors(args, output.folder)
+        output.findings = steps.detectors.findings  # repeated in the run's summary
         if args.resume:
             state = runtime.saved_state = saved
             load_data_state(data_source, state["data"])
@@ -169,6 +172,19 @@ def check_data(args: RolloutConfig) -> tuple[list[Row], BadRowPolicy]:
         )
     if len(missing) == len(rows):
         raise DataError(f"{data_path}: no row has the input key {args.input_key!r} (--input-key names it)")
+    if args.label_key is not None:  # a column named but absent: rewards would see no label, silently
+        unlabelled = [row for row in rows if row.values.get(args.label_key) is None]
+        if len(unlabelled) == len(rows):
+            raise DataError(
+                f"{data_path}: no row has the label key {args.label_key!r} (--label-key); its keys: "
+                f"{sorted(rows[0].values)}"
+            )
+        if unlabelled:
+            warnings.warn(
+                f"{data_path}: {len(unlabelled)} of {len(rows)} rows have no label key {args.label_key!r} "
+                f"(the first at {unlabelled[0].where}): their rewards see no label",
+                stacklevel=2,
+            )
     if args.label_key is None and any(key in rows[0].values for key in LABEL_KEYS):
         key = next(key for key in LABEL_KEYS if key in rows[0].values)
         warnings.warn(

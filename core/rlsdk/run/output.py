@@ -70,6 +70,9 @@ class RunOutput:
         ``--resume``."""
         self.on_saved: list[Callable[[dict[str, Any]], None]] = []
         """Called with each state after it is saved (:attr:`rlsdk.Runtime.on_state_saved`)."""
+        self.findings: list[dict[str, str]] = []
+        """What the run's silent-failure detectors found (:mod:`.detectors`); ``rlsdk run`` repeats them at
+        its end."""
         self.timings_apart = False
         """Deterministic mode: wall-clock figures go to ``timings.jsonl``, not to ``metrics.jsonl`` and
         ``eval.jsonl``, which then hold only what the seeds decide."""
@@ -248,6 +251,7 @@ RESUME_MAY_CHANGE = frozenset(
         "generate_timeout",
         "reward_timeout",
         "log_timeout",
+        "constant_reward_steps",
         "grader_workers",
         "grader_timeout",
         "abort_timeout",

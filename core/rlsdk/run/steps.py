@@ -16,6 +16,7 @@ from ..report import RunReport
 from ..runtime import Runtime
 from ..training.session import TrainingSession
 from ..types import RolloutFnEvalOutput, RolloutFnTrainOutput
+from .detectors import Detectors
 from .extensions import after_checkpoint, log_eval, log_step, source_state
 from .output import RunOutput, sample_row
 from .preemption import RunStopped
@@ -44,6 +45,8 @@ class StepRecorder:
     """The trainer's weight version in :attr:`last_checkpoint` (0: the starting weights, which need none)."""
     started: float = field(default_factory=time.monotonic)
     """When the steps began: ``run/elapsed_seconds`` of each step and eval counts from here."""
+    detectors: Detectors | None = None
+    """The run's silent-failure detectors (:mod:`.detectors`), told of each step."""
 
     def generate(self, rollout_id: int) -> RolloutFnTrainOutput:
         """generate_rollout: step ``rollout_id``'s groups from the run's rollout plugin."""
@@ -73,6 +76,8 @@ class StepRecorder:
             metrics = call_plugin(resolved, args, rollout_id, kept, where=f"at rollout {rollout_id}")
             result.metrics.update({f"custom/{name}": value for name, value in metrics.items()})
         output.write_step(rollout_id, result)
+        if self.detectors is not None:  # a constant reward, ...: a warning, repeated in the summary
+            self.detectors.after_step(rollout_id, result)
         log_step(args, self.runtime, rollout_id, result)  # rollout_log
         state = output.run_state(rollout_id + 1, data_state, args, self.runtime.pm)
         if self.training is None:
