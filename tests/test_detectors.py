@@ -60,3 +60,40 @@ def test_a_label_key_no_row_has_stops_the_run_before_the_engine_starts(tmp_path)
     )
     with pytest.warns(UserWarning, match=r"2 of 4 rows have no label key 'label' \(the first at .*rows.jsonl:line 1\)"):
         check_data(RolloutConfig(prompt_data=str(data), label_key="label"))
+
+
+SKEWING_HOOK = """
+def skew(args, sample, **kwargs):
+    sample.rollout_log_probs = [lp - 0.5 for lp in sample.rollout_log_probs]
+    return sample
+"""
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_a_sampler_and_trainer_that_drifted_apart_are_caught(tiny_llama, run_files, tmp_path):
+    """A sample hook plants the drift: every rollout log-prob half a nat below the engine's."""
+    data, reward = run_files
+    hook = tmp_path / "hook.py"
+    hook.write_text(SKEWING_HOOK)
+    out = tmp_path / "out"
+    args = rollout_run(tiny_llama, data, reward, out, train=True, lr=1e-3, num_rollout=2, train_threads=1,
+                       rollout_sample_hook_path=[f"{hook}:skew"], sync_check_tol=1e-3)
+    with pytest.warns(SilentFailureWarning, match=r"step 0: the engine's log-probs of the sampled tokens differ .* by 0\.5 nats"):
+        output = run_job(args)
+    assert [f["detector"] for f in output.findings] == ["logprob_gap"]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["train/rollout_kl"] == pytest.approx(-0.5, abs=1e-3)
+    assert rows[0]["train/rollout_tokens_over_gap"] == 0.0
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_a_sampler_and_trainer_in_step_are_not_flagged(tiny_llama, run_files, tmp_path):
+    data, reward = run_files
+    args = rollout_run(tiny_llama, data, reward, tmp_path / "out", train=True, lr=1e-3, num_rollout=2,
+                       train_threads=1, sync_check_tol=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SilentFailureWarning)
+        output = run_job(args)
+    assert output.findings == []
+    rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert all(abs(row["train/rollout_kl"]) < 1e-4 and row["train/rollout_tokens_over_gap"] == 0.0 for row in rows)

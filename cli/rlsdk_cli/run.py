@@ -396,7 +396,12 @@ def run(
         )
         raise typer.Exit(130) from None
     for finding in output.findings:  # the detectors' warnings, repeated where they are seen
-        console.print(f"warning ({finding['detector']}): {finding['message']}", markup=False, highlight=False, soft_wrap=True)
+        console.print(
+            f"warning ({finding['detector']}): {finding['message']}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     console.print(
         f"wrote {output.folder}/rollouts.jsonl, metrics.jsonl and state.json", markup=False, highlight=False
     )

@@ -3,6 +3,11 @@ and is repeated in the run's summary (``rlsdk run``'s last lines, and ``detected
 
 - a reward that gives every sample the same value step after step (``constant_reward_steps``): a reward that
   never reads the answer, a label key that names nothing, a grader that always fails;
+- a sampler and a trainer that drifted apart: a step's mean gap between the engine's and the trainer's
+  log-probs of the sampled tokens (``train/rollout_logprob_diff``) above 4x the run's own noise (the trust
+  check's, ``train/sync_logprob_noise``) and above :data:`GAP_FLOOR`, in a run whose samples come from the
+  trainer's current policy (no ``--async``, no policy-version lag); ``train/rollout_kl`` and
+  ``train/rollout_tokens_over_gap`` are its per-step metrics;
 - a data column named but absent (``--label-key`` that no row has: an error before the engine starts; one
   some rows lack: a warning naming how many).
 """
@@ -15,8 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import RolloutConfig
+from ..training_options import overlapped
 from ..types import RolloutFnTrainOutput
 
+GAP_FLOOR = 0.01
+"""Nats: a sampler-trainer gap below this is never reported (bfloat16 and batching noise stay well below)."""
 DETECTED_FILE = "detected.json"
 """The run's findings, in its output folder: ``{"detected": [{"detector", "message"}, ...]}``."""
 
@@ -47,6 +55,29 @@ class Detectors:
     def after_step(self, rollout_id: int, result: RolloutFnTrainOutput) -> None:
         """The step-by-step detectors, after step ``rollout_id``."""
         self.check_constant_reward(rollout_id, result)
+        self.check_logprob_gap(rollout_id, result)
+
+    def check_logprob_gap(self, rollout_id: int, result: RolloutFnTrainOutput) -> None:
+        gap, noise = (
+            result.metrics.get("train/rollout_logprob_diff"),
+            result.metrics.get("train/sync_logprob_noise"),
+        )
+        if gap is None or noise is None or overlapped(self.args):  # stale samples differ by design
+            return
+        if gap > max(4 * noise, GAP_FLOOR):
+            kl, over = (
+                result.metrics.get("train/rollout_kl"),
+                result.metrics.get("train/rollout_tokens_over_gap"),
+            )
+            self.report(
+                "logprob_gap",
+                f"step {rollout_id}: the engine's log-probs of the sampled tokens differ from the trainer's by "
+                f"{gap:.3g} nats a token on average, {gap / max(noise, 1e-12):.0f}x the run's noise ({noise:.2g}; "
+                f"sampled-token KL {kl if kl is None else format(kl, '.3g')}, "
+                f"{over if over is None else format(over, '.1%')} of tokens past 1 nat): the trainer learns from "
+                "tokens it would not have sampled. Check that the engine and the trainer load the same model, "
+                "tokenizer and chat template, and what a custom generator or sample hook does to rollout_log_probs",
+            )
 
     def check_constant_reward(self, rollout_id: int, result: RolloutFnTrainOutput) -> None:
         limit = self.args.constant_reward_steps
@@ -65,7 +96,7 @@ class Detectors:
         if limit and self.constant_steps >= limit:
             self.report(
                 "constant_reward",
-                f"the reward {self.args.rm_type!r} gave every sample {value:g} in each of the {self.constant_steps} "
+                f"the reward {self.args.choices.get('rm_type')!r} gave every sample {value:g} in each of the {self.constant_steps} "
                 f"steps up to step {rollout_id}: no group has an advantage, nothing is learned. Check that the "
                 "reward reads the response and the label (--label-key), with rlsdk score on a few rows "
                 "(--constant-reward-steps 0 turns this check off)",
