@@ -20,7 +20,9 @@ from pathlib import Path
 
 from ..config import RolloutConfig
 from ..runtime import Runtime
+from ..training.seeds import seed_everything
 from ..training_options import overlapped
+from .output import RunOutput
 
 REPORT_FILE = "determinism.json"
 """What the check found, written to the output folder of a deterministic run."""
@@ -36,6 +38,14 @@ class Part:
 
     part: str
     why: str
+
+
+def start_deterministic(args: RolloutConfig, output: RunOutput) -> None:
+    """In deterministic mode, before the engine and the trainer draw from any generator: every generator
+    seeded, torch's deterministic algorithms on, the wall-clock figures kept apart from ``metrics.jsonl``."""
+    if args.sglang_enable_deterministic_inference:
+        seed_everything(args.rollout_seed)
+        output.timings_apart = True
 
 
 def nondeterministic_parts(args: RolloutConfig, runtime: Runtime) -> list[Part]:

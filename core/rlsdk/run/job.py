@@ -16,11 +16,9 @@ from ..plugins.manager import RlsdkPluginManager
 from ..report import RunReport
 from ..runtime import Runtime
 from ..state_files import signed_here, strings_in
-from ..training.seeds import seed_everything
 from ..training.session import TrainingSession, checkpoint_root
 from ..training_options import named_model_folder, overlapped
-from .detectors import Detectors
-from .determinism import report_nondeterminism
+from .determinism import start_deterministic
 from .extensions import build_data_source, load_data_state, log_eval, source_state, uses_core_data_source
 from .folder import (
     check_base_model_unchanged,
@@ -98,10 +96,7 @@ def _run_job(
     settings = saved.get("settings")
     skip = list(settings) if isinstance(settings, dict) else []  # the settings are the CLI's to refuse
     untrusted = {} if trust_folder or not saved else untrusted_texts(output.folder, saved, skip=skip)
-    deterministic = args.sglang_enable_deterministic_inference  # --deterministic
-    if deterministic:
-        seed_everything(args.rollout_seed)  # before the engine and the trainer draw from any generator
-        output.timings_apart = True  # metrics.jsonl: only what the seeds decide
+    start_deterministic(args, output)  # --deterministic: seeds, kernels, wall clocks apart
     engine = args.choices["engine"]
     loading = " (loading the model)" if engine == "embedded" else ""
     status(f"starting the {engine} engine{loading}")
@@ -112,8 +107,6 @@ def _run_job(
     ):
         assert runtime.args is not None
         args = runtime.args  # the configuration as the run's plugins see it
-        if deterministic:  # each part that stays non-deterministic, named with why
-            report_nondeterminism(args, runtime, output.folder)
         status("reading the data")
         runtime.progress = progress
         output.on_saved.append(lambda state: setattr(runtime, "saved_state", state))
@@ -128,8 +121,6 @@ def _run_job(
         report = RunReport(output.folder, args.report_to) if args.train else None
         first = 0
         steps = StepRecorder(args, runtime, output, data_source, training, report, on_step, on_eval, status)
-        steps.detectors = Detectors(args, output.folder)
-        output.findings = steps.detectors.findings  # repeated in the run's summary
         if args.resume:
             state = runtime.saved_state = saved
             load_data_state(data_source, state["data"])
