@@ -97,7 +97,7 @@ class Detectors:
             self.report(
                 "constant_reward",
                 f"the reward {self.args.choices.get('rm_type')!r} gave every sample {value:g} in each of the {self.constant_steps} "
-                f"steps up to step {rollout_id}: no group has an advantage, nothing is learned. Check that the "
-                "reward reads the response and the label (--label-key), with rlsdk score on a few rows "
-                "(--constant-reward-steps 0 turns this check off)",
+                f"steps up to step {rollout_id}: no group has an advantage, so nothing is learned. The task is solved, or "
+                "out of this model's reach, or the reward does not read the response or the label (--label-key; "
+                "rlsdk score on a few rows shows what it gives) (--constant-reward-steps 0 turns this check off)",
             )
