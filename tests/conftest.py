@@ -112,7 +112,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if listing:
         lines = "".join(f"\n  {line}" for line in listing)
-        sys.stderr.write(f"\nprocesses the tests started were still running at the end (now killed):{lines}\n")
+        sys.stderr.write(
+            f"\nprocesses the tests started were still running at the end (now killed):{lines}\n"
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -182,39 +184,6 @@ def pm(rlsdk_pm):
     if importlib.util.find_spec("rlsdk_filter_hub") is not None:
         rlsdk_pm.register(importlib.import_module("rlsdk_filter_hub.plugin"))
     return rlsdk_pm
-
-
-@pytest.fixture(scope="session")
-def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 2-layer Llama with hidden size 32 and random weights over a 32-word vocabulary (a word-level
-    tokenizer built here), so that a quarter of first tokens earn the test reward from the start."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    words = ["<eos>", "<pad>", *[f"w{i}" for i in range(30)]]
-    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<pad>").save_pretrained(
-        folder
-    )
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=1,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
 
 
 REWARD_FILE = '''

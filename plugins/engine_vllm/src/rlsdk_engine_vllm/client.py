@@ -31,11 +31,9 @@ log-prob checks decide alone).
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import os
-import pickle
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -54,7 +52,7 @@ from rlsdk import (
     split_batch,
 )
 
-from .translate import Accumulated, Completion, completion_request, sglang_response, vllm_request_id
+from .translate import Accumulated, completion_request, sglang_response, vllm_request_id
 
 if TYPE_CHECKING:
     from .launch import VLLMLauncher
@@ -200,7 +198,9 @@ class VLLMClient(InferenceEngine):
         try:
             return json.loads(text)
         except ValueError:
-            raise EngineResponseError(f"{self.server}{path} answered a body that is not JSON: {text[:200]!r}") from None
+            raise EngineResponseError(
+                f"{self.server}{path} answered a body that is not JSON: {text[:200]!r}"
+            ) from None
 
     # ---------------------------------------------------------------- generation
 
@@ -255,7 +255,9 @@ class VLLMClient(InferenceEngine):
                         try:
                             chunk = json.loads(data)
                         except ValueError:
-                            raise EngineResponseError(f"{source}: a chunk that is not JSON: {data[:200]!r}") from None
+                            raise EngineResponseError(
+                                f"{source}: a chunk that is not JSON: {data[:200]!r}"
+                            ) from None
                         if "error" in chunk:
                             raise EngineError(f"{source}: {chunk['error']}")
                         if not chunk.get("choices"):
@@ -371,9 +373,16 @@ class VLLMClient(InferenceEngine):
             raise EngineRequestError(f"vLLM's weight transfer group is NCCL only, not {backend!r}")
         from .transfer import open_group
 
-        workers = int((await self._call("GET", "/get_world_size", query={"include_dp": "true"}))["world_size"])
+        workers = int(
+            (await self._call("GET", "/get_world_size", query={"include_dp": "true"}))["world_size"]
+        )
         port = free_port(master_address)
-        init = {"master_address": master_address, "master_port": port, "rank_offset": 1, "world_size": workers + 1}
+        init = {
+            "master_address": master_address,
+            "master_port": port,
+            "rank_offset": 1,
+            "world_size": workers + 1,
+        }
         self._broadcast, _ = await asyncio.gather(
             asyncio.to_thread(open_group, master_address, port, workers + 1),
             self._call("POST", "/init_weight_transfer_engine", body={"init_info": init}, retry=False),
@@ -422,7 +431,9 @@ class VLLMClient(InferenceEngine):
 
     async def load_lora_adapter(self, lora_name: str, lora_path: str) -> None:
         """``/v1/load_lora_adapter``; from then on every request is served with it (named as its ``model``)."""
-        await self._request("POST", "/v1/load_lora_adapter", body={"lora_name": lora_name, "lora_path": lora_path})
+        await self._request(
+            "POST", "/v1/load_lora_adapter", body={"lora_name": lora_name, "lora_path": lora_path}
+        )
         self.lora_name = lora_name
 
     async def unload_lora_adapter(self, lora_name: str) -> None:
@@ -436,7 +447,11 @@ class VLLMClient(InferenceEngine):
         """Every worker's checksums (:mod:`rlsdk_vllm_worker` through ``/collective_rpc``), by vLLM's own
         names and fusions; None where the server was started without that extension (said once)."""
         status, text = await self._request(
-            "POST", "/collective_rpc", body={"method": "rlsdk_weight_checksums"}, ok=(400, 404, 500), retry=False
+            "POST",
+            "/collective_rpc",
+            body={"method": "rlsdk_weight_checksums"},
+            ok=(400, 404, 500),
+            retry=False,
         )
         if status != 200:
             if not self._said_no_checksums:
@@ -452,7 +467,9 @@ class VLLMClient(InferenceEngine):
         try:
             return [served_checksums(result, self.server) for result in json.loads(text)["results"]]
         except (ValueError, KeyError, TypeError) as exc:
-            raise EngineResponseError(f"{self.server}/collective_rpc rlsdk_weight_checksums: {exc}: {text[:200]!r}") from None
+            raise EngineResponseError(
+                f"{self.server}/collective_rpc rlsdk_weight_checksums: {exc}: {text[:200]!r}"
+            ) from None
 
     async def health_problem(self, timeout: float) -> str | None:
         """None while the engine is healthy (the server it launched runs and answers ``/health`` within

@@ -192,7 +192,9 @@ class VLLMLauncher:
     def __init__(self, args: Any, log_dir: Path, python: str | None = None) -> None:
         model = args.hf_checkpoint or args.model
         if not model:
-            raise ValueError("the vllm engine without --vllm-url launches vLLM: pass --hf-checkpoint (the model folder)")
+            raise ValueError(
+                "the vllm engine without --vllm-url launches vLLM: pass --hf-checkpoint (the model folder)"
+            )
         if Path(model).exists():  # the server runs in the log folder: a relative path would not reach it
             model = str(Path(model).resolve())
         self.python = python or getattr(args, "vllm_python", None) or sys.executable
@@ -249,7 +251,9 @@ class VLLMLauncher:
                         f"{self.process.log_path}\n{self.process.log_tail()}"
                     )
                 try:
-                    async with session.get("http://localhost/health", timeout=aiohttp.ClientTimeout(total=30)) as r:
+                    async with session.get(
+                        "http://localhost/health", timeout=aiohttp.ClientTimeout(total=30)
+                    ) as r:
                         if r.status == 200:
                             return
                 except (TimeoutError, aiohttp.ClientError):

@@ -42,7 +42,9 @@ def refuse_unsupported(args: Any) -> None:
 
 @hookimpl
 def rlsdk_engines():
-    yield Engine(name="vllm", func=vllm_engine, description="vLLM 0.26, launched from --vllm-python or by --vllm-url")
+    yield Engine(
+        name="vllm", func=vllm_engine, description="vLLM 0.26, launched from --vllm-python or by --vllm-url"
+    )
 
 
 @hookimpl

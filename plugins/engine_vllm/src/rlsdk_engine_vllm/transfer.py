@@ -134,7 +134,7 @@ def open_group(master_address: str, master_port: int, world_size: int, timeout: 
         use_libuv=False,  # as vLLM's StatelessProcessGroup
     )
     unique_id = torch.cuda.nccl.unique_id()
-    store.set(UNIQUE_ID_KEY, unique_id_pickle(unique_id))
+    store.set(UNIQUE_ID_KEY, unique_id_pickle(unique_id))  # type: ignore[arg-type]  # bytes, as vLLM's own
     device = torch.cuda.current_device()
     with torch.cuda.device(device):
         communicator = torch.cuda.nccl.init_rank(world_size, unique_id, 0)

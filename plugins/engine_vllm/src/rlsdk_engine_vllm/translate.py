@@ -92,7 +92,9 @@ class Completion:
     started: float = field(default_factory=time.perf_counter)
 
 
-def completion_request(payload: dict[str, Any], rid: str, model: str | None, stream: bool = False) -> Completion:
+def completion_request(
+    payload: dict[str, Any], rid: str, model: str | None, stream: bool = False
+) -> Completion:
     """The ``/v1/completions`` body of one (not batched) ``/generate`` body; ``model`` names the LoRA
     adapter to serve it with (None: the base model). :class:`rlsdk.EngineRequestError` for what vLLM
     cannot do."""
@@ -147,8 +149,7 @@ def completion_request(payload: dict[str, Any], rid: str, model: str | None, str
     else:
         if not isinstance(prompt, list) or not isinstance(start, int) or not 0 <= start < len(prompt):
             raise EngineRequestError(
-                "logprob_start_len must be an index into the prompt's token ids (input_ids), got "
-                f"{start!r}"
+                f"logprob_start_len must be an index into the prompt's token ids (input_ids), got {start!r}"
             )
         if stream:
             raise EngineRequestError("vllm engine: prompt log-probs (logprob_start_len) cannot be streamed")
@@ -198,7 +199,9 @@ class Accumulated:
         """Append one choice (a stream's delta, or the whole answer's)."""
         ids = choice.get("token_ids")
         if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
-            raise EngineResponseError(f"{source}: a choice without token_ids (return_token_ids): {choice!r:.200}")
+            raise EngineResponseError(
+                f"{source}: a choice without token_ids (return_token_ids): {choice!r:.200}"
+            )
         self.text += str(choice.get("text") or "")
         self.output_ids += ids
         if request.logprobs:
@@ -206,7 +209,9 @@ class Accumulated:
         prompt_ids = choice.get("prompt_token_ids")
         if isinstance(prompt_ids, list):
             self.prompt_tokens = len(prompt_ids)
-        self.finish = finish_reason(choice.get("finish_reason"), choice.get("stop_reason"), self.output_ids, source)
+        self.finish = finish_reason(
+            choice.get("finish_reason"), choice.get("stop_reason"), self.output_ids, source
+        )
 
     def _add_logprobs(self, logprobs: Any, count: int, top: bool, source: str) -> None:
         values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
@@ -220,7 +225,10 @@ class Accumulated:
         self.token_texts += [str(t) for t in tokens]
         for entry in logprobs.get("top_logprobs") or [] if top else []:  # keyed "token_id:<id>"
             self.top.append(
-                [[float(lp), int(str(tok).removeprefix("token_id:")), None] for tok, lp in (entry or {}).items()]
+                [
+                    [float(lp), int(str(tok).removeprefix("token_id:")), None]
+                    for tok, lp in (entry or {}).items()
+                ]
             )
 
 

@@ -1,7 +1,8 @@
-"""Stands in for a vLLM 0.26.0 server where vLLM cannot run (no CUDA): its routes and answers restated from its
-source (``vllm/entrypoints``, ``vllm/distributed/weight_transfer``; the shapes are pinned by
-``fixtures/vllm-0.26.0-*.json``), in front of a real rlsdk engine (the embedded engine on a tiny model), so
-that what comes back (tokens, log-probs, the weights served after a sync) is real.
+"""A stand-in for a vLLM 0.26.0 server, for tests where vLLM cannot run (no CUDA): its routes and answers
+restated from its source (``vllm/entrypoints``, ``vllm/distributed/weight_transfer``; the shapes are pinned
+by rlsdk's ``tests/fixtures/vllm-0.26.0-*.json``), in front of a real rlsdk engine (the embedded engine on
+a small model), so that what comes back (tokens, log-probs, the weights served after a sync) is real. Not a
+server for runs: it exists to test the vllm engine, and generators that use it, on a CPU.
 
 What it restates:
 
@@ -37,9 +38,11 @@ Where the stand-in differs, because no GPU is here, and says so:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import pickle
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -48,9 +51,8 @@ from typing import Any
 
 import torch
 from aiohttp import web
-
+from torch.multiprocessing.reductions import rebuild_tensor
 from rlsdk import EngineRequestError, tensor_checksum
-from rlsdk.runtime import BackgroundLoop
 
 ROUTES_DEV = (
     "/abort_requests",
@@ -121,7 +123,7 @@ class FakeVLLM:
         app = web.Application(middlewares=[self._guard], client_max_size=1 << 30)
         routes = [
             web.get("/health", self.health),
-            web.get("/version", lambda r: web.json_response({"version": "0.26.0"})),
+            web.get("/version", self.version),
             web.get("/v1/models", self.models),
             web.get("/metrics", self.metrics),
             web.post("/v1/completions", self.completions),
@@ -131,7 +133,7 @@ class FakeVLLM:
                 web.post("/abort_requests", self.abort_requests),
                 web.post("/pause", self.pause),
                 web.post("/resume", self.resume),
-                web.get("/is_paused", lambda r: web.json_response({"is_paused": self.state.paused is not None})),
+                web.get("/is_paused", self.is_paused),
                 web.post("/sleep", self.sleep),
                 web.post("/wake_up", self.wake_up),
                 web.get("/is_sleeping", self.is_sleeping),
@@ -141,7 +143,7 @@ class FakeVLLM:
                 web.post("/start_weight_update", self.start_update),
                 web.post("/update_weights", self.update_weights),
                 web.post("/finish_weight_update", self.finish_update),
-                web.get("/get_world_size", lambda r: web.json_response({"world_size": 1})),
+                web.get("/get_world_size", self.world_size),
             ]
         if self.lora:
             routes += [
@@ -168,6 +170,9 @@ class FakeVLLM:
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=503 if self.state.dead else 200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": "0.26.0"})
 
     def _card(self, name: str, root: str, parent: str | None, max_len: int | None) -> dict[str, Any]:
         permission = {
@@ -264,7 +269,9 @@ class FakeVLLM:
         out: list[Any] = [None]
         for logprob, token, _ in entries[1:]:
             text = self.engine.tokenizer.decode([token])
-            out.append({str(token): {"logprob": max(float(logprob), -9999.0), "rank": None, "decoded_token": text}})
+            out.append(
+                {str(token): {"logprob": max(float(logprob), -9999.0), "rank": None, "decoded_token": text}}
+            )
         return out
 
     def _choice(
@@ -277,7 +284,9 @@ class FakeVLLM:
         if finish is not None:
             reason = finish["type"]
             matched = finish.get("matched")
-            if reason == "stop" and (isinstance(matched, str) or matched in (body.get("stop_token_ids") or [])):
+            if reason == "stop" and (
+                isinstance(matched, str) or matched in (body.get("stop_token_ids") or [])
+            ):
                 stop_reason = matched
         logprobs = None
         if body.get("logprobs") is not None:
@@ -317,12 +326,23 @@ class FakeVLLM:
             return error(f"The model `{model}` does not exist.", "NotFoundError", 404, "model")
         logprobs = body.get("logprobs")
         if logprobs not in (None, 0):
-            return error("the stand-in gives the sampled token's log-prob only (logprobs 0)", "NotImplementedError", 501)
+            return error(
+                "the stand-in gives the sampled token's log-prob only (logprobs 0)",
+                "NotImplementedError",
+                501,
+            )
         if body.get("stream") and body.get("prompt_logprobs"):
-            return error("`prompt_logprobs` are not available when `stream=True`.", "BadRequestError", 400, "prompt_logprobs")
+            return error(
+                "`prompt_logprobs` are not available when `stream=True`.",
+                "BadRequestError",
+                400,
+                "prompt_logprobs",
+            )
         max_tokens = body.get("max_tokens", 16)
         if not isinstance(max_tokens, int) or max_tokens < 1:
-            return error(f"max_tokens must be at least 1, got {max_tokens}.", "BadRequestError", 400, "max_tokens")
+            return error(
+                f"max_tokens must be at least 1, got {max_tokens}.", "BadRequestError", 400, "max_tokens"
+            )
         request_id = str(body.get("request_id") or uuid.uuid4().hex)
         rid = f"cmpl-{request_id}-0"
         try:
@@ -364,7 +384,12 @@ class FakeVLLM:
         )
 
     async def _stream(
-        self, request: web.Request, body: dict[str, Any], payload: dict[str, Any], prompt_ids: list[int], rid: str
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        payload: dict[str, Any],
+        prompt_ids: list[int],
+        rid: str,
     ) -> web.StreamResponse:
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)
@@ -379,12 +404,23 @@ class FakeVLLM:
                 **cumulative,
                 "text": cumulative["text"][sent_text:],
                 "output_ids": ids[sent_ids:],
-                "meta_info": {**meta, "output_token_logprobs": (meta.get("output_token_logprobs") or [])[sent_ids:]},
+                "meta_info": {
+                    **meta,
+                    "output_token_logprobs": (meta.get("output_token_logprobs") or [])[sent_ids:],
+                },
             }
             choice = self._choice(delta, body, prompt_ids, text_offset=sent_text)
             del choice["prompt_logprobs"], choice["routed_experts"]
             choice["prompt_token_ids"] = prompt_ids if first and body.get("return_token_ids") else None
-            order = ("index", "text", "logprobs", "finish_reason", "stop_reason", "prompt_token_ids", "token_ids")
+            order = (
+                "index",
+                "text",
+                "logprobs",
+                "finish_reason",
+                "stop_reason",
+                "prompt_token_ids",
+                "token_ids",
+            )
             chunk = {
                 "id": f"cmpl-{rid}",
                 "object": "text_completion",
@@ -408,7 +444,9 @@ class FakeVLLM:
             return web.json_response({"status": "aborted", "aborted": len(ids)})
         load = await self.engine.load()
         await self.engine.abort()
-        return web.json_response({"status": "aborted", "aborted": load["num_running_reqs"] + load["num_waiting_reqs"]})
+        return web.json_response(
+            {"status": "aborted", "aborted": load["num_running_reqs"] + load["num_waiting_reqs"]}
+        )
 
     async def pause(self, request: web.Request) -> web.Response:
         mode = request.query.get("mode", "abort")
@@ -423,6 +461,12 @@ class FakeVLLM:
         await self.engine.pause("abort" if mode == "abort" else "in_place")
         self.state.paused = mode
         return web.json_response({"status": "paused"})
+
+    async def is_paused(self, request: web.Request) -> web.Response:
+        return web.json_response({"is_paused": self.state.paused is not None})
+
+    async def world_size(self, request: web.Request) -> web.Response:
+        return web.json_response({"world_size": 1})
 
     async def resume(self, request: web.Request) -> web.Response:
         if self.state.asleep:  # vLLM would step with its memory released: its engine dies
@@ -445,7 +489,9 @@ class FakeVLLM:
     async def wake_up(self, request: web.Request) -> web.Response:
         tags = request.query.getall("tags", []) or ["weights", "kv_cache"]
         if "weights" in tags and "weights" in self.state.asleep and self.state.discarded:
-            state = self.engine.model.state_dict()  # level 2 kept nothing: the memory comes back uninitialised
+            state = (
+                self.engine.model.state_dict()
+            )  # level 2 kept nothing: the memory comes back uninitialised
             await self.engine.update_weights({k: torch.zeros_like(v) for k, v in state.items()})
             self.state.discarded = False
         self.state.asleep -= set(tags)
@@ -535,13 +581,16 @@ class FakeVLLM:
             return refused
         info = dict((await request.json())["update_info"])
         if not self.state.updating:
-            return error("start_weight_update must be called before update_weights.", "InternalServerError", 500)
+            return error(
+                "start_weight_update must be called before update_weights.", "InternalServerError", 500
+            )
         pickled = info.pop("ipc_handles_pickled", None)
         if pickled is None:
-            return error("Either `ipc_handles` or `ipc_handles_pickled` must be provided", "BadRequestError", 400)
+            return error(
+                "Either `ipc_handles` or `ipc_handles_pickled` must be provided", "BadRequestError", 400
+            )
         handles = pickle.loads(base64.b64decode(pickled))  # noqa: S301 (vLLM's own: VLLM_ALLOW_INSECURE_SERIALIZATION)
-        rebuild, args = handles["cpu"]
-        packed = rebuild(*args)
+        packed = rebuild_tensor(*handles["cpu"])
         dtypes = [getattr(torch, name) for name in info["dtype_names"]]
         pieces = packed[: sum(info["tensor_sizes"])].split(info["tensor_sizes"])
         for name, shape, dtype, piece in zip(info["names"], info["shapes"], dtypes, pieces, strict=True):
@@ -551,7 +600,9 @@ class FakeVLLM:
     async def finish_update(self, request: web.Request) -> web.Response:
         if not self.state.updating:
             return error(
-                "finish_weight_update called without a matching start_weight_update.", "InternalServerError", 500
+                "finish_weight_update called without a matching start_weight_update.",
+                "InternalServerError",
+                500,
             )
         state = {k: v.clone() for k, v in self.engine.model.state_dict().items()}
         state.update(self.state.received)  # a layer sent nothing keeps what it held
@@ -584,10 +635,10 @@ class FakeVLLM:
 
 
 class ServedVLLM:
-    """:class:`FakeVLLM` in front of ``engine``, served from a background thread's event loop on loopback
-    TCP, or on the Unix socket ``socket``::
+    """:class:`FakeVLLM` in front of ``engine``, served from an event loop of its own thread on loopback TCP, or
+    on the Unix socket ``socket``::
 
-        with ServedVLLM(EmbeddedEngine(tiny_llama, device="cpu"), str(tiny_llama)) as served:
+        with ServedVLLM(EmbeddedEngine(model, device="cpu"), str(model)) as served:
             asyncio.run(VLLMClient(served.url).generate(...))
     """
 
@@ -597,13 +648,16 @@ class ServedVLLM:
         self.socket = socket
         self.url = ""
         self._runner: web.AppRunner | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-stand-in", daemon=True)
 
     @property
     def state(self) -> State:
         return self.fake.state
 
     def run(self, coroutine: Any, timeout: float = 300.0) -> Any:
-        return self._loop.run(coroutine, timeout)
+        """Run ``coroutine`` on the server's loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
 
     async def _serve(self) -> None:
         self._runner = web.AppRunner(self.fake.app())
@@ -612,13 +666,11 @@ class ServedVLLM:
             await web.UnixSite(self._runner, self.socket).start()
             self.url = f"unix:{self.socket}"
             return
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
-        self.url = f"http://127.0.0.1:{port}"
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
 
     def __enter__(self) -> ServedVLLM:
-        self._loop = BackgroundLoop("fake-vllm")
+        self._thread.start()
         try:
             self.run(self.engine.start())
             self.run(self._serve())
@@ -631,4 +683,6 @@ class ServedVLLM:
         if self._runner is not None:
             self.run(self._runner.cleanup())
         self.run(self.engine.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
         self._loop.close()
