@@ -15,19 +15,27 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from typing import Any
 
 CHECKSUMS_ENV = "RLSDK_WEIGHT_CHECKSUMS"
 
 
+MODULE = "rlsdk_weight_checksums"
+
+
 def _checksum_module() -> Any:
+    """rlsdk's checksum file as a module of its own (loaded once per worker)."""
+    if MODULE in sys.modules:
+        return sys.modules[MODULE]
     path = os.environ.get(CHECKSUMS_ENV)
     if not path:
         raise RuntimeError(f"${CHECKSUMS_ENV} names no file of rlsdk's checksum algorithm")
-    spec = importlib.util.spec_from_file_location("rlsdk_weight_checksums", path)
+    spec = importlib.util.spec_from_file_location(MODULE, path)
     if spec is None or spec.loader is None:
         raise RuntimeError(f"${CHECKSUMS_ENV}={path!r} is not a Python file")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[MODULE] = module  # its dataclasses look their module up while it loads
     spec.loader.exec_module(module)
     return module
 
