@@ -356,11 +356,12 @@ class VLLMClient(InferenceEngine):
     ) -> None:
         """Each bucket as one CUDA-IPC handle of its bytes, keyed by the GPU's UUID, pickled (vLLM's IPC
         backend: ``packed`` with ``tensor_sizes``; the server needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``)."""
-        from .transfer import ipc_update_info
+        from .transfer import aligned, ipc_update_info
 
         async def send(flat: Any, last: bool) -> None:
-            info = await asyncio.to_thread(ipc_update_info, flat)
-            await self._call("POST", "/update_weights", body={"update_info": info}, retry=False)
+            for part in aligned(flat):
+                info = await asyncio.to_thread(ipc_update_info, part)
+                await self._call("POST", "/update_weights", body={"update_info": info}, retry=False)
 
         await self._update(buckets, send, weight_version, flush_cache)
 
@@ -393,17 +394,18 @@ class VLLMClient(InferenceEngine):
     ) -> None:
         """Each bucket announced (``/update_weights`` with its names, dtypes and shapes, ``packed`` in one
         buffer of its size) while this process broadcasts its bytes."""
-        from .transfer import nccl_update_info
+        from .transfer import aligned, nccl_update_info
 
         group = self._broadcast
         if group is None:
             raise EngineError(f"{self.server}: join_weight_broadcast before update_weights_from_distributed")
 
         async def send(flat: Any, last: bool) -> None:
-            announce = self._call(
-                "POST", "/update_weights", body={"update_info": nccl_update_info(flat)}, retry=False
-            )
-            await asyncio.gather(asyncio.to_thread(group.broadcast, flat.flat), announce)
+            for part in aligned(flat):
+                announce = self._call(
+                    "POST", "/update_weights", body={"update_info": nccl_update_info(part)}, retry=False
+                )
+                await asyncio.gather(asyncio.to_thread(group.broadcast, part.flat), announce)
 
         await self._update(buckets, send, weight_version, flush_cache=True)
 

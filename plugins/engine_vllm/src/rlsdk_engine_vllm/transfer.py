@@ -15,7 +15,8 @@ alone: the trainer's environment need not have vLLM.
   (``torch.cuda.nccl``) on the unique id it sends.
 
 A bucket's bytes are :class:`~rlsdk.engines.tensor_transport.FlatWeights`' (every tensor's bytes in order),
-which is vLLM's packed layout.
+which is vLLM's packed layout; vLLM views each tensor's bytes in place as its dtype, so a bucket of mixed
+dtypes that would not lie at multiples of their sizes goes as one bucket per dtype (:func:`aligned`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,22 @@ def sizes(weights: Any) -> list[int]:
         torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
         for shape, dtype in zip(weights.shapes, weights.dtypes, strict=True)
     ]
+
+
+def aligned(weights: Any) -> list[Any]:
+    """``weights`` as buckets vLLM can cut back into tensors: it views each tensor's bytes as its dtype where
+    they lie in the buffer, which needs them at a multiple of the dtype's size. A bucket of mixed dtypes
+    whose tensors do not all lie so is sent as one bucket per dtype."""
+    start = 0
+    for size, dtype in zip(sizes(weights), weights.dtypes, strict=True):
+        if start % torch.empty((), dtype=dtype).element_size():
+            by_dtype: dict[Any, list[tuple[str, torch.Tensor]]] = {}
+            for record in weights.records():  # each copied out first: in place it cannot be viewed either
+                tensor = weights.flat[record.start_idx : record.end_idx].clone().view(record.dtype)
+                by_dtype.setdefault(record.dtype, []).append((record.name, tensor.reshape(record.shape)))
+            return [type(weights).pack(named) for named in by_dtype.values()]
+        start += size
+    return [weights]
 
 
 def _described(weights: Any) -> dict[str, Any]:
@@ -118,12 +135,10 @@ class WeightGroup:
         self.store = None
 
 
-def open_group(master_address: str, master_port: int, world_size: int, timeout: float = 600.0) -> WeightGroup:
-    """Rank 0 of the group vLLM's workers form in ``/init_weight_transfer_engine``: serve the store, publish a
-    fresh NCCL unique id there, build the communicator on this process's GPU (blocks until every worker
-    has joined) and take part in vLLM's warm-up all-reduce. NCCL's cuMem allocator is off
-    (``NCCL_CUMEM_ENABLE=0`` unless set), as vLLM sets it for its own processes."""
-    os.environ.setdefault("NCCL_CUMEM_ENABLE", "0")
+def serve_unique_id(
+    master_address: str, master_port: int, world_size: int, unique_id: bytes, timeout: float = 600.0
+) -> Any:
+    """The store of vLLM's rendezvous, served by rank 0 (this process), holding ``unique_id`` for the others."""
     store = torch.distributed.TCPStore(
         master_address,
         master_port,
@@ -133,8 +148,18 @@ def open_group(master_address: str, master_port: int, world_size: int, timeout: 
         wait_for_workers=False,
         use_libuv=False,  # as vLLM's StatelessProcessGroup
     )
-    unique_id = torch.cuda.nccl.unique_id()
     store.set(UNIQUE_ID_KEY, unique_id_pickle(unique_id))  # type: ignore[arg-type]  # bytes, as vLLM's own
+    return store
+
+
+def open_group(master_address: str, master_port: int, world_size: int, timeout: float = 600.0) -> WeightGroup:
+    """Rank 0 of the group vLLM's workers form in ``/init_weight_transfer_engine``: serve the store with a fresh
+    NCCL unique id, build the communicator on this process's GPU (blocks until every worker has joined) and
+    take part in vLLM's warm-up all-reduce. NCCL's cuMem allocator is off (``NCCL_CUMEM_ENABLE=0`` unless
+    set), as vLLM sets it for its own processes."""
+    os.environ.setdefault("NCCL_CUMEM_ENABLE", "0")
+    unique_id = torch.cuda.nccl.unique_id()
+    store = serve_unique_id(master_address, master_port, world_size, unique_id, timeout)
     device = torch.cuda.current_device()
     with torch.cuda.device(device):
         communicator = torch.cuda.nccl.init_rank(world_size, unique_id, 0)
