@@ -193,6 +193,16 @@ def first_token_mod4(args, sample, **kwargs):
 '''
 
 
+ODD_PROMPT_FILTER = '''
+from rlsdk import DynamicFilterOutput
+
+
+def drop_odd_prompts(args, samples, **kwargs):
+    """Drops the groups of odd prompts (w1 w2 w3, w3 w4 w5, ...)."""
+    return DynamicFilterOutput(keep=int(samples[0].prompt.split()[0][1:]) % 2 == 0, reason="odd_prompt")
+'''
+
+
 @pytest.fixture
 def run_files(tmp_path: Path) -> tuple[Path, str]:
     """A training run's inputs for the tiny Llama: 16 prompts of three words, and a reward file that pays
@@ -202,3 +212,91 @@ def run_files(tmp_path: Path) -> tuple[Path, str]:
     reward = tmp_path / "reward.py"
     reward.write_text(REWARD_FILE)
     return data, f"{reward}:first_token_mod4"
+
+
+@pytest.fixture(scope="session")
+def trained_run(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real training run of the tiny Llama, made once per session for ``rlsdk view``'s tests: 3 steps of 2
+    prompts x 4 samples under a dynamic filter that drops every group of an odd prompt (reason
+    ``odd_prompt``), two optimizer steps per rollout without the rollout's log-probs (so the trainer records
+    its own), evals before training and after steps 1 and 2."""
+    if importlib.util.find_spec("rlsdk_embedded") is None:
+        pytest.skip("needs the plugin package rlsdk_embedded")
+    from rlsdk import RolloutConfig
+    from rlsdk.run.job import run_job
+
+    folder = tmp_path_factory.mktemp("trained-run")
+    data = folder / "prompts.jsonl"
+    data.write_text(
+        "".join(json.dumps({"input": f"w{i} w{i + 1} w{i + 2}", "label": f"w{i + 3}"}) + "\n" for i in range(8))
+    )
+    (folder / "reward.py").write_text(REWARD_FILE + ODD_PROMPT_FILTER)
+    out = folder / "run"
+    args = RolloutConfig(
+        model=str(tiny_llama), prompt_data=str(data), label_key="label", rm_type=f"{folder / 'reward.py'}:first_token_mod4",
+        train=True, lr=3e-2, num_rollout=3, rollout_batch_size=2, n_samples_per_prompt=4, rollout_max_response_len=4,
+        dynamic_sampling_filter_path=f"{folder / 'reward.py'}:drop_odd_prompts", num_steps_per_rollout=2, use_rollout_logprobs=False,
+        eval_datasets=[{"name": "words", "path": str(data)}], eval_interval=2, n_samples_per_eval_prompt=2,
+        engine_threads=1, train_threads=1, output_dir=str(out), sync_check_tol=1e-3,
+    )
+    run_job(args)
+    return out
+
+
+@pytest.fixture(scope="session")
+def agent_run(small_tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder holding one agent sample, written by the run's own writer: a session of the OpenAI
+    client through rlsdk's chat endpoint, over a scripted engine (``FakeEngine``, so that the tool call and
+    the rewritten question happen every time): the question asked once in other words (a branch), then
+    asked, a calculator call, its result, the answer (the trained path)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    import openai
+
+    from rlsdk import Agent, RolloutConfig, RolloutFnTrainOutput, Sample, get_plugin_manager
+    from rlsdk.agents.openai_agent import fill_sample
+    from rlsdk.agents.server import chat_endpoint, start_chat_server
+    from rlsdk.plugins.records import PluginInfo, Resolved
+    from rlsdk.run.output import RunOutput
+    from rlsdk.testing import FakeEngine
+
+    end = "<|im_end|>"
+    replies = ["Six." + end, '{"name": "calculator", "arguments": {"q": "2*3"}}' + end, "It is 6." + end]
+    tools = [{"type": "function", "function": {"name": "calculator", "description": "Arithmetic.",
+                                               "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+
+    async def converse():
+        pm = get_plugin_manager(load_entrypoints=False)
+        chat = await chat_endpoint(FakeEngine(replies, small_tokenizer), small_tokenizer, pm=pm, tool_call_parser="json")
+        server = await start_chat_server(chat)
+        try:
+            session = chat.sessions.open()
+            client = openai.AsyncOpenAI(base_url=f"{server.url}/sessions/{session.id}/v1", api_key="-")
+
+            async def ask(messages):
+                reply = await client.chat.completions.create(model="m", messages=messages, tools=tools)
+                return reply.choices[0].message
+
+            await ask([{"role": "user", "content": "What is 2 times 3?"}])
+            question = [{"role": "user", "content": "What is 2*3?"}]
+            call = await ask(question)
+            result = {"role": "tool", "tool_call_id": call.tool_calls[0].id, "content": "6"}
+            await ask([*question, call, result])
+            return session
+        finally:
+            await server.close()
+
+    with ThreadPoolExecutor(1) as thread:  # a loop of its own: Playwright's may be running in this thread
+        session = thread.submit(asyncio.run, converse()).result()
+    folder = tmp_path_factory.mktemp("agent-run")
+    small_tokenizer.save_pretrained(folder / "tokenizer")
+    agent = Resolved(Agent(name="calculator_agent", func=lambda args, sample, client: None), PluginInfo("calculator_agent"))
+    sample = fill_sample(Sample(prompt="What is 2*3?", group_index=0, index=0, label="6"), session, small_tokenizer,
+                         agent, {"answer": "6"}, "test")
+    sample.reward = 1.0
+    output = RunOutput(folder / "run")
+    output.write_step(0, RolloutFnTrainOutput(samples=[[sample]], metrics={"rollout/reward_mean": 1.0, "ledger/kept": 1}))
+    args = RolloutConfig(hf_checkpoint=str(folder / "tokenizer"), num_rollout=1, output_dir=str(output.folder))
+    output.save_state(output.run_state(1, {}, args, get_plugin_manager(load_entrypoints=False)))
+    return output.folder

@@ -80,6 +80,7 @@ def test_rlsdk_run_writes_rollouts_metrics_and_state(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "starting the embedded engine (loading the model)" in result.stderr  # set-up says what it does
     assert "step 0" in result.stderr and "step 1" in result.stderr and "kept" in result.stderr
+    assert result.stderr.rstrip().endswith(f"rlsdk view {out}")  # the last line: how to see the run
     rows = read_jsonl(out / "rollouts.jsonl")
     assert [r["rollout_id"] for r in rows] == [0] * 4 + [1] * 4
     for row in rows:

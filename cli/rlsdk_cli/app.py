@@ -6,7 +6,7 @@ import typer
 
 from rlsdk import __version__
 
-from . import buffer, export, plugins, run, score, serve
+from . import buffer, export, plugins, run, score, serve, view
 
 app = typer.Typer(
     name="rlsdk",
@@ -21,6 +21,7 @@ app.command("eval")(run.evaluate)
 app.command("score")(score.score)
 app.command("serve")(serve.serve)
 app.command("export")(export.export)
+app.command("view")(view.view)
 app.add_typer(buffer.app, name="buffer")
 
 

@@ -363,6 +363,12 @@ def run(
     console.print(
         f"wrote {output.folder}/rollouts.jsonl, metrics.jsonl and state.json", markup=False, highlight=False
     )
+    console.print(
+        f"see the curves, steps and samples: rlsdk view {output.folder}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @with_run_options

@@ -3,3 +3,18 @@
 STATE_FILE = "state.json"
 """The run state ``--resume`` continues from: next step, output file sizes, data position, settings, the
 last checkpoint (relative to the output folder)."""
+ROLLOUTS_FILE = "rollouts.jsonl"
+"""Each kept sample, a line each, with the step (``rollout_id``) it was trained in."""
+DISCARDED_FILE = "discarded.jsonl"
+"""Each dropped or failed sample, with its ``metadata["drop_reason"]`` or error."""
+METRICS_FILE = "metrics.jsonl"
+"""One row of metrics per step."""
+EVAL_FILE = "eval.jsonl"
+"""One row of eval metrics per eval."""
+EVAL_SAMPLES_FILE = "eval_samples.jsonl"
+"""Each eval sample, with its ``dataset``."""
+LOCK_FILE = ".rlsdk.lock"
+"""Held (``flock``) by the run using the folder; holds its pid."""
+TRAIN_LOG_PROBS = "train_log_probs"
+"""Sample metadata key: the trainer's log-probs of the response tokens under the policy that sampled them
+(before the step's update), where the trainer computes them, beside the engine's ``rollout_log_probs``."""

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RlsdkError
-
-LOCK_FILE = ".rlsdk.lock"
+from ..outputs import LOCK_FILE
 
 
 @contextmanager

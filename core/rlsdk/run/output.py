@@ -12,7 +12,14 @@ from typing import Any
 
 from ..config import RolloutConfig
 from ..errors import RlsdkError
-from ..outputs import STATE_FILE
+from ..outputs import (
+    DISCARDED_FILE,
+    EVAL_FILE,
+    EVAL_SAMPLES_FILE,
+    METRICS_FILE,
+    ROLLOUTS_FILE,
+    STATE_FILE,
+)
 from ..plugins.manager import RlsdkPluginManager
 from ..state_files import read_json
 from ..types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
@@ -35,7 +42,7 @@ class RunOutput:
     The state records each file's size after the step it covers; resuming truncates what a crash
     wrote past it, so no step is written twice."""
 
-    FILES = ("rollouts.jsonl", "discarded.jsonl", "metrics.jsonl", "eval.jsonl", "eval_samples.jsonl")
+    FILES = (ROLLOUTS_FILE, DISCARDED_FILE, METRICS_FILE, EVAL_FILE, EVAL_SAMPLES_FILE)
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)

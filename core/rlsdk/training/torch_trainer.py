@@ -22,6 +22,7 @@ import torch
 from ..engines.lora_adapter import lora_adapter_deltas
 from ..engines.weight_checksums import Layout, engine_checksums
 from ..errors import CheckpointError, RlsdkError
+from ..outputs import TRAIN_LOG_PROBS
 from ..plugins.calls import call_advantage, call_reward_post_process, call_rollout_data_postprocess
 from ..plugins.records import Loss, Resolved
 from ..runtime import plugins_of
@@ -127,6 +128,9 @@ class TorchTrainer(PolicyTrainer):
         # The old policy's log-probs: the current ones, detached, when the whole batch is one optimizer step.
         if not args.use_rollout_logprobs and (not one_optimizer_step or args.kl_coef):
             per_sample["log_probs"] = self._log_probs(self.model, data)
+            if len(per_sample["log_probs"]) == len(samples):  # kept in rollouts.jsonl, for rlsdk view
+                for sample, log_probs in zip(samples, per_sample["log_probs"], strict=True):
+                    sample.metadata[TRAIN_LOG_PROBS] = log_probs.tolist()
         if self.ref_model is not None:
             per_sample["ref_log_probs"] = self._log_probs(self.ref_model, data)
         old = per_sample["log_probs"] or (
