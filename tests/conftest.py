@@ -112,9 +112,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if listing:
         lines = "".join(f"\n  {line}" for line in listing)
-        sys.stderr.write(
-            f"\nprocesses the tests started were still running at the end (now killed):{lines}\n"
-        )
+        sys.stderr.write(f"\nprocesses the tests started were still running at the end (now killed):{lines}\n")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

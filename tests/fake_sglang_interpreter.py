@@ -91,7 +91,6 @@ def main() -> None:
     app = web.Application()
     if module == "sglang_router.launch_router":
         app.router.add_get("/workers", workers)
-
     async def health(request: web.Request) -> web.Response:
         await asyncio.sleep(float(os.environ.get("FAKE_SGLANG_HEALTH_DELAY", "0")))
         return web.Response(text="")

@@ -226,9 +226,7 @@ def make_app(state):
         info = dict.fromkeys(("tp_rank", "dp_rank", "pp_rank", "rank"), 0)
         info |= dict.fromkeys(("tp_size", "dp_size", "pp_size", "size"), 1)
         rank = {"checksums": checksums, "per_gpu_checksum": "-", "parallelism_info": info}
-        return web.json_response(
-            {"success": True, "message": "", "ranks": [rank], "per_engine_checksum": "-"}
-        )
+        return web.json_response({"success": True, "message": "", "ranks": [rank], "per_engine_checksum": "-"})
 
     async def server_info(request):
         return web.json_response({"tp_size": 1})

@@ -23,7 +23,7 @@ def _list_json(*extra: str) -> list[dict]:
     return json.loads(result.stdout)
 
 
-@pytest.mark.plugins("rlsdk_rm_hub", "rlsdk_filter_hub")
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_list_json_shows_the_hubs_with_their_names():
     rows = {row["entry_point"]: row for row in _list_json()}
     assert HUBS <= {row["distribution"] for row in rows.values()}
@@ -31,19 +31,13 @@ def test_list_json_shows_the_hubs_with_their_names():
         assert set(row) >= {"distribution", "version", "entry_point", "provides"}
     assert "f1" in rows["rm_hub"]["provides"]["reward"]
     assert rows["defaults"]["distribution"] == rows["training"]["distribution"] == "rlsdk"
-    assert rows["defaults"]["provides"] == {
-        "generate_rollout": ["sglang"],
-        "custom_generate": ["single_turn"],
-        "buffer_filter": ["pop_first"],
-        "engine": ["sglang"],
-        "data_source": ["prompt_data"],
-    }
+    assert rows["defaults"]["provides"] == {"generate_rollout": ["sglang"], "custom_generate": ["single_turn"],
+                                            "buffer_filter": ["pop_first"], "engine": ["sglang"],
+                                            "data_source": ["prompt_data"]}
     assert rows["training"]["provides"] == {"trainer": ["torch"], "loss": ["policy_loss", "sft_loss"]}
-    assert rows["run"]["provides"] == {
-        "rollout_log": ["jsonl", "tensorboard", "wandb"],
-        "eval_rollout_log": ["jsonl", "tensorboard", "wandb"],
-        "environment": ["arithmetic"],
-    }
+    assert rows["run"]["provides"] == {"rollout_log": ["jsonl", "tensorboard", "wandb"],
+                                       "eval_rollout_log": ["jsonl", "tensorboard", "wandb"],
+                                       "environment": ["arithmetic"]}
 
 
 def test_list_kind_filters_rows_and_kinds():
@@ -53,14 +47,14 @@ def test_list_kind_filters_rows_and_kinds():
     assert result.exit_code != 0 and "Choose one of" in result.output
 
 
-@pytest.mark.plugins("rlsdk_rm_hub", "rlsdk_filter_hub")
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_list_table_names_distributions():
     result = runner.invoke(app, ["plugins", "list"])
     assert result.exit_code == 0
     assert "rlsdk-rm-hub" in result.stdout and "f1" in result.stdout
 
 
-@pytest.mark.plugins("rlsdk_rm_hub", "rlsdk_filter_hub")
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_list_reports_a_broken_plugin_without_failing(fake_dist):
     fake_dist("rl-plugin-broken", "0.1.0", "broken", "rl_plugin_broken", "raise ImportError('boom')\n")
     result = runner.invoke(app, ["plugins", "list"])
@@ -69,14 +63,14 @@ def test_list_reports_a_broken_plugin_without_failing(fake_dist):
     assert "rlsdk-rm-hub" in result.stdout
 
 
-@pytest.mark.plugins("rlsdk_rm_hub", "rlsdk_filter_hub")
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_list_reports_conflicts(fake_dist):
     fake_dist("rl-plugin-a", "1.0.0", "plugin_a", "rl_plugin_a", REWARD_PLUGIN.format(name="f1"))
     result = runner.invoke(app, ["plugins", "list"])
     assert "conflict reward 'f1' provided by" in " ".join(result.stdout.split())
 
 
-@pytest.mark.plugins("rlsdk_rm_hub", "rlsdk_filter_hub")
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_show_prints_kind_distribution_signature_and_doc():
     result = runner.invoke(app, ["plugins", "show", "f1", "--json"])
     assert result.exit_code == 0, result.output
@@ -88,7 +82,7 @@ def test_show_prints_kind_distribution_signature_and_doc():
     assert text.exit_code == 0 and "buffer_filter" in text.stdout and "distribution: rlsdk\n" in text.stdout
 
 
-@pytest.mark.plugins("rlsdk_rm_hub", "rlsdk_filter_hub")
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_show_unknown_name_lists_what_is_installed():
     result = runner.invoke(app, ["plugins", "show", "no_such_plugin"])
     assert result.exit_code == 2
@@ -108,16 +102,14 @@ def test_console_script_in_a_fresh_interpreter_sees_the_same_plugins():
 
 
 def test_cli_does_not_import_heavy_libraries():
-    code = (
-        "import sys; from rlsdk_cli.app import app; from rlsdk import get_plugin_manager; "
-        "pm = get_plugin_manager(); [pm.names(k) for k in ('reward', 'engine')]; "
-        "print(sorted(m for m in ('torch', 'transformers', 'sglang', 'math_verify') if m in sys.modules))"
-    )
+    code = ("import sys; from rlsdk_cli.app import app; from rlsdk import get_plugin_manager; "
+            "pm = get_plugin_manager(); [pm.names(k) for k in ('reward', 'engine')]; "
+            "print(sorted(m for m in ('torch', 'transformers', 'sglang', 'math_verify') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.plugins("rlsdk_rm_hub", "rlsdk_filter_hub")
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_list_json_carries_the_conflicts_the_table_shows(fake_dist):
     fake_dist("rl-plugin-a", "1.0.0", "plugin_a", "rl_plugin_a", REWARD_PLUGIN.format(name="f1"))
     rows = {row["distribution"]: row for row in _list_json()}
@@ -132,6 +124,4 @@ def test_show_says_which_plugins_failed_to_load(fake_dist):
     fake_dist("rl-plugin-broken", "0.1.0", "broken", "rl_plugin_broken", "raise ImportError('boom')\n")
     result = runner.invoke(app, ["plugins", "show", "broken_reward"])
     assert result.exit_code == 2
-    assert "broken from rl-plugin-broken 0.1.0 failed to load: ImportError: boom" in " ".join(
-        result.output.split()
-    )
+    assert "broken from rl-plugin-broken 0.1.0 failed to load: ImportError: boom" in " ".join(result.output.split())

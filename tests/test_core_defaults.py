@@ -22,13 +22,8 @@ from rlsdk.run.session import resolve_run_plugins
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import ByteTokenizer, FakeEngine, FakeReply, ServedEngine
 
-PLUGIN_PACKAGES = ",".join(
-    sorted(
-        ep.name
-        for ep in importlib.metadata.entry_points(group="rlsdk")
-        if ep.dist is not None and ep.dist.name != "rlsdk"
-    )
-)
+PLUGIN_PACKAGES = ",".join(sorted(ep.name for ep in importlib.metadata.entry_points(group="rlsdk")
+                                  if ep.dist is not None and ep.dist.name != "rlsdk"))
 """Every installed plugin package's entry point: blocked, core's own stay."""
 RLSDK = [sys.executable, "-c", "from rlsdk_cli.app import main; main()"]
 
@@ -45,9 +40,7 @@ def core_only(monkeypatch):
 
 @pytest.fixture
 def served():
-    engine = FakeEngine(
-        lambda payload, call: FakeReply(ids=list(f"answer {chr(payload['input_ids'][0])}".encode()))
-    )
+    engine = FakeEngine(lambda payload, call: FakeReply(ids=list(f"answer {chr(payload['input_ids'][0])}".encode())))
     with ServedEngine(engine) as served:
         yield served
 
@@ -65,19 +58,12 @@ def test_core_alone_runs_a_step_against_an_sglang_protocol_server(core_only, ser
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps({"input": f"{i}|", "label": f"answer {i}"}) + "\n" for i in range(4)))
     (tmp_path / "rewards.py").write_text(EXACT)
-    args = RolloutConfig(
-        engine=served.url,
-        prompt_data=str(data),
-        label_key="label",
-        custom_rm_path=f"{tmp_path}/rewards.py:exact",
-        rollout_batch_size=2,
-        n_samples_per_prompt=2,
-        over_sampling_batch_size=3,
-    )
+    args = RolloutConfig(engine=served.url, prompt_data=str(data), label_key="label",
+                         custom_rm_path=f"{tmp_path}/rewards.py:exact",
+                         rollout_batch_size=2, n_samples_per_prompt=2, over_sampling_batch_size=3)
     plugins = resolve_run_plugins(args, core_only)
-    assert {
-        k: getattr(plugins, k).info.distribution for k in ("generate_rollout", "engine", "buffer_filter")
-    } == {"generate_rollout": "rlsdk", "engine": "rlsdk", "buffer_filter": "rlsdk"}
+    assert {k: getattr(plugins, k).info.distribution for k in ("generate_rollout", "engine", "buffer_filter")} == {
+        "generate_rollout": "rlsdk", "engine": "rlsdk", "buffer_filter": "rlsdk"}
     engine = call_engine(plugins.engine, args)
     assert isinstance(engine, SGLangClient) and engine.url == served.url
     runtime = bind_runtime(args, Runtime(core_only, engine, ByteTokenizer()))
@@ -99,41 +85,27 @@ def test_core_alone_runs_a_step_against_an_sglang_protocol_server(core_only, ser
 
 def test_serve_resolves_its_engine_by_name_and_keeps_its_settings(served):
     """``rlsdk serve --engine sglang --set sglang_url=...``: core's client engine, served as a loopback proxy."""
-    proc = subprocess.Popen(
-        [*RLSDK, "serve", "--engine", "sglang", "--set", f"sglang_url={served.url}", "--port", "0"],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = subprocess.Popen([*RLSDK, "serve", "--engine", "sglang", "--set", f"sglang_url={served.url}",
+                             "--port", "0"], stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stderr.readline()  # type: ignore[union-attr]
         assert line.startswith("rlsdk serve: fake at http://127.0.0.1:"), line
         url = line.split(" at ")[1].split()[0]
-        response = httpx.post(
-            url + "/generate",
-            json={"input_ids": list(b"7|"), "sampling_params": {"max_new_tokens": 16}},
-            timeout=30,
-        ).json()
+        response = httpx.post(url + "/generate", json={"input_ids": list(b"7|"), "sampling_params":
+                                                       {"max_new_tokens": 16}}, timeout=30).json()
         assert response["text"] == "answer 7" and response["meta_info"]["finish_reason"]["type"] == "stop"
     finally:
         proc.terminate()
         proc.wait(timeout=30)
 
 
-@pytest.mark.parametrize(
-    ("options", "error"),
-    [
-        (["--engine", "nope"], "unknown engine 'nope'. Choose one of: embedded, sglang"),
-        (["--engine", "sglang"], "engine sglang without --sglang-url launches SGLang: pass --hf-checkpoint"),
-        (["--set", "engine_dtyp=bfloat16"], "unknown option 'engine_dtyp' (did you mean 'engine_dtype'?)"),
-    ],
-)
-@pytest.mark.plugins("rlsdk_embedded")
+@pytest.mark.parametrize(("options", "error"), [
+    (["--engine", "nope"], "unknown engine 'nope'. Choose one of: embedded, sglang"),
+    (["--engine", "sglang"], "engine sglang without --sglang-url launches SGLang: pass --hf-checkpoint"),
+    (["--set", "engine_dtyp=bfloat16"], "unknown option 'engine_dtyp' (did you mean 'engine_dtype'?)"),
+])
+@pytest.mark.plugins('rlsdk_embedded')
 def test_serve_names_what_is_wrong_before_loading_anything(options, error):
-    result = subprocess.run(
-        [*RLSDK, "serve", "--port", "0", *options],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    result = subprocess.run([*RLSDK, "serve", "--port", "0", *options], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "COLUMNS": "200"})
     assert result.returncode == 2 and error in " ".join(result.stderr.split()), result.stderr

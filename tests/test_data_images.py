@@ -17,40 +17,18 @@ from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import FakeEngine, FakeReply
 
 DATA_URI = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
-RAW_BASE64 = (
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
-)
+RAW_BASE64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 
 
 def rows(folder):
     (folder / "cat.png").write_bytes(b"\x89PNG not really")
     return [
-        {
-            "input": [
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "text", "text": "What animal is this?"},
-                        {"type": "image", "image": "cat.png"},
-                    ],
-                }
-            ],
-            "label": "cat",
-        },
-        {
-            "input": [
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "image_url", "image_url": {"url": "https://example.com/dog.jpg"}},
-                        {"type": "image_url", "image_url": {"url": DATA_URI}},
-                        {"type": "image", "image": RAW_BASE64},
-                        {"type": "text", "text": "Compare them."},
-                    ],
-                }
-            ],
-            "label": "x",
-        },
+        {"input": [{"role": "user", "content": [{"type": "text", "text": "What animal is this?"},
+                                                {"type": "image", "image": "cat.png"}]}], "label": "cat"},
+        {"input": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/dog.jpg"}},
+                                                {"type": "image_url", "image_url": {"url": DATA_URI}},
+                                                {"type": "image", "image": RAW_BASE64},
+                                                {"type": "text", "text": "Compare them."}]}], "label": "x"},
         {"input": "No picture here.", "label": "y"},
     ]
 
@@ -58,9 +36,8 @@ def rows(folder):
 def source(pm, tmp_path, tokenizer, data, **options):
     path = tmp_path / "images.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in data))
-    args = RolloutConfig(
-        prompt_data=str(path), label_key="label", apply_chat_template=True, n_samples_per_prompt=1, **options
-    )
+    args = RolloutConfig(prompt_data=str(path), label_key="label", apply_chat_template=True, n_samples_per_prompt=1,
+                         **options)
     return args, DataSource(args, pm=pm, tokenizer=tokenizer)
 
 
@@ -73,8 +50,7 @@ def test_data_source_keeps_paths_urls_and_base64(rlsdk_pm, small_tokenizer, tmp_
     assert plain.multimodal_inputs is None
     # SmolLM2's template takes string contents only: the text parts are rendered, the images stay apart
     assert cat.prompt == small_tokenizer.apply_chat_template(
-        [{"role": "user", "content": "What animal is this?"}], tokenize=False, add_generation_prompt=True
-    )
+        [{"role": "user", "content": "What animal is this?"}], tokenize=False, add_generation_prompt=True)
     assert cat.tokens == small_tokenizer(cat.prompt, add_special_tokens=False)["input_ids"]
     restored = Sample.from_dict(json.loads(json.dumps(pair.to_dict())))
     assert restored.multimodal_inputs == pair.multimodal_inputs
@@ -82,18 +58,14 @@ def test_data_source_keeps_paths_urls_and_base64(rlsdk_pm, small_tokenizer, tmp_
 
 def test_malformed_image_part_names_the_row(rlsdk_pm, small_tokenizer, tmp_path):
     bad = [{"input": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}]
-    with pytest.raises(
-        DataError, match=r"images.jsonl:line 1: a 'image_url' content part needs a path, URL or base64"
-    ):
+    with pytest.raises(DataError, match=r"images.jsonl:line 1: a 'image_url' content part needs a path, URL or base64"):
         source(rlsdk_pm, tmp_path, small_tokenizer, bad)
 
 
 def test_generate_sends_text_and_image_data(rlsdk_pm, small_tokenizer, tmp_path):
     args, data = source(rlsdk_pm, tmp_path, small_tokenizer, rows(tmp_path), rollout_max_response_len=32)
     cat, pair, plain = [group[0] for group in data.get_samples(3)]
-    engine = FakeEngine(
-        [FakeReply("A small", abort=True), " cat.<|im_end|>", "Fine.<|im_end|>"], small_tokenizer
-    )
+    engine = FakeEngine([FakeReply("A small", abort=True), " cat.<|im_end|>", "Fine.<|im_end|>"], small_tokenizer)
     runtime = bind_runtime(args, Runtime(rlsdk_pm, engine, small_tokenizer))
     try:
         params = sampling_params_for(args)
@@ -105,22 +77,9 @@ def test_generate_sends_text_and_image_data(rlsdk_pm, small_tokenizer, tmp_path)
         runtime.loop.close()
     first, second, third = engine.payloads
     images = [str((tmp_path / "cat.png").resolve())]
-    assert first == {
-        "text": cat.prompt,
-        "image_data": images,
-        "sampling_params": first["sampling_params"],
-        "return_logprob": True,
-    }
-    assert (
-        second["text"] == cat.prompt + "A small"
-        and second["image_data"] == images
-        and "input_ids" not in second
-    )
-    assert (
-        "image_data" not in third
-        and third["input_ids"] == small_tokenizer(plain.prompt, add_special_tokens=False)["input_ids"]
-    )
-    assert (
-        cat.status == Sample.Status.COMPLETED and cat.response == "A small cat."
-    )  # the stop token in the ids, not the text
+    assert first == {"text": cat.prompt, "image_data": images, "sampling_params": first["sampling_params"],
+                     "return_logprob": True}
+    assert second["text"] == cat.prompt + "A small" and second["image_data"] == images and "input_ids" not in second
+    assert "image_data" not in third and third["input_ids"] == small_tokenizer(plain.prompt, add_special_tokens=False)["input_ids"]
+    assert cat.status == Sample.Status.COMPLETED and cat.response == "A small cat."  # the stop token in the ids, not the text
     assert len(cat.loss_mask) == len(cat.rollout_log_probs) == cat.response_length

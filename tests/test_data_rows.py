@@ -137,9 +137,7 @@ def test_missing_file_unknown_format_and_no_path(pm, tmp_path):
     (tmp_path / "d.csv").write_text("input\na\n")
     with pytest.raises(DataError, match=r"unknown data format '\.csv'; use one of \.jsonl, \.parquet"):
         source(pm, tmp_path / "d.csv")
-    with pytest.raises(
-        DataError, match="set prompt_data"
-    ):  # a run needs data (a bare DataSource is slime's empty one)
+    with pytest.raises(DataError, match="set prompt_data"):  # a run needs data (a bare DataSource is slime's empty one)
         check_data(RolloutConfig())
     with pytest.raises(ValueError, match="on_bad_row"):
         RolloutConfig(on_bad_row="ignore")

@@ -12,20 +12,16 @@ def test_pass_at_k_is_the_unbiased_estimate():
 
 
 def test_eval_datasets_merge_slime_pairs_and_overrides():
-    args = RolloutConfig(
-        eval_prompt_data=["aime", "a.jsonl", "gsm", "g.jsonl"],
-        eval_datasets=[{"name": "math", "path": "m.jsonl", "rm_type": "deepscaler"}],
-    )
+    args = RolloutConfig(eval_prompt_data=["aime", "a.jsonl", "gsm", "g.jsonl"],
+                         eval_datasets=[{"name": "math", "path": "m.jsonl", "rm_type": "deepscaler"}])
     assert [d["name"] for d in eval_datasets(args)] == ["math", "aime", "gsm"]
 
 
 @pytest.mark.parametrize(
     ("values", "message"),
-    [
-        ({"eval_prompt_data": ["only-a-name"]}, "name/path pairs"),
-        ({"eval_datasets": [{"path": "x.jsonl"}]}, "needs a name and a path"),
-        ({"eval_datasets": [{"name": "x", "path": "x.jsonl", "temperature": 0}]}, "unknown options"),
-    ],
+    [({"eval_prompt_data": ["only-a-name"]}, "name/path pairs"),
+     ({"eval_datasets": [{"path": "x.jsonl"}]}, "needs a name and a path"),
+     ({"eval_datasets": [{"name": "x", "path": "x.jsonl", "temperature": 0}]}, "unknown options")],
 )
 def test_bad_eval_datasets_are_clear_errors(values, message):
     with pytest.raises(ValueError, match=message):

@@ -22,12 +22,8 @@ def test_jsonl_writes_one_line_per_step_and_eval(core_pm, tmp_path):
     assert check_rollout_log(core_pm, "jsonl", args) is False
     assert check_eval_rollout_log(core_pm, "jsonl", args) is False
     step = json.loads((tmp_path / "logs/rollout_log.jsonl").read_text())
-    assert (
-        step["metrics"] == {"rollout/reward_mean": 0.5, "rollout/samples": 2.0} and len(step["samples"]) == 2
-    )
-    assert json.loads((tmp_path / "logs/eval_rollout_log.jsonl").read_text())["rewards"] == {
-        "held-out": [1.0, 0.0]
-    }
+    assert step["metrics"] == {"rollout/reward_mean": 0.5, "rollout/samples": 2.0} and len(step["samples"]) == 2
+    assert json.loads((tmp_path / "logs/eval_rollout_log.jsonl").read_text())["rewards"] == {"held-out": [1.0, 0.0]}
 
 
 def test_tensorboard_writes_scalars_tensorboard_reads(core_pm, tmp_path):

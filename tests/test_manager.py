@@ -76,12 +76,7 @@ def test_misspelled_hook_name_is_an_error_and_nothing_stays_registered(rlsdk_pm)
 
     with pytest.raises(PluginError, match="rlsdk_reward"):
         rlsdk_pm.register(Typo())
-    assert [info.plugin for info in rlsdk_pm.plugin_infos()] == [
-        "agents",
-        "defaults",
-        "run",
-        "training",
-    ]  # core's own only
+    assert [info.plugin for info in rlsdk_pm.plugin_infos()] == ["agents", "defaults", "run", "training"]  # core's own only
 
 
 def test_wrong_record_type_names_the_plugin(rlsdk_pm):
@@ -115,9 +110,7 @@ def test_a_hook_that_raises_is_skipped_not_fatal(rlsdk_pm, monkeypatch):
 
     rlsdk_pm.register(Broken(), name="broken")
     rlsdk_pm.register(Good(), name="good")
-    with pytest.warns(
-        UserWarning, match="skipped plugin 'broken'.*rlsdk_rewards raised RuntimeError: no GPU here"
-    ):
+    with pytest.warns(UserWarning, match="skipped plugin 'broken'.*rlsdk_rewards raised RuntimeError: no GPU here"):
         assert rlsdk_pm.names("reward") == ["exact"]
     assert rlsdk_pm.names("dynamic_filter") == ["keep"]
     monkeypatch.setenv("RLSDK_STRICT_PLUGINS", "1")
@@ -179,10 +172,7 @@ def test_entry_point_plugin_is_discovered_with_its_distribution(fake_dist):
     pm = get_plugin_manager()
     resolved = pm.resolve("reward", "exact")
     assert (resolved.info.distribution, resolved.info.version, resolved.info.plugin) == (
-        "rl-plugin-exact",
-        "1.2.0",
-        "exact",
-    )
+        "rl-plugin-exact", "1.2.0", "exact")
 
 
 def test_same_name_from_two_distributions_is_an_error_naming_both(fake_dist):
@@ -196,15 +186,12 @@ def test_same_name_from_two_distributions_is_an_error_naming_both(fake_dist):
 
 
 def test_plugin_that_fails_to_import_is_reported_and_skipped(fake_dist):
-    fake_dist(
-        "rl-plugin-broken", "0.1.0", "broken", "rl_plugin_broken", "raise ImportError('no numpy here')\n"
-    )
+    fake_dist("rl-plugin-broken", "0.1.0", "broken", "rl_plugin_broken", "raise ImportError('no numpy here')\n")
     fake_dist("rl-plugin-exact", "1.0.0", "exact", "rl_plugin_exact", REWARD_PLUGIN.format(name="exact"))
     with pytest.warns(UserWarning, match="skipped plugin 'broken' from rl-plugin-broken 0.1.0"):
         pm = get_plugin_manager()
     assert [(f.entry_point, f.distribution, f.version) for f in pm.failures] == [
-        ("broken", "rl-plugin-broken", "0.1.0")
-    ]
+        ("broken", "rl-plugin-broken", "0.1.0")]
     assert "no numpy here" in pm.failures[0].error
     assert pm.resolve("reward", "exact").name == "exact"
 
@@ -213,9 +200,7 @@ def test_a_plugin_calling_sys_exit_at_import_is_skipped(fake_dist):
     """``sys.exit()`` at import used to end every command silently (SystemExit is no Exception)."""
     fake_dist("rl-plugin-exits", "0.1.0", "exits", "rl_plugin_exits", "import sys\nsys.exit(3)\n")
     fake_dist("rl-plugin-exact", "1.0.0", "exact", "rl_plugin_exact", REWARD_PLUGIN.format(name="exact"))
-    with pytest.warns(
-        UserWarning, match="skipped plugin 'exits' from rl-plugin-exits 0.1.0: SystemExit\\(3\\)"
-    ):
+    with pytest.warns(UserWarning, match="skipped plugin 'exits' from rl-plugin-exits 0.1.0: SystemExit\\(3\\)"):
         pm = get_plugin_manager()
     assert pm.resolve("reward", "exact").name == "exact"
 

@@ -60,11 +60,8 @@ def test_the_start_up_summary_names_the_demo_settings_that_data_turns_off(tmp_pa
     lines = summary_lines(args, setting_sources(args, given))
     text = "\n".join(lines)
     assert "label_key = None  (default)" in text and f"prompt_data = {data}  (given)" in text
-    assert re.search(
-        r"with --data the demo's settings do not apply: label_key None \(demo label\);.*"
-        r"num_rollout 3 \(demo 16\);.*lr 1e-06 \(demo 1e-05\)",
-        text,
-    ), text
+    assert re.search(r"with --data the demo's settings do not apply: label_key None \(demo label\);.*"
+                     r"num_rollout 3 \(demo 16\);.*lr 1e-06 \(demo 1e-05\)", text), text
 
 
 class Rewards:
@@ -81,18 +78,14 @@ class Rewards:
 
 def test_a_step_whose_every_reward_is_invalid_stops_the_run_with_the_cause(make_run, rlsdk_pm):
     rlsdk_pm.register(Rewards())
-    args, source, runtime, _ = make_run(
-        n_prompts=2, rm_type="needs_label", label_key=None, rollout_max_groups_per_step=2
-    )
+    args, source, runtime, _ = make_run(n_prompts=2, rm_type="needs_label", label_key=None,
+                                        rollout_max_groups_per_step=2)
     metrics = step(args, source, runtime).metrics
     assert metrics["rollout/dynamic_filter/drop_invalid_reward"] == 4 and metrics["ledger/kept"] == 0
-    with pytest.raises(
-        RlsdkError,
-        match=r"step 0: all 4 samples were dropped for an invalid reward \(reward "
-        r"'needs_label' .*the sample has no label: name the data's answer key "
-        r"with --label-key\); nothing was trained or checkpointed, the samples "
-        r"are in discarded.jsonl",
-    ):
+    with pytest.raises(RlsdkError, match=r"step 0: all 4 samples were dropped for an invalid reward \(reward "
+                                         r"'needs_label' .*the sample has no label: name the data's answer key "
+                                         r"with --label-key\); nothing was trained or checkpointed, the samples "
+                                         r"are in discarded.jsonl"):
         check_step(args, 0, metrics)
     check_step(args.replace(on_failed_step="continue"), 0, metrics)  # asked to go on: it goes on
 
@@ -103,11 +96,8 @@ def test_eval_data_takes_a_shipped_name_or_a_file_and_else_says_what_it_takes(tm
     data.write_text("{}\n")
     assert eval_dataset(str(data)) == {"name": "held", "path": str(data)}
     assert eval_dataset("x=y.jsonl") == {"name": "x", "path": "y.jsonl"}
-    with pytest.raises(
-        typer.BadParameter,
-        match=r"is not NAME=PATH, a data file or a shipped dataset \(shipped: "
-        r"arithmetic-eval, ",
-    ):
+    with pytest.raises(typer.BadParameter, match=r"is not NAME=PATH, a data file or a shipped dataset \(shipped: "
+                                                 r"arithmetic-eval, "):
         eval_dataset("arithmetic-evl")
     for command in ("run", "eval"):
         result = runner.invoke(app, [command, "--eval-data", "arithmetic-evl"], env={"COLUMNS": "200"})
@@ -115,20 +105,15 @@ def test_eval_data_takes_a_shipped_name_or_a_file_and_else_says_what_it_takes(tm
 
 
 def test_a_misspelled_plugin_name_gets_a_did_you_mean(rlsdk_pm):
-    with pytest.raises(
-        UnknownPluginError,
-        match=r"unknown buffer_filter 'pop_frist' \(did you mean 'pop_first'\?\)\. "
-        r"Choose one of",
-    ):
+    with pytest.raises(UnknownPluginError, match=r"unknown buffer_filter 'pop_frist' \(did you mean 'pop_first'\?\)\. "
+                                                 r"Choose one of"):
         rlsdk_pm.resolve("buffer_filter", "pop_frist")
 
 
 def test_a_missing_input_key_and_an_unnamed_label_are_found_before_any_model_loads(tmp_path):
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps({"question": "1 + 1 = ?", "label": "2"}) + "\n")
-    with pytest.raises(
-        DataError, match=r"rows.jsonl:line 1: no input key 'input' \(keys: \['label', 'question'\]"
-    ):
+    with pytest.raises(DataError, match=r"rows.jsonl:line 1: no input key 'input' \(keys: \['label', 'question'\]"):
         check_data(RolloutConfig(prompt_data=str(data)))
     with pytest.warns(UserWarning, match="has a 'label' key but no --label-key is set"):
         check_data(RolloutConfig(prompt_data=str(data), input_key="question"))
@@ -155,26 +140,14 @@ def test_a_training_run_skips_the_first_eval_times_its_evals_keeps_two_checkpoin
 ):
     out = tmp_path / "out"
     data, _ = run_files
-    args = train_args(
-        tiny_llama,
-        run_files,
-        out,
-        num_rollout=3,
-        save_interval=1,
-        keep_last_n=2,
-        eval_interval=2,
-        skip_eval_before_train=True,
-        label_key="label",
-        eval_datasets=[{"name": "held", "path": str(data)}],
-        n_samples_per_eval_prompt=1,
-    )
+    args = train_args(tiny_llama, run_files, out, num_rollout=3, save_interval=1, keep_last_n=2, eval_interval=2,
+                      skip_eval_before_train=True, label_key="label",
+                      eval_datasets=[{"name": "held", "path": str(data)}], n_samples_per_eval_prompt=1)
     statuses, progress = [], []
     run_job(args, on_status=statuses.append, progress=lambda n: progress.append((statuses[-1], n)))
     evals = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
     assert [e["rollout_id"] for e in evals] == [1, 2] and all(e["eval/seconds"] > 0 for e in evals)
-    assert (
-        sum(n for status, n in progress if status == "eval after step 1") == 16
-    )  # every eval sample counted
+    assert sum(n for status, n in progress if status == "eval after step 1") == 16  # every eval sample counted
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_1", "step_2"]
 
     checkpoint = out / "checkpoints" / "step_2"
@@ -202,15 +175,10 @@ class EndOfTurnTokenizer(ByteTokenizer):
 
 def test_the_response_text_leaves_the_stop_token_out_and_the_token_ids_keep_it(rlsdk_pm):
     """As SGLang's reference response (stop_token case: text "" for the one matched id) does."""
-    recorded = json.loads((Path(__file__).parent / "fixtures" / "sglang-0.5.17.json").read_text())[
-        "stop_token"
-    ][1]
-    assert recorded["text"] == "" and recorded["output_ids"] == [
-        recorded["meta_info"]["finish_reason"]["matched"]
-    ]
-    sample = check_custom_generate(
-        rlsdk_pm, "single_turn", ["The answer is 5.<|im_end|>"], tokenizer=EndOfTurnTokenizer()
-    )
+    recorded = json.loads((Path(__file__).parent / "fixtures" / "sglang-0.5.17.json").read_text())["stop_token"][1]
+    assert recorded["text"] == "" and recorded["output_ids"] == [recorded["meta_info"]["finish_reason"]["matched"]]
+    sample = check_custom_generate(rlsdk_pm, "single_turn", ["The answer is 5.<|im_end|>"],
+                                   tokenizer=EndOfTurnTokenizer())
     assert sample.response == "The answer is 5." and sample.tokens[-1] == 256
 
 
@@ -222,9 +190,7 @@ def test_groups_the_buffer_filter_drops_are_counted_and_written_out(make_run):
     out = step(args, source, runtime, rollout_id=5)
     assert out.metrics["rollout/dynamic_filter/drop_buffer_filter_drop_stale"] == 4
     assert out.metrics["ledger/dropped"] == 4 and out.metrics["ledger/kept"] == 4
-    dropped = [
-        s for g in out.discarded for s in g if s.metadata.get("drop_reason") == "buffer_filter_drop_stale"
-    ]
+    dropped = [s for g in out.discarded for s in g if s.metadata.get("drop_reason") == "buffer_filter_drop_stale"]
     assert sorted(s.index for s in dropped) == [s.index for g in stale for s in g]
 
 
@@ -233,19 +199,9 @@ def test_curves_show_what_people_read_with_the_run_name_and_the_legend_off_the_d
 
     folder = tmp_path / "my-run"
     folder.mkdir()
-    rows = [
-        {
-            "rollout_id": i,
-            "rollout/reward_mean": 0.5 + i / 20,
-            "train/ppo_kl": 1e-3 * i,
-            "train/kl_loss": 2e-3,
-            "train/entropy_loss": 1.0 - i / 20,
-            "rollout/response_len_mean": 30 - i,
-            "train/pg_clipfrac": 0.01 * i,
-            "train/loss": 1e-3,
-        }
-        for i in range(8)
-    ]
+    rows = [{"rollout_id": i, "rollout/reward_mean": 0.5 + i / 20, "train/ppo_kl": 1e-3 * i, "train/kl_loss": 2e-3,
+             "train/entropy_loss": 1.0 - i / 20, "rollout/response_len_mean": 30 - i, "train/pg_clipfrac": 0.01 * i,
+             "train/loss": 1e-3} for i in range(8)]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     evals = [{"rollout_id": i, "eval/arithmetic-eval/reward_mean": 0.6 + i / 40} for i in (-1, 3, 7)]
     (folder / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
@@ -254,10 +210,8 @@ def test_curves_show_what_people_read_with_the_run_name_and_the_legend_off_the_d
     assert fig._suptitle.get_text() == "rlsdk run: my-run"
     reward, *panels = fig.axes
     assert [a.get_title() for a in panels] == ["KL", "entropy", "response length (tokens)", "clip fraction"]
-    assert [line.get_label() for line in reward.get_lines()] == [
-        "train reward (sampled, kept groups)",
-        "arithmetic-eval (eval)",
-    ]
+    assert [line.get_label() for line in reward.get_lines()] == ["train reward (sampled, kept groups)",
+                                                                  "arithmetic-eval (eval)"]
     fig.canvas.draw()
     legend = reward.get_legend().get_window_extent()
     assert legend.y0 >= reward.get_window_extent().y1  # above the axes, on no data

@@ -41,8 +41,8 @@ def needs_a_key(args, samples, **kwargs):
 async def newest_first(args, rollout_id, buffer, num_samples):
     """An async buffer filter: serves the newest buffered groups first."""
     await asyncio.sleep(0)
-    taken = buffer[len(buffer) - min(num_samples, len(buffer)) :][::-1]
-    del buffer[len(buffer) - len(taken) :]
+    taken = buffer[len(buffer) - min(num_samples, len(buffer)):][::-1]
+    del buffer[len(buffer) - len(taken):]
     return taken
 
 
@@ -69,66 +69,48 @@ def third_party(rlsdk_pm):
 
 
 def test_a_raising_dynamic_filter_fails_its_group_named_and_the_step_goes_on(third_party, make_run):
-    args, source, runtime, _ = make_run(
-        n_prompts=4, dynamic_sampling_filter_path="needs_a_key", over_sampling_batch_size=4
-    )
+    args, source, runtime, _ = make_run(n_prompts=4, dynamic_sampling_filter_path="needs_a_key",
+                                        over_sampling_batch_size=4)
     out = step(args, source, runtime)
     m = out.metrics
     assert sorted(prompts_of(out.samples)) == ["0 fast|", "2 fast|"]  # groups settle as they finish: no order
     assert m["ledger/failed"] == 4 and m["ledger/entered"] == m["ledger/kept"] + m["ledger/failed"]
     error = sorted(m["rollout/failures"])[0]
-    assert error.startswith(
-        "dynamic_filter 'needs_a_key' from rl-plugin-third-party 1.2.0 on group 1 "
-        "(samples 2, 3) raised KeyError: 'difficulty'"
-    ), error
+    assert error.startswith("dynamic_filter 'needs_a_key' from rl-plugin-third-party 1.2.0 on group 1 "
+                            "(samples 2, 3) raised KeyError: 'difficulty'"), error
     assert all(s.metadata["filter_error"] in m["rollout/failures"] for g in out.discarded for s in g)
     # the kit raises the very error the loop records
-    with pytest.raises(
-        PluginCallError,
-        match="dynamic_filter 'needs_a_key' from rl-plugin-third-party 1.2.0 "
-        "on group .* raised KeyError: 'difficulty'",
-    ):
+    with pytest.raises(PluginCallError, match="dynamic_filter 'needs_a_key' from rl-plugin-third-party 1.2.0 "
+                                              "on group .* raised KeyError: 'difficulty'"):
         check_dynamic_filter(third_party, "needs_a_key", groups=[make_group([1.0], prompt="1 fast|")])
 
 
 def test_a_filter_with_a_wrong_answer_is_named_alike_by_kit_and_loop(third_party, make_run):
-    with pytest.raises(
-        PluginCallError,
-        match="'says_maybe' from rl-plugin-third-party 1.2.0 on group 0 .*returned "
-        "str: expected DynamicFilterOutput or bool",
-    ):
+    with pytest.raises(PluginCallError, match="'says_maybe' from rl-plugin-third-party 1.2.0 on group 0 .*returned "
+                                              "str: expected DynamicFilterOutput or bool"):
         check_dynamic_filter(third_party, "says_maybe")
-    args, source, runtime, _ = make_run(
-        n_prompts=2, dynamic_sampling_filter_path="says_maybe", rollout_max_groups_per_step=2
-    )
+    args, source, runtime, _ = make_run(n_prompts=2, dynamic_sampling_filter_path="says_maybe",
+                                        rollout_max_groups_per_step=2)
     out = step(args, source, runtime)
     assert out.samples == [] and out.metrics["ledger/failed"] == 4
-    assert (
-        "on group 0 (samples 0, 1) returned str: expected DynamicFilterOutput or bool"
-        in out.metrics["rollout/failures"][0]
-    )
+    assert "on group 0 (samples 0, 1) returned str: expected DynamicFilterOutput or bool" in \
+        out.metrics["rollout/failures"][0]
 
-    with pytest.raises(
-        PluginCallError, match="'duplicates' from rl-plugin-third-party 1.2.0 .*returned a group twice"
-    ):
+    with pytest.raises(PluginCallError, match="'duplicates' from rl-plugin-third-party 1.2.0 .*returned a group "
+                                              "twice"):
         check_over_sampling_filter(third_party, "duplicates")
     args, source, runtime, _ = make_run(n_prompts=2, over_sampling_filter_path="duplicates")
-    with pytest.raises(
-        PluginCallError, match="'duplicates' from rl-plugin-third-party 1.2.0 .*returned a group twice"
-    ):
+    with pytest.raises(PluginCallError, match="'duplicates' from rl-plugin-third-party 1.2.0 .*returned a group "
+                                              "twice"):
         step(args, source, runtime)
 
 
 def test_an_async_dynamic_filter_passes_the_kit_and_works_in_the_loop(third_party, make_run):
-    assert [
-        v.keep
-        for v in check_dynamic_filter(
-            third_party, "keep_even", groups=[make_group([1.0], prompt=f"{i} x|") for i in (2, 3)]
-        )
-    ] == [True, False]
-    args, source, runtime, _ = make_run(
-        n_prompts=6, dynamic_sampling_filter_path="keep_even", over_sampling_batch_size=6
-    )
+    assert [v.keep for v in check_dynamic_filter(third_party, "keep_even",
+                                                 groups=[make_group([1.0], prompt=f"{i} x|") for i in (2, 3)])] \
+        == [True, False]
+    args, source, runtime, _ = make_run(n_prompts=6, dynamic_sampling_filter_path="keep_even",
+                                        over_sampling_batch_size=6)
     out = step(args, source, runtime)
     kept = [int(p.split()[0]) for p in prompts_of(out.samples)]
     assert len(kept) == 2 and all(n % 2 == 0 for n in kept)

@@ -35,9 +35,7 @@ def test_the_public_api_matches_its_committed_snapshot():
     --write` and add a CHANGELOG line (Added, Deprecated or Breaking)."""
     committed = api_snapshot.SNAPSHOT.read_text()
     now = api_snapshot.snapshot()
-    assert now == committed, (
-        "the public API changed: run `python scripts/api_snapshot.py --write` and say so in CHANGELOG.md"
-    )
+    assert now == committed, "the public API changed: run `python scripts/api_snapshot.py --write` and say so in CHANGELOG.md"
 
 
 def test_import_rlsdk_loads_no_torch_transformers_or_aiohttp():
@@ -76,9 +74,7 @@ def test_an_old_name_still_works_and_warns_naming_its_replacement(old, name, rep
 def test_every_moved_module_path_still_imports_and_forwards(old):
     module = importlib.import_module(old)
     target = importlib.import_module(_moved.MOVED[old])
-    public = [
-        n for n in dir(target) if not n.startswith("_") and not isinstance(getattr(target, n), type(sys))
-    ]
+    public = [n for n in dir(target) if not n.startswith("_") and not isinstance(getattr(target, n), type(sys))]
     if public:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)

@@ -443,9 +443,7 @@ def test_the_trainer_builds_from_a_named_model_folder_without_waiting_for_the_en
     not a folder) waits for the engines to name the folder. The driver's side then has the trainer's
     device and dtype, which set the trust check's tolerance: without them a CUDA trainer on an H200
     was checked at the CPU tolerance and its run stopped at the first sync."""
-    args = ray_args(
-        tiny_llama, run_files, tmp_path / "a", train=True, train_dtype="bfloat16", sync_check_tol=None
-    )
+    args = ray_args(tiny_llama, run_files, tmp_path / "a", train=True, train_dtype="bfloat16", sync_check_tol=None)
     named = launch_trainer(args)
     later = launch_trainer(ray_args(tiny_llama, run_files, tmp_path / "b", train=True, model="smollm2"))
     try:
@@ -671,9 +669,7 @@ class KillServerInEval(KillServer):
 
 
 @pytest.mark.timeout(120)
-def test_eval_groups_an_engine_death_aborted_run_again_once_it_is_back(
-    cluster, tiny_llama, fake_python, tmp_path
-):
+def test_eval_groups_an_engine_death_aborted_run_again_once_it_is_back(cluster, tiny_llama, fake_python, tmp_path):
     """On 2x H200 an SGLang server killed during the eval before the first step left 764 of its 768
     samples aborted, and the eval reported a held-out reward of 0.0. An aborted eval group now runs again
     from its prompt: the eval here, with one server SIGKILLed mid-way, scores every sample."""
@@ -723,9 +719,7 @@ def test_more_sglang_engine_actors_than_gpus_is_an_error_before_any_starts(
 
 
 @pytest.mark.timeout(90)
-def test_the_version_handshake_leaves_out_an_engine_whose_actor_died(
-    cluster, tiny_llama, fake_python, tmp_path
-):
+def test_the_version_handshake_leaves_out_an_engine_whose_actor_died(cluster, tiny_llama, fake_python, tmp_path):
     """An engine actor killed just before the weight-version handshake asks it what it serves: its pool
     is told and brings it back, and the handshake leaves it out, as it does an engine lost any other way
     (its Ray error once stopped a training run)."""
@@ -914,10 +908,7 @@ def test_an_engine_late_to_its_health_check_is_busy_while_it_answers_requests_an
     checked = actor.health.remote()
     answers = 0
     while not ray.wait([checked], timeout=0)[0]:
-        assert (
-            ray.get(actor.generate.remote(payload), timeout=10)["meta_info"]["finish_reason"]["type"]
-            == "length"
-        )
+        assert ray.get(actor.generate.remote(payload), timeout=10)["meta_info"]["finish_reason"]["type"] == "length"
         answers += 1
     assert answers >= 5 and ray.get(checked) is None
 

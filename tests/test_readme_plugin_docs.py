@@ -29,20 +29,15 @@ def documented_records() -> dict[str, tuple[str, list[str]]]:
 
 
 def test_every_hook_is_documented_with_its_record_and_fields():
-    expected = {
-        hook_name(kind): (cls.__name__, [f.name for f in dataclasses.fields(cls)])
-        for kind, cls in RECORD_TYPES.items()
-    }
+    expected = {hook_name(kind): (cls.__name__, [f.name for f in dataclasses.fields(cls)])
+                for kind, cls in RECORD_TYPES.items()}
     expected["rlsdk_options"] = ("Option", [f.name for f in dataclasses.fields(Option)])
     assert documented_records() == expected
 
 
 def test_the_hookspecs_are_exactly_the_documented_hooks():
-    specs = {
-        name
-        for name in dir(hookspecs)
-        if name.startswith("rlsdk_") and hasattr(getattr(hookspecs, name), "rlsdk_spec")
-    }
+    specs = {name for name in dir(hookspecs) if name.startswith("rlsdk_")
+             and hasattr(getattr(hookspecs, name), "rlsdk_spec")}
     assert specs == set(documented_records())
     for page in (README, *sorted((README.parent / "docs").glob("*.md"))):
         named = set(re.findall(r"\brlsdk_[a-z_]+s\b", page.read_text())) - {"rlsdk_cli"}

@@ -63,12 +63,8 @@ def pm(rlsdk_pm):
 
 
 def group(n=3, response="5", label="5", **fields):
-    return [
-        Sample(
-            group_index=7, index=i, response=response, label=label, status=Sample.Status.COMPLETED, **fields
-        )
-        for i in range(n)
-    ]
+    return [Sample(group_index=7, index=i, response=response, label=label, status=Sample.Status.COMPLETED,
+                   **fields) for i in range(n)]
 
 
 def run(pm, samples, evaluation=False, **options):
@@ -94,15 +90,10 @@ def test_precedence(pm):
     assert [s.reward for s in overridden] == [1.0, 1.0]
 
 
-@pytest.mark.parametrize(
-    "name,reason",
-    [
-        ("crash", "ValueError: kaboom"),
-        ("wrong_type", "returned str"),
-        ("hang_sync", "timed out after 0.5s"),
-        ("hang_async", "timed out after 0.5s"),
-    ],
-)
+@pytest.mark.parametrize("name,reason", [
+    ("crash", "ValueError: kaboom"), ("wrong_type", "returned str"),
+    ("hang_sync", "timed out after 0.5s"), ("hang_async", "timed out after 0.5s"),
+])
 def test_bad_reward_marks_sample_invalid(pm, name, reason):
     samples = run(pm, group(2), rm_type=name)
     for sample in samples:
@@ -153,10 +144,7 @@ def test_invalid_policy(pm):
         apply_invalid_policy(args.replace(on_invalid_reward="fail"), run(pm, group(2), rm_type="crash"))
     assert apply_invalid_policy(args, run(pm, group(2), rm_type="crash")) == "invalid_reward"
     scored = run(pm, group(2), rm_type="crash")
-    assert (
-        apply_invalid_policy(args.replace(on_invalid_reward="score", invalid_reward_value=-1.0), scored)
-        is None
-    )
+    assert apply_invalid_policy(args.replace(on_invalid_reward="score", invalid_reward_value=-1.0), scored) is None
     assert [s.reward for s in scored] == [-1.0, -1.0]
     assert all(s.status is Sample.Status.COMPLETED for s in scored) and count_invalid(scored) == 2
 

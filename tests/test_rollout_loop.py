@@ -114,27 +114,18 @@ def make_run(tmp_path, rlsdk_pm):
 
     def make(n_prompts=6, slow=(), slow_seconds=10.0, **options):
         path = tmp_path / "data.jsonl"
-        rows = [
-            {"input": f"{i} {'slow' if i in slow else 'fast'}|", "label": ANSWER.format(n=i)}
-            for i in range(n_prompts)
-        ]
+        rows = [{"input": f"{i} {'slow' if i in slow else 'fast'}|", "label": ANSWER.format(n=i)}
+                for i in range(n_prompts)]
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        defaults = dict(
-            prompt_data=str(path),
-            label_key="label",
-            rm_type="exact",
-            n_samples_per_prompt=2,
-            rollout_batch_size=2,
-            over_sampling_batch_size=4,
-            rollout_max_response_len=64,
-        )
+        defaults = dict(prompt_data=str(path), label_key="label", rm_type="exact", n_samples_per_prompt=2,
+                        rollout_batch_size=2, over_sampling_batch_size=4, rollout_max_response_len=64)
         args = RolloutConfig(**{**defaults, **options})
 
         def respond(payload, call):
             ids = payload["input_ids"]
             start = ids.index(ord("|")) + 1
             prompt, so_far = bytes(ids[:start]).decode(), ids[start:]
-            rest = list(response_for(prompt).encode())[len(so_far) :]
+            rest = list(response_for(prompt).encode())[len(so_far):]
             if int(prompt.split()[0]) in slow and not so_far:  # a long-tail request: 3 tokens, then stalls
                 return FakeReply(ids=rest, seconds=slow_seconds, partial_tokens=3)
             return FakeReply(ids=rest)
@@ -177,9 +168,8 @@ def test_step_keeps_the_batch_and_returns_surplus_groups_to_the_buffer(make_run)
 def test_a_step_sends_requests_before_it_has_created_every_task_of_a_chunk(make_run):
     """Every SUBMIT_SLICE samples the step lets the tasks it created run, so the engine gets the first
     requests of a 512-sample chunk while the other groups' tasks do not exist yet."""
-    args, source, runtime, engine = make_run(
-        n_prompts=64, n_samples_per_prompt=8, rollout_batch_size=64, over_sampling_batch_size=64
-    )
+    args, source, runtime, engine = make_run(n_prompts=64, n_samples_per_prompt=8, rollout_batch_size=64,
+                                             over_sampling_batch_size=64)
     tasks_at_first_request = []
     generate = engine.generate
 
@@ -195,9 +185,8 @@ def test_a_step_sends_requests_before_it_has_created_every_task_of_a_chunk(make_
 
 
 def test_partial_rollout_resumes_from_tokens_with_the_remaining_budget(make_run):
-    args, source, runtime, engine = make_run(
-        slow={2, 3}, partial_rollout=True, mask_offpolicy_in_partial_rollout=True
-    )
+    args, source, runtime, engine = make_run(slow={2, 3}, partial_rollout=True,
+                                             mask_offpolicy_in_partial_rollout=True)
     out = step(args, source, runtime)
     assert prompts_of(out.samples) == ["0 fast|", "1 fast|"]
     assert out.metrics["rollout/aborted"] == 4 and out.metrics["ledger/returned"] == 4
@@ -228,20 +217,13 @@ def test_without_partial_rollout_aborted_groups_start_over(make_run):
     slow = [r["input_ids"] for r in engine.payloads if bytes(r["input_ids"]).startswith(b"2 slow|")]
     assert slow == [list(b"2 slow|")] * 4  # two samples, twice, each time from the bare prompt
     assert all(s.metadata["attempts"] == 1 for g in out.samples for s in g)
-    assert all(
-        "attempts" not in s.metadata and s.metadata["returned_at_rollout_id"] == 1
-        for g in source.buffer
-        for s in g
-    )
+    assert all("attempts" not in s.metadata and s.metadata["returned_at_rollout_id"] == 1
+               for g in source.buffer for s in g)
 
 
 def test_dynamic_filter_drops_with_reason_and_over_sampling_filter_orders(make_run):
-    args, source, runtime, _ = make_run(
-        n_prompts=8,
-        dynamic_sampling_filter_path="even_only",
-        over_sampling_filter_path="highest_first",
-        over_sampling_batch_size=8,
-    )
+    args, source, runtime, _ = make_run(n_prompts=8, dynamic_sampling_filter_path="even_only",
+                                        over_sampling_filter_path="highest_first", over_sampling_batch_size=8)
     out = step(args, source, runtime)
     assert out.metrics["rollout/dynamic_filter/drop_odd"] == 8
     kept_numbers = [int(p.split()[0]) for p in prompts_of(out.samples)]
@@ -250,63 +232,41 @@ def test_dynamic_filter_drops_with_reason_and_over_sampling_filter_orders(make_r
 
 
 def test_a_filter_that_drops_everything_cannot_loop_forever(make_run):
-    args, source, runtime, _ = make_run(
-        dynamic_sampling_filter_path="drop_all", rollout_max_groups_per_step=6
-    )
-    with pytest.warns(
-        RuntimeWarning,
-        match=r"step 0: 0 of 2 groups \(12 samples dropped, 0 failed\): it pulled 6 groups, the cap",
-    ):
+    args, source, runtime, _ = make_run(dynamic_sampling_filter_path="drop_all", rollout_max_groups_per_step=6)
+    with pytest.warns(RuntimeWarning, match=r"step 0: 0 of 2 groups \(12 samples dropped, 0 failed\): it pulled 6 groups, the cap"):
         out = step(args, source, runtime)
     assert out.samples == [] and out.metrics["ledger/dropped"] == 12
     assert out.metrics["rollout/short_of_batch"] == 2
 
 
 def test_keep_when_insufficient_tops_up_the_batch(make_run):
-    args, source, runtime, _ = make_run(
-        dynamic_sampling_filter_path="drop_all_fallback", rollout_max_groups_per_step=4
-    )
+    args, source, runtime, _ = make_run(dynamic_sampling_filter_path="drop_all_fallback",
+                                        rollout_max_groups_per_step=4)
     out = step(args, source, runtime)
     assert len(out.samples) == 2 and out.metrics["rollout/dynamic_filter/drop_never"] == 4
 
 
 @pytest.mark.parametrize(
     ("generator", "message"),
-    [
-        (
-            "broken",
-            "custom_generate 'broken' from plugin .* on sample 1/2 raised RuntimeError: tool server down",
-        ),
-        ("wrong_type", "returned dict, expected Sample or list\\[Sample\\]"),
-        ("hangs", "hung: no result after 0.2 s"),
-    ],
+    [("broken", "custom_generate 'broken' from plugin .* on sample 1/2 raised RuntimeError: tool server down"),
+     ("wrong_type", "returned dict, expected Sample or list\\[Sample\\]"),
+     ("hangs", "hung: no result after 0.2 s")],
 )
 def test_plugin_failures_are_recorded_and_accounted(make_run, generator, message):
-    args, source, runtime, _ = make_run(
-        n_prompts=4, custom_generate_function_path=generator, generate_timeout=0.2
-    )
+    args, source, runtime, _ = make_run(n_prompts=4, custom_generate_function_path=generator, generate_timeout=0.2)
     out = step(args, source, runtime)
     m = out.metrics
     assert m["ledger/failed"] >= 2
     assert any(__import__("re").search(message, f) for f in m["rollout/failures"]), m["rollout/failures"]
-    assert (
-        m["ledger/entered"]
-        == m["ledger/kept"] + m["ledger/failed"] + m["ledger/returned"] + m["ledger/dropped"]
-    )
+    assert m["ledger/entered"] == m["ledger/kept"] + m["ledger/failed"] + m["ledger/returned"] + m["ledger/dropped"]
     failed = [s for g in out.discarded for s in g if "generate_error" in s.metadata]
     assert failed and all(s.status is Sample.Status.FAILED for s in failed)
 
 
 @pytest.mark.parametrize("policy", ["drop_group", "score"])
 def test_invalid_rewards_are_counted_and_follow_the_policy(make_run, policy):
-    args, source, runtime, _ = make_run(
-        n_prompts=4,
-        rm_type="crashes_on_odd",
-        on_invalid_reward=policy,
-        invalid_reward_value=-1.0,
-        rollout_batch_size=2,
-        over_sampling_batch_size=4,
-    )
+    args, source, runtime, _ = make_run(n_prompts=4, rm_type="crashes_on_odd", on_invalid_reward=policy,
+                                        invalid_reward_value=-1.0, rollout_batch_size=2, over_sampling_batch_size=4)
     out = step(args, source, runtime)
     m = out.metrics
     if policy == "drop_group":  # both odd groups dropped
@@ -326,21 +286,13 @@ def test_deterministic_mode_seeds_each_sample(make_run):
 
 
 def test_ledger_balances_over_many_steps_with_partial_rollouts(make_run):
-    args, source, runtime, _ = make_run(
-        n_prompts=10,
-        slow={1, 4, 5, 8},
-        slow_seconds=0.05,
-        partial_rollout=True,
-        dynamic_sampling_filter_path="even_only",
-    )
+    args, source, runtime, _ = make_run(n_prompts=10, slow={1, 4, 5, 8}, slow_seconds=0.05,
+                                        partial_rollout=True, dynamic_sampling_filter_path="even_only")
     seen = []
     for rollout_id in range(6):
         out = step(args, source, runtime, rollout_id)
         m = out.metrics
-        assert (
-            m["ledger/entered"]
-            == m["ledger/kept"] + m["ledger/dropped"] + m["ledger/returned"] + m["ledger/failed"]
-        )
+        assert m["ledger/entered"] == m["ledger/kept"] + m["ledger/dropped"] + m["ledger/returned"] + m["ledger/failed"]
         seen += prompts_of(out.samples)
     assert all(int(p.split()[0]) % 2 == 0 for p in seen)
 
@@ -350,9 +302,8 @@ def test_a_step_whose_every_sample_failed_stops_the_run_with_the_causes(make_run
     from rlsdk.errors import RlsdkError
     from rlsdk.run.job import check_step
 
-    args, source, runtime, _ = make_run(
-        n_prompts=4, custom_generate_function_path="wrong_type", rollout_max_groups_per_step=2
-    )
+    args, source, runtime, _ = make_run(n_prompts=4, custom_generate_function_path="wrong_type",
+                                        rollout_max_groups_per_step=2)
     out = step(args, source, runtime)
     assert out.metrics["ledger/failed"] == out.metrics["ledger/entered"] == 4
     with pytest.raises(RlsdkError, match="step 0: all 4 samples failed .*returned dict"):

@@ -26,17 +26,8 @@ pytestmark = pytest.mark.slow
 DEFAULT_DATASET = Path(TRAIN_DATA)
 
 SLIME_FUNCS = Path(__file__).parent / "slime_style" / "slime_funcs.py"
-SIZES = [
-    "--num-rollout",
-    "2",
-    "--rollout-batch-size",
-    "2",
-    "--n-samples-per-prompt",
-    "2",
-    "--rollout-max-response-len",
-    "12",
-    "--rollout-shuffle",
-]
+SIZES = ["--num-rollout", "2", "--rollout-batch-size", "2", "--n-samples-per-prompt", "2",
+         "--rollout-max-response-len", "12", "--rollout-shuffle"]
 TINY = [*SIZES, "--data", f"{DEFAULT_DATASET}@[0:12]", "--apply-chat-template", "--label-key", "label"]
 
 
@@ -60,9 +51,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def check_ledger(metrics: list[dict]) -> None:
     for m in metrics:
-        assert m["ledger/entered"] == (
-            m["ledger/kept"] + m["ledger/dropped"] + m["ledger/returned"] + m["ledger/failed"]
-        )
+        assert m["ledger/entered"] == (m["ledger/kept"] + m["ledger/dropped"] + m["ledger/returned"]
+                                       + m["ledger/failed"])
 
 
 def check_sample(row: dict) -> None:
@@ -73,7 +63,7 @@ def check_sample(row: dict) -> None:
     assert row["status"] in ("completed", "truncated")
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_rlsdk_run_writes_rollouts_metrics_and_state(tmp_path):
     out = tmp_path / "run"
     result = rlsdk("run", *TINY, "--output", str(out))
@@ -99,25 +89,12 @@ def test_rlsdk_run_writes_rollouts_metrics_and_state(tmp_path):
     assert len(read_jsonl(out / "rollouts.jsonl")) == 8
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_rlsdk_eval_writes_metrics_and_samples_to_output(tmp_path, tiny_llama):
     out = tmp_path / "eval"
     data = word_prompts(tmp_path)
-    result = rlsdk(
-        "eval",
-        "--model",
-        str(tiny_llama),
-        "--data",
-        f"{data}@[0:2]",
-        "--label-key",
-        "label",
-        "--n-samples-per-eval-prompt",
-        "2",
-        "--rollout-max-response-len",
-        "6",
-        "--output",
-        str(out),
-    )
+    result = rlsdk("eval", "--model", str(tiny_llama), "--data", f"{data}@[0:2]", "--label-key", "label",
+                   "--n-samples-per-eval-prompt", "2", "--rollout-max-response-len", "6", "--output", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     [metrics] = read_jsonl(out / "eval.jsonl")
     samples = read_jsonl(out / "eval_samples.jsonl")
@@ -144,7 +121,7 @@ def reward(args, sample, **kwargs):
 """
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_resume_after_a_killed_run_serves_exactly_the_remaining_groups(tmp_path, tiny_llama):
     """An uninterrupted run and a run killed after its first step, then resumed, write the same
     prompts in the same order, each step once. The killed run is a real ``rlsdk run`` process, SIGKILLed
@@ -154,32 +131,18 @@ def test_resume_after_a_killed_run_serves_exactly_the_remaining_groups(tmp_path,
     reward = tmp_path / "hanging_reward.py"
     reward.write_text(HANGING_REWARD)
     config = tmp_path / "run.json"
-    config.write_text(
-        json.dumps(
-            {
-                "model": str(tiny_llama),
-                "prompt_data": str(word_prompts(tmp_path)),
-                "label_key": "label",
-                "num_rollout": 3,
-                "rollout_batch_size": 2,
-                "n_samples_per_prompt": 2,
-                "rollout_max_response_len": 4,
-                "rollout_shuffle": True,
-                "custom_rm_path": f"{reward}:reward",
-            }
-        )
-    )
+    config.write_text(json.dumps({
+        "model": str(tiny_llama), "prompt_data": str(word_prompts(tmp_path)), "label_key": "label",
+        "num_rollout": 3, "rollout_batch_size": 2, "n_samples_per_prompt": 2, "rollout_max_response_len": 4,
+        "rollout_shuffle": True, "custom_rm_path": f"{reward}:reward",
+    }))
     run_job(RolloutConfig.from_file(config, output_dir=str(whole)))
 
     state = broken / "state.json"
     exe = Path(sys.executable).with_name("rlsdk")
-    process = subprocess.Popen(
-        [str(exe), "run", "--config", str(config), "--output", str(broken)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        env={**os.environ, "HANG_ONCE_SAVED": str(state)},
-    )
+    process = subprocess.Popen([str(exe), "run", "--config", str(config), "--output", str(broken)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                               env={**os.environ, "HANG_ONCE_SAVED": str(state)})
     deadline = time.monotonic() + 300
     while not (state.exists() and json.loads(state.read_text())["next_rollout_id"] >= 1):
         assert process.poll() is None and time.monotonic() < deadline, "the run ended before its first step"
@@ -190,43 +153,25 @@ def test_resume_after_a_killed_run_serves_exactly_the_remaining_groups(tmp_path,
 
     run_job(RolloutConfig.from_file(config, output_dir=str(broken), resume=True))
     # a step writes its groups as they finish: the order they were served in is their group_index
-    expect = sorted(
-        (r["rollout_id"], r["group_index"], r["prompt"]) for r in read_jsonl(whole / "rollouts.jsonl")
-    )
-    got = sorted(
-        (r["rollout_id"], r["group_index"], r["prompt"]) for r in read_jsonl(broken / "rollouts.jsonl")
-    )
+    expect = sorted((r["rollout_id"], r["group_index"], r["prompt"]) for r in read_jsonl(whole / "rollouts.jsonl"))
+    got = sorted((r["rollout_id"], r["group_index"], r["prompt"]) for r in read_jsonl(broken / "rollouts.jsonl"))
     assert got == expect
     assert [m["rollout_id"] for m in read_jsonl(broken / "metrics.jsonl")] == [0, 1, 2]
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_slime_style_functions_run_unchanged_by_path(tmp_path, tiny_llama):
     """slime functions loaded by file path: a generator that POSTs to /generate itself (the embedded
     engine is served on loopback during the run), a dict reward with --reward-key, a bool dynamic
     filter and a buffer filter."""
     out = tmp_path / "run"
     result = rlsdk(
-        "run",
-        *SIZES,
-        "--model",
-        str(tiny_llama),
-        "--data",
-        str(word_prompts(tmp_path)),
-        "--label-key",
-        "label",
-        "--output",
-        str(out),
-        "--custom-generate-function-path",
-        f"{SLIME_FUNCS}:generate",
-        "--custom-rm-path",
-        f"{SLIME_FUNCS}:reward",
-        "--reward-key",
-        "score",
-        "--dynamic-sampling-filter-path",
-        f"{SLIME_FUNCS}:keep_all",
-        "--buffer-filter-path",
-        f"{SLIME_FUNCS}:newest_first",
+        "run", *SIZES, "--model", str(tiny_llama), "--data", str(word_prompts(tmp_path)), "--label-key", "label",
+        "--output", str(out),
+        "--custom-generate-function-path", f"{SLIME_FUNCS}:generate",
+        "--custom-rm-path", f"{SLIME_FUNCS}:reward", "--reward-key", "score",
+        "--dynamic-sampling-filter-path", f"{SLIME_FUNCS}:keep_all",
+        "--buffer-filter-path", f"{SLIME_FUNCS}:newest_first",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_jsonl(out / "rollouts.jsonl")
@@ -240,24 +185,15 @@ def test_slime_style_functions_run_unchanged_by_path(tmp_path, tiny_llama):
     check_ledger(read_jsonl(out / "metrics.jsonl"))
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_a_slime_example_folder_runs_unchanged_without_slime(tmp_path):
     """A generator written as slime's examples are (slime imports, sibling imports, GenerateState, post,
     slime's append_response_tokens with meta_info, deepcopy(args)), by file path, slime absent."""
     example = Path(__file__).parent / "slime_style" / "tool_example" / "generate_with_tool.py"
     out = tmp_path / "run"
-    result = rlsdk(
-        "run",
-        *TINY,
-        "--num-rollout",
-        "1",
-        "--output",
-        str(out),
-        "--custom-generate-function-path",
-        f"{example}:generate",
-        "--custom-rm-path",
-        f"{example}:reward_func",
-    )
+    result = rlsdk("run", *TINY, "--num-rollout", "1", "--output", str(out),
+                   "--custom-generate-function-path", f"{example}:generate",
+                   "--custom-rm-path", f"{example}:reward_func")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_jsonl(out / "rollouts.jsonl")
     assert len(rows) == 4
@@ -268,7 +204,7 @@ def test_a_slime_example_folder_runs_unchanged_without_slime(tmp_path):
         assert row["reward"] in (0.0, 1.0)
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_invalid_names_fail_before_the_model_loads(tmp_path):
     result = rlsdk("run", "--rm", "deepscalr", "--output", str(tmp_path), timeout=60)
     assert result.returncode != 0
@@ -277,24 +213,15 @@ def test_invalid_names_fail_before_the_model_loads(tmp_path):
     assert not (tmp_path / "rollouts.jsonl").exists()
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_eval_reports_pass_at_k_per_dataset(tmp_path):
     data = tmp_path / "eval.jsonl"
     data.write_text("".join(line + "\n" for line in DEFAULT_DATASET.read_text().splitlines()[:3]))
-    args = RolloutConfig(
-        prompt_data=str(data),
-        label_key="label",
-        apply_chat_template=True,
-        eval_datasets=[
-            {"name": "arith", "path": str(data), "n_samples_per_eval_prompt": 2, "eval_max_response_len": 12}
-        ],
-        eval_interval=1,
-        num_rollout=1,
-        rollout_batch_size=1,
-        n_samples_per_prompt=2,
-        rollout_max_response_len=8,
-        output_dir=str(tmp_path / "out"),
-    )
+    args = RolloutConfig(prompt_data=str(data), label_key="label", apply_chat_template=True,
+                         eval_datasets=[{"name": "arith", "path": str(data), "n_samples_per_eval_prompt": 2,
+                                         "eval_max_response_len": 12}],
+                         eval_interval=1, num_rollout=1, rollout_batch_size=1, n_samples_per_prompt=2,
+                         rollout_max_response_len=8, output_dir=str(tmp_path / "out"))
     run_job(args)
     evaluated = read_jsonl(tmp_path / "out" / "eval.jsonl")[0]
     assert evaluated["eval/arith/prompts"] == 3

@@ -18,7 +18,7 @@ def invoke(*argv: str):
     return runner.invoke(app, list(argv), env={"COLUMNS": "200"})
 
 
-@pytest.mark.plugins("rlsdk_generators", "rlsdk_rm_hub", "rlsdk_embedded")
+@pytest.mark.plugins('rlsdk_generators', 'rlsdk_rm_hub', 'rlsdk_embedded')
 def test_help_lists_core_and_plugin_options_with_defaults():
     text = invoke("run", "--help").stdout
     assert "--rollout-batch-size" in text and "Groups (prompts) kept per step. (default: 4)" in text
@@ -29,23 +29,14 @@ def test_help_lists_core_and_plugin_options_with_defaults():
     assert "`@[start:end]` row slice" in text  # help text is not read as markup
 
 
-@pytest.mark.parametrize(
-    ("argv", "error"),
-    [
-        (
-            ["--set", "rollout_temprature=0"],
-            "unknown option 'rollout_temprature' (did you mean 'rollout_temperature'?)",
-        ),
-        (["--set", "max_turns=two"], "option 'max_turns' takes an integer, got 'two'"),
-        (["--set", "tool_call_format=xml"], "'tool_call_format' must be one of auto, tag, json, got 'xml'"),
-        (
-            ["--rollout-batch-sise", "3"],
-            "no such option --rollout-batch-sise (did you mean --rollout-batch-size?)",
-        ),
-        (["--max-turns", "x"], "Invalid value for '--max-turns'"),
-    ],
-)
-@pytest.mark.plugins("rlsdk_generators", "rlsdk_rm_hub", "rlsdk_embedded")
+@pytest.mark.parametrize(("argv", "error"), [
+    (["--set", "rollout_temprature=0"], "unknown option 'rollout_temprature' (did you mean 'rollout_temperature'?)"),
+    (["--set", "max_turns=two"], "option 'max_turns' takes an integer, got 'two'"),
+    (["--set", "tool_call_format=xml"], "'tool_call_format' must be one of auto, tag, json, got 'xml'"),
+    (["--rollout-batch-sise", "3"], "no such option --rollout-batch-sise (did you mean --rollout-batch-size?)"),
+    (["--max-turns", "x"], "Invalid value for '--max-turns'"),
+])
+@pytest.mark.plugins('rlsdk_generators', 'rlsdk_rm_hub', 'rlsdk_embedded')
 def test_unknown_or_wrong_options_are_errors_naming_them(argv, error, tmp_path):
     result = invoke("run", *argv, "--output", str(tmp_path))
     assert result.exit_code == 2 and error in " ".join(result.output.split()), result.output
@@ -57,9 +48,8 @@ def test_config_file_keys_are_checked_too(tmp_path):
     config.write_text("rollout_batch_sise: 8\n")
     result = invoke("run", "--config", str(config), "--output", str(tmp_path / "out"))
     assert result.exit_code == 2
-    assert f"{config}: unknown option 'rollout_batch_sise' (did you mean 'rollout_batch_size'?)" in " ".join(
-        result.output.replace("│", " ").split()
-    )
+    assert f"{config}: unknown option 'rollout_batch_sise' (did you mean 'rollout_batch_size'?)" in \
+        " ".join(result.output.replace("│", " ").split())
 
 
 def test_an_error_is_printed_as_it_is_not_read_as_markup(tmp_path):
@@ -71,16 +61,13 @@ def test_an_error_is_printed_as_it_is_not_read_as_markup(tmp_path):
     assert f"Error: data file '{missing}' does not exist" in " ".join(result.output.split()), result.output
 
 
-@pytest.mark.plugins("rlsdk_generators", "rlsdk_rm_hub", "rlsdk_embedded")
+@pytest.mark.plugins('rlsdk_generators', 'rlsdk_rm_hub', 'rlsdk_embedded')
 def test_plugins_show_lists_the_options_the_plugin_declares():
     entry = json.loads(invoke("plugins", "show", "drop_stale", "--json").stdout)
     options = {o["name"]: o for o in entry["options"]}
     assert options["buffer_max_staleness"] == {
-        "name": "buffer_max_staleness",
-        "type": "int",
-        "default": None,
-        "help": options["buffer_max_staleness"]["help"],
-    }
+        "name": "buffer_max_staleness", "type": "int", "default": None,
+        "help": options["buffer_max_staleness"]["help"]}
     assert "drop_stale" in options["buffer_max_staleness"]["help"]
     text = invoke("plugins", "show", "multi_turn").stdout
     assert "tool_call_format (str, default 'auto', one of auto, tag, json)" in text

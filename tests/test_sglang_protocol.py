@@ -34,11 +34,8 @@ def post(served, body, path="/generate"):
 
 
 def greedy(served, prompt=(1, 504, 3458, 30), **params):
-    body = {
-        "input_ids": list(prompt),
-        "return_logprob": True,
-        "sampling_params": {"temperature": 0, "max_new_tokens": 6, **params},
-    }
+    body = {"input_ids": list(prompt), "return_logprob": True,
+            "sampling_params": {"temperature": 0, "max_new_tokens": 6, **params}}
     response = post(served, body)
     assert response.status_code == 200
     return response.json()
@@ -50,9 +47,7 @@ def assert_same_shape(ours, theirs, where="response"):
     for key, value in theirs.items():
         if key in ("finish_reason", "cached_tokens_details"):
             continue  # checked per case: their shape depends on how the request ended / the cache
-        assert type(ours[key]) is type(value), (
-            f"{where}.{key}: {type(ours[key]).__name__} != {type(value).__name__}"
-        )
+        assert type(ours[key]) is type(value), f"{where}.{key}: {type(ours[key]).__name__} != {type(value).__name__}"
 
 
 # ------------------------------------------------------------------ rlsdk serve
@@ -83,16 +78,13 @@ def test_single_response_fields_and_types(served):
     assert_same_shape(ours, SINGLE)
     assert_same_shape(ours["meta_info"], SINGLE["meta_info"], "meta_info")
     assert ours["meta_info"]["output_token_logprobs_length"] == len(ours["output_ids"])
-    for entry, theirs in zip(
-        ours["meta_info"]["output_token_logprobs"], SINGLE["meta_info"]["output_token_logprobs"]
-    ):
+    for entry, theirs in zip(ours["meta_info"]["output_token_logprobs"], SINGLE["meta_info"]["output_token_logprobs"]):
         assert [type(x) for x in entry] == [type(x) for x in theirs]  # [float, int, None]
 
 
 def test_eos_matches_by_id_and_stays_in_output_ids_not_text(served):
     chat = served.engine.tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Say hi."}], add_generation_prompt=True, return_dict=True
-    )["input_ids"]
+        [{"role": "user", "content": "Say hi."}], add_generation_prompt=True, return_dict=True)["input_ids"]
     ours = greedy(served, chat, max_new_tokens=60)
     theirs = SINGLE["meta_info"]["finish_reason"]
     assert ours["meta_info"]["finish_reason"] == {"type": "stop", "matched": ours["output_ids"][-1]}
@@ -102,20 +94,13 @@ def test_eos_matches_by_id_and_stays_in_output_ids_not_text(served):
 
 def test_batch_gives_a_list_with_length_finish(served):
     theirs = FACTS["batch"][1]
-    body = {
-        "input_ids": [[1, 504, 3458], [1, 504, 3458, 30]],
-        "return_logprob": True,
-        "sampling_params": {"max_new_tokens": 4, "ignore_eos": True},
-    }
+    body = {"input_ids": [[1, 504, 3458], [1, 504, 3458, 30]], "return_logprob": True,
+            "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}
     ours = post(served, body).json()
     assert isinstance(ours, list) and len(ours) == len(theirs)
     for mine, real in zip(ours, theirs):
         assert_same_shape(mine["meta_info"], real["meta_info"], "meta_info")
-        assert (
-            mine["meta_info"]["finish_reason"]
-            == real["meta_info"]["finish_reason"]
-            == {"type": "length", "length": 4}
-        )
+        assert mine["meta_info"]["finish_reason"] == real["meta_info"]["finish_reason"] == {"type": "length", "length": 4}
 
 
 def test_stop_string_is_trimmed_even_inside_a_token(served):
@@ -145,11 +130,8 @@ def test_abort_shape(served):
         client = SGLangClient(served.url)
         try:
             steps = served.engine.stats.steps
-            task = asyncio.create_task(
-                client.generate(
-                    {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 500, "ignore_eos": True}}
-                )
-            )
+            task = asyncio.create_task(client.generate({"input_ids": [1, 2], "sampling_params": {
+                "max_new_tokens": 500, "ignore_eos": True}}))
             while served.engine.stats.steps < steps + 2:  # prefilled and decoding: some tokens to return
                 await asyncio.sleep(0.05)
             response = await client._request("POST", "/abort_request", body={"abort_all": True})
@@ -164,18 +146,14 @@ def test_abort_shape(served):
 
 
 def test_stream_is_cumulative_and_ends_with_done(served):
-    theirs = [json.loads(line[len("data: ") :]) for line in FACTS["stream"][:-1]]
+    theirs = [json.loads(line[len("data: "):]) for line in FACTS["stream"][:-1]]
     assert FACTS["stream"][-1] == "data: [DONE]"
-    body = {
-        "input_ids": [1, 504, 3458],
-        "stream": True,
-        "return_logprob": True,
-        "sampling_params": {"max_new_tokens": 6, "ignore_eos": True},
-    }
+    body = {"input_ids": [1, 504, 3458], "stream": True, "return_logprob": True,
+            "sampling_params": {"max_new_tokens": 6, "ignore_eos": True}}
     with httpx.stream("POST", f"{served.url}/generate", json=body, timeout=120) as response:
         lines = [line for line in response.iter_lines() if line]
     assert lines[-1] == "data: [DONE]" and all(line.startswith("data: ") for line in lines)
-    chunks = [json.loads(line[len("data: ") :]) for line in lines[:-1]]
+    chunks = [json.loads(line[len("data: "):]) for line in lines[:-1]]
     assert len(chunks) == 6
     assert_same_shape(chunks[0]["meta_info"], theirs[0]["meta_info"], "first chunk meta_info")
     assert_same_shape(chunks[1]["meta_info"], theirs[1]["meta_info"], "second chunk meta_info")
@@ -192,9 +170,7 @@ def test_bad_request_shape(served):
     assert response.status_code == status
     ours = response.json()
     assert list(ours) == list(theirs)
-    assert {k: ours[k] for k in ("object", "type", "param", "code")} == {
-        k: theirs[k] for k in ("object", "type", "param", "code")
-    }
+    assert {k: ours[k] for k in ("object", "type", "param", "code")} == {k: theirs[k] for k in ("object", "type", "param", "code")}
     assert "must be list or null; got str" in ours["message"]
 
 
@@ -224,7 +200,6 @@ def replay():
             if isinstance(body, str):
                 return web.Response(text=body, status=status)
             return web.json_response(body, status=status)
-
         return handler
 
     async def generate(request):
@@ -232,22 +207,16 @@ def replay():
         if not isinstance(body.get("input_ids"), list):
             return await answer("bad_request")(request)
         if body.get("stream"):
-            return web.Response(
-                text="".join(f"{line}\n\n" for line in FACTS["stream"]), content_type="text/event-stream"
-            )
+            return web.Response(text="".join(f"{line}\n\n" for line in FACTS["stream"]),
+                                content_type="text/event-stream")
         return await answer("batch" if isinstance(body["input_ids"][0], list) else "single")(request)
 
     app = web.Application()
-    app.add_routes(
-        [
-            web.get("/model_info", answer("model_info")),
-            web.get("/get_weight_version", answer("weight_version")),
-            web.post("/generate", generate),
-            web.post("/abort_request", answer("abort_call")),
-            web.get("/flush_cache", answer("flush_get")),
-            web.get("/v1/loads", answer("loads")),
-        ]
-    )
+    app.add_routes([
+        web.get("/model_info", answer("model_info")), web.get("/get_weight_version", answer("weight_version")),
+        web.post("/generate", generate), web.post("/abort_request", answer("abort_call")),
+        web.get("/flush_cache", answer("flush_get")), web.get("/v1/loads", answer("loads")),
+    ])
 
     async def run(scenario):
         runner = web.AppRunner(app)
@@ -272,9 +241,7 @@ def test_client_reads_real_responses(replay):
 
     single, batch, chunks, version, load = replay(scenario)
     assert single == SINGLE and batch == FACTS["batch"][1]
-    assert [c["output_ids"] for c in chunks] == [
-        json.loads(line[6:])["output_ids"] for line in FACTS["stream"][:-1]
-    ]
+    assert [c["output_ids"] for c in chunks] == [json.loads(line[6:])["output_ids"] for line in FACTS["stream"][:-1]]
     assert version == "default" and load == {"num_running_reqs": 0, "num_waiting_reqs": 0}
 
 

@@ -98,13 +98,10 @@ def fake_slime(tmp_path, monkeypatch):
 class Plugins:
     @hookimpl
     def rlsdk_rewards(self):
-        yield Reward(
-            name="length_sync", func=lambda args, sample, **kw: float(len(sample.response)), cheap=True
-        )
+        yield Reward(name="length_sync", func=lambda args, sample, **kw: float(len(sample.response)), cheap=True)
 
         async def labelled(args, sample, **kw):
             return {"score": float(sample.response == sample.label), "grader_timeout": args.grader_timeout}
-
         yield Reward(name="labelled", func=labelled)
 
     @hookimpl
@@ -113,7 +110,6 @@ class Plugins:
             rewards = [s.reward for s in samples]
             keep = max(rewards) > min(rewards)
             return DynamicFilterOutput(keep=keep, reason=None if keep else f"zero_std_{rewards[0]}")
-
         yield DynamicFilter(name="spread", func=spread)
         yield DynamicFilter(name="always", func=lambda args, samples, **kw: True)
 
@@ -123,7 +119,6 @@ class Plugins:
             taken = buffer[:num_samples]
             del buffer[:num_samples]
             return taken
-
         yield BufferFilter(name="first", func=first)
 
 
@@ -142,8 +137,7 @@ def load_function(path: str):
 
 # ----- rlsdk plugins inside slime ------------------------------------------------------------------
 
-
-@pytest.mark.plugins("rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_rm_hub')
 def test_rewards_are_awaitable_with_slimes_parameter_names_and_args(plugins):
     """slime awaits every custom reward; a sync rlsdk reward becomes a coroutine function. slime's args
     lack rlsdk's options: rlsdk's defaults answer for them."""
@@ -157,18 +151,8 @@ def test_rewards_are_awaitable_with_slimes_parameter_names_and_args(plugins):
 
 
 def test_a_reward_returning_garbage_raises_naming_the_plugin(plugins):
-    plugins.register(
-        type(
-            "Bad",
-            (),
-            {
-                "rlsdk_rewards": hookimpl(
-                    lambda self: [Reward(name="bad", func=lambda args, sample, **kw: "1.0", cheap=True)]
-                )
-            },
-        )(),
-        "bad_plugin",
-    )
+    plugins.register(type("Bad", (), {"rlsdk_rewards": hookimpl(lambda self: [
+        Reward(name="bad", func=lambda args, sample, **kw: "1.0", cheap=True)])})(), "bad_plugin")
     with pytest.raises(Exception, match="bad.*expected a number or a dict"):
         asyncio.run(load_function("rlsdk.slime.reward.bad")(argparse.Namespace(), Sample()))
 
@@ -199,7 +183,7 @@ def test_buffer_filters_take_rollout_id_none(plugins):
     assert [g[0].index for g in taken] == [1] and [g[0].index for g in buffer] == [2]
 
 
-@pytest.mark.plugins("rlsdk_filter_hub")
+@pytest.mark.plugins('rlsdk_filter_hub')
 def test_drop_stale_serves_oldest_first_when_slime_gives_no_rollout_id():
     from rlsdk_filter_hub.buffer import drop_stale
 
@@ -236,8 +220,7 @@ def test_slime_samples_convert_to_rlsdk_and_back(fake_slime):
 
 # ----- slime's modules without slime -----------------------------------------------------------------
 
-
-@pytest.mark.plugins("rlsdk_rm_hub", "rlsdk_filter_hub")
+@pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_slime_modules_stand_in_as_rlsdks(no_slime):
     from slime.rollout.base_types import RolloutFnTrainOutput, call_rollout_fn
     from slime.rollout.filter_hub.base_types import DynamicFilterOutput as StandIn
@@ -252,9 +235,8 @@ def test_slime_modules_stand_in_as_rlsdks(no_slime):
     lenient = StandIn(keep=False, keep_when_insufficient=True)
     assert not should_drop_dynamic_filter_output(lenient, remaining_batch_size=2, target_data_size=2)
     assert should_drop_dynamic_filter_output(lenient, remaining_batch_size=3, target_data_size=2)
-    legacy = call_rollout_fn(
-        lambda args, rollout_id, data_source, evaluation: [[Sample()]], None, 0, None, evaluation=False
-    )
+    legacy = call_rollout_fn(lambda args, rollout_id, data_source, evaluation: [[Sample()]], None, 0, None,
+                             evaluation=False)
     assert isinstance(legacy, RolloutFnTrainOutput) and len(legacy.samples) == 1
     assert sys.modules["rlsdk.types"].__spec__.name == "rlsdk.types"
     with pytest.raises(ModuleNotFoundError, match="stands in only for"):
@@ -280,8 +262,7 @@ def test_loading_a_path_turns_the_layer_on_and_puts_the_files_folder_on_sys_path
     (tmp_path / "helpers_for_slime_example.py").write_text("ANSWER = 42\n")
     (tmp_path / "generate.py").write_text(
         "from helpers_for_slime_example import ANSWER\nfrom slime.utils.types import Sample\n"
-        "def make():\n    return Sample(label=str(ANSWER))\n"
-    )
+        "def make():\n    return Sample(label=str(ANSWER))\n")
     try:
         assert load_callable(f"{tmp_path / 'generate.py'}:make")().label == "42"
         assert str(tmp_path) in sys.path
@@ -293,11 +274,8 @@ def test_loading_a_path_turns_the_layer_on_and_puts_the_files_folder_on_sys_path
 
 # ----- statuses a slime function sets ----------------------------------------------------------------
 
-
 @pytest.mark.parametrize("status,expected", [("completed", "completed"), ("weird", "failed")])
-def test_foreign_and_unknown_statuses_are_never_silently_recycled(
-    rlsdk_pm, rlsdk_args, fake_slime, status, expected
-):
+def test_foreign_and_unknown_statuses_are_never_silently_recycled(rlsdk_pm, rlsdk_args, fake_slime, status, expected):
     """slime's Status members count as rlsdk's (same values); an unknown status fails the sample with
     the cause, where it was once counted as aborted and recycled."""
     from rlsdk.aio.concurrency import ConcurrencyLimit
@@ -309,30 +287,17 @@ def test_foreign_and_unknown_statuses_are_never_silently_recycled(
         sample.status = fake_slime.Sample.Status(status) if status != "weird" else status
         return sample
 
-    rlsdk_pm.register(
-        type(
-            "Gen",
-            (),
-            {
-                "rlsdk_custom_generates": hookimpl(
-                    lambda self: [CustomGenerate(name="slime_generator", func=slime_generator)]
-                )
-            },
-        )(),
-        "gen",
-    )
+    rlsdk_pm.register(type("Gen", (), {"rlsdk_custom_generates": hookimpl(lambda self: [
+        CustomGenerate(name="slime_generator", func=slime_generator)])})(), "gen")
     args = rlsdk_args.replace(custom_generate_function_path="slime_generator")
     plugins = RunPlugins(args, rlsdk_pm)
-    [out] = asyncio.run(
-        call_custom_generate(args, plugins.custom_generate, Sample(), {}, ConcurrencyLimit(1))
-    )
+    [out] = asyncio.run(call_custom_generate(args, plugins.custom_generate, Sample(), {}, ConcurrencyLimit(1)))
     assert out.status is Sample.Status(expected)
     if expected == "failed":
         assert "unknown status 'weird'" in out.metadata["generate_error"]
 
 
 # ----- args, rewards and accounting as slime's functions expect ------------------------------------
-
 
 def test_args_answer_slimes_arguments_and_survive_deepcopy_and_pickle(rlsdk_args):
     import copy
@@ -384,38 +349,12 @@ def test_rollouts_rows_keep_the_step_and_the_samples_own_rollout_id():
 def test_slimes_multi_value_flags_are_accepted_as_slime_writes_them():
     from rlsdk_cli.app import spread_multi_value_flags
 
-    argv = [
-        "run",
-        "--eval-prompt-data",
-        "aime",
-        "a.jsonl",
-        "gsm",
-        "g.jsonl",
-        "--rollout-stop",
-        "</a>",
-        "</s>",
-        "--num-rollout",
-        "2",
-        "--rollout-stop-token-ids",
-    ]
+    argv = ["run", "--eval-prompt-data", "aime", "a.jsonl", "gsm", "g.jsonl", "--rollout-stop", "</a>", "</s>",
+            "--num-rollout", "2", "--rollout-stop-token-ids"]
     assert spread_multi_value_flags(argv) == [
-        "run",
-        "--eval-prompt-data",
-        "aime",
-        "--eval-prompt-data",
-        "a.jsonl",
-        "--eval-prompt-data",
-        "gsm",
-        "--eval-prompt-data",
-        "g.jsonl",
-        "--rollout-stop",
-        "</a>",
-        "--rollout-stop",
-        "</s>",
-        "--num-rollout",
-        "2",
-        "--rollout-stop-token-ids",
-    ]  # left without a value: the parser reports it
+        "run", "--eval-prompt-data", "aime", "--eval-prompt-data", "a.jsonl", "--eval-prompt-data", "gsm",
+        "--eval-prompt-data", "g.jsonl", "--rollout-stop", "</a>", "--rollout-stop", "</s>", "--num-rollout", "2",
+        "--rollout-stop-token-ids"]  # left without a value: the parser reports it
 
 
 # ----- slime's functions under rlsdk with slime installed ----------------------------------------------
@@ -450,9 +389,8 @@ def take_last(args, rollout_id, buffer, num_samples):
 """
 
 
-def test_slime_functions_get_slimes_own_samples_when_slime_is_installed(
-    fake_slime, tmp_path, rlsdk_pm, rlsdk_args
-):
+def test_slime_functions_get_slimes_own_samples_when_slime_is_installed(fake_slime, tmp_path, rlsdk_pm,
+                                                                          rlsdk_args):
     from rlsdk.rollout.rewarding import score_group
     from rlsdk.rollout.step import call_dynamic_filter
 
@@ -468,10 +406,7 @@ def test_slime_functions_get_slimes_own_samples_when_slime_is_installed(
 
     zero_std = rlsdk_pm.resolve("dynamic_filter", f"{path}:zero_std")
     verdict = asyncio.run(call_dynamic_filter(rlsdk_args, zero_std, [sample]))
-    assert isinstance(verdict, DynamicFilterOutput) and (verdict.keep, verdict.reason) == (
-        False,
-        "zero_std_1.0",
-    )
+    assert isinstance(verdict, DynamicFilterOutput) and (verdict.keep, verdict.reason) == (False, "zero_std_1.0")
 
     buffer = [[Sample(index=1)], [Sample(index=2)]]
     first = buffer[0][0]

@@ -13,10 +13,8 @@ from rlsdk.testing import FakeEngine, FakeReply, ServedEngine, check_custom_gene
 
 def test_the_kit_imports_without_pytest():
     """Benchmarks and scripts use FakeEngine and the checks without the test extra."""
-    code = (
-        "import sys; sys.modules['pytest'] = None; import asyncio; from rlsdk.testing import FakeEngine; "
-        "print(asyncio.run(FakeEngine(['hi']).generate({'input_ids': [1]}))['text'])"
-    )
+    code = ("import sys; sys.modules['pytest'] = None; import asyncio; from rlsdk.testing import FakeEngine; "
+            "print(asyncio.run(FakeEngine(['hi']).generate({'input_ids': [1]}))['text'])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0 and done.stdout.strip() == "hi", done.stderr
 
@@ -37,9 +35,7 @@ def test_fake_engine_cuts_like_sglang_and_aborts_running_requests():
     stopped, trimmed, cut, slow = asyncio.run(scenario())
     assert stopped["text"] == "one two|"
     assert stopped["meta_info"]["finish_reason"] == {"type": "stop", "matched": "|"}
-    assert trimmed["text"] == "one two" and trimmed["output_ids"] == list(
-        b"one two|"
-    )  # SGLang trims by default
+    assert trimmed["text"] == "one two" and trimmed["output_ids"] == list(b"one two|")  # SGLang trims by default
     assert [entry[1] for entry in stopped["meta_info"]["output_token_logprobs"]] == list(b"one two|")
     assert cut["text"] == "abc" and cut["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
     assert "output_token_logprobs" not in cut["meta_info"]  # only when return_logprob asks, as in SGLang

@@ -9,12 +9,7 @@ import torch
 
 from rlsdk import RolloutConfig
 from rlsdk.training.advantages import compute_advantages, gae, normalize_rewards
-from rlsdk.training.losses import (
-    importance_weighted_loss,
-    policy_loss,
-    soft_gated_loss,
-    sum_of_sample_mean_fn,
-)
+from rlsdk.training.losses import importance_weighted_loss, policy_loss, soft_gated_loss, sum_of_sample_mean_fn
 
 
 def args(**options):
@@ -30,12 +25,8 @@ def test_rloo_subtracts_the_mean_of_the_other_rewards():
     # A lone sample has no other to compare with: 0.
     out = normalize_rewards(args(advantage_estimator="rloo"), [1, 0, 0, 1, 5, 2, 7], [4, 2, 1])
     assert close(out, [2 / 3, -2 / 3, -2 / 3, 2 / 3, 3.0, -3.0, 0.0])
-    per_token = compute_advantages(
-        args(advantage_estimator="rloo"),
-        out[:2],
-        [torch.zeros(3), torch.zeros(1)],
-        [torch.ones(3), torch.ones(1)],
-    )
+    per_token = compute_advantages(args(advantage_estimator="rloo"), out[:2], [torch.zeros(3), torch.zeros(1)],
+                                   [torch.ones(3), torch.ones(1)])
     assert close(per_token[0].tolist(), [2 / 3] * 3) and close(per_token[1].tolist(), [-2 / 3])
 
 
@@ -44,11 +35,8 @@ def test_reinforce_keeps_raw_rewards_and_sapo_normalizes_like_grpo():
     assert normalize_rewards(args(advantage_estimator="reinforce"), rewards, [4]) == rewards
     assert normalize_rewards(args(advantage_estimator="ppo"), rewards, [4]) == rewards
     z = 0.75 / 0.5  # centered 0.75, unbiased std of [1, 0, 0, 0] = 0.5
-    assert close(
-        normalize_rewards(args(advantage_estimator="sapo"), rewards, [4]),
-        [z, -z / 3, -z / 3, -z / 3],
-        tol=1e-4,
-    )
+    assert close(normalize_rewards(args(advantage_estimator="sapo"), rewards, [4]), [z, -z / 3, -z / 3, -z / 3],
+                 tol=1e-4)
 
 
 def test_reinforce_loss_is_unclipped_and_its_gradient_is_minus_advantage_times_score():
@@ -90,10 +78,8 @@ def test_policy_loss_routes_each_estimator_to_its_term():
     }
     reduce = sum_of_sample_mean_fn([1], [torch.ones(1)])
     logits = torch.zeros(1, 3, 3)
-    pg = {
-        name: policy_loss(args(advantage_estimator=name), batch, logits, reduce)[1]["pg_loss"].item()
-        for name in ("grpo", "reinforce", "rloo", "sapo")
-    }
+    pg = {name: policy_loss(args(advantage_estimator=name), batch, logits, reduce)[1]["pg_loss"].item()
+          for name in ("grpo", "reinforce", "rloo", "sapo")}
     s = 1 / (1 + math.exp(-1.0))  # sapo: tau_pos 1, ratio 2
     assert pg == pytest.approx({"grpo": -1.2, "reinforce": -2.0, "rloo": -2.0, "sapo": -4 * s})
 

@@ -19,24 +19,11 @@ from rlsdk.run.job import run_job
 from rlsdk.testing import check_loss, check_trainer
 from rlsdk.training.sync import WeightSyncError
 
-
 def train_args(tiny_llama: Path, run_files: tuple[Path, str], out: Path, **options) -> RolloutConfig:
     data, reward = run_files
-    values = {
-        "model": str(tiny_llama),
-        "prompt_data": str(data),
-        "rm_type": reward,
-        "train": True,
-        "lr": 3e-2,
-        "rollout_batch_size": 4,
-        "n_samples_per_prompt": 8,
-        "rollout_max_response_len": 2,
-        "num_rollout": 12,
-        "engine_threads": 1,
-        "train_threads": 1,
-        "output_dir": str(out),
-        "sync_check_tol": 1e-3,
-    }
+    values = {"model": str(tiny_llama), "prompt_data": str(data), "rm_type": reward, "train": True, "lr": 3e-2,
+              "rollout_batch_size": 4, "n_samples_per_prompt": 8, "rollout_max_response_len": 2, "num_rollout": 12,
+              "engine_threads": 1, "train_threads": 1, "output_dir": str(out), "sync_check_tol": 1e-3}
     values.update(options)
     return RolloutConfig(**values)
 
@@ -45,7 +32,7 @@ def metrics(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.slow
 def test_the_reward_rises(tiny_llama, run_files, tmp_path):
     """GRPO on a reward a quarter of random first tokens earn: the policy learns to earn it."""
@@ -56,9 +43,7 @@ def test_the_reward_rises(tiny_llama, run_files, tmp_path):
     start, end = reward_rise(rows)
     assert end > start + 0.3, [round(r["rollout/reward_mean"], 3) for r in rows]
     assert all(r["train/sync_logprob_max_diff"] < 1e-3 for r in rows)
-    versions = [
-        json.loads(line)["weight_versions"] for line in (out / "rollouts.jsonl").read_text().splitlines()
-    ]
+    versions = [json.loads(line)["weight_versions"] for line in (out / "rollouts.jsonl").read_text().splitlines()]
     assert versions[0] == ["default"] and versions[-1] == [str(len(rows) - 1)]  # sampled by its step's policy
     assert (out / "curves.png").stat().st_size > 0
     assert (out / "checkpoints" / f"step_{len(rows) - 1}" / "model.safetensors").exists()
@@ -81,7 +66,7 @@ class LyingTrainer:
         yield Trainer(name="lying", func=lying)
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_the_trust_check_stops_a_run_whose_engine_serves_other_weights(tiny_llama, run_files, tmp_path):
     pm = get_plugin_manager(plugins=[LyingTrainer()])
     args = train_args(tiny_llama, run_files, tmp_path / "out", trainer="lying", num_rollout=2)
@@ -108,40 +93,23 @@ class ReinforcePlugin:
         yield Loss(name="reinforce", func=reinforce)
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_a_custom_loss_by_name_and_by_dotted_path(tiny_llama, run_files, tmp_path):
     pm = get_plugin_manager(plugins=[ReinforcePlugin()])
     check_loss(pm, "reinforce")
     check_loss(pm, "policy_loss", RolloutConfig(use_kl_loss=True, kl_loss_coef=0.1, use_tis=True))
     CALLS.clear()
-    run_job(
-        train_args(
-            tiny_llama,
-            run_files,
-            tmp_path / "by-name",
-            num_rollout=1,
-            loss_type="custom_loss",
-            custom_loss_function_path="reinforce",
-        ),
-        pm,
-    )
+    run_job(train_args(tiny_llama, run_files, tmp_path / "by-name", num_rollout=1, loss_type="custom_loss",
+                       custom_loss_function_path="reinforce"), pm)
     assert CALLS and "train/loss" in metrics(tmp_path / "by-name")[0]
     path = tmp_path / "my_loss.py"
     path.write_text("from rlsdk.training.losses import sft_loss as my_sft\n")
-    run_job(
-        train_args(
-            tiny_llama,
-            run_files,
-            tmp_path / "by-path",
-            num_rollout=1,
-            loss_type="custom_loss",
-            custom_loss_function_path=f"{path}:my_sft",
-        )
-    )
+    run_job(train_args(tiny_llama, run_files, tmp_path / "by-path", num_rollout=1, loss_type="custom_loss",
+                       custom_loss_function_path=f"{path}:my_sft"))
     assert metrics(tmp_path / "by-path")[0]["train/loss"] > 0  # an NLL
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_an_engine_over_http_takes_the_weights_from_disk(tiny_llama, run_files, tmp_path):
     """The path of an SGLang server (``--engine URL``): the trainer writes a Hugging Face folder, the engine
     loads it through ``/update_weights_from_disk`` and the trust check asks for prompt log-probs over HTTP.
@@ -152,11 +120,8 @@ def test_an_engine_over_http_takes_the_weights_from_disk(tiny_llama, run_files, 
 
     out = tmp_path / "out"
     with ServedEngine(EmbeddedEngine(str(tiny_llama), device="cpu", threads=1), weights_dirs=[out]) as served:
-        run_job(
-            train_args(
-                tiny_llama, run_files, out, engine=served.url, hf_checkpoint=str(tiny_llama), num_rollout=2
-            )
-        )
+        run_job(train_args(tiny_llama, run_files, out, engine=served.url, hf_checkpoint=str(tiny_llama),
+                           num_rollout=2))
         served_version = served.run(served.engine.model_info())["weight_version"]
     rows = metrics(out)
     assert [r["train/weight_version"] for r in rows] == [1, 2] and served_version == "2"
@@ -165,54 +130,23 @@ def test_an_engine_over_http_takes_the_weights_from_disk(tiny_llama, run_files, 
 
 
 def test_the_torch_trainer_passes_the_contract_check(tiny_llama):
-    check_trainer(
-        get_plugin_manager(), "torch", RolloutConfig(hf_checkpoint=str(tiny_llama), lr=1e-3, train_threads=1)
-    )
+    check_trainer(get_plugin_manager(), "torch", RolloutConfig(hf_checkpoint=str(tiny_llama), lr=1e-3,
+                                                              train_threads=1))
 
 
 def rlsdk(*args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "rlsdk_cli.app", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        **kwargs,
-    )
+    return subprocess.Popen([sys.executable, "-m", "rlsdk_cli.app", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kwargs)
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.slow
-def test_sigkill_then_resume_with_no_flags_reaches_the_uninterrupted_parameters(
-    tiny_llama, run_files, tmp_path
-):
+def test_sigkill_then_resume_with_no_flags_reaches_the_uninterrupted_parameters(tiny_llama, run_files, tmp_path):
     data, reward = run_files
-    flags = [
-        "--train",
-        "--model",
-        str(tiny_llama),
-        "--data",
-        str(data),
-        "--rm",
-        reward,
-        "--lr",
-        "3e-3",
-        "--rollout-batch-size",
-        "2",
-        "--n-samples-per-prompt",
-        "4",
-        "--rollout-max-response-len",
-        "3",
-        "--num-rollout",
-        "4",
-        "--save-interval",
-        "1",
-        "--deterministic",
-        "--rollout-shuffle",
-        "--set",
-        "engine_threads=1",
-        "--train-threads",
-        "1",
-    ]
+    flags = ["--train", "--model", str(tiny_llama), "--data", str(data), "--rm", reward, "--lr", "3e-3",
+             "--rollout-batch-size", "2", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "3",
+             "--num-rollout", "4", "--save-interval", "1", "--deterministic", "--rollout-shuffle",
+             "--set", "engine_threads=1", "--train-threads", "1"]
     whole = rlsdk("run", *flags, "--output", str(tmp_path / "whole"))
     assert whole.wait(timeout=240) == 0, whole.stdout.read()
 
@@ -233,9 +167,7 @@ def test_sigkill_then_resume_with_no_flags_reaches_the_uninterrupted_parameters(
     b = load_file(cut / "checkpoints" / "step_3" / "model.safetensors")
     assert a.keys() == b.keys()
     assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
-    assert (cut / "rollouts.jsonl").read_text().count("\n") == (
-        tmp_path / "whole" / "rollouts.jsonl"
-    ).read_text().count("\n")
+    assert (cut / "rollouts.jsonl").read_text().count("\n") == (tmp_path / "whole" / "rollouts.jsonl").read_text().count("\n")
 
 
 def test_resume_refuses_a_conflicting_flag(tmp_path):
@@ -261,16 +193,13 @@ def test_the_step_tables_show_a_dash_for_what_a_rollout_did_not_report():
     assert max(len(line) for line in text.splitlines()) <= 80
 
 
-@pytest.mark.plugins("rlsdk_megatron")
+@pytest.mark.plugins('rlsdk_megatron')
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_trainer_megatron_is_chosen_by_name_and_says_it_needs_cuda(tiny_llama, run_files, tmp_path):
     """``--trainer megatron`` reaches rlsdk-megatron's trainer (an installed plugin, by name) after the
     engine starts; on CPU it stops the run with what to use instead, named as the trainer call point names
     a plugin's failure."""
-    with pytest.raises(
-        PluginCallError,
-        match="trainer 'megatron' from rlsdk-megatron .*building the trainer raised RuntimeError: rlsdk-megatron trains on CUDA GPUs only: use --trainer torch",
-    ):
+    with pytest.raises(PluginCallError, match="trainer 'megatron' from rlsdk-megatron .*building the trainer raised RuntimeError: rlsdk-megatron trains on CUDA GPUs only: use --trainer torch"):
         run_job(train_args(tiny_llama, run_files, tmp_path / "out", trainer="megatron", num_rollout=1))
 
 
@@ -284,7 +213,7 @@ def reward_rise(rows: list[dict]) -> tuple[float, float]:
     return start, end
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["reinforce", "rloo", "sapo", "ppo"])
 def test_the_reward_rises_with_each_estimator(estimator, tiny_llama, run_files, tmp_path):
@@ -293,16 +222,7 @@ def test_the_reward_rises_with_each_estimator(estimator, tiny_llama, run_files, 
     run every time."""
     out = tmp_path / "out"
     options = {"critic_lr": 3e-2, "num_rollout": 14} if estimator == "ppo" else {}
-    run_job(
-        train_args(
-            tiny_llama,
-            run_files,
-            out,
-            advantage_estimator=estimator,
-            sglang_enable_deterministic_inference=True,
-            **options,
-        )
-    )
+    run_job(train_args(tiny_llama, run_files, out, advantage_estimator=estimator, sglang_enable_deterministic_inference=True, **options))
     rows = metrics(out)
     start, end = reward_rise(rows)
     assert end > start + 0.3, [round(r["rollout/reward_mean"], 3) for r in rows]
@@ -327,13 +247,13 @@ def teacher_model(tiny_llama: Path, folder: Path) -> Path:
     return folder
 
 
-ZERO_REWARD = """
+ZERO_REWARD = '''
 def zero(args, sample, **kwargs):
     return 0.0
-"""
+'''
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.slow
 def test_on_policy_distillation_pulls_the_student_to_the_teacher(tiny_llama, tmp_path):
     """No task reward at all: the reverse KL to a fixed teacher (an embedded engine of another model, by
@@ -346,37 +266,21 @@ def test_on_policy_distillation_pulls_the_student_to_the_teacher(tiny_llama, tmp
     data.write_text(json.dumps({"input": "w1 w2 w3"}) + "\n")
     reward.write_text(ZERO_REWARD)
     out = tmp_path / "out"
-    run_job(
-        train_args(
-            tiny_llama,
-            (data, f"{reward}:zero"),
-            out,
-            opd_teacher="embedded",
-            opd_teacher_load=str(teacher),
-            opd_kl_coef=1.0,
-            num_rollout=14,
-            lr=5e-2,
-        )
-    )
+    run_job(train_args(tiny_llama, (data, f"{reward}:zero"), out, opd_teacher="embedded",
+                       opd_teacher_load=str(teacher), opd_kl_coef=1.0, num_rollout=14, lr=5e-2))
     kl = [r["train/opd_reverse_kl"] for r in metrics(out)]
     assert sum(kl[-3:]) / 3 < 0.5 * sum(kl[:3]) / 3, [round(k, 3) for k in kl]
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_an_unknown_teacher_and_a_missing_model_are_refused(tiny_llama, run_files, tmp_path):
     with pytest.raises(ValueError, match="needs the teacher's model"):
         run_job(train_args(tiny_llama, run_files, tmp_path / "a", opd_teacher="embedded", num_rollout=1))
     with pytest.raises(Exception, match="nosuchengine"):
-        run_job(
-            train_args(
-                tiny_llama,
-                run_files,
-                tmp_path / "b",
-                opd_teacher="nosuchengine",
-                opd_teacher_load=str(tiny_llama),
-                num_rollout=1,
-            )
-        )
+        run_job(train_args(tiny_llama, run_files, tmp_path / "b", opd_teacher="nosuchengine",
+                           opd_teacher_load=str(tiny_llama), num_rollout=1))
+
+
 
 
 def sharper_llama(tiny_llama: Path, folder: Path) -> Path:
@@ -393,24 +297,14 @@ def sharper_llama(tiny_llama: Path, folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.slow
 def test_lora_learns_syncs_its_adapter_and_checkpoints_it_alone(tiny_llama, run_files, tmp_path):
     """Only the adapter trains and travels: the embedded engine merges it in process and the trust check
     passes on every step; the checkpoint holds the adapter and no model weights."""
     out = tmp_path / "out"
     model = sharper_llama(tiny_llama, tmp_path / "sharper")
-    run_job(
-        train_args(
-            model,
-            run_files,
-            out,
-            lora_rank=8,
-            lr=5e-2,
-            num_rollout=14,
-            sglang_enable_deterministic_inference=True,
-        )
-    )
+    run_job(train_args(model, run_files, out, lora_rank=8, lr=5e-2, num_rollout=14, sglang_enable_deterministic_inference=True))
     rows = metrics(out)
     start, end = reward_rise(rows)
     assert end > start + 0.3, [round(r["rollout/reward_mean"], 3) for r in rows]
@@ -418,9 +312,7 @@ def test_lora_learns_syncs_its_adapter_and_checkpoints_it_alone(tiny_llama, run_
     last = out / "checkpoints" / f"step_{len(rows) - 1}"
     assert (last / "adapter_model.safetensors").exists() and (last / "adapter_config.json").exists()
     assert not (last / "model.safetensors").exists()
-    versions = [
-        json.loads(line)["weight_versions"] for line in (out / "rollouts.jsonl").read_text().splitlines()
-    ]
+    versions = [json.loads(line)["weight_versions"] for line in (out / "rollouts.jsonl").read_text().splitlines()]
     assert versions[-1] == [str(len(rows) - 1)]
 
 
@@ -443,17 +335,16 @@ class ForgetfulEngine:
         yield Engine(name="forgetful", func=forgetful)
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_the_trust_check_catches_an_adapter_the_engine_did_not_apply(tiny_llama, run_files, tmp_path):
     pm = get_plugin_manager(plugins=[ForgetfulEngine()])
-    args = train_args(
-        tiny_llama, run_files, tmp_path / "out", engine="forgetful", lora_rank=8, lr=5e-2, num_rollout=2
-    )
+    args = train_args(tiny_llama, run_files, tmp_path / "out", engine="forgetful", lora_rank=8, lr=5e-2,
+                      num_rollout=2)
     with pytest.raises(WeightSyncError, match="serving other weights than the trainer's"):
         run_job(args, pm)
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_an_engine_over_http_loads_each_adapter_through_the_lora_endpoints(tiny_llama, run_files, tmp_path):
     """SGLang's LoRA protocol against ``rlsdk serve``'s server (SGLang needs a GPU): the trainer writes each
     version's adapter folder, the client loads it (``/load_lora_adapter``), unloads the one before, sets the
@@ -463,23 +354,11 @@ def test_an_engine_over_http_loads_each_adapter_through_the_lora_endpoints(tiny_
 
     out = tmp_path / "out"
     with ServedEngine(EmbeddedEngine(str(tiny_llama), device="cpu", threads=1), weights_dirs=[out]) as served:
-        run_job(
-            train_args(
-                tiny_llama,
-                run_files,
-                out,
-                engine=served.url,
-                hf_checkpoint=str(tiny_llama),
-                lora_rank=8,
-                lr=5e-2,
-                num_rollout=2,
-            )
-        )
+        run_job(train_args(tiny_llama, run_files, out, engine=served.url, hf_checkpoint=str(tiny_llama),
+                           lora_rank=8, lr=5e-2, num_rollout=2))
         engine = served.engine
         assert engine.lora_name == "rlsdk_v2" and list(engine.lora_adapters) == ["rlsdk_v2"]
         assert served.run(engine.model_info())["weight_version"] == "2"
     rows = metrics(out)
     assert all(r["train/sync_logprob_max_diff"] < 1e-3 for r in rows)
-    assert sorted(p.name for p in (out / "sync-weights").iterdir()) == [
-        "rlsdk_v2"
-    ]  # v1's folder went with it
+    assert sorted(p.name for p in (out / "sync-weights").iterdir()) == ["rlsdk_v2"]  # v1's folder went with it

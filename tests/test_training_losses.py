@@ -37,14 +37,9 @@ def test_grpo_normalizes_uneven_groups_and_zeroes_equal_rewards():
 
 def test_dr_grpo_baseline_and_raw_rewards():
     rewards, sizes = [1.0, 0.0, 0.0, 0.0], [4]
-    assert close(
-        normalize_rewards(args(disable_grpo_std_normalization=True), rewards, sizes),
-        [0.75, -0.25, -0.25, -0.25],
-    )
-    assert close(
-        normalize_rewards(args(advantage_estimator="reinforce_plus_plus_baseline"), rewards, sizes),
-        [0.75, -0.25, -0.25, -0.25],
-    )
+    assert close(normalize_rewards(args(disable_grpo_std_normalization=True), rewards, sizes), [0.75, -0.25, -0.25, -0.25])
+    assert close(normalize_rewards(args(advantage_estimator="reinforce_plus_plus_baseline"), rewards, sizes),
+                 [0.75, -0.25, -0.25, -0.25])
     assert normalize_rewards(args(advantage_estimator="reinforce_plus_plus"), rewards, sizes) == rewards
     assert normalize_rewards(args(disable_rewards_normalization=True), rewards, sizes) == rewards
 
@@ -62,24 +57,17 @@ def test_reinforce_plus_plus_returns_put_the_reward_on_the_last_trained_token():
     mask = [torch.tensor([1.0, 1.0, 0.0])]
     out = compute_advantages(args(advantage_estimator="reinforce_plus_plus", kl_coef=0.5), [1.0], kl, mask)
     assert close(out[0].tolist(), [0.85, 0.9, 0.0])
-    gamma = compute_advantages(
-        args(advantage_estimator="reinforce_plus_plus", kl_coef=0.5, gamma=0.5), [1.0], kl, mask
-    )
+    gamma = compute_advantages(args(advantage_estimator="reinforce_plus_plus", kl_coef=0.5, gamma=0.5), [1.0], kl, mask)
     assert close(gamma[0].tolist(), [-0.05 + 0.45, 0.9, 0.0])
 
 
 def test_baseline_advantages_subtract_kl_and_whitening_keeps_masked_tokens_at_zero():
     kl = [torch.tensor([0.2, 0.0])]
-    out = compute_advantages(
-        args(advantage_estimator="reinforce_plus_plus_baseline", kl_coef=0.5), [1.0], kl, [torch.ones(2)]
-    )
+    out = compute_advantages(args(advantage_estimator="reinforce_plus_plus_baseline", kl_coef=0.5), [1.0], kl,
+                             [torch.ones(2)])
     assert close(out[0].tolist(), [0.9, 1.0])
-    whitened = compute_advantages(
-        args(normalize_advantages=True),
-        [1.0, -1.0],
-        [torch.zeros(2), torch.zeros(2)],
-        [torch.tensor([1.0, 0.0]), torch.ones(2)],
-    )
+    whitened = compute_advantages(args(normalize_advantages=True), [1.0, -1.0], [torch.zeros(2), torch.zeros(2)],
+                                  [torch.tensor([1.0, 0.0]), torch.ones(2)])
     values = torch.cat(whitened)
     assert values[1] == 0 and abs(float(values[[0, 2, 3]].sum())) < 1e-5
 
@@ -117,9 +105,7 @@ def test_sum_of_sample_mean_and_per_token_reduction_honour_the_mask():
     assert sum_of_sample_mean_fn([3, 2], masks, per_token=True)(x).item() == pytest.approx(13)
 
 
-def uniform_batch(
-    advantages: list[list[float]], masks: list[list[float]], rollout=None
-) -> tuple[dict, torch.Tensor]:
+def uniform_batch(advantages: list[list[float]], masks: list[list[float]], rollout=None) -> tuple[dict, torch.Tensor]:
     """Two samples (prompt of 2 tokens each) over a vocabulary of 3 with all-zero logits: every
     log-prob is -log 3 and every entropy log 3."""
     responses = [len(a) for a in advantages]
@@ -152,10 +138,7 @@ def test_policy_loss_on_policy_is_minus_the_mean_advantage_of_trained_tokens():
 
 def test_policy_loss_tis_weights_and_kl_term():
     third = -math.log(3)
-    rollout = [
-        torch.tensor([third - math.log(4.0)]),
-        torch.tensor([third]),
-    ]  # TIS ratios 4 (clipped to 2) and 1
+    rollout = [torch.tensor([third - math.log(4.0)]), torch.tensor([third])]  # TIS ratios 4 (clipped to 2) and 1
     batch, logits = uniform_batch([[1.0], [1.0]], [[1], [1]], rollout=rollout)
     batch["ref_log_probs"] = [torch.tensor([third - 0.5]), torch.tensor([third])]  # k1 = 0.5 and 0
     reduce = sum_of_sample_mean_fn(batch["response_lengths"], batch["loss_masks"])
@@ -176,49 +159,31 @@ def test_shared_prompts_give_the_logits_of_separate_sequences():
     from rlsdk.training.batch import SharedPrompts, TrainSample
 
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=50,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
+    config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2)
     model = LlamaForCausalLM(config).eval()
 
     def sample(tokens, response):
         return TrainSample(torch.tensor(tokens), response, torch.ones(response), None, 0.0)
 
-    data = [
-        sample([1, 2, 3, 4, 5], 2),
-        sample([1, 2, 3, 6, 7, 8], 3),
-        sample([9, 4, 5], 1),
-        sample([1, 2, 3, 9], 1),
-        sample([1, 2, 3], 0),
-    ]  # an empty response: no row of its own
+    data = [sample([1, 2, 3, 4, 5], 2), sample([1, 2, 3, 6, 7, 8], 3), sample([9, 4, 5], 1), sample([1, 2, 3, 9], 1),
+            sample([1, 2, 3], 0)]  # an empty response: no row of its own
     layout = SharedPrompts.build(data, [0, 1, 2, 3, 4])
     assert layout.input_ids.shape[0] == 2  # prompts [1, 2, 3] and [9, 4]
     with torch.no_grad():
-        packed = model(
-            input_ids=layout.input_ids, position_ids=layout.position_ids, attention_mask=layout.attention_mask
-        ).logits.flatten(0, 1)[layout.gather]
+        packed = model(input_ids=layout.input_ids, position_ids=layout.position_ids,
+                       attention_mask=layout.attention_mask).logits.flatten(0, 1)[layout.gather]
         separate = torch.cat([model(input_ids=d.tokens[None]).logits[0] for d in data])
         # a response loss's rows: projected at the predicting positions only, in the samples' order
-        kept = model(
-            input_ids=layout.input_ids,
-            position_ids=layout.position_ids,
-            attention_mask=layout.attention_mask,
-            logits_to_keep=layout.keep,
-        ).logits
+        kept = model(input_ids=layout.input_ids, position_ids=layout.position_ids,
+                     attention_mask=layout.attention_mask, logits_to_keep=layout.keep).logits
         responses = kept.flatten(0, 1)[layout.response_gather]
     assert (packed - separate).abs().max() < 1e-5
     assert len(layout.keep) < layout.input_ids.shape[1]  # not every position is projected
     lengths = [d.total_length for d in data], [d.response_length for d in data]
     assert (responses - separate[response_rows(*lengths)]).abs().max() < 1e-5
     batch = {"total_lengths": lengths[0], "response_lengths": lengths[1]}
-    assert torch.allclose(
-        response_logits(responses[None], batch), response_logits(separate[None], batch), atol=1e-5
-    )
+    assert torch.allclose(response_logits(responses[None], batch), response_logits(separate[None], batch), atol=1e-5)
 
 
 def test_a_loss_says_which_logits_it_reads():

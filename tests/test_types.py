@@ -7,16 +7,9 @@ from rlsdk.types import reward_value
 
 
 def test_sample_round_trips_through_json():
-    sample = Sample(
-        group_index=1,
-        index=5,
-        prompt=[{"role": "user", "content": "hi"}],
-        tokens=[1, 2, 3],
-        label="5",
-        reward={"score": 1.0, "acc": True},
-        metadata={"rm_type": "dapo"},
-        status=Sample.Status.TRUNCATED,
-    )
+    sample = Sample(group_index=1, index=5, prompt=[{"role": "user", "content": "hi"}], tokens=[1, 2, 3],
+                    label="5", reward={"score": 1.0, "acc": True}, metadata={"rm_type": "dapo"},
+                    status=Sample.Status.TRUNCATED)
     sample.append_response_tokens([7, 8], [-0.5, -0.25])
     restored = Sample.from_dict(json.loads(json.dumps(sample.to_dict())))
     assert restored == sample
@@ -31,36 +24,12 @@ def test_from_dict_keeps_unknown_keys_as_attributes_as_slime_does():
 
 # slime's Sample fields at commit 624b824 of THUDM/slime (slime/utils/types.py)
 SLIME_SAMPLE_FIELDS = (
-    "group_index",
-    "index",
-    "rollout_id",
-    "prompt",
-    "tokens",
-    "multimodal_inputs",
-    "multimodal_train_inputs",
-    "multimodal_train_input_id",
-    "apply_chat_template_kwargs",
-    "response",
-    "response_length",
-    "label",
-    "reward",
-    "loss_mask",
-    "weight_versions",
-    "rollout_log_probs",
-    "rollout_top_p_token_ids",
-    "rollout_top_p_token_offsets",
-    "rollout_routed_experts",
-    "remove_sample",
-    "teacher_log_probs",
-    "status",
-    "metadata",
-    "generate_function_path",
-    "custom_rm_path",
-    "train_metadata",
-    "session_id",
-    "non_generation_time",
-    "spec_info",
-    "prefix_cache_info",
+    "group_index", "index", "rollout_id", "prompt", "tokens", "multimodal_inputs", "multimodal_train_inputs",
+    "multimodal_train_input_id", "apply_chat_template_kwargs", "response", "response_length", "label",
+    "reward", "loss_mask", "weight_versions", "rollout_log_probs", "rollout_top_p_token_ids",
+    "rollout_top_p_token_offsets", "rollout_routed_experts", "remove_sample", "teacher_log_probs", "status",
+    "metadata", "generate_function_path", "custom_rm_path", "train_metadata", "session_id",
+    "non_generation_time", "spec_info", "prefix_cache_info",
 )
 
 
@@ -76,9 +45,7 @@ def test_sample_has_every_field_and_status_of_slimes():
     assert sample.effective_response_length == 1
     sample.spec_info.add({"spec_accept_token_num": 3, "spec_draft_token_num": 4})
     sample.prefix_cache_info.add({"cached_tokens": 2, "prompt_tokens": 8})
-    assert (
-        sample.spec_info.spec_accept_rate == 0.75 and sample.prefix_cache_info.prefix_cache_hit_rate == 0.25
-    )
+    assert sample.spec_info.spec_accept_rate == 0.75 and sample.prefix_cache_info.prefix_cache_hit_rate == 0.25
     assert Sample.from_dict(sample.to_dict()) == sample
 
 
@@ -86,18 +53,9 @@ def test_append_response_tokens_in_slimes_form():
     """slime's generators call ``append_response_tokens(args, tokens=..., ...)`` with text and meta_info."""
     sample = Sample(tokens=[1], response="q")
     sample.append_response_tokens(None, tokens=[2, 3], log_probs=[-0.1, -0.2], text=" ab")
-    sample.append_response_tokens(
-        None,
-        tokens=[4],
-        trainable=False,
-        text="!",
-        meta_info={
-            "finish_reason": {"type": "length"},
-            "weight_version": "7",
-            "cached_tokens": 1,
-            "prompt_tokens": 1,
-        },
-    )
+    sample.append_response_tokens(None, tokens=[4], trainable=False, text="!",
+                                  meta_info={"finish_reason": {"type": "length"}, "weight_version": "7",
+                                             "cached_tokens": 1, "prompt_tokens": 1})
     assert sample.response == "q ab!" and sample.loss_mask == [1, 1, 0]
     assert sample.rollout_log_probs == [-0.1, -0.2, 0.0] and sample.response_length == 3
     assert sample.status is Sample.Status.TRUNCATED and sample.weight_versions == ["7"]

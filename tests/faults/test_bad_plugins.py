@@ -33,7 +33,7 @@ def rlsdk(site, *args, **env):
     )
 
 
-@pytest.mark.plugins("rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_rm_hub')
 def test_sys_exit_at_import_and_a_raising_hook_do_not_take_commands_down(fake_dist):
     """``sys.exit(0)`` at import used to end every command silently with success; a raising hook broke
     every command, even ones that never use its kind."""

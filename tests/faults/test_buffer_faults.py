@@ -181,7 +181,7 @@ def test_slow_and_half_open_clients_are_cut_off(buffer_service):
     body_late.close()
 
 
-@pytest.mark.plugins("rlsdk_generators", "rlsdk_embedded")
+@pytest.mark.plugins('rlsdk_generators', 'rlsdk_embedded')
 def test_groups_a_run_took_come_back_when_it_dies_before_saving_them(
     buffer_service, misbehaving_engine, small_tokenizer, tmp_path
 ):

@@ -68,9 +68,7 @@ def run_options(engine_url: str, tokenizer: str, data: Path, out: Path, *more: s
 
 
 def rlsdk_run(*options: str, command: str = "run") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*RLSDK, command, *options], check=False, capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([*RLSDK, command, *options], check=False, capture_output=True, text=True, timeout=120)
 
 
 def dead_port() -> int:
@@ -86,7 +84,7 @@ def rows(path: Path) -> list[dict]:
 # ---------------------------------------------------------------- the health check before the first step
 
 
-@pytest.mark.plugins("rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_rm_hub')
 @pytest.mark.parametrize("command", ["run", "eval"])
 def test_a_dead_port_stops_the_run_before_any_data_is_used(word_tokenizer, data, tmp_path, command):
     url = f"http://127.0.0.1:{dead_port()}"
@@ -100,7 +98,7 @@ def test_a_dead_port_stops_the_run_before_any_data_is_used(word_tokenizer, data,
     assert not (out / "state.json").exists() and not rows(out / "discarded.jsonl")
 
 
-@pytest.mark.plugins("rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_rm_hub')
 def test_a_server_that_answers_500_stops_the_run_before_any_data_is_used(
     misbehaving_engine, word_tokenizer, data, tmp_path
 ):
@@ -126,7 +124,7 @@ def test_a_server_that_answers_500_stops_the_run_before_any_data_is_used(
         ),
     ],
 )
-@pytest.mark.plugins("rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_rm_hub')
 def test_a_server_that_answers_nonsense_is_named_with_what_was_expected(
     misbehaving_engine, word_tokenizer, data, tmp_path, mode, problem, shown
 ):
@@ -204,7 +202,7 @@ def loop_args(url: str, data: Path, **options) -> RolloutConfig:
     return RolloutConfig(**{**values, **options})
 
 
-@pytest.mark.plugins("rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_rm_hub')
 def test_a_group_the_engine_fails_goes_back_to_the_data_and_the_ledger_balances(misbehaving_engine, data):
     """One prompt (``w0 w1``) always gets a 500: its group fails with the reason, the step takes another
     prompt in its place, and the failed prompt goes back to the data source, pending again from its prompt,
@@ -249,7 +247,7 @@ def test_a_group_the_engine_fails_goes_back_to_the_data_and_the_ledger_balances(
         runtime.loop.close()
 
 
-@pytest.mark.plugins("rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_rm_hub')
 def test_a_step_the_engine_fails_exits_non_zero_and_resume_serves_its_prompts_again(
     misbehaving_engine, word_tokenizer, data, tmp_path
 ):

@@ -18,7 +18,7 @@ def ctrl_c_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-@pytest.mark.plugins("rlsdk_embedded", "rlsdk_rm_hub")
+@pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 def test_ctrl_c_mid_step_leaves_no_flood_of_asyncio_errors(tmp_path):
     """The loop used to be stopped under the step's pending tasks: one "Task was destroyed but it is
     pending!" and "Event loop is closed" traceback per group."""

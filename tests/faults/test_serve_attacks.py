@@ -67,9 +67,7 @@ def test_token_is_required_on_every_endpoint(server):
         ("POST", "/sessions"),
     ]:
         assert httpx.request(method, url + path, json={}).status_code == 401, path
-        wrong = httpx.request(
-            method, url + path, json={}, headers={"Authorization": "Bearer s3cret-of-sixteen"}
-        )
+        wrong = httpx.request(method, url + path, json={}, headers={"Authorization": "Bearer s3cret-of-sixteen"})
         assert wrong.status_code == 401, path
     ok = httpx.post(
         url + "/generate",

@@ -20,8 +20,7 @@ async def generate(args, sample, sampling_params, evaluation=False):
     sample.loss_mask = [1] * len(logprobs)
     finish = output["meta_info"]["finish_reason"]["type"]
     sample.status = {"stop": sample.Status.COMPLETED, "length": sample.Status.TRUNCATED}.get(
-        finish, sample.Status.ABORTED
-    )
+        finish, sample.Status.ABORTED)
     sample.metadata["slime_style"] = True
     sample.metadata["hf_checkpoint"] = args.hf_checkpoint  # where slime's functions load the tokenizer from
     return sample
@@ -37,5 +36,5 @@ def keep_all(args, samples, **kwargs):
 
 def newest_first(args, rollout_id, buffer, num_samples):
     taken = buffer[-num_samples:] if num_samples else []
-    del buffer[len(buffer) - len(taken) :]
+    del buffer[len(buffer) - len(taken):]
     return taken
