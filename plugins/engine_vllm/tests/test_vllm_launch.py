@@ -129,7 +129,7 @@ def test_the_servers_environment(monkeypatch: pytest.MonkeyPatch):
     assert (
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True" and "VLLM_ALLOW_INSECURE_SERIALIZATION" not in env
     )
-    assert "PYTORCH_CUDA_ALLOC_CONF" not in env
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in env and env["NCCL_CUMEM_ENABLE"] == "0"
     assert env["PYTHONPATH"] == f"{WORKER_FOLDER}{os.pathsep}/carried/site"
     colocated = plan_server(RolloutConfig(colocate=True), "/m", "/s", "py")
     assert server_environment(colocated, "k", lora=False)["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"

@@ -495,7 +495,7 @@ class VLLMClient(InferenceEngine):
         if self._broadcast is not None:
             await asyncio.to_thread(self._broadcast.close)
             self._broadcast = None
-        if self.launcher is not None and self._launched:
+        if self.launcher is not None:  # started or not: its socket's folder goes too
             await asyncio.to_thread(self.launcher.stop)
             self._launched = False
 

@@ -7,7 +7,8 @@ updates that unpickle what they are sent, ``/collective_rpc``) take no token (it
 environment: ``VLLM_SERVER_DEV_MODE=1`` (the RL routes), ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` with the
 IPC transfer (CUDA-IPC handles arrive pickled), ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`` with ``--lora-rank``,
 a fresh ``VLLM_API_KEY``, no allocator settings of the trainer's (vLLM's sleep mode cannot work with
-expandable segments), and the folder of rlsdk's worker extension (:mod:`rlsdk_vllm_worker`) first on its
+expandable segments), NCCL without its cuMem allocator unless set (the trainer's side of a weight broadcast
+has it off), and the folder of rlsdk's worker extension (:mod:`rlsdk_vllm_worker`) first on its
 ``PYTHONPATH``. The server runs in a process group of its own that is stopped whole, and gets SIGTERM when
 rlsdk dies (:class:`rlsdk.ManagedProcess`). Start-up waits for ``/health`` with a timeout; every error
 names the log.
@@ -161,6 +162,7 @@ def server_environment(plan: Plan, api_key: str, lora: bool) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     env.pop("PYTORCH_ALLOC_CONF", None)
+    env.setdefault("NCCL_CUMEM_ENABLE", "0")  # as the trainer's side of a weight broadcast has it
     visible = visible_gpus()
     if max(plan.gpus) >= len(visible):
         raise ValueError(f"the vllm engine needs GPUs {plan.gpus}; this process sees {len(visible)}")

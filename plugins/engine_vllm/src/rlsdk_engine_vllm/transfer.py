@@ -156,7 +156,8 @@ def open_group(master_address: str, master_port: int, world_size: int, timeout: 
     """Rank 0 of the group vLLM's workers form in ``/init_weight_transfer_engine``: serve the store with a fresh
     NCCL unique id, build the communicator on this process's GPU (blocks until every worker has joined) and
     take part in vLLM's warm-up all-reduce. NCCL's cuMem allocator is off (``NCCL_CUMEM_ENABLE=0`` unless
-    set), as vLLM sets it for its own processes."""
+    set) on both sides: rlsdk starts vLLM so (:func:`rlsdk_engine_vllm.launch.server_environment`), as it
+    starts SGLang, whose first broadcast with the trainer failed with it on."""
     os.environ.setdefault("NCCL_CUMEM_ENABLE", "0")
     unique_id = torch.cuda.nccl.unique_id()
     store = serve_unique_id(master_address, master_port, world_size, unique_id, timeout)
