@@ -131,7 +131,7 @@ vllm() {  # the real answers into $OUT/vllm-fixtures, and the engine contract on
   rm -rf "$out/vllm-fixtures"
   bench vllm_checks "$here/vllm_checks.py" --model-config "$gpu/bench-model" --vllm-python /tmp/vllm-python \
       --output "$out/vllm-fixtures"
-  tail -n 200 /tmp/vllm-checks-*/run/logs/vllm-server.log >"$out/vllm_checks-server.log" 2>/dev/null
+  tail -n 200 /tmp/vllm-checks-*/run/logs/vllm-server-0.log >"$out/vllm_checks-server.log" 2>/dev/null
   return 0
 }
 
@@ -145,7 +145,7 @@ vllm_colocate() {  # the same steps on SGLang, then on vLLM: sync seconds and tr
       --sglang-python /tmp/sglang-python
   bench gpu_loop_colocate_vllm "$here/gpu_loop.py" colocate --engine vllm --model-config "$gpu/bench-model" \
       --vllm-python /tmp/vllm-python
-  for server_log in /tmp/gpu-loop-*/logs/vllm-server.log; do
+  for server_log in /tmp/gpu-loop-*/logs/vllm-server-0.log; do
     [ -f "$server_log" ] && tail -n 150 "$server_log" >"$out/gpu_loop_colocate_vllm-server.log"
   done
   return 0

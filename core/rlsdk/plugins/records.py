@@ -121,6 +121,13 @@ class Engine(PluginRecord):
 
     kind: ClassVar[str] = "engine"
     call_args: ClassVar[tuple[str, ...]] = ("args",)
+    check: Callable[[Any], None] | None = None
+    """``check(args)``: raises on settings this engine cannot serve, with a one-line reason; ``rlsdk run``
+    calls it before anything starts."""
+    launches: Callable[[Any], bool] | None = None
+    """``launches(args)``: whether the engine starts servers of its own on GPUs for these settings. On Ray
+    each engine actor then asks for ``rollout_num_gpus_per_engine`` GPUs and launches one engine on them, and
+    the pool keeps no standby (it would hold GPUs)."""
 
 
 @dataclass

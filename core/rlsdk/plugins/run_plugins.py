@@ -89,11 +89,13 @@ class RunPlugins:
         )
 
     def resolve_all(self) -> None:
-        """Resolve every plugin the run names, so a wrong name fails before any model loads; a trainer's
-        ``check(args)`` refuses settings it cannot take before the engines start."""
+        """Resolve every plugin the run names, so a wrong name fails before any model loads; the engine's and
+        the trainer's ``check(args)`` refuse settings they cannot take before the engines start."""
         args = self.args
         for kind in ("generate_rollout", "eval_rollout", "engine", "custom_generate", "reward"):
             getattr(self, kind)
+        if self.engine.record.check is not None:
+            self.engine.record.check(args)
         for kind in ("dynamic_filter", "over_sampling_filter", "buffer_filter", "agent", "tool_call_parser"):
             getattr(self, kind)
         for kind in (

@@ -2,12 +2,14 @@
 script running this file as ``--vllm-python``.
 
 ``-c CODE`` (rlsdk asking for vLLM's version) prints ``FAKE_VLLM_VERSION`` (default 0.26.0; ``none``: exits 1,
-as a Python without vLLM). ``-m vllm.entrypoints.cli.main serve MODEL ...`` logs its command line, what of its
-environment rlsdk sets, and whether rlsdk's worker extension imports; then, like a real server, starts slowly
-(``FAKE_VLLM_DELAY`` seconds), forks a worker into its process group (``FAKE_VLLM_PIDS``: a file that receives
-both pids; the worker exits when the server dies) and answers ``/health``, ``/v1/models`` (with the API key)
-and ``/is_paused`` on its ``--uds`` socket. ``FAKE_VLLM_EXIT`` makes it exit with that status during start-up
-instead, as a server that cannot load its model does.
+as a Python without vLLM). ``-m vllm.entrypoints.cli.main serve MODEL ...`` logs its pid, ``CUDA_VISIBLE_DEVICES``,
+command line, what of its environment rlsdk sets, and whether rlsdk's worker extension imports; then, like a
+real server, starts slowly (``FAKE_VLLM_DELAY`` seconds), forks a worker into its process group
+(``FAKE_VLLM_PIDS``: a file that receives both pids; the worker exits when the server dies) and answers
+``/health``, ``/v1/models`` (with the API key) and ``/is_paused`` on its ``--uds`` socket. With
+``FAKE_VLLM_GENERATE`` set it serves everything :mod:`rlsdk_engine_vllm.stand_in` restates, in front of the
+embedded engine on MODEL (CPU). ``FAKE_VLLM_EXIT`` makes it exit with that status during start-up instead, as
+a server that cannot load its model does.
 """
 
 import asyncio
@@ -32,11 +34,17 @@ SHOWN = (
     "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
     "PYTORCH_CUDA_ALLOC_CONF",
     "RLSDK_WEIGHT_CHECKSUMS",
+    "FAKE_VLLM_GENERATE",
 )
 
 
 def serve(argv: list[str]) -> None:
-    print("fake vllm serve starting:", " ".join(argv), flush=True)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    print(
+        f"fake vllm serve starting (pid {os.getpid()}, CUDA_VISIBLE_DEVICES={visible}):",
+        " ".join(argv),
+        flush=True,
+    )
     for name in SHOWN:
         print(f"env {name}={os.environ.get(name)}", flush=True)
     print(f"env VLLM_API_KEY set: {bool(os.environ.get('VLLM_API_KEY'))}", flush=True)
@@ -68,10 +76,26 @@ def serve(argv: list[str]) -> None:
     async def is_paused(request: web.Request) -> web.Response:
         return web.json_response({"is_paused": False})
 
-    app = web.Application()
-    app.add_routes(
-        [web.get("/health", health), web.get("/v1/models", models), web.get("/is_paused", is_paused)]
-    )
+    if os.environ.get("FAKE_VLLM_GENERATE"):
+        from rlsdk_embedded.engine import EmbeddedEngine
+        from rlsdk_engine_vllm.stand_in import FakeVLLM
+
+        engine = EmbeddedEngine(model, device="cpu", threads=1)
+        app = FakeVLLM(engine, model, api_key=key).app()
+
+        async def start(app: web.Application) -> None:
+            await engine.start()
+
+        async def close(app: web.Application) -> None:
+            await engine.close()
+
+        app.on_startup.append(start)
+        app.on_cleanup.append(close)
+    else:
+        app = web.Application()
+        app.add_routes(
+            [web.get("/health", health), web.get("/v1/models", models), web.get("/is_paused", is_paused)]
+        )
     print("fake vllm serve ready", flush=True)
     web.run_app(app, path=socket, print=None)
 

@@ -226,7 +226,7 @@ def test_a_launched_server_starts_answers_on_its_socket_and_stops_as_a_process_g
     assert info["model_path"] == str(tmp_path)
     pids = recorded_pids(tmp_path / "pids")
     assert len(pids) == 2 and wait_gone(pids, timeout=5), "the server or its worker outlived close()"
-    log = (tmp_path / "out" / "logs" / "vllm-server.log").read_text()
+    log = (tmp_path / "out" / "logs" / "vllm-server-0.log").read_text()
     assert "--enable-sleep-mode" in log and '{"backend": "ipc"}' in log
     assert "env VLLM_SERVER_DEV_MODE=1" in log and "env VLLM_ALLOW_INSECURE_SERIALIZATION=1" in log
     assert "env VLLM_API_KEY set: True" in log and "worker extension importable: True" in log
@@ -251,7 +251,7 @@ def test_startup_problems_are_named_with_the_log(fake_python, tmp_path, monkeypa
     monkeypatch.setenv("FAKE_VLLM_VERSION", "0.26.0")
     with pytest.raises(
         VLLMLaunchError,
-        match=r"exited with status 3 while starting; log: .*vllm-server.log\n(.|\n)*CUDA out of memory",
+        match=r"exited with status 3 while starting; log: .*vllm-server-0.log\n(.|\n)*CUDA out of memory",
     ):
         launch(FAKE_VLLM_EXIT="3")
     monkeypatch.delenv("FAKE_VLLM_EXIT")

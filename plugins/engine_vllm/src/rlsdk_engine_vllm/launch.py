@@ -115,16 +115,22 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(64)]
 
 
-def plan_server(args: Any, model: str, socket: str, python: str) -> Plan:
-    """The ``vllm serve`` of ``args``: model, socket, GPUs, seed, and the flags its features need."""
+def check_one_server(args: Any) -> None:
+    """A ValueError unless ``args`` ask for one server: on Ray each engine actor launches one."""
     per_engine = args.rollout_num_gpus_per_engine
     total = args.rollout_num_gpus or per_engine
-    if total != per_engine:
+    if total != per_engine and not getattr(args, "ray_address", None):
         raise ValueError(
             f"the vllm engine launches one vLLM server (tensor parallel over --rollout-num-gpus-per-engine "
             f"{per_engine} GPUs), not {total // max(per_engine, 1)}: run several as Ray engine actors "
             "(--ray-address), or pass --vllm-url of a server you started"
         )
+
+
+def plan_server(args: Any, model: str, socket: str, python: str) -> Plan:
+    """The ``vllm serve`` of ``args``: model, socket, GPUs, seed, and the flags its features need."""
+    check_one_server(args)
+    per_engine = args.rollout_num_gpus_per_engine
     first = 0 if args.colocate or not args.train else trainer_world_size(args)
     gpus = list(range(first, first + per_engine))
     flags = extra_flags(getattr(args, "vllm_args", None))
@@ -207,10 +213,11 @@ class VLLMLauncher:
         self.startup_timeout = float(getattr(args, "vllm_startup_timeout", 900.0))
         env = server_environment(self.plan, self.api_key, bool(getattr(args, "lora_rank", 0)))
         self.plan.env = env
+        index = getattr(args, "rollout_engine_index", 0)
         self.process = ManagedProcess(
-            f"vLLM server (GPUs {','.join(map(str, self.plan.gpus))})",
+            f"vLLM server {index} (GPUs {','.join(map(str, self.plan.gpus))})",
             self.plan.command,
-            log_dir / "vllm-server.log",
+            log_dir / f"vllm-server-{index}.log",
             env,
             cwd=log_dir,
         )

@@ -18,7 +18,7 @@ def vllm_engine(args: Any) -> Any:
         "concurrency": args.vllm_server_concurrency,
         "retries": args.vllm_retries,
     }
-    if args.vllm_url:
+    if not launches(args):
         return VLLMClient(args.vllm_url, **options)
     from .launch import VLLMLauncher
 
@@ -26,8 +26,18 @@ def vllm_engine(args: Any) -> Any:
     return VLLMClient(socket=launcher.socket, launcher=launcher, **options)
 
 
+def launches(args: Any) -> bool:
+    """Whether the engine starts vLLM itself (no ``--vllm-url``)."""
+    return not args.vllm_url
+
+
 def refuse_unsupported(args: Any) -> None:
-    """A ValueError with a one-line reason for what this run asks of vLLM that it cannot do."""
+    """A ValueError with a one-line reason for what this run asks of vLLM that it cannot do (``rlsdk run``
+    calls it before anything starts)."""
+    from .launch import check_one_server
+
+    if launches(args):
+        check_one_server(args)
     tensor_parallel = args.rollout_num_gpus_per_engine
     if getattr(args, "weight_sync", "auto") == "tensor" or (
         getattr(args, "weight_sync", "auto") == "auto" and args.colocate and not getattr(args, "lora_rank", 0)
@@ -43,7 +53,11 @@ def refuse_unsupported(args: Any) -> None:
 @hookimpl
 def rlsdk_engines():
     yield Engine(
-        name="vllm", func=vllm_engine, description="vLLM 0.26, launched from --vllm-python or by --vllm-url"
+        name="vllm",
+        func=vllm_engine,
+        description="vLLM 0.26, launched from --vllm-python or by --vllm-url",
+        check=refuse_unsupported,
+        launches=launches,
     )
 
 
