@@ -413,8 +413,10 @@ class VLLMClient(InferenceEngine):
         self, buckets: AsyncIterator[tuple[Any, bool]], send: Any, weight_version: str, flush_cache: bool
     ) -> None:
         """``/start_weight_update``, ``send`` each bucket, ``/finish_weight_update``, paused (``keep``) unless
-        asleep: between start and finish vLLM's layers are on the meta device. An update that fails half
-        way leaves the engine paused (its model is not whole)."""
+        asleep: between start and finish vLLM's layers are on the meta device. Then the prefix cache is
+        dropped with ``reset_running_requests``: the requests kept in place lose their cache and vLLM computes
+        it again under the new weights. An update that fails half way leaves the engine paused (its model is
+        not whole)."""
         paused = not self.released
         if paused:
             await self.pause("in_place")
@@ -423,8 +425,8 @@ class VLLMClient(InferenceEngine):
             await send(flat, last)
             del flat
         await self._call("POST", "/finish_weight_update", retry=False)
-        if flush_cache and not self.released:
-            await self.flush_cache()
+        if flush_cache and not self.released:  # requests kept in place are recomputed with the new weights
+            await self._call("POST", "/reset_prefix_cache", query={"reset_running_requests": "true"})
         self.weight_version = weight_version
         if paused:
             await self.resume()

@@ -33,7 +33,9 @@ Where the stand-in differs, because no GPU is here, and says so:
   step would fail: the stand-in refuses to start an update while it is scheduling (not paused or asleep),
   to catch a client that forgets to pause;
 - prompt log-probs carry no rank (``null``); the base model and adapters are not served side by side: the
-  embedded engine merges the adapter it loaded last.
+  embedded engine merges the adapter it loaded last;
+- ``/reset_prefix_cache?reset_running_requests=true`` succeeds, as vLLM's does by preempting the running
+  requests, but the embedded engine keeps their cache (vLLM computes it again).
 """
 
 from __future__ import annotations
@@ -504,6 +506,8 @@ class FakeVLLM:
         return web.json_response({"is_sleeping": bool(self.state.asleep) or self.state.paused is not None})
 
     async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        if request.query.get("reset_running_requests") == "true":  # vLLM preempts them: it always succeeds
+            return web.json_response({"success": True})
         return web.json_response({"success": bool(await self.engine.flush_cache())})
 
     async def collective_rpc(self, request: web.Request) -> web.Response:
