@@ -46,8 +46,8 @@
 #   bash benchmarks/gpu/device.sh vllm       # vllm_checks.py: capture vLLM's answers into $OUT/vllm-fixtures (copy them over
 #                                            # tests/fixtures/vllm-0.26.0-*.json) and run the engine contract on a real vLLM
 #   bash benchmarks/gpu/device.sh vllm_throughput  # vllm_throughput.py: tokens/s of vLLM vs SGLang, same workload, same call
-#   bash benchmarks/gpu/device.sh vllm_colocate    # gpu_loop.py colocate with --engine sglang, then --engine vllm (sync s,
-#                                            # trust-check gaps, weights check)
+#   bash benchmarks/gpu/device.sh vllm_colocate    # gpu_loop.py colocate --engine vllm (sync s, trust-check gaps, weights
+#                                            # check); `colocate` gives SGLang's in a call of its own on the same machine
 #   bash benchmarks/gpu/device.sh vllm_nccl  # gpu_loop.py nccl --engine vllm (two GPUs)
 #   bash benchmarks/gpu/device.sh learn_vllm # learning_gpu.py --engine vllm (after `model`; LEARN_MINUTES=8 as `learn`)
 #   bash benchmarks/gpu/device.sh scale      # scale.py: Qwen3-4B shape, megatron + SGLang colocated with offload (~5.5 min
@@ -140,9 +140,7 @@ vllm_throughput() {
       --sglang-python /tmp/sglang-python --vllm-python /tmp/vllm-python --repeat 2
 }
 
-vllm_colocate() {  # the same steps on SGLang, then on vLLM: sync seconds and trust-check gaps side by side
-  bench gpu_loop_colocate "$here/gpu_loop.py" colocate --engine sglang --model-config "$gpu/bench-model" \
-      --sglang-python /tmp/sglang-python
+vllm_colocate() {  # the colocate steps on vLLM; `colocate` (SGLang) in the call before or after, on the same machine
   bench gpu_loop_colocate_vllm "$here/gpu_loop.py" colocate --engine vllm --model-config "$gpu/bench-model" \
       --vllm-python /tmp/vllm-python
   for server_log in /tmp/gpu-loop-*/logs/vllm-server-0.log; do

@@ -149,7 +149,7 @@ class VLLMClient(InferenceEngine):
                 if self.socket
                 else aiohttp.TCPConnector(limit=self.concurrency + 8, limit_per_host=0)
             )
-            key = os.environ.get(API_KEY_ENV) or (self.launcher.api_key if self.launcher else None)
+            key = self.launcher.api_key if self.launcher else os.environ.get(API_KEY_ENV)
             headers = {"Authorization": f"Bearer {key}"} if key else None
             timeout = aiohttp.ClientTimeout(total=self.timeout, connect=10.0)
             self._client = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers)

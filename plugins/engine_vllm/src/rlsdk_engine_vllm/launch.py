@@ -209,9 +209,13 @@ class VLLMLauncher:
         self.folder = tempfile.mkdtemp(prefix="rlsdk-vllm-")  # 0700: this user only
         self.socket = str(Path(self.folder) / "vllm.sock")
         self.api_key = secrets.token_urlsafe(32)
-        self.plan = plan_server(args, model, self.socket, self.python)
+        try:
+            self.plan = plan_server(args, model, self.socket, self.python)
+            env = server_environment(self.plan, self.api_key, bool(getattr(args, "lora_rank", 0)))
+        except BaseException:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
         self.startup_timeout = float(getattr(args, "vllm_startup_timeout", 900.0))
-        env = server_environment(self.plan, self.api_key, bool(getattr(args, "lora_rank", 0)))
         self.plan.env = env
         index = getattr(args, "rollout_engine_index", 0)
         self.process = ManagedProcess(

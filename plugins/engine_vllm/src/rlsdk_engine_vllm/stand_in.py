@@ -225,7 +225,7 @@ class FakeVLLM:
         """The request as the embedded engine's (SGLang's) ``/generate`` body."""
         prompt = body.get("prompt")
         payload: dict[str, Any] = {"rid": rid}
-        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) and t >= 0 for t in prompt):
             payload["input_ids"] = prompt
         elif isinstance(prompt, str) and prompt:
             payload["text"] = prompt
