@@ -13,27 +13,16 @@ loop's worst lateness since the last answer (``stall``, seconds), the process's 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from conftest import CHAT_TEMPLATE, TOOLS_CHAT_TEMPLATE, RecordingEngine, make_word_tokenizer  # noqa: E402
 from fuzzing import LoopWatch, routes_of  # noqa: E402
 
-
-def root_conftest() -> Any:
-    """tests/conftest.py (its tiny Llama), loaded by path as pytest loads it."""
-    spec = importlib.util.spec_from_file_location(
-        "rlsdk_tests_conftest", Path(__file__).parents[1] / "conftest.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from rlsdk.testing import write_tiny_llama  # noqa: E402
 
 
 def peak_mb() -> float:
@@ -73,7 +62,7 @@ def main(kind: str, folder: Path, token: str | None) -> None:
         from rlsdk.tinker.service import TinkerService
         from rlsdk.tinker.training import Placement
 
-        model = root_conftest().build_tiny_llama(folder / "tiny-llama")
+        model = write_tiny_llama(folder / "tiny-llama")
         tinker = TinkerService(
             {"test/tiny-llama": model},
             lambda weights: EmbeddedEngine(str(weights), device="cpu", threads=1),
