@@ -712,11 +712,11 @@ def render(rows: list[dict[str, Any]], tinker_version: str) -> str:
 
 
 def tiny_llama(folder: Path) -> Path:
-    """The test suite's tiny Llama (:func:`rlsdk.testing.write_tiny_llama`): 2 layers, hidden size 32, a 32-word
+    """The test suite's tiny Llama (:func:`rlsdk.testing.tiny_llama`): 2 layers, hidden size 32, a 32-word
     vocabulary."""
-    from rlsdk.testing import write_tiny_llama
+    from rlsdk import testing
 
-    return write_tiny_llama(folder)
+    return testing.tiny_llama(folder)
 
 
 def main() -> None:

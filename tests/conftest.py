@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+
 PR_SET_CHILD_SUBREAPER = 36
 """prctl option (linux/prctl.h): orphaned descendants are re-parented to this process instead of init."""
 INTERPRETER_HELPERS = ("multiprocessing", "concurrent.futures")
@@ -298,3 +299,17 @@ def agent_run(small_tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path
     args = RolloutConfig(hf_checkpoint=str(folder / "tokenizer"), num_rollout=1, output_dir=str(output.folder))
     output.save_state(output.run_state(1, {}, args, get_plugin_manager(load_entrypoints=False)))
     return output.folder
+
+
+@pytest.fixture
+def pip_install(tmp_path: Path):
+    """``pip_install(package_folder)``: the package installed for real (no dependencies) into a folder of its
+    own, returned for a subprocess's ``PYTHONPATH``."""
+
+    def install(root: Path) -> Path:
+        site = tmp_path / "site"
+        command = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+        subprocess.run([*command, "--target", str(site), str(root)], check=True, capture_output=True, timeout=180)
+        return site
+
+    return install

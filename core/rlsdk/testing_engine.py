@@ -1,5 +1,5 @@
 """The engine contract of :mod:`rlsdk.testing`: what every engine a run may use must do, as checks that take an
-engine (started, in front of the tiny Llama :func:`write_tiny_llama` writes) and an :class:`EngineKit`. Its
+engine (started, in front of the tiny Llama :func:`tiny_llama` writes) and an :class:`EngineKit`. Its
 answers must be real tokens and log-probs: the checks compare them with the torch trainer's on the same
 weights. :func:`check_engine_contract` runs one check; rlsdk's own tests run all of them against the SGLang
 client (``tests/test_engine_contract.py``) and the vllm engine (``plugins/engine_vllm``)::
@@ -104,7 +104,7 @@ async def refused(call: Awaitable[Any], pattern: str) -> None:
     raise AssertionError(f"not refused (expected {pattern!r})")
 
 
-def write_tiny_llama(folder: Path) -> Path:
+def tiny_llama(folder: Path) -> Path:
     """A 2-layer Llama with hidden size 32, 4,096 positions and random weights (seed 0) over a 32-word vocabulary (``<eos>``,
     ``<pad>``, ``w0`` ... ``w29``: a word-level tokenizer), tied embeddings, saved in ``folder``."""
     import torch
@@ -262,7 +262,8 @@ async def the_trust_checks_probe_scores_the_prompt(engine: InferenceEngine, kit:
 
 @check
 async def the_runs_health_check_passes(engine: InferenceEngine, kit: EngineKit) -> None:
-    from .plugins.records import Engine, PluginInfo, Resolved
+    from .plugins.kinds import Engine
+    from .plugins.records import PluginInfo, Resolved
     from .run.engine_health import check_engine_health
 
     resolved = Resolved(

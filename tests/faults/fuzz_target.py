@@ -22,8 +22,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from conftest import CHAT_TEMPLATE, TOOLS_CHAT_TEMPLATE, RecordingEngine, make_word_tokenizer  # noqa: E402
 from fuzzing import LoopWatch, routes_of  # noqa: E402
 
-from rlsdk.testing import write_tiny_llama  # noqa: E402
-
 
 def peak_mb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -58,11 +56,12 @@ def main(kind: str, folder: Path, token: str | None) -> None:
     if kind == "tinker":
         from rlsdk_embedded.engine import EmbeddedEngine
 
+        from rlsdk.testing import tiny_llama
         from rlsdk.tinker.server import start_tinker_server
         from rlsdk.tinker.service import TinkerService
         from rlsdk.tinker.training import Placement
 
-        model = write_tiny_llama(folder / "tiny-llama")
+        model = tiny_llama(folder / "tiny-llama")
         tinker = TinkerService(
             {"test/tiny-llama": model},
             lambda weights: EmbeddedEngine(str(weights), device="cpu", threads=1),

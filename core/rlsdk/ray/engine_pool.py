@@ -31,7 +31,6 @@ from typing import Any
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import ReplicaLostError, finish_abort, generate_response, new_rid, split_batch
 from ..errors import RlsdkError
-from ..plugins.run_plugins import engine_name
 from ..training.sync import default_sync_timeout
 from .cluster import ActorStartError, describe_place, first_line, free_resources, import_ray, place, start
 from .engine_actor import (
@@ -45,6 +44,8 @@ from .engine_actor import (
 )
 from .environments import check_worker
 from .trainer_actor import trainer_resources
+from ..config import RolloutConfig
+from ..plugins.kinds import Engine
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ class RayEnginePool(InferenceEngine):
 
     def __init__(
         self,
-        args: Any,
+        args: RolloutConfig,
         engine_spec: str,
         driver_plugins: dict[str, str | None],
         *,
@@ -241,7 +242,7 @@ class RayEnginePool(InferenceEngine):
         have = import_ray().cluster_resources().get("GPU", 0)
         if needed > have:
             raise RlsdkError(
-                f"{needed:g} GPUs needed for the {engine_name(args)} engines ({len(self.replicas_)} engines, "
+                f"{needed:g} GPUs needed for the {Engine.chosen(args)} engines ({len(self.replicas_)} engines, "
                 f"{args.ray_spare_engines} spare, {self.standby_count} standby; {per_engine} GPUs each)"
                 f"{f' and the trainer ({trainer:g})' if trainer else ''}, but the Ray cluster has "
                 f"{have:g}: lower --rollout-num-gpus, ray_spare_engines or ray_standby_engines"

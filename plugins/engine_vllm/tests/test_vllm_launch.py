@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from rlsdk import EngineError, EngineUnavailableError, RolloutConfig, tensor_checksum
+from rlsdk import RolloutConfig
+from rlsdk.engine_api import EngineError, EngineUnavailableError, tensor_checksum
 
 from rlsdk_engine_vllm.client import VLLMClient
 from rlsdk_engine_vllm.launch import (

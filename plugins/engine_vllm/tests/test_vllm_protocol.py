@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from rlsdk import EngineError, EngineRequestError, ServedChecksums
+from rlsdk.engine_api import EngineError, EngineRequestError, ServedChecksums
 
 from rlsdk_engine_vllm.client import VLLMClient
 from rlsdk_engine_vllm.stand_in import ServedVLLM

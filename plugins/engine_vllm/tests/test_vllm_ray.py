@@ -20,7 +20,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from rlsdk import CustomGenerate, RolloutConfig, get_plugin_manager, get_runtime, hookimpl, single_turn  # noqa: E402
-from rlsdk.run.job import run_job  # noqa: E402
+from rlsdk import run_job  # noqa: E402
 
 FAKE = Path(__file__).with_name("fake_vllm_interpreter.py")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from rlsdk import RolloutConfig
-from rlsdk.run.job import run_job
+from rlsdk import run_job
 
 from rlsdk_engine_vllm.stand_in import ServedVLLM
 

@@ -15,8 +15,8 @@ from datetime import timedelta
 
 import pytest
 import torch
-from rlsdk import free_port
-from rlsdk.engines.tensor_transport import FlatWeights
+from rlsdk.trainer_api import free_port
+from rlsdk.engine_api import FlatWeights
 from torch.multiprocessing.reductions import rebuild_tensor
 
 from rlsdk_engine_vllm.transfer import (

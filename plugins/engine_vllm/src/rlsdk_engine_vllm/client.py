@@ -39,18 +39,18 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import aiohttp
-from rlsdk import (
+from rlsdk import backoff_delay
+from rlsdk.engine_api import (
     EngineError,
     EngineRequestError,
     EngineResponseError,
     EngineUnavailableError,
     InferenceEngine,
     ServedChecksums,
-    backoff_delay,
-    free_port,
     new_rid,
     split_batch,
 )
+from rlsdk.trainer_api import free_port
 
 from .translate import Accumulated, completion_request, sglang_response, vllm_request_id
 

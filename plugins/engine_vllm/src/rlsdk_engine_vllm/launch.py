@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from rlsdk import EngineError, EngineUnavailableError, ManagedProcess, tensor_checksum, trainer_world_size
+from rlsdk.engine_api import EngineError, EngineUnavailableError, tensor_checksum
+from rlsdk.trainer_api import ManagedProcess, trainer_world_size
 
 VLLM_VERSION = "0.26"
 """The vLLM release whose routes and shapes the client speaks."""

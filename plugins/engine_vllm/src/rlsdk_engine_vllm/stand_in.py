@@ -54,7 +54,7 @@ from typing import Any
 import torch
 from aiohttp import web
 from torch.multiprocessing.reductions import rebuild_tensor
-from rlsdk import EngineRequestError, tensor_checksum
+from rlsdk.engine_api import EngineRequestError, tensor_checksum
 
 ROUTES_DEV = (
     "/abort_requests",

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlsdk import (
+from rlsdk.engine_api import (
     EngineRequestError,
     EngineResponseError,
     finish_abort,
