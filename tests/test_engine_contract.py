@@ -11,19 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from rlsdk import SGLangClient
+from rlsdk.engine_api import SGLangClient
 from rlsdk.testing import ENGINE_CONTRACT, EngineKit, ServedEngine, check_engine_contract
 
 
 @pytest.fixture
 def served(tiny_llama: Path, tmp_path: Path):
-    embedded = pytest.importorskip("rlsdk_embedded")
+    from rlsdk_embedded import EmbeddedEngine
+
     with ServedEngine(
-        embedded.EmbeddedEngine(str(tiny_llama), device="cpu", threads=1), weights_dirs=[tmp_path]
+        EmbeddedEngine(str(tiny_llama), device="cpu", threads=1), weights_dirs=[tmp_path]
     ) as running:
         yield running
 
 
+@pytest.mark.plugins("rlsdk_embedded")
 @pytest.mark.parametrize("name", list(ENGINE_CONTRACT))
 def test_the_sglang_client_keeps_the_engine_contract(
     name: str, served, tiny_llama: Path, tmp_path: Path

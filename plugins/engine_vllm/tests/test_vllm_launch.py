@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from rlsdk import RolloutConfig
+from rlsdk import RolloutConfig, run_job
+from rlsdk_cli.app import app
+from typer.testing import CliRunner
 from rlsdk.engine_api import EngineError, EngineUnavailableError, tensor_checksum
 
 from rlsdk_engine_vllm.client import VLLMClient
@@ -102,19 +104,52 @@ def test_the_command_line_follows_the_runs_options():
     assert "0.5" not in lora.command and lora.transfer is None  # an adapter syncs through disk
 
 
-def test_flags_rlsdk_sets_and_what_one_server_cannot_do_are_refused_before_anything_starts():
-    with pytest.raises(ValueError, match="--vllm-args --seed: rlsdk sets it itself; use --rollout-seed"):
-        plan_server(RolloutConfig(vllm_args="--seed 3"), "/m", "/s", "py")
-    with pytest.raises(ValueError, match="--vllm-args --enable-sleep-mode: .* use --colocate"):
-        plan_server(RolloutConfig(vllm_args="--enable-sleep-mode"), "/m", "/s", "py")
-    with pytest.raises(
-        ValueError, match="launches one vLLM server .* not 2: run several as Ray engine actors"
-    ):
-        plan_server(RolloutConfig(rollout_num_gpus=2), "/m", "/s", "py")
-    with pytest.raises(ValueError, match="rank at most 512"):
-        plan_server(RolloutConfig(lora_rank=600), "/m", "/s", "py")
-    with pytest.raises(ValueError, match="CUDA-IPC sync with tensor parallel 2: .* use --weight-sync nccl"):
-        vllm_engine(RolloutConfig(colocate=True, rollout_num_gpus_per_engine=2, rollout_num_gpus=2))
+REFUSED = [
+    ({"vllm_args": "--seed 3"}, "--vllm-args --seed: rlsdk sets it itself; use --rollout-seed"),
+    ({"vllm_args": "--enable-sleep-mode"}, "--vllm-args --enable-sleep-mode: .* use --colocate"),
+    ({"rollout_num_gpus": 2}, "launches one vLLM server .* not 2: run several as Ray engine actors"),
+    ({"lora_rank": 600}, "--lora-rank 600: vLLM 0.26 serves adapters of rank at most 512"),
+    (
+        {"colocate": True, "rollout_num_gpus_per_engine": 2, "rollout_num_gpus": 2},
+        "CUDA-IPC sync with tensor parallel 2: .* use --weight-sync nccl",
+    ),
+    ({"env": "none"}, "vLLM is not installed for .*vllm-python: pip install vllm==0.26.0"),
+    ({"env": "0.25.1"}, "has vllm 0.25.1; the vllm engine speaks vLLM 0.26's routes"),
+]
+
+
+@pytest.mark.parametrize(("options", "reason"), REFUSED, ids=lambda v: str(v)[:40])
+def test_what_vllm_cannot_do_is_refused_in_one_line_before_anything_starts(
+    options: dict, reason: str, fake_python, tiny_llama, tmp_path, monkeypatch
+):
+    options = dict(options)
+    monkeypatch.setenv("FAKE_VLLM_VERSION", options.pop("env", "0.26.0"))
+    monkeypatch.setenv("FAKE_VLLM_PIDS", str(tmp_path / "pids"))
+    (tmp_path / "prompts.jsonl").write_text('{"input": "w1 w2"}\n')
+    args = RolloutConfig(
+        engine="vllm",
+        hf_checkpoint=str(tiny_llama),
+        prompt_data=str(tmp_path / "prompts.jsonl"),
+        vllm_python=fake_python,
+        output_dir=str(tmp_path / "out"),
+        train=True,
+        **options,
+    )
+    with pytest.raises(ValueError, match=reason) as refused:
+        run_job(args)
+    assert "\n" not in str(refused.value)
+    assert not (tmp_path / "pids").exists(), "a server started"
+    assert not list(tmp_path.glob("out/logs/vllm-server-*.log"))
+
+
+def test_the_command_line_says_the_refusal_and_starts_nothing(fake_python, tiny_llama, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_VLLM_VERSION", "none")
+    monkeypatch.setenv("FAKE_VLLM_PIDS", str(tmp_path / "pids"))
+    command = ["run", "--engine", "vllm", "--vllm-python", fake_python, "--hf-checkpoint", str(tiny_llama)]
+    done = CliRunner().invoke(app, [*command, "--output-dir", str(tmp_path / "out")], terminal_width=300)
+    assert done.exit_code != 0
+    assert f"vLLM is not installed for {fake_python}: pip install vllm==0.26.0" in done.output
+    assert not (tmp_path / "pids").exists()
 
 
 def test_the_servers_environment(monkeypatch: pytest.MonkeyPatch):

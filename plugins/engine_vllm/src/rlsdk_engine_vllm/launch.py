@@ -116,6 +116,36 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(64)]
 
 
+def check_launch(args: Any) -> None:
+    """A ValueError with a one-line reason for what a launched server cannot be given, before anything starts:
+    no model folder, several servers outside Ray, a flag of ``--vllm-args`` rlsdk sets itself, a LoRA rank
+    vLLM cannot serve, and (outside Ray, where ``--vllm-python`` is each node's) an interpreter without
+    vLLM 0.26."""
+    model = model_folder(args)
+    python = vllm_python(args)
+    plan = plan_server(args, model, "vllm.sock", python)
+    if not getattr(args, "ray_address", None):
+        server_environment(plan, "", bool(getattr(args, "lora_rank", 0)))  # the GPUs it needs are visible
+        if problem := vllm_python_problem(python):
+            raise ValueError(problem)
+
+
+def model_folder(args: Any) -> str:
+    """The model a launched server serves (``--hf-checkpoint``, else ``--model``), absolute where it exists
+    (the server runs in the log folder)."""
+    model = args.hf_checkpoint or args.model
+    if not model:
+        raise ValueError(
+            "the vllm engine without --vllm-url launches vLLM: pass --hf-checkpoint (the model folder)"
+        )
+    return str(Path(model).resolve()) if Path(model).exists() else str(model)
+
+
+def vllm_python(args: Any) -> str:
+    """The interpreter that launches the server: ``--vllm-python``, else this one."""
+    return getattr(args, "vllm_python", None) or sys.executable
+
+
 def check_one_server(args: Any) -> None:
     """A ValueError unless ``args`` ask for one server: on Ray each engine actor launches one."""
     per_engine = args.rollout_num_gpus_per_engine
@@ -195,18 +225,25 @@ def installed_version(python: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def vllm_python_problem(python: str) -> str | None:
+    """Why ``python`` cannot launch the server (no vLLM, or not 0.26), in one line; None when it can."""
+    version = installed_version(python)
+    if version is None:
+        return (
+            f"vLLM is not installed for {python}: pip install vllm=={VLLM_VERSION}.0 in an environment of its "
+            "own and pass its python as --vllm-python, or pass --vllm-url of a running server"
+        )
+    if not version.startswith(VLLM_VERSION + "."):
+        return f"{python} has vllm {version}; the vllm engine speaks vLLM {VLLM_VERSION}'s routes and shapes"
+    return None
+
+
 class VLLMLauncher:
     """Starts the planned server, waits until it answers, stops it (its whole process group)."""
 
     def __init__(self, args: Any, log_dir: Path, python: str | None = None) -> None:
-        model = args.hf_checkpoint or args.model
-        if not model:
-            raise ValueError(
-                "the vllm engine without --vllm-url launches vLLM: pass --hf-checkpoint (the model folder)"
-            )
-        if Path(model).exists():  # the server runs in the log folder: a relative path would not reach it
-            model = str(Path(model).resolve())
-        self.python = python or getattr(args, "vllm_python", None) or sys.executable
+        model = model_folder(args)
+        self.python = python or vllm_python(args)
         self.folder = tempfile.mkdtemp(prefix="rlsdk-vllm-")  # 0700: this user only
         self.socket = str(Path(self.folder) / "vllm.sock")
         self.api_key = secrets.token_urlsafe(32)
@@ -228,17 +265,9 @@ class VLLMLauncher:
         )
 
     def check_installed(self) -> None:
-        """vLLM 0.26 is what ``--vllm-python`` imports."""
-        version = installed_version(self.python)
-        if version is None:
-            raise EngineError(
-                f"vLLM is not installed for {self.python}: pip install vllm=={VLLM_VERSION}.0 in an environment "
-                "of its own and pass its python as --vllm-python, or pass --vllm-url of a running server"
-            )
-        if not version.startswith(VLLM_VERSION + "."):
-            raise EngineError(
-                f"{self.python} has vllm {version}; the vllm engine speaks vLLM {VLLM_VERSION}'s routes and shapes"
-            )
+        """vLLM 0.26 is what ``--vllm-python`` imports (on Ray, this node's)."""
+        if problem := vllm_python_problem(self.python):
+            raise EngineError(problem)
 
     async def start(self) -> None:
         """Start the server and wait for ``/health``; on any failure stop it."""

@@ -10,10 +10,11 @@ from rlsdk import Engine, Option, hookimpl
 
 def vllm_engine(args: Any) -> Any:
     """vLLM 0.26: the server at ``--vllm-url``, or one rlsdk launches from ``--vllm-python`` for
-    ``--hf-checkpoint``. What vLLM cannot do in this run is refused here, before anything starts."""
+    ``--hf-checkpoint``. ``rlsdk run`` has refused what vLLM cannot do before (:func:`refuse_unsupported`);
+    the settings' own refusals hold here too, for callers that build the engine directly."""
     from .client import VLLMClient
 
-    refuse_unsupported(args)
+    refuse_settings(args)
     options = {
         "concurrency": args.vllm_server_concurrency,
         "retries": args.vllm_retries,
@@ -33,21 +34,26 @@ def launches(args: Any) -> bool:
 
 def refuse_unsupported(args: Any) -> None:
     """A ValueError with a one-line reason for what this run asks of vLLM that it cannot do (``rlsdk run``
-    calls it before anything starts)."""
-    from .launch import check_one_server
+    calls it before anything starts): :func:`refuse_settings`, and what a launched server cannot be given
+    (:func:`.launch.check_launch`: its model, flags, LoRA rank, GPUs and ``--vllm-python``)."""
+    from .launch import check_launch
 
+    refuse_settings(args)
     if launches(args):
-        check_one_server(args)
+        check_launch(args)
+
+
+def refuse_settings(args: Any) -> None:
+    """What vLLM cannot do with these settings, whether launched or given by URL."""
+    from .launch import weight_transfer
+
     tensor_parallel = args.rollout_num_gpus_per_engine
-    if getattr(args, "weight_sync", "auto") == "tensor" or (
-        getattr(args, "weight_sync", "auto") == "auto" and args.colocate and not getattr(args, "lora_rank", 0)
-    ):
-        if tensor_parallel != 1:
-            raise ValueError(
-                f"vllm engine: colocated CUDA-IPC sync with tensor parallel {tensor_parallel}: vLLM's IPC backend "
-                "finds each worker's tensors by its GPU and the trainer sends from one; use --weight-sync nccl "
-                "or disk, or --rollout-num-gpus-per-engine 1"
-            )
+    if weight_transfer(args) == "ipc" and tensor_parallel != 1:
+        raise ValueError(
+            f"vllm engine: colocated CUDA-IPC sync with tensor parallel {tensor_parallel}: vLLM's IPC backend "
+            "finds each worker's tensors by its GPU and the trainer sends from one; use --weight-sync nccl "
+            "or disk, or --rollout-num-gpus-per-engine 1"
+        )
 
 
 @hookimpl
