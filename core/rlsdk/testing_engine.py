@@ -10,6 +10,9 @@ client (``tests/test_engine_contract.py``) and the vllm engine (``plugins/engine
         if reason := check_engine_contract(name, lambda: MyEngine(tiny_llama), kit):
             pytest.skip(reason)
 
+The checks may run one after another on one engine (as ``benchmarks/gpu/vllm_checks.py`` runs them on a real
+vLLM): each leaves the engine serving the trainer's weights, with no adapter loaded and not paused.
+
 A check the engine under test cannot serve where the test runs (CUDA IPC and memory release need GPUs unless
 a stand-in serves them: :attr:`EngineKit.serves`) returns the reason it was skipped.
 """
@@ -173,6 +176,14 @@ def gap(a: list[float], b: list[float]) -> float:
     return max((abs(x - y) for x, y in zip(a, b, strict=True)), default=0.0)
 
 
+def within(served: list[float], truth: list[float], tolerance: float, what: str) -> None:
+    """The engine's log-probs ``served`` are ``what`` (``truth``) within ``tolerance`` nats."""
+    largest = gap(served, truth)
+    assert largest < tolerance, (
+        f"{what}: log-probs differ by up to {largest:.3g} nats (tolerance {tolerance:g})"
+    )
+
+
 def changed_model(kit: EngineKit, name: str, seed: int) -> Path:
     """The model with every weight nudged, saved as a Hugging Face folder; the trainer holds it too."""
     import torch
@@ -208,7 +219,7 @@ async def log_probs_are_the_models(engine: InferenceEngine, kit: EngineKit) -> N
     """Sampled at temperature 1: each token's log-prob is the trainer's for that token, to float32."""
     answer = await generate(engine, max_new_tokens=8, temperature=1.0)
     served = [e[0] for e in answer["meta_info"]["output_token_logprobs"]]
-    assert gap(served, trainer_log_probs(kit, PROMPT, answer["output_ids"])) < kit.tolerance
+    within(served, trainer_log_probs(kit, PROMPT, answer["output_ids"]), kit.tolerance, "the trainer's")
 
 
 @check
@@ -257,7 +268,7 @@ async def the_trust_checks_probe_scores_the_prompt(engine: InferenceEngine, kit:
     response = [9, 10, 11, 12]
     sample = Sample(group_index=0, index=0, tokens=[*PROMPT, *response], response_length=len(response))
     served = await engine_log_probs(engine, sample)
-    assert gap(served, trainer_log_probs(kit, PROMPT, response)) < kit.tolerance
+    within(served, trainer_log_probs(kit, PROMPT, response), kit.tolerance, "the trainer's")
 
 
 @check
@@ -366,7 +377,7 @@ async def a_disk_sync_serves_the_new_weights_as_the_version_given(
     answer = await generate(engine, max_new_tokens=6, temperature=1.0)
     assert answer["meta_info"]["weight_version"] == "7"
     served = [e[0] for e in answer["meta_info"]["output_token_logprobs"]]
-    assert gap(served, trainer_log_probs(kit, PROMPT, answer["output_ids"])) < kit.tolerance
+    within(served, trainer_log_probs(kit, PROMPT, answer["output_ids"]), kit.tolerance, "the trainer's")
     old = [e[0] for e in before["meta_info"]["output_token_logprobs"]]
     assert (
         gap(old, trainer_log_probs(kit, PROMPT, before["output_ids"])) > 10 * kit.tolerance
@@ -395,14 +406,19 @@ async def the_weights_check_finds_every_tensor_equal_then_one_changed(
         raise Skipped("the engine reports no weight checksums (the trust check compares log-probs alone)")
     verdict = await check_weights(engine, kit.trainer, 1)
     assert verdict.complete, verdict
+    changed = kit.trainer.model.state_dict()["model.layers.1.mlp.up_proj.weight"]
+    original = changed.detach().clone()
     with torch.no_grad():
-        kit.trainer.model.state_dict()["model.layers.1.mlp.up_proj.weight"].add_(1.0)
+        changed.add_(1.0)
     try:
         await check_weights(engine, kit.trainer, 2)
     except WeightSyncError as exc:
         assert "up_proj" in str(exc), exc
     else:
         raise AssertionError("a changed tensor passed the weights check")
+    finally:
+        with torch.no_grad():
+            changed.copy_(original)  # the trainer holds the engine's weights again
 
 
 @check
@@ -412,24 +428,28 @@ async def a_lora_adapter_loads_serves_and_unloads(engine: InferenceEngine, kit: 
     await engine.load_lora_adapter("contract-lora", str(folder))
     with_adapter = await generate(engine, max_new_tokens=4, temperature=1.0)
     served = [e[0] for e in with_adapter["meta_info"]["output_token_logprobs"]]
-    assert gap(served, merged(with_adapter["output_ids"])) < kit.tolerance
-    assert gap(served, trainer_log_probs(kit, PROMPT, with_adapter["output_ids"])) > 10 * kit.tolerance
+    within(served, merged(with_adapter["output_ids"]), kit.tolerance, "the model merged with the adapter")
+    moved = gap(served, trainer_log_probs(kit, PROMPT, with_adapter["output_ids"]))
+    assert moved > 10 * kit.tolerance, (
+        f"the adapter moved the log-probs by only {moved:.3g} nats, not over 10x the tolerance {kit.tolerance:g}"
+    )
     await engine.unload_lora_adapter("contract-lora")
     after = await generate(engine, max_new_tokens=4, temperature=1.0)
     served = [e[0] for e in after["meta_info"]["output_token_logprobs"]]
-    assert gap(served, trainer_log_probs(kit, PROMPT, after["output_ids"])) < kit.tolerance
+    within(served, trainer_log_probs(kit, PROMPT, after["output_ids"]), kit.tolerance, "the base model's")
     assert base["meta_info"]["weight_version"] == after["meta_info"]["weight_version"]
 
 
 def lora_adapter(kit: EngineKit) -> tuple[Path, Callable[[list[int]], list[float]]]:
     """A random rank-4 adapter on the attention projections in PEFT's format (in the kit's folder), and the
-    log-probs of a response under the model merged with it."""
+    log-probs of a response under the trainer's weights (the engine's) merged with it."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(3)
-    model = AutoModelForCausalLM.from_pretrained(kit.model)
+    model = AutoModelForCausalLM.from_pretrained(kit.model, dtype=torch.float32)
+    model.load_state_dict({k: v.float().cpu() for k, v in kit.trainer.model.state_dict().items()})
     config = LoraConfig(
         r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"], init_lora_weights=False
     )
@@ -490,7 +510,7 @@ async def a_sync_in_place_pauses_around_the_update(engine: InferenceEngine, kit:
     assert answer["meta_info"]["finish_reason"] == {"type": "length", "length": 2000}
     after = await generate(engine, max_new_tokens=4, temperature=1.0)
     served = [e[0] for e in after["meta_info"]["output_token_logprobs"]]
-    assert gap(served, trainer_log_probs(kit, PROMPT, after["output_ids"])) < kit.tolerance
+    within(served, trainer_log_probs(kit, PROMPT, after["output_ids"]), kit.tolerance, "the trainer's")
 
 
 ENGINE_CONTRACT: tuple[str, ...] = tuple(_CHECKS)

@@ -23,7 +23,14 @@ FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures"
 COMPLETIONS = json.loads((FIXTURES / "vllm-0.26.0-completions.json").read_text())
 CONTROL = json.loads((FIXTURES / "vllm-0.26.0-control.json").read_text())
 LORA = json.loads((FIXTURES / "vllm-0.26.0-lora.json").read_text())
-PROMPT = [1, 504, 3458, 30]
+PROMPT = COMPLETIONS["single"][1]["choices"][0]["prompt_token_ids"]
+"""The prompt every completion case was asked for. Expected values below come from the fixtures, so captured
+answers (``vllm_checks.py``) replace the restated ones without a change here."""
+
+
+def choice(case: str) -> dict[str, Any]:
+    """The one choice of completion case ``case``."""
+    return COMPLETIONS[case][1]["choices"][0]
 
 
 def answer(status_body: list[Any]) -> web.Response:
@@ -118,14 +125,14 @@ def test_a_completion_becomes_sglangs_answer_with_tokens_and_log_probs():
         return await generate(client, "single"), seen[-1]
 
     response, sent = replay(scenario)
-    choice = COMPLETIONS["single"][1]["choices"][0]
-    assert response["output_ids"] == choice["token_ids"] and response["text"] == choice["text"]
+    single = choice("single")
+    assert response["output_ids"] == single["token_ids"] and response["text"] == single["text"]
     meta = response["meta_info"]
     assert meta["finish_reason"] == {"type": "length", "length": 6} and meta["id"] == "single"
     assert [e[:2] for e in meta["output_token_logprobs"]] == [
-        [lp, tok] for lp, tok in zip(choice["logprobs"]["token_logprobs"], choice["token_ids"], strict=True)
+        [lp, tok] for lp, tok in zip(single["logprobs"]["token_logprobs"], single["token_ids"], strict=True)
     ]
-    assert meta["prompt_tokens"] == 4 and meta["weight_version"] == "default"
+    assert meta["prompt_tokens"] == len(PROMPT) and meta["weight_version"] == "default"
     assert sent == {
         "prompt": PROMPT,
         "request_id": "single",
@@ -137,14 +144,15 @@ def test_a_completion_becomes_sglangs_answer_with_tokens_and_log_probs():
 
 
 @pytest.mark.parametrize(
-    ("case", "matched"),
-    [("stop_eos", 2), ("stop_token", 17278), ("stop_string", "set")],
-    ids=["eos", "token", "string"],
+    ("case", "reason"), [("stop_eos", type(None)), ("stop_token", int), ("stop_string", str)]
 )
-def test_a_stop_is_matched_by_its_token_or_string_and_eos_by_its_id(case, matched):
+def test_a_stop_is_matched_by_its_token_or_string_and_eos_by_its_id(case, reason):
     async def scenario(client, seen):
         return await generate(client, case)
 
+    stopped = choice(case)
+    assert stopped["finish_reason"] == "stop" and isinstance(stopped["stop_reason"], reason)
+    matched = stopped["token_ids"][-1] if stopped["stop_reason"] is None else stopped["stop_reason"]
     assert replay(scenario)["meta_info"]["finish_reason"] == {"type": "stop", "matched": matched}
 
 
@@ -153,7 +161,8 @@ def test_an_aborted_request_keeps_its_tokens_with_sglangs_abort():
         return await generate(client, "aborted")
 
     response = replay(scenario)
-    assert response["output_ids"] == [32331, 33954]
+    assert choice("aborted")["finish_reason"] == "abort" and choice("aborted")["token_ids"]
+    assert response["output_ids"] == choice("aborted")["token_ids"]
     assert response["meta_info"]["finish_reason"] == {
         "type": "abort",
         "message": "Aborted",
@@ -169,7 +178,9 @@ def test_top_log_probs_are_read_by_token_id():
     response, sent = replay(scenario)
     assert sent["logprobs"] == 2 and sent["return_tokens_as_token_ids"] is True
     top = response["meta_info"]["output_top_logprobs"]
-    assert top[0] == [[-10.8125, 32331, None], [-3.25, 2, None], [-4.5, 30, None]]
+    [first, *_] = choice("top_logprobs")["logprobs"]["top_logprobs"]
+    assert top[0] == [[lp, int(token.removeprefix("token_id:")), None] for token, lp in first.items()]
+    assert len(top[0]) >= 2
 
 
 def test_the_trust_probe_reads_prompt_log_probs_and_drops_the_one_token_vllm_must_make():
@@ -187,10 +198,10 @@ def test_the_trust_probe_reads_prompt_log_probs_and_drops_the_one_token_vllm_mus
     assert sent["max_tokens"] == 1 and sent["prompt_logprobs"] == 0
     assert response["output_ids"] == [] and response["text"] == ""
     assert response["meta_info"]["finish_reason"] == {"type": "length", "length": 0}
+    scored = choice("prompt_logprobs")["prompt_logprobs"]
     assert response["meta_info"]["input_token_logprobs"] == [
-        [None, 504, None],
-        [-9.5, 3458, None],
-        [-4.125, 30, None],
+        [None, PROMPT[1], None],  # SGLang's first is None
+        *([scored[i][str(PROMPT[i])]["logprob"], PROMPT[i], None] for i in range(2, len(PROMPT))),
     ]
 
 
@@ -206,8 +217,12 @@ def test_a_stream_of_deltas_becomes_sglangs_cumulative_stream():
 
     chunks, sent = replay(scenario)
     assert sent["stream"] is True
-    assert [c["output_ids"] for c in chunks] == [[32331], [32331, 33954], [32331, 33954, 7227]]
-    assert [c["text"] for c in chunks] == [" tweets", " tweets Liquid", " tweets LiquidMA"]
+    deltas = [json.loads(line[len("data: ") :])["choices"][0] for line in COMPLETIONS["stream"][:-1]]
+    assert len(deltas) == 3 and COMPLETIONS["stream"][-1] == "data: [DONE]"
+    assert [c["output_ids"] for c in chunks] == [
+        [t for d in deltas[: i + 1] for t in d["token_ids"]] for i in range(3)
+    ]
+    assert [c["text"] for c in chunks] == ["".join(d["text"] for d in deltas[: i + 1]) for i in range(3)]
     assert [c["meta_info"]["finish_reason"] for c in chunks] == [None, None, {"type": "length", "length": 3}]
     assert len(chunks[-1]["meta_info"]["output_token_logprobs"]) == 3
 
@@ -242,8 +257,17 @@ def test_control_calls_read_vllms_answers():
         return load, flushed, info, [s for s in seen if "path" in s]
 
     load, flushed, info, sent = replay(scenario)
-    assert load == {"num_running_reqs": 3, "num_waiting_reqs": 2} and flushed is True
-    assert info["weight_version"] == "3" and info["model_path"] == "/models/bench-model"
+    gauges = {
+        line.split("{")[0]: int(float(line.rsplit(" ", 1)[1]))
+        for line in CONTROL["metrics"][1].splitlines()
+        if line.startswith("vllm:num_requests_")
+    }
+    assert load == {
+        "num_running_reqs": gauges["vllm:num_requests_running"],
+        "num_waiting_reqs": gauges["vllm:num_requests_waiting"],
+    }
+    assert load["num_running_reqs"] > 0 and flushed is True  # taken while requests ran
+    assert info["weight_version"] == "3" and info["model_path"] == CONTROL["models"][1]["data"][0]["root"]
     assert sent[:5] == [
         {"path": "/abort_requests", "request_ids": ["cmpl-r1-0"]},
         {"path": "/abort_requests", "request_ids": []},
@@ -275,7 +299,11 @@ def test_weight_checksums_come_per_worker_with_vllms_fusions():
         ".qkv_proj.": (".q_proj.", ".k_proj.", ".v_proj."),
         ".gate_up_proj.": (".gate_proj.", ".up_proj."),
     }
-    assert served.checksums["model.layers.0.self_attn.qkv_proj.weight"] == "0c9d8e7f6a5b4c3d"
+    qkv = "model.layers.0.self_attn.qkv_proj.weight"
+    [worker] = CONTROL["rlsdk_weight_checksums"][1]["results"]
+    assert served.checksums[qkv] == worker["checksums"][qkv] and len(served.checksums) == len(
+        worker["checksums"]
+    )
 
 
 def test_a_server_without_the_worker_extension_has_no_checksums():
