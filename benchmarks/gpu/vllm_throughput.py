@@ -56,7 +56,11 @@ async def straight_vllm(socket: str, key: str, prompts: list[list[int]], opts: a
                     "ignore_eos": True, "return_token_ids": True, **({"logprobs": 0} if logprob else {})}
             async with slots, session.post("http://localhost/v1/completions", json=body) as response:
                 response.raise_for_status()
-                return int((await response.json())["usage"]["completion_tokens"])
+                answer = await response.json()
+            made = int(answer["usage"]["completion_tokens"])
+            if logprob:  # the log-probs were made, one per token
+                assert len(answer["choices"][0]["logprobs"]["token_logprobs"]) == made, answer["choices"][0]
+            return made
 
         started = time.perf_counter()
         tokens = sum(await asyncio.gather(*(one(p) for p in prompts)))
@@ -73,6 +77,7 @@ async def through_client(client: Any, prompts: list[list[int]], opts: argparse.N
     )
     seconds = time.perf_counter() - started
     tokens = sum(a["meta_info"]["completion_tokens"] for a in answers)
+    assert all(len(a["meta_info"]["output_token_logprobs"]) == len(a["output_ids"]) for a in answers)
     return {"tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1)}
 
 
@@ -167,6 +172,13 @@ def main() -> None:
             vllm["straight_no_logprob"]["tokens_per_s"] / sglang["straight_no_logprob"]["tokens_per_s"], 3
         ),
         "client_ratio": round(vllm["rlsdk_client"]["tokens_per_s"] / vllm["straight_logprob"]["tokens_per_s"], 3),
+        # every pass made every token it asked for (ignore_eos), so each figure counts the same work
+        "every_token_made": all(
+            figure["tokens"] == opts.requests * opts.new_tokens
+            for server in (sglang, vllm)
+            for figure in server.values()
+            if isinstance(figure, dict)
+        ),
         "machine": machine(),
     }
     print(json.dumps(report))
