@@ -3,12 +3,13 @@ and started on the actor's event loop, answering the engine protocol's calls for
 
 The actor hosts any engine plugin: the ``embedded`` engine on a CPU node, or an engine that launches servers
 on the GPUs Ray gave the actor (its record's ``launches``: the ``sglang`` engine, the ``vllm`` engine). For
-those, :func:`engine_args` turns the run's options into one engine's: one server (``rollout_num_gpus_per_engine``
-GPUs, GPU 0 of those Ray set in ``CUDA_VISIBLE_DEVICES``), seed ``rollout_seed + index``, and for SGLang a free
-port of the node and the log ``logs/sglang-server-<index>.log``; the actor reports its URL from ``start()``. Its health answer is the
-server's (:meth:`EngineActor.health`), so a server that dies in a live actor is a dead engine to the pool;
-an actor that dies takes its server with it (the server is started from the actor's event-loop thread,
-which lives as long as the actor's process, so its parent-death signal comes when the process dies).
+those, :func:`engine_args` turns the run's options into one engine's: one server
+(``rollout_num_gpus_per_engine`` GPUs, GPU 0 of those Ray set in ``CUDA_VISIBLE_DEVICES``), seed
+``rollout_seed + index``, and for SGLang a free port of the node and the log ``logs/sglang-server-<index>.log``;
+the actor reports its URL from ``start()``. Its health answer is the server's (:meth:`EngineActor.health`),
+so a server that dies in a live actor is a dead engine to the pool; an actor that dies takes its server with
+it (the server is started from the actor's event-loop thread, which lives as long as the actor's process, so
+its parent-death signal comes when the process dies).
 Weights reach it from disk (the pool forwards ``update_weights_from_disk``): the folder must be on a
 filesystem every node sees."""
 
@@ -63,9 +64,8 @@ def engine_count(args: RolloutConfig) -> int:
     if args.num_engines not in (1, count):
         raise ValueError(
             f"--num-engines {args.num_engines} disagrees with --rollout-num-gpus {total} / "
-            f"--rollout-num-gpus-per-engine {per_engine} = {count} {Engine.chosen(args)} engines: leave --num-engines "
-            "out, "
-            f"or pass --rollout-num-gpus {args.num_engines * per_engine}"
+            f"--rollout-num-gpus-per-engine {per_engine} = {count} {Engine.chosen(args)} engines: leave "
+            f"--num-engines out, or pass --rollout-num-gpus {args.num_engines * per_engine}"
         )
     return count
 
