@@ -298,6 +298,40 @@ def test_startup_problems_are_named_with_the_log(fake_python, tmp_path, monkeypa
     assert wait_gone(recorded_pids(tmp_path / "pids"))
 
 
+def test_a_killed_servers_exit_is_named_though_its_socket_refused_first(tmp_path):
+    """The kernel closes a SIGKILLed server's socket a moment before its exit shows: the health check that
+    finds the socket refusing waits for the exit and names it (what the restart path reports), not the refusal.
+    The launcher here is a stand-in whose process shows its exit 0.3 s after the socket went."""
+
+    class Dying:
+        api_key = "k"
+        stopped = False
+
+        def __init__(self) -> None:
+            self.gone_at = time.monotonic()
+
+        def exited(self) -> str | None:
+            if time.monotonic() - self.gone_at < 0.3:
+                return None
+            return "vLLM server 0 (GPUs 0) exited with status -9; log: vllm-server-0.log"
+
+        def stop(self) -> None:
+            self.stopped = True
+
+    launcher = Dying()
+    client = VLLMClient(socket=str(tmp_path / "gone.sock"), launcher=launcher)  # type: ignore[arg-type]
+    client._launched = True  # as start() leaves it
+
+    async def check() -> str | None:
+        try:
+            return await client.health_problem(timeout=1.0)
+        finally:
+            await client.close()
+
+    assert asyncio.run(check()) == "vLLM server 0 (GPUs 0) exited with status -9; log: vllm-server-0.log"
+    assert launcher.stopped
+
+
 def test_no_server_outlives_a_killed_rlsdk(fake_python, tmp_path):
     program = textwrap.dedent(f"""
         import asyncio, time

@@ -68,6 +68,8 @@ RESUMED_BY = {"weights": "weights", "kv_cache": "kv_cache", "cuda_graph": "kv_ca
 """SGLang's memory tags -> the vLLM sleep tag that brings each back (vLLM keeps CUDA graphs with the cache)."""
 _RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 MAX_BACKOFF = 10.0
+EXIT_WAIT = 2.0
+"""Seconds a launched server whose ``/health`` failed is given to show its exit (named in place of the failure)."""
 
 
 class VLLMClient(InferenceEngine):
@@ -478,9 +480,7 @@ class VLLMClient(InferenceEngine):
     async def health_problem(self, timeout: float) -> str | None:
         """None while the engine is healthy (the server it launched runs and answers ``/health`` within
         ``timeout`` seconds); else what is wrong. A launched server that exited is stopped (its whole group)."""
-        if self.launcher is not None and self._launched and (exited := self.launcher.exited()):
-            await asyncio.to_thread(self.launcher.stop)
-            self._launched = False
+        if exited := await self._launched_exit():
             return exited
         try:
             async with self._session().get(
@@ -488,7 +488,22 @@ class VLLMClient(InferenceEngine):
             ) as answer:
                 return None if answer.status == 200 else f"{self.server}/health answered {answer.status}"
         except (TimeoutError, aiohttp.ClientError) as exc:
-            return f"{self.server}/health failed: {exc!r}"
+            problem = f"{self.server}/health failed: {exc!r}"
+        # a killed server's socket refuses a moment before its exit shows: name the exit where there is one
+        return await self._launched_exit(wait=EXIT_WAIT) or problem
+
+    async def _launched_exit(self, wait: float = 0.0) -> str | None:
+        """The launched server's exit (within ``wait`` seconds), its process group then stopped; None while it
+        runs, or when this client launched none."""
+        if self.launcher is None or not self._launched:
+            return None
+        deadline = asyncio.get_running_loop().time() + wait
+        while not (exited := self.launcher.exited()) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        if exited:
+            await asyncio.to_thread(self.launcher.stop)
+            self._launched = False
+        return exited
 
     async def close(self) -> None:
         if self._client is not None and self._client_loop is asyncio.get_running_loop():
