@@ -448,6 +448,13 @@ def test_{name}(rlsdk_pm):
     rlsdk_pm.register(plugin)
     check_callable(rlsdk_pm, "agent", "{record}")
 """,
+        "engine": """\
+def test_{name}(rlsdk_pm):
+    # built, not started; a running engine is held to rlsdk.testing.ENGINE_CONTRACT by check_engine_contract
+    rlsdk_pm.register(plugin)
+    engine = check_engine(rlsdk_pm, "{record}")
+    assert engine.url == "http://10.0.0.5:30000"
+""",
         "trainer": """\
 def test_{name}(rlsdk_pm):
     # the signature only: check_trainer(rlsdk_pm, name, args) trains a step on args.hf_checkpoint's model
@@ -507,6 +514,7 @@ CHECK_IMPORTS = {
     "loss": ["check_loss"],
     "tool": ["check_callable"],
     "agent": ["check_callable"],
+    "engine": ["check_engine"],
     "trainer": ["check_callable"],
     "environment": ["check_environment", "check_reward", "make_group"],
     "task_generator": ["check_task_generator"],

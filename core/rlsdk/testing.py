@@ -41,6 +41,7 @@ from .rollout.generate import sampling_params_for
 from .rollout.rewarding import score_group
 from .run.engine_server import start_server
 from .runtime import BackgroundLoop, Runtime, bind_runtime
+from .testing_engine import ENGINE_CONTRACT, EngineKit, check_engine_contract, tiny_llama
 from .testing_kinds import (
     check_advantage,
     check_all_samples_process,
@@ -72,6 +73,7 @@ from .types import DynamicFilterOutput, Sample
 pytest_plugins = ["rlsdk.testing_fixtures"]
 
 __all__ = [
+    "ENGINE_CONTRACT",
     "bind_runtime",
     "check_plugin",
     "sampling_params_for",
@@ -80,6 +82,7 @@ __all__ = [
     "tiny_llama",
     "tool_definition",
     "ByteTokenizer",
+    "EngineKit",
     "FakeEngine",
     "FakeReply",
     "ServedBuffer",
@@ -95,6 +98,7 @@ __all__ = [
     "check_data_source",
     "check_dynamic_filter",
     "check_engine",
+    "check_engine_contract",
     "check_environment",
     "check_eval_rollout_log",
     "check_generate_rollout",
@@ -457,37 +461,6 @@ def tool_definition(name: str, description: str, *parameters: str) -> dict[str, 
     properties = {parameter: {"type": "string"} for parameter in parameters}
     schema = {"type": "object", "properties": properties}
     return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
-
-
-def tiny_llama(folder: Path) -> Path:
-    """A 2-layer Llama (hidden size 32, random weights, seed 0) with a 32-word word-level tokenizer saved in
-    ``folder``: a model a trainer's or an engine's test loads and trains in seconds on a CPU. Returns
-    ``folder``."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    words = ["<eos>", "<pad>", *[f"w{i}" for i in range(30)]]
-    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<pad>")
-    fast.save_pretrained(folder)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=1,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
 
 
 class ServedEngine:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from argparse import Namespace
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -415,6 +416,13 @@ class Engine(PluginRecord):
         ),
     )
     func: EngineCall
+    check: Callable[[Any], None] | None = None
+    """``check(args)``: raises on settings this engine cannot serve, with a one-line reason; ``rlsdk run``
+    calls it before anything starts."""
+    launches: Callable[[Any], bool] | None = None
+    """``launches(args)``: whether the engine starts servers of its own on GPUs for these settings. On Ray
+    each engine actor then asks for ``rollout_num_gpus_per_engine`` GPUs and launches one engine on them, and
+    the pool keeps no standby (it would hold GPUs)."""
 
     @classmethod
     def chosen(cls, args: RunOptions | Namespace) -> Any:
