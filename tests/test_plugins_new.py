@@ -65,6 +65,24 @@ def test_a_new_plugin_passes_its_own_tests_installs_and_is_listed(tmp_path, pip_
     assert set(row["provides"]) == set(SCAFFOLD_KINDS)
 
 
+def test_plugins_declare_rlsdk_without_an_upper_bound(tmp_path):
+    """A moved name keeps working for a minor version, so a cap at the next minor would orphan a plugin that
+    still runs: the scaffold and the bundled plugins declare a floor only (docs/api.md says so)."""
+    import tomllib
+
+    from rlsdk import __version__
+
+    root = new_plugin(tmp_path)
+    floor = ".".join(__version__.split(".")[:2])
+    assert tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"] == [f"rlsdk>={floor}"]
+    repository = Path(__file__).resolve().parents[1]
+    for pyproject in sorted((repository / "plugins").glob("*/pyproject.toml")):
+        for requirement in tomllib.loads(pyproject.read_text())["project"]["dependencies"]:
+            if requirement.startswith("rlsdk"):
+                assert "<" not in requirement, f"{pyproject}: {requirement}"
+    assert 'dependencies = ["rlsdk>=0.2"]' in (repository / "docs" / "api.md").read_text()
+
+
 def test_the_default_is_one_reward(tmp_path):
     root = new_plugin(tmp_path)
     plugin = (root / "src" / "my_rewards" / "plugin.py").read_text()
