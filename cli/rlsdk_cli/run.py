@@ -211,11 +211,6 @@ def with_run_options(func: Any) -> Any:
     return func
 
 
-SGLANG_PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
-"""``rlsdk run`` takes any ``--sglang-*`` flag for the SGLang servers it launches and any ``--router-*`` for
-their router, as slime does."""
-
-
 def sglang_passthrough_options(tokens: list[str], known: list[str]) -> list[str]:
     """Unknown ``--sglang-NAME [VALUE...]`` and ``--router-NAME [VALUE...]`` flags as ``sglang_NAME=VALUE``
     and ``router_NAME=VALUE`` settings (a bare flag is true, several values a list); any other unknown

@@ -8,7 +8,6 @@ import difflib
 import functools
 import json
 import math
-import tomllib
 import types
 import typing
 import warnings
@@ -16,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
 
 from ..engines.launch.arguments import check_passthrough
 from ..errors import PluginError
@@ -187,6 +185,10 @@ class RolloutConfig(RunOptions):
             text = path.read_text()
         except OSError as exc:
             raise ValueError(f"config file {path}: {exc.strerror or exc}") from None
+        import tomllib
+
+        import yaml  # imported here: at the top they cost every `import rlsdk` 10 ms
+
         try:
             if path.suffix == ".toml":
                 values = tomllib.loads(text)
