@@ -32,17 +32,16 @@ settings)."""
 
 
 def load_subcommand(name: str) -> Any:
-    """The click command of subcommand ``name``, its module imported now."""
+    """The click command of subcommand ``name``, its module imported now: made as the root app would make it
+    (a typer app stays a group, ``rlsdk buffer serve``; no completion options)."""
     module, attribute, settings = SUBCOMMANDS[name]
     target = getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
+    parent = typer.Typer(add_completion=False)
     if isinstance(target, typer.Typer):
-        command = typer.main.get_command(target)
+        parent.add_typer(target, name=name)
     else:
-        single = typer.Typer(add_completion=False)
-        single.command(name, **settings)(target)
-        command = typer.main.get_command(single)
-    command.name = name
-    return command
+        parent.command(name, **settings)(target)
+    return typer.main.get_group(parent).commands[name]
 
 
 class LazyCommands(Mapping[str, Any]):
