@@ -311,7 +311,7 @@ def run(
         refused = without_train_refusals(command_line_names(options, extra))
         if refused:
             raise typer.BadParameter("; ".join(refused))
-    sources = setting_sources(args, given)
+    sources = setting_sources(args, given, pm=pm, resumed=resume)
     if print_config:
         typer.echo(config_yaml(args, sources), nl=False)
         return
