@@ -570,9 +570,9 @@ def example(kind: str) -> tuple[str, str, str, str, str]:
 DECLARED_CHECK = """\
 def test_{name}(rlsdk_pm):
     rlsdk_pm.register(plugin)
-    assert check_callable(rlsdk_pm, "{kind}", "{record}").name == "{record}"
+    check_{kind}(rlsdk_pm, "{record}")  # called as a run calls it, on rlsdk.testing's default inputs
 """
-"""The check of a kind whose example comes from its declaration: it resolves, its signature checked."""
+"""The test of a kind whose example comes from its declaration: its kind's check in :mod:`rlsdk.testing`."""
 
 
 def record_name(package: str, kind: str) -> str:
@@ -633,7 +633,7 @@ def import_line(module: str, names: list[str]) -> str:
 
 
 def test_module(package: str, kinds: list[str]) -> str:
-    names = sorted({name for k in kinds for name in CHECK_IMPORTS.get(k, ["check_callable"])})
+    names = sorted({name for k in kinds for name in CHECK_IMPORTS.get(k, [f"check_{k}"])})
     lines = [
         f'"""{package}\'s plugins against rlsdk.testing\'s contract checks."""',
         "",
