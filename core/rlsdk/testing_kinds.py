@@ -367,9 +367,11 @@ def check_agent(
     sampling_params: dict[str, Any] | None = None,
 ) -> Sample:
     """An agent, run by the ``openai_agent`` generator (or ``generator``: ``anthropic_agent`` for an agent on
-    the ``anthropic`` client) against ``served`` (a :class:`rlsdk.testing.ServedEngine` whose engine has a chat
-    template) through the generator's call point (:func:`rlsdk.plugins.calls.call_custom_generate`), finishes
-    its sample with at least one model turn whose tokens are loss-masked 1. Returns the sample."""
+    the ``anthropic`` client, its ``client.messages.create`` answered by ``/v1/messages``) against ``served`` (a
+    :class:`rlsdk.testing.ServedEngine` whose engine has a chat template:
+    ``ServedEngine(FakeEngine(replies, ChatTokenizer()))``) through the generator's call point
+    (:func:`rlsdk.plugins.calls.call_custom_generate`), finishes its sample with at least one model turn whose
+    tokens are loss-masked 1. Returns the sample (``metadata["agent"]["result"]``: what the agent returned)."""
     args = (args or RolloutConfig()).replace(agent_function_path=name)
     runtime = Runtime(pm, served.engine, served.engine.tokenizer, loop=served._loop)
     runtime.server = served.handle
