@@ -7,8 +7,9 @@ Each part sits between ``<!-- generated: NAME -->`` and ``<!-- end generated: NA
 - ``kinds table`` (docs/plugins.md): every kind's hook, record, fields, run option and when it is called;
 - ``kinds signatures`` (docs/plugin-kinds.md): every kind's call, what it returns, its run option and its
   ``rlsdk.testing`` check;
-- ``kinds examples`` (docs/plugin-kinds.md): a complete example of each kind the page has no written section
-  for, from the example in its record's docstring (the one ``rlsdk plugins new --kind`` writes).
+- ``kinds examples`` (docs/plugin-kinds.md): a section for each kind the page has no written section for:
+  its record's docstring (what it is called with, the shapes it gets) and the complete example there (the one
+  ``rlsdk plugins new --kind`` writes).
 
 All of it comes from the kinds' declarations (:mod:`rlsdk.plugins.kinds`): a new kind appears without an edit
 to the docs, once this script has run."""
@@ -106,11 +107,11 @@ def kinds_examples(written: set[str]) -> str:
     for kind, record in RECORD_TYPES.items():
         if kind in written:
             continue
-        opening = markdown(" ".join(inspect.cleandoc(record.__doc__ or "").split("\n\n")[0].split()))
+        text = inspect.cleandoc(record.__doc__ or "").split("**Example:**", 1)[0].strip()
         option = ", ".join(f"`--{o.name.replace('_', '-')} NAME`" for o in record.options)
-        selected = f" Selected with {option}." if option else ""
+        selected = f"Selected with {option}. " if option else ""
         sections.append(
-            f"## `{kind}`\n\n{opening}{selected} Checked by {check_name(kind)}.\n\n"
+            f"## `{kind}`\n\n{markdown(text)}\n\n{selected}Checked by {check_name(kind)}.\n\n"
             f"```python\n{example_code(record)}\n```"
         )
     return "\n\n".join(sections)
