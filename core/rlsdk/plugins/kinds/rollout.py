@@ -790,6 +790,13 @@ class DataSourceFactory(PluginRecord):
     ``get_samples(num_samples) -> list[list[Sample]]`` and ``add_samples(groups)``; with ``state_dict()`` and
     ``load_state_dict(state)`` a run resumes where it stopped.
 
+    Each ``Sample`` carries its ``prompt`` as the text the model continues: a custom source renders the chat
+    template itself (``--apply-chat-template`` applies only to core's ``prompt_data``; a list of messages is
+    refused when generating), for instance with
+    ``get_runtime(args).tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)``,
+    or gives the prompt's ``tokens``. ``label`` and ``metadata`` are what the rewards read; ``group_index``
+    and ``index`` number the groups and samples (a group is ``n_samples_per_prompt`` samples of one prompt).
+
     - ``args``: the run's :class:`rlsdk.RolloutConfig`.
 
     **Example:**
