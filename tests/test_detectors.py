@@ -41,15 +41,6 @@ def test_a_reward_constant_over_many_steps_is_caught_and_repeated_in_the_summary
     assert json.loads((out / "detected.json").read_text())["detected"] == output.findings
 
 
-@pytest.mark.plugins("rlsdk_embedded")
-def test_a_reward_that_varies_is_not_flagged(tiny_llama, run_files, tmp_path):
-    data, reward = run_files
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", SilentFailureWarning)
-        output = run_job(rollout_run(tiny_llama, data, reward, tmp_path / "out", constant_reward_steps=2))
-    assert output.findings == [] and not (tmp_path / "out" / "detected.json").exists()
-
-
 def test_a_label_key_no_row_has_stops_the_run_before_the_engine_starts(tmp_path):
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps({"input": f"q{i}", "answer": str(i)}) + "\n" for i in range(4)))
@@ -87,13 +78,14 @@ def test_a_sampler_and_trainer_that_drifted_apart_are_caught(tiny_llama, run_fil
 
 
 @pytest.mark.plugins("rlsdk_embedded")
-def test_a_sampler_and_trainer_in_step_are_not_flagged(tiny_llama, run_files, tmp_path):
+def test_a_healthy_run_is_not_flagged(tiny_llama, run_files, tmp_path):
+    """A reward that varies, a sampler and a trainer in step: no detector speaks, even at two steps."""
     data, reward = run_files
-    args = rollout_run(tiny_llama, data, reward, tmp_path / "out", train=True, lr=1e-3, num_rollout=2,
-                       train_threads=1, sync_check_tol=1e-3)
+    args = rollout_run(tiny_llama, data, reward, tmp_path / "out", train=True, lr=1e-3, num_rollout=3,
+                       train_threads=1, sync_check_tol=1e-3, constant_reward_steps=2)
     with warnings.catch_warnings():
         warnings.simplefilter("error", SilentFailureWarning)
         output = run_job(args)
-    assert output.findings == []
+    assert output.findings == [] and not (tmp_path / "out" / "detected.json").exists()
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert all(abs(row["train/rollout_kl"]) < 1e-4 and row["train/rollout_tokens_over_gap"] == 0.0 for row in rows)
