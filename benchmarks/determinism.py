@@ -63,8 +63,12 @@ def rows(path: Path) -> list[dict[str, Any]]:
 
 def first_difference(a: Path, b: Path) -> dict[str, Any] | None:
     """The first line where two files differ (its number and both texts, cut), or None when they are equal."""
-    if not a.exists() or not b.exists():
-        return {"line": 0, "a": f"exists: {a.exists()}", "b": f"exists: {b.exists()}"}
+    if not a.exists() or not b.exists():  # neither written (no eval) is no difference
+        return (
+            None
+            if a.exists() == b.exists()
+            else {"line": 0, "a": f"exists: {a.exists()}", "b": f"exists: {b.exists()}"}
+        )
     left, right = a.read_bytes().splitlines(), b.read_bytes().splitlines()
     for number, (x, y) in enumerate(zip(left, right), 1):
         if x != y:
