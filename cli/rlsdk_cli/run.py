@@ -109,7 +109,7 @@ SPECIAL_FLAGS = {"apply_chat_template": ("--apply-chat-template/--no-chat-templa
 NOT_FLAGS = frozenset({"resume", "overwrite", "sglang_router_ip", "sglang_router_port", "eval_datasets"})
 """Options the command line does not take: ``--resume`` and ``--overwrite`` are the command's own, the engine sets the router's
 address, and eval datasets come as ``--eval-data NAME=PATH``."""
-DICT_OPTIONS = frozenset({"apply_chat_template_kwargs", "ray_runtime_env"})
+DICT_OPTIONS = frozenset({"apply_chat_template_kwargs", "multimodal_keys", "ray_runtime_env"})
 """Options given as JSON on the command line."""
 
 
@@ -384,7 +384,7 @@ def evaluate(**options: Any) -> None:
         console.print(
             f"from the checkpoint's run: {', '.join(taken)}", markup=False, highlight=False, soft_wrap=True
         )
-    if not args.eval_datasets and not args.eval_prompt_data:
+    if not args.eval_datasets and not args.eval_prompt_data and not args.eval_config:
         data = str(args.prompt_data)  # with_default_data set it
         args.eval_datasets = [{"name": Path(data).stem, "path": data}]
     from rlsdk.run.job import run_eval

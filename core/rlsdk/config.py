@@ -201,6 +201,9 @@ class RolloutConfig(TrainingOptions):
     """Row key holding per-row metadata."""
     tool_key: str = "tools"
     """Row key holding tool definitions for the chat template."""
+    multimodal_keys: dict[str, str] | None = None
+    """Row keys holding each prompt's media, by type (``{"image": "images"}``): the prompt's ``<image>``
+    placeholders become those images, in order (slime's ``--multimodal-keys``)."""
     apply_chat_template: bool = False
     """Render prompts through the tokenizer's chat template."""
     apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -265,8 +268,12 @@ class RolloutConfig(TrainingOptions):
     eval_prompt_data: list[str] = field(default_factory=list)
     """Eval datasets as ``name path`` pairs flattened, as slime takes them."""
     eval_datasets: list[dict[str, Any]] = field(default_factory=list)
-    """Eval datasets with overrides each: ``{"name", "path", "rm_type", "n_samples_per_eval_prompt",
-    "eval_temperature", "eval_top_p", "eval_max_response_len", "eval_reward_key"}``."""
+    """Eval datasets, each ``{"name", "path"}`` and any setting of slime's ``EvalDatasetConfig``
+    (``rm_type``, ``n_samples_per_eval_prompt``, ``temperature``, ``max_response_len``, ``input_key``...)
+    or ``reward_key``; unset ones are the run's (:mod:`rlsdk.data.eval_sets`)."""
+    eval_config: str | None = None
+    """slime's multi-task eval file (YAML or JSON): ``eval: {defaults: {...}, datasets: [...]}``, each
+    dataset's settings over the defaults over the run's options; replaces ``eval_prompt_data``."""
     n_samples_per_eval_prompt: int = 1
     eval_temperature: float | None = None
     eval_top_p: float | None = None

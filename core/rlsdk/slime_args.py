@@ -24,6 +24,11 @@ SLIME_ARG_DEFAULTS: dict[str, Any] = {
     "load": None,
     "save": None,
     "max_tokens_per_gpu": None,
-    "multimodal_keys": None,
+    "eval_top_k": None,
+    "eval_min_new_tokens": None,
+    "eval_input_key": None,
+    "eval_label_key": None,
+    "eval_tool_key": None,
+    "eval_custom_rm_path": None,
     "rollout_global_dataset": True,
 }

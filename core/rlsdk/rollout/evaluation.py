@@ -12,11 +12,11 @@ from typing import Any
 from ..config import RolloutConfig
 from ..aio.concurrency import ConcurrencyLimit
 from ..data import DataSource
+from ..data.eval_sets import run_eval_datasets
 from ..plugins.calls import unfinished
 from ..plugins.run_plugins import RunPlugins
 from ..runtime import Runtime, bind_runtime
 from ..types import RolloutFnEvalOutput, Sample, reward_value
-from .generate import sampling_params_for
 from .groups import run_group
 from .rewarding import rubric_metrics
 
@@ -25,75 +25,6 @@ log = logging.getLogger(__name__)
 EVAL_ATTEMPTS = 3
 """Times an eval group is run before it counts as aborted: a group an engine's death aborted runs again
 (from its prompt) once the engines are back."""
-
-DATASET_OVERRIDES = (
-    "rm_type",
-    "custom_rm_path",
-    "n_samples_per_eval_prompt",
-    "eval_temperature",
-    "eval_top_p",
-    "eval_max_response_len",
-    "eval_reward_key",
-    "reward_key",
-    "input_key",
-    "label_key",
-    "tool_key",
-    "metadata_key",
-    "apply_chat_template",
-    "apply_chat_template_kwargs",
-    "rollout_top_k",
-    "rollout_stop",
-    "rollout_stop_token_ids",
-    "rollout_skip_special_tokens",
-    "custom_generate_function_path",
-)
-SLIME_EVAL_FIELDS = {
-    "temperature": "eval_temperature",
-    "top_p": "eval_top_p",
-    "max_response_len": "eval_max_response_len",
-    "top_k": "rollout_top_k",
-    "stop": "rollout_stop",
-    "stop_token_ids": "rollout_stop_token_ids",
-    "skip_special_tokens": "rollout_skip_special_tokens",
-}
-"""slime's ``EvalDatasetConfig`` fields under rlsdk's option names (the others it shares are named alike)."""
-
-
-def eval_datasets(args: RolloutConfig) -> list[dict[str, Any]]:
-    """``args.eval_datasets`` (dicts, or slime's ``EvalDatasetConfig`` objects) plus slime's flat
-    ``eval_prompt_data`` (``name path name path ...``)."""
-    datasets = [as_dataset_dict(d) for d in args.eval_datasets or []]
-    flat = list(args.eval_prompt_data or [])
-    if len(flat) % 2:
-        raise ValueError(f"eval_prompt_data takes name/path pairs, got {flat!r}")
-    known = {d["name"] for d in datasets if "name" in d}
-    pairs = zip(flat[::2], flat[1::2], strict=True)
-    datasets += [{"name": name, "path": path} for name, path in pairs if name not in known]
-    for d in datasets:
-        if "name" not in d or "path" not in d:
-            raise ValueError(f"an eval dataset needs a name and a path, got {d!r}")
-        unknown = set(d) - {"name", "path", *DATASET_OVERRIDES}
-        if unknown:
-            raise ValueError(f"eval dataset {d['name']!r}: unknown options {sorted(unknown)}")
-    return datasets
-
-
-def as_dataset_dict(spec: Any) -> dict[str, Any]:
-    """An eval dataset as a dict of rlsdk's options: a dict as it is; slime's ``EvalDatasetConfig`` by its set
-    fields (renamed, :data:`SLIME_EVAL_FIELDS`). A field rlsdk does not implement, when set, is an error."""
-    if isinstance(spec, dict):
-        return dict(spec)
-    if not dataclasses.is_dataclass(spec) or isinstance(spec, type):
-        raise ValueError(f"an eval dataset is a dict or slime's EvalDatasetConfig, got {type(spec).__name__}")
-    values = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
-    named = {SLIME_EVAL_FIELDS.get(k, k): v for k, v in values.items() if v is not None and v != {}}
-    unsupported = sorted(set(named) - {"name", "path", *DATASET_OVERRIDES})
-    if unsupported:
-        raise ValueError(
-            f"eval dataset {values.get('name')!r}: rlsdk's eval does not implement {unsupported} of slime's "
-            "EvalDatasetConfig (unset them, or name an eval function that does)"
-        )
-    return named
 
 
 def dataset_args(args: Any, overrides: dict[str, Any]) -> Any:
@@ -104,6 +35,11 @@ def dataset_args(args: Any, overrides: dict[str, Any]) -> Any:
     for name, value in overrides.items():
         setattr(copied, name, value)
     return copied
+
+
+def pass_ks(n: int) -> list[int]:
+    """The k of each pass@k for prompts of ``n`` samples: the powers of two up to ``n`` (slime's), and ``n``."""
+    return sorted({*(2**i for i in range(n.bit_length())), n}) if n >= 1 else []
 
 
 def pass_at_k(correct: list[list[bool]], k: int) -> float:
@@ -152,31 +88,31 @@ async def run_eval_groups(
 
 
 async def eval_rollout(args: RolloutConfig, runtime: Runtime) -> RolloutFnEvalOutput:
-    """Generate and reward every prompt of every eval dataset; no filters, no buffer."""
+    """Generate and reward every prompt of every eval dataset (:func:`rlsdk.data.eval_sets.run_eval_datasets`),
+    each with its own settings; no filters, no buffer. pass@k per dataset, with its own sample count."""
     data: dict[str, dict[str, Any]] = {}
     metrics: dict[str, Any] = {}
-    for spec in eval_datasets(args):
-        overrides = {k: v for k, v in spec.items() if k in DATASET_OVERRIDES}
-        ds_args = dataset_args(args, overrides)
+    for dataset in run_eval_datasets(args):
+        n = dataset.n_samples_per_eval_prompt
+        ds_args = dataset_args(args, {**dataset.data_options(), "n_samples_per_eval_prompt": n})
         bind_runtime(ds_args, runtime)
-        n = ds_args.n_samples_per_eval_prompt
         source = DataSource(
             ds_args,
             plugins=runtime.plugins,
             tokenizer=runtime.tokenizer,
-            path=spec["path"],
+            path=dataset.path,
             n_samples_per_prompt=n,
             shuffle=False,
         )
         groups = list(source.iter_groups())
-        params = sampling_params_for(ds_args, evaluation=True)
+        for sample in (s for group in groups for s in group):
+            dataset.stamp(sample)  # its reward, generator and metadata, as slime gives them
         limit = ConcurrencyLimit(ds_args.sglang_server_concurrency)
-        name = spec["name"]
+        name = dataset.name
         aborted = await run_eval_groups(
-            ds_args, runtime.plugins, groups, params, limit, name, runtime.report_progress
+            ds_args, runtime.plugins, groups, dataset.sampling_params(), limit, name, runtime.report_progress
         )
-        key = ds_args.eval_reward_key or ds_args.reward_key
-        rewards = [[reward_value(s.reward, key) for s in g] for g in groups]
+        rewards = [[reward_value(s.reward, dataset.reward_key) for s in g] for g in groups]
         flat = [r for row in rewards for r in row]
         valid = [r for r in flat if r is not None]
         data[name] = {
@@ -190,6 +126,6 @@ async def eval_rollout(args: RolloutConfig, runtime: Runtime) -> RolloutFnEvalOu
         metrics[f"eval/{name}/aborted"] = sum(len(group) for group in aborted)
         metrics[f"eval/{name}/prompts"] = len(groups)
         metrics.update(rubric_metrics(data[name]["samples"], f"eval/{name}/rubric/"))
-        for k in sorted({1, n}):
+        for k in pass_ks(min((len(row) for row in correct), default=0)):
             metrics[f"eval/{name}/pass@{k}"] = pass_at_k(correct, k)
     return RolloutFnEvalOutput(data=data, metrics=metrics)
