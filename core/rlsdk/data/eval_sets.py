@@ -19,7 +19,10 @@ from typing import Any
 
 import yaml
 
+from ..errors import DataError, PluginError
+from ..plugins.run_plugins import RunPlugins
 from ..types import Sample
+from .rows import DataPath
 
 TEXT = (str,)
 NUMBER = (int, float)
@@ -282,9 +285,11 @@ def run_eval_datasets(args: Any) -> list[EvalDataset]:
     if config:
         defaults, file_entries = read_eval_config(config)
         try:
-            datasets += resolve_datasets(args, file_entries, defaults)
+            from_file = resolve_datasets(args, file_entries, defaults)
+            check_unique(from_file)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"--eval-config {config}: {exc}") from None
+        datasets += from_file
         if getattr(args, "eval_prompt_data", None):
             warnings.warn(
                 "--eval-config replaces --eval-prompt-data, as in slime: its pairs are not evaluated"
@@ -296,10 +301,32 @@ def run_eval_datasets(args: Any) -> list[EvalDataset]:
         taken = {d.name for d in datasets}
         pairs = [{"name": n, "path": p} for n, p in zip(flat[::2], flat[1::2], strict=True) if n not in taken]
         datasets += resolve_datasets(args, pairs, {})
+    check_unique(datasets)
+    return datasets
+
+
+def check_unique(datasets: list[EvalDataset]) -> None:
     names = [d.name for d in datasets]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ValueError(f"eval datasets {twice} are given twice: each needs a name of its own")
+
+
+def check_eval_datasets(args: Any, plugins: RunPlugins) -> list[EvalDataset]:
+    """The run's eval datasets, checked before any model loads: each one's file exists, and its reward and
+    generator resolve (an ``rm_type`` no plugin provides fails here, not as invalid rewards mid-run)."""
+    datasets = run_eval_datasets(args)
+    for dataset in datasets:
+        path = DataPath.parse(dataset.path).path
+        if not path.is_file():
+            raise DataError(f"eval dataset {dataset.name!r}: no file {path}")
+        try:
+            if dataset.custom_rm_path or dataset.rm_type:
+                plugins.resolve("reward", dataset.custom_rm_path or dataset.rm_type or "")
+            if dataset.custom_generate_function_path:
+                plugins.resolve("custom_generate", dataset.custom_generate_function_path)
+        except PluginError as exc:
+            raise PluginError(f"eval dataset {dataset.name!r}: {exc}") from None
     return datasets
 
 
