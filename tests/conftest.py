@@ -188,11 +188,15 @@ def pm(rlsdk_pm):
 def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer Llama with hidden size 32 and random weights over a 32-word vocabulary (a word-level
     tokenizer built here), so that a quarter of first tokens earn the test reward from the start."""
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def build_tiny_llama(folder: Path) -> Path:
+    """The tiny Llama of :func:`tiny_llama`, written to ``folder`` (also for scripts/tinker_compat.py)."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    folder = tmp_path_factory.mktemp("tiny-llama")
     words = ["<eos>", "<pad>", *[f"w{i}" for i in range(30)]]
     tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()

@@ -137,21 +137,29 @@ def test_with_no_allowed_folder_adapters_do_not_load_over_http(tiny_llama, tmp_p
         )
 
 
-def test_an_adapter_of_a_tied_output_head_is_refused(tiny_llama, tmp_path, served):
-    """The tiny Llama ties its output head to its embeddings: merging an adapter of one would change both."""
+def test_an_adapter_of_a_tied_output_head_changes_the_head_alone(tiny_llama, tmp_path, served):
+    """The tiny Llama ties its output head to its embeddings: the engine gives the head storage of its own
+    before merging an adapter of it, so the embeddings keep their values and the log-probs are peft's."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    torch.manual_seed(5)
     model = get_peft_model(
         AutoModelForCausalLM.from_pretrained(tiny_llama),
         LoraConfig(r=2, target_modules=["lm_head"], init_lora_weights=False),
     )
     model.save_pretrained(tmp_path / "allowed" / "head", save_embedding_layers=False)
+    with torch.no_grad():
+        ids = torch.tensor([PROBE["input_ids"]])
+        logits = model(input_ids=ids).logits[0, :-1]
+        expected = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0].tolist()[2:]
     answer = httpx.post(
         f"{served.url}/load_lora_adapter",
         json={"lora_name": "h", "lora_path": str(tmp_path / "allowed" / "head")},
     )
-    assert answer.status_code == 400 and "ties to another" in answer.json()["error_message"]
+    assert answer.status_code == 200, answer.text
+    served_logprobs = [e[0] for e in scored(served.url).json()["meta_info"]["input_token_logprobs"][1:]]
+    assert served_logprobs == pytest.approx(expected, abs=1e-5)
 
 
 def test_the_lora_answers_have_the_shape_of_sglang_0_5_17s(tiny_llama, tmp_path, served):

@@ -26,6 +26,10 @@
 #   bash benchmarks/gpu/device.sh trust      # trust_gpu.py (after `model`): checksums against SGLang's, one tensor
 #                                            # sent stale or not sent at each position, correct syncs (`piece setup
 #                                            # model trust` in one call: 4.6 min on an H200 with one fault kind)
+#   bash benchmarks/gpu/device.sh tinker     # tinker_gpu.py (after setup and model): rlsdk tinker serve on CUDA with
+#                                            # SmolLM2; tinker-cookbook's rl_loop learning single-digit addition, its
+#                                            # sampler-vs-trainer check, forward_backward overhead at 8k tokens (~8 min;
+#                                            # TINKER_ARGS="--parts rl" or "--parts numerics,overhead" to split it)
 #   bash benchmarks/gpu/device.sh learn_megatron  # the same with --trainer megatron (~9 min)
 #     (LEARN_ARGS="--ray": the engine and the trainer as Ray actors, a GPU each; two GPUs;
 #      LEARN_KILL_AFTER=S: SIGKILL the SGLang server S seconds after the run starts, once)
@@ -77,6 +81,7 @@ piece() {  # whichever pieces this call carried: SGLang's archive, the extra whe
   local carried=("$gpu"/sglang-wheels.tar.part-* "$gpu"/sglang-site.tar.xz.part-* "$gpu"/extra-wheels.tar.part-*
                  "$gpu"/gguf.part-*)
   for file in "${carried[@]}"; do [ -f "$file" ] && cp "$file" "$chunks"/; done
+  [ -d "$gpu/tinker-wheels" ] && cp -r "$gpu/tinker-wheels" "$chunks"/  # the tinker phase's (prepare.sh)
   ls "$chunks" | tr '\n' ' ' && echo
 }
 
@@ -178,6 +183,18 @@ model() {  # the GGUF's pieces (prepare.sh split it) back into one file, convert
 print(converted_gguf(Path('$gguf'), '$models'))"
 }
 
+tinker() {  # tinker_gpu.py: the carried tinker wheels unpacked, then found after rlsdk and before SGLang's folder
+  local wheels=$gpu/tinker-wheels
+  [ -d "$wheels" ] || wheels=$chunks/tinker-wheels  # carried in an earlier call, kept by piece
+  rm -rf /tmp/tinker-site && mkdir -p /tmp/tinker-site
+  python3 "$here/unpack_wheels.py" "$wheels" /tmp/tinker-site || return 1
+  local converted
+  converted=$(ls -d "$models"/SmolLM2-135M-Instruct-* 2>/dev/null | head -n 1)
+  [ -n "$converted" ] || { echo "no converted SmolLM2: run the model phase first"; return 1; }
+  # shellcheck disable=SC2086  # TINKER_ARGS is a list of options
+  path_tail=/tmp/tinker-site:$site bench tinker_gpu "$here/tinker_gpu.py" --model "$converted" ${TINKER_ARGS:-}
+}
+
 learn_with() {  # learn_with TRAINER: learning_gpu.py (LEARN_ARGS: more of its options); metrics and evals beside its JSON
   rm -rf "/tmp/learn-$1"
   local ray_site=""  # with --ray, Ray comes from SGLang's folder, after the image's packages
@@ -266,7 +283,7 @@ learn_megatron() { learn_with megatron; }
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|megatron_parallel|model|learn|learn_megatron|lora|trust|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|scale)
+    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|megatron_parallel|model|learn|learn_megatron|lora|trust|tinker|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|scale)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac

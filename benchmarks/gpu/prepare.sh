@@ -41,11 +41,20 @@ PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:al
 # megatron-core for --trainer megatron: one cp312 wheel (2.4 MiB) needing only torch, numpy, packaging.
 PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --abi cp312 --platform manylinux_2_28_x86_64 -d "$out/rlsdk-wheels" megatron-core==0.19.2
+# the tinker phase (tinker_gpu.py): the pinned tinker client, tinker-cookbook, and those of their requirements
+# that SGLang's folder lacks (pylatexenc ships as source only: its wheel is built here)
+rm -rf "$out/tinker-wheels"
+PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --abi cp312 --platform manylinux_2_28_x86_64 -d "$out/tinker-wheels" \
+    tinker==0.38.0 tinker-cookbook==0.6.1 chz==0.4.0 cloudpickle==3.1.3 h2==4.4.1 hpack==4.2.0 hyperframe==6.1.0 \
+    pyqwest==0.12.0
+python3 -m pip wheel -q --no-deps -w "$out/tinker-wheels" pylatexenc==2.10
 cp -r "$model" "$out/bench-model" && chmod -R u+w "$out/bench-model"
 mkdir -p "$out/benchmarks"
 cp -r "$root/benchmarks/engine_gpu.py" "$root/benchmarks/learning.py" "$root/benchmarks/harness.py" \
+    "$root/benchmarks/tinker_overhead.py" "$root/benchmarks/tinker_numerics.py" \
     "$root/benchmarks/gpu" "$out/benchmarks/"
 rm -rf "$out/benchmarks/gpu/__pycache__"
 split -b 47M "$gguf" "$out/gguf.part-"  # two pieces; each with the checkout stays under a call's 64 MiB
 rm -rf "$root/build" "$root"/plugins/*/build  # setuptools leftovers of the wheel builds
-du -sh "$out/rlsdk-wheels" "$out/bench-model" "$out/benchmarks" "$out"/gguf.part-*
+du -sh "$out/rlsdk-wheels" "$out/tinker-wheels" "$out/bench-model" "$out/benchmarks" "$out"/gguf.part-*

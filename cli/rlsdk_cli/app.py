@@ -6,7 +6,7 @@ import typer
 
 from rlsdk import __version__
 
-from . import buffer, export, plugins, run, score, serve, view
+from . import buffer, export, plugins, run, score, serve, tinker, view
 
 app = typer.Typer(
     name="rlsdk",
@@ -23,6 +23,7 @@ app.command("serve")(serve.serve)
 app.command("export")(export.export)
 app.command("view")(view.view)
 app.add_typer(buffer.app, name="buffer")
+app.add_typer(tinker.app, name="tinker")
 
 
 def _version(value: bool) -> None:

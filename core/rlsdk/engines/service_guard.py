@@ -111,9 +111,9 @@ def token_matches(authorization: str | None, token: str) -> bool:
     return hmac.compare_digest((authorization or "").encode(), f"Bearer {token}".encode())
 
 
-def is_json(content_type: str | None) -> bool:
-    """Whether a ``Content-Type`` header names JSON (parameters such as ``charset`` allowed)."""
-    return (content_type or "").split(";")[0].strip().lower() == "application/json"
+def media_type(content_type: str | None) -> str:
+    """A ``Content-Type`` header's media type, lower case, without parameters such as ``charset``."""
+    return (content_type or "").split(";")[0].strip().lower()
 
 
 def peer_in_this_process(transport: Any) -> bool:
@@ -150,14 +150,20 @@ def guard(
     bind_host: str = "127.0.0.1",
     allowed_hosts: Iterable[str] = (),
     trust_own_process: bool = False,
+    authorized: Callable[[web.Request], bool] | None = None,
+    credentials: str = "bearer token (Authorization: Bearer <token>)",
+    body_types: Iterable[str] = ("application/json",),
 ) -> Any:
     """An aiohttp middleware that answers 421 to a ``Host`` that is neither loopback nor in
     ``allowed_hosts`` (DNS rebinding; checked when ``bind_host`` is loopback or hosts are allowed: off
     loopback the token is the boundary), 401 without the token, 403 to a web page whose ``Origin`` is neither
-    loopback nor allowed, and 415 for a body that is not JSON; ``error(message, status)`` builds the
-    service's own error body. With ``trust_own_process`` (a server a run starts for itself) a request from
-    this very process needs no token (the run's generators, slime-style code posting with its own HTTP
-    client included); every other process does."""
+    loopback nor allowed, and 415 for a body that is not JSON (or another of ``body_types``); ``error(message,
+    status)`` builds the service's own error body. With ``trust_own_process`` (a server a run starts for
+    itself) a request from this very process needs no token (the run's generators, slime-style code posting
+    with its own HTTP client included); every other process does. ``authorized(request)``, when given,
+    checks the credentials in place of the bearer ``token`` (a service whose clients send another header,
+    named in the 401's message by ``credentials``)."""
+    types = frozenset(body_types)
     allowed = normalize_hosts(allowed_hosts)
     check_host = is_loopback(bind_host) or bool(allowed)
     failures = FailedAuthLimiter()
@@ -180,19 +186,19 @@ def guard(
             return error(
                 f"Host {host[:100]!r} is not this service's (a loopback name or --allowed-host)", 421
             )
-        if (
-            token
-            and not token_matches(request.headers.get("Authorization"), token)
-            and not (trust_own_process and own_connection(request.transport))
-        ):
+        if authorized is not None:
+            allowed_in = authorized(request)
+        else:
+            allowed_in = not token or token_matches(request.headers.get("Authorization"), token)
+        if not allowed_in and not (trust_own_process and own_connection(request.transport)):
             await asyncio.sleep(failures.delay())  # guesses are slowed down, not answered at once
-            return error("missing or wrong bearer token (Authorization: Bearer <token>)", 401)
+            return error(f"missing or wrong {credentials}", 401)
         origin = request.headers.get("Origin")
         if origin is not None and not host_allowed(origin, allowed):
             return error(f"requests from web pages are refused (Origin: {origin[:100]})", 403)
         content_type = request.headers.get("Content-Type")
-        if content_type and not is_json(content_type):
-            return error(f"Content-Type must be application/json, got {content_type!r:.100}", 415)
+        if content_type and media_type(content_type) not in types:
+            return error(f"Content-Type must be {' or '.join(sorted(types))}, got {content_type!r:.100}", 415)
         return await handler(request)
 
     return guarded

@@ -35,10 +35,11 @@ def wrap_with_lora(model: Any, args: Any) -> Any:
 
 
 def adapter_tensors(model: Any) -> dict[str, torch.Tensor]:
-    """The adapter's tensors under PEFT's saved names (``...q_proj.lora_A.weight``)."""
+    """The adapter's tensors under PEFT's saved names (``...q_proj.lora_A.weight``); never the frozen base
+    weights peft would add for an adapted output head tied to the embeddings."""
     from peft import get_peft_model_state_dict
 
-    return dict(get_peft_model_state_dict(model))
+    return dict(get_peft_model_state_dict(model, save_embedding_layers=False))
 
 
 def adapter_config(model: Any) -> dict[str, Any]:
@@ -49,7 +50,7 @@ def adapter_config(model: Any) -> dict[str, Any]:
 
 def save_adapter(model: Any, folder: Path) -> None:
     """``adapter_config.json`` and ``adapter_model.safetensors`` in ``folder`` (nothing of the base model)."""
-    model.save_pretrained(folder)
+    model.save_pretrained(folder, save_embedding_layers=False)
 
 
 def load_adapter(model: Any, folder: Path) -> None:

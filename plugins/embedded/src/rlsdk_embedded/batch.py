@@ -237,6 +237,10 @@ class KVBatch:
         else:
             self.tokens = torch.cat([self.tokens[:first_row], tokens])
 
+    def settle(self) -> None:
+        """End the static steps (their graphs read the weights' storage): the next decode step runs eagerly."""
+        self._settle()
+
     def _settle(self) -> None:
         """End the static steps: bring the cache's views and ``mask`` up to their length."""
         if self._static is None:

@@ -45,6 +45,8 @@ MAX_CHARS_PER_TOKEN = 32
 """A ``text`` longer than the context times this is refused before tokenizing (tokens are far shorter)."""
 INLINE_TOKENIZE_CHARS = 4096
 """A ``text`` up to this many characters is tokenized on the event loop (quicker than a thread hop)."""
+MAX_TOP_LOGPROBS = 100
+"""Most alternatives a scoring request's ``top_logprobs_num`` may ask for at each prompt position."""
 """Extra tokens decoded around a stop string's length when looking for it in new text."""
 
 
@@ -320,7 +322,9 @@ class EmbeddedEngine(InferenceEngine):
         """Log-probs of the prompt's own tokens from ``logprob_start_len`` on (``input_token_logprobs``), as
         SGLang 0.5.17 answers ``max_new_tokens: 0`` with ``return_logprob``: the range's first entry is
         ``None`` (SGLang computes logits from that position on, so the first token has none). Raw model
-        log-probs (temperature 1): what the trainer's trust check compares."""
+        log-probs (temperature 1): what the trainer's trust check compares. With ``top_logprobs_num`` the
+        most likely tokens at each position too (``input_top_logprobs``: ``[logprob, token_id, None]``
+        entries, ``None`` for the first)."""
         if not self._ready:
             raise RuntimeError("EmbeddedEngine.start() must be awaited before generate()")
         prompt = await self._prompt(payload)
@@ -337,14 +341,28 @@ class EmbeddedEngine(InferenceEngine):
                 "with return_logprob true and max_new_tokens 0"
             )
 
-        def forward() -> list[float | None]:
+        top_k = payload.get("top_logprobs_num") or 0
+        if not isinstance(top_k, int) or isinstance(top_k, bool) or not 0 <= top_k <= MAX_TOP_LOGPROBS:
+            raise EngineRequestError(
+                f"top_logprobs_num must be an integer in [0, {MAX_TOP_LOGPROBS}], got {top_k!r}"
+            )
+
+        def forward() -> tuple[list[float | None], list[Any]]:
             with torch.inference_mode(), self._kernels():
                 ids = torch.tensor([prompt], device=self._batch.device)
                 logits = self.model(input_ids=ids, use_cache=False).logits[0, :-1].float()
-                picked = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
-            return [None, *picked.tolist()[start:]]
+                log_probs = torch.log_softmax(logits, -1)
+                picked = log_probs.gather(-1, ids[0, 1:, None])[:, 0]
+                top: list[Any] = []
+                if top_k:
+                    values, indices = log_probs.topk(top_k, dim=-1)
+                    top = [
+                        [[lp, token, None] for lp, token in zip(row_values, row_indices, strict=True)]
+                        for row_values, row_indices in zip(values.tolist(), indices.tolist(), strict=True)
+                    ]
+            return [None, *picked.tolist()[start:]], [None, *top[start:]]
 
-        logprobs = await self._on_thread(forward)
+        logprobs, top = await self._on_thread(forward)
         response = generate_response(
             rid=payload.get("rid") or new_rid(),
             text="",
@@ -357,6 +375,8 @@ class EmbeddedEngine(InferenceEngine):
         response["meta_info"]["input_token_logprobs"] = [
             [lp, tok, None] for lp, tok in zip(logprobs, prompt[start:], strict=True)
         ]
+        if top_k:
+            response["meta_info"]["input_top_logprobs"] = top
         return response
 
     async def generate_stream(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
@@ -570,10 +590,7 @@ class EmbeddedEngine(InferenceEngine):
         deltas = lora_adapter_deltas(config, tensors, state)
         shared = Counter(t.data_ptr() for t in state.values())
         if tied := [name for name in deltas if shared[state[name].data_ptr()] > 1]:
-            raise EngineRequestError(
-                f"the LoRA adapter {lora_name!r} changes {tied[0]}, a weight the model ties to another (its "
-                "embeddings): merged, it would change both; leave the output head out of the target modules"
-            )
+            await self._on_thread(self._untie, tied)
         await self._on_thread(self._merge_adapter, deltas)
         self._lora_deltas[lora_name] = deltas
         self.lora_adapters[lora_name] = source
@@ -590,6 +607,17 @@ class EmbeddedEngine(InferenceEngine):
 
     async def update_weight_version(self, version: str) -> None:
         self.weight_version = version
+
+    def _untie(self, names: list[str]) -> None:
+        """Give each weight of ``names`` storage of its own, so that an adapter merged into it leaves the
+        weight it was tied to as it is (the output head of a model with tied embeddings: the embeddings)."""
+        for name in names:
+            owner, _, attribute = name.rpartition(".")
+            module = self.model.get_submodule(owner)
+            untied = torch.nn.Parameter(getattr(module, attribute).detach().clone(), requires_grad=False)
+            setattr(module, attribute, untied)
+        self.model.config.tie_word_embeddings = False
+        self._batch.settle()  # static decode steps read the storage the weight had
 
     def _merge_adapter(self, deltas: Mapping[str, torch.Tensor]) -> None:
         """The weights without the adapter before, plus ``deltas``."""
