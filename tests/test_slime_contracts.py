@@ -326,12 +326,14 @@ def test_runtime_hook_slots_have_slimes_signatures_and_results(slime_pm, tmp_pat
         "rollout_extra_metrics",
         "rollout_time",
     )
-    assert log(3, make_args(output_dir=str(tmp_path)), samples, {"reward": 1.0}, 0.5) is False
+    logged = make_args(output_dir=str(tmp_path))
+    assert log(3, logged, samples, {"reward": 1.0}, 0.5) is False
     assert json.loads((tmp_path / "logs/rollout_log.jsonl").read_text())["rollout_id"] == 3
+    assert logged.logged_rollout_id == 3  # slime's contract: the rollout logged, noted on args
     eval_log = load_callable("rlsdk.slime.eval_rollout_log.jsonl")
     assert tuple(inspect.signature(eval_log).parameters) == ("rollout_id", "args", "data", "extra_metrics")
     data = {"eval_set": {"rewards": [1.0], "truncated": [False], "samples": samples[:1]}}
-    assert eval_log(4, make_args(output_dir=str(tmp_path)), data, {"acc": 1.0}) is False
+    assert eval_log(4, logged, data, {"acc": 1.0}) is False and logged.logged_eval_rollout_id == 4
 
     post = load_callable("rlsdk.slime.reward_post_process.plus_one")
     assert tuple(inspect.signature(post).parameters) == ("args", "samples")
