@@ -10,7 +10,8 @@ import json
 import pytest
 import torch
 
-from rlsdk.training.delta_sync import INDEX, DeltaPublisher, LocalCheckpoint, read_checkpoint
+from rlsdk.engines.delta_weights import INDEX, LocalCheckpoint, read_checkpoint
+from rlsdk.training.delta_sync import DeltaPublisher
 
 
 def trained(weights: dict[str, torch.Tensor], names: list[str], seed: int) -> dict[str, torch.Tensor]:
@@ -76,3 +77,28 @@ def test_a_tensor_the_base_lacks_is_an_error(tiny_llama, tmp_path):
     publisher = DeltaPublisher(tmp_path / "shared", tiny_llama)
     with pytest.raises(ValueError, match="lacks"):
         publisher.publish({**loaded(tiny_llama), "extra.weight": torch.zeros(2)})
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_a_training_run_syncs_deltas_and_the_engine_serves_the_trainers_weights(tiny_llama, run_files, tmp_path):
+    """slime's delta flags on a real run: each sync publishes a version, the engine's local checkpoint takes
+    it and the engine reloads it; the weights check compares every tensor the engine serves with the
+    trainer's after each sync (any difference stops the run)."""
+    from rlsdk import RolloutConfig
+    from rlsdk.run.job import run_job
+
+    data, reward = run_files
+    shared, local = tmp_path / "shared", tmp_path / "local"
+    args = RolloutConfig.from_dict({
+        "model": str(tiny_llama), "prompt_data": str(data), "rm_type": reward, "train": True, "lr": 3e-2,
+        "num_rollout": 2, "rollout_batch_size": 2, "n_samples_per_prompt": 4, "rollout_max_response_len": 4,
+        "update_weight_mode": "delta", "update_weight_transport": "disk", "update_weight_disk_dir": str(shared),
+        "update_weight_local_checkpoint_dir": str(local), "update_weight_delta_checksum": "adler32",
+        "weights_check": "on", "output_dir": str(tmp_path / "run"), "engine_threads": 1, "train_threads": 1,
+    })
+    out = run_job(args)
+    rows = [json.loads(line) for line in (out.folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["train/sync_delta_tensors"] > 0 for r in rows] == [True, True]
+    assert all(r["train/sync_delta_bytes"] < r["train/sync_delta_raw_bytes"] for r in rows)
+    assert sorted(p.name for p in shared.iterdir()) == ["weight_v000001", "weight_v000002"]
+    assert json.loads((local / LocalCheckpoint.STATE).read_text())["version"] == 2

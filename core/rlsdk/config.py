@@ -70,6 +70,7 @@ ALIASES = {
     "rollout_log": "custom_rollout_log_function_path",
     "eval_rollout_log": "custom_eval_rollout_log_function_path",
     "advantage": "custom_advantage_function_path",
+    "update_weight_transport": "weight_sync",
 }
 """Short names of options (``--rm``, ``rm:`` in a config file) beside slime's long ones."""
 
@@ -360,6 +361,9 @@ class RolloutConfig(TrainingOptions):
             ("kl_loss_type", KL_LOSS_TYPES),
             ("weight_sync", WEIGHT_SYNC_MODES),
             ("weights_check", WEIGHTS_CHECK_MODES),
+            ("update_weight_mode", ("full", "delta")),
+            ("update_weight_delta_encoding", ("xor", "overwrite")),
+            ("update_weight_delta_checksum", ("xxh3-128", "blake3", "adler32")),
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
@@ -380,6 +384,10 @@ class RolloutConfig(TrainingOptions):
             )
         if self.max_policy_version_lag is not None and self.max_policy_version_lag < 0:
             raise ValueError(f"max_policy_version_lag must be 0 or more, got {self.max_policy_version_lag}")
+        if self.update_weight_mode == "delta" and self.weight_sync not in ("auto", "disk"):
+            raise ValueError(
+                f"update_weight_mode delta syncs through disk: --update-weight-transport disk, not {self.weight_sync}"
+            )
         if self.update_weight_buffer_size < 1:
             raise ValueError(
                 f"update_weight_buffer_size must be at least 1 byte, got {self.update_weight_buffer_size}"

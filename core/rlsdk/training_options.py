@@ -160,6 +160,21 @@ class TrainingOptions(AlgorithmOptions):
     custom_update_weight_post_write_path: str | None = None
     """With ``weight_sync disk``: an update_weight_post_write plugin ``fn(args, version_dir, rollout_engines)``
     called after each version's files are written, before the engines read them."""
+    update_weight_mode: str = "full"
+    """``full`` sends every tensor each sync; ``delta`` (disk only, slime's) publishes only the changed bytes
+    under ``update_weight_disk_dir`` and each engine's host patches ``update_weight_local_checkpoint_dir``
+    (:mod:`rlsdk.training.delta_sync`)."""
+    update_weight_disk_dir: str | None = None
+    """The folder disk syncs write to (shared with the engines' hosts); default ``weights/`` in the output
+    folder."""
+    update_weight_local_checkpoint_dir: str | None = None
+    """With ``update_weight_mode delta``: the full checkpoint on the engine's host that the deltas patch and the
+    engine reloads; default ``weights-local/`` in the output folder."""
+    update_weight_delta_encoding: str = "xor"
+    """A delta's encoding: ``xor`` (smallest, applied once on its base) or ``overwrite`` (idempotent)."""
+    update_weight_delta_checksum: str = "xxh3-128"
+    """Each delta tensor's checksum after it is applied: ``xxh3-128``, ``blake3`` (the blake3 package) or
+    ``adler32``."""
     actor_num_gpus_per_node: int | None = None
     """GPUs the trainer trains on, one process each (its world size; one node); default
     ``tensor_model_parallel_size`` x ``pipeline_model_parallel_size``. The ``torch`` trainer uses one."""
