@@ -132,6 +132,10 @@ class RolloutConfig(TrainingOptions):
     """An environment plugin whose settings (data, reward or rubric, generator, eval sets, options) the run
     takes; options given on the command line or in a config file win over them."""
 
+    custom_config_path: str | None = None
+    """slime's custom config: a YAML file whose values are set on ``args`` over every other setting, those
+    that are no option too (for custom functions that read them)."""
+
     # --- engine ---
     engine: str = "embedded"
     """The engine: ``embedded``, ``sglang``, another engine plugin, or an SGLang server/router URL."""
@@ -417,9 +421,14 @@ class RolloutConfig(TrainingOptions):
         given.update(values.get("extra") or {})
         if given.get("env"):  # the environment's settings, under every option given
             given = {**environment_options(given["env"], pm, train=bool(given.get("train"))), **given}
+        custom = custom_config(given.get("custom_config_path"), declared)
+        given.update(
+            {key: value for key, value in custom.items() if key in core_options() or key in declared}
+        )
         core = core_options()
         core_values = {key: core[key].check(value) for key, value in given.items() if key in core}
         extra = plugin_values({k: v for k, v in given.items() if k not in core}, declared)
+        extra.update({key: value for key, value in custom.items() if key not in core and key not in declared})
         if pm is not None:
             extra = {**{name: option.default for name, option in declared.items()}, **extra}
         return cls(**core_values, extra=extra)
@@ -480,6 +489,22 @@ def demo_settings(train: bool) -> dict[str, Any]:
     (:data:`DEFAULT_ENVIRONMENT`) and its options (with ``train`` also its training settings). With ``--data``
     none of these apply: the options keep their defaults."""
     return {"env": DEFAULT_ENVIRONMENT, **environment_options(DEFAULT_ENVIRONMENT, None, train=train)}
+
+
+def custom_config(path: str | None, declared: dict[str, Option]) -> dict[str, Any]:
+    """slime's ``--custom-config-path``: a YAML file of values set on ``args`` over every other setting (slime's
+    order), for custom functions that read them (``args.tis_level`` of slime's mismatch helper). A key that
+    names an option is checked as that option; any other is kept as it is, as slime keeps it."""
+    if not path:
+        return {}
+    values = canonical_keys(RolloutConfig.read_file(path))
+    known = {*core_options(), *declared, *slime_argument_names()}
+    loose = [key for key in values if key not in known]
+    if loose:
+        warnings.warn(
+            f"custom_config_path {path}: {loose} are no options; set on args for the functions that read them"
+        )
+    return values
 
 
 def plugin_values(values: dict[str, Any], declared: dict[str, Option]) -> dict[str, Any]:

@@ -92,10 +92,17 @@ class TorchTrainer(PolicyTrainer):
             )
         self.ref_model = None
         if args.use_kl_loss or args.kl_coef:
-            self.ref_model = AutoModelForCausalLM.from_pretrained(
-                args.ref_load or self.model_path, dtype=self.dtype
-            )
-            torch.nn.Module.to(self.ref_model, self.device).eval().requires_grad_(False)
+            self.ref_model = self._frozen(args.ref_load or self.model_path)
+        self.teacher_model = None
+        if args.use_opd and args.opd_type == "megatron":  # slime's teacher loaded beside the policy
+            self.teacher_model = self._frozen(args.opd_teacher_load)
+
+    def _frozen(self, folder: Any) -> Any:
+        """A model of ``folder`` on the trainer's device, in eval mode and without gradients."""
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=self.dtype)
+        return torch.nn.Module.to(model, self.device).eval().requires_grad_(False)
 
     # ------------------------------------------------------------------ training
 
@@ -107,16 +114,17 @@ class TorchTrainer(PolicyTrainer):
         if not samples:
             raise ValueError(f"step {rollout_id}: no samples to train on")
         plugins = plugins_of(args)
-        raw = [sample.get_reward_value(args) for sample in samples]
-        if any(r is None for r in raw):
-            raise ValueError(f"step {rollout_id}: a kept sample has no reward")
+        raw: list[float]
         if plugins.reward_post_process is not None:
-            # reward_post_process: the plugin's rewards in place of the group normalization
-            _, rewards = call_reward_post_process(args, plugins.reward_post_process, samples)
+            # reward_post_process: the plugin's rewards in place of the group normalization (it reads the
+            # samples' rewards as they are: slime's on-policy distillation turns a dict into scalars there)
+            raw, rewards = call_reward_post_process(args, plugins.reward_post_process, samples)
         else:
-            rewards = normalize_rewards(
-                args, [float(r) for r in raw if r is not None], [len(g) for g in groups]
-            )
+            scalars = [sample.get_reward_value(args) for sample in samples]
+            if any(r is None for r in scalars):
+                raise ValueError(f"step {rollout_id}: a kept sample has no reward")
+            raw = [float(r) for r in scalars if r is not None]
+            rewards = normalize_rewards(args, raw, [len(g) for g in groups])
         data = [TrainSample.from_sample(s, r) for s, r in zip(samples, rewards, strict=True)]
         masks = [d.loss_mask for d in data]
 
@@ -150,9 +158,12 @@ class TorchTrainer(PolicyTrainer):
         values = self.critic.values(data) if self.critic is not None else None
         per_sample["advantages"], returns = self._advantages(rewards, kl, masks, data, per_sample, values)
         extra: dict[str, float] = {}
-        if args.opd_teacher:
+        if args.opd_teacher or args.use_opd:
             student = self._log_probs(self.model, data, temperature=1.0)
-            teacher = [s.teacher_log_probs for s in samples]
+            if self.teacher_model is not None:
+                teacher: list[Any] = self._log_probs(self.teacher_model, data, temperature=1.0)
+            else:  # scored by the run's teacher engine, or (slime's sglang mode) by the reward post-process
+                teacher = [s.teacher_log_probs for s in samples]
             per_sample["advantages"], extra["train/opd_reverse_kl"] = subtract_reverse_kl(
                 per_sample["advantages"], student, teacher, masks, args.opd_kl_coef
             )
