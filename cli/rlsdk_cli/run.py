@@ -188,12 +188,18 @@ their router, as slime does."""
 
 def sglang_passthrough_options(tokens: list[str], known: list[str]) -> list[str]:
     """Unknown ``--sglang-NAME [VALUE...]`` and ``--router-NAME [VALUE...]`` flags as ``sglang_NAME=VALUE``
-    and ``router_NAME=VALUE`` settings (a bare flag is true, several values a list); any other unknown
-    token is the parser's usual error, with the ``known`` option closest to it."""
+    and ``router_NAME=VALUE`` settings, and slime's arguments rlsdk keeps for slime's functions
+    (``--attention-backend flash``, ``--balance-data``: :data:`rlsdk.slime_args.SLIME_ARG_DEFAULTS`) as
+    theirs (a bare flag is true, several values a list); any other unknown token is the parser's usual
+    error, with the ``known`` option closest to it."""
+    from rlsdk.config import slime_argument_names
+
+    slime = slime_argument_names()
     settings: dict[str, list[Any]] = {}
     name = None
     for token in tokens:
-        if token.startswith(("--sglang-", "--router-")):
+        slime_name = token[2:].partition("=")[0].replace("-", "_") if token.startswith("--") else ""
+        if token.startswith(("--sglang-", "--router-")) or slime_name in slime:
             key, sep, value = token[2:].partition("=")
             name = key.replace("-", "_")
             settings[name] = [value] if sep else []
@@ -275,6 +281,16 @@ def run(
         typer.echo(config_yaml(args, sources), nl=False)
         return
     console.print("\n".join(summary_lines(args, sources)), markup=False, highlight=False, soft_wrap=True)
+    from rlsdk.slime_args import SLIME_TRAINER_SETTINGS
+
+    unused = sorted(name for name in args.extra if name in SLIME_TRAINER_SETTINGS)
+    if unused:
+        console.print(
+            f"slime's trainer settings taken as given, used by none of rlsdk's trainers: {', '.join(unused)}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     if resume and finished_run(args):
         console.print(
             f"the run in {args.output_dir} is finished ({args.num_rollout} of {args.num_rollout} steps): "

@@ -24,7 +24,7 @@ from .plugins.calls import call_environment
 from .plugins.manager import RlsdkPluginManager, get_plugin_manager
 from .plugins.records import Option, PluginInfo, Resolved
 from .plugins.verifiers_envs import is_verifiers_module, verifiers_environment
-from .slime_args import SLIME_ARG_DEFAULTS
+from .slime_args import SLIME_ARG_DEFAULTS, SLIME_FIXED_CHOICES
 from .training_options import (
     ADVANTAGE_ESTIMATORS,
     KL_LOSS_TYPES,
@@ -347,6 +347,11 @@ class RolloutConfig(TrainingOptions):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         check_numbers(self)
+        for name, value in SLIME_FIXED_CHOICES.items():
+            if self.extra.get(name, value) != value:
+                raise ValueError(
+                    f"{name} {self.extra[name]!r}: rlsdk's trainers take {value!r} only (AdamW, constant lr)"
+                )
         if self.num_engines > 1 and not self.ray_address:
             raise ValueError(
                 f"num_engines {self.num_engines} needs ray_address (--ray): engines are Ray actors"
