@@ -42,6 +42,10 @@
 #   bash benchmarks/gpu/device.sh ray_engines     # ray_engines.py: 2 SGLang engine actors on Ray, one SIGKILLed (two GPUs)
 #     (RAY_ENGINES_ARGS="--engines 1 --spares 1": one serving engine and a started spare)
 #   bash benchmarks/gpu/device.sh ray_startup     # faults.py --tiny --startup-only: what Ray's start adds on this many cores
+#   bash benchmarks/gpu/device.sh slime_examples  # scripts/slime_examples.py --gpu (after setup and model): slime's
+#                                            # examples (carried as slime-examples.tar, prepare.sh with SLIME_GIT_DIR)
+#                                            # from their launch scripts on rlsdk-launched SGLang and SmolLM2 (not run
+#                                            # yet; one JSON line per example in $OUT/slime_examples.jsonl)
 #   bash benchmarks/gpu/device.sh scale      # scale.py: Qwen3-4B shape, megatron + SGLang colocated with offload (~5.5 min
 #     on an H100, 2026-11-28: the 8 GB checkpoint ~1 min, SGLang and trainer start ~2.3 min, 4 steps ~2 min)
 #     (SCALE_ARGS: more of its options)
@@ -267,6 +271,18 @@ learn_sync_long_ray() { learn_mode sync_long --response-len "${LAG_RESPONSE_LEN:
 learn_lag2_ray() { learn_mode lag2 --lag 2 --response-len "${LAG_RESPONSE_LEN:-512}"; }
 learn_async_long_ray() { learn_mode async_long --async --response-len "${LAG_RESPONSE_LEN:-512}"; }
 
+slime_examples() {  # slime's examples on SGLang (SLIME_EXAMPLES: which ones; default all)
+  rm -rf /tmp/slime-files && mkdir -p /tmp/slime-files
+  tar -x -C /tmp/slime-files -f "$gpu/slime-examples.tar" || return 1
+  local converted
+  converted=$(ls -d "$models"/SmolLM2-135M-Instruct-* 2>/dev/null | head -n 1)
+  [ -n "$converted" ] || { echo "no converted SmolLM2: run the model phase first"; return 1; }
+  # shellcheck disable=SC2086  # SLIME_EXAMPLES is a list of names
+  rlsdk_env python3 "$here/../../scripts/slime_examples.py" /tmp/slime-files --gpu --sglang-python /tmp/sglang-python \
+      --model "$converted" ${SLIME_EXAMPLES:+--examples $SLIME_EXAMPLES} >"$out/slime_examples.jsonl" 2>"$out/slime_examples.log"
+  echo "slime_examples: $(cut -c1-200 "$out/slime_examples.jsonl")"
+}
+
 scale() {  # SCALE_ARGS: more of scale.py's options
   rm -rf /tmp/scale
   # shellcheck disable=SC2086  # SCALE_ARGS is a list of options
@@ -283,7 +299,7 @@ learn_megatron() { learn_with megatron; }
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|megatron_parallel|model|learn|learn_megatron|lora|trust|tinker|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|scale)
+    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|megatron_parallel|model|learn|learn_megatron|lora|trust|tinker|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|slime_examples|scale)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac
