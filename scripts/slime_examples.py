@@ -158,9 +158,9 @@ def replace_value(flags: list[str], name: str, value: str) -> list[str]:
     return out
 
 
-def math_rows(folder: Path, count: int = 8) -> Path:
+def math_rows(folder: Path, count: int = 8, start: int = 0, name: str = "dapo-math.jsonl") -> Path:
     """dapo-math-17k's layout (``prompt`` as chat messages, ``label``) on single-digit sums SmolLM2 can do."""
-    path = folder / "dapo-math.jsonl"
+    path = folder / name
     rows = [
         {
             "prompt": [
@@ -168,7 +168,7 @@ def math_rows(folder: Path, count: int = 8) -> Path:
             ],
             "label": str(2 * a + 1),
         }
-        for a in range(count)
+        for a in range(start, start + count)
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -208,6 +208,10 @@ class Run:
             self.changes.append(f"{flag} left out: {DROPPED[flag]}")
         flags = replace_value(flags, "--hf-checkpoint", str(self.model))
         flags = replace_value(flags, "--prompt-data", self.env["DATA_PATH"])
+        if "--eval-prompt-data" in flags:  # NAME PATH: the same sums, held out
+            at = flags.index("--eval-prompt-data") + 2
+            flags[at] = str(math_rows(self.work, count=4, start=20, name="eval.jsonl"))
+            self.changes.append(f"--eval-prompt-data {flags[at - 1]}: 4 other sums in its place")
         where = "SGLang on one GPU" if self.engine else "the embedded engine on this CPU"
         self.changes.append(f"SmolLM2 and 8 dapo-style sums, {where}: " + " ".join(self.scale))
         return flags, driver
@@ -295,7 +299,9 @@ def eval_multi_task(run: Run) -> dict[str, Any]:
     if not run.engine:  # a CPU's scale: the defaults' 16384 tokens per answer would take hours
         config = config.replace("max_response_len: 16384", "max_response_len: 64")
         config = config.replace("n_samples_per_eval_prompt: 16", "n_samples_per_eval_prompt: 4")
-        run.changes.append("on a CPU: eval.defaults.max_response_len 64 (16384) and aime's 4 samples a prompt (16)")
+        run.changes.append(
+            "on a CPU: eval.defaults.max_response_len 64 (16384) and aime's 4 samples a prompt (16)"
+        )
     (run.work / "multi_task.yaml").write_text(config)
     flags = replace_value(flags, "--eval-config", str(run.work / "multi_task.yaml"))
     run.changes.append(
@@ -355,6 +361,11 @@ def on_policy_distillation_megatron(run: Run) -> dict[str, Any]:
     run.changes.append(
         "--opd-teacher-load: the teacher's Hugging Face folder (slime's is a torch_dist checkpoint)"
     )
+    flags = replace_value(flags, "--rm-type", "slime_math")
+    run.changes.append(
+        "--rm-type math -> slime_math: rlsdk's math is its own grader, which refuses a sample without a "
+        "label (the script gives no --label-key); slime_math gives slime's verdict there, 0"
+    )
     return run.run(flags)
 
 
@@ -363,6 +374,11 @@ def delta_weight_sync(run: Run) -> dict[str, Any]:
     flags = replace_value(flags, "--update-weight-disk-dir", str(run.work / "delta-shared"))
     flags = replace_value(flags, "--update-weight-local-checkpoint-dir", str(run.work / "delta-local"))
     run.changes.append("the delta folders are local ones (the script's are a shared and an NVMe mount)")
+    flags = replace_value(flags, "--rm-type", "slime_math")
+    run.changes.append(
+        "--rm-type deepscaler -> slime_math: deepscaler pays only after </think>, which SmolLM2 never writes, "
+        "so no reward, no gradient and every delta would be empty"
+    )
     return run.run([*flags, "--weights-check", "on"])
 
 
