@@ -244,7 +244,8 @@ def test_parse_rubric_tells_a_rubric_from_a_name_or_a_dotted_path():
     with pytest.raises(ValueError, match="twice"):
         parse_rubric("a:1,a:2")
     with pytest.raises(ValueError, match="finite"):
-        parse_rubric("a:inf")
+        parse_rubric("a:1e999")
+    assert parse_rubric("a:inf") is None and parse_rubric("pkg.mod:nan") is None  # functions of those names
 
 
 def test_a_rubric_weighs_its_parts_and_logs_each_as_a_metric(step_run):

@@ -7,6 +7,8 @@ import os
 import signal
 import warnings
 from collections.abc import Mapping
+from contextlib import ExitStack
+from pathlib import Path
 
 import typer
 
@@ -50,6 +52,8 @@ def serve(
     """Serve /start_rollout, /buffer/write, /get_rollout_data and /ack_rollout_data; prints the URL once
     listening. Ctrl-C or SIGTERM stops it; every acknowledged item is already on disk."""
     from rlsdk import get_plugin_manager
+    from rlsdk.errors import RlsdkError
+    from rlsdk.locks import folder_lock
     from rlsdk.rollout.buffer_service import BufferService, TrajectoryStore, check_binding
 
     try:
@@ -60,8 +64,6 @@ def serve(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pm = get_plugin_manager()
-    store = TrajectoryStore(data_dir, max_held_bytes=int(max_held_mb * (1 << 20)))
-    service = BufferService(pm, store, input_dirs=allow_input_dir, url_hosts=allow_url_host)
     options = {
         "token": token,
         "max_body": int(max_body_mb * (1 << 20)),
@@ -69,11 +71,19 @@ def serve(
         "max_connections": max_connections,
         "allowed_hosts": allowed_host,
     }
-    try:
-        asyncio.run(_serve(service, host, port, data_dir, options))
-    except OSError as exc:
-        typer.echo(f"Error: cannot listen on {host}:{port}: {exc}", err=True)
-        raise typer.Exit(2) from None
+    with ExitStack() as held:
+        try:  # one service per store: a second one would append to its files and serve its groups again
+            held.enter_context(folder_lock(Path(data_dir), holder="rlsdk buffer serve", role="--data-dir"))
+        except (RlsdkError, OSError) as exc:
+            typer.echo(f"Error: {exc}", err=True)
+            raise typer.Exit(1) from None
+        store = TrajectoryStore(data_dir, max_held_bytes=int(max_held_mb * (1 << 20)))
+        service = BufferService(pm, store, input_dirs=allow_input_dir, url_hosts=allow_url_host)
+        try:
+            asyncio.run(_serve(service, host, port, data_dir, options))
+        except OSError as exc:
+            typer.echo(f"Error: cannot listen on {host}:{port}: {exc}", err=True)
+            raise typer.Exit(2) from None
 
 
 async def _serve(service: object, host: str, port: int, data_dir: str, options: Mapping[str, object]) -> None:

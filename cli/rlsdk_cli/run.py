@@ -9,6 +9,7 @@ import json
 import os
 import time
 import typing
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +244,12 @@ def run(
     context: typer.Context,
     resume: bool = typer.Option(False, "--resume", help="Continue the run saved in the output folder."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run in the output folder."),
+    trust_folder: bool = typer.Option(
+        False,
+        "--trust-folder",
+        help="With --resume: load the code the saved state names although this machine did not write it "
+        "(a run folder copied from another machine); the state is signed here from then on.",
+    ),
     print_config: bool = typer.Option(
         False,
         "--print-config",
@@ -259,20 +266,28 @@ def run(
             "--resume continues the run in the output folder, --overwrite replaces it: give one"
         )
     limit_malloc_arenas()  # before the engine's and the trainer's threads allocate
+    guard = ExitStack()  # the resumed state's code refusals, for the whole command
+    context.call_on_close(guard.close)
     known = [flag for param in context.command.params for flag in param.opts]
     extra = options.pop("extra") + sglang_passthrough_options(context.args, known)
     config = options.pop("config")
     args, given = configure(
         config, {**options, "resume": resume or None, "overwrite": overwrite or None}, extra
     )
+    from rlsdk.plugins.loading import refusing_code
     from rlsdk.run.job import run_job
-    from rlsdk.run.output import resumed_settings
+    from rlsdk.run.output import resume_refusals, resumed_settings
     from rlsdk.run.preemption import RunStopped
+    from rlsdk.state_files import strings_in
 
     if resume:
         changed = {k: v for k, v in options.items() if v is not None and v != []}
+        given_now = {**changed, **parse_set(extra)}
         try:
-            args = RolloutConfig.from_dict(resumed_settings(args.output_dir, {**changed, **parse_set(extra)}))
+            # code the saved settings name is loaded only where this machine signed them, or named again here
+            refused = {} if trust_folder else resume_refusals(args.output_dir, given_now)
+            guard.enter_context(refusing_code(refused, allowed=strings_in(given_now)))
+            args = RolloutConfig.from_dict(resumed_settings(args.output_dir, given_now))
         except (RlsdkError, ValueError, TypeError, FileNotFoundError) as exc:
             fail(exc)
             raise typer.Exit(1) from None
@@ -356,6 +371,7 @@ def run(
                 on_eval=on_eval,
                 on_status=on_status,
                 progress=on_progress,
+                trust_folder=trust_folder,
             )
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
         fail(exc)
@@ -390,12 +406,15 @@ def run(
 @with_run_options
 def evaluate(**options: Any) -> None:
     """Evaluate the model on the eval datasets (or the training data) once."""
-    from .settings import with_checkpoint_settings
+    from rlsdk.plugins.loading import refusing_code
+
+    from .settings import checkpoint_refusals, with_checkpoint_settings
 
     extra = options.pop("extra")
     config = options.pop("config")
     args, given = configure(config, options, extra)
     taken = with_checkpoint_settings(args, given)
+    refused = checkpoint_refusals(args, taken)  # code a checkpoint from elsewhere names is not loaded
     if taken:
         console.print(
             f"from the checkpoint's run: {', '.join(taken)}", markup=False, highlight=False, soft_wrap=True
@@ -408,7 +427,7 @@ def evaluate(**options: Any) -> None:
     from rlsdk.run.session import running
 
     try:
-        with running(args) as runtime:
+        with refusing_code(refused), running(args) as runtime:
             result = run_eval(args, runtime, rollout_id=0)
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
         fail(exc)

@@ -164,3 +164,27 @@ def with_checkpoint_settings(args: RolloutConfig, given: set[str]) -> list[str]:
     names += plugin_options
     args.__post_init__()
     return names
+
+
+def checkpoint_refusals(args: RolloutConfig, taken: list[str]) -> dict[str, str]:
+    """The texts of the settings ``taken`` from a checkpoint this machine did not write, mapped to why code
+    they name is not loaded (:func:`rlsdk.plugins.loading.refusing_code`); nothing for one it wrote."""
+    from pathlib import Path
+
+    from rlsdk.state_files import strings_in
+    from rlsdk.training.session import CHECKPOINT_META, checkpoint_signed_here
+
+    if not taken or not args.model or checkpoint_signed_here(Path(args.model)):
+        return {}
+    meta = Path(args.model) / CHECKPOINT_META
+    refusals: dict[str, str] = {}
+    for name in taken:
+        value = getattr(args, name, None) if hasattr(args, name) else args.extra.get(name)
+        for text in strings_in(value):
+            refusals.setdefault(
+                text,
+                f"the setting {name} in {meta} names it, and the checkpoint was not written by rlsdk on this "
+                f"machine (another machine's, or edited since): a checkpoint is not trusted to name code; "
+                f"name it on the command line (--{name.replace('_', '-')} or --set {name}=...)",
+            )
+    return refusals

@@ -126,6 +126,9 @@ class RolloutConfig(TrainingOptions):
     every step beside ``metrics.jsonl``."""
     custom_eval_rollout_log_function_path: str | None = None
     """eval_rollout_log plugins (several joined by commas) that log every eval."""
+    log_timeout: float | None = 600.0
+    """Seconds one rollout_log or eval_rollout_log backend may take for one step or eval before the run stops
+    naming it; none waits forever. A stop signal (SIGTERM, SIGINT) ends the wait at once either way."""
     checkpoint_callback: str | None = None
     """checkpoint_callback plugins (several joined by commas) called after each checkpoint is complete."""
     env: str | None = None

@@ -1,12 +1,15 @@
-"""Real services for the fault and attacker suites: ``rlsdk buffer serve`` in a subprocess on loopback."""
+"""Real services for the fault and attacker suites: ``rlsdk buffer serve`` in a subprocess on loopback, a
+misbehaving engine over HTTP, tokenizers built in milliseconds, and ``rlsdk run`` in a subprocess against them."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -148,14 +151,11 @@ def misbehaving_engine() -> Iterator[MisbehavingEngine]:
     engine.close()
 
 
-@pytest.fixture(scope="session")
-def word_tokenizer(tmp_path_factory) -> str:
-    """A folder with a word-level tokenizer of 32 words (``<eos>``, ``<pad>``, ``w0`` ... ``w29``), built
-    here in milliseconds, for runs against an HTTP engine that need ``--hf-checkpoint``."""
+def make_word_tokenizer(folder: Path) -> str:
+    """A word-level tokenizer of 32 words (``<eos>``, ``<pad>``, ``w0`` ... ``w29``) saved in ``folder``."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    folder = tmp_path_factory.mktemp("word-tokenizer")
     words = ["<eos>", "<pad>", *[f"w{i}" for i in range(30)]]
     tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -165,10 +165,19 @@ def word_tokenizer(tmp_path_factory) -> str:
     return str(folder)
 
 
+@pytest.fixture(scope="session")
+def word_tokenizer(tmp_path_factory) -> str:
+    """A folder with a word-level tokenizer of 32 words, built here in milliseconds, for runs against an
+    HTTP engine that need ``--hf-checkpoint``."""
+    return make_word_tokenizer(tmp_path_factory.mktemp("word-tokenizer"))
+
+
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} <eos> {% endfor %}"
     "{% if add_generation_prompt %}assistant {% endif %}"
 )
+TOOLS_CHAT_TEMPLATE = "{% if tools %}system {{ tools | tojson }} <eos> {% endif %}" + CHAT_TEMPLATE
+"""A template that writes the tool schemas out as JSON, as Qwen's and Llama's do."""
 
 
 @pytest.fixture(scope="session")
@@ -236,3 +245,51 @@ def tiny_run(tiny_llama, tmp_path):
 
     make.data = data
     return make
+
+
+RLSDK = [sys.executable, "-c", "from rlsdk_cli.app import main; main()"]
+FAST_RETRIES = ["--set", "sglang_retries=1", "--set", "sglang_backoff=0.01"]
+
+
+@pytest.fixture
+def data(tmp_path) -> Path:
+    """Twelve prompts of the word tokenizer's words."""
+    path = tmp_path / "data.jsonl"
+    path.write_text(
+        "".join(json.dumps({"input": f"w{i} w{i + 1}", "label": f"w{i}"}) + "\n" for i in range(12))
+    )
+    return path
+
+
+def run_options(engine_url: str, tokenizer: str, data: Path, out: Path, *more: str) -> list[str]:
+    return [
+        "--engine",
+        engine_url,
+        "--hf-checkpoint",
+        tokenizer,
+        "--data",
+        str(data),
+        "--label-key",
+        "label",
+        "--rm-type",
+        "f1",
+        "--rollout-batch-size",
+        "2",
+        "--n-samples-per-prompt",
+        "2",
+        "--num-rollout",
+        "2",
+        "--output",
+        str(out),
+        *FAST_RETRIES,
+        *more,
+    ]
+
+
+def rlsdk_run(
+    *options: str, command: str = "run", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``rlsdk run`` (or ``command``) in a subprocess, within 120 s; ``env`` replaces the environment."""
+    return subprocess.run(
+        [*RLSDK, command, *options], check=False, capture_output=True, text=True, timeout=120, env=env
+    )

@@ -7,9 +7,8 @@ import pytest
 
 import os
 import subprocess
-import sys
 
-RLSDK = [sys.executable, "-c", "from rlsdk_cli.app import main; main()"]
+from .conftest import RLSDK, rlsdk_run, run_options
 
 EXITS = "import sys\nsys.exit(0)\n"
 HOOK_RAISES = """
@@ -33,7 +32,7 @@ def rlsdk(site, *args, **env):
     )
 
 
-@pytest.mark.plugins('rlsdk_rm_hub')
+@pytest.mark.plugins("rlsdk_rm_hub")
 def test_sys_exit_at_import_and_a_raising_hook_do_not_take_commands_down(fake_dist):
     """``sys.exit(0)`` at import used to end every command silently with success; a raising hook broke
     every command, even ones that never use its kind."""
@@ -56,3 +55,17 @@ def test_strict_mode_failure_is_one_line_not_a_traceback(fake_dist):
         strict.stderr.startswith("Error: plugin 'gpu' from rl-plugin-gpu 0.2.0")
         and "needs a GPU" in strict.stderr
     )
+
+
+def test_a_plugin_file_calling_sys_exit_at_import_stops_rlsdk_run_with_an_error(
+    misbehaving_engine, word_tokenizer, data, tmp_path
+):
+    """``--rm-type exits.py:fn`` whose module calls ``sys.exit(0)`` at import used to end ``rlsdk run``
+    with exit code 0 and nothing said."""
+    exits = tmp_path / "exits.py"
+    exits.write_text(EXITS + "def fn(args, sample, **kw):\n    return 1.0\n")
+    options = run_options(misbehaving_engine.url, word_tokenizer, data, tmp_path / "out")
+    done = rlsdk_run(*options, "--rm-type", f"{exits}:fn")
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "SystemExit(0)" in output and "exits.py" in output and "Traceback" not in output, output

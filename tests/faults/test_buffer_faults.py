@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import time
 
 import httpx
 import pytest
+
+from .conftest import BUFFER_CLI
 
 
 def item(instance, n=None, reward=1.0):
@@ -42,10 +45,10 @@ def test_unacknowledged_groups_are_served_again(buffer_service):
     service = buffer_service()
     for n in range(2):
         httpx.post(service.url + "/buffer/write", json=item("a", n)).raise_for_status()
-    first = take(service.url, lease_seconds=0.3)
+    first = take(service.url, lease_seconds=3)  # long enough for a loaded machine to ask again within it
     assert uids(first) == ["a-0", "a-1"]
-    assert take(service.url, lease_seconds=0.3)["data"] == []  # leased: not served twice at once
-    time.sleep(0.5)
+    assert take(service.url, lease_seconds=3)["data"] == []  # leased: not served twice at once
+    time.sleep(3.2)
     again = take(service.url, lease_seconds=30)
     assert uids(again) == ["a-0", "a-1"]
     late = httpx.post(service.url + "/ack_rollout_data", json={"lease_id": first["meta_info"]["lease_id"]})
@@ -181,7 +184,7 @@ def test_slow_and_half_open_clients_are_cut_off(buffer_service):
     body_late.close()
 
 
-@pytest.mark.plugins('rlsdk_generators', 'rlsdk_embedded')
+@pytest.mark.plugins("rlsdk_generators", "rlsdk_embedded")
 def test_groups_a_run_took_come_back_when_it_dies_before_saving_them(
     buffer_service, misbehaving_engine, small_tokenizer, tmp_path
 ):
@@ -227,3 +230,22 @@ def test_groups_a_run_took_come_back_when_it_dies_before_saving_them(
     service.kill()
     restarted = buffer_service(data_dir=tmp_path / "buffer")  # from its folder: nothing left to serve
     assert take(restarted.url)["data"] == []
+
+
+def test_a_second_buffer_service_on_a_store_in_use_fails_naming_the_folder_and_the_holder(
+    buffer_service, tmp_path
+):
+    """Two ``rlsdk buffer serve`` on one ``--data-dir`` used to append to the same files and serve the same
+    groups twice (issue 47: locks on every folder written)."""
+    first = buffer_service(data_dir=tmp_path / "store")
+    second = subprocess.run(
+        [*BUFFER_CLI, "--data-dir", str(tmp_path / "store")], capture_output=True, text=True, timeout=60
+    )
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert (
+        f"{tmp_path / 'store'} is in use by another rlsdk buffer serve (pid {first.proc.pid}) as its --data-dir"
+        in second.stderr
+    )
+    first.kill()
+    restarted = buffer_service(data_dir=tmp_path / "store")  # the lock went with the killed process
+    assert httpx.post(restarted.url + "/get_rollout_data", json={}).status_code == 200

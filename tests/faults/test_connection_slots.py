@@ -122,3 +122,43 @@ def test_a_stranger_is_closed_at_the_header_timeout_not_the_idle_one(limited_app
     assert status_line(trusted) == b"HTTP/1.1 200 OK"  # kept open: it is idle, not a stranger
     for sock in (stranger, refused, trusted):
         sock.close()
+
+
+def kept_alive(url: str, count: int, path: str) -> list[socket.socket]:
+    """``count`` connections that each had one request answered and stay open, idle (keep-alive)."""
+    socks = idle_sockets(url, count)
+    for sock in socks:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n{{}}".encode())
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200"), path
+    return socks
+
+
+@pytest.mark.parametrize("service", ["rlsdk serve", "buffer"])
+def test_idle_keep_alive_clients_of_a_server_without_a_token_do_not_hold_every_slot(
+    chat_tokenizer, tmp_path, service
+):
+    """Without a token every client is let in: clients that made one request and stayed idle held every
+    slot for 300 s and new clients got 503 (issue 47: 8). Now an idle connection gives its slot up (the
+    oldest first); one in a request never does."""
+    if service == "buffer":
+        store = BufferService(get_plugin_manager(load_entrypoints=False), TrajectoryStore(tmp_path))
+        served_cm, path = ServedBuffer(store, max_connections=4, read_timeout=300.0), "/get_rollout_data"
+    else:
+        served_cm, path = (
+            ServedEngine(RecordingEngine(chat_tokenizer), max_connections=4),
+            "/pause_generation",
+        )
+    with served_cm as served:
+        busy = idle_sockets(served.url, 1)[0]  # in a request: its body is still coming
+        busy.sendall(f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n{{".encode())
+        idle = kept_alive(served.url, 3, path)
+        try:
+            for _ in range(3):  # a fresh connection each time
+                answer = httpx.post(served.url + path, json={})
+                assert answer.status_code == 200, answer.text
+            assert closed_by_server(idle[0], within=5)  # the oldest idle one gave its slot up
+            busy.sendall(b"}")
+            assert b" 200 " in busy.recv(4096).split(b"\r\n", 1)[0]  # never taken from a request
+        finally:
+            for sock in (busy, *idle):
+                sock.close()

@@ -10,8 +10,6 @@ import asyncio
 import json
 import re
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,47 +26,7 @@ from rlsdk.rollout.step import MAX_ENGINE_REQUEUES, rollout_step
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import ByteTokenizer
 
-RLSDK = [sys.executable, "-c", "from rlsdk_cli.app import main; main()"]
-FAST_RETRIES = ["--set", "sglang_retries=1", "--set", "sglang_backoff=0.01"]
-
-
-@pytest.fixture
-def data(tmp_path) -> Path:
-    """Twelve prompts of the word tokenizer's words."""
-    path = tmp_path / "data.jsonl"
-    path.write_text(
-        "".join(json.dumps({"input": f"w{i} w{i + 1}", "label": f"w{i}"}) + "\n" for i in range(12))
-    )
-    return path
-
-
-def run_options(engine_url: str, tokenizer: str, data: Path, out: Path, *more: str) -> list[str]:
-    return [
-        "--engine",
-        engine_url,
-        "--hf-checkpoint",
-        tokenizer,
-        "--data",
-        str(data),
-        "--label-key",
-        "label",
-        "--rm-type",
-        "f1",
-        "--rollout-batch-size",
-        "2",
-        "--n-samples-per-prompt",
-        "2",
-        "--num-rollout",
-        "2",
-        "--output",
-        str(out),
-        *FAST_RETRIES,
-        *more,
-    ]
-
-
-def rlsdk_run(*options: str, command: str = "run") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*RLSDK, command, *options], check=False, capture_output=True, text=True, timeout=120)
+from .conftest import rlsdk_run, run_options
 
 
 def dead_port() -> int:
@@ -84,7 +42,7 @@ def rows(path: Path) -> list[dict]:
 # ---------------------------------------------------------------- the health check before the first step
 
 
-@pytest.mark.plugins('rlsdk_rm_hub')
+@pytest.mark.plugins("rlsdk_rm_hub")
 @pytest.mark.parametrize("command", ["run", "eval"])
 def test_a_dead_port_stops_the_run_before_any_data_is_used(word_tokenizer, data, tmp_path, command):
     url = f"http://127.0.0.1:{dead_port()}"
@@ -98,7 +56,7 @@ def test_a_dead_port_stops_the_run_before_any_data_is_used(word_tokenizer, data,
     assert not (out / "state.json").exists() and not rows(out / "discarded.jsonl")
 
 
-@pytest.mark.plugins('rlsdk_rm_hub')
+@pytest.mark.plugins("rlsdk_rm_hub")
 def test_a_server_that_answers_500_stops_the_run_before_any_data_is_used(
     misbehaving_engine, word_tokenizer, data, tmp_path
 ):
@@ -124,7 +82,7 @@ def test_a_server_that_answers_500_stops_the_run_before_any_data_is_used(
         ),
     ],
 )
-@pytest.mark.plugins('rlsdk_rm_hub')
+@pytest.mark.plugins("rlsdk_rm_hub")
 def test_a_server_that_answers_nonsense_is_named_with_what_was_expected(
     misbehaving_engine, word_tokenizer, data, tmp_path, mode, problem, shown
 ):
@@ -202,7 +160,7 @@ def loop_args(url: str, data: Path, **options) -> RolloutConfig:
     return RolloutConfig(**{**values, **options})
 
 
-@pytest.mark.plugins('rlsdk_rm_hub')
+@pytest.mark.plugins("rlsdk_rm_hub")
 def test_a_group_the_engine_fails_goes_back_to_the_data_and_the_ledger_balances(misbehaving_engine, data):
     """One prompt (``w0 w1``) always gets a 500: its group fails with the reason, the step takes another
     prompt in its place, and the failed prompt goes back to the data source, pending again from its prompt,
@@ -247,7 +205,7 @@ def test_a_group_the_engine_fails_goes_back_to_the_data_and_the_ledger_balances(
         runtime.loop.close()
 
 
-@pytest.mark.plugins('rlsdk_rm_hub')
+@pytest.mark.plugins("rlsdk_rm_hub")
 def test_a_step_the_engine_fails_exits_non_zero_and_resume_serves_its_prompts_again(
     misbehaving_engine, word_tokenizer, data, tmp_path
 ):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 
 from rlsdk import RolloutConfig
+
+from .conftest import RLSDK
 
 
 @pytest.mark.parametrize(
@@ -37,3 +40,21 @@ def test_rlsdk_run_refuses_a_nan_temperature_before_loading_anything(tmp_path):
     )
     assert done.returncode != 0 and "rollout_temperature must be a finite number" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["nan", "inf", "Infinity"])
+def test_a_reward_function_named_like_a_non_finite_number_is_a_path_not_a_rubric_weight(tmp_path, name):
+    """``--rm reward.py:nan`` used to be read as a rubric of ``reward.py`` weighted NaN (an error), so a
+    function of that name could not be named: a rubric weight is a decimal number only."""
+    reward = tmp_path / "reward.py"
+    reward.write_text(f"def {name}(args, sample, **kw):\n    return 0.25\n")
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text('{"response": "r", "label": "l"}\n')
+    done = subprocess.run(
+        [*RLSDK, "score", "--rm", f"{reward}:{name}", "-i", str(src), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(out.read_text())["reward"] == 0.25

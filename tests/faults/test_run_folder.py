@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -65,6 +66,39 @@ def test_a_second_run_on_a_folder_in_use_fails_at_once_naming_the_pid(tmp_path):
         holder.wait()
     with folder_lock(out):  # a dead holder's lock is gone with it
         pass
+
+
+@pytest.mark.parametrize("save", ["own", "the other's output"])
+def test_a_second_run_writing_the_checkpoint_folder_of_a_run_fails_at_once(tiny_run, tmp_path, save):
+    """Two runs sharing ``--save`` (or one saving into the other's output folder) used to overwrite each
+    other's checkpoints, the lock covering ``--output`` only. The first is a real ``rlsdk run --train`` in
+    a subprocess, still training."""
+    first_out, shared = tmp_path / "first", tmp_path / "checkpoints"
+    config = tmp_path / "first.json"
+    settings = tiny_run(output_dir=str(first_out), save=str(shared), save_interval=1, num_rollout=10_000)
+    config.write_text(
+        json.dumps({k: v for k, v in settings.to_dict().items() if k not in ("resume", "overwrite")})
+    )
+    first = subprocess.Popen(
+        [*RLSDK, "run", "--config", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (first_out / "metrics.jsonl").exists():  # a step done: both folders are in use
+            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read().decode()[-2000:]
+            time.sleep(0.2)
+        held, role = (shared, "--save") if save == "own" else (first_out, "--output")
+        with pytest.raises(RlsdkError) as error:
+            run_job(
+                tiny_run(output_dir=str(tmp_path / "second"), save=str(held), save_interval=1, num_rollout=1)
+            )
+        assert f"{held} is in use by another rlsdk run (pid {first.pid}) as its {role} folder" in str(
+            error.value
+        )
+    finally:
+        first.kill()
+        first.wait()
+    assert not (tmp_path / "second" / "state.json").exists()  # refused before anything was written
 
 
 def test_resume_keeps_the_eval_rows_and_a_moved_run_resumes_from_its_own_checkpoint(run, tmp_path):

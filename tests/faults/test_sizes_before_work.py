@@ -4,6 +4,7 @@ checks before generation are tested, not a model)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
@@ -14,7 +15,8 @@ from rlsdk.data import DataSource
 from rlsdk.errors import DataError
 from rlsdk.testing import ByteTokenizer, ServedEngine
 
-from .conftest import RecordingEngine
+from .conftest import TOOLS_CHAT_TEMPLATE, RecordingEngine
+from .fuzzing import MAX_STALL, LoopWatch
 
 
 class CountingTokenizer(ByteTokenizer):
@@ -41,6 +43,73 @@ def test_an_oversized_chat_message_is_refused_before_the_template(chat_tokenizer
         assert rendered == [] and served.engine.requests == 0
         small = {"messages": [{"role": "user", "content": "w1 w2"}], "max_tokens": 1}
         assert httpx.post(served.url + "/v1/chat/completions", json=small, timeout=60).status_code == 200
+
+
+@pytest.fixture
+def tools_chat_tokenizer(word_tokenizer):
+    """The word tokenizer with a template that writes the tool schemas out as JSON (as Qwen's does)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(word_tokenizer)
+    tokenizer.chat_template = TOOLS_CHAT_TEMPLATE
+    return tokenizer
+
+
+def chat_body(route, tools):
+    messages = [{"role": "user", "content": "w1"}]
+    if route == "/v1/messages":
+        return {"max_tokens": 1, "messages": messages, "tools": [{"name": "f", "input_schema": tools}]}
+    return {
+        "max_tokens": 1,
+        "messages": messages,
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": tools}}],
+    }
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/messages"])
+@pytest.mark.parametrize("shape", ["numbers", "nested lists"])
+def test_numbers_and_brackets_in_a_tool_schema_count_before_the_template(
+    tools_chat_tokenizer, monkeypatch, route, shape
+):
+    """The size check counted only the strings: a tool schema of 600,000 numbers (a 1.8 MB request) or of
+    nested lists went through the template (written out as JSON, seconds of a frozen loop) and the tokenizer."""
+    with ServedEngine(RecordingEngine(tools_chat_tokenizer)) as served:
+        chat = served.handle.chat
+        rendered = []
+        original = chat.template.prompt_ids
+        monkeypatch.setattr(chat.template, "prompt_ids", lambda *a: rendered.append(1) or original(*a))
+        values = [1] * 600_000 if shape == "numbers" else [[[0]]] * 200_000
+        schema = {"type": "object", "properties": {"x": {"enum": values}}}
+        body = json.dumps(chat_body(route, schema)).encode()
+        with LoopWatch(served.run(running_loop())) as watch:
+            answer = httpx.post(served.url + route, content=body, timeout=120)
+        assert answer.status_code == 400 and "characters" in answer.text, answer.text[:300]
+        assert rendered == [] and served.engine.requests == 0
+        assert watch.worst < MAX_STALL, f"the loop stalled {watch.worst:.2f}s"
+        small = chat_body(route, {"type": "object", "properties": {"x": {"enum": [1, 2]}}})
+        assert httpx.post(served.url + route, json=small, timeout=60).status_code == 200
+
+
+@pytest.mark.parametrize("blocks", [200_000, 400_000])
+def test_text_blocks_are_joined_once_and_counted_before_they_are(chat_tokenizer, blocks):
+    """``/v1/messages`` joined a user turn's text blocks one by one (quadratic: 200,000 blocks froze the
+    loop for 1.7 s, 480,000 for 24 s) before any size check; now they are joined once, and a body of more
+    JSON values than the endpoint's budget is refused before it is parsed."""
+    with ServedEngine(RecordingEngine(chat_tokenizer)) as served:
+        content = ",".join(f'{{"type":"text","text":"w{i % 30} "}}' for i in range(blocks))
+        body = f'{{"max_tokens":1,"messages":[{{"role":"user","content":[{content}]}}]}}'.encode()
+        with LoopWatch(served.run(running_loop())) as watch:
+            answer = httpx.post(served.url + "/v1/messages", content=body, timeout=120)
+        assert watch.worst < MAX_STALL, f"the loop stalled {watch.worst:.2f}s"
+        if blocks == 200_000:
+            assert answer.status_code == 200, answer.text[:300]
+        else:
+            assert answer.status_code == 413 and "JSON values" in answer.text, answer.text[:300]
+            assert served.engine.requests == 0
+
+
+async def running_loop():
+    return asyncio.get_running_loop()
 
 
 def write_rows(path, texts):

@@ -50,13 +50,18 @@ class ChatTemplate:
                 messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{text}"}
             else:
                 messages.insert(0, {"role": "system", "content": text})
-        return self.tokenizer.apply_chat_template(
-            messages,
-            tools=tools if self.renders_tools and tools else None,
-            tokenize=False,
-            add_generation_prompt=add_generation_prompt,
-            **self.template_kwargs,
-        )
+        try:
+            return self.tokenizer.apply_chat_template(
+                messages,
+                tools=tools if self.renders_tools and tools else None,
+                tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+                **self.template_kwargs,
+            )
+        except Exception as exc:  # the template runs on what the request sent: its failure is the request's
+            raise ValueError(
+                f"the chat template cannot render these messages and tools: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         """The whole conversation, tokenised at once, up to the next assistant turn."""

@@ -17,7 +17,7 @@ from ..engines.engine import InferenceEngine
 from ..engines.protocol import new_rid
 from ..errors import PluginCallError
 from ..plugins.records import Resolved, ToolCallParser
-from ..sizes import max_prompt_chars, text_chars
+from ..sizes import Budget, json_chars, max_prompt_chars
 from .chat_template import ChatTemplate, canonical_message
 from .sessions import Choice, Session, SessionStore, Turn
 from .tool_parsers import ParsedTurn
@@ -71,6 +71,8 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
             not isinstance(tools, list) or not all(_is_function_tool(t) for t in tools)
         ):
             raise ValueError("tools must be a list of {'type': 'function', 'function': {'name': ...}}")
+        for i, tool in enumerate(tools or []):
+            check_tool_schema(tool["function"].get("parameters"), f"tools[{i}].function.parameters")
         choice = body.get("tool_choice", "auto")
         if choice not in ("auto", "none"):
             raise ValueError(
@@ -114,6 +116,16 @@ def _is_function_tool(tool: Any) -> bool:
         and isinstance(tool.get("function"), dict)
         and isinstance(tool["function"].get("name"), str)
     )
+
+
+def check_tool_schema(schema: Any, where: str) -> None:
+    """A tool's parameters are a JSON schema object (absent: no parameters); its sub-schemas may be any
+    JSON schema, booleans included, which every reader of it takes as they come."""
+    if schema is not None and not isinstance(schema, dict):
+        raise ValueError(f"{where} must be a JSON schema object, got {type(schema).__name__}")
+    properties = (schema or {}).get("properties")
+    if properties is not None and not isinstance(properties, dict):
+        raise ValueError(f"{where}.properties must be an object of schemas, got {type(properties).__name__}")
 
 
 def check_typed(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
@@ -230,12 +242,19 @@ class ChatEndpoint:
             context if isinstance(context, int) and context < 1 << 24 else None
         )
         """Characters a request's messages and tools may hold; more is a 400 before any template work."""
+        self.budget = Budget(
+            bytes=12 * self.max_prompt_chars + (1 << 20),  # \uXXXX escapes: up to 12 bytes a character
+            values=self.max_prompt_chars + (1 << 16),
+            depth=None,  # what is rendered is walked by json_chars in prepare(), up to max_prompt_chars
+        )
+        """What a request body may cost before it is parsed (:mod:`rlsdk.sizes`): a body within it holds at
+        most about :attr:`max_prompt_chars` JSON values."""
 
     # ---------------------------------------------------------------------------------- preparing
 
     def prepare(self, request: ChatRequest, session: Session | None) -> _Prepared:
         """The prompt ids (exactly the recorded ones for the part a session already holds) and sampling."""
-        size = text_chars([request.messages, request.tools], self.max_prompt_chars)
+        size = json_chars([request.messages, request.tools], self.max_prompt_chars)
         if size > self.max_prompt_chars:  # before the chat template and the tokenizer (S10)
             raise ChatRequestError(
                 f"the messages and tools hold more than {self.max_prompt_chars:,} characters, more than "

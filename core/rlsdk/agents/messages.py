@@ -26,6 +26,7 @@ from .completions import (
     Turned,
     check_int,
     check_number,
+    check_tool_schema,
     check_typed,
 )
 from .sessions import Session
@@ -129,7 +130,7 @@ def _canonical(message: Any, where: str) -> list[dict[str, Any]]:
         if calls:
             out["tool_calls"] = calls
         return [out]
-    converted: list[dict[str, Any]] = []
+    converted: list[tuple[str, list[str]]] = []  # (role, texts): joined once, not block by block
     for k, block in enumerate(content):
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "tool_result":
@@ -137,15 +138,15 @@ def _canonical(message: Any, where: str) -> list[dict[str, Any]]:
             text = _texts(result, f"{where}.content[{k}].content") if isinstance(result, list) else result
             if not isinstance(text, str):
                 raise TypeError(f"{where}.content[{k}].content must be a string or a list of text blocks")
-            converted.append({"role": "tool", "content": text})
+            converted.append(("tool", [text]))
         elif kind == "text" and isinstance(block.get("text"), str):
-            if converted and converted[-1]["role"] == "user":
-                converted[-1]["content"] += block["text"]
+            if converted and converted[-1][0] == "user":
+                converted[-1][1].append(block["text"])
             else:
-                converted.append({"role": "user", "content": block["text"]})
+                converted.append(("user", [block["text"]]))
         else:
             raise ValueError(f"{where}.content[{k}]: a user message takes text and tool_result blocks")
-    return converted
+    return [{"role": role, "content": "".join(texts)} for role, texts in converted]
 
 
 def _tool_use(block: dict[str, Any], where: str) -> dict[str, Any]:
@@ -170,6 +171,8 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
         for t in tools
     ):
         raise ValueError("tools must be a list of {'name': ..., 'description': ..., 'input_schema': {...}}")
+    for i, tool in enumerate(tools):
+        check_tool_schema(tool.get("input_schema"), f"tools[{i}].input_schema")
     return [
         {
             "type": "function",

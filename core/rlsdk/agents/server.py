@@ -24,6 +24,7 @@ from ..engines.service_guard import ConnectionLimits, check_binding, guard
 from ..errors import PluginCallError
 from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
 from ..plugins.records import PluginInfo, Resolved
+from ..sizes import NotJson, TooCostly, parse_request
 from .completions import ChatEndpoint, ChatRequest, ChatRequestError, GenerationAborted, parse_chat_request
 from .messages import anthropic_error_body, create_message, parse_messages_request, stream_message
 from .sessions import Session
@@ -134,10 +135,11 @@ async def _models(request: web.Request) -> web.Response:
 
 
 async def _chat_request(request: web.Request, parse: Any) -> ChatRequest:
+    """The body checked by ``parse``, after it is found within the endpoint's budget (413 otherwise)."""
     try:
-        body = json.loads(await request.read())
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise ChatRequestError(f"request body is not valid JSON: {exc}") from None
+        body = await parse_request(await request.read(), request.app[_CHAT].budget)
+    except NotJson as exc:
+        raise ChatRequestError(str(exc)) from None
     if not isinstance(body, dict):
         raise ChatRequestError("request body must be a JSON object")
     return parse(body)
@@ -160,6 +162,8 @@ async def _answer(
         first = await anext(events)  # a bad request fails here, before the 200 is sent
     except PluginCallError as exc:  # the tool-call parser failed
         return error(str(exc), 500)
+    except TooCostly as exc:  # over the route's budget, before any work
+        return error(str(exc), exc.status)
     except (ChatRequestError, EngineRequestError, ValueError) as exc:
         return error(str(exc), 400)
     except GenerationAborted as exc:

@@ -135,8 +135,12 @@ def json_tools_prompt(tools: list[dict[str, Any]]) -> str:
     lines = []
     for tool in tools:
         function = tool.get("function", tool)
-        properties = (function.get("parameters") or {}).get("properties") or {}
-        arguments = ", ".join(f'"{name}": {spec.get("type", "value")}' for name, spec in properties.items())
+        parameters = function.get("parameters")
+        properties = parameters.get("properties") if isinstance(parameters, dict) else None
+        arguments = ", ".join(
+            f'"{name}": {spec.get("type", "value") if isinstance(spec, dict) else "value"}'  # a schema may be a bool
+            for name, spec in (properties if isinstance(properties, dict) else {}).items()
+        )
         lines.append(f"- {function['name']}: {function.get('description', '')} Arguments: {{{arguments}}}")
     example = tools[0].get("function", tools[0])["name"]
     return (

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..config import RolloutConfig
 from ..errors import DataError
-from ..sizes import MAX_CHARS_PER_TOKEN, max_prompt_chars, text_chars
+from ..sizes import MAX_CHARS_PER_TOKEN, json_chars, max_prompt_chars
 from ..types import Messages, Sample
 from .images import split_images, text_only, with_media
 from .rows import BadRowPolicy, Row
@@ -144,7 +144,7 @@ class PromptBuilder:
         if tools is not None:
             metadata.setdefault("tools", tools)
         cap = max_prompt_chars(args.rollout_max_prompt_len or args.rollout_max_context_len)
-        size = text_chars([raw, tools], cap)
+        size = json_chars([raw, tools], cap)
         if size > cap:  # before any template or tokenizer work (D1)
             self.bad.report(
                 row.where,

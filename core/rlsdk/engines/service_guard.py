@@ -208,8 +208,10 @@ class ConnectionLimits:
     """Slow, idle and oversized requests cannot pile up, and idle strangers hold no slot:
 
     - at most ``max_connections`` open connections; when all are taken, a new one takes the slot of the
-      oldest idle connection that never sent a request the guard let through (a stranger's), else it is
-      answered 503 and closed;
+      oldest idle connection that never sent a request the guard let through (a stranger's), else of the
+      connection idle longest between requests (keep-alive: HTTP lets a server close it, and without a
+      token every client is let through), else it is answered 503 and closed: a connection in a request
+      keeps its slot;
     - a connection that has not had a request let through within ``header_timeout`` seconds of opening
       (no request, a request sent slowly, or only refused ones) is closed;
     - a connection that is not in a request for ``idle_timeout`` seconds is closed;
@@ -275,7 +277,7 @@ class ConnectionLimits:
         assert handlers is not None, "runner.setup() first"
 
         def connection() -> asyncio.Protocol:
-            if len(handlers.connections) >= self.max_connections and not self._evict_a_stranger(handlers):
+            if len(handlers.connections) >= self.max_connections and not self._evict_an_idle_one(handlers):
                 return _Refuse()
             handler = handlers()
             self._opened[handler] = time.monotonic()
@@ -289,18 +291,19 @@ class ConnectionLimits:
         transport = handler.transport
         return transport is not None and transport not in self._trusted and not self._busy.get(transport)
 
-    def _evict_a_stranger(self, handlers: web.Server) -> bool:
-        """Close the oldest connection that never had a request let through; whether there was one."""
-        strangers = [
-            h.transport
-            for h in handlers.connections
-            if self._stranger(h) and h.transport is not None and not h.transport.is_closing()
-        ]
-        if not strangers:
-            return False
-        opened = {h.transport: self._opened.get(h, 0.0) for h in handlers.connections}
-        min(strangers, key=lambda t: opened[t]).close()
-        return True
+    def _evict_an_idle_one(self, handlers: web.Server) -> bool:
+        """Close the oldest connection that never had a request let through, else the one idle longest
+        between requests; whether there was one (none: every connection is in a request)."""
+        open_ = [h for h in handlers.connections if h.transport is not None and not h.transport.is_closing()]
+        strangers = [h for h in open_ if self._stranger(h)]
+        if strangers:
+            min(strangers, key=lambda h: self._opened.get(h, 0.0)).transport.close()  # type: ignore[union-attr]
+            return True
+        idle = [h for h in open_ if not self._busy.get(h.transport)]
+        if idle:
+            min(idle, key=lambda h: self._last_seen.get(h.transport, 0.0)).transport.close()  # type: ignore[union-attr]
+            return True
+        return False
 
     async def _close_idle(self, handlers: web.Server) -> None:
         while True:

@@ -25,12 +25,14 @@ import math
 import numbers
 import threading
 import time
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..aio.blocking import blocking_pool
 from ..aio.concurrency import ConcurrencyLimit
 from ..aio.deadlines import deadline
+from ..aio.stopping import StopRequest
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import EngineError, EngineRequestError
 from ..errors import PluginCallError, RlsdkError
@@ -649,21 +651,69 @@ def call_rollout_log(
     samples: list[Sample],
     metrics: dict[str, Any],
     rollout_time: float,
+    *,
+    stop: StopRequest | None = None,
 ) -> bool:
     """One logging backend for one step; its bool (skip the default logging, in slime) is returned. rlsdk's
-    own ``metrics.jsonl`` is written whatever it says."""
+    own ``metrics.jsonl`` is written whatever it says. It runs in a thread of its own, waited for at most
+    ``args.log_timeout`` seconds (PluginCallError after) and not past ``stop`` (then abandoned: False)."""
     where = f"logging rollout {rollout_id}"
-    return _log_result(
-        resolved, where, _call_sync(resolved, where, rollout_id, args, samples, metrics, rollout_time)
-    )
+    result = _call_abandonable(resolved, where, args, stop, rollout_id, args, samples, metrics, rollout_time)
+    return _log_result(resolved, where, result)
 
 
 def call_eval_rollout_log(
-    resolved: Resolved, rollout_id: int, args: Any, data: dict[str, Any], metrics: dict[str, Any]
+    resolved: Resolved,
+    rollout_id: int,
+    args: Any,
+    data: dict[str, Any],
+    metrics: dict[str, Any],
+    *,
+    stop: StopRequest | None = None,
 ) -> bool:
     """One logging backend for one eval (see :func:`call_rollout_log`)."""
     where = f"logging the eval after rollout {rollout_id}"
-    return _log_result(resolved, where, _call_sync(resolved, where, rollout_id, args, data, metrics))
+    return _log_result(
+        resolved, where, _call_abandonable(resolved, where, args, stop, rollout_id, args, data, metrics)
+    )
+
+
+def _call_abandonable(
+    resolved: Resolved, where: str, args: Any, stop: StopRequest | None, *call_args: Any
+) -> Any:
+    """:func:`_call_sync` in a daemon thread: a call that hangs past ``args.log_timeout`` is a PluginCallError
+    naming it, and one still running when ``stop`` is set is abandoned with a warning (None); either way
+    the thread is left behind, and nothing waits for it at exit. With neither, in the caller's thread."""
+    timeout = getattr(args, "log_timeout", None)
+    if timeout is None and stop is None:  # nothing to wait for: in the caller's thread (slime's calls)
+        return _call_sync(resolved, where, *call_args)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = _call_sync(resolved, where, *call_args)
+        except BaseException as exc:  # handed back to the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"rlsdk-{resolved.name}", daemon=True)
+    thread.start()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while thread.is_alive():
+        if stop is not None and stop.is_set:
+            warnings.warn(
+                f"{resolved.describe()} {where} was still running at {stop.reason}: abandoned",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return None
+        if deadline is not None and time.monotonic() >= deadline:
+            raise PluginCallError(
+                f"{resolved.describe()} {where} did not return within {timeout:g}s (log_timeout): abandoned"
+            )
+        thread.join(0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic())))
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 def call_checkpoint_callback(args: Any, resolved: Resolved, rollout_id: int, path: Any) -> None:

@@ -1,4 +1,5 @@
-"""Loading callables from dotted or file paths, and validating their signatures once."""
+"""Loading callables from dotted or file paths, and validating their signatures once; never code that a
+file not trusted to name code (a run folder another machine wrote) names (:func:`refusing_code`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import importlib.resources
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,37 @@ def is_path(spec: str) -> bool:
     return any(ch in spec for ch in ".:/")
 
 
+_GUARDS: list[tuple[dict[str, str], list[str]]] = []
+"""The :func:`refusing_code` blocks running: (untrusted text -> why, allowed texts)."""
+
+
+@contextmanager
+def refusing_code(untrusted: Mapping[str, str], allowed: Iterable[str] = ()) -> Iterator[None]:
+    """While the block runs, a dotted or file path that occurs in one of the ``untrusted`` texts (each
+    mapped to why it is not trusted, naming where it comes from) and in none of the ``allowed`` ones (what
+    the command line names) is never imported: :func:`load_callable` raises a PluginError saying why."""
+    guard = ({text: why for text, why in untrusted.items() if text}, [text for text in allowed if text])
+    _GUARDS.append(guard)
+    try:
+        yield
+    finally:
+        _GUARDS.remove(guard)
+
+
+def check_trusted(spec: str) -> None:
+    """PluginError when ``spec`` (a path or module to import) comes from a text not trusted to name code."""
+    spec = spec.strip()
+    for untrusted, allowed in _GUARDS:
+        if not spec or any(spec in text for text in allowed):
+            continue
+        for text, why in untrusted.items():
+            if spec in text:
+                raise PluginError(f"{spec[:200]!r} is not loaded: {why}")
+
+
 def load_callable(spec: str) -> Callable[..., Any]:
     """Load ``pkg.mod:fn``, ``pkg.mod.fn`` or ``path/to/file.py:fn``."""
+    check_trusted(spec)
     if ":" in spec:
         module_part, _, attr = spec.rpartition(":")
     else:
@@ -36,6 +67,8 @@ def load_callable(spec: str) -> Callable[..., Any]:
             module = importlib.import_module(module_part)
         except ImportError as exc:
             raise PluginError(f"cannot load {spec!r}: importing {module_part!r} failed: {exc}") from exc
+        except SystemExit as exc:  # a module calling sys.exit() at import must not end the command silently
+            raise PluginError(f"cannot load {spec!r}: importing {module_part!r} raised {exc!r}") from None
     obj: Any = module
     for part in attr.split("."):
         try:
@@ -62,7 +95,7 @@ def _load_file(path: Path, spec: str) -> Any:
     sys.modules[module_name] = module
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() at import must not end the command silently
         del sys.modules[module_name]
         raise PluginError(f"cannot load {spec!r}: executing {str(path)!r} failed: {exc!r}") from exc
     return module

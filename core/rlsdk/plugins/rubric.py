@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,8 @@ from ..types import Sample, reward_value
 from .calls import InvalidReward, call_reward
 from .records import PluginInfo, Resolved, Reward
 
+WEIGHT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+"""A rubric weight: a decimal number (never ``nan``, ``inf``, ``1_0``: those are names)."""
 RUBRIC_METADATA = "rubric"
 """Sample metadata key: ``{part name: value}`` of a rubric's parts."""
 
@@ -34,12 +37,9 @@ def parse_rubric(spec: str) -> list[RubricPart] | None:
     parts = []
     for item in spec.split(","):
         name, sep, weight = item.strip().rpartition(":")
-        if not sep or not name.strip():
-            return None
-        try:
-            value = float(weight)
-        except ValueError:
-            return None
+        if not sep or not name.strip() or not WEIGHT.fullmatch(weight.strip()):
+            return None  # ``pkg.mod:nan`` names a function ``nan``: a weight is a decimal number
+        value = float(weight)
         if not math.isfinite(value):
             raise ValueError(f"rubric {spec!r}: the weight of {name.strip()!r} is not a finite number")
         parts.append(RubricPart(name.strip(), value))

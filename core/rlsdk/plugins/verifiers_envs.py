@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import PluginError
 from .records import Environment
+from .loading import check_trusted
 
 MODULE_KEY = "verifiers_env"
 """Row metadata key naming the verifiers environment module the row comes from."""
@@ -32,6 +33,7 @@ REWARD = "rlsdk.agents.verifiers_agent:verifiers_reward"
 def is_verifiers_module(name: str) -> bool:
     """Whether ``name`` is an importable module exporting ``load_environment`` (not imported otherwise)."""
     module = name.replace("-", "_")
+    check_trusted(module)  # never a module a file not trusted to name code names
     try:
         if importlib.util.find_spec(module) is None:
             return False

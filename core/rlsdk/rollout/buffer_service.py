@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 from aiohttp import web
 
 from .. import _moved
@@ -49,6 +50,7 @@ from ..engines.service_guard import check_binding as _check_binding
 from ..errors import PluginError
 from ..plugins.manager import RlsdkPluginManager
 from ..plugins.records import Resolved, TaskGenerator
+from ..sizes import SMALL, Budget, NotJson, TooCostly, parse_request
 
 DEFAULT_MAX_BODY = 64 << 20
 __getattr__ = _moved.forward(__name__, {"TOKEN_ENV": "rlsdk:BUFFER_TOKEN_ENV"})
@@ -61,6 +63,11 @@ DEFAULT_MAX_HELD_BYTES = 1 << 30
 DEFAULT_MAX_CONNECTIONS = 256
 """Open connections at once; more are answered 503 and closed."""
 
+WRITE_VALUES = 2 << 20
+"""JSON values one ``/buffer/write`` may hold (a long trajectory's token ids and log-probs in its extra_info)."""
+TASK_BUDGET = Budget(bytes=1 << 20, values=1 << 16)
+"""A ``/start_rollout`` body: the task's settings, saved and handed to the task generator."""
+
 _dumps = functools.partial(json.dumps, allow_nan=False)
 
 
@@ -70,15 +77,6 @@ class BufferFull(RuntimeError):
 
 class InvalidItem(ValueError):
     """A written trajectory that does not have the expected shape."""
-
-
-def parse_json(raw: bytes) -> Any:
-    """Standard JSON only: ``NaN`` and ``Infinity`` (which Python's json reads) are refused."""
-
-    def refuse(name: str) -> Any:
-        raise ValueError(f"{name} is not standard JSON")
-
-    return json.loads(raw, parse_constant=refuse)
 
 
 def _finite(value: Any) -> bool:
@@ -370,7 +368,9 @@ class BufferService:
         return 200, {"success": True, "message": "Rollout started", "task_type": task.name}
 
     def _refuse_named(self, body: dict[str, Any]) -> str | None:
-        """Why a file or URL the body names may not reach the task (None: all allowed)."""
+        """Why a file or URL the body names may not reach the task (None: all allowed); the URLs allowed
+        are put back in ``body`` as they were checked (:func:`checked_url`), so that whatever HTTP client
+        the task uses connects where the check looked."""
         path = body.get("input_file")
         if path is not None:
             if not isinstance(path, str) or not path or "\0" in path:
@@ -383,26 +383,23 @@ class BufferService:
                 )
         own_port = urlsplit(self.url).port if self.url else None
         for key in ("remote_buffer_url", "remote_engine_url"):
-            url = body.get(key)
+            if body.get(key) is None:
+                continue
+            url, why = checked_url(body[key], key)
             if url is None:
-                continue
-            if not isinstance(url, str):
-                return f"{key} must be a URL"
-            try:
-                parts = urlsplit(url)
-                host, port = parts.hostname, parts.port
-            except ValueError:
-                return f"{key} {url[:200]!r} is not a URL"
-            if parts.scheme not in ("http", "https") or not host:
-                return f"{key} {url[:200]!r} is not an http(s) URL"
+                return why
+            parts = urlsplit(url)
+            host = parts.hostname or ""
             if host in self.url_hosts or "*" in self.url_hosts:
+                body[key] = url
                 continue
-            local = is_loopback(host) and (key == "remote_engine_url" or port == own_port)
+            local = is_loopback(host) and (key == "remote_engine_url" or parts.port == own_port)
             if not local:
                 return (
                     f"{key} {url[:200]!r} names a host the operator did not allow "
                     "(start rlsdk buffer serve with --allow-url-host HOST)"
                 )
+            body[key] = url
         return None
 
     def _run_task(self, task: Any, body: dict[str, Any]) -> None:
@@ -488,6 +485,37 @@ class BufferService:
         return 200, {"success": True, "message": "released: its groups will be served again"}
 
 
+def checked_url(url: Any, key: str) -> tuple[str | None, str]:
+    """``(url rebuilt from its parts, "")``, or ``(None, why not)``: an http(s) URL with no user part and
+    no character that URL parsers read differently (a backslash, a space, a control character: urllib3
+    ends the host at a ``\\`` where ``urlsplit`` and httpx read on), rebuilt as ``scheme://host:port/path``
+    and read back by httpx to the same host and port: every client connects where the check looked."""
+    if not isinstance(url, str):
+        return None, f"{key} must be a URL"
+    if any(ch == "\\" or ch.isspace() or not ch.isprintable() for ch in url):
+        return None, f"{key} {url[:200]!r} has characters URL parsers read differently (\\, spaces, controls)"
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None, f"{key} {url[:200]!r} is not a URL"
+    if parts.scheme.lower() not in ("http", "https") or not host:
+        return None, f"{key} {url[:200]!r} is not an http(s) URL"
+    if "@" in parts.netloc:
+        return None, f"{key} {url[:200]!r} names a user: give http(s)://host:port/path"
+    scheme = parts.scheme.lower()
+    port = port or (443 if scheme == "https" else 80)
+    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    rebuilt = f"{scheme}://{netloc}{parts.path}" + (f"?{parts.query}" if parts.query else "")
+    try:
+        read = httpx.URL(rebuilt)
+    except httpx.InvalidURL:
+        return None, f"{key} {url[:200]!r} is not a URL"
+    if read.host != host or (read.port or port) != port:
+        return None, f"{key} {url[:200]!r} is read differently by HTTP clients"
+    return rebuilt, ""
+
+
 def check_binding(host: str, token: str | None) -> None:
     """Refuse to serve off loopback without a bearer token."""
     _check_binding("the rollout buffer", host, token, BUFFER_TOKEN_ENV)
@@ -542,17 +570,17 @@ async def start_buffer_server(
         max_connections=max_connections,
     )
 
-    async def read_body(request: web.Request) -> tuple[Any, web.Response | None]:
-        """(the JSON body, None), or (None, the error answer); ``limits`` has read it already."""
-        raw = await request.read()
+    async def read_body(request: web.Request, budget: Budget = SMALL) -> tuple[Any, web.Response | None]:
+        """(the JSON body, None), or (None, the error answer): standard JSON within the route's ``budget``
+        (:mod:`rlsdk.sizes`); ``limits`` has read it already."""
         try:
-            return (parse_json(raw) if raw.strip() else {}), None
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            return None, _error(f"body is not JSON: {exc}", 400)
+            return await parse_request(await request.read(), budget, standard=True), None
+        except (TooCostly, NotJson) as exc:
+            return None, _error(str(exc), exc.status)
 
-    def endpoint(method: Any, *, in_thread: bool = False) -> Any:
+    def endpoint(method: Any, budget: Budget = SMALL, *, in_thread: bool = False) -> Any:
         async def handle(request: web.Request) -> web.StreamResponse:
-            body, error = await read_body(request)
+            body, error = await read_body(request, budget)
             if error is not None:
                 return error
             # writes and acknowledgements fsync: off the event loop
@@ -588,8 +616,10 @@ async def start_buffer_server(
     )
     app.add_routes(
         [
-            web.post("/start_rollout", endpoint(service.start_rollout)),
-            web.post("/buffer/write", endpoint(service.write, in_thread=True)),
+            web.post("/start_rollout", endpoint(service.start_rollout, TASK_BUDGET)),
+            web.post(
+                "/buffer/write", endpoint(service.write, Budget(max_body, WRITE_VALUES), in_thread=True)
+            ),
             web.post("/get_rollout_data", get_rollout_data),
             web.post("/ack_rollout_data", endpoint(service.ack_rollout_data, in_thread=True)),
             web.post("/release_rollout_data", endpoint(service.release_rollout_data)),

@@ -33,6 +33,7 @@ from ..engines.lora_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from ..engines.protocol import SERVE_TOKEN_ENV, EngineRequestError, error_body, new_rid, split_batch
 from ..engines.service_guard import ConnectionLimits, check_binding, guard
 from ..engines.weight_checksums import sglang_answer
+from ..sizes import SMALL, Budget, NotJson, TooCostly, parse_request
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
 """Largest request body accepted, in bytes (a larger one gets 413)."""
@@ -52,6 +53,7 @@ _WEIGHT_VERSION_GONE = (
 )
 _ENGINE = web.AppKey("engine", InferenceEngine)
 _WEIGHTS_DIRS = web.AppKey("weights_dirs", tuple)
+_GENERATE_BUDGET = web.AppKey("generate_budget", Budget)
 
 
 @dataclass
@@ -125,6 +127,7 @@ async def start_server(
     )
     app[_ENGINE] = engine
     app[_WEIGHTS_DIRS] = tuple(Path(d).resolve() for d in weights_dirs)
+    app[_GENERATE_BUDGET] = Budget(bytes=max_body, values=GENERATE_VALUES, depth=None)
     app.add_routes(
         [
             web.get("/health", _health),
@@ -173,6 +176,10 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return await handler(request)
     except EngineRequestError as exc:
         return _error(str(exc), 400)
+    except TooCostly as exc:  # over the route's budget, before any work
+        return _error(str(exc), exc.status)
+    except NotImplementedError as exc:  # what this engine cannot do is the request's to learn, not a crash
+        return _error(f"{request.path} is not supported by this engine: {exc}", 400)
     except web.HTTPException as exc:
         if exc.status == 404:
             return _error(f"no endpoint {request.method} {request.path}", 404)
@@ -185,16 +192,22 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return _error(f"{type(exc).__name__}: {exc}", 500)
 
 
-async def _json_body(request: web.Request, *, required: bool = True) -> dict[str, Any]:
+GENERATE_VALUES = 2 << 20
+"""JSON values a ``/generate`` body may hold (token ids of a batch of long prompts): about 70 MiB as
+Python objects at most."""
+
+
+async def _json_body(
+    request: web.Request, budget: Budget = SMALL, *, required: bool = True
+) -> dict[str, Any]:
+    """The request's JSON object, within the route's ``budget`` (:mod:`rlsdk.sizes`; 413 over it)."""
     raw = await request.read()
-    if not raw.strip():
-        if required:
-            raise EngineRequestError("request body is empty: expected a JSON object")
-        return {}
+    if not raw.strip() and required:
+        raise EngineRequestError("request body is empty: expected a JSON object")
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise EngineRequestError(f"request body is not valid JSON: {exc}") from exc
+        body = await parse_request(raw, budget)
+    except NotJson as exc:
+        raise EngineRequestError(str(exc)) from None
     if not isinstance(body, dict):
         raise EngineRequestError(f"request body must be a JSON object, got {type(body).__name__}")
     return body
@@ -220,7 +233,7 @@ async def _weight_version_gone(request: web.Request) -> web.Response:
 
 async def _generate(request: web.Request) -> web.StreamResponse:
     engine = request.app[_ENGINE]
-    body = _with_rids(await _json_body(request))
+    body = _with_rids(await _json_body(request, request.app[_GENERATE_BUDGET]))
     if unknown := _unknown_adapter(engine, body):
         return unknown
     if not body.get("stream"):

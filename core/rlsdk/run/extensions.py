@@ -63,13 +63,15 @@ def log_step(args: Any, runtime: Runtime, rollout_id: int, result: RolloutFnTrai
     samples = [s for group in result.samples for s in group]
     seconds = float(result.metrics.get("rollout/seconds") or 0.0)
     for resolved in runtime.plugins.rollout_logs:
-        call_rollout_log(resolved, rollout_id, args, samples, result.metrics, seconds)  # rollout_log
+        # rollout_log: abandoned at log_timeout, or at a stop signal
+        call_rollout_log(resolved, rollout_id, args, samples, result.metrics, seconds, stop=runtime.stop)
 
 
 def log_eval(args: Any, runtime: Runtime, rollout_id: int, result: RolloutFnEvalOutput) -> None:
     """Every eval_rollout_log backend."""
     for resolved in runtime.plugins.eval_rollout_logs:
-        call_eval_rollout_log(resolved, rollout_id, args, result.data, result.metrics)  # eval_rollout_log
+        # eval_rollout_log: abandoned at log_timeout, or at a stop signal
+        call_eval_rollout_log(resolved, rollout_id, args, result.data, result.metrics, stop=runtime.stop)
 
 
 def after_checkpoint(args: Any, runtime: Runtime, rollout_id: int, folder: Path) -> None:

@@ -12,14 +12,22 @@ from ..config import RolloutConfig
 from ..data import BadRowPolicy, DataPath, Row, read_rows
 from ..errors import DataError
 from ..plugins.calls import call_generate_rollout
+from ..plugins.loading import refusing_code
 from ..plugins.manager import RlsdkPluginManager
 from ..report import RunReport
 from ..runtime import Runtime
-from ..training.session import TrainingSession
-from ..training_options import overlapped
+from ..state_files import signed_here, strings_in
+from ..training.session import TrainingSession, checkpoint_root
+from ..training_options import named_model_folder, overlapped
 from .extensions import build_data_source, load_data_state, log_eval, source_state, uses_core_data_source
-from .folder import check_data_unchanged, data_fingerprint, folder_lock
-from .output import RunOutput, warn_changed_plugins
+from .folder import (
+    check_base_model_unchanged,
+    check_data_unchanged,
+    data_fingerprint,
+    folder_lock,
+    model_fingerprint,
+)
+from .output import RunOutput, untrusted_texts, warn_changed_plugins
 from .overlap import run_overlapped
 from .preemption import stop_on_signals
 from .session import running
@@ -39,14 +47,21 @@ def run_job(
     on_eval: Callable[[int, dict[str, Any]], None] | None = None,
     progress: Callable[[int], None] | None = None,
     on_status: Callable[[str], None] | None = None,
+    trust_folder: bool = False,
 ) -> RunOutput:
     """Run ``args.num_rollout`` steps (continuing a saved run with ``args.resume``). ``on_status`` hears
-    what the run is doing: setting up, then ``step N`` as step N (the ``rollout_id``) starts."""
+    what the run is doing: setting up, then ``step N`` as step N (the ``rollout_id``) starts. A saved state
+    this machine did not sign names no code the run loads, unless ``trust_folder``."""
     # an empty or unreadable dataset fails before the engine starts
     rows = check_data(args) if uses_core_data_source(args) else None
-    output = RunOutput(args.output_dir)
-    with folder_lock(output.folder):  # a second run on this folder fails at once, naming this one (T20)
-        return _run_job(args, pm, output, rows, on_step, on_eval, progress, on_status)
+    output = RunOutput(args.output_dir, save=args.save)
+    with ExitStack() as held:
+        # a second run on a folder this one writes fails at once, naming this one (T20)
+        held.enter_context(folder_lock(output.folder))
+        checkpoints = checkpoint_root(args, output.folder)
+        if args.train and not checkpoints.resolve().is_relative_to(output.folder.resolve()):
+            held.enter_context(folder_lock(checkpoints, role="--save"))
+        return _run_job(args, pm, output, rows, on_step, on_eval, progress, on_status, trust_folder)
 
 
 def _run_job(
@@ -58,6 +73,7 @@ def _run_job(
     on_eval: Callable[[int, dict[str, Any]], None] | None,
     progress: Callable[[int], None] | None,
     on_status: Callable[[str], None] | None,
+    trust_folder: bool,
 ) -> RunOutput:
     status = on_status or (lambda text: None)
     data_file = (
@@ -65,11 +81,28 @@ def _run_job(
         if args.prompt_data and uses_core_data_source(args)
         else None
     )
-    if not args.resume:
+    base_model = model_fingerprint(named_model_folder(args)) if args.train and args.lora_rank else None
+    output.inputs = {"data_file": data_file, "base_model": base_model}
+    saved: dict[str, Any] = {}
+    if args.resume:  # the saved state is checked before anything is done with it
+        saved = output.load_state()
+        check_data_unchanged(saved.get("data_file"), data_file)  # T16
+        check_base_model_unchanged(saved.get("base_model"), base_model)
+        if not signed_here(saved):
+            warnings.warn(not_signed_here(output, trust_folder), stacklevel=2)
+    else:
         output.start_fresh(args.overwrite)  # so does an output folder holding another run
+    # code a state this machine did not sign names (a sample of its buffer) is never loaded
+    settings = saved.get("settings")
+    skip = list(settings) if isinstance(settings, dict) else []  # the settings are the CLI's to refuse
+    untrusted = {} if trust_folder or not saved else untrusted_texts(output.folder, saved, skip=skip)
     loading = " (loading the model)" if args.engine == "embedded" else ""
     status(f"starting the {args.engine} engine{loading}")
-    with running(args, pm) as runtime, ExitStack() as closing:
+    with (
+        refusing_code(untrusted, allowed=strings_in(args.to_dict())),
+        running(args, pm) as runtime,
+        ExitStack() as closing,
+    ):
         status("reading the data")
         runtime.progress = progress
         output.on_saved.append(lambda state: setattr(runtime, "saved_state", state))
@@ -84,15 +117,13 @@ def _run_job(
         report = RunReport(output.folder, args.report_to) if args.train else None
         first = 0
         steps = StepRecorder(args, runtime, output, data_source, training, report, on_step, on_eval, status)
-        steps.data_file = data_file
         if args.resume:
-            state = runtime.saved_state = output.load_state()
-            check_data_unchanged(state.get("data_file"), data_file)  # T16
+            state = runtime.saved_state = saved
             load_data_state(data_source, state["data"])
             first = state["next_rollout_id"]
             warn_changed_plugins(state.get("plugins", {}), runtime.pm)
             if training is not None and state.get("checkpoint"):
-                training.restore(output.checkpoint_path(state))
+                training.restore(output.check_checkpoint(state))  # each file as it was saved
                 steps.checkpoint, steps.checkpoint_version = state["checkpoint"], training.weight_version
         else:
             if training is not None and args.eval_interval and not args.skip_eval_before_train:
@@ -100,7 +131,7 @@ def _run_job(
                 evaluated = run_eval(args, runtime, -1)
                 output.write_eval(-1, evaluated)
                 log_eval(args, runtime, -1, evaluated)  # eval_rollout_log
-            output.save_state(output.run_state(0, source_state(data_source), args, runtime.pm, data_file))
+            output.save_state(output.run_state(0, source_state(data_source), args, runtime.pm))
         with stop_on_signals(runtime.stop):  # SIGTERM, SIGINT: save what is in flight, then stop
             if training is not None and overlapped(args):
                 run_overlapped(steps, first)  # --async, --max-policy-version-lag
@@ -173,3 +204,18 @@ def run_steps(steps: StepRecorder, first: int) -> None:
         steps.finish(rollout_id, result, source_state(steps.data_source))
         if runtime.stop.is_set:
             steps.stop(rollout_id + 1, [])
+
+
+def not_signed_here(output: RunOutput, trust_folder: bool) -> str:
+    """What ``--resume`` says on a state this machine did not sign: what it checked, and what it refuses."""
+    code = (
+        "code it names is loaded as you trust the folder (--trust-folder)"
+        if trust_folder
+        else "code it names is loaded only where the command line names it again (--trust-folder trusts the folder)"
+    )
+    return (
+        f"--resume: {output.folder / 'state.json'} was not written by rlsdk on this machine (another machine's, "
+        "or edited since): resuming what can be checked: the output files cut to their recorded sizes, the "
+        f"data position, and the checkpoint's files against their recorded fingerprints (formats that hold no "
+        f"code only); {code}"
+    )

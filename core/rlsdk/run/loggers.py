@@ -14,6 +14,11 @@ from ..report import numbers
 from ..types import reward_value
 
 LOG_FOLDER = "logs"
+ROLLOUT_LOG = f"{LOG_FOLDER}/rollout_log.jsonl"
+EVAL_ROLLOUT_LOG = f"{LOG_FOLDER}/eval_rollout_log.jsonl"
+LOG_FILES = (ROLLOUT_LOG, EVAL_ROLLOUT_LOG)
+"""The JSON-lines loggers' files, relative to the run's folder: cut back on ``--resume`` as its own files are
+(TensorBoard's and wandb's event files are not: a step run again after a crash appears there twice)."""
 
 
 def _folder(args: Any) -> Path:
@@ -51,7 +56,7 @@ def jsonl_rollout_log(
         "metrics": numbers(rollout_extra_metrics),
         "samples": _sample_rows(args, samples),
     }
-    _append(_folder(args) / "rollout_log.jsonl", row)
+    _append(_folder(args).parent / ROLLOUT_LOG, row)
     return False
 
 
@@ -64,7 +69,7 @@ def jsonl_eval_rollout_log(
         "metrics": numbers(extra_metrics),
         "rewards": {name: part.get("rewards", []) for name, part in data.items()},
     }
-    _append(_folder(args) / "eval_rollout_log.jsonl", row)
+    _append(_folder(args).parent / EVAL_ROLLOUT_LOG, row)
     return False
 
 

@@ -1,17 +1,18 @@
 """The output folder of a run and its resume rules: the files a run writes, the state ``--resume``
-continues from, and which settings a resumed run may change."""
+continues from (read as untrusted input: every name and path it holds is checked before use), and which
+settings a resumed run may change."""
 
 from __future__ import annotations
 
 import json
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from ..config import RolloutConfig
-from ..errors import RlsdkError
+from ..errors import CheckpointError, RlsdkError
 from ..outputs import (
     DISCARDED_FILE,
     EVAL_FILE,
@@ -21,8 +22,9 @@ from ..outputs import (
     STATE_FILE,
 )
 from ..plugins.manager import RlsdkPluginManager
-from ..state_files import read_json
+from ..state_files import check_fingerprints, folder_fingerprints, read_json, signed, signed_here, strings_in
 from ..types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
+from .loggers import LOG_FILES
 
 
 def sample_row(rollout_id: int, sample: Sample) -> dict[str, Any]:
@@ -39,28 +41,61 @@ class RunOutput:
     """The output folder: ``rollouts.jsonl`` (kept samples), ``discarded.jsonl`` (dropped or failed,
     with the reason), ``metrics.jsonl``, ``eval.jsonl`` and ``state.json`` for ``--resume``.
 
-    The state records each file's size after the step it covers; resuming truncates what a crash
-    wrote past it, so no step is written twice."""
+    The state records each file's size after the step it covers (the JSON-lines loggers' files under
+    ``logs/`` too); resuming truncates what a crash wrote past it, so no step is written twice. ``save`` is
+    the run's checkpoint folder when it is not inside this one."""
 
-    FILES = (ROLLOUTS_FILE, DISCARDED_FILE, METRICS_FILE, EVAL_FILE, EVAL_SAMPLES_FILE)
+    FILES = (ROLLOUTS_FILE, DISCARDED_FILE, METRICS_FILE, EVAL_FILE, EVAL_SAMPLES_FILE, *LOG_FILES)
 
-    def __init__(self, folder: str | Path) -> None:
+    def __init__(self, folder: str | Path, save: str | Path | None = None) -> None:
         self.folder = Path(folder)
+        self.save = Path(save) if save else None
         if self.folder.exists() and not self.folder.is_dir():
             raise RlsdkError(
                 f"--output {str(self.folder)!r} is a file, not a folder: name a folder for the run"
             )
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.inputs: dict[str, Any] = {}
+        """Fingerprints of the run's inputs saved with each state (``data_file``, ``base_model``), checked on
+        ``--resume``."""
         self.on_saved: list[Callable[[dict[str, Any]], None]] = []
         """Called with each state after it is saved (:attr:`rlsdk.Runtime.on_state_saved`)."""
 
     def load_state(self) -> dict[str, Any]:
+        """The saved state, checked before anything is done with it: ``file_sizes`` names only the run's
+        own files (regular files inside the folder, no links), each at least as long as recorded, and
+        each is cut back to its recorded size; the checkpoint it names lies inside the run's folders."""
         path = self.folder / STATE_FILE
         if not path.exists():
             raise FileNotFoundError(f"--resume: no {STATE_FILE} in {self.folder}; nothing to resume")
         state = read_json(path, "file_sizes", "data", "next_rollout_id")
-        for name, size in state["file_sizes"].items():
-            with open(self.folder / name, "a+b") as f:
+        sizes = state["file_sizes"]
+        if not isinstance(sizes, dict) or not isinstance(state["next_rollout_id"], int):
+            raise CheckpointError(f"{path} is damaged: file_sizes is not an object of sizes")
+        cut = []
+        for name, size in sizes.items():
+            if name not in self.FILES:
+                raise CheckpointError(
+                    f"{path}: file_sizes names {name[:200]!r}, not one of the run's files "
+                    f"({', '.join(self.FILES)}): the state was edited or is damaged; nothing was cut"
+                )
+            target = self.folder / name
+            if not target.exists() and not target.is_symlink():
+                continue
+            if target.is_symlink() or not target.is_file() or target.parent.is_symlink():
+                raise CheckpointError(
+                    f"{target} is not a file of the run (a link, or not a file): nothing was cut"
+                )
+            if type(size) is not int or not 0 <= size <= target.stat().st_size:
+                raise CheckpointError(
+                    f"{path}: file_sizes gives {name} {size!r:.40} bytes, but it has {target.stat().st_size}: "
+                    "the state does not belong to these files; nothing was cut"
+                )
+            cut.append((target, size))
+        if state.get("checkpoint") is not None:
+            self.checkpoint_path(state)  # inside the run's folders, or an error
+        for target, size in cut:
+            with open(target, "r+b") as f:
                 f.truncate(size)
         return state
 
@@ -111,33 +146,61 @@ class RunOutput:
         data_state: dict[str, Any],
         args: RolloutConfig,
         pm: RlsdkPluginManager,
-        data_file: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """What ``--resume`` needs: the next step, the output files' sizes, the data position and buffer,
-        the data file's fingerprint, the run's settings and the installed plugins' versions."""
+        the fingerprints of the run's inputs (:attr:`inputs`), the run's settings and the installed plugins'
+        versions."""
         return {
             "next_rollout_id": next_rollout_id,
             "file_sizes": self.file_sizes(),
             "data": data_state,
-            "data_file": data_file,
+            **self.inputs,
             "settings": saved_settings(args),
             "plugins": pm.plugin_versions(),
         }
 
     def set_checkpoint(self, state: dict[str, Any], folder: Path) -> None:
         """Record ``folder`` as the state's checkpoint, relative to the output folder when inside it (a
-        moved or copied run folder resumes from its own checkpoint)."""
+        moved or copied run folder resumes from its own checkpoint), with its files' fingerprints."""
         folder = Path(folder).absolute()
         inside = folder.is_relative_to(self.folder.absolute())
         state["checkpoint"] = str(folder.relative_to(self.folder.absolute()) if inside else folder)
+        state["checkpoint_files"] = folder_fingerprints(folder)
 
     def checkpoint_path(self, state: dict[str, Any]) -> Path:
-        """The state's checkpoint folder (a relative one is in the output folder)."""
-        return self.folder / state["checkpoint"]
+        """The state's checkpoint folder (a relative one is in the output folder), which must lie inside
+        the output folder or the run's ``save`` folder (links resolved): :class:`CheckpointError` otherwise."""
+        named = state["checkpoint"]
+        if not isinstance(named, str) or not named or "\0" in named:
+            raise CheckpointError(f"{self.folder / STATE_FILE} is damaged: checkpoint {named!r:.80}")
+        path = self.folder / named
+        roots = [self.folder, *([self.save] if self.save else [])]
+        if not any(path.resolve().is_relative_to(root.resolve()) for root in roots):
+            raise CheckpointError(
+                f"{self.folder / STATE_FILE} names the checkpoint {named[:200]!r}, outside the run's folders "
+                f"({', '.join(map(str, roots))}; --save names the checkpoint folder): nothing is loaded from it"
+            )
+        return path
+
+    def check_checkpoint(self, state: dict[str, Any]) -> Path:
+        """The state's checkpoint folder, each of its files as it was saved (SHA-256); a checkpoint saved
+        without fingerprints (by an older rlsdk) is loaded as it is, with a warning."""
+        path = self.checkpoint_path(state)
+        files = state.get("checkpoint_files")
+        if files is None:
+            warnings.warn(
+                f"--resume: {path} was saved without fingerprints (an older rlsdk): its files are loaded "
+                "unchecked (formats that hold no code only)",
+                stacklevel=2,
+            )
+        else:
+            check_fingerprints(path, files, "--resume")
+        return path
 
     def save_state(self, state: dict[str, Any]) -> None:
+        """Write ``state.json`` atomically, signed with this machine's key (:func:`rlsdk.state_files.signed`)."""
         tmp = self.folder / f".{STATE_FILE}.tmp"
-        tmp.write_text(json.dumps(state, default=str))
+        tmp.write_text(json.dumps(signed(state)))
         os.replace(tmp, self.folder / STATE_FILE)
         for callback in self.on_saved:
             callback(state)
@@ -159,6 +222,7 @@ RESUME_MAY_CHANGE = frozenset(
         "train_threads",
         "generate_timeout",
         "reward_timeout",
+        "log_timeout",
         "grader_workers",
         "grader_timeout",
         "abort_timeout",
@@ -207,7 +271,9 @@ def resumed_settings(folder: str | Path, given: dict[str, Any]) -> dict[str, Any
     path = Path(folder) / STATE_FILE
     if not path.exists():
         raise FileNotFoundError(f"--resume: no {STATE_FILE} in {folder}; nothing to resume")
-    settings = dict(read_json(path, "settings")["settings"])
+    settings = read_json(path, "settings")["settings"]
+    if not isinstance(settings, dict):
+        raise CheckpointError(f"{path} is damaged: its settings are not an object")
     conflicts = [
         f"{key} (saved {settings.get(key)!r}, given {value!r})"
         for key, value in given.items()
@@ -219,3 +285,46 @@ def resumed_settings(folder: str | Path, given: dict[str, Any]) -> dict[str, Any
             f"change on resume: {', '.join(sorted(RESUME_MAY_CHANGE))}"
         )
     return {**settings, **given, "resume": True}
+
+
+NOT_SIGNED_HERE = (
+    "{path} was not written by rlsdk on this machine (another machine's, or edited since): a run folder "
+    "is not trusted to name code"
+)
+
+
+def untrusted_texts(folder: str | Path, state: dict[str, Any], skip: Iterable[str] = ()) -> dict[str, str]:
+    """Every text of a saved ``state`` (but the settings named in ``skip``) mapped to why code it names is
+    not loaded (for :func:`rlsdk.plugins.loading.refusing_code`); nothing when this machine signed it."""
+    if signed_here(state):
+        return {}
+    path = Path(folder) / STATE_FILE
+    why = NOT_SIGNED_HERE.format(path=path)
+    settings = state.get("settings")
+    skip = set(skip)
+    texts: dict[str, str] = {}
+    if isinstance(settings, dict):
+        for key, value in settings.items():
+            if key in skip:
+                continue
+            for text in strings_in(value):
+                texts.setdefault(
+                    text,
+                    f"the setting {key} in it names it, and {why}: name it on the command line again "
+                    f"(--{key.replace('_', '-')} or --set {key}=...), or resume with --trust-folder if you trust the folder",
+                )
+    rest = {k: v for k, v in state.items() if k != "settings"}
+    for text in strings_in(rest):
+        texts.setdefault(
+            text,
+            f"the saved data in it names it, and {why}: resume with --trust-folder if you trust the folder",
+        )
+    return texts
+
+
+def resume_refusals(folder: str | Path, given: dict[str, Any]) -> dict[str, str]:
+    """:func:`untrusted_texts` of the state in ``folder`` for a resume that gives ``given`` options."""
+    path = Path(folder) / STATE_FILE
+    if not path.exists():
+        return {}
+    return untrusted_texts(folder, read_json(path, "settings"), skip=given)

@@ -41,8 +41,6 @@ class StepRecorder:
     """The last checkpoint the saved state names (relative to the output folder when inside it)."""
     checkpoint_version: int = 0
     """The trainer's weight version in :attr:`checkpoint` (0: the starting weights, which need none)."""
-    data_file: dict[str, Any] | None = None
-    """The data file's fingerprint, saved with each state (checked on ``--resume``)."""
     started: float = field(default_factory=time.monotonic)
     """When the steps began: ``run/elapsed_seconds`` of each step and eval counts from here."""
 
@@ -59,7 +57,7 @@ class StepRecorder:
         result.metrics["run/elapsed_seconds"] = time.monotonic() - self.started  # wall-clock curves
         output.write_step(rollout_id, result)
         log_step(args, self.runtime, rollout_id, result)  # rollout_log
-        state = output.run_state(rollout_id + 1, data_state, args, self.runtime.pm, self.data_file)
+        state = output.run_state(rollout_id + 1, data_state, args, self.runtime.pm)
         if self.training is None:
             output.save_state(state)
         check_step(args, rollout_id, result.metrics)
@@ -108,7 +106,7 @@ class StepRecorder:
         if returned:
             self.data_source.add_samples(returned, next_rollout_id)
         state = self.output.run_state(
-            next_rollout_id, source_state(self.data_source), self.args, self.runtime.pm, self.data_file
+            next_rollout_id, source_state(self.data_source), self.args, self.runtime.pm
         )
         saved = False
         if self.training is not None:

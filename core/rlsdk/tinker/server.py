@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
 import logging
 import secrets
 import threading
@@ -22,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from ..engines.service_guard import ConnectionLimits, check_binding, guard, media_type
+from ..sizes import Budget, NotJson, TooCostly, parse_request
 from .futures import LONG_POLL_SECONDS, UserError
 from .service import Gone, NotFound, TinkerService
 from .wire import WireError, parse_json, read_forward_backward
@@ -100,6 +100,8 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return await handler(request)
     except (WireError, UserError) as exc:
         return _reply(str(exc), 400)
+    except TooCostly as exc:
+        return _reply(str(exc), exc.status)
     except NotFound as exc:
         return _reply(str(exc), 404)
     except Gone as exc:
@@ -119,11 +121,15 @@ def _owner(request: web.Request) -> str:
     return request.app[_OWNERS][request.headers["X-API-Key"]]  # the guard let only known keys through
 
 
+JSON_BUDGET = Budget(bytes=MAX_BODY, values=2 << 20)
+"""What a JSON body may cost before it is parsed (:mod:`rlsdk.sizes`): token ids of a long prompt and more."""
+
+
 async def _json(request: web.Request) -> Any:
     raw = await request.read()
     try:
-        return json.loads(raw) if raw else {}
-    except ValueError as exc:
+        return await parse_request(raw, JSON_BUDGET)  # 413 over it (TooCostly), before it is parsed
+    except NotJson as exc:
         raise WireError(f"body: not JSON ({exc})") from None
 
 

@@ -9,9 +9,10 @@ from typing import Any
 
 import torch
 
+from ..errors import CheckpointError
 from .batch import SharedPrompts, TrainSample, micro_batches, slices
 from .losses import sum_of_sample_mean_fn
-from .optim import adamw, optimizer_step
+from .optim import adamw, load_tensors, optimizer_step
 
 CRITIC_FOLDER = "critic"
 CRITIC_WEIGHTS = "value_model.safetensors"
@@ -162,4 +163,10 @@ class Critic:
                 "run with advantage_estimator ppo"
             )
         load_model(self.model, str(source / CRITIC_WEIGHTS), device=str(self.device))
-        self.optimizer.load_state_dict(torch.load(source / CRITIC_OPTIMIZER, map_location=self.device))
+        state = load_tensors(source / CRITIC_OPTIMIZER, self.device)  # tensors only: no pickle runs
+        try:
+            self.optimizer.load_state_dict(state)
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+            raise CheckpointError(
+                f"{source / CRITIC_OPTIMIZER} does not fit this run's critic ({type(exc).__name__}: {exc})"
+            ) from None

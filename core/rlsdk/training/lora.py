@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..engines.lora_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from ..errors import CheckpointError
 
 
 def wrap_with_lora(model: Any, args: Any) -> Any:
@@ -61,10 +62,17 @@ def load_adapter(model: Any, folder: Path) -> None:
     path = folder / ADAPTER_WEIGHTS
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {folder} holds no LoRA adapter ({ADAPTER_WEIGHTS})")
-    result = set_peft_model_state_dict(model, load_file(str(path)))
+    tensors = load_file(str(path))
+    missing = sorted(set(adapter_tensors(model)) - set(tensors))
+    if missing:  # PEFT would leave those at their fresh values without a word
+        raise CheckpointError(
+            f"{path} misses {len(missing)} of the model's adapter tensors ({', '.join(missing[:3])}"
+            f"{' ...' if len(missing) > 3 else ''}): it is cut or another run's adapter"
+        )
+    result = set_peft_model_state_dict(model, tensors)
     unexpected = list(getattr(result, "unexpected_keys", None) or [])
     if unexpected:
-        raise ValueError(f"adapter in {folder} does not fit the model: unexpected {unexpected[:5]}")
+        raise CheckpointError(f"{path} does not fit the model: unexpected tensors {unexpected[:5]}")
 
 
 def merge_adapter(adapter_folder: Path, base_folder: Path, output: Path) -> None:

@@ -1,13 +1,16 @@
-"""The trainers' optimizer: fused AdamW over the trainable parameters, and one clipped step."""
+"""The trainers' optimizer: fused AdamW over the trainable parameters, one clipped step, and its saved
+state loaded back without unpickling code."""
 
 from __future__ import annotations
 
 import math
 import warnings
-
+from pathlib import Path
 from typing import Any
 
 import torch
+
+from ..errors import CheckpointError
 
 
 def adamw(model: torch.nn.Module, args: Any, lr: float | None = None) -> torch.optim.AdamW:
@@ -49,3 +52,16 @@ def optimizer_step(
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return norm
+
+
+def load_tensors(path: Path, device: Any) -> Any:
+    """A ``torch.save`` file of tensors and plain values, loaded with ``weights_only=True``: a pickle that
+    would run code (a checkpoint file replaced by an attacker's) is refused, never executed (T14). A
+    missing or damaged file is a :class:`CheckpointError` naming it."""
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 -- UnpicklingError, cut files, foreign formats: name the file
+        raise CheckpointError(
+            f"{path} cannot be loaded safely ({type(exc).__name__}: {str(exc)[:300]}); a checkpoint holds "
+            "only tensors and plain values: resume from another checkpoint or start afresh"
+        ) from None

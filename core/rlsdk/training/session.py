@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import RolloutConfig
 from ..runtime import Runtime
-from ..state_files import read_json
+from ..state_files import read_json, signed, signed_here
 from ..training_options import offloads
 from ..types import RolloutFnTrainOutput, Sample
 from .distillation import open_teacher, score_with_teacher
@@ -41,7 +41,19 @@ def checkpoint_settings(folder: Path) -> dict[str, Any] | None:
     meta = folder / CHECKPOINT_META
     if not meta.is_file():
         return None
-    return dict(json.loads(meta.read_text()).get("settings") or {})
+    settings = read_json(meta).get("settings")
+    return dict(settings) if isinstance(settings, dict) else {}
+
+
+def checkpoint_signed_here(folder: Path) -> bool:
+    """Whether rlsdk on this machine wrote the checkpoint ``folder``'s settings as they are (its signature)."""
+    meta = folder / CHECKPOINT_META
+    return meta.is_file() and signed_here(read_json(meta))
+
+
+def checkpoint_root(args: Any, output_folder: Path) -> Path:
+    """Where a run writes its checkpoints (``step_N/``): ``--save``, else ``<output_dir>/checkpoints``."""
+    return Path(args.save) if args.save else output_folder / "checkpoints"
 
 
 def prune_checkpoints(root: Path, keep: int) -> list[Path]:
@@ -101,7 +113,7 @@ class TrainingSession:
 
     @property
     def checkpoint_root(self) -> Path:
-        return Path(self.args.save) if self.args.save else self.output_folder / "checkpoints"
+        return checkpoint_root(self.args, self.output_folder)
 
     def sync(self) -> dict[str, float]:
         """The trainer's weights to the engine as the current ``weight_version``, within the sync timeout;
@@ -260,7 +272,7 @@ class TrainingSession:
         staging.mkdir()
         self.trainer.save_checkpoint(staging)
         meta = {"rollout_id": rollout_id, "weight_version": self.weight_version, **run_state}
-        (staging / CHECKPOINT_META).write_text(json.dumps(meta, default=str))
+        (staging / CHECKPOINT_META).write_text(json.dumps(signed(meta)))
         shutil.rmtree(final, ignore_errors=True)
         staging.rename(final)
         if self.args.keep_last_n:

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..engines.lora_adapter import lora_adapter_deltas
+from ..engines.lora_adapter import ADAPTER_WEIGHTS, lora_adapter_deltas
 from ..engines.weight_checksums import Layout, engine_checksums
 from ..errors import CheckpointError, RlsdkError
 from ..outputs import TRAIN_LOG_PROBS
@@ -32,7 +32,7 @@ from .batch import SharedPrompts, TrainSample, loss_batch, micro_batches, slices
 from .critic import Critic
 from .distillation import subtract_reverse_kl
 from .losses import log_probs_and_entropy, sum_of_sample_mean_fn
-from .optim import adamw, optimizer_step
+from .optim import adamw, load_tensors, optimizer_step
 from .trainer import LoraAdapter, PolicyTrainer
 
 OPTIMIZER_FILE = "optimizer.pt"
@@ -507,17 +507,18 @@ class TorchTrainer(PolicyTrainer):
     def load_checkpoint(self, folder: Path) -> None:
         from safetensors.torch import load_model
 
+        weights = folder / (ADAPTER_WEIGHTS if self.lora else "model.safetensors")
         try:
             if self.lora:
                 from .lora import load_adapter
 
                 load_adapter(self.model, folder)
             else:
-                load_model(self.model, str(folder / "model.safetensors"), device=str(self.device))
+                load_model(self.model, str(weights), device=str(self.device))
+        except CheckpointError:
+            raise
         except Exception as exc:  # noqa: BLE001 -- a missing, cut or foreign file: name it
-            raise CheckpointError(
-                f"{folder / 'model.safetensors'} cannot be loaded ({type(exc).__name__}: {exc})"
-            ) from None
+            raise CheckpointError(f"{weights} cannot be loaded ({type(exc).__name__}: {exc})") from None
         self._load_optimizer_and_rng(folder)
         if self.critic is not None:
             self.critic.load(folder)
@@ -547,19 +548,6 @@ class TorchTrainer(PolicyTrainer):
                 f"{folder / OPTIMIZER_FILE} or {folder / RNG_FILE} does not fit this run "
                 f"({type(exc).__name__}: {exc})"
             ) from None
-
-
-def load_tensors(path: Path, device: Any) -> Any:
-    """A ``torch.save`` file of tensors and plain values, loaded with ``weights_only=True``: a pickle that
-    would run code (a checkpoint file replaced by an attacker's) is refused, never executed (T14). A
-    missing or damaged file is a :class:`CheckpointError` naming it."""
-    try:
-        return torch.load(path, map_location=device, weights_only=True)
-    except Exception as exc:  # noqa: BLE001 -- UnpicklingError, cut files, foreign formats: name the file
-        raise CheckpointError(
-            f"{path} cannot be loaded safely ({type(exc).__name__}: {str(exc)[:300]}); a checkpoint holds "
-            "only tensors and plain values: resume from another checkpoint or start afresh"
-        ) from None
 
 
 def check_loss_value(loss: Resolved[Loss], rollout_id: int, value: Any, samples: list[Sample]) -> None:

@@ -28,6 +28,7 @@ from ..outputs import (
     STATE_FILE,
     TRAIN_LOG_PROBS,
 )
+from ..locks import read_holder
 from .index import JsonlIndex
 from .samples import Filters, SampleFile, preview, prompt_preview
 from .tokens import TokenText
@@ -120,8 +121,8 @@ def running(folder: Path) -> bool:
     except OSError:
         pass
     try:
-        pid = int(lock.read_text().strip() or 0)
-        if pid > 0:
+        pid = read_holder(lock.read_text()).get("pid")
+        if isinstance(pid, int) and pid > 0:
             os.kill(pid, 0)
             return True
     except (OSError, ValueError):
