@@ -38,18 +38,9 @@ from harness import machine
 
 from rlsdk.agents.completions import parse_chat_request
 from rlsdk.agents.sessions import Choice
-from rlsdk.testing import ServedEngine
+from rlsdk.testing import ServedEngine, tool_definition
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "lookup",
-            "description": "Look a word up.",
-            "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
-        },
-    }
-]
+TOOLS = [tool_definition("lookup", "Look a word up.", "word")]
 
 
 def agent_session(client: httpx.Client, url: str, turns: int, max_tokens: int, rng: random.Random) -> str:

@@ -44,32 +44,9 @@ TARGET_RECOVERY_S = 10.0
 
 def tiny_model(folder: Path) -> Path:
     """A 2-layer Llama with random weights and a 32-word tokenizer (as the tests' ``tiny_llama``)."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from rlsdk.testing import tiny_llama
 
-    words = ["<eos>", "<pad>", *[f"w{i}" for i in range(30)]]
-    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<pad>").save_pretrained(
-        folder
-    )
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=1,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
+    return tiny_llama(folder)
 
 
 def run_options(opts: argparse.Namespace, work: Path) -> dict[str, Any]:

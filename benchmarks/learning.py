@@ -34,6 +34,10 @@ from harness import machine
 TARGETS = {"heldout_reward_end": 0.9, "minutes": 15.0, "peak_rss_gb": 6.0, "sync_seconds_max": 0.5}
 
 
+
+RUN_TRAIN = [sys.executable, "-m", "rlsdk_cli.app", "run", "--train"]
+"""``rlsdk run --train`` in this interpreter: the command every learning benchmark starts from."""
+
 def rows(path: Path) -> list[dict]:
     return (
         [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
@@ -56,17 +60,7 @@ def main() -> None:
     opts, unknown = parser.parse_known_args()
     extra = [arg for arg in unknown if arg != "--"]
     out = opts.output or Path(tempfile.mkdtemp(prefix="rlsdk-learning-"))
-    command = [
-        sys.executable,
-        "-m",
-        "rlsdk_cli.app",
-        "run",
-        "--train",
-        "--output",
-        str(out),
-        *(["--async"] if opts.async_ else []),
-        *extra,
-    ]
+    command = [*RUN_TRAIN, "--output", str(out), *(["--async"] if opts.async_ else []), *extra]
     cores = sorted(os.sched_getaffinity(0))[: opts.cores] if opts.cores else None
     started = time.perf_counter()
     done = subprocess.run(

@@ -712,11 +712,11 @@ def render(rows: list[dict[str, Any]], tinker_version: str) -> str:
 
 
 def tiny_llama(folder: Path) -> Path:
-    """The test suite's tiny Llama (tests/conftest.py): 2 layers, hidden size 32, a 32-word vocabulary."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import build_tiny_llama
+    """The test suite's tiny Llama (:func:`rlsdk.testing.tiny_llama`): 2 layers, hidden size 32, a 32-word
+    vocabulary."""
+    from rlsdk import testing
 
-    return build_tiny_llama(folder)
+    return testing.tiny_llama(folder)
 
 
 def main() -> None:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from rlsdk import testing
+
 PR_SET_CHILD_SUBREAPER = 36
 """prctl option (linux/prctl.h): orphaned descendants are re-parented to this process instead of init."""
 INTERPRETER_HELPERS = ("multiprocessing", "concurrent.futures")
@@ -186,39 +188,8 @@ def pm(rlsdk_pm):
 
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 2-layer Llama with hidden size 32 and random weights over a 32-word vocabulary (a word-level
-    tokenizer built here), so that a quarter of first tokens earn the test reward from the start."""
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
-
-
-def build_tiny_llama(folder: Path) -> Path:
-    """The tiny Llama of :func:`tiny_llama`, written to ``folder`` (also for scripts/tinker_compat.py)."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    words = ["<eos>", "<pad>", *[f"w{i}" for i in range(30)]]
-    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<pad>").save_pretrained(
-        folder
-    )
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=1,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
+    """:func:`rlsdk.testing.tiny_llama`: a quarter of first tokens earn the test reward from the start."""
+    return testing.tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 REWARD_FILE = '''
@@ -335,3 +306,17 @@ def agent_run(small_tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path
     args = RolloutConfig(hf_checkpoint=str(folder / "tokenizer"), num_rollout=1, output_dir=str(output.folder))
     output.save_state(output.run_state(1, {}, args, get_plugin_manager(load_entrypoints=False)))
     return output.folder
+
+
+@pytest.fixture
+def pip_install(tmp_path: Path):
+    """``pip_install(package_folder)``: the package installed for real (no dependencies) into a folder of its
+    own, returned for a subprocess's ``PYTHONPATH``."""
+
+    def install(root: Path) -> Path:
+        site = tmp_path / "site"
+        command = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+        subprocess.run([*command, "--target", str(site), str(root)], check=True, capture_output=True, timeout=180)
+        return site
+
+    return install

@@ -217,7 +217,7 @@ def make_app(state):
         )
 
     async def weights_checker(request):
-        from rlsdk import tensor_checksum
+        from rlsdk.engine_api import tensor_checksum
 
         body = await request.json()
         if body.get("action", "checksum") != "checksum":

@@ -38,7 +38,7 @@ import pytest
 
 from rlsdk import get_plugin_manager
 from rlsdk.agents.server import chat_endpoint, start_chat_server
-from rlsdk.testing import FakeEngine
+from rlsdk.testing import FakeEngine, tool_definition
 
 LLAMA3_TEMPLATE = (
     "{{ bos_token }}{% set sys = messages[0].content if messages and messages[0].role == 'system' else '' %}"
@@ -214,16 +214,7 @@ def _byte_characters() -> dict[int, str]:
     return {b: chr(b) if b in printable else chr(256 + others.index(b)) for b in range(256)}
 
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "calculator",
-            "description": "Arithmetic.",
-            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
-        },
-    }
-]
+TOOLS = [tool_definition("calculator", "Arithmetic.", "expression")]
 FAMILIES = {
     # family: (parser, end of turn, a reply with two calls, the final answer)
     "smollm2": (

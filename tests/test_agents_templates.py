@@ -8,17 +8,9 @@ import pytest
 from rlsdk.agents.chat_template import ChatTemplate
 from rlsdk.agents.server import resolve_parser
 from rlsdk.plugins.manager import get_plugin_manager
+from rlsdk.testing import tool_definition
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "calculator",
-            "description": "Arithmetic.",
-            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
-        },
-    }
-]
+TOOLS = [tool_definition("calculator", "Arithmetic.", "expression")]
 CALL = {
     "role": "assistant",
     "content": "",

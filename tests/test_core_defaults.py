@@ -21,6 +21,7 @@ from rlsdk.plugins.calls import call_engine, call_generate_rollout
 from rlsdk.run.session import resolve_run_plugins
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import ByteTokenizer, FakeEngine, FakeReply, ServedEngine
+from rlsdk import BufferFilter, Engine, GenerateRollout
 
 PLUGIN_PACKAGES = ",".join(sorted(ep.name for ep in importlib.metadata.entry_points(group="rlsdk")
                                   if ep.dist is not None and ep.dist.name != "rlsdk"))
@@ -62,7 +63,7 @@ def test_core_alone_runs_a_step_against_an_sglang_protocol_server(core_only, ser
                          custom_rm_path=f"{tmp_path}/rewards.py:exact",
                          rollout_batch_size=2, n_samples_per_prompt=2, over_sampling_batch_size=3)
     plugins = resolve_run_plugins(args, core_only)
-    assert {k: getattr(plugins, k).info.distribution for k in ("generate_rollout", "engine", "buffer_filter")} == {
+    assert {k.kind: plugins.one(k).info.distribution for k in (GenerateRollout, Engine, BufferFilter)} == {
         "generate_rollout": "rlsdk", "engine": "rlsdk", "buffer_filter": "rlsdk"}
     engine = call_engine(plugins.engine, args)
     assert isinstance(engine, SGLangClient) and engine.url == served.url
@@ -70,13 +71,13 @@ def test_core_alone_runs_a_step_against_an_sglang_protocol_server(core_only, ser
     try:
         runtime.run(engine.start())
         source = DataSource(args, pm=core_only, tokenizer=runtime.tokenizer)
-        out = call_generate_rollout(runtime, plugins.generate_rollout, args, 0, source)
+        out = call_generate_rollout(plugins.one(GenerateRollout), args, 0, source, runtime=runtime)
         assert [s.reward for g in out.samples for s in g] == [1.0] * 4
         assert source.get_buffer_length() == 1  # the surplus group, served first next step by pop_first
         # Three groups were sent: two kept, the one that finished last (which depends on timing) buffered.
         surplus = source.buffer[0][0].prompt
         assert {group[0].prompt for group in out.samples} | {surplus} == {"0|", "1|", "2|"}
-        again = call_generate_rollout(runtime, plugins.generate_rollout, args, 1, source)
+        again = call_generate_rollout(plugins.one(GenerateRollout), args, 1, source, runtime=runtime)
         assert again.samples[0][0].prompt == surplus
     finally:
         runtime.run(engine.close())
@@ -109,3 +110,16 @@ def test_serve_names_what_is_wrong_before_loading_anything(options, error):
     result = subprocess.run([*RLSDK, "serve", "--port", "0", *options], capture_output=True, text=True, timeout=60,
                             env={**os.environ, "COLUMNS": "200"})
     assert result.returncode == 2 and error in " ".join(result.stderr.split()), result.stderr
+
+
+def test_a_source_checkout_has_cores_defaults_without_any_entry_point(monkeypatch):
+    """Core registers its own plugins by import (``rlsdk.plugins.manager.CORE_PLUGINS``), as conda and llm do:
+    with no distribution installed (no entry point at all) a manager still has every default."""
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **kwargs: [])
+    pm = get_plugin_manager()
+    defaults = {"generate_rollout": "sglang", "custom_generate": "single_turn", "buffer_filter": "pop_first",
+                "trainer": "torch", "engine": "sglang", "loss": "policy_loss"}
+    assert {kind: pm.resolve(kind, name).info.distribution for kind, name in defaults.items()} == dict.fromkeys(
+        defaults, "rlsdk")

@@ -30,7 +30,7 @@ def cli(*args: str, env: dict[str, str], timeout: float = 240) -> subprocess.Com
 
 @pytest.mark.slow
 @pytest.mark.plugins("rlsdk_embedded")
-def test_a_new_environment_installs_passes_its_tests_shows_its_parts_and_trains(tmp_path, tiny_llama):
+def test_a_new_environment_installs_passes_its_tests_shows_its_parts_and_trains(tmp_path, tiny_llama, pip_install):
     result = CliRunner().invoke(
         app, ["plugins", "new", "two-sums", "--kind", "environment", "--dir", str(tmp_path)]
     )
@@ -47,24 +47,7 @@ def test_a_new_environment_installs_passes_its_tests_shows_its_parts_and_trains(
     )
     assert tests.returncode == 0 and "1 passed" in tests.stdout, tests.stdout + tests.stderr
 
-    site = tmp_path / "site"  # a real pip install into a folder of its own, put on the path below
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(site),
-            str(root),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=180,
-    )
+    site = pip_install(root)  # a real pip install into a folder of its own, put on the path below
     assert (site / "two_sums" / "data" / "train.jsonl").exists()
     env = {**os.environ, "PYTHONPATH": str(site)}
     shown = cli("plugins", "show", "two_sums", "--json", env=env)

@@ -379,7 +379,7 @@ def test_a_hook_that_raises_is_wrapped_by_its_call_point(pm):
     hook = pm.resolve("sample_hook", "raises")
     sample = Sample(group_index=3, index=4, response="r", status=Sample.Status.COMPLETED)
     out = run_to_completion(
-        call_sample_hooks(RolloutConfig(), [hook], sample, rollout_id=0, evaluation=False)
+        call_sample_hooks([hook], RolloutConfig(), sample, rollout_id=0, evaluation=False)
     )
     assert out.status is Sample.Status.FAILED and "on sample 3/4" in out.metadata["generate_error"]
     with pytest.raises(PluginCallError, match="sample_hook 'raises'"):
@@ -394,7 +394,7 @@ def test_a_sample_filter_marks_kept_samples_out_of_the_loss(step_run):
     out = runtime.run(rollout_step(args, 0, source, runtime))
     assert [[s.remove_sample for s in g] for g in out.samples] == [[False, True], [False, True]]
     assert out.metrics["rollout/removed_samples"] == 2
-    from rlsdk import TrainSample
+    from rlsdk.trainer_api import TrainSample
 
     masks = [TrainSample.from_sample(s, 1.0).loss_mask.tolist() for s in out.samples[0]]
     assert masks[0] == [1] * out.samples[0][0].response_length and set(masks[1]) == {0}

@@ -126,7 +126,7 @@ def trainer_for(tiny_llama):
     runtimes = []
 
     def make(**options):
-        from rlsdk import TorchTrainer
+        from rlsdk.trainer_api import TorchTrainer
 
         args = RolloutConfig(hf_checkpoint=str(tiny_llama), lr=1e-3, train_threads=1, **options)
         engine = FakeEngine([])

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import torch
 
-from rlsdk import EngineError, EngineRequestError, SGLangClient
+from rlsdk.engine_api import EngineError, EngineRequestError, SGLangClient
 from rlsdk.testing import ServedEngine
 
 pytestmark = pytest.mark.plugins("rlsdk_embedded")

@@ -153,7 +153,7 @@ def test_a_training_run_skips_the_first_eval_times_its_evals_keeps_two_checkpoin
     checkpoint = out / "checkpoints" / "step_2"
     options = {"model": str(checkpoint), "rm_type": "math"}
     evaluated, given = configure(None, options, [])
-    taken = with_checkpoint_settings(evaluated, given)
+    evaluated, taken = with_checkpoint_settings(evaluated, given)
     assert "eval_datasets" in taken and "rm_type" not in taken
     assert evaluated.eval_datasets == [{"name": "held", "path": str(data)}] and evaluated.label_key == "label"
     assert evaluated.rm_type == "math" and evaluated.prompt_data == str(data)

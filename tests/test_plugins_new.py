@@ -23,7 +23,7 @@ def new_plugin(tmp_path: Path, *kinds: str, name: str = "my-rewards") -> Path:
     return tmp_path / name
 
 
-def test_a_new_plugin_passes_its_own_tests_installs_and_is_listed(tmp_path):
+def test_a_new_plugin_passes_its_own_tests_installs_and_is_listed(tmp_path, pip_install):
     trainer_hooks = {
         "megatron_init",
         "megatron_before_log_prob",
@@ -50,24 +50,7 @@ def test_a_new_plugin_passes_its_own_tests_installs_and_is_listed(tmp_path):
         tests.stdout + tests.stderr
     )
 
-    site = tmp_path / "site"  # a real pip install, into a folder of its own put on the path below
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(site),
-            str(root),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=180,
-    )
+    site = pip_install(root)  # a real pip install, into a folder of its own put on the path below
     listed = subprocess.run(
         [sys.executable, "-m", "rlsdk_cli.app", "plugins", "list", "--json"],
         env={**os.environ, "PYTHONPATH": str(site)},

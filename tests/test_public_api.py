@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
+import json
 import subprocess
 import sys
 import warnings
@@ -19,9 +21,11 @@ from rlsdk.testing import check_custom_generate, check_reward
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-import api_snapshot  # noqa: E402
+import api_check  # noqa: E402
 
-PUBLIC_MODULES = {"rlsdk", "rlsdk.testing"}
+PUBLIC_MODULES = {"rlsdk", "rlsdk.testing", "rlsdk.engine_api", "rlsdk.trainer_api", "rlsdk.slime"}
+"""The public modules by audience: plugin authors, their tests, engine and trainer implementers, and slime's
+adapters (``rlsdk.slime.<kind>`` paths, which slime loads by name)."""
 
 
 @pytest.mark.parametrize("module", [rlsdk, rlsdk.testing], ids=["rlsdk", "rlsdk.testing"])
@@ -30,12 +34,44 @@ def test_every_public_name_imports(module):
     assert not missing
 
 
-def test_the_public_api_matches_its_committed_snapshot():
-    """A change to the public API is deliberate: update api/rlsdk.txt with `python scripts/api_snapshot.py
-    --write` and add a CHANGELOG line (Added, Deprecated or Breaking)."""
-    committed = api_snapshot.SNAPSHOT.read_text()
-    now = api_snapshot.snapshot()
-    assert now == committed, "the public API changed: run `python scripts/api_snapshot.py --write` and say so in CHANGELOG.md"
+def test_the_public_api_keeps_its_promise_against_the_released_baseline():
+    """``scripts/api_check.py`` (also a CI step): every addition since api/rlsdk.json has a CHANGELOG line,
+    every removed or changed name a Deprecated (or deliberate Breaking) one."""
+    found = api_check.problems(
+        json.loads(api_check.BASELINE.read_text()), api_check.public_api(), api_check.CHANGELOG.read_text()
+    )
+    assert not found, "\n".join(found)
+
+
+CHANGELOG = """## Unreleased
+
+### Added
+- `shiny_new`.
+
+### Deprecated
+- `old_name`, use `new_name`.
+
+## 0.1.0
+"""
+
+
+def test_the_api_check_tells_an_addition_from_a_break():
+    """griffe compares each public object: a new name needs a line, a parameter gone or moved is a break
+    unless the name is deprecated; a name removed is a break unless deprecated."""
+    api = api_check.public_api()
+    baseline = {path: api[path] for path in ("rlsdk.call_tool", "rlsdk.reward_value", "rlsdk.Sample")}
+    current = dict(baseline)
+    current["rlsdk.shiny_new"] = api["rlsdk.score_samples"]
+    current["rlsdk.unannounced"] = api["rlsdk.score_samples"]
+    current["rlsdk.reward_value"] = api["rlsdk.score_samples"]  # other parameters: a break
+    del current["rlsdk.Sample"]
+    found = api_check.problems(baseline, current, CHANGELOG)
+    assert [line.split(":")[0] for line in found] == ["added rlsdk.unannounced", "removed rlsdk.Sample"] + [
+        "changed rlsdk.reward_value"
+    ] * (len(found) - 2)
+    assert len(found) > 2 and all("Parameter was" in f for f in found[2:])
+    deprecated = CHANGELOG.replace("`old_name`", "`reward_value`, `Sample`, `unannounced`")
+    assert api_check.problems(baseline, current, deprecated) == []
 
 
 def test_import_rlsdk_loads_no_torch_transformers_or_aiohttp():
@@ -50,14 +86,14 @@ OLD_NAMES = [
     ("rlsdk.generate", "append_observation", "rlsdk.append_observation"),
     ("rlsdk.generate", "generate", "rlsdk.single_turn"),
     ("rlsdk.tools", "call_tool", "rlsdk.call_tool"),
-    ("rlsdk.engine", "InferenceEngine", "rlsdk.InferenceEngine"),
-    ("rlsdk.protocol", "EngineRequestError", "rlsdk.EngineRequestError"),
-    ("rlsdk.rollout.job", "run_job", "rlsdk.run.job.run_job"),
+    ("rlsdk.engine", "InferenceEngine", "rlsdk.engine_api.InferenceEngine"),
+    ("rlsdk.protocol", "EngineRequestError", "rlsdk.engine_api.EngineRequestError"),
+    ("rlsdk.rollout.job", "run_job", "rlsdk.run_job"),
     ("rlsdk.engines.server", "start_server", "rlsdk.run.engine_server.start_server"),
     ("rlsdk.plugins.defaults", "pop_first", "rlsdk.rollout.plugin.pop_first"),
-    ("rlsdk.training.options", "trainer_world_size", "rlsdk.trainer_world_size"),
-    ("rlsdk.training", "PolicyTrainer", "rlsdk.PolicyTrainer"),
-    ("rlsdk.engines.engine", "SGLangClient", "rlsdk.SGLangClient"),
+    ("rlsdk.training.options", "trainer_world_size", "rlsdk.trainer_api.trainer_world_size"),
+    ("rlsdk.training", "PolicyTrainer", "rlsdk.trainer_api.PolicyTrainer"),
+    ("rlsdk.engines.engine", "SGLangClient", "rlsdk.engine_api.SGLangClient"),
     ("rlsdk.rollout.buffer_service", "TOKEN_ENV", "rlsdk.BUFFER_TOKEN_ENV"),
 ]
 
@@ -115,14 +151,39 @@ def _rlsdk_imports(path: Path) -> list[tuple[int, str]]:
 
 
 def test_rlsdks_own_plugins_import_only_the_public_api():
-    """What an outside author's package may import, rlsdk's own plugin packages import: ``rlsdk`` and
-    ``rlsdk.testing`` (and ``rlsdk.slime.<kind>`` adapter paths, which slime loads by name)."""
-    sources = sorted((ROOT / "plugins").glob("*/src/**/*.py"))
+    """What an outside author's package may import, rlsdk's own plugin packages import, in their code and in
+    their tests alike: :data:`PUBLIC_MODULES` (and ``rlsdk.slime.<kind>`` adapter paths)."""
+    sources = sorted([*(ROOT / "plugins").glob("*/src/**/*.py"), *(ROOT / "plugins").glob("*/tests/**/*.py")])
     assert sources
     internal = [
         f"{path.relative_to(ROOT)}:{line}: {module}"
         for path in sources
         for line, module in _rlsdk_imports(path)
-        if module not in PUBLIC_MODULES
+        if module not in PUBLIC_MODULES and not module.startswith("rlsdk.slime.")
     ]
     assert not internal, "plugins import rlsdk internals:\n" + "\n".join(internal)
+
+
+def _taught_imports(text: str) -> list[str]:
+    """The rlsdk modules the python code blocks of a Markdown page or a docstring import."""
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S) + re.findall(
+        r"\.\. code-block:: python\n\n(.*?)(?:\n\S|\Z)", text, flags=re.S
+    )
+    return [m for block in blocks for m in re.findall(r"^\s*(?:from|import) (rlsdk[\w.]*)", block, flags=re.M)]
+
+
+def test_the_docs_the_hooks_and_the_scaffold_teach_only_public_imports(tmp_path):
+    """What a plugin author reads (the README, the docs site, each hook's example) and what ``rlsdk plugins
+    new`` writes import only :data:`PUBLIC_MODULES`."""
+    from rlsdk.plugins.kinds import RECORD_TYPES
+    from rlsdk_cli.scaffold import SCAFFOLD_KINDS, scaffold
+
+    taught = {str(path.relative_to(ROOT)): _taught_imports(path.read_text())
+              for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+    taught.update({f"rlsdk.{record.__name__}": _taught_imports(record.__doc__ or "") for record in RECORD_TYPES.values()})
+    package = scaffold("my-plugin", list(SCAFFOLD_KINDS), tmp_path)
+    taught.update({str(path.relative_to(tmp_path)): [m for _, m in _rlsdk_imports(path)] for path in package.rglob("*.py")})
+    assert sum(map(len, taught.values())) > 50  # the pages, the hooks and the package do import rlsdk
+    internal = {where: sorted({m for m in modules if m not in PUBLIC_MODULES and not m.startswith("rlsdk.slime.")})
+                for where, modules in taught.items()}
+    assert {where: modules for where, modules in internal.items() if modules} == {}

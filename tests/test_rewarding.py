@@ -6,8 +6,9 @@ import time
 
 import pytest
 
+from rlsdk.testing import score
 from rlsdk import PluginCallError, PluginError, Reward, RolloutConfig, Sample, hookimpl
-from rlsdk.rollout.rewarding import REWARD_ERROR, apply_invalid_policy, count_invalid, score_group
+from rlsdk.rollout.rewarding import REWARD_ERROR, apply_invalid_policy, count_invalid
 
 
 def exact(args, sample, **kwargs):
@@ -69,7 +70,7 @@ def group(n=3, response="5", label="5", **fields):
 
 def run(pm, samples, evaluation=False, **options):
     args = RolloutConfig(**{"rm_type": "exact", "reward_timeout": 0.5, **options})
-    asyncio.run(score_group(args, pm, samples, evaluation=evaluation))
+    score(pm, samples, args, evaluation=evaluation)
     return samples
 
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from rlsdk import EngineRequestError, SGLangClient
+from rlsdk.engine_api import EngineRequestError, SGLangClient
 from rlsdk.testing import ServedEngine
 
 FACTS = json.loads((Path(__file__).parent / "fixtures" / "sglang-0.5.17.json").read_text())
@@ -261,3 +261,12 @@ def test_client_turns_a_real_400_into_a_request_error(replay):
 
     with pytest.raises(EngineRequestError, match="must be list or null; got str"):
         replay(scenario)
+
+
+def test_request_body_size_is_limited():
+    """``rlsdk serve --max-body``: a body over the limit is SGLang's 413 before the engine sees it."""
+    from rlsdk.testing import FakeEngine
+
+    with ServedEngine(FakeEngine(["never asked"]), max_body=1024) as small:
+        response = httpx.post(f"{small.url}/generate", json={"input_ids": [1] * 2000}, timeout=30)
+    assert response.status_code == 413 and response.json()["code"] == 413

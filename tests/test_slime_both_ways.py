@@ -15,9 +15,10 @@ import textwrap
 
 import pytest
 
+from rlsdk.testing import score
 from rlsdk import DynamicFilterOutput, Sample, hookimpl, slime_compat
 from rlsdk.plugins.loading import load_callable
-from rlsdk.plugins.records import BufferFilter, DynamicFilter, Reward
+from rlsdk.plugins.kinds import BufferFilter, DynamicFilter, Reward
 from rlsdk.slime import adapters
 
 FAKE_SLIME = {
@@ -281,7 +282,7 @@ def test_foreign_and_unknown_statuses_are_never_silently_recycled(rlsdk_pm, rlsd
     from rlsdk.aio.concurrency import ConcurrencyLimit
     from rlsdk.plugins.calls import call_custom_generate
     from rlsdk.plugins.run_plugins import RunPlugins
-    from rlsdk.plugins.records import CustomGenerate
+    from rlsdk.plugins.kinds import CustomGenerate
 
     async def slime_generator(args, sample, sampling_params):
         sample.status = fake_slime.Sample.Status(status) if status != "weird" else status
@@ -291,7 +292,7 @@ def test_foreign_and_unknown_statuses_are_never_silently_recycled(rlsdk_pm, rlsd
         CustomGenerate(name="slime_generator", func=slime_generator)])})(), "gen")
     args = rlsdk_args.replace(custom_generate_function_path="slime_generator")
     plugins = RunPlugins(args, rlsdk_pm)
-    [out] = asyncio.run(call_custom_generate(args, plugins.custom_generate, Sample(), {}, ConcurrencyLimit(1)))
+    [out] = asyncio.run(call_custom_generate(plugins.one(CustomGenerate), args, Sample(), {}, limit=ConcurrencyLimit(1)))
     assert out.status is Sample.Status(expected)
     if expected == "failed":
         assert "unknown status 'weird'" in out.metadata["generate_error"]
@@ -318,11 +319,10 @@ def test_args_answer_slimes_arguments_and_survive_deepcopy_and_pickle(rlsdk_args
 
 def test_rewards_a_generator_already_set_are_kept(rlsdk_pm, rlsdk_args):
     """slime's agents score their samples themselves; slime rewards only samples without one."""
-    from rlsdk.rollout.rewarding import score_group
 
     rlsdk_pm.register(Plugins(), "test_plugins")
     scored, fresh = Sample(response="abc", reward=0.8), Sample(response="abcd")
-    asyncio.run(score_group(rlsdk_args.replace(rm_type="length_sync"), rlsdk_pm, [scored, fresh]))
+    score(rlsdk_pm, [scored, fresh], rlsdk_args.replace(rm_type="length_sync"))
     assert (scored.reward, fresh.reward) == (0.8, 4.0)
 
 
@@ -391,13 +391,12 @@ def take_last(args, rollout_id, buffer, num_samples):
 
 def test_slime_functions_get_slimes_own_samples_when_slime_is_installed(fake_slime, tmp_path, rlsdk_pm,
                                                                           rlsdk_args):
-    from rlsdk.rollout.rewarding import score_group
     from rlsdk.rollout.step import call_dynamic_filter
 
     path = tmp_path / "slime_functions.py"
     path.write_text(SLIME_FUNCTIONS)
     sample = Sample(response="4", label="4", tokens=[1, 2])
-    asyncio.run(score_group(rlsdk_args.replace(custom_rm_path=f"{path}:reward"), rlsdk_pm, [sample]))
+    score(rlsdk_pm, [sample], rlsdk_args.replace(custom_rm_path=f"{path}:reward"))
     assert sample.reward == 1.0 and sample.metadata["seen_by_slime"] is True
 
     generate = rlsdk_pm.resolve("custom_generate", f"{path}:generate")
@@ -405,7 +404,7 @@ def test_slime_functions_get_slimes_own_samples_when_slime_is_installed(fake_sli
     assert out is sample and sample.status is Sample.Status.COMPLETED and sample.tokens == [1, 2]
 
     zero_std = rlsdk_pm.resolve("dynamic_filter", f"{path}:zero_std")
-    verdict = asyncio.run(call_dynamic_filter(rlsdk_args, zero_std, [sample]))
+    verdict = asyncio.run(call_dynamic_filter(zero_std, rlsdk_args, [sample]))
     assert isinstance(verdict, DynamicFilterOutput) and (verdict.keep, verdict.reason) == (False, "zero_std_1.0")
 
     buffer = [[Sample(index=1)], [Sample(index=2)]]

@@ -351,7 +351,7 @@ CHECKS = [
     (check_data_source, "shipped", "has no get_samples, add_samples"),
     (check_pg_loss_reducer, "total", "expected a scalar tensor"),
     (check_tis_function, "keep", "pg_loss of shape"),
-    (check_engine, "fake", "expected an rlsdk.InferenceEngine"),
+    (check_engine, "fake", "expected an rlsdk.engine_api.InferenceEngine"),
     (check_megatron_init, "seed", "returned int: a hook makes its changes in place"),
     (check_megatron_before_log_prob, "eval_mode", "before the policy log-probs raised IndexError"),
     (check_megatron_before_train_step, "zero", "before optimizer step 0 of rollout 0 returned AdamW"),

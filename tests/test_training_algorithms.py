@@ -130,7 +130,7 @@ def test_a_lora_checkpoint_holds_the_adapter_and_export_merges_it_on_request(tin
 
 def test_lora_runs_sync_through_disk_and_launch_sglang_with_lora():
     """A LoRA adapter never travels as whole weights; a launched SGLang gets the LoRA flags it needs."""
-    from rlsdk import SGLangClient
+    from rlsdk.engine_api import SGLangClient
     from rlsdk.engines.launch.sglang import lora_flags
     from rlsdk.training.sync import DiskSync, choose_sync
 

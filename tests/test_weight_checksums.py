@@ -15,7 +15,7 @@ import httpx
 import pytest
 import torch
 
-from rlsdk import tensor_checksum
+from rlsdk.engine_api import tensor_checksum
 from rlsdk.engines.weight_checksums import tensor_checksums
 from rlsdk.engines import weight_checksums
 from rlsdk.engines.sglang_client import SGLangClient

@@ -48,6 +48,7 @@ from rlsdk.training.sync import (
 from rlsdk.training.tensor_transport import FlatWeights, serialize_for_sglang
 from rlsdk.training.torch_trainer import TorchTrainer
 from rlsdk.training_options import offloads
+from rlsdk import Trainer
 
 
 class InProcessEngine:
@@ -162,7 +163,7 @@ def weights_server(tmp_path: Path):
     """SGLang's weight endpoints restated in a real server process (``fake_sglang_weights_server.py``)."""
     import httpx
 
-    from rlsdk import free_port
+    from rlsdk.trainer_api import free_port
 
     port = free_port()
     authkey = multiprocessing.current_process().authkey.hex()
@@ -424,7 +425,7 @@ def one_step(url: str, tiny_llama: Path, tmp_path: Path, **flags: Any) -> tuple[
         **flags,
     )
     plugins = RunPlugins(args, get_plugin_manager(load_entrypoints=False))
-    plugins.swap("trainer", RecordingTrainer)
+    plugins.swap(Trainer, RecordingTrainer)
     engine = SGLangClient(url)
     runtime = Runtime(plugins.pm, engine, run_plugins=plugins)
     try:
@@ -434,8 +435,10 @@ def one_step(url: str, tiny_llama: Path, tmp_path: Path, **flags: Any) -> tuple[
         session.drift.baseline = (
             1.0  # the drift check's noise, which it would measure with /generate (the fake has none)
         )
-        try:
-            metrics = session.train(0, RolloutFnTrainOutput(samples=groups()))
+        result = RolloutFnTrainOutput(samples=groups())
+        try:  # the loop's train and sync verbs
+            metrics = session.train(0, result)
+            metrics.update(session.publish(result))
         except Exception as exc:  # the fake server has no /generate: the trust check after the sync
             metrics = {"error": repr(exc)}
         session.close()

@@ -48,7 +48,7 @@ from sglang_throughput import best, flush, straight, through_rlsdk
 from workload import machine, make_prompts, random_checkpoint, run_reporting, write_dataset
 
 from rlsdk import RolloutConfig, Sample
-from rlsdk import free_port
+from rlsdk.trainer_api import free_port
 from rlsdk.engines.launch.sglang import SGLangLauncher, plan_launch
 from rlsdk.engines.sglang_client import SGLangClient
 

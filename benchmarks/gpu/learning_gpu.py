@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: learning.py
-from learning import heldout_curve, rows  # noqa: E402
+from learning import RUN_TRAIN, heldout_curve, rows  # noqa: E402
 from workload import machine, run_reporting  # noqa: E402
 
 TARGET_GAIN = 0.2
@@ -76,11 +76,7 @@ def shipped(name: str) -> Path:
 
 def run_command(opts: argparse.Namespace, model: Path, out: Path) -> list[str]:
     command = [
-        sys.executable,
-        "-m",
-        "rlsdk_cli.app",
-        "run",
-        "--train",
+        *RUN_TRAIN,
         "--output",
         str(out),
         "--overwrite",

@@ -34,7 +34,7 @@ from learning_gpu import failure_cause, run_until, shipped
 from workload import SHAPES, machine, parameter_counts, run_reporting, shape_checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: learning.py
-from learning import rows  # noqa: E402
+from learning import RUN_TRAIN, rows  # noqa: E402
 
 PEAK_BF16 = {"H100": 989.4e12, "H200": 989.4e12}
 """Dense bf16 tensor-core FLOP/s of the SXM cards (the vendor's datasheets)."""
@@ -45,11 +45,7 @@ PHASES = ("rollout", "train", "sync")
 
 def run_command(opts: argparse.Namespace, model: Path, out: Path) -> list[str]:
     command = [
-        sys.executable,
-        "-m",
-        "rlsdk_cli.app",
-        "run",
-        "--train",
+        *RUN_TRAIN,
         "--output",
         str(out),
         "--overwrite",

@@ -37,10 +37,11 @@ from typing import Any
 import urllib.error
 import urllib.request
 
-from learning_gpu import run_until, shipped
+from learning_gpu import run_until, shipped  # it puts benchmarks/ on the path
+from learning import RUN_TRAIN  # noqa: I001
 from workload import machine
 
-from rlsdk import ManagedProcess
+from rlsdk.trainer_api import ManagedProcess
 
 PROBE_TOKENS = 24
 
@@ -193,11 +194,7 @@ def rounded(row: dict[str, Any], key: str, digits: int) -> float | None:
 def train_against(url: str, model: Path, out: Path, opts: argparse.Namespace) -> dict[str, Any]:
     """The default demo with a rank-16 adapter against the server, stopped after ``opts.minutes``."""
     command = [
-        sys.executable,
-        "-m",
-        "rlsdk_cli.app",
-        "run",
-        "--train",
+        *RUN_TRAIN,
         "--engine",
         url,
         "--hf-checkpoint",

@@ -39,21 +39,49 @@ def build_config(config: Path | None, options: dict[str, Any], extra: list[str])
 
 
 def configure(
-    config: Path | None, options: dict[str, Any], extra: list[str]
+    config: Path | None, options: dict[str, Any], extra: list[str], pm: Any = None
 ) -> tuple[RolloutConfig, set[str]]:
-    """:func:`build_config`, and the names of the options the file and the command line set (for the demo's
-    defaults, which apply only to options not given, and the start-up summary). The file is read once."""
+    """:func:`build_config` (its plugin options checked against ``pm``'s, default the installed plugins'), and
+    the names of the options the file and the command line set (for the demo's defaults, which apply only to
+    options not given, and the start-up summary). The file is read once."""
     overrides = given_overrides(options, extra)
     try:
         settings = RolloutConfig.read_file(config) if config is not None else {}
         try:
-            args = RolloutConfig.from_dict({**settings, **overrides})
+            args = RolloutConfig.from_dict({**settings, **overrides}, pm=pm)
         except ValueError as exc:
             raise ValueError(f"{config}: {exc}" if config is not None else str(exc)) from None
         given = {ALIASES.get(key.replace("-", "_"), key.replace("-", "_")) for key in [*overrides, *settings]}
         return args.with_default_data(given=given), given
     except (ValueError, TypeError) as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def resumed_config(
+    config: Path | None, options: dict[str, Any], extra: list[str], pm: Any, guard: ExitStack, *, trust: bool
+) -> tuple[RolloutConfig, set[str]]:
+    """The configuration of the run saved in the output folder (the command line's, else the config file's),
+    built once from its saved settings with the options given on the command line applied (only those
+    ``--resume`` may change), and their names. The code the saved settings name is loaded only where this
+    machine signed them, or named again here, or ``trust`` (``--trust-folder``): ``guard`` holds that
+    refusal for the whole command."""
+    from rlsdk.config import canonical_keys
+    from rlsdk.plugins.loading import refusing_code
+    from rlsdk.run.output import resume_refusals, resumed_settings
+    from rlsdk.state_files import strings_in
+
+    changed = {k: v for k, v in options.items() if v is not None and v != []}
+    given_now = {**changed, **parse_set(extra)}
+    try:
+        settings = canonical_keys(RolloutConfig.read_file(config)) if config is not None else {}
+        folder = changed.get("output_dir") or settings.get("output_dir") or RolloutConfig.output_dir
+        refused = {} if trust else resume_refusals(folder, given_now)
+        guard.enter_context(refusing_code(refused, allowed=strings_in(given_now)))
+        args = RolloutConfig.from_dict(resumed_settings(folder, given_now), pm=pm)
+    except (RlsdkError, ValueError, TypeError, FileNotFoundError) as exc:
+        fail(exc)
+        raise typer.Exit(1) from None
+    return args, set(canonical_keys(given_now))
 
 
 def given_overrides(options: dict[str, Any], extra: list[str]) -> dict[str, Any]:
@@ -126,15 +154,16 @@ def option_parameters() -> list[inspect.Parameter]:
     """One command-line option per run option: core's (:func:`rlsdk.config.core_options`, from RolloutConfig's
     fields and docstrings) and those the installed plugins declare, each with its help and default."""
     from rlsdk.config import core_options, installed_plugin_options
-    from rlsdk.training_options import TrainingOptions
+    from rlsdk.options import SECTIONS
 
-    training = {f.name for f in dataclasses.fields(TrainingOptions)}
+    panels = {
+        f.name: title.title() for title, section in SECTIONS.items() for f in dataclasses.fields(section)
+    }
     hints = typing.get_type_hints(RolloutConfig)
     params = []
     for name, option in core_options().items():
         if name not in NOT_FLAGS:
-            panel = "Training" if name in training else "Run"
-            params.append(_parameter(option, panel, hints[name]))
+            params.append(_parameter(option, panels.get(name, "Plugins"), hints.get(name)))
     try:
         declared = installed_plugin_options()
     except RlsdkError:  # two plugins declaring one option differently: `rlsdk run` itself says so
@@ -271,26 +300,15 @@ def run(
     known = [flag for param in context.command.params for flag in param.opts]
     extra = options.pop("extra") + sglang_passthrough_options(context.args, known)
     config = options.pop("config")
-    args, given = configure(
-        config, {**options, "resume": resume or None, "overwrite": overwrite or None}, extra
-    )
-    from rlsdk.plugins.loading import refusing_code
+    from rlsdk import get_plugin_manager
     from rlsdk.run.job import run_job
-    from rlsdk.run.output import resume_refusals, resumed_settings
     from rlsdk.run.preemption import RunStopped
-    from rlsdk.state_files import strings_in
 
+    pm = get_plugin_manager()  # the run's one manager: its options checked, its plugins resolved
     if resume:
-        changed = {k: v for k, v in options.items() if v is not None and v != []}
-        given_now = {**changed, **parse_set(extra)}
-        try:
-            # code the saved settings name is loaded only where this machine signed them, or named again here
-            refused = {} if trust_folder else resume_refusals(args.output_dir, given_now)
-            guard.enter_context(refusing_code(refused, allowed=strings_in(given_now)))
-            args = RolloutConfig.from_dict(resumed_settings(args.output_dir, given_now))
-        except (RlsdkError, ValueError, TypeError, FileNotFoundError) as exc:
-            fail(exc)
-            raise typer.Exit(1) from None
+        args, given = resumed_config(config, options, extra, pm, guard, trust=trust_folder)
+    else:
+        args, given = configure(config, {**options, "overwrite": overwrite or None}, extra, pm)
     sources = setting_sources(args, given)
     if print_config:
         typer.echo(config_yaml(args, sources), nl=False)
@@ -367,6 +385,7 @@ def run(
         with progress:
             output = run_job(
                 args,
+                pm,
                 on_step=on_step,
                 on_eval=on_eval,
                 on_status=on_status,
@@ -406,14 +425,16 @@ def run(
 @with_run_options
 def evaluate(**options: Any) -> None:
     """Evaluate the model on the eval datasets (or the training data) once."""
+    from rlsdk import get_plugin_manager
     from rlsdk.plugins.loading import refusing_code
 
     from .settings import checkpoint_refusals, with_checkpoint_settings
 
     extra = options.pop("extra")
     config = options.pop("config")
-    args, given = configure(config, options, extra)
-    taken = with_checkpoint_settings(args, given)
+    pm = get_plugin_manager()  # the eval's one manager: its options checked, its plugins resolved
+    args, given = configure(config, options, extra, pm)
+    args, taken = with_checkpoint_settings(args, given)
     refused = checkpoint_refusals(args, taken)  # code a checkpoint from elsewhere names is not loaded
     if taken:
         console.print(
@@ -421,14 +442,15 @@ def evaluate(**options: Any) -> None:
         )
     if not args.eval_datasets and not args.eval_prompt_data and not args.eval_config:
         data = str(args.prompt_data)  # with_default_data set it
-        args.eval_datasets = [{"name": Path(data).stem, "path": data}]
+        args = args.replace(eval_datasets=[{"name": Path(data).stem, "path": data}])
     from rlsdk.run.job import run_eval
     from rlsdk.run.output import RunOutput
     from rlsdk.run.session import running
 
     try:
-        with refusing_code(refused), running(args) as runtime:
-            result = run_eval(args, runtime, rollout_id=0)
+        with refusing_code(refused), running(args, pm) as runtime:
+            assert runtime.args is not None
+            result = run_eval(runtime.args, runtime, rollout_id=0)
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
         fail(exc)
         raise typer.Exit(1) from None

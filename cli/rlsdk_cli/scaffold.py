@@ -6,30 +6,18 @@ example per kind asked for, ``tests/`` using :mod:`rlsdk.testing`, and a README.
 
 from __future__ import annotations
 
+import ast
 import keyword
 import re
+import textwrap
 from pathlib import Path
 
-SCAFFOLD_KINDS = (
-    "reward",
-    "dynamic_filter",
-    "over_sampling_filter",
-    "buffer_filter",
-    "custom_generate",
-    "generate_rollout",
-    "loss",
-    "tool",
-    "agent",
-    "trainer",
-    "environment",
-    "task_generator",
-    "megatron_init",
-    "megatron_before_log_prob",
-    "megatron_before_train_step",
-    "model_provider",
-    "update_weight_post_write",
-)
-"""The kinds ``rlsdk plugins new --kind`` writes an example of."""
+from rlsdk import KINDS
+from rlsdk.plugins.kinds import RECORD_TYPES
+
+SCAFFOLD_KINDS = KINDS
+"""The kinds ``rlsdk plugins new --kind`` writes an example of: every kind (those without an example here get
+their declaration's, :func:`declared_example`)."""
 
 
 def package_name(name: str) -> str:
@@ -174,7 +162,7 @@ async def one_turn(args, sample, sampling_params):
         '''\
 def default_step(args, rollout_id, data_source, evaluation=False):
     """rlsdk's own rollout step (over-sampling, filters, buffer): start here and change what you need."""
-    return generate_rollout(args, rollout_id, data_source, evaluation)
+    return sglang_rollout(args, rollout_id, data_source, evaluation)
 ''',
         "GenerateRollout",
         "rlsdk_generate_rollouts",
@@ -227,7 +215,7 @@ async def ask_once(args, sample, client):
 def counting_trainer(args):
     """rlsdk's torch trainer that also reports how many groups each step trained on; override
     ``train_step`` (or write a PolicyTrainer of your own) to change how it learns."""
-    from rlsdk import TorchTrainer
+    from rlsdk.trainer_api import TorchTrainer
 
     class Counting(TorchTrainer):
         def train_step(self, rollout_id, groups):
@@ -530,10 +518,60 @@ CHECK_IMPORTS = {
 }
 
 
+def _declared_code(kind: str) -> tuple[str, ast.Module]:
+    """The example code in ``kind``'s record docstring, parsed."""
+    code = textwrap.dedent((RECORD_TYPES[kind].__doc__ or "").split(".. code-block:: python", 1)[1])
+    return code, ast.parse(code)
+
+
+def declared_example(kind: str) -> tuple[str, str, str, str, str]:
+    """The example of a kind this module has none of, from its declaration: the function (or class) of the
+    example in its record's docstring, its record, hook, name and description."""
+    record = RECORD_TYPES[kind]
+    code, tree = _declared_code(kind)
+    func = next(
+        n
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        and n.name != record.hook_name()
+    )
+    source = ast.get_source_segment(code, func) or ""
+    return source, record.__name__, record.hook_name(), func.name, f"an example {kind}: {func.name}"
+
+
+def declared_imports(kinds: list[str]) -> tuple[set[str], list[str]]:
+    """What the declared examples of ``kinds`` import: names from ``rlsdk``, and the other import lines."""
+    names: set[str] = set()
+    lines: list[str] = []
+    for kind in kinds:
+        if kind in EXAMPLES:
+            continue
+        code, tree = _declared_code(kind)
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module == "rlsdk":
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                lines.append(ast.get_source_segment(code, node) or "")
+    return names, sorted(set(lines))
+
+
+def example(kind: str) -> tuple[str, str, str, str, str]:
+    """Per kind: the example function, its record class, its hook, the function's name, a description."""
+    return EXAMPLES.get(kind) or declared_example(kind)
+
+
+DECLARED_CHECK = """\
+def test_{name}(rlsdk_pm):
+    rlsdk_pm.register(plugin)
+    assert check_callable(rlsdk_pm, "{kind}", "{record}").name == "{record}"
+"""
+"""The check of a kind whose example comes from its declaration: it resolves, its signature checked."""
+
+
 def record_name(package: str, kind: str) -> str:
     """The registered name of the package's example of ``kind``, prefixed so it clashes with no one's (the
     environment is the package's own name)."""
-    return package if kind == "environment" else f"{package}_{EXAMPLES[kind][3]}"
+    return package if kind == "environment" else f"{package}_{example(kind)[3].lower()}"
 
 
 def plugin_module(distribution: str, package: str, kinds: list[str]) -> str:
@@ -542,22 +580,24 @@ def plugin_module(distribution: str, package: str, kinds: list[str]) -> str:
         "custom_generate": ["model_turn"],
         "loss": ["log_probs_and_entropy"],
         "environment": ["Reward", "package_file"],
+        "generate_rollout": ["sglang_rollout"],
     }
-    names = {EXAMPLES[k][1] for k in kinds} | {n for k in kinds for n in helpers.get(k, [])} | {"hookimpl"}
+    declared, imports = declared_imports(kinds)
+    imports = sorted({*imports, *(["import re"] if "environment" in kinds else [])})
+    names = {example(k)[1] for k in kinds} | {n for k in kinds for n in helpers.get(k, [])} | {"hookimpl"}
+    names |= declared
     lines = [
         f'"""The plugins of {distribution}: one example per kind; rename and change them."""',
         "",
+        *imports,
+        *([""] if imports else []),
         import_line("rlsdk", sorted(names, key=lambda n: (n[0].islower(), n))),  # ruff's order: classes first
     ]
-    if "generate_rollout" in kinds:  # not public yet: rlsdk's own step, to start from
-        lines.append("from rlsdk.rollout.step import generate_rollout")
-    if "environment" in kinds:
-        lines[2:2] = ["import re", ""]
     for kind in kinds:
-        lines += ["", "", EXAMPLES[kind][0].rstrip().replace("{package}", package)]
+        lines += ["", "", example(kind)[0].rstrip().replace("{package}", package)]
     yields: dict[str, list[str]] = {}  # hook -> the records it yields
     for kind in kinds:
-        _, record, hook, func, description = EXAMPLES[kind]
+        _, record, hook, func, description = example(kind)
         extra = f"        train_settings={ENVIRONMENT_TRAINING},\n" if kind == "environment" else ""
         yields.setdefault(hook, []).append(
             f'    yield {record}(\n        name="{record_name(package, kind)}",\n        func={func},\n'
@@ -586,7 +626,7 @@ def import_line(module: str, names: list[str]) -> str:
 
 
 def test_module(package: str, kinds: list[str]) -> str:
-    names = sorted({name for k in kinds for name in CHECK_IMPORTS[k]})
+    names = sorted({name for k in kinds for name in CHECK_IMPORTS.get(k, ["check_callable"])})
     lines = [
         f'"""{package}\'s plugins against rlsdk.testing\'s contract checks."""',
         "",
@@ -598,13 +638,15 @@ def test_module(package: str, kinds: list[str]) -> str:
         lines += [
             "",
             "",
-            CHECKS[kind].format(name=EXAMPLES[kind][3], record=record_name(package, kind)).rstrip(),
+            CHECKS.get(kind, DECLARED_CHECK)
+            .format(name=example(kind)[3].lower(), record=record_name(package, kind), kind=kind)
+            .rstrip(),
         ]
     return "\n".join(lines) + "\n"
 
 
 def readme(distribution: str, package: str, kinds: list[str]) -> str:
-    provided = "\n".join(f"- `{record_name(package, k)}` ({k}): {EXAMPLES[k][4]}" for k in kinds)
+    provided = "\n".join(f"- `{record_name(package, k)}` ({k}): {example(k)[4]}" for k in kinds)
     option = {
         "reward": "--rm",
         "dynamic_filter": "--dynamic-filter",
@@ -624,6 +666,8 @@ def readme(distribution: str, package: str, kinds: list[str]) -> str:
         "model_provider": "--train --trainer megatron --custom-model-provider-path",
         "update_weight_post_write": "--train --weight-sync disk --custom-update-weight-post-write-path",
     }
+    for kind in set(kinds) - set(option):  # the others: the option the kind declares
+        option[kind] = "--" + RECORD_TYPES[kind].options[0].name.replace("_", "-")
     usage = " ".join(
         f"{option[k]}{'' if option[k].endswith('=') else ' '}{record_name(package, k)}" for k in kinds
     )

@@ -107,7 +107,7 @@ def score(
     }  # the last two are rm_hub's options
     args = RolloutConfig.from_dict({k: v for k, v in given.items() if v is not None}, pm=pm)
     if "grader_timeout" in args.extra:  # grading in a worker stops within the reward's own timeout
-        args.extra["grader_timeout"] = min(timeout, args.extra["grader_timeout"])
+        args = args.replace(grader_timeout=min(timeout, args.extra["grader_timeout"]))
     if group_rm:
         args = args.replace(rm_type=rm, custom_rm_path=rm, group_rm=True)
     err = Console(stderr=True)

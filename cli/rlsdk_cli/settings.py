@@ -146,24 +146,20 @@ FROM_CHECKPOINT = (
 template, its reward, its generators and its eval sets with their sampling."""
 
 
-def with_checkpoint_settings(args: RolloutConfig, given: set[str]) -> list[str]:
-    """Where ``args.model`` is a checkpoint of an ``rlsdk run --train``, set :data:`FROM_CHECKPOINT` and the
-    plugins' options from its run's settings, except those ``given``; returns the names set."""
+def with_checkpoint_settings(args: RolloutConfig, given: set[str]) -> tuple[RolloutConfig, list[str]]:
+    """Where ``args.model`` is a checkpoint of an ``rlsdk run --train``: ``args`` with :data:`FROM_CHECKPOINT`
+    and the plugins' options from its run's settings, except those ``given``, and the names taken."""
     from pathlib import Path
 
     from rlsdk.training.session import checkpoint_settings
 
     saved = checkpoint_settings(Path(args.model)) if args.model else None
     if saved is None:
-        return []
+        return args, []
     names = [n for n in FROM_CHECKPOINT if n in saved and n not in given]
-    for name in names:
-        setattr(args, name, saved[name])
     plugin_options = {k: v for k, v in (saved.get("extra") or {}).items() if k not in given}
-    args.extra.update(plugin_options)
-    names += plugin_options
-    args.__post_init__()
-    return names
+    args = args.replace(**{name: saved[name] for name in names}, **plugin_options)
+    return args, names + list(plugin_options)
 
 
 def checkpoint_refusals(args: RolloutConfig, taken: list[str]) -> dict[str, str]:

@@ -36,7 +36,7 @@ MOVED = {
     "rlsdk.launch.sglang": "rlsdk.engines.launch.sglang",
     "rlsdk.launch.process_group": "rlsdk.engines.launch.process_group",
     "rlsdk.hookspecs": "rlsdk.plugins.hookspecs",
-    "rlsdk.records": "rlsdk.plugins.records",
+    "rlsdk.records": "rlsdk.plugins.kinds",  # the records, each kind's declaration, and what they share
     "rlsdk.manager": "rlsdk.plugins.manager",
     "rlsdk.loading": "rlsdk.plugins.loading",
     "rlsdk.plugin_calls": "rlsdk.plugins.calls",
@@ -66,6 +66,9 @@ def replacement(old_module: str, name: str) -> str:
     public = PUBLIC_RENAMES.get(name, name)
     if public in sys.modules["rlsdk"].__all__:  # rlsdk itself is imported first, always
         return f"rlsdk.{public}"
+    audience = sys.modules["rlsdk"].MOVED.get(public)  # an engine's or a trainer's name
+    if audience is not None:
+        return f"{audience}.{public}"
     return f"{MOVED[old_module]}.{name} (internal; ask for a public name if a plugin needs it)"
 
 
@@ -111,7 +114,7 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
 
-def forward(package: str, names: dict[str, str]) -> Any:
+def forward(package: str, names: dict[str, str], removed_in: str = REMOVED_IN) -> Any:
     """A module ``__getattr__`` for ``package`` that forwards the names it no longer has (name -> where it
     is now, ``"module"`` or ``"module:new_name"``), warning as :class:`_MovedModule` does."""
 
@@ -122,7 +125,7 @@ def forward(package: str, names: dict[str, str]) -> Any:
         new_name = new_name or name
         value = getattr(importlib.import_module(module), new_name)
         warnings.warn(
-            f"{package}.{name} is deprecated and will be removed in rlsdk {REMOVED_IN}: use {module}.{new_name}",
+            f"{package}.{name} is deprecated and will be removed in rlsdk {removed_in}: use {module}.{new_name}",
             DeprecationWarning,
             stacklevel=2,
         )

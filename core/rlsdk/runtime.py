@@ -10,9 +10,11 @@ by slime, say), one is built from ``args``: an SGLang client for ``args.sglang_r
 from __future__ import annotations
 
 import asyncio
+from argparse import Namespace
 import concurrent.futures
 import gc
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,8 +22,10 @@ from typing import Any, TypeVar
 
 from .aio.stopping import StopRequest
 from .engines.engine import InferenceEngine
+from .config import installed_plugin_manager as installed_plugins
 from .plugins.manager import RlsdkPluginManager, get_plugin_manager
 from .plugins.run_plugins import RunPlugins
+from .config import RolloutConfig
 
 _ATTR = "_rlsdk_runtime"
 T = TypeVar("T")
@@ -127,6 +131,9 @@ class Runtime:
     run_plugins: RunPlugins | None = None
     """The run's plugins, resolved once; made from ``pm`` for the ``args`` the runtime is bound to when
     not given."""
+    args: RolloutConfig | None = None
+    """The run's configuration as its plugins see it (:func:`rlsdk.run.session.run_args`: what the runtime
+    learned, the engine's address and the model's folder, under slime's names), bound to this runtime."""
     stop: StopRequest = field(default_factory=StopRequest)
     """Set when the run is asked to stop gracefully (SIGTERM, SIGINT): a rollout step then aborts what is in
     flight and returns every group to the buffer, tokens kept, and the run checkpoints and stops."""
@@ -159,7 +166,7 @@ def _no_runtime() -> None:
     return None
 
 
-def bind_runtime(args: Any, runtime: Runtime) -> Runtime:
+def bind_runtime(args: RolloutConfig | Namespace, runtime: Runtime) -> Runtime:
     """Attach ``runtime`` to ``args`` so every plugin of the run finds it."""
     if runtime.run_plugins is None:
         runtime.run_plugins = RunPlugins(args, runtime.pm)
@@ -167,13 +174,39 @@ def bind_runtime(args: Any, runtime: Runtime) -> Runtime:
     return runtime
 
 
-def plugins_of(args: Any) -> RunPlugins:
-    """The plugins of the run bound to ``args``, or the installed plugins for ``args``."""
+_outside_a_run: dict[int, tuple[weakref.ref[Any], RunPlugins]] = {}
+
+
+def _forgetting(key: int) -> Callable[[Any], None]:
+    """A weak reference's callback dropping ``key`` from the plugins made outside a run (the dict is held,
+    not looked up: at interpreter exit the module's names may be gone already)."""
+    cache = _outside_a_run
+
+    def forget(_: Any) -> None:
+        cache.pop(key, None)
+
+    return forget
+
+
+def plugins_of(args: RolloutConfig) -> RunPlugins:
+    """The plugins of the run bound to ``args`` (its runtime's, made once for the run); outside a run (a Ray
+    trainer actor, a script scoring samples, slime calling an rlsdk plugin) the installed plugins for
+    ``args``, made once per ``args`` object."""
     runtime = getattr(args, "__dict__", {}).get(_ATTR)
-    return runtime.plugins if runtime is not None else RunPlugins(args, get_plugin_manager())
+    if runtime is not None:
+        return runtime.plugins
+    key = id(args)
+    found = _outside_a_run.get(key)
+    if found is None or found[0]() is not args:
+        found = (
+            weakref.ref(args, _forgetting(key)),
+            RunPlugins(args, installed_plugins()),
+        )
+        _outside_a_run[key] = found
+    return found[1]
 
 
-def get_runtime(args: Any) -> Runtime:
+def get_runtime(args: RolloutConfig | Namespace) -> Runtime:
     """The runtime bound to ``args``, or one built from ``args`` for an SGLang endpoint."""
     runtime = getattr(args, "__dict__", {}).get(_ATTR)
     if runtime is not None:

@@ -29,14 +29,16 @@ from .plugins.calls import (
     call_buffer_filter,
     call_dynamic_filter,
     call_over_sampling_filter,
+    call_plugin,
     call_reward,
     run_to_completion,
 )
 from .plugins.manager import RlsdkPluginManager
 from .plugins.records import Resolved
 from .plugins.run_plugins import RunPlugins
-from .rollout.buffer_service import start_buffer_server
+from .rollout.buffer_service import BufferService, TrajectoryStore, start_buffer_server
 from .rollout.generate import sampling_params_for
+from .rollout.rewarding import score_group
 from .run.engine_server import start_server
 from .runtime import BackgroundLoop, Runtime, bind_runtime
 from .testing_kinds import (
@@ -70,6 +72,13 @@ from .types import DynamicFilterOutput, Sample
 pytest_plugins = ["rlsdk.testing_fixtures"]
 
 __all__ = [
+    "bind_runtime",
+    "check_plugin",
+    "sampling_params_for",
+    "score",
+    "scored",
+    "tiny_llama",
+    "tool_definition",
     "ByteTokenizer",
     "FakeEngine",
     "FakeReply",
@@ -158,12 +167,44 @@ def check_reward(
     samples = samples if samples is not None else make_group([None, None])
 
     def reward(target: Any) -> Any:
-        return run_to_completion(call_reward(args, resolved, target, timeout=args.reward_timeout))
+        return run_to_completion(call_reward(resolved, args, target, timeout=args.reward_timeout))
 
     if resolved.record.group:
         assert reward([]) == [], f"{resolved.describe()} must return [] for an empty group"
         return reward(samples)
     return [reward(sample) for sample in samples]
+
+
+def score(
+    pm: RlsdkPluginManager, samples: list[Sample], args: RolloutConfig | None = None, evaluation: bool = False
+) -> list[Sample]:
+    """Score ``samples`` with the plugins of ``pm`` as the rollout step does (``args.rm_type``, a sample's own
+    ``metadata["rm_type"]`` or ``custom_rm_path``, group rewards per group, the invalid-reward policy's
+    markings): each sample without a reward gets one, or is marked invalid with the reason in
+    ``metadata["reward_error"]``. Returns the samples."""
+    args = args or RolloutConfig()
+    run_to_completion(score_group(args, RunPlugins(args, pm), samples, evaluation=evaluation))
+    return samples
+
+
+def scored(
+    pm: RlsdkPluginManager,
+    response: str,
+    label: Any = None,
+    args: RolloutConfig | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Sample:
+    """A finished sample with ``response`` (``label``, ``metadata``) scored by :func:`score`: its ``reward``,
+    or None with the reason in ``metadata["reward_error"]``."""
+    sample = Sample(
+        group_index=0,
+        index=0,
+        response=response,
+        label=label,
+        metadata=dict(metadata or {}),
+        status=Sample.Status.COMPLETED,
+    )
+    return score(pm, [sample], args)[0]
 
 
 def check_dynamic_filter(
@@ -188,7 +229,7 @@ def check_dynamic_filter(
             [],
         ]
     )
-    return [run_to_completion(call_dynamic_filter(args, resolved, group)) for group in groups]
+    return [run_to_completion(call_dynamic_filter(resolved, args, group)) for group in groups]
 
 
 def check_over_sampling_filter(
@@ -210,8 +251,8 @@ def check_over_sampling_filter(
             make_group([0.0, 0.5, 1.0], group_index=2),
         ]
     )
-    result = run_to_completion(call_over_sampling_filter(args, resolved, groups))
-    assert run_to_completion(call_over_sampling_filter(args, resolved, [])) == [], (
+    result = run_to_completion(call_over_sampling_filter(resolved, args, groups))
+    assert run_to_completion(call_over_sampling_filter(resolved, args, [])) == [], (
         f"{resolved.describe()} must return [] for no groups"
     )
     return result
@@ -231,10 +272,10 @@ def check_buffer_filter(
     args = args or RolloutConfig()
     resolved = pm.resolve("buffer_filter", name)
     groups = [make_group([0.0, 1.0], group_index=i) for i in range(5)]
-    taken, left = call_buffer_filter(args, resolved, rollout_id, groups, num_samples)
+    taken, left = call_buffer_filter(resolved, args, rollout_id, groups, num_samples)
     dropped = len(groups) - len(left) - len(taken)
     assert not dropped or may_drop, f"{resolved.describe()} lost {dropped} groups"
-    assert call_buffer_filter(args, resolved, rollout_id, [], num_samples)[0] == [], (
+    assert call_buffer_filter(resolved, args, rollout_id, [], num_samples)[0] == [], (
         f"{resolved.describe()}: an empty buffer must serve []"
     )
     return taken
@@ -287,7 +328,7 @@ def check_loss(
 
 def check_trainer(pm: RlsdkPluginManager, name: str, args: RolloutConfig) -> Any:
     """A trainer built from ``args`` (whose ``hf_checkpoint`` names a small model folder) is a
-    :class:`rlsdk.PolicyTrainer`: a train step on two groups returns numeric ``train/*``
+    :class:`rlsdk.trainer_api.PolicyTrainer`: a train step on two groups returns numeric ``train/*``
     metrics, its log-probs cover each response token, its weights are a state dict, and a checkpoint
     saved and loaded gives back the same log-probs. Returns the trainer."""
     import math
@@ -351,6 +392,17 @@ def check_tool_call_parser(pm: RlsdkPluginManager, name: str) -> Resolved:
     return resolved
 
 
+def check_plugin(pm: RlsdkPluginManager, kind: str, name: str, *arguments: Any) -> Any:
+    """Any kind's plugin called once with ``arguments`` (its record's ``call_args``, in order) through the
+    generic call point (:func:`rlsdk.plugins.calls.call_plugin`), its result checked as its kind declares,
+    as a run calls a kind that has no call point of its own. Returns what the plugin gave."""
+    resolved = pm.resolve(kind, name)
+    expected = resolved.record.call_args
+    if len(arguments) != len(expected):
+        raise TypeError(f"check_plugin for {kind}: give the call's {len(expected)} arguments {expected}")
+    return call_plugin(resolved, *arguments)
+
+
 def check_callable(pm: RlsdkPluginManager, kind: str, name: str) -> Resolved:
     """Resolve and validate the signature (for kinds that need an engine or data to run)."""
     resolved = pm.resolve(kind, name)
@@ -399,6 +451,45 @@ def check_custom_generate(
     return result
 
 
+def tool_definition(name: str, description: str, *parameters: str) -> dict[str, Any]:
+    """An OpenAI-style function definition, a chat request's ``tools`` entry, whose ``parameters`` are strings:
+    ``tool_definition("calculator", "Arithmetic.", "expression")``."""
+    properties = {parameter: {"type": "string"} for parameter in parameters}
+    schema = {"type": "object", "properties": properties}
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
+
+
+def tiny_llama(folder: Path) -> Path:
+    """A 2-layer Llama (hidden size 32, random weights, seed 0) with a 32-word word-level tokenizer saved in
+    ``folder``: a model a trainer's or an engine's test loads and trains in seconds on a CPU. Returns
+    ``folder``."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    words = ["<eos>", "<pad>", *[f"w{i}" for i in range(30)]]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<pad>")
+    fast.save_pretrained(folder)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(words),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=1,
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
 class ServedEngine:
     """An engine served over HTTP on loopback from a background thread's event loop, for tests that
     talk to it as a real client would::
@@ -441,14 +532,25 @@ class ServedEngine:
 class ServedBuffer:
     """A rollout buffer service on loopback, run from a background thread's event loop, for tests whose
     task generators are registered in process (``rlsdk buffer serve`` in a subprocess serves installed
-    plugins only)::
+    plugins only). ``service`` is the plugin manager whose tasks it runs, trajectories kept in ``folder``
+    and ``service_options`` as ``rlsdk buffer serve`` takes them (``input_dirs``, ``url_hosts``), or a service
+    already built; ``server_options`` as its server takes them (``token``)::
 
-        with ServedBuffer(BufferService(pm, TrajectoryStore(tmp_path))) as served:
+        with ServedBuffer(pm, tmp_path / "buffer", service_options={"input_dirs": [tmp_path]}) as served:
             httpx.post(served.url + "/buffer/write", json=item)
     """
 
-    def __init__(self, service: Any, **server_options: Any) -> None:
-        self.service = service
+    def __init__(
+        self,
+        service: Any,
+        folder: Any = None,
+        *,
+        service_options: dict[str, Any] | None = None,
+        **server_options: Any,
+    ) -> None:
+        if not isinstance(service, BufferService):  # the plugin manager of a new service
+            service = BufferService(service, TrajectoryStore(folder), **(service_options or {}))
+        self.service: BufferService = service
         self.server_options = server_options
         self.server: Any = None
 
@@ -478,14 +580,12 @@ def check_task_generator(
     ``POST /get_rollout_data``, as the buffer service runs it for a trainer. Returns the items served."""
     import httpx
 
-    from .rollout.buffer_service import BufferService, TrajectoryStore
-
     resolved = pm.resolve("task_generator", name, registered_only=True)
     body = {"task_type": resolved.name, "num_repeat_per_sample": 1, **(body or {})}
     inputs = [Path(body["input_file"]).resolve().parent] if isinstance(body.get("input_file"), str) else []
     with tempfile.TemporaryDirectory(prefix="rlsdk-buffer-") as folder:
-        service = BufferService(pm, TrajectoryStore(folder), input_dirs=inputs)
-        with ServedBuffer(service) as served:
+        with ServedBuffer(pm, folder, service_options={"input_dirs": inputs}) as served:
+            service = served.service
             started = httpx.post(served.url + "/start_rollout", json=body, timeout=30)
             assert started.status_code == 200, (
                 f"{resolved.describe()}: /start_rollout answered {started.text}"

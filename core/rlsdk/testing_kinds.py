@@ -44,6 +44,7 @@ from .rollout.generate import sampling_params_for
 from .rollout.tools import ToolResult, call_tool
 from .runtime import Runtime, bind_runtime
 from .types import RolloutFnTrainOutput, Sample
+from .plugins.kinds import Agent, CustomGenerate
 
 
 def _finished(rewards: list[float | None], group_index: int = 0, response_length: int = 2) -> list[Sample]:
@@ -77,7 +78,7 @@ def check_sample_hook(
     resolved = pm.resolve("sample_hook", name)
     out = sample or _finished([None])[0]
     for evaluation in (False, True):
-        out = run_to_completion(call_sample_hooks(args, [resolved], out, rollout_id=0, evaluation=evaluation))
+        out = run_to_completion(call_sample_hooks([resolved], args, out, rollout_id=0, evaluation=evaluation))
         assert "generate_error" not in out.metadata, out.metadata.get("generate_error")
     return out
 
@@ -90,7 +91,7 @@ def check_rollout_sample_filter(
     args = args or RolloutConfig()
     resolved = pm.resolve("rollout_sample_filter", name)
     groups = [_finished([1.0, 0.0]), _finished([0.5, 0.5], 1)]
-    call_rollout_sample_filter(args, resolved, groups)
+    call_rollout_sample_filter(resolved, args, groups)
     return groups
 
 
@@ -99,7 +100,7 @@ def check_all_samples_process(pm: RlsdkPluginManager, name: str, args: RolloutCo
     (:func:`rlsdk.plugins.calls.call_all_samples_process`)."""
     args = args or RolloutConfig()
     groups = [_finished([1.0, 0.0]), _finished([None, None], 1)]
-    call_all_samples_process(args, pm.resolve("all_samples_process", name), groups, None)
+    call_all_samples_process(pm.resolve("all_samples_process", name), args, groups, None)
 
 
 def check_data_source(
@@ -110,7 +111,7 @@ def check_data_source(
     builds it (:func:`rlsdk.plugins.calls.call_data_source`). Returns the groups served."""
     args = args or RolloutConfig()
     resolved = pm.resolve("data_source", name)
-    source = call_data_source(args, resolved)
+    source = call_data_source(resolved, args)
     groups = source.get_samples(num_groups)
     assert isinstance(groups, list) and len(groups) <= num_groups, (
         f"{resolved.describe()}: get_samples({num_groups}) returned {type(groups).__name__} of {len(groups)}"
@@ -120,7 +121,7 @@ def check_data_source(
     )
     if callable(getattr(source, "state_dict", None)):
         state = json.loads(json.dumps(source.state_dict()))
-        again = call_data_source(args, resolved)
+        again = call_data_source(resolved, args)
         again.load_state_dict(state)
         assert [s.prompt for g in again.get_samples(1) for s in g] == [
             s.prompt for g in source.get_samples(1) for s in g
@@ -145,8 +146,8 @@ def check_environment(pm: RlsdkPluginManager, name: str, train: bool = False) ->
         assert Path(spec["path"]).is_file(), f"{resolved.describe()}: eval set {spec['path']} does not exist"
     plugins = RunPlugins(args, pm)
     plugins.reward  # noqa: B018 (resolved: an unknown reward is an error here)
-    plugins.custom_generate  # noqa: B018
-    plugins.agent  # noqa: B018
+    plugins.one(CustomGenerate)
+    plugins.get(Agent)
     return args
 
 
@@ -183,7 +184,7 @@ def check_checkpoint_callback(
     if folder is None:
         folder = Path(tempfile.mkdtemp(prefix="rlsdk-ckpt-")) / "step_0"
         folder.mkdir()
-    call_checkpoint_callback(args, resolved, 0, folder)
+    call_checkpoint_callback(resolved, args, 0, folder)
     return folder
 
 
@@ -216,7 +217,7 @@ def check_advantage(pm: RlsdkPluginManager, name: str, args: RolloutConfig | Non
     args = args or RolloutConfig()
     resolved = pm.resolve("advantage", name)
     data = _rollout_data()
-    advantages = call_advantage(args, resolved, data)
+    advantages = call_advantage(resolved, args, data)
     for advantage, n in zip(advantages, data["response_lengths"], strict=True):
         tensor = torch.as_tensor(advantage)
         assert tensor.numel() == n, (
@@ -233,7 +234,7 @@ def check_reward_post_process(
     (:func:`rlsdk.plugins.calls.call_reward_post_process`)."""
     args = args or RolloutConfig()
     resolved = pm.resolve("reward_post_process", name)
-    return call_reward_post_process(args, resolved, _finished([1.0, 0.0]) + _finished([0.5, 0.5], 1))
+    return call_reward_post_process(resolved, args, _finished([1.0, 0.0]) + _finished([0.5, 0.5], 1))
 
 
 def check_rollout_data_postprocess(
@@ -244,7 +245,7 @@ def check_rollout_data_postprocess(
     args = args or RolloutConfig()
     resolved = pm.resolve("rollout_data_postprocess", name)
     data = _rollout_data()
-    call_rollout_data_postprocess(args, resolved, 0, data)
+    call_rollout_data_postprocess(resolved, args, 0, data)
     return data
 
 
@@ -255,7 +256,7 @@ def check_convert_samples_to_train_data(
     (:func:`rlsdk.plugins.calls.call_convert_samples_to_train_data`)."""
     args = args or RolloutConfig()
     resolved = pm.resolve("convert_samples_to_train_data", name)
-    return call_convert_samples_to_train_data(args, resolved, _finished([1.0, 0.0]))
+    return call_convert_samples_to_train_data(resolved, args, _finished([1.0, 0.0]))
 
 
 def check_pg_loss_reducer(pm: RlsdkPluginManager, name: str, calculate_per_token_loss: bool = False) -> Any:
@@ -299,7 +300,7 @@ def check_tis_function(
 
 
 def check_engine(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None) -> Any:
-    """An engine factory builds an :class:`rlsdk.InferenceEngine` from ``args``
+    """An engine factory builds an :class:`rlsdk.engine_api.InferenceEngine` from ``args``
     (:func:`rlsdk.plugins.calls.call_engine`). Returns the engine (close it when done)."""
     return call_engine(pm.resolve("engine", name), args or RolloutConfig())
 
@@ -313,7 +314,7 @@ def check_generate_rollout(
     resolved = pm.resolve("generate_rollout", name)
     runtime = bind_runtime(args, Runtime(pm, engine, engine.tokenizer))
     try:
-        output = call_generate_rollout(runtime, resolved, args, 0, data_source)
+        output = call_generate_rollout(resolved, args, 0, data_source, runtime=runtime)
     finally:
         runtime.loop.close()
     for group in output.samples:
@@ -338,26 +339,32 @@ def check_tool(
     assert parameters.get("type") == "object" and isinstance(parameters.get("properties"), dict), parameters
     missing = [p for p in parameters.get("required", []) if p not in arguments]
     assert not missing, f"tool {tool.name!r}: arguments lack the required {missing}"
-    result = run_to_completion(call_tool(args, tool, arguments))
+    result = run_to_completion(call_tool(tool, args, arguments))
     assert result.error is None, result.error
     return result
 
 
 def check_agent(
-    pm: RlsdkPluginManager, name: str, served: Any, args: RolloutConfig | None = None, prompt: str = "Say hi."
+    pm: RlsdkPluginManager,
+    name: str,
+    served: Any,
+    args: RolloutConfig | None = None,
+    prompt: str = "Say hi.",
+    generator: str = "openai_agent",
+    sampling_params: dict[str, Any] | None = None,
 ) -> Sample:
-    """An agent, run by the ``openai_agent`` generator against ``served`` (a :class:`rlsdk.testing.ServedEngine`
-    whose engine has a chat template) through the generator's call point
-    (:func:`rlsdk.plugins.calls.call_custom_generate`), finishes its sample with at least one model turn whose
-    tokens are loss-masked 1. Returns the sample."""
-    args = args or RolloutConfig()
-    args.agent_function_path = name
+    """An agent, run by the ``openai_agent`` generator (or ``generator``: ``anthropic_agent`` for an agent on
+    the ``anthropic`` client) against ``served`` (a :class:`rlsdk.testing.ServedEngine` whose engine has a chat
+    template) through the generator's call point (:func:`rlsdk.plugins.calls.call_custom_generate`), finishes
+    its sample with at least one model turn whose tokens are loss-masked 1. Returns the sample."""
+    args = (args or RolloutConfig()).replace(agent_function_path=name)
     runtime = Runtime(pm, served.engine, served.engine.tokenizer, loop=served._loop)
     runtime.server = served.handle
     bind_runtime(args, runtime)
-    generator = runtime.plugins.resolve("custom_generate", "openai_agent")
+    resolved = runtime.plugins.resolve("custom_generate", generator)
     sample = Sample(group_index=0, index=0, prompt=prompt)
-    [result] = served.run(call_custom_generate(args, generator, sample, sampling_params_for(args)))
+    params = sampling_params or sampling_params_for(args)
+    [result] = served.run(call_custom_generate(resolved, args, sample, params))
     assert "generate_error" not in result.metadata, result.metadata["generate_error"]
     assert result.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED), result.status
     assert result.loss_mask and 1 in result.loss_mask, f"agent {name!r}: no model token in its sample"
@@ -377,7 +384,7 @@ def _small_model() -> list[Any]:
 def check_megatron_init(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None) -> None:
     """An init hook takes the run's ``args`` and returns None, as the megatron trainer calls it once megatron is
     initialised (:func:`rlsdk.plugins.calls.call_megatron_init`)."""
-    call_megatron_init(args or RolloutConfig(), pm.resolve("megatron_init", name))
+    call_megatron_init(pm.resolve("megatron_init", name), args or RolloutConfig())
 
 
 def check_megatron_before_log_prob(
@@ -390,7 +397,7 @@ def check_megatron_before_log_prob(
     resolved = pm.resolve("megatron_before_log_prob", name)
     model = model if model is not None else _small_model()
     for store_prefix in ("", "ref_"):
-        call_megatron_before_log_prob(args, resolved, model, store_prefix)
+        call_megatron_before_log_prob(resolved, args, model, store_prefix)
     return model
 
 
@@ -412,7 +419,7 @@ def check_megatron_before_train_step(
     if optimizer is None:
         optimizer = torch.optim.AdamW([p for chunk in model for p in chunk.parameters()], lr=args.lr)
     for step_id in range(2):
-        call_megatron_before_train_step(args, resolved, 0, step_id, model, optimizer, None)
+        call_megatron_before_train_step(resolved, args, 0, step_id, model, optimizer, None)
     return model, optimizer
 
 
@@ -443,5 +450,5 @@ def check_update_weight_post_write(
         folder = Path(tempfile.mkdtemp(prefix="rlsdk-weights-")) / "sync-weights"
         folder.mkdir()
         (folder / "config.json").write_text("{}")
-    call_update_weight_post_write(args, resolved, str(folder), list(engines or []))
+    call_update_weight_post_write(resolved, args, str(folder), list(engines or []))
     return folder

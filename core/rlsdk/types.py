@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .sample_stats import PrefixCacheInfo, SpecInfo
+from .options import RunOptions
+
 
 RewardValue = float | dict[str, Any] | None
 Messages = list[dict[str, Any]]
@@ -70,7 +72,7 @@ class Sample:
     SpecInfo = SpecInfo
     PrefixCacheInfo = PrefixCacheInfo
 
-    def get_reward_value(self, args: Any) -> float | None:
+    def get_reward_value(self, args: RunOptions) -> float | None:
         """The scalar reward: ``reward[args.reward_key]`` for dict rewards, else the reward itself."""
         return reward_value(self.reward, getattr(args, "reward_key", None))
 
@@ -100,6 +102,7 @@ class Sample:
         trainable=..., meta_info=..., text=..., update_terminal_info=True)``; ``text`` is appended to
         ``response`` and ``meta_info`` (SGLang's) updates the engine statistics, weight versions and status.
         """
+        args: Any
         if "tokens" in slime_form:
             args, tokens = tokens, slime_form.pop("tokens")
             log_probs = slime_form.pop("log_probs", log_probs)
@@ -133,7 +136,7 @@ class Sample:
         if meta_info is not None and update_terminal_info:
             self.apply_finish_info(meta_info, args)
 
-    def apply_finish_info(self, meta_info: dict[str, Any], args: Any = None) -> None:
+    def apply_finish_info(self, meta_info: dict[str, Any], args: RunOptions | None = None) -> None:
         """What SGLang's final ``meta_info`` says about the sample, as slime records it: prefix cache hits
         (speculative decoding too with ``args.sglang_speculative_algorithm``), the weight version, and the
         status from ``finish_reason`` (length: truncated, abort: aborted, stop: completed)."""

@@ -13,27 +13,14 @@ loop's worst lateness since the last answer (``stall``, seconds), the process's 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from conftest import CHAT_TEMPLATE, TOOLS_CHAT_TEMPLATE, RecordingEngine, make_word_tokenizer  # noqa: E402
 from fuzzing import LoopWatch, routes_of  # noqa: E402
-
-
-def root_conftest() -> Any:
-    """tests/conftest.py (its tiny Llama), loaded by path as pytest loads it."""
-    spec = importlib.util.spec_from_file_location(
-        "rlsdk_tests_conftest", Path(__file__).parents[1] / "conftest.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def peak_mb() -> float:
@@ -69,11 +56,12 @@ def main(kind: str, folder: Path, token: str | None) -> None:
     if kind == "tinker":
         from rlsdk_embedded.engine import EmbeddedEngine
 
+        from rlsdk.testing import tiny_llama
         from rlsdk.tinker.server import start_tinker_server
         from rlsdk.tinker.service import TinkerService
         from rlsdk.tinker.training import Placement
 
-        model = root_conftest().build_tiny_llama(folder / "tiny-llama")
+        model = tiny_llama(folder / "tiny-llama")
         tinker = TinkerService(
             {"test/tiny-llama": model},
             lambda weights: EmbeddedEngine(str(weights), device="cpu", threads=1),

@@ -53,12 +53,11 @@ def test_score_with_a_hanging_sync_reward_finishes_and_marks_the_sample(tmp_path
 def test_rewards_that_hang_do_not_starve_the_rewards_after_them(rlsdk_pm):
     """More hung sync rewards than the pool has threads: with asyncio's default executor every later
     reward queued behind them and timed out too; now the hung calls are abandoned at their timeout."""
-    import asyncio
     import threading
 
     from rlsdk import Reward, RolloutConfig, Sample, hookimpl
     from rlsdk.aio.blocking import DEFAULT_WORKERS
-    from rlsdk.rollout.rewarding import score_group
+    from rlsdk.testing import score
 
     release = threading.Event()
 
@@ -77,8 +76,8 @@ def test_rewards_that_hang_do_not_starve_the_rewards_after_them(rlsdk_pm):
     hung = [Sample(index=i, response="x", label="hang") for i in range(DEFAULT_WORKERS + 2)]
     later = [Sample(index=i, response="5", label="5") for i in range(8)]
     try:
-        asyncio.run(score_group(args, rlsdk_pm, hung))
-        asyncio.run(score_group(args, rlsdk_pm, later))
+        score(rlsdk_pm, hung, args)
+        score(rlsdk_pm, later, args)
     finally:
         release.set()
     assert all(s.reward is None and "timed out" in s.metadata["reward_error"] for s in hung)

@@ -47,7 +47,7 @@ def run_runtime(chat_tokenizer, monkeypatch):
 
 def test_another_process_cannot_pause_the_runs_engine_server(run_runtime):
     runtime, args, engine = run_runtime
-    url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+    url = f"http://{runtime.args.sglang_router_ip}:{runtime.args.sglang_router_port}"  # the run's view
     health_checks = engine.requests
     paths = ["/pause_generation", "/abort_request", "/generate", "/sessions"]
     another_process = subprocess.run(
@@ -90,7 +90,7 @@ def test_each_run_gets_its_own_secret_and_forgets_it_at_the_end(chat_tokenizer, 
     for _ in range(2):
         args = RolloutConfig.from_dict({"engine": "recording"})
         runtime = open_runtime(args, resolve_run_plugins(args, pm))
-        url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+        url = f"http://{runtime.args.sglang_router_ip}:{runtime.args.sglang_router_port}"  # the run's view
         tokens.append(token_for(url))
         close_runtime(runtime)
         assert token_for(url) is None

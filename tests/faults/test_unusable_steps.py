@@ -68,6 +68,6 @@ def test_dict_and_bool_labels_are_invalid_under_math_not_a_silent_zero():
     for label in ({"answer": "3"}, True, ["3", {"x": 1}]):
         sample = Sample(prompt="1 + 2 = ?", response="\\boxed{3}", label=label)
         with pytest.raises(InvalidReward, match="label is (dict|bool)"):
-            asyncio.run(call_reward(RolloutConfig(), resolved, sample, timeout=30))
+            asyncio.run(call_reward(resolved, RolloutConfig(), sample, timeout=30))
     right = Sample(prompt="1 + 2 = ?", response="\\boxed{3}", label="3")
-    assert asyncio.run(call_reward(RolloutConfig(), resolved, right, timeout=30)) == 1.0
+    assert asyncio.run(call_reward(resolved, RolloutConfig(), right, timeout=30)) == 1.0

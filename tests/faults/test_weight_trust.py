@@ -168,16 +168,29 @@ def test_a_correct_sync_is_not_flagged(args, tmp_path, train_async):
         assert row["train/sync_logprob_max_diff"] < 1e-3
 
 
-def test_an_engine_that_lost_the_weights_is_synced_again_before_it_generates(args, tmp_path, tiny_llama):
+def test_an_engine_that_lost_the_weights_is_synced_again_before_it_generates(
+    args, tmp_path, tiny_llama, monkeypatch
+):
     """After step 0's sync the engine goes back to its starting weights (as a restarted one does); step 1
     must not sample from them."""
-    from rlsdk.runtime import get_runtime
+    from contextlib import contextmanager
+
+    from rlsdk.run import job
 
     config = args(num_rollout=2, sync_check_tol=1e-3)
+    runtimes, running = [], job.running
+
+    @contextmanager
+    def kept_running(*a, **kw):  # the run's runtime, for the callback below
+        with running(*a, **kw) as runtime:
+            runtimes.append(runtime)
+            yield runtime
+
+    monkeypatch.setattr(job, "running", kept_running)
 
     def restart_engine(rollout_id, metrics):
         if rollout_id == 0:
-            runtime = get_runtime(config)
+            runtime = runtimes[0]
             runtime.run(runtime.engine.update_weights_from_disk(str(tiny_llama), "default"))
 
     run_job(config, on_step=restart_engine)

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..types import Sample
 from .openai_agent import AgentClient, run_session_agent
+from ..config import RolloutConfig
 
 
 def _anthropic_clients(base_url: str, token: str | None, timeout: float) -> tuple[Any, Any]:
@@ -26,7 +27,7 @@ def _anthropic_clients(base_url: str, token: str | None, timeout: float) -> tupl
 ANTHROPIC = AgentClient("anthropic_agent", "anthropic", _anthropic_clients, "")
 
 
-async def anthropic_agent(args: Any, sample: Sample, sampling_params: dict[str, Any]) -> Sample:
+async def anthropic_agent(args: RolloutConfig, sample: Sample, sampling_params: dict[str, Any]) -> Sample:
     """Run the run's agent for ``sample`` through an Anthropic client bound to a new session; the sample
     gets the session's token-exact trajectory (model tokens loss mask 1, the rest 0)."""
     return await run_session_agent(ANTHROPIC, args, sample, sampling_params)

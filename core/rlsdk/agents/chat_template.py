@@ -7,7 +7,7 @@ import copy
 import json
 from typing import Any
 
-from ..plugins.records import ToolCallParser
+from ..plugins.kinds import ToolCallParser
 from .tool_parsers import FunctionCall
 
 _MARKER = "\u2063rlsdk-turn\u2063"

@@ -16,7 +16,8 @@ from ..aio.streams import merge_streams
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import new_rid
 from ..errors import PluginCallError
-from ..plugins.records import Resolved, ToolCallParser
+from ..plugins.kinds import ToolCallParser
+from ..plugins.records import Resolved
 from ..sizes import Budget, json_chars, max_prompt_chars
 from .chat_template import ChatTemplate, canonical_message
 from .sessions import Choice, Session, SessionStore, Turn

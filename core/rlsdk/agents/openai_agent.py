@@ -25,6 +25,8 @@ from ..types import Sample
 from .server import chat_endpoint, start_chat_server
 from .sessions import Session
 from .tree import session_tree
+from ..plugins.kinds import Agent
+from ..config import RolloutConfig
 
 
 @dataclass(frozen=True)
@@ -48,14 +50,14 @@ def _openai_clients(base_url: str, token: str | None, timeout: float) -> tuple[A
 OPENAI = AgentClient("openai_agent", "openai", _openai_clients, "/v1")
 
 
-async def openai_agent(args: Any, sample: Sample, sampling_params: dict[str, Any]) -> Sample:
+async def openai_agent(args: RolloutConfig, sample: Sample, sampling_params: dict[str, Any]) -> Sample:
     """Run the run's agent for ``sample`` through an OpenAI client bound to a new session; the sample
     gets the session's token-exact trajectory (model tokens loss mask 1, the rest 0)."""
     return await run_session_agent(OPENAI, args, sample, sampling_params)
 
 
 async def run_session_agent(
-    kind: AgentClient, args: Any, sample: Sample, sampling_params: dict[str, Any]
+    kind: AgentClient, args: RolloutConfig, sample: Sample, sampling_params: dict[str, Any]
 ) -> Sample:
     """Run the run's agent for ``sample`` with ``kind``'s client bound to a new session."""
     runtime = get_runtime(args)
@@ -117,7 +119,9 @@ def fill_sample(
     return sample
 
 
-async def _run_agent(state: dict[str, Any], agent: Resolved, args: Any, sample: Sample, base_url: str) -> Any:
+async def _run_agent(
+    state: dict[str, Any], agent: Resolved, args: RolloutConfig, sample: Sample, base_url: str
+) -> Any:
     if agent.is_async:
         return await agent.func(args, sample, state["async_client"].with_options(base_url=base_url))
     return await blocking_pool().run(
@@ -125,7 +129,7 @@ async def _run_agent(state: dict[str, Any], agent: Resolved, args: Any, sample: 
     )
 
 
-async def _state(kind: AgentClient, args: Any, runtime: Runtime) -> dict[str, Any]:
+async def _state(kind: AgentClient, args: RolloutConfig, runtime: Runtime) -> dict[str, Any]:
     """The run's agent, chat endpoint and clients, made on first use: the run's loopback server's
     endpoint, or (an engine with its own URL, such as SGLang) a chat server in front of the engine."""
     state = runtime.state.get(kind.generate)
@@ -137,12 +141,12 @@ async def _state(kind: AgentClient, args: Any, runtime: Runtime) -> dict[str, An
         raise PluginError(
             f"{kind.generate} needs the {kind.package} package: pip install 'rlsdk[agents]'"
         ) from None
-    if not args.agent_function_path:
+    agent = runtime.plugins.get(Agent)
+    if agent is None:
         raise PluginError(
             f"{kind.generate} needs an agent: set agent_function_path (--set agent_function_path=NAME, "
             f"one of: {', '.join(runtime.pm.names('agent')) or 'none installed'}, or a dotted path)"
         )
-    agent = runtime.plugins.agent
     # the run's loopback server, else a chat server this run started in front of its engine (both clients')
     server = next((s for s in (runtime.server, *runtime.servers) if getattr(s, "chat", None)), None)
     if server is None:
@@ -150,7 +154,7 @@ async def _state(kind: AgentClient, args: Any, runtime: Runtime) -> dict[str, An
             runtime.engine,
             runtime.tokenizer,
             pm=runtime.pm,
-            tool_call_parser=args.tool_call_parser,
+            tool_call_parser=getattr(args, "tool_call_parser", "auto"),
             template_kwargs=args.apply_chat_template_kwargs,
         )
         token = os.environ.get(SERVE_TOKEN_ENV) or run_tokens.new_token()  # no other process may drive it

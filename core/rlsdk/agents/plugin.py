@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ..plugins.hookspecs import hookimpl
-from ..plugins.records import CustomGenerate
+from ..plugins.kinds import CustomGenerate
 from .anthropic_agent import anthropic_agent
 from .openai_agent import openai_agent
 from .tool_parsers import builtin_parsers

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..plugins.records import ToolCallParser
+from ..plugins.kinds import ToolCallParser
 
 
 @dataclass

@@ -9,9 +9,10 @@ from typing import Any
 from ..plugins.rubric import RUBRIC_METADATA
 from ..plugins.verifiers_envs import MODULE_KEY, load_verifiers_environment
 from ..types import Sample
+from ..config import RolloutConfig
 
 
-async def verifiers_agent(args: Any, sample: Sample, client: Any) -> dict[str, Any]:
+async def verifiers_agent(args: RolloutConfig, sample: Sample, client: Any) -> dict[str, Any]:
     """Run the environment's rollout (single- or multi-turn) with ``client`` and score it with its rubric;
     the result holds the rubric's ``reward`` and each reward function's value (``metrics``)."""
     metadata = sample.metadata or {}
@@ -38,7 +39,7 @@ async def verifiers_agent(args: Any, sample: Sample, client: Any) -> dict[str, A
     }
 
 
-def verifiers_reward(args: Any, sample: Sample, **kwargs: Any) -> float | None:
+def verifiers_reward(args: RolloutConfig, sample: Sample, **kwargs: Any) -> float | None:
     """The rubric's score of the sample's rollout, each part logged; no score (the rollout failed, or another
     generator made the sample) makes the sample invalid, never 0."""
     result = ((sample.metadata or {}).get("agent") or {}).get("result")

@@ -204,7 +204,7 @@ class PromptBuilder:
 _INVALID = object()
 
 
-def _limit_source(args: Any) -> str:
+def _limit_source(args: RolloutConfig) -> str:
     if args.rollout_max_prompt_len:
         return (
             f"rollout_max_prompt_len {args.rollout_max_prompt_len} x {MAX_CHARS_PER_TOKEN} characters a token"

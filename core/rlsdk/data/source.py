@@ -20,6 +20,7 @@ from ..plugins.run_plugins import RunPlugins
 from ..types import Sample
 from .prompts import Prompt, PromptBuilder
 from .rows import BadRowPolicy, DataPath, Row, read_rows
+from ..plugins.kinds import BufferFilter
 
 log = logging.getLogger("rlsdk.data")
 
@@ -91,8 +92,12 @@ class DataSource:
             raise DataError(f"{self.data_path}: no usable prompts ({self._describe_counts()})")
         log.info("%s: %d prompts (%s)", self.data_path, len(self.prompts), self._describe_counts())
 
-        plugins = plugins or RunPlugins(args, pm or get_plugin_manager())
-        self._buffer_filter = plugins.buffer_filter
+        # buffer_filter: the run's, or (a data source outside a run) resolved from ``pm`` or the installed plugins
+        self._buffer_filter = (
+            plugins.one(BufferFilter)
+            if plugins is not None
+            else (pm or get_plugin_manager()).resolve(BufferFilter.kind, BufferFilter.chosen(args))
+        )
         self.buffer: list[list[Sample]] = []
         self._epoch = 0
         self._offset = 0
@@ -199,7 +204,7 @@ class DataSource:
     def _take_from_buffer(self, num_groups: int, rollout_id: int) -> list[list[Sample]]:
         """The buffer filter's choice, checked before the buffer changes (buffer_filter)."""
         resolved = self._buffer_filter
-        taken, left = call_buffer_filter(self.args, resolved, rollout_id, self.buffer, num_groups)
+        taken, left = call_buffer_filter(resolved, self.args, rollout_id, self.buffer, num_groups)
         still = {id(g) for g in (*taken, *left)}
         dropped = [g for g in self.buffer if id(g) not in still]
         if dropped:

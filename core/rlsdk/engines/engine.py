@@ -3,7 +3,7 @@
 Every engine (an SGLang server or router reached over HTTP, the embedded transformers engine in
 process, :class:`rlsdk.testing.FakeEngine`) implements :class:`InferenceEngine`. Requests and responses
 are the JSON bodies of SGLang's ``/generate`` (real ones in ``tests/fixtures/sglang-0.5.17.json``), so
-one client (:class:`rlsdk.SGLangClient`), one server (:mod:`rlsdk.run.engine_server`, behind
+one client (:class:`rlsdk.engine_api.SGLangClient`), one server (:mod:`rlsdk.run.engine_server`, behind
 ``rlsdk serve``) and one set of custom generators work against all of
 them.
 """
@@ -20,7 +20,7 @@ from .protocol import EngineError, EngineRequestError, EngineUnavailableError
 from .weight_checksums import ServedChecksums
 
 __all__ = ["EngineError", "EngineRequestError", "EngineUnavailableError", "InferenceEngine"]
-__getattr__ = _moved.forward(__name__, {"SGLangClient": "rlsdk"})
+__getattr__ = _moved.forward(__name__, {"SGLangClient": "rlsdk.engine_api"})
 
 
 class InferenceEngine(abc.ABC):
@@ -119,7 +119,7 @@ class InferenceEngine(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} cannot set its weight version")
 
     async def weight_checksums(self) -> list[ServedChecksums] | None:
-        """The checksum (:func:`rlsdk.tensor_checksum`) of every tensor the engine holds, by its own names,
+        """The checksum (:func:`rlsdk.engine_api.tensor_checksum`) of every tensor the engine holds, by its own names,
         one entry per holder of a copy of the weights (SGLang's ``/weights_checker`` with
         ``{"action": "checksum"}``): the trust check compares them with the trainer's, bit for bit. None
         (the default) where the engine offers none; the log-prob checks then decide alone."""

@@ -8,9 +8,11 @@ parsers (:mod:`rlsdk.agents.completions`), agents (:mod:`rlsdk.agents.openai_age
 (:mod:`rlsdk.rollout.buffer_service`), losses (the trainer's own forward pass). A ``cheap`` reward has a sync
 fast path (:func:`call_cheap_reward`) that checks its result as :func:`call_reward` does. slime's other
 extension points have theirs at the end, the megatron trainer's hooks (called through
-:class:`rlsdk.MegatronHooks`) and the disk weight sync's post-write hook among them.
+:class:`rlsdk.trainer_api.MegatronHooks`) and the disk weight sync's post-write hook among them.
 
-Each function calls the plugin the same way, sync or async (an awaitable result is awaited), turns any failure
+Every call point takes the resolved plugin first, then the plugin's own arguments in the plugin's order (its
+record's ``call_args``), then keyword-only options of the call (a timeout, the runtime, a concurrency limit).
+Each calls the plugin the same way, sync or async (an awaitable result is awaited), turns any failure
 (an exception, a timeout, a result of the wrong shape) into a :class:`~rlsdk.errors.PluginCallError` that names
 the plugin, its distribution and the sample or group, and checks the result the same way for every caller.
 ``custom_generate`` and ``reward`` failures are recorded on their sample instead (one bad sample must not lose
@@ -38,6 +40,8 @@ from ..engines.protocol import EngineError, EngineRequestError
 from ..errors import PluginCallError, RlsdkError
 from ..types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 from .records import Resolved
+from ..options import RunOptions
+
 
 SyncRewardRunner = Callable[[Any, Resolved[Any], Any, dict[str, Any], float | None], Awaitable[Any]]
 """Runs a sync reward somewhere else (``(args, resolved, target, kwargs, timeout)``): a run on Ray sends
@@ -105,16 +109,19 @@ def _sample_where(sample: Sample) -> str:
 
 
 def call_generate_rollout(
-    runtime: Any, resolved: Resolved, args: Any, rollout_id: int, data_source: Any
+    resolved: Resolved, args: RunOptions, rollout_id: int, data_source: Any, *, runtime: Any
 ) -> RolloutFnTrainOutput:
-    """One whole training step from the main thread; a bare list of groups is wrapped, as slime does."""
+    """One whole training step from the main thread (an async rollout runs on ``runtime``'s loop); a bare list
+    of groups is wrapped, as slime does."""
     where = f"at rollout {rollout_id}"
     return as_train_output(
         resolved, _call_rollout(runtime, resolved, where, args, rollout_id, data_source), where
     )
 
 
-def call_eval_rollout(runtime: Any, resolved: Resolved, args: Any, rollout_id: int) -> RolloutFnEvalOutput:
+def call_eval_rollout(
+    resolved: Resolved, args: RunOptions, rollout_id: int, *, runtime: Any
+) -> RolloutFnEvalOutput:
     """generate_rollout with ``evaluation=True`` (no data source); an eval dict is wrapped, as slime does."""
     where = f"at eval after rollout {rollout_id}"
     result = _call_rollout(runtime, resolved, where, args, rollout_id, None, evaluation=True)
@@ -164,10 +171,11 @@ def as_eval_output(resolved: Resolved, result: Any, where: str = "") -> RolloutF
 
 
 async def call_custom_generate(
-    args: Any,
     resolved: Resolved,
+    args: RunOptions,
     sample: Sample,
     sampling_params: dict[str, Any],
+    *,
     limit: ConcurrencyLimit | None = None,
     evaluation: bool = False,
 ) -> list[Sample]:
@@ -266,28 +274,29 @@ class InvalidReward(PluginCallError):
 
 
 async def call_reward(
-    args: Any,
     resolved: Resolved,
+    args: RunOptions,
     target: Sample | list[Sample],
     *,
     evaluation: bool = False,
     timeout: float | None = None,
     runner: SyncRewardRunner | None = None,
 ) -> Any:
-    """The reward of one sample, or the list of rewards of a group (``target`` a list) for a group reward.
+    """The reward of one sample, or the list of rewards of a group (``target`` a list) for a group reward: the
+    one place a reward is dispatched, for the rollout loop, eval, ``rlsdk score``, the testing kit and slime.
 
     Async rewards are awaited; sync ones run in a thread of :mod:`rlsdk.aio.blocking`'s pool so a slow one
     cannot stall the loop (abandoned at ``timeout``), or with ``runner`` where one is given (Ray tasks), except
-    ``cheap`` ones, which are called inline. Returns a number, a dict, or None (the reward marks
-    the sample invalid); raises :class:`InvalidReward` otherwise."""
-    where = _group_where(target) if isinstance(target, list) else _sample_where(target)
+    ``cheap`` ones, which are called inline (:func:`call_cheap_reward`). Returns a number, a dict, or None (the
+    reward marks the sample invalid); raises :class:`InvalidReward` otherwise."""
+    if resolved.record.cheap and not resolved.is_async:
+        return call_cheap_reward(resolved, args, target, evaluation=evaluation)
+    where = _reward_where(target)
     kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
     try:
         with deadline(timeout):
             if resolved.is_async:
                 result = await resolved.func(args, target, **kwargs)
-            elif resolved.record.cheap:
-                result = resolved.func(args, target, **kwargs)
             elif runner is not None:
                 result = await runner(args, resolved, target, kwargs, timeout)
             else:
@@ -305,6 +314,29 @@ async def call_reward(
         raise InvalidReward(resolved, where, reason) from exc
     except Exception as exc:
         raise InvalidReward(resolved, where, f"raised {type(exc).__name__}: {exc}") from exc
+    return checked_reward(resolved, target, result)
+
+
+def call_cheap_reward(
+    resolved: Resolved, args: RunOptions, target: Sample | list[Sample], *, evaluation: bool = False
+) -> Any:
+    """:func:`call_reward` for a ``cheap`` reward from sync code on the loop: no coroutine, no thread, no
+    timeout (the rollout loop's fast path for exact-match rewards)."""
+    kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
+    try:
+        result = resolved.func(args, target, **kwargs)
+    except Exception as exc:
+        raise InvalidReward(resolved, _reward_where(target), f"raised {type(exc).__name__}: {exc}") from exc
+    return checked_reward(resolved, target, result)
+
+
+def _reward_where(target: Sample | list[Sample]) -> str:
+    return _group_where(target) if isinstance(target, list) else _sample_where(target)
+
+
+def checked_reward(resolved: Resolved, target: Sample | list[Sample], result: Any) -> Any:
+    """``result`` when it is a reward for ``target`` (a number, a dict or None; for a group, a list of them,
+    one per sample), else :class:`InvalidReward`."""
     if isinstance(target, list):
         if not isinstance(result, (list, tuple)) or len(result) != len(target):
             got = (
@@ -313,33 +345,21 @@ async def call_reward(
                 else repr(result)[:100]
             )
             raise InvalidReward(
-                resolved, where, f"group reward returned {got}, expected a list of {len(target)}"
+                resolved,
+                _reward_where(target),
+                f"group reward returned {got}, expected a list of {len(target)}",
             )
         for value in result:
-            _check_reward(resolved, where, value)
+            _check_reward(resolved, target, value)
         return list(result)
-    _check_reward(resolved, where, result)
+    _check_reward(resolved, target, result)
     return result
 
 
-def call_cheap_reward(args: Any, resolved: Resolved, sample: Sample, *, evaluation: bool = False) -> Any:
-    """:func:`call_reward` for a ``cheap`` reward from sync code on the loop: no coroutine, no thread, no
-    timeout (the rollout loop's fast path for exact-match rewards)."""
-    kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
-    try:
-        result = resolved.func(args, sample, **kwargs)
-    except Exception as exc:
-        raise InvalidReward(resolved, _sample_where(sample), f"raised {type(exc).__name__}: {exc}") from exc
-    problem = None if result is None else reward_problem(result)
-    if problem:
-        raise InvalidReward(resolved, _sample_where(sample), problem)
-    return result
-
-
-def _check_reward(resolved: Resolved, where: str, value: Any) -> None:
+def _check_reward(resolved: Resolved, target: Sample | list[Sample], value: Any) -> None:
     problem = None if value is None else reward_problem(value)
-    if problem:
-        raise InvalidReward(resolved, where, problem)
+    if problem:  # where is said only then: the loop checks every sample's reward
+        raise InvalidReward(resolved, _reward_where(target), problem)
 
 
 MAX_ABS_REWARD = 1e15
@@ -367,7 +387,9 @@ def reward_problem(reward: Any) -> str | None:
 # ----- filters ---------------------------------------------------------------------------------------------
 
 
-async def call_dynamic_filter(args: Any, resolved: Resolved, group: list[Sample]) -> DynamicFilterOutput:
+async def call_dynamic_filter(
+    resolved: Resolved, args: RunOptions, group: list[Sample]
+) -> DynamicFilterOutput:
     """The filter's verdict on one finished group: a bool (also a numpy or torch boolean, as slime's own filter
     returns), slime's ``DynamicFilterOutput`` or rlsdk's, always given back as rlsdk's."""
     try:
@@ -393,7 +415,7 @@ async def call_dynamic_filter(args: Any, resolved: Resolved, group: list[Sample]
 
 
 async def call_over_sampling_filter(
-    args: Any, resolved: Resolved, groups: list[list[Sample]]
+    resolved: Resolved, args: RunOptions, groups: list[list[Sample]]
 ) -> list[list[Sample]]:
     """The kept groups in the filter's order: a list of groups it was given, none twice (it may leave some out)."""
     where = f"on {len(groups)} kept groups"
@@ -419,7 +441,7 @@ async def call_over_sampling_filter(
 
 
 def call_buffer_filter(
-    args: Any, resolved: Resolved, rollout_id: int, buffer: list[list[Sample]], num_samples: int
+    resolved: Resolved, args: RunOptions, rollout_id: int, buffer: list[list[Sample]], num_samples: int
 ) -> tuple[list[list[Sample]], list[list[Sample]]]:
     """``(served, left)``: the groups the filter serves (at most ``num_samples``) and the buffer it leaves.
 
@@ -458,8 +480,8 @@ def _buffer_problem(served: Any, left: list[Any], given: set[int], num_samples: 
 # ----- engine ----------------------------------------------------------------------------------------------
 
 
-def call_engine(resolved: Resolved, args: Any) -> Any:
-    """Build the engine the factory makes from ``args``: an :class:`rlsdk.InferenceEngine`."""
+def call_engine(resolved: Resolved, args: RunOptions) -> Any:
+    """Build the engine the factory makes from ``args``: an :class:`rlsdk.engine_api.InferenceEngine`."""
     try:
         engine = run_to_completion(resolved.func(args))
     except RlsdkError:
@@ -468,7 +490,7 @@ def call_engine(resolved: Resolved, args: Any) -> Any:
         raise _raised(resolved, "building the engine", exc) from exc
     if not isinstance(engine, InferenceEngine):
         raise PluginCallError(
-            f"{resolved.describe()} returned {type(engine).__name__}: expected an rlsdk.InferenceEngine"
+            f"{resolved.describe()} returned {type(engine).__name__}: expected an rlsdk.engine_api.InferenceEngine"
         )
     return engine
 
@@ -477,7 +499,7 @@ def call_engine(resolved: Resolved, args: Any) -> Any:
 
 
 async def call_sample_hooks(
-    args: Any, hooks: list[Resolved], sample: Sample, *, rollout_id: int | None, evaluation: bool
+    hooks: list[Resolved], args: RunOptions, sample: Sample, *, rollout_id: int | None, evaluation: bool
 ) -> Sample:
     """``sample`` through every sample hook in order (each gets the previous one's sample); a hook that raises
     or returns something other than a Sample or None gives the sample back failed, the error naming the hook
@@ -504,7 +526,7 @@ async def call_sample_hooks(
     return sample
 
 
-def call_rollout_sample_filter(args: Any, resolved: Resolved, groups: list[list[Sample]]) -> int:
+def call_rollout_sample_filter(resolved: Resolved, args: RunOptions, groups: list[list[Sample]]) -> int:
     """Let the filter mark samples ``remove_sample``; returns how many are marked. The groups must keep their
     samples (it marks, it does not remove)."""
     where = f"on {len(groups)} kept groups"
@@ -518,7 +540,7 @@ def call_rollout_sample_filter(args: Any, resolved: Resolved, groups: list[list[
 
 
 def call_all_samples_process(
-    args: Any, resolved: Resolved, groups: list[list[Sample]], data_source: Any
+    resolved: Resolved, args: RunOptions, groups: list[list[Sample]], data_source: Any
 ) -> None:
     """Hand every group the step finished to the plugin."""
     _call_sync(resolved, f"on the {len(groups)} groups of a step", args, groups, data_source)
@@ -535,6 +557,18 @@ def _declared(func: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any
     return {k: v for k, v in kwargs.items() if k in params}
 
 
+def call_plugin(resolved: Resolved, *arguments: Any, where: str = "") -> Any:
+    """The call point of a kind that needs nothing beyond its declaration: ``func(*arguments)`` (the record's
+    ``call_args``, in order) from sync code, an awaitable result run to completion, its failure named, its
+    result checked by the record (:meth:`~rlsdk.plugins.records.PluginRecord.result_problem`)."""
+    where = where or f"at a {resolved.record.scope}"
+    result = _call_sync(resolved, where, *arguments)
+    problem = resolved.record.result_problem(result)
+    if problem:
+        raise PluginCallError(f"{resolved.describe()} {where} {problem}")
+    return result
+
+
 def _call_sync(resolved: Resolved, where: str, *args: Any, **kwargs: Any) -> Any:
     """A trainer- or job-side plugin called from sync code (an awaitable result is run to completion);
     rlsdk's own errors pass unchanged."""
@@ -546,7 +580,7 @@ def _call_sync(resolved: Resolved, where: str, *args: Any, **kwargs: Any) -> Any
         raise _raised(resolved, where, exc) from exc
 
 
-def call_advantage(args: Any, resolved: Resolved, rollout_data: dict[str, Any]) -> list[Any]:
+def call_advantage(resolved: Resolved, args: RunOptions, rollout_data: dict[str, Any]) -> list[Any]:
     """The advantages an advantage plugin sets in ``rollout_data`` (one entry per sample, as many as
     ``rollout_data["rewards"]``)."""
     where = f"on {len(rollout_data.get('rewards', []))} samples"
@@ -563,7 +597,7 @@ def call_advantage(args: Any, resolved: Resolved, rollout_data: dict[str, Any]) 
 
 
 def call_reward_post_process(
-    args: Any, resolved: Resolved, samples: list[Sample]
+    resolved: Resolved, args: RunOptions, samples: list[Sample]
 ) -> tuple[list[float], list[float]]:
     """``(raw_rewards, rewards)``: two lists of finite numbers, one per sample."""
     where = f"on {len(samples)} samples"
@@ -589,7 +623,7 @@ def call_reward_post_process(
 
 
 def call_rollout_data_postprocess(
-    args: Any, resolved: Resolved, rollout_id: int, rollout_data: dict[str, Any]
+    resolved: Resolved, args: RunOptions, rollout_id: int, rollout_data: dict[str, Any]
 ) -> None:
     """Let the plugin edit ``rollout_data`` in place; the per-sample lists must keep their lengths."""
     where = f"at rollout {rollout_id}"
@@ -619,7 +653,7 @@ TRAIN_DATA_KEYS = (
 
 
 def call_convert_samples_to_train_data(
-    args: Any, resolved: Resolved, samples: list[Sample]
+    resolved: Resolved, args: RunOptions, samples: list[Sample]
 ) -> dict[str, Any]:
     """slime's training-data dict: :data:`TRAIN_DATA_KEYS` at least, each a list with one entry per sample."""
     where = f"on {len(samples)} samples"
@@ -647,7 +681,7 @@ def _log_result(resolved: Resolved, where: str, result: Any) -> bool:
 def call_rollout_log(
     resolved: Resolved,
     rollout_id: int,
-    args: Any,
+    args: RunOptions,
     samples: list[Sample],
     metrics: dict[str, Any],
     rollout_time: float,
@@ -665,7 +699,7 @@ def call_rollout_log(
 def call_eval_rollout_log(
     resolved: Resolved,
     rollout_id: int,
-    args: Any,
+    args: RunOptions,
     data: dict[str, Any],
     metrics: dict[str, Any],
     *,
@@ -679,7 +713,7 @@ def call_eval_rollout_log(
 
 
 def _call_abandonable(
-    resolved: Resolved, where: str, args: Any, stop: StopRequest | None, *call_args: Any
+    resolved: Resolved, where: str, args: RunOptions, stop: StopRequest | None, *call_args: Any
 ) -> Any:
     """:func:`_call_sync` in a daemon thread: a call that hangs past ``args.log_timeout`` is a PluginCallError
     naming it, and one still running when ``stop`` is set is abandoned with a warning (None); either way
@@ -716,7 +750,7 @@ def _call_abandonable(
     return outcome.get("value")
 
 
-def call_checkpoint_callback(args: Any, resolved: Resolved, rollout_id: int, path: Any) -> None:
+def call_checkpoint_callback(resolved: Resolved, args: RunOptions, rollout_id: int, path: Any) -> None:
     """A callback after the checkpoint ``path`` of step ``rollout_id`` is complete."""
     _call_sync(resolved, f"after the checkpoint {path} of rollout {rollout_id}", args, rollout_id, path)
 
@@ -724,7 +758,7 @@ def call_checkpoint_callback(args: Any, resolved: Resolved, rollout_id: int, pat
 DATA_SOURCE_METHODS = ("get_samples", "add_samples")
 
 
-def call_data_source(args: Any, resolved: Resolved) -> Any:
+def call_data_source(resolved: Resolved, args: RunOptions) -> Any:
     """The data source the plugin builds from ``args``: an object with :data:`DATA_SOURCE_METHODS`."""
     source = _call_sync(resolved, "building the data source", args)
     missing = [m for m in DATA_SOURCE_METHODS if not callable(getattr(source, m, None))]
@@ -816,13 +850,15 @@ def _returns_none(resolved: Resolved, where: str, result: Any) -> None:
         )
 
 
-def call_megatron_init(args: Any, resolved: Resolved) -> None:
+def call_megatron_init(resolved: Resolved, args: RunOptions) -> None:
     """The init hook, once megatron's parallel state is set up."""
     where = "after megatron's initialisation"
     _returns_none(resolved, where, _call_sync(resolved, where, args))
 
 
-def call_megatron_before_log_prob(args: Any, resolved: Resolved, model: list[Any], store_prefix: str) -> None:
+def call_megatron_before_log_prob(
+    resolved: Resolved, args: RunOptions, model: list[Any], store_prefix: str
+) -> None:
     """The hook before a log-prob computation of ``model`` (a list of model chunks); ``store_prefix`` names
     whose log-probs: ``""`` the policy's, ``"ref_"`` the reference model's."""
     where = f"before the {store_prefix.rstrip('_') or 'policy'} log-probs"
@@ -830,8 +866,8 @@ def call_megatron_before_log_prob(args: Any, resolved: Resolved, model: list[Any
 
 
 def call_megatron_before_train_step(
-    args: Any,
     resolved: Resolved,
+    args: RunOptions,
     rollout_id: int,
     step_id: int,
     model: list[Any],
@@ -865,7 +901,7 @@ def call_model_provider(
 
 
 def call_update_weight_post_write(
-    args: Any, resolved: Resolved, version_dir: str, rollout_engines: list[Any]
+    resolved: Resolved, args: RunOptions, version_dir: str, rollout_engines: list[Any]
 ) -> None:
     """The hook after a disk weight sync wrote ``version_dir``, before ``rollout_engines`` read it."""
     where = f"after the weights were written to {version_dir}"

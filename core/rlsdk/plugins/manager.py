@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.metadata
 import os
 import warnings
@@ -12,24 +13,25 @@ from typing import Any
 
 import pluggy
 
+from .._version import __version__
 from ..errors import PluginConflictError, PluginError, UnknownPluginError
 from . import hookspecs
 from .real_slime import for_real_slime
 from .loading import check_signature, is_async_callable, is_path, load_callable
-from .records import (
-    KINDS,
-    RECORD_TYPES,
-    Option,
-    PluginInfo,
-    PluginRecord,
-    Resolved,
-    hook_name,
-    normalize_name,
-)
+from .kinds import KINDS, RECORD_TYPES, hook_name
+from .records import Option, PluginInfo, PluginRecord, Resolved, normalize_name
 
 ENTRY_POINT_GROUP = "rlsdk"
 CORE_DISTRIBUTION = "rlsdk"
-"""Core's own plugins (the defaults and the torch trainer) are this distribution's entry points."""
+CORE_PLUGINS = {
+    "defaults": "rlsdk.rollout.plugin",
+    "training": "rlsdk.training.plugin",
+    "agents": "rlsdk.agents.plugin",
+    "run": "rlsdk.run.plugin",
+}
+"""Core's own plugins (the defaults, the torch trainer and its losses, the agents' generators and tool-call
+parsers, the logging backends and the arithmetic environment), registered by import under these names, as
+conda and llm register theirs: a source checkout has them without an installed entry point."""
 STRICT_ENV = "RLSDK_STRICT_PLUGINS"
 DISABLE_ENV = "RLSDK_DISABLE_PLUGINS"
 
@@ -305,10 +307,15 @@ def _unique_entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
 
 
 def get_plugin_manager(*, load_entrypoints: bool = True, plugins: Iterable[Any] = ()) -> RlsdkPluginManager:
-    """Build a plugin manager: ``plugins``, then the installed plugins, or with ``load_entrypoints=False`` core's own
-    only (the defaults are part of core: a manager without them could not run a step)."""
+    """Build a plugin manager: ``plugins``, core's own (:data:`CORE_PLUGINS`: the defaults are part of core, a
+    manager without them could not run a step), then the installed plugins unless ``load_entrypoints`` is
+    False."""
     pm = RlsdkPluginManager()
     for plugin in plugins:
         pm.register(plugin)
-    pm.load_entrypoints(distributions=None if load_entrypoints else [CORE_DISTRIBUTION])
+    for name, module in CORE_PLUGINS.items():  # by name: they live on the floors above the plugin system
+        info = PluginInfo(name, CORE_DISTRIBUTION, __version__, module)
+        pm.register(importlib.import_module(module), name, info=info)
+    if load_entrypoints:
+        pm.load_entrypoints()
     return pm

@@ -5,6 +5,7 @@ stand-ins make slime's classes rlsdk's and nothing is wrapped."""
 
 from __future__ import annotations
 
+from argparse import Namespace
 import functools
 import importlib
 import inspect
@@ -60,7 +61,7 @@ class _Converter:
         return [[self.back(s) for s in g] for g in groups]
 
 
-def init_slime_http_client(args: Any) -> None:
+def init_slime_http_client(args: Namespace) -> None:
     """slime's ``post`` needs its client, which slime's trainer makes at start-up: make it (once)."""
     try:
         http_utils = importlib.import_module("slime.utils.http_utils")
@@ -94,19 +95,19 @@ def _reward(func: Callable[..., Any], cls: type) -> Callable[..., Any]:
 
     if not inspect.iscoroutinefunction(func):  # stays sync: rlsdk runs it in a thread
 
-        def sync_reward(args: Any, target: Any, **kwargs: Any) -> Any:
+        def sync_reward(args: Namespace, target: Any, **kwargs: Any) -> Any:
             return func(args, converted(target), **kwargs)
 
         return sync_reward
 
-    async def reward(args: Any, target: Any, **kwargs: Any) -> Any:
+    async def reward(args: Namespace, target: Any, **kwargs: Any) -> Any:
         return await func(args, converted(target), **kwargs)
 
     return reward
 
 
 def _custom_generate(func: Callable[..., Any], cls: type) -> Callable[..., Any]:
-    async def custom_generate(args: Any, sample: Any, sampling_params: Any, **kwargs: Any) -> Any:
+    async def custom_generate(args: Namespace, sample: Any, sampling_params: Any, **kwargs: Any) -> Any:
         init_slime_http_client(args)
         c = _Converter(cls)
         result = func(args, c.out(sample), sampling_params, **kwargs)
@@ -117,14 +118,14 @@ def _custom_generate(func: Callable[..., Any], cls: type) -> Callable[..., Any]:
 
 
 def _dynamic_filter(func: Callable[..., Any], cls: type) -> Callable[..., Any]:
-    def dynamic_filter(args: Any, samples: list[Any], **kwargs: Any) -> Any:
+    def dynamic_filter(args: Namespace, samples: list[Any], **kwargs: Any) -> Any:
         return func(args, [_Converter(cls).out(s) for s in samples], **kwargs)
 
     return dynamic_filter
 
 
 def _over_sampling_filter(func: Callable[..., Any], cls: type) -> Callable[..., Any]:
-    def over_sampling_filter(args: Any, groups: list[list[Any]], **kwargs: Any) -> Any:
+    def over_sampling_filter(args: Namespace, groups: list[list[Any]], **kwargs: Any) -> Any:
         c = _Converter(cls)
         return c.groups_back(func(args, c.groups_out(groups), **kwargs))
 
@@ -132,7 +133,7 @@ def _over_sampling_filter(func: Callable[..., Any], cls: type) -> Callable[..., 
 
 
 def _buffer_filter(func: Callable[..., Any], cls: type) -> Callable[..., Any]:
-    def buffer_filter(args: Any, rollout_id: Any, buffer: list[list[Any]], num_samples: int) -> Any:
+    def buffer_filter(args: Namespace, rollout_id: Any, buffer: list[list[Any]], num_samples: int) -> Any:
         c = _Converter(cls)
         theirs = c.groups_out(buffer)
         taken = func(args, rollout_id, theirs, num_samples)

@@ -17,7 +17,10 @@ from typing import Any
 
 from ..types import Sample, reward_value
 from .calls import InvalidReward, call_reward
-from .records import PluginInfo, Resolved, Reward
+from .kinds import Reward
+from .records import PluginInfo, Resolved
+from ..options import RunOptions
+
 
 WEIGHT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 """A rubric weight: a decimal number (never ``nan``, ``inf``, ``1_0``: those are names)."""
@@ -53,14 +56,14 @@ def rubric_reward(spec: str, parts: list[tuple[RubricPart, Resolved[Any]]]) -> R
     """A resolved reward computing the weighted sum of ``parts`` (each resolved already)."""
     group = any(resolved.record.group for _, resolved in parts)
 
-    async def score_one(args: Any, sample: Sample, evaluation: bool, values: dict[str, float]) -> None:
+    async def score_one(args: RunOptions, sample: Sample, evaluation: bool, values: dict[str, float]) -> None:
         for part, resolved in parts:
             if not resolved.record.group:
                 values[part.spec] = _scalar(
                     args, resolved, sample, await _call(args, resolved, sample, evaluation)
                 )
 
-    async def rubric(args: Any, target: Any, evaluation: bool = False) -> Any:
+    async def rubric(args: RunOptions, target: Any, evaluation: bool = False) -> Any:
         samples = target if group else [target]
         values: list[dict[str, float]] = [{} for _ in samples]
         for part, resolved in parts:
@@ -86,16 +89,16 @@ def rubric_reward(spec: str, parts: list[tuple[RubricPart, Resolved[Any]]]) -> R
     return Resolved(record, PluginInfo(plugin=f"rubric {spec}"), is_async=True, accepts_evaluation=True)
 
 
-async def _call(args: Any, resolved: Resolved[Any], target: Any, evaluation: bool) -> Any:
+async def _call(args: RunOptions, resolved: Resolved[Any], target: Any, evaluation: bool) -> Any:
     """One part's reward; its failure names the part (the sample's error names the rubric too)."""
     timeout = getattr(args, "reward_timeout", None)
     try:
-        return await call_reward(args, resolved, target, evaluation=evaluation, timeout=timeout)
+        return await call_reward(resolved, args, target, evaluation=evaluation, timeout=timeout)
     except InvalidReward as exc:
         raise InvalidReward(resolved, "(a rubric part)", f"part {resolved.describe()}: {exc.reason}") from exc
 
 
-def _scalar(args: Any, resolved: Resolved[Any], sample: Sample, value: Any) -> float:
+def _scalar(args: RunOptions, resolved: Resolved[Any], sample: Sample, value: Any) -> float:
     """A part's value as a number: None (the part marks the sample invalid) and a dict without the run's
     ``reward_key`` are invalid rewards naming the part."""
     where = f"on sample {sample.group_index}/{sample.index} (a rubric part)"

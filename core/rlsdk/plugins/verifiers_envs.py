@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PluginError
-from .records import Environment
+from .kinds import Environment
 from .loading import check_trusted
 
 MODULE_KEY = "verifiers_env"

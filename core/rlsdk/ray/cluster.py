@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import RlsdkError
 from ..plugins.manager import get_plugin_manager
+from ..config import RolloutConfig
 
 LOCAL = "local"
 """``--ray`` without an address: a cluster on this machine, for this run only."""
@@ -47,7 +48,7 @@ class Cluster:
             import_ray().shutdown()
 
 
-def connect(args: Any, local_cpus: int) -> Cluster:
+def connect(args: RolloutConfig, local_cpus: int) -> Cluster:
     """``ray.init`` for the run: a local cluster with the dashboard off and ``local_cpus`` logical CPUs
     (``args.ray_address`` ``local``), or the cluster at ``auto``/``ray://...``/``host:port``.
     ``args.ray_runtime_env`` becomes the job's runtime environment, so every worker gets it."""
@@ -63,8 +64,9 @@ def connect(args: Any, local_cpus: int) -> Cluster:
             **options,
         )
         return Cluster(address=LOCAL, connected=True)
-    ray.init(address=args.ray_address, **options)
-    return Cluster(address=args.ray_address, connected=True)
+    address = args.ray_address or LOCAL
+    ray.init(address=address, **options)
+    return Cluster(address=address, connected=True)
 
 
 def local_object_store() -> int:

@@ -24,8 +24,10 @@ from ..engines.launch.process_group import free_port
 from ..errors import RlsdkError
 from ..plugins.calls import call_engine
 from ..plugins.manager import get_plugin_manager
-from ..plugins.run_plugins import RunPlugins, engine_name, sglang_url
+from ..plugins.run_plugins import sglang_url
 from .cluster import import_ray, worker_info
+from ..plugins.kinds import Engine
+from ..config import RolloutConfig
 
 T = TypeVar("T")
 
@@ -34,12 +36,12 @@ class EngineDiedError(RlsdkError):
     """A request failed because the actor's engine is down (its server exited, or fails its health check)."""
 
 
-def launches_sglang(args: Any) -> bool:
+def launches_sglang(args: RolloutConfig) -> bool:
     """Whether the run's engine is the ``sglang`` engine launching its own servers (no URL given)."""
-    return engine_name(args) == "sglang" and sglang_url(args) is None
+    return Engine.chosen(args) == "sglang" and sglang_url(args) is None
 
 
-def engine_count(args: Any) -> int:
+def engine_count(args: RolloutConfig) -> int:
     """The run's serving engines: ``num_engines``; for SGLang engines on GPUs, ``rollout_num_gpus //
     rollout_num_gpus_per_engine`` (a ``num_engines`` other than 1 must agree)."""
     if not launches_sglang(args):
@@ -63,14 +65,14 @@ def engine_count(args: Any) -> int:
     return count
 
 
-def standby_count(args: Any) -> int:
+def standby_count(args: RolloutConfig) -> int:
     """``ray_standby_engines``; by default one, none for SGLang engines on GPUs (a standby holds its GPUs)."""
     if args.ray_standby_engines is not None:
         return args.ray_standby_engines
     return 0 if launches_sglang(args) else 1
 
 
-def engine_args(args: Any, index: int) -> Any:
+def engine_args(args: RolloutConfig, index: int) -> Any:
     """The options engine actor ``index`` builds its engine from: the run's, except for an engine that
     launches SGLang, which launches one server on the actor's GPUs (numbered from 0: Ray sets
     ``CUDA_VISIBLE_DEVICES``; the trainer's are elsewhere) on a free port of this node, with the seed and log
@@ -90,17 +92,23 @@ def engine_args(args: Any, index: int) -> Any:
     )
 
 
-def actor_resources(args: Any) -> dict[str, Any]:
+def actor_resources(args: RolloutConfig) -> dict[str, Any]:
     """The Ray resources of one engine actor: ``ray_engine_cpus`` CPUs, and ``rollout_num_gpus_per_engine``
     GPUs for an engine on CUDA (an SGLang engine is)."""
     resources: dict[str, Any] = {"num_cpus": args.ray_engine_cpus}
-    if launches_sglang(args) or args.engine_device.startswith("cuda"):
+    if launches_sglang(args) or engine_device(args).startswith("cuda"):
         resources["num_gpus"] = getattr(args, "rollout_num_gpus_per_engine", 1) or 1
     return resources
 
 
-def actor_device(args: Any) -> str:
-    return "cuda" if launches_sglang(args) else args.engine_device
+def engine_device(args: RolloutConfig) -> str:
+    """The embedded engine's ``engine_device`` option (its plugin declares it): the device an engine actor
+    asks Ray for."""
+    return str(getattr(args, "engine_device", None) or "cpu")
+
+
+def actor_device(args: RolloutConfig) -> str:
+    return "cuda" if launches_sglang(args) else engine_device(args)
 
 
 class EngineActor:
@@ -111,7 +119,7 @@ class EngineActor:
     :meth:`start` starts it. A *standby* actor is one prepared and not started: the pool keeps one ready, so
     that a dead engine's replacement only loads weights."""
 
-    def __init__(self, args: Any, index: int) -> None:
+    def __init__(self, args: RolloutConfig, index: int) -> None:
         self.args = args
         self.index = index
         self.engine: Any = None
@@ -130,7 +138,7 @@ class EngineActor:
         if self._built is None:
             # engine: this worker's own plugin, built through the engine call point
             a = engine_args(self.args, self.index)
-            built = call_engine(RunPlugins(a, get_plugin_manager()).engine, a)
+            built = call_engine(get_plugin_manager().resolve(Engine.kind, Engine.chosen(a)), a)
             prepare = getattr(built, "prepare", None)
             if prepare is not None:
                 await prepare()
@@ -230,7 +238,7 @@ class EngineActor:
             await self.engine.close()
 
 
-def local_cpus(args: Any) -> int:
+def local_cpus(args: RolloutConfig) -> int:
     """Logical CPUs of a local cluster: the machine's, or what the engines (spares and standbys included),
     the trainer and one grading task ask for when that is more (each engine and the trainer set their own
     torch threads: Ray's count only places actors)."""

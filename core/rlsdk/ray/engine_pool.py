@@ -44,6 +44,7 @@ from .engine_actor import (
 )
 from .environments import check_worker
 from .trainer_actor import trainer_resources
+from ..config import RolloutConfig
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ class RayEnginePool(InferenceEngine):
 
     def __init__(
         self,
-        args: Any,
+        args: RolloutConfig,
         engine_spec: str,
         driver_plugins: dict[str, str | None],
         *,

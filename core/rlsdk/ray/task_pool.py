@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import importlib
 import signal
 import threading
@@ -23,6 +24,7 @@ from ..plugins.loading import is_path
 from ..plugins.manager import get_plugin_manager
 from ..plugins.run_plugins import RunPlugins
 from .cluster import first_line, import_ray
+from ..config import RolloutConfig
 
 RETRIES = 3
 """Times a task is run again after its worker died."""
@@ -63,15 +65,25 @@ def run_task(spec: str, args: tuple[Any, ...], timeout: float) -> tuple[bool, An
             signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def score_reward(spec: str, group: bool, args: Any, target: Any, kwargs: dict[str, Any]) -> tuple[Any, Any]:
+@functools.cache
+def worker_plugins() -> RunPlugins:
+    """This worker process's plugins, discovered once: a task resolves its reward from the worker's own
+    environment (the driver's resolved plugin does not travel)."""
+    return RunPlugins(RolloutConfig(), get_plugin_manager())
+
+
+def score_reward(
+    spec: str, group: bool, args: RolloutConfig, target: Any, kwargs: dict[str, Any]
+) -> tuple[Any, Any]:
     """A Ray task: the reward ``spec`` (a registered name or a path) resolved from this worker's own
-    environment, called on ``target``; its result and ``target`` (which a reward may have changed)."""
-    resolved = RunPlugins(args, get_plugin_manager()).resolve("reward", spec, group=group)
+    environment, called on ``target``; its result and ``target`` (which a reward may have changed). The
+    driver's :func:`rlsdk.plugins.calls.call_reward` checks the result, as for a reward run in a thread."""
+    resolved = worker_plugins().resolve("reward", spec, group=group)
     return resolved.func(args, target, **kwargs), target
 
 
 async def score_on_cluster(
-    args: Any, resolved: Any, target: Any, kwargs: dict[str, Any], timeout: float | None
+    args: RolloutConfig, resolved: Any, target: Any, kwargs: dict[str, Any], timeout: float | None
 ) -> Any:
     """Score ``target`` (a sample, or a group's list) with the sync reward ``resolved`` as a task of the
     cluster's pool (:func:`score_reward`); what the reward changed on the samples is copied back."""

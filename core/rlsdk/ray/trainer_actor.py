@@ -1,5 +1,5 @@
 """The trainer in a Ray actor: the ``trainer`` plugin resolved and built in the actor's own environment,
-driven through :class:`RemoteTrainer`, a :class:`rlsdk.PolicyTrainer` that forwards each
+driven through :class:`RemoteTrainer`, a :class:`rlsdk.trainer_api.PolicyTrainer` that forwards each
 call. Its weights go to the engines through Ray's object store without a copy in the driver. A trainer
 that dies stops the run, naming the last checkpoint to ``--resume`` from."""
 
@@ -22,6 +22,8 @@ from ..training.trainer import PolicyTrainer, build_trainer
 from ..types import Sample
 from .cluster import describe_place, first_line, import_ray, place, start, worker_info
 from .environments import check_worker
+from ..config import RolloutConfig
+from ..plugins.kinds import Trainer
 
 
 class TrainerLostError(RlsdkError):
@@ -31,7 +33,7 @@ class TrainerLostError(RlsdkError):
 class TrainerActor:
     """A Ray actor holding the run's trainer."""
 
-    def __init__(self, args: Any) -> None:
+    def __init__(self, args: RolloutConfig) -> None:
         self.args = args
         self.trainer: PolicyTrainer | None = None
 
@@ -51,7 +53,8 @@ class TrainerActor:
         known once the engines started) unless the run names its own; the trainer's ``device`` and
         ``dtype`` (the trust check's tolerance depends on them)."""
 
-        self.args.hf_checkpoint = self.args.hf_checkpoint or hf_checkpoint
+        if hf_checkpoint and not self.args.hf_checkpoint:
+            self.args = self.args.replace(hf_checkpoint=hf_checkpoint)
         self.trainer = build_trainer(get_plugin_manager().resolve("trainer", spec), self.args)
         return {name: str(getattr(self.trainer, name, "")) for name in ("device", "dtype")}
 
@@ -81,7 +84,7 @@ class TrainerLaunch:
         import_ray().kill(self.actor)
 
 
-def trainer_resources(args: Any) -> dict[str, Any]:
+def trainer_resources(args: RolloutConfig) -> dict[str, Any]:
     """What the trainer actor asks Ray for: a CPU, and a GPU per trainer process
     (``actor_num_gpus_per_node``, default TP x PP) with ``train_device`` ``cuda``, or ``auto`` on a
     cluster that has GPUs (the trainer's processes then see only those)."""
@@ -92,7 +95,7 @@ def trainer_resources(args: Any) -> dict[str, Any]:
     return {"num_cpus": 1, "num_gpus": trainer_world_size(args) if on_gpus else 0}
 
 
-def launch_trainer(args: Any) -> TrainerLaunch:
+def launch_trainer(args: RolloutConfig) -> TrainerLaunch:
     """Create the trainer actor now, before the engines start, so both start at once. With the model
     folder known already (``hf_checkpoint``, or ``model`` naming a folder), the trainer is built right after
     the actor's imports; otherwise once the engines name it (:class:`RemoteTrainer`)."""
@@ -101,7 +104,7 @@ def launch_trainer(args: Any) -> TrainerLaunch:
     actor = ray.remote(TrainerActor).options(max_restarts=0, **resources).remote(args)
     where = actor.where.remote()  # an actor runs its calls in order: start() follows where()
     folder = named_model_folder(args)
-    started = actor.start.remote(args.trainer, str(folder.resolve())) if folder else None
+    started = actor.start.remote(Trainer.chosen(args), str(folder.resolve())) if folder else None
     return TrainerLaunch(actor, where, resources, started)
 
 
@@ -109,7 +112,7 @@ class RemoteTrainer(PolicyTrainer):
     """The driver's side of a :class:`TrainerActor`, with the remote trainer's ``device`` and ``dtype``."""
 
     def __init__(
-        self, args: Any, spec: str, driver_plugins: dict[str, str | None], launch: TrainerLaunch
+        self, args: RolloutConfig, spec: str, driver_plugins: dict[str, str | None], launch: TrainerLaunch
     ) -> None:
         self.output_dir = Path(args.output_dir)
         self.actor = launch.actor
@@ -118,7 +121,7 @@ class RemoteTrainer(PolicyTrainer):
 
     @staticmethod
     async def _start(
-        args: Any, spec: str, driver_plugins: dict[str, str | None], launch: TrainerLaunch
+        args: RolloutConfig, spec: str, driver_plugins: dict[str, str | None], launch: TrainerLaunch
     ) -> tuple[str, dict[str, str]]:
         ray, actor = import_ray(), launch.actor
         info = await place(actor, launch.where, "the trainer", launch.resources, args.ray_start_timeout)

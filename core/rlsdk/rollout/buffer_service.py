@@ -49,7 +49,8 @@ from ..engines.service_guard import ConnectionLimits, guard, is_loopback, normal
 from ..engines.service_guard import check_binding as _check_binding
 from ..errors import PluginError
 from ..plugins.manager import RlsdkPluginManager
-from ..plugins.records import Resolved, TaskGenerator
+from ..plugins.kinds import TaskGenerator
+from ..plugins.records import Resolved
 from ..sizes import SMALL, Budget, NotJson, TooCostly, parse_request
 
 DEFAULT_MAX_BODY = 64 << 20
@@ -570,6 +571,27 @@ async def start_buffer_server(
         max_connections=max_connections,
     )
 
+    app = web.Application(
+        client_max_size=max_body,
+        middlewares=[
+            guard(token, _error, bind_host=host, allowed_hosts=allowed_hosts),
+            limits.middleware(_error),
+        ],
+    )
+    app.add_routes(buffer_routes(service, max_body))
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, handler_cancellation=True, keepalive_timeout=read_timeout
+    )
+    await runner.setup()
+    bound = await limits.listen(runner, host, port)
+    service.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bound}"
+    return BufferServer(service, runner, limits)
+
+
+def buffer_routes(service: BufferService, max_body: int) -> list[web.RouteDef]:
+    """slime's rollout-buffer routes on ``service``; bodies are JSON, read whole (the connection limits read
+    them already) within each route's budget (``/buffer/write`` up to ``max_body``)."""
+
     async def read_body(request: web.Request, budget: Budget = SMALL) -> tuple[Any, web.Response | None]:
         """(the JSON body, None), or (None, the error answer): standard JSON within the route's ``budget``
         (:mod:`rlsdk.sizes`); ``limits`` has read it already."""
@@ -607,28 +629,10 @@ async def start_buffer_server(
         await asyncio.to_thread(service.store.ack, lease_id)
         return response
 
-    app = web.Application(
-        client_max_size=max_body,
-        middlewares=[
-            guard(token, _error, bind_host=host, allowed_hosts=allowed_hosts),
-            limits.middleware(_error),
-        ],
-    )
-    app.add_routes(
-        [
-            web.post("/start_rollout", endpoint(service.start_rollout, TASK_BUDGET)),
-            web.post(
-                "/buffer/write", endpoint(service.write, Budget(max_body, WRITE_VALUES), in_thread=True)
-            ),
-            web.post("/get_rollout_data", get_rollout_data),
-            web.post("/ack_rollout_data", endpoint(service.ack_rollout_data, in_thread=True)),
-            web.post("/release_rollout_data", endpoint(service.release_rollout_data)),
-        ]
-    )
-    runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, handler_cancellation=True, keepalive_timeout=read_timeout
-    )
-    await runner.setup()
-    bound = await limits.listen(runner, host, port)
-    service.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bound}"
-    return BufferServer(service, runner, limits)
+    return [
+        web.post("/start_rollout", endpoint(service.start_rollout, TASK_BUDGET)),
+        web.post("/buffer/write", endpoint(service.write, Budget(max_body, WRITE_VALUES), in_thread=True)),
+        web.post("/get_rollout_data", get_rollout_data),
+        web.post("/ack_rollout_data", endpoint(service.ack_rollout_data, in_thread=True)),
+        web.post("/release_rollout_data", endpoint(service.release_rollout_data)),
+    ]

@@ -27,7 +27,7 @@ EVAL_ATTEMPTS = 3
 (from its prompt) once the engines are back."""
 
 
-def dataset_args(args: Any, overrides: dict[str, Any]) -> Any:
+def dataset_args(args: RolloutConfig, overrides: dict[str, Any]) -> Any:
     """A copy of ``args`` with one eval dataset's ``overrides`` (rlsdk's config, or slime's ``args``)."""
     if dataclasses.is_dataclass(args) and not isinstance(args, type):
         return dataclasses.replace(args, **overrides)

@@ -13,6 +13,7 @@ from typing import Any
 from ..engines.protocol import EngineError
 from ..runtime import get_runtime
 from ..types import Sample
+from ..config import RolloutConfig
 
 _LOG_PROB, _TOKEN_ID = itemgetter(0), itemgetter(1)  # of an output_token_logprobs entry
 FINISH_STATUS = {
@@ -22,7 +23,7 @@ FINISH_STATUS = {
 }
 
 
-def sampling_params_for(args: Any, *, evaluation: bool = False) -> dict[str, Any]:
+def sampling_params_for(args: RolloutConfig, *, evaluation: bool = False) -> dict[str, Any]:
     """SGLang sampling parameters from the run configuration (eval overrides when ``evaluation``)."""
 
     def pick(eval_name: str, name: str) -> Any:
@@ -45,7 +46,7 @@ def sampling_params_for(args: Any, *, evaluation: bool = False) -> dict[str, Any
     return params
 
 
-def prompt_ids(args: Any, sample: Sample) -> list[int]:
+def prompt_ids(args: RolloutConfig, sample: Sample) -> list[int]:
     """The sample's token ids, tokenizing its prompt with the run's tokenizer when they are empty."""
     if sample.tokens:
         return sample.tokens
@@ -60,7 +61,7 @@ def prompt_ids(args: Any, sample: Sample) -> list[int]:
     return sample.tokens
 
 
-def engine_prompt(args: Any, sample: Sample, input_ids: list[int]) -> dict[str, Any]:
+def engine_prompt(args: RolloutConfig, sample: Sample, input_ids: list[int]) -> dict[str, Any]:
     """The prompt part of a ``/generate`` body: ``input_ids``, or for a sample with images
     (``multimodal_inputs["images"]``) SGLang's ``text`` (prompt plus the response so far) and
     ``image_data``."""
@@ -113,7 +114,7 @@ def without_stop_token(text: str, finish: dict[str, Any], tokenizer: Any) -> str
     return text[: -len(stop)] if stop and text.endswith(stop) else text
 
 
-def turn_budget(args: Any, sample: Sample, sampling_params: dict[str, Any]) -> int:
+def turn_budget(args: RolloutConfig, sample: Sample, sampling_params: dict[str, Any]) -> int:
     """New tokens the next turn may add: what is left of ``max_new_tokens`` for the response and, when
     ``args.rollout_max_context_len`` is set, of the context for prompt plus response."""
     budget = remaining_budget(sample, sampling_params)
@@ -124,7 +125,11 @@ def turn_budget(args: Any, sample: Sample, sampling_params: dict[str, Any]) -> i
 
 
 def turn_payload(
-    args: Any, sample: Sample, sampling_params: dict[str, Any], *, stop: list[str] | tuple[str, ...] = ()
+    args: RolloutConfig,
+    sample: Sample,
+    sampling_params: dict[str, Any],
+    *,
+    stop: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any] | None:
     """The ``/generate`` body continuing ``sample.tokens``, clamped to :func:`turn_budget` (extra ``stop``
     strings added); None, with the sample marked truncated, when no budget is left."""
@@ -143,7 +148,11 @@ def turn_payload(
 
 
 async def model_turn(
-    args: Any, sample: Sample, sampling_params: dict[str, Any], *, stop: list[str] | tuple[str, ...] = ()
+    args: RolloutConfig,
+    sample: Sample,
+    sampling_params: dict[str, Any],
+    *,
+    stop: list[str] | tuple[str, ...] = (),
 ) -> str:
     """Continue ``sample.tokens`` with one engine call (see :func:`turn_payload`); returns the turn's text.
     With no budget left the sample is marked truncated."""
@@ -157,7 +166,9 @@ async def model_turn(
     return sample.response[before:]
 
 
-def append_observation(args: Any, sample: Sample, text: str, sampling_params: dict[str, Any]) -> bool:
+def append_observation(
+    args: RolloutConfig, sample: Sample, text: str, sampling_params: dict[str, Any]
+) -> bool:
     """Append tool or environment text as response tokens with loss mask 0, cut to :func:`turn_budget`.
     Returns False, marking the sample truncated, when it did not fit."""
     tokenizer = get_runtime(args).tokenizer
@@ -173,7 +184,7 @@ def append_observation(args: Any, sample: Sample, text: str, sampling_params: di
     return True
 
 
-async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any]) -> Sample:
+async def generate(args: RolloutConfig, sample: Sample, sampling_params: dict[str, Any]) -> Sample:
     """Generate the sample's response in one engine call, resuming after earlier partial tokens."""
     payload = turn_payload(args, sample, sampling_params)  # model_turn's work, one coroutine less a sample
     if payload is not None:

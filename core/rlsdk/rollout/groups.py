@@ -11,6 +11,7 @@ from ..plugins.run_plugins import RunPlugins
 from ..types import Sample
 from .ledger import Group
 from .rewarding import score_group
+from ..plugins.kinds import SampleHook
 
 
 async def run_group(
@@ -25,12 +26,12 @@ async def run_group(
     """Generate and reward one group in place. Failures are recorded on the samples, not raised."""
     # custom_generate: each unfinished sample (buffered surplus groups are already complete)
     await generate_group(args, plugins, group, sampling_params, limit, evaluation)
-    hooks = plugins.sample_hooks
+    hooks = plugins.each(SampleHook)
     if hooks and all(s.status in FINISHED for s in group):
         # sample_hook: every finished sample through the hooks, in order, before its reward
         group[:] = await gather_calls(
             [
-                call_sample_hooks(args, hooks, s, rollout_id=rollout_id, evaluation=evaluation)
+                call_sample_hooks(hooks, args, s, rollout_id=rollout_id, evaluation=evaluation)
                 if s.reward is None
                 else _same(s)
                 for s in group
@@ -61,7 +62,12 @@ async def generate_group(
     in place (a generator may return several samples for one)."""
     calls = [
         call_custom_generate(
-            args, plugins.generator_for(sample), sample, seeded(args, sampling_params, i), limit, evaluation
+            plugins.generator_for(sample),
+            args,
+            sample,
+            seeded(args, sampling_params, i),
+            limit=limit,
+            evaluation=evaluation,
         )
         for i, sample in enumerate(group)
     ]

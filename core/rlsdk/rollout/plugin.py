@@ -11,31 +11,36 @@ from typing import Any
 
 from ..plugins.hookspecs import hookimpl
 from ..data import DataSource
-from ..plugins.records import BufferFilter, CustomGenerate, DataSourceFactory, Engine, GenerateRollout
+from ..plugins.kinds import BufferFilter, CustomGenerate, DataSourceFactory, Engine, GenerateRollout
 from ..plugins.run_plugins import sglang_url
 from . import generate, step
+from ..config import RolloutConfig
 
 
-def sglang_engine(args: Any) -> Any:
+def sglang_engine(args: RolloutConfig) -> Any:
     """A real SGLang server or router by URL; without one, rlsdk launches SGLang servers (and a router)
     on this machine's GPUs for ``--hf-checkpoint`` (:mod:`rlsdk.engines.launch.sglang`)."""
     from ..engines.sglang_client import SGLangClient
 
-    options = {
-        "concurrency": args.sglang_server_concurrency,
-        "retries": args.sglang_retries,
-        "backoff": args.sglang_backoff,
-    }
     url = sglang_url(args)
-    if url:
-        return SGLangClient(url, **options)
-    from ..engines.launch.sglang import launcher_for
+    launcher = None
+    if not url:
+        from ..engines.launch.sglang import launcher_for
 
-    launcher = launcher_for(args, Path(args.output_dir) / "logs")
-    return SGLangClient(launcher.url, launcher=launcher, **options)
+        launcher = launcher_for(args, Path(args.output_dir) / "logs")
+        url = launcher.url
+    return SGLangClient(
+        url,
+        concurrency=args.sglang_server_concurrency,
+        retries=args.sglang_retries,
+        backoff=args.sglang_backoff,
+        launcher=launcher,
+    )
 
 
-def pop_first(args: Any, rollout_id: int, buffer: list[list[Any]], num_samples: int) -> list[list[Any]]:
+def pop_first(
+    args: RolloutConfig, rollout_id: int, buffer: list[list[Any]], num_samples: int
+) -> list[list[Any]]:
     """Serve the oldest groups first (FIFO), removing them from the buffer.
 
     Example: a buffer ``[g0, g1, g2]`` asked for 2 serves ``[g0, g1]`` and keeps ``[g2]``.

@@ -16,14 +16,12 @@ Rewards are resolved once per run (:class:`rlsdk.plugins.run_plugins.RunPlugins`
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 from ..config import RolloutConfig
 from ..aio.concurrency import gather_calls
 from ..errors import PluginCallError, PluginError
 from ..plugins.calls import InvalidReward, call_cheap_reward, call_reward
-from ..plugins.manager import RlsdkPluginManager
 from ..plugins.records import Resolved
 from ..plugins.rubric import RUBRIC_METADATA
 from ..plugins.run_plugins import RunPlugins
@@ -37,18 +35,6 @@ INVALID_DROP_REASON = "invalid_reward"
 
 
 # ----- resolution -----------------------------------------------------------------------------------
-
-_by_manager: weakref.WeakKeyDictionary[RlsdkPluginManager, RunPlugins] = weakref.WeakKeyDictionary()
-
-
-def run_plugins(plugins: RunPlugins | RlsdkPluginManager, args: RolloutConfig) -> RunPlugins:
-    """The run's plugins, or for a bare plugin manager (``rlsdk score``, tests) one set per manager, so each
-    reward is resolved once either way."""
-    if isinstance(plugins, RunPlugins):
-        return plugins
-    if plugins not in _by_manager:
-        _by_manager[plugins] = RunPlugins(args, plugins)
-    return _by_manager[plugins]
 
 
 def reward_spec(args: RolloutConfig, sample: Sample) -> tuple[str, bool]:
@@ -69,19 +55,17 @@ def reward_spec(args: RolloutConfig, sample: Sample) -> tuple[str, bool]:
 
 async def score_group(
     args: RolloutConfig,
-    plugins: RunPlugins | RlsdkPluginManager,
+    plugins: RunPlugins,
     samples: list[Sample],
     *,
     evaluation: bool = False,
 ) -> None:
     """Set ``reward`` on every sample that has none (a group reward scores every sample), marking
-    invalid ones; never raises for one bad sample. Rewards come from the run's ``plugins`` (or a plugin
-    manager's).
+    invalid ones; never raises for one bad sample. Rewards come from the run's ``plugins``.
 
     Raises PluginError only for configuration errors: an unknown reward (before any reward runs), or a
     dict reward without the configured ``reward_key``/``eval_reward_key``.
     """
-    plugins = run_plugins(plugins, args)
     plan: dict[tuple[str, bool], tuple[Resolved, list[Sample]]] = {}  # samples by reward
     for sample in samples:
         spec = reward_spec(args, sample)
@@ -111,7 +95,7 @@ async def score_group(
             _check_key(args, plugins, sample, key)
 
 
-async def score_samples(args: Any, samples: list[Sample], *, evaluation: bool = False) -> None:
+async def score_samples(args: RolloutConfig, samples: list[Sample], *, evaluation: bool = False) -> None:
     """Score ``samples`` with the run's rewards, as the rollout step does (for a plugin that scores samples
     itself, such as slime's ``batched_async_rm``): each sample without a reward gets one, or is marked
     invalid with the reason in ``metadata[REWARD_ERROR]``."""
@@ -128,7 +112,7 @@ async def _score_one(
 ) -> None:
     try:
         reward = await call_reward(
-            args, resolved, sample, evaluation=evaluation, timeout=timeout, runner=plugins.reward_runner
+            resolved, args, sample, evaluation=evaluation, timeout=timeout, runner=plugins.reward_runner
         )
     except InvalidReward as exc:
         mark_invalid(sample, resolved, exc.reason)
@@ -140,7 +124,7 @@ def _score_inline(args: RolloutConfig, resolved: Resolved, samples: list[Sample]
     """A ``cheap`` reward, called on the event loop: no thread hop, no timeout."""
     for sample in samples:
         try:
-            reward = call_cheap_reward(args, resolved, sample, evaluation=evaluation)
+            reward = call_cheap_reward(resolved, args, sample, evaluation=evaluation)
         except InvalidReward as exc:
             mark_invalid(sample, resolved, exc.reason)
             continue
@@ -157,7 +141,7 @@ async def _score_together(
 ) -> None:
     try:
         rewards = await call_reward(
-            args, resolved, samples, evaluation=evaluation, timeout=timeout, runner=plugins.reward_runner
+            resolved, args, samples, evaluation=evaluation, timeout=timeout, runner=plugins.reward_runner
         )
     except InvalidReward as exc:
         for sample in samples:

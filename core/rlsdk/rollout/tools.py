@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from ..aio.blocking import blocking_pool
-from ..plugins.records import Tool
+from ..plugins.kinds import Tool
 from ..runtime import plugins_of
+from ..config import RolloutConfig
 
 
 @dataclass
@@ -22,14 +24,24 @@ class ToolResult:
     error: str | None = None
 
 
-def resolve_tools(args: Any, names: list[str]) -> dict[str, Tool]:
+def resolve_tools(args: RolloutConfig, names: list[str]) -> dict[str, Tool]:
     """The tool records of ``names`` from the run's plugins (an unknown name lists the installed)."""
     return plugins_of(args).tools(names)
 
 
-async def call_tool(args: Any, tool: Tool, arguments: dict[str, Any]) -> ToolResult:
-    """Run ``tool`` with ``arguments`` within its timeout. A tool that raises, hangs or returns
-    something unprintable gives an ``Error: ...`` observation instead of an exception."""
+async def call_tool(tool: Tool, args: RolloutConfig, arguments: dict[str, Any]) -> ToolResult:
+    """Run ``tool`` with ``arguments`` within its timeout (the call point's order: the plugin first, then what
+    it is called with). A tool that raises, hangs or returns something unprintable gives an ``Error: ...``
+    observation instead of an exception. ``call_tool(args, tool, arguments)``, the 0.2 order, still works and
+    warns."""
+    if not isinstance(tool, Tool) and isinstance(args, Tool):
+        warnings.warn(
+            "call_tool(args, tool, arguments) is deprecated and will be removed in 0.4: "
+            "use rlsdk.call_tool(tool, args, arguments)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        tool, args = args, tool
     try:
         if inspect.iscoroutinefunction(tool.func):
             call = tool.func(args, **arguments)

@@ -128,27 +128,7 @@ async def start_server(
     app[_ENGINE] = engine
     app[_WEIGHTS_DIRS] = tuple(Path(d).resolve() for d in weights_dirs)
     app[_GENERATE_BUDGET] = Budget(bytes=max_body, values=GENERATE_VALUES, depth=None)
-    app.add_routes(
-        [
-            web.get("/health", _health),
-            web.get("/health_generate", _health_generate),
-            web.get("/model_info", _model_info),
-            web.get("/get_model_info", _model_info),
-            web.get("/get_weight_version", _weight_version_gone),
-            web.get("/weight_version", _weight_version_gone),
-            web.post("/generate", _generate),
-            web.post("/abort_request", _abort),
-            web.get("/v1/loads", _loads),
-            web.route("*", "/flush_cache", _flush_cache),
-            web.post("/pause_generation", _pause),
-            web.post("/continue_generation", _continue),
-            web.post("/update_weights_from_disk", _update_weights_from_disk),
-            web.post("/load_lora_adapter", _load_lora_adapter),
-            web.post("/unload_lora_adapter", _unload_lora_adapter),
-            web.post("/update_weight_version", _update_weight_version),
-            web.route("*", "/weights_checker", _weights_checker),
-        ]
-    )
+    app.add_routes(engine_routes())
     chat = None
     if getattr(getattr(engine, "tokenizer", None), "chat_template", None):
         chat = await chat_endpoint(engine, engine.tokenizer, pm=pm, tool_call_parser=tool_call_parser)  # type: ignore[attr-defined]
@@ -163,6 +143,29 @@ async def start_server(
     if engine.url is None:  # an engine with a URL of its own (a client, served as a proxy) keeps it
         engine.url = handle.url
     return handle
+
+
+def engine_routes() -> list[web.RouteDef]:
+    """SGLang's native routes, as ``rlsdk serve`` answers them."""
+    return [
+        web.get("/health", _health),
+        web.get("/health_generate", _health_generate),
+        web.get("/model_info", _model_info),
+        web.get("/get_model_info", _model_info),
+        web.get("/get_weight_version", _weight_version_gone),
+        web.get("/weight_version", _weight_version_gone),
+        web.post("/generate", _generate),
+        web.post("/abort_request", _abort),
+        web.get("/v1/loads", _loads),
+        web.route("*", "/flush_cache", _flush_cache),
+        web.post("/pause_generation", _pause),
+        web.post("/continue_generation", _continue),
+        web.post("/update_weights_from_disk", _update_weights_from_disk),
+        web.post("/load_lora_adapter", _load_lora_adapter),
+        web.post("/unload_lora_adapter", _unload_lora_adapter),
+        web.post("/update_weight_version", _update_weight_version),
+        web.route("*", "/weights_checker", _weights_checker),
+    ]
 
 
 def _error(message: str, status: int) -> web.Response:

@@ -17,16 +17,18 @@ from ..plugins.calls import (
 )
 from ..runtime import Runtime
 from ..types import RolloutFnEvalOutput, RolloutFnTrainOutput
+from ..plugins.kinds import CheckpointCallback, DataSourceFactory, EvalRolloutLog, GenerateRollout, RolloutLog
+from ..config import RolloutConfig
 
 CORE_DATA_SOURCE = "prompt_data"
 """Core's data source plugin: :class:`rlsdk.DataSource` on ``prompt_data``."""
 
 
-def uses_core_data_source(args: Any) -> bool:
+def uses_core_data_source(args: RolloutConfig) -> bool:
     return getattr(args, "data_source_path", None) in (None, CORE_DATA_SOURCE)
 
 
-def build_data_source(args: Any, runtime: Runtime, rows: Any) -> Any:
+def build_data_source(args: RolloutConfig, runtime: Runtime, rows: Any) -> Any:
     """The run's data source: rlsdk's own on ``prompt_data`` (the rows read already), or the data_source
     plugin's (data_source)."""
     plugins = runtime.plugins
@@ -35,12 +37,12 @@ def build_data_source(args: Any, runtime: Runtime, rows: Any) -> Any:
             args,
             plugins=plugins,
             tokenizer=runtime.tokenizer,
-            keep_messages=plugins.generate_rollout.record.chat_messages,
+            keep_messages=plugins.one(GenerateRollout).record.chat_messages,
             read=rows,
         )
-    resolved = plugins.data_source
+    resolved = plugins.get(DataSourceFactory)
     assert resolved is not None
-    source = call_data_source(args, resolved)
+    source = call_data_source(resolved, args)
     if not callable(getattr(source, "state_dict", None)):
         warnings.warn(
             f"{resolved.describe()} has no state_dict()/load_state_dict(): --resume starts its data over",
@@ -58,27 +60,27 @@ def load_data_state(data_source: Any, state: dict[str, Any]) -> None:
         data_source.load_state_dict(state)
 
 
-def log_step(args: Any, runtime: Runtime, rollout_id: int, result: RolloutFnTrainOutput) -> None:
+def log_step(args: RolloutConfig, runtime: Runtime, rollout_id: int, result: RolloutFnTrainOutput) -> None:
     """Every rollout_log backend, with slime's arguments (the kept samples flat, the step's metrics)."""
     samples = [s for group in result.samples for s in group]
     seconds = float(result.metrics.get("rollout/seconds") or 0.0)
-    for resolved in runtime.plugins.rollout_logs:
+    for resolved in runtime.plugins.each(RolloutLog):
         # rollout_log: abandoned at log_timeout, or at a stop signal
         call_rollout_log(resolved, rollout_id, args, samples, result.metrics, seconds, stop=runtime.stop)
 
 
-def log_eval(args: Any, runtime: Runtime, rollout_id: int, result: RolloutFnEvalOutput) -> None:
+def log_eval(args: RolloutConfig, runtime: Runtime, rollout_id: int, result: RolloutFnEvalOutput) -> None:
     """Every eval_rollout_log backend."""
-    for resolved in runtime.plugins.eval_rollout_logs:
+    for resolved in runtime.plugins.each(EvalRolloutLog):
         # eval_rollout_log: abandoned at log_timeout, or at a stop signal
         call_eval_rollout_log(resolved, rollout_id, args, result.data, result.metrics, stop=runtime.stop)
 
 
-def after_checkpoint(args: Any, runtime: Runtime, rollout_id: int, folder: Path) -> None:
+def after_checkpoint(args: RolloutConfig, runtime: Runtime, rollout_id: int, folder: Path) -> None:
     """Every checkpoint_callback, once the checkpoint ``folder`` is complete and the state points at it; a
     failing callback stops the run, naming it (the checkpoint itself is kept)."""
-    for resolved in runtime.plugins.checkpoint_callbacks:
+    for resolved in runtime.plugins.each(CheckpointCallback):
         try:
-            call_checkpoint_callback(args, resolved, rollout_id, folder)  # checkpoint_callback
+            call_checkpoint_callback(resolved, args, rollout_id, folder)  # checkpoint_callback
         except PluginCallError as exc:
             raise PluginCallError(f"{exc} (the checkpoint {folder} is complete and kept)") from exc

@@ -11,7 +11,6 @@ from typing import Any
 from ..config import RolloutConfig
 from ..data import BadRowPolicy, DataPath, Row, read_rows
 from ..errors import DataError
-from ..plugins.calls import call_generate_rollout
 from ..plugins.loading import refusing_code
 from ..plugins.manager import RlsdkPluginManager
 from ..report import RunReport
@@ -96,13 +95,16 @@ def _run_job(
     settings = saved.get("settings")
     skip = list(settings) if isinstance(settings, dict) else []  # the settings are the CLI's to refuse
     untrusted = {} if trust_folder or not saved else untrusted_texts(output.folder, saved, skip=skip)
-    loading = " (loading the model)" if args.engine == "embedded" else ""
-    status(f"starting the {args.engine} engine{loading}")
+    engine = args.choices["engine"]
+    loading = " (loading the model)" if engine == "embedded" else ""
+    status(f"starting the {engine} engine{loading}")
     with (
         refusing_code(untrusted, allowed=strings_in(args.to_dict())),
         running(args, pm) as runtime,
         ExitStack() as closing,
     ):
+        assert runtime.args is not None
+        args = runtime.args  # the configuration as the run's plugins see it
         status("reading the data")
         runtime.progress = progress
         output.on_saved.append(lambda state: setattr(runtime, "saved_state", state))
@@ -124,7 +126,7 @@ def _run_job(
             warn_changed_plugins(state.get("plugins", {}), runtime.pm)
             if training is not None and state.get("checkpoint"):
                 training.restore(output.check_checkpoint(state))  # each file as it was saved
-                steps.checkpoint, steps.checkpoint_version = state["checkpoint"], training.weight_version
+                steps.last_checkpoint, steps.checkpoint_version = state["checkpoint"], training.weight_version
         else:
             if training is not None and args.eval_interval and not args.skip_eval_before_train:
                 status("eval before the first step")
@@ -183,25 +185,19 @@ def check_images(runtime: Runtime, data_source: Any) -> None:
 
 
 def run_steps(steps: StepRecorder, first: int) -> None:
-    """The synchronous loop: each step's rollout, then its training, sync and trust check."""
+    """The synchronous loop, its five verbs in order as in slime's ``train.py``: rollout, train, sync, eval,
+    checkpoint (the overlapped loop, :mod:`.overlap`, runs the same verbs in two threads)."""
     args, runtime, training = steps.args, steps.runtime, steps.training
     for rollout_id in range(first, args.num_rollout):
         steps.status(f"step {rollout_id}")
-        # an engine restarted since the last sync gets the weights again before it generates (T21)
-        resynced = training.ensure_engine_weights() if training is not None else 0
-        # generate_rollout: one whole step
-        result = call_generate_rollout(
-            runtime, runtime.plugins.generate_rollout, args, rollout_id, steps.data_source
-        )
-        if resynced:
-            result.metrics["train/engine_resyncs"] = resynced
-        if result.metrics.get("rollout/stopped"):  # its groups wait in the buffer, tokens kept
-            steps.stop(rollout_id, [(rollout_id, result)])
+        result = steps.rollout(rollout_id)  # generate_rollout: one whole step
         if training is not None and result.samples:
             steps.status(f"step {rollout_id}: training")
-            # trainer: learn from the kept groups, sync the engine, check it serves the new weights
-            result.metrics.update(training.train(rollout_id, result))
-        steps.finish(rollout_id, result, source_state(steps.data_source))
+            result.metrics.update(training.train(rollout_id, result))  # trainer: learn from the kept groups
+            result.metrics.update(training.publish(result))  # sync: weights to every engine, trust check
+        state = steps.record(rollout_id, result, source_state(steps.data_source))  # outputs, run state
+        steps.evaluate(rollout_id, result, state)  # eval, when due
+        steps.checkpoint(rollout_id, result, state)  # checkpoint, when due
         if runtime.stop.is_set:
             steps.stop(rollout_id + 1, [])
 

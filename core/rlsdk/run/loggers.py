@@ -12,6 +12,7 @@ from typing import Any
 
 from ..report import numbers
 from ..types import reward_value
+from ..config import RolloutConfig
 
 LOG_FOLDER = "logs"
 ROLLOUT_LOG = f"{LOG_FOLDER}/rollout_log.jsonl"
@@ -21,7 +22,7 @@ LOG_FILES = (ROLLOUT_LOG, EVAL_ROLLOUT_LOG)
 (TensorBoard's and wandb's event files are not: a step run again after a crash appears there twice)."""
 
 
-def _folder(args: Any) -> Path:
+def _folder(args: RolloutConfig) -> Path:
     folder = Path(args.output_dir) / LOG_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     return folder
@@ -32,7 +33,7 @@ def _append(path: Path, row: dict[str, Any]) -> None:
         out.write(json.dumps(row, default=str) + "\n")
 
 
-def _sample_rows(args: Any, samples: list[Any]) -> list[dict[str, Any]]:
+def _sample_rows(args: RolloutConfig, samples: list[Any]) -> list[dict[str, Any]]:
     key = getattr(args, "reward_key", None)
     return [
         {
@@ -47,7 +48,11 @@ def _sample_rows(args: Any, samples: list[Any]) -> list[dict[str, Any]]:
 
 
 def jsonl_rollout_log(
-    rollout_id: int, args: Any, samples: list[Any], rollout_extra_metrics: dict[str, Any], rollout_time: float
+    rollout_id: int,
+    args: RolloutConfig,
+    samples: list[Any],
+    rollout_extra_metrics: dict[str, Any],
+    rollout_time: float,
 ) -> bool:
     """One JSON line per step in ``logs/rollout_log.jsonl``: its numeric metrics and each sample's reward."""
     row = {
@@ -61,7 +66,7 @@ def jsonl_rollout_log(
 
 
 def jsonl_eval_rollout_log(
-    rollout_id: int, args: Any, data: dict[str, Any], extra_metrics: dict[str, Any]
+    rollout_id: int, args: RolloutConfig, data: dict[str, Any], extra_metrics: dict[str, Any]
 ) -> bool:
     """One JSON line per eval in ``logs/eval_rollout_log.jsonl``: its numeric metrics and each dataset's rewards."""
     row = {
@@ -87,7 +92,11 @@ def _scalars(writer: Any, step: int, metrics: dict[str, Any]) -> None:
 
 
 def tensorboard_rollout_log(
-    rollout_id: int, args: Any, samples: list[Any], rollout_extra_metrics: dict[str, Any], rollout_time: float
+    rollout_id: int,
+    args: RolloutConfig,
+    samples: list[Any],
+    rollout_extra_metrics: dict[str, Any],
+    rollout_time: float,
 ) -> bool:
     """Each step's numeric metrics as TensorBoard scalars under ``logs/tensorboard``."""
     metrics = {**rollout_extra_metrics, "rollout/rollout_time": rollout_time}
@@ -96,7 +105,7 @@ def tensorboard_rollout_log(
 
 
 def tensorboard_eval_rollout_log(
-    rollout_id: int, args: Any, data: dict[str, Any], extra_metrics: dict[str, Any]
+    rollout_id: int, args: RolloutConfig, data: dict[str, Any], extra_metrics: dict[str, Any]
 ) -> bool:
     """Each eval's numeric metrics as TensorBoard scalars under ``logs/tensorboard``."""
     _scalars(_tensorboard(str(_folder(args) / "tensorboard")), rollout_id, extra_metrics)
@@ -112,12 +121,16 @@ def _wandb_run(folder: str, project: str) -> Any:
     return wandb.init(project=project, dir=folder, mode="offline", reinit=True)
 
 
-def _wandb(args: Any) -> Any:
+def _wandb(args: RolloutConfig) -> Any:
     return _wandb_run(str(_folder(args)), getattr(args, "wandb_project", None) or "rlsdk")
 
 
 def wandb_rollout_log(
-    rollout_id: int, args: Any, samples: list[Any], rollout_extra_metrics: dict[str, Any], rollout_time: float
+    rollout_id: int,
+    args: RolloutConfig,
+    samples: list[Any],
+    rollout_extra_metrics: dict[str, Any],
+    rollout_time: float,
 ) -> bool:
     """Each step's numeric metrics to Weights & Biases in offline mode (``logs/wandb``; ``wandb sync`` uploads)."""
     _wandb(args).log(
@@ -127,7 +140,7 @@ def wandb_rollout_log(
 
 
 def wandb_eval_rollout_log(
-    rollout_id: int, args: Any, data: dict[str, Any], extra_metrics: dict[str, Any]
+    rollout_id: int, args: RolloutConfig, data: dict[str, Any], extra_metrics: dict[str, Any]
 ) -> bool:
     """Each eval's numeric metrics to Weights & Biases in offline mode."""
     _wandb(args).log(numbers(extra_metrics), step=max(rollout_id, 0))

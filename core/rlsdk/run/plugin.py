@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..plugins.hookspecs import hookimpl
-from ..plugins.records import Environment, EvalRolloutLog, RolloutLog
+from ..plugins.kinds import Environment, EvalRolloutLog, RolloutLog
 from . import arithmetic, loggers
 
 

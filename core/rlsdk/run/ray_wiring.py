@@ -10,13 +10,14 @@ from typing import Any
 
 from ..config import RolloutConfig
 from ..aio.task_pools import set_cluster_task_pool
-from ..plugins.run_plugins import RunPlugins, engine_name
+from ..plugins.run_plugins import RunPlugins
 from ..ray.cluster import LOCAL, connect
 from ..ray.engine_actor import engine_count, local_cpus
 from ..ray.engine_pool import RayEnginePool
 from ..ray.environments import check_nodes
 from ..ray.task_pool import RayTaskPool, score_on_cluster
 from ..ray.trainer_actor import RemoteTrainer, TrainerLaunch, launch_trainer
+from ..plugins.kinds import Engine, Trainer
 
 
 def _import_tokenizers() -> None:
@@ -43,7 +44,7 @@ def on_ray(args: RolloutConfig, plugins: RunPlugins) -> Iterator[None]:
         if cluster.address != LOCAL:  # a local cluster's one node is checked by its first actor's start
             check_nodes(driver, args.ray_start_timeout)
         set_cluster_task_pool(RayTaskPool())
-        engine_spec = engine_name(args)
+        engine_spec = Engine.chosen(args)
         training = bool(args.train)
 
         def engine_pool(a: Any) -> RayEnginePool:
@@ -56,10 +57,10 @@ def on_ray(args: RolloutConfig, plugins: RunPlugins) -> Iterator[None]:
                 pool.prepare_standbys()
             return trainer
 
-        plugins.swap("engine", engine_pool)
+        plugins.swap(Engine, engine_pool)
         if training:  # launched now, so that it starts while the engines start
             launched.append(launch_trainer(args))
-            plugins.swap("trainer", remote_trainer)
+            plugins.swap(Trainer, remote_trainer)
         if args.ray_sync_rewards:  # sync rewards as Ray tasks
             plugins.reward_runner = score_on_cluster
         yield

@@ -51,23 +51,32 @@ def open_runtime(args: RolloutConfig, plugins: RunPlugins) -> Runtime:
                     host="127.0.0.1",
                     port=0,
                     pm=plugins.pm,
-                    tool_call_parser=args.tool_call_parser,
+                    tool_call_parser=args.choices["tool_call_parser"],
                     # a secret of its own: no other local process may pause or drive it (T24)
                     token=os.environ.get(SERVE_TOKEN_ENV) or new_token(),
                     trust_own_process=True,  # the run's own code, slime-style raw HTTP clients included
                 )
             )
             url = runtime.server.url
-        parsed = urlparse(url)
-        args.sglang_router_ip, args.sglang_router_port = parsed.hostname, parsed.port
-        model_path = getattr(runtime.engine, "model_path", None)
-        if not args.hf_checkpoint and model_path:
-            args.hf_checkpoint = str(model_path)  # slime's functions load tokenizers from it
-        runtime.tokenizer = getattr(runtime.engine, "tokenizer", None) or load_tokenizer(args)
+        runtime.args = run_args(args, runtime, url, getattr(runtime.engine, "model_path", None))
+        runtime.tokenizer = getattr(runtime.engine, "tokenizer", None) or load_tokenizer(runtime.args)
     except BaseException:
         close_runtime(runtime)
         raise
-    return bind_runtime(args, runtime)
+    return runtime
+
+
+def run_args(config: RolloutConfig, runtime: Runtime, url: str, model_path: Any) -> RolloutConfig:
+    """The one view of a run's configuration its plugins get as ``args``: ``config`` with what the run learned
+    under slime's names (``sglang_router_ip``/``_port``: the engine's address, ``hf_checkpoint``: the model's
+    folder, where slime's functions load tokenizers from), bound to ``runtime``. ``config`` stays as built."""
+    parsed = urlparse(url)
+    learned: dict[str, Any] = {"sglang_router_ip": parsed.hostname, "sglang_router_port": parsed.port}
+    if not config.hf_checkpoint and model_path:
+        learned["hf_checkpoint"] = str(model_path)
+    view = config.replace(**learned)
+    bind_runtime(view, runtime)
+    return view
 
 
 def load_tokenizer(args: RolloutConfig) -> Any:

@@ -10,7 +10,8 @@ from typing import Any, NoReturn
 
 from ..config import RolloutConfig
 from ..errors import RlsdkError
-from ..plugins.calls import call_eval_rollout
+from ..plugins.calls import call_eval_rollout, call_generate_rollout, call_plugin
+from ..plugins.kinds import GenerateRollout, RolloutMetrics
 from ..report import RunReport
 from ..runtime import Runtime
 from ..training.session import TrainingSession
@@ -37,24 +38,40 @@ class StepRecorder:
     on_step: Callable[[int, dict[str, Any]], None] | None
     on_eval: Callable[[int, dict[str, Any]], None] | None
     status: Callable[[str], None]
-    checkpoint: str | None = None
+    last_checkpoint: str | None = None
     """The last checkpoint the saved state names (relative to the output folder when inside it)."""
     checkpoint_version: int = 0
-    """The trainer's weight version in :attr:`checkpoint` (0: the starting weights, which need none)."""
+    """The trainer's weight version in :attr:`last_checkpoint` (0: the starting weights, which need none)."""
     started: float = field(default_factory=time.monotonic)
     """When the steps began: ``run/elapsed_seconds`` of each step and eval counts from here."""
 
-    def finish(
-        self,
-        rollout_id: int,
-        result: RolloutFnTrainOutput,
-        data_state: dict[str, Any],
-        before_eval: Callable[[], Any] | None = None,
-    ) -> None:
-        """Write step ``rollout_id`` (its data position after it is ``data_state``), run the eval when due
-        (``before_eval`` first: the overlapped loop brings the engine up to date there), checkpoint."""
+    def generate(self, rollout_id: int) -> RolloutFnTrainOutput:
+        """generate_rollout: step ``rollout_id``'s groups from the run's rollout plugin."""
+        resolved = self.runtime.plugins.one(GenerateRollout)
+        return call_generate_rollout(resolved, self.args, rollout_id, self.data_source, runtime=self.runtime)
+
+    def rollout(self, rollout_id: int) -> RolloutFnTrainOutput:
+        """The synchronous loop's rollout verb: an engine restarted since the last sync gets the weights
+        again first (T21), then :meth:`generate`; a stopped step stops the run, its groups in the buffer."""
+        resynced = self.training.ensure_engine_weights() if self.training is not None else 0
+        result = self.generate(rollout_id)
+        if resynced:
+            result.metrics["train/engine_resyncs"] = resynced
+        if result.metrics.get("rollout/stopped"):  # its groups wait in the buffer, tokens kept
+            self.stop(rollout_id, [(rollout_id, result)])
+        return result
+
+    def record(
+        self, rollout_id: int, result: RolloutFnTrainOutput, data_state: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Write step ``rollout_id`` (its data position after it is ``data_state``) and the run state (saved now
+        without training; a training run saves it with each checkpoint); the state is returned."""
         args, output = self.args, self.output
         result.metrics["run/elapsed_seconds"] = time.monotonic() - self.started  # wall-clock curves
+        kept = [sample for group in result.samples for sample in group]
+        for resolved in self.runtime.plugins.each(RolloutMetrics):  # rollout_metrics: a task's own metrics
+            metrics = call_plugin(resolved, args, rollout_id, kept, where=f"at rollout {rollout_id}")
+            result.metrics.update({f"custom/{name}": value for name, value in metrics.items()})
         output.write_step(rollout_id, result)
         log_step(args, self.runtime, rollout_id, result)  # rollout_log
         state = output.run_state(rollout_id + 1, data_state, args, self.runtime.pm)
@@ -63,6 +80,18 @@ class StepRecorder:
         check_step(args, rollout_id, result.metrics)
         if self.on_step is not None:
             self.on_step(rollout_id, result.metrics)
+        return state
+
+    def evaluate(
+        self,
+        rollout_id: int,
+        result: RolloutFnTrainOutput,
+        state: dict[str, Any],
+        before_eval: Callable[[], Any] | None = None,
+    ) -> None:
+        """The eval after step ``rollout_id`` when due (every ``eval_interval`` steps and after the last),
+        ``before_eval`` first (the overlapped loop brings the engines up to date there)."""
+        args, output = self.args, self.output
         last = rollout_id + 1 == args.num_rollout
         if args.eval_interval and ((rollout_id + 1) % args.eval_interval == 0 or last):
             self.status(f"eval after step {rollout_id}")
@@ -78,6 +107,10 @@ class StepRecorder:
             result.metrics.update(evaluated.metrics)
             if self.on_eval is not None:
                 self.on_eval(rollout_id, evaluated.metrics)
+
+    def checkpoint(self, rollout_id: int, result: RolloutFnTrainOutput, state: dict[str, Any]) -> None:
+        """A training run's checkpoint after step ``rollout_id`` when due, and the step in the report."""
+        args, output = self.args, self.output
         if self.training is not None and self.training.checkpoint_due(rollout_id):
             # A training run resumes from its last checkpoint: state.json moves only with one.
             self.save_checkpoint(rollout_id, state)
@@ -91,7 +124,7 @@ class StepRecorder:
     def save_checkpoint(self, rollout_id: int, state: dict[str, Any]) -> None:
         assert self.training is not None
         self.output.set_checkpoint(state, self.training.save(rollout_id, state))
-        self.checkpoint, self.checkpoint_version = state["checkpoint"], self.training.weight_version
+        self.last_checkpoint, self.checkpoint_version = state["checkpoint"], self.training.weight_version
 
     def stop(self, next_rollout_id: int, untrained: list[tuple[int, RolloutFnTrainOutput]]) -> NoReturn:
         """Stop on request: the ``untrained`` steps' kept groups go back to the buffer (served first on
@@ -114,8 +147,8 @@ class StepRecorder:
                 self.status("saving a checkpoint before stopping")
                 self.save_checkpoint(next_rollout_id - 1, state)
                 saved = True
-            elif self.checkpoint is not None:
-                state["checkpoint"] = self.checkpoint
+            elif self.last_checkpoint is not None:
+                state["checkpoint"] = self.last_checkpoint
         self.output.save_state(state)
         if saved:
             after_checkpoint(self.args, self.runtime, next_rollout_id - 1, self.output.checkpoint_path(state))
@@ -169,6 +202,6 @@ def run_eval(args: RolloutConfig, runtime: Runtime, rollout_id: int) -> RolloutF
     """generate_rollout with ``evaluation=True`` (the eval function, else the rollout function); its time
     in ``eval/seconds``."""
     started = time.perf_counter()
-    output = call_eval_rollout(runtime, runtime.plugins.eval_rollout, args, rollout_id)
+    output = call_eval_rollout(runtime.plugins.eval_rollout, args, rollout_id, runtime=runtime)
     output.metrics["eval/seconds"] = time.perf_counter() - started
     return output

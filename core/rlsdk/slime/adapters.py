@@ -8,7 +8,7 @@ bridges exactly those differences and nothing else.
 
 from __future__ import annotations
 
-import asyncio
+from argparse import Namespace
 import copy
 import functools
 import importlib
@@ -16,9 +16,9 @@ import inspect
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from ..config import core_options, installed_options
+from ..config import RolloutConfig, core_options, installed_options
 from ..errors import PluginCallError, UnknownPluginError
 from ..plugins.calls import (
     call_advantage,
@@ -31,6 +31,8 @@ from ..plugins.calls import (
     call_megatron_init,
     call_model_provider,
     call_pg_loss_reducer,
+    call_plugin,
+    call_reward,
     call_reward_post_process,
     call_rollout_data_postprocess,
     call_rollout_log,
@@ -38,7 +40,6 @@ from ..plugins.calls import (
     call_sample_hooks,
     call_tis_function,
     call_update_weight_post_write,
-    reward_problem,
 )
 from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
 from ..plugins.records import Resolved
@@ -65,7 +66,7 @@ def kind_module_hooks(kind: str) -> tuple[Callable[[str], Any], Callable[[], lis
                 resolved = pm.resolve(kind, name)
             except UnknownPluginError as exc:
                 raise AttributeError(f"rlsdk.slime.{kind} has no {name!r}: {exc}") from None
-            adapted[name] = (pm, ADAPTERS[kind](resolved))
+            adapted[name] = (pm, ADAPTERS.get(kind, generic_adapter)(resolved))
         return adapted[name][1]
 
     def __dir__() -> list[str]:
@@ -81,7 +82,7 @@ class SlimeArgs:
     """slime's ``args`` as rlsdk's plugins read them: slime's values first, rlsdk's defaults for the options
     slime does not have. Writes go to slime's ``args``; the runtime rlsdk binds stays on this view."""
 
-    def __init__(self, args: Any) -> None:
+    def __init__(self, args: Namespace) -> None:
         object.__setattr__(self, "slime_args", args)
 
     def __getattr__(self, name: str) -> Any:
@@ -104,14 +105,15 @@ class SlimeArgs:
 _views: dict[int, SlimeArgs] = {}
 
 
-def view(args: Any) -> SlimeArgs:
-    """One view per slime ``args`` object (so an engine client built for it is built once)."""
+def view(args: Namespace) -> RolloutConfig:
+    """One view per slime ``args`` object (so an engine client built for it is built once), typed as the
+    configuration it stands in for: it answers every option under its name."""
     if isinstance(args, SlimeArgs):
-        return args
+        return cast(RolloutConfig, args)
     found = _views.get(id(args))
     if found is None or found.slime_args is not args:
         found = _views[id(args)] = SlimeArgs(args)
-    return found
+    return cast(RolloutConfig, found)
 
 
 def slime_class(module: str, name: str) -> Any:
@@ -145,29 +147,21 @@ def _groups(groups: list[list[Any]], convert: Callable[[Any], Any]) -> list[list
 
 
 def reward_adapter(resolved: Resolved) -> Callable[..., Any]:
-    """``async rm(args, sample, **kw)`` (``samples`` for a group reward), as slime awaits it; a sync
-    reward runs in a thread so it cannot stall slime's loop."""
+    """``async rm(args, sample, **kw)`` (``samples`` for a group reward), as slime awaits it, through rlsdk's
+    reward call point (a sync reward runs in a thread so it cannot stall slime's loop)."""
 
-    async def call(args: Any, target: Any, **kwargs: Any) -> Any:
-        if resolved.is_async:
-            result = await resolved.func(view(args), target, **kwargs)
-        elif resolved.record.cheap:
-            result = resolved.func(view(args), target, **kwargs)
-        else:
-            result = await asyncio.to_thread(resolved.func, view(args), target, **kwargs)
-        problems = [reward_problem(r) for r in result] if resolved.record.group else [reward_problem(result)]
-        if any(problems):
-            raise PluginCallError(f"{resolved.describe()} {next(p for p in problems if p)}")
-        return result
+    async def call(args: Namespace, target: Any, **kwargs: Any) -> Any:
+        evaluation = bool(kwargs.get("evaluation", False))
+        return await call_reward(resolved, view(args), target, evaluation=evaluation)
 
     if resolved.record.group:
 
-        async def group_reward(args: Any, samples: list[Any], **kwargs: Any) -> list[Any]:
+        async def group_reward(args: Namespace, samples: list[Any], **kwargs: Any) -> list[Any]:
             return await call(args, samples, **kwargs)
 
         return _named(group_reward, resolved)
 
-    async def reward(args: Any, sample: Any, **kwargs: Any) -> Any:
+    async def reward(args: Namespace, sample: Any, **kwargs: Any) -> Any:
         return await call(args, sample, **kwargs)
 
     return _named(reward, resolved)
@@ -176,7 +170,7 @@ def reward_adapter(resolved: Resolved) -> Callable[..., Any]:
 def dynamic_filter_adapter(resolved: Resolved) -> Callable[..., Any]:
     """``f(args, samples, **kw)`` returning slime's ``DynamicFilterOutput`` when slime is importable."""
 
-    def dynamic_filter(args: Any, samples: list[Any], **kwargs: Any) -> Any:
+    def dynamic_filter(args: Namespace, samples: list[Any], **kwargs: Any) -> Any:
         verdict = resolved.func(view(args), samples, **kwargs)
         if not isinstance(verdict, DynamicFilterOutput):
             verdict = DynamicFilterOutput(keep=bool(verdict))
@@ -193,14 +187,16 @@ def dynamic_filter_adapter(resolved: Resolved) -> Callable[..., Any]:
 
 
 def over_sampling_filter_adapter(resolved: Resolved) -> Callable[..., Any]:
-    def over_sampling_filter(args: Any, groups: list[list[Any]], **kwargs: Any) -> list[list[Any]]:
+    def over_sampling_filter(args: Namespace, groups: list[list[Any]], **kwargs: Any) -> list[list[Any]]:
         return resolved.func(view(args), groups, **kwargs)
 
     return _named(over_sampling_filter, resolved)
 
 
 def buffer_filter_adapter(resolved: Resolved) -> Callable[..., Any]:
-    def buffer_filter(args: Any, rollout_id: int | None, buffer: list[list[Any]], num_samples: int) -> list:
+    def buffer_filter(
+        args: Namespace, rollout_id: int | None, buffer: list[list[Any]], num_samples: int
+    ) -> list:
         return resolved.func(view(args), rollout_id, buffer, num_samples)
 
     return _named(buffer_filter, resolved)
@@ -211,7 +207,7 @@ def custom_generate_adapter(resolved: Resolved) -> Callable[..., Any]:
     to rlsdk's and back (a plugin may return several)."""
 
     async def generate(
-        args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False
+        args: Namespace, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False
     ) -> Any:
         kwargs = {"evaluation": evaluation} if resolved.accepts_evaluation else {}
         result = resolved.func(view(args), to_rlsdk(sample), sampling_params, **kwargs)
@@ -249,7 +245,7 @@ def generate_rollout_adapter(resolved: Resolved) -> Callable[..., Any]:
     """``generate_rollout(args, rollout_id, data_source, evaluation=False)`` returning slime's output
     types and samples when slime is importable."""
 
-    def generate_rollout(args: Any, rollout_id: Any, data_source: Any, evaluation: bool = False) -> Any:
+    def generate_rollout(args: Namespace, rollout_id: Any, data_source: Any, evaluation: bool = False) -> Any:
         rollout_args = view(args)
         source = SlimeDataSource(data_source) if data_source is not None else None  # eval may pass none
         output = resolved.func(rollout_args, rollout_id, source, evaluation=evaluation)
@@ -287,9 +283,11 @@ def sample_hook_adapter(resolved: Resolved) -> Callable[..., Any]:
     """``async hook(args, sample, *, rollout_id=None, evaluation=False)``: slime's sample in and back; a hook
     that fails raises (slime stops on it), naming the plugin."""
 
-    async def sample_hook(args: Any, sample: Any, *, rollout_id: Any = None, evaluation: bool = False) -> Any:
+    async def sample_hook(
+        args: Namespace, sample: Any, *, rollout_id: Any = None, evaluation: bool = False
+    ) -> Any:
         out = await call_sample_hooks(
-            view(args), [resolved], to_rlsdk(sample), rollout_id=rollout_id, evaluation=evaluation
+            [resolved], view(args), to_rlsdk(sample), rollout_id=rollout_id, evaluation=evaluation
         )
         if out.status is Sample.Status.FAILED and "generate_error" in out.metadata:
             raise PluginCallError(out.metadata["generate_error"])
@@ -301,9 +299,9 @@ def sample_hook_adapter(resolved: Resolved) -> Callable[..., Any]:
 def rollout_sample_filter_adapter(resolved: Resolved) -> Callable[..., Any]:
     """``sample_filter(args, groups)``: marks slime's own samples ``remove_sample``."""
 
-    def rollout_sample_filter(args: Any, groups: list[list[Any]]) -> None:
+    def rollout_sample_filter(args: Namespace, groups: list[list[Any]]) -> None:
         converted = _groups(groups, to_rlsdk)
-        call_rollout_sample_filter(view(args), resolved, converted)
+        call_rollout_sample_filter(resolved, view(args), converted)
         for group, marked in zip(groups, converted, strict=True):
             for sample, mark in zip(group, marked, strict=True):
                 sample.remove_sample = bool(mark.remove_sample)
@@ -312,36 +310,36 @@ def rollout_sample_filter_adapter(resolved: Resolved) -> Callable[..., Any]:
 
 
 def all_samples_process_adapter(resolved: Resolved) -> Callable[..., Any]:
-    def all_samples_process(args: Any, all_groups: list[list[Any]], data_source: Any) -> None:
-        call_all_samples_process(view(args), resolved, _groups(all_groups, to_rlsdk), data_source)
+    def all_samples_process(args: Namespace, all_groups: list[list[Any]], data_source: Any) -> None:
+        call_all_samples_process(resolved, view(args), _groups(all_groups, to_rlsdk), data_source)
 
     return _named(all_samples_process, resolved)
 
 
 def advantage_adapter(resolved: Resolved) -> Callable[..., Any]:
-    def advantage(args: Any, rollout_data: dict[str, Any]) -> None:
-        call_advantage(view(args), resolved, rollout_data)
+    def advantage(args: Namespace, rollout_data: dict[str, Any]) -> None:
+        call_advantage(resolved, view(args), rollout_data)
 
     return _named(advantage, resolved)
 
 
 def reward_post_process_adapter(resolved: Resolved) -> Callable[..., Any]:
-    def reward_post_process(args: Any, samples: list[Any]) -> tuple[list[float], list[float]]:
-        return call_reward_post_process(view(args), resolved, [to_rlsdk(s) for s in samples])
+    def reward_post_process(args: Namespace, samples: list[Any]) -> tuple[list[float], list[float]]:
+        return call_reward_post_process(resolved, view(args), [to_rlsdk(s) for s in samples])
 
     return _named(reward_post_process, resolved)
 
 
 def rollout_data_postprocess_adapter(resolved: Resolved) -> Callable[..., Any]:
-    def rollout_data_postprocess(args: Any, rollout_id: Any, rollout_data: dict[str, Any]) -> None:
-        call_rollout_data_postprocess(view(args), resolved, rollout_id, rollout_data)
+    def rollout_data_postprocess(args: Namespace, rollout_id: Any, rollout_data: dict[str, Any]) -> None:
+        call_rollout_data_postprocess(resolved, view(args), rollout_id, rollout_data)
 
     return _named(rollout_data_postprocess, resolved)
 
 
 def convert_samples_to_train_data_adapter(resolved: Resolved) -> Callable[..., Any]:
-    def convert_samples_to_train_data(args: Any, samples: list[Any]) -> dict[str, Any]:
-        return call_convert_samples_to_train_data(view(args), resolved, [to_rlsdk(s) for s in samples])
+    def convert_samples_to_train_data(args: Namespace, samples: list[Any]) -> dict[str, Any]:
+        return call_convert_samples_to_train_data(resolved, view(args), [to_rlsdk(s) for s in samples])
 
     return _named(convert_samples_to_train_data, resolved)
 
@@ -357,7 +355,7 @@ def _note(args: Any, name: str, value: Any) -> None:
 
 def rollout_log_adapter(resolved: Resolved) -> Callable[..., Any]:
     def rollout_log(
-        rollout_id: Any, args: Any, samples: list[Any], rollout_extra_metrics: Any, rollout_time: Any
+        rollout_id: Any, args: Namespace, samples: list[Any], rollout_extra_metrics: Any, rollout_time: Any
     ) -> bool:
         metrics = dict(rollout_extra_metrics or {})
         converted = [to_rlsdk(s) for s in samples]
@@ -369,7 +367,7 @@ def rollout_log_adapter(resolved: Resolved) -> Callable[..., Any]:
 
 
 def eval_rollout_log_adapter(resolved: Resolved) -> Callable[..., Any]:
-    def eval_rollout_log(rollout_id: Any, args: Any, data: dict[str, Any], extra_metrics: Any) -> bool:
+    def eval_rollout_log(rollout_id: Any, args: Namespace, data: dict[str, Any], extra_metrics: Any) -> bool:
         converted = {
             name: {**part, "samples": [to_rlsdk(s) for s in part.get("samples", [])]}
             for name, part in data.items()
@@ -394,7 +392,7 @@ def pg_loss_reducer_adapter(resolved: Resolved) -> Callable[..., Any]:
 
 def tis_function_adapter(resolved: Resolved) -> Callable[..., Any]:
     def tis_function(
-        args: Any,
+        args: Namespace,
         pg_loss: Any,
         train_log_probs: Any,
         rollout_log_probs: Any,
@@ -422,9 +420,9 @@ def data_source_adapter(resolved: Resolved) -> Callable[..., Any]:
     out; ``save``/``load`` keep its ``state_dict()`` in ``<args.save>/rollout/`` as slime keeps its own."""
 
     class DataSourceAdapter:
-        def __init__(self, args: Any) -> None:
+        def __init__(self, args: Namespace) -> None:
             self.args = args
-            self.source = call_data_source(view(args), resolved)
+            self.source = call_data_source(resolved, view(args))
 
         def get_samples(self, num_samples: int) -> list[list[Any]]:
             return _groups(self.source.get_samples(num_samples), to_slime)
@@ -456,25 +454,25 @@ def data_source_adapter(resolved: Resolved) -> Callable[..., Any]:
 
 
 def megatron_init_adapter(resolved: Resolved) -> Callable[..., Any]:
-    def megatron_init(args: Any) -> None:
-        call_megatron_init(view(args), resolved)
+    def megatron_init(args: Namespace) -> None:
+        call_megatron_init(resolved, view(args))
 
     return _named(megatron_init, resolved)
 
 
 def megatron_before_log_prob_adapter(resolved: Resolved) -> Callable[..., Any]:
-    def megatron_before_log_prob(args: Any, model: Any, store_prefix: str) -> None:
-        call_megatron_before_log_prob(view(args), resolved, model, store_prefix)
+    def megatron_before_log_prob(args: Namespace, model: Any, store_prefix: str) -> None:
+        call_megatron_before_log_prob(resolved, view(args), model, store_prefix)
 
     return _named(megatron_before_log_prob, resolved)
 
 
 def megatron_before_train_step_adapter(resolved: Resolved) -> Callable[..., Any]:
     def megatron_before_train_step(
-        args: Any, rollout_id: int, step_id: int, model: Any, optimizer: Any, opt_param_scheduler: Any
+        args: Namespace, rollout_id: int, step_id: int, model: Any, optimizer: Any, opt_param_scheduler: Any
     ) -> None:
         call_megatron_before_train_step(
-            view(args), resolved, rollout_id, step_id, model, optimizer, opt_param_scheduler
+            resolved, view(args), rollout_id, step_id, model, optimizer, opt_param_scheduler
         )
 
     return _named(megatron_before_train_step, resolved)
@@ -492,10 +490,34 @@ def model_provider_adapter(resolved: Resolved) -> Callable[..., Any]:
 
 
 def update_weight_post_write_adapter(resolved: Resolved) -> Callable[..., Any]:
-    def update_weight_post_write(args: Any, version_dir: str, rollout_engines: Any) -> None:
-        call_update_weight_post_write(view(args), resolved, version_dir, list(rollout_engines))
+    def update_weight_post_write(args: Namespace, version_dir: str, rollout_engines: Any) -> None:
+        call_update_weight_post_write(resolved, view(args), version_dir, list(rollout_engines))
 
     return _named(update_weight_post_write, resolved)
+
+
+SAMPLE_ARGUMENTS: dict[str, Callable[[Any], Any]] = {
+    "sample": lambda sample: to_rlsdk(sample),
+    "samples": lambda samples: [to_rlsdk(s) for s in samples],
+    "groups": lambda groups: _groups(groups, to_rlsdk),
+    "all_groups": lambda groups: _groups(groups, to_rlsdk),
+}
+"""How an adapter converts slime's arguments by name (a kind's ``call_args``) to rlsdk's."""
+
+
+def generic_adapter(resolved: Resolved) -> Callable[..., Any]:
+    """A kind with no adapter of its own, in slime's convention as its declaration gives it: ``args`` seen
+    through rlsdk's defaults, slime's samples converted to rlsdk's, called through :func:`call_plugin`."""
+    names = resolved.record.call_args
+
+    def adapted(*arguments: Any) -> Any:
+        converted = [
+            view(value) if name == "args" else SAMPLE_ARGUMENTS.get(name, lambda v: v)(value)
+            for name, value in zip(names, arguments, strict=False)
+        ]
+        return call_plugin(resolved, *converted, *arguments[len(names) :])
+
+    return _named(adapted, resolved)
 
 
 ADAPTERS: dict[str, Callable[[Resolved], Callable[..., Any]]] = {

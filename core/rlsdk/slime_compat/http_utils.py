@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from argparse import Namespace
 import asyncio
 import socket
 import weakref
@@ -30,7 +31,7 @@ def _client() -> httpx.AsyncClient:
     return client
 
 
-def init_http_client(args: Any) -> None:
+def init_http_client(args: Namespace) -> None:
     """Nothing to do: clients are made on first use (kept for slime's callers)."""
 
 

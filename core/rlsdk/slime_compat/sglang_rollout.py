@@ -3,6 +3,7 @@ the ``GenerateState`` that slime's custom generators read (tokenizer, sampling p
 
 from __future__ import annotations
 
+from argparse import Namespace
 import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +20,7 @@ class GenerateState:
     """The generation state, one per run (slime has one per process; a process may hold several rlsdk
     runs), kept in the run's scratch space; later ``args`` of the same run are ignored, as in slime."""
 
-    def __new__(cls, args: Any) -> Self:
+    def __new__(cls, args: Namespace) -> Self:
         scratch = get_runtime(args).state
         if "slime.GenerateState" not in scratch:
             state = super().__new__(cls)
@@ -27,7 +28,7 @@ class GenerateState:
             scratch["slime.GenerateState"] = state
         return scratch["slime.GenerateState"]
 
-    def _start(self, args: Any) -> None:
+    def _start(self, args: Namespace) -> None:
         self.args = args
         self.tokenizer = get_runtime(args).tokenizer
         self.processor = None
@@ -65,6 +66,6 @@ class GenerateState:
             self.dp_counts[rank] -= 1
 
 
-def get_model_url(args: Any, model_name: str, endpoint: str = "/generate") -> str:
+def get_model_url(args: Namespace, model_name: str, endpoint: str = "/generate") -> str:
     """The URL of the run's engine endpoint (one model)."""
     return f"http://{args.sglang_router_ip}:{args.sglang_router_port}{endpoint}"

@@ -169,7 +169,24 @@ def _page(request: web.Request, default: int = 20) -> tuple[int, int]:
 
 
 def build_routes(flags: dict[str, Any]) -> list[web.RouteDef]:
+    """Every route of the Tinker API, its handlers reading their bodies with the pinned SDK's types."""
     from tinker import types
+
+    return [
+        *_session_routes(flags, types),
+        *_model_routes(types),
+        *_sampling_routes(types),
+        *_checkpoint_routes(types),
+    ]
+
+
+def _checkpoint_id(request: web.Request) -> tuple[str, str]:
+    match = request.match_info
+    return match["run_id"], f"{match['segment']}/{match['name']}"
+
+
+def _session_routes(flags: dict[str, Any], types: Any) -> list[web.RouteDef]:
+    """The client's configuration, health, telemetry and sessions."""
 
     @_route(types.ClientConfigRequest)
     async def client_config(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
@@ -202,6 +219,41 @@ def build_routes(flags: dict[str, Any]) -> list[web.RouteDef]:
     @_route()
     async def finish(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
         service.finish(owner, request.match_info["session_id"], body)
+
+    @_route()
+    async def list_sessions(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
+        return service.list_sessions(owner, *_page(request))
+
+    @_route(types.SessionSearchRequest)
+    async def search_sessions(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
+        return await asyncio.to_thread(service.search_sessions, owner, body)
+
+    @_route()
+    async def get_session(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
+        return service.session_info(owner, request.match_info["session_id"])
+
+    @_route()
+    async def storage_usage(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
+        return await asyncio.to_thread(service.storage_usage, owner)
+
+    return [
+        web.post("/api/v1/client/config", client_config),
+        web.post("/api/v1/client/dynamic_config", dynamic_config),
+        web.get("/api/v1/healthz", healthz),
+        web.get("/api/v1/get_server_capabilities", capabilities),
+        web.post("/api/v1/telemetry", telemetry),
+        web.post("/api/v1/create_session", create_session),
+        web.post("/api/v1/session_heartbeat", heartbeat),
+        web.post("/api/v1/sessions/{session_id}/finish", finish),
+        web.get("/api/v1/sessions", list_sessions),
+        web.post("/api/v1/sessions/search", search_sessions),
+        web.get("/api/v1/sessions/{session_id}", get_session),
+        web.get("/api/v1/billing/usage/checkpoints/current", storage_usage),
+    ]
+
+
+def _model_routes(types: Any) -> list[web.RouteDef]:
+    """Models: created, trained (forward_backward, optim_step), their weights saved and loaded."""
 
     @_route(types.CreateModelRequest)
     async def create_model(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
@@ -241,6 +293,21 @@ def build_routes(flags: dict[str, Any]) -> list[web.RouteDef]:
     async def load_weights(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
         return _future(service.load_weights(owner, body), body.model_id)
 
+    return [
+        web.post("/api/v1/create_model", create_model),
+        web.post("/api/v1/get_info", get_info),
+        web.post("/api/v1/forward_backward", forward_backward),
+        web.post("/api/v1/optim_step", optim_step),
+        web.post("/api/v1/save_weights", save_weights),
+        web.post("/api/v1/save_weights_for_sampler", save_for_sampler),
+        web.post("/api/v1/save_weights_external", save_external),
+        web.post("/api/v1/load_weights", load_weights),
+    ]
+
+
+def _sampling_routes(types: Any) -> list[web.RouteDef]:
+    """Sampling sessions, samples, and the futures every long call answers with."""
+
     @_route(types.CreateSamplingSessionRequest)
     async def create_sampling_session(
         service: TinkerService, owner: str, body: Any, request: web.Request
@@ -278,6 +345,19 @@ def build_routes(flags: dict[str, Any]) -> list[web.RouteDef]:
     async def get_sampler(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
         return service.get_sampler(owner, request.match_info["sampler_id"])
 
+    return [
+        web.post("/api/v1/create_sampling_session", create_sampling_session),
+        web.post("/api/v1/asample", asample),
+        web.post("/api/v1/retrieve_future", retrieve_future),
+        web.post("/api/v1/cancel_future", cancel_future),
+        web.get("/api/v1/samplers/{sampler_id}", get_sampler),
+    ]
+
+
+def _checkpoint_routes(types: Any) -> list[web.RouteDef]:
+    """Training runs and their checkpoints: listed, deleted, published, downloaded."""
+    checkpoint = "/api/v1/training_runs/{run_id}/checkpoints/{segment}/{name}"
+
     @_route()
     async def training_runs(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
         return service.training_runs(owner, *_page(request))
@@ -293,10 +373,6 @@ def build_routes(flags: dict[str, Any]) -> list[web.RouteDef]:
     @_route()
     async def user_checkpoints(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
         return await asyncio.to_thread(service.user_checkpoints, owner, *_page(request, 100))
-
-    def _checkpoint_id(request: web.Request) -> tuple[str, str]:
-        match = request.match_info
-        return match["run_id"], f"{match['segment']}/{match['name']}"
 
     @_route()
     async def delete_checkpoint(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
@@ -338,45 +414,7 @@ def build_routes(flags: dict[str, Any]) -> list[web.RouteDef]:
             raise WireError("tinker_path: a tinker:// path")
         return service.weights_info(owner, path)
 
-    @_route()
-    async def list_sessions(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
-        return service.list_sessions(owner, *_page(request))
-
-    @_route(types.SessionSearchRequest)
-    async def search_sessions(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
-        return await asyncio.to_thread(service.search_sessions, owner, body)
-
-    @_route()
-    async def get_session(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
-        return service.session_info(owner, request.match_info["session_id"])
-
-    @_route()
-    async def storage_usage(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
-        return await asyncio.to_thread(service.storage_usage, owner)
-
-    checkpoint = "/api/v1/training_runs/{run_id}/checkpoints/{segment}/{name}"
     return [
-        web.post("/api/v1/client/config", client_config),
-        web.post("/api/v1/client/dynamic_config", dynamic_config),
-        web.get("/api/v1/healthz", healthz),
-        web.get("/api/v1/get_server_capabilities", capabilities),
-        web.post("/api/v1/telemetry", telemetry),
-        web.post("/api/v1/create_session", create_session),
-        web.post("/api/v1/session_heartbeat", heartbeat),
-        web.post("/api/v1/sessions/{session_id}/finish", finish),
-        web.post("/api/v1/create_model", create_model),
-        web.post("/api/v1/get_info", get_info),
-        web.post("/api/v1/forward_backward", forward_backward),
-        web.post("/api/v1/optim_step", optim_step),
-        web.post("/api/v1/save_weights", save_weights),
-        web.post("/api/v1/save_weights_for_sampler", save_for_sampler),
-        web.post("/api/v1/save_weights_external", save_external),
-        web.post("/api/v1/load_weights", load_weights),
-        web.post("/api/v1/create_sampling_session", create_sampling_session),
-        web.post("/api/v1/asample", asample),
-        web.post("/api/v1/retrieve_future", retrieve_future),
-        web.post("/api/v1/cancel_future", cancel_future),
-        web.get("/api/v1/samplers/{sampler_id}", get_sampler),
         web.get("/api/v1/training_runs", training_runs),
         web.get("/api/v1/training_runs/{run_id}", training_run),
         web.get("/api/v1/training_runs/{run_id}/checkpoints", checkpoints),
@@ -388,10 +426,6 @@ def build_routes(flags: dict[str, Any]) -> list[web.RouteDef]:
         web.get(FILES + "{run_id}/{segment}/{name}/{file:.+}", download),
         web.get("/api/v1/checkpoints", user_checkpoints),
         web.post("/api/v1/weights_info", weights_info),
-        web.get("/api/v1/sessions", list_sessions),
-        web.post("/api/v1/sessions/search", search_sessions),
-        web.get("/api/v1/sessions/{session_id}", get_session),
-        web.get("/api/v1/billing/usage/checkpoints/current", storage_usage),
     ]
 
 

@@ -6,9 +6,9 @@ Everything works on lists with one entry per sample: scalar rewards, and per-res
 
 from __future__ import annotations
 
-from typing import Any
 
 import torch
+from ..config import RolloutConfig
 
 GROUP_NORMALIZED = ("grpo", "gspo", "cispo", "sapo", "rloo", "reinforce_plus_plus_baseline")
 STD_NORMALIZED = ("grpo", "gspo", "cispo", "sapo")
@@ -16,7 +16,7 @@ SEQUENCE_REWARD = (*STD_NORMALIZED, "rloo", "reinforce")
 """Estimators that give every token of a sample its (normalized) reward as advantage."""
 
 
-def normalize_rewards(args: Any, rewards: list[float], group_sizes: list[int]) -> list[float]:
+def normalize_rewards(args: RolloutConfig, rewards: list[float], group_sizes: list[int]) -> list[float]:
     """slime's reward post-processing: for the group estimators (unless ``disable_rewards_normalization``)
     subtract each group's mean; for grpo/gspo/cispo/sapo also divide by the group's (unbiased) standard
     deviation plus 1e-6 (unless ``disable_grpo_std_normalization``). Groups may differ in size.
@@ -97,7 +97,7 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lambd: float)
 
 
 def compute_advantages(
-    args: Any,
+    args: RolloutConfig,
     rewards: list[float],
     kl: list[torch.Tensor],
     loss_masks: list[torch.Tensor],
@@ -109,7 +109,7 @@ def compute_advantages(
 
 
 def raw_advantages(
-    args: Any,
+    args: RolloutConfig,
     rewards: list[float],
     kl: list[torch.Tensor],
     loss_masks: list[torch.Tensor],

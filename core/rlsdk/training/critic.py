@@ -5,13 +5,13 @@ ppo``; its values feed GAE and it trains on GAE's returns, checkpointed in ``cri
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from ..errors import CheckpointError
 from .batch import SharedPrompts, TrainSample, micro_batches, slices
 from .losses import sum_of_sample_mean_fn
+from ..config import RolloutConfig
 from .optim import adamw, load_tensors, optimizer_step
 
 CRITIC_FOLDER = "critic"
@@ -68,7 +68,7 @@ class Critic:
     ``args.critic_lr`` (default ``lr``)."""
 
     def __init__(
-        self, args: Any, model_path: str, device: torch.device, dtype: torch.dtype, pad_id: int
+        self, args: RolloutConfig, model_path: str, device: torch.device, dtype: torch.dtype, pad_id: int
     ) -> None:
         from transformers import AutoModel
 

@@ -8,7 +8,6 @@ with ``max_new_tokens: 0``, as the trust check does)."""
 from __future__ import annotations
 
 import asyncio
-import copy
 from typing import Any
 
 import torch
@@ -17,15 +16,16 @@ from ..engines.engine import InferenceEngine
 from ..plugins.calls import call_engine
 from ..types import Sample
 from .sync import engine_log_probs
+from ..config import RolloutConfig
 
 TEACHER_CONCURRENCY = 16
 """Samples the teacher scores at once."""
 
 
-def open_teacher(args: Any, pm: Any) -> InferenceEngine:
+def open_teacher(args: RolloutConfig, pm: Any) -> InferenceEngine:
     """The teacher engine ``args.opd_teacher`` names (not started): a client of the URL, or the engine
     plugin of that name built with ``model = opd_teacher_load``."""
-    spec = args.opd_teacher
+    spec = args.opd_teacher or ""
     if spec.startswith(("http://", "https://")):
         from ..engines.sglang_client import SGLangClient
 
@@ -34,8 +34,7 @@ def open_teacher(args: Any, pm: Any) -> InferenceEngine:
         raise ValueError(
             f"--opd-teacher {spec}: an engine by name needs the teacher's model (--opd-teacher-load)"
         )
-    teacher_args = copy.copy(args)
-    teacher_args.model, teacher_args.hf_checkpoint = args.opd_teacher_load, None
+    teacher_args = args.replace(model=args.opd_teacher_load, hf_checkpoint=None)
     return call_engine(pm.resolve("engine", spec), teacher_args)
 
 

@@ -16,17 +16,18 @@ from typing import Any
 import torch
 
 from ..engines.lora_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from ..config import RolloutConfig
 from ..errors import CheckpointError
 
 
-def wrap_with_lora(model: Any, args: Any) -> Any:
+def wrap_with_lora(model: Any, args: RolloutConfig) -> Any:
     """``model`` with a fresh LoRA adapter (dropout 0, so that trainer and engine compute the same function);
     every other parameter frozen."""
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
         r=args.lora_rank,
-        lora_alpha=args.lora_alpha if args.lora_alpha is not None else 2 * args.lora_rank,
+        lora_alpha=args.lora_alpha if args.lora_alpha is not None else 2 * args.lora_rank,  # type: ignore[arg-type]
         target_modules=list(args.lora_target_modules) if args.lora_target_modules else "all-linear",
         lora_dropout=0.0,
         bias="none",

@@ -20,6 +20,8 @@ from ..runtime import plugins_of
 from ..training_options import tis_on
 from .advantages import approx_kl
 from .batch import response_rows
+from ..plugins.kinds import PgLossReducer, TisFunction
+from ..config import RolloutConfig
 
 Reducer = Callable[[torch.Tensor], torch.Tensor]
 
@@ -62,7 +64,7 @@ def response_logits(logits: torch.Tensor, batch: dict[str, Any], temperature: fl
 def log_probs_and_entropy(
     logits: torch.Tensor,
     batch: dict[str, Any],
-    args: Any,
+    args: RolloutConfig,
     with_entropy: bool = True,
     entropy_grad: bool = True,
     temperature: float | None = None,
@@ -157,7 +159,7 @@ def sequence_kl(old: list[torch.Tensor], new: list[torch.Tensor], masks: list[to
 
 
 def policy_loss(
-    args: Any, batch: dict[str, Any], logits: torch.Tensor, sum_of_sample_mean: Reducer
+    args: RolloutConfig, batch: dict[str, Any], logits: torch.Tensor, sum_of_sample_mean: Reducer
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """slime's ``policy_loss``: clipped policy gradient minus ``entropy_coef`` times entropy plus
     ``kl_loss_coef`` times the KL to the reference, with TIS against the rollout log-probs. The policy
@@ -170,62 +172,19 @@ def policy_loss(
     old_list = batch["rollout_log_probs"] if args.use_rollout_logprobs else batch.get("log_probs")
     if not old_list:
         old_list = [lp.detach() for lp in log_prob_list]
-    advantages = torch.cat(batch["advantages"])
     log_probs, old = torch.cat(log_prob_list), torch.cat(old_list)
-    if args.advantage_estimator == "gspo":
-        ppo_kl = sequence_kl(old_list, log_prob_list, batch["loss_masks"])
-    else:
-        ppo_kl = old - log_probs
-    eps_high = args.eps_clip if args.eps_clip_high is None else args.eps_clip_high
-    if args.advantage_estimator == "cispo":
-        pg_loss, clip_fraction = cispo_loss(ppo_kl, log_probs, advantages, args.eps_clip, eps_high)
-    elif args.advantage_estimator == "sapo":
-        pg_loss, clip_fraction = soft_gated_loss(ppo_kl, advantages, args.sapo_tau_pos, args.sapo_tau_neg)
-    elif args.advantage_estimator in ("reinforce", "rloo"):
-        pg_loss, clip_fraction = importance_weighted_loss(ppo_kl, advantages), torch.zeros_like(ppo_kl)
-    else:
-        pg_loss, clip_fraction = clipped_policy_loss(
-            ppo_kl, advantages, args.eps_clip, eps_high, args.eps_clip_c
-        )
-
-    metrics: dict[str, torch.Tensor] = {}
-    pg_masks = batch["loss_masks"]
-    tis_active = tis_on(args) and bool(
-        args.use_tis or batch.get("rollout_log_probs")
-    )  # by default where log-probs are
-    tis_function = plugins_of(args).tis_function if tis_active and args.custom_tis_function_path else None
-    if tis_function is not None:
-        # tis_function: the plugin weights (or rejects) the per-token loss, called by keyword as slime does
-        pg_loss, pg_masks, tis_metrics = call_tis_function(
-            tis_function,
-            args=args,
-            pg_loss=pg_loss,
-            train_log_probs=batch.get("log_probs") or [lp.detach() for lp in log_prob_list],
-            rollout_log_probs=batch["rollout_log_probs"],
-            loss_masks=batch["loss_masks"],
-            total_lengths=batch["total_lengths"],
-            response_lengths=batch["response_lengths"],
-        )
-        sum_of_sample_mean = sum_of_sample_mean_fn(
-            batch["response_lengths"],
-            pg_masks,
-            args.calculate_per_token_loss,
-            denominators=batch["loss_masks"],
-        )
-        for key, value in tis_metrics.items():
-            value = torch.as_tensor(value)
-            metrics[key] = (sum_of_sample_mean(value) if value.shape == pg_loss.shape else value).detach()
-    elif tis_active:
-        train_old = torch.cat(batch.get("log_probs") or [lp.detach() for lp in log_prob_list])
-        rollout = torch.cat(batch["rollout_log_probs"])
-        tis = torch.exp(train_old - rollout)
-        weights = tis.clamp(args.tis_clip_low, args.tis_clip)
-        pg_loss = pg_loss * weights
-        metrics["tis"] = sum_of_sample_mean(tis).detach()
-        metrics["tis_clipfrac"] = sum_of_sample_mean((weights != tis).float()).detach()
-
+    ppo_kl = (
+        sequence_kl(old_list, log_prob_list, batch["loss_masks"])
+        if args.advantage_estimator == "gspo"
+        else old - log_probs
+    )
+    pg_loss, clip_fraction = policy_gradient(args, ppo_kl, log_probs, torch.cat(batch["advantages"]))
+    train_old = batch.get("log_probs") or [lp.detach() for lp in log_prob_list]
+    pg_loss, pg_masks, sum_of_sample_mean, metrics = truncated_importance(
+        args, batch, pg_loss, train_old, sum_of_sample_mean
+    )
     pg_reduce = sum_of_sample_mean
-    reducer = plugins_of(args).pg_loss_reducer if args.custom_pg_loss_reducer_function_path else None
+    reducer = plugins_of(args).get(PgLossReducer)
     if reducer is not None:
         # pg_loss_reducer: the plugin's reduction of the policy-gradient term only
         pg_reduce = call_pg_loss_reducer(
@@ -258,8 +217,62 @@ def policy_loss(
     return loss, metrics
 
 
+def policy_gradient(
+    args: RolloutConfig, ppo_kl: torch.Tensor, log_probs: torch.Tensor, advantages: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The per-token policy-gradient loss of ``advantage_estimator`` and where it clipped."""
+    eps_high = args.eps_clip if args.eps_clip_high is None else args.eps_clip_high
+    if args.advantage_estimator == "cispo":
+        return cispo_loss(ppo_kl, log_probs, advantages, args.eps_clip, eps_high)
+    if args.advantage_estimator == "sapo":
+        return soft_gated_loss(ppo_kl, advantages, args.sapo_tau_pos, args.sapo_tau_neg)
+    if args.advantage_estimator in ("reinforce", "rloo"):
+        return importance_weighted_loss(ppo_kl, advantages), torch.zeros_like(ppo_kl)
+    return clipped_policy_loss(ppo_kl, advantages, args.eps_clip, eps_high, args.eps_clip_c)
+
+
+def truncated_importance(
+    args: RolloutConfig,
+    batch: dict[str, Any],
+    pg_loss: torch.Tensor,
+    train_old: list[torch.Tensor],
+    sum_of_sample_mean: Reducer,
+) -> tuple[torch.Tensor, list[Any], Reducer, dict[str, torch.Tensor]]:
+    """TIS where it is on (by default where rollout log-probs are): the tis_function plugin's weights (or
+    rejections) of the per-token loss, else the clipped ratio of the trainer's to the engine's log-probs.
+    ``(pg_loss, loss masks to reduce it with, the reducer, metrics)``."""
+    metrics: dict[str, torch.Tensor] = {}
+    if not (tis_on(args) and bool(args.use_tis or batch.get("rollout_log_probs"))):
+        return pg_loss, batch["loss_masks"], sum_of_sample_mean, metrics
+    tis_function = plugins_of(args).get(TisFunction)
+    if tis_function is None:
+        tis = torch.exp(torch.cat(train_old) - torch.cat(batch["rollout_log_probs"]))
+        weights = tis.clamp(args.tis_clip_low, args.tis_clip)
+        metrics["tis"] = sum_of_sample_mean(tis).detach()
+        metrics["tis_clipfrac"] = sum_of_sample_mean((weights != tis).float()).detach()
+        return pg_loss * weights, batch["loss_masks"], sum_of_sample_mean, metrics
+    # tis_function: the plugin weights (or rejects) the per-token loss, called by keyword as slime does
+    pg_loss, pg_masks, tis_metrics = call_tis_function(
+        tis_function,
+        args=args,
+        pg_loss=pg_loss,
+        train_log_probs=train_old,
+        rollout_log_probs=batch["rollout_log_probs"],
+        loss_masks=batch["loss_masks"],
+        total_lengths=batch["total_lengths"],
+        response_lengths=batch["response_lengths"],
+    )
+    reduce = sum_of_sample_mean_fn(
+        batch["response_lengths"], pg_masks, args.calculate_per_token_loss, denominators=batch["loss_masks"]
+    )
+    for key, value in tis_metrics.items():
+        value = torch.as_tensor(value)
+        metrics[key] = (reduce(value) if value.shape == pg_loss.shape else value).detach()
+    return pg_loss, pg_masks, reduce, metrics
+
+
 def sft_loss(
-    args: Any, batch: dict[str, Any], logits: torch.Tensor, sum_of_sample_mean: Reducer
+    args: RolloutConfig, batch: dict[str, Any], logits: torch.Tensor, sum_of_sample_mean: Reducer
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """slime's ``sft_loss``: the negative log-likelihood of the trained response tokens."""
     log_prob_list, _ = log_probs_and_entropy(logits, batch, args, with_entropy=False)

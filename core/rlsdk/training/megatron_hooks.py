@@ -11,6 +11,8 @@ from ..plugins.calls import (
     call_model_provider,
 )
 from ..runtime import plugins_of
+from ..plugins.kinds import MegatronBeforeLogProb, MegatronBeforeTrainStep, MegatronInit, ModelProvider
+from ..config import RolloutConfig
 
 
 class MegatronHooks:
@@ -20,23 +22,23 @@ class MegatronHooks:
     resolved once from ``args``. Each method calls its plugin through the kind's call point (an error names
     the plugin and its distribution) and does nothing where the run names none."""
 
-    def __init__(self, args: Any) -> None:
+    def __init__(self, args: RolloutConfig) -> None:
         self.args = args
         plugins = plugins_of(args)
-        self.init_hook = plugins.megatron_init
-        self.before_log_prob_hook = plugins.megatron_before_log_prob
-        self.before_train_step_hook = plugins.megatron_before_train_step
-        self.model_provider = plugins.model_provider
+        self.init_hook = plugins.get(MegatronInit)
+        self.before_log_prob_hook = plugins.get(MegatronBeforeLogProb)
+        self.before_train_step_hook = plugins.get(MegatronBeforeTrainStep)
+        self.model_provider = plugins.get(ModelProvider)
 
     def init(self) -> None:
         """Once megatron's parallel state is set up, before the model is built."""
         if self.init_hook is not None:
-            call_megatron_init(self.args, self.init_hook)
+            call_megatron_init(self.init_hook, self.args)
 
     def before_log_prob(self, model: list[Any], store_prefix: str) -> None:
         """Before the log-probs of ``model`` (its chunks): ``store_prefix`` ``""`` (policy) or ``"ref_"``."""
         if self.before_log_prob_hook is not None:
-            call_megatron_before_log_prob(self.args, self.before_log_prob_hook, model, store_prefix)
+            call_megatron_before_log_prob(self.before_log_prob_hook, self.args, model, store_prefix)
 
     def before_train_step(
         self, rollout_id: int, step_id: int, model: list[Any], optimizer: Any, opt_param_scheduler: Any = None
@@ -44,8 +46,8 @@ class MegatronHooks:
         """Before optimizer step ``step_id`` of rollout ``rollout_id``'s forward and backward passes."""
         if self.before_train_step_hook is not None:
             call_megatron_before_train_step(
-                self.args,
                 self.before_train_step_hook,
+                self.args,
                 rollout_id,
                 step_id,
                 model,

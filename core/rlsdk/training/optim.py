@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from ..config import RolloutConfig
 
 from ..errors import CheckpointError
 
 
-def adamw(model: torch.nn.Module, args: Any, lr: float | None = None) -> torch.optim.AdamW:
+def adamw(model: torch.nn.Module, args: RolloutConfig, lr: float | None = None) -> torch.optim.AdamW:
     """AdamW over ``model``'s trainable parameters with slime's options (``lr`` unless given, ``weight_decay``,
     ``adam_*``), in its fused form: one pass over each parameter (a step over SmolLM2-135M's parameters on
     2 CPU cores took an eighth of the default implementation's time)."""

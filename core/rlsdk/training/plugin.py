@@ -5,19 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 from ..plugins.hookspecs import hookimpl
-from ..plugins.records import Loss, Trainer
+from ..plugins.kinds import (
+    Loss,
+    MegatronBeforeLogProb,
+    MegatronBeforeTrainStep,
+    MegatronInit,
+    ModelProvider,
+    Trainer,
+)
+from ..config import RolloutConfig
 
 
-MEGATRON_HOOK_OPTIONS = (
-    "custom_megatron_init_path",
-    "custom_megatron_before_log_prob_hook_path",
-    "custom_megatron_before_train_step_hook_path",
-    "custom_model_provider_path",
+MEGATRON_HOOK_OPTIONS = tuple(
+    record.options[0].name
+    for record in (MegatronInit, MegatronBeforeLogProb, MegatronBeforeTrainStep, ModelProvider)
 )
 """slime's megatron hooks: the ``megatron`` trainer calls them, the ``torch`` trainer has no megatron model."""
 
 
-def check_torch_settings(args: Any) -> None:
+def check_torch_settings(args: RolloutConfig) -> None:
     """Refuse the megatron hooks: with the torch trainer they would never run."""
     named = [
         f"--{option.replace('_', '-')}" for option in MEGATRON_HOOK_OPTIONS if getattr(args, option, None)
@@ -29,21 +35,21 @@ def check_torch_settings(args: Any) -> None:
         )
 
 
-def torch_trainer(args: Any) -> Any:
+def torch_trainer(args: RolloutConfig) -> Any:
     """AdamW on a Hugging Face causal LM (float32 on CPU, bfloat16 on CUDA)."""
     from .torch_trainer import TorchTrainer
 
     return TorchTrainer(args)
 
 
-def policy_loss(args: Any, batch: Any, logits: Any, sum_of_sample_mean: Any) -> Any:
+def policy_loss(args: RolloutConfig, batch: Any, logits: Any, sum_of_sample_mean: Any) -> Any:
     """slime's clipped policy gradient (PPO/GSPO/CISPO, TIS, entropy and KL terms)."""
     from .losses import policy_loss as loss
 
     return loss(args, batch, logits, sum_of_sample_mean)
 
 
-def sft_loss(args: Any, batch: Any, logits: Any, sum_of_sample_mean: Any) -> Any:
+def sft_loss(args: RolloutConfig, batch: Any, logits: Any, sum_of_sample_mean: Any) -> Any:
     """Negative log-likelihood of the trained response tokens."""
     from .losses import sft_loss as loss
 

@@ -31,6 +31,7 @@ from .sync import (
 )
 from .trainer import PolicyTrainer, build_trainer
 from .trust import DriftCheck, WeightsVerdict, check_weights, describe_stale, pick_probes, stale_replicas
+from ..plugins.kinds import Trainer, UpdateWeightPostWrite
 
 CHECKPOINT_META = "rlsdk_checkpoint.json"
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def checkpoint_signed_here(folder: Path) -> bool:
     return meta.is_file() and signed_here(read_json(meta))
 
 
-def checkpoint_root(args: Any, output_folder: Path) -> Path:
+def checkpoint_root(args: RolloutConfig, output_folder: Path) -> Path:
     """Where a run writes its checkpoints (``step_N/``): ``--save``, else ``<output_dir>/checkpoints``."""
     return Path(args.save) if args.save else output_folder / "checkpoints"
 
@@ -90,9 +91,9 @@ class TrainingSession:
             args,
             runtime.engine,
             output_folder / "sync-weights",
-            runtime.plugins.update_weight_post_write,  # update_weight_post_write: called by the disk sync
+            runtime.plugins.get(UpdateWeightPostWrite),  # update_weight_post_write: called by the disk sync
         )
-        trainer = runtime.plugins.trainer
+        trainer = runtime.plugins.get(Trainer)
         assert trainer is not None, "a training run resolves its trainer"
         # trainer: built by its plugin from the run's settings
         self.trainer: PolicyTrainer = build_trainer(trainer, args)
@@ -158,9 +159,9 @@ class TrainingSession:
         return len(stale)
 
     def train(self, rollout_id: int, result: RolloutFnTrainOutput) -> dict[str, Any]:
-        """One train step on the kept groups, the sync, and the trust checks: the probe's largest gap, and
-        the mean gap of several probes against this run's own noise (:class:`~.trust.DriftCheck`). Before
-        it, the engine must still serve the weights the step was sampled under (T21)."""
+        """One train step on the kept groups (the loop's train verb; :meth:`publish` syncs). Before it, the
+        engine must still serve the weights the step was sampled under (T21), and the drift check's baseline
+        is measured once while both hold the same weights."""
         if result.samples:
             stale = self.stale_engines(self.weight_version)
             if stale:  # restarted during the step: its samples may come from other weights
@@ -169,12 +170,16 @@ class TrainingSession:
                     "trainer's weights during the step (restarted?), so its samples are not trained on; "
                     "--resume continues from the last checkpoint"
                 )
-        probes = pick_probes(result.samples)
-        self.measure_noise(probes)
-        metrics = self.train_step(rollout_id, result)
+        self.measure_noise(pick_probes(result.samples))
+        return self.train_step(rollout_id, result)
+
+    def publish(self, result: RolloutFnTrainOutput) -> dict[str, Any]:
+        """The new weights to every engine, then the trust checks on the step's samples (the loop's sync verb):
+        the probe's largest gap, and the mean gap of several probes against this run's own noise
+        (:class:`~.trust.DriftCheck`)."""
         with self._phase("sync"):
-            metrics.update(self.sync())
-            metrics.update(self.check(result.samples[-1][0], probes))
+            metrics = self.sync()
+            metrics.update(self.check(result.samples[-1][0], pick_probes(result.samples)))
         if self.memory is not None:
             peaks = self.memory.take()
             metrics.update({f"memory/peak_gpu_gb_{phase}": gb for phase, gb in peaks.items()})

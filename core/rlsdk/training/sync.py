@@ -38,7 +38,8 @@ from ..errors import RlsdkError
 from ..plugins.calls import call_update_weight_post_write
 from ..plugins.records import Resolved
 from ..types import Sample
-from ..training_options import UPDATE_WEIGHT_BUFFER_SIZE, named_model_folder, offloads
+from ..options import UPDATE_WEIGHT_BUFFER_SIZE
+from ..training_options import named_model_folder, offloads
 from .trainer import PolicyTrainer
 
 log = logging.getLogger(__name__)
@@ -420,7 +421,7 @@ def choose_sync(
             return DiskSync(disk_folder)
         hook = post_write
         return DiskSync(
-            disk_folder, lambda folder, engines: call_update_weight_post_write(args, hook, folder, engines)
+            disk_folder, lambda folder, engines: call_update_weight_post_write(hook, args, folder, engines)
         )
     if mode == "nccl":
         return NcclBroadcastSync(bucket_bytes=args.update_weight_buffer_size)
@@ -454,7 +455,7 @@ def delta_sync(
     )
     hook = post_write
     write = (
-        None if hook is None else (lambda f, engines: call_update_weight_post_write(args, hook, f, engines))
+        None if hook is None else (lambda f, engines: call_update_weight_post_write(hook, args, f, engines))
     )
     return DeltaDiskSync(publisher, local, write)
 
@@ -495,7 +496,7 @@ DEFAULT_SYNC_TIMEOUT = 300.0
 """Seconds a weight sync may take when the model's size is unknown."""
 
 
-def default_sync_timeout(args: Any) -> float:
+def default_sync_timeout(args: RolloutConfig) -> float:
     """``--weight-sync-timeout``, else 120 s plus 60 s per GiB of the model folder's weight files (a GGUF
     file counts four times: it is dequantized); :data:`DEFAULT_SYNC_TIMEOUT` when no folder is named."""
     if args.weight_sync_timeout:

@@ -24,7 +24,8 @@ from ..engines.weight_checksums import Layout, engine_checksums
 from ..errors import CheckpointError, RlsdkError
 from ..outputs import TRAIN_LOG_PROBS
 from ..plugins.calls import call_advantage, call_reward_post_process, call_rollout_data_postprocess
-from ..plugins.records import Loss, Resolved
+from ..plugins.kinds import Loss
+from ..plugins.records import Resolved
 from ..runtime import plugins_of
 from ..types import Sample
 from .advantages import approx_kl, compute_advantages, normalize_rewards, raw_advantages, whiten
@@ -34,6 +35,9 @@ from .distillation import subtract_reverse_kl
 from .losses import log_probs_and_entropy, sum_of_sample_mean_fn
 from .optim import adamw, load_tensors, optimizer_step
 from .trainer import LoraAdapter, PolicyTrainer
+from ..plugins.kinds import RewardPostProcess, RolloutDataPostprocess
+from ..plugins.kinds import Advantage
+from ..config import RolloutConfig
 
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
@@ -47,7 +51,7 @@ class TorchTrainer(PolicyTrainer):
     critic: Critic | None = None
     lora: bool = False
 
-    def __init__(self, args: Any) -> None:
+    def __init__(self, args: RolloutConfig) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.args = args
@@ -113,48 +117,19 @@ class TorchTrainer(PolicyTrainer):
         samples = [s for group in groups for s in group]
         if not samples:
             raise ValueError(f"step {rollout_id}: no samples to train on")
-        plugins = plugins_of(args)
-        raw: list[float]
-        if plugins.reward_post_process is not None:
-            # reward_post_process: the plugin's rewards in place of the group normalization (it reads the
-            # samples' rewards as they are: slime's on-policy distillation turns a dict into scalars there)
-            raw, rewards = call_reward_post_process(args, plugins.reward_post_process, samples)
-        else:
-            scalars = [sample.get_reward_value(args) for sample in samples]
-            if any(r is None for r in scalars):
-                raise ValueError(f"step {rollout_id}: a kept sample has no reward")
-            raw = [float(r) for r in scalars if r is not None]
-            rewards = normalize_rewards(args, raw, [len(g) for g in groups])
+        raw, rewards = self._rewards(rollout_id, samples, groups)
         data = [TrainSample.from_sample(s, r) for s, r in zip(samples, rewards, strict=True)]
         masks = [d.loss_mask for d in data]
-
         gbs = args.global_batch_size or len(data)
         if args.num_steps_per_rollout:
             gbs = max(1, len(data) // args.num_steps_per_rollout)
-        one_optimizer_step = gbs >= len(data)
-        per_sample: dict[str, list[Any]] = {"log_probs": [], "ref_log_probs": []}
-        # The old policy's log-probs: the current ones, detached, when the whole batch is one optimizer step.
-        if not args.use_rollout_logprobs and (not one_optimizer_step or args.kl_coef):
-            per_sample["log_probs"] = self._log_probs(self.model, data)
-            if len(per_sample["log_probs"]) == len(samples):  # kept in rollouts.jsonl, for rlsdk view
-                for sample, log_probs in zip(samples, per_sample["log_probs"], strict=True):
-                    sample.metadata[TRAIN_LOG_PROBS] = log_probs.tolist()
-        if self.ref_model is not None:
-            per_sample["ref_log_probs"] = self._log_probs(self.ref_model, data)
-        old = per_sample["log_probs"] or (
-            [d.rollout_log_probs for d in data] if args.use_rollout_logprobs else []
-        )
-        if args.kl_coef and old:
-            kl = [
-                approx_kl(o, r, args.kl_loss_type)
-                for o, r in zip(old, per_sample["ref_log_probs"], strict=True)
-            ]
-        else:
-            kl = [torch.zeros(d.response_length) for d in data]
-        if plugins.rollout_data_postprocess is not None:
-            rewards, masks = self._postprocess(
-                rollout_id, plugins.rollout_data_postprocess, samples, data, raw, per_sample
-            )
+        per_sample, kl = self._old_log_probs(data, one_optimizer_step=gbs >= len(data))
+        if len(per_sample["log_probs"]) == len(samples):  # kept in rollouts.jsonl, for rlsdk view
+            for sample, log_probs in zip(samples, per_sample["log_probs"], strict=True):
+                sample.metadata[TRAIN_LOG_PROBS] = log_probs.tolist()
+        postprocess_data = plugins_of(args).get(RolloutDataPostprocess)
+        if postprocess_data is not None:
+            rewards, masks = self._postprocess(rollout_id, postprocess_data, samples, data, raw, per_sample)
         values = self.critic.values(data) if self.critic is not None else None
         per_sample["advantages"], returns = self._advantages(rewards, kl, masks, data, per_sample, values)
         extra: dict[str, float] = {}
@@ -172,7 +147,60 @@ class TorchTrainer(PolicyTrainer):
             extra.update(self.critic.train(data, values, returns, gbs))
             if rollout_id < args.num_critic_only_steps:
                 return {**extra, "train/samples": len(data), "train/seconds": time.perf_counter() - started}
+        return {**self._optimize(rollout_id, samples, data, per_sample, gbs, started), **extra}
 
+    def _rewards(
+        self, rollout_id: int, samples: list[Sample], groups: list[list[Sample]]
+    ) -> tuple[list[Any], list[float]]:
+        """``(raw, rewards)``: each sample's reward, and what the trainer turns into advantages: the
+        reward_post_process plugin's, else the group normalization's."""
+        args = self.args
+        post_process = plugins_of(args).get(RewardPostProcess)
+        if post_process is not None:
+            # reward_post_process: the plugin's rewards in place of the group normalization; it reads the
+            # samples' rewards as they are (slime's on-policy distillation turns a dict into scalars there)
+            return call_reward_post_process(post_process, args, samples)
+        raw = [sample.get_reward_value(args) for sample in samples]
+        if any(r is None for r in raw):
+            raise ValueError(f"step {rollout_id}: a kept sample has no reward")
+        return raw, normalize_rewards(
+            args, [float(r) for r in raw if r is not None], [len(g) for g in groups]
+        )
+
+    def _old_log_probs(
+        self, data: list[TrainSample], *, one_optimizer_step: bool
+    ) -> tuple[dict[str, list[Any]], list[torch.Tensor]]:
+        """The old policy's and the reference's log-probs (the current ones, detached, when the whole batch is
+        one optimizer step) and the per-token KL between them."""
+        args = self.args
+        per_sample: dict[str, list[Any]] = {"log_probs": [], "ref_log_probs": []}
+        if not args.use_rollout_logprobs and (not one_optimizer_step or args.kl_coef):
+            per_sample["log_probs"] = self._log_probs(self.model, data)
+        if self.ref_model is not None:
+            per_sample["ref_log_probs"] = self._log_probs(self.ref_model, data)
+        old = per_sample["log_probs"] or (
+            [d.rollout_log_probs for d in data] if args.use_rollout_logprobs else []
+        )
+        if args.kl_coef and old:
+            kl = [
+                approx_kl(o, r, args.kl_loss_type)
+                for o, r in zip(old, per_sample["ref_log_probs"], strict=True)
+            ]
+        else:
+            kl = [torch.zeros(d.response_length) for d in data]
+        return per_sample, kl
+
+    def _optimize(
+        self,
+        rollout_id: int,
+        samples: list[Sample],
+        data: list[TrainSample],
+        per_sample: dict[str, list[Any]],
+        gbs: int,
+        started: float,
+    ) -> dict[str, float]:
+        """One optimizer step per global batch of ``gbs`` samples; the step's training metrics."""
+        args = self.args
         totals: dict[str, float] = {}
         grad_norms = []
         tokens = 0
@@ -197,20 +225,17 @@ class TorchTrainer(PolicyTrainer):
         steps = len(grad_norms)
         finite = [norm for norm in grad_norms if math.isfinite(norm)]
         seconds = time.perf_counter() - started
-        out = {f"train/{k}": v / steps for k, v in totals.items()}
-        out.update(
-            {
-                "train/grad_norm": sum(finite) / len(finite) if finite else math.nan,
-                "train/skipped_optimizer_steps": steps - len(finite),
-                "train/optimizer_steps": steps,
-                "train/samples": len(data),
-                "train/seconds": seconds,
-                "train/tokens_per_s": tokens / seconds if seconds else 0.0,
-                "train/peak_memory_gb": peak_memory_gb(self.device),
-                "train/lr": self.optimizer.param_groups[0]["lr"],
-            }
-        )
-        return {**out, **extra}
+        return {
+            **{f"train/{k}": v / steps for k, v in totals.items()},
+            "train/grad_norm": sum(finite) / len(finite) if finite else math.nan,
+            "train/skipped_optimizer_steps": steps - len(finite),
+            "train/optimizer_steps": steps,
+            "train/samples": len(data),
+            "train/seconds": seconds,
+            "train/tokens_per_s": tokens / seconds if seconds else 0.0,
+            "train/peak_memory_gb": peak_memory_gb(self.device),
+            "train/lr": self.optimizer.param_groups[0]["lr"],
+        }
 
     def _accumulate_gradients(
         self,
@@ -270,7 +295,7 @@ class TorchTrainer(PolicyTrainer):
         """Per-token advantages, and with the critic's ``values`` the returns it trains on (GAE's
         advantages plus the values, before any whitening)."""
         args = self.args
-        estimator = plugins_of(args).advantage
+        estimator = plugins_of(args).get(Advantage)
         if estimator is None:
             if values is None:
                 return compute_advantages(args, rewards, kl, masks), None
@@ -288,7 +313,7 @@ class TorchTrainer(PolicyTrainer):
         }
         if values is not None:
             rollout_data["values"] = values
-        advantages = call_advantage(args, estimator, rollout_data)  # advantage
+        advantages = call_advantage(estimator, args, rollout_data)  # advantage
         if values is None:
             return advantages, None
         if "returns" not in rollout_data:
@@ -321,7 +346,7 @@ class TorchTrainer(PolicyTrainer):
             "sample_indices": [s.index for s in samples],
             **{k: v for k, v in per_sample.items() if v},
         }
-        call_rollout_data_postprocess(self.args, resolved, rollout_id, rollout_data)
+        call_rollout_data_postprocess(resolved, self.args, rollout_id, rollout_data)
         for d, reward, mask in zip(data, rollout_data["rewards"], rollout_data["loss_masks"], strict=True):
             d.reward = float(reward)
             d.loss_mask = torch.as_tensor(mask, dtype=d.loss_mask.dtype)
@@ -571,9 +596,9 @@ def check_loss_value(loss: Resolved[Loss], rollout_id: int, value: Any, samples:
         )
 
 
-def resolve_loss(args: Any) -> Resolved[Loss]:
+def resolve_loss(args: RolloutConfig) -> Resolved[Loss]:
     """``loss_type``'s loss: a built-in by name, or ``custom_loss_function_path`` (a loss plugin or path)."""
-    loss = plugins_of(args).loss
+    loss = plugins_of(args).get(Loss)
     assert loss is not None, "a training run names its loss"
     return loss
 

@@ -12,6 +12,7 @@ from ..engines.weight_checksums import Layout, engine_checksums
 from ..errors import PluginCallError, RlsdkError
 from ..plugins.records import Resolved
 from ..types import Sample
+from ..config import RolloutConfig
 
 
 @dataclass
@@ -57,7 +58,7 @@ class PolicyTrainer(abc.ABC):
     def weight_checksums(self, layout: Layout) -> dict[str, tuple[list[str], list[str]]]:
         """What an engine that fuses tensors as ``layout`` says must hold, for the trust check's exact
         comparison: per tensor of the engine, the Hugging Face names it is made of and the checksums
-        (:func:`rlsdk.tensor_checksum`) it may have (with a float32 tensor, also in the half-precision
+        (:func:`rlsdk.engine_api.tensor_checksum`) it may have (with a float32 tensor, also in the half-precision
         types an engine serves). Computed where the weights are, from :meth:`weights` by default; a trainer
         whose parameters are at hand overrides it to read them directly, so that an export that left a
         tensor out or stale is caught too."""
@@ -117,7 +118,7 @@ def _nbytes(tensor: Any) -> int:
     return int(tensor.numel()) * int(tensor.element_size())
 
 
-def build_trainer(resolved: Resolved[Any], args: Any) -> PolicyTrainer:
+def build_trainer(resolved: Resolved[Any], args: RolloutConfig) -> PolicyTrainer:
     """The trainer call point: ``trainer(args)`` from its plugin, checked to be a :class:`PolicyTrainer`
     (the run's trainer, a Ray trainer actor's, and :func:`rlsdk.testing.check_trainer`'s)."""
     try:
@@ -130,6 +131,6 @@ def build_trainer(resolved: Resolved[Any], args: Any) -> PolicyTrainer:
         ) from exc
     if not isinstance(trainer, PolicyTrainer):
         raise PluginCallError(
-            f"{resolved.describe()} returned {type(trainer).__name__}: expected an rlsdk.PolicyTrainer"
+            f"{resolved.describe()} returned {type(trainer).__name__}: expected an rlsdk.trainer_api.PolicyTrainer"
         )
     return trainer

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import torch
 
-from rlsdk.engines.engine import EngineRequestError, SGLangClient
+from rlsdk.engine_api import EngineRequestError, SGLangClient
 from rlsdk.testing import ServedEngine
 
 pytestmark = pytest.mark.slow
@@ -480,18 +480,6 @@ def test_client_raises_request_errors_with_the_message(served):
         via_http(served, {"input_ids": "not a list"})
 
 
-def test_request_body_size_is_limited(served):
-    from rlsdk.run.engine_server import start_server
-
-    small = served.run(start_server(served.engine, "127.0.0.1", 0, max_body=1024))
-    try:
-        response = httpx.post(f"{small.url}/generate", json={"input_ids": [1] * 2000}, timeout=30)
-        assert response.status_code == 413 and response.json()["code"] == 413
-    finally:
-        served.run(small.close())
-    served.engine.url = served.url
-
-
 def test_pause_holds_new_requests_until_continue(served):
     async def scenario(client):
         await client.pause(mode="in_place")
@@ -512,20 +500,9 @@ def test_weight_update_from_disk_and_from_a_state_dict(served):
     payload = {"input_ids": [1, 2, 3], "sampling_params": {"temperature": 0, "max_new_tokens": 3}}
     before = via_http(served, payload)
 
-    async def update(client):
-        await client.update_weights_from_disk(path, "step-7")
-        return await client.weight_version(), await client.generate(payload)
-
-    from rlsdk.run.engine_server import start_server
-
-    allowing = served.run(
-        start_server(served.engine, "127.0.0.1", 0, weights_dirs=[served.engine.model_path])
-    )
-    try:
-        version, after = asyncio.run(with_client(allowing.url, update))
-    finally:
-        served.run(allowing.close())
-    served.engine.url = served.url
+    served.run(served.engine.update_weights_from_disk(path, "step-7"))  # rlsdk serve's route: core's tests
+    version = served.run(served.engine.model_info())["weight_version"]
+    after = via_http(served, payload)
     assert version == "step-7" and after["meta_info"]["weight_version"] == "step-7"
     assert after["output_ids"] == before["output_ids"]
 

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from rlsdk import RolloutConfig, Sample, get_plugin_manager
-from rlsdk.engines.engine import EngineError, EngineUnavailableError, SGLangClient
+from rlsdk.engine_api import EngineError, EngineUnavailableError, SGLangClient
 from rlsdk_embedded import ModelNotFoundError, model_files, resolve_model_path
 
 
@@ -78,7 +78,7 @@ def test_cache_root_follows_env(monkeypatch, tmp_path):
 @pytest.mark.slow
 def test_single_turn_generator_against_rlsdk_serve(served):
     """With no run bound to ``args`` (as when slime calls it), generate() posts to the URL in args."""
-    from rlsdk.rollout.generate import generate
+    from rlsdk import single_turn as generate
 
     host, port = served.url.removeprefix("http://").split(":")
     args = RolloutConfig(sglang_router_ip=host, sglang_router_port=int(port))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import rlsdk_filter_hub.plugin
 from rlsdk import PluginCallError, RolloutConfig, Sample
-from rlsdk.data import START_ROLLOUT_ID
+from rlsdk import START_ROLLOUT_ID
 from rlsdk.testing import (
     check_buffer_filter,
     check_dynamic_filter,

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from rlsdk_generators.chat_mask import conversation_tokens, response_part
+from rlsdk.testing import tool_definition
 
 # ChatML with tools in the system turn, <think> reasoning, <tool_call> JSON and <tool_response>
 # observations, in the style of Qwen's templates (written for this test).
@@ -24,16 +25,7 @@ THINK_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "calculator",
-            "description": "Evaluate arithmetic",
-            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
-        },
-    }
-]
+TOOLS = [tool_definition("calculator", "Evaluate arithmetic", "expression")]
 
 
 def trainable_runs(tokenizer, ids, mask):

@@ -9,8 +9,9 @@ import json
 import pytest
 
 from rlsdk import RolloutConfig, Sample, Tool, hookimpl
-from rlsdk.rollout.generate import sampling_params_for
-from rlsdk.runtime import Runtime, bind_runtime
+from rlsdk.testing import sampling_params_for
+from rlsdk import Runtime
+from rlsdk.testing import bind_runtime
 from rlsdk.testing import FakeEngine, FakeReply
 from rlsdk_generators import plugin as generators_plugin
 from rlsdk_generators.multi_turn import multi_turn

@@ -11,11 +11,12 @@ import pytest
 
 import rlsdk_filter_hub.plugin
 from rlsdk import Reward, RolloutConfig, Sample, hookimpl
-from rlsdk.data import DataSource
-from rlsdk.engines.sglang_client import SGLangClient
-from rlsdk.errors import DataError
-from rlsdk.run.job import run_job
-from rlsdk.runtime import Runtime, bind_runtime
+from rlsdk import DataSource
+from rlsdk.engine_api import SGLangClient
+from rlsdk import DataError
+from rlsdk import run_job
+from rlsdk import Runtime
+from rlsdk.testing import bind_runtime
 from rlsdk_generators import plugin as generators_plugin
 
 pytestmark = pytest.mark.slow

@@ -14,11 +14,8 @@ import httpx
 import pytest
 
 import rlsdk_filter_hub.plugin
-from rlsdk import RolloutConfig, Sample, TaskGenerator, hookimpl
-from rlsdk.data import DataSource
-from rlsdk.rollout.buffer_service import BufferService, TrajectoryStore
-from rlsdk.runtime import Runtime, bind_runtime
-from rlsdk.testing import FakeEngine, ServedBuffer
+from rlsdk import DataSource, RlsdkError, RolloutConfig, Runtime, Sample, TaskGenerator, hookimpl
+from rlsdk.testing import FakeEngine, ServedBuffer, bind_runtime
 from rlsdk_generators import plugin as generators_plugin
 from rlsdk_generators.chat_mask import conversation_tokens
 from rlsdk_generators.rollout_buffer import rollout_buffer
@@ -217,7 +214,7 @@ class EchoTask:
 def test_rollout_buffer_rollout_turns_trajectories_into_samples(rlsdk_pm, small_tokenizer, tmp_path):
     rlsdk_pm.register(generators_plugin)
     rlsdk_pm.register(EchoTask())
-    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"), input_dirs=[tmp_path])
+    service = ServedBuffer(rlsdk_pm, tmp_path / "buffer", service_options={"input_dirs": [tmp_path]}).service
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"q": f"What is {i}+1?", "a": str(i + 1)}) + "\n" for i in range(4)))
     args = RolloutConfig(
@@ -229,10 +226,12 @@ def test_rollout_buffer_rollout_turns_trajectories_into_samples(rlsdk_pm, small_
         rollout_task_type="echo",
         rollout_buffer_wait=30,
     )
-    bind_runtime(args, Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer))
+    runtime = Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer)
+    bind_runtime(args, runtime)
     source = data_source(rlsdk_pm, args, small_tokenizer)
     with ServedBuffer(service):
-        args.rollout_buffer_url = service.url
+        args = args.replace(rollout_buffer_url=service.url)
+        bind_runtime(args, runtime)
         first = rollout_buffer(args, 0, source)
         second = rollout_buffer(args, 1, source)
     assert [len(g) for g in first.samples] == [2, 2] and [len(g) for g in second.samples] == [2, 2]
@@ -265,7 +264,7 @@ def test_rollout_buffer_reports_a_failing_task(rlsdk_pm, small_tokenizer, tmp_pa
 
     rlsdk_pm.register(Broken())
     rlsdk_pm.register(generators_plugin)
-    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"), input_dirs=[tmp_path])
+    service = ServedBuffer(rlsdk_pm, tmp_path / "buffer", service_options={"input_dirs": [tmp_path]}).service
     chats = tmp_path / "chats.jsonl"
     chats.write_text(json.dumps({"input": [{"role": "user", "content": "Hi"}]}) + "\n")
     args = RolloutConfig(
@@ -274,10 +273,12 @@ def test_rollout_buffer_reports_a_failing_task(rlsdk_pm, small_tokenizer, tmp_pa
         rollout_task_type="broken",
         rollout_buffer_wait=10,
     )
-    bind_runtime(args, Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer))
+    runtime = Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer)
+    bind_runtime(args, runtime)
     source = data_source(rlsdk_pm, args, small_tokenizer)  # chat messages, kept for the agents
     with ServedBuffer(service):
-        args.rollout_buffer_url = service.url
+        args = args.replace(rollout_buffer_url=service.url)
+        bind_runtime(args, runtime)
         with pytest.raises(
             RuntimeError, match="task_generator 'broken'.*raised FileNotFoundError: .*chats.jsonl"
         ):
@@ -291,7 +292,7 @@ def test_surplus_groups_stay_in_the_service_across_a_trainer_crash(rlsdk_pm, sma
     rlsdk_pm.register(EchoTask())
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"q": f"What is {i}+1?", "a": str(i + 1)}) + "\n" for i in range(3)))
-    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"), input_dirs=[tmp_path])
+    service = ServedBuffer(rlsdk_pm, tmp_path / "buffer", service_options={"input_dirs": [tmp_path]}).service
     with ServedBuffer(service):
 
         def fresh_trainer():
@@ -322,10 +323,9 @@ def test_surplus_groups_stay_in_the_service_across_a_trainer_crash(rlsdk_pm, sma
 
 def test_waiting_in_vain_is_an_error_rlsdk_run_reports_in_one_line(rlsdk_pm, small_tokenizer, tmp_path):
     """It used to be a bare TimeoutError, which `rlsdk run` showed as a raw traceback."""
-    from rlsdk.errors import RlsdkError
 
     rlsdk_pm.register(generators_plugin)
-    service = BufferService(rlsdk_pm, TrajectoryStore(tmp_path / "buffer"), input_dirs=[tmp_path])
+    service = ServedBuffer(rlsdk_pm, tmp_path / "buffer", service_options={"input_dirs": [tmp_path]}).service
     with ServedBuffer(service):
         args = RolloutConfig(rollout_batch_size=1, rollout_buffer_url=service.url, rollout_buffer_wait=0.2)
         bind_runtime(args, Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer))

@@ -7,9 +7,10 @@ import pytest
 
 import rlsdk_filter_hub.plugin
 from rlsdk import RolloutConfig, Sample
-from rlsdk.data import DataSource
-from rlsdk.errors import DataError
-from rlsdk.runtime import Runtime, bind_runtime
+from rlsdk import DataSource
+from rlsdk import DataError
+from rlsdk import Runtime
+from rlsdk.testing import bind_runtime
 from rlsdk.testing import FakeEngine
 from rlsdk_generators import plugin as generators_plugin
 from rlsdk_generators.chat_mask import conversation_tokens

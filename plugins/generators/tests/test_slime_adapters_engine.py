@@ -11,8 +11,8 @@ import importlib
 import pytest
 
 from rlsdk import Sample
-from rlsdk.runtime import get_runtime
-from rlsdk.slime.adapters import view
+from rlsdk import get_runtime
+from rlsdk.slime import view
 
 pytestmark = pytest.mark.slow
 

@@ -13,6 +13,7 @@ stays). Everything else is megatron's real code.
 
 from __future__ import annotations
 
+import functools
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
@@ -88,9 +89,15 @@ def cpu_trainer(args: Any) -> Any:
 
 def packed_sft_loss(args: Any, batch: Any, logits: Any, reduce: Any) -> Any:
     """slime's ``sft_loss`` as a loss plugin given by path, which reads packed logits (a path's default)."""
-    from rlsdk.training.losses import sft_loss
+    return core_loss("sft_loss")(args, batch, logits, reduce)
 
-    return sft_loss(args, batch, logits, reduce)
+
+@functools.cache
+def core_loss(name: str) -> Any:
+    """One of core's own losses, resolved by name as a run resolves it."""
+    from rlsdk import get_plugin_manager
+
+    return get_plugin_manager(load_entrypoints=False).resolve("loss", name).func
 
 
 def local_gpt(

@@ -30,8 +30,8 @@ from rlsdk import (  # noqa: E402
     get_plugin_manager,
     hookimpl,
 )
-from rlsdk.plugins.loading import load_callable  # noqa: E402
-from rlsdk.runtime import bind_runtime  # noqa: E402
+from rlsdk import load_callable  # noqa: E402
+from rlsdk.testing import bind_runtime  # noqa: E402
 
 CPU_MEGATRON = Path(__file__).with_name("cpu_megatron.py")
 TINY = {
@@ -59,7 +59,7 @@ def folder(tmp_path_factory):
 def cpu_process_group():
     import torch.distributed as dist
 
-    from rlsdk import free_port
+    from rlsdk.trainer_api import free_port
 
     patches = pytest.MonkeyPatch()
     load_callable(f"{CPU_MEGATRON}:patch_for_cpu")(patches.setattr)

@@ -21,9 +21,8 @@ import torch
 
 pytest.importorskip("megatron.core", reason="megatron-core is not installed (cp312 wheels only)")
 
-from rlsdk.plugins.loading import load_callable  # noqa: E402
+from rlsdk import load_callable  # noqa: E402
 from rlsdk_megatron.convert import megatron_to_hf  # noqa: E402
-from rlsdk.training.batch import response_rows  # noqa: E402
 from rlsdk_megatron.trainer import build_gpt_model, packed_logits, read_hf_weights, response_logits  # noqa: E402
 
 patch_for_cpu = load_callable(f"{Path(__file__).with_name('cpu_megatron.py')}:patch_for_cpu")
@@ -50,7 +49,7 @@ def cpu_megatron():
     import torch.distributed as dist
     from megatron.core import parallel_state
 
-    from rlsdk import free_port
+    from rlsdk.trainer_api import free_port
 
     patches = pytest.MonkeyPatch()
     patch_for_cpu(patches.setattr)
@@ -102,7 +101,9 @@ def test_response_logits_are_the_packed_logits_response_rows(models):
         packed = packed_logits(megatron, rows, pad_id=0, device=cpu)[0]
         responses = response_logits(megatron, rows, lengths, pad_id=0, device=cpu)
     assert responses.shape == (1, sum(lengths), TINY["vocab_size"])
-    wanted = packed[response_rows([len(r) for r in rows], lengths)]
+    # the rows predicting each response: a sample of T tokens with R in its response, rows T - R - 1 .. T - 2
+    starts = [sum(len(r) for r in rows[:i]) for i in range(len(rows))]
+    wanted = packed[[s + len(r) - n - 1 + k for s, r, n in zip(starts, rows, lengths) for k in range(n)]]
     assert (responses[0] - wanted).abs().max() < 1e-5
     assert not megatron.output_layer._forward_pre_hooks  # the hook is gone after the pass
 

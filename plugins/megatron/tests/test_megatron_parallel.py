@@ -22,7 +22,7 @@ import torch
 pytest.importorskip("megatron.core", reason="megatron-core is not installed (cp312 wheels only)")
 
 from rlsdk import RolloutConfig, Sample  # noqa: E402
-from rlsdk.plugins.loading import load_callable  # noqa: E402
+from rlsdk import load_callable  # noqa: E402
 from rlsdk_megatron.rank_group import RankFailedError, RankGroupTrainer  # noqa: E402
 
 CPU_MEGATRON = Path(__file__).with_name("cpu_megatron.py")

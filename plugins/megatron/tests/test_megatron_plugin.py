@@ -62,7 +62,7 @@ SMOLLM2_SHAPE = {
 def test_sizes_the_trainer_cannot_take_stop_the_run_before_any_engine_starts(tmp_path, sizes, refusal):
     """SmolLM2-135M's 9 heads cannot be split in two, nor its 30 layers over 4 stages: the run stops while
     it resolves its plugins, not after the engines started (the engine here is a dead address, whose error would come otherwise)."""
-    from rlsdk.run.job import run_job
+    from rlsdk import run_job
 
     (tmp_path / "config.json").write_text(json.dumps(SMOLLM2_SHAPE))
     data = tmp_path / "prompts.jsonl"

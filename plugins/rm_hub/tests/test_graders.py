@@ -7,24 +7,16 @@ import multiprocessing
 import pytest
 
 from rlsdk import Sample
-from rlsdk.rollout.rewarding import REWARD_ERROR, score_group
+from rlsdk import REWARD_ERROR
 from rlsdk.testing import check_reward
+from rlsdk.testing import score as score_samples, scored
 from rlsdk_rm_hub.final_answer import answer_candidates
 from rlsdk_rm_hub.math_grader import quick_verdict
 from rlsdk_rm_hub.normalize import math_normalize, minerva_normalize
 
 
 def score(pm, args, response, label, rm="math", metadata=None):
-    sample = Sample(
-        group_index=0,
-        index=0,
-        response=response,
-        label=label,
-        metadata=dict(metadata or {}),
-        status=Sample.Status.COMPLETED,
-    )
-    asyncio.run(score_group(args.replace(rm_type=rm), pm, [sample]))
-    return sample
+    return scored(pm, response, label, args.replace(rm_type=rm), metadata)
 
 
 MATH_CASES = [
@@ -268,7 +260,7 @@ def test_a_sample_without_label_is_invalid_not_zero(rlsdk_pm, name):
 
     rlsdk_pm.register(plugin)
     sample = Sample(response="</think> The answer is \\boxed{4}. Answer: 4", label=None)
-    asyncio.run(score_group(RolloutConfig(rm_type=name, reward_key="score"), rlsdk_pm, [sample]))
+    score_samples(rlsdk_pm, [sample], RolloutConfig(rm_type=name, reward_key="score"))
     assert sample.reward is None and sample.status is Sample.Status.FAILED
     assert "--label-key" in sample.metadata[REWARD_ERROR]
 

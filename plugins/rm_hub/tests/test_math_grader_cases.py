@@ -1,7 +1,6 @@
 """The ``math`` grader against hand-decided truth (benchmarks/graders/cases.jsonl), and its parts:
 canonical spellings, exact arithmetic of huge numbers, and final-answer extraction."""
 
-import asyncio
 import json
 import pathlib
 import time
@@ -9,7 +8,7 @@ import time
 import pytest
 
 from rlsdk import Sample
-from rlsdk.rollout.rewarding import score_group
+from rlsdk.testing import score
 from rlsdk_rm_hub import exact
 from rlsdk_rm_hub.canonical import canonical
 from rlsdk_rm_hub.final_answer import answer_candidates
@@ -63,11 +62,8 @@ def test_math_meets_the_targets_on_the_public_set(hub_pm, args):
         for i, c in enumerate(cases)
     ]
 
-    async def score_all():
-        for sample in samples:
-            await score_group(args, hub_pm, [sample])
-
-    asyncio.run(score_all())
+    for sample in samples:
+        score(hub_pm, [sample], args)
     undecided = [c["id"] for c, s in zip(cases, samples) if s.reward is None]
     false_positives = [c["id"] for c, s in zip(cases, samples) if s.reward == 1.0 and not c["correct"]]
     wrong = [c["id"] for c, s in zip(cases, samples) if (s.reward == 1.0) != c["correct"]]

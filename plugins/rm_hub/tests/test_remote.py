@@ -1,7 +1,6 @@
 """The remote reward against a real HTTP server on loopback that injects delays, 500s, 4xx, malformed
 JSON and dropped connections."""
 
-import asyncio
 import json
 import threading
 import time
@@ -10,7 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from rlsdk import Sample
-from rlsdk.rollout.rewarding import REWARD_ERROR, score_group
+from rlsdk import REWARD_ERROR
+from rlsdk.testing import score
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -62,7 +62,7 @@ def server():
 def run(pm, args, path, server, n=1, response="a", rm="remote"):
     Handler.counts.pop(path, None)
     samples = [Sample(group_index=0, index=i, prompt="p", response=response, label="a") for i in range(n)]
-    asyncio.run(score_group(args.replace(rm_type=rm, rm_url=server + path, rm_backoff=0.01), pm, samples))
+    score(pm, samples, args.replace(rm_type=rm, rm_url=server + path, rm_backoff=0.01))
     return samples
 
 
@@ -107,5 +107,5 @@ def test_request_timeout_then_invalid(hub_pm, args, server):
 
 def test_no_url_is_invalid_with_reason(hub_pm, args):
     sample = Sample(response="a", label="a")
-    asyncio.run(score_group(args.replace(rm_type="remote"), hub_pm, [sample]))
+    score(hub_pm, [sample], args.replace(rm_type="remote"))
     assert "rm_url" in sample.metadata[REWARD_ERROR]

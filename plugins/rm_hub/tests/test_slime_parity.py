@@ -2,12 +2,10 @@
 reward hub at commit 624b824 (its tests/test_rm_*.py pass against rlsdk_rm_hub.slime_rm_hub; see the
 README), run here through rlsdk's reward call point with real grading workers."""
 
-import asyncio
-
 import pytest
 
-from rlsdk import Sample
-from rlsdk.rollout.rewarding import REWARD_ERROR, score_group
+from rlsdk import REWARD_ERROR
+from rlsdk.testing import scored
 from rlsdk_rm_hub.f1 import f1_score
 from rlsdk_rm_hub.slime_rm_hub import math_dapo_utils, math_utils
 from rlsdk_rm_hub.slime_rm_hub.deepscaler import get_deepscaler_rule_based_reward
@@ -15,16 +13,7 @@ from rlsdk_rm_hub.slime_rm_hub.gpqa import _extract_letter_from_response, comput
 
 
 def reward(pm, args, rm, response, label, metadata=None):
-    sample = Sample(
-        group_index=0,
-        index=0,
-        response=response,
-        label=label,
-        metadata=dict(metadata or {}),
-        status=Sample.Status.COMPLETED,
-    )
-    asyncio.run(score_group(args.replace(rm_type=rm), pm, [sample]))
-    return sample
+    return scored(pm, response, label, args.replace(rm_type=rm), metadata)
 
 
 @pytest.mark.parametrize(

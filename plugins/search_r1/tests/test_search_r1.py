@@ -25,8 +25,9 @@ from rl_plugin_search_r1.retriever import format_passages
 from rl_plugin_search_r1.reward import search_r1_em
 from rl_plugin_search_r1.server import serve_in_thread
 from rlsdk import RolloutConfig, Sample, get_plugin_manager
-from rlsdk.rollout.generate import sampling_params_for
-from rlsdk.runtime import Runtime, bind_runtime
+from rlsdk.testing import sampling_params_for
+from rlsdk import Runtime
+from rlsdk.testing import bind_runtime
 from rlsdk.testing import FakeEngine, ServedEngine, check_callable, check_environment, check_reward
 
 PROMPT = "<|im_start|>user\nWhat is the capital of Australia?<|im_end|>\n<|im_start|>assistant\n"

@@ -27,6 +27,8 @@ from ...training_options import trainer_world_size
 from ..protocol import EngineError, EngineUnavailableError
 from .arguments import CLIENT_OPTIONS
 from .process_group import ManagedProcess, free_port
+from ...options import RunOptions
+
 
 SET_BY_RLSDK = {
     "model_path": "--hf-checkpoint / --model",
@@ -98,7 +100,7 @@ def _flags(options: Mapping[str, Any], prefix: str, refused: Mapping[str, str], 
     return flags
 
 
-def prefixed_options(args: Any, prefix: str) -> dict[str, Any]:
+def prefixed_options(args: RunOptions, prefix: str) -> dict[str, Any]:
     """``args``' options named ``<prefix>...``: the fields (``sglang_mem_fraction_static``, ...) and extra
     keys."""
     options = {**vars(args), **getattr(args, "extra", {})}
@@ -136,7 +138,7 @@ class LaunchPlan:
 
 
 def plan_launch(
-    args: Any, model_path: str, python: str | None = None, ports: Sequence[int] | None = None
+    args: RunOptions, model_path: str, python: str | None = None, ports: Sequence[int] | None = None
 ) -> LaunchPlan:
     """The servers (and router) ``args`` ask for. ``ports`` (servers', then the router's) default to free ones."""
     python = python or args.sglang_python or sys.executable
@@ -203,7 +205,7 @@ def plan_launch(
     return plan
 
 
-def lora_flags(args: Any, flags: list[str]) -> list[str]:
+def lora_flags(args: RunOptions, flags: list[str]) -> list[str]:
     """With ``lora_rank``: ``--enable-lora`` and the rank and target modules adapters will have (SGLang
     sizes its adapter memory at launch), unless the ``sglang_*`` options set them."""
     if not getattr(args, "lora_rank", 0) or "--enable-lora" in flags:
@@ -212,7 +214,7 @@ def lora_flags(args: Any, flags: list[str]) -> list[str]:
     return ["--enable-lora", "--max-lora-rank", str(args.lora_rank), "--lora-target-modules", *targets]
 
 
-def trainer_gpu_count(args: Any) -> int:
+def trainer_gpu_count(args: RunOptions) -> int:
     """GPUs the trainer holds when not colocated: ``actor_num_gpus_per_node`` (default one per model-parallel
     rank of one data-parallel replica), and none without ``train``."""
     if not args.train:
@@ -380,7 +382,7 @@ def has_module(python: str, module: str) -> bool:
         return False
 
 
-def launcher_for(args: Any, log_dir: Path) -> SGLangLauncher:
+def launcher_for(args: RunOptions, log_dir: Path) -> SGLangLauncher:
     """The launcher for ``args``: checks that SGLang (and the router, for several engines) is installed."""
     model = args.hf_checkpoint or args.model
     if not model:
@@ -389,8 +391,8 @@ def launcher_for(args: Any, log_dir: Path) -> SGLangLauncher:
             "folder to serve)"
         )
     if Path(model).exists():  # the servers run in the log folder: a relative path would not reach the model
-        model = Path(model).resolve()
-    plan = plan_launch(args, str(model))
+        model = str(Path(model).resolve())
+    plan = plan_launch(args, model)
     python = plan.engines[0].command[0]
     if not has_module(python, "sglang"):
         raise EngineError(

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from rlsdk import (
+from rlsdk.engine_api import (
     EngineError,
     EngineRequestError,
     InferenceEngine,

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from rlsdk import EngineRequestError
+from rlsdk.engine_api import EngineRequestError
 
 GREEDY_TEMPERATURE = 1e-6
 """At or below this temperature (or with ``top_k == 1``) decoding is greedy, as in SGLang."""

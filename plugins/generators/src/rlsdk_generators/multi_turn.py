@@ -73,7 +73,7 @@ async def run_calls(args: Any, tools: dict[str, Tool], calls: list[ToolCall]) ->
         if call.error:
             results.append(ToolResult(call.name, f"Error: {call.error}", call.error))
         else:
-            results.append(await call_tool(args, tools[call.name], call.arguments))
+            results.append(await call_tool(tools[call.name], args, call.arguments))
     return results
 
 

@@ -13,7 +13,7 @@ RANK_TRAINER = "rlsdk_megatron.trainer:MegatronTrainer"
 
 def megatron_trainer(args: Any) -> Any:
     """megatron-core GPTModel (Llama, Qwen2, Qwen3, Qwen3-MoE) in bfloat16 on CUDA, one process per GPU, TP, PP, DP and EP from slime's flags."""
-    from rlsdk import trainer_world_size
+    from rlsdk.trainer_api import trainer_world_size
 
     from .trainer import MegatronTrainer, cuda_device
 
@@ -36,7 +36,7 @@ def megatron_trainer(args: Any) -> Any:
 def check_megatron_settings(args: Any) -> None:
     """The parallel sizes, checked against the model's config when its folder is named (before any engine
     starts: a size SmolLM2's 9 heads cannot take fails at once, not after SGLang's start)."""
-    from rlsdk import named_model_folder, trainer_world_size
+    from rlsdk.trainer_api import named_model_folder, trainer_world_size
 
     from .trainer import check_parallel_sizes
 

@@ -7,7 +7,7 @@ builds the same object from one factory and the same arguments; :meth:`RankGroup
 ``(method, arguments)`` over a gloo group and runs the method on rank 0 while the other ranks run it too,
 so the collectives inside it meet (:meth:`RankGroup.stream` does the same for a generator method, such as
 the weights bucket by bucket). A rank that exits early is an error on rank 0 naming the rank and its
-log, not a hang. :class:`RankGroupTrainer` is a :class:`rlsdk.PolicyTrainer` whose
+log, not a hang. :class:`RankGroupTrainer` is a :class:`rlsdk.trainer_api.PolicyTrainer` whose
 every call goes through such a group.
 """
 
@@ -28,7 +28,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rlsdk import ManagedProcess, PolicyTrainer, Sample, free_port, load_callable
+from rlsdk import Sample, load_callable
+from rlsdk.trainer_api import ManagedProcess, PolicyTrainer, free_port
 
 BACKEND_ENV = "RLSDK_DIST_BACKEND"
 COLLECTIVE_TIMEOUT = timedelta(minutes=30)

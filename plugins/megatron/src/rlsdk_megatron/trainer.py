@@ -36,10 +36,10 @@ from typing import Any
 
 import torch
 
-from rlsdk import (
+from rlsdk import Sample
+from rlsdk.trainer_api import (
     OPTIMIZER_FILE,
     MegatronHooks,
-    Sample,
     TorchTrainer,
     TrainSample,
     adamw,
@@ -119,7 +119,7 @@ def init_distributed(device: torch.device) -> int:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        from rlsdk import free_port
+        from rlsdk.trainer_api import free_port
 
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(free_port()))

@@ -31,7 +31,7 @@ async def search_r1(args: Any, sample: Sample, sampling_params: dict[str, Any]) 
         queries = SEARCH.findall(text)
         if not queries:
             return sample  # neither a search nor an answer: the reward judges it
-        result = await call_tool(args, SEARCH_TOOL, {"query": queries[-1].strip()})
+        result = await call_tool(SEARCH_TOOL, args, {"query": queries[-1].strip()})
         state["searches"] += 1
         if result.error:
             state.setdefault("errors", []).append(result.error)

@@ -1,0 +1,59 @@
+"""The public API for engine implementers: what an ``engine`` plugin (an :class:`InferenceEngine` speaking
+SGLang's native protocol) builds on. Plugin authors of the other kinds need none of it (:mod:`rlsdk`).
+
+- :class:`InferenceEngine`, the protocol; :class:`SGLangClient`, the client of an SGLang server or router
+  (and of ``rlsdk serve``); the errors an engine raises (:class:`EngineError` and its kinds).
+- SGLang's answers as an engine writes them: :func:`generate_response`, :func:`finish_stop`,
+  :func:`finish_length`, :func:`finish_abort`, :func:`split_batch`, :func:`new_rid`.
+- The weights check: :func:`tensor_checksum` (SGLang 0.5.17's) and :class:`ServedChecksums`.
+- LoRA adapters for engines that merge them: :func:`read_lora_adapter`, :func:`lora_adapter_deltas`.
+
+Names whose modules import aiohttp load on first use.
+"""
+
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_module_hooks
+
+from .engines.engine import InferenceEngine
+from .engines.lora_adapter import lora_adapter_deltas, read_lora_adapter
+from .engines.protocol import (
+    EngineError,
+    EngineRequestError,
+    EngineResponseError,
+    EngineUnavailableError,
+    finish_abort,
+    finish_length,
+    finish_stop,
+    generate_response,
+    new_rid,
+    split_batch,
+)
+from .engines.weight_checksums import ServedChecksums, tensor_checksum
+
+if TYPE_CHECKING:
+    from .engines.sglang_client import SGLangClient
+
+_LAZY = {"SGLangClient": "rlsdk.engines.sglang_client"}
+
+__getattr__, __dir__ = lazy_module_hooks(globals(), _LAZY)
+
+
+__all__ = [
+    "EngineError",
+    "EngineRequestError",
+    "EngineResponseError",
+    "EngineUnavailableError",
+    "InferenceEngine",
+    "SGLangClient",
+    "ServedChecksums",
+    "finish_abort",
+    "finish_length",
+    "finish_stop",
+    "generate_response",
+    "lora_adapter_deltas",
+    "new_rid",
+    "read_lora_adapter",
+    "split_batch",
+    "tensor_checksum",
+]

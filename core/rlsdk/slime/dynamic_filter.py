@@ -1,5 +1,0 @@
-"""Installed ``dynamic_filter`` plugins as slime functions: ``rlsdk.slime.dynamic_filter.<name>``."""
-
-from .adapters import kind_module_hooks
-
-__getattr__, __dir__ = kind_module_hooks("dynamic_filter")
