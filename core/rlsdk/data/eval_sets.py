@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from ..errors import DataError, PluginError
+from ..options import RunOptions
 from ..plugins.run_plugins import RunPlugins
 from ..types import Sample
 from .rows import DataPath
@@ -275,7 +276,7 @@ def dataset_entries(datasets: Any) -> list[dict[str, Any]]:
 # ----- resolving -------------------------------------------------------------------------------------------
 
 
-def run_eval_datasets(args: Any) -> list[EvalDataset]:
+def run_eval_datasets(args: RunOptions) -> list[EvalDataset]:
     """The run's eval datasets, resolved: ``args.eval_config``'s (which replace ``eval_prompt_data``, as in
     slime), ``args.eval_datasets`` and ``eval_prompt_data``'s ``name path`` pairs (a name already taken is
     skipped). Two datasets with one name are an error."""
@@ -312,7 +313,7 @@ def check_unique(datasets: list[EvalDataset]) -> None:
         raise ValueError(f"eval datasets {twice} are given twice: each needs a name of its own")
 
 
-def check_eval_datasets(args: Any, plugins: RunPlugins) -> list[EvalDataset]:
+def check_eval_datasets(args: RunOptions, plugins: RunPlugins) -> list[EvalDataset]:
     """The run's eval datasets, checked before any model loads: each one's file exists, and its reward and
     generator resolve (an ``rm_type`` no plugin provides fails here, not as invalid rewards mid-run)."""
     datasets = run_eval_datasets(args)
@@ -341,7 +342,7 @@ def _entry_of(spec: Any) -> dict[str, Any]:
 
 
 def resolve_datasets(
-    args: Any, entries: list[dict[str, Any]], defaults: Mapping[str, Any], *, rlsdk_keys: bool = False
+    args: RunOptions, entries: list[dict[str, Any]], defaults: Mapping[str, Any], *, rlsdk_keys: bool = False
 ) -> list[EvalDataset]:
     """Each entry resolved setting by setting: the entry, then ``defaults``, then ``args``. ``rlsdk_keys``
     also takes rlsdk's own keys (:data:`RLSDK_SETTINGS`, :data:`RLSDK_NAMES`), as ``eval_datasets`` does."""
@@ -410,7 +411,7 @@ def _as_list(value: Any) -> list[Any]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def _resolved(args: Any, name: str, path: str, settings: dict[str, Any]) -> EvalDataset:
+def _resolved(args: RunOptions, name: str, path: str, settings: dict[str, Any]) -> EvalDataset:
     def pick(key: str) -> Any:
         if key in settings:
             return settings[key]

@@ -344,7 +344,7 @@ def convert_samples_to_train_data_adapter(resolved: Resolved) -> Callable[..., A
     return _named(convert_samples_to_train_data, resolved)
 
 
-def _note(args: Any, name: str, value: Any) -> None:
+def _note(args: Namespace, name: str, value: Any) -> None:
     """slime's log contract: a log function records the rollout it logged on ``args`` (where ``args`` takes
     attributes)."""
     try:

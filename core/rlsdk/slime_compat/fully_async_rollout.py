@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config import RolloutConfig
 from ..rollout.step import generate_rollout
 
 __all__ = ["generate_rollout_fully_async"]
 
 
 def generate_rollout_fully_async(
-    args: Any, rollout_id: int, data_buffer: Any, evaluation: bool = False
+    args: RolloutConfig, rollout_id: int, data_buffer: Any, evaluation: bool = False
 ) -> Any:
     """slime's ``--rollout-function-path`` entry point: one training step (see the module)."""
     if evaluation:

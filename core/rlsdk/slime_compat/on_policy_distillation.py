@@ -7,6 +7,7 @@ signal is the distillation term alone (``--use-opd``, ``--opd-kl-coef``)."""
 
 from __future__ import annotations
 
+from argparse import Namespace
 from typing import Any
 
 from ..types import Sample
@@ -15,7 +16,7 @@ from .http_utils import post
 __all__ = ["post_process_rewards", "reward_func"]
 
 
-async def reward_func(args: Any, sample: Sample, **kwargs: Any) -> dict[str, Any]:
+async def reward_func(args: Namespace, sample: Sample, **kwargs: Any) -> dict[str, Any]:
     """The teacher's answer for the sample's prompt and response tokens (``meta_info.input_token_logprobs``)."""
     payload: dict[str, Any] = {
         "input_ids": list(sample.tokens),
@@ -33,7 +34,9 @@ async def reward_func(args: Any, sample: Sample, **kwargs: Any) -> dict[str, Any
     return await post(args.rm_url, payload)
 
 
-def post_process_rewards(args: Any, samples: list[Sample], **kwargs: Any) -> tuple[list[float], list[float]]:
+def post_process_rewards(
+    args: Namespace, samples: list[Sample], **kwargs: Any
+) -> tuple[list[float], list[float]]:
     """Each sample's teacher log-probs of its response tokens into ``teacher_log_probs``; rewards of 0."""
     for sample in samples:
         answer = sample.reward
