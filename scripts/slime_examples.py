@@ -216,7 +216,8 @@ class Run:
         self.changes.append(f"SmolLM2 and 8 dapo-style sums, {where}: " + " ".join(self.scale))
         return flags, driver
 
-    def run(self, flags: list[str], extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    def run(self, flags: list[str], after: tuple[str, ...] = ()) -> dict[str, Any]:
+        """``rlsdk run --train``: the script's flags, the scale, then ``after`` (an example's own change)."""
         out = self.work / f"run-{self.name}"
         command = [
             *self.rlsdk,
@@ -224,13 +225,14 @@ class Run:
             "--train",
             *flags,
             *self.scale,
+            *after,
             *self.engine,
             "--output",
             str(out),
             "--overwrite",
         ]
         path = os.pathsep.join(filter(None, [str(self.work), os.environ.get("PYTHONPATH")]))
-        env = {**os.environ, "PYTHONPATH": path, **(extra_env or {})}
+        env = {**os.environ, "PYTHONPATH": path}
         started = time.time()
         done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=self.work, timeout=1800)
         result: dict[str, Any] = {
@@ -254,6 +256,7 @@ class Run:
                     "train/opd",
                     "train/mis",
                     "train/sync_delta",
+                    "train/weights_checked",
                     "train/grad_norm",
                     "train/tis",
                     "eval/",
@@ -361,12 +364,12 @@ def on_policy_distillation_megatron(run: Run) -> dict[str, Any]:
     run.changes.append(
         "--opd-teacher-load: the teacher's Hugging Face folder (slime's is a torch_dist checkpoint)"
     )
-    flags = replace_value(flags, "--rm-type", "slime_math")
     run.changes.append(
-        "--rm-type math -> slime_math: rlsdk's math is its own grader, which refuses a sample without a "
-        "label (the script gives no --label-key); slime_math gives slime's verdict there, 0"
+        "--on-invalid-reward score: the script gives no --label-key, so its math reward has no answer to "
+        "compare with; slime scores every sample 0 there (the distillation term is the signal), rlsdk's "
+        "rewards refuse a sample without a label (an invalid reward) unless told to score it"
     )
-    return run.run(flags)
+    return run.run([*flags, "--on-invalid-reward", "score"])
 
 
 def delta_weight_sync(run: Run) -> dict[str, Any]:
@@ -374,12 +377,13 @@ def delta_weight_sync(run: Run) -> dict[str, Any]:
     flags = replace_value(flags, "--update-weight-disk-dir", str(run.work / "delta-shared"))
     flags = replace_value(flags, "--update-weight-local-checkpoint-dir", str(run.work / "delta-local"))
     run.changes.append("the delta folders are local ones (the script's are a shared and an NVMe mount)")
-    flags = replace_value(flags, "--rm-type", "slime_math")
+    flags = replace_value(flags, "--rm-type", "math")
     run.changes.append(
-        "--rm-type deepscaler -> slime_math: deepscaler pays only after </think>, which SmolLM2 never writes, "
-        "so no reward, no gradient and every delta would be empty"
+        "--rm-type deepscaler -> math (rlsdk's grader: the final answer, boxed or not) and 64-token answers: "
+        "deepscaler pays only after </think>, which SmolLM2 never writes, so no sample would earn a reward, no "
+        "weight would change and every delta would be empty"
     )
-    return run.run([*flags, "--weights-check", "on"])
+    return run.run([*flags, "--weights-check", "on"], after=("--rollout-max-response-len", "64"))
 
 
 def train_infer_mismatch_helper(run: Run) -> dict[str, Any]:
@@ -394,8 +398,9 @@ def geo3k_vlm(run: Run) -> dict[str, Any]:
     return {
         "exit_code": None,
         "cannot_run": "rlsdk has no VLM trainer path: the torch and megatron trainers take "
-        "token ids only (no pixel_values / image_grid_thw per sample), and the embedded engine takes no "
-        "images; the data side (--multimodal-keys) is there",
+        "token ids only (no pixel_values / image_grid_thw per sample, no vision tower in the forward pass), "
+        "and the embedded engine takes no images; the data side is there (--multimodal-keys puts a row's "
+        "images at its <image> placeholders, the sglang engine sends them as image_data)",
     }
 
 

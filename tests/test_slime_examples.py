@@ -2,7 +2,7 @@
 on-policy distillation in both of its modes (the teacher on a server, scored by slime's own reward and
 post-process functions, and the teacher in the trainer), and the train/inference mismatch helper's pieces (a
 custom TIS function importing slime's context-parallel utilities, its options from ``--custom-config-path``).
-slime's own example files run from a slime checkout with ``scripts/slime_examples.sh`` (docs/slime.md)."""
+slime's own example files run from a slime checkout with ``scripts/slime_examples.py`` (docs/slime.md)."""
 
 from __future__ import annotations
 
