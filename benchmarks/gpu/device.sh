@@ -13,6 +13,7 @@
 #   bash benchmarks/gpu/device.sh colocate   # gpu_loop.py colocate: train step, CUDA-IPC sync, trust check (~4 min)
 #   bash benchmarks/gpu/device.sh nccl       # gpu_loop.py nccl: the same through an NCCL broadcast (two GPUs)
 #   bash benchmarks/gpu/device.sh engines2   # gpu_loop.py engines2: one launched engine vs two behind the router
+#   bash benchmarks/gpu/device.sh engines4   # the same with four engines (four GPUs; 5 passes each, best and median)
 #   bash benchmarks/gpu/device.sh megatron   # megatron_parity.py: megatron vs torch trainer (~2 min)
 #   bash benchmarks/gpu/device.sh megatron_parallel  # megatron_parallel.py: TP=2, DP=2 and PP=2 vs one GPU (two GPUs;
 #     MEGATRON_PARALLEL_ARGS="--shape qwen3-moe-32e --steps 5": EP=2, DP=2, PP=2 and TP=2 of a 32-expert MoE, ~7 min on
@@ -42,6 +43,14 @@
 #   bash benchmarks/gpu/device.sh ray_engines     # ray_engines.py: 2 SGLang engine actors on Ray, one SIGKILLed (two GPUs)
 #     (RAY_ENGINES_ARGS="--engines 1 --spares 1": one serving engine and a started spare)
 #   bash benchmarks/gpu/device.sh ray_startup     # faults.py --tiny --startup-only: what Ray's start adds on this many cores
+#   bash benchmarks/gpu/device.sh setup_vllm # reassemble vLLM 0.26 (vllm-wheels.tar.part-*) into /tmp/vllm-site; /tmp/vllm-python
+#   bash benchmarks/gpu/device.sh vllm       # vllm_checks.py: capture vLLM's answers into $OUT/vllm-fixtures (copy them over
+#                                            # tests/fixtures/vllm-0.26.0-*.json) and run the engine contract on a real vLLM
+#   bash benchmarks/gpu/device.sh vllm_throughput  # vllm_throughput.py: tokens/s of vLLM vs SGLang, same workload, same call
+#   bash benchmarks/gpu/device.sh vllm_colocate    # gpu_loop.py colocate --engine vllm (sync s, trust-check gaps, weights
+#                                            # check); `colocate` gives SGLang's in a call of its own on the same machine
+#   bash benchmarks/gpu/device.sh vllm_nccl  # gpu_loop.py nccl --engine vllm (two GPUs)
+#   bash benchmarks/gpu/device.sh learn_vllm # learning_gpu.py --engine vllm (after `model`; LEARN_MINUTES=8 as `learn`)
 #   bash benchmarks/gpu/device.sh slime_examples  # scripts/slime_examples.py --gpu (after setup and model): slime's
 #                                            # examples (carried as slime-examples.tar, prepare.sh with SLIME_GIT_DIR)
 #                                            # from their launch scripts on rlsdk-launched SGLang and SmolLM2 (not run
@@ -49,9 +58,13 @@
 #   bash benchmarks/gpu/device.sh scale      # scale.py: Qwen3-4B shape, megatron + SGLang colocated with offload (~5.5 min
 #     on an H100, 2026-11-28: the 8 GB checkpoint ~1 min, SGLang and trainer start ~2.3 min, 4 steps ~2 min)
 #     (SCALE_ARGS: more of its options)
+#   bash benchmarks/gpu/device.sh scale8b_split  # four GPUs: Qwen3-8B shape, megatron TP=2 on two, two SGLang engines
+#                                                # behind the router on the other two, NCCL sync (not yet run)
+#   bash benchmarks/gpu/device.sh megatron_moe4  # four GPUs: scaled-down Qwen3-MoE, EP=2 and EP=4 vs one GPU (not yet run)
 #
 # Carry only what a phase needs: SGLang's pieces (sglang-wheels.tar.part-*) for every phase that starts
-# SGLang; Ray and sglang-router (extra-wheels.tar.part-*) only for engines2, ray_engines, ray_startup and
+# SGLang; vLLM's (vllm-wheels.tar.part-*, benchmarks/gpu/build_vllm_archive.sh) for the vllm phases; Ray and
+# sglang-router (extra-wheels.tar.part-*) only for engines2, engines4, scale8b_split, ray_engines, ray_startup and
 # learn with LEARN_ARGS="--ray"; the GGUF (gguf.part-*) only for model, learn and learn_megatron. setup
 # unpacks whatever was carried.
 #
@@ -62,7 +75,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 here=$(cd "$(dirname "$0")" && pwd)
 gpu=$(cd "${GPU_DIR:-.gpu}" && pwd)
 out=${OUT:-/tmp/gpu-results}
-chunks=/tmp/chunks site=/tmp/site rl=/tmp/rl port=${SGLANG_PORT:-30000}
+chunks=/tmp/chunks site=/tmp/site rl=/tmp/rl vsite=/tmp/vllm-site port=${SGLANG_PORT:-30000}
 url=http://127.0.0.1:$port
 mkdir -p "$out"
 
@@ -83,7 +96,7 @@ bench() {  # bench NAME SCRIPT ARGS...: the log to $OUT/NAME.log, its last JSON 
 piece() {  # whichever pieces this call carried: SGLang's archive, the extra wheels (Ray, sglang-router), the GGUF
   mkdir -p "$chunks"
   local carried=("$gpu"/sglang-wheels.tar.part-* "$gpu"/sglang-site.tar.xz.part-* "$gpu"/extra-wheels.tar.part-*
-                 "$gpu"/gguf.part-*)
+                 "$gpu"/gguf.part-* "$gpu"/vllm-wheels.tar.part-*)
   for file in "${carried[@]}"; do [ -f "$file" ] && cp "$file" "$chunks"/; done
   [ -d "$gpu/tinker-wheels" ] && cp -r "$gpu/tinker-wheels" "$chunks"/  # the tinker phase's (prepare.sh)
   ls "$chunks" | tr '\n' ' ' && echo
@@ -108,6 +121,58 @@ setup() {
   printf '#!/bin/sh\nPYTHONPATH=%s:%s/nvidia_cutlass_dsl/dsl_packages exec python3 "$@"\n' "$site" "$site" \
       >/tmp/sglang-python && chmod +x /tmp/sglang-python
   sglang_env python3 -c "import sglang, sgl_kernel, flashinfer, transformers; print('sglang', sglang.__version__, 'transformers', transformers.__version__)"
+}
+
+setup_vllm() {  # vLLM's wheels unpacked into a folder of its own; /tmp/vllm-python runs with it first on the path
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$rl" "$gpu"/rlsdk-wheels/*.whl || return 1
+  rm -rf /tmp/vllm-wheels "$vsite" && mkdir -p /tmp/vllm-wheels "$vsite"
+  cat "$chunks"/vllm-wheels.tar.part-* | tar xf - -C /tmp/vllm-wheels || return 1
+  echo "vllm wheels: $(ls /tmp/vllm-wheels | wc -l)"
+  python3 "$here/unpack_wheels.py" /tmp/vllm-wheels "$vsite" || return 1
+  # rlsdk's launcher adds its worker extension's folder to PYTHONPATH: the wrapper keeps what it is given
+  printf '#!/bin/sh\nPYTHONPATH=%s:%s/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH} exec python3 "$@"\n' \
+      "$vsite" "$vsite" >/tmp/vllm-python && chmod +x /tmp/vllm-python
+  /tmp/vllm-python -c "import vllm, flashinfer, transformers, torch; print('vllm', vllm.__version__, 'flashinfer', flashinfer.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__)"
+  /tmp/vllm-python -c "import vllm.entrypoints.openai.api_server" && echo "vllm api_server imports"
+}
+
+vllm() {  # the real answers into $OUT/vllm-fixtures, and the engine contract on a real vLLM
+  rm -rf "$out/vllm-fixtures"
+  bench vllm_checks "$here/vllm_checks.py" --model-config "$gpu/bench-model" --vllm-python /tmp/vllm-python \
+      --output "$out/vllm-fixtures"
+  tail -n 200 /tmp/vllm-checks-*/run/logs/vllm-server-0.log >"$out/vllm_checks-server.log" 2>/dev/null
+  return 0
+}
+
+vllm_throughput() {
+  bench vllm_throughput "$here/vllm_throughput.py" --model-config "$gpu/bench-model" \
+      --sglang-python /tmp/sglang-python --vllm-python /tmp/vllm-python --repeat 2
+}
+
+vllm_colocate() {  # the colocate steps on vLLM; `colocate` (SGLang) in the call before or after, on the same machine
+  bench gpu_loop_colocate_vllm "$here/gpu_loop.py" colocate --engine vllm --model-config "$gpu/bench-model" \
+      --vllm-python /tmp/vllm-python
+  for server_log in /tmp/gpu-loop-*/logs/vllm-server-0.log; do
+    [ -f "$server_log" ] && tail -n 150 "$server_log" >"$out/gpu_loop_colocate_vllm-server.log"
+  done
+  return 0
+}
+
+vllm_nccl() {
+  bench gpu_loop_nccl_vllm "$here/gpu_loop.py" nccl --engine vllm --model-config "$gpu/bench-model" \
+      --vllm-python /tmp/vllm-python
+}
+
+learn_vllm() {  # learning_gpu.py with the vllm engine, colocated: compare with `learn` (SGLang) on the same machine
+  rm -rf /tmp/learn-vllm
+  bench learning_gpu_vllm "$here/learning_gpu.py" --engine vllm --trainer torch --gguf "$gguf" --cache-dir "$models" \
+      --vllm-python /tmp/vllm-python --output /tmp/learn-vllm --minutes "${LEARN_MINUTES:-8}" ${LEARN_ARGS:-}
+  cp /tmp/learn-vllm/metrics.jsonl "$out/learning_gpu_vllm-metrics.jsonl" 2>/dev/null
+  cp /tmp/learn-vllm/eval.jsonl "$out/learning_gpu_vllm-eval.jsonl" 2>/dev/null
+  for server_log in /tmp/learn-vllm/logs/*.log; do
+    [ -f "$server_log" ] && gzip -c "$server_log" >"$out/learning_gpu_vllm-$(basename "$server_log").gz"
+  done
+  return 0
 }
 
 embedded() {
@@ -157,14 +222,17 @@ nccl() {
   bench gpu_loop_nccl "$here/gpu_loop.py" nccl --model-config "$gpu/bench-model" --sglang-python /tmp/sglang-python
 }
 
-engines2() {
-  bench gpu_loop_engines2 "$here/gpu_loop.py" engines2 --model-config "$gpu/bench-model" \
-      --sglang-python /tmp/sglang-python --repeat 3 ${ENGINES2_ARGS:-}
+engines_n() {  # engines_n N: one launched engine, then N behind the router, 5 passes each (ENGINES2_ARGS: more)
+  # shellcheck disable=SC2086  # ENGINES2_ARGS is a list of options
+  bench "gpu_loop_engines$1" "$here/gpu_loop.py" engines2 --engines "$1" --model-config "$gpu/bench-model" \
+      --sglang-python /tmp/sglang-python --repeat 5 ${ENGINES2_ARGS:-}
   for router_log in /tmp/gpu-loop-*/logs-*/sglang-router.log; do
-    [ -f "$router_log" ] && tail -n 150 "$router_log" >"$out/engines2-$(basename "$(dirname "$router_log")")-router.log"
+    [ -f "$router_log" ] && tail -n 150 "$router_log" >"$out/engines$1-$(basename "$(dirname "$router_log")")-router.log"
   done
   return 0
 }
+engines2() { engines_n 2; }
+engines4() { engines_n 4; }
 
 megatron() {
   bench megatron_parity "$here/megatron_parity.py" --model-config "$gpu/bench-model"
@@ -294,12 +362,20 @@ scale() {  # SCALE_ARGS: more of scale.py's options
   return 0
 }
 
+scale8b_split() {  # four GPUs: the Qwen3-8B shape trained with TP=2 on GPUs 0-1, two SGLang engines on 2-3, NCCL sync
+  SCALE_ARGS="--shape qwen3-8b --tp 2 --gpus 2 --engine-gpus 2 ${SCALE_ARGS:-}" scale
+}
+
+megatron_moe4() {  # four GPUs: the scaled-down Qwen3-MoE (32 experts) at EP=2 and EP=4 against one GPU
+  MEGATRON_PARALLEL_ARGS="--shape qwen3-moe-32e --configs ep2,ep4 ${MEGATRON_PARALLEL_ARGS:-}" megatron_parallel
+}
+
 learn() { learn_with torch; }
 learn_megatron() { learn_with megatron; }
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|megatron_parallel|model|learn|learn_megatron|lora|trust|tinker|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|slime_examples|scale)
+    piece|setup|setup_vllm|vllm|vllm_throughput|vllm_colocate|vllm_nccl|learn_vllm|embedded|generate|server|sglang|launch|colocate|nccl|engines2|engines4|megatron|megatron_parallel|model|learn|learn_megatron|lora|trust|tinker|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|slime_examples|scale|scale8b_split|megatron_moe4)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac

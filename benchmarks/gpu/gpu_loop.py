@@ -18,12 +18,16 @@ serializer classes when sglang imports in this process.
 ``nccl``: the same with SGLang on GPU 1 and the trainer on GPU 0, weights broadcast through NCCL
 (target <= 0.3 s a sync); needs two GPUs.
 
-``engines2``: rlsdk's launcher with one engine (``rollout_num_gpus=1``), then with two engines behind the
-SGLang router (``rollout_num_gpus=2``, one GPU each), the same workload through the launched address (the
-router's for two), with slime's concurrency per engine (``--in-flight`` requests at once per engine, and
-``--requests`` per engine); ``ratio`` = two over one (target >= 1.9) with the launcher's router (cache-aware,
-slime's balance thresholds), then ``ratios`` with each ``--router-policies`` policy; needs two GPUs and
-sglang-router.
+``colocate`` and ``nccl`` take ``--engine vllm``: vLLM 0.26 launched by the vllm engine plugin from
+``--vllm-python`` (sleep mode, its IPC or NCCL weight transfer); each also reports the weights check after
+the last sync (every tensor by checksum).
+
+``engines2``: rlsdk's launcher with one engine (``rollout_num_gpus=1``), then with ``--engines`` (two by
+default) behind the SGLang router (one GPU each), the same workload through the launched address (the
+router's), with slime's concurrency per engine (``--in-flight`` requests at once per engine, and
+``--requests`` per engine); ``ratio`` = many over one on the best of ``--repeat`` passes (target >= 1.9 for
+two), ``median_ratio`` on their medians, with the launcher's router (cache-aware, slime's balance
+thresholds), then ``ratios`` with each ``--router-policies`` policy; needs that many GPUs and sglang-router.
 
     PYTHONPATH=/tmp/rl:benchmarks/gpu python3 benchmarks/gpu/gpu_loop.py colocate \\
         --model-config .gpu/bench-model --sglang-python /tmp/sglang-python
@@ -101,16 +105,21 @@ def measure(
     url: str, prompts: list[list[int]], opts: argparse.Namespace, servers: list[str] | None = None
 ) -> dict[str, Any]:
     """Best of ``opts.repeat`` passes, each after the prefix cache of every server (default ``url``) was
-    flushed."""
+    flushed, with every pass's tokens/s and their median."""
     warm = argparse.Namespace(**{**vars(opts), "new_tokens": 8})
     asyncio.run(straight(url, prompts[: opts.in_flight], warm, logprob=True))
     result = None
+    passes = []
     for _ in range(opts.repeat):
         for server in servers or [url]:
             asyncio.run(flush(server))
-        result = best(result, asyncio.run(straight(url, prompts, opts, logprob=True)))
+        one = asyncio.run(straight(url, prompts, opts, logprob=True))
+        passes.append(one.get("tokens_per_s"))
+        result = best(result, one)
     assert result is not None
-    return result
+    measured = [p for p in passes if p is not None]
+    median = round(statistics.median(measured), 1) if measured else None
+    return {**result, "tokens_per_s_passes": passes, "tokens_per_s_median": median}
 
 
 def throughput(opts: argparse.Namespace) -> dict[str, Any]:
@@ -199,28 +208,32 @@ def launched_throughput(
 
 
 def engines2(opts: argparse.Namespace) -> dict[str, Any]:
+    """One launched engine, then ``opts.engines`` behind the router (the launcher's policy, then each of
+    ``opts.router_policies``): ``ratio`` of the best passes' tokens/s, ``median_ratio`` of the medians."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(opts.model_config)
-    prompts = make_prompts(tokenizer, 2 * opts.requests, opts.prompt_len)
+    prompts = make_prompts(tokenizer, opts.engines * opts.requests, opts.prompt_len)
     work = Path(tempfile.mkdtemp(prefix="gpu-loop-"))
     one = launched_throughput(opts, 1, work, prompts)
     runs = {
-        policy: attempt(launched_throughput, opts, 2, work, prompts, policy)
+        policy: attempt(launched_throughput, opts, opts.engines, work, prompts, policy)
         for policy in [None, *opts.router_policies]
     }
-    two = runs.pop(None)
+    many = runs.pop(None)
+
+    def ratio(run: dict[str, Any], key: str = "tokens_per_s") -> float | None:
+        return round(run[key] / one[key], 3) if run.get(key) and one.get(key) else None
+
     return {
-        "check": "two_engines_behind_the_router",
+        "check": "engines_behind_the_router",
+        "engines": opts.engines,
         "one_engine": one,
-        "two_engines": two,
-        "ratio": round(two["tokens_per_s"] / one["tokens_per_s"], 3) if "tokens_per_s" in two else None,
-        "two_engines_by_policy": runs,
-        "ratios": {
-            p: round(r["tokens_per_s"] / one["tokens_per_s"], 3)
-            for p, r in runs.items()
-            if "tokens_per_s" in r
-        },
+        "many_engines": many,
+        "ratio": ratio(many),
+        "median_ratio": ratio(many, "tokens_per_s_median"),
+        "many_engines_by_policy": runs,
+        "ratios": {p: ratio(r) for p, r in runs.items() if "tokens_per_s" in r},
     }
 
 
@@ -273,28 +286,15 @@ def train_and_sync(opts: argparse.Namespace, weight_sync: str) -> dict[str, Any]
     work = Path(tempfile.mkdtemp(prefix="gpu-loop-"))
     folder = random_checkpoint(opts.model_config, work / "weights", device="cuda")
     torch.cuda.empty_cache()
-    args = RolloutConfig(
-        hf_checkpoint=str(folder),
-        train=True,
-        colocate=colocate,
-        weight_sync=weight_sync,
-        sglang_python=opts.sglang_python,
-        sglang_mem_fraction_static=opts.mem_fraction,
-        sglang_startup_timeout=opts.startup_timeout,
-        lr=opts.lr,
-        micro_batch_size=8,
-        rollout_temperature=1.0,
-        train_device="cuda",
-    )
-    launcher = SGLangLauncher(plan_launch(args, str(folder)), work / "logs", opts.startup_timeout)
-    client = SGLangClient(launcher.url, launcher=launcher)
+    args, client, command = launched_engine(opts, folder, work, colocate, weight_sync)
     loop = BackgroundLoop()
     started = time.perf_counter()
     loop.run(client.start())
     report: dict[str, Any] = {
         "check": f"{weight_sync}_sync",
+        "engine": opts.engine,
         "startup_seconds": round(time.perf_counter() - started, 1),
-        "command": " ".join(launcher.plan.engines[0].command),
+        "command": command,
     }
     try:
         trainer = TorchTrainer(args)
@@ -340,13 +340,14 @@ def train_and_sync(opts: argparse.Namespace, weight_sync: str) -> dict[str, Any]
                 }
             )
         report["steps"] = steps
+        report["weights_check"] = weights_check(loop, client, trainer, opts.steps)
         syncs = [s["sync_seconds"] for s in steps[1:]] or [steps[0]["sync_seconds"]]  # the first warms up
         report["sync_seconds_median"] = statistics.median(syncs)
         tolerance = check_tolerance(args, trainer)
         report["trust_check_pass"] = all(s["logprob_diff_after_sync"] <= tolerance for s in steps)
         report["sync_check_tol"] = tolerance
-        report["weight_version"] = loop.run(client.weight_version())
-        if colocate:
+        report["weight_version"] = loop.run(client.model_info())["weight_version"]
+        if colocate and opts.engine == "sglang":
             report["sglang_serializer"] = sglang_serializer_sync(loop, client, trainer, strategy, diff)
         t0 = time.perf_counter()
         loop.run(DiskSync(work / "disk-sync").push(client, trainer, "disk"))
@@ -356,6 +357,64 @@ def train_and_sync(opts: argparse.Namespace, weight_sync: str) -> dict[str, Any]
         loop.run(client.close())
     report["machine"] = machine()
     return report
+
+
+def launched_engine(
+    opts: argparse.Namespace, folder: Path, work: Path, colocate: bool, weight_sync: str
+) -> tuple[RolloutConfig, Any, str]:
+    """The run's options, the engine rlsdk launches for them (``--engine``: SGLang through its launcher, vLLM
+    through the vllm engine plugin) and its command line."""
+    common = {
+        "hf_checkpoint": str(folder),
+        "train": True,
+        "colocate": colocate,
+        "weight_sync": weight_sync,
+        "lr": opts.lr,
+        "micro_batch_size": 8,
+        "rollout_temperature": 1.0,
+        "train_device": "cuda",
+        "output_dir": str(work),
+    }
+    if opts.engine == "vllm":
+        from rlsdk_engine_vllm.plugin import vllm_engine
+
+        args = RolloutConfig(
+            **common,
+            engine="vllm",
+            vllm_python=opts.vllm_python,
+            vllm_args=f"--dtype bfloat16 --gpu-memory-utilization {opts.mem_fraction}",
+            vllm_startup_timeout=opts.startup_timeout,
+        )
+        client = vllm_engine(args)
+        return args, client, " ".join(client.launcher.plan.command)
+    args = RolloutConfig(
+        **common,
+        sglang_python=opts.sglang_python,
+        sglang_mem_fraction_static=opts.mem_fraction,
+        sglang_startup_timeout=opts.startup_timeout,
+    )
+    launcher = SGLangLauncher(plan_launch(args, str(folder)), work / "logs", opts.startup_timeout)
+    return args, SGLangClient(launcher.url, launcher=launcher), " ".join(launcher.plan.engines[0].command)
+
+
+def weights_check(loop: Any, client: Any, trainer: Any, version: int) -> dict[str, Any]:
+    """The weights check after the last sync: every tensor the engine holds against the trainer's, by
+    checksum (SGLang's /weights_checker; vLLM's through rlsdk's worker extension)."""
+    from rlsdk.training.sync import WeightSyncError
+    from rlsdk.training.trust import check_weights
+
+    started = time.perf_counter()
+    try:
+        verdict = loop.run(check_weights(client, trainer, version))
+    except WeightSyncError as exc:
+        return {"ok": False, "error": str(exc)[:500]}
+    return {
+        "ok": verdict.complete,
+        "tensors": verdict.tensors,
+        "unverified": verdict.unverified[:10],
+        "unavailable": verdict.unavailable,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
 
 
 def sglang_serializer_sync(loop: Any, client: Any, trainer: Any, strategy: Any, diff: Any) -> dict[str, Any]:
@@ -384,9 +443,20 @@ def main() -> None:
     parser.add_argument("check", choices=["throughput", "colocate", "nccl", "engines2"])
     parser.add_argument("--model-config", default=".gpu/bench-model")
     parser.add_argument(
+        "--engine",
+        choices=["sglang", "vllm"],
+        default="sglang",
+        help="colocate/nccl: the engine rlsdk launches (vllm: the rlsdk-engine-vllm plugin)",
+    )
+    parser.add_argument(
         "--sglang-python",
         default="/tmp/sglang-python",
         help="An interpreter that imports sglang (device.sh setup writes this wrapper).",
+    )
+    parser.add_argument(
+        "--vllm-python",
+        default="/tmp/vllm-python",
+        help="An interpreter that imports vllm 0.26 (device.sh setup_vllm writes this wrapper).",
     )
     parser.add_argument(
         "--mem-fraction",
@@ -400,7 +470,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--in-flight", type=int, default=512)
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=2, help="passes per configuration")
+    parser.add_argument("--engines", type=int, default=2, help="engines2: engines behind the router")
     parser.add_argument(
         "--router-policies",
         nargs="*",

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from .conftest import RLSDK, run_options
 
 
@@ -107,6 +109,7 @@ def start_hanging_log_run(misbehaving_engine, word_tokenizer, data, tmp_path, *m
     return run, marker
 
 
+@pytest.mark.plugins("rlsdk_rm_hub")  # the f1 reward
 def test_a_hanging_rollout_log_is_abandoned_at_its_timeout(
     misbehaving_engine, word_tokenizer, data, tmp_path
 ):
@@ -123,6 +126,7 @@ def test_a_hanging_rollout_log_is_abandoned_at_its_timeout(
     assert "Traceback" not in output
 
 
+@pytest.mark.plugins("rlsdk_rm_hub")  # the f1 reward
 def test_the_first_sigterm_stops_a_run_whose_rollout_log_hangs(
     misbehaving_engine, word_tokenizer, data, tmp_path
 ):

@@ -57,6 +57,7 @@ def resume(out, *more, env=None):
     return done.returncode, done.stdout + done.stderr
 
 
+@pytest.mark.plugins("rlsdk_rm_hub")  # the f1 reward
 def test_file_sizes_naming_files_outside_the_run_folder_are_refused(run_folder, tmp_path):
     out = run_folder()
     victim = tmp_path / "victim.txt"
@@ -70,6 +71,7 @@ def test_file_sizes_naming_files_outside_the_run_folder_are_refused(run_folder, 
         tamper(out, lambda state, name=name: state["file_sizes"].pop(name))
 
 
+@pytest.mark.plugins("rlsdk_rm_hub")  # the f1 reward
 @pytest.mark.parametrize("where", ["settings", "buffer"])
 def test_code_a_tampered_state_names_is_never_imported(run_folder, tmp_path, where):
     """The state names a ``.py`` file the attacker put in the run folder: as the reward setting, or as the
@@ -114,6 +116,7 @@ def test_a_run_folder_copied_from_another_machine_resumes_what_it_can_verify(run
     assert code == 0 and "not written by rlsdk on this machine" not in output, output
 
 
+@pytest.mark.plugins("rlsdk_rm_hub")  # the f1 reward
 def test_logger_rows_of_the_steps_run_again_are_rolled_back(
     misbehaving_engine, word_tokenizer, data, tmp_path
 ):

@@ -12,12 +12,13 @@ from typing import Any
 from ..config import RolloutConfig
 from ..aio.concurrency import ConcurrencyLimit
 from ..data import DataSource
-from ..data.eval_sets import run_eval_datasets
+from ..data.eval_sets import EvalDataset, run_eval_datasets
 from ..plugins.calls import unfinished
 from ..plugins.run_plugins import RunPlugins
 from ..runtime import Runtime, bind_runtime
 from ..types import RolloutFnEvalOutput, Sample, reward_value
 from .groups import run_group
+from ..plugins.rubric import RUBRIC_METADATA, parse_rubric
 from .rewarding import rubric_metrics
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,54 @@ def dataset_args(args: RolloutConfig, overrides: dict[str, Any]) -> Any:
 def pass_ks(n: int) -> list[int]:
     """The k of each pass@k for prompts of ``n`` samples: the powers of two up to ``n`` (slime's), and ``n``."""
     return sorted({*(2**i for i in range(n.bit_length())), n}) if n >= 1 else []
+
+
+PASS_TOLERANCE = 1e-9
+"""How far below the threshold a reward may fall and still pass (a rubric's float sum of its weights)."""
+
+
+def pass_threshold(dataset: EvalDataset, rm_type: str | None) -> float:
+    """The value a sample of ``dataset`` must reach to pass: its ``eval_pass_threshold``, else the maximum of
+    what decides: 1 for a reward or a rubric part, the positive weights summed for a rubric's full reward
+    (``rm_type``: the dataset's, else the run's)."""
+    if dataset.eval_pass_threshold is not None:
+        return float(dataset.eval_pass_threshold)
+    rubric = None if dataset.eval_pass_key else parse_rubric(rm_type or "")
+    return sum(max(part.weight, 0.0) for part in rubric) if rubric else 1.0
+
+
+def passed(dataset: EvalDataset, sample: Sample, threshold: float) -> bool:
+    """Whether ``sample`` passes: its reward under the dataset's reward key, or with ``eval_pass_key`` that
+    rubric part (else that dict reward's key), reaches ``threshold``."""
+    value = (
+        reward_value(sample.reward, dataset.reward_key)
+        if dataset.eval_pass_key is None
+        else pass_part(sample, dataset.eval_pass_key)
+    )
+    return isinstance(value, int | float) and value >= threshold - PASS_TOLERANCE
+
+
+def pass_part(sample: Sample, part: str) -> Any:
+    """The value of rubric part (or dict reward key) ``part`` of ``sample``; None where it has none."""
+    parts = (sample.metadata or {}).get(RUBRIC_METADATA, {})
+    if part in parts:
+        return parts[part]
+    return sample.reward.get(part) if isinstance(sample.reward, dict) else None
+
+
+def check_pass_key(part: str | None, samples: list[Sample], name: str) -> None:
+    """``eval_pass_key`` must name a rubric part or a dict reward key of eval set ``name``'s samples: else every
+    sample would fail without a word."""
+    if part is None or not samples or any(pass_part(s, part) is not None for s in samples):
+        return
+    known = sorted(
+        {p for s in samples for p in (s.metadata or {}).get(RUBRIC_METADATA, {})}
+        | {k for s in samples if isinstance(s.reward, dict) for k in s.reward}
+    )
+    raise ValueError(
+        f"eval_pass_key {part!r}: no sample of eval set {name!r} has that rubric part or reward key "
+        f"(it has: {', '.join(known) or 'none: its reward is one number'})"
+    )
 
 
 def pass_at_k(correct: list[list[bool]], k: int) -> float:
@@ -120,7 +169,9 @@ async def eval_rollout(args: RolloutConfig, runtime: Runtime) -> RolloutFnEvalOu
             "truncated": [s.status is Sample.Status.TRUNCATED for g in groups for s in g],
             "samples": [s for g in groups for s in g],
         }
-        correct = [[(r or 0.0) > 0 for r in row] for row in rewards]
+        check_pass_key(dataset.eval_pass_key, data[name]["samples"], name)
+        threshold = pass_threshold(dataset, dataset.rm_type or args.rm_type)
+        correct = [[passed(dataset, s, threshold) for s in g] for g in groups]
         metrics[f"eval/{name}/reward_mean"] = sum(valid) / len(valid) if valid else None
         metrics[f"eval/{name}/invalid"] = len(flat) - len(valid)
         metrics[f"eval/{name}/aborted"] = sum(len(group) for group in aborted)
@@ -128,4 +179,5 @@ async def eval_rollout(args: RolloutConfig, runtime: Runtime) -> RolloutFnEvalOu
         metrics.update(rubric_metrics(data[name]["samples"], f"eval/{name}/rubric/"))
         for k in pass_ks(min((len(row) for row in correct), default=0)):
             metrics[f"eval/{name}/pass@{k}"] = pass_at_k(correct, k)
+        metrics[f"eval/{name}/pass_threshold"] = threshold
     return RolloutFnEvalOutput(data=data, metrics=metrics)
