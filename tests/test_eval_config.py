@@ -99,6 +99,17 @@ def test_rlsdk_options_are_the_run_options_of_the_fallback():
         "q", "answer", 0.3, 5, 3)
 
 
+def test_eval_datasets_entries_set_their_own_pass_key_and_threshold():
+    """rlsdk's pass settings (``eval_pass_key``, ``eval_pass_threshold``) per ``eval_datasets`` entry, else the run's."""
+    args = RolloutConfig(eval_pass_threshold=0.5, eval_datasets=[
+        {"name": "a", "path": "a.jsonl", "eval_pass_key": "format", "eval_pass_threshold": 1},
+        {"name": "b", "path": "b.jsonl"}])
+    a, b = run_eval_datasets(args)
+    assert (a.eval_pass_key, a.eval_pass_threshold, b.eval_pass_key, b.eval_pass_threshold) == ("format", 1, None, 0.5)
+    with pytest.raises(ValueError, match="unknown key"):  # --eval-config's keys are slime's only
+        resolve_datasets(args, [{"name": "c", "path": "c.jsonl", "eval_pass_key": "format"}], {})
+
+
 # ----- the file's layout and its errors ---------------------------------------------------------------------
 
 

@@ -253,7 +253,7 @@ CORE_DATA_SOURCE = "prompt_data"
 """Core's data source: the groups of ``prompt_data``'s rows."""
 
 
-def uses_core_data_source(args: Any) -> bool:
+def uses_core_data_source(args: RunOptions) -> bool:
     """Whether the run's groups come from core's data source (``prompt_data``), not a plugin's."""
     return getattr(args, "data_source_path", None) in (None, CORE_DATA_SOURCE)
 

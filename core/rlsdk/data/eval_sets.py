@@ -66,9 +66,14 @@ UNUSED_BY_SLIME: dict[str, tuple[type, ...]] = {
 """Settings slime's ``EvalDatasetConfig`` parses but nothing in slime reads (slime 624b824): accepted, ignored,
 and warned about."""
 
-RLSDK_SETTINGS: dict[str, tuple[type, ...]] = {"reward_key": TEXT, "eval_reward_key": TEXT}
+RLSDK_SETTINGS: dict[str, tuple[type, ...]] = {
+    "reward_key": TEXT,
+    "eval_reward_key": TEXT,
+    "eval_pass_key": TEXT,
+    "eval_pass_threshold": NUMBER,
+}
 """rlsdk's own per-dataset settings, taken in ``eval_datasets`` entries (not in ``--eval-config``, whose keys are
-slime's): the key selecting the reward from dict rewards."""
+slime's): the key selecting the reward from dict rewards, and what decides a pass in pass@k."""
 
 RLSDK_NAMES = {
     "eval_temperature": "temperature",
@@ -100,6 +105,8 @@ RUN_OPTIONS: dict[str, tuple[str, ...]] = {
     "apply_chat_template_kwargs": ("apply_chat_template_kwargs",),
     "custom_rm_path": ("eval_custom_rm_path",),
     "reward_key": ("eval_reward_key", "reward_key"),
+    "eval_pass_key": ("eval_pass_key",),
+    "eval_pass_threshold": ("eval_pass_threshold",),
 }
 """The run's options a setting falls back to, first set one first (slime's ``eval_*`` arguments before the
 rollout's). A dataset without a ``custom_rm_path`` of its own leaves the run's ``custom_rm_path`` (and
@@ -139,6 +146,10 @@ class EvalDataset:
     custom_rm_path: str | None
     """The sample's ``custom_rm_path``: it comes first in the reward's choice."""
     reward_key: str | None
+    eval_pass_key: str | None
+    """What decides a pass in pass@k: a rubric part or a dict reward's key (None: the reward)."""
+    eval_pass_threshold: float | None
+    """The value a pass reaches (None: the maximum of what decides)."""
     custom_generate_function_path: str | None
     """The sample's ``generate_function_path``: the generator for this dataset's samples."""
     metadata_overrides: dict[str, Any]
@@ -436,6 +447,8 @@ def _resolved(args: RunOptions, name: str, path: str, settings: dict[str, Any]) 
         rm_type=settings.get("rm_type"),
         custom_rm_path=pick("custom_rm_path"),
         reward_key=reward_key if reward_key is not None else pick("reward_key"),
+        eval_pass_key=pick("eval_pass_key"),
+        eval_pass_threshold=pick("eval_pass_threshold"),
         custom_generate_function_path=settings.get("custom_generate_function_path"),
         metadata_overrides=dict(settings.get("metadata_overrides") or {}),
         temperature=pick("temperature"),

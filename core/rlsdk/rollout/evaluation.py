@@ -170,7 +170,7 @@ async def eval_rollout(args: RolloutConfig, runtime: Runtime) -> RolloutFnEvalOu
             "samples": [s for g in groups for s in g],
         }
         check_pass_key(dataset.eval_pass_key, data[name]["samples"], name)
-        threshold = pass_threshold(dataset, dataset.rm_type or args.rm_type)
+        threshold = pass_threshold(dataset, dataset.rm_type or getattr(args, "rm_type", None))
         correct = [[passed(dataset, s, threshold) for s in g] for g in groups]
         metrics[f"eval/{name}/reward_mean"] = sum(valid) / len(valid) if valid else None
         metrics[f"eval/{name}/invalid"] = len(flat) - len(valid)
