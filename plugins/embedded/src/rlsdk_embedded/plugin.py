@@ -9,13 +9,13 @@ from rlsdk import Engine, Option, hookimpl
 
 
 def embedded(args: Any) -> Any:
-    """SmolLM2-135M-Instruct (or ``--model``) in process on transformers: CPU or CUDA, no server needed.
-    Deterministic mode (``--deterministic``) runs one request at a time: a batch formed as requests arrive
-    changes a row's log-probs in the last bits."""
+    """SmolLM2-135M-Instruct (or ``--model``, else slime's ``--hf-checkpoint``) in process on transformers: CPU
+    or CUDA, no server needed. Deterministic mode (``--deterministic``) runs one request at a time: a batch
+    formed as requests arrive changes a row's log-probs in the last bits."""
     from .engine import EmbeddedEngine
 
     return EmbeddedEngine(
-        args.model,
+        args.model or args.hf_checkpoint,
         device=args.engine_device,
         dtype=args.engine_dtype,
         max_batch_size=1 if args.sglang_enable_deterministic_inference else args.engine_max_batch_size,
