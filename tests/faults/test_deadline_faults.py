@@ -2,7 +2,8 @@
 engine on loopback that accepts requests and never answers, a reward in the run's own process that never
 returns). Each case ends within twice its deadline (counted from the moment the peer went silent) with exit 1,
 a one-line cause naming what was waited for, for how long and the option, and a ledger that balances.
-Deadlines are short (2 s) so that the suite stays fast."""
+Deadlines are short (3 s) so that the suite stays fast; what passes the deadline (the abort, the outputs, the
+exit) gets as long again, on a loaded 2-core machine too."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from .conftest import rlsdk_run, run_options
 
-DEADLINE = 2.0
+DEADLINE = 3.0
 
 
 def rows(path: Path) -> list[dict]:
@@ -42,7 +43,7 @@ def test_an_engine_that_accepts_and_never_answers_stops_the_run_at_its_health_ch
     cause = one_line_cause(result.stdout + result.stderr)
     assert result.returncode == 1
     assert f"at {misbehaving_engine.url} failed its health check" in cause
-    assert "no answer to a one-token generation within 2s (generate_timeout)" in cause
+    assert "no answer to a one-token generation within 3s (generate_timeout)" in cause
     assert "no step ran, no data was used" in cause
     assert waited < 2 * DEADLINE, waited
     assert not (out / "state.json").exists()
@@ -60,7 +61,7 @@ def test_an_engine_that_goes_silent_after_its_health_check_fails_the_step_and_lo
     cause = one_line_cause(result.stdout + result.stderr)
     assert result.returncode == 1
     assert re.search(r"step 0: all \d+ samples( it ran)? failed", cause), cause
-    assert "hung: no result after 2.0 s (generate_timeout)" in cause
+    assert "hung: no result after 3.0 s (generate_timeout)" in cause
     assert "their prompts are not used up" in cause and "served again on --resume" in cause
     assert waited < 2 * DEADLINE, waited
     metrics = rows(out / "metrics.jsonl")[0]
@@ -99,7 +100,7 @@ def test_a_reward_that_never_returns_stops_the_run_within_twice_its_timeout(
     cause = one_line_cause(result.stdout + result.stderr)
     assert result.returncode == 1
     assert re.search(r"step 0: all \d+ samples( it ran)? were dropped for an invalid reward", cause), cause
-    assert "reward.py:hangs': timed out after 2s (reward_timeout)" in cause, cause
+    assert "reward.py:hangs': timed out after 3s (reward_timeout)" in cause, cause
     assert waited < 2 * DEADLINE, waited
     metrics = rows(out / "metrics.jsonl")[0]
     assert metrics["ledger/entered"] == metrics["ledger/dropped"] + metrics["ledger/returned"] + metrics["ledger/failed"]
