@@ -242,3 +242,29 @@ def test_a_model_folder_holding_an_adapter_names_eval_and_export_merge(tmp_path)
         r"evaluates it over its base model;.*rlsdk export .* --merge --base",
     ):
         resolve_model_path(tmp_path)
+
+
+def test_the_docs_site_shows_sphinx_roles_as_code():
+    """The griffe extension mkdocs.yml names, on the public API the site documents (docs/api.md)."""
+    import importlib.util
+
+    import griffe
+
+    path = Path(__file__).parents[1] / "scripts" / "docs_roles.py"
+    spec = importlib.util.spec_from_file_location("docs_roles", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.without_roles("see :func:`~rlsdk.run.job.run_job` and :class:`rlsdk.Sample`") == (
+        "see `run_job` and `rlsdk.Sample`"
+    )
+    extensions = griffe.load_extensions(module.SphinxRoles())
+    package = griffe.load("rlsdk", search_paths=[str(Path(__file__).parents[1] / "core")], extensions=extensions)
+    texts = [obj.docstring.value for obj in iter_objects(package) if obj.docstring is not None]
+    assert len(texts) > 100 and not [t for t in texts if module.ROLE.search(t)]
+
+
+def iter_objects(obj):
+    yield obj
+    for member in obj.members.values():
+        if not member.is_alias:
+            yield from iter_objects(member)
