@@ -499,11 +499,12 @@ def eval_sets(args: RolloutConfig, pm: Any) -> tuple[RolloutConfig, str]:
 
 def eval_summary(args: RolloutConfig, adapter: Path | None, scored: str) -> list[str]:
     """What ``rlsdk eval`` scores: the model, the data sets, the samples per prompt and the reward."""
+    from rlsdk import Reward
     from rlsdk.rollout.evaluation import eval_datasets
 
     model = args.model or "the default model (SmolLM2-135M-Instruct)"
     with_adapter = f" with the LoRA adapter {adapter}" if adapter is not None else ""
-    reward = args.custom_rm_path or args.rm_type
+    reward = Reward.chosen(args)
     lines = [
         f"eval: {model}{with_adapter}, reward {reward}, {args.n_samples_per_eval_prompt} sample(s) per prompt"
     ]

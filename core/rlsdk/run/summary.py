@@ -24,8 +24,8 @@ def run_summary(args: RolloutConfig, folder: Path) -> list[str]:
         (first, before), (last, after) = rewards[0], rewards[-1]
         change = f" -> {after:.3f} at step {last}" if last != first else ""
         lines.append(f"  train reward (sampled): {before:.3f} at step {first}{change}")
-    flat = [(row["rollout_id"], no_signal(args, row)) for row in steps]
-    flat = [(step, problem) for step, problem in flat if problem is not None]
+    found = [(row["rollout_id"], no_signal(args, row)) for row in steps]
+    flat = [(step, problem) for step, problem in found if problem is not None]
     if flat:
         ids = ", ".join(str(step) for step, _ in flat[:10]) + (", ..." if len(flat) > 10 else "")
         last = flat[-1][1].removeprefix("no learning signal: ")
