@@ -19,7 +19,7 @@ from ..runtime import Runtime
 from ..state_files import signed_here, strings_in
 from ..training.session import TrainingSession, checkpoint_root
 from ..training_options import named_model_folder, overlapped
-from .extensions import build_data_source, load_data_state, log_eval, source_state, uses_core_data_source
+from .extensions import build_data_source, load_data_state, source_state, uses_core_data_source
 from .folder import (
     check_base_model_unchanged,
     check_data_unchanged,
@@ -132,12 +132,7 @@ def _run_job(
                 steps.last_checkpoint, steps.checkpoint_version = state["checkpoint"], training.weight_version
         else:
             if training is not None and args.eval_interval and not args.skip_eval_before_train:
-                status("eval before the first step")
-                evaluated = run_eval(args, runtime, -1)
-                output.write_eval(-1, evaluated)
-                log_eval(args, runtime, -1, evaluated)  # eval_rollout_log
-                if on_eval is not None:
-                    on_eval(-1, evaluated.metrics)
+                steps.evaluate_before_training()
             output.save_state(output.run_state(0, source_state(data_source), args, runtime.pm))
         with stop_on_signals(runtime.stop):  # SIGTERM, SIGINT: save what is in flight, then stop
             if training is not None and overlapped(args):

@@ -87,6 +87,15 @@ class StepRecorder:
             warnings.warn(f"step {rollout_id}: {problem}", stacklevel=2)
         return state
 
+    def evaluate_before_training(self) -> None:
+        """The eval before the first step (``rollout_id`` -1): written, logged and shown as every eval."""
+        self.status("eval before the first step")
+        evaluated = run_eval(self.args, self.runtime, -1)
+        self.output.write_eval(-1, evaluated)
+        log_eval(self.args, self.runtime, -1, evaluated)  # eval_rollout_log
+        if self.on_eval is not None:
+            self.on_eval(-1, evaluated.metrics)
+
     def evaluate(
         self,
         rollout_id: int,
