@@ -446,7 +446,7 @@ def evaluate(
         fail(exc)
         raise typer.Exit(1) from None
     if print_config:
-        typer.echo(config_yaml(args, setting_sources(args, given | {"eval_datasets"})), nl=False)
+        typer.echo(config_yaml(args, setting_sources(args, given)), nl=False)
         return
     if taken:
         console.print(
