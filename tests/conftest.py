@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from rlsdk import testing
 
 PR_SET_CHILD_SUBREAPER = 36
 """prctl option (linux/prctl.h): orphaned descendants are re-parented to this process instead of init."""
@@ -184,12 +183,6 @@ def pm(rlsdk_pm):
     if importlib.util.find_spec("rlsdk_filter_hub") is not None:
         rlsdk_pm.register(importlib.import_module("rlsdk_filter_hub.plugin"))
     return rlsdk_pm
-
-
-@pytest.fixture(scope="session")
-def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """:func:`rlsdk.testing.tiny_llama`: a quarter of first tokens earn the test reward from the start."""
-    return testing.tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 REWARD_FILE = '''

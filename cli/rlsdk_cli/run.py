@@ -24,6 +24,8 @@ from rlsdk import RolloutConfig
 from rlsdk.config import ALIASES
 from rlsdk.errors import RlsdkError
 
+from .flags import EVAL_UNUSED, eval_refusals, without_train_refusals
+
 console = Console(stderr=True)
 
 
@@ -149,9 +151,10 @@ def _common(
     """The options of ``rlsdk run`` and ``rlsdk eval`` that are not run options themselves."""
 
 
-def option_parameters() -> list[inspect.Parameter]:
-    """One command-line option per run option: core's (:func:`rlsdk.config.core_options`, from RolloutConfig's
-    fields and docstrings) and those the installed plugins declare, each with its help and default."""
+def option_parameters(unused: frozenset[str] = frozenset()) -> list[inspect.Parameter]:
+    """One command-line option per run option, ``unused`` ones hidden: core's (:func:`rlsdk.config.core_options`, from
+    RolloutConfig's fields and docstrings) and those the installed plugins declare, each with its help and
+    default."""
     from rlsdk.config import core_options, installed_plugin_options
     from rlsdk.options import SECTIONS
 
@@ -161,8 +164,8 @@ def option_parameters() -> list[inspect.Parameter]:
     hints = typing.get_type_hints(RolloutConfig)
     params = []
     for name, option in core_options().items():
-        if name not in NOT_FLAGS:
-            params.append(_parameter(option, panels.get(name, "Plugins"), hints.get(name)))
+        if name not in NOT_FLAGS:  # an unused one is hidden, taken only to be refused by name
+            params.append(_parameter(option, panels.get(name, "Plugins"), hints.get(name), name in unused))
     try:
         declared = installed_plugin_options()
     except RlsdkError:  # two plugins declaring one option differently: `rlsdk run` itself says so
@@ -172,7 +175,7 @@ def option_parameters() -> list[inspect.Parameter]:
     return params
 
 
-def _parameter(option: Any, panel: str, hint: Any) -> inspect.Parameter:
+def _parameter(option: Any, panel: str, hint: Any, hidden: bool = False) -> inspect.Parameter:
     default = option.default
     unset = default is None or default is False or default == [] or default == {}
     choices = f" One of: {', '.join(map(str, option.choices))}." if option.choices else ""
@@ -186,33 +189,32 @@ def _parameter(option: Any, panel: str, hint: Any) -> inspect.Parameter:
             option.name,
             inspect.Parameter.KEYWORD_ONLY,
             annotation=typing.cast(Any, list)[item],
-            default=typer.Option([], *flags, help=help_text + " (repeatable)", rich_help_panel=panel),
+            default=typer.Option(
+                [], *flags, help=help_text + " (repeatable)", rich_help_panel=panel, hidden=hidden
+            ),
         )
     kind = str if option.type is dict else option.type
     return inspect.Parameter(
         option.name,
         inspect.Parameter.KEYWORD_ONLY,
         annotation=typing.Optional[kind],  # noqa: UP045 (typer needs Optional)
-        default=typer.Option(None, *flags, help=help_text, rich_help_panel=panel),
+        default=typer.Option(None, *flags, help=help_text, rich_help_panel=panel, hidden=hidden),
     )
 
 
-def with_run_options(func: Any) -> Any:
-    """Give a command ``--config``, ``--eval-data``, ``--set`` and one option per run option (typer reads the
-    signature), passed as ``**options``."""
+def with_run_options(func: Any = None, *, unused: frozenset[str] = frozenset()) -> Any:
+    """Give a command ``--config``, ``--eval-data``, ``--set`` and one option per run option, ``unused`` ones
+    hidden from its help (typer reads the signature), passed as ``**options``."""
+    if func is None:
+        return lambda f: with_run_options(f, unused=unused)
     hints = {**typing.get_type_hints(_common), **typing.get_type_hints(func)}
     own = [p for p in inspect.signature(func).parameters.values() if p.kind is not p.VAR_KEYWORD]
     params = [
         p.replace(annotation=hints[p.name], kind=inspect.Parameter.KEYWORD_ONLY)
         for p in own + list(inspect.signature(_common).parameters.values())
     ]
-    func.__signature__ = inspect.Signature(params + option_parameters())
+    func.__signature__ = inspect.Signature(params + option_parameters(unused))
     return func
-
-
-SGLANG_PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
-"""``rlsdk run`` takes any ``--sglang-*`` flag for the SGLang servers it launches and any ``--router-*`` for
-their router, as slime does."""
 
 
 def sglang_passthrough_options(tokens: list[str], known: list[str]) -> list[str]:
@@ -287,6 +289,8 @@ def run(
         raise typer.BadParameter(
             "--resume continues the run in the output folder, --overwrite replaces it: give one"
         )
+    if trust_folder and not resume:
+        raise typer.BadParameter("--trust-folder applies only with --resume (it trusts a saved run's code)")
     limit_malloc_arenas()  # before the engine's and the trainer's threads allocate
     guard = ExitStack()  # the resumed state's code refusals, for the whole command
     context.call_on_close(guard.close)
@@ -302,7 +306,11 @@ def run(
         args, given = resumed_config(config, options, extra, pm, guard, trust=trust_folder)
     else:
         args, given = configure(config, {**options, "overwrite": overwrite or None}, extra, pm)
-    sources = setting_sources(args, given)
+    if not args.train:  # a training option on the command line of a run that does not train does nothing
+        refused = without_train_refusals(command_line_names(options, extra))
+        if refused:
+            raise typer.BadParameter("; ".join(refused))
+    sources = setting_sources(args, given, pm=pm, resumed=resume)
     if print_config:
         typer.echo(config_yaml(args, sources), nl=False)
         return
@@ -409,7 +417,7 @@ def run(
     )
 
 
-@with_run_options
+@with_run_options(unused=EVAL_UNUSED)
 def evaluate(
     print_config: bool = typer.Option(
         False,
@@ -435,6 +443,9 @@ def evaluate(
 
     extra = options.pop("extra")
     config = options.pop("config")
+    not_used = eval_refusals(command_line_names(options, extra))
+    if not_used:
+        raise typer.BadParameter("; ".join(not_used))
     pm = get_plugin_manager()  # the eval's one manager: its options checked, its plugins resolved
     args, given = configure(config, options, extra, pm)
     args, taken = with_checkpoint_settings(args, given)
@@ -455,6 +466,7 @@ def evaluate(
     console.print(
         "\n".join(eval_summary(args, adapter, scored)), markup=False, highlight=False, soft_wrap=True
     )
+    from rlsdk.run.extensions import log_eval
     from rlsdk.run.job import check_eval_data, run_eval
     from rlsdk.run.output import RunOutput
     from rlsdk.run.session import running
@@ -466,6 +478,7 @@ def evaluate(
             if adapter is not None:  # served over its base model, as the run's engine served it
                 runtime.run(runtime.engine.load_lora_adapter(adapter.name, str(adapter)))
             result = run_eval(runtime.args, runtime, rollout_id=0)
+            log_eval(runtime.args, runtime, 0, result)  # --eval-rollout-log, as after a run's evals
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
         fail(exc)
         raise typer.Exit(1) from None
@@ -513,6 +526,13 @@ def eval_summary(args: RolloutConfig, adapter: Path | None, scored: str) -> list
         lines.append(f"  data {spec['name']} = {spec['path']}{where}")
     lines.append("  (every setting: the same command with --print-config)")
     return lines
+
+
+def command_line_names(options: dict[str, Any], extra: list[str]) -> set[str]:
+    """The run options the command line sets: its flags and ``--set`` keys, by their canonical names."""
+    names = [k for k, v in options.items() if v is not None and v != []]
+    names += [k.replace("-", "_") for k in parse_set(extra)]
+    return {ALIASES.get(name, name) for name in names}
 
 
 def finished_run(args: RolloutConfig) -> bool:
