@@ -14,10 +14,12 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from rlsdk import testing
+from rlsdk import hookimpl, testing
 
 PR_SET_CHILD_SUBREAPER = 36
 """prctl option (linux/prctl.h): orphaned descendants are re-parented to this process instead of init."""
@@ -184,6 +186,76 @@ def pm(rlsdk_pm):
     if importlib.util.find_spec("rlsdk_filter_hub") is not None:
         rlsdk_pm.register(importlib.import_module("rlsdk_filter_hub.plugin"))
     return rlsdk_pm
+
+
+def provider_of(*records: Any) -> SimpleNamespace:
+    """A plugin providing ``records``, each through its kind's provider hook: what a plugin class with an
+    ``@hookimpl`` method per kind, yielding them, registers."""
+    by_hook: dict[str, list[Any]] = {}
+    for record in records:
+        by_hook.setdefault(type(record).hook_name(), []).append(record)
+    return SimpleNamespace(**{name: _provides(found) for name, found in by_hook.items()})
+
+
+def _provides(records: list[Any]) -> Any:
+    @hookimpl
+    def provide() -> list[Any]:
+        return records
+
+    return provide
+
+
+@pytest.fixture
+def plugin_of():
+    """:func:`provider_of`: ``plugin_of(Reward(...), Engine(...))`` is a plugin to register."""
+    return provider_of
+
+
+def start_rlsdk(*args: str, **kwargs: Any) -> subprocess.Popen:
+    """``rlsdk ARGS`` in a subprocess of this interpreter, its output and errors together as text."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlsdk_cli.app", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kwargs,
+    )
+
+
+def killed_then_resumed(flags: list[str], out: Path, timeout: float = 240) -> None:
+    """``rlsdk run FLAGS --output OUT``, SIGKILLed (its whole process group) once step 1's checkpoint exists,
+    then ``rlsdk run --resume --output OUT`` to its end."""
+    killed = start_rlsdk("run", *flags, "--output", str(out), start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while not (out / "checkpoints" / "step_1").exists():
+        assert killed.poll() is None and time.monotonic() < deadline, killed.stdout.read()
+        time.sleep(0.05)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    resumed = start_rlsdk("run", "--resume", "--output", str(out))
+    assert resumed.wait(timeout=timeout) == 0, resumed.stdout.read()
+
+
+@pytest.fixture
+def rlsdk_cli():
+    """:func:`start_rlsdk`: ``rlsdk_cli("run", ...)`` is the CLI's process."""
+    return start_rlsdk
+
+
+@pytest.fixture
+def kill_and_resume():
+    """:func:`killed_then_resumed`: a run cut by SIGKILL after its second checkpoint, then resumed."""
+    return killed_then_resumed
+
+
+@pytest.fixture(scope="module")
+def served():
+    """SmolLM2-135M-Instruct in the embedded engine on CPU, served by ``rlsdk serve``'s server on loopback, once
+    per module (skips without rlsdk-embedded); a module's own ``served`` serves something else."""
+    EmbeddedEngine = pytest.importorskip("rlsdk_embedded").EmbeddedEngine
+
+    with testing.ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=16)) as served:
+        yield served
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ import httpx
 import openai
 import pytest
 
-from rlsdk.testing import ServedEngine
 
 pytestmark = pytest.mark.slow
 TOOLS = [
@@ -43,14 +42,6 @@ SHOTS = [
     {"role": "tool", "tool_call_id": "c1", "content": "36"},
     {"role": "assistant", "content": "The answer is 36."},
 ]
-
-
-@pytest.fixture(scope="module")
-def served():
-    EmbeddedEngine = pytest.importorskip("rlsdk_embedded").EmbeddedEngine
-
-    with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=16)) as served:
-        yield served
 
 
 def session(served) -> tuple[str, openai.OpenAI]:

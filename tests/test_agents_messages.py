@@ -8,7 +8,6 @@ import anthropic
 import httpx
 import pytest
 
-from rlsdk.testing import ServedEngine
 
 pytestmark = pytest.mark.slow
 TOOLS = [
@@ -34,14 +33,6 @@ SHOTS = [
     {"role": "assistant", "content": [{"type": "text", "text": "The answer is 36."}]},
 ]
 GREEDY = {"temperature": 0}  # the newest client sends no sampling parameters of its own
-
-
-@pytest.fixture(scope="module")
-def served():
-    EmbeddedEngine = pytest.importorskip("rlsdk_embedded").EmbeddedEngine
-
-    with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=16)) as served:
-        yield served
 
 
 def session(served) -> tuple[str, anthropic.Anthropic]:

@@ -9,6 +9,7 @@ engine is scripted to write them; everything else (templates, parsing, sessions,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import anthropic
@@ -52,17 +53,30 @@ BROKEN = {
 }
 
 
-def serve(tokenizer, replies, parser):
-    """A chat server on a FakeEngine scripted with ``replies``; yields (url, endpoint, engine)."""
+@contextlib.asynccontextmanager
+async def serve(tokenizer, replies, parser):
+    """A chat server on a FakeEngine scripted with ``replies``: (engine, endpoint, server), closed after."""
+    engine = FakeEngine(replies, tokenizer)
+    chat = await chat_endpoint(
+        engine, tokenizer, pm=get_plugin_manager(load_entrypoints=False), tool_call_parser=parser
+    )
+    server = await start_chat_server(chat)
+    try:
+        yield engine, chat, server
+    finally:
+        await server.close()
 
-    async def start():
-        engine = FakeEngine(replies, tokenizer)
-        chat = await chat_endpoint(
-            engine, tokenizer, pm=get_plugin_manager(load_entrypoints=False), tool_call_parser=parser
-        )
-        return engine, chat, await start_chat_server(chat)
 
-    return start
+def openai_session(chat, server):
+    """A new session and an ``openai`` client on it."""
+    session = chat.sessions.open()
+    return session, openai.AsyncOpenAI(base_url=f"{server.url}/sessions/{session.id}/v1", api_key="-")
+
+
+def anthropic_session(chat, server):
+    """A new session and an ``anthropic`` client on it."""
+    session = chat.sessions.open()
+    return session, anthropic.AsyncAnthropic(base_url=f"{server.url}/sessions/{session.id}", api_key="-")
 
 
 def run(coroutine_function):
@@ -74,10 +88,8 @@ def test_parallel_calls_keep_their_order_in_both_apis_and_the_session_continues(
     replies = [PARALLEL[parser] + END, "Done." + END, PARALLEL[parser] + END, "Done." + END]
 
     async def go():
-        engine, chat, server = await serve(small_tokenizer, replies, parser)()
-        try:
-            oa_session = chat.sessions.open()
-            oa = openai.AsyncOpenAI(base_url=f"{server.url}/sessions/{oa_session.id}/v1", api_key="-")
+        async with serve(small_tokenizer, replies, parser) as (engine, chat, server):
+            oa_session, oa = openai_session(chat, server)
             messages = [{"role": "user", "content": "Look up Elm and compute 2*3."}]
             reply = await oa.chat.completions.create(model="m", messages=messages, tools=OPENAI_TOOLS)
             message = reply.choices[0].message
@@ -91,8 +103,7 @@ def test_parallel_calls_keep_their_order_in_both_apis_and_the_session_continues(
             messages += [{"role": "tool", "tool_call_id": c.id, "content": "ok"} for c in message.tool_calls]
             await oa.chat.completions.create(model="m", messages=messages, tools=OPENAI_TOOLS)
 
-            an_session = chat.sessions.open()
-            an = anthropic.AsyncAnthropic(base_url=f"{server.url}/sessions/{an_session.id}", api_key="-")
+            an_session, an = anthropic_session(chat, server)
             asked = [{"role": "user", "content": "Look up Elm and compute 2*3."}]
             answer = await an.messages.create(model="m", max_tokens=64, messages=asked, tools=ANTHROPIC_TOOLS)
             assert answer.stop_reason == "tool_use"
@@ -104,8 +115,6 @@ def test_parallel_calls_keep_their_order_in_both_apis_and_the_session_continues(
             asked += [{"role": "assistant", "content": answer.content}, {"role": "user", "content": results}]
             await an.messages.create(model="m", max_tokens=64, messages=asked, tools=ANTHROPIC_TOOLS)
             return oa_session, an_session
-        finally:
-            await server.close()
 
     oa_session, an_session = run(go)
     for session in (oa_session, an_session):
@@ -124,10 +133,8 @@ def test_malformed_arguments_are_kept_as_written_and_counted(small_tokenizer, pa
     replies = [BROKEN[parser] + END, "Sorry." + END, BROKEN[parser] + END, "Sorry." + END]
 
     async def go():
-        engine, chat, server = await serve(small_tokenizer, replies, parser)()
-        try:
-            oa_session = chat.sessions.open()
-            oa = openai.AsyncOpenAI(base_url=f"{server.url}/sessions/{oa_session.id}/v1", api_key="-")
+        async with serve(small_tokenizer, replies, parser) as (engine, chat, server):
+            oa_session, oa = openai_session(chat, server)
             messages = [{"role": "user", "content": "Compute 2*3."}]
             reply = await oa.chat.completions.create(model="m", messages=messages, tools=OPENAI_TOOLS)
             call = reply.choices[0].message.tool_calls[0]
@@ -138,8 +145,7 @@ def test_malformed_arguments_are_kept_as_written_and_counted(small_tokenizer, pa
             ]
             await oa.chat.completions.create(model="m", messages=messages, tools=OPENAI_TOOLS)
 
-            an_session = chat.sessions.open()
-            an = anthropic.AsyncAnthropic(base_url=f"{server.url}/sessions/{an_session.id}", api_key="-")
+            an_session, an = anthropic_session(chat, server)
             asked = [{"role": "user", "content": "Compute 2*3."}]
             answer = await an.messages.create(model="m", max_tokens=64, messages=asked, tools=ANTHROPIC_TOOLS)
             block = answer.content[0]
@@ -148,8 +154,6 @@ def test_malformed_arguments_are_kept_as_written_and_counted(small_tokenizer, pa
             asked += [{"role": "assistant", "content": answer.content}, {"role": "user", "content": result}]
             await an.messages.create(model="m", max_tokens=64, messages=asked, tools=ANTHROPIC_TOOLS)
             return engine, oa_session, an_session
-        finally:
-            await server.close()
 
     engine, *sessions = run(go)
     sampled = small_tokenizer(BROKEN[parser] + END, add_special_tokens=False)["input_ids"]
@@ -167,10 +171,8 @@ def test_a_rewritten_history_is_kept_as_a_tree_of_token_segments(small_tokenizer
     replies = ["<think>hmm</think>It is 6." + END, "Yes." + END, "Six." + END, "Ok." + END]
 
     async def go():
-        engine, chat, server = await serve(small_tokenizer, replies, "json")()
-        try:
-            session = chat.sessions.open()
-            oa = openai.AsyncOpenAI(base_url=f"{server.url}/sessions/{session.id}/v1", api_key="-")
+        async with serve(small_tokenizer, replies, "json") as (engine, chat, server):
+            session, oa = openai_session(chat, server)
 
             async def ask(messages):
                 return (await oa.chat.completions.create(model="m", messages=messages)).choices[0].message
@@ -182,8 +184,6 @@ def test_a_rewritten_history_is_kept_as_a_tree_of_token_segments(small_tokenizer
             stripped = {"role": "assistant", "content": "It is 6."}  # old reasoning dropped
             await ask([*first, stripped, {"role": "user", "content": "Sure?"}])
             return session
-        finally:
-            await server.close()
 
     session = run(go)
     tree = session_record(session)["tree"]

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
-import time
 import warnings
 from pathlib import Path
 
@@ -256,14 +252,11 @@ def test_an_async_run_over_http_takes_each_version_from_disk(tiny_llama, run_fil
     assert all(r["train/sync_logprob_max_diff"] < 1e-3 for r in metrics[1:])
 
 
-def rlsdk(*args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rlsdk_cli.app", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, **kwargs)
-
-
 @pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.slow
-def test_sigkill_of_an_async_run_then_resume_loses_and_repeats_no_sample(tiny_llama, run_files, tmp_path):
+def test_sigkill_of_an_async_run_then_resume_loses_and_repeats_no_sample(
+    tiny_llama, run_files, kill_and_resume, tmp_path
+):
     """SIGKILL while rollouts run ahead of the trainer: ``--resume`` redoes at most the work since the last
     checkpoint; every sample the data source handed out is kept, discarded or buffered exactly once."""
     data, reward = run_files
@@ -271,14 +264,6 @@ def test_sigkill_of_an_async_run_then_resume_loses_and_repeats_no_sample(tiny_ll
     flags = ["--train", "--async", "--model", str(tiny_llama), "--data", str(data), "--rm", reward,
              "--rollout-batch-size", "2", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "3",
              "--num-rollout", "5", "--save-interval", "1", "--set", "engine_threads=1", "--train-threads", "1"]
-    killed = rlsdk("run", *flags, "--output", str(out), start_new_session=True)
-    deadline = time.monotonic() + 240
-    while not (out / "checkpoints" / "step_1").exists():
-        assert killed.poll() is None and time.monotonic() < deadline, killed.stdout.read()
-        time.sleep(0.05)
-    os.killpg(killed.pid, signal.SIGKILL)
-    killed.wait()
-    resumed = rlsdk("run", "--resume", "--output", str(out))
-    assert resumed.wait(timeout=240) == 0, resumed.stdout.read()
+    kill_and_resume(flags, out)
     assert [r["rollout_id"] for r in rows(out)] == [0, 1, 2, 3, 4]
     balanced(out)

@@ -28,7 +28,6 @@ from rlsdk import (
     Sample,
     SampleHook,
     get_plugin_manager,
-    hookimpl,
 )
 from rlsdk.data import DataSource
 from rlsdk.plugins.rubric import RUBRIC_METADATA, parse_rubric
@@ -107,63 +106,38 @@ class Countdown:
         self.next = state["next"]
 
 
-class Plugins:
-    @hookimpl
-    def rlsdk_sample_hooks(self):
-        yield SampleHook(name="tag_a", func=tag_a)
-        yield SampleHook(name="tag_b", func=tag_b)
-        yield SampleHook(name="raises", func=lambda args, sample: 1 / 0)
-        yield SampleHook(name="wrong_type", func=lambda args, sample: "not a sample")
+def second_out(args, groups):
+    for group in groups:
+        group[1].remove_sample = True
 
-    @hookimpl
-    def rlsdk_rollout_sample_filters(self):
-        def second_out(args, groups):
-            for group in groups:
-                group[1].remove_sample = True
 
-        yield RolloutSampleFilter(name="second_out", func=second_out)
-        yield RolloutSampleFilter(name="drops_a_sample", func=lambda args, groups: groups[0].pop())
+def record_all(args, all_groups, data_source):
+    CALLS.append(("all", [(g[0].group_index, g[0].reward) for g in all_groups], type(data_source).__name__))
 
-    @hookimpl
-    def rlsdk_all_samples_processes(self):
-        def record(args, all_groups, data_source):
-            CALLS.append(
-                ("all", [(g[0].group_index, g[0].reward) for g in all_groups], type(data_source).__name__)
-            )
 
-        yield AllSamplesProcess(name="record", func=record)
-
-    @hookimpl
-    def rlsdk_rewards(self):
-        yield Reward(name="ends_ab", func=ends_ab)
-        yield Reward(name="contains_x", func=contains_x)
-        yield Reward(name="crashes", func=crashes)
-
-    @hookimpl
-    def rlsdk_rollout_logs(self):
-        yield RolloutLog(name="recorder", func=log_step)
-
-    @hookimpl
-    def rlsdk_eval_rollout_logs(self):
-        yield EvalRolloutLog(name="recorder", func=log_eval)
-
-    @hookimpl
-    def rlsdk_data_sources(self):
-        yield DataSourceFactory(name="countdown", func=Countdown)
-
-    @hookimpl
-    def rlsdk_engines(self):
-        yield Engine(name="fake", func=lambda args: FakeEngine(lambda payload, call: "x is the answer"))
-
-    @hookimpl
-    def rlsdk_environments(self):
-        yield Environment(name="bad_option", func=lambda: {"no_such_option": 1})
+PLUGINS = [
+    SampleHook(name="tag_a", func=tag_a),
+    SampleHook(name="tag_b", func=tag_b),
+    SampleHook(name="raises", func=lambda args, sample: 1 / 0),
+    SampleHook(name="wrong_type", func=lambda args, sample: "not a sample"),
+    RolloutSampleFilter(name="second_out", func=second_out),
+    RolloutSampleFilter(name="drops_a_sample", func=lambda args, groups: groups[0].pop()),
+    AllSamplesProcess(name="record", func=record_all),
+    Reward(name="ends_ab", func=ends_ab),
+    Reward(name="contains_x", func=contains_x),
+    Reward(name="crashes", func=crashes),
+    RolloutLog(name="recorder", func=log_step),
+    EvalRolloutLog(name="recorder", func=log_eval),
+    DataSourceFactory(name="countdown", func=Countdown),
+    Engine(name="fake", func=lambda args: FakeEngine(lambda payload, call: "x is the answer")),
+    Environment(name="bad_option", func=lambda: {"no_such_option": 1}),
+]
 
 
 @pytest.fixture
-def pm():
+def pm(plugin_of):
     CALLS.clear()
-    return get_plugin_manager(load_entrypoints=False, plugins=[Plugins()])
+    return get_plugin_manager(load_entrypoints=False, plugins=[plugin_of(*PLUGINS)])
 
 
 @pytest.fixture
@@ -419,16 +393,11 @@ def test_all_samples_process_sees_kept_and_dropped_groups_in_order(step_run):
     assert CALLS == [("all", [(0, None), (1, None)], "DataSource")]
 
 
-def test_megatron_hooks_with_the_torch_trainer_are_refused_before_the_engine_starts(pm, tmp_path):
+def test_megatron_hooks_with_the_torch_trainer_are_refused_before_the_engine_starts(pm, plugin_of, tmp_path):
     """The torch trainer would never call them: the run stops while it resolves its plugins, naming them."""
     from rlsdk import MegatronInit
 
-    class Init:
-        @hookimpl
-        def rlsdk_megatron_inits(self):
-            yield MegatronInit(name="note", func=lambda args: None)
-
-    pm.register(Init())
+    pm.register(plugin_of(MegatronInit(name="note", func=lambda args: None)))
     args = RolloutConfig(
         engine="fake",
         data_source_path="countdown",

@@ -97,7 +97,52 @@ async def on_an_engine(pool: RayEnginePool) -> None:
             return
 
 
-class KillEngines:
+async def until(ready, tries: int) -> None:
+    """Until ``ready()``, checked every 0.1 s at most ``tries`` times."""
+    for _ in range(tries):
+        if ready():
+            return
+        await asyncio.sleep(0.1)
+
+
+class EngineKiller:
+    """A custom generate (named :attr:`NAME`) that counts its samples, holds the run's engine pool, and
+    generates as usual: :meth:`kill_busiest` and :meth:`wait_all_alive` are what its subclasses do on
+    their chosen samples."""
+
+    NAME = ""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.pool = None
+        self.alive_later: list[bool] = []
+
+    @hookimpl
+    def rlsdk_custom_generates(self):
+        yield CustomGenerate(name=self.NAME, func=self.generate)
+
+    async def generate(self, args, sample, sampling_params):
+        self.calls += 1
+        self.pool = get_runtime(args).engine
+        return await self.on_sample(args, sample, sampling_params)
+
+    async def on_sample(self, args, sample, sampling_params):
+        return await generate(args, sample, sampling_params)
+
+    async def kill_busiest(self, args, sample, sampling_params, kill):
+        """Generate ``sample``; once it (and the step's others) are on their engines, ``kill(replica)`` the
+        engine with the most requests in flight."""
+        sent = asyncio.ensure_future(generate(args, sample, sampling_params))
+        await on_an_engine(self.pool)
+        kill(max(self.pool.replicas_, key=lambda r: r.in_flight))
+        return await sent
+
+    async def wait_all_alive(self, tries: int) -> None:
+        await until(lambda: all(r.alive for r in self.pool.replicas_), tries)
+        self.alive_later = [r.alive for r in self.pool.replicas_]
+
+
+class KillEngines(EngineKiller):
     """A custom generate that, on its 40th sample (in step 1, after step 0's 32) and on its 72nd, SIGKILLs
     the engine process with the most requests in flight, then generates as usual: the first kill once the
     pool is at full strength (its spare and standby ready), the second once the first engine is back. Its
@@ -105,47 +150,28 @@ class KillEngines:
     (it is prepared once the engines and the trainer are up) and its kill meets requests in flight. At its
     100th sample it waits for both engines to be back (the tiny steps are quicker than an engine's start)."""
 
+    NAME = "kill_engines"
     READY_AT = 32
     KILL_AT = (40, 72)
     WAIT_AT = 100
 
     def __init__(self) -> None:
-        self.calls = 0
-        self.pool = None
+        super().__init__()
         self.killed: list[tuple[int, int]] = []  # (engine, its requests in flight)
-        self.alive_later: list[bool] = []
 
-    @hookimpl
-    def rlsdk_custom_generates(self):
-        yield CustomGenerate(name="kill_engines", func=self.generate)
-
-    async def generate(self, args, sample, sampling_params):
-        self.calls += 1
-        self.pool = get_runtime(args).engine
+    async def on_sample(self, args, sample, sampling_params):
         if self.calls == self.READY_AT:
-            for _ in range(1800):
-                if self.pool.at_full_strength:
-                    break
-                await asyncio.sleep(0.1)
+            await until(lambda: self.pool.at_full_strength, 1800)
         if self.calls in self.KILL_AT:
-            ready = (lambda: self.pool.at_full_strength) if not self.killed else self._first_back
-            for _ in range(1800):
-                if ready():
-                    break
-                await asyncio.sleep(0.1)
-            sent = asyncio.ensure_future(generate(args, sample, sampling_params))
-            await on_an_engine(self.pool)
-            victim = max(self.pool.replicas_, key=lambda r: r.in_flight)
-            self.killed.append((victim.index, victim.in_flight))
-            os.kill(victim.info["pid"], signal.SIGKILL)
-            return await sent
+            await until((lambda: self.pool.at_full_strength) if not self.killed else self._first_back, 1800)
+            return await self.kill_busiest(args, sample, sampling_params, self._kill)
         if self.calls == self.WAIT_AT:
-            for _ in range(900):
-                if all(r.alive for r in self.pool.replicas_):
-                    break
-                await asyncio.sleep(0.1)
-            self.alive_later = [r.alive for r in self.pool.replicas_]
+            await self.wait_all_alive(900)
         return await generate(args, sample, sampling_params)
+
+    def _kill(self, victim) -> None:
+        self.killed.append((victim.index, victim.in_flight))
+        os.kill(victim.info["pid"], signal.SIGKILL)
 
     def _first_back(self) -> bool:
         return bool(self.pool.recoveries and self.pool.recoveries[0].rejoined_at)
@@ -258,10 +284,7 @@ class RecordStandby:
     async def generate(self, args, sample, sampling_params):
         pool = get_runtime(args).engine
         if not self.seen:
-            for _ in range(1800):
-                if pool.at_full_strength:
-                    break
-                await asyncio.sleep(0.1)
+            await until(lambda: pool.at_full_strength, 1800)
             [standby] = pool._standbys
             self.seen = {
                 "engine_started": pool.replicas_[0].info["engine"]["started_at"],
@@ -567,41 +590,29 @@ def closed(url: str, timeout: float = 10.0) -> bool:
     return False
 
 
-class KillServer:
+class KillServer(EngineKiller):
     """A custom generate that on its 24th sample (step 1) SIGKILLs the SGLang server of the engine with
     the most requests in flight (its actor lives on), and on its 40th waits for that engine to be back."""
 
+    NAME = "kill_server"
     KILL_AT, WAIT_AT = 24, 40
 
     def __init__(self, logs: Path) -> None:
+        super().__init__()
         self.logs = logs
-        self.calls = 0
-        self.pool = None
         self.killed: tuple[int, int, str] | None = None  # (engine, its requests in flight, server URL)
-        self.alive_later: list[bool] = []
 
-    @hookimpl
-    def rlsdk_custom_generates(self):
-        yield CustomGenerate(name="kill_server", func=self.generate)
-
-    async def generate(self, args, sample, sampling_params):
-        self.calls += 1
-        self.pool = get_runtime(args).engine
+    async def on_sample(self, args, sample, sampling_params):
         if self.calls == self.KILL_AT:
-            sent = asyncio.ensure_future(generate(args, sample, sampling_params))
-            await on_an_engine(self.pool)
-            victim = max(self.pool.replicas_, key=lambda r: r.in_flight)
-            pid = server_pid(self.logs / f"sglang-server-{victim.index}.log")
-            self.killed = (victim.index, victim.in_flight, victim.info["engine"]["url"])
-            os.kill(pid, signal.SIGKILL)
-            return await sent
+            return await self.kill_busiest(args, sample, sampling_params, self._kill)
         if self.calls == self.WAIT_AT:
-            for _ in range(600):
-                if all(r.alive for r in self.pool.replicas_):
-                    break
-                await asyncio.sleep(0.1)
-            self.alive_later = [r.alive for r in self.pool.replicas_]
+            await self.wait_all_alive(600)
         return await generate(args, sample, sampling_params)
+
+    def _kill(self, victim) -> None:
+        pid = server_pid(self.logs / f"sglang-server-{victim.index}.log")
+        self.killed = (victim.index, victim.in_flight, victim.info["engine"]["url"])
+        os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.timeout(120)

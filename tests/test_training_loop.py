@@ -4,11 +4,6 @@ SmolLM2's tokenizer) in the embedded engine and the torch trainer, on CPU in sec
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -134,32 +129,21 @@ def test_the_torch_trainer_passes_the_contract_check(tiny_llama):
                                                               train_threads=1))
 
 
-def rlsdk(*args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rlsdk_cli.app", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, **kwargs)
-
-
 @pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.slow
-def test_sigkill_then_resume_with_no_flags_reaches_the_uninterrupted_parameters(tiny_llama, run_files, tmp_path):
+def test_sigkill_then_resume_with_no_flags_reaches_the_uninterrupted_parameters(
+    tiny_llama, run_files, rlsdk_cli, kill_and_resume, tmp_path
+):
     data, reward = run_files
     flags = ["--train", "--model", str(tiny_llama), "--data", str(data), "--rm", reward, "--lr", "3e-3",
              "--rollout-batch-size", "2", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "3",
              "--num-rollout", "4", "--save-interval", "1", "--deterministic", "--rollout-shuffle",
              "--set", "engine_threads=1", "--train-threads", "1"]
-    whole = rlsdk("run", *flags, "--output", str(tmp_path / "whole"))
+    whole = rlsdk_cli("run", *flags, "--output", str(tmp_path / "whole"))
     assert whole.wait(timeout=240) == 0, whole.stdout.read()
 
     cut = tmp_path / "cut"
-    killed = rlsdk("run", *flags, "--output", str(cut), start_new_session=True)
-    deadline = time.monotonic() + 240
-    while not (cut / "checkpoints" / "step_1").exists():
-        assert killed.poll() is None and time.monotonic() < deadline, killed.stdout.read()
-        time.sleep(0.05)
-    os.killpg(killed.pid, signal.SIGKILL)
-    killed.wait()
-    resumed = rlsdk("run", "--resume", "--output", str(cut))
-    assert resumed.wait(timeout=240) == 0, resumed.stdout.read()
+    kill_and_resume(flags, cut)
 
     from safetensors.torch import load_file
 

@@ -23,7 +23,7 @@ import ipaddress
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -219,7 +219,7 @@ class ConnectionLimits:
       and arrive within ``read_timeout`` seconds (408).
 
     Use :meth:`middleware` in the app after :func:`guard` (reaching it is being let through), then
-    :meth:`listen`."""
+    :meth:`listen`; :meth:`app` and :meth:`serve` do both."""
 
     def __init__(
         self,
@@ -270,6 +270,29 @@ class ConnectionLimits:
                 self._last_seen[transport] = time.monotonic()
 
         return limited
+
+    def app(self, checks: Sequence[Any], error: ErrorReply, after: Sequence[Any] = ()) -> web.Application:
+        """An application whose requests pass ``checks`` (middlewares, :func:`guard` among them), then these
+        limits (``error`` answers what they refuse), then ``after``."""
+        return web.Application(
+            client_max_size=self.max_body, middlewares=[*checks, self.middleware(error), *after]
+        )
+
+    async def serve(
+        self, app: web.Application, host: str, port: int, *, handler_cancellation: bool = True, **runner: Any
+    ) -> tuple[web.AppRunner, int]:
+        """Serve ``app`` (from :meth:`app`) on ``host:port`` (0: a free port): its runner and the port bound.
+        No access log, no signal handlers; ``handler_cancellation``: a client that disconnects cancels its
+        handler (which aborts its work). A runner that cannot listen is cleaned up."""
+        app_runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, handler_cancellation=handler_cancellation, **runner
+        )
+        await app_runner.setup()
+        try:
+            return app_runner, await self.listen(app_runner, host, port)
+        except BaseException:
+            await app_runner.cleanup()
+            raise
 
     async def listen(self, runner: web.AppRunner, host: str, port: int) -> int:
         """Serve ``runner`` (set up) on ``host:port``; the port bound."""

@@ -521,9 +521,8 @@ async def start_tinker_server(
         idle_timeout=IDLE_TIMEOUT,
         max_connections=max_connections,
     )
-    app = web.Application(
-        client_max_size=MAX_BODY,
-        middlewares=[
+    app = limits.app(
+        [
             guard(
                 None,
                 _reply,
@@ -532,22 +531,19 @@ async def start_tinker_server(
                 authorized=authorized,
                 credentials="API key (X-API-Key: tml-..., the client's TINKER_API_KEY)",
                 body_types=("application/json", PROTOBUF),
-            ),
-            limits.middleware(_reply),
-            _errors,
+            )
         ],
+        _reply,
+        after=[_errors],
     )
     app[_SERVICE] = service
     app[_OWNERS] = owners
     app[_SIGNER] = signer
     app.add_routes(build_routes({**CLIENT_CONFIG, **(client_config or {})}))
     await service.start()
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
-    await runner.setup()
     try:
-        bound = await limits.listen(runner, host, port)
+        runner, bound = await limits.serve(app, host, port)
     except BaseException:
-        await runner.cleanup()
         await service.close()
         raise
     shown = f"[{host}]" if ":" in host else host
