@@ -211,6 +211,37 @@ def plugin_of():
     return provider_of
 
 
+def tiny_train_args(tiny_llama: Path, run_files: tuple[Path, str], out: Path, **options: Any) -> Any:
+    """A training run of the tiny Llama on ``run_files`` (data, reward) into ``out``: 4 steps of 4 prompts x 8
+    samples of 2 tokens, lr 3e-2, one thread each for the engine and the trainer; ``options`` change any."""
+    from rlsdk import RolloutConfig
+
+    data, reward = run_files
+    values = {
+        "model": str(tiny_llama),
+        "prompt_data": str(data),
+        "rm_type": reward,
+        "train": True,
+        "lr": 3e-2,
+        "rollout_batch_size": 4,
+        "n_samples_per_prompt": 8,
+        "rollout_max_response_len": 2,
+        "num_rollout": 4,
+        "engine_threads": 1,
+        "train_threads": 1,
+        "output_dir": str(out),
+        "sync_check_tol": 1e-3,
+    }
+    values.update(options)
+    return RolloutConfig(**values)
+
+
+@pytest.fixture
+def train_args():
+    """:func:`tiny_train_args`: ``train_args(tiny_llama, run_files, out, **options)``."""
+    return tiny_train_args
+
+
 def start_rlsdk(*args: str, **kwargs: Any) -> subprocess.Popen:
     """``rlsdk ARGS`` in a subprocess of this interpreter, its output and errors together as text."""
     return subprocess.Popen(

@@ -261,8 +261,7 @@ class ChatServer:
 
     async def close(self) -> None:
         run_tokens.forget(self.url)
-        self.limits.close()
-        await self.runner.cleanup()
+        await self.limits.stop(self.runner)
 
 
 async def start_chat_server(

@@ -294,6 +294,11 @@ class ConnectionLimits:
             await app_runner.cleanup()
             raise
 
+    async def stop(self, runner: web.AppRunner) -> None:
+        """Stop what :meth:`serve` started: no new connections, then ``runner`` cleaned up."""
+        self.close()
+        await runner.cleanup()
+
     async def listen(self, runner: web.AppRunner, host: str, port: int) -> int:
         """Serve ``runner`` (set up) on ``host:port``; the port bound."""
         handlers = runner.server

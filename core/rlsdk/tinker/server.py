@@ -456,8 +456,7 @@ class TinkerServer:
     url: str
 
     async def close(self) -> None:
-        self.limits.close()
-        await self.runner.cleanup()
+        await self.limits.stop(self.runner)
         await self.service.close()
 
 

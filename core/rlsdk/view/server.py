@@ -181,8 +181,7 @@ class ViewServer:
         return f"{self.base}/?token={self.token}"
 
     async def close(self) -> None:
-        self.limits.close()
-        await self.runner.cleanup()
+        await self.limits.stop(self.runner)
 
 
 def cookie_name(port: int) -> str:
