@@ -134,6 +134,15 @@ PLUGINS = [
 ]
 
 
+COUNTDOWN = dict(engine="fake", data_source_path="countdown", rm_type="contains_x", rollout_batch_size=1)
+
+
+def countdown_run(out: Path, **options) -> RolloutConfig:
+    """A run into ``out`` of the fake engine on the countdown source, graded by contains_x: a prompt of two
+    samples a step unless ``options`` say otherwise."""
+    return RolloutConfig(**{**COUNTDOWN, "n_samples_per_prompt": 2, "output_dir": str(out), **options})
+
+
 @pytest.fixture
 def pm(plugin_of):
     CALLS.clear()
@@ -257,18 +266,13 @@ def test_an_unknown_rubric_part_is_an_error_before_anything_runs(pm):
 def test_logging_backends_by_name_several_at_once_with_slimes_arguments(pm, tmp_path):
     eval_data = tmp_path / "eval.jsonl"
     eval_data.write_text(json.dumps({"input": "1|", "label": "x"}) + "\n")
-    args = RolloutConfig(
-        engine="fake",
-        data_source_path="countdown",
-        rm_type="contains_x",
+    args = countdown_run(
+        tmp_path / "out",
         num_rollout=2,
-        rollout_batch_size=1,
-        n_samples_per_prompt=2,
         eval_interval=1,
         eval_datasets=[{"name": "held", "path": str(eval_data)}],
         custom_rollout_log_function_path="recorder,jsonl",
         custom_eval_rollout_log_function_path="jsonl,recorder",
-        output_dir=str(tmp_path / "out"),
     )
     run_job(args, pm)
     assert CALLS == [("step", 0, 2, 2), ("eval", 0, ["held"]), ("step", 1, 2, 2), ("eval", 1, ["held"])]
@@ -279,13 +283,7 @@ def test_logging_backends_by_name_several_at_once_with_slimes_arguments(pm, tmp_
 
 
 def test_an_unknown_logging_backend_fails_before_the_engine_starts(pm, tmp_path):
-    args = RolloutConfig(
-        engine="fake",
-        data_source_path="countdown",
-        custom_rollout_log_function_path="jsonl,nope",
-        rm_type="contains_x",
-        output_dir=str(tmp_path / "out"),
-    )
+    args = countdown_run(tmp_path / "out", custom_rollout_log_function_path="jsonl,nope")
     with pytest.raises(
         Exception, match="unknown rollout_log 'nope'. Choose one of: jsonl, recorder, tensorboard"
     ):
@@ -294,18 +292,10 @@ def test_an_unknown_logging_backend_fails_before_the_engine_starts(pm, tmp_path)
 
 def test_a_data_source_plugin_serves_a_run_without_prompt_data_and_resumes(pm, tmp_path):
     out = tmp_path / "out"
-    options = dict(
-        engine="fake",
-        data_source_path="countdown",
-        rm_type="contains_x",
-        rollout_batch_size=1,
-        n_samples_per_prompt=2,
-        output_dir=str(out),
-    )
-    run_job(RolloutConfig(num_rollout=2, **options), pm)
+    run_job(countdown_run(out, num_rollout=2), pm)
     prompts = [json.loads(line)["prompt"] for line in (out / "rollouts.jsonl").read_text().splitlines()]
     assert prompts == ["1 + 1|", "1 + 1|", "2 + 1|", "2 + 1|"]
-    run_job(RolloutConfig(num_rollout=3, resume=True, **options), pm)
+    run_job(countdown_run(out, num_rollout=3, resume=True), pm)
     prompts = [json.loads(line)["prompt"] for line in (out / "rollouts.jsonl").read_text().splitlines()]
     assert prompts[4:] == ["3 + 1|", "3 + 1|"]
 
@@ -398,14 +388,7 @@ def test_megatron_hooks_with_the_torch_trainer_are_refused_before_the_engine_sta
     from rlsdk import MegatronInit
 
     pm.register(plugin_of(MegatronInit(name="note", func=lambda args: None)))
-    args = RolloutConfig(
-        engine="fake",
-        data_source_path="countdown",
-        rm_type="contains_x",
-        output_dir=str(tmp_path / "out"),
-        train=True,
-        custom_megatron_init_path="note",
-    )
+    args = countdown_run(tmp_path / "out", train=True, custom_megatron_init_path="note")
     with pytest.raises(
         ValueError, match="--custom-megatron-init-path: megatron hooks, which only --trainer megatron"
     ):
