@@ -279,6 +279,26 @@ def kill_and_resume():
     return killed_then_resumed
 
 
+EXPRESSION = {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}
+CALCULATOR = {"name": "calculator", "description": "Evaluate an arithmetic expression.", "parameters": EXPRESSION}
+
+
+@pytest.fixture(scope="session")
+def calculator() -> SimpleNamespace:
+    """The calculator tool the agent tests offer the small model, as each API's request lists its tools:
+    ``.openai`` (Chat Completions) and ``.anthropic`` (Messages)."""
+    return SimpleNamespace(
+        openai=[{"type": "function", "function": CALCULATOR}],
+        anthropic=[
+            {
+                "name": CALCULATOR["name"],
+                "description": CALCULATOR["description"],
+                "input_schema": CALCULATOR["parameters"],
+            }
+        ],
+    )
+
+
 @pytest.fixture(scope="module")
 def served():
     """SmolLM2-135M-Instruct in the embedded engine on CPU, served by ``rlsdk serve``'s server on loopback, once
@@ -287,6 +307,26 @@ def served():
 
     with testing.ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=16)) as served:
         yield served
+
+
+def agent_args_on(served: Any, func: Any) -> Any:
+    """The options of a run whose agent is ``func`` (named ``under_test``) and whose engine is ``served`` (a
+    :class:`rlsdk.testing.ServedEngine`): its runtime bound, on the server's loop."""
+    from rlsdk import Agent, RolloutConfig, get_plugin_manager
+    from rlsdk.runtime import Runtime, bind_runtime
+
+    pm = get_plugin_manager(load_entrypoints=False, plugins=[provider_of(Agent(name="under_test", func=func))])
+    args = RolloutConfig.from_dict({"agent_function_path": "under_test"})
+    runtime = Runtime(pm, served.engine, served.engine.tokenizer, loop=served._loop)
+    runtime.server = served.handle
+    bind_runtime(args, runtime)
+    return args
+
+
+@pytest.fixture
+def agent_args():
+    """:func:`agent_args_on`: ``agent_args(served, func)``."""
+    return agent_args_on
 
 
 @pytest.fixture(scope="session")

@@ -110,11 +110,15 @@ GOOD = [
     DataSourceFactory(
         name="shipped",
         func=lambda args: DataSource(
-            args.replace(prompt_data=package_file("rlsdk", "datasets/arithmetic-eval.jsonl"), label_key="label"),
+            args.replace(
+                prompt_data=package_file("rlsdk", "datasets/arithmetic-eval.jsonl"), label_key="label"
+            ),
             keep_messages=True,
         ),
     ),
-    PgLossReducer(name="total", func=lambda total_lengths, response_lengths, loss_masks, per_token: torch.sum),
+    PgLossReducer(
+        name="total", func=lambda total_lengths, response_lengths, loss_masks, per_token: torch.sum
+    ),
     TisFunction(name="keep", func=keep),
     Reward(name="exact", func=exact),
     Environment(
@@ -150,13 +154,17 @@ BAD = [
     RewardPostProcess(
         name="raw", func=lambda args, samples: ([0.0] * len(samples), [float("nan")] * len(samples))
     ),
-    RolloutDataPostprocess(name="noop", func=lambda args, rollout_id, rollout_data: rollout_data["rewards"].pop()),
+    RolloutDataPostprocess(
+        name="noop", func=lambda args, rollout_id, rollout_data: rollout_data["rewards"].pop()
+    ),
     ConvertSamplesToTrainData(name="plain", func=lambda args, samples: {"tokens": []}),
     RolloutLog(name="quiet", func=lambda rollout_id, args, samples, metrics, seconds: "logged"),
     EvalRolloutLog(name="quiet", func=lambda rollout_id, args, data, metrics: 1 / 0),
     CheckpointCallback(name="touch", func=lambda args, rollout_id, path: open("/nonexistent/x")),  # noqa: SIM115
     DataSourceFactory(name="shipped", func=lambda args: []),
-    PgLossReducer(name="total", func=lambda total_lengths, response_lengths, loss_masks, per_token: lambda x: x),
+    PgLossReducer(
+        name="total", func=lambda total_lengths, response_lengths, loss_masks, per_token: lambda x: x
+    ),
     TisFunction(name="keep", func=keep_one_row),
     Environment(name="sums", func=lambda: ["prompt_data"]),
     Engine(name="fake", func=lambda args: "not an engine"),
@@ -201,7 +209,11 @@ CHECKS = [
     (kit.check_megatron_before_log_prob, "eval_mode", "before the policy log-probs raised IndexError"),
     (kit.check_megatron_before_train_step, "zero", "before optimizer step 0 of rollout 0 returned AdamW"),
     (kit.check_model_provider, "linear", "built dict, which has no parameters"),
-    (kit.check_update_weight_post_write, "mark", "after the weights were written to .* raised FileNotFoundError"),
+    (
+        kit.check_update_weight_post_write,
+        "mark",
+        "after the weights were written to .* raised FileNotFoundError",
+    ),
 ]
 
 
