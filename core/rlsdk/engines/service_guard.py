@@ -279,19 +279,19 @@ class ConnectionLimits:
         )
 
     async def serve(
-        self, app: web.Application, host: str, port: int, *, handler_cancellation: bool = True, **runner: Any
+        self, app: web.Application, host: str, port: int, *, handler_cancellation: bool = True
     ) -> tuple[web.AppRunner, int]:
         """Serve ``app`` (from :meth:`app`) on ``host:port`` (0: a free port): its runner and the port bound.
         No access log, no signal handlers; ``handler_cancellation``: a client that disconnects cancels its
         handler (which aborts its work). A runner that cannot listen is cleaned up."""
-        app_runner = web.AppRunner(
-            app, access_log=None, handle_signals=False, handler_cancellation=handler_cancellation, **runner
+        runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, handler_cancellation=handler_cancellation
         )
-        await app_runner.setup()
+        await runner.setup()
         try:
-            return app_runner, await self.listen(app_runner, host, port)
+            return runner, await self.listen(runner, host, port)
         except BaseException:
-            await app_runner.cleanup()
+            await runner.cleanup()
             raise
 
     async def stop(self, runner: web.AppRunner) -> None:
