@@ -126,6 +126,7 @@ def metrics(log_path: Path) -> list[dict]:
     return [json.loads(line) for line in (log_path / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.timeout(600)  # two recipes in subprocesses: about 170 s on 2 idle cores, 300 under load
 def test_the_supervised_and_rl_loops_train_unchanged(server, workdir):
     log_path = workdir / "run"
     recipe("sl_loop", server, workdir, f"log_path={log_path}", "batch_size=4", "learning_rate=1e-3", "save_every=0")

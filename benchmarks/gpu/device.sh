@@ -13,6 +13,7 @@
 #   bash benchmarks/gpu/device.sh colocate   # gpu_loop.py colocate: train step, CUDA-IPC sync, trust check (~4 min)
 #   bash benchmarks/gpu/device.sh nccl       # gpu_loop.py nccl: the same through an NCCL broadcast (two GPUs)
 #   bash benchmarks/gpu/device.sh engines2   # gpu_loop.py engines2: one launched engine vs two behind the router
+#   bash benchmarks/gpu/device.sh engines4   # the same with four engines (four GPUs; 5 passes each, best and median)
 #   bash benchmarks/gpu/device.sh megatron   # megatron_parity.py: megatron vs torch trainer (~2 min)
 #   bash benchmarks/gpu/device.sh megatron_parallel  # megatron_parallel.py: TP=2, DP=2 and PP=2 vs one GPU (two GPUs;
 #     MEGATRON_PARALLEL_ARGS="--shape qwen3-moe-32e --steps 5": EP=2, DP=2, PP=2 and TP=2 of a 32-expert MoE, ~7 min on
@@ -45,9 +46,12 @@
 #   bash benchmarks/gpu/device.sh scale      # scale.py: Qwen3-4B shape, megatron + SGLang colocated with offload (~5.5 min
 #     on an H100, 2026-11-28: the 8 GB checkpoint ~1 min, SGLang and trainer start ~2.3 min, 4 steps ~2 min)
 #     (SCALE_ARGS: more of its options)
+#   bash benchmarks/gpu/device.sh scale8b_split  # four GPUs: Qwen3-8B shape, megatron TP=2 on two, two SGLang engines
+#                                                # behind the router on the other two, NCCL sync (not yet run)
+#   bash benchmarks/gpu/device.sh megatron_moe4  # four GPUs: scaled-down Qwen3-MoE, EP=2 and EP=4 vs one GPU (not yet run)
 #
 # Carry only what a phase needs: SGLang's pieces (sglang-wheels.tar.part-*) for every phase that starts
-# SGLang; Ray and sglang-router (extra-wheels.tar.part-*) only for engines2, ray_engines, ray_startup and
+# SGLang; Ray and sglang-router (extra-wheels.tar.part-*) only for engines2, engines4, scale8b_split, ray_engines, ray_startup and
 # learn with LEARN_ARGS="--ray"; the GGUF (gguf.part-*) only for model, learn and learn_megatron. setup
 # unpacks whatever was carried.
 #
@@ -153,14 +157,17 @@ nccl() {
   bench gpu_loop_nccl "$here/gpu_loop.py" nccl --model-config "$gpu/bench-model" --sglang-python /tmp/sglang-python
 }
 
-engines2() {
-  bench gpu_loop_engines2 "$here/gpu_loop.py" engines2 --model-config "$gpu/bench-model" \
-      --sglang-python /tmp/sglang-python --repeat 3 ${ENGINES2_ARGS:-}
+engines_n() {  # engines_n N: one launched engine, then N behind the router, 5 passes each (ENGINES2_ARGS: more)
+  # shellcheck disable=SC2086  # ENGINES2_ARGS is a list of options
+  bench "gpu_loop_engines$1" "$here/gpu_loop.py" engines2 --engines "$1" --model-config "$gpu/bench-model" \
+      --sglang-python /tmp/sglang-python --repeat 5 ${ENGINES2_ARGS:-}
   for router_log in /tmp/gpu-loop-*/logs-*/sglang-router.log; do
-    [ -f "$router_log" ] && tail -n 150 "$router_log" >"$out/engines2-$(basename "$(dirname "$router_log")")-router.log"
+    [ -f "$router_log" ] && tail -n 150 "$router_log" >"$out/engines$1-$(basename "$(dirname "$router_log")")-router.log"
   done
   return 0
 }
+engines2() { engines_n 2; }
+engines4() { engines_n 4; }
 
 megatron() {
   bench megatron_parity "$here/megatron_parity.py" --model-config "$gpu/bench-model"
@@ -278,12 +285,20 @@ scale() {  # SCALE_ARGS: more of scale.py's options
   return 0
 }
 
+scale8b_split() {  # four GPUs: the Qwen3-8B shape trained with TP=2 on GPUs 0-1, two SGLang engines on 2-3, NCCL sync
+  SCALE_ARGS="--shape qwen3-8b --tp 2 --gpus 2 --engine-gpus 2 ${SCALE_ARGS:-}" scale
+}
+
+megatron_moe4() {  # four GPUs: the scaled-down Qwen3-MoE (32 experts) at EP=2 and EP=4 against one GPU
+  MEGATRON_PARALLEL_ARGS="--shape qwen3-moe-32e --configs ep2,ep4 ${MEGATRON_PARALLEL_ARGS:-}" megatron_parallel
+}
+
 learn() { learn_with torch; }
 learn_megatron() { learn_with megatron; }
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|megatron|megatron_parallel|model|learn|learn_megatron|lora|trust|tinker|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|scale)
+    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|engines4|megatron|megatron_parallel|model|learn|learn_megatron|lora|trust|tinker|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|scale|scale8b_split|megatron_moe4)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac

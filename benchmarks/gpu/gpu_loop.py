@@ -18,12 +18,12 @@ serializer classes when sglang imports in this process.
 ``nccl``: the same with SGLang on GPU 1 and the trainer on GPU 0, weights broadcast through NCCL
 (target <= 0.3 s a sync); needs two GPUs.
 
-``engines2``: rlsdk's launcher with one engine (``rollout_num_gpus=1``), then with two engines behind the
-SGLang router (``rollout_num_gpus=2``, one GPU each), the same workload through the launched address (the
-router's for two), with slime's concurrency per engine (``--in-flight`` requests at once per engine, and
-``--requests`` per engine); ``ratio`` = two over one (target >= 1.9) with the launcher's router (cache-aware,
-slime's balance thresholds), then ``ratios`` with each ``--router-policies`` policy; needs two GPUs and
-sglang-router.
+``engines2``: rlsdk's launcher with one engine (``rollout_num_gpus=1``), then with ``--engines`` (two by
+default) behind the SGLang router (one GPU each), the same workload through the launched address (the
+router's), with slime's concurrency per engine (``--in-flight`` requests at once per engine, and
+``--requests`` per engine); ``ratio`` = many over one on the best of ``--repeat`` passes (target >= 1.9 for
+two), ``median_ratio`` on their medians, with the launcher's router (cache-aware, slime's balance
+thresholds), then ``ratios`` with each ``--router-policies`` policy; needs that many GPUs and sglang-router.
 
     PYTHONPATH=/tmp/rl:benchmarks/gpu python3 benchmarks/gpu/gpu_loop.py colocate \\
         --model-config .gpu/bench-model --sglang-python /tmp/sglang-python
@@ -100,16 +100,21 @@ def measure(
     url: str, prompts: list[list[int]], opts: argparse.Namespace, servers: list[str] | None = None
 ) -> dict[str, Any]:
     """Best of ``opts.repeat`` passes, each after the prefix cache of every server (default ``url``) was
-    flushed."""
+    flushed, with every pass's tokens/s and their median."""
     warm = argparse.Namespace(**{**vars(opts), "new_tokens": 8})
     asyncio.run(straight(url, prompts[: opts.in_flight], warm, logprob=True))
     result = None
+    passes = []
     for _ in range(opts.repeat):
         for server in servers or [url]:
             asyncio.run(flush(server))
-        result = best(result, asyncio.run(straight(url, prompts, opts, logprob=True)))
+        one = asyncio.run(straight(url, prompts, opts, logprob=True))
+        passes.append(one.get("tokens_per_s"))
+        result = best(result, one)
     assert result is not None
-    return result
+    measured = [p for p in passes if p is not None]
+    median = round(statistics.median(measured), 1) if measured else None
+    return {**result, "tokens_per_s_passes": passes, "tokens_per_s_median": median}
 
 
 def throughput(opts: argparse.Namespace) -> dict[str, Any]:
@@ -198,28 +203,32 @@ def launched_throughput(
 
 
 def engines2(opts: argparse.Namespace) -> dict[str, Any]:
+    """One launched engine, then ``opts.engines`` behind the router (the launcher's policy, then each of
+    ``opts.router_policies``): ``ratio`` of the best passes' tokens/s, ``median_ratio`` of the medians."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(opts.model_config)
-    prompts = make_prompts(tokenizer, 2 * opts.requests, opts.prompt_len)
+    prompts = make_prompts(tokenizer, opts.engines * opts.requests, opts.prompt_len)
     work = Path(tempfile.mkdtemp(prefix="gpu-loop-"))
     one = launched_throughput(opts, 1, work, prompts)
     runs = {
-        policy: attempt(launched_throughput, opts, 2, work, prompts, policy)
+        policy: attempt(launched_throughput, opts, opts.engines, work, prompts, policy)
         for policy in [None, *opts.router_policies]
     }
-    two = runs.pop(None)
+    many = runs.pop(None)
+
+    def ratio(run: dict[str, Any], key: str = "tokens_per_s") -> float | None:
+        return round(run[key] / one[key], 3) if run.get(key) and one.get(key) else None
+
     return {
-        "check": "two_engines_behind_the_router",
+        "check": "engines_behind_the_router",
+        "engines": opts.engines,
         "one_engine": one,
-        "two_engines": two,
-        "ratio": round(two["tokens_per_s"] / one["tokens_per_s"], 3) if "tokens_per_s" in two else None,
-        "two_engines_by_policy": runs,
-        "ratios": {
-            p: round(r["tokens_per_s"] / one["tokens_per_s"], 3)
-            for p, r in runs.items()
-            if "tokens_per_s" in r
-        },
+        "many_engines": many,
+        "ratio": ratio(many),
+        "median_ratio": ratio(many, "tokens_per_s_median"),
+        "many_engines_by_policy": runs,
+        "ratios": {p: ratio(r) for p, r in runs.items() if "tokens_per_s" in r},
     }
 
 
@@ -379,7 +388,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--in-flight", type=int, default=512)
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=2, help="passes per configuration")
+    parser.add_argument("--engines", type=int, default=2, help="engines2: engines behind the router")
     parser.add_argument(
         "--router-policies",
         nargs="*",

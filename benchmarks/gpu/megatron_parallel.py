@@ -3,12 +3,12 @@
 (TP=1) (not run in CI; one device call on two GPUs, a few minutes; the last line printed is one JSON
 object). With ``--shape`` a published shape's random weights instead of the bench model's (``workload.SHAPES``);
 for a MoE shape (``qwen3-moe-32e``: 32 experts, 8 active) expert parallel (EP=2: 16 experts a GPU, tokens
-all-to-all over NCCL), DP=2, PP=2 and TP=2 (with sequence parallelism, experts whole on each GPU) against
-one GPU. ``--configs`` picks some of them (the one-GPU
+all-to-all over NCCL; ``ep4``: EP=4 on four GPUs, 8 experts a GPU), DP=2, PP=2 and TP=2 (with sequence
+parallelism, experts whole on each GPU) against one GPU. ``--configs`` picks some of them (the one-GPU
 reference always runs).
 
 Each configuration is built as ``rlsdk run --trainer megatron`` builds it: this process is rank 0 and
-starts rank 1 itself (its log under ``<work>/logs-<config>/``). All load the same Hugging Face folder
+starts the other ranks itself (their logs under ``<work>/logs-<config>/``). All load the same Hugging Face folder
 (random bf16 weights of the bench model, or ``--checkpoint``) and get the same batch (megatron_parity.py's:
 ``--samples`` samples in groups of 4, random tokens, random +-1 rewards). In float32, where a parallel
 configuration must compute the one-GPU function to rounding, per configuration against TP=1:
@@ -49,6 +49,7 @@ DENSE = {
 MOE = {
     "ep1": {},
     "ep2": {"expert_model_parallel_size": 2},
+    "ep4": {"expert_model_parallel_size": 4},
     "dp2": {"actor_num_gpus_per_node": 2},
     "pp2": {"pipeline_model_parallel_size": 2},
     "tp2": {"tensor_model_parallel_size": 2},

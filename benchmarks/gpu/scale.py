@@ -1,6 +1,7 @@
 """A real model size on the GPU: ``rlsdk run --train`` with the megatron trainer and rlsdk-launched SGLang
-colocated on the same GPU(s), memory offloaded both ways (not run in CI; one device call of under 10
-minutes; the last line printed is one JSON object).
+colocated on the same GPU(s), memory offloaded both ways, or (``--engine-gpus N``) N engines on GPUs of
+their own after the trainer's, behind the router, the weights broadcast over NCCL (not run in CI; one
+device call of under 10 minutes; the last line printed is one JSON object).
 
 The model is a published shape (``--shape``: Qwen3-4B by default; ``workload.SHAPES``) with random bf16
 weights and the bench model's tokenizer. The run is exactly what a user types::
@@ -48,7 +49,7 @@ def run_command(opts: argparse.Namespace, model: Path, out: Path) -> list[str]:
         *arithmetic_run(opts, model, out),
         "--engine",
         "sglang",
-        "--colocate",
+        *layout_options(opts),
         *sglang_flags(opts),
         "--trainer",
         "megatron",
@@ -66,6 +67,14 @@ def run_command(opts: argparse.Namespace, model: Path, out: Path) -> list[str]:
         "1e-6",
     ]
     return command + opts.extra
+
+
+def layout_options(opts: argparse.Namespace) -> list[str]:
+    """Colocated (``--engine-gpus 0``), or ``--engine-gpus`` one-GPU SGLang engines on the GPUs after the
+    trainer's (the router in front of more than one), the weights broadcast to them over NCCL."""
+    if not opts.engine_gpus:
+        return ["--colocate"]
+    return ["--rollout-num-gpus", str(opts.engine_gpus), "--weight-sync", "nccl"]
 
 
 def flops_per_step(
@@ -119,10 +128,18 @@ def main() -> None:
     parser.add_argument("--model", help="a folder shape_checkpoint already wrote (default: write one)")
     parser.add_argument("--sglang-python", default="/tmp/sglang-python")
     parser.add_argument("--output", default="/tmp/scale")
-    parser.add_argument("--mem-fraction", type=float, default=0.45, help="SGLang's --mem-fraction-static")
+    parser.add_argument(
+        "--mem-fraction", type=float, help="SGLang's --mem-fraction-static (default 0.45 colocated, else 0.8)"
+    )
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--ep", type=int, default=1)
     parser.add_argument("--gpus", type=int, default=1, help="trainer GPUs (actor_num_gpus_per_node)")
+    parser.add_argument(
+        "--engine-gpus",
+        type=int,
+        default=0,
+        help="0: SGLang colocated with the trainer; N: N one-GPU engines after the trainer's GPUs, NCCL sync",
+    )
     parser.add_argument("--steps", type=int, default=6, help="RL steps (the first warms up)")
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--samples", type=int, default=8)
@@ -131,6 +148,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=7.5, help="stop the run after this long")
     parser.add_argument("extra", nargs="*", help="more rlsdk run options (after --)")
     opts = parser.parse_args()
+    if opts.mem_fraction is None:
+        opts.mem_fraction = 0.8 if opts.engine_gpus else 0.45
 
     import torch
 
@@ -161,6 +180,7 @@ def main() -> None:
     report = {
         "benchmark": "scale",
         "shape": opts.shape,
+        "layout": {"trainer_gpus": opts.gpus, "tp": opts.tp, "ep": opts.ep, "engine_gpus": opts.engine_gpus},
         "parameters": parameter_counts(config),
         "exit_code": code,
         "timed_out": timed_out,

@@ -356,3 +356,11 @@ def test_tensor_parallel_qwen3_trains_as_one_process(qwen3_folder, one_process_q
     """Qwen3's query and key norms act on each tensor-parallel rank's own heads: their gradients are
     summed over the ranks (the grad norm and the weights after the step differed without it)."""
     check_processes(qwen3_folder, one_process_qwen3, {"tensor_model_parallel_size": 2}, tmp_path)
+
+
+def test_four_way_expert_parallel_moe_trains_as_one_process(moe_folder, one_process_moe, tmp_path):
+    """4 processes, 4 data-parallel replicas whose ranks hold one expert each (EP=4, the widest split of
+    the 4 experts; the layout of issue 55's four-GPU MoE run). Global batches of 3: the fourth replica
+    runs an empty pass to meet the others' all-to-all exchanges."""
+    sizes = {"expert_model_parallel_size": 4, "global_batch_size": 3}
+    check_processes(moe_folder, one_process_moe, sizes, tmp_path, world=4, resume=False)
