@@ -276,9 +276,7 @@ async def start_chat_server(
     """Serve ``chat`` (an endpoint on any engine, e.g. an SGLang client) on its own: the OpenAI and
     session routes and ``/health``, under the rules of :mod:`rlsdk.engines.service_guard`."""
     check_binding("the chat endpoint", host, token, SERVE_TOKEN_ENV)
-    limits = ConnectionLimits(
-        max_body=MAX_BODY, read_timeout=60.0, idle_timeout=300.0, max_connections=max_connections
-    )
+    limits = ConnectionLimits(max_body=MAX_BODY, max_connections=max_connections)
     app = limits.app([guard(token, openai_error, bind_host=host, allowed_hosts=allowed_hosts)], openai_error)
     app.add_routes([web.get("/health", _health)])
     add_chat_routes(app, chat)

@@ -31,6 +31,10 @@ from aiohttp import web
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ErrorReply = Callable[[str, int], web.Response]
+READ_TIMEOUT = 60.0
+"""Seconds a request body may take to arrive (408 after), unless a service sets its own."""
+IDLE_TIMEOUT = 300.0
+"""Seconds a connection may stay out of a request (sending one slowly, or idle) before it is closed."""
 
 
 def is_loopback(host: str) -> bool:
@@ -225,9 +229,9 @@ class ConnectionLimits:
         self,
         *,
         max_body: int,
-        read_timeout: float,
-        idle_timeout: float,
         max_connections: int,
+        read_timeout: float = READ_TIMEOUT,
+        idle_timeout: float = IDLE_TIMEOUT,
         header_timeout: float = 10.0,
     ) -> None:
         self.max_body, self.max_connections = max_body, max_connections

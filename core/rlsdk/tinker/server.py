@@ -34,7 +34,6 @@ PROTOBUF = "application/x-protobuf"
 MAX_BODY = 64 * 1024 * 1024
 """Largest request body, in bytes (the SDK cuts a batch into chunks of about 5 MB)."""
 MAX_DECOMPRESSED = 4 * MAX_BODY
-READ_TIMEOUT, IDLE_TIMEOUT = 60.0, 300.0
 _SERVICE = web.AppKey("service", TinkerService)
 _OWNERS = web.AppKey("owners", dict)
 _SIGNER = web.AppKey("signer", object)
@@ -514,12 +513,7 @@ async def start_tinker_server(
         given = request.headers.get("X-API-Key", "").encode()
         return any(hmac.compare_digest(given, key.encode()) for key in owners)  # every key compared
 
-    limits = ConnectionLimits(
-        max_body=MAX_BODY,
-        read_timeout=READ_TIMEOUT,
-        idle_timeout=IDLE_TIMEOUT,
-        max_connections=max_connections,
-    )
+    limits = ConnectionLimits(max_body=MAX_BODY, max_connections=max_connections)
     app = limits.app(
         [
             guard(
