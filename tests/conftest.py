@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from rlsdk import hookimpl, testing
+from rlsdk import hookimpl
+from rlsdk.testing import ServedEngine
 
 PR_SET_CHILD_SUBREAPER = 36
 """prctl option (linux/prctl.h): orphaned descendants are re-parented to this process instead of init."""
@@ -305,7 +306,7 @@ def served():
     per module (skips without rlsdk-embedded); a module's own ``served`` serves something else."""
     EmbeddedEngine = pytest.importorskip("rlsdk_embedded").EmbeddedEngine
 
-    with testing.ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=16)) as served:
+    with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=16)) as served:
         yield served
 
 
@@ -327,12 +328,6 @@ def agent_args_on(served: Any, func: Any) -> Any:
 def agent_args():
     """:func:`agent_args_on`: ``agent_args(served, func)``."""
     return agent_args_on
-
-
-@pytest.fixture(scope="session")
-def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """:func:`rlsdk.testing.tiny_llama`: a quarter of first tokens earn the test reward from the start."""
-    return testing.tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 REWARD_FILE = '''

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from aiohttp import web
 
-from rlsdk.training.tensor_transport import join_broadcast_group
+from rlsdk.engines.tensor_transport import join_broadcast_group
 
 ALLOWED = (
     "builtins.",

@@ -109,6 +109,20 @@ def test_cli_does_not_import_heavy_libraries():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize(("argv", "loaded"), [(["plugins", "list"], ["plugins"]), (["--help"], None)])
+def test_a_subcommand_module_is_imported_only_when_it_runs(argv, loaded):
+    """``rlsdk plugins list`` imports no other subcommand's module; ``--help`` loads every subcommand to list
+    it; neither imports aiohttp (the servers'). Start-up times: benchmarks/startup.py."""
+    modules = ("plugins", "run", "score", "serve", "export", "view", "buffer", "tinker")
+    code = (f"import sys, runpy; sys.argv = ['rlsdk', *{argv!r}]\n"
+            "try:\n    runpy.run_module('rlsdk_cli.app', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            f"print(sorted(m for m in {modules!r} if 'rlsdk_cli.' + m in sys.modules), 'aiohttp' in sys.modules,"
+            " file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    expected = f"{sorted(loaded or modules)} False"
+    assert out.stderr.strip().splitlines()[-1] == expected
+
+
 @pytest.mark.plugins('rlsdk_rm_hub', 'rlsdk_filter_hub')
 def test_list_json_carries_the_conflicts_the_table_shows(fake_dist):
     fake_dist("rl-plugin-a", "1.0.0", "plugin_a", "rl_plugin_a", REWARD_PLUGIN.format(name="f1"))

@@ -240,6 +240,33 @@ def test_a_rubric_weighs_its_parts_and_logs_each_as_a_metric(step_run):
     assert out.metrics["rollout/rubric/contains_x"] == 1.0 and out.metrics["rollout/rubric/ends_ab"] == 0.0
 
 
+@pytest.mark.parametrize(
+    ("options", "pass_at_1", "threshold"),
+    [
+        ({}, 0.0, 1.0),  # the full reward, 0.75, short of the rubric's maximum 1.0: no pass
+        ({"eval_pass_key": "contains_x"}, 1.0, 1.0),  # the part at its maximum
+        ({"eval_pass_key": "ends_ab"}, 0.0, 1.0),
+        ({"eval_pass_threshold": 0.7}, 1.0, 0.7),
+    ],
+)
+def test_pass_at_k_of_a_rubric_counts_what_the_user_names(step_run, tmp_path, options, pass_at_1, threshold):
+    """Any reward above 0 used to pass: a rubric's 0.75 (one part right) counted as a pass."""
+    args, _, runtime = step_run(
+        rm_type="contains_x:0.75,ends_ab:0.25", eval_prompt_data=["held", args_path(tmp_path)], **options
+    )
+    out = runtime.run(eval_rollout(args, runtime))
+    assert out.metrics["eval/held/reward_mean"] == 0.75 and out.metrics["eval/held/rubric/contains_x"] == 1.0
+    assert out.metrics["eval/held/pass@1"] == pass_at_1 and out.metrics["eval/held/pass_threshold"] == threshold
+
+
+def test_a_pass_key_no_sample_has_is_an_error_naming_the_parts(step_run, tmp_path):
+    args, _, runtime = step_run(
+        rm_type="contains_x:0.75,ends_ab:0.25", eval_prompt_data=["held", args_path(tmp_path)], eval_pass_key="x"
+    )
+    with pytest.raises(ValueError, match=r"eval_pass_key 'x'.*'held'.*contains_x, ends_ab"):
+        runtime.run(eval_rollout(args, runtime))
+
+
 def test_a_failing_rubric_part_makes_the_sample_invalid_never_zero(step_run):
     args, source, runtime = step_run(rm_type="contains_x:0.5,crashes:0.5", on_invalid_reward="drop_group")
     with pytest.warns(RuntimeWarning):

@@ -65,6 +65,53 @@ def test_a_new_plugin_passes_its_own_tests_installs_and_is_listed(tmp_path, pip_
     assert set(row["provides"]) == set(SCAFFOLD_KINDS)
 
 
+def test_plugins_declare_rlsdk_without_an_upper_bound(tmp_path):
+    """A moved name keeps working for a minor version, so a cap at the next minor would orphan a plugin that
+    still runs: the scaffold and the bundled plugins declare a floor only (docs/api.md says so)."""
+    import tomllib
+
+    from rlsdk import __version__
+
+    root = new_plugin(tmp_path)
+    floor = ".".join(__version__.split(".")[:2])
+    assert tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"] == [f"rlsdk>={floor}"]
+    repository = Path(__file__).resolve().parents[1]
+    for pyproject in sorted((repository / "plugins").glob("*/pyproject.toml")):
+        for requirement in tomllib.loads(pyproject.read_text())["project"]["dependencies"]:
+            if requirement.startswith("rlsdk"):
+                assert "<" not in requirement, f"{pyproject}: {requirement}"
+    assert 'dependencies = ["rlsdk>=0.2"]' in (repository / "docs" / "api.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def kinds_alone(tmp_path_factory) -> dict[str, str]:
+    """A package of each kind alone, and their tests run in one pytest process (one interpreter for all 33,
+    ``-p rlsdk.testing`` doing what each package's conftest does): kind -> "passed" or the failure."""
+    import xml.etree.ElementTree as ET
+
+    root = tmp_path_factory.mktemp("kinds")
+    packages = {kind: new_plugin(root, kind, name=f"only-{kind.replace('_', '-')}") for kind in SCAFFOLD_KINDS}
+    report = root / "report.xml"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p / "src") for p in packages.values())}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "rlsdk.testing", "--noconftest",
+               "--import-mode=importlib", f"--junitxml={report}", "-o", "junit_family=xunit1", f"--rootdir={root}",
+               *[p.name for p in packages.values()]]
+    subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False)
+    outcomes: dict[str, str] = {}
+    for case in ET.parse(report).iter("testcase"):
+        kind = Path(case.get("file", "")).parts[0].removeprefix("only-").replace("-", "_")
+        problem = next(iter(case), None)
+        if outcomes.get(kind, "passed") == "passed":
+            outcomes[kind] = "passed" if problem is None else f"{problem.tag}: {problem.get('message')}"
+    return outcomes
+
+
+@pytest.mark.parametrize("kind", SCAFFOLD_KINDS)
+def test_a_package_of_one_kind_passes_its_own_tests(kinds_alone, kind):
+    """Each kind alone (its imports, its example, its test: the kind's check in rlsdk.testing where it has one)."""
+    assert kinds_alone.get(kind) == "passed", kinds_alone.get(kind, f"no test ran for {kind}: {kinds_alone}")
+
+
 def test_the_default_is_one_reward(tmp_path):
     root = new_plugin(tmp_path)
     plugin = (root / "src" / "my_rewards" / "plugin.py").read_text()

@@ -731,7 +731,7 @@ def test_more_sglang_engine_actors_than_gpus_is_an_error_before_any_starts(
     out = tmp_path / "out"
     with pytest.raises(
         RlsdkError,
-        match=r"^4 GPUs needed for the SGLang engines \(4 engines, 0 spare, 0 standby; "
+        match=r"^4 GPUs needed for the sglang engines \(4 engines, 0 spare, 0 standby; "
         r"1 GPUs each\), but the Ray cluster has 2",
     ):
         run_job(sglang_args(tiny_llama, fake_python, out, rollout_num_gpus=4))
@@ -744,7 +744,7 @@ def test_more_sglang_engine_actors_than_gpus_is_an_error_before_any_starts(
     with pytest.raises(
         ValueError,
         match=r"--num-engines 3 disagrees with --rollout-num-gpus 2 / "
-        r"--rollout-num-gpus-per-engine 1 = 2 SGLang engines",
+        r"--rollout-num-gpus-per-engine 1 = 2 sglang engines",
     ):
         run_job(sglang_args(tiny_llama, fake_python, out, num_engines=3))
     assert not list((out / "logs").glob("sglang-server-*.log"))

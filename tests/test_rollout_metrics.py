@@ -22,7 +22,7 @@ from rlsdk_cli.app import app
 from rlsdk_cli.scaffold import SCAFFOLD_KINDS, example
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-import docs_hooks  # noqa: E402
+import docs_generate  # noqa: E402
 
 
 def answered_share(args, rollout_id, samples):
@@ -103,6 +103,6 @@ def test_everything_else_comes_from_the_declaration(pm):
     result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
     assert "--rollout-metrics" in result.output
     assert "rollout_metrics" in SCAFFOLD_KINDS and example("rollout_metrics")[3] == "boxed_share"
-    assert "| `rlsdk_rollout_metrics` | `RolloutMetrics` |" in docs_hooks.kinds_table()
+    assert "| `rlsdk_rollout_metrics` | `RolloutMetrics` |" in docs_generate.kinds_table()
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("rlsdk.slime.rollout_metrics")

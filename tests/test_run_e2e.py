@@ -94,9 +94,12 @@ def test_rlsdk_eval_writes_metrics_and_samples_to_output(tmp_path, tiny_llama):
     out = tmp_path / "eval"
     data = word_prompts(tmp_path)
     result = rlsdk("eval", "--model", str(tiny_llama), "--data", f"{data}@[0:2]", "--label-key", "label",
-                   "--n-samples-per-eval-prompt", "2", "--rollout-max-response-len", "6", "--output", str(out))
+                   "--n-samples-per-eval-prompt", "2", "--rollout-max-response-len", "6", "--output", str(out),
+                   "--eval-rollout-log", "jsonl")
     assert result.returncode == 0, result.stderr[-3000:]
     [metrics] = read_jsonl(out / "eval.jsonl")
+    [logged] = read_jsonl(out / "logs" / "eval_rollout_log.jsonl")  # --eval-rollout-log is called, as in a run
+    assert logged["metrics"]["eval/words/prompts"] == 2 and len(logged["rewards"]["words"]) == 4
     samples = read_jsonl(out / "eval_samples.jsonl")
     assert metrics["eval/words/prompts"] == 2 and len(samples) == 4
     assert {s["dataset"] for s in samples} == {"words"}

@@ -45,7 +45,7 @@ from rlsdk.training.sync import (
     check_tolerance,
     choose_sync,
 )
-from rlsdk.training.tensor_transport import FlatWeights, serialize_for_sglang
+from rlsdk.engines.tensor_transport import FlatWeights, serialize_for_sglang
 from rlsdk.training.torch_trainer import TorchTrainer
 from rlsdk.training_options import offloads
 from rlsdk import Trainer
@@ -53,6 +53,8 @@ from rlsdk import Trainer
 
 class InProcessEngine:
     in_process_weights = True
+    weight_transports: frozenset[str] = frozenset()
+    url = None
 
 
 def test_auto_picks_by_engine_and_colocate(tmp_path: Path):
@@ -85,7 +87,9 @@ def test_impossible_choices_say_what_to_use(tmp_path: Path):
     client = SGLangClient("http://127.0.0.1:1")
     with pytest.raises(ValueError, match="needs --colocate .* use --weight-sync nccl"):
         choose_sync(RolloutConfig(weight_sync="tensor"), client, tmp_path)
-    with pytest.raises(ValueError, match="--weight-sync nccl needs an SGLang engine"):
+    with pytest.raises(
+        ValueError, match="--weight-sync nccl: InProcessEngine cannot .* it takes disk and in_process"
+    ):
         choose_sync(RolloutConfig(weight_sync="nccl"), InProcessEngine(), tmp_path)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="weight_sync must be one of auto, tensor, nccl, disk"):
         RolloutConfig(weight_sync="ipc")
@@ -267,7 +271,6 @@ def test_the_weights_check_compares_sglangs_fused_tensors_and_names_one_a_sync_m
     sync: ColocatedTensorSync | NcclBroadcastSync = ColocatedTensorSync()
     if strategy == "nccl":
         sync = NcclBroadcastSync(backend="gloo")
-        sync.group_name = "weights_check"  # a process joins a group name once
     missed = "model.layers.0.self_attn.v_proj.weight"
 
     async def full_then_partial() -> tuple[Any, str]:
@@ -309,7 +312,6 @@ def test_a_sync_sends_buckets_of_the_buffer_size_with_the_version_on_the_last(
         if strategy == "tensor"
         else NcclBroadcastSync(backend="gloo", bucket_bytes=limit)
     )
-    sync.group_name = f"buckets_{strategy}"  # a process joins a group name once
 
     async def one_sync() -> None:
         try:
@@ -347,7 +349,6 @@ def test_a_sync_that_stops_half_way_leaves_the_engine_on_its_old_version(weights
     failing = FailsHalfWay(RolloutConfig(hf_checkpoint=str(tiny_llama), train=True, train_threads=1))
     client = SGLangClient(weights_server)
     sync = NcclBroadcastSync(backend="gloo")
-    sync.group_name = "half_way"  # a process joins a group name once
 
     async def two_syncs() -> None:
         try:

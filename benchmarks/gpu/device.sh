@@ -43,6 +43,14 @@
 #   bash benchmarks/gpu/device.sh ray_engines     # ray_engines.py: 2 SGLang engine actors on Ray, one SIGKILLed (two GPUs)
 #     (RAY_ENGINES_ARGS="--engines 1 --spares 1": one serving engine and a started spare)
 #   bash benchmarks/gpu/device.sh ray_startup     # faults.py --tiny --startup-only: what Ray's start adds on this many cores
+#   bash benchmarks/gpu/device.sh setup_vllm # reassemble vLLM 0.26 (vllm-wheels.tar.part-*) into /tmp/vllm-site; /tmp/vllm-python
+#   bash benchmarks/gpu/device.sh vllm       # vllm_checks.py: capture vLLM's answers into $OUT/vllm-fixtures (copy them over
+#                                            # tests/fixtures/vllm-0.26.0-*.json) and run the engine contract on a real vLLM
+#   bash benchmarks/gpu/device.sh vllm_throughput  # vllm_throughput.py: tokens/s of vLLM vs SGLang, same workload, same call
+#   bash benchmarks/gpu/device.sh vllm_colocate    # gpu_loop.py colocate --engine vllm (sync s, trust-check gaps, weights
+#                                            # check); `colocate` gives SGLang's in a call of its own on the same machine
+#   bash benchmarks/gpu/device.sh vllm_nccl  # gpu_loop.py nccl --engine vllm (two GPUs)
+#   bash benchmarks/gpu/device.sh learn_vllm # learning_gpu.py --engine vllm (after `model`; LEARN_MINUTES=8 as `learn`)
 #   bash benchmarks/gpu/device.sh scale      # scale.py: Qwen3-4B shape, megatron + SGLang colocated with offload (~5.5 min
 #     on an H100, 2026-11-28: the 8 GB checkpoint ~1 min, SGLang and trainer start ~2.3 min, 4 steps ~2 min)
 #     (SCALE_ARGS: more of its options)
@@ -51,7 +59,8 @@
 #   bash benchmarks/gpu/device.sh megatron_moe4  # four GPUs: scaled-down Qwen3-MoE, EP=2 and EP=4 vs one GPU (not yet run)
 #
 # Carry only what a phase needs: SGLang's pieces (sglang-wheels.tar.part-*) for every phase that starts
-# SGLang; Ray and sglang-router (extra-wheels.tar.part-*) only for engines2, engines4, scale8b_split, ray_engines, ray_startup and
+# SGLang; vLLM's (vllm-wheels.tar.part-*, benchmarks/gpu/build_vllm_archive.sh) for the vllm phases; Ray and
+# sglang-router (extra-wheels.tar.part-*) only for engines2, engines4, scale8b_split, ray_engines, ray_startup and
 # learn with LEARN_ARGS="--ray"; the GGUF (gguf.part-*) only for model, learn and learn_megatron. setup
 # unpacks whatever was carried.
 #
@@ -62,7 +71,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 here=$(cd "$(dirname "$0")" && pwd)
 gpu=$(cd "${GPU_DIR:-.gpu}" && pwd)
 out=${OUT:-/tmp/gpu-results}
-chunks=/tmp/chunks site=/tmp/site rl=/tmp/rl port=${SGLANG_PORT:-30000}
+chunks=/tmp/chunks site=/tmp/site rl=/tmp/rl vsite=/tmp/vllm-site port=${SGLANG_PORT:-30000}
 url=http://127.0.0.1:$port
 mkdir -p "$out"
 
@@ -83,7 +92,7 @@ bench() {  # bench NAME SCRIPT ARGS...: the log to $OUT/NAME.log, its last JSON 
 piece() {  # whichever pieces this call carried: SGLang's archive, the extra wheels (Ray, sglang-router), the GGUF
   mkdir -p "$chunks"
   local carried=("$gpu"/sglang-wheels.tar.part-* "$gpu"/sglang-site.tar.xz.part-* "$gpu"/extra-wheels.tar.part-*
-                 "$gpu"/gguf.part-*)
+                 "$gpu"/gguf.part-* "$gpu"/vllm-wheels.tar.part-*)
   for file in "${carried[@]}"; do [ -f "$file" ] && cp "$file" "$chunks"/; done
   [ -d "$gpu/tinker-wheels" ] && cp -r "$gpu/tinker-wheels" "$chunks"/  # the tinker phase's (prepare.sh)
   ls "$chunks" | tr '\n' ' ' && echo
@@ -108,6 +117,58 @@ setup() {
   printf '#!/bin/sh\nPYTHONPATH=%s:%s/nvidia_cutlass_dsl/dsl_packages exec python3 "$@"\n' "$site" "$site" \
       >/tmp/sglang-python && chmod +x /tmp/sglang-python
   sglang_env python3 -c "import sglang, sgl_kernel, flashinfer, transformers; print('sglang', sglang.__version__, 'transformers', transformers.__version__)"
+}
+
+setup_vllm() {  # vLLM's wheels unpacked into a folder of its own; /tmp/vllm-python runs with it first on the path
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$rl" "$gpu"/rlsdk-wheels/*.whl || return 1
+  rm -rf /tmp/vllm-wheels "$vsite" && mkdir -p /tmp/vllm-wheels "$vsite"
+  cat "$chunks"/vllm-wheels.tar.part-* | tar xf - -C /tmp/vllm-wheels || return 1
+  echo "vllm wheels: $(ls /tmp/vllm-wheels | wc -l)"
+  python3 "$here/unpack_wheels.py" /tmp/vllm-wheels "$vsite" || return 1
+  # rlsdk's launcher adds its worker extension's folder to PYTHONPATH: the wrapper keeps what it is given
+  printf '#!/bin/sh\nPYTHONPATH=%s:%s/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH} exec python3 "$@"\n' \
+      "$vsite" "$vsite" >/tmp/vllm-python && chmod +x /tmp/vllm-python
+  /tmp/vllm-python -c "import vllm, flashinfer, transformers, torch; print('vllm', vllm.__version__, 'flashinfer', flashinfer.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__)"
+  /tmp/vllm-python -c "import vllm.entrypoints.openai.api_server" && echo "vllm api_server imports"
+}
+
+vllm() {  # the real answers into $OUT/vllm-fixtures, and the engine contract on a real vLLM
+  rm -rf "$out/vllm-fixtures"
+  bench vllm_checks "$here/vllm_checks.py" --model-config "$gpu/bench-model" --vllm-python /tmp/vllm-python \
+      --output "$out/vllm-fixtures"
+  tail -n 200 /tmp/vllm-checks-*/run/logs/vllm-server-0.log >"$out/vllm_checks-server.log" 2>/dev/null
+  return 0
+}
+
+vllm_throughput() {
+  bench vllm_throughput "$here/vllm_throughput.py" --model-config "$gpu/bench-model" \
+      --sglang-python /tmp/sglang-python --vllm-python /tmp/vllm-python --repeat 2
+}
+
+vllm_colocate() {  # the colocate steps on vLLM; `colocate` (SGLang) in the call before or after, on the same machine
+  bench gpu_loop_colocate_vllm "$here/gpu_loop.py" colocate --engine vllm --model-config "$gpu/bench-model" \
+      --vllm-python /tmp/vllm-python
+  for server_log in /tmp/gpu-loop-*/logs/vllm-server-0.log; do
+    [ -f "$server_log" ] && tail -n 150 "$server_log" >"$out/gpu_loop_colocate_vllm-server.log"
+  done
+  return 0
+}
+
+vllm_nccl() {
+  bench gpu_loop_nccl_vllm "$here/gpu_loop.py" nccl --engine vllm --model-config "$gpu/bench-model" \
+      --vllm-python /tmp/vllm-python
+}
+
+learn_vllm() {  # learning_gpu.py with the vllm engine, colocated: compare with `learn` (SGLang) on the same machine
+  rm -rf /tmp/learn-vllm
+  bench learning_gpu_vllm "$here/learning_gpu.py" --engine vllm --trainer torch --gguf "$gguf" --cache-dir "$models" \
+      --vllm-python /tmp/vllm-python --output /tmp/learn-vllm --minutes "${LEARN_MINUTES:-8}" ${LEARN_ARGS:-}
+  cp /tmp/learn-vllm/metrics.jsonl "$out/learning_gpu_vllm-metrics.jsonl" 2>/dev/null
+  cp /tmp/learn-vllm/eval.jsonl "$out/learning_gpu_vllm-eval.jsonl" 2>/dev/null
+  for server_log in /tmp/learn-vllm/logs/*.log; do
+    [ -f "$server_log" ] && gzip -c "$server_log" >"$out/learning_gpu_vllm-$(basename "$server_log").gz"
+  done
+  return 0
 }
 
 embedded() {
@@ -298,7 +359,7 @@ learn_megatron() { learn_with megatron; }
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|embedded|generate|server|sglang|launch|colocate|nccl|engines2|engines4|megatron|megatron_parallel|model|learn|learn_megatron|lora|trust|tinker|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|scale|scale8b_split|megatron_moe4)
+    piece|setup|setup_vllm|vllm|vllm_throughput|vllm_colocate|vllm_nccl|learn_vllm|embedded|generate|server|sglang|launch|colocate|nccl|engines2|engines4|megatron|megatron_parallel|model|learn|learn_megatron|lora|trust|tinker|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|scale|scale8b_split|megatron_moe4)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac

@@ -18,6 +18,10 @@ serializer classes when sglang imports in this process.
 ``nccl``: the same with SGLang on GPU 1 and the trainer on GPU 0, weights broadcast through NCCL
 (target <= 0.3 s a sync); needs two GPUs.
 
+``colocate`` and ``nccl`` take ``--engine vllm``: vLLM 0.26 launched by the vllm engine plugin from
+``--vllm-python`` (sleep mode, its IPC or NCCL weight transfer); each also reports the weights check after
+the last sync (every tensor by checksum).
+
 ``engines2``: rlsdk's launcher with one engine (``rollout_num_gpus=1``), then with ``--engines`` (two by
 default) behind the SGLang router (one GPU each), the same workload through the launched address (the
 router's), with slime's concurrency per engine (``--in-flight`` requests at once per engine, and
@@ -261,28 +265,15 @@ def train_and_sync(opts: argparse.Namespace, weight_sync: str) -> dict[str, Any]
     work = Path(tempfile.mkdtemp(prefix="gpu-loop-"))
     folder = random_checkpoint(opts.model_config, work / "weights", device="cuda")
     torch.cuda.empty_cache()
-    args = RolloutConfig(
-        hf_checkpoint=str(folder),
-        train=True,
-        colocate=colocate,
-        weight_sync=weight_sync,
-        sglang_python=opts.sglang_python,
-        sglang_mem_fraction_static=opts.mem_fraction,
-        sglang_startup_timeout=opts.startup_timeout,
-        lr=opts.lr,
-        micro_batch_size=8,
-        rollout_temperature=1.0,
-        train_device="cuda",
-    )
-    launcher = SGLangLauncher(plan_launch(args, str(folder)), work / "logs", opts.startup_timeout)
-    client = SGLangClient(launcher.url, launcher=launcher)
+    args, client, command = launched_engine(opts, folder, work, colocate, weight_sync)
     loop = BackgroundLoop()
     started = time.perf_counter()
     loop.run(client.start())
     report: dict[str, Any] = {
         "check": f"{weight_sync}_sync",
+        "engine": opts.engine,
         "startup_seconds": round(time.perf_counter() - started, 1),
-        "command": " ".join(launcher.plan.engines[0].command),
+        "command": command,
     }
     try:
         trainer = TorchTrainer(args)
@@ -328,13 +319,14 @@ def train_and_sync(opts: argparse.Namespace, weight_sync: str) -> dict[str, Any]
                 }
             )
         report["steps"] = steps
+        report["weights_check"] = weights_check(loop, client, trainer, opts.steps)
         syncs = [s["sync_seconds"] for s in steps[1:]] or [steps[0]["sync_seconds"]]  # the first warms up
         report["sync_seconds_median"] = statistics.median(syncs)
         tolerance = check_tolerance(args, trainer)
         report["trust_check_pass"] = all(s["logprob_diff_after_sync"] <= tolerance for s in steps)
         report["sync_check_tol"] = tolerance
-        report["weight_version"] = loop.run(client.weight_version())
-        if colocate:
+        report["weight_version"] = loop.run(client.model_info())["weight_version"]
+        if colocate and opts.engine == "sglang":
             report["sglang_serializer"] = sglang_serializer_sync(loop, client, trainer, strategy, diff)
         t0 = time.perf_counter()
         loop.run(DiskSync(work / "disk-sync").push(client, trainer, "disk"))
@@ -344,6 +336,64 @@ def train_and_sync(opts: argparse.Namespace, weight_sync: str) -> dict[str, Any]
         loop.run(client.close())
     report["machine"] = machine()
     return report
+
+
+def launched_engine(
+    opts: argparse.Namespace, folder: Path, work: Path, colocate: bool, weight_sync: str
+) -> tuple[RolloutConfig, Any, str]:
+    """The run's options, the engine rlsdk launches for them (``--engine``: SGLang through its launcher, vLLM
+    through the vllm engine plugin) and its command line."""
+    common = {
+        "hf_checkpoint": str(folder),
+        "train": True,
+        "colocate": colocate,
+        "weight_sync": weight_sync,
+        "lr": opts.lr,
+        "micro_batch_size": 8,
+        "rollout_temperature": 1.0,
+        "train_device": "cuda",
+        "output_dir": str(work),
+    }
+    if opts.engine == "vllm":
+        from rlsdk_engine_vllm.plugin import vllm_engine
+
+        args = RolloutConfig(
+            **common,
+            engine="vllm",
+            vllm_python=opts.vllm_python,
+            vllm_args=f"--dtype bfloat16 --gpu-memory-utilization {opts.mem_fraction}",
+            vllm_startup_timeout=opts.startup_timeout,
+        )
+        client = vllm_engine(args)
+        return args, client, " ".join(client.launcher.plan.command)
+    args = RolloutConfig(
+        **common,
+        sglang_python=opts.sglang_python,
+        sglang_mem_fraction_static=opts.mem_fraction,
+        sglang_startup_timeout=opts.startup_timeout,
+    )
+    launcher = SGLangLauncher(plan_launch(args, str(folder)), work / "logs", opts.startup_timeout)
+    return args, SGLangClient(launcher.url, launcher=launcher), " ".join(launcher.plan.engines[0].command)
+
+
+def weights_check(loop: Any, client: Any, trainer: Any, version: int) -> dict[str, Any]:
+    """The weights check after the last sync: every tensor the engine holds against the trainer's, by
+    checksum (SGLang's /weights_checker; vLLM's through rlsdk's worker extension)."""
+    from rlsdk.training.sync import WeightSyncError
+    from rlsdk.training.trust import check_weights
+
+    started = time.perf_counter()
+    try:
+        verdict = loop.run(check_weights(client, trainer, version))
+    except WeightSyncError as exc:
+        return {"ok": False, "error": str(exc)[:500]}
+    return {
+        "ok": verdict.complete,
+        "tensors": verdict.tensors,
+        "unverified": verdict.unverified[:10],
+        "unavailable": verdict.unavailable,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
 
 
 def sglang_serializer_sync(loop: Any, client: Any, trainer: Any, strategy: Any, diff: Any) -> dict[str, Any]:
@@ -372,9 +422,20 @@ def main() -> None:
     parser.add_argument("check", choices=["throughput", "colocate", "nccl", "engines2"])
     parser.add_argument("--model-config", default=".gpu/bench-model")
     parser.add_argument(
+        "--engine",
+        choices=["sglang", "vllm"],
+        default="sglang",
+        help="colocate/nccl: the engine rlsdk launches (vllm: the rlsdk-engine-vllm plugin)",
+    )
+    parser.add_argument(
         "--sglang-python",
         default="/tmp/sglang-python",
         help="An interpreter that imports sglang (device.sh setup writes this wrapper).",
+    )
+    parser.add_argument(
+        "--vllm-python",
+        default="/tmp/vllm-python",
+        help="An interpreter that imports vllm 0.26 (device.sh setup_vllm writes this wrapper).",
     )
     parser.add_argument(
         "--mem-fraction",

@@ -4,7 +4,7 @@ one device call of under 10 minutes; the last line printed is one JSON object.)
 
 Runs, in a subprocess exactly as a user types it::
 
-    rlsdk run --train --engine sglang --colocate --hf-checkpoint MODEL --trainer torch|megatron \\
+    rlsdk run --train --engine sglang|vllm --colocate --hf-checkpoint MODEL --trainer torch|megatron \\
         --prompt-data .../arithmetic2-train.jsonl --eval-prompt-data arithmetic2 .../arithmetic2-eval.jsonl ...
 
 GRPO, 32 prompts x 8 samples a step, two optimizer steps a step, the old policy's log-probs recomputed by
@@ -147,6 +147,14 @@ def run_command(opts: argparse.Namespace, model: Path, out: Path) -> list[str]:
         command += ["--ray", *(["--rollout-num-gpus", "1"] if opts.engine == "sglang" else [])]
     if opts.engine == "sglang":
         command += [*([] if opts.ray else ["--colocate"]), *sglang_flags(opts)]
+    elif opts.engine == "vllm":  # the rlsdk-engine-vllm plugin: vLLM 0.26 from its own environment
+        command += [
+            "--colocate",
+            "--vllm-python",
+            opts.vllm_python,
+            "--vllm-args",
+            f"--dtype bfloat16 --gpu-memory-utilization {opts.mem_fraction}",
+        ]
     else:  # the embedded engine loads --model, not --hf-checkpoint
         command += ["--model", str(model)]
     return command + opts.extra
@@ -248,7 +256,9 @@ def options() -> argparse.ArgumentParser:
     )
     parser.add_argument("--trainer", default="torch", help="torch or megatron")
     parser.add_argument(
-        "--engine", default="sglang", help="sglang (launched, colocated) or embedded (a CPU check)"
+        "--engine",
+        default="sglang",
+        help="sglang or vllm (launched, colocated), or embedded (a CPU check)",
     )
     parser.add_argument(
         "--ray",
@@ -259,7 +269,13 @@ def options() -> argparse.ArgumentParser:
     parser.add_argument("--gguf", help="SmolLM2-135M-Instruct.Q4_1.gguf, converted once into --cache-dir")
     parser.add_argument("--cache-dir", default="/tmp/rlsdk-models")
     parser.add_argument("--sglang-python", default="/tmp/sglang-python")
-    parser.add_argument("--mem-fraction", type=float, default=0.4, help="SGLang's --mem-fraction-static")
+    parser.add_argument("--vllm-python", default="/tmp/vllm-python")
+    parser.add_argument(
+        "--mem-fraction",
+        type=float,
+        default=0.4,
+        help="SGLang's --mem-fraction-static (vLLM's --gpu-memory-utilization with --engine vllm)",
+    )
     parser.add_argument(
         "--minutes", type=float, default=8.0, help="stop the run after this long (conversion excluded)"
     )

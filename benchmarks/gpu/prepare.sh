@@ -28,7 +28,8 @@ EOF
   exit 2
 fi
 rm -rf "$out/rlsdk-wheels" "$out/bench-model" "$out/benchmarks" "$out"/gguf.part-*
-for package in . plugins/rm_hub plugins/filter_hub plugins/embedded plugins/generators plugins/search_r1 plugins/megatron; do
+for package in . plugins/rm_hub plugins/filter_hub plugins/embedded plugins/generators plugins/search_r1 plugins/megatron \
+    plugins/engine_vllm; do
   python3 -m pip wheel -q --no-deps -w "$out/rlsdk-wheels" "$root/$package"
 done
 PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \

@@ -1,29 +1,85 @@
-"""The typer app behind the ``rlsdk`` console script. Subcommands live in their own modules."""
+"""The typer app behind the ``rlsdk`` console script. Each subcommand lives in its own module, imported only
+when that subcommand runs (or ``--help`` lists it): ``rlsdk plugins list`` loads neither the run's modules nor
+the servers' (aiohttp)."""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
 
 from rlsdk import __version__
 
-from . import buffer, export, plugins, run, score, serve, tinker, view
+SGLANG_PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+"""``rlsdk run`` takes any ``--sglang-*`` flag for the SGLang servers it launches and any ``--router-*`` for
+their router, as slime does (:func:`.run.sglang_passthrough_options`)."""
+SUBCOMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "plugins": ("plugins", "app", {}),
+    "run": ("run", "run", {"context_settings": SGLANG_PASSTHROUGH}),
+    "eval": ("run", "evaluate", {}),
+    "score": ("score", "score", {}),
+    "serve": ("serve", "serve", {}),
+    "export": ("export", "export", {}),
+    "view": ("view", "view", {}),
+    "buffer": ("buffer", "app", {}),
+    "tinker": ("tinker", "app", {}),
+}
+"""Subcommand -> (its module in ``rlsdk_cli``, the typer app or command function there, the command's
+settings)."""
+
+
+def load_subcommand(name: str) -> Any:
+    """The click command of subcommand ``name``, its module imported now: made as the root app would make it
+    (a typer app stays a group, ``rlsdk buffer serve``; no completion options)."""
+    module, attribute, settings = SUBCOMMANDS[name]
+    target = getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
+    parent = typer.Typer(add_completion=False)
+    if isinstance(target, typer.Typer):
+        parent.add_typer(target, name=name)
+    else:
+        parent.command(name, **settings)(target)
+    return typer.main.get_group(parent).commands[name]
+
+
+class LazyCommands(Mapping[str, Any]):
+    """The subcommands by name, each loaded on first access (:func:`load_subcommand`)."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in SUBCOMMANDS:
+            raise KeyError(name)
+        if name not in self.loaded:
+            self.loaded[name] = load_subcommand(name)
+        return self.loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(SUBCOMMANDS)
+
+    def __len__(self) -> int:
+        return len(SUBCOMMANDS)
+
+
+class LazyGroup(TyperGroup):
+    """The root group, its subcommands :class:`LazyCommands`."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = LazyCommands()  # type: ignore[assignment]
+
 
 app = typer.Typer(
     name="rlsdk",
+    cls=LazyGroup,
     help="rlsdk: installable plugins for LLM reinforcement-learning rollouts.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.add_typer(plugins.app, name="plugins")
-app.command("run", context_settings=run.SGLANG_PASSTHROUGH)(run.run)
-app.command("eval")(run.evaluate)
-app.command("score")(score.score)
-app.command("serve")(serve.serve)
-app.command("export")(export.export)
-app.command("view")(view.view)
-app.add_typer(buffer.app, name="buffer")
-app.add_typer(tinker.app, name="tinker")
 
 
 def _version(value: bool) -> None:

@@ -268,10 +268,8 @@ def _describe_callable(func: Any) -> str:
     return f"{getattr(func, '__module__', '?')}:{getattr(func, '__qualname__', '?')}"
 
 
-KIND_HELP = (
-    "A kind to write an example of (repeatable; default reward): reward, dynamic_filter, "
-    "over_sampling_filter, buffer_filter, custom_generate, generate_rollout, environment."
-)
+KIND_HELP = f"A kind to write an example of (repeatable; default reward): {', '.join(KINDS)}."
+"""Every kind: ``rlsdk plugins new`` writes an example and its test of each."""
 
 
 @app.command("new")

@@ -24,6 +24,8 @@ from rlsdk import RolloutConfig
 from rlsdk.config import ALIASES
 from rlsdk.errors import RlsdkError
 
+from .flags import EVAL_UNUSED, eval_refusals, without_train_refusals
+
 console = Console(stderr=True)
 
 
@@ -150,9 +152,10 @@ def _common(
     """The options of ``rlsdk run`` and ``rlsdk eval`` that are not run options themselves."""
 
 
-def option_parameters() -> list[inspect.Parameter]:
-    """One command-line option per run option: core's (:func:`rlsdk.config.core_options`, from RolloutConfig's
-    fields and docstrings) and those the installed plugins declare, each with its help and default."""
+def option_parameters(unused: frozenset[str] = frozenset()) -> list[inspect.Parameter]:
+    """One command-line option per run option, ``unused`` ones hidden: core's (:func:`rlsdk.config.core_options`, from
+    RolloutConfig's fields and docstrings) and those the installed plugins declare, each with its help and
+    default."""
     from rlsdk.config import core_options, installed_plugin_options
     from rlsdk.options import SECTIONS
 
@@ -162,8 +165,8 @@ def option_parameters() -> list[inspect.Parameter]:
     hints = typing.get_type_hints(RolloutConfig)
     params = []
     for name, option in core_options().items():
-        if name not in NOT_FLAGS:
-            params.append(_parameter(option, panels.get(name, "Plugins"), hints.get(name)))
+        if name not in NOT_FLAGS:  # an unused one is hidden, taken only to be refused by name
+            params.append(_parameter(option, panels.get(name, "Plugins"), hints.get(name), name in unused))
     try:
         declared = installed_plugin_options()
     except RlsdkError:  # two plugins declaring one option differently: `rlsdk run` itself says so
@@ -173,7 +176,7 @@ def option_parameters() -> list[inspect.Parameter]:
     return params
 
 
-def _parameter(option: Any, panel: str, hint: Any) -> inspect.Parameter:
+def _parameter(option: Any, panel: str, hint: Any, hidden: bool = False) -> inspect.Parameter:
     default = option.default
     unset = default is None or default is False or default == [] or default == {}
     choices = f" One of: {', '.join(map(str, option.choices))}." if option.choices else ""
@@ -187,33 +190,32 @@ def _parameter(option: Any, panel: str, hint: Any) -> inspect.Parameter:
             option.name,
             inspect.Parameter.KEYWORD_ONLY,
             annotation=typing.cast(Any, list)[item],
-            default=typer.Option([], *flags, help=help_text + " (repeatable)", rich_help_panel=panel),
+            default=typer.Option(
+                [], *flags, help=help_text + " (repeatable)", rich_help_panel=panel, hidden=hidden
+            ),
         )
     kind = str if option.type is dict else option.type
     return inspect.Parameter(
         option.name,
         inspect.Parameter.KEYWORD_ONLY,
         annotation=typing.Optional[kind],  # noqa: UP045 (typer needs Optional)
-        default=typer.Option(None, *flags, help=help_text, rich_help_panel=panel),
+        default=typer.Option(None, *flags, help=help_text, rich_help_panel=panel, hidden=hidden),
     )
 
 
-def with_run_options(func: Any) -> Any:
-    """Give a command ``--config``, ``--eval-data``, ``--set`` and one option per run option (typer reads the
-    signature), passed as ``**options``."""
+def with_run_options(func: Any = None, *, unused: frozenset[str] = frozenset()) -> Any:
+    """Give a command ``--config``, ``--eval-data``, ``--set`` and one option per run option, ``unused`` ones
+    hidden from its help (typer reads the signature), passed as ``**options``."""
+    if func is None:
+        return lambda f: with_run_options(f, unused=unused)
     hints = {**typing.get_type_hints(_common), **typing.get_type_hints(func)}
     own = [p for p in inspect.signature(func).parameters.values() if p.kind is not p.VAR_KEYWORD]
     params = [
         p.replace(annotation=hints[p.name], kind=inspect.Parameter.KEYWORD_ONLY)
         for p in own + list(inspect.signature(_common).parameters.values())
     ]
-    func.__signature__ = inspect.Signature(params + option_parameters())
+    func.__signature__ = inspect.Signature(params + option_parameters(unused))
     return func
-
-
-SGLANG_PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
-"""``rlsdk run`` takes any ``--sglang-*`` flag for the SGLang servers it launches and any ``--router-*`` for
-their router, as slime does."""
 
 
 def sglang_passthrough_options(tokens: list[str], known: list[str]) -> list[str]:
@@ -288,6 +290,8 @@ def run(
         raise typer.BadParameter(
             "--resume continues the run in the output folder, --overwrite replaces it: give one"
         )
+    if trust_folder and not resume:
+        raise typer.BadParameter("--trust-folder applies only with --resume (it trusts a saved run's code)")
     limit_malloc_arenas()  # before the engine's and the trainer's threads allocate
     guard = ExitStack()  # the resumed state's code refusals, for the whole command
     context.call_on_close(guard.close)
@@ -303,7 +307,11 @@ def run(
         args, given = resumed_config(config, options, extra, pm, guard, trust=trust_folder)
     else:
         args, given = configure(config, {**options, "overwrite": overwrite or None}, extra, pm)
-    sources = setting_sources(args, given)
+    if not args.train:  # a training option on the command line of a run that does not train does nothing
+        refused = without_train_refusals(command_line_names(options, extra))
+        if refused:
+            raise typer.BadParameter("; ".join(refused))
+    sources = setting_sources(args, given, pm=pm, resumed=resume)
     if print_config:
         typer.echo(config_yaml(args, sources), nl=False)
         return
@@ -406,7 +414,7 @@ def run(
     )
 
 
-@with_run_options
+@with_run_options(unused=EVAL_UNUSED)
 def evaluate(**options: Any) -> None:
     """Evaluate the model on the eval datasets (or the training data) once."""
     from rlsdk import get_plugin_manager
@@ -416,6 +424,9 @@ def evaluate(**options: Any) -> None:
 
     extra = options.pop("extra")
     config = options.pop("config")
+    not_used = eval_refusals(command_line_names(options, extra))
+    if not_used:
+        raise typer.BadParameter("; ".join(not_used))
     pm = get_plugin_manager()  # the eval's one manager: its options checked, its plugins resolved
     args, given = configure(config, options, extra, pm)
     args, taken = with_checkpoint_settings(args, given)
@@ -427,6 +438,7 @@ def evaluate(**options: Any) -> None:
     if not args.eval_datasets and not args.eval_prompt_data:
         data = str(args.prompt_data)  # with_default_data set it
         args = args.replace(eval_datasets=[{"name": Path(data).stem, "path": data}])
+    from rlsdk.run.extensions import log_eval
     from rlsdk.run.job import run_eval
     from rlsdk.run.output import RunOutput
     from rlsdk.run.session import running
@@ -435,6 +447,7 @@ def evaluate(**options: Any) -> None:
         with refusing_code(refused), running(args, pm) as runtime:
             assert runtime.args is not None
             result = run_eval(runtime.args, runtime, rollout_id=0)
+            log_eval(runtime.args, runtime, 0, result)  # --eval-rollout-log, as after a run's evals
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
         fail(exc)
         raise typer.Exit(1) from None
@@ -446,6 +459,13 @@ def evaluate(**options: Any) -> None:
             f"wrote {output.folder}/eval.jsonl and eval_samples.jsonl", markup=False, highlight=False
         )
     typer.echo(json.dumps(result.metrics))
+
+
+def command_line_names(options: dict[str, Any], extra: list[str]) -> set[str]:
+    """The run options the command line sets: its flags and ``--set`` keys, by their canonical names."""
+    names = [k for k, v in options.items() if v is not None and v != []]
+    names += [k.replace("-", "_") for k in parse_set(extra)]
+    return {ALIASES.get(name, name) for name in names}
 
 
 def finished_run(args: RolloutConfig) -> bool:

@@ -12,12 +12,19 @@ import re
 import textwrap
 from pathlib import Path
 
-from rlsdk import KINDS
+from rlsdk import KINDS, __version__
 from rlsdk.plugins.kinds import RECORD_TYPES
 
 SCAFFOLD_KINDS = KINDS
 """The kinds ``rlsdk plugins new --kind`` writes an example of: every kind (those without an example here get
 their declaration's, :func:`declared_example`)."""
+
+
+def rlsdk_floor() -> str:
+    """The lowest rlsdk a new plugin declares: this minor version (``0.2``), with no upper bound. A public name
+    that moves keeps working for a minor version with a DeprecationWarning, so a cap at the next minor would
+    orphan a plugin that still runs; an upper bound belongs only at a known break."""
+    return ".".join(__version__.split(".")[:2])
 
 
 def package_name(name: str) -> str:
@@ -44,7 +51,7 @@ def scaffold(name: str, kinds: list[str], folder: Path) -> Path:
         raise FileExistsError(f"{root} already exists; choose another name or folder")
     kinds = list(dict.fromkeys(kinds))
     files = {
-        "pyproject.toml": PYPROJECT.format(distribution=distribution, package=package),
+        "pyproject.toml": PYPROJECT.format(distribution=distribution, package=package, floor=rlsdk_floor()),
         "README.md": readme(distribution, package, kinds),
         f"src/{package}/__init__.py": f'"""{distribution}: an rlsdk plugin."""\n',
         f"src/{package}/plugin.py": plugin_module(distribution, package, kinds),
@@ -72,7 +79,7 @@ version = "0.1.0"
 description = "An rlsdk plugin"
 readme = "README.md"
 requires-python = ">=3.11"
-dependencies = ["rlsdk>=0.2,<0.3"]
+dependencies = ["rlsdk>={floor}"]
 
 [project.optional-dependencies]
 test = ["pytest>=8"]
@@ -448,6 +455,13 @@ def test_{name}(rlsdk_pm):
     rlsdk_pm.register(plugin)
     check_callable(rlsdk_pm, "agent", "{record}")
 """,
+        "engine": """\
+def test_{name}(rlsdk_pm):
+    # built, not started; a running engine is held to rlsdk.testing.ENGINE_CONTRACT by check_engine_contract
+    rlsdk_pm.register(plugin)
+    engine = check_engine(rlsdk_pm, "{record}")
+    assert engine.url == "http://10.0.0.5:30000"
+""",
         "trainer": """\
 def test_{name}(rlsdk_pm):
     # the signature only: check_trainer(rlsdk_pm, name, args) trains a step on args.hf_checkpoint's model
@@ -507,6 +521,7 @@ CHECK_IMPORTS = {
     "loss": ["check_loss"],
     "tool": ["check_callable"],
     "agent": ["check_callable"],
+    "engine": ["check_engine"],
     "trainer": ["check_callable"],
     "environment": ["check_environment", "check_reward", "make_group"],
     "task_generator": ["check_task_generator"],
@@ -563,9 +578,9 @@ def example(kind: str) -> tuple[str, str, str, str, str]:
 DECLARED_CHECK = """\
 def test_{name}(rlsdk_pm):
     rlsdk_pm.register(plugin)
-    assert check_callable(rlsdk_pm, "{kind}", "{record}").name == "{record}"
+    check_{kind}(rlsdk_pm, "{record}")  # called as a run calls it, on rlsdk.testing's default inputs
 """
-"""The check of a kind whose example comes from its declaration: it resolves, its signature checked."""
+"""The test of a kind whose example comes from its declaration: its kind's check in :mod:`rlsdk.testing`."""
 
 
 def record_name(package: str, kind: str) -> str:
@@ -626,7 +641,7 @@ def import_line(module: str, names: list[str]) -> str:
 
 
 def test_module(package: str, kinds: list[str]) -> str:
-    names = sorted({name for k in kinds for name in CHECK_IMPORTS.get(k, ["check_callable"])})
+    names = sorted({name for k in kinds for name in CHECK_IMPORTS.get(k, [f"check_{k}"])})
     lines = [
         f'"""{package}\'s plugins against rlsdk.testing\'s contract checks."""',
         "",

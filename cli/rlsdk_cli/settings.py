@@ -8,9 +8,13 @@ from typing import Any
 import yaml
 
 from rlsdk import RolloutConfig
-from rlsdk.config import demo_settings
+from rlsdk.config import demo_settings, uses_core_data_source
 
-GIVEN, DEMO, DEFAULT = "given", "demo", "default"
+GIVEN, ENV, DEMO, RESUMED, DEFAULT = "given", "env", "demo", "resumed", "default"
+SOURCES_LINE = (
+    "settings (given; env: set by --env; demo: set by the demo because no --data is given; "
+    "resumed: the saved run's; default):"
+)
 NOT_SETTINGS = ("resume", "overwrite", "sglang_router_ip", "sglang_router_port", "extra")
 """Fields that are the command's state, not a setting a config file would hold."""
 SUMMARY = (
@@ -23,6 +27,10 @@ SUMMARY = (
     "model",
     "rm_type",
     "custom_rm_path",
+    "data_source_path",
+    "custom_generate_function_path",
+    "agent_function_path",
+    "rollout_sample_hook_path",
     "num_rollout",
     "rollout_batch_size",
     "n_samples_per_prompt",
@@ -44,19 +52,43 @@ TRAIN_SUMMARY = (
 given."""
 
 
-def setting_sources(args: RolloutConfig, given: set[str]) -> dict[str, str]:
-    """Each option's source: ``given`` (command line, ``--set``, config file), ``demo`` (set by the shipped
-    demo because no ``--data`` was given; see :func:`rlsdk.config.demo_settings`) or ``default``."""
-    demo = {} if {"prompt_data", "env"} & given else demo_settings(args.train)
+def setting_sources(
+    args: RolloutConfig, given: set[str], *, pm: Any = None, resumed: bool = False
+) -> dict[str, str]:
+    """Each option's source: ``given`` (command line, ``--set``, config file), ``env`` (set by the environment
+    ``--env`` names, by the plugins of ``pm``), ``demo`` (set by the shipped demo because no ``--data``, ``--env``
+    or data source was given; see :func:`rlsdk.config.demo_settings`), ``resumed`` (with ``resumed``: the saved
+    run's value, where it is not the default) or ``default``."""
+    ran_demo = not {"prompt_data", "env"} & given and uses_core_data_source(args)
+    demo = demo_settings(args.train) if ran_demo else {}
+    env = environment_settings(args, pm) if not demo else {}
+    defaults = settings(RolloutConfig.from_dict({}, pm=pm)) if resumed else {}
+    values = settings(args)
     sources = {}
     for name in [*RolloutConfig.option_names(), *args.extra]:
         if name in given:
             sources[name] = GIVEN
-        elif name in demo and getattr(args, name) == demo[name]:
+        elif name in env and values.get(name) == env[name]:
+            sources[name] = ENV
+        elif name in demo and values.get(name) == demo[name]:
             sources[name] = DEMO
+        elif resumed and values.get(name) != defaults.get(name):
+            sources[name] = RESUMED
         else:
             sources[name] = DEFAULT
     return sources
+
+
+def environment_settings(args: RolloutConfig, pm: Any) -> dict[str, Any]:
+    """The options the run's environment sets (none without ``--env``), as :class:`RolloutConfig` checks them."""
+    from rlsdk.config import core_options, environment_options
+
+    name = args.choices.get("env")
+    if not name:
+        return {}
+    options = environment_options(name, pm, train=args.train)
+    core = core_options()
+    return {k: core[k].check(v) if k in core else v for k, v in options.items()}
 
 
 def settings(args: RolloutConfig) -> dict[str, Any]:
@@ -85,13 +117,13 @@ def summary_lines(args: RolloutConfig, sources: dict[str, str]) -> list[str]:
         n for n, source in sources.items() if source == GIVEN and n not in names and n not in NOT_SETTINGS
     ]
     values = settings(args)
-    lines = ["settings (given, demo: set by the demo because no --data is given, default):"]
+    lines = [SOURCES_LINE]
     for name in names:
         value = values.get(name)
         if (value is None and name != "label_key") or (value == [] and sources.get(name) == DEFAULT):
             continue
         lines.append(f"  {name} = {short(value)}  ({sources.get(name, GIVEN)})")
-    if sources.get("prompt_data") == GIVEN:
+    if sources.get("prompt_data") == GIVEN and not args.choices.get("env"):
         skipped = [
             f"{name} {short(values.get(name))} (demo {short(demo)})"
             for name, demo in demo_settings(args.train).items()

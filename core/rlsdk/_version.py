@@ -1,8 +1,4 @@
-"""The installed version of rlsdk."""
+"""The version of rlsdk: the one place it is written (pyproject.toml reads it from here). A plain string, so
+``import rlsdk`` reads it without importing :mod:`importlib.metadata`."""
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("rlsdk")
-except PackageNotFoundError:  # running from a source tree
-    __version__ = "0.0.0"
+__version__ = "0.2.0"

@@ -6,9 +6,11 @@ SGLang's native protocol) builds on. Plugin authors of the other kinds need none
 - SGLang's answers as an engine writes them: :func:`generate_response`, :func:`finish_stop`,
   :func:`finish_length`, :func:`finish_abort`, :func:`split_batch`, :func:`new_rid`.
 - The weights check: :func:`tensor_checksum` (SGLang 0.5.17's) and :class:`ServedChecksums`.
+- Weight transports (:meth:`InferenceEngine.update_weights_from_tensor`, ...): the trainer's weights arrive
+  in buckets of :class:`FlatWeights` (every tensor's bytes in one tensor, with their names, shapes, dtypes).
 - LoRA adapters for engines that merge them: :func:`read_lora_adapter`, :func:`lora_adapter_deltas`.
 
-Names whose modules import aiohttp load on first use.
+Names whose modules import aiohttp or torch load on first use.
 """
 
 from typing import TYPE_CHECKING
@@ -33,8 +35,9 @@ from .engines.weight_checksums import ServedChecksums, tensor_checksum
 
 if TYPE_CHECKING:
     from .engines.sglang_client import SGLangClient
+    from .engines.tensor_transport import FlatWeights
 
-_LAZY = {"SGLangClient": "rlsdk.engines.sglang_client"}
+_LAZY = {"SGLangClient": "rlsdk.engines.sglang_client", "FlatWeights": "rlsdk.engines.tensor_transport"}
 
 __getattr__, __dir__ = lazy_module_hooks(globals(), _LAZY)
 
@@ -44,6 +47,7 @@ __all__ = [
     "EngineRequestError",
     "EngineResponseError",
     "EngineUnavailableError",
+    "FlatWeights",
     "InferenceEngine",
     "SGLangClient",
     "ServedChecksums",

@@ -149,6 +149,12 @@ class RewardOptions:
     """Key selecting the training reward from dict rewards."""
     eval_reward_key: str | None = None
     """Key selecting the eval reward from dict rewards; defaults to ``reward_key``."""
+    eval_pass_key: str | None = None
+    """What decides a pass in an eval's pass@k: a rubric part's name or a dict reward's key (default: the
+    full reward)."""
+    eval_pass_threshold: float | None = None
+    """The value a sample's reward (or its ``eval_pass_key`` part) must reach to pass in pass@k (default: its
+    maximum, 1, or for a rubric's full reward its weights summed)."""
     on_invalid_reward: str = "drop_group"
     """What an invalid reward (timeout, crash, wrong type) does: ``fail``, ``drop_group`` or ``score``."""
     invalid_reward_value: float = 0.0

@@ -41,6 +41,7 @@ from .rollout.generate import sampling_params_for
 from .rollout.rewarding import score_group
 from .run.engine_server import start_server
 from .runtime import BackgroundLoop, Runtime, bind_runtime
+from .testing_engine import ENGINE_CONTRACT, EngineKit, check_engine_contract, tiny_llama
 from .testing_kinds import (
     check_advantage,
     check_all_samples_process,
@@ -60,6 +61,7 @@ from .testing_kinds import (
     check_reward_post_process,
     check_rollout_data_postprocess,
     check_rollout_log,
+    check_rollout_metrics,
     check_rollout_sample_filter,
     check_sample_hook,
     check_tis_function,
@@ -72,6 +74,7 @@ from .types import DynamicFilterOutput, Sample
 pytest_plugins = ["rlsdk.testing_fixtures"]
 
 __all__ = [
+    "ENGINE_CONTRACT",
     "bind_runtime",
     "check_plugin",
     "sampling_params_for",
@@ -80,6 +83,8 @@ __all__ = [
     "tiny_llama",
     "tool_definition",
     "ByteTokenizer",
+    "ChatTokenizer",
+    "EngineKit",
     "FakeEngine",
     "FakeReply",
     "ServedBuffer",
@@ -95,6 +100,7 @@ __all__ = [
     "check_data_source",
     "check_dynamic_filter",
     "check_engine",
+    "check_engine_contract",
     "check_environment",
     "check_eval_rollout_log",
     "check_generate_rollout",
@@ -109,6 +115,7 @@ __all__ = [
     "check_reward_post_process",
     "check_rollout_data_postprocess",
     "check_rollout_log",
+    "check_rollout_metrics",
     "check_rollout_sample_filter",
     "check_sample_hook",
     "check_task_generator",
@@ -132,6 +139,44 @@ class ByteTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return bytes(ids).decode(errors="replace")
+
+
+class ChatTokenizer(ByteTokenizer):
+    """:class:`ByteTokenizer` with a ChatML chat template (``<|im_start|>role\ncontent<|im_end|>\n`` per
+    message, ``<|im_start|>assistant\n`` to generate), rendered in Python without jinja: the tokenizer a
+    :class:`FakeEngine` needs to answer ``/v1/chat/completions`` and ``/v1/messages``, so an agent on either
+    client runs in a test (:func:`check_agent`). Tools are described by the tool-call parser in the system
+    message, and tool calls written into the assistant's content, as for any template that renders neither.
+    A reply ending with :attr:`eos_token` ends the turn."""
+
+    eos_token = "<|im_end|>"
+    chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    """What :meth:`apply_chat_template` renders, written as the jinja template it stands for."""
+
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Any = None,
+        tokenize: bool = False,
+        add_generation_prompt: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """The conversation as :attr:`chat_template` renders it (ids where ``tokenize``)."""
+        text = "".join(
+            f"<|im_start|>{m['role']}\n{self._content(m.get('content'))}{self.eos_token}\n" for m in messages
+        )
+        text += "<|im_start|>assistant\n" if add_generation_prompt else ""
+        return self(text)["input_ids"] if tokenize else text
+
+    @staticmethod
+    def _content(content: Any) -> str:
+        """A message's text: a string, or the text of its parts."""
+        if isinstance(content, list):
+            return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+        return "" if content is None else str(content)
 
 
 def make_group(
@@ -420,9 +465,10 @@ def check_custom_generate(
     prompt: str = "What is 2 + 3?",
 ) -> Sample:
     """Run a custom generator on one sample against a :class:`FakeEngine` answering with ``replies``
-    (``tokenizer`` defaults to :class:`ByteTokenizer`): it returns the sample, finished or truncated,
-    with its prompt tokens kept and one response token per ``loss_mask`` and log-prob entry, after at least
-    one engine call. Returns the sample."""
+    (``tokenizer`` defaults to :class:`ByteTokenizer`; :class:`ChatTokenizer` for one with a chat template):
+    it returns the sample, finished or truncated, with a prompt (the sample's tokens, or ones the generator
+    rendered itself: a system prompt added, a chat template applied) followed by its response tokens, one per
+    ``loss_mask`` and log-prob entry, after at least one engine call. Returns the sample."""
     args = args or RolloutConfig()
     resolved = check_callable(pm, "custom_generate", name)
     engine = FakeEngine(replies, tokenizer)
@@ -438,8 +484,9 @@ def check_custom_generate(
     finished = (Sample.Status.COMPLETED, Sample.Status.TRUNCATED, Sample.Status.ABORTED)
     assert result.status in finished, f"{where} left the sample {result.status}"
     assert engine.requests > 0, f"{where} never called the engine"
-    assert result.tokens[: len(prompt_ids)] == prompt_ids, f"{where} changed the prompt's tokens"
-    assert len(result.tokens) == len(prompt_ids) + result.response_length, (
+    prompt_length = len(result.tokens) - result.response_length
+    kept = result.tokens[: len(prompt_ids)] == prompt_ids
+    assert prompt_length > 0 and (not kept or prompt_length == len(prompt_ids)), (
         f"{where}: {len(result.tokens)} tokens for a prompt of {len(prompt_ids)} and a response of "
         f"{result.response_length}"
     )
@@ -459,45 +506,20 @@ def tool_definition(name: str, description: str, *parameters: str) -> dict[str, 
     return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
 
 
-def tiny_llama(folder: Path) -> Path:
-    """A 2-layer Llama (hidden size 32, random weights, seed 0) with a 32-word word-level tokenizer saved in
-    ``folder``: a model a trainer's or an engine's test loads and trains in seconds on a CPU. Returns
-    ``folder``."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    words = ["<eos>", "<pad>", *[f"w{i}" for i in range(30)]]
-    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<pad>")
-    fast.save_pretrained(folder)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=1,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
-
-
 class ServedEngine:
     """An engine served over HTTP on loopback from a background thread's event loop, for tests that
     talk to it as a real client would::
 
-        with ServedEngine(EmbeddedEngine(device="cpu")) as served:
+        from rlsdk.engine_api import SGLangClient
+        from rlsdk.testing import ChatTokenizer, FakeEngine, ServedEngine
+
+        with ServedEngine(FakeEngine(["Hi there.<|im_end|>"], ChatTokenizer())) as served:
             asyncio.run(SGLangClient(served.url).generate(...))
             served.run(served.engine.abort())  # a coroutine on the engine's own loop
-    """
+
+    Any engine works (an installed engine plugin's too); with a tokenizer that has a chat template (as
+    :class:`ChatTokenizer`) it also answers ``/v1/chat/completions`` and ``/v1/messages``, and
+    :func:`check_agent` runs an agent against it."""
 
     def __init__(self, engine: Any, **server_options: Any) -> None:
         self.engine = engine

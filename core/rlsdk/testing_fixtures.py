@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from . import testing_engine
 from .config import RolloutConfig
 from .plugins.manager import RlsdkPluginManager, get_plugin_manager
 
@@ -24,6 +25,13 @@ def rlsdk_pm() -> RlsdkPluginManager:
 def rlsdk_args() -> RolloutConfig:
     """A default run configuration."""
     return RolloutConfig()
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer Llama with random weights over a 32-word vocabulary (:func:`rlsdk.testing.tiny_llama`):
+    a real model that loads, generates and trains in a fraction of a second on a CPU. Written once per session."""
+    return testing_engine.tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture(scope="session")

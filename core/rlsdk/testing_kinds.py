@@ -29,6 +29,7 @@ from .plugins.calls import (
     call_megatron_init,
     call_model_provider,
     call_pg_loss_reducer,
+    call_plugin,
     call_reward_post_process,
     call_rollout_data_postprocess,
     call_rollout_log,
@@ -97,8 +98,9 @@ def check_rollout_sample_filter(
 
 def check_all_samples_process(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None) -> None:
     """An all-samples processor takes a step's groups, kept and dropped, with the data source
-    (:func:`rlsdk.plugins.calls.call_all_samples_process`)."""
-    args = args or RolloutConfig()
+    (:func:`rlsdk.plugins.calls.call_all_samples_process`); ``args.output_dir`` is a temporary folder by
+    default, there as in a run."""
+    args = args or RolloutConfig(output_dir=tempfile.mkdtemp(prefix="rlsdk-all-samples-"))
     groups = [_finished([1.0, 0.0]), _finished([None, None], 1)]
     call_all_samples_process(pm.resolve("all_samples_process", name), args, groups, None)
 
@@ -162,6 +164,17 @@ def check_rollout_log(pm: RlsdkPluginManager, name: str, args: RolloutConfig | N
     samples = _finished([1.0, 0.0])
     metrics = {"rollout/reward_mean": 0.5, "rollout/samples": 2, "rollout/failures": []}
     return call_rollout_log(resolved, 0, args, samples, metrics, 1.5)
+
+
+def check_rollout_metrics(
+    pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None, samples: list[Sample] | None = None
+) -> dict[str, float]:
+    """A step's metrics plugin takes the samples a step trains on (default: a kept group of two) and returns
+    a dict of metric names to finite numbers, called as each step calls it
+    (:func:`rlsdk.plugins.calls.call_plugin`). Returns the metrics (a run writes them as ``custom/<name>``)."""
+    args = args or RolloutConfig()
+    resolved = pm.resolve("rollout_metrics", name)
+    return call_plugin(resolved, args, 0, samples if samples is not None else _finished([1.0, 0.0]))
 
 
 def check_eval_rollout_log(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None) -> bool:
@@ -354,9 +367,11 @@ def check_agent(
     sampling_params: dict[str, Any] | None = None,
 ) -> Sample:
     """An agent, run by the ``openai_agent`` generator (or ``generator``: ``anthropic_agent`` for an agent on
-    the ``anthropic`` client) against ``served`` (a :class:`rlsdk.testing.ServedEngine` whose engine has a chat
-    template) through the generator's call point (:func:`rlsdk.plugins.calls.call_custom_generate`), finishes
-    its sample with at least one model turn whose tokens are loss-masked 1. Returns the sample."""
+    the ``anthropic`` client, its ``client.messages.create`` answered by ``/v1/messages``) against ``served`` (a
+    :class:`rlsdk.testing.ServedEngine` whose engine has a chat template:
+    ``ServedEngine(FakeEngine(replies, ChatTokenizer()))``) through the generator's call point
+    (:func:`rlsdk.plugins.calls.call_custom_generate`), finishes its sample with at least one model turn whose
+    tokens are loss-masked 1. Returns the sample (``metadata["agent"]["result"]``: what the agent returned)."""
     args = (args or RolloutConfig()).replace(agent_function_path=name)
     runtime = Runtime(pm, served.engine, served.engine.tokenizer, loop=served._loop)
     runtime.server = served.handle

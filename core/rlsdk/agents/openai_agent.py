@@ -22,7 +22,6 @@ from ..errors import PluginCallError, PluginError
 from ..plugins.records import Resolved
 from ..runtime import Runtime, get_runtime
 from ..types import Sample
-from .server import chat_endpoint, start_chat_server
 from .sessions import Session
 from .tree import session_tree
 from ..plugins.kinds import Agent
@@ -150,6 +149,8 @@ async def _state(kind: AgentClient, args: RolloutConfig, runtime: Runtime) -> di
     # the run's loopback server, else a chat server this run started in front of its engine (both clients')
     server = next((s for s in (runtime.server, *runtime.servers) if getattr(s, "chat", None)), None)
     if server is None:
+        from .server import chat_endpoint, start_chat_server  # aiohttp: imported when an agent runs
+
         chat = await chat_endpoint(
             runtime.engine,
             runtime.tokenizer,

@@ -49,6 +49,17 @@ def resolve_parser(pm: RlsdkPluginManager, spec: str, tokenizer: Any) -> Resolve
     return pm.resolve("tool_call_parser", spec)
 
 
+NO_CHAT_TEMPLATE = (
+    "the engine's tokenizer ({tokenizer}) has no chat template, which /v1/chat/completions and /v1/messages "
+    "need to render a conversation: serve a model whose tokenizer has one (a FakeEngine in a test: "
+    "FakeEngine(replies, rlsdk.testing.ChatTokenizer()))"
+)
+
+
+CHAT_PATHS = ("/v1/chat/completions", "/v1/messages", "/sessions")
+"""The chat routes a client POSTs to first: a server without a chat template answers them with why."""
+
+
 async def chat_endpoint(
     engine: InferenceEngine,
     tokenizer: Any,
@@ -57,7 +68,10 @@ async def chat_endpoint(
     tool_call_parser: str = "auto",
     template_kwargs: dict[str, Any] | None = None,
 ) -> ChatEndpoint:
-    """A chat endpoint on a started ``engine``, named after its model as SGLang names it."""
+    """A chat endpoint on a started ``engine``, named after its model as SGLang names it; a ``tokenizer``
+    without a chat template is a ValueError saying so (:data:`NO_CHAT_TEMPLATE`)."""
+    if not getattr(tokenizer, "chat_template", None) or not hasattr(tokenizer, "apply_chat_template"):
+        raise ValueError(NO_CHAT_TEMPLATE.format(tokenizer=type(tokenizer).__name__))
     parser = resolve_parser(pm or get_plugin_manager(), tool_call_parser, tokenizer)
     model_id = str((await engine.model_info()).get("model_path") or "default")
     return ChatEndpoint(engine, tokenizer, parser, model_id, template_kwargs=template_kwargs)

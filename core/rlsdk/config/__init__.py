@@ -8,7 +8,6 @@ import difflib
 import functools
 import json
 import math
-import tomllib
 import types
 import typing
 import warnings
@@ -16,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
 
 from ..engines.launch.arguments import check_passthrough
 from ..errors import PluginError
@@ -187,6 +185,10 @@ class RolloutConfig(RunOptions):
             text = path.read_text()
         except OSError as exc:
             raise ValueError(f"config file {path}: {exc.strerror or exc}") from None
+        import tomllib
+
+        import yaml  # imported here: at the top they cost every `import rlsdk` 10 ms
+
         try:
             if path.suffix == ".toml":
                 values = tomllib.loads(text)
@@ -209,10 +211,15 @@ class RolloutConfig(RunOptions):
             raise ValueError(f"{path}: {exc}") from None
 
     def with_default_data(self, given: set[str] | frozenset[str] = frozenset()) -> RolloutConfig:
-        """With neither ``prompt_data`` nor ``env``: this configuration on the shipped arithmetic environment
-        (its training set, ``label`` key and chat template; with ``train`` also its disjoint eval set and demo
-        training settings), for the options not in ``given``; else this configuration."""
-        if self.prompt_data is not None or self.choices.get("env") is not None:
+        """With neither ``prompt_data`` nor ``env`` nor a data source of a plugin's: this configuration on the
+        shipped arithmetic environment (its training set, ``label`` key and chat template; with ``train`` also
+        its disjoint eval set and demo training settings), for the options not in ``given``; else this
+        configuration."""
+        if (
+            self.prompt_data is not None
+            or self.choices.get("env") is not None
+            or not uses_core_data_source(self)
+        ):
             return self
         core = core_options()
         settings = environment_options(DEFAULT_ENVIRONMENT, None, train=self.train)
@@ -231,6 +238,15 @@ class RolloutConfig(RunOptions):
         """Every core option by name (the kinds' among them) and ``extra``."""
         values = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
         return {**values.pop("choices"), **values}
+
+
+CORE_DATA_SOURCE = "prompt_data"
+"""Core's data source: the groups of ``prompt_data``'s rows."""
+
+
+def uses_core_data_source(args: Any) -> bool:
+    """Whether the run's groups come from core's data source (``prompt_data``), not a plugin's."""
+    return getattr(args, "data_source_path", None) in (None, CORE_DATA_SOURCE)
 
 
 def demo_settings(train: bool) -> dict[str, Any]:

@@ -13,11 +13,14 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _moved
 from .protocol import EngineError, EngineRequestError, EngineUnavailableError
 from .weight_checksums import ServedChecksums
+
+if TYPE_CHECKING:
+    from .tensor_transport import FlatWeights
 
 __all__ = ["EngineError", "EngineRequestError", "EngineUnavailableError", "InferenceEngine"]
 __getattr__ = _moved.forward(__name__, {"SGLangClient": "rlsdk.engine_api"})
@@ -90,6 +93,43 @@ class InferenceEngine(abc.ABC):
         raise NotImplementedError(
             f"{type(self).__name__} cannot take weights in process: use update_weights_from_disk"
         )
+
+    weight_transports: frozenset[str] = frozenset()
+    """The GPU transports that bring the trainer's weights here besides disk (and in process): ``"tensor"``
+    (CUDA IPC from a trainer on the same GPUs: :meth:`update_weights_from_tensor`) and ``"nccl"`` (a
+    broadcast from the trainer: :meth:`join_weight_broadcast`, :meth:`update_weights_from_distributed`).
+    ``--weight-sync`` names one the engine lacks: the run is refused before it starts."""
+
+    async def release_memory(self, tags: list[str] | None = None) -> None:
+        """Give up GPU memory while a colocated trainer trains: of ``"weights"``, ``"kv_cache"`` and
+        ``"cuda_graph"`` (SGLang's names; None: all); no request runs until all is back."""
+        raise NotImplementedError(f"{type(self).__name__} cannot release its GPU memory")
+
+    async def resume_memory(self, tags: list[str] | None = None) -> None:
+        """Take back the memory of ``tags`` released before (None: all); generation resumes once all is back."""
+        raise NotImplementedError(f"{type(self).__name__} cannot release its GPU memory")
+
+    async def update_weights_from_tensor(
+        self, buckets: AsyncIterator[tuple[FlatWeights, bool]], weight_version: str, flush_cache: bool = True
+    ) -> None:
+        """Load the trainer's weights from tensors on the GPUs this engine shares with it (CUDA IPC), one
+        bucket at a time (each with whether it is the last), then serve them as ``weight_version``
+        (``flush_cache``: dropping the prefix cache). Drop each bucket before asking for the next: the trainer
+        frees its copy then. An engine that stops half way keeps reporting the version it had."""
+        raise NotImplementedError(f"{type(self).__name__} cannot take weights by CUDA IPC")
+
+    async def join_weight_broadcast(self, master_address: str, backend: str = "nccl") -> None:
+        """Form a group with the trainer (this process, rank 0, at ``master_address``) in which it broadcasts
+        weights; both sides of the rendezvous are the engine's, since its protocol decides them. Once: later
+        calls return at once."""
+        raise NotImplementedError(f"{type(self).__name__} cannot take weights by broadcast")
+
+    async def update_weights_from_distributed(
+        self, buckets: AsyncIterator[tuple[FlatWeights, bool]], weight_version: str
+    ) -> None:
+        """Broadcast each bucket to the group :meth:`join_weight_broadcast` formed while the engine receives
+        it, then serve the weights as ``weight_version`` (the prefix cache dropped)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot take weights by broadcast")
 
     async def load_lora_adapter(self, lora_name: str, lora_path: str) -> None:
         """Load the PEFT adapter folder ``lora_path`` as ``lora_name`` (``/load_lora_adapter``); requests that

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from typing import Any
 
 from ..errors import RlsdkError
@@ -126,6 +125,8 @@ def finish_abort(message: str = "Aborted") -> dict[str, Any]:
 
 
 def new_rid() -> str:
+    import uuid  # imported on first use: uuid imports platform, which `import rlsdk` does not need
+
     return uuid.uuid4().hex
 
 

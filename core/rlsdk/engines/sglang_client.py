@@ -16,6 +16,7 @@ import aiohttp
 from ..aio.backoff import backoff_delay
 from . import run_tokens
 from .engine import InferenceEngine
+from .launch.process_group import free_port
 from .weight_checksums import SGLANG_FUSED, ServedChecksums, sglang_checksums
 from .protocol import (
     GENERATE_RESPONSE,
@@ -24,11 +25,13 @@ from .protocol import (
     EngineRequestError,
     EngineUnavailableError,
     check_generate_response,
+    new_rid,
     unreadable,
 )
 
 if TYPE_CHECKING:
     from .launch.sglang import SGLangLauncher
+    from .tensor_transport import FlatWeights
 
 log = logging.getLogger(__name__)
 _RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
@@ -94,6 +97,9 @@ class SGLangClient(InferenceEngine):
         self.lora_name: str | None = None
         """The LoRA adapter every ``/generate`` names in ``lora_path`` (the one loaded last), or None."""
         self._said_no_checksums = False
+        self._broadcast: tuple[str, Any, list[str]] | None = None
+        """The weight broadcast group joined (:meth:`join_weight_broadcast`): its name, this process's side, the
+        workers in it."""
 
     @classmethod
     def shared(cls, url: str) -> SGLangClient:
@@ -314,7 +320,9 @@ class SGLangClient(InferenceEngine):
             if not isinstance(result, dict) or not result.get("success", False):
                 raise EngineError(f"{worker}/update_weight_version failed: {result}")
 
-    # ---------------------------------------------------------------- GPU weight sync (SGLang only)
+    # ---------------------------------------------------------------- GPU weight sync
+
+    weight_transports = frozenset({"tensor", "nccl"})
 
     async def tp_size(self, worker: str) -> int:
         """A worker's tensor-parallel size (``/server_info``), one CUDA-IPC payload per rank."""
@@ -339,6 +347,79 @@ class SGLangClient(InferenceEngine):
         result = (await self._request("POST", path, base=worker, body=body, ok_statuses=(400, 403))).json()
         if not result.get("success", False):
             raise EngineError(f"{worker}{path} failed: {result.get('message')}")
+
+    async def update_weights_from_tensor(
+        self, buckets: AsyncIterator[tuple[FlatWeights, bool]], weight_version: str, flush_cache: bool = True
+    ) -> None:
+        """``/update_weights_from_tensor`` (``flattened_bucket``) on every worker, each bucket as one CUDA-IPC
+        handle per tensor-parallel rank; the version and the cache flush come with the last bucket, so an
+        engine that stops half way still reports the weights it had."""
+        from .tensor_transport import LOAD_FORMAT, serialize_for_sglang
+
+        workers = [(w, await self.tp_size(w)) for w in await self.workers()]
+        async for flat, last in buckets:
+            payload = await asyncio.to_thread(serialize_for_sglang, flat)
+            for worker, ranks in workers:
+                await self.post_weights(
+                    worker,
+                    "/update_weights_from_tensor",
+                    {
+                        "serialized_named_tensors": [payload] * ranks,
+                        "load_format": LOAD_FORMAT,
+                        "flush_cache": last and flush_cache,
+                        "weight_version": weight_version if last else None,
+                    },
+                )
+            del flat, payload
+
+    async def join_weight_broadcast(self, master_address: str, backend: str = "nccl") -> None:
+        """``/init_weights_update_group`` on every worker (its ranks after the trainer's 0) while this process
+        joins as rank 0 (:func:`~rlsdk.engines.tensor_transport.init_broadcast_group`)."""
+        if self._broadcast is not None:
+            return
+        from .tensor_transport import init_broadcast_group
+
+        workers = await self.workers()
+        ranks = [await self.tp_size(worker) for worker in workers]
+        port = free_port(master_address)
+        world = 1 + sum(ranks)
+        offsets = [1 + sum(ranks[:i]) for i in range(len(ranks))]
+        group_name = f"rlsdk_weights_{new_rid()[:12]}"  # a process may join several groups: one name each
+        joins = [
+            self.post_weights(
+                worker,
+                "/init_weights_update_group",
+                {
+                    "master_address": master_address,
+                    "master_port": port,
+                    "rank_offset": offset,
+                    "world_size": world,
+                    "group_name": group_name,
+                    "backend": backend,
+                },
+            )
+            for worker, offset in zip(workers, offsets, strict=True)
+        ]
+        group, *_ = await asyncio.gather(
+            asyncio.to_thread(init_broadcast_group, master_address, port, world, group_name, backend), *joins
+        )
+        self._broadcast = (group_name, group, workers)
+
+    async def update_weights_from_distributed(
+        self, buckets: AsyncIterator[tuple[FlatWeights, bool]], weight_version: str
+    ) -> None:
+        """Each bucket broadcast from this process while every worker receives it
+        (``/update_weights_from_distributed``); the version and the cache flush come with the last."""
+        from .tensor_transport import broadcast
+
+        if self._broadcast is None:
+            raise EngineError(f"{self.url}: join_weight_broadcast before update_weights_from_distributed")
+        group_name, group, workers = self._broadcast
+        async for flat, last in buckets:
+            body = flat.distributed_body(group_name, weight_version if last else None, flush_cache=last)
+            announce = [self.post_weights(w, "/update_weights_from_distributed", body) for w in workers]
+            await asyncio.gather(asyncio.to_thread(broadcast, flat, group), *announce)
+            del flat
 
     async def weight_checksums(self) -> list[ServedChecksums] | None:
         """``/weights_checker`` (``checksum``) of every worker; None where a worker has no such route

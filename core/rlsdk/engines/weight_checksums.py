@@ -261,7 +261,9 @@ class ServedChecksums:
 
 def sglang_checksums(body: Any, holder: str, layout: Layout) -> list[ServedChecksums]:
     """SGLang's ``/weights_checker`` answer (``ranks``: one entry per tensor-parallel rank) as
-    :class:`ServedChecksums`; ``ValueError`` when it is not that shape."""
+    :class:`ServedChecksums`; ``ValueError`` when it is not that shape. A rank that names a fused tensor's
+    parts itself holds them unfused (``rlsdk serve``: the embedded engine keeps Hugging Face's tensors)."""
+    parts = [part for fused in layout.values() for part in fused]
     ranks = body.get("ranks") if isinstance(body, dict) else None
     if not isinstance(ranks, list) or not ranks:
         raise ValueError(f"no 'ranks' list in {str(body)[:200]!r}")
@@ -272,7 +274,8 @@ def sglang_checksums(body: Any, holder: str, layout: Layout) -> list[ServedCheck
             raise ValueError(f"a rank without a 'checksums' mapping in {str(body)[:200]!r}")
         tp_rank, tp_size = int(info.get("tp_rank", 0)), int(info.get("tp_size", 1))
         where = holder if tp_size == 1 else f"{holder} (tensor-parallel rank {tp_rank} of {tp_size})"
-        served.append(ServedChecksums(where, {str(k): str(v) for k, v in checksums.items()}, layout, tp_size))
+        held = UNFUSED if any(part in str(name) for name in checksums for part in parts) else layout
+        served.append(ServedChecksums(where, {str(k): str(v) for k, v in checksums.items()}, held, tp_size))
     return served
 
 

@@ -125,9 +125,9 @@ class RunPlugins:
         )
 
     def resolve_all(self) -> None:
-        """Resolve every plugin the run names, so a wrong name fails before any model loads; a trainer's
-        ``check(args)`` refuses settings it cannot take before the engines start. The environment was taken
-        when the configuration was built."""
+        """Resolve every plugin the run names, so a wrong name fails before any model loads; the engine's and
+        a trainer's ``check(args)`` refuse settings they cannot take before the engines start. The environment
+        was taken when the configuration was built."""
         for record in RECORD_TYPES.values():
             if not record.options or record is Environment or record in TRAINING_KINDS:
                 continue
@@ -136,6 +136,9 @@ class RunPlugins:
             else:
                 self.get(record)
         self.eval_rollout  # noqa: B018 (resolved to fail early)
+        engine = self.one(Engine)
+        if engine.record.check is not None:
+            engine.record.check(self.args)
         if getattr(self.args, "train", False):
             trainer = self.one(Trainer)
             self.get(Loss)  # resolved to fail early; the trainer builds its own from args

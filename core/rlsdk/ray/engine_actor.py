@@ -1,14 +1,15 @@
 """One engine in a Ray actor: the engine plugin the run names, resolved from the worker's own environment
 and started on the actor's event loop, answering the engine protocol's calls for the driver's pool.
 
-The actor hosts any engine plugin: the ``embedded`` engine on a CPU node, or the ``sglang`` engine
-launching SGLang on the GPUs Ray gave the actor. For the latter, :func:`engine_args` turns the run's
-options into one engine's: one server (``rollout_num_gpus_per_engine`` GPUs, base GPU 0 of those Ray set in
-``CUDA_VISIBLE_DEVICES``) on a free port of the node, seed ``rollout_seed + index``, log
-``logs/sglang-server-<index>.log``; the actor reports its URL from ``start()``. Its health answer is the
-server's (:meth:`EngineActor.health`), so a server that dies in a live actor is a dead engine to the pool;
-an actor that dies takes its server with it (the server is started from the actor's event-loop thread,
-which lives as long as the actor's process, so its parent-death signal comes when the process dies).
+The actor hosts any engine plugin: the ``embedded`` engine on a CPU node, or an engine that launches servers
+on the GPUs Ray gave the actor (its record's ``launches``: the ``sglang`` engine, the ``vllm`` engine). For
+those, :func:`engine_args` turns the run's options into one engine's: one server
+(``rollout_num_gpus_per_engine`` GPUs, GPU 0 of those Ray set in ``CUDA_VISIBLE_DEVICES``), seed
+``rollout_seed + index``, and for SGLang a free port of the node and the log ``logs/sglang-server-<index>.log``;
+the actor reports its URL from ``start()``. Its health answer is the server's (:meth:`EngineActor.health`),
+so a server that dies in a live actor is a dead engine to the pool; an actor that dies takes its server with
+it (the server is started from the actor's event-loop thread, which lives as long as the actor's process, so
+its parent-death signal comes when the process dies).
 Weights reach it from disk (the pool forwards ``update_weights_from_disk``): the folder must be on a
 filesystem every node sees."""
 
@@ -24,7 +25,6 @@ from ..engines.launch.process_group import free_port
 from ..errors import RlsdkError
 from ..plugins.calls import call_engine
 from ..plugins.manager import get_plugin_manager
-from ..plugins.run_plugins import sglang_url
 from .cluster import import_ray, worker_info
 from ..plugins.kinds import Engine
 from ..config import RolloutConfig
@@ -36,15 +36,18 @@ class EngineDiedError(RlsdkError):
     """A request failed because the actor's engine is down (its server exited, or fails its health check)."""
 
 
-def launches_sglang(args: RolloutConfig) -> bool:
-    """Whether the run's engine is the ``sglang`` engine launching its own servers (no URL given)."""
-    return Engine.chosen(args) == "sglang" and sglang_url(args) is None
+def launches_servers(args: RolloutConfig) -> bool:
+    """Whether the run's engine starts servers of its own on GPUs (its record's ``launches``: the ``sglang``
+    engine without a URL, say), resolved from this process's plugins."""
+    record = get_plugin_manager().resolve(Engine.kind, Engine.chosen(args)).record
+    launches = getattr(record, "launches", None)
+    return bool(launches is not None and launches(args))
 
 
 def engine_count(args: RolloutConfig) -> int:
-    """The run's serving engines: ``num_engines``; for SGLang engines on GPUs, ``rollout_num_gpus //
-    rollout_num_gpus_per_engine`` (a ``num_engines`` other than 1 must agree)."""
-    if not launches_sglang(args):
+    """The run's serving engines: ``num_engines``; for engines launching servers on GPUs,
+    ``rollout_num_gpus // rollout_num_gpus_per_engine`` (a ``num_engines`` other than 1 must agree)."""
+    if not launches_servers(args):
         return args.num_engines
     per_engine = args.rollout_num_gpus_per_engine
     total = args.rollout_num_gpus or per_engine
@@ -54,30 +57,33 @@ def engine_count(args: RolloutConfig) -> int:
             f"--rollout-num-gpus-per-engine ({per_engine})"
         )
     if args.colocate:
-        raise ValueError("--colocate is not supported with --ray: SGLang engine actors hold their own GPUs")
+        raise ValueError(
+            f"--colocate is not supported with --ray: {Engine.chosen(args)} engine actors hold their own GPUs"
+        )
     count = total // per_engine
     if args.num_engines not in (1, count):
         raise ValueError(
             f"--num-engines {args.num_engines} disagrees with --rollout-num-gpus {total} / "
-            f"--rollout-num-gpus-per-engine {per_engine} = {count} SGLang engines: leave --num-engines out, "
-            f"or pass --rollout-num-gpus {args.num_engines * per_engine}"
+            f"--rollout-num-gpus-per-engine {per_engine} = {count} {Engine.chosen(args)} engines: leave "
+            f"--num-engines out, or pass --rollout-num-gpus {args.num_engines * per_engine}"
         )
     return count
 
 
 def standby_count(args: RolloutConfig) -> int:
-    """``ray_standby_engines``; by default one, none for SGLang engines on GPUs (a standby holds its GPUs)."""
+    """``ray_standby_engines``; by default one, none for engines launching servers on GPUs (a standby holds
+    its GPUs)."""
     if args.ray_standby_engines is not None:
         return args.ray_standby_engines
-    return 0 if launches_sglang(args) else 1
+    return 0 if launches_servers(args) else 1
 
 
 def engine_args(args: RolloutConfig, index: int) -> Any:
     """The options engine actor ``index`` builds its engine from: the run's, except for an engine that
-    launches SGLang, which launches one server on the actor's GPUs (numbered from 0: Ray sets
-    ``CUDA_VISIBLE_DEVICES``; the trainer's are elsewhere) on a free port of this node, with the seed and log
-    of engine ``index``. Called in the actor."""
-    if not launches_sglang(args):
+    launches servers, which launches one on the actor's GPUs (numbered from 0: Ray sets
+    ``CUDA_VISIBLE_DEVICES``; the trainer's are elsewhere) with the seed of engine ``index`` (and for SGLang
+    a free port of this node and its log). Called in the actor."""
+    if not launches_servers(args):
         return args
 
     host = import_ray().util.get_node_ip_address()
@@ -96,7 +102,7 @@ def actor_resources(args: RolloutConfig) -> dict[str, Any]:
     """The Ray resources of one engine actor: ``ray_engine_cpus`` CPUs, and ``rollout_num_gpus_per_engine``
     GPUs for an engine on CUDA (an SGLang engine is)."""
     resources: dict[str, Any] = {"num_cpus": args.ray_engine_cpus}
-    if launches_sglang(args) or engine_device(args).startswith("cuda"):
+    if launches_servers(args) or engine_device(args).startswith("cuda"):
         resources["num_gpus"] = getattr(args, "rollout_num_gpus_per_engine", 1) or 1
     return resources
 
@@ -108,7 +114,7 @@ def engine_device(args: RolloutConfig) -> str:
 
 
 def actor_device(args: RolloutConfig) -> str:
-    return "cuda" if launches_sglang(args) else engine_device(args)
+    return "cuda" if launches_servers(args) else engine_device(args)
 
 
 class EngineActor:
@@ -151,7 +157,7 @@ class EngineActor:
         it was prepared and once it started."""
         if index != self.index and self.engine is None:
             self.index = index
-            if launches_sglang(self.args):
+            if launches_servers(self.args):
                 self._built = None
         prepared_at = await self.prepare()
         engine = self._built

@@ -39,12 +39,13 @@ from .engine_actor import (
     actor_device,
     actor_resources,
     engine_count,
-    launches_sglang,
+    launches_servers,
     standby_count,
 )
 from .environments import check_worker
 from .trainer_actor import trainer_resources
 from ..config import RolloutConfig
+from ..plugins.kinds import Engine
 
 log = logging.getLogger(__name__)
 
@@ -228,11 +229,11 @@ class RayEnginePool(InferenceEngine):
         self._spawn(self._add_standby())
 
     def _check_gpus(self) -> None:
-        """More SGLang engine actors (engines, spares, standbys; with a trainer on GPUs, its GPUs too) than
-        the cluster has GPUs for would wait for Ray forever: an error naming both counts, before any
-        starts."""
+        """More engine actors launching servers on GPUs (engines, spares, standbys; with a trainer on GPUs, its
+        GPUs too) than the cluster has GPUs for would wait for Ray forever: an error naming both counts,
+        before any starts."""
         args = self.args
-        if not launches_sglang(args):
+        if not launches_servers(args):
             return
         per_engine = args.rollout_num_gpus_per_engine
         actors = len(self.replicas_) + args.ray_spare_engines + self.standby_count
@@ -241,7 +242,7 @@ class RayEnginePool(InferenceEngine):
         have = import_ray().cluster_resources().get("GPU", 0)
         if needed > have:
             raise RlsdkError(
-                f"{needed:g} GPUs needed for the SGLang engines ({len(self.replicas_)} engines, "
+                f"{needed:g} GPUs needed for the {Engine.chosen(args)} engines ({len(self.replicas_)} engines, "
                 f"{args.ray_spare_engines} spare, {self.standby_count} standby; {per_engine} GPUs each)"
                 f"{f' and the trainer ({trainer:g})' if trainer else ''}, but the Ray cluster has "
                 f"{have:g}: lower --rollout-num-gpus, ray_spare_engines or ray_standby_engines"
@@ -264,7 +265,7 @@ class RayEnginePool(InferenceEngine):
             index = replica.index
         else:
             index, self._next_index = self._next_index, self._next_index + 1
-        group = await self._placement_group(resources, what) if launches_sglang(args) else None
+        group = await self._placement_group(resources, what) if launches_servers(args) else None
         try:
             actor = (
                 ray.remote(EngineActor)

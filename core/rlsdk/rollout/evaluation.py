@@ -18,6 +18,7 @@ from ..runtime import Runtime, bind_runtime
 from ..types import RolloutFnEvalOutput, Sample, reward_value
 from .generate import sampling_params_for
 from .groups import run_group
+from ..plugins.rubric import RUBRIC_METADATA, parse_rubric
 from .rewarding import rubric_metrics
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,8 @@ DATASET_OVERRIDES = (
     "eval_max_response_len",
     "eval_reward_key",
     "reward_key",
+    "eval_pass_key",
+    "eval_pass_threshold",
     "input_key",
     "label_key",
     "tool_key",
@@ -104,6 +107,54 @@ def dataset_args(args: RolloutConfig, overrides: dict[str, Any]) -> Any:
     for name, value in overrides.items():
         setattr(copied, name, value)
     return copied
+
+
+PASS_TOLERANCE = 1e-9
+"""How far below the threshold a reward may fall and still pass (a rubric's float sum of its weights)."""
+
+
+def pass_threshold(args: Any) -> float:
+    """The value a sample must reach to pass: ``eval_pass_threshold``, else the maximum of what decides: 1
+    for a reward or a rubric part, the positive weights summed for a rubric's full reward."""
+    if args.eval_pass_threshold is not None:
+        return float(args.eval_pass_threshold)
+    rubric = None if args.eval_pass_key else parse_rubric(getattr(args, "rm_type", None) or "")
+    return sum(max(part.weight, 0.0) for part in rubric) if rubric else 1.0
+
+
+def passed(args: Any, sample: Sample, key: str | None, threshold: float) -> bool:
+    """Whether ``sample`` passes: its reward under ``key`` (the eval's reward key), or with ``eval_pass_key``
+    that rubric part (else that dict reward's key), reaches ``threshold``."""
+    value = (
+        reward_value(sample.reward, key)
+        if args.eval_pass_key is None
+        else pass_part(sample, args.eval_pass_key)
+    )
+    return isinstance(value, int | float) and value >= threshold - PASS_TOLERANCE
+
+
+def pass_part(sample: Sample, part: str) -> Any:
+    """The value of rubric part (or dict reward key) ``part`` of ``sample``; None where it has none."""
+    parts = (sample.metadata or {}).get(RUBRIC_METADATA, {})
+    if part in parts:
+        return parts[part]
+    return sample.reward.get(part) if isinstance(sample.reward, dict) else None
+
+
+def check_pass_key(args: Any, samples: list[Sample], name: str) -> None:
+    """``eval_pass_key`` must name a rubric part or a dict reward key of eval set ``name``'s samples: else every
+    sample would fail without a word."""
+    part = args.eval_pass_key
+    if part is None or not samples or any(pass_part(s, part) is not None for s in samples):
+        return
+    known = sorted(
+        {p for s in samples for p in (s.metadata or {}).get(RUBRIC_METADATA, {})}
+        | {k for s in samples if isinstance(s.reward, dict) for k in s.reward}
+    )
+    raise ValueError(
+        f"eval_pass_key {part!r}: no sample of eval set {name!r} has that rubric part or reward key "
+        f"(it has: {', '.join(known) or 'none: its reward is one number'})"
+    )
 
 
 def pass_at_k(correct: list[list[bool]], k: int) -> float:
@@ -184,7 +235,9 @@ async def eval_rollout(args: RolloutConfig, runtime: Runtime) -> RolloutFnEvalOu
             "truncated": [s.status is Sample.Status.TRUNCATED for g in groups for s in g],
             "samples": [s for g in groups for s in g],
         }
-        correct = [[(r or 0.0) > 0 for r in row] for row in rewards]
+        check_pass_key(ds_args, data[name]["samples"], name)
+        threshold = pass_threshold(ds_args)
+        correct = [[passed(ds_args, s, key, threshold) for s in g] for g in groups]
         metrics[f"eval/{name}/reward_mean"] = sum(valid) / len(valid) if valid else None
         metrics[f"eval/{name}/invalid"] = len(flat) - len(valid)
         metrics[f"eval/{name}/aborted"] = sum(len(group) for group in aborted)
@@ -192,4 +245,5 @@ async def eval_rollout(args: RolloutConfig, runtime: Runtime) -> RolloutFnEvalOu
         metrics.update(rubric_metrics(data[name]["samples"], f"eval/{name}/rubric/"))
         for k in sorted({1, n}):
             metrics[f"eval/{name}/pass@{k}"] = pass_at_k(correct, k)
+        metrics[f"eval/{name}/pass_threshold"] = threshold
     return RolloutFnEvalOutput(data=data, metrics=metrics)

@@ -70,7 +70,7 @@ def rlsdk_custom_generates() -> Any:
 
 @hookimpl
 def rlsdk_engines() -> Any:
-    yield Engine(name="sglang", func=sglang_engine)
+    yield Engine(name="sglang", func=sglang_engine, launches=lambda args: sglang_url(args) is None)
 
 
 @hookimpl

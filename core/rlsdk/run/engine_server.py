@@ -25,7 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from .._version import __version__
-from ..agents.server import add_chat_routes, chat_endpoint
+from ..agents.server import CHAT_PATHS, NO_CHAT_TEMPLATE, add_chat_routes, chat_endpoint
 from ..aio.streams import merge_streams
 from ..engines import run_tokens
 from ..engines.engine import InferenceEngine
@@ -133,6 +133,13 @@ async def start_server(
     if getattr(getattr(engine, "tokenizer", None), "chat_template", None):
         chat = await chat_endpoint(engine, engine.tokenizer, pm=pm, tool_call_parser=tool_call_parser)  # type: ignore[attr-defined]
         add_chat_routes(app, chat)
+    else:  # the chat routes say why they are absent, rather than a bare 404
+        refusal = NO_CHAT_TEMPLATE.format(tokenizer=type(getattr(engine, "tokenizer", None)).__name__)
+
+        async def no_chat(request: web.Request) -> web.Response:
+            return _error(f"{request.path}: {refusal}", 404)
+
+        app.add_routes([web.post(path, no_chat) for path in CHAT_PATHS])
     # handler_cancellation: a client that disconnects cancels its handler, which aborts its generation
     runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
     await runner.setup()

@@ -18,14 +18,7 @@ from ..plugins.calls import (
 from ..runtime import Runtime
 from ..types import RolloutFnEvalOutput, RolloutFnTrainOutput
 from ..plugins.kinds import CheckpointCallback, DataSourceFactory, EvalRolloutLog, GenerateRollout, RolloutLog
-from ..config import RolloutConfig
-
-CORE_DATA_SOURCE = "prompt_data"
-"""Core's data source plugin: :class:`rlsdk.DataSource` on ``prompt_data``."""
-
-
-def uses_core_data_source(args: RolloutConfig) -> bool:
-    return getattr(args, "data_source_path", None) in (None, CORE_DATA_SOURCE)
+from ..config import RolloutConfig, uses_core_data_source
 
 
 def build_data_source(args: RolloutConfig, runtime: Runtime, rows: Any) -> Any:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
-from ..config import RolloutConfig
+from ..config import RolloutConfig, uses_core_data_source
 from ..data import BadRowPolicy, DataPath, Row, read_rows
 from ..errors import DataError
 from ..plugins.loading import refusing_code
@@ -18,7 +18,7 @@ from ..runtime import Runtime
 from ..state_files import signed_here, strings_in
 from ..training.session import TrainingSession, checkpoint_root
 from ..training_options import named_model_folder, overlapped
-from .extensions import build_data_source, load_data_state, log_eval, source_state, uses_core_data_source
+from .extensions import build_data_source, load_data_state, log_eval, source_state
 from .folder import (
     check_base_model_unchanged,
     check_data_unchanged,

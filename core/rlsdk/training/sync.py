@@ -3,11 +3,15 @@
 Four strategies (``weight_sync``; ``auto`` picks by engine and ``colocate``):
 
 - ``in_process``: an engine in this process (the embedded engine) takes the trainer's tensors directly.
-- ``tensor`` (colocated on the GPUs): SGLang releases its memory while the trainer runs
-  (``/release_memory_occupation``), takes the weights' memory back, receives CUDA-IPC handles to the
-  trainer's tensors (``/update_weights_from_tensor``; nothing touches disk), then its KV cache and CUDA graphs.
-- ``nccl`` (separate GPUs): the servers join an NCCL group with the trainer as rank 0
-  (``/init_weights_update_group``, once) and receive a broadcast (``/update_weights_from_distributed``).
+- ``tensor`` (colocated on the GPUs): the engine releases its memory while the trainer runs
+  (SGLang's ``/release_memory_occupation``, vLLM's ``/sleep``), takes the weights' memory back, receives
+  CUDA-IPC handles to the trainer's tensors (nothing touches disk), then its KV cache and CUDA graphs.
+- ``nccl`` (separate GPUs): the engine's servers join an NCCL group with the trainer as rank 0 (once) and
+  receive a broadcast.
+
+  Each engine carries both out in its own protocol (:meth:`InferenceEngine.update_weights_from_tensor`,
+  :meth:`InferenceEngine.update_weights_from_distributed`; :attr:`InferenceEngine.weight_transports` says
+  which it takes).
 
   Both send the weights in buckets of ``update_weight_buffer_size`` bytes (``PolicyTrainer.weight_buckets``),
   the new weight version with the last.
@@ -33,7 +37,6 @@ from typing import Any
 from ..config import RolloutConfig
 from ..engines.engine import InferenceEngine
 from ..engines.protocol import ReplicaLostError
-from ..engines.launch.process_group import free_port
 from ..errors import RlsdkError
 from ..plugins.calls import call_update_weight_post_write
 from ..plugins.records import Resolved
@@ -156,9 +159,10 @@ class DiskSync(WeightSync):
 
 
 class ColocatedTensorSync(WeightSync):
-    """CUDA IPC into SGLang servers sharing the trainer's GPUs (launched with ``--enable-memory-saver``).
-    With ``release`` (``offload_rollout``, on with ``colocate``) the servers give their GPU memory up while
-    the trainer trains; without it they keep it, and the push flushes their cache after the update."""
+    """CUDA IPC into an engine sharing the trainer's GPUs (:meth:`InferenceEngine.update_weights_from_tensor`;
+    SGLang launched with ``--enable-memory-saver``, vLLM with ``--enable-sleep-mode``). With ``release``
+    (``offload_rollout``, on with ``colocate``) the engine gives its GPU memory up while the trainer trains;
+    without it it keeps it, and the update flushes its cache."""
 
     name = "tensor"
 
@@ -174,60 +178,54 @@ class ColocatedTensorSync(WeightSync):
             return
         started = time.perf_counter()
         await engine.flush_cache()
-        await engine.release_memory()  # type: ignore[attr-defined]
+        await engine.release_memory()
         self.released = True
         self.release_seconds = time.perf_counter() - started
 
     async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
-        from .tensor_transport import LOAD_FORMAT, serialize_for_sglang
-
         if self.release and not self.released:  # a sync with no train step before it (a restored checkpoint)
             await self.before_train(engine)
         started = time.perf_counter()
         if self.release:
-            await engine.resume_memory(["weights"])  # type: ignore[attr-defined]
+            await engine.resume_memory(["weights"])
         resumed = time.perf_counter()
-        workers = [(w, await engine.tp_size(w)) for w in await engine.workers()]  # type: ignore[attr-defined]
-        sent = 0
-        async with contextlib.aclosing(_flat_buckets(trainer, self.bucket_bytes)) as buckets:
-            async for flat, last in buckets:
-                sent += 1
-                payload = await asyncio.to_thread(serialize_for_sglang, flat)
-                # No flush with a release: the cache was flushed before it and the KV cache is not back yet
-                # (slime's order: weights, update, then KV cache and CUDA graphs). The version comes with the
-                # last bucket: an engine that stops half way still reports the weights it had.
-                for worker, ranks in workers:
-                    await engine.post_weights(  # type: ignore[attr-defined]
-                        worker,
-                        "/update_weights_from_tensor",
-                        {
-                            "serialized_named_tensors": [payload] * ranks,
-                            "load_format": LOAD_FORMAT,
-                            "flush_cache": last and not self.release,
-                            "weight_version": weight_version if last else None,
-                        },
-                    )
-                del flat, payload
-                await asyncio.to_thread(_collect_ipc)  # the bucket before: this one is still referenced
+        sent = Sent()
+        async with contextlib.aclosing(
+            _flat_buckets(trainer, self.bucket_bytes, sent, collect_ipc=True)
+        ) as buckets:
+            # No flush with a release: the cache was flushed before it and the KV cache is not back yet
+            # (slime's order: weights, update, then KV cache and CUDA graphs).
+            await engine.update_weights_from_tensor(buckets, weight_version, flush_cache=not self.release)
         await asyncio.to_thread(_collect_ipc)
         updated = time.perf_counter()
         if self.release:
-            await engine.resume_memory(["kv_cache", "cuda_graph"])  # type: ignore[attr-defined]
+            await engine.resume_memory(["kv_cache", "cuda_graph"])
         self.released = False
         self.timings = {
             "release_seconds": self.release_seconds,
             "resume_weights_seconds": resumed - started,
             "update_seconds": updated - resumed,
             "resume_cache_seconds": time.perf_counter() - updated,
-            "buckets": sent,
+            "buckets": sent.buckets,
         }
 
 
-async def _flat_buckets(trainer: PolicyTrainer, bucket_bytes: int) -> AsyncGenerator[tuple[Any, bool], None]:
-    """The trainer's :meth:`~PolicyTrainer.weight_buckets`, each packed into one flat tensor, with whether it
-    is the last (one bucket is read ahead to know). The buckets are read to the end even when the sync stops
-    half way, since the other ranks of a trainer take part in each."""
-    from .tensor_transport import FlatWeights
+@dataclass
+class Sent:
+    """How many buckets a sync handed its engine."""
+
+    buckets: int = 0
+
+
+async def _flat_buckets(
+    trainer: PolicyTrainer, bucket_bytes: int, sent: Sent, collect_ipc: bool = False
+) -> AsyncGenerator[tuple[Any, bool], None]:
+    """The trainer's :meth:`~PolicyTrainer.weight_buckets`, each packed into one
+    :class:`~rlsdk.engines.tensor_transport.FlatWeights`, with whether it is the last (one bucket is read
+    ahead to know). With ``collect_ipc`` the CUDA-IPC memory of a bucket is freed once the engine asks for the
+    next (it has dropped its handles then). The buckets are read to the end even when the sync stops half way,
+    since the other ranks of a trainer take part in each."""
+    from ..engines.tensor_transport import FlatWeights
 
     buckets = trainer.weight_buckets(bucket_bytes)
 
@@ -241,8 +239,11 @@ async def _flat_buckets(trainer: PolicyTrainer, bucket_bytes: int) -> AsyncGener
             raise WeightSyncError(f"{type(trainer).__name__}.weight_buckets() gave no weights to send")
         while current is not None:
             following = await asyncio.to_thread(pack_next)
+            sent.buckets += 1
             yield current, following is None
             current = following
+            if collect_ipc:
+                await asyncio.to_thread(_collect_ipc)  # the bucket before: the engine dropped it
     finally:
         await asyncio.to_thread(_drain, buckets)
 
@@ -257,14 +258,14 @@ def _collect_ipc() -> None:
     import torch
 
     if torch.cuda.is_initialized():
-        torch.cuda.ipc_collect()  # free the trainer's copy once the servers dropped their handles
+        torch.cuda.ipc_collect()  # free the trainer's copy once the engines dropped their handles
 
 
 class NcclBroadcastSync(WeightSync):
-    """A broadcast from the trainer (rank 0) to SGLang servers on other GPUs."""
+    """A broadcast from the trainer (rank 0) to engines on other GPUs, in a group the engine forms with it
+    (:meth:`InferenceEngine.join_weight_broadcast`, once)."""
 
     name = "nccl"
-    group_name = "rlsdk_weight_sync"
 
     def __init__(
         self,
@@ -276,71 +277,19 @@ class NcclBroadcastSync(WeightSync):
         self.master_address = master_address
         self.backend = backend
         self.bucket_bytes = bucket_bytes
-        self.group: Any = None
-        self.workers: list[str] = []
-
-    async def _join(self, engine: Any) -> None:
-        from .tensor_transport import init_broadcast_group
-
-        self.workers = await engine.workers()
-        ranks = [await engine.tp_size(worker) for worker in self.workers]
-        port = free_port(self.master_address)
-        world = 1 + sum(ranks)
-        offsets = [1 + sum(ranks[:i]) for i in range(len(ranks))]
-        joins = [
-            engine.post_weights(
-                worker,
-                "/init_weights_update_group",
-                {
-                    "master_address": self.master_address,
-                    "master_port": port,
-                    "rank_offset": offset,
-                    "world_size": world,
-                    "group_name": self.group_name,
-                    "backend": self.backend,
-                },
-            )
-            for worker, offset in zip(self.workers, offsets, strict=True)
-        ]
-        self.group, *_ = await asyncio.gather(
-            asyncio.to_thread(
-                init_broadcast_group, self.master_address, port, world, self.group_name, self.backend
-            ),
-            *joins,
-        )
 
     async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
         started = time.perf_counter()
-        if self.group is None:
-            await self._join(engine)
+        await engine.join_weight_broadcast(self.master_address, self.backend)
         joined = time.perf_counter()
-        sent = 0
-        async with contextlib.aclosing(_flat_buckets(trainer, self.bucket_bytes)) as buckets:
-            async for flat, last in buckets:
-                sent += 1
-                # The version and the cache flush come with the last bucket, as in the tensor sync.
-                version = weight_version if last else None
-                body = flat.distributed_body(self.group_name, version, flush_cache=last)
-                announce = [
-                    engine.post_weights(w, "/update_weights_from_distributed", body)  # type: ignore[attr-defined]
-                    for w in self.workers
-                ]
-                await asyncio.gather(asyncio.to_thread(self._broadcast, flat), *announce)
+        sent = Sent()
+        async with contextlib.aclosing(_flat_buckets(trainer, self.bucket_bytes, sent)) as buckets:
+            await engine.update_weights_from_distributed(buckets, weight_version)
         self.timings = {
             "join_seconds": joined - started,
             "broadcast_seconds": time.perf_counter() - joined,
-            "buckets": sent,
+            "buckets": sent.buckets,
         }
-
-    def _broadcast(self, flat: Any) -> None:
-        import torch
-        import torch.distributed as dist
-
-        if flat.flat.is_cuda:
-            torch.cuda.set_device(flat.flat.device)
-        dist.broadcast(flat.flat, src=0, group=self.group)
-        if flat.flat.is_cuda:
-            torch.cuda.synchronize()
 
 
 def choose_sync(
@@ -352,10 +301,11 @@ def choose_sync(
     if mode == "auto":
         colocated = args.colocate and not getattr(args, "lora_rank", 0)  # an adapter goes through disk
         mode = "in_process" if engine.in_process_weights else "tensor" if colocated else "disk"
-    if mode in ("tensor", "nccl") and not hasattr(engine, "post_weights"):
+    if mode in ("tensor", "nccl") and mode not in engine.weight_transports:
+        takes = ", ".join(sorted(engine.weight_transports | {"disk"}))
         raise ValueError(
-            f"--weight-sync {mode} needs an SGLang engine; {type(engine).__name__} takes "
-            "in-process or disk sync (--weight-sync auto or disk)"
+            f"--weight-sync {mode}: {engine_label(engine)} cannot take weights that way; it takes {takes}"
+            + (" and in_process" if engine.in_process_weights else "")
         )
     if mode == "tensor" and not args.colocate:
         raise ValueError(

@@ -226,7 +226,7 @@ def server_environment() -> dict[str, str]:
     """The servers' environment: SGLang's memory saver cannot work with expandable segments (as slime
     notes), so the trainer's allocator settings are not inherited; and NCCL without its cuMem allocator
     (``NCCL_CUMEM_ENABLE=0`` unless set), as the trainer's side of a weight broadcast uses it
-    (:func:`rlsdk.training.tensor_transport.init_broadcast_group`)."""
+    (:func:`rlsdk.engines.tensor_transport.init_broadcast_group`)."""
     env = dict(os.environ)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     env.pop("PYTORCH_ALLOC_CONF", None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from argparse import Namespace
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -415,6 +416,13 @@ class Engine(PluginRecord):
         ),
     )
     func: EngineCall
+    check: Callable[[Any], None] | None = None
+    """``check(args)``: raises on settings this engine cannot serve, with a one-line reason; ``rlsdk run``
+    calls it before anything starts."""
+    launches: Callable[[Any], bool] | None = None
+    """``launches(args)``: whether the engine starts servers of its own on GPUs for these settings. On Ray
+    each engine actor then asks for ``rollout_num_gpus_per_engine`` GPUs and launches one engine on them, and
+    the pool keeps no standby (it would hold GPUs)."""
 
     @classmethod
     def chosen(cls, args: RunOptions | Namespace) -> Any:
@@ -781,6 +789,13 @@ class DataSourceFactory(PluginRecord):
     The callable is a class or factory ``data_source(args)`` whose result has slime's methods
     ``get_samples(num_samples) -> list[list[Sample]]`` and ``add_samples(groups)``; with ``state_dict()`` and
     ``load_state_dict(state)`` a run resumes where it stopped.
+
+    Each ``Sample`` carries its ``prompt`` as the text the model continues: a custom source renders the chat
+    template itself (``--apply-chat-template`` applies only to core's ``prompt_data``; a list of messages is
+    refused when generating), for instance with
+    ``get_runtime(args).tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)``,
+    or gives the prompt's ``tokens``. ``label`` and ``metadata`` are what the rewards read; ``group_index``
+    and ``index`` number the groups and samples (a group is ``n_samples_per_prompt`` samples of one prompt).
 
     - ``args``: the run's :class:`rlsdk.RolloutConfig`.
 

@@ -179,8 +179,23 @@ class Advantage(PluginRecord):
     The hook provides advantage estimators (``--custom-advantage-function-path NAME``).
 
     The callable is slime's ``advantage(args, rollout_data) -> None``: it sets ``rollout_data["advantages"]``
-    (one per-response-token tensor per sample; ``"returns"`` too, as slime's do) from ``rewards`` (after
-    the reward post-processing), ``kl``, ``loss_masks``, ``response_lengths``, ``rollout_log_probs``.
+    (one float tensor per sample, one entry per response token) in place. ``rollout_data`` holds one entry per
+    sample, the step's kept samples in group order:
+
+    - ``rewards``: floats after post-processing: the ``reward_post_process`` plugin's, else the group
+      normalization (GRPO's reward minus its group's mean, over the group's std unless
+      ``--disable-grpo-std-normalization``), then whatever ``rollout_data_postprocess`` left; the raw rewards
+      are not here (``rollout_data_postprocess`` sees them as ``raw_reward``);
+    - ``kl``: per-token tensors, the policy's KL to the reference (zeros without ``--kl-coef``);
+    - ``loss_masks``: per-token 0/1 tensors; ``response_lengths``, ``total_lengths``: ints;
+    - ``rollout_log_probs``: the engine's per-token log-probs (tensors, None for a sample without them);
+      ``log_probs``, ``ref_log_probs``: the
+      trainer's old-policy and reference per-token tensors, empty lists where the step did not compute them;
+    - with ``--advantage-estimator ppo`` also ``values``, the critic's per-token tensors, and the plugin must
+      set ``rollout_data["returns"]`` (the critic's targets; the step fails naming the plugin otherwise).
+
+    There are no group ids: a plugin that needs the groups works in ``reward_post_process``, whose samples
+    carry ``group_index``.
 
     - ``args``: the run's :class:`rlsdk.RolloutConfig`.
     - ``rollout_data``: the step's training data, one entry per sample in each list.

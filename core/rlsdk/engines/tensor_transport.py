@@ -1,4 +1,6 @@
-"""The trainer's weights in the shapes SGLang's weight-update endpoints take (read from sglang 0.5.17).
+"""The trainer's weights as byte buckets (:class:`FlatWeights`: every tensor's bytes in one tensor, which is
+also the packed layout of vLLM's weight transfer), and the shapes SGLang's weight-update endpoints take (read
+from sglang 0.5.17).
 
 - ``/update_weights_from_tensor`` with ``load_format: "flattened_bucket"``: per tensor-parallel rank one
   base64 string of a ``ForkingPickler`` pickle of ``{"flattened_tensor", "metadata"}``: every tensor
@@ -165,3 +167,14 @@ def join_broadcast_group(
     )
     _world.pg_group_ranks[group] = {i: i for i in range(world_size)}
     return group
+
+
+def broadcast(weights: FlatWeights, group: Any) -> None:
+    """Send ``weights``' bytes to ``group`` from rank 0 (this process), waiting until they are out."""
+    import torch.distributed as dist
+
+    if weights.flat.is_cuda:
+        torch.cuda.set_device(weights.flat.device)
+    dist.broadcast(weights.flat, src=0, group=group)
+    if weights.flat.is_cuda:
+        torch.cuda.synchronize()
