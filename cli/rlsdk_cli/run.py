@@ -140,7 +140,7 @@ SPECIAL_FLAGS = {"apply_chat_template": ("--apply-chat-template/--no-chat-templa
 NOT_FLAGS = frozenset({"resume", "overwrite", "sglang_router_ip", "sglang_router_port", "eval_datasets"})
 """Options the command line does not take: ``--resume`` and ``--overwrite`` are the command's own, the engine sets the router's
 address, and eval datasets come as ``--eval-data NAME=PATH``."""
-DICT_OPTIONS = frozenset({"apply_chat_template_kwargs", "ray_runtime_env"})
+DICT_OPTIONS = frozenset({"apply_chat_template_kwargs", "multimodal_keys", "ray_runtime_env"})
 """Options given as JSON on the command line."""
 
 
@@ -220,12 +220,18 @@ def with_run_options(func: Any = None, *, unused: frozenset[str] = frozenset()) 
 
 def sglang_passthrough_options(tokens: list[str], known: list[str]) -> list[str]:
     """Unknown ``--sglang-NAME [VALUE...]`` and ``--router-NAME [VALUE...]`` flags as ``sglang_NAME=VALUE``
-    and ``router_NAME=VALUE`` settings (a bare flag is true, several values a list); any other unknown
-    token is the parser's usual error, with the ``known`` option closest to it."""
+    and ``router_NAME=VALUE`` settings, and slime's arguments rlsdk keeps for slime's functions
+    (``--attention-backend flash``, ``--balance-data``: :data:`rlsdk.slime_args.SLIME_ARG_DEFAULTS`) as
+    theirs (a bare flag is true, several values a list); any other unknown token is the parser's usual
+    error, with the ``known`` option closest to it."""
+    from rlsdk.config import slime_argument_names
+
+    slime = slime_argument_names()
     settings: dict[str, list[Any]] = {}
     name = None
     for token in tokens:
-        if token.startswith(("--sglang-", "--router-")):
+        slime_name = token[2:].partition("=")[0].replace("-", "_") if token.startswith("--") else ""
+        if token.startswith(("--sglang-", "--router-")) or slime_name in slime:
             key, sep, value = token[2:].partition("=")
             name = key.replace("-", "_")
             settings[name] = [value] if sep else []
@@ -316,6 +322,16 @@ def run(
         typer.echo(config_yaml(args, sources), nl=False)
         return
     console.print("\n".join(summary_lines(args, sources)), markup=False, highlight=False, soft_wrap=True)
+    from rlsdk.slime_args import SLIME_TRAINER_SETTINGS
+
+    unused = sorted(name for name in args.extra if name in SLIME_TRAINER_SETTINGS)
+    if unused:
+        console.print(
+            f"slime's trainer settings taken as given, used by none of rlsdk's trainers: {', '.join(unused)}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     if resume and finished_run(args):
         console.print(
             f"the run in {args.output_dir} is finished ({args.num_rollout} of {args.num_rollout} steps): "
@@ -435,7 +451,7 @@ def evaluate(**options: Any) -> None:
         console.print(
             f"from the checkpoint's run: {', '.join(taken)}", markup=False, highlight=False, soft_wrap=True
         )
-    if not args.eval_datasets and not args.eval_prompt_data:
+    if not args.eval_datasets and not args.eval_prompt_data and not args.eval_config:
         data = str(args.prompt_data)  # with_default_data set it
         args = args.replace(eval_datasets=[{"name": Path(data).stem, "path": data}])
     from rlsdk.run.extensions import log_eval
