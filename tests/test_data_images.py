@@ -83,3 +83,35 @@ def test_generate_sends_text_and_image_data(rlsdk_pm, small_tokenizer, tmp_path)
     assert "image_data" not in third and third["input_ids"] == small_tokenizer(plain.prompt, add_special_tokens=False)["input_ids"]
     assert cat.status == Sample.Status.COMPLETED and cat.response == "A small cat."  # the stop token in the ids, not the text
     assert len(cat.loss_mask) == len(cat.rollout_log_probs) == cat.response_length
+
+
+def test_multimodal_keys_put_a_rows_images_at_its_placeholders(rlsdk_pm, small_tokenizer, tmp_path):
+    """slime's ``--multimodal-keys '{"image": "images"}'`` (geo3k's data): the row's ``images`` column fills the
+    prompt's ``<image>`` placeholders in order, each a path, URL, base64 or content part."""
+    (tmp_path / "cat.png").write_bytes(b"\x89PNG not really")
+    data = [
+        {"input": "<image>Which is bigger, this<image> or that?", "images": ["cat.png", {"type": "image", "image": DATA_URI}],
+         "label": "a"},
+        {"input": "No picture here.", "label": "b"},
+        {"input": "Two placeholders <image><image>", "images": ["cat.png"], "label": "c"},
+        {"input": "<image>", "images": ["cat.png"], "video": ["v.mp4"], "label": "d"},
+    ]
+    args, source_ = source(rlsdk_pm, tmp_path, small_tokenizer, data[:2], multimodal_keys={"image": "images"})
+    pair, plain = [group[0] for group in source_.get_samples(2)]
+    assert pair.multimodal_inputs == {"images": [str((tmp_path / "cat.png").resolve()), DATA_URI]}
+    assert plain.multimodal_inputs is None and plain.prompt.endswith("assistant\n")
+    assert pair.prompt == small_tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Which is bigger, this or that?"}], tokenize=False, add_generation_prompt=True)
+    with pytest.raises(DataError, match=r"images\.jsonl:line 1: more <image> placeholders than the 1 image"):
+        source(rlsdk_pm, tmp_path, small_tokenizer, data[2:3], multimodal_keys={"image": "images"})
+    with pytest.raises(DataError, match=r"take images only; this row has \['video'\]"):
+        source(rlsdk_pm, tmp_path, small_tokenizer, data[3:], multimodal_keys={"image": "images", "video": "video"})
+
+
+def test_multimodal_keys_take_hugging_face_image_columns():
+    """A Parquet image column as Hugging Face datasets write it (``{"bytes", "path"}``) gives base64 images."""
+    from rlsdk.data.images import with_media
+
+    messages = with_media("Look: <image>", {"images": [{"bytes": b"\x89PNG", "path": None}]}, {"image": "images"})
+    assert messages == [{"role": "user", "content": [{"type": "text", "text": "Look: "},
+                                                     {"type": "image", "image": "iVBORw=="}]}]

@@ -20,9 +20,7 @@ import yaml
 from typer.testing import CliRunner
 
 from rlsdk import RolloutConfig, Sample
-from rlsdk.errors import DataError
 from rlsdk.rollout.evaluation import warn_unscored
-from rlsdk.run.job import check_eval_data
 from rlsdk.run.learning_signal import no_signal
 from rlsdk.run.output import saved_settings
 from rlsdk_cli.app import app
@@ -75,8 +73,9 @@ def test_a_wrong_eval_data_path_fails_before_the_engine_starts(tmp_path):
     assert f"eval dataset 'held': data file '{tmp_path / 'held.jsonl'}' does not exist" in result.output
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
     (tmp_path / "held.jsonl").write_text(json.dumps({"question": "w1"}) + "\n")
-    with pytest.raises(DataError, match=r"eval dataset 'held': .*held.jsonl:line 1: no input key 'input'"):
-        check_eval_data(RolloutConfig(eval_datasets=[{"name": "held", "path": str(tmp_path / "held.jsonl")}]))
+    result = runner.invoke(app, argv, env={"COLUMNS": "200"})
+    assert result.exit_code == 1 and "eval dataset 'held': " in result.output
+    assert "held.jsonl:line 1: no input key 'input'" in result.output
 
 
 def test_resume_may_change_the_eval_set(tmp_path):

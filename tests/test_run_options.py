@@ -84,3 +84,16 @@ def test_rlsdk_run_caps_glibc_malloc_arenas_unless_the_user_set_them(monkeypatch
     assert limit_malloc_arenas() is False
     monkeypatch.delenv("MALLOC_ARENA_MAX")
     assert limit_malloc_arenas() is (platform.libc_ver()[0] == "glibc")
+
+
+def test_slimes_trainer_flags_are_taken_and_named_as_unused(tmp_path):
+    """A slime launch script's Megatron settings (``--attention-backend flash``, a bare ``--balance-data``) are
+    taken and named as used by no rlsdk trainer; ``--optimizer``/``--lr-decay-style`` only at the one value
+    rlsdk's trainers have."""
+    config = invoke("run", "--print-config", "--attention-backend", "flash", "--balance-data", "--optimizer", "adam",
+                    "--lr-decay-style", "constant", "--eval-top-k", "5", "--output", str(tmp_path))
+    assert config.exit_code == 0, config.output
+    assert "attention_backend: flash" in config.stdout and "balance_data: true" in config.stdout
+    assert "eval_top_k: 5" in config.stdout
+    wrong = invoke("run", "--optimizer", "sgd", "--output", str(tmp_path / "out"))
+    assert wrong.exit_code == 2 and "optimizer 'sgd': rlsdk's trainers take 'adam' only" in " ".join(wrong.output.split())

@@ -241,7 +241,7 @@ def test_slime_modules_stand_in_as_rlsdks(no_slime):
     assert isinstance(legacy, RolloutFnTrainOutput) and len(legacy.samples) == 1
     assert sys.modules["rlsdk.types"].__spec__.name == "rlsdk.types"
     with pytest.raises(ModuleNotFoundError, match="stands in only for"):
-        importlib.import_module("slime.backends.megatron_utils")
+        importlib.import_module("slime.backends.megatron_utils.loss")
 
 
 def test_a_real_slime_is_never_shadowed(fake_slime):

@@ -51,12 +51,31 @@ class EvalDatasetConfig:
     custom_rm_path: str | None = None
     input_key: str | None = None
     label_key: str | None = None
+    tool_key: str | None = None
+    metadata_key: str | None = None
+    multimodal_keys: dict[str, str] | None = None
+    apply_chat_template: bool | None = None
+    apply_chat_template_kwargs: dict[str, Any] | None = None
     n_samples_per_eval_prompt: int | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
     max_response_len: int | None = None
+    stop: list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    min_new_tokens: int | None = None
+    repetition_penalty: float | None = None
+    skip_special_tokens: bool | None = None
+    no_stop_trim: bool | None = None
+    custom_generate_function_path: str | None = None
     app_service: str | None = None
+    eval_task_timeout: int | None = None
+    min_eval_samples: int | None = None
+    eval_early_stop_remaining: int | None = None
+    eval_early_stop_idle_timeout: float | None = None
+    message_processor: dict[str, Any] | None = None
+    reward_model: dict[str, Any] | None = None
+    remote_environment: dict[str, Any] | None = None
     metadata_overrides: dict[str, Any] = field(default_factory=dict)
 
 
@@ -193,16 +212,10 @@ def slime_run(slime_pm, tmp_path):
     loops = []
 
     def make(**values):
-        args = argparse.Namespace(
-            rm_type="exact",
-            n_samples_per_prompt=2,
-            rollout_batch_size=2,
-            over_sampling_batch_size=2,
-            input_key="question",
-            label_key="answer",
-            eval_prompt_data=None,
-            **values,
-        )
+        args = argparse.Namespace(**{
+            "rm_type": "exact", "n_samples_per_prompt": 2, "rollout_batch_size": 2, "over_sampling_batch_size": 2,
+            "input_key": "question", "label_key": "answer", "eval_prompt_data": None, **values,
+        })
         engine = FakeEngine(lambda payload, call: "yes")
         runtime = bind_runtime(adapters.view(args), Runtime(slime_pm, engine, engine.tokenizer))
         loops.append(runtime)
@@ -231,14 +244,29 @@ def test_eval_function_runs_slimes_eval_dataset_configs(slime_run, tmp_path):
     assert args.rm_type == "exact" and not hasattr(args, "eval_temperature")  # the run's args are untouched
 
 
-def test_an_eval_dataset_config_field_rlsdk_does_not_implement_is_named(slime_run, tmp_path):
+def test_every_eval_dataset_config_field_slime_uses_reaches_the_samples(slime_run, tmp_path):
+    config = EvalDatasetConfig(
+        name="held", path=prompts(tmp_path, n=1), stop=["</a>"], stop_token_ids=[7], min_new_tokens=2,
+        repetition_penalty=1.1, skip_special_tokens=True, no_stop_trim=False, top_k=5,
+        metadata_overrides={"source": "held"}, custom_rm_path="tests.test_slime_contracts:exact",
+    )
+    args, engine = slime_run(eval_datasets=[config], rm_type="no_such_reward")
+    output = load_callable("rlsdk.slime.generate_rollout.sglang")(args, 0, None, evaluation=True)
+    assert output.data["held"]["rewards"] == [1.0]  # the dataset's custom_rm_path, over the run's rm_type
+    assert output.data["held"]["samples"][0].metadata["source"] == "held"
+    params = engine.payloads[0]["sampling_params"]
+    assert {k: params[k] for k in ("stop", "stop_token_ids", "min_new_tokens", "repetition_penalty", "top_k")} == {
+        "stop": ["</a>"], "stop_token_ids": [7], "min_new_tokens": 2, "repetition_penalty": 1.1, "top_k": 5}
+    assert params["skip_special_tokens"] is True and params["no_stop_trim"] is False
+
+
+def test_an_eval_dataset_config_field_slime_never_uses_is_accepted_with_a_warning(slime_run, tmp_path):
     config = EvalDatasetConfig(name="held", path=prompts(tmp_path), app_service="http://localhost:18080")
     args, _ = slime_run(eval_datasets=[config])
     fn = load_callable("rlsdk.slime.generate_rollout.sglang")
-    with pytest.raises(
-        ValueError, match=r"eval dataset 'held': rlsdk's eval does not implement \['app_service'\]"
-    ):
-        fn(args, 0, None, evaluation=True)
+    with pytest.warns(UserWarning, match=r"eval dataset 'held': \['app_service'\] are ignored: slime parses"):
+        output = fn(args, 0, None, evaluation=True)
+    assert output.data["held"]["rewards"] == [1.0] * 3
 
 
 def test_rollout_function_with_slimes_data_source_returns_full_groups(slime_run):
@@ -298,12 +326,14 @@ def test_runtime_hook_slots_have_slimes_signatures_and_results(slime_pm, tmp_pat
         "rollout_extra_metrics",
         "rollout_time",
     )
-    assert log(3, make_args(output_dir=str(tmp_path)), samples, {"reward": 1.0}, 0.5) is False
+    logged = make_args(output_dir=str(tmp_path))
+    assert log(3, logged, samples, {"reward": 1.0}, 0.5) is False
     assert json.loads((tmp_path / "logs/rollout_log.jsonl").read_text())["rollout_id"] == 3
+    assert logged.logged_rollout_id == 3  # slime's contract: the rollout logged, noted on args
     eval_log = load_callable("rlsdk.slime.eval_rollout_log.jsonl")
     assert tuple(inspect.signature(eval_log).parameters) == ("rollout_id", "args", "data", "extra_metrics")
     data = {"eval_set": {"rewards": [1.0], "truncated": [False], "samples": samples[:1]}}
-    assert eval_log(4, make_args(output_dir=str(tmp_path)), data, {"acc": 1.0}) is False
+    assert eval_log(4, logged, data, {"acc": 1.0}) is False and logged.logged_eval_rollout_id == 4
 
     post = load_callable("rlsdk.slime.reward_post_process.plus_one")
     assert tuple(inspect.signature(post).parameters) == ("args", "samples")

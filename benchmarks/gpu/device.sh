@@ -51,6 +51,10 @@
 #                                            # check); `colocate` gives SGLang's in a call of its own on the same machine
 #   bash benchmarks/gpu/device.sh vllm_nccl  # gpu_loop.py nccl --engine vllm (two GPUs)
 #   bash benchmarks/gpu/device.sh learn_vllm # learning_gpu.py --engine vllm (after `model`; LEARN_MINUTES=8 as `learn`)
+#   bash benchmarks/gpu/device.sh slime_examples  # scripts/slime_examples.py --gpu (after setup and model): slime's
+#                                            # examples (carried as slime-examples.tar, prepare.sh with SLIME_GIT_DIR)
+#                                            # from their launch scripts on rlsdk-launched SGLang and SmolLM2 (not run
+#                                            # yet; one JSON line per example in $OUT/slime_examples.jsonl)
 #   bash benchmarks/gpu/device.sh scale      # scale.py: Qwen3-4B shape, megatron + SGLang colocated with offload (~5.5 min
 #     on an H100, 2026-11-28: the 8 GB checkpoint ~1 min, SGLang and trainer start ~2.3 min, 4 steps ~2 min)
 #     (SCALE_ARGS: more of its options)
@@ -335,6 +339,18 @@ learn_sync_long_ray() { learn_mode sync_long --response-len "${LAG_RESPONSE_LEN:
 learn_lag2_ray() { learn_mode lag2 --lag 2 --response-len "${LAG_RESPONSE_LEN:-512}"; }
 learn_async_long_ray() { learn_mode async_long --async --response-len "${LAG_RESPONSE_LEN:-512}"; }
 
+slime_examples() {  # slime's examples on SGLang (SLIME_EXAMPLES: which ones; default all)
+  rm -rf /tmp/slime-files && mkdir -p /tmp/slime-files
+  tar -x -C /tmp/slime-files -f "$gpu/slime-examples.tar" || return 1
+  local converted
+  converted=$(ls -d "$models"/SmolLM2-135M-Instruct-* 2>/dev/null | head -n 1)
+  [ -n "$converted" ] || { echo "no converted SmolLM2: run the model phase first"; return 1; }
+  # shellcheck disable=SC2086  # SLIME_EXAMPLES is a list of names
+  rlsdk_env python3 "$here/../../scripts/slime_examples.py" /tmp/slime-files --gpu --sglang-python /tmp/sglang-python \
+      --model "$converted" ${SLIME_EXAMPLES:+--examples $SLIME_EXAMPLES} >"$out/slime_examples.jsonl" 2>"$out/slime_examples.log"
+  echo "slime_examples: $(cut -c1-200 "$out/slime_examples.jsonl")"
+}
+
 scale() {  # SCALE_ARGS: more of scale.py's options
   rm -rf /tmp/scale
   # shellcheck disable=SC2086  # SCALE_ARGS is a list of options
@@ -359,7 +375,7 @@ learn_megatron() { learn_with megatron; }
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|setup_vllm|vllm|vllm_throughput|vllm_colocate|vllm_nccl|learn_vllm|embedded|generate|server|sglang|launch|colocate|nccl|engines2|engines4|megatron|megatron_parallel|model|learn|learn_megatron|lora|trust|tinker|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|scale|scale8b_split|megatron_moe4)
+    piece|setup|setup_vllm|vllm|vllm_throughput|vllm_colocate|vllm_nccl|learn_vllm|embedded|generate|server|sglang|launch|colocate|nccl|engines2|engines4|megatron|megatron_parallel|model|learn|learn_megatron|lora|trust|tinker|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|slime_examples|scale|scale8b_split|megatron_moe4)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac

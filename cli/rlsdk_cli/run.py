@@ -139,7 +139,7 @@ SPECIAL_FLAGS = {"apply_chat_template": ("--apply-chat-template/--no-chat-templa
 NOT_FLAGS = frozenset({"resume", "overwrite", "sglang_router_ip", "sglang_router_port", "eval_datasets"})
 """Options the command line does not take: ``--resume`` and ``--overwrite`` are the command's own, the engine sets the router's
 address, and eval datasets come as ``--eval-data NAME=PATH``."""
-DICT_OPTIONS = frozenset({"apply_chat_template_kwargs", "ray_runtime_env"})
+DICT_OPTIONS = frozenset({"apply_chat_template_kwargs", "multimodal_keys", "ray_runtime_env"})
 """Options given as JSON on the command line."""
 
 
@@ -219,12 +219,18 @@ def with_run_options(func: Any = None, *, unused: frozenset[str] = frozenset()) 
 
 def sglang_passthrough_options(tokens: list[str], known: list[str]) -> list[str]:
     """Unknown ``--sglang-NAME [VALUE...]`` and ``--router-NAME [VALUE...]`` flags as ``sglang_NAME=VALUE``
-    and ``router_NAME=VALUE`` settings (a bare flag is true, several values a list); any other unknown
-    token is the parser's usual error, with the ``known`` option closest to it."""
+    and ``router_NAME=VALUE`` settings, and slime's arguments rlsdk keeps for slime's functions
+    (``--attention-backend flash``, ``--balance-data``: :data:`rlsdk.slime_args.SLIME_ARG_DEFAULTS`) as
+    theirs (a bare flag is true, several values a list); any other unknown token is the parser's usual
+    error, with the ``known`` option closest to it."""
+    from rlsdk.config import slime_argument_names
+
+    slime = slime_argument_names()
     settings: dict[str, list[Any]] = {}
     name = None
     for token in tokens:
-        if token.startswith(("--sglang-", "--router-")):
+        slime_name = token[2:].partition("=")[0].replace("-", "_") if token.startswith("--") else ""
+        if token.startswith(("--sglang-", "--router-")) or slime_name in slime:
             key, sep, value = token[2:].partition("=")
             name = key.replace("-", "_")
             settings[name] = [value] if sep else []
@@ -315,6 +321,16 @@ def run(
         typer.echo(config_yaml(args, sources), nl=False)
         return
     console.print("\n".join(summary_lines(args, sources)), markup=False, highlight=False, soft_wrap=True)
+    from rlsdk.slime_args import SLIME_TRAINER_SETTINGS
+
+    unused = sorted(name for name in args.extra if name in SLIME_TRAINER_SETTINGS)
+    if unused:
+        console.print(
+            f"slime's trainer settings taken as given, used by none of rlsdk's trainers: {', '.join(unused)}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     if resume and finished_run(args):
         console.print(
             f"the run in {args.output_dir} is finished ({args.num_rollout} of {args.num_rollout} steps): "
@@ -467,12 +483,11 @@ def evaluate(
         "\n".join(eval_summary(args, adapter, scored)), markup=False, highlight=False, soft_wrap=True
     )
     from rlsdk.run.extensions import log_eval
-    from rlsdk.run.job import check_eval_data, run_eval
+    from rlsdk.run.job import run_eval
     from rlsdk.run.output import RunOutput
     from rlsdk.run.session import running
 
     try:
-        check_eval_data(args)  # a missing or empty eval file fails before the model loads
         with refusing_code(refused), running(args, pm) as runtime:
             assert runtime.args is not None
             if adapter is not None:  # served over its base model, as the run's engine served it
@@ -498,7 +513,7 @@ def eval_sets(args: RolloutConfig, pm: Any) -> tuple[RolloutConfig, str]:
     the training data."""
     from rlsdk.config import environment_options
 
-    if args.eval_datasets or args.eval_prompt_data:
+    if args.eval_datasets or args.eval_prompt_data or args.eval_config:
         return args, "set"
     env = args.choices.get("env")
     held_out = environment_options(env, pm, train=True).get("eval_datasets") if env else None
@@ -513,7 +528,7 @@ def eval_sets(args: RolloutConfig, pm: Any) -> tuple[RolloutConfig, str]:
 def eval_summary(args: RolloutConfig, adapter: Path | None, scored: str) -> list[str]:
     """What ``rlsdk eval`` scores: the model, the data sets, the samples per prompt and the reward."""
     from rlsdk import Reward
-    from rlsdk.rollout.evaluation import eval_datasets
+    from rlsdk.data.eval_sets import run_eval_datasets
 
     model = args.model or "the default model (SmolLM2-135M-Instruct)"
     with_adapter = f" with the LoRA adapter {adapter}" if adapter is not None else ""
@@ -522,8 +537,8 @@ def eval_summary(args: RolloutConfig, adapter: Path | None, scored: str) -> list
         f"eval: {model}{with_adapter}, reward {reward}, {args.n_samples_per_eval_prompt} sample(s) per prompt"
     ]
     where = "" if scored == "set" else f" ({scored})"
-    for spec in eval_datasets(args):
-        lines.append(f"  data {spec['name']} = {spec['path']}{where}")
+    for dataset in run_eval_datasets(args):
+        lines.append(f"  data {dataset.name} = {dataset.path}{where}")
     lines.append("  (every setting: the same command with --print-config)")
     return lines
 

@@ -33,6 +33,7 @@ LOSS_TYPES = ("policy_loss", "sft_loss", "custom_loss")
 KL_LOSS_TYPES = ("k1", "k2", "k3", "low_var_kl")
 WEIGHT_SYNC_MODES = ("auto", "tensor", "nccl", "disk")
 WEIGHTS_CHECK_MODES = ("auto", "on", "off")
+OPD_TYPES = ("sglang", "megatron")
 
 
 UPDATE_WEIGHT_BUFFER_SIZE = 512 * 2**20
@@ -117,6 +118,9 @@ class DataOptions:
     """Row key holding per-row metadata."""
     tool_key: str = "tools"
     """Row key holding tool definitions for the chat template."""
+    multimodal_keys: dict[str, str] | None = None
+    """Row keys holding each prompt's media, by type (``{"image": "images"}``): the prompt's ``<image>``
+    placeholders become those images, in order (slime's ``--multimodal-keys``)."""
     apply_chat_template: bool = False
     """Render prompts through the tokenizer's chat template."""
     apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -132,8 +136,15 @@ class DataOptions:
     eval_prompt_data: list[str] = field(default_factory=list)
     """Eval datasets as ``name path`` pairs flattened, as slime takes them."""
     eval_datasets: list[dict[str, Any]] = field(default_factory=list)
-    """Eval datasets with overrides each: ``{"name", "path", "rm_type", "n_samples_per_eval_prompt",
-    "eval_temperature", "eval_top_p", "eval_max_response_len", "eval_reward_key"}``."""
+    """Eval datasets, each ``{"name", "path"}`` and any setting of slime's ``EvalDatasetConfig``
+    (``rm_type``, ``n_samples_per_eval_prompt``, ``temperature``, ``max_response_len``, ``input_key``...)
+    or ``reward_key``; unset ones are the run's (:mod:`rlsdk.data.eval_sets`)."""
+    eval_config: str | None = None
+    """slime's multi-task eval file (YAML or JSON): ``eval: {defaults: {...}, datasets: [...]}``, each
+    dataset's settings over the defaults over the run's options; replaces ``eval_prompt_data``."""
+    custom_config_path: str | None = None
+    """slime's custom config: a YAML file whose values are set on ``args`` over every other setting, those
+    that are no option too (for custom functions that read them)."""
 
     def __post_init__(self) -> None:
         one_of(self, "on_bad_row", ("error", "skip"))
@@ -228,6 +239,21 @@ class TrainingOptions:
     update_weight_buffer_size: int = UPDATE_WEIGHT_BUFFER_SIZE
     """Bytes of weights a ``tensor`` or ``nccl`` sync sends at a time (slime's name; 512 MiB): the trainer
     gathers and the engines load one bucket of this size after another, never the whole model at once."""
+    update_weight_mode: str = "full"
+    """``full`` sends every tensor each sync; ``delta`` (disk only, slime's) publishes only the changed bytes
+    under ``update_weight_disk_dir`` and each engine's host patches ``update_weight_local_checkpoint_dir``
+    (:mod:`rlsdk.training.delta_sync`)."""
+    update_weight_disk_dir: str | None = None
+    """The folder disk syncs write to (shared with the engines' hosts); default ``weights/`` in the output
+    folder."""
+    update_weight_local_checkpoint_dir: str | None = None
+    """With ``update_weight_mode delta``: the full checkpoint on the engine's host that the deltas patch and the
+    engine reloads; default ``weights-local/`` in the output folder."""
+    update_weight_delta_encoding: str = "xor"
+    """A delta's encoding: ``xor`` (smallest, applied once on its base) or ``overwrite`` (idempotent)."""
+    update_weight_delta_checksum: str = "xxh3-128"
+    """Each delta tensor's checksum after it is applied: ``xxh3-128``, ``blake3`` (the blake3 package) or
+    ``adler32``."""
     offload: bool = False
     """Both ``offload_train`` and ``offload_rollout`` (slime's ``--offload``)."""
     offload_train: bool | None = None
@@ -264,8 +290,15 @@ class TrainingOptions:
             ("kl_loss_type", KL_LOSS_TYPES),
             ("weight_sync", WEIGHT_SYNC_MODES),
             ("weights_check", WEIGHTS_CHECK_MODES),
+            ("update_weight_mode", ("full", "delta")),
+            ("update_weight_delta_encoding", ("xor", "overwrite")),
+            ("update_weight_delta_checksum", ("xxh3-128", "blake3", "adler32")),
         ):
             one_of(self, name, choices)
+        if self.update_weight_mode == "delta" and self.weight_sync not in ("auto", "disk"):
+            raise ValueError(
+                f"update_weight_mode delta syncs through disk: --update-weight-transport disk, not {self.weight_sync}"
+            )
         if self.use_tis and self.use_rollout_logprobs:
             raise ValueError("use_tis and use_rollout_logprobs cannot be set together (as in slime)")
         if self.max_policy_version_lag is not None and self.max_policy_version_lag < 0:
@@ -326,7 +359,15 @@ class AlgorithmOptions:
     """On-policy distillation: the teacher that scores the student's samples, an SGLang-protocol server by
     URL or an engine plugin by name (with ``opd_teacher_load``)."""
     opd_teacher_load: str | None = None
-    """The teacher's model for a teacher engine given by name (a Hugging Face folder)."""
+    """The teacher's model (a Hugging Face folder): for a teacher engine given by name, or with ``opd_type
+    megatron`` loaded into the trainer beside the policy."""
+    use_opd: bool = False
+    """On-policy distillation as slime turns it on, with ``opd_type``: ``sglang`` takes each sample's
+    ``teacher_log_probs`` as the reward post-process set them (slime's ``on_policy_distillation`` functions,
+    the teacher at ``rm_url``); ``megatron`` scores with the teacher loaded into the trainer
+    (``opd_teacher_load``). ``opd_teacher`` alone is rlsdk's way: the run asks the teacher engine itself."""
+    opd_type: str | None = None
+    """``sglang`` or ``megatron``, with ``use_opd`` (slime's ``--opd-type``)."""
     opd_kl_coef: float = 1.0
     """On-policy distillation: subtract this times the reverse KL to the teacher (student minus teacher
     log-prob of each sampled token) from every token's advantage."""
@@ -343,12 +384,37 @@ class AlgorithmOptions:
             )
         if self.num_critic_only_steps < 0 or self.value_clip <= 0:
             raise ValueError("num_critic_only_steps must be at least 0 and value_clip above 0")
-        if self.opd_teacher_load and not self.opd_teacher:
-            raise ValueError(
-                "opd_teacher_load names the teacher's model: give the teacher engine (opd_teacher)"
-            )
+        check_opd(self)
         if min(self.sapo_tau_pos, self.sapo_tau_neg) <= 0:
             raise ValueError("sapo_tau_pos and sapo_tau_neg must be above 0")
+
+
+def check_opd(args: AlgorithmOptions) -> None:
+    """slime's rules for ``use_opd``, ``opd_type`` and ``opd_teacher_load``, beside rlsdk's ``opd_teacher``."""
+    if args.opd_type is not None and args.opd_type not in OPD_TYPES:
+        raise ValueError(f"opd_type must be one of {', '.join(OPD_TYPES)}, got {args.opd_type!r}")
+    if args.use_opd and args.opd_type is None:
+        raise ValueError(
+            "--opd-type must be specified when --use-opd is enabled. Choose 'sglang' or 'megatron'."
+        )
+    if args.opd_type is not None and not args.use_opd:
+        raise ValueError("--opd-type is set but --use-opd is not enabled. Please add --use-opd flag.")
+    if args.use_opd and args.opd_teacher:
+        raise ValueError("--use-opd (slime's) and --opd-teacher (rlsdk's) name two teachers: give one")
+    if args.opd_type == "megatron" and not args.opd_teacher_load:
+        raise ValueError(
+            "--opd-teacher-load is required when --opd-type=megatron (the teacher's model folder)"
+        )
+    if args.opd_type == "sglang" and args.opd_teacher_load:
+        raise ValueError(
+            "--opd-teacher-load should not be set when --opd-type=sglang: the teacher's log-probs come from its "
+            "server during the rollout"
+        )
+    if args.opd_teacher_load and not (args.opd_teacher or args.opd_type == "megatron"):
+        raise ValueError(
+            "opd_teacher_load names the teacher's model: give the teacher engine (opd_teacher), or "
+            "--use-opd --opd-type megatron"
+        )
 
 
 @dataclass(frozen=True)

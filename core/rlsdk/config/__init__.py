@@ -23,7 +23,7 @@ from ..plugins.kinds import RECORD_TYPES
 from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
 from ..plugins.records import Option, PluginInfo, Resolved
 from ..plugins.verifiers_envs import is_verifiers_module, verifiers_environment
-from ..slime_args import SLIME_ARG_DEFAULTS
+from ..slime_args import SLIME_ARG_DEFAULTS, SLIME_FIXED_CHOICES
 from ..options import SECTIONS, RunOptions
 from ..training_options import option_docs
 
@@ -62,6 +62,7 @@ ALIASES = {
     "rollout_log": "custom_rollout_log_function_path",
     "eval_rollout_log": "custom_eval_rollout_log_function_path",
     "advantage": "custom_advantage_function_path",
+    "update_weight_transport": "weight_sync",
 }
 """Short names of options (``--rm``, ``rm:`` in a config file) beside slime's long ones."""
 
@@ -138,6 +139,11 @@ class RolloutConfig(RunOptions):
             if check is not None:
                 check(self)
         check_numbers(self)
+        for name, value in SLIME_FIXED_CHOICES.items():
+            if self.extra.get(name, value) != value:
+                raise ValueError(
+                    f"{name} {self.extra[name]!r}: rlsdk's trainers take {value!r} only (AdamW, constant lr)"
+                )
         if self.loss_type == "custom_loss" and not self.choices.get("custom_loss_function_path"):
             raise ValueError(
                 "loss_type custom_loss needs custom_loss_function_path (a loss name or dotted path)"
@@ -171,8 +177,11 @@ class RolloutConfig(RunOptions):
         if given.get("env"):  # the environment's settings, under every option given
             given = {**environment_options(given["env"], pm, train=bool(given.get("train"))), **given}
         core = core_options()
+        custom = custom_config(given.get("custom_config_path"), declared)
+        given.update({key: value for key, value in custom.items() if key in core or key in declared})
         core_values = {key: core[key].check(value) for key, value in given.items() if key in core}
         extra = plugin_values({k: v for k, v in given.items() if k not in core}, declared)
+        extra.update({key: value for key, value in custom.items() if key not in core and key not in declared})
         if pm is not None:  # the run's plugins: every option they declare, its default when not given
             extra = {**{name: option.default for name, option in declared.items()}, **extra}
         return cls(**core_values, extra=extra, declared=declared)
@@ -244,7 +253,7 @@ CORE_DATA_SOURCE = "prompt_data"
 """Core's data source: the groups of ``prompt_data``'s rows."""
 
 
-def uses_core_data_source(args: Any) -> bool:
+def uses_core_data_source(args: RunOptions) -> bool:
     """Whether the run's groups come from core's data source (``prompt_data``), not a plugin's."""
     return getattr(args, "data_source_path", None) in (None, CORE_DATA_SOURCE)
 
@@ -254,6 +263,22 @@ def demo_settings(train: bool) -> dict[str, Any]:
     (:data:`DEFAULT_ENVIRONMENT`) and its options (with ``train`` also its training settings). With ``--data``
     none of these apply: the options keep their defaults."""
     return {"env": DEFAULT_ENVIRONMENT, **environment_options(DEFAULT_ENVIRONMENT, None, train=train)}
+
+
+def custom_config(path: str | None, declared: dict[str, Option]) -> dict[str, Any]:
+    """slime's ``--custom-config-path``: a YAML file of values set on ``args`` over every other setting (slime's
+    order), for custom functions that read them (``args.tis_level`` of slime's mismatch helper). A key that
+    names an option is checked as that option; any other is kept as it is, as slime keeps it."""
+    if not path:
+        return {}
+    values = canonical_keys(RolloutConfig.read_file(path))
+    known = {*core_options(), *declared, *slime_argument_names()}
+    loose = [key for key in values if key not in known]
+    if loose:
+        warnings.warn(
+            f"custom_config_path {path}: {loose} are no options; set on args for the functions that read them"
+        )
+    return values
 
 
 def kind_option_list() -> list[Option]:

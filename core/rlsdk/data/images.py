@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import base64
+import re
 from pathlib import Path
 from typing import Any
 
 from ..types import Messages
 
 IMAGE_TYPES = ("image", "image_url")
+PLACEHOLDERS = {"image": "<image>", "video": "<video>", "audio": "<audio>"}
+"""slime's media placeholders in a prompt's text, by media type (``multimodal_keys``' keys)."""
 
 
 def image_of(part: Any) -> str | None:
@@ -70,3 +74,57 @@ def text_only(messages: Messages) -> Messages | None:
         else m
         for m in messages
     ]
+
+
+def with_media(prompt: str | Messages, row: dict[str, Any], keys: dict[str, str]) -> str | Messages:
+    """slime's ``multimodal_keys``: ``prompt`` as chat messages (a string is one user message) whose text has
+    each ``<image>`` placeholder replaced by the next of the row's images (``row[keys["image"]]``: paths,
+    URLs, base64, content-part dicts, or ``{"bytes", "path"}`` as Hugging Face datasets store images).
+    Messages whose content is already a list of parts stay as they are. A count of images that differs
+    from the placeholders', or a media type other than images, is a ValueError. A row without the key keeps
+    its prompt."""
+    unknown = sorted(set(keys) - set(PLACEHOLDERS))
+    if unknown:
+        raise ValueError(
+            f"multimodal_keys: unknown media type(s) {unknown} (slime's: {sorted(PLACEHOLDERS)})"
+        )
+    media = {kind: row.get(key) for kind, key in keys.items() if row.get(key) is not None}
+    if not media:
+        return prompt
+    others = sorted(set(media) - {"image"})
+    if others:
+        raise ValueError(f"rlsdk's engines take images only; this row has {others} (multimodal_keys)")
+    images = media["image"]
+    if not isinstance(images, list):
+        images = [images]
+    queue = [_image_part(item) for item in images]
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    placed = []
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, str):
+            placed.append(message)
+            continue
+        parts: list[dict[str, Any]] = []
+        for segment in re.split(f"({re.escape(PLACEHOLDERS['image'])})", content):
+            if segment == PLACEHOLDERS["image"]:
+                if not queue:
+                    raise ValueError(f"more <image> placeholders than the {len(images)} image(s) of the row")
+                parts.append(queue.pop(0))
+            elif segment:
+                parts.append({"type": "text", "text": segment})
+        placed.append({**message, "content": parts})
+    if queue:
+        raise ValueError(f"{len(queue)} more image(s) in the row than <image> placeholders in its prompt")
+    return placed
+
+
+def _image_part(item: Any) -> dict[str, Any]:
+    """One row image as a content part."""
+    if isinstance(item, dict) and item.get("type") in IMAGE_TYPES:
+        return item
+    if isinstance(item, dict) and ("bytes" in item or "path" in item):  # a Hugging Face datasets image
+        data = item.get("bytes")
+        value = base64.b64encode(data).decode() if isinstance(data, (bytes, bytearray)) else item.get("path")
+        return {"type": "image", "image": value}
+    return {"type": "image", "image": item}

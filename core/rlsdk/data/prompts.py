@@ -13,7 +13,7 @@ from ..config import RolloutConfig
 from ..errors import DataError
 from ..sizes import MAX_CHARS_PER_TOKEN, json_chars, max_prompt_chars
 from ..types import Messages, Sample
-from .images import split_images, text_only
+from .images import split_images, text_only, with_media
 from .rows import BadRowPolicy, Row
 
 
@@ -55,7 +55,7 @@ def _own_copy(value: Any) -> Any:
 
 class PromptBuilder:
     """Builds prompts from rows following ``args``: ``input_key``, ``label_key``, ``metadata_key``,
-    ``tool_key``, ``apply_chat_template`` (+ ``apply_chat_template_kwargs``) and
+    ``tool_key``, ``multimodal_keys``, ``apply_chat_template`` (+ ``apply_chat_template_kwargs``) and
     ``rollout_max_prompt_len``. Prompts are tokenized without adding special tokens (a chat template
     already holds them). Tools found in a row are also kept in ``metadata["tools"]``. Images in the
     messages (relative paths resolved against ``folder``) are kept in ``Prompt.images`` and rendered as
@@ -126,6 +126,12 @@ class PromptBuilder:
                 f"messages with a 'role', got {type(raw).__name__}",
             )
             return None
+        if args.multimodal_keys:
+            try:
+                raw = with_media(raw, values, args.multimodal_keys)
+            except ValueError as exc:
+                self.bad.report(row.where, str(exc))
+                return None
         metadata = _json_field(values.get(args.metadata_key), dict)
         tools = _json_field(values.get(args.tool_key), list)
         if metadata is _INVALID or tools is _INVALID:

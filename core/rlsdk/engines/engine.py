@@ -85,6 +85,13 @@ class InferenceEngine(abc.ABC):
         """Reload weights from a checkpoint folder (``/update_weights_from_disk``)."""
         raise NotImplementedError(f"{type(self).__name__} cannot update weights from disk")
 
+    async def pull_weights(self, pull: Any, weight_version: str | None = None) -> None:
+        """Bring this engine's host's local checkpoint to a published delta version (a
+        :class:`rlsdk.engines.delta_weights.DeltaPull`), then reload it (:meth:`update_weights_from_disk`).
+        Applied in this process by default; an engine on another host (a Ray actor) applies it there."""
+        await asyncio.to_thread(pull.apply)
+        await self.update_weights_from_disk(pull.local, weight_version)
+
     in_process_weights: bool = False
     """Whether :meth:`update_weights` takes tensors of this process (no round trip through disk)."""
 

@@ -26,6 +26,9 @@ MODULES = {
     "slime.utils.http_utils": "rlsdk.slime_compat.http_utils",
     "slime.rollout.base_types": "rlsdk.slime_compat.rollout_base_types",
     "slime.rollout.sglang_rollout": "rlsdk.slime_compat.sglang_rollout",
+    "slime.rollout.fully_async_rollout": "rlsdk.slime_compat.fully_async_rollout",
+    "slime.rollout.on_policy_distillation": "rlsdk.slime_compat.on_policy_distillation",
+    "slime.backends.megatron_utils.cp_utils": "rlsdk.slime_compat.cp_utils",
     "slime.rollout.filter_hub.base_types": "rlsdk.slime_compat.filter_base_types",
     "slime.rollout.filter_hub.dynamic_sampling_filters": "rlsdk_filter_hub.dynamic",
     "slime.rollout.rm_hub": "rlsdk_rm_hub.slime_rm_hub",
@@ -36,7 +39,14 @@ MODULES = {
 }
 """slime module -> the rlsdk module that stands in for it."""
 
-PACKAGES = ("slime", "slime.utils", "slime.rollout", "slime.rollout.filter_hub")
+PACKAGES = (
+    "slime",
+    "slime.utils",
+    "slime.rollout",
+    "slime.rollout.filter_hub",
+    "slime.backends",
+    "slime.backends.megatron_utils",
+)
 _MARK = "__rlsdk_stand_in__"
 
 

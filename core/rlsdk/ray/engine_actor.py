@@ -235,6 +235,10 @@ class EngineActor:
     async def update_weights_from_disk(self, model_path: str, weight_version: str | None) -> None:
         await self._call(lambda: self.engine.update_weights_from_disk(model_path, weight_version))
 
+    async def pull_weights(self, pull: Any, weight_version: str | None) -> None:
+        """A delta version, applied to this host's local checkpoint, then reloaded."""
+        await self._call(lambda: self.engine.pull_weights(pull, weight_version))
+
     async def close(self) -> None:
         if self.engine is not None:
             await self.engine.close()

@@ -56,6 +56,8 @@ HEALTH_CALL_MARGIN = 5.0
 an actor that does not answer within both is taken for dead (hung)."""
 PROBE_WAIT = 30.0
 """Seconds a restarted engine waits for the trust probe of a weight sync under way."""
+PUSH_METHODS = {"state": "update_weights", "disk": "update_weights_from_disk", "delta": "pull_weights"}
+"""The engine actor's method for each kind of weights a sync pushes (and a restarted engine catches up on)."""
 MAX_RESTARTS = 3
 """Attempts to start a dead engine again before the run stops."""
 
@@ -474,10 +476,15 @@ class RayEnginePool(InferenceEngine):
     async def update_weights_from_disk(self, model_path: str, weight_version: str | None = None) -> None:
         await self._push(("disk", model_path, weight_version))
 
+    async def pull_weights(self, pull: Any, weight_version: str | None = None) -> None:
+        """Each engine applies the delta version on its own host (a restarted one pulls every version it
+        lacks, from its base)."""
+        await self._push(("delta", pull, weight_version))
+
     async def _push(self, weights: tuple[str, Any, str | None]) -> None:
         """Have every live engine take ``weights`` (a restarted one takes them later, in :meth:`_catch_up`)."""
         kind, value, version = weights
-        method = "update_weights" if kind == "state" else "update_weights_from_disk"
+        method = PUSH_METHODS[kind]
         async with self._sync_lock:
             self._weights, self._probe = weights, None
             self._pushes += 1
@@ -602,7 +609,7 @@ class RayEnginePool(InferenceEngine):
         if self._weights is None:
             return  # no sync yet: it loaded the starting weights, as the others did
         kind, value, version = self._weights
-        method = replica.actor.update_weights if kind == "state" else replica.actor.update_weights_from_disk
+        method = getattr(replica.actor, PUSH_METHODS[kind])
         timeout = default_sync_timeout(self.args)
         try:
             await asyncio.wait_for(_await(method.remote(value, version)), timeout)

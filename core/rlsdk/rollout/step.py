@@ -392,9 +392,20 @@ def restart_group(args: RolloutConfig, group: Group, rollout_id: int) -> Group:
 
 
 def group_rewards(args: RolloutConfig, groups: list[Group]) -> list[list[float]]:
-    """Each group's valid scalar rewards."""
+    """Each group's valid scalar rewards. Without ``reward_key``, a dict reward is the reward post-process's
+    to turn into a number (slime's on-policy distillation rewards with the teacher's whole answer)."""
     key = getattr(args, "reward_key", None)
-    return [[v for v in (reward_value(s.reward, key) for s in g) if v is not None] for g in groups]
+    later = key is None and bool(getattr(args, "custom_reward_post_process_path", None))
+    return [
+        [
+            v
+            for v in (
+                None if later and isinstance(s.reward, dict) else reward_value(s.reward, key) for s in g
+            )
+            if v is not None
+        ]
+        for g in groups
+    ]
 
 
 def scored_reward_metrics(kept: list[list[float]], dropped: list[list[float]]) -> dict[str, Any]:

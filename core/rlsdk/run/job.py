@@ -9,12 +9,12 @@ from contextlib import ExitStack
 from typing import Any
 
 from ..config import RolloutConfig, uses_core_data_source
-from ..data import BadRowPolicy, DataPath, Row, read_rows
+from ..data import BadRowPolicy, DataPath, Row
+from ..data.rows import checked_rows
 from ..errors import DataError
 from ..plugins.loading import refusing_code
 from ..plugins.manager import RlsdkPluginManager
 from ..report import RunReport
-from ..rollout.evaluation import eval_datasets
 from ..runtime import Runtime
 from ..state_files import signed_here, strings_in
 from ..training.session import TrainingSession, checkpoint_root
@@ -36,7 +36,7 @@ from .steps import StepRecorder, check_step, run_eval
 LABEL_KEYS = ("label", "answer", "solution", "ground_truth")
 """Row keys that look like a label, for the warning when ``--label-key`` is not set."""
 
-__all__ = ["check_data", "check_eval_data", "check_images", "check_step", "run_eval", "run_job", "run_steps"]
+__all__ = ["check_data", "check_images", "check_step", "run_eval", "run_job", "run_steps"]
 
 
 def run_job(
@@ -54,8 +54,6 @@ def run_job(
     this machine did not sign names no code the run loads, unless ``trust_folder``."""
     # an empty or unreadable dataset fails before the engine starts
     rows = check_data(args) if uses_core_data_source(args) else None
-    if not getattr(args, "eval_function_path", None):  # rlsdk's eval reads its datasets' files
-        check_eval_data(args)
     output = RunOutput(args.output_dir, save=args.save)
     with ExitStack() as held:
         # a second run on a folder this one writes fails at once, naming this one (T20)
@@ -160,35 +158,6 @@ def check_data(args: RolloutConfig) -> tuple[list[Row], BadRowPolicy]:
             stacklevel=2,
         )
     return rows, bad
-
-
-def checked_rows(data_path: DataPath, bad: BadRowPolicy, input_key: str, flag: str) -> list[Row]:
-    """The rows of ``data_path`` that have ``input_key`` (``flag`` names it); a missing or empty file, or one
-    whose every row lacks the key, is an error."""
-    rows = read_rows(data_path, bad)
-    if not rows:
-        raise DataError(f"{data_path}: the dataset has no rows")
-    missing = [row for row in rows if row.values.get(input_key) is None]
-    for row in missing:  # a prompt needs its input key: said before the model loads
-        bad.report(row.where, f"no input key {input_key!r} (keys: {sorted(row.values)}; {flag} names it)")
-    if len(missing) == len(rows):
-        raise DataError(f"{data_path}: no row has the input key {input_key!r} ({flag} names it)")
-    return [row for row in rows if row.values.get(input_key) is not None]
-
-
-def check_eval_data(args: RolloutConfig) -> None:
-    """Read every eval dataset's rows once, as :func:`check_data` reads the training data: a wrong
-    ``--eval-data`` path or key fails before the engine starts, not at the first eval after training steps."""
-    for spec in eval_datasets(args):
-        try:
-            checked_rows(
-                DataPath.parse(spec["path"]),
-                BadRowPolicy(args.on_bad_row),
-                spec.get("input_key", args.input_key),
-                "the eval dataset's input_key or --input-key",
-            )
-        except DataError as exc:
-            raise DataError(f"eval dataset {spec['name']!r}: {exc}") from None
 
 
 def check_images(runtime: Runtime, data_source: Any) -> None:

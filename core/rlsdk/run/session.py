@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..config import RolloutConfig
+from ..data.eval_sets import check_eval_datasets
 from ..engines.protocol import SERVE_TOKEN_ENV
 from ..engines.run_tokens import new_token
 from ..plugins.calls import call_engine
@@ -23,9 +24,11 @@ from .ray_wiring import on_ray
 
 
 def resolve_run_plugins(args: RolloutConfig, pm: RlsdkPluginManager | None = None) -> RunPlugins:
-    """Every plugin the run names, resolved (and checked) once, before any model loads."""
+    """Every plugin the run names, resolved (and checked) once, before any model loads; the eval datasets'
+    files, rewards and generators too."""
     plugins = RunPlugins(args, pm or get_plugin_manager())
     plugins.resolve_all()
+    check_eval_datasets(args, plugins)
     return plugins
 
 

@@ -344,13 +344,24 @@ def convert_samples_to_train_data_adapter(resolved: Resolved) -> Callable[..., A
     return _named(convert_samples_to_train_data, resolved)
 
 
+def _note(args: Namespace, name: str, value: Any) -> None:
+    """slime's log contract: a log function records the rollout it logged on ``args`` (where ``args`` takes
+    attributes)."""
+    try:
+        setattr(args, name, value)
+    except (AttributeError, TypeError):
+        pass
+
+
 def rollout_log_adapter(resolved: Resolved) -> Callable[..., Any]:
     def rollout_log(
         rollout_id: Any, args: Namespace, samples: list[Any], rollout_extra_metrics: Any, rollout_time: Any
     ) -> bool:
         metrics = dict(rollout_extra_metrics or {})
         converted = [to_rlsdk(s) for s in samples]
-        return call_rollout_log(resolved, rollout_id, view(args), converted, metrics, rollout_time)
+        logged = call_rollout_log(resolved, rollout_id, view(args), converted, metrics, rollout_time)
+        _note(args, "logged_rollout_id", rollout_id)
+        return logged
 
     return _named(rollout_log, resolved)
 
@@ -361,7 +372,9 @@ def eval_rollout_log_adapter(resolved: Resolved) -> Callable[..., Any]:
             name: {**part, "samples": [to_rlsdk(s) for s in part.get("samples", [])]}
             for name, part in data.items()
         }
-        return call_eval_rollout_log(resolved, rollout_id, view(args), converted, dict(extra_metrics or {}))
+        logged = call_eval_rollout_log(resolved, rollout_id, view(args), converted, dict(extra_metrics or {}))
+        _note(args, "logged_eval_rollout_id", rollout_id)
+        return logged
 
     return _named(eval_rollout_log, resolved)
 

@@ -61,19 +61,21 @@ async def score_with_teacher(teacher: InferenceEngine, samples: list[Sample]) ->
 def subtract_reverse_kl(
     advantages: list[torch.Tensor],
     student: list[torch.Tensor],
-    teacher: list[list[float] | None],
+    teacher: list[Any],
     masks: list[torch.Tensor],
     coef: float,
 ) -> tuple[list[torch.Tensor], float]:
-    """``advantages - coef * (student - teacher)`` per token, and the mean reverse KL over trained tokens."""
+    """``advantages - coef * (student - teacher)`` per token, and the mean reverse KL over trained tokens;
+    ``teacher`` holds each sample's teacher log-probs (lists or tensors)."""
     out, kls = [], []
     for i, (adv, own, other) in enumerate(zip(advantages, student, teacher, strict=True)):
         if other is None or len(other) != own.numel():
             raise ValueError(
                 f"on-policy distillation: sample {i} has {0 if other is None else len(other)} teacher log-probs "
-                f"for {own.numel()} response tokens"
+                f"for {own.numel()} response tokens (with --use-opd --opd-type sglang the reward post-process "
+                "sets them: slime.rollout.on_policy_distillation.post_process_rewards)"
             )
-        kl = own.float() - torch.tensor(other, dtype=torch.float32)
+        kl = own.float() - torch.as_tensor(other, dtype=torch.float32, device=own.device)
         out.append(adv - coef * kl.to(adv.dtype))
         kls.append(kl)
     mask = torch.cat(masks)

@@ -158,6 +158,42 @@ class DiskSync(WeightSync):
             shutil.rmtree(self.folder / unloaded, ignore_errors=True)
 
 
+class DeltaDiskSync(WeightSync):
+    """Publish the trainer's changed bytes as the next version, then have each engine pull it: its host
+    patches its local checkpoint and the engine reloads that."""
+
+    name = "delta"
+
+    def __init__(self, publisher: Any, local: Path, post_write: PostWrite | None = None) -> None:
+        """``publisher``: a :class:`rlsdk.training.delta_sync.DeltaPublisher`."""
+        super().__init__()
+        self.publisher, self.local, self.post_write = publisher, local, post_write
+
+    async def push(self, engine: InferenceEngine, trainer: PolicyTrainer, weight_version: str) -> None:
+        if trainer.lora_adapter() is not None:
+            raise ValueError(
+                "a LoRA run syncs its adapter (--weight-sync disk); a delta sync sends whole weights"
+            )
+        weights = await asyncio.to_thread(lambda: dict(trainer.weights()))
+        folder, sizes = await asyncio.to_thread(self.publisher.publish, weights)
+        self.timings = {
+            "delta_tensors": sizes["tensors"],
+            "delta_bytes": sizes["bytes"],
+            "delta_raw_bytes": sizes["raw_bytes"],
+        }
+        if self.post_write is not None:  # the version's files are complete; the engines have not read them
+            await asyncio.to_thread(self.post_write, str(folder.resolve()), engine.replicas())
+        from ..engines.delta_weights import DeltaPull  # numpy, torch, safetensors: where a delta sync runs
+
+        pull = DeltaPull(
+            published=str(self.publisher.folder.resolve()),
+            version=self.publisher.version,
+            local=str(self.local.resolve()),
+            base=str(self.publisher.base.resolve()),
+        )
+        await engine.pull_weights(pull, weight_version)
+
+
 class ColocatedTensorSync(WeightSync):
     """CUDA IPC into an engine sharing the trainer's GPUs (:meth:`InferenceEngine.update_weights_from_tensor`;
     SGLang launched with ``--enable-memory-saver``, vLLM with ``--enable-sleep-mode``). With ``release``
@@ -298,6 +334,10 @@ def choose_sync(
     """The strategy ``args.weight_sync`` names; ``auto``: in process for an in-process engine, ``tensor``
     with ``colocate``, else ``disk``. ``post_write`` (an ``update_weight_post_write`` plugin) needs ``disk``."""
     mode = getattr(args, "weight_sync", "auto")
+    if args.update_weight_disk_dir:
+        disk_folder = Path(args.update_weight_disk_dir)
+    if args.update_weight_mode == "delta":
+        return delta_sync(args, engine, disk_folder, post_write)
     if mode == "auto":
         colocated = args.colocate and not getattr(args, "lora_rank", 0)  # an adapter goes through disk
         mode = "in_process" if engine.in_process_weights else "tensor" if colocated else "disk"
@@ -336,6 +376,38 @@ def choose_sync(
     if mode == "nccl":
         return NcclBroadcastSync(bucket_bytes=args.update_weight_buffer_size)
     return InProcessSync()
+
+
+def delta_sync(
+    args: RolloutConfig, engine: InferenceEngine, disk_folder: Path, post_write: Resolved | None
+) -> DeltaDiskSync:
+    """``update_weight_mode delta``: versions under ``disk_folder`` (``update_weight_disk_dir``), each
+    engine's local checkpoint in ``update_weight_local_checkpoint_dir`` (default beside it), based on the
+    engine's starting checkpoint (``hf_checkpoint``, else ``model``)."""
+    from .delta_sync import DeltaPublisher  # numpy, torch, safetensors, zstandard: where a delta sync runs
+
+    if getattr(args, "lora_rank", 0):
+        raise ValueError("update_weight_mode delta sends whole weights; a LoRA run syncs its adapter (disk)")
+    base = args.hf_checkpoint or args.model
+    if not base or not Path(base).is_dir():
+        raise ValueError(
+            "update_weight_mode delta diffs against the engines' starting checkpoint: give its folder "
+            f"(--hf-checkpoint), got {base!r}"
+        )
+    folder = disk_folder
+    local = (
+        Path(args.update_weight_local_checkpoint_dir)
+        if args.update_weight_local_checkpoint_dir
+        else folder.with_name(folder.name + "-local")
+    )
+    publisher = DeltaPublisher(
+        folder, Path(base), args.update_weight_delta_encoding, args.update_weight_delta_checksum
+    )
+    hook = post_write
+    write = (
+        None if hook is None else (lambda f, engines: call_update_weight_post_write(hook, args, f, engines))
+    )
+    return DeltaDiskSync(publisher, local, write)
 
 
 async def sync_weights(

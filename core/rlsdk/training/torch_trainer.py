@@ -96,10 +96,17 @@ class TorchTrainer(PolicyTrainer):
             )
         self.ref_model = None
         if args.use_kl_loss or args.kl_coef:
-            self.ref_model = AutoModelForCausalLM.from_pretrained(
-                args.ref_load or self.model_path, dtype=self.dtype
-            )
-            torch.nn.Module.to(self.ref_model, self.device).eval().requires_grad_(False)
+            self.ref_model = self._frozen(args.ref_load or self.model_path)
+        self.teacher_model = None
+        if args.use_opd and args.opd_type == "megatron":  # slime's teacher loaded beside the policy
+            self.teacher_model = self._frozen(args.opd_teacher_load)
+
+    def _frozen(self, folder: Any) -> Any:
+        """A model of ``folder`` on the trainer's device, in eval mode and without gradients."""
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=self.dtype)
+        return torch.nn.Module.to(model, self.device).eval().requires_grad_(False)
 
     # ------------------------------------------------------------------ training
 
@@ -126,9 +133,12 @@ class TorchTrainer(PolicyTrainer):
         values = self.critic.values(data) if self.critic is not None else None
         per_sample["advantages"], returns = self._advantages(rewards, kl, masks, data, per_sample, values)
         extra: dict[str, float] = {}
-        if args.opd_teacher:
+        if args.opd_teacher or args.use_opd:
             student = self._log_probs(self.model, data, temperature=1.0)
-            teacher = [s.teacher_log_probs for s in samples]
+            if self.teacher_model is not None:
+                teacher: list[Any] = self._log_probs(self.teacher_model, data, temperature=1.0)
+            else:  # scored by the run's teacher engine, or (slime's sglang mode) by the reward post-process
+                teacher = [s.teacher_log_probs for s in samples]
             per_sample["advantages"], extra["train/opd_reverse_kl"] = subtract_reverse_kl(
                 per_sample["advantages"], student, teacher, masks, args.opd_kl_coef
             )
@@ -145,13 +155,14 @@ class TorchTrainer(PolicyTrainer):
         """``(raw, rewards)``: each sample's reward, and what the trainer turns into advantages: the
         reward_post_process plugin's, else the group normalization's."""
         args = self.args
+        post_process = plugins_of(args).get(RewardPostProcess)
+        if post_process is not None:
+            # reward_post_process: the plugin's rewards in place of the group normalization; it reads the
+            # samples' rewards as they are (slime's on-policy distillation turns a dict into scalars there)
+            return call_reward_post_process(post_process, args, samples)
         raw = [sample.get_reward_value(args) for sample in samples]
         if any(r is None for r in raw):
             raise ValueError(f"step {rollout_id}: a kept sample has no reward")
-        post_process = plugins_of(args).get(RewardPostProcess)
-        if post_process is not None:
-            # reward_post_process: the plugin's rewards in place of the group normalization
-            return raw, call_reward_post_process(post_process, args, samples)[1]
         return raw, normalize_rewards(
             args, [float(r) for r in raw if r is not None], [len(g) for g in groups]
         )

@@ -149,6 +149,61 @@ def test_eos_stops_with_its_id(served):
     assert out["output_ids"][-1] == eos
 
 
+def test_min_new_tokens_holds_eos_off_until_the_count(served):
+    """SGLang's min_new_tokens: the stop tokens (EOS, ``stop_token_ids``) cannot be sampled before it, so a
+    greedy reply that would end after a few tokens runs on to the minimum; the log-probs reported are
+    those of the distribution drawn from (the stop tokens masked out)."""
+    prompt = prompt_ids(served, "Say hi.")
+    eos = served.engine.tokenizer.eos_token_id
+    free = via_http(
+        served, {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 64}}
+    )
+    short = len(free["output_ids"])
+    held = via_http(
+        served,
+        {
+            "input_ids": prompt,
+            "return_logprob": True,
+            "sampling_params": {"temperature": 0, "max_new_tokens": 64, "min_new_tokens": short + 3},
+        },
+    )
+    assert held["output_ids"][: short - 1] == free["output_ids"][:-1]  # the same until the EOS came
+    assert eos not in held["output_ids"][: short + 3] and len(held["output_ids"]) >= short + 3
+    masked = forward_logprobs(served, prompt, held["output_ids"][:short], 1.0)
+    assert logprobs_of(held)[short - 1] > masked[-1]  # renormalized without the EOS it would have chosen
+
+
+def test_repetition_penalty_scales_the_logits_of_tokens_already_generated(served):
+    """SGLang's repetition penalty: the logits of tokens the response holds are divided by it (multiplied
+    where negative); the prompt's tokens do not count. Greedy decoding with a strong penalty repeats no
+    token; the reported log-probs are a forward pass's under those penalized logits."""
+    prompt = prompt_ids(served, "Repeat the word cat ten times.")
+    params = {"temperature": 0, "max_new_tokens": 12, "ignore_eos": True}
+    plain = via_http(served, {"input_ids": prompt, "sampling_params": params})
+    penalized = via_http(
+        served,
+        {
+            "input_ids": prompt,
+            "return_logprob": True,
+            "sampling_params": {**params, "repetition_penalty": 2.0},
+        },
+    )
+    assert len(set(plain["output_ids"])) < len(plain["output_ids"])  # it repeats without the penalty
+    assert penalized["output_ids"] != plain["output_ids"]
+    model, output = served.engine.model, penalized["output_ids"]
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt + output])).logits[0, len(prompt) - 1 : -1].float()
+    for step, token in enumerate(output):
+        seen = torch.tensor(sorted(set(output[:step])), dtype=torch.long)
+        row = logits[step].clone()
+        if len(seen):
+            row[seen] = torch.where(row[seen] < 0, row[seen] * 2.0, row[seen] / 2.0)
+        assert int(row.argmax()) == token
+        assert logprobs_of(penalized)[step] == pytest.approx(
+            float(torch.log_softmax(row, -1)[token]), abs=1e-4
+        )
+
+
 def test_seeded_sampling_is_reproducible_in_any_batch(served):
     prompt = prompt_ids(served, "Write a word.")
     params = {"temperature": 1.0, "max_new_tokens": 10, "sampling_seed": 1234, "ignore_eos": True}
@@ -407,6 +462,8 @@ def test_a_stream_chunk_holds_back_a_character_split_across_tokens(served):
         b'{"input_ids": [1], "sampling_params": {"max_new_tokens": "many"}}',
         b'{"input_ids": [1], "sampling_params": {"bogus": 1}}',
         b'{"input_ids": [1], "sampling_params": {"regex": "a+"}}',
+        b'{"input_ids": [1], "sampling_params": {"repetition_penalty": 0}}',
+        b'{"input_ids": [1], "sampling_params": {"max_new_tokens": 4, "min_new_tokens": 5}}',
         b'{"input_ids": [[1], [2]], "sampling_params": [{}]}',
         b'{"input_ids": [1], "stream": true, "sampling_params": {"stop": [""]}}',
     ],

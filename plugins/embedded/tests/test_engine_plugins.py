@@ -267,3 +267,14 @@ def test_a_training_run_gives_the_engine_every_core():
     assert engine_threads(RolloutConfig()) is None
     assert engine_threads(RolloutConfig(train=True, ray_address="local")) is None
     assert engine_threads(RolloutConfig(train=True, extra={"engine_threads": 3})) == 3
+
+
+def test_the_embedded_engine_serves_slimes_hf_checkpoint(tmp_path):
+    """slime names its model with ``--hf-checkpoint``: without ``--model`` the embedded engine loads it (the
+    torch trainer trains it), so engine and trainer hold the same model."""
+    engine = (
+        get_plugin_manager().resolve("engine", "embedded").func(RolloutConfig(hf_checkpoint=str(tmp_path)))
+    )
+    assert engine.model_arg == str(tmp_path)
+    both = RolloutConfig(model="/models/m", hf_checkpoint=str(tmp_path))
+    assert get_plugin_manager().resolve("engine", "embedded").func(both).model_arg == "/models/m"

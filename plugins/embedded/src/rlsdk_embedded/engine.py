@@ -714,7 +714,9 @@ class EmbeddedEngine(InferenceEngine):
         token (with static decode, a decode step's tokens are recorded after the next step is launched).
         Returns what goes to the event loop: finished responses, stream chunks, errors."""
         started = time.perf_counter()
-        overlap = self._batch.static_decode and not joining
+        overlap = (
+            self._batch.static_decode and not joining and not any(r.params.reads_output for r in self._rows)
+        )
         out: list[tuple[_Request, dict[str, Any] | EngineError]] = []
         try:
             if not overlap:
@@ -733,7 +735,9 @@ class EmbeddedEngine(InferenceEngine):
                     if self._sampler is None:
                         self._sampler = self._make_sampler(self._rows)
                     sampler, rows = self._sampler, list(self._rows)
-                tokens, logprobs = sampler.sample(logits)
+                # penalties read each row's output so far (a decode step never overlaps the next then)
+                outputs = [r.output for r in rows] if sampler.reads_output else None
+                tokens, logprobs = sampler.sample(logits, outputs)
                 self._batch.set_tokens(tokens, first)
                 if overlap:
                     launched = _Launched(
@@ -809,7 +813,11 @@ class EmbeddedEngine(InferenceEngine):
 
     def _make_sampler(self, rows: list[_Request]) -> BatchSampler:
         return BatchSampler(
-            [r.params for r in rows], [r.generator for r in rows], self._shared_generator, self._batch.device
+            [r.params for r in rows],
+            [r.generator for r in rows],
+            self._shared_generator,
+            self._batch.device,
+            self._eos,
         )
 
     def _deliver_soon(self, out: list[tuple[_Request, dict[str, Any] | EngineError]]) -> None:

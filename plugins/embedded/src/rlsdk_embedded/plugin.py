@@ -9,11 +9,12 @@ from rlsdk import Engine, Option, hookimpl
 
 
 def embedded(args: Any) -> Any:
-    """SmolLM2-135M-Instruct (or ``--model``) in process on transformers: CPU or CUDA, no server needed."""
+    """SmolLM2-135M-Instruct (or ``--model``, else slime's ``--hf-checkpoint``) in process on transformers: CPU
+    or CUDA, no server needed."""
     from .engine import EmbeddedEngine
 
     return EmbeddedEngine(
-        args.model,
+        args.model or args.hf_checkpoint,
         device=args.engine_device,
         dtype=args.engine_dtype,
         max_batch_size=args.engine_max_batch_size,

@@ -3,7 +3,9 @@ token under the distribution it was actually drawn from."""
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,8 +24,6 @@ MAX_STOP_CHARS = 1024
 _UNSUPPORTED_DEFAULTS: dict[str, Any] = {
     "frequency_penalty": 0.0,
     "presence_penalty": 0.0,
-    "repetition_penalty": 1.0,
-    "min_new_tokens": 0,
     "n": 1,
     "json_schema": None,
     "regex": None,
@@ -51,10 +51,21 @@ class SamplingParams:
     skip_special_tokens: bool = True
     no_stop_trim: bool = False
     sampling_seed: int | None = None
+    repetition_penalty: float = 1.0
+    """Logits of tokens the response already holds are divided by it (multiplied where negative), as SGLang's
+    repetition penalizer does (the prompt's tokens are not counted)."""
+    min_new_tokens: int = 0
+    """Until the response has this many tokens, its stop tokens (``stop_token_ids`` and EOS) cannot be
+    sampled, as SGLang's min-new-tokens penalizer does (stop strings still stop)."""
 
     @property
     def greedy(self) -> bool:
         return self.temperature <= GREEDY_TEMPERATURE or self.top_k == 1
+
+    @property
+    def reads_output(self) -> bool:
+        """Whether sampling the next token depends on the tokens the response already holds."""
+        return self.repetition_penalty != 1.0 or self.min_new_tokens > 0
 
     @classmethod
     def from_request(cls, raw: Any, vocab_size: int | None = None) -> SamplingParams:
@@ -87,6 +98,12 @@ class SamplingParams:
             raise EngineRequestError(f"min_p must be in [0, 1], got {params.min_p}")
         if params.max_new_tokens < 0:
             raise EngineRequestError(f"max_new_tokens must be >= 0, got {params.max_new_tokens}")
+        if not 0 < params.repetition_penalty <= 2:
+            raise EngineRequestError(f"repetition_penalty must be in (0, 2], got {params.repetition_penalty}")
+        if not 0 <= params.min_new_tokens <= params.max_new_tokens:
+            raise EngineRequestError(
+                f"min_new_tokens must be in [0, max_new_tokens], got {params.min_new_tokens}"
+            )
         if params.sampling_seed is not None and not 0 <= params.sampling_seed < 2**63:
             raise EngineRequestError(f"sampling_seed must be in [0, 2**63), got {params.sampling_seed}")
         if vocab_size is not None and params.top_k >= vocab_size:
@@ -151,6 +168,8 @@ _CHECKS = {
     "skip_special_tokens": _bool,
     "no_stop_trim": _bool,
     "sampling_seed": _int,
+    "repetition_penalty": _float,
+    "min_new_tokens": _int,
 }
 
 
@@ -160,7 +179,9 @@ class BatchSampler:
     Greedy rows take the argmax and report the model's own log-probability; sampled rows draw from
     softmax(logits / temperature) restricted by top-k, top-p and min-p and renormalized, and report the
     log-probability under that distribution. Each row's uniform number comes from its own generator
-    when it has a ``sampling_seed``, so a seeded request gives the same tokens in any batch.
+    when it has a ``sampling_seed``, so a seeded request gives the same tokens in any batch. Repetition
+    penalties and ``min_new_tokens`` apply to the logits first; they need each row's output so far
+    (:attr:`reads_output`).
     """
 
     def __init__(
@@ -169,9 +190,19 @@ class BatchSampler:
         generators: list[torch.Generator | None],
         shared: torch.Generator,
         device: torch.device,
+        eos: Collection[int] = (),
     ) -> None:
         self.generators = generators
         self.shared = shared
+        self.device = device
+        penalties = [p.repetition_penalty for p in params]
+        self.repetition = (
+            torch.tensor(penalties, device=device).unsqueeze(1) if any(x != 1.0 for x in penalties) else None
+        )
+        minimums = [p.min_new_tokens for p in params]
+        self.min_new_tokens = torch.tensor(minimums, device=device).unsqueeze(1) if any(minimums) else None
+        self.stops = [sorted(p.stop_token_ids | (set() if p.ignore_eos else set(eos))) for p in params]
+        self.reads_output = self.repetition is not None or self.min_new_tokens is not None
         self.greedy = torch.tensor([p.greedy for p in params], device=device)
         self.all_greedy = bool(self.greedy.all())
         sampled = [not p.greedy for p in params]
@@ -185,8 +216,15 @@ class BatchSampler:
         min_p = [p.min_p if s else 0.0 for p, s in zip(params, sampled)]
         self.min_p = torch.tensor(min_p, device=device).unsqueeze(1) if max(min_p) > 0.0 else None
 
-    def sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tokens ``(B,)`` and their log-probabilities ``(B,)`` from float32 logits ``(B, V)``."""
+    def sample(
+        self, logits: torch.Tensor, outputs: list[list[int]] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens ``(B,)`` and their log-probabilities ``(B,)`` from float32 logits ``(B, V)``; ``outputs``
+        (each row's response tokens so far) is needed where :attr:`reads_output`."""
+        if self.reads_output:
+            if outputs is None:
+                raise ValueError("repetition_penalty and min_new_tokens need the rows' outputs")
+            logits = self._penalized(logits, outputs)
         if self.all_greedy:
             tokens = logits.argmax(-1)
             return tokens, torch.log_softmax(logits, -1).gather(1, tokens[:, None]).squeeze(1)
@@ -214,6 +252,26 @@ class BatchSampler:
         )
         tokens = torch.where(self.greedy, logits.argmax(-1), sampled)
         return tokens, logprobs.gather(1, tokens[:, None]).squeeze(1)
+
+    def _penalized(self, logits: torch.Tensor, outputs: list[list[int]]) -> torch.Tensor:
+        if self.repetition is not None:
+            rows = [row for row, ids in enumerate(outputs) for _ in ids]
+            ids = list(itertools.chain.from_iterable(outputs))
+            seen = torch.zeros_like(logits, dtype=torch.bool)
+            seen[torch.tensor(rows, dtype=torch.long), torch.tensor(ids, dtype=torch.long)] = True
+            factor = torch.where(seen, self.repetition, 1.0)
+            logits = torch.where(logits < 0, logits * factor, logits / factor)
+        if self.min_new_tokens is not None:
+            lengths = torch.tensor([len(ids) for ids in outputs], device=self.device).unsqueeze(1)
+            early = (lengths < self.min_new_tokens).squeeze(1).tolist()
+            rows = [row for row, stops in enumerate(self.stops) if early[row] for _ in stops]
+            ids = [i for row, stops in enumerate(self.stops) if early[row] for i in stops]
+            if rows:
+                logits = logits.index_put(
+                    (torch.tensor(rows, dtype=torch.long), torch.tensor(ids, dtype=torch.long)),
+                    torch.tensor(float("-inf"), device=logits.device),
+                )
+        return logits
 
     def _uniforms(self, device: torch.device) -> torch.Tensor:
         u = torch.rand(len(self.generators), generator=self.shared, device=device)
