@@ -39,9 +39,9 @@ ray = pytest.importorskip("ray", reason="rlsdk[ray] is not installed")
 SLOW_TASK = '''
 import os, time
 def square_slowly(folder, x):
-    """Leave this worker's pid in ``folder``, then take a second and a half."""
+    """Leave this worker's pid in ``folder``, then take four seconds (time for the test to kill it, loaded)."""
     open(os.path.join(folder, str(os.getpid())), "w").close()
-    time.sleep(1.5)
+    time.sleep(4)
     return x * x
 '''
 
@@ -341,16 +341,17 @@ def test_plugin_differences_name_each_distribution_and_both_versions():
     ]
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_a_grading_worker_killed_mid_task_is_run_again_on_another_worker(cluster):
+    """The waits are long: on a loaded 2-core machine a Ray worker took over a minute to start."""
     pool = RayTaskPool(cpus_per_task=0.5)
-    future = pool.submit("slow_task:square_slowly", (str(cluster), 7), timeout=60)
-    deadline = time.monotonic() + 60
+    future = pool.submit("slow_task:square_slowly", (str(cluster), 7), timeout=200)
+    deadline = time.monotonic() + 120
     while not list(cluster.glob("[0-9]*")) and time.monotonic() < deadline:
         time.sleep(0.05)
     [first] = list(cluster.glob("[0-9]*"))
     os.kill(int(first.name), signal.SIGKILL)
-    assert future.result(timeout=60) == 49
+    assert future.result(timeout=150) == 49
     assert {p.name for p in cluster.glob("[0-9]*")} - {first.name}  # scored by another worker
 
 
@@ -905,21 +906,26 @@ def test_an_engine_late_to_its_health_check_is_busy_while_it_answers_requests_an
         .options(num_cpus=0.25, num_gpus=1, max_concurrency=10, runtime_env={"env_vars": env})
         .remote(args, 1)
     )
-    ray.get(actor.start.remote(1), timeout=30)
-    payload = {"input_ids": [3, 4], "sampling_params": {"max_new_tokens": 2}}
+    try:  # the actor holds the cluster's one GPU: killed however the test ends, or the next test waits for it
+        ray.get(actor.start.remote(1), timeout=30)
+        payload = {"input_ids": [3, 4], "sampling_params": {"max_new_tokens": 2}}
 
-    checked = actor.health.remote()
-    answers = 0
-    while not ray.wait([checked], timeout=0)[0]:
-        assert ray.get(actor.generate.remote(payload), timeout=10)["meta_info"]["finish_reason"]["type"] == "length"
-        answers += 1
-    assert answers >= 5 and ray.get(checked) is None
+        checked = actor.health.remote()
+        answers = 0
+        while not ray.wait([checked], timeout=0)[0]:
+            reply = ray.get(actor.generate.remote(payload), timeout=10)
+            assert reply["meta_info"]["finish_reason"]["type"] == "length"
+            answers += 1
+        # generations came back while the check waited (how many depends on the machine's load): busy
+        assert answers >= 1 and ray.get(checked) is None
 
-    started = time.monotonic()
-    problem = ray.get(actor.health.remote(), timeout=10)
-    assert problem is not None and "/health failed: TimeoutError" in problem, problem
-    assert 0.9 < time.monotonic() - started < 3
-    ray.kill(actor)
+        started = time.monotonic()
+        problem = ray.get(actor.health.remote(), timeout=10)
+        # the check gave up at its 1 s timeout (the late answer, 3 s after, would have said healthy)
+        assert problem is not None and "/health failed: TimeoutError" in problem, problem
+        assert time.monotonic() - started > 0.9
+    finally:
+        ray.kill(actor)
 
 
 @pytest.mark.timeout(60)
