@@ -14,9 +14,13 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from rlsdk import hookimpl
+from rlsdk.testing import ServedEngine
 
 PR_SET_CHILD_SUBREAPER = 36
 """prctl option (linux/prctl.h): orphaned descendants are re-parented to this process instead of init."""
@@ -183,6 +187,147 @@ def pm(rlsdk_pm):
     if importlib.util.find_spec("rlsdk_filter_hub") is not None:
         rlsdk_pm.register(importlib.import_module("rlsdk_filter_hub.plugin"))
     return rlsdk_pm
+
+
+def provider_of(*records: Any) -> SimpleNamespace:
+    """A plugin providing ``records``, each through its kind's provider hook: what a plugin class with an
+    ``@hookimpl`` method per kind, yielding them, registers."""
+    by_hook: dict[str, list[Any]] = {}
+    for record in records:
+        by_hook.setdefault(type(record).hook_name(), []).append(record)
+    return SimpleNamespace(**{name: _provides(found) for name, found in by_hook.items()})
+
+
+def _provides(records: list[Any]) -> Any:
+    @hookimpl
+    def provide() -> list[Any]:
+        return records
+
+    return provide
+
+
+@pytest.fixture
+def plugin_of():
+    """:func:`provider_of`: ``plugin_of(Reward(...), Engine(...))`` is a plugin to register."""
+    return provider_of
+
+
+def tiny_train_args(tiny_llama: Path, run_files: tuple[Path, str], out: Path, **options: Any) -> Any:
+    """A training run of the tiny Llama on ``run_files`` (data, reward) into ``out``: 4 steps of 4 prompts x 8
+    samples of 2 tokens, lr 3e-2, one thread each for the engine and the trainer; ``options`` change any."""
+    from rlsdk import RolloutConfig
+
+    data, reward = run_files
+    values = {
+        "model": str(tiny_llama),
+        "prompt_data": str(data),
+        "rm_type": reward,
+        "train": True,
+        "lr": 3e-2,
+        "rollout_batch_size": 4,
+        "n_samples_per_prompt": 8,
+        "rollout_max_response_len": 2,
+        "num_rollout": 4,
+        "engine_threads": 1,
+        "train_threads": 1,
+        "output_dir": str(out),
+        "sync_check_tol": 1e-3,
+    }
+    values.update(options)
+    return RolloutConfig(**values)
+
+
+@pytest.fixture
+def train_args():
+    """:func:`tiny_train_args`: ``train_args(tiny_llama, run_files, out, **options)``."""
+    return tiny_train_args
+
+
+def start_rlsdk(*args: str, **kwargs: Any) -> subprocess.Popen:
+    """``rlsdk ARGS`` in a subprocess of this interpreter, its output and errors together as text."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlsdk_cli.app", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kwargs,
+    )
+
+
+def killed_then_resumed(flags: list[str], out: Path, timeout: float = 240) -> None:
+    """``rlsdk run FLAGS --output OUT``, SIGKILLed (its whole process group) once step 1's checkpoint exists,
+    then ``rlsdk run --resume --output OUT`` to its end."""
+    killed = start_rlsdk("run", *flags, "--output", str(out), start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while not (out / "checkpoints" / "step_1").exists():
+        assert killed.poll() is None and time.monotonic() < deadline, killed.stdout.read()
+        time.sleep(0.05)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    resumed = start_rlsdk("run", "--resume", "--output", str(out))
+    assert resumed.wait(timeout=timeout) == 0, resumed.stdout.read()
+
+
+@pytest.fixture
+def rlsdk_cli():
+    """:func:`start_rlsdk`: ``rlsdk_cli("run", ...)`` is the CLI's process."""
+    return start_rlsdk
+
+
+@pytest.fixture
+def kill_and_resume():
+    """:func:`killed_then_resumed`: a run cut by SIGKILL after its second checkpoint, then resumed."""
+    return killed_then_resumed
+
+
+EXPRESSION = {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}
+CALCULATOR = {"name": "calculator", "description": "Evaluate an arithmetic expression.", "parameters": EXPRESSION}
+
+
+@pytest.fixture(scope="session")
+def calculator() -> SimpleNamespace:
+    """The calculator tool the agent tests offer the small model, as each API's request lists its tools:
+    ``.openai`` (Chat Completions) and ``.anthropic`` (Messages)."""
+    return SimpleNamespace(
+        openai=[{"type": "function", "function": CALCULATOR}],
+        anthropic=[
+            {
+                "name": CALCULATOR["name"],
+                "description": CALCULATOR["description"],
+                "input_schema": CALCULATOR["parameters"],
+            }
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def served():
+    """SmolLM2-135M-Instruct in the embedded engine on CPU, served by ``rlsdk serve``'s server on loopback, once
+    per module (skips without rlsdk-embedded); a module's own ``served`` serves something else."""
+    EmbeddedEngine = pytest.importorskip("rlsdk_embedded").EmbeddedEngine
+
+    with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=16)) as served:
+        yield served
+
+
+def agent_args_on(served: Any, func: Any) -> Any:
+    """The options of a run whose agent is ``func`` (named ``under_test``) and whose engine is ``served`` (a
+    :class:`rlsdk.testing.ServedEngine`): its runtime bound, on the server's loop."""
+    from rlsdk import Agent, RolloutConfig, get_plugin_manager
+    from rlsdk.runtime import Runtime, bind_runtime
+
+    pm = get_plugin_manager(load_entrypoints=False, plugins=[provider_of(Agent(name="under_test", func=func))])
+    args = RolloutConfig.from_dict({"agent_function_path": "under_test"})
+    runtime = Runtime(pm, served.engine, served.engine.tokenizer, loop=served._loop)
+    runtime.server = served.handle
+    bind_runtime(args, runtime)
+    return args
+
+
+@pytest.fixture
+def agent_args():
+    """:func:`agent_args_on`: ``agent_args(served, func)``."""
+    return agent_args_on
 
 
 REWARD_FILE = '''

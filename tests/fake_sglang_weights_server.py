@@ -31,11 +31,12 @@ import io
 import multiprocessing
 import pickle
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 import torch
 from aiohttp import web
+
+from rlsdk.engines.tensor_transport import join_broadcast_group
 
 ALLOWED = (
     "builtins.",
@@ -74,31 +75,6 @@ class State:
 
 def rebuild(flat, metadata):
     return {m.name: flat[m.start_idx : m.end_idx].view(m.dtype).reshape(m.shape) for m in metadata}
-
-
-def join_group(master_address, master_port, rank, world_size, group_name):
-    from torch.distributed.distributed_c10d import (
-        Backend,
-        PrefixStore,
-        _new_process_group_helper,
-        _world,
-        rendezvous,
-    )
-
-    store, rank, world_size = next(
-        rendezvous(f"tcp://{master_address}:{master_port}", rank, world_size, timeout=timedelta(seconds=60))
-    )
-    group, _ = _new_process_group_helper(
-        world_size,
-        rank,
-        [],
-        Backend("gloo"),
-        PrefixStore(group_name, store),
-        group_name=group_name,
-        timeout=timedelta(seconds=60),
-    )
-    _world.pg_group_ranks[group] = {i: i for i in range(world_size)}
-    return group
 
 
 STACKED = (("qkv_proj", ("q_proj", "k_proj", "v_proj")), ("gate_up_proj", ("gate_proj", "up_proj")))
@@ -150,12 +126,14 @@ def make_app(state):
         body = await request.json()
         state.calls.append("init_weights_update_group")
         state.groups[body["group_name"]] = await asyncio.to_thread(
-            join_group,
+            join_broadcast_group,  # SGLang's side of the group (its init_custom_process_group), on gloo
             body["master_address"],
             body["master_port"],
             body["rank_offset"],
             body["world_size"],
             body["group_name"],
+            "gloo",
+            60,
         )
         return web.json_response({"success": True, "message": "ok"})
 

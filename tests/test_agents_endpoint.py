@@ -10,23 +10,8 @@ import httpx
 import openai
 import pytest
 
-from rlsdk.testing import ServedEngine
 
 pytestmark = pytest.mark.slow
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "calculator",
-            "description": "Evaluate an arithmetic expression.",
-            "parameters": {
-                "type": "object",
-                "properties": {"expression": {"type": "string"}},
-                "required": ["expression"],
-            },
-        },
-    }
-]
 SHOTS = [
     {"role": "user", "content": "What is 12 * 3?"},
     {
@@ -43,14 +28,6 @@ SHOTS = [
     {"role": "tool", "tool_call_id": "c1", "content": "36"},
     {"role": "assistant", "content": "The answer is 36."},
 ]
-
-
-@pytest.fixture(scope="module")
-def served():
-    EmbeddedEngine = pytest.importorskip("rlsdk_embedded").EmbeddedEngine
-
-    with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=16)) as served:
-        yield served
 
 
 def session(served) -> tuple[str, openai.OpenAI]:
@@ -78,20 +55,20 @@ def test_models_and_a_plain_completion(served):
     assert all(t.logprob <= 0 for t in choice.logprobs.content)
 
 
-def test_a_tool_call_comes_back_as_tool_calls(served):
+def test_a_tool_call_comes_back_as_tool_calls(served, calculator):
     _, client = session(served)
-    reply = ask(client, [*SHOTS, {"role": "user", "content": "What is 37 * 91?"}], tools=TOOLS)
+    reply = ask(client, [*SHOTS, {"role": "user", "content": "What is 37 * 91?"}], tools=calculator.openai)
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
     assert choice.message.tool_calls[0].function.name == "calculator"
 
 
-def test_continuing_reuses_recorded_ids_exactly_and_edits_fork(served):
+def test_continuing_reuses_recorded_ids_exactly_and_edits_fork(served, calculator):
     sid, client = session(served)
     messages = [*SHOTS, {"role": "user", "content": "What is 37 * 91?"}]
-    first = ask(client, messages, tools=TOOLS).choices[0].message
+    first = ask(client, messages, tools=calculator.openai).choices[0].message
     messages += [first, {"role": "tool", "tool_call_id": first.tool_calls[0].id, "content": "3367"}]
-    ask(client, messages, tools=TOOLS)
+    ask(client, messages, tools=calculator.openai)
     turns = record(served, sid)["turns"]
     assert [t["parent"] for t in turns] == [None, [0, 0]] and record(served, sid)["forks"] == []
     assert (
@@ -100,9 +77,9 @@ def test_continuing_reuses_recorded_ids_exactly_and_edits_fork(served):
     )
     # the agent edits the tool result it sent: a fork from the first turn, recorded with where it diverged
     edited = [*messages[:-1], {"role": "tool", "tool_call_id": "x", "content": "4000"}]
-    ask(client, edited, tools=TOOLS)
+    ask(client, edited, tools=calculator.openai)
     # the agent sends the same request again: a resample, also a fork
-    ask(client, messages, tools=TOOLS)
+    ask(client, messages, tools=calculator.openai)
     forks = record(served, sid)["forks"]
     assert [(f["turn"], f["reason"], f["diverged_at"]) for f in forks] == [
         (2, "edited", len(messages) - 1),
@@ -125,10 +102,15 @@ def test_streaming_gives_the_same_turn_as_a_whole_answer(served):
     assert chunks[-1].usage.completion_tokens > 0
 
 
-def test_streamed_tool_calls_arrive_at_the_end_with_nothing_of_the_json_as_content(served):
+def test_streamed_tool_calls_arrive_at_the_end_with_nothing_of_the_json_as_content(served, calculator):
     _, client = session(served)
     chunks = list(
-        ask(client, [*SHOTS, {"role": "user", "content": "What is 37 * 91?"}], tools=TOOLS, stream=True)
+        ask(
+            client,
+            [*SHOTS, {"role": "user", "content": "What is 37 * 91?"}],
+            tools=calculator.openai,
+            stream=True,
+        )
     )
     assert not "".join(c.choices[0].delta.content or "" for c in chunks)
     calls = [call for c in chunks for call in c.choices[0].delta.tool_calls or []]
@@ -151,13 +133,13 @@ def test_n_choices_and_stop_sequences(served):
     assert turns[1]["parent"] == [0, 1] and turns[1]["fork"] is None
 
 
-def test_errors_have_openais_shape(served):
+def test_errors_have_openais_shape(served, calculator):
     client = openai.OpenAI(base_url=f"{served.url}/sessions/nope/v1", api_key="-", max_retries=0)
     with pytest.raises(openai.NotFoundError, match="no open session"):
         ask(client, [{"role": "user", "content": "x"}])
     _, client = session(served)
     with pytest.raises(openai.BadRequestError, match="tool_choice"):
-        ask(client, [{"role": "user", "content": "x"}], tools=TOOLS, tool_choice="required")
+        ask(client, [{"role": "user", "content": "x"}], tools=calculator.openai, tool_choice="required")
 
 
 def test_a_proxy_in_front_of_an_sglang_protocol_server(served):
@@ -240,22 +222,12 @@ def test_rlsdk_serve_upstream_fronts_a_server_with_the_chat_endpoint(served):
         process.wait(timeout=30)
 
 
-def run_agent(served, func, *, sample_index: int = 1, after=None):
+def run_agent(served, agent_args, func, *, sample_index: int = 1, after=None):
     """``openai_agent`` on one sample, in a run whose engine is ``served`` (its loopback server's endpoint)."""
-    from rlsdk import Agent, RolloutConfig, Sample, get_plugin_manager, hookimpl
+    from rlsdk import Sample
     from rlsdk.agents.openai_agent import openai_agent
-    from rlsdk.runtime import Runtime, bind_runtime
 
-    class Agents:
-        @hookimpl
-        def rlsdk_agents(self):
-            yield Agent(name="under_test", func=func)
-
-    pm = get_plugin_manager(load_entrypoints=False, plugins=[Agents()])
-    args = RolloutConfig.from_dict({"agent_function_path": "under_test"})
-    runtime = Runtime(pm, served.engine, served.engine.tokenizer, loop=served._loop)
-    runtime.server = served.handle
-    bind_runtime(args, runtime)
+    args = agent_args(served, func)
     sample = Sample(group_index=0, index=sample_index, prompt="Say hi.")
     params = {"temperature": 0.0, "max_new_tokens": 64}
 
@@ -271,7 +243,7 @@ def run_agent(served, func, *, sample_index: int = 1, after=None):
     return served.run(go())
 
 
-def test_openai_agent_fills_the_sample_from_a_sync_agents_session(served):
+def test_openai_agent_fills_the_sample_from_a_sync_agents_session(served, agent_args):
     def sync_agent(args, sample, client):
         assert isinstance(client, openai.OpenAI)
         reply = client.chat.completions.create(
@@ -279,7 +251,7 @@ def test_openai_agent_fills_the_sample_from_a_sync_agents_session(served):
         )
         return {"said": reply.choices[0].message.content}
 
-    sample = run_agent(served, sync_agent)
+    sample = run_agent(served, agent_args, sync_agent)
     agent = sample.metadata["agent"]
     assert agent["name"] == "under_test" and agent["turns"] == 1 and agent["forks"] == []
     assert agent["messages"][-1] == {"role": "assistant", "content": agent["result"]["said"]}
@@ -290,7 +262,7 @@ def test_openai_agent_fills_the_sample_from_a_sync_agents_session(served):
     )
 
 
-def test_a_failing_agent_is_named_with_its_plugin_and_sample(served):
+def test_a_failing_agent_is_named_with_its_plugin_and_sample(served, agent_args):
     from rlsdk.errors import PluginCallError
 
     async def broken(args, sample, client):
@@ -302,12 +274,12 @@ def test_a_failing_agent_is_named_with_its_plugin_and_sample(served):
     with pytest.raises(
         PluginCallError, match=r"agent 'under_test' from .* on sample 0/1 raised ValueError: no idea"
     ):
-        run_agent(served, broken)
+        run_agent(served, agent_args, broken)
     with pytest.raises(PluginCallError, match="made no chat request"):
-        run_agent(served, silent)
+        run_agent(served, agent_args, silent)
 
 
-def test_an_aborted_turn_returns_the_sample_unfinished(served):
+def test_an_aborted_turn_returns_the_sample_unfinished(served, agent_args):
     from rlsdk import Sample
 
     async def talker(args, sample, client):
@@ -319,11 +291,11 @@ def test_an_aborted_turn_returns_the_sample_unfinished(served):
         await asyncio.sleep(1.0)
         await served.engine.abort()
 
-    sample = run_agent(served, talker, after=abort_soon)
+    sample = run_agent(served, agent_args, talker, after=abort_soon)
     assert sample.status is Sample.Status.ABORTED and sample.response_length == 0
 
 
-def test_a_failing_tool_call_parser_is_named(served):
+def test_a_failing_tool_call_parser_is_named(served, calculator):
     from rlsdk import ToolCallParser, get_plugin_manager, hookimpl
     from rlsdk.agents.server import chat_endpoint, start_chat_server
 
@@ -341,7 +313,11 @@ def test_a_failing_tool_call_parser_is_named(served):
         server = await start_chat_server(chat)
         try:
             async with httpx.AsyncClient(timeout=300) as client:
-                body = {"messages": [{"role": "user", "content": "Hi"}], "tools": TOOLS, "max_tokens": 4}
+                body = {
+                    "messages": [{"role": "user", "content": "Hi"}],
+                    "tools": calculator.openai,
+                    "max_tokens": 4,
+                }
                 return await client.post(server.url + "/v1/chat/completions", json=body)
         finally:
             await server.close()

@@ -8,20 +8,8 @@ import anthropic
 import httpx
 import pytest
 
-from rlsdk.testing import ServedEngine
 
 pytestmark = pytest.mark.slow
-TOOLS = [
-    {
-        "name": "calculator",
-        "description": "Evaluate an arithmetic expression.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"expression": {"type": "string"}},
-            "required": ["expression"],
-        },
-    }
-]
 SHOTS = [
     {"role": "user", "content": "What is 12 * 3?"},
     {
@@ -34,14 +22,6 @@ SHOTS = [
     {"role": "assistant", "content": [{"type": "text", "text": "The answer is 36."}]},
 ]
 GREEDY = {"temperature": 0}  # the newest client sends no sampling parameters of its own
-
-
-@pytest.fixture(scope="module")
-def served():
-    EmbeddedEngine = pytest.importorskip("rlsdk_embedded").EmbeddedEngine
-
-    with ServedEngine(EmbeddedEngine(device="cpu", max_batch_size=16)) as served:
-        yield served
 
 
 def session(served) -> tuple[str, anthropic.Anthropic]:
@@ -72,11 +52,11 @@ def test_a_message_with_a_system_prompt_is_recorded_token_for_token(served):
     assert text.strip() == reply.content[0].text
 
 
-def test_tool_use_and_tool_result_continue_the_recorded_turn(served):
+def test_tool_use_and_tool_result_continue_the_recorded_turn(served, calculator):
     sid, client = session(served)
     messages = [*SHOTS, {"role": "user", "content": "What is 37 * 91?"}]
     first = client.messages.create(
-        model="m", max_tokens=32, messages=messages, tools=TOOLS, extra_body=GREEDY
+        model="m", max_tokens=32, messages=messages, tools=calculator.anthropic, extra_body=GREEDY
     )
     assert first.stop_reason == "tool_use"
     use = next(block for block in first.content if block.type == "tool_use")
@@ -85,7 +65,9 @@ def test_tool_use_and_tool_result_continue_the_recorded_turn(served):
         {"role": "assistant", "content": first.content},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "3367"}]},
     ]
-    client.messages.create(model="m", max_tokens=16, messages=messages, tools=TOOLS, extra_body=GREEDY)
+    client.messages.create(
+        model="m", max_tokens=16, messages=messages, tools=calculator.anthropic, extra_body=GREEDY
+    )
     session_record = record(served, sid)
     turns = session_record["turns"]
     assert [t["parent"] for t in turns] == [None, [0, 0]] and session_record["forks"] == []
@@ -124,7 +106,7 @@ def test_stop_sequences_say_which_one_stopped(served):
     assert (reply.stop_reason, reply.stop_sequence) == ("stop_sequence", "\n")
 
 
-def test_errors_have_anthropics_shape(served):
+def test_errors_have_anthropics_shape(served, calculator):
     client = anthropic.Anthropic(base_url=f"{served.url}/sessions/nope", api_key="-", max_retries=0)
     with pytest.raises(anthropic.NotFoundError, match="no open session"):
         client.messages.create(model="m", max_tokens=4, messages=[{"role": "user", "content": "x"}])
@@ -134,7 +116,7 @@ def test_errors_have_anthropics_shape(served):
             model="m",
             max_tokens=4,
             messages=[{"role": "user", "content": "x"}],
-            tools=TOOLS,
+            tools=calculator.anthropic,
             tool_choice={"type": "any"},
         )
     with pytest.raises(anthropic.BadRequestError, match="user message takes text and tool_result"):
@@ -153,10 +135,9 @@ def test_errors_have_anthropics_shape(served):
     }
 
 
-def test_anthropic_agent_fills_the_sample_from_its_session(served):
-    from rlsdk import Agent, RolloutConfig, Sample, get_plugin_manager, hookimpl
+def test_anthropic_agent_fills_the_sample_from_its_session(served, agent_args):
+    from rlsdk import Sample
     from rlsdk.agents.anthropic_agent import anthropic_agent
-    from rlsdk.runtime import Runtime, bind_runtime
 
     async def agent(args, sample, client):
         assert isinstance(client, anthropic.AsyncAnthropic)
@@ -166,16 +147,7 @@ def test_anthropic_agent_fills_the_sample_from_its_session(served):
         second = await client.messages.create(model="m", max_tokens=8, messages=messages)
         return {"said": second.content[0].text if second.content else ""}
 
-    class Agents:
-        @hookimpl
-        def rlsdk_agents(self):
-            yield Agent(name="under_test", func=agent)
-
-    pm = get_plugin_manager(load_entrypoints=False, plugins=[Agents()])
-    args = RolloutConfig.from_dict({"agent_function_path": "under_test"})
-    runtime = Runtime(pm, served.engine, served.engine.tokenizer, loop=served._loop)
-    runtime.server = served.handle
-    bind_runtime(args, runtime)
+    args = agent_args(served, agent)
     sample = Sample(group_index=0, index=3, prompt="Say hi.")
     sample = served.run(anthropic_agent(args, sample, {"temperature": 0.0, "max_new_tokens": 64}))
     meta = sample.metadata["agent"]

@@ -9,6 +9,7 @@ engine is scripted to write them; everything else (templates, parsing, sessions,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import anthropic
@@ -52,62 +53,79 @@ BROKEN = {
 }
 
 
-def serve(tokenizer, replies, parser):
-    """A chat server on a FakeEngine scripted with ``replies``; yields (url, endpoint, engine)."""
+@contextlib.asynccontextmanager
+async def serve(tokenizer, replies, parser):
+    """A chat server on a FakeEngine scripted with ``replies``: (engine, endpoint, server), closed after."""
+    engine = FakeEngine(replies, tokenizer)
+    chat = await chat_endpoint(
+        engine, tokenizer, pm=get_plugin_manager(load_entrypoints=False), tool_call_parser=parser
+    )
+    server = await start_chat_server(chat)
+    try:
+        yield engine, chat, server
+    finally:
+        await server.close()
 
-    async def start():
-        engine = FakeEngine(replies, tokenizer)
-        chat = await chat_endpoint(
-            engine, tokenizer, pm=get_plugin_manager(load_entrypoints=False), tool_call_parser=parser
-        )
-        return engine, chat, await start_chat_server(chat)
 
-    return start
+def openai_session(chat, server):
+    """A new session and an ``openai`` client on it."""
+    session = chat.sessions.open()
+    return session, openai.AsyncOpenAI(base_url=f"{server.url}/sessions/{session.id}/v1", api_key="-")
+
+
+def anthropic_session(chat, server):
+    """A new session and an ``anthropic`` client on it."""
+    session = chat.sessions.open()
+    return session, anthropic.AsyncAnthropic(base_url=f"{server.url}/sessions/{session.id}", api_key="-")
 
 
 def run(coroutine_function):
     return asyncio.run(coroutine_function())
 
 
-@pytest.mark.parametrize("parser", ["json", "hermes"])
-def test_parallel_calls_keep_their_order_in_both_apis_and_the_session_continues(small_tokenizer, parser):
-    replies = [PARALLEL[parser] + END, "Done." + END, PARALLEL[parser] + END, "Done." + END]
+def converse(tokenizer, replies, parser, question, result):
+    """``question`` in a session of each API on a chat server scripted with ``replies``, every tool call of
+    the model's reply answered with ``result``, then the model's next turn: ((the ``openai`` session, its
+    first reply), (the ``anthropic`` session, its first answer))."""
 
     async def go():
-        engine, chat, server = await serve(small_tokenizer, replies, parser)()
-        try:
-            oa_session = chat.sessions.open()
-            oa = openai.AsyncOpenAI(base_url=f"{server.url}/sessions/{oa_session.id}/v1", api_key="-")
-            messages = [{"role": "user", "content": "Look up Elm and compute 2*3."}]
+        async with serve(tokenizer, replies, parser) as (_, chat, server):
+            oa_session, oa = openai_session(chat, server)
+            messages = [{"role": "user", "content": question}]
             reply = await oa.chat.completions.create(model="m", messages=messages, tools=OPENAI_TOOLS)
             message = reply.choices[0].message
-            assert reply.choices[0].finish_reason == "tool_calls"
-            assert [c.function.name for c in message.tool_calls] == ["search", "calculator"]
-            assert [json.loads(c.function.arguments) for c in message.tool_calls] == [
-                {"q": "Elm"},
-                {"q": "2*3"},
-            ]
             messages.append(message)
-            messages += [{"role": "tool", "tool_call_id": c.id, "content": "ok"} for c in message.tool_calls]
+            messages += [
+                {"role": "tool", "tool_call_id": c.id, "content": result} for c in message.tool_calls
+            ]
             await oa.chat.completions.create(model="m", messages=messages, tools=OPENAI_TOOLS)
 
-            an_session = chat.sessions.open()
-            an = anthropic.AsyncAnthropic(base_url=f"{server.url}/sessions/{an_session.id}", api_key="-")
-            asked = [{"role": "user", "content": "Look up Elm and compute 2*3."}]
+            an_session, an = anthropic_session(chat, server)
+            asked = [{"role": "user", "content": question}]
             answer = await an.messages.create(model="m", max_tokens=64, messages=asked, tools=ANTHROPIC_TOOLS)
-            assert answer.stop_reason == "tool_use"
-            assert [(b.type, b.name, b.input) for b in answer.content] == [
-                ("tool_use", "search", {"q": "Elm"}),
-                ("tool_use", "calculator", {"q": "2*3"}),
-            ]
-            results = [{"type": "tool_result", "tool_use_id": b.id, "content": "ok"} for b in answer.content]
+            calls = [b for b in answer.content if b.type == "tool_use"]
+            results = [{"type": "tool_result", "tool_use_id": b.id, "content": result} for b in calls]
             asked += [{"role": "assistant", "content": answer.content}, {"role": "user", "content": results}]
             await an.messages.create(model="m", max_tokens=64, messages=asked, tools=ANTHROPIC_TOOLS)
-            return oa_session, an_session
-        finally:
-            await server.close()
+            return (oa_session, reply), (an_session, answer)
 
-    oa_session, an_session = run(go)
+    return run(go)
+
+
+@pytest.mark.parametrize("parser", ["json", "hermes"])
+def test_parallel_calls_keep_their_order_in_both_apis_and_the_session_continues(small_tokenizer, parser):
+    replies = [PARALLEL[parser] + END, "Done." + END] * 2
+    question = "Look up Elm and compute 2*3."
+    (oa_session, reply), (an_session, answer) = converse(small_tokenizer, replies, parser, question, "ok")
+    message = reply.choices[0].message
+    assert reply.choices[0].finish_reason == "tool_calls"
+    assert [c.function.name for c in message.tool_calls] == ["search", "calculator"]
+    assert [json.loads(c.function.arguments) for c in message.tool_calls] == [{"q": "Elm"}, {"q": "2*3"}]
+    assert answer.stop_reason == "tool_use"
+    assert [(b.type, b.name, b.input) for b in answer.content] == [
+        ("tool_use", "search", {"q": "Elm"}),
+        ("tool_use", "calculator", {"q": "2*3"}),
+    ]
     for session in (oa_session, an_session):
         assert [t.parent for t in session.turns] == [None, (0, 0)] and session.forks() == []
         first, second = session.turns
@@ -121,39 +139,16 @@ def test_parallel_calls_keep_their_order_in_both_apis_and_the_session_continues(
 
 @pytest.mark.parametrize("parser", ["json", "hermes"])
 def test_malformed_arguments_are_kept_as_written_and_counted(small_tokenizer, parser):
-    replies = [BROKEN[parser] + END, "Sorry." + END, BROKEN[parser] + END, "Sorry." + END]
-
-    async def go():
-        engine, chat, server = await serve(small_tokenizer, replies, parser)()
-        try:
-            oa_session = chat.sessions.open()
-            oa = openai.AsyncOpenAI(base_url=f"{server.url}/sessions/{oa_session.id}/v1", api_key="-")
-            messages = [{"role": "user", "content": "Compute 2*3."}]
-            reply = await oa.chat.completions.create(model="m", messages=messages, tools=OPENAI_TOOLS)
-            call = reply.choices[0].message.tool_calls[0]
-            assert (call.function.name, call.function.arguments) == ("calculator", '{"q": "2*3"')
-            messages += [
-                reply.choices[0].message,
-                {"role": "tool", "tool_call_id": call.id, "content": "bad"},
-            ]
-            await oa.chat.completions.create(model="m", messages=messages, tools=OPENAI_TOOLS)
-
-            an_session = chat.sessions.open()
-            an = anthropic.AsyncAnthropic(base_url=f"{server.url}/sessions/{an_session.id}", api_key="-")
-            asked = [{"role": "user", "content": "Compute 2*3."}]
-            answer = await an.messages.create(model="m", max_tokens=64, messages=asked, tools=ANTHROPIC_TOOLS)
-            block = answer.content[0]
-            assert (block.name, block.input) == ("calculator", {"INVALID_JSON": '{"q": "2*3"'})
-            result = [{"type": "tool_result", "tool_use_id": block.id, "content": "bad"}]
-            asked += [{"role": "assistant", "content": answer.content}, {"role": "user", "content": result}]
-            await an.messages.create(model="m", max_tokens=64, messages=asked, tools=ANTHROPIC_TOOLS)
-            return engine, oa_session, an_session
-        finally:
-            await server.close()
-
-    engine, *sessions = run(go)
+    replies = [BROKEN[parser] + END, "Sorry." + END] * 2
+    (oa_session, reply), (an_session, answer) = converse(
+        small_tokenizer, replies, parser, "Compute 2*3.", "bad"
+    )
+    [call] = reply.choices[0].message.tool_calls
+    assert (call.function.name, call.function.arguments) == ("calculator", '{"q": "2*3"')
+    [block] = answer.content
+    assert (block.name, block.input) == ("calculator", {"INVALID_JSON": '{"q": "2*3"'})
     sampled = small_tokenizer(BROKEN[parser] + END, add_special_tokens=False)["input_ids"]
-    for session in sessions:
+    for session in (oa_session, an_session):
         # sent back as it came, the broken call matches the recorded turn: its sampled ids are reused
         assert [t.parent for t in session.turns] == [None, (0, 0)] and session.forks() == []
         assert session.turns[0].choices[0].output_ids == sampled
@@ -167,10 +162,8 @@ def test_a_rewritten_history_is_kept_as_a_tree_of_token_segments(small_tokenizer
     replies = ["<think>hmm</think>It is 6." + END, "Yes." + END, "Six." + END, "Ok." + END]
 
     async def go():
-        engine, chat, server = await serve(small_tokenizer, replies, "json")()
-        try:
-            session = chat.sessions.open()
-            oa = openai.AsyncOpenAI(base_url=f"{server.url}/sessions/{session.id}/v1", api_key="-")
+        async with serve(small_tokenizer, replies, "json") as (engine, chat, server):
+            session, oa = openai_session(chat, server)
 
             async def ask(messages):
                 return (await oa.chat.completions.create(model="m", messages=messages)).choices[0].message
@@ -182,8 +175,6 @@ def test_a_rewritten_history_is_kept_as_a_tree_of_token_segments(small_tokenizer
             stripped = {"role": "assistant", "content": "It is 6."}  # old reasoning dropped
             await ask([*first, stripped, {"role": "user", "content": "Sure?"}])
             return session
-        finally:
-            await server.close()
 
     session = run(go)
     tree = session_record(session)["tree"]

@@ -28,7 +28,6 @@ from rlsdk import (
     Sample,
     SampleHook,
     get_plugin_manager,
-    hookimpl,
 )
 from rlsdk.data import DataSource
 from rlsdk.plugins.rubric import RUBRIC_METADATA, parse_rubric
@@ -107,63 +106,47 @@ class Countdown:
         self.next = state["next"]
 
 
-class Plugins:
-    @hookimpl
-    def rlsdk_sample_hooks(self):
-        yield SampleHook(name="tag_a", func=tag_a)
-        yield SampleHook(name="tag_b", func=tag_b)
-        yield SampleHook(name="raises", func=lambda args, sample: 1 / 0)
-        yield SampleHook(name="wrong_type", func=lambda args, sample: "not a sample")
+def second_out(args, groups):
+    for group in groups:
+        group[1].remove_sample = True
 
-    @hookimpl
-    def rlsdk_rollout_sample_filters(self):
-        def second_out(args, groups):
-            for group in groups:
-                group[1].remove_sample = True
 
-        yield RolloutSampleFilter(name="second_out", func=second_out)
-        yield RolloutSampleFilter(name="drops_a_sample", func=lambda args, groups: groups[0].pop())
+def record_all(args, all_groups, data_source):
+    CALLS.append(("all", [(g[0].group_index, g[0].reward) for g in all_groups], type(data_source).__name__))
 
-    @hookimpl
-    def rlsdk_all_samples_processes(self):
-        def record(args, all_groups, data_source):
-            CALLS.append(
-                ("all", [(g[0].group_index, g[0].reward) for g in all_groups], type(data_source).__name__)
-            )
 
-        yield AllSamplesProcess(name="record", func=record)
+PLUGINS = [
+    SampleHook(name="tag_a", func=tag_a),
+    SampleHook(name="tag_b", func=tag_b),
+    SampleHook(name="raises", func=lambda args, sample: 1 / 0),
+    SampleHook(name="wrong_type", func=lambda args, sample: "not a sample"),
+    RolloutSampleFilter(name="second_out", func=second_out),
+    RolloutSampleFilter(name="drops_a_sample", func=lambda args, groups: groups[0].pop()),
+    AllSamplesProcess(name="record", func=record_all),
+    Reward(name="ends_ab", func=ends_ab),
+    Reward(name="contains_x", func=contains_x),
+    Reward(name="crashes", func=crashes),
+    RolloutLog(name="recorder", func=log_step),
+    EvalRolloutLog(name="recorder", func=log_eval),
+    DataSourceFactory(name="countdown", func=Countdown),
+    Engine(name="fake", func=lambda args: FakeEngine(lambda payload, call: "x is the answer")),
+    Environment(name="bad_option", func=lambda: {"no_such_option": 1}),
+]
 
-    @hookimpl
-    def rlsdk_rewards(self):
-        yield Reward(name="ends_ab", func=ends_ab)
-        yield Reward(name="contains_x", func=contains_x)
-        yield Reward(name="crashes", func=crashes)
 
-    @hookimpl
-    def rlsdk_rollout_logs(self):
-        yield RolloutLog(name="recorder", func=log_step)
+COUNTDOWN = dict(engine="fake", data_source_path="countdown", rm_type="contains_x", rollout_batch_size=1)
 
-    @hookimpl
-    def rlsdk_eval_rollout_logs(self):
-        yield EvalRolloutLog(name="recorder", func=log_eval)
 
-    @hookimpl
-    def rlsdk_data_sources(self):
-        yield DataSourceFactory(name="countdown", func=Countdown)
-
-    @hookimpl
-    def rlsdk_engines(self):
-        yield Engine(name="fake", func=lambda args: FakeEngine(lambda payload, call: "x is the answer"))
-
-    @hookimpl
-    def rlsdk_environments(self):
-        yield Environment(name="bad_option", func=lambda: {"no_such_option": 1})
+def countdown_run(out: Path, **options) -> RolloutConfig:
+    """A run into ``out`` of the fake engine on the countdown source, graded by contains_x: a prompt of two
+    samples a step unless ``options`` say otherwise."""
+    return RolloutConfig(**{**COUNTDOWN, "n_samples_per_prompt": 2, "output_dir": str(out), **options})
 
 
 @pytest.fixture
-def pm():
+def pm(plugin_of):
     CALLS.clear()
-    return get_plugin_manager(load_entrypoints=False, plugins=[Plugins()])
+    return get_plugin_manager(load_entrypoints=False, plugins=[plugin_of(*PLUGINS)])
 
 
 @pytest.fixture
@@ -310,18 +293,13 @@ def test_an_unknown_rubric_part_is_an_error_before_anything_runs(pm):
 def test_logging_backends_by_name_several_at_once_with_slimes_arguments(pm, tmp_path):
     eval_data = tmp_path / "eval.jsonl"
     eval_data.write_text(json.dumps({"input": "1|", "label": "x"}) + "\n")
-    args = RolloutConfig(
-        engine="fake",
-        data_source_path="countdown",
-        rm_type="contains_x",
+    args = countdown_run(
+        tmp_path / "out",
         num_rollout=2,
-        rollout_batch_size=1,
-        n_samples_per_prompt=2,
         eval_interval=1,
         eval_datasets=[{"name": "held", "path": str(eval_data)}],
         custom_rollout_log_function_path="recorder,jsonl",
         custom_eval_rollout_log_function_path="jsonl,recorder",
-        output_dir=str(tmp_path / "out"),
     )
     run_job(args, pm)
     assert CALLS == [("step", 0, 2, 2), ("eval", 0, ["held"]), ("step", 1, 2, 2), ("eval", 1, ["held"])]
@@ -332,13 +310,7 @@ def test_logging_backends_by_name_several_at_once_with_slimes_arguments(pm, tmp_
 
 
 def test_an_unknown_logging_backend_fails_before_the_engine_starts(pm, tmp_path):
-    args = RolloutConfig(
-        engine="fake",
-        data_source_path="countdown",
-        custom_rollout_log_function_path="jsonl,nope",
-        rm_type="contains_x",
-        output_dir=str(tmp_path / "out"),
-    )
+    args = countdown_run(tmp_path / "out", custom_rollout_log_function_path="jsonl,nope")
     with pytest.raises(
         Exception, match="unknown rollout_log 'nope'. Choose one of: jsonl, recorder, tensorboard"
     ):
@@ -347,18 +319,10 @@ def test_an_unknown_logging_backend_fails_before_the_engine_starts(pm, tmp_path)
 
 def test_a_data_source_plugin_serves_a_run_without_prompt_data_and_resumes(pm, tmp_path):
     out = tmp_path / "out"
-    options = dict(
-        engine="fake",
-        data_source_path="countdown",
-        rm_type="contains_x",
-        rollout_batch_size=1,
-        n_samples_per_prompt=2,
-        output_dir=str(out),
-    )
-    run_job(RolloutConfig(num_rollout=2, **options), pm)
+    run_job(countdown_run(out, num_rollout=2), pm)
     prompts = [json.loads(line)["prompt"] for line in (out / "rollouts.jsonl").read_text().splitlines()]
     assert prompts == ["1 + 1|", "1 + 1|", "2 + 1|", "2 + 1|"]
-    run_job(RolloutConfig(num_rollout=3, resume=True, **options), pm)
+    run_job(countdown_run(out, num_rollout=3, resume=True), pm)
     prompts = [json.loads(line)["prompt"] for line in (out / "rollouts.jsonl").read_text().splitlines()]
     assert prompts[4:] == ["3 + 1|", "3 + 1|"]
 
@@ -446,24 +410,12 @@ def test_all_samples_process_sees_kept_and_dropped_groups_in_order(step_run):
     assert CALLS == [("all", [(0, None), (1, None)], "DataSource")]
 
 
-def test_megatron_hooks_with_the_torch_trainer_are_refused_before_the_engine_starts(pm, tmp_path):
+def test_megatron_hooks_with_the_torch_trainer_are_refused_before_the_engine_starts(pm, plugin_of, tmp_path):
     """The torch trainer would never call them: the run stops while it resolves its plugins, naming them."""
     from rlsdk import MegatronInit
 
-    class Init:
-        @hookimpl
-        def rlsdk_megatron_inits(self):
-            yield MegatronInit(name="note", func=lambda args: None)
-
-    pm.register(Init())
-    args = RolloutConfig(
-        engine="fake",
-        data_source_path="countdown",
-        rm_type="contains_x",
-        output_dir=str(tmp_path / "out"),
-        train=True,
-        custom_megatron_init_path="note",
-    )
+    pm.register(plugin_of(MegatronInit(name="note", func=lambda args: None)))
+    args = countdown_run(tmp_path / "out", train=True, custom_megatron_init_path="note")
     with pytest.raises(
         ValueError, match="--custom-megatron-init-path: megatron hooks, which only --trainer megatron"
     ):

@@ -19,7 +19,6 @@ from rlsdk import (
     Sample,
     TisFunction,
     get_plugin_manager,
-    hookimpl,
 )
 from rlsdk.errors import PluginCallError
 from rlsdk.run.job import run_job
@@ -64,41 +63,27 @@ def halve(*, args, pg_loss, train_log_probs, rollout_log_probs, loss_masks, tota
     return pg_loss * 0.5, loss_masks, {"tis_weight": torch.full_like(pg_loss, 0.5)}
 
 
-class TrainingPlugins:
-    @hookimpl
-    def rlsdk_reward_post_processes(self):
-        yield RewardPostProcess(name="plus_ten", func=plus_ten)
+def record_checkpoint(args, rollout_id, path):
+    state = json.loads((path.parent.parent / "state.json").read_text())
+    SEEN.setdefault("checkpoints", []).append(
+        (rollout_id, path.name, (path / "rlsdk_checkpoint.json").exists(), state["checkpoint"])
+    )
 
-    @hookimpl
-    def rlsdk_rollout_data_postprocesses(self):
-        yield RolloutDataPostprocess(name="mask_first", func=mask_first)
 
-    @hookimpl
-    def rlsdk_advantages(self):
-        yield Advantage(name="reward_as_advantage", func=reward_as_advantage)
-        yield Advantage(name="wrong", func=wrong_advantage)
+def breaks(args, rollout_id, path):
+    raise OSError("backup disk full")
 
-    @hookimpl
-    def rlsdk_pg_loss_reducers(self):
-        yield PgLossReducer(name="token_sum", func=token_sum)
 
-    @hookimpl
-    def rlsdk_tis_functions(self):
-        yield TisFunction(name="halve", func=halve)
-
-    @hookimpl
-    def rlsdk_checkpoint_callbacks(self):
-        def record(args, rollout_id, path):
-            state = json.loads((path.parent.parent / "state.json").read_text())
-            SEEN.setdefault("checkpoints", []).append(
-                (rollout_id, path.name, (path / "rlsdk_checkpoint.json").exists(), state["checkpoint"])
-            )
-
-        def breaks(args, rollout_id, path):
-            raise OSError("backup disk full")
-
-        yield CheckpointCallback(name="record", func=record)
-        yield CheckpointCallback(name="breaks", func=breaks)
+TRAINING_PLUGINS = [
+    RewardPostProcess(name="plus_ten", func=plus_ten),
+    RolloutDataPostprocess(name="mask_first", func=mask_first),
+    Advantage(name="reward_as_advantage", func=reward_as_advantage),
+    Advantage(name="wrong", func=wrong_advantage),
+    PgLossReducer(name="token_sum", func=token_sum),
+    TisFunction(name="halve", func=halve),
+    CheckpointCallback(name="record", func=record_checkpoint),
+    CheckpointCallback(name="breaks", func=breaks),
+]
 
 
 def groups() -> list[list[Sample]]:
@@ -120,9 +105,9 @@ def groups() -> list[list[Sample]]:
 
 
 @pytest.fixture
-def trainer_for(tiny_llama):
+def trainer_for(tiny_llama, plugin_of):
     SEEN.clear()
-    pm = get_plugin_manager(load_entrypoints=False, plugins=[TrainingPlugins()])
+    pm = get_plugin_manager(load_entrypoints=False, plugins=[plugin_of(*TRAINING_PLUGINS)])
     runtimes = []
 
     def make(**options):
@@ -171,9 +156,9 @@ def test_an_advantage_plugin_that_sets_the_wrong_shape_is_named(trainer_for):
 
 @pytest.mark.slow
 @pytest.mark.plugins("rlsdk_embedded")
-def test_checkpoint_callbacks_run_after_each_checkpoint_is_complete(tiny_llama, tmp_path):
+def test_checkpoint_callbacks_run_after_each_checkpoint_is_complete(tiny_llama, plugin_of, tmp_path):
     SEEN.clear()
-    pm = get_plugin_manager(plugins=[TrainingPlugins()])
+    pm = get_plugin_manager(plugins=[plugin_of(*TRAINING_PLUGINS)])
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps({"input": f"w{i} w{i + 1}"}) + "\n" for i in range(8)))
     reward = tmp_path / "reward.py"

@@ -62,6 +62,9 @@ def test_rewards_before_the_filter_and_the_groups_spread():
         "rollout/reward_mean": 0.5,
         "rollout/reward_mean_before_filter": 0.75,
         "rollout/reward_group_std_mean": 0.25,
+        "rollout/reward_min": 0.0,
+        "rollout/reward_max": 1.0,
+        "rollout/groups_with_spread": 1,
     }
 
 

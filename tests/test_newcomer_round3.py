@@ -26,7 +26,7 @@ from rlsdk_cli.run import configure, eval_dataset
 from rlsdk_cli.settings import setting_sources, summary_lines, with_checkpoint_settings
 
 from . import test_rollout_loop as loop
-from .test_training_loop import train_args
+from .conftest import tiny_train_args
 
 runner = CliRunner()
 make_run, step = loop.make_run, loop.step
@@ -142,7 +142,7 @@ def test_a_training_run_skips_the_first_eval_times_its_evals_keeps_two_checkpoin
     data, _ = run_files
     rows = [json.loads(line) for line in data.read_text().splitlines()]  # labelled: --label-key names a column
     data.write_text("".join(json.dumps({**row, "label": row["input"].split()[-1]}) + "\n" for row in rows))
-    args = train_args(tiny_llama, run_files, out, num_rollout=3, save_interval=1, keep_last_n=2, eval_interval=2,
+    args = tiny_train_args(tiny_llama, run_files, out, num_rollout=3, save_interval=1, keep_last_n=2, eval_interval=2,
                       skip_eval_before_train=True, label_key="label",
                       eval_datasets=[{"name": "held", "path": str(data)}], n_samples_per_eval_prompt=1)
     statuses, progress = [], []

@@ -24,9 +24,9 @@ from rlsdk import (
     OverSamplingFilter,
     Reward,
     RolloutConfig,
-    hookimpl,
 )
 from rlsdk.data import DataSource
+from rlsdk.rollout.generate import generate
 from rlsdk.rollout.step import rollout_step
 from rlsdk.runtime import Runtime, bind_runtime
 from rlsdk.testing import ByteTokenizer, FakeEngine, FakeReply
@@ -43,73 +43,66 @@ def exact(args, sample, **kwargs):
     return float(sample.response == sample.label)
 
 
-class LoopPlugins:
-    @hookimpl
-    def rlsdk_rewards(self):
-        yield Reward(name="exact", func=exact)
+def crashes_on_odd(args, sample, **kwargs):
+    if int(sample.prompt.split()[0]) % 2:
+        raise ValueError("grader crashed")
+    return exact(args, sample)
 
-        def crashes_on_odd(args, sample, **kwargs):
-            if int(sample.prompt.split()[0]) % 2:
-                raise ValueError("grader crashed")
-            return exact(args, sample)
 
-        yield Reward(name="crashes_on_odd", func=crashes_on_odd)
+def even_only(args, samples, **kwargs):
+    keep = int(samples[0].prompt.split()[0]) % 2 == 0
+    return DynamicFilterOutput(keep=keep, reason=None if keep else "odd")
 
-    @hookimpl
-    def rlsdk_dynamic_filters(self):
-        def even_only(args, samples, **kwargs):
-            keep = int(samples[0].prompt.split()[0]) % 2 == 0
-            return DynamicFilterOutput(keep=keep, reason=None if keep else "odd")
 
-        def drop_all_fallback(args, samples, **kwargs):
-            return DynamicFilterOutput(keep=False, reason="never", keep_when_insufficient=True)
+def drop_all_fallback(args, samples, **kwargs):
+    return DynamicFilterOutput(keep=False, reason="never", keep_when_insufficient=True)
 
-        yield DynamicFilter(name="even_only", func=even_only)
-        yield DynamicFilter(name="drop_all", func=lambda args, samples: False)
-        yield DynamicFilter(name="drop_all_fallback", func=drop_all_fallback)
 
-    @hookimpl
-    def rlsdk_over_sampling_filters(self):
-        def highest_first(args, groups, **kwargs):
-            return sorted(groups, key=lambda g: -int(g[0].prompt.split()[0]))
+def highest_first(args, groups, **kwargs):
+    return sorted(groups, key=lambda g: -int(g[0].prompt.split()[0]))
 
-        yield OverSamplingFilter(name="highest_first", func=highest_first)
 
-    @hookimpl
-    def rlsdk_custom_generates(self):
-        async def broken(args, sample, sampling_params):
-            if sample.prompt.startswith("1 "):
-                raise RuntimeError("tool server down")
-            from rlsdk.rollout.generate import generate
+async def broken(args, sample, sampling_params):
+    if sample.prompt.startswith("1 "):
+        raise RuntimeError("tool server down")
+    return await generate(args, sample, sampling_params)
 
-            return await generate(args, sample, sampling_params)
 
-        async def wrong_type(args, sample, sampling_params):
-            return {"text": "not a sample"}
+async def wrong_type(args, sample, sampling_params):
+    return {"text": "not a sample"}
 
-        async def hangs(args, sample, sampling_params):
-            await asyncio.sleep(3600)
 
-        async def counts_attempts(args, sample, sampling_params):
-            from rlsdk.rollout.generate import generate
+async def hangs(args, sample, sampling_params):
+    await asyncio.sleep(3600)
 
-            sample.metadata["attempts"] = sample.metadata.get("attempts", 0) + 1
-            return await generate(args, sample, sampling_params)
 
-        yield CustomGenerate(name="broken", func=broken)
-        yield CustomGenerate(name="wrong_type", func=wrong_type)
-        yield CustomGenerate(name="hangs", func=hangs)
-        yield CustomGenerate(name="counts_attempts", func=counts_attempts)
+async def counts_attempts(args, sample, sampling_params):
+    sample.metadata["attempts"] = sample.metadata.get("attempts", 0) + 1
+    return await generate(args, sample, sampling_params)
+
+
+LOOP_PLUGINS = [
+    Reward(name="exact", func=exact),
+    Reward(name="crashes_on_odd", func=crashes_on_odd),
+    DynamicFilter(name="even_only", func=even_only),
+    DynamicFilter(name="drop_all", func=lambda args, samples: False),
+    DynamicFilter(name="drop_all_fallback", func=drop_all_fallback),
+    OverSamplingFilter(name="highest_first", func=highest_first),
+    CustomGenerate(name="broken", func=broken),
+    CustomGenerate(name="wrong_type", func=wrong_type),
+    CustomGenerate(name="hangs", func=hangs),
+    CustomGenerate(name="counts_attempts", func=counts_attempts),
+]
 
 
 @pytest.fixture
-def make_run(tmp_path, rlsdk_pm):
+def make_run(tmp_path, rlsdk_pm, plugin_of):
     """Build (args, data source, runtime, engine) over ``n_prompts`` prompts ``"<i> ...|"``; prompts
     whose number is in ``slow`` stall after 3 tokens for ``slow_seconds`` or until aborted (only on
     their first attempt)."""
     if importlib.util.find_spec("rlsdk_filter_hub") is not None:  # its filters in the tests marked so
         rlsdk_pm.register(importlib.import_module("rlsdk_filter_hub.plugin"))
-    rlsdk_pm.register(LoopPlugins())
+    rlsdk_pm.register(plugin_of(*LOOP_PLUGINS))
     runtimes = []
 
     def make(n_prompts=6, slow=(), slow_seconds=10.0, **options):

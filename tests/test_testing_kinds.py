@@ -46,340 +46,192 @@ from rlsdk import (
 )
 from rlsdk.data import DataSource
 from rlsdk.rollout.step import generate_rollout
-from rlsdk.testing import (
-    FakeEngine,
-    check_advantage,
-    check_all_samples_process,
-    check_checkpoint_callback,
-    check_convert_samples_to_train_data,
-    check_data_source,
-    check_engine,
-    check_environment,
-    check_eval_rollout_log,
-    check_generate_rollout,
-    check_megatron_before_log_prob,
-    check_megatron_before_train_step,
-    check_megatron_init,
-    check_model_provider,
-    check_pg_loss_reducer,
-    check_reward,
-    check_reward_post_process,
-    check_rollout_data_postprocess,
-    check_rollout_log,
-    check_rollout_sample_filter,
-    check_sample_hook,
-    check_task_generator,
-    check_tis_function,
-    check_tool,
-    check_update_weight_post_write,
-)
+from rlsdk import testing as kit
+from rlsdk.testing import FakeEngine
 
 
 def exact(args, sample, **kwargs):
     return float(sample.response.strip() == str(sample.label).strip())
 
 
-class Good:
-    @hookimpl
-    def rlsdk_rollout_sample_filters(self):
-        yield RolloutSampleFilter(
-            name="mark", func=lambda args, groups: setattr(groups[0][0], "remove_sample", True)
+def ones(args, rollout_data):
+    rollout_data["advantages"] = [torch.ones(n) for n in rollout_data["response_lengths"]]
+
+
+def plain(args, samples):
+    return {
+        key: [getattr(s, attr, 0) for s in samples]
+        for key, attr in (
+            ("tokens", "tokens"),
+            ("response_lengths", "response_length"),
+            ("rewards", "reward"),
+            ("raw_reward", "reward"),
+            ("truncated", "-"),
+            ("sample_indices", "index"),
+            ("loss_masks", "loss_mask"),
         )
+    }
 
-    @hookimpl
-    def rlsdk_all_samples_processes(self):
-        yield AllSamplesProcess(name="count", func=lambda args, all_groups, data_source: len(all_groups))
 
-    @hookimpl
-    def rlsdk_sample_hooks(self):
-        yield SampleHook(name="strip", func=lambda args, sample: sample.response.strip() and None)
+def keep(*, args, pg_loss, train_log_probs, rollout_log_probs, loss_masks, total_lengths, response_lengths):
+    return pg_loss, loss_masks, {"w": torch.ones_like(pg_loss)}
 
-    @hookimpl
-    def rlsdk_advantages(self):
-        def ones(args, rollout_data):
-            rollout_data["advantages"] = [torch.ones(n) for n in rollout_data["response_lengths"]]
 
-        yield Advantage(name="ones", func=ones)
+def keep_one_row(
+    *, args, pg_loss, train_log_probs, rollout_log_probs, loss_masks, total_lengths, response_lengths
+):
+    return pg_loss[:1], loss_masks, {}
 
-    @hookimpl
-    def rlsdk_reward_post_processes(self):
-        yield RewardPostProcess(name="raw", func=lambda args, samples: ([s.reward for s in samples],) * 2)
 
-    @hookimpl
-    def rlsdk_rollout_data_postprocesses(self):
-        yield RolloutDataPostprocess(name="noop", func=lambda args, rollout_id, rollout_data: None)
+def add(args, a: int, b: int = 0) -> str:
+    """Add two numbers.
 
-    @hookimpl
-    def rlsdk_train_data_converters(self):
-        def plain(args, samples):
-            return {
-                key: [getattr(s, attr, 0) for s in samples]
-                for key, attr in (
-                    ("tokens", "tokens"),
-                    ("response_lengths", "response_length"),
-                    ("rewards", "reward"),
-                    ("raw_reward", "reward"),
-                    ("truncated", "-"),
-                    ("sample_indices", "index"),
-                    ("loss_masks", "loss_mask"),
-                )
-            }
+    :param a: the first number
+    :param b: the second number
+    """
+    return str(a + b)
 
-        yield ConvertSamplesToTrainData(name="plain", func=plain)
 
-    @hookimpl
-    def rlsdk_rollout_logs(self):
-        yield RolloutLog(name="quiet", func=lambda rollout_id, args, samples, metrics, seconds: False)
+def broken_add(args, a: int, b: int = 0) -> str:
+    raise RuntimeError("calculator broke")
 
-    @hookimpl
-    def rlsdk_eval_rollout_logs(self):
-        yield EvalRolloutLog(name="quiet", func=lambda rollout_id, args, data, metrics: None)
 
-    @hookimpl
-    def rlsdk_checkpoint_callbacks(self):
-        yield CheckpointCallback(
-            name="touch", func=lambda args, rollout_id, path: (path / "seen").write_text("1")
-        )
-
-    @hookimpl
-    def rlsdk_data_sources(self):
-        yield DataSourceFactory(
-            name="shipped",
-            func=lambda args: DataSource(
-                args.replace(
-                    prompt_data=package_file("rlsdk", "datasets/arithmetic-eval.jsonl"), label_key="label"
-                ),
-                keep_messages=True,
+GOOD = [
+    RolloutSampleFilter(name="mark", func=lambda args, groups: setattr(groups[0][0], "remove_sample", True)),
+    AllSamplesProcess(name="count", func=lambda args, all_groups, data_source: len(all_groups)),
+    SampleHook(name="strip", func=lambda args, sample: sample.response.strip() and None),
+    Advantage(name="ones", func=ones),
+    RewardPostProcess(name="raw", func=lambda args, samples: ([s.reward for s in samples],) * 2),
+    RolloutDataPostprocess(name="noop", func=lambda args, rollout_id, rollout_data: None),
+    ConvertSamplesToTrainData(name="plain", func=plain),
+    RolloutLog(name="quiet", func=lambda rollout_id, args, samples, metrics, seconds: False),
+    EvalRolloutLog(name="quiet", func=lambda rollout_id, args, data, metrics: None),
+    CheckpointCallback(name="touch", func=lambda args, rollout_id, path: (path / "seen").write_text("1")),
+    DataSourceFactory(
+        name="shipped",
+        func=lambda args: DataSource(
+            args.replace(
+                prompt_data=package_file("rlsdk", "datasets/arithmetic-eval.jsonl"), label_key="label"
             ),
-        )
+            keep_messages=True,
+        ),
+    ),
+    PgLossReducer(
+        name="total", func=lambda total_lengths, response_lengths, loss_masks, per_token: torch.sum
+    ),
+    TisFunction(name="keep", func=keep),
+    Reward(name="exact", func=exact),
+    Environment(
+        name="sums",
+        func=lambda: {
+            "prompt_data": package_file("rlsdk", "datasets/arithmetic-eval.jsonl"),
+            "label_key": "label",
+            "rm_type": "exact:1",
+        },
+    ),
+    Engine(name="fake", func=lambda args: FakeEngine(["5"])),
+    GenerateRollout(name="step", func=generate_rollout),
+    Tool(name="add", func=add),
+    MegatronInit(name="seed", func=lambda args: torch.manual_seed(args.rollout_seed) and None),
+    MegatronBeforeLogProb(
+        name="eval_mode", func=lambda args, model, store_prefix: [m.eval() for m in model] and None
+    ),
+    MegatronBeforeTrainStep(
+        name="zero", func=lambda args, rollout_id, step_id, model, optimizer, scheduler: optimizer.zero_grad()
+    ),
+    ModelProvider(name="linear", func=lambda pre_process, post_process: torch.nn.Linear(2, 2)),
+    UpdateWeightPostWrite(
+        name="mark", func=lambda args, version_dir, engines: (Path(version_dir) / "published").touch()
+    ),
+]
+"""A plugin of each kind that its check passes."""
 
-    @hookimpl
-    def rlsdk_pg_loss_reducers(self):
-        yield PgLossReducer(
-            name="total", func=lambda total_lengths, response_lengths, loss_masks, per_token: torch.sum
-        )
-
-    @hookimpl
-    def rlsdk_tis_functions(self):
-        def keep(
-            *, args, pg_loss, train_log_probs, rollout_log_probs, loss_masks, total_lengths, response_lengths
-        ):
-            return pg_loss, loss_masks, {"w": torch.ones_like(pg_loss)}
-
-        yield TisFunction(name="keep", func=keep)
-
-    @hookimpl
-    def rlsdk_rewards(self):
-        yield Reward(name="exact", func=exact)
-
-    @hookimpl
-    def rlsdk_environments(self):
-        yield Environment(
-            name="sums",
-            func=lambda: {
-                "prompt_data": package_file("rlsdk", "datasets/arithmetic-eval.jsonl"),
-                "label_key": "label",
-                "rm_type": "exact:1",
-            },
-        )
-
-    @hookimpl
-    def rlsdk_engines(self):
-        yield Engine(name="fake", func=lambda args: FakeEngine(["5"]))
-
-    @hookimpl
-    def rlsdk_generate_rollouts(self):
-        yield GenerateRollout(name="step", func=generate_rollout)
-
-    @hookimpl
-    def rlsdk_tools(self):
-        def add(args, a: int, b: int = 0) -> str:
-            """Add two numbers.
-
-            :param a: the first number
-            :param b: the second number
-            """
-            return str(a + b)
-
-        yield Tool(name="add", func=add)
-
-    @hookimpl
-    def rlsdk_megatron_inits(self):
-        yield MegatronInit(name="seed", func=lambda args: torch.manual_seed(args.rollout_seed) and None)
-
-    @hookimpl
-    def rlsdk_megatron_before_log_probs(self):
-        yield MegatronBeforeLogProb(
-            name="eval_mode", func=lambda args, model, store_prefix: [m.eval() for m in model] and None
-        )
-
-    @hookimpl
-    def rlsdk_megatron_before_train_steps(self):
-        yield MegatronBeforeTrainStep(
-            name="zero",
-            func=lambda args, rollout_id, step_id, model, optimizer, scheduler: optimizer.zero_grad(),
-        )
-
-    @hookimpl
-    def rlsdk_model_providers(self):
-        yield ModelProvider(name="linear", func=lambda pre_process, post_process: torch.nn.Linear(2, 2))
-
-    @hookimpl
-    def rlsdk_update_weight_post_writes(self):
-        yield UpdateWeightPostWrite(
-            name="mark", func=lambda args, version_dir, engines: (Path(version_dir) / "published").touch()
-        )
+BAD = [
+    RolloutSampleFilter(name="mark", func=lambda args, groups: groups.pop()),
+    AllSamplesProcess(name="count", func=lambda args, all_groups, data_source: all_groups[1][0].reward + 1),
+    SampleHook(name="strip", func=lambda args, sample: 42),
+    Advantage(name="ones", func=lambda args, rollout_data: rollout_data.update(advantages=[1])),
+    RewardPostProcess(
+        name="raw", func=lambda args, samples: ([0.0] * len(samples), [float("nan")] * len(samples))
+    ),
+    RolloutDataPostprocess(
+        name="noop", func=lambda args, rollout_id, rollout_data: rollout_data["rewards"].pop()
+    ),
+    ConvertSamplesToTrainData(name="plain", func=lambda args, samples: {"tokens": []}),
+    RolloutLog(name="quiet", func=lambda rollout_id, args, samples, metrics, seconds: "logged"),
+    EvalRolloutLog(name="quiet", func=lambda rollout_id, args, data, metrics: 1 / 0),
+    CheckpointCallback(name="touch", func=lambda args, rollout_id, path: open("/nonexistent/x")),  # noqa: SIM115
+    DataSourceFactory(name="shipped", func=lambda args: []),
+    PgLossReducer(
+        name="total", func=lambda total_lengths, response_lengths, loss_masks, per_token: lambda x: x
+    ),
+    TisFunction(name="keep", func=keep_one_row),
+    Environment(name="sums", func=lambda: ["prompt_data"]),
+    Engine(name="fake", func=lambda args: "not an engine"),
+    Tool(name="add", func=broken_add),
+    MegatronInit(name="seed", func=lambda args: 42),
+    MegatronBeforeLogProb(name="eval_mode", func=lambda args, model, store_prefix: model[1]),
+    MegatronBeforeTrainStep(
+        name="zero", func=lambda args, rollout_id, step_id, model, optimizer, scheduler: optimizer
+    ),
+    ModelProvider(name="linear", func=lambda pre_process, post_process: {"weight": 1}),
+    UpdateWeightPostWrite(name="mark", func=lambda args, version_dir, engines: open("/nonexistent/x")),  # noqa: SIM115
+]
+"""The same names, each with the fault its check names."""
 
 
-class Bad:
-    @hookimpl
-    def rlsdk_rollout_sample_filters(self):
-        yield RolloutSampleFilter(name="mark", func=lambda args, groups: groups.pop())
+@pytest.fixture
+def good(plugin_of):
+    return get_plugin_manager(load_entrypoints=False, plugins=[plugin_of(*GOOD)])
 
-    @hookimpl
-    def rlsdk_all_samples_processes(self):
-        yield AllSamplesProcess(
-            name="count", func=lambda args, all_groups, data_source: all_groups[1][0].reward + 1
-        )
 
-    @hookimpl
-    def rlsdk_sample_hooks(self):
-        yield SampleHook(name="strip", func=lambda args, sample: 42)
-
-    @hookimpl
-    def rlsdk_advantages(self):
-        yield Advantage(name="ones", func=lambda args, rollout_data: rollout_data.update(advantages=[1]))
-
-    @hookimpl
-    def rlsdk_reward_post_processes(self):
-        yield RewardPostProcess(
-            name="raw", func=lambda args, samples: ([0.0] * len(samples), [float("nan")] * len(samples))
-        )
-
-    @hookimpl
-    def rlsdk_rollout_data_postprocesses(self):
-        yield RolloutDataPostprocess(
-            name="noop", func=lambda args, rollout_id, rollout_data: rollout_data["rewards"].pop()
-        )
-
-    @hookimpl
-    def rlsdk_train_data_converters(self):
-        yield ConvertSamplesToTrainData(name="plain", func=lambda args, samples: {"tokens": []})
-
-    @hookimpl
-    def rlsdk_rollout_logs(self):
-        yield RolloutLog(name="quiet", func=lambda rollout_id, args, samples, metrics, seconds: "logged")
-
-    @hookimpl
-    def rlsdk_eval_rollout_logs(self):
-        yield EvalRolloutLog(name="quiet", func=lambda rollout_id, args, data, metrics: 1 / 0)
-
-    @hookimpl
-    def rlsdk_checkpoint_callbacks(self):
-        yield CheckpointCallback(name="touch", func=lambda args, rollout_id, path: open("/nonexistent/x"))  # noqa: SIM115
-
-    @hookimpl
-    def rlsdk_data_sources(self):
-        yield DataSourceFactory(name="shipped", func=lambda args: [])
-
-    @hookimpl
-    def rlsdk_pg_loss_reducers(self):
-        yield PgLossReducer(
-            name="total", func=lambda total_lengths, response_lengths, loss_masks, per_token: lambda x: x
-        )
-
-    @hookimpl
-    def rlsdk_tis_functions(self):
-        def keep(
-            *, args, pg_loss, train_log_probs, rollout_log_probs, loss_masks, total_lengths, response_lengths
-        ):
-            return pg_loss[:1], loss_masks, {}
-
-        yield TisFunction(name="keep", func=keep)
-
-    @hookimpl
-    def rlsdk_environments(self):
-        yield Environment(name="sums", func=lambda: ["prompt_data"])
-
-    @hookimpl
-    def rlsdk_engines(self):
-        yield Engine(name="fake", func=lambda args: "not an engine")
-
-    @hookimpl
-    def rlsdk_tools(self):
-        def add(args, a: int, b: int = 0) -> str:
-            raise RuntimeError("calculator broke")
-
-        yield Tool(name="add", func=add)
-
-    @hookimpl
-    def rlsdk_megatron_inits(self):
-        yield MegatronInit(name="seed", func=lambda args: 42)
-
-    @hookimpl
-    def rlsdk_megatron_before_log_probs(self):
-        yield MegatronBeforeLogProb(name="eval_mode", func=lambda args, model, store_prefix: model[1])
-
-    @hookimpl
-    def rlsdk_megatron_before_train_steps(self):
-        yield MegatronBeforeTrainStep(
-            name="zero", func=lambda args, rollout_id, step_id, model, optimizer, scheduler: optimizer
-        )
-
-    @hookimpl
-    def rlsdk_model_providers(self):
-        yield ModelProvider(name="linear", func=lambda pre_process, post_process: {"weight": 1})
-
-    @hookimpl
-    def rlsdk_update_weight_post_writes(self):
-        yield UpdateWeightPostWrite(
-            name="mark", func=lambda args, version_dir, engines: open("/nonexistent/x")
-        )  # noqa: SIM115
+@pytest.fixture
+def bad(plugin_of):
+    return get_plugin_manager(load_entrypoints=False, plugins=[plugin_of(*BAD)])
 
 
 CHECKS = [
-    (check_rollout_sample_filter, "mark", "changed the groups"),
-    (check_all_samples_process, "count", "TypeError"),
-    (check_sample_hook, "strip", "expected Sample or None"),
-    (check_advantage, "ones", r"set rollout_data\['advantages'\] to list"),
-    (check_reward_post_process, "raw", "non-finite"),
-    (check_rollout_data_postprocess, "noop", "changed the length of rollout_data"),
-    (check_convert_samples_to_train_data, "plain", "without"),
-    (check_rollout_log, "quiet", "expected a bool"),
-    (check_eval_rollout_log, "quiet", "ZeroDivisionError"),
-    (check_checkpoint_callback, "touch", "FileNotFoundError"),
-    (check_data_source, "shipped", "has no get_samples, add_samples"),
-    (check_pg_loss_reducer, "total", "expected a scalar tensor"),
-    (check_tis_function, "keep", "pg_loss of shape"),
-    (check_engine, "fake", "expected an rlsdk.engine_api.InferenceEngine"),
-    (check_megatron_init, "seed", "returned int: a hook makes its changes in place"),
-    (check_megatron_before_log_prob, "eval_mode", "before the policy log-probs raised IndexError"),
-    (check_megatron_before_train_step, "zero", "before optimizer step 0 of rollout 0 returned AdamW"),
-    (check_model_provider, "linear", "built dict, which has no parameters"),
-    (check_update_weight_post_write, "mark", "after the weights were written to .* raised FileNotFoundError"),
+    (kit.check_rollout_sample_filter, "mark", "changed the groups"),
+    (kit.check_all_samples_process, "count", "TypeError"),
+    (kit.check_sample_hook, "strip", "expected Sample or None"),
+    (kit.check_advantage, "ones", r"set rollout_data\['advantages'\] to list"),
+    (kit.check_reward_post_process, "raw", "non-finite"),
+    (kit.check_rollout_data_postprocess, "noop", "changed the length of rollout_data"),
+    (kit.check_convert_samples_to_train_data, "plain", "without"),
+    (kit.check_rollout_log, "quiet", "expected a bool"),
+    (kit.check_eval_rollout_log, "quiet", "ZeroDivisionError"),
+    (kit.check_checkpoint_callback, "touch", "FileNotFoundError"),
+    (kit.check_data_source, "shipped", "has no get_samples, add_samples"),
+    (kit.check_pg_loss_reducer, "total", "expected a scalar tensor"),
+    (kit.check_tis_function, "keep", "pg_loss of shape"),
+    (kit.check_engine, "fake", "expected an rlsdk.engine_api.InferenceEngine"),
+    (kit.check_megatron_init, "seed", "returned int: a hook makes its changes in place"),
+    (kit.check_megatron_before_log_prob, "eval_mode", "before the policy log-probs raised IndexError"),
+    (kit.check_megatron_before_train_step, "zero", "before optimizer step 0 of rollout 0 returned AdamW"),
+    (kit.check_model_provider, "linear", "built dict, which has no parameters"),
+    (
+        kit.check_update_weight_post_write,
+        "mark",
+        "after the weights were written to .* raised FileNotFoundError",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("check", "name", "fault"), CHECKS, ids=[c[0].__name__ for c in CHECKS])
-def test_each_check_passes_a_good_plugin_and_names_a_bad_ones_fault(check, name, fault):
-    good = get_plugin_manager(load_entrypoints=False, plugins=[Good()])
+def test_each_check_passes_a_good_plugin_and_names_a_bad_ones_fault(check, name, fault, good, bad):
     check(good, name)
-    bad = get_plugin_manager(load_entrypoints=False, plugins=[Bad()])
     with pytest.raises((PluginCallError, AssertionError), match=fault):
         check(bad, name)
 
 
-def test_check_environment_resolves_its_parts():
-    good = get_plugin_manager(load_entrypoints=False, plugins=[Good()])
-    args = check_environment(good, "sums")
+def test_check_environment_resolves_its_parts(good, bad):
+    args = kit.check_environment(good, "sums")
     assert args.rm_type == "exact:1" and args.label_key == "label"
-    bad = get_plugin_manager(load_entrypoints=False, plugins=[Bad()])
     with pytest.raises(PluginCallError, match="environment 'sums' .* expected a dict of run options"):
-        check_environment(bad, "sums")
+        kit.check_environment(bad, "sums")
 
 
-def test_check_generate_rollout_runs_one_step_on_a_fake_engine(tmp_path):
-    pm = get_plugin_manager(load_entrypoints=False, plugins=[Good()])
+def test_check_generate_rollout_runs_one_step_on_a_fake_engine(good, tmp_path):
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps({"input": f"{i}", "label": "5"}) + "\n" for i in range(4)))
     args = RolloutConfig(
@@ -390,28 +242,25 @@ def test_check_generate_rollout_runs_one_step_on_a_fake_engine(tmp_path):
         n_samples_per_prompt=2,
     )
     engine = FakeEngine(lambda payload, call: "5")
-    output = check_generate_rollout(
-        pm, "step", engine, args, DataSource(args, pm=pm, tokenizer=engine.tokenizer)
+    output = kit.check_generate_rollout(
+        good, "step", engine, args, DataSource(args, pm=good, tokenizer=engine.tokenizer)
     )
     assert len(output.samples) == 2 and {s.reward for g in output.samples for s in g} == {1.0}
 
 
-def test_check_tool_calls_it_with_its_schema():
-    good = get_plugin_manager(load_entrypoints=False, plugins=[Good()])
-    assert check_tool(good, "add", {"a": 2, "b": 3}).text == "5"
+def test_check_tool_calls_it_with_its_schema(good, bad):
+    assert kit.check_tool(good, "add", {"a": 2, "b": 3}).text == "5"
     with pytest.raises(AssertionError, match=r"lack the required \['a'\]"):
-        check_tool(good, "add", {"b": 3})
-    bad = get_plugin_manager(load_entrypoints=False, plugins=[Bad()])
+        kit.check_tool(good, "add", {"b": 3})
     with pytest.raises(AssertionError, match="calculator broke"):
-        check_tool(bad, "add", {"a": 1})
+        kit.check_tool(bad, "add", {"a": 1})
 
 
-def test_check_reward_takes_a_rubric():
-    good = get_plugin_manager(load_entrypoints=False, plugins=[Good()])
+def test_check_reward_takes_a_rubric(good):
     from rlsdk.testing import make_group
 
     samples = make_group([None, None], label="The answer is 1")
-    assert check_reward(good, "exact:0.5", samples=samples) == [0.0, 0.5]
+    assert kit.check_reward(good, "exact:0.5", samples=samples) == [0.0, 0.5]
 
 
 # ----- tool schemas from type hints ----------------------------------------------------------------------------
@@ -481,7 +330,7 @@ def test_an_annotation_without_a_json_schema_is_an_error_naming_the_tool():
 
 
 @pytest.mark.slow
-def test_check_agent_runs_it_through_openai_agent_on_a_served_engine(small_tokenizer):
+def test_check_agent_runs_it_through_openai_agent_on_a_served_engine(small_tokenizer, plugin_of):
     """A FakeEngine with SmolLM2's tokenizer (its chat template), served on loopback: the agent's replies are
     fixed, so a broken agent is told from a bad model answer."""
     from rlsdk import Agent
@@ -496,13 +345,8 @@ def test_check_agent_runs_it_through_openai_agent_on_a_served_engine(small_token
     async def crashes(args, sample, client):
         raise RuntimeError("agent bug")
 
-    class Agents:
-        @hookimpl
-        def rlsdk_agents(self):
-            yield Agent(name="asks", func=asks)
-            yield Agent(name="crashes", func=crashes)
-
-    pm = get_plugin_manager(load_entrypoints=False, plugins=[Agents()])
+    agents = plugin_of(Agent(name="asks", func=asks), Agent(name="crashes", func=crashes))
+    pm = get_plugin_manager(load_entrypoints=False, plugins=[agents])
     with ServedEngine(FakeEngine(["Hi there."] * 2, small_tokenizer)) as served:
         sample = check_agent(pm, "asks", served)
         assert sample.metadata["agent"]["result"] == "Hi there."
@@ -551,7 +395,7 @@ def test_check_task_generator_runs_it_on_a_served_buffer(tmp_path):
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"q": "1+1", "a": "2"}\n{"q": "2+2", "a": "4"}\n')
     body = {"input_file": str(rows), "num_repeat_per_sample": 2}
-    items = check_task_generator(pm, "answers", body)
+    items = kit.check_task_generator(pm, "answers", body)
     assert sorted((i["instance_id"], i["uid"]) for i in items) == [
         ("0", "0-0"),
         ("0", "0-1"),
@@ -561,10 +405,10 @@ def test_check_task_generator_runs_it_on_a_served_buffer(tmp_path):
     with pytest.raises(
         AssertionError, match="task_generator 'broken' .* raised ConnectionError: the environment"
     ):
-        check_task_generator(pm, "broken", body)
+        kit.check_task_generator(pm, "broken", body)
     with pytest.raises(AssertionError, match="task_generator 'idle' .* wrote no complete group of 2"):
-        check_task_generator(pm, "idle", body)
+        kit.check_task_generator(pm, "idle", body)
     with pytest.raises(
         AssertionError, match="task_generator 'picky' .*'s group hooks raised KeyError: 'score'"
     ):
-        check_task_generator(pm, "picky", body)
+        kit.check_task_generator(pm, "picky", body)

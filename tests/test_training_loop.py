@@ -3,12 +3,8 @@ SmolLM2's tokenizer) in the embedded engine and the torch trainer, on CPU in sec
 
 from __future__ import annotations
 
+import functools
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,13 +15,10 @@ from rlsdk.run.job import run_job
 from rlsdk.testing import check_loss, check_trainer
 from rlsdk.training.sync import WeightSyncError
 
-def train_args(tiny_llama: Path, run_files: tuple[Path, str], out: Path, **options) -> RolloutConfig:
-    data, reward = run_files
-    values = {"model": str(tiny_llama), "prompt_data": str(data), "rm_type": reward, "train": True, "lr": 3e-2,
-              "rollout_batch_size": 4, "n_samples_per_prompt": 8, "rollout_max_response_len": 2, "num_rollout": 12,
-              "engine_threads": 1, "train_threads": 1, "output_dir": str(out), "sync_check_tol": 1e-3}
-    values.update(options)
-    return RolloutConfig(**values)
+@pytest.fixture
+def train_args(train_args):
+    """The shared tiny training run, 12 steps long unless a test says otherwise."""
+    return functools.partial(train_args, num_rollout=12)
 
 
 def metrics(out: Path) -> list[dict]:
@@ -34,7 +27,7 @@ def metrics(out: Path) -> list[dict]:
 
 @pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.slow
-def test_the_reward_rises(tiny_llama, run_files, tmp_path):
+def test_the_reward_rises(tiny_llama, run_files, tmp_path, train_args):
     """GRPO on a reward a quarter of random first tokens earn: the policy learns to earn it."""
     out = tmp_path / "out"
     run_job(train_args(tiny_llama, run_files, out, report_to="tensorboard"))
@@ -67,7 +60,7 @@ class LyingTrainer:
 
 
 @pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
-def test_the_trust_check_stops_a_run_whose_engine_serves_other_weights(tiny_llama, run_files, tmp_path):
+def test_the_trust_check_stops_a_run_whose_engine_serves_other_weights(tiny_llama, run_files, tmp_path, train_args):
     pm = get_plugin_manager(plugins=[LyingTrainer()])
     args = train_args(tiny_llama, run_files, tmp_path / "out", trainer="lying", num_rollout=2)
     with pytest.raises(WeightSyncError, match="serving other weights than the trainer's"):
@@ -94,7 +87,7 @@ class ReinforcePlugin:
 
 
 @pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
-def test_a_custom_loss_by_name_and_by_dotted_path(tiny_llama, run_files, tmp_path):
+def test_a_custom_loss_by_name_and_by_dotted_path(tiny_llama, run_files, tmp_path, train_args):
     pm = get_plugin_manager(plugins=[ReinforcePlugin()])
     check_loss(pm, "reinforce")
     check_loss(pm, "policy_loss", RolloutConfig(use_kl_loss=True, kl_loss_coef=0.1, use_tis=True))
@@ -110,7 +103,7 @@ def test_a_custom_loss_by_name_and_by_dotted_path(tiny_llama, run_files, tmp_pat
 
 
 @pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
-def test_an_engine_over_http_takes_the_weights_from_disk(tiny_llama, run_files, tmp_path):
+def test_an_engine_over_http_takes_the_weights_from_disk(tiny_llama, run_files, tmp_path, train_args):
     """The path of an SGLang server (``--engine URL``): the trainer writes a Hugging Face folder, the engine
     loads it through ``/update_weights_from_disk`` and the trust check asks for prompt log-probs over HTTP.
     The server is ``rlsdk serve``'s, speaking SGLang's protocol, since SGLang needs a GPU."""
@@ -134,32 +127,21 @@ def test_the_torch_trainer_passes_the_contract_check(tiny_llama):
                                                               train_threads=1))
 
 
-def rlsdk(*args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rlsdk_cli.app", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, **kwargs)
-
-
 @pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.slow
-def test_sigkill_then_resume_with_no_flags_reaches_the_uninterrupted_parameters(tiny_llama, run_files, tmp_path):
+def test_sigkill_then_resume_with_no_flags_reaches_the_uninterrupted_parameters(
+    tiny_llama, run_files, rlsdk_cli, kill_and_resume, tmp_path
+):
     data, reward = run_files
     flags = ["--train", "--model", str(tiny_llama), "--data", str(data), "--rm", reward, "--lr", "3e-3",
              "--rollout-batch-size", "2", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "3",
              "--num-rollout", "4", "--save-interval", "1", "--deterministic", "--rollout-shuffle",
              "--set", "engine_threads=1", "--train-threads", "1"]
-    whole = rlsdk("run", *flags, "--output", str(tmp_path / "whole"))
+    whole = rlsdk_cli("run", *flags, "--output", str(tmp_path / "whole"))
     assert whole.wait(timeout=240) == 0, whole.stdout.read()
 
     cut = tmp_path / "cut"
-    killed = rlsdk("run", *flags, "--output", str(cut), start_new_session=True)
-    deadline = time.monotonic() + 240
-    while not (cut / "checkpoints" / "step_1").exists():
-        assert killed.poll() is None and time.monotonic() < deadline, killed.stdout.read()
-        time.sleep(0.05)
-    os.killpg(killed.pid, signal.SIGKILL)
-    killed.wait()
-    resumed = rlsdk("run", "--resume", "--output", str(cut))
-    assert resumed.wait(timeout=240) == 0, resumed.stdout.read()
+    kill_and_resume(flags, cut)
 
     from safetensors.torch import load_file
 
@@ -195,7 +177,7 @@ def test_the_step_tables_show_a_dash_for_what_a_rollout_did_not_report():
 
 @pytest.mark.plugins('rlsdk_megatron')
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
-def test_trainer_megatron_is_chosen_by_name_and_says_it_needs_cuda(tiny_llama, run_files, tmp_path):
+def test_trainer_megatron_is_chosen_by_name_and_says_it_needs_cuda(tiny_llama, run_files, tmp_path, train_args):
     """``--trainer megatron`` reaches rlsdk-megatron's trainer (an installed plugin, by name) after the
     engine starts; on CPU it stops the run with what to use instead, named as the trainer call point names
     a plugin's failure."""
@@ -216,7 +198,7 @@ def reward_rise(rows: list[dict]) -> tuple[float, float]:
 @pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["reinforce", "rloo", "sapo", "ppo"])
-def test_the_reward_rises_with_each_estimator(estimator, tiny_llama, run_files, tmp_path):
+def test_the_reward_rises_with_each_estimator(estimator, tiny_llama, run_files, tmp_path, train_args):
     """A reward a quarter of random first tokens earn: each estimator's policy learns to earn it (PPO's
     critic learns its values too: from 0 towards the reward its samples earn). Seeded sampling: the same
     run every time."""
@@ -255,7 +237,7 @@ def zero(args, sample, **kwargs):
 
 @pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.slow
-def test_on_policy_distillation_pulls_the_student_to_the_teacher(tiny_llama, tmp_path):
+def test_on_policy_distillation_pulls_the_student_to_the_teacher(tiny_llama, tmp_path, train_args):
     """No task reward at all: the reverse KL to a fixed teacher (an embedded engine of another model, by
     name) is the only signal, and it falls. One prompt, so that a few steps see its contexts often (sampled
     freely: deterministic seeds, one per sample index, would make its groups alike). The teacher's logits are
@@ -273,7 +255,7 @@ def test_on_policy_distillation_pulls_the_student_to_the_teacher(tiny_llama, tmp
 
 
 @pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
-def test_an_unknown_teacher_and_a_missing_model_are_refused(tiny_llama, run_files, tmp_path):
+def test_an_unknown_teacher_and_a_missing_model_are_refused(tiny_llama, run_files, tmp_path, train_args):
     with pytest.raises(ValueError, match="needs the teacher's model"):
         run_job(train_args(tiny_llama, run_files, tmp_path / "a", opd_teacher="embedded", num_rollout=1))
     with pytest.raises(Exception, match="nosuchengine"):
@@ -299,7 +281,7 @@ def sharper_llama(tiny_llama: Path, folder: Path) -> Path:
 
 @pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
 @pytest.mark.slow
-def test_lora_learns_syncs_its_adapter_and_checkpoints_it_alone(tiny_llama, run_files, tmp_path):
+def test_lora_learns_syncs_its_adapter_and_checkpoints_it_alone(tiny_llama, run_files, tmp_path, train_args):
     """Only the adapter trains and travels: the embedded engine merges it in process and the trust check
     passes on every step; the checkpoint holds the adapter and no model weights."""
     out = tmp_path / "out"
@@ -336,7 +318,7 @@ class ForgetfulEngine:
 
 
 @pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
-def test_the_trust_check_catches_an_adapter_the_engine_did_not_apply(tiny_llama, run_files, tmp_path):
+def test_the_trust_check_catches_an_adapter_the_engine_did_not_apply(tiny_llama, run_files, tmp_path, train_args):
     pm = get_plugin_manager(plugins=[ForgetfulEngine()])
     args = train_args(tiny_llama, run_files, tmp_path / "out", engine="forgetful", lora_rank=8, lr=5e-2,
                       num_rollout=2)
@@ -345,7 +327,7 @@ def test_the_trust_check_catches_an_adapter_the_engine_did_not_apply(tiny_llama,
 
 
 @pytest.mark.plugins('rlsdk_embedded', 'rlsdk_rm_hub')
-def test_an_engine_over_http_loads_each_adapter_through_the_lora_endpoints(tiny_llama, run_files, tmp_path):
+def test_an_engine_over_http_loads_each_adapter_through_the_lora_endpoints(tiny_llama, run_files, tmp_path, train_args):
     """SGLang's LoRA protocol against ``rlsdk serve``'s server (SGLang needs a GPU): the trainer writes each
     version's adapter folder, the client loads it (``/load_lora_adapter``), unloads the one before, sets the
     weight version and names the adapter in every ``/generate`` (the trust check's too)."""

@@ -16,12 +16,8 @@
 # the same way into extra-wheels.tar.part-NN; their other needs are among SGLang's wheels or the image's.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-list=${1:-}
-if [ -z "$list" ]; then
-  for candidate in "$root/shared/gpu/sglang-0.5.17-wheels.txt" "$root/../shared/gpu/sglang-0.5.17-wheels.txt"; do
-    [ -f "$candidate" ] && list=$candidate && break
-  done
-fi
+. "$(dirname "$0")/shared_files.sh"
+list=${1:-$(shared_file sglang-0.5.17-wheels.txt)}
 list=$(realpath "$list" 2>/dev/null || echo "$list")
 [ -f "$list" ] || { echo "no wheel list: pass the path of sglang-0.5.17-wheels.txt" >&2; exit 2; }
 out=${2:-$root/.gpu}

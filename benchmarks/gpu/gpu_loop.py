@@ -39,7 +39,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -49,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_throughput import best, flush, straight, through_rlsdk
-from workload import machine, make_prompts, random_checkpoint, run_reporting, write_dataset
+from workload import machine, make_prompts, random_checkpoint, run_reporting, sample_groups, write_dataset
 
 from rlsdk import RolloutConfig, Sample
 from rlsdk.trainer_api import free_port
@@ -250,28 +249,8 @@ async def generate_samples(
 ) -> list[list[Sample]]:
     """Groups of 4 samples from SGLang (prompt of 64 words, ``new_tokens`` sampled with log-probs), random
     +-1 rewards so the advantages are not zero."""
-    rng = random.Random(0)
     prompts = make_prompts(tokenizer, count // 4, 64)
-    params = {"max_new_tokens": new_tokens, "temperature": 1.0, "ignore_eos": True}
-
-    async def one(group: int, index: int, ids: list[int]) -> Sample:
-        body = {"input_ids": ids, "sampling_params": params, "return_logprob": True}
-        out = await client.generate(body)
-        assert isinstance(out, dict)
-        entries = out["meta_info"]["output_token_logprobs"]
-        tokens = [int(e[1]) for e in entries]
-        return Sample(
-            group_index=group,
-            index=index,
-            tokens=ids + tokens,
-            response_length=len(tokens),
-            rollout_log_probs=[float(e[0]) for e in entries],
-            reward=rng.choice([-1.0, 1.0]),
-            status=Sample.Status.COMPLETED,
-        )
-
-    groups = [asyncio.gather(*(one(g, i, p) for i in range(4))) for g, p in enumerate(prompts)]
-    return [list(group) for group in await asyncio.gather(*groups)]
+    return await sample_groups(client, prompts, 4, new_tokens, ignore_eos=True)
 
 
 def train_and_sync(opts: argparse.Namespace, weight_sync: str) -> dict[str, Any]:

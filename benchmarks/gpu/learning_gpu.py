@@ -74,43 +74,64 @@ def shipped(name: str) -> Path:
     return Path(rlsdk.__file__).parent / "datasets" / name
 
 
-def run_command(opts: argparse.Namespace, model: Path, out: Path) -> list[str]:
-    command = [
+def arithmetic_run(opts: argparse.Namespace, model: Path, out: Path) -> list[str]:
+    """``rlsdk run --train`` on ``model`` into ``out`` over the shipped two-digit arithmetic prompts (chat
+    template applied), its steps' size from ``opts``: ``steps``, ``prompts``, ``samples``, ``micro_batch``
+    and ``response_len``."""
+    return [
         *RUN_TRAIN,
         "--output",
         str(out),
         "--overwrite",
-        "--engine",
-        opts.engine,
         "--hf-checkpoint",
         str(model),
-        "--trainer",
-        opts.trainer,
         "--prompt-data",
         str(shipped("arithmetic2-train.jsonl")),
         "--label-key",
         "label",
         "--apply-chat-template",
-        "--rollout-shuffle",
-        "--eval-prompt-data",
-        "arithmetic2",
-        str(opts.heldout or shipped("arithmetic2-eval.jsonl")),
         "--num-rollout",
         str(opts.steps),
         "--rollout-batch-size",
         str(opts.prompts),
         "--n-samples-per-prompt",
         str(opts.samples),
-        "--global-batch-size",
-        str(opts.prompts * opts.samples // 2),
         "--micro-batch-size",
         str(opts.micro_batch),
+        "--rollout-max-response-len",
+        str(opts.response_len),
+    ]
+
+
+def sglang_flags(opts: argparse.Namespace) -> list[str]:
+    """SGLang from ``opts.sglang_python`` in bfloat16, with ``opts.mem_fraction`` of the GPU's memory."""
+    return [
+        "--sglang-python",
+        opts.sglang_python,
+        "--sglang-dtype",
+        "bfloat16",
+        "--sglang-mem-fraction-static",
+        str(opts.mem_fraction),
+    ]
+
+
+def run_command(opts: argparse.Namespace, model: Path, out: Path) -> list[str]:
+    command = [
+        *arithmetic_run(opts, model, out),
+        "--engine",
+        opts.engine,
+        "--trainer",
+        opts.trainer,
+        "--rollout-shuffle",
+        "--eval-prompt-data",
+        "arithmetic2",
+        str(opts.heldout or shipped("arithmetic2-eval.jsonl")),
+        "--global-batch-size",
+        str(opts.prompts * opts.samples // 2),
         "--lr",
         str(opts.lr),
         "--eps-clip-high",
         "0.28",
-        "--rollout-max-response-len",
-        str(opts.response_len),
         "--eval-interval",
         str(opts.eval_interval),
         "--n-samples-per-eval-prompt",
@@ -125,15 +146,7 @@ def run_command(opts: argparse.Namespace, model: Path, out: Path) -> list[str]:
     if opts.ray:  # an SGLang engine actor on one GPU, the trainer actor on another; weights from disk
         command += ["--ray", *(["--rollout-num-gpus", "1"] if opts.engine == "sglang" else [])]
     if opts.engine == "sglang":
-        command += [
-            *([] if opts.ray else ["--colocate"]),
-            "--sglang-python",
-            opts.sglang_python,
-            "--sglang-dtype",
-            "bfloat16",
-            "--sglang-mem-fraction-static",
-            str(opts.mem_fraction),
-        ]
+        command += [*([] if opts.ray else ["--colocate"]), *sglang_flags(opts)]
     elif opts.engine == "vllm":  # the rlsdk-engine-vllm plugin: vLLM 0.26 from its own environment
         command += [
             "--colocate",

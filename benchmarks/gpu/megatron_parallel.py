@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from megatron_parity import add_model_options, batch, gaps, rounded, weights_folder
+from megatron_parity import batch, gaps, model_parser, rounded, weights_folder
 from workload import SHAPES, machine, run_reporting, shape_checkpoint
 
 from rlsdk import RolloutConfig
@@ -99,11 +99,7 @@ def update_gap(parallel: dict[str, Any], single: dict[str, Any], start: dict[str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_model_options(parser)
-    parser.add_argument("--micro-batch-size", type=int, default=4)
+    parser = model_parser(__doc__, micro_batch=4)
     parser.add_argument(
         "--steps", type=int, default=3, help="bfloat16 steps timed per configuration (0: none)"
     )

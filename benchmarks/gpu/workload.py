@@ -163,6 +163,38 @@ _calls: list[dict[str, Any]] = []
 _in_flight = 0
 
 
+async def sample_groups(
+    engine: Any, prompts: list[list[int]], samples: int, new_tokens: int, **sampling: Any
+) -> list[list[Any]]:
+    """``samples`` responses per prompt (token ids) from an SGLang-protocol ``engine``'s ``generate``, at
+    temperature 1 (and ``sampling``) with log-probs; random +-1 rewards (a train step with advantages that
+    are not zero)."""
+    import asyncio
+
+    from rlsdk import Sample
+
+    rng = random.Random(0)
+    params = {"max_new_tokens": new_tokens, "temperature": 1.0, **sampling}
+
+    async def one(group: int, index: int, ids: list[int]) -> Sample:
+        out = await engine.generate({"input_ids": ids, "sampling_params": params, "return_logprob": True})
+        assert isinstance(out, dict)
+        entries = out["meta_info"]["output_token_logprobs"]
+        tokens = [int(e[1]) for e in entries]
+        return Sample(
+            group_index=group,
+            index=index,
+            tokens=ids + tokens,
+            response_length=len(tokens),
+            rollout_log_probs=[float(e[0]) for e in entries],
+            reward=rng.choice([-1.0, 1.0]),
+            status=Sample.Status.COMPLETED,
+        )
+
+    groups = [asyncio.gather(*(one(g, i, p) for i in range(samples))) for g, p in enumerate(prompts)]
+    return [list(group) for group in await asyncio.gather(*groups)]
+
+
 async def to_length(args: Any, sample: Any, sampling_params: dict[str, Any]) -> Any:
     """A custom generate for ``rlsdk run --custom-generate workload:to_length``: rlsdk's single-turn
     generate with ``ignore_eos``, so every response runs to ``max_new_tokens`` as in the baselines.

@@ -51,6 +51,7 @@ def export(
         except (OSError, ValueError) as exc:
             typer.echo(f"Error: {exc}", err=True)
             raise typer.Exit(1) from None
+        keep_run_settings(checkpoint, output)
         typer.echo(f"wrote {output}: {base.name} with the adapter of {checkpoint} merged in")
         return
     output.mkdir(parents=True)
@@ -61,6 +62,16 @@ def export(
     ]
     for name in kept:
         shutil.copy2(checkpoint / name, output / name)
+    keep_run_settings(checkpoint, output)
     typer.echo(
         f"wrote {output}: the {'LoRA adapter' if is_adapter else 'model'} of {checkpoint} ({', '.join(kept)})"
     )
+
+
+def keep_run_settings(checkpoint: Path, output: Path) -> None:
+    """The checkpoint's run settings (``rlsdk_checkpoint.json``) beside the exported model, so that ``rlsdk
+    eval --model OUTPUT`` scores it as the run evaluated it: its eval sets, reward and data keys."""
+    from rlsdk.training.session import CHECKPOINT_META
+
+    if (checkpoint / CHECKPOINT_META).is_file():
+        shutil.copy2(checkpoint / CHECKPOINT_META, output / CHECKPOINT_META)

@@ -72,11 +72,10 @@ def resumed_config(
     from rlsdk.run.output import resume_refusals, resumed_settings
     from rlsdk.state_files import strings_in
 
-    changed = {k: v for k, v in options.items() if v is not None and v != []}
-    given_now = {**changed, **parse_set(extra)}
+    given_now = given_overrides(options, extra)  # --eval-data as eval_datasets: a resumed run may change them
     try:
         settings = canonical_keys(RolloutConfig.read_file(config)) if config is not None else {}
-        folder = changed.get("output_dir") or settings.get("output_dir") or RolloutConfig.output_dir
+        folder = given_now.get("output_dir") or settings.get("output_dir") or RolloutConfig.output_dir
         refused = {} if trust else resume_refusals(folder, given_now)
         guard.enter_context(refusing_code(refused, allowed=strings_in(given_now)))
         args = RolloutConfig.from_dict(resumed_settings(folder, given_now), pm=pm)
@@ -387,7 +386,8 @@ def run(
         console.print(step_table(rollout_id, metrics))
 
     def on_eval(rollout_id: int, metrics: dict[str, Any]) -> None:
-        console.print(metrics_table(f"eval after step {rollout_id}", metrics))
+        when = "before training" if rollout_id < 0 else f"after step {rollout_id}"
+        console.print(metrics_table(f"eval {when}", metrics))
 
     try:
         with progress:
@@ -419,6 +419,9 @@ def run(
             soft_wrap=True,
         )
         raise typer.Exit(130) from None
+    from rlsdk.run.summary import run_summary
+
+    console.print("\n".join(run_summary(args, output.folder)), markup=False, highlight=False, soft_wrap=True)
     for finding in output.findings:  # the detectors' warnings, repeated where they are seen
         console.print(
             f"warning ({finding['detector']}): {finding['message']}",
@@ -438,12 +441,28 @@ def run(
 
 
 @with_run_options(unused=EVAL_UNUSED)
-def evaluate(**options: Any) -> None:
-    """Evaluate the model on the eval datasets (or the training data) once."""
+def evaluate(
+    print_config: bool = typer.Option(
+        False,
+        "--print-config",
+        help="Print every setting of the eval as YAML (each not at its default with where it comes from) and "
+        "exit; the output works as --config.",
+    ),
+    **options: Any,
+) -> None:
+    """Evaluate the model (a model folder, or a checkpoint of ``rlsdk run --train``, a LoRA adapter's
+    included) once on the eval datasets: those given, else the checkpoint's run's, else the environment's
+    held-out set, else the training data."""
     from rlsdk import get_plugin_manager
     from rlsdk.plugins.loading import refusing_code
 
-    from .settings import checkpoint_refusals, with_checkpoint_settings
+    from .settings import (
+        checkpoint_refusals,
+        config_yaml,
+        lora_checkpoint,
+        setting_sources,
+        with_checkpoint_settings,
+    )
 
     extra = options.pop("extra")
     config = options.pop("config")
@@ -454,13 +473,22 @@ def evaluate(**options: Any) -> None:
     args, given = configure(config, options, extra, pm)
     args, taken = with_checkpoint_settings(args, given)
     refused = checkpoint_refusals(args, taken)  # code a checkpoint from elsewhere names is not loaded
+    try:
+        args, adapter = lora_checkpoint(args)
+        args, scored = eval_sets(args, pm)
+    except (RlsdkError, ValueError) as exc:
+        fail(exc)
+        raise typer.Exit(1) from None
+    if print_config:
+        typer.echo(config_yaml(args, setting_sources(args, given)), nl=False)
+        return
     if taken:
         console.print(
             f"from the checkpoint's run: {', '.join(taken)}", markup=False, highlight=False, soft_wrap=True
         )
-    if not args.eval_datasets and not args.eval_prompt_data and not args.eval_config:
-        data = str(args.prompt_data)  # with_default_data set it
-        args = args.replace(eval_datasets=[{"name": Path(data).stem, "path": data}])
+    console.print(
+        "\n".join(eval_summary(args, adapter, scored)), markup=False, highlight=False, soft_wrap=True
+    )
     from rlsdk.run.extensions import log_eval
     from rlsdk.run.job import run_eval
     from rlsdk.run.output import RunOutput
@@ -469,6 +497,8 @@ def evaluate(**options: Any) -> None:
     try:
         with refusing_code(refused), running(args, pm) as runtime:
             assert runtime.args is not None
+            if adapter is not None:  # served over its base model, as the run's engine served it
+                runtime.run(runtime.engine.load_lora_adapter(adapter.name, str(adapter)))
             result = run_eval(runtime.args, runtime, rollout_id=0)
             log_eval(runtime.args, runtime, 0, result)  # --eval-rollout-log, as after a run's evals
     except (RlsdkError, ValueError, FileNotFoundError) as exc:
@@ -482,6 +512,42 @@ def evaluate(**options: Any) -> None:
             f"wrote {output.folder}/eval.jsonl and eval_samples.jsonl", markup=False, highlight=False
         )
     typer.echo(json.dumps(result.metrics))
+
+
+def eval_sets(args: RolloutConfig, pm: Any) -> tuple[RolloutConfig, str]:
+    """``args`` with the eval datasets ``rlsdk eval`` scores, and where they come from: those set (given, or
+    the checkpoint's run's), else the environment's held-out set (what its training runs evaluate on), else
+    the training data."""
+    from rlsdk.config import environment_options
+
+    if args.eval_datasets or args.eval_prompt_data or args.eval_config:
+        return args, "set"
+    env = args.choices.get("env")
+    held_out = environment_options(env, pm, train=True).get("eval_datasets") if env else None
+    if held_out:
+        return args.replace(eval_datasets=held_out), f"the held-out set of the environment {env!r}"
+    data = str(args.prompt_data)  # with_default_data set it
+    return args.replace(eval_datasets=[{"name": Path(data).stem, "path": data}]), (
+        "the training data: no --eval-data is given"
+    )
+
+
+def eval_summary(args: RolloutConfig, adapter: Path | None, scored: str) -> list[str]:
+    """What ``rlsdk eval`` scores: the model, the data sets, the samples per prompt and the reward."""
+    from rlsdk import Reward
+    from rlsdk.data.eval_sets import run_eval_datasets
+
+    model = args.model or "the default model (SmolLM2-135M-Instruct)"
+    with_adapter = f" with the LoRA adapter {adapter}" if adapter is not None else ""
+    reward = Reward.chosen(args)
+    lines = [
+        f"eval: {model}{with_adapter}, reward {reward}, {args.n_samples_per_eval_prompt} sample(s) per prompt"
+    ]
+    where = "" if scored == "set" else f" ({scored})"
+    for dataset in run_eval_datasets(args):
+        lines.append(f"  data {dataset.name} = {dataset.path}{where}")
+    lines.append("  (every setting: the same command with --print-config)")
+    return lines
 
 
 def command_line_names(options: dict[str, Any], extra: list[str]) -> set[str]:

@@ -378,10 +378,14 @@ ENVIRONMENT_TRAINING = '{"num_rollout": 4, "rollout_batch_size": 4, "n_samples_p
 
 
 def environment_rows(count: int, offset: int) -> str:
-    """``count`` lines of JSONL additions (``input``, ``label``), deterministic, starting at ``offset``."""
+    """``count`` lines of JSONL single-digit additions (``input``, ``label``), rows ``offset`` to ``offset +
+    count`` of a fixed order of the 100 distinct ones: row ranges that do not overlap share no problem (the
+    eval set holds none of the training set's)."""
+    if offset + count > 100:
+        raise ValueError("there are 100 single-digit additions")
     rows = []
     for i in range(offset, offset + count):
-        a, b = i % 10, (3 * i + 1) % 10
+        a, b = divmod((37 * i + 11) % 100, 10)  # 37 is prime to 100: each of the 100 problems once
         rows.append(f'{{"input": "What is {a} + {b}?", "label": "{a + b}"}}\n')
     return "".join(rows)
 

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from rlsdk import RolloutConfig
 from rlsdk.config import demo_settings, uses_core_data_source
+from rlsdk.errors import RlsdkError
 
 GIVEN, ENV, DEMO, RESUMED, DEFAULT = "given", "env", "demo", "resumed", "default"
 SOURCES_LINE = (
@@ -216,3 +218,35 @@ def checkpoint_refusals(args: RolloutConfig, taken: list[str]) -> dict[str, str]
                 f"name it on the command line (--{name.replace('_', '-')} or --set {name}=...)",
             )
     return refusals
+
+
+def lora_checkpoint(args: RolloutConfig) -> tuple[RolloutConfig, Path | None]:
+    """Where ``args.model`` is a LoRA checkpoint of an ``rlsdk run --train --lora-rank`` (an adapter, no
+    ``config.json``): ``args`` on the base model its run trained (checked unchanged since), and the adapter's
+    folder for the engine to load; else ``args`` and None."""
+    from rlsdk.engines.lora_adapter import ADAPTER_CONFIG
+    from rlsdk.run.folder import model_fingerprint
+    from rlsdk.state_files import read_json
+    from rlsdk.training.session import CHECKPOINT_META, checkpoint_settings
+    from rlsdk.training_options import named_model_folder
+
+    folder = Path(args.model) if args.model else None
+    if folder is None or not (folder / ADAPTER_CONFIG).is_file() or (folder / "config.json").is_file():
+        return args, None
+    saved = checkpoint_settings(folder)
+    if saved is None:
+        raise RlsdkError(
+            f"{folder} holds a LoRA adapter but no {CHECKPOINT_META} naming its base model: merge it into "
+            f"its base first (rlsdk export {folder} --merge --base BASE_MODEL -o MERGED) and evaluate MERGED"
+        )
+    base = args.replace(
+        model=saved.get("model"), hf_checkpoint=args.hf_checkpoint or saved.get("hf_checkpoint")
+    )
+    trained_on = read_json(folder / CHECKPOINT_META).get("base_model")
+    now = model_fingerprint(named_model_folder(base))
+    if isinstance(trained_on, dict) and now is not None and trained_on.get("files") != now["files"]:
+        raise RlsdkError(
+            f"the base model {now['path']} changed since the LoRA adapter {folder} was trained on it: its "
+            "scores would be another model's; restore the base model"
+        )
+    return base, folder

@@ -275,8 +275,7 @@ class ChatServer:
 
     async def close(self) -> None:
         run_tokens.forget(self.url)
-        self.limits.close()
-        await self.runner.cleanup()
+        await self.limits.stop(self.runner)
 
 
 async def start_chat_server(
@@ -291,21 +290,11 @@ async def start_chat_server(
     """Serve ``chat`` (an endpoint on any engine, e.g. an SGLang client) on its own: the OpenAI and
     session routes and ``/health``, under the rules of :mod:`rlsdk.engines.service_guard`."""
     check_binding("the chat endpoint", host, token, SERVE_TOKEN_ENV)
-    limits = ConnectionLimits(
-        max_body=MAX_BODY, read_timeout=60.0, idle_timeout=300.0, max_connections=max_connections
-    )
-    app = web.Application(
-        client_max_size=MAX_BODY,
-        middlewares=[
-            guard(token, openai_error, bind_host=host, allowed_hosts=allowed_hosts),
-            limits.middleware(openai_error),
-        ],
-    )
+    limits = ConnectionLimits(max_body=MAX_BODY, max_connections=max_connections)
+    app = limits.app([guard(token, openai_error, bind_host=host, allowed_hosts=allowed_hosts)], openai_error)
     app.add_routes([web.get("/health", _health)])
     add_chat_routes(app, chat)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
-    await runner.setup()
-    bound = await limits.listen(runner, host, port)
+    runner, bound = await limits.serve(app, host, port)
     server = ChatServer(host, bound, runner, chat, limits)
     if token:  # clients made in this process (a run's agents) send it
         run_tokens.remember(server.url, token)

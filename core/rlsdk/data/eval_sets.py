@@ -23,7 +23,7 @@ from ..errors import DataError, PluginError
 from ..options import RunOptions
 from ..plugins.run_plugins import RunPlugins
 from ..types import Sample
-from .rows import DataPath
+from .rows import BadRowPolicy, DataPath, checked_rows
 
 TEXT = (str,)
 NUMBER = (int, float)
@@ -329,9 +329,15 @@ def check_eval_datasets(args: RunOptions, plugins: RunPlugins) -> list[EvalDatas
     generator resolve (an ``rm_type`` no plugin provides fails here, not as invalid rewards mid-run)."""
     datasets = run_eval_datasets(args)
     for dataset in datasets:
-        path = DataPath.parse(dataset.path).path
-        if not path.is_file():
-            raise DataError(f"eval dataset {dataset.name!r}: no file {path}")
+        try:  # read once: a missing or empty file, or no row with the input key, fails here
+            checked_rows(
+                DataPath.parse(dataset.path),
+                BadRowPolicy(getattr(args, "on_bad_row", "error")),
+                dataset.input_key or args.input_key,
+                "the eval dataset's input_key or --input-key",
+            )
+        except DataError as exc:
+            raise DataError(f"eval dataset {dataset.name!r}: {exc}") from None
         try:
             if dataset.custom_rm_path or dataset.rm_type:
                 plugins.resolve("reward", dataset.custom_rm_path or dataset.rm_type or "")

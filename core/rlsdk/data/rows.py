@@ -121,3 +121,17 @@ def _read_parquet(data_path: DataPath, bad: BadRowPolicy) -> list[Row]:
     selected = data_path.rows_in(table.num_rows)
     values = table.slice(selected.start, len(selected)).to_pylist() if selected else []
     return [Row(row, f"{data_path.path}:row {number + 1}") for number, row in zip(selected, values)]
+
+
+def checked_rows(data_path: DataPath, bad: BadRowPolicy, input_key: str, flag: str) -> list[Row]:
+    """The rows of ``data_path`` that have ``input_key`` (``flag`` names it); a missing or empty file, or one
+    whose every row lacks the key, is an error."""
+    rows = read_rows(data_path, bad)
+    if not rows:
+        raise DataError(f"{data_path}: the dataset has no rows")
+    missing = [row for row in rows if row.values.get(input_key) is None]
+    for row in missing:  # a prompt needs its input key: said before the model loads
+        bad.report(row.where, f"no input key {input_key!r} (keys: {sorted(row.values)}; {flag} names it)")
+    if len(missing) == len(rows):
+        raise DataError(f"{data_path}: no row has the input key {input_key!r} ({flag} names it)")
+    return [row for row in rows if row.values.get(input_key) is not None]

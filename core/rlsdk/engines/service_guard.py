@@ -23,7 +23,7 @@ import ipaddress
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,6 +31,10 @@ from aiohttp import web
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ErrorReply = Callable[[str, int], web.Response]
+READ_TIMEOUT = 60.0
+"""Seconds a request body may take to arrive (408 after), unless a service sets its own."""
+IDLE_TIMEOUT = 300.0
+"""Seconds a connection may stay out of a request (sending one slowly, or idle) before it is closed."""
 
 
 def is_loopback(host: str) -> bool:
@@ -219,15 +223,15 @@ class ConnectionLimits:
       and arrive within ``read_timeout`` seconds (408).
 
     Use :meth:`middleware` in the app after :func:`guard` (reaching it is being let through), then
-    :meth:`listen`."""
+    :meth:`listen`; :meth:`app` and :meth:`serve` do both."""
 
     def __init__(
         self,
         *,
         max_body: int,
-        read_timeout: float,
-        idle_timeout: float,
         max_connections: int,
+        read_timeout: float = READ_TIMEOUT,
+        idle_timeout: float = IDLE_TIMEOUT,
         header_timeout: float = 10.0,
     ) -> None:
         self.max_body, self.max_connections = max_body, max_connections
@@ -270,6 +274,34 @@ class ConnectionLimits:
                 self._last_seen[transport] = time.monotonic()
 
         return limited
+
+    def app(self, checks: Sequence[Any], error: ErrorReply, after: Sequence[Any] = ()) -> web.Application:
+        """An application whose requests pass ``checks`` (middlewares, :func:`guard` among them), then these
+        limits (``error`` answers what they refuse), then ``after``."""
+        return web.Application(
+            client_max_size=self.max_body, middlewares=[*checks, self.middleware(error), *after]
+        )
+
+    async def serve(
+        self, app: web.Application, host: str, port: int, *, handler_cancellation: bool = True
+    ) -> tuple[web.AppRunner, int]:
+        """Serve ``app`` (from :meth:`app`) on ``host:port`` (0: a free port): its runner and the port bound.
+        No access log, no signal handlers; ``handler_cancellation``: a client that disconnects cancels its
+        handler (which aborts its work). A runner that cannot listen is cleaned up."""
+        runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, handler_cancellation=handler_cancellation
+        )
+        await runner.setup()
+        try:
+            return runner, await self.listen(runner, host, port)
+        except BaseException:
+            await runner.cleanup()
+            raise
+
+    async def stop(self, runner: web.AppRunner) -> None:
+        """Stop what :meth:`serve` started: no new connections, then ``runner`` cleaned up."""
+        self.close()
+        await runner.cleanup()
 
     async def listen(self, runner: web.AppRunner, host: str, port: int) -> int:
         """Serve ``runner`` (set up) on ``host:port``; the port bound."""

@@ -127,6 +127,21 @@ def init_broadcast_group(
     it from :func:`rlsdk.engines.launch.sglang.server_environment`): with it on, the first broadcast
     between the trainer and SGLang on two H200s failed in SGLang with "Cuda failure 'invalid argument'"."""
     os.environ.setdefault("NCCL_CUMEM_ENABLE", "0")  # read when NCCL builds the communicator
+    return join_broadcast_group(master_address, master_port, 0, world_size, group_name, backend, timeout)
+
+
+def join_broadcast_group(
+    master_address: str,
+    master_port: int,
+    rank: int,
+    world_size: int,
+    group_name: str,
+    backend: str,
+    timeout: float,
+) -> Any:
+    """Join, as ``rank``, the group whose members meet at ``master_address:master_port`` (a TCP rendezvous,
+    store keys under ``group_name``), outside the default process group: each side's half of
+    :func:`init_broadcast_group`."""
     from torch.distributed.distributed_c10d import (
         Backend,
         PrefixStore,
@@ -136,7 +151,9 @@ def init_broadcast_group(
     )
 
     store, rank, world_size = next(
-        rendezvous(f"tcp://{master_address}:{master_port}", 0, world_size, timeout=timedelta(seconds=timeout))
+        rendezvous(
+            f"tcp://{master_address}:{master_port}", rank, world_size, timeout=timedelta(seconds=timeout)
+        )
     )
     store.set_timeout(timedelta(seconds=timeout))
     group, _ = _new_process_group_helper(

@@ -12,6 +12,7 @@ import asyncio
 import glob
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,14 +132,15 @@ async def place(actor: Any, where: Any, what: str, asked: dict[str, Any], timeou
     """Wait until ``actor`` is placed and answers ``where`` (the reference of its ``where()`` call); the
     :func:`worker_info` it answers."""
     ray = import_ray()
-    try:
-        return await asyncio.wait_for(_awaitable(where), timeout)
-    except TimeoutError:
-        ray.kill(actor)
-        raise ActorStartError(
+
+    def unplaced() -> str:  # the free resources when the time is up
+        return (
             f"{what} was not placed on any node within {timeout:g}s (ray_start_timeout): it asks for "
             f"{asked}; the cluster has free: {free_resources() or 'nothing'}. Ray's logs: {logs_folder()}"
-        ) from None
+        )
+
+    try:
+        return await _answer(actor, where, timeout, unplaced)
     except ray.exceptions.RayError as exc:
         raise ActorStartError(
             f"{what} died before it started: {first_line(exc)}. Ray's logs: {logs_folder()}"
@@ -150,18 +152,28 @@ async def start(actor: Any, what: str, place_text: str, call: Any, timeout: floa
     ray = import_ray()
     started = time.perf_counter()
     try:
-        return await asyncio.wait_for(_awaitable(call), timeout)
-    except TimeoutError:
-        ray.kill(actor)
-        raise ActorStartError(
-            f"{what} did not start within {timeout:g}s (ray_start_timeout) on {place_text}"
-        ) from None
+        return await _answer(
+            actor,
+            call,
+            timeout,
+            lambda: f"{what} did not start within {timeout:g}s (ray_start_timeout) on {place_text}",
+        )
     except ray.exceptions.RayError as exc:
         ray.kill(actor)
         raise ActorStartError(
             f"{what} failed to start after {time.perf_counter() - started:.1f}s on "
             f"{place_text}: {first_line(exc)}"
         ) from None
+
+
+async def _answer(actor: Any, ref: Any, timeout: float, late: Callable[[], str]) -> Any:
+    """What ``ref`` (a call of ``actor``'s) answers within ``timeout``; past it the actor is killed, and
+    ActorStartError says ``late()``."""
+    try:
+        return await asyncio.wait_for(_awaitable(ref), timeout)
+    except TimeoutError:
+        import_ray().kill(actor)
+        raise ActorStartError(late()) from None
 
 
 def first_line(exc: BaseException) -> str:

@@ -6,6 +6,7 @@ import asyncio
 import copy
 import dataclasses
 import logging
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ from ..runtime import Runtime, bind_runtime
 from ..types import RolloutFnEvalOutput, Sample, reward_value
 from .groups import run_group
 from ..plugins.rubric import RUBRIC_METADATA, parse_rubric
-from .rewarding import rubric_metrics
+from .rewarding import invalid_reward_causes, rubric_metrics
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,8 @@ async def eval_rollout(args: RolloutConfig, runtime: Runtime) -> RolloutFnEvalOu
         correct = [[passed(dataset, s, threshold) for s in g] for g in groups]
         metrics[f"eval/{name}/reward_mean"] = sum(valid) / len(valid) if valid else None
         metrics[f"eval/{name}/invalid"] = len(flat) - len(valid)
+        metrics[f"eval/{name}/failed"] = sum(GENERATE_ERROR in s.metadata for s in data[name]["samples"])
+        warn_unscored(name, data[name]["samples"], len(flat) - len(valid))
         metrics[f"eval/{name}/aborted"] = sum(len(group) for group in aborted)
         metrics[f"eval/{name}/prompts"] = len(groups)
         metrics.update(rubric_metrics(data[name]["samples"], f"eval/{name}/rubric/"))
@@ -181,3 +184,37 @@ async def eval_rollout(args: RolloutConfig, runtime: Runtime) -> RolloutFnEvalOu
             metrics[f"eval/{name}/pass@{k}"] = pass_at_k(correct, k)
         metrics[f"eval/{name}/pass_threshold"] = threshold
     return RolloutFnEvalOutput(data=data, metrics=metrics)
+
+
+GENERATE_ERROR = "generate_error"
+"""Metadata key of a sample whose generation failed (the engine's error, a hung or raising generator)."""
+SHOWN_CAUSES = 3
+"""Distinct causes the warning on an eval's unscored samples quotes."""
+
+
+def warn_unscored(name: str, samples: list[Sample], unscored: int) -> None:
+    """Warn of eval samples that failed or got an invalid reward, with their causes: a score computed
+    without them should not pass unnoticed."""
+    if not unscored:
+        return
+    failed = [s.metadata[GENERATE_ERROR] for s in samples if GENERATE_ERROR in s.metadata]
+    invalid = invalid_reward_causes([s for s in samples if GENERATE_ERROR not in s.metadata])
+    parts = []
+    if failed:
+        parts.append(f"{len(failed)} failed ({quoted(failed)})")
+    if unscored > len(failed):
+        parts.append(
+            f"{unscored - len(failed)} got no valid reward ({quoted(invalid) or 'aborted, not scored'})"
+        )
+    warnings.warn(
+        f"eval {name}: {' and '.join(parts)} of {len(samples)} samples: reward_mean leaves them out, pass@k "
+        "counts them wrong (their rows are in eval_samples.jsonl)",
+        stacklevel=2,
+    )
+
+
+def quoted(causes: list[str]) -> str:
+    """The first :data:`SHOWN_CAUSES` distinct ``causes``, and how many more there are."""
+    distinct = list(dict.fromkeys(causes))
+    more = f"; {len(distinct) - SHOWN_CAUSES} more" if len(distinct) > SHOWN_CAUSES else ""
+    return "; ".join(distinct[:SHOWN_CAUSES]) + more

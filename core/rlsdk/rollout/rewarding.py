@@ -78,11 +78,11 @@ async def score_group(
     calls = []
     for resolved, members in plan.values():
         if resolved.record.group:
-            calls.append(_score_together(args, plugins, resolved, members, evaluation, timeout))
+            calls.append(_score(args, plugins, resolved, members, evaluation, timeout))
         elif resolved.record.cheap:
             _score_inline(args, resolved, members, evaluation)
         else:
-            calls.extend(_score_one(args, plugins, resolved, s, evaluation, timeout) for s in members)
+            calls.extend(_score(args, plugins, resolved, s, evaluation, timeout) for s in members)
     if calls:
         await gather_calls(calls)
     key = (
@@ -102,24 +102,6 @@ async def score_samples(args: RolloutConfig, samples: list[Sample], *, evaluatio
     await score_group(args, plugins_of(args), samples, evaluation=evaluation)
 
 
-async def _score_one(
-    args: RolloutConfig,
-    plugins: RunPlugins,
-    resolved: Resolved,
-    sample: Sample,
-    evaluation: bool,
-    timeout: float,
-) -> None:
-    try:
-        reward = await call_reward(
-            resolved, args, sample, evaluation=evaluation, timeout=timeout, runner=plugins.reward_runner
-        )
-    except InvalidReward as exc:
-        mark_invalid(sample, resolved, exc.reason)
-        return
-    _set(sample, resolved, reward)
-
-
 def _score_inline(args: RolloutConfig, resolved: Resolved, samples: list[Sample], evaluation: bool) -> None:
     """A ``cheap`` reward, called on the event loop: no thread hop, no timeout."""
     for sample in samples:
@@ -131,23 +113,25 @@ def _score_inline(args: RolloutConfig, resolved: Resolved, samples: list[Sample]
         _set(sample, resolved, reward)
 
 
-async def _score_together(
+async def _score(
     args: RolloutConfig,
     plugins: RunPlugins,
     resolved: Resolved,
-    samples: list[Sample],
+    target: Sample | list[Sample],
     evaluation: bool,
     timeout: float,
 ) -> None:
+    """One reward call: on one sample, or (``target`` a list, a group reward) on a group's samples at once."""
+    samples = target if isinstance(target, list) else [target]
     try:
-        rewards = await call_reward(
-            resolved, args, samples, evaluation=evaluation, timeout=timeout, runner=plugins.reward_runner
+        result = await call_reward(
+            resolved, args, target, evaluation=evaluation, timeout=timeout, runner=plugins.reward_runner
         )
     except InvalidReward as exc:
         for sample in samples:
             mark_invalid(sample, resolved, exc.reason)
         return
-    for sample, reward in zip(samples, rewards, strict=True):
+    for sample, reward in zip(samples, result if isinstance(target, list) else [result], strict=True):
         _set(sample, resolved, reward)
 
 

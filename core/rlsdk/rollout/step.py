@@ -410,7 +410,8 @@ def group_rewards(args: RolloutConfig, groups: list[Group]) -> list[list[float]]
 
 def scored_reward_metrics(kept: list[list[float]], dropped: list[list[float]]) -> dict[str, Any]:
     """The kept groups' mean reward, and before the filters (kept and dropped groups, by their
-    :func:`group_rewards`) the mean and the mean over groups of the population standard deviation."""
+    :func:`group_rewards`) the mean, the mean over groups of the population standard deviation, the lowest
+    and highest reward, and the groups whose rewards differ (the only ones GRPO learns from)."""
     kept_values = [v for row in kept for v in row]
     values = kept_values + [v for row in dropped for v in row]
     spreads = [_pstdev(row) for rows in (kept, dropped) for row in rows if row]
@@ -418,6 +419,9 @@ def scored_reward_metrics(kept: list[list[float]], dropped: list[list[float]]) -
         "rollout/reward_mean": sum(kept_values) / len(kept_values) if kept_values else None,
         "rollout/reward_mean_before_filter": sum(values) / len(values) if values else None,
         "rollout/reward_group_std_mean": sum(spreads) / len(spreads) if spreads else None,
+        "rollout/reward_min": min(values) if values else None,
+        "rollout/reward_max": max(values) if values else None,
+        "rollout/groups_with_spread": sum(len(set(row)) > 1 for rows in (kept, dropped) for row in rows),
     }
 
 

@@ -9,7 +9,8 @@ from contextlib import ExitStack
 from typing import Any
 
 from ..config import RolloutConfig, uses_core_data_source
-from ..data import BadRowPolicy, DataPath, Row, read_rows
+from ..data import BadRowPolicy, DataPath, Row
+from ..data.rows import checked_rows
 from ..errors import DataError
 from ..plugins.loading import refusing_code
 from ..plugins.manager import RlsdkPluginManager
@@ -19,7 +20,7 @@ from ..state_files import signed_here, strings_in
 from ..training.session import TrainingSession, checkpoint_root
 from ..training_options import named_model_folder, overlapped
 from .determinism import start_deterministic
-from .extensions import build_data_source, load_data_state, log_eval, source_state
+from .extensions import build_data_source, load_data_state, source_state
 from .folder import (
     check_base_model_unchanged,
     check_data_unchanged,
@@ -131,10 +132,7 @@ def _run_job(
                 steps.last_checkpoint, steps.checkpoint_version = state["checkpoint"], training.weight_version
         else:
             if training is not None and args.eval_interval and not args.skip_eval_before_train:
-                status("eval before the first step")
-                evaluated = run_eval(args, runtime, -1)
-                output.write_eval(-1, evaluated)
-                log_eval(args, runtime, -1, evaluated)  # eval_rollout_log
+                steps.evaluate_before_training()
             output.save_state(output.run_state(0, source_state(data_source), args, runtime.pm))
         with stop_on_signals(runtime.stop):  # SIGTERM, SIGINT: save what is in flight, then stop
             if training is not None and overlapped(args):
@@ -153,16 +151,7 @@ def check_data(args: RolloutConfig) -> tuple[list[Row], BadRowPolicy]:
         raise DataError("no training data: set prompt_data (--data) to a JSONL or Parquet file")
     data_path = DataPath.parse(args.prompt_data)
     bad = BadRowPolicy(args.on_bad_row)
-    rows = read_rows(data_path, bad)
-    if not rows:
-        raise DataError(f"{data_path}: the dataset has no rows")
-    missing = [row for row in rows if row.values.get(args.input_key) is None]
-    for row in missing:  # a prompt needs its input key: said before the model loads
-        bad.report(
-            row.where, f"no input key {args.input_key!r} (keys: {sorted(row.values)}; --input-key names it)"
-        )
-    if len(missing) == len(rows):
-        raise DataError(f"{data_path}: no row has the input key {args.input_key!r} (--input-key names it)")
+    rows = checked_rows(data_path, bad, args.input_key, "--input-key")
     if args.label_key is not None:  # a column named but absent: rewards would see no label, silently
         unlabelled = [row for row in rows if row.values.get(args.label_key) is None]
         if len(unlabelled) == len(rows):
@@ -183,7 +172,7 @@ def check_data(args: RolloutConfig) -> tuple[list[Row], BadRowPolicy]:
             f"(--label-key {key} gives it to them)",
             stacklevel=2,
         )
-    return [row for row in rows if row.values.get(args.input_key) is not None], bad
+    return rows, bad
 
 
 def check_images(runtime: Runtime, data_source: Any) -> None:

@@ -4,6 +4,7 @@ written, the run state saved, the eval, the checkpoint; and the graceful stop th
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -18,6 +19,7 @@ from ..training.session import TrainingSession
 from ..types import RolloutFnEvalOutput, RolloutFnTrainOutput
 from .detectors import Detectors
 from .determinism import report_nondeterminism
+from .learning_signal import no_signal
 from .extensions import after_checkpoint, log_eval, log_step, source_state
 from .output import RunOutput, sample_row
 from .preemption import RunStopped
@@ -95,7 +97,19 @@ class StepRecorder:
         check_step(args, rollout_id, result.metrics)
         if self.on_step is not None:
             self.on_step(rollout_id, result.metrics)
+        problem = no_signal(args, result.metrics)
+        if problem is not None:  # said after the step's table, and again in the run's summary
+            warnings.warn(f"step {rollout_id}: {problem}", stacklevel=2)
         return state
+
+    def evaluate_before_training(self) -> None:
+        """The eval before the first step (``rollout_id`` -1): written, logged and shown as every eval."""
+        self.status("eval before the first step")
+        evaluated = run_eval(self.args, self.runtime, -1)
+        self.output.write_eval(-1, evaluated)
+        log_eval(self.args, self.runtime, -1, evaluated)  # eval_rollout_log
+        if self.on_eval is not None:
+            self.on_eval(-1, evaluated.metrics)
 
     def evaluate(
         self,

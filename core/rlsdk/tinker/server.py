@@ -34,7 +34,6 @@ PROTOBUF = "application/x-protobuf"
 MAX_BODY = 64 * 1024 * 1024
 """Largest request body, in bytes (the SDK cuts a batch into chunks of about 5 MB)."""
 MAX_DECOMPRESSED = 4 * MAX_BODY
-READ_TIMEOUT, IDLE_TIMEOUT = 60.0, 300.0
 _SERVICE = web.AppKey("service", TinkerService)
 _OWNERS = web.AppKey("owners", dict)
 _SIGNER = web.AppKey("signer", object)
@@ -456,8 +455,7 @@ class TinkerServer:
     url: str
 
     async def close(self) -> None:
-        self.limits.close()
-        await self.runner.cleanup()
+        await self.limits.stop(self.runner)
         await self.service.close()
 
 
@@ -515,15 +513,9 @@ async def start_tinker_server(
         given = request.headers.get("X-API-Key", "").encode()
         return any(hmac.compare_digest(given, key.encode()) for key in owners)  # every key compared
 
-    limits = ConnectionLimits(
-        max_body=MAX_BODY,
-        read_timeout=READ_TIMEOUT,
-        idle_timeout=IDLE_TIMEOUT,
-        max_connections=max_connections,
-    )
-    app = web.Application(
-        client_max_size=MAX_BODY,
-        middlewares=[
+    limits = ConnectionLimits(max_body=MAX_BODY, max_connections=max_connections)
+    app = limits.app(
+        [
             guard(
                 None,
                 _reply,
@@ -532,22 +524,19 @@ async def start_tinker_server(
                 authorized=authorized,
                 credentials="API key (X-API-Key: tml-..., the client's TINKER_API_KEY)",
                 body_types=("application/json", PROTOBUF),
-            ),
-            limits.middleware(_reply),
-            _errors,
+            )
         ],
+        _reply,
+        after=[_errors],
     )
     app[_SERVICE] = service
     app[_OWNERS] = owners
     app[_SIGNER] = signer
     app.add_routes(build_routes({**CLIENT_CONFIG, **(client_config or {})}))
     await service.start()
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
-    await runner.setup()
     try:
-        bound = await limits.listen(runner, host, port)
+        runner, bound = await limits.serve(app, host, port)
     except BaseException:
-        await runner.cleanup()
         await service.close()
         raise
     shown = f"[{host}]" if ":" in host else host

@@ -181,8 +181,7 @@ class ViewServer:
         return f"{self.base}/?token={self.token}"
 
     async def close(self) -> None:
-        self.limits.close()
-        await self.runner.cleanup()
+        await self.limits.stop(self.runner)
 
 
 def cookie_name(port: int) -> str:
@@ -257,14 +256,13 @@ async def start_view(
         max_body=4096, read_timeout=10.0, idle_timeout=120.0, max_connections=max_connections
     )
     bound: list[int] = [port]  # the cookie's name needs the port, known once listening
-    app = web.Application(
-        client_max_size=4096,
-        middlewares=[
+    app = limits.app(
+        [
             headers,  # outermost: on every answer, refusals included
             guard(None, error, bind_host=host, allowed_hosts=allowed_hosts),
             authorize(token, bound),
-            limits.middleware(error),
         ],
+        error,
     )
     app[_RUNS] = runs
     files = static_files()
@@ -294,9 +292,7 @@ async def start_view(
             web.get("/api/compare", run_compare),
         ]
     )
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    bound[0] = await limits.listen(runner, host, port)
+    runner, bound[0] = await limits.serve(app, host, port, handler_cancellation=False)
     return ViewServer(host=host, port=bound[0], token=token, runner=runner, limits=limits)
 
 

@@ -49,6 +49,32 @@ def start_service(data_dir, *options, env=None):
     return proc, line.split()[3]
 
 
+def buffer_service(pm, folder):
+    """A buffer service keeping its data under ``folder``/buffer, reading inputs from ``folder``."""
+    return ServedBuffer(pm, folder / "buffer", service_options={"input_dirs": [folder]}).service
+
+
+def buffer_run(pm, tokenizer, service, **options):
+    """The options of a run reading its groups from ``service``, with its runtime bound (the engine, a
+    FakeEngine with ``tokenizer``, generates nothing: the agents do)."""
+    args = RolloutConfig(rollout_buffer_url=service.url, **options)
+    bind_runtime(args, Runtime(pm, FakeEngine([], tokenizer), tokenizer))
+    return args
+
+
+ECHO = {"n_samples_per_prompt": 2, "input_key": "q", "rollout_task_type": "echo", "rollout_buffer_wait": 30}
+"""Groups of two from EchoTask over :func:`questions`."""
+
+
+def questions(folder, count):
+    """``count`` rows ``{"q": "What is i+1?", "a": "i+1"}`` in ``folder``/rows.jsonl."""
+    rows = folder / "rows.jsonl"
+    rows.write_text(
+        "".join(json.dumps({"q": f"What is {i}+1?", "a": str(i + 1)}) + "\n" for i in range(count))
+    )
+    return rows
+
+
 def data_source(pm, args, tokenizer):
     """The data source as `rlsdk run --rollout rollout_buffer` builds it (the rollout does not read it:
     agents read ``input_file`` themselves)."""
@@ -214,24 +240,13 @@ class EchoTask:
 def test_rollout_buffer_rollout_turns_trajectories_into_samples(rlsdk_pm, small_tokenizer, tmp_path):
     rlsdk_pm.register(generators_plugin)
     rlsdk_pm.register(EchoTask())
-    service = ServedBuffer(rlsdk_pm, tmp_path / "buffer", service_options={"input_dirs": [tmp_path]}).service
-    rows = tmp_path / "rows.jsonl"
-    rows.write_text("".join(json.dumps({"q": f"What is {i}+1?", "a": str(i + 1)}) + "\n" for i in range(4)))
-    args = RolloutConfig(
-        rollout_batch_size=2,
-        n_samples_per_prompt=2,
-        prompt_data=str(rows),
-        input_key="q",
-        rollout_buffer_url=service.url,
-        rollout_task_type="echo",
-        rollout_buffer_wait=30,
-    )
-    runtime = Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer)
-    bind_runtime(args, runtime)
-    source = data_source(rlsdk_pm, args, small_tokenizer)
+    service = buffer_service(rlsdk_pm, tmp_path)
+    rows = questions(tmp_path, 4)
     with ServedBuffer(service):
-        args = args.replace(rollout_buffer_url=service.url)
-        bind_runtime(args, runtime)
+        args = buffer_run(
+            rlsdk_pm, small_tokenizer, service, rollout_batch_size=2, prompt_data=str(rows), **ECHO
+        )
+        source = data_source(rlsdk_pm, args, small_tokenizer)
         first = rollout_buffer(args, 0, source)
         second = rollout_buffer(args, 1, source)
     assert [len(g) for g in first.samples] == [2, 2] and [len(g) for g in second.samples] == [2, 2]
@@ -264,21 +279,19 @@ def test_rollout_buffer_reports_a_failing_task(rlsdk_pm, small_tokenizer, tmp_pa
 
     rlsdk_pm.register(Broken())
     rlsdk_pm.register(generators_plugin)
-    service = ServedBuffer(rlsdk_pm, tmp_path / "buffer", service_options={"input_dirs": [tmp_path]}).service
+    service = buffer_service(rlsdk_pm, tmp_path)
     chats = tmp_path / "chats.jsonl"
     chats.write_text(json.dumps({"input": [{"role": "user", "content": "Hi"}]}) + "\n")
-    args = RolloutConfig(
-        prompt_data=str(chats),
-        rollout_buffer_url=service.url,
-        rollout_task_type="broken",
-        rollout_buffer_wait=10,
-    )
-    runtime = Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer)
-    bind_runtime(args, runtime)
-    source = data_source(rlsdk_pm, args, small_tokenizer)  # chat messages, kept for the agents
     with ServedBuffer(service):
-        args = args.replace(rollout_buffer_url=service.url)
-        bind_runtime(args, runtime)
+        args = buffer_run(
+            rlsdk_pm,
+            small_tokenizer,
+            service,
+            prompt_data=str(chats),
+            rollout_task_type="broken",
+            rollout_buffer_wait=10,
+        )
+        source = data_source(rlsdk_pm, args, small_tokenizer)  # chat messages, kept for the agents
         with pytest.raises(
             RuntimeError, match="task_generator 'broken'.*raised FileNotFoundError: .*chats.jsonl"
         ):
@@ -290,23 +303,14 @@ def test_surplus_groups_stay_in_the_service_across_a_trainer_crash(rlsdk_pm, sma
     (or resumed) lost them. Now it asks for what it needs, and the rest stays in the service, on disk."""
     rlsdk_pm.register(generators_plugin)
     rlsdk_pm.register(EchoTask())
-    rows = tmp_path / "rows.jsonl"
-    rows.write_text("".join(json.dumps({"q": f"What is {i}+1?", "a": str(i + 1)}) + "\n" for i in range(3)))
-    service = ServedBuffer(rlsdk_pm, tmp_path / "buffer", service_options={"input_dirs": [tmp_path]}).service
+    rows = questions(tmp_path, 3)
+    service = buffer_service(rlsdk_pm, tmp_path)
     with ServedBuffer(service):
 
         def fresh_trainer():
-            args = RolloutConfig(
-                rollout_batch_size=1,
-                n_samples_per_prompt=2,
-                prompt_data=str(rows),
-                input_key="q",
-                rollout_buffer_url=service.url,
-                rollout_task_type="echo",
-                rollout_buffer_wait=30,
+            return buffer_run(
+                rlsdk_pm, small_tokenizer, service, rollout_batch_size=1, prompt_data=str(rows), **ECHO
             )
-            bind_runtime(args, Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer))
-            return args
 
         args = fresh_trainer()
         source = data_source(rlsdk_pm, args, small_tokenizer)
@@ -325,9 +329,8 @@ def test_waiting_in_vain_is_an_error_rlsdk_run_reports_in_one_line(rlsdk_pm, sma
     """It used to be a bare TimeoutError, which `rlsdk run` showed as a raw traceback."""
 
     rlsdk_pm.register(generators_plugin)
-    service = ServedBuffer(rlsdk_pm, tmp_path / "buffer", service_options={"input_dirs": [tmp_path]}).service
+    service = buffer_service(rlsdk_pm, tmp_path)
     with ServedBuffer(service):
-        args = RolloutConfig(rollout_batch_size=1, rollout_buffer_url=service.url, rollout_buffer_wait=0.2)
-        bind_runtime(args, Runtime(rlsdk_pm, FakeEngine([], small_tokenizer), small_tokenizer))
+        args = buffer_run(rlsdk_pm, small_tokenizer, service, rollout_batch_size=1, rollout_buffer_wait=0.2)
         with pytest.raises(RlsdkError, match="0 of 1 complete groups after 0.2s .*are agents writing to it"):
             rollout_buffer(args, 0, None)

@@ -120,6 +120,28 @@ def local_gpt(
     )
 
 
+def tiny_llama(**changes: Any) -> dict[str, Any]:
+    """The config of a tiny GQA Llama (two layers, a 127-token vocabulary that tensor parallelism must pad,
+    rope base 500000, large initial weights so that attention is far from uniform), with ``changes``: each
+    test's model, for :func:`save_tiny`."""
+    return {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 2,
+        "vocab_size": 127,
+        "max_position_embeddings": 64,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "initializer_range": 0.2,
+        **changes,
+    }
+
+
 def save_tiny(path: Path, config: dict[str, Any]) -> Path:
     """A Hugging Face folder of a model with ``config`` and random weights (seed 0), and a word-level
     tokenizer ``t0``..``t<vocab-1>``."""

@@ -3,8 +3,12 @@ ships only cp312 CUDA wheels, so these tests need neither: the conversion is pla
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+
+from rlsdk import load_callable
 
 from rlsdk_megatron.convert import (
     in_pipeline_stage,
@@ -26,31 +30,18 @@ from rlsdk_megatron.convert import (
     split_tensor_parallel,
 )
 
-TINY = {
-    "hidden_size": 32,
-    "intermediate_size": 48,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "vocab_size": 64,
-    "max_position_embeddings": 128,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 100000.0,
-}
+TINY = load_callable(f"{Path(__file__).with_name('cpu_megatron.py')}:tiny_llama")(
+    hidden_size=32, intermediate_size=48, vocab_size=64, max_position_embeddings=128, rope_theta=100000.0
+)
 
 
 def tiny_model(model_type: str, tied: bool) -> tuple[dict, dict]:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model(model_type, **TINY, tie_word_embeddings=tied)
+    config = {**TINY, "model_type": model_type, "tie_word_embeddings": tied}
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config)
-    return model.state_dict(), {
-        "model_type": model_type,
-        **TINY,
-        "tie_word_embeddings": tied,
-        "hidden_act": "silu",
-    }
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+    return model.state_dict(), config
 
 
 @pytest.mark.parametrize(("model_type", "tied"), [("llama", True), ("llama", False), ("qwen2", False)])
@@ -207,7 +198,7 @@ def tiny_qwen3(model_type: str, fused: bool = False) -> tuple[dict, dict, dict]:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     extra = MOE if model_type == "qwen3_moe" else {"head_dim": 8}
-    config = AutoConfig.for_model(model_type, **TINY, **extra, tie_word_embeddings=False)
+    config = AutoConfig.for_model(**{**TINY, **extra, "model_type": model_type})
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
     with tempfile.TemporaryDirectory() as folder:

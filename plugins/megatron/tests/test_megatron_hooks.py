@@ -34,20 +34,9 @@ from rlsdk import load_callable  # noqa: E402
 from rlsdk.testing import bind_runtime  # noqa: E402
 
 CPU_MEGATRON = Path(__file__).with_name("cpu_megatron.py")
-TINY = {
-    "model_type": "llama",
-    "hidden_size": 32,
-    "intermediate_size": 48,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "vocab_size": 64,
-    "max_position_embeddings": 32,
-    "rms_norm_eps": 1e-5,
-    "hidden_act": "silu",
-    "tie_word_embeddings": False,
-    "initializer_range": 0.2,
-}
+TINY = load_callable(f"{CPU_MEGATRON}:tiny_llama")(
+    hidden_size=32, intermediate_size=48, vocab_size=64, max_position_embeddings=32, rope_theta=10000.0
+)
 
 
 @pytest.fixture(scope="module")

@@ -27,21 +27,9 @@ from rlsdk_megatron.trainer import build_gpt_model, packed_logits, read_hf_weigh
 
 patch_for_cpu = load_callable(f"{Path(__file__).with_name('cpu_megatron.py')}:patch_for_cpu")
 
-TINY = {
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 96,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 3,
-    "vocab_size": 128,
-    "max_position_embeddings": 64,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 500000.0,
-    "hidden_act": "silu",
-    "tie_word_embeddings": True,
-    "initializer_range": 0.2,  # large enough that attention is far from uniform
-}
+TINY = load_callable(f"{Path(__file__).with_name('cpu_megatron.py')}:tiny_llama")(
+    num_hidden_layers=3, vocab_size=128, tie_word_embeddings=True
+)
 
 
 @pytest.fixture(scope="module")

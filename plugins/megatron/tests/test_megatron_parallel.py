@@ -26,21 +26,7 @@ from rlsdk import load_callable  # noqa: E402
 from rlsdk_megatron.rank_group import RankFailedError, RankGroupTrainer  # noqa: E402
 
 CPU_MEGATRON = Path(__file__).with_name("cpu_megatron.py")
-TINY = {
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 96,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "vocab_size": 127,
-    "max_position_embeddings": 64,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 500000.0,
-    "hidden_act": "silu",
-    "tie_word_embeddings": False,
-    "initializer_range": 0.2,
-}
+TINY = load_callable(f"{CPU_MEGATRON}:tiny_llama")()
 
 
 TINY_MOE = {

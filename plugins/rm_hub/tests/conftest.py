@@ -1,6 +1,7 @@
 import pytest
 
 from rlsdk import RolloutConfig
+from rlsdk.testing import scored
 
 
 @pytest.fixture
@@ -15,3 +16,14 @@ def hub_pm(rlsdk_pm):
 
     rlsdk_pm.register(plugin, "rm_hub")
     return rlsdk_pm
+
+
+@pytest.fixture
+def graded(hub_pm, args):
+    """``graded(response, label, rm="math", metadata=None)``: a sample with ``response`` scored against
+    ``label`` by reward ``rm`` as a run scores it (rm_hub registered, :func:`args`' timeouts)."""
+
+    def score(response, label, rm="math", metadata=None):
+        return scored(hub_pm, response, label, args.replace(rm_type=rm), metadata)
+
+    return score

@@ -15,10 +15,6 @@ from rlsdk_rm_hub.math_grader import quick_verdict
 from rlsdk_rm_hub.normalize import math_normalize, minerva_normalize
 
 
-def score(pm, args, response, label, rm="math", metadata=None):
-    return scored(pm, response, label, args.replace(rm_type=rm), metadata)
-
-
 MATH_CASES = [
     ("\\boxed{\\frac{1}{2}}", "0.5", 1.0),
     ("\\boxed{\\dfrac12}", "\\frac{1}{2}", 1.0),
@@ -51,8 +47,8 @@ MATH_CASES = [
 
 
 @pytest.mark.parametrize("response,label,expected", MATH_CASES)
-def test_math_equivalence(hub_pm, args, response, label, expected):
-    sample = score(hub_pm, args, response, label)
+def test_math_equivalence(response, label, expected, graded):
+    sample = graded(response, label)
     assert sample.reward == expected, sample.metadata
 
 
@@ -91,14 +87,16 @@ def test_final_answer_only():
         ("\\boxed{10^{-1000}}", "0", 0.0),
     ],
 )
-def test_pathological_inputs_are_decided_within_the_timeout(hub_pm, args, response, label, expected):
-    sample = score(hub_pm, args, response, label)
+def test_pathological_inputs_are_decided_within_the_timeout(response, label, expected, graded):
+    sample = graded(response, label)
     assert sample.reward == expected, sample.metadata
 
 
 def test_timeout_is_invalid_not_zero(hub_pm, args):
     """A worker that runs out of time makes the sample invalid (here a real 1 ms timer on sympy's work)."""
-    sample = score(hub_pm, args.replace(grader_timeout=0.001), "\\boxed{x^2+2x+1}", "(x+1)^2")
+    sample = scored(
+        hub_pm, "\\boxed{x^2+2x+1}", "(x+1)^2", args.replace(rm_type="math", grader_timeout=0.001)
+    )
     assert sample.reward is None and sample.status is Sample.Status.FAILED
     assert "timed out" in sample.metadata[REWARD_ERROR]
 
@@ -202,8 +200,8 @@ SLIME_CASES = [
 
 
 @pytest.mark.parametrize("rm,response,label,expected", SLIME_CASES)
-def test_slime_graders(hub_pm, args, rm, response, label, expected):
-    sample = score(hub_pm, args, response, label, rm=rm)
+def test_slime_graders(rm, response, label, expected, graded):
+    sample = graded(response, label, rm=rm)
     assert sample.reward == expected, sample.metadata
 
 
@@ -217,8 +215,8 @@ def test_slime_graders(hub_pm, args, rm, response, label, expected):
         ("Answer: 12" + " filler" * 100, "12", False),
     ],
 )
-def test_dapo(hub_pm, args, response, label, acc):
-    reward = score(hub_pm, args, response, label, rm="dapo").reward
+def test_dapo(response, label, acc, graded):
+    reward = graded(response, label, rm="dapo").reward
     assert reward["acc"] is acc and reward["score"] == (1.0 if acc else -1.0) and "pred" in reward
 
 
@@ -232,8 +230,8 @@ def test_dapo(hub_pm, args, response, label, acc):
         ("no letter", {"correct_letter": "A"}, None, 0.0),
     ],
 )
-def test_gpqa(hub_pm, args, response, metadata, label, expected):
-    assert score(hub_pm, args, response, label, rm="gpqa", metadata=metadata).reward == expected
+def test_gpqa(response, metadata, label, expected, graded):
+    assert graded(response, label, rm="gpqa", metadata=metadata).reward == expected
 
 
 def test_normalizers():
@@ -247,8 +245,8 @@ def test_contract(hub_pm, name):
     check_reward(hub_pm, name)
 
 
-def test_rm_type_per_sample_overrides(hub_pm, args):
-    sample = score(hub_pm, args, "\\boxed{5}", "5", rm="dapo", metadata={"rm_type": "math"})
+def test_rm_type_per_sample_overrides(graded):
+    sample = graded("\\boxed{5}", "5", rm="dapo", metadata={"rm_type": "math"})
     assert sample.reward == 1.0
 
 
@@ -281,14 +279,14 @@ def test_warm_starts_one_worker_ahead_that_the_first_task_uses():
         pool.shutdown()
 
 
-def test_the_math_reward_warms_the_shared_pool_on_first_call(hub_pm, args):
+def test_the_math_reward_warms_the_shared_pool_on_first_call(args, graded):
     """A response the fast path settles still starts a worker for the answers to come."""
     import time
 
     from rlsdk_rm_hub import pool
 
     pool.shutdown_pool()
-    assert score(hub_pm, args, "\\boxed{3}", "3").reward == 1.0
+    assert graded("\\boxed{3}", "3").reward == 1.0
     shared = pool.get_pool(getattr(args, "grader_workers", None))
     deadline = time.monotonic() + 60
     while not shared._slots.idle and time.monotonic() < deadline:

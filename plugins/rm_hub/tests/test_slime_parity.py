@@ -5,15 +5,10 @@ README), run here through rlsdk's reward call point with real grading workers.""
 import pytest
 
 from rlsdk import REWARD_ERROR
-from rlsdk.testing import scored
 from rlsdk_rm_hub.f1 import f1_score
 from rlsdk_rm_hub.slime_rm_hub import math_dapo_utils, math_utils
 from rlsdk_rm_hub.slime_rm_hub.deepscaler import get_deepscaler_rule_based_reward
 from rlsdk_rm_hub.slime_rm_hub.gpqa import _extract_letter_from_response, compute_gpqa_reward
-
-
-def reward(pm, args, rm, response, label, metadata=None):
-    return scored(pm, response, label, args.replace(rm_type=rm), metadata)
 
 
 @pytest.mark.parametrize(
@@ -41,24 +36,24 @@ def reward(pm, args, rm, response, label, metadata=None):
         ("f1", "", "", 0.0),
     ],
 )
-def test_verdicts_are_slimes(hub_pm, args, rm, response, label, expected):
-    sample = reward(hub_pm, args, rm, response, label)
+def test_verdicts_are_slimes(rm, response, label, expected, graded):
+    sample = graded(response, label, rm)
     assert sample.reward == expected, sample.metadata
 
 
 @pytest.mark.parametrize("rm", ["slime_math", "deepscaler", "dapo", "f1"])
-def test_a_missing_label_is_an_error_not_a_verdict(hub_pm, args, rm):
-    sample = reward(hub_pm, args, rm, "</think>\\boxed{4} Answer: 4", None)
+def test_a_missing_label_is_an_error_not_a_verdict(rm, graded):
+    sample = graded("</think>\\boxed{4} Answer: 4", None, rm)
     assert sample.reward is None and "--label-key" in sample.metadata[REWARD_ERROR]
 
 
-def test_dapo_reads_integers_and_strips_end_of_turn_tokens(hub_pm, args):
-    assert reward(hub_pm, args, "dapo", "...\nAnswer: 42<|im_end|>", "42.0").reward == {
+def test_dapo_reads_integers_and_strips_end_of_turn_tokens(graded):
+    assert graded("...\nAnswer: 42<|im_end|>", "42.0", "dapo").reward == {
         "score": 1.0,
         "acc": True,
         "pred": "42",
     }
-    invalid = reward(hub_pm, args, "dapo", "Answer: 1/2", "\\frac12")
+    invalid = graded("Answer: 1/2", "\\frac12", "dapo")
     assert invalid.reward is None and "integer labels" in invalid.metadata[REWARD_ERROR]
 
 
@@ -78,8 +73,8 @@ def test_dapo_reads_integers_and_strips_end_of_turn_tokens(hub_pm, args):
         ("we ruled out A, then B, settled on C", "C", {}, 1.0),
     ],
 )
-def test_gpqa_verdicts(hub_pm, args, response, label, metadata, expected):
-    assert reward(hub_pm, args, "gpqa", response, label, metadata).reward == expected
+def test_gpqa_verdicts(response, label, metadata, expected, graded):
+    assert graded(response, label, "gpqa", metadata).reward == expected
 
 
 def test_slime_named_functions_keep_slimes_shapes():

