@@ -140,6 +140,8 @@ def test_a_training_run_skips_the_first_eval_times_its_evals_keeps_two_checkpoin
 ):
     out = tmp_path / "out"
     data, _ = run_files
+    rows = [json.loads(line) for line in data.read_text().splitlines()]  # labelled: --label-key names a column
+    data.write_text("".join(json.dumps({**row, "label": row["input"].split()[-1]}) + "\n" for row in rows))
     args = tiny_train_args(tiny_llama, run_files, out, num_rollout=3, save_interval=1, keep_last_n=2, eval_interval=2,
                       skip_eval_before_train=True, label_key="label",
                       eval_datasets=[{"name": "held", "path": str(data)}], n_samples_per_eval_prompt=1)

@@ -31,6 +31,10 @@
 #                                            # SmolLM2; tinker-cookbook's rl_loop learning single-digit addition, its
 #                                            # sampler-vs-trainer check, forward_backward overhead at 8k tokens (~8 min;
 #                                            # TINKER_ARGS="--parts rl" or "--parts numerics,overhead" to split it)
+#   bash benchmarks/gpu/device.sh determinism  # learning_gpu.py twice with --deterministic (after setup and model; 20
+#                                            # steps each, DET_STEPS; not yet run): SGLang launched with
+#                                            # --enable-deterministic-inference; determinism_gpu.json compares the
+#                                            # two runs' reward curves and metrics.jsonl, the first line that differs
 #   bash benchmarks/gpu/device.sh learn_megatron  # the same with --trainer megatron (~9 min)
 #     (LEARN_ARGS="--ray": the engine and the trainer as Ray actors, a GPU each; two GPUs;
 #      LEARN_KILL_AFTER=S: SIGKILL the SGLang server S seconds after the run starts, once)
@@ -362,6 +366,20 @@ scale() {  # SCALE_ARGS: more of scale.py's options
   return 0
 }
 
+determinism() {  # two --deterministic runs of learning_gpu.py; determinism_gpu.json says what differs, if anything
+  local run
+  for run in a b; do
+    rm -rf "/tmp/det-$run"
+    bench "determinism_gpu_$run" "$here/learning_gpu.py" --trainer torch --gguf "$gguf" --cache-dir "$models" \
+        --sglang-python /tmp/sglang-python --output "/tmp/det-$run" --steps "${DET_STEPS:-20}" --minutes 4 \
+        --eval-interval 10 -- --deterministic
+    cp "/tmp/det-$run/metrics.jsonl" "$out/determinism_gpu_$run-metrics.jsonl" 2>/dev/null
+    cp "/tmp/det-$run/determinism.json" "$out/determinism_gpu_$run-check.json" 2>/dev/null
+  done
+  rlsdk_env python3 "$here/../determinism.py" --compare /tmp/det-a /tmp/det-b >"$out/determinism_gpu.json"
+  tail -c 2000 "$out/determinism_gpu.json"
+}
+
 scale8b_split() {  # four GPUs: the Qwen3-8B shape trained with TP=2 on GPUs 0-1, two SGLang engines on 2-3, NCCL sync
   SCALE_ARGS="--shape qwen3-8b --tp 2 --gpus 2 --engine-gpus 2 ${SCALE_ARGS:-}" scale
 }
@@ -375,7 +393,7 @@ learn_megatron() { learn_with megatron; }
 
 for phase in "$@"; do
   case $phase in
-    piece|setup|setup_vllm|vllm|vllm_throughput|vllm_colocate|vllm_nccl|learn_vllm|embedded|generate|server|sglang|launch|colocate|nccl|engines2|engines4|megatron|megatron_parallel|model|learn|learn_megatron|lora|trust|tinker|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|slime_examples|scale|scale8b_split|megatron_moe4)
+    piece|setup|setup_vllm|vllm|vllm_throughput|vllm_colocate|vllm_nccl|learn_vllm|embedded|generate|server|sglang|launch|colocate|nccl|engines2|engines4|megatron|megatron_parallel|model|learn|determinism|learn_megatron|lora|trust|tinker|ray_engines|ray_startup|learn_sync_ray|learn_async_ray|learn_sync_long_ray|learn_lag2_ray|learn_async_long_ray|slime_examples|scale|scale8b_split|megatron_moe4)
       echo "### $phase"; $phase || echo "### $phase failed" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac

@@ -422,6 +422,13 @@ def run(
     from rlsdk.run.summary import run_summary
 
     console.print("\n".join(run_summary(args, output.folder)), markup=False, highlight=False, soft_wrap=True)
+    for finding in output.findings:  # the detectors' warnings, repeated where they are seen
+        console.print(
+            f"warning ({finding['detector']}): {finding['message']}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     console.print(
         f"wrote {output.folder}/rollouts.jsonl, metrics.jsonl and state.json", markup=False, highlight=False
     )

@@ -73,7 +73,11 @@ class RolloutOptions:
     """Stop token ids (EOS always stops)."""
     rollout_skip_special_tokens: bool = False
     sglang_enable_deterministic_inference: bool = False
-    """Give sample ``i`` of a group the sampling seed ``rollout_seed + i``."""
+    """``--deterministic``: two runs with the same seed write the same metrics.jsonl. Sample ``i`` of a group
+    gets the sampling seed ``rollout_seed + i``; Python's, NumPy's and torch's generators are seeded; torch
+    runs its deterministic algorithms; the embedded engine runs one request at a time and launched SGLang
+    servers get ``--enable-deterministic-inference``; wall-clock figures go to timings.jsonl. The run warns
+    about (and writes to determinism.json) each part that stays non-deterministic, and why."""
     partial_rollout: bool = False
     """Return unfinished groups to the buffer at the end of a step and resume them later."""
     mask_offpolicy_in_partial_rollout: bool = False
@@ -172,6 +176,9 @@ class RewardOptions:
     """The reward given to invalid samples when ``on_invalid_reward`` is ``score``."""
     reward_timeout: float = 60.0
     """Wall-clock seconds one sample's reward (or one group reward) may take before it is marked invalid."""
+    constant_reward_steps: int = 10
+    """Warn (and repeat it in the run's summary) when every sample got the same reward in this many steps in a
+    row: no group then has an advantage, and nothing is learned; 0 turns the check off."""
 
     def __post_init__(self) -> None:
         one_of(self, "on_invalid_reward", ("fail", "drop_group", "score"))

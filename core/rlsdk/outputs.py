@@ -9,6 +9,9 @@ DISCARDED_FILE = "discarded.jsonl"
 """Each dropped or failed sample, with its ``metadata["drop_reason"]`` or error."""
 METRICS_FILE = "metrics.jsonl"
 """One row of metrics per step."""
+TIMINGS_FILE = "timings.jsonl"
+"""Deterministic mode (``--deterministic``): each step's and eval's wall-clock figures (:func:`is_timing`),
+which ``metrics.jsonl`` and ``eval.jsonl`` then leave out."""
 EVAL_FILE = "eval.jsonl"
 """One row of eval metrics per eval."""
 EVAL_SAMPLES_FILE = "eval_samples.jsonl"
@@ -18,3 +21,13 @@ LOCK_FILE = ".rlsdk.lock"
 TRAIN_LOG_PROBS = "train_log_probs"
 """Sample metadata key: the trainer's log-probs of the response tokens under the policy that sampled them
 (before the step's update), where the trainer computes them, beside the engine's ``rollout_log_probs``."""
+
+
+TIMING_SUFFIXES = ("seconds", "_time", "_per_s", "memory_gb")
+"""How the names of wall-clock and memory figures end (``train/seconds``, ``rollout/tokens_per_s``,
+``rollout/rollout_time``, ``train/peak_memory_gb``): they differ between two runs with the same seeds."""
+
+
+def is_timing(key: str) -> bool:
+    """Whether the metric ``key`` is a wall-clock or memory figure (:data:`TIMING_SUFFIXES`)."""
+    return key.endswith(TIMING_SUFFIXES)

@@ -3,11 +3,13 @@ misbehaving engine over HTTP, tokenizers built in milliseconds, and ``rlsdk run`
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,6 +71,8 @@ class MisbehavingEngine:
     - ``mode``: ``"ok"``; ``"500"`` (every ``/generate`` an SGLang error body with status 500); ``"garbage"``
       (200 with an HTML page); ``"wrong_shape"`` (200 with JSON that is no ``/generate`` answer);
       ``"broken_after_probe"`` (the health check's one-token request answered, every other one 500);
+      ``"silent"`` (every request accepted and never answered), ``"silent_after_probe"`` (the health check
+      answered, every other request accepted and never answered);
     - ``fail_next``: that many requests answered 503 first, ``reset_next``: that many connections cut
       before an answer, whatever the mode;
     - ``fail_prompt``: requests with these prompt ids answered 500 (one bad prompt).
@@ -84,7 +88,10 @@ class MisbehavingEngine:
         self.fail_next = self.reset_next = 0
         self.fail_prompt: list[int] | None = None
         self.requests = 0
+        self.first_silence: float | None = None
+        """``time.monotonic()`` when a request first went unanswered."""
         self._loop = BackgroundLoop("misbehaving-engine")
+        self._closing = asyncio.Event()
         app = web.Application()
         app.add_routes([web.post("/generate", self._generate), web.post("/abort_request", self._abort)])
         self._runner = web.AppRunner(app)
@@ -113,6 +120,10 @@ class MisbehavingEngine:
             self.fail_next -= 1
             return web.json_response(error_body("engine overloaded", 503), status=503)
         probe = ids == [0]
+        if self.mode == "silent" or (self.mode == "silent_after_probe" and not probe):
+            self.first_silence = self.first_silence or time.monotonic()
+            await self._closing.wait()  # accepted, never answered (until the test ends)
+            return web.Response(status=503)
         if self.mode == "500" or (self.mode == "broken_after_probe" and not probe) or ids == self.fail_prompt:
             return web.json_response(error_body("CUDA error: an illegal memory access", 500), status=500)
         if self.mode == "garbage":
@@ -140,6 +151,7 @@ class MisbehavingEngine:
         return web.Response()
 
     def close(self) -> None:
+        self._loop.loop.call_soon_threadsafe(self._closing.set)
         self._loop.run(self._runner.cleanup(), timeout=30)
         self._loop.close()
 

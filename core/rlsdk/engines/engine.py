@@ -165,6 +165,12 @@ class InferenceEngine(abc.ABC):
         (the default) where the engine offers none; the log-prob checks then decide alone."""
         return None
 
+    async def nondeterminism(self) -> str | None:
+        """Why two runs with the same seeds may get different outputs from this engine (a sentence), or None
+        where every request's output depends only on its body (its ``sampling_seed`` included). Deterministic
+        mode (``--deterministic``) reports it. The default says the engine does not tell."""
+        return f"the engine {type(self).__name__} does not say whether its outputs are reproducible"
+
     def replicas(self) -> list[InferenceEngine]:
         """The engines behind this one that each serve their own copy of the weights (an engine pool's live
         members); the trust check probes each. An engine on its own is its only replica."""

@@ -324,12 +324,36 @@ class SGLangClient(InferenceEngine):
 
     weight_transports = frozenset({"tensor", "nccl"})
 
-    async def tp_size(self, worker: str) -> int:
-        """A worker's tensor-parallel size (``/server_info``), one CUDA-IPC payload per rank."""
+    async def server_info(self, worker: str) -> dict[str, Any]:
+        """A worker's ``/server_info`` (``/get_server_info`` before SGLang 0.5): its server arguments and state."""
         response = await self._request("GET", "/server_info", base=worker, ok_statuses=(404,))
         if response.status_code == 404:
             response = await self._request("GET", "/get_server_info", base=worker)
-        return int(response.json().get("tp_size", 1))
+        info = response.json("the server's arguments (an object)")
+        if not isinstance(info, dict):
+            raise EngineError(f"{worker}/server_info answered {str(info)[:200]!r}, not an object")
+        return info
+
+    async def tp_size(self, worker: str) -> int:
+        """A worker's tensor-parallel size (``/server_info``), one CUDA-IPC payload per rank."""
+        return int((await self.server_info(worker)).get("tp_size", 1))
+
+    async def nondeterminism(self) -> str | None:
+        """None when every worker reports SGLang's deterministic inference on (``--enable-deterministic-inference``
+        in its ``/server_info``: batch-invariant kernels, so a seeded request's output depends on its body
+        alone); else which worker does not, and why."""
+        for worker in await self.workers():
+            try:
+                info = await self.server_info(worker)
+            except EngineError as exc:
+                return f"the SGLang server at {worker} does not report its arguments ({exc})"
+            if info.get("enable_deterministic_inference") is not True:
+                return (
+                    f"the SGLang server at {worker} runs without --enable-deterministic-inference (its "
+                    f"/server_info says {info.get('enable_deterministic_inference')!r}): its batches, formed as "
+                    "requests arrive, change a request's log-probs and tokens; start it with that flag"
+                )
+        return None
 
     async def release_memory(self, tags: list[str] | None = None) -> None:
         """``/release_memory_occupation`` on every worker (all of weights, KV cache and CUDA graphs by

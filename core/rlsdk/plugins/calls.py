@@ -198,14 +198,15 @@ async def call_custom_generate(
         finally:
             if limit is not None:
                 limit.give()
-    except TimeoutError:
-        return [
-            _failed(
-                sample,
-                f"{resolved.describe()} {_sample_where(sample)} hung: no result after "
-                f"{args.generate_timeout} s",
-            )
-        ]
+    except TimeoutError:  # an engine that accepted the request and never answered, most often: its prompt
+        # goes back to the data as an engine fault's does
+        hung = _failed(
+            sample,
+            f"{resolved.describe()} {_sample_where(sample)} hung: no result after "
+            f"{args.generate_timeout} s (generate_timeout)",
+        )
+        hung.metadata[ENGINE_FAULT] = True
+        return [hung]
     except Exception as exc:  # a plugin's bug must not lose the step's other samples
         failed = _failed(sample, str(_raised(resolved, _sample_where(sample), exc)))
         if is_engine_fault(exc):

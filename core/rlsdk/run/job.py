@@ -19,6 +19,7 @@ from ..runtime import Runtime
 from ..state_files import signed_here, strings_in
 from ..training.session import TrainingSession, checkpoint_root
 from ..training_options import named_model_folder, overlapped
+from .determinism import start_deterministic
 from .extensions import build_data_source, load_data_state, source_state
 from .folder import (
     check_base_model_unchanged,
@@ -96,6 +97,7 @@ def _run_job(
     settings = saved.get("settings")
     skip = list(settings) if isinstance(settings, dict) else []  # the settings are the CLI's to refuse
     untrusted = {} if trust_folder or not saved else untrusted_texts(output.folder, saved, skip=skip)
+    start_deterministic(args, output)  # --deterministic: seeds, kernels, wall clocks apart
     engine = args.choices["engine"]
     loading = " (loading the model)" if engine == "embedded" else ""
     status(f"starting the {engine} engine{loading}")
@@ -150,6 +152,19 @@ def check_data(args: RolloutConfig) -> tuple[list[Row], BadRowPolicy]:
     data_path = DataPath.parse(args.prompt_data)
     bad = BadRowPolicy(args.on_bad_row)
     rows = checked_rows(data_path, bad, args.input_key, "--input-key")
+    if args.label_key is not None:  # a column named but absent: rewards would see no label, silently
+        unlabelled = [row for row in rows if row.values.get(args.label_key) is None]
+        if len(unlabelled) == len(rows):
+            raise DataError(
+                f"{data_path}: no row has the label key {args.label_key!r} (--label-key); its keys: "
+                f"{sorted(rows[0].values)}"
+            )
+        if unlabelled:
+            warnings.warn(
+                f"{data_path}: {len(unlabelled)} of {len(rows)} rows have no label key {args.label_key!r} "
+                f"(the first at {unlabelled[0].where}): their rewards see no label",
+                stacklevel=2,
+            )
     if args.label_key is None and any(key in rows[0].values for key in LABEL_KEYS):
         key = next(key for key in LABEL_KEYS if key in rows[0].values)
         warnings.warn(

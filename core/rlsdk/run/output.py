@@ -20,6 +20,8 @@ from ..outputs import (
     METRICS_FILE,
     ROLLOUTS_FILE,
     STATE_FILE,
+    TIMINGS_FILE,
+    is_timing,
 )
 from ..plugins.manager import RlsdkPluginManager
 from ..state_files import check_fingerprints, folder_fingerprints, read_json, signed, signed_here, strings_in
@@ -45,7 +47,15 @@ class RunOutput:
     ``logs/`` too); resuming truncates what a crash wrote past it, so no step is written twice. ``save`` is
     the run's checkpoint folder when it is not inside this one."""
 
-    FILES = (ROLLOUTS_FILE, DISCARDED_FILE, METRICS_FILE, EVAL_FILE, EVAL_SAMPLES_FILE, *LOG_FILES)
+    FILES = (
+        ROLLOUTS_FILE,
+        DISCARDED_FILE,
+        METRICS_FILE,
+        EVAL_FILE,
+        EVAL_SAMPLES_FILE,
+        TIMINGS_FILE,
+        *LOG_FILES,
+    )
 
     def __init__(self, folder: str | Path, save: str | Path | None = None) -> None:
         self.folder = Path(folder)
@@ -60,6 +70,12 @@ class RunOutput:
         ``--resume``."""
         self.on_saved: list[Callable[[dict[str, Any]], None]] = []
         """Called with each state after it is saved (:attr:`rlsdk.Runtime.on_state_saved`)."""
+        self.findings: list[dict[str, str]] = []
+        """What the run's silent-failure detectors found (:mod:`.detectors`); ``rlsdk run`` repeats them at
+        its end."""
+        self.timings_apart = False
+        """Deterministic mode: wall-clock figures go to ``timings.jsonl``, not to ``metrics.jsonl`` and
+        ``eval.jsonl``, which then hold only what the seeds decide."""
 
     def load_state(self) -> dict[str, Any]:
         """The saved state, checked before anything is done with it: ``file_sizes`` names only the run's
@@ -117,12 +133,24 @@ class RunOutput:
     def write_step(self, rollout_id: int, output: RolloutFnTrainOutput) -> None:
         self.append("rollouts.jsonl", [sample_row(rollout_id, s) for g in output.samples for s in g])
         self.append("discarded.jsonl", [sample_row(rollout_id, s) for g in output.discarded for s in g])
-        self.append("metrics.jsonl", [{"rollout_id": rollout_id, **output.metrics}])
+        self.append_metrics(METRICS_FILE, rollout_id, output.metrics)
+
+    def append_metrics(self, name: str, rollout_id: int, metrics: dict[str, Any]) -> None:
+        """A row of ``metrics`` to ``name``; with :attr:`timings_apart`, its wall-clock figures to
+        ``timings.jsonl`` (with the file they belong to) instead."""
+        if not self.timings_apart:
+            self.append(name, [{"rollout_id": rollout_id, **metrics}])
+            return
+        timings = {key: value for key, value in metrics.items() if is_timing(key)}
+        self.append(
+            name, [{"rollout_id": rollout_id, **{k: v for k, v in metrics.items() if k not in timings}}]
+        )
+        self.append(TIMINGS_FILE, [{"file": name, "rollout_id": rollout_id, **timings}])
 
     def write_eval(self, rollout_id: int, output: RolloutFnEvalOutput) -> None:
         """The eval's metrics to ``eval.jsonl``, its samples (with their dataset) to
         ``eval_samples.jsonl``."""
-        self.append("eval.jsonl", [{"rollout_id": rollout_id, **output.metrics}])
+        self.append_metrics(EVAL_FILE, rollout_id, output.metrics)
         self.append(
             "eval_samples.jsonl",
             [
@@ -229,6 +257,7 @@ RESUME_MAY_CHANGE = frozenset(
         "generate_timeout",
         "reward_timeout",
         "log_timeout",
+        "constant_reward_steps",
         "grader_workers",
         "grader_timeout",
         "abort_timeout",

@@ -17,6 +17,8 @@ from ..report import RunReport
 from ..runtime import Runtime
 from ..training.session import TrainingSession
 from ..types import RolloutFnEvalOutput, RolloutFnTrainOutput
+from .detectors import Detectors
+from .determinism import report_nondeterminism
 from .learning_signal import no_signal
 from .extensions import after_checkpoint, log_eval, log_step, source_state
 from .output import RunOutput, sample_row
@@ -46,6 +48,16 @@ class StepRecorder:
     """The trainer's weight version in :attr:`last_checkpoint` (0: the starting weights, which need none)."""
     started: float = field(default_factory=time.monotonic)
     """When the steps began: ``run/elapsed_seconds`` of each step and eval counts from here."""
+    detectors: Detectors = field(init=False)
+    """The run's silent-failure detectors (:mod:`.detectors`), told of each step."""
+
+    def __post_init__(self) -> None:
+        """The run's checks that need its engine up: its detectors (their findings repeated in the run's
+        summary), and in deterministic mode each part that stays non-deterministic, named with why."""
+        self.detectors = Detectors(self.args, self.output.folder)
+        self.output.findings = self.detectors.findings
+        if self.args.sglang_enable_deterministic_inference:
+            report_nondeterminism(self.args, self.runtime, self.output.folder)
 
     def generate(self, rollout_id: int) -> RolloutFnTrainOutput:
         """generate_rollout: step ``rollout_id``'s groups from the run's rollout plugin."""
@@ -75,6 +87,9 @@ class StepRecorder:
             metrics = call_plugin(resolved, args, rollout_id, kept, where=f"at rollout {rollout_id}")
             result.metrics.update({f"custom/{name}": value for name, value in metrics.items()})
         output.write_step(rollout_id, result)
+        self.detectors.after_step(
+            rollout_id, result
+        )  # a constant reward, a drift: warned, repeated at the end
         log_step(args, self.runtime, rollout_id, result)  # rollout_log
         state = output.run_state(rollout_id + 1, data_state, args, self.runtime.pm)
         if self.training is None:

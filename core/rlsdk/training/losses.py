@@ -26,6 +26,11 @@ from ..config import RolloutConfig
 Reducer = Callable[[torch.Tensor], torch.Tensor]
 
 
+LOGPROB_GAP_THRESHOLD = 1.0
+"""Nats: a sampled token whose engine and trainer log-probs differ by more counts in
+``train/rollout_tokens_over_gap`` (the share of such tokens)."""
+
+
 def sum_of_sample_mean_fn(
     response_lengths: list[int],
     loss_masks: list[torch.Tensor],
@@ -208,10 +213,15 @@ def policy_loss(
         kl_loss = sum_of_sample_mean(kl)
         loss = loss + args.kl_loss_coef * kl_loss
         metrics["kl_loss"] = kl_loss.detach()
-    if batch.get("rollout_log_probs"):
+    if batch.get("rollout_log_probs"):  # the sampler against the trainer, on the sampled tokens
         compared = log_probs if args.use_rollout_logprobs else old
-        metrics["train_rollout_logprob_abs_diff"] = sum_of_sample_mean(
-            (compared.detach() - torch.cat(batch["rollout_log_probs"])).abs()
+        gap = torch.cat(batch["rollout_log_probs"]) - compared.detach()
+        metrics["train_rollout_logprob_abs_diff"] = sum_of_sample_mean(gap.abs())
+        metrics["rollout_kl"] = sum_of_sample_mean(
+            gap
+        )  # the sampled-token estimate of KL(sampler || trainer)
+        metrics["rollout_tokens_over_gap"] = sum_of_sample_mean(
+            (gap.abs() > LOGPROB_GAP_THRESHOLD).to(gap.dtype)
         )
     metrics["loss"] = loss.detach()
     return loss, metrics

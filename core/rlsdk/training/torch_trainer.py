@@ -34,6 +34,7 @@ from .critic import Critic
 from .distillation import subtract_reverse_kl
 from .losses import log_probs_and_entropy, sum_of_sample_mean_fn
 from .optim import adamw, load_tensors, optimizer_step
+from .seeds import seed_everything
 from .trainer import LoraAdapter, PolicyTrainer
 from ..plugins.kinds import RewardPostProcess, RolloutDataPostprocess
 from ..plugins.kinds import Advantage
@@ -71,6 +72,8 @@ class TorchTrainer(PolicyTrainer):
         if self.device.type == "cpu":
             torch.set_num_threads(args.train_threads or len(os.sched_getaffinity(0)))
         torch.manual_seed(args.rollout_seed)
+        if args.sglang_enable_deterministic_inference:  # --deterministic, in whichever process trains
+            seed_everything(args.rollout_seed)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.model = torch.nn.Module.to(
             AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype), self.device

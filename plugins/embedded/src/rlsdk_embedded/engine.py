@@ -493,6 +493,18 @@ class EmbeddedEngine(InferenceEngine):
             self._work.notify()  # a paused engine frees the aborted rows' cache
         self._deliver(out)
 
+    async def nondeterminism(self) -> str | None:
+        """A request's output depends on its body alone when it runs by itself (``max_batch_size`` 1, as in
+        ``--deterministic``); in a batch formed as requests arrive, its log-probs differ in the last bits
+        with the rows it shared the batch with."""
+        if self.max_batch_size == 1:
+            return None
+        return (
+            f"the embedded engine decodes up to {self.max_batch_size} requests in one batch, formed as they "
+            "arrive: a request's log-probs (and, rarely, its tokens) differ in the last bits with the rows it "
+            "shared the batch with (--deterministic runs one request at a time)"
+        )
+
     async def load(self) -> dict[str, int]:
         with self._lock:
             running = sum(not r.finished for r in (*self._joining, *self._rows))

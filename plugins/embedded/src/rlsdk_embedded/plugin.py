@@ -10,14 +10,15 @@ from rlsdk import Engine, Option, hookimpl
 
 def embedded(args: Any) -> Any:
     """SmolLM2-135M-Instruct (or ``--model``, else slime's ``--hf-checkpoint``) in process on transformers: CPU
-    or CUDA, no server needed."""
+    or CUDA, no server needed. Deterministic mode (``--deterministic``) runs one request at a time: a batch
+    formed as requests arrive changes a row's log-probs in the last bits."""
     from .engine import EmbeddedEngine
 
     return EmbeddedEngine(
         args.model or args.hf_checkpoint,
         device=args.engine_device,
         dtype=args.engine_dtype,
-        max_batch_size=args.engine_max_batch_size,
+        max_batch_size=1 if args.sglang_enable_deterministic_inference else args.engine_max_batch_size,
         cache_dir=args.model_cache_dir,
         threads=engine_threads(args),
         static_decode=args.engine_static_decode,
@@ -59,7 +60,7 @@ def rlsdk_options():
         "engine_max_batch_size",
         int,
         64,
-        help="Rows the embedded engine decodes together; further requests wait.",
+        help="Rows the embedded engine decodes together; further requests wait (1 under --deterministic).",
     )
     yield Option(
         "engine_static_decode",

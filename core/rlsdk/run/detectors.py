@@ -1,0 +1,103 @@
+"""Detectors for runs that go on but are silently wrong (issue 48): each finding is a warning when it is found
+and is repeated in the run's summary (``rlsdk run``'s last lines, and ``detected.json`` in the output folder).
+
+- a reward that gives every sample the same value step after step (``constant_reward_steps``): a reward that
+  never reads the answer, a label key that names nothing, a grader that always fails;
+- a sampler and a trainer that drifted apart: a step's mean gap between the engine's and the trainer's
+  log-probs of the sampled tokens (``train/rollout_logprob_diff``) above 4x the run's own noise (the trust
+  check's, ``train/sync_logprob_noise``) and above :data:`GAP_FLOOR`, in a run whose samples come from the
+  trainer's current policy (no ``--async``, no policy-version lag); ``train/rollout_kl`` and
+  ``train/rollout_tokens_over_gap`` are its per-step metrics;
+- a data column named but absent (``--label-key`` that no row has: an error before the engine starts; one
+  some rows lack: a warning naming how many).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import RolloutConfig
+from ..training_options import overlapped
+from ..types import RolloutFnTrainOutput
+
+GAP_FLOOR = 0.01
+"""Nats: a sampler-trainer gap below this is never reported (bfloat16 and batching noise stay well below)."""
+DETECTED_FILE = "detected.json"
+"""The run's findings, in its output folder: ``{"detected": [{"detector", "message"}, ...]}``."""
+
+
+class SilentFailureWarning(RuntimeWarning):
+    """A run that goes on but may be training on nothing: a detector's finding."""
+
+
+@dataclass
+class Detectors:
+    """The findings of a run's detectors, kept for its summary; each one warned about once."""
+
+    args: RolloutConfig
+    folder: Path
+    findings: list[dict[str, str]] = field(default_factory=list)
+    constant: float | None = None
+    """The one reward value of every sample of the last steps (None: the last step's varied)."""
+    constant_steps: int = 0
+
+    def report(self, detector: str, message: str) -> None:
+        """Warn about a finding once and keep it for the summary."""
+        if any(f["detector"] == detector for f in self.findings):
+            return
+        warnings.warn(message, SilentFailureWarning, stacklevel=3)
+        self.findings.append({"detector": detector, "message": message})
+        (self.folder / DETECTED_FILE).write_text(json.dumps({"detected": self.findings}, indent=1) + "\n")
+
+    def after_step(self, rollout_id: int, result: RolloutFnTrainOutput) -> None:
+        """The step-by-step detectors, after step ``rollout_id``."""
+        self.check_constant_reward(rollout_id, result)
+        self.check_logprob_gap(rollout_id, result)
+
+    def check_logprob_gap(self, rollout_id: int, result: RolloutFnTrainOutput) -> None:
+        gap, noise = (
+            result.metrics.get("train/rollout_logprob_diff"),
+            result.metrics.get("train/sync_logprob_noise"),
+        )
+        if gap is None or noise is None or overlapped(self.args):  # stale samples differ by design
+            return
+        if gap > max(4 * noise, GAP_FLOOR):
+            kl, over = (
+                result.metrics.get("train/rollout_kl"),
+                result.metrics.get("train/rollout_tokens_over_gap"),
+            )
+            self.report(
+                "logprob_gap",
+                f"step {rollout_id}: the engine's log-probs of the sampled tokens differ from the trainer's by "
+                f"{gap:.3g} nats a token on average, {gap / max(noise, 1e-12):.0f}x the run's noise ({noise:.2g}; "
+                f"sampled-token KL {kl if kl is None else format(kl, '.3g')}, "
+                f"{over if over is None else format(over, '.1%')} of tokens past 1 nat): the trainer learns from "
+                "tokens it would not have sampled. Check that the engine and the trainer load the same model, "
+                "tokenizer and chat template, and what a custom generator or sample hook does to rollout_log_probs",
+            )
+
+    def check_constant_reward(self, rollout_id: int, result: RolloutFnTrainOutput) -> None:
+        limit = self.args.constant_reward_steps
+        rewards = {
+            s.reward
+            for group in [*result.samples, *result.discarded]
+            for s in group
+            if isinstance(s.reward, int | float) and not isinstance(s.reward, bool)
+        }
+        if len(rewards) != 1:
+            self.constant, self.constant_steps = None, 0
+            return
+        (value,) = rewards
+        self.constant_steps = self.constant_steps + 1 if value == self.constant else 1
+        self.constant = value
+        if limit and self.constant_steps >= limit:
+            self.report(
+                "constant_reward",
+                f"the reward {self.args.choices.get('rm_type')!r} gave every sample {value:g} in each of the {self.constant_steps} "
+                f"steps up to step {rollout_id}: no group has an advantage, so nothing is learned. The task is solved, or "
+                "out of this model's reach, or the reward does not read the response or the label (--label-key; "
+                "rlsdk score on a few rows shows what it gives) (--constant-reward-steps 0 turns this check off)",
+            )

@@ -1,0 +1,91 @@
+"""Detectors for silent failures (issue 48): each test plants its failure in a real run of the tiny Llama (or
+its data) and sees it caught: a warning when found, repeated in the run's summary (``detected.json``)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from rlsdk import RolloutConfig
+from rlsdk.errors import DataError
+from rlsdk.run.detectors import SilentFailureWarning
+from rlsdk.run.job import check_data, run_job
+
+ZERO_REWARD = """
+def zero(args, sample, **kwargs):
+    return 0.0
+"""
+
+
+def rollout_run(tiny_llama: Path, data: Path, reward: str, out: Path, **options) -> RolloutConfig:
+    values = {
+        "model": str(tiny_llama), "prompt_data": str(data), "rm_type": reward, "rollout_batch_size": 2,
+        "n_samples_per_prompt": 4, "rollout_max_response_len": 2, "num_rollout": 4, "engine_threads": 1,
+        "output_dir": str(out), "sglang_enable_deterministic_inference": True,
+    }
+    return RolloutConfig(**{**values, **options})
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_a_reward_constant_over_many_steps_is_caught_and_repeated_in_the_summary(tiny_llama, run_files, tmp_path):
+    data, _ = run_files
+    reward = tmp_path / "zero.py"
+    reward.write_text(ZERO_REWARD)
+    out = tmp_path / "out"
+    with pytest.warns(SilentFailureWarning, match=r"gave every sample 0 in each of the 3 steps up to step 2"):
+        output = run_job(rollout_run(tiny_llama, data, f"{reward}:zero", out, constant_reward_steps=3))
+    assert [f["detector"] for f in output.findings] == ["constant_reward"]  # once, though step 3 was constant too
+    assert json.loads((out / "detected.json").read_text())["detected"] == output.findings
+
+
+def test_a_label_key_no_row_has_stops_the_run_before_the_engine_starts(tmp_path):
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"input": f"q{i}", "answer": str(i)}) + "\n" for i in range(4)))
+    with pytest.raises(DataError, match=r"no row has the label key 'label' \(--label-key\); its keys: \['answer', 'input'\]"):
+        check_data(RolloutConfig(prompt_data=str(data), label_key="label"))
+    data.write_text(
+        "".join(json.dumps({"input": f"q{i}", **({"label": str(i)} if i % 2 else {})}) + "\n" for i in range(4))
+    )
+    with pytest.warns(UserWarning, match=r"2 of 4 rows have no label key 'label' \(the first at .*rows.jsonl:line 1\)"):
+        check_data(RolloutConfig(prompt_data=str(data), label_key="label"))
+
+
+SKEWING_HOOK = """
+def skew(args, sample, **kwargs):
+    sample.rollout_log_probs = [lp - 0.5 for lp in sample.rollout_log_probs]
+    return sample
+"""
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_a_sampler_and_trainer_that_drifted_apart_are_caught(tiny_llama, run_files, tmp_path):
+    """A sample hook plants the drift: every rollout log-prob half a nat below the engine's."""
+    data, reward = run_files
+    hook = tmp_path / "hook.py"
+    hook.write_text(SKEWING_HOOK)
+    out = tmp_path / "out"
+    args = rollout_run(tiny_llama, data, reward, out, train=True, lr=1e-3, num_rollout=2, train_threads=1,
+                       rollout_sample_hook_path=[f"{hook}:skew"], sync_check_tol=1e-3)
+    with pytest.warns(SilentFailureWarning, match=r"step 0: the engine's log-probs of the sampled tokens differ .* by 0\.5 nats"):
+        output = run_job(args)
+    assert [f["detector"] for f in output.findings] == ["logprob_gap"]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["train/rollout_kl"] == pytest.approx(-0.5, abs=1e-3)
+    assert rows[0]["train/rollout_tokens_over_gap"] == 0.0
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_a_healthy_run_is_not_flagged(tiny_llama, run_files, tmp_path):
+    """A reward that varies, a sampler and a trainer in step: no detector speaks, even at two steps."""
+    data, reward = run_files
+    args = rollout_run(tiny_llama, data, reward, tmp_path / "out", train=True, lr=1e-3, num_rollout=3,
+                       train_threads=1, sync_check_tol=1e-3, constant_reward_steps=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SilentFailureWarning)
+        output = run_job(args)
+    assert output.findings == [] and not (tmp_path / "out" / "detected.json").exists()
+    rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert all(abs(row["train/rollout_kl"]) < 1e-4 and row["train/rollout_tokens_over_gap"] == 0.0 for row in rows)
