@@ -22,6 +22,7 @@ from pathlib import Path
 from ..config import RolloutConfig
 from ..training_options import overlapped
 from ..types import RolloutFnTrainOutput
+from .learning_signal import cause
 
 GAP_FLOOR = 0.01
 """Nats: a sampler-trainer gap below this is never reported (bfloat16 and batching noise stay well below)."""
@@ -80,24 +81,20 @@ class Detectors:
             )
 
     def check_constant_reward(self, rollout_id: int, result: RolloutFnTrainOutput) -> None:
+        """Every scored sample (kept or filtered out) got one value, the same value step after step: the
+        step metrics :mod:`.learning_signal` reads, and its likely cause."""
         limit = self.args.constant_reward_steps
-        rewards = {
-            s.reward
-            for group in [*result.samples, *result.discarded]
-            for s in group
-            if isinstance(s.reward, int | float) and not isinstance(s.reward, bool)
-        }
-        if len(rewards) != 1:
+        low, high = result.metrics.get("rollout/reward_min"), result.metrics.get("rollout/reward_max")
+        if low is None or low != high:
             self.constant, self.constant_steps = None, 0
             return
-        (value,) = rewards
-        self.constant_steps = self.constant_steps + 1 if value == self.constant else 1
-        self.constant = value
+        self.constant_steps = self.constant_steps + 1 if low == self.constant else 1
+        self.constant = low
         if limit and self.constant_steps >= limit:
             self.report(
                 "constant_reward",
-                f"the reward {self.args.choices.get('rm_type')!r} gave every sample {value:g} in each of the {self.constant_steps} "
-                f"steps up to step {rollout_id}: no group has an advantage, so nothing is learned. The task is solved, or "
-                "out of this model's reach, or the reward does not read the response or the label (--label-key; "
-                "rlsdk score on a few rows shows what it gives) (--constant-reward-steps 0 turns this check off)",
+                f"the reward {self.args.choices.get('rm_type')!r} gave every sample {low:g} in each of the "
+                f"{self.constant_steps} steps up to step {rollout_id}: no group has an advantage, so nothing is "
+                f"learned. Likely cause: {cause(self.args, result.metrics)} (--constant-reward-steps 0 turns this "
+                "check off)",
             )
