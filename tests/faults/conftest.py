@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,8 +87,6 @@ class MisbehavingEngine:
         self.fail_next = self.reset_next = 0
         self.fail_prompt: list[int] | None = None
         self.requests = 0
-        self.first_silence: float | None = None
-        """``time.monotonic()`` when a request first went unanswered."""
         self._loop = BackgroundLoop("misbehaving-engine")
         self._closing = asyncio.Event()
         app = web.Application()
@@ -121,7 +118,6 @@ class MisbehavingEngine:
             return web.json_response(error_body("engine overloaded", 503), status=503)
         probe = ids == [0]
         if self.mode == "silent" or (self.mode == "silent_after_probe" and not probe):
-            self.first_silence = self.first_silence or time.monotonic()
             await self._closing.wait()  # accepted, never answered (until the test ends)
             return web.Response(status=503)
         if self.mode == "500" or (self.mode == "broken_after_probe" and not probe) or ids == self.fail_prompt:
