@@ -485,10 +485,13 @@ def check_custom_generate(
     assert result.status in finished, f"{where} left the sample {result.status}"
     assert engine.requests > 0, f"{where} never called the engine"
     prompt_length = len(result.tokens) - result.response_length
-    kept = result.tokens[: len(prompt_ids)] == prompt_ids
-    assert prompt_length > 0 and (not kept or prompt_length == len(prompt_ids)), (
-        f"{where}: {len(result.tokens)} tokens for a prompt of {len(prompt_ids)} and a response of "
-        f"{result.response_length}"
+    if result.tokens[: len(prompt_ids)] == prompt_ids:  # the sample's own prompt tokens, then the response
+        as_given = prompt_length == len(prompt_ids)
+    else:  # a prompt the generator rendered itself still holds the prompt's text
+        as_given = prompt_length > 0 and prompt in engine.tokenizer.decode(result.tokens[:prompt_length])
+    assert as_given, (
+        f"{where} changed the prompt's tokens: {len(result.tokens)} tokens for a prompt of {len(prompt_ids)} "
+        f"and a response of {result.response_length}, and its prompt part does not hold the prompt {prompt!r}"
     )
     for field in ("loss_mask", "rollout_log_probs"):
         values = getattr(result, field)

@@ -47,7 +47,12 @@ def rows(path: Path) -> list[dict]:
 def test_a_dead_port_stops_the_run_before_any_data_is_used(word_tokenizer, data, tmp_path, command):
     url = f"http://127.0.0.1:{dead_port()}"
     out = tmp_path / "run"
-    result = rlsdk_run(*run_options(url, word_tokenizer, data, out), command=command)
+    options = run_options(url, word_tokenizer, data, out)
+    if command == "eval":  # rlsdk eval refuses the options of a run's steps
+        for step_option in ("--rollout-batch-size", "--n-samples-per-prompt", "--num-rollout"):
+            at = options.index(step_option)
+            del options[at : at + 2]
+    result = rlsdk_run(*options, command=command)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     assert "engine 'sglang' from rlsdk " in output and f"at {url} failed its health check" in output
