@@ -11,6 +11,7 @@ import yaml
 from rlsdk import RolloutConfig
 from rlsdk.config import demo_settings, uses_core_data_source
 from rlsdk.errors import RlsdkError
+from rlsdk.options import EVAL_SET_SETTINGS
 
 GIVEN, ENV, DEMO, RESUMED, DEFAULT = "given", "env", "demo", "resumed", "default"
 SOURCES_LINE = (
@@ -169,12 +170,7 @@ FROM_CHECKPOINT = (
     "rollout_top_k",
     "rollout_stop",
     "rollout_stop_token_ids",
-    "eval_datasets",
-    "eval_prompt_data",
-    "n_samples_per_eval_prompt",
-    "eval_temperature",
-    "eval_top_p",
-    "eval_max_response_len",
+    *EVAL_SET_SETTINGS,
 )
 """What ``rlsdk eval --model CHECKPOINT`` takes from the checkpoint's run unless given: its data's keys and
 template, its reward, its generators and its eval sets with their sampling."""

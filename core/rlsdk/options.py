@@ -154,6 +154,18 @@ class DataOptions:
         one_of(self, "on_bad_row", ("error", "skip"))
 
 
+EVAL_SET_SETTINGS = (
+    "eval_datasets",
+    "eval_prompt_data",
+    "n_samples_per_eval_prompt",
+    "eval_temperature",
+    "eval_top_p",
+    "eval_max_response_len",
+)
+"""The settings that choose a run's eval sets and how they are sampled: a resumed run may change them, and
+``rlsdk eval --model CHECKPOINT`` takes them from the checkpoint's run unless given."""
+
+
 @dataclass(frozen=True)
 class RewardOptions:
     """Rewards: dict keys, group rewards, invalid rewards, timeouts."""

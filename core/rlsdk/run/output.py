@@ -13,6 +13,7 @@ from typing import Any
 
 from ..config import RolloutConfig
 from ..errors import CheckpointError, RlsdkError
+from ..options import EVAL_SET_SETTINGS
 from ..outputs import (
     DISCARDED_FILE,
     EVAL_FILE,
@@ -240,12 +241,7 @@ RESUME_MAY_CHANGE = frozenset(
         "resume",
         "output_dir",
         "eval_interval",
-        "eval_datasets",
-        "eval_prompt_data",
-        "n_samples_per_eval_prompt",
-        "eval_temperature",
-        "eval_top_p",
-        "eval_max_response_len",
+        *EVAL_SET_SETTINGS,
         "skip_eval_before_train",
         "save_interval",
         "keep_last_n",
