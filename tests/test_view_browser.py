@@ -88,7 +88,7 @@ def wait_page(page, name: str, hash_part: str = "") -> None:
         "([name, part]) => location.hash.includes(part) && document.querySelector('main').dataset.ready === '1'"
         " && document.querySelector('main').dataset.page === name",
         arg=[name, hash_part],
-        timeout=60_000,  # Chromium on a loaded 2-core machine: 20 s was once too short
+        timeout=20_000,
     )
 
 

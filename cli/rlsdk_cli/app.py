@@ -147,7 +147,6 @@ def one_line_warning(message: Warning | str, category: type[Warning], *args: obj
 
 
 def main() -> None:
-    import gc
     import sys
     import warnings
 
@@ -159,10 +158,6 @@ def main() -> None:
     except RlsdkError as exc:  # an error rlsdk explains (a plugin failing in strict mode, ...): one line
         typer.echo(f"Error: {exc}", err=True)
         raise SystemExit(1) from None
-    finally:
-        # The process ends: out of the sight of the interpreter's last collection, which would otherwise walk
-        # every object (transformers' among them) after the run's last line: 3-5 s on a loaded machine.
-        gc.freeze()
 
 
 if __name__ == "__main__":

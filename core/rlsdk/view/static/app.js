@@ -250,6 +250,7 @@ function seriesOf(rows, keys, xs) {
 async function runsPage(gen) {
   setCrumbs(["runs", null]);
   const { runs } = await api("/api/runs");
+  if (gen !== generation) return; // the user went elsewhere meanwhile: no redirect over their page
   if (runs.length === 1) { location.replace(runHref(0)); return; }
   const rows = runs.map((run) => h("tr", { class: "link", onclick: () => { location.hash = runHref(run.id); } },
     h("td", {}, h("a", { href: runHref(run.id) }, run.name)), h("td", {}, statusBadge(run.status)),
