@@ -52,6 +52,7 @@ def rows_file(path: Path, n: int) -> Path:
     return path
 
 
+@pytest.mark.plugins("rlsdk_rm_hub")  # the demo's math reward
 def test_a_wrong_eval_data_path_fails_before_the_engine_starts(tmp_path):
     """The model folder does not exist either: the eval set's error comes first, as no engine started."""
     data = rows_file(tmp_path / "rows.jsonl", 4)
