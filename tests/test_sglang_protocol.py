@@ -134,7 +134,7 @@ def test_abort_shape(served):
                 "max_new_tokens": 500, "ignore_eos": True}}))
             while served.engine.stats.steps < steps + 2:  # prefilled and decoding: some tokens to return
                 await asyncio.sleep(0.05)
-            response = await client._request("POST", "/abort_request", body={"abort_all": True})
+            response = await client.http.request("POST", "/abort_request", body={"abort_all": True})
             return response, await task
         finally:
             await client.close()

@@ -3,6 +3,9 @@ SGLang's native protocol) builds on. Plugin authors of the other kinds need none
 
 - :class:`InferenceEngine`, the protocol; :class:`SGLangClient`, the client of an SGLang server or router
   (and of ``rlsdk serve``); the errors an engine raises (:class:`EngineError` and its kinds).
+- :class:`EngineHTTP`, the HTTP side of a client of an engine server (a pooled session, a cap on requests in
+  flight, retries with backoff, error answers as :class:`EngineError` kinds, streamed events), and its
+  :class:`EngineReply`.
 - SGLang's answers as an engine writes them: :func:`generate_response`, :func:`finish_stop`,
   :func:`finish_length`, :func:`finish_abort`, :func:`split_batch`, :func:`new_rid`.
 - The weights check: :func:`tensor_checksum` (SGLang 0.5.17's) and :class:`ServedChecksums`.
@@ -34,16 +37,24 @@ from .engines.protocol import (
 from .engines.weight_checksums import ServedChecksums, tensor_checksum
 
 if TYPE_CHECKING:
+    from .engines.engine_http import EngineHTTP, EngineReply
     from .engines.sglang_client import SGLangClient
     from .engines.tensor_transport import FlatWeights
 
-_LAZY = {"SGLangClient": "rlsdk.engines.sglang_client", "FlatWeights": "rlsdk.engines.tensor_transport"}
+_LAZY = {
+    "EngineHTTP": "rlsdk.engines.engine_http",
+    "EngineReply": "rlsdk.engines.engine_http",
+    "SGLangClient": "rlsdk.engines.sglang_client",
+    "FlatWeights": "rlsdk.engines.tensor_transport",
+}
 
 __getattr__, __dir__ = lazy_module_hooks(globals(), _LAZY)
 
 
 __all__ = [
     "EngineError",
+    "EngineHTTP",
+    "EngineReply",
     "EngineRequestError",
     "EngineResponseError",
     "EngineUnavailableError",

@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import weakref
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
-from ..aio.backoff import backoff_delay
 from . import run_tokens
 from .engine import InferenceEngine
+from .engine_http import EngineHTTP
 from .launch.process_group import free_port
 from .weight_checksums import SGLANG_FUSED, ServedChecksums, sglang_checksums
 from .protocol import (
     GENERATE_RESPONSE,
     SERVE_TOKEN_ENV,
     EngineError,
-    EngineRequestError,
-    EngineUnavailableError,
     check_generate_response,
     new_rid,
     unreadable,
@@ -34,32 +28,9 @@ if TYPE_CHECKING:
     from .tensor_transport import FlatWeights
 
 log = logging.getLogger(__name__)
-_RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
-"""Connection refused, reset or dropped before a whole answer: retried with backoff, as an HTTP 5xx is.
-A read timeout is not."""
-MAX_BACKOFF = 10.0
-"""Seconds one wait between retries lasts at most."""
 _SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, SGLangClient]] = (
     weakref.WeakKeyDictionary()
 )
-
-
-@dataclass
-class Reply:
-    """One HTTP answer, read whole: status, body and the URL that gave it."""
-
-    status_code: int
-    text: str
-    url: str = ""
-
-    def json(self, expected: str = "a JSON body") -> Any:
-        """The body as JSON; :class:`EngineResponseError` naming the URL when it is not JSON."""
-        try:
-            return json.loads(self.text)
-        except ValueError:
-            raise unreadable(
-                self.url, f"answered {self.status_code} with a body that is not JSON", expected, self.text
-            ) from None
 
 
 class SGLangClient(InferenceEngine):
@@ -83,13 +54,16 @@ class SGLangClient(InferenceEngine):
         launcher: SGLangLauncher | None = None,
     ) -> None:
         self.url = url.rstrip("/")
-        self.concurrency = concurrency
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
-        self._client: aiohttp.ClientSession | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-        self._slots: asyncio.Semaphore | None = None
+        self.http = EngineHTTP(
+            self.url,
+            engine="SGLang",
+            # the token of a server this process started for itself, else rlsdk serve's (SGLang's --api-key)
+            token=lambda: run_tokens.token_for(self.url or "") or os.environ.get(SERVE_TOKEN_ENV),
+            concurrency=concurrency,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+        )
         self.launcher = launcher
         """The servers (and router) this client started (:mod:`rlsdk.engines.launch.sglang`) and stops on
         close."""
@@ -115,54 +89,7 @@ class SGLangClient(InferenceEngine):
         if self.launcher is not None and not self._launched:
             await self.launcher.start()
             self._launched = True
-        self._ensure_client()
-
-    def _ensure_client(self) -> aiohttp.ClientSession:
-        """The session of the running event loop: a client used from one ``asyncio.run`` after another
-        (a generator called outside ``rlsdk run``) gets a new session instead of the closed loop's."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            self._client_loop = loop
-            connector = aiohttp.TCPConnector(limit=self.concurrency + 8, limit_per_host=0)
-            timeout = aiohttp.ClientTimeout(total=self.timeout, connect=10.0)
-            # the token of a server this process started for itself, else rlsdk serve's (SGLang's --api-key)
-            token = run_tokens.token_for(self.url or "") or os.environ.get(SERVE_TOKEN_ENV)
-            headers = {"Authorization": f"Bearer {token}"} if token else None
-            self._client = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers)
-            self._slots = asyncio.Semaphore(self.concurrency)
-        return self._client
-
-    async def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        base: str | None = None,
-        body: Any = None,
-        ok_statuses: tuple[int, ...] = (),
-    ) -> Reply:
-        """One HTTP call, retried on connection errors and 5xx; a 4xx or the last 5xx raises (unless its
-        status is in ``ok_statuses``)."""
-        client = self._ensure_client()
-        url = f"{base or self.url}{path}"
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await asyncio.sleep(backoff_delay(attempt - 1, self.backoff, MAX_BACKOFF))
-            try:
-                async with client.request(method, url, json=body) as answer:
-                    response = Reply(answer.status, await answer.text(), url)
-            except _RETRYABLE as exc:
-                if attempt == self.retries:
-                    tries = f"{attempt + 1} {'try' if attempt == 0 else 'tries'}"
-                    raise EngineUnavailableError(
-                        f"cannot reach SGLang at {url} after {tries}: {type(exc).__name__}: {exc}"
-                    ) from exc
-                continue
-            if response.status_code < 500 or response.status_code in ok_statuses:
-                break
-        if response.status_code >= 400 and response.status_code not in ok_statuses:
-            _raise_for(response, url, tries=attempt + 1)
-        return response
+        self.http.session()
 
     # ---------------------------------------------------------------- generation
 
@@ -173,44 +100,20 @@ class SGLangClient(InferenceEngine):
         return {**payload, "lora_path": self.lora_name}
 
     async def generate(self, payload: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
-        self._ensure_client()
-        assert self._slots is not None
-        async with self._slots:
-            reply = await self._request("POST", "/generate", body=self._with_adapter(payload))
+        async with self.http.slots:
+            reply = await self.http.request("POST", "/generate", body=self._with_adapter(payload))
         return check_generate_response(reply.json(GENERATE_RESPONSE), reply.url)
 
     async def generate_stream(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        client = self._ensure_client()
-        assert self._slots is not None
-        async with self._slots:
-            try:
-                body = {**self._with_adapter(payload), "stream": True}
-                async with client.post(f"{self.url}/generate", json=body) as r:
-                    if r.status >= 400:
-                        _raise_for(Reply(r.status, await r.text()), f"{self.url}/generate")
-                    async for raw in r.content:
-                        line = raw.decode(errors="replace").strip()
-                        if not line.startswith("data:"):
-                            continue
-                        data = line[len("data:") :].strip()
-                        if data == "[DONE]":
-                            return
-                        source = f"{self.url}/generate (stream)"
-                        try:
-                            chunk = json.loads(data)
-                        except ValueError:
-                            raise unreadable(
-                                source, "a chunk that is not JSON", GENERATE_RESPONSE, data
-                            ) from None
-                        yield check_generate_response(chunk, source)
-            except _RETRYABLE as exc:
-                raise EngineUnavailableError(f"stream from {self.url} failed: {exc!r}") from exc
+        body = {**self._with_adapter(payload), "stream": True}
+        async for chunk in self.http.events("/generate", body, GENERATE_RESPONSE):
+            yield check_generate_response(chunk, f"{self.url}/generate (stream)")
 
     # ---------------------------------------------------------------- control
 
     async def workers(self) -> list[str]:
         """The worker URLs behind a router (``GET /workers``), or this server's URL."""
-        response = await self._request("GET", "/workers", ok_statuses=(404, 405))
+        response = await self.http.request("GET", "/workers", ok=(404, 405))
         if response.status_code == 200:
             try:
                 urls = [w["url"].rstrip("/") for w in response.json().get("workers", [])]
@@ -223,20 +126,22 @@ class SGLangClient(InferenceEngine):
     async def abort(self, rid: str | None = None) -> None:
         body = {"abort_all": True} if rid is None else {"rid": rid}
         for worker in await self.workers():
-            await self._request("POST", "/abort_request", base=worker, body=body)
+            await self.http.request("POST", "/abort_request", base=worker, body=body)
 
     async def load(self) -> dict[str, int]:
         total = {"num_running_reqs": 0, "num_waiting_reqs": 0}
         for worker in await self.workers():
-            for entry in (await self._request("GET", "/v1/loads?include=core", base=worker)).json()["loads"]:
+            for entry in (await self.http.request("GET", "/v1/loads?include=core", base=worker)).json()[
+                "loads"
+            ]:
                 for key in total:
                     total[key] += int(entry.get(key, 0))
         return total
 
     async def model_info(self) -> dict[str, Any]:
-        response = await self._request("GET", "/model_info", ok_statuses=(404,))
+        response = await self.http.request("GET", "/model_info", ok=(404,))
         if response.status_code == 404:  # SGLang before /model_info
-            response = await self._request("GET", "/get_model_info")
+            response = await self.http.request("GET", "/get_model_info")
         return response.json()
 
     async def weight_version(self) -> str:
@@ -245,16 +150,16 @@ class SGLangClient(InferenceEngine):
 
     async def pause(self, mode: str = "abort") -> None:
         for worker in await self.workers():
-            await self._request("POST", "/pause_generation", base=worker, body={"mode": mode})
+            await self.http.request("POST", "/pause_generation", base=worker, body={"mode": mode})
 
     async def resume(self) -> None:
         for worker in await self.workers():
-            await self._request("POST", "/continue_generation", base=worker, body={})
+            await self.http.request("POST", "/continue_generation", base=worker, body={})
 
     async def flush_cache(self) -> bool:
         flushed = True
         for worker in await self.workers():
-            response = await self._request("GET", "/flush_cache", base=worker, ok_statuses=(400,))
+            response = await self.http.request("GET", "/flush_cache", base=worker, ok=(400,))
             flushed &= response.status_code == 200
         return flushed
 
@@ -277,7 +182,7 @@ class SGLangClient(InferenceEngine):
                 body["weight_version"] = weight_version
             for worker in await self.workers():
                 result = (
-                    await self._request("POST", "/update_weights_from_disk", base=worker, body=body)
+                    await self.http.request("POST", "/update_weights_from_disk", base=worker, body=body)
                 ).json()
                 if not result.get("success", False):
                     raise EngineError(
@@ -301,9 +206,7 @@ class SGLangClient(InferenceEngine):
 
     async def _lora_call(self, path: str, body: dict[str, Any]) -> None:
         for worker in await self.workers():
-            result = (
-                await self._request("POST", path, base=worker, body=body, ok_statuses=(400, 403))
-            ).json()
+            result = (await self.http.request("POST", path, base=worker, body=body, ok=(400, 403))).json()
             if not isinstance(result, dict) or not result.get("success", False):
                 why = result.get("error_message") if isinstance(result, dict) else result
                 raise EngineError(f"{worker}{path} {body['lora_name']!r} failed: {why}")
@@ -313,9 +216,7 @@ class SGLangClient(InferenceEngine):
         for worker in await self.workers():
             body = {"new_version": version, "abort_all_requests": False}
             result = (
-                await self._request(
-                    "POST", "/update_weight_version", base=worker, body=body, ok_statuses=(400,)
-                )
+                await self.http.request("POST", "/update_weight_version", base=worker, body=body, ok=(400,))
             ).json()
             if not isinstance(result, dict) or not result.get("success", False):
                 raise EngineError(f"{worker}/update_weight_version failed: {result}")
@@ -326,9 +227,9 @@ class SGLangClient(InferenceEngine):
 
     async def server_info(self, worker: str) -> dict[str, Any]:
         """A worker's ``/server_info`` (``/get_server_info`` before SGLang 0.5): its server arguments and state."""
-        response = await self._request("GET", "/server_info", base=worker, ok_statuses=(404,))
+        response = await self.http.request("GET", "/server_info", base=worker, ok=(404,))
         if response.status_code == 404:
-            response = await self._request("GET", "/get_server_info", base=worker)
+            response = await self.http.request("GET", "/get_server_info", base=worker)
         info = response.json("the server's arguments (an object)")
         if not isinstance(info, dict):
             raise EngineError(f"{worker}/server_info answered {str(info)[:200]!r}, not an object")
@@ -359,16 +260,16 @@ class SGLangClient(InferenceEngine):
         """``/release_memory_occupation`` on every worker (all of weights, KV cache and CUDA graphs by
         default); the server needs ``--enable-memory-saver`` (``--colocate`` launches it so)."""
         for worker in await self.workers():
-            await self._request("POST", "/release_memory_occupation", base=worker, body={"tags": tags})
+            await self.http.request("POST", "/release_memory_occupation", base=worker, body={"tags": tags})
 
     async def resume_memory(self, tags: list[str] | None = None) -> None:
         for worker in await self.workers():
-            await self._request("POST", "/resume_memory_occupation", base=worker, body={"tags": tags})
+            await self.http.request("POST", "/resume_memory_occupation", base=worker, body={"tags": tags})
 
     async def post_weights(self, worker: str, path: str, body: dict[str, Any]) -> None:
         """One weight-update call (``/update_weights_from_tensor``, ``/init_weights_update_group``,
         ``/update_weights_from_distributed``) that must answer ``success``."""
-        result = (await self._request("POST", path, base=worker, body=body, ok_statuses=(400, 403))).json()
+        result = (await self.http.request("POST", path, base=worker, body=body, ok=(400, 403))).json()
         if not result.get("success", False):
             raise EngineError(f"{worker}{path} failed: {result.get('message')}")
 
@@ -451,8 +352,8 @@ class SGLangClient(InferenceEngine):
         400), said once in the log."""
         served: list[ServedChecksums] = []
         for worker in await self.workers():
-            reply = await self._request(
-                "POST", "/weights_checker", base=worker, body={"action": "checksum"}, ok_statuses=(400, 404)
+            reply = await self.http.request(
+                "POST", "/weights_checker", base=worker, body={"action": "checksum"}, ok=(400, 404)
             )
             if reply.status_code != 200:
                 if not self._said_no_checksums:
@@ -480,30 +381,10 @@ class SGLangClient(InferenceEngine):
             await asyncio.to_thread(self.launcher.stop)
             self._launched = False
             return exited
-        try:
-            async with self._ensure_client().get(
-                f"{self.url}/health", timeout=aiohttp.ClientTimeout(total=timeout)
-            ) as answer:
-                return None if answer.status == 200 else f"{self.url}/health answered {answer.status}"
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            return f"{self.url}/health failed: {exc!r}"
+        return await self.http.health(timeout)
 
     async def close(self) -> None:
-        if self._client is not None and self._client_loop is asyncio.get_running_loop():
-            await self._client.close()  # a session of a loop that has ended went with it
-        self._client = None
+        await self.http.close()
         if self.launcher is not None and self._launched:
             await asyncio.to_thread(self.launcher.stop)
             self._launched = False
-
-
-def _raise_for(response: Reply, url: str, tries: int = 1) -> None:
-    try:
-        message = json.loads(response.text).get("message") or response.text
-    except (ValueError, AttributeError):
-        message = response.text
-    message = str(message)[:500]
-    if 400 <= response.status_code < 500:
-        raise EngineRequestError(f"{url} answered {response.status_code}: {message}")
-    after = f" after {tries} tries" if tries > 1 else ""
-    raise EngineError(f"{url} answered {response.status_code}{after}: {message}")

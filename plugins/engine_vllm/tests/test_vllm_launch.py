@@ -249,7 +249,7 @@ def test_a_launched_server_starts_answers_on_its_socket_and_stops_as_a_process_g
         hf_checkpoint=str(tmp_path), vllm_python=fake_python, output_dir=str(tmp_path / "out"), colocate=True
     )
     client = vllm_engine(args)
-    assert isinstance(client, VLLMClient) and client.url is None and client.socket == client.launcher.socket
+    assert isinstance(client, VLLMClient) and client.url is None and client.http.socket == client.launcher.socket
 
     async def scenario() -> dict:
         await client.start()

@@ -34,17 +34,14 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
 
-import aiohttp
-from rlsdk import backoff_delay
 from rlsdk.engine_api import (
+    EngineHTTP,
     EngineError,
     EngineRequestError,
     EngineResponseError,
-    EngineUnavailableError,
     InferenceEngine,
     ServedChecksums,
     new_rid,
@@ -66,8 +63,6 @@ PAUSE_MODES = {"abort": "abort", "in_place": "keep"}
 """rlsdk's (SGLang's) pause modes -> vLLM's."""
 RESUMED_BY = {"weights": "weights", "kv_cache": "kv_cache", "cuda_graph": "kv_cache"}
 """SGLang's memory tags -> the vLLM sleep tag that brings each back (vLLM keeps CUDA graphs with the cache)."""
-_RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
-MAX_BACKOFF = 10.0
 EXIT_WAIT = 2.0
 """Seconds a launched server whose ``/health`` failed is given to show its exit (named in place of the failure)."""
 
@@ -96,15 +91,21 @@ class VLLMClient(InferenceEngine):
     ) -> None:
         if (url is None) == (socket is None):
             raise ValueError("VLLMClient takes a url or a socket")
-        self.base = url.rstrip("/") if url else "http://localhost"
-        self.socket = socket
         self.server = url.rstrip("/") if url else f"unix:{socket}"
         """Where the vLLM server listens, for messages."""
         self.launcher = launcher
-        self.concurrency = concurrency
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
+        self.http = EngineHTTP(
+            url or "http://localhost",
+            engine="vLLM",
+            where=self.server,
+            socket=socket,
+            token=lambda: self.launcher.api_key if self.launcher else os.environ.get(API_KEY_ENV),
+            error_message=_error_message,
+            concurrency=concurrency,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+        )
         self.weight_version = "default"
         self.model_path: str | None = None
         self.served_model: str | None = None
@@ -113,9 +114,6 @@ class VLLMClient(InferenceEngine):
         self.released: set[str] = set()
         """vLLM's sleep tags whose memory is given up (``weights``, ``kv_cache``): the engine is paused."""
         self._broadcast: Any = None
-        self._client: aiohttp.ClientSession | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-        self._slots: asyncio.Semaphore | None = None
         self._launched = False
         self._said_no_checksums = False
 
@@ -133,76 +131,17 @@ class VLLMClient(InferenceEngine):
             raise EngineResponseError(f"{self.server}/v1/models lists no model: {models!r:.200}")
         self.served_model = str(models[0].get("id"))
         self.model_path = str(models[0].get("root") or self.served_model)
-        reply = await self._request("GET", "/is_paused", ok=(404,))
-        if reply[0] == 404:
+        reply = await self.http.request("GET", "/is_paused", ok=(404,))
+        if reply.status_code == 404:
             raise EngineError(
                 f"the vLLM server at {self.server} has no RL routes (/pause, /update_weights, "
                 "/collective_rpc): start it with VLLM_SERVER_DEV_MODE=1"
             )
 
-    def _session(self) -> aiohttp.ClientSession:
-        """The session of the running event loop (a client used from one ``asyncio.run`` after another
-        gets a new one)."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            self._client_loop = loop
-            connector: aiohttp.BaseConnector = (
-                aiohttp.UnixConnector(path=self.socket, limit=self.concurrency + 8)
-                if self.socket
-                else aiohttp.TCPConnector(limit=self.concurrency + 8, limit_per_host=0)
-            )
-            key = self.launcher.api_key if self.launcher else os.environ.get(API_KEY_ENV)
-            headers = {"Authorization": f"Bearer {key}"} if key else None
-            timeout = aiohttp.ClientTimeout(total=self.timeout, connect=10.0)
-            self._client = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers)
-            self._slots = asyncio.Semaphore(self.concurrency)
-        return self._client
-
-    async def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        query: Mapping[str, Any] | list[tuple[str, Any]] | None = None,
-        ok: tuple[int, ...] = (),
-        retry: bool = True,
-    ) -> tuple[int, str]:
-        """One HTTP call: ``(status, text)``. Connection errors and 5xx are retried (with ``retry``); a 4xx or
-        the last 5xx raises unless its status is in ``ok``."""
-        session = self._session()
-        url = f"{self.base}{path}" + (f"?{urlencode(query)}" if query else "")
-        tries = self.retries + 1 if retry else 1
-        for attempt in range(tries):
-            if attempt:
-                await asyncio.sleep(backoff_delay(attempt - 1, self.backoff, MAX_BACKOFF))
-            try:
-                async with session.request(method, url, json=body) as answer:
-                    status, text = answer.status, await answer.text()
-            except _RETRYABLE as exc:
-                if attempt == tries - 1:
-                    raise EngineUnavailableError(
-                        f"cannot reach vLLM at {self.server}{path} after {attempt + 1} "
-                        f"{'try' if attempt == 0 else 'tries'}: {type(exc).__name__}: {exc}"
-                    ) from exc
-                continue
-            if status < 500 or status in ok:
-                break
-        if status >= 400 and status not in ok:
-            raise _error_for(status, text, f"{self.server}{path}")
-        return status, text
-
     async def _call(self, method: str, path: str, **options: Any) -> Any:
-        """:meth:`_request`'s body as JSON (None for an empty one)."""
-        _, text = await self._request(method, path, **options)
-        if not text:
-            return None
-        try:
-            return json.loads(text)
-        except ValueError:
-            raise EngineResponseError(
-                f"{self.server}{path} answered a body that is not JSON: {text[:200]!r}"
-            ) from None
+        """The answer's body as JSON (None for an empty one)."""
+        reply = await self.http.request(method, path, **options)
+        return reply.json() if reply.text else None
 
     # ---------------------------------------------------------------- generation
 
@@ -220,9 +159,7 @@ class VLLMClient(InferenceEngine):
         if not isinstance(payload, dict):
             raise EngineRequestError(f"a /generate body is a JSON object, got {type(payload).__name__}")
         request = completion_request(payload, str(payload.get("rid") or new_rid()), self._model(payload))
-        self._session()
-        assert self._slots is not None
-        async with self._slots:
+        async with self.http.slots:
             answer = await self._call("POST", "/v1/completions", body=request.body)
         source = f"{self.server}/v1/completions"
         choice = _one_choice(answer, source)
@@ -239,45 +176,23 @@ class VLLMClient(InferenceEngine):
             payload, str(payload.get("rid") or new_rid()), self._model(payload), stream=True
         )
         source = f"{self.server}/v1/completions (stream)"
-        session = self._session()
-        assert self._slots is not None
         done = Accumulated()
-        async with self._slots:
-            try:
-                async with session.post(f"{self.base}/v1/completions", json=request.body) as answer:
-                    if answer.status >= 400:
-                        raise _error_for(answer.status, await answer.text(), source)
-                    async for raw in answer.content:
-                        line = raw.decode(errors="replace").strip()
-                        if not line.startswith("data:"):
-                            continue
-                        data = line[len("data:") :].strip()
-                        if data == "[DONE]":
-                            return
-                        try:
-                            chunk = json.loads(data)
-                        except ValueError:
-                            raise EngineResponseError(
-                                f"{source}: a chunk that is not JSON: {data[:200]!r}"
-                            ) from None
-                        if "error" in chunk:
-                            raise EngineError(f"{source}: {chunk['error']}")
-                        if not chunk.get("choices"):
-                            continue  # the usage chunk
-                        done.add(_one_choice(chunk, source), request, source)
-                        yield sglang_response(done, request, self.weight_version)
-            except _RETRYABLE as exc:
-                raise EngineUnavailableError(f"stream from {self.server} failed: {exc!r}") from exc
+        async for chunk in self.http.events("/v1/completions", request.body, "a completion chunk"):
+            if "error" in chunk:
+                raise EngineError(f"{source}: {chunk['error']}")
+            if not chunk.get("choices"):
+                continue  # the usage chunk
+            done.add(_one_choice(chunk, source), request, source)
+            yield sglang_response(done, request, self.weight_version)
 
     # ---------------------------------------------------------------- control
 
     async def abort(self, rid: str | None = None) -> None:
         body = {"request_ids": [] if rid is None else [vllm_request_id(rid)]}
-        await self._request("POST", "/abort_requests", body=body)
+        await self.http.request("POST", "/abort_requests", body=body)
 
     async def load(self) -> dict[str, int]:
-        _, text = await self._request("GET", "/metrics")
-        return prometheus_load(text)
+        return prometheus_load((await self.http.request("GET", "/metrics")).text)
 
     async def model_info(self) -> dict[str, Any]:
         return {
@@ -295,7 +210,7 @@ class VLLMClient(InferenceEngine):
                 f"vLLM 0.26 cannot pause with mode {mode!r} (its /pause takes abort, keep and wait: rlsdk's "
                 "abort and in_place)"
             )
-        await self._request("POST", "/pause", query={"mode": PAUSE_MODES[mode]})
+        await self.http.request("POST", "/pause", query={"mode": PAUSE_MODES[mode]})
 
     async def resume(self) -> None:
         if self.released:
@@ -303,7 +218,7 @@ class VLLMClient(InferenceEngine):
                 f"{self.server}: resume while its {', '.join(sorted(self.released))} memory is released "
                 "(resume_memory first)"
             )
-        await self._request("POST", "/resume")
+        await self.http.request("POST", "/resume")
 
     async def flush_cache(self) -> bool:
         return bool((await self._call("POST", "/reset_prefix_cache")).get("success"))
@@ -341,7 +256,7 @@ class VLLMClient(InferenceEngine):
         :meth:`update_weights_from_tensor`), requests in flight aborted. vLLM sleeps whole: only all tags."""
         if tags is not None and {RESUMED_BY.get(t, t) for t in tags} != {"weights", "kv_cache"}:
             raise EngineRequestError(f"vLLM 0.26 releases its memory whole, not {tags}")
-        await self._request("POST", "/sleep", query={"level": 2, "mode": "abort"})
+        await self.http.request("POST", "/sleep", query={"level": 2, "mode": "abort"})
         self.released = {"weights", "kv_cache"}
 
     async def resume_memory(self, tags: list[str] | None = None) -> None:
@@ -350,7 +265,7 @@ class VLLMClient(InferenceEngine):
         unknown = sorted(set(tags or ()) - set(RESUMED_BY))
         if unknown:
             raise EngineRequestError(f"vLLM has no memory tag {unknown[0]!r} (it has weights and kv_cache)")
-        await self._request("POST", "/wake_up", query=[("tags", t) for t in wanted])
+        await self.http.request("POST", "/wake_up", query=[("tags", t) for t in wanted])
         self.released -= set(wanted)
 
     async def update_weights_from_tensor(
@@ -437,13 +352,13 @@ class VLLMClient(InferenceEngine):
 
     async def load_lora_adapter(self, lora_name: str, lora_path: str) -> None:
         """``/v1/load_lora_adapter``; from then on every request is served with it (named as its ``model``)."""
-        await self._request(
+        await self.http.request(
             "POST", "/v1/load_lora_adapter", body={"lora_name": lora_name, "lora_path": lora_path}
         )
         self.lora_name = lora_name
 
     async def unload_lora_adapter(self, lora_name: str) -> None:
-        await self._request("POST", "/v1/unload_lora_adapter", body={"lora_name": lora_name})
+        await self.http.request("POST", "/v1/unload_lora_adapter", body={"lora_name": lora_name})
         if self.lora_name == lora_name:
             self.lora_name = None
 
@@ -452,13 +367,14 @@ class VLLMClient(InferenceEngine):
     async def weight_checksums(self) -> list[ServedChecksums] | None:
         """Every worker's checksums (:mod:`rlsdk_vllm_worker` through ``/collective_rpc``), by vLLM's own
         names and fusions; None where the server was started without that extension (said once)."""
-        status, text = await self._request(
+        reply = await self.http.request(
             "POST",
             "/collective_rpc",
             body={"method": "rlsdk_weight_checksums"},
             ok=(400, 404, 500),
             retry=False,
         )
+        status, text = reply.status_code, reply.text
         if status != 200:
             if not self._said_no_checksums:
                 log.warning(
@@ -482,13 +398,9 @@ class VLLMClient(InferenceEngine):
         ``timeout`` seconds); else what is wrong. A launched server that exited is stopped (its whole group)."""
         if exited := await self._launched_exit():
             return exited
-        try:
-            async with self._session().get(
-                f"{self.base}/health", timeout=aiohttp.ClientTimeout(total=timeout)
-            ) as answer:
-                return None if answer.status == 200 else f"{self.server}/health answered {answer.status}"
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            problem = f"{self.server}/health failed: {exc!r}"
+        problem = await self.http.health(timeout)
+        if problem is None:
+            return None
         # a killed server's socket refuses a moment before its exit shows: name the exit where there is one
         return await self._launched_exit(wait=EXIT_WAIT) or problem
 
@@ -506,9 +418,7 @@ class VLLMClient(InferenceEngine):
         return exited
 
     async def close(self) -> None:
-        if self._client is not None and self._client_loop is asyncio.get_running_loop():
-            await self._client.close()
-        self._client = None
+        await self.http.close()
         if self._broadcast is not None:
             await asyncio.to_thread(self._broadcast.close)
             self._broadcast = None
@@ -524,18 +434,11 @@ def _one_choice(answer: Any, source: str) -> dict[str, Any]:
     return choices[0]
 
 
-def _error_for(status: int, text: str, where: str) -> EngineError:
+def _error_message(body: Any) -> Any:
     """vLLM's error answers: ``{"error": {"message", "type", "param", "code"}}`` (the OpenAI routes) or
     ``{"error": "..."}`` (the RL routes)."""
-    try:
-        error = json.loads(text).get("error")
-        message = error.get("message") if isinstance(error, dict) else error
-    except (ValueError, AttributeError):
-        message = None
-    message = str(message or text)[:500]
-    if 400 <= status < 500:
-        return EngineRequestError(f"{where} answered {status}: {message}")
-    return EngineError(f"{where} answered {status}: {message}")
+    error = body.get("error")
+    return error.get("message") if isinstance(error, dict) else error
 
 
 def prometheus_load(text: str) -> dict[str, int]:
