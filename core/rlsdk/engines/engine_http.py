@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
@@ -46,6 +46,7 @@ def message_field(body: Any) -> Any:
     return body.get("message")
 
 
+@dataclass(eq=False)
 class EngineHTTP:
     """An engine server's HTTP API at ``base`` (or through the Unix socket ``socket``, ``base`` then naming
     the host), for an engine client to build on.
@@ -56,33 +57,24 @@ class EngineHTTP:
     most ``concurrency`` requests hold :attr:`slots`; connection errors and HTTP 5xx answers are retried
     ``retries`` times with exponential backoff (full jitter) from ``backoff`` seconds."""
 
-    def __init__(
-        self,
-        base: str,
-        *,
-        engine: str,
-        where: str | None = None,
-        socket: str | None = None,
-        token: Callable[[], str | None] | None = None,
-        error_message: Callable[[Any], Any] = message_field,
-        concurrency: int = 512,
-        timeout: float = 3600.0,
-        retries: int = 5,
-        backoff: float = 0.25,
-    ) -> None:
-        self.base = base.rstrip("/")
-        self.engine = engine
-        self.where = (where or base).rstrip("/")
-        self.socket = socket
-        self.token = token
-        self.error_message = error_message
-        self.concurrency = concurrency
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
-        self._client: aiohttp.ClientSession | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-        self._slots: asyncio.Semaphore | None = None
+    base: str
+    _: KW_ONLY
+    engine: str
+    where: str | None = None
+    socket: str | None = None
+    token: Callable[[], str | None] | None = None
+    error_message: Callable[[Any], Any] = message_field
+    concurrency: int = 512
+    timeout: float = 3600.0
+    retries: int = 5
+    backoff: float = 0.25
+    _client: aiohttp.ClientSession | None = field(default=None, init=False, repr=False)
+    _client_loop: asyncio.AbstractEventLoop | None = field(default=None, init=False, repr=False)
+    _slots: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.base = self.base.rstrip("/")
+        self.where = (self.where or self.base).rstrip("/")
 
     def session(self) -> aiohttp.ClientSession:
         """The session of the running event loop: a client used from one ``asyncio.run`` after another

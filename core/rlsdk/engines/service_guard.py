@@ -283,13 +283,23 @@ class ConnectionLimits:
         )
 
     async def serve(
-        self, app: web.Application, host: str, port: int, *, handler_cancellation: bool = True
+        self,
+        app: web.Application,
+        host: str,
+        port: int,
+        *,
+        handler_cancellation: bool = True,
+        keepalive_timeout: float | None = None,
     ) -> tuple[web.AppRunner, int]:
         """Serve ``app`` (from :meth:`app`) on ``host:port`` (0: a free port): its runner and the port bound.
         No access log, no signal handlers; ``handler_cancellation``: a client that disconnects cancels its
-        handler (which aborts its work). A runner that cannot listen is cleaned up."""
+        handler (which aborts its work); ``keepalive_timeout``: aiohttp's (None: its default). A runner that
+        cannot listen is cleaned up."""
+        options: dict[str, Any] = (
+            {} if keepalive_timeout is None else {"keepalive_timeout": keepalive_timeout}
+        )
         runner = web.AppRunner(
-            app, access_log=None, handle_signals=False, handler_cancellation=handler_cancellation
+            app, access_log=None, handle_signals=False, handler_cancellation=handler_cancellation, **options
         )
         await runner.setup()
         try:

@@ -546,8 +546,7 @@ class BufferServer:
         return self.service.url
 
     async def close(self) -> None:
-        self.limits.close()
-        await self.runner.cleanup()
+        await self.limits.stop(self.runner)
 
 
 async def start_buffer_server(
@@ -570,20 +569,9 @@ async def start_buffer_server(
         idle_timeout=read_timeout,
         max_connections=max_connections,
     )
-
-    app = web.Application(
-        client_max_size=max_body,
-        middlewares=[
-            guard(token, _error, bind_host=host, allowed_hosts=allowed_hosts),
-            limits.middleware(_error),
-        ],
-    )
+    app = limits.app([guard(token, _error, bind_host=host, allowed_hosts=allowed_hosts)], _error)
     app.add_routes(buffer_routes(service, max_body))
-    runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, handler_cancellation=True, keepalive_timeout=read_timeout
-    )
-    await runner.setup()
-    bound = await limits.listen(runner, host, port)
+    runner, bound = await limits.serve(app, host, port, keepalive_timeout=read_timeout)
     service.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bound}"
     return BufferServer(service, runner, limits)
 

@@ -76,8 +76,7 @@ class ServerHandle:
         if self.engine.url == self.url:
             self.engine.url = None
         run_tokens.forget(self.url)
-        self.limits.close()
-        await self.runner.cleanup()
+        await self.limits.stop(self.runner)
 
 
 async def start_server(
@@ -111,20 +110,10 @@ async def start_server(
         idle_timeout=IDLE_TIMEOUT,
         max_connections=max_connections,
     )
-    app = web.Application(
-        client_max_size=max_body,
-        middlewares=[
-            guard(
-                token,
-                _error,
-                bind_host=host,
-                allowed_hosts=allowed_hosts,
-                trust_own_process=trust_own_process,
-            ),
-            limits.middleware(_error),
-            _errors,
-        ],
-    )
+    checks = [
+        guard(token, _error, bind_host=host, allowed_hosts=allowed_hosts, trust_own_process=trust_own_process)
+    ]
+    app = limits.app(checks, _error, after=[_errors])
     app[_ENGINE] = engine
     app[_WEIGHTS_DIRS] = tuple(Path(d).resolve() for d in weights_dirs)
     app[_GENERATE_BUDGET] = Budget(bytes=max_body, values=GENERATE_VALUES, depth=None)
@@ -140,10 +129,8 @@ async def start_server(
             return _error(f"{request.path}: {refusal}", 404)
 
         app.add_routes([web.post(path, no_chat) for path in CHAT_PATHS])
-    # handler_cancellation: a client that disconnects cancels its handler, which aborts its generation
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
-    await runner.setup()
-    bound_port = await limits.listen(runner, host, port)
+    # a client that disconnects cancels its handler, which aborts its generation
+    runner, bound_port = await limits.serve(app, host, port)
     handle = ServerHandle(host=host, port=bound_port, runner=runner, engine=engine, limits=limits, chat=chat)
     if token:  # clients made in this process (a run's generators) send it
         run_tokens.remember(handle.url, token)
