@@ -20,7 +20,7 @@ from .._version import __version__
 from ..engines.engine import InferenceEngine
 from ..engines import run_tokens
 from ..engines.protocol import SERVE_TOKEN_ENV, EngineRequestError
-from ..engines.service_guard import ConnectionLimits, check_binding, guard
+from ..engines.service_guard import ConnectionLimits, Served, check_binding, guard
 from ..errors import PluginCallError
 from ..plugins.manager import RlsdkPluginManager, get_plugin_manager
 from ..plugins.records import PluginInfo, Resolved
@@ -260,22 +260,14 @@ def session_record(session: Session) -> dict[str, Any]:
 
 
 @dataclass
-class ChatServer:
+class ChatServer(Served):
     """A running :func:`start_chat_server`: ``url`` is ``http://host:port``; ``await close()`` stops it."""
 
-    host: str
-    port: int
-    runner: web.AppRunner
     chat: ChatEndpoint
-    limits: ConnectionLimits
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     async def close(self) -> None:
         run_tokens.forget(self.url)
-        await self.limits.stop(self.runner)
+        await super().close()
 
 
 async def start_chat_server(
@@ -295,7 +287,7 @@ async def start_chat_server(
     app.add_routes([web.get("/health", _health)])
     add_chat_routes(app, chat)
     runner, bound = await limits.serve(app, host, port)
-    server = ChatServer(host, bound, runner, chat, limits)
+    server = ChatServer(host, bound, runner, limits, chat)
     if token:  # clients made in this process (a run's agents) send it
         run_tokens.remember(server.url, token)
     return server

@@ -23,6 +23,7 @@ import ipaddress
 import os
 import socket
 import time
+from dataclasses import dataclass
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -206,6 +207,30 @@ def guard(
         return await handler(request)
 
     return guarded
+
+
+@dataclass
+class Served:
+    """An application served on ``host:port`` under ``limits`` (:meth:`ConnectionLimits.serve`);
+    ``await close()`` stops it. The running servers (``rlsdk serve``'s, the buffer's, ...) extend it."""
+
+    host: str
+    port: int
+    runner: web.AppRunner
+    limits: ConnectionLimits
+
+    @property
+    def base(self) -> str:
+        """``http://host:port`` (an IPv6 host in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return self.base
+
+    async def close(self) -> None:
+        await self.limits.stop(self.runner)
 
 
 class ConnectionLimits:

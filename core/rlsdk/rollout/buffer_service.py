@@ -45,7 +45,7 @@ from aiohttp import web
 
 from .. import _moved
 from ..engines.protocol import BUFFER_TOKEN_ENV
-from ..engines.service_guard import ConnectionLimits, guard, is_loopback, normalize_hosts
+from ..engines.service_guard import ConnectionLimits, Served, guard, is_loopback, normalize_hosts
 from ..engines.service_guard import check_binding as _check_binding
 from ..errors import PluginError
 from ..plugins.manager import RlsdkPluginManager
@@ -534,19 +534,14 @@ def _error(message: str, status: int) -> web.Response:
 
 
 @dataclass
-class BufferServer:
-    """A running buffer server: ``url``; ``await close()`` stops it."""
+class BufferServer(Served):
+    """A running buffer server: ``url`` (the service's); ``await close()`` stops it."""
 
     service: BufferService
-    runner: web.AppRunner
-    limits: ConnectionLimits
 
     @property
     def url(self) -> str:
         return self.service.url
-
-    async def close(self) -> None:
-        await self.limits.stop(self.runner)
 
 
 async def start_buffer_server(
@@ -573,7 +568,7 @@ async def start_buffer_server(
     app.add_routes(buffer_routes(service, max_body))
     runner, bound = await limits.serve(app, host, port, keepalive_timeout=read_timeout)
     service.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bound}"
-    return BufferServer(service, runner, limits)
+    return BufferServer(host, bound, runner, limits, service)
 
 
 def buffer_routes(service: BufferService, max_body: int) -> list[web.RouteDef]:

@@ -31,7 +31,7 @@ from ..engines import run_tokens
 from ..engines.engine import InferenceEngine
 from ..engines.lora_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from ..engines.protocol import SERVE_TOKEN_ENV, EngineRequestError, error_body, new_rid, split_batch
-from ..engines.service_guard import ConnectionLimits, check_binding, guard
+from ..engines.service_guard import ConnectionLimits, Served, check_binding, guard
 from ..engines.weight_checksums import sglang_answer
 from ..sizes import SMALL, Budget, NotJson, TooCostly, parse_request
 
@@ -57,26 +57,18 @@ _GENERATE_BUDGET = web.AppKey("generate_budget", Budget)
 
 
 @dataclass
-class ServerHandle:
+class ServerHandle(Served):
     """A running server: ``url`` is ``http://host:port``; ``await close()`` stops it (not the engine)."""
 
-    host: str
-    port: int
-    runner: web.AppRunner
     engine: InferenceEngine
-    limits: ConnectionLimits
     chat: Any = None
     """The OpenAI-compatible endpoint (:class:`rlsdk.agents.ChatEndpoint`) when the engine has a chat template."""
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     async def close(self) -> None:
         if self.engine.url == self.url:
             self.engine.url = None
         run_tokens.forget(self.url)
-        await self.limits.stop(self.runner)
+        await super().close()
 
 
 async def start_server(

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..engines.service_guard import ConnectionLimits, check_binding, guard, media_type
+from ..engines.service_guard import ConnectionLimits, Served, check_binding, guard, media_type
 from ..sizes import Budget, NotJson, TooCostly, parse_request
 from .futures import LONG_POLL_SECONDS, UserError
 from .service import Gone, NotFound, TinkerService
@@ -448,14 +448,13 @@ def _unzstd(body: bytes) -> bytes:
 
 
 @dataclass
-class TinkerServer:
+class TinkerServer(Served):
+    """A running :func:`start_tinker_server`; ``await close()`` stops it and its service."""
+
     service: TinkerService
-    runner: web.AppRunner
-    limits: ConnectionLimits
-    url: str
 
     async def close(self) -> None:
-        await self.limits.stop(self.runner)
+        await super().close()
         await self.service.close()
 
 
@@ -539,5 +538,4 @@ async def start_tinker_server(
     except BaseException:
         await service.close()
         raise
-    shown = f"[{host}]" if ":" in host else host
-    return TinkerServer(service, runner, limits, f"http://{shown}:{bound}")
+    return TinkerServer(host, bound, runner, limits, service)

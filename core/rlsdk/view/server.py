@@ -26,7 +26,14 @@ from typing import Any
 
 from aiohttp import web
 
-from ..engines.service_guard import ConnectionLimits, FailedAuthLimiter, check_binding, guard, token_matches
+from ..engines.service_guard import (
+    ConnectionLimits,
+    FailedAuthLimiter,
+    Served,
+    check_binding,
+    guard,
+    token_matches,
+)
 from .compare import COMPARE_SORTS, compare
 from .runs import SAMPLE_FILES, RunFolder, ViewError
 from .samples import MAX_QUERY_CHARS, SORTS, Filters
@@ -162,26 +169,14 @@ def run_of(request: web.Request, name: str = "run", value: int | None = None) ->
 
 
 @dataclass
-class ViewServer:
+class ViewServer(Served):
     """A running viewer: :attr:`url` opens it (with its token); ``await close()`` stops it."""
 
-    host: str
-    port: int
     token: str
-    runner: web.AppRunner
-    limits: ConnectionLimits
-
-    @property
-    def base(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
 
     @property
     def url(self) -> str:
         return f"{self.base}/?token={self.token}"
-
-    async def close(self) -> None:
-        await self.limits.stop(self.runner)
 
 
 def cookie_name(port: int) -> str:
