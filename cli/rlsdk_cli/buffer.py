@@ -12,6 +12,8 @@ from pathlib import Path
 
 import typer
 
+from . import server_options as options
+
 app = typer.Typer(help="The rollout buffer service (slime-compatible endpoints).", no_args_is_help=True)
 
 
@@ -20,8 +22,8 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Address to bind; anything but loopback needs a token."),
     port: int = typer.Option(8889, help="Port (0 picks a free one)."),
     data_dir: str = typer.Option("rlsdk-buffer", help="Folder where accepted trajectories are appended."),
-    token: str | None = typer.Option(
-        None, envvar="RLSDK_BUFFER_TOKEN", help="Bearer token required from clients."
+    token: str | None = options.secret(
+        "--token", "RLSDK_BUFFER_TOKEN", "Bearer token required from clients."
     ),
     max_body_mb: float = typer.Option(64.0, help="Largest request body, in MiB."),
     max_held_mb: float = typer.Option(
@@ -30,7 +32,7 @@ def serve(
     read_timeout: float = typer.Option(
         30.0, min=0.1, help="Seconds a connection may idle or take to send a request."
     ),
-    max_connections: int = typer.Option(256, min=1, help="Open connections at once; more are answered 503."),
+    max_connections: int = options.max_connections(256),
     allow_input_dir: list[str] = typer.Option(
         [],
         "--allow-input-dir",
@@ -42,12 +44,7 @@ def serve(
         help="Host a /start_rollout's remote_buffer_url or remote_engine_url may name besides this "
         "service and loopback engines (repeatable).",
     ),
-    allowed_host: list[str] = typer.Option(
-        [],
-        "--allowed-host",
-        help="Host name clients may reach the buffer by besides loopback names (repeatable; "
-        "other Host headers get 421, against DNS rebinding).",
-    ),
+    allowed_host: list[str] = options.ALLOWED_HOST,
 ) -> None:
     """Serve /start_rollout, /buffer/write, /get_rollout_data and /ack_rollout_data; prints the URL once
     listening. Ctrl-C or SIGTERM stops it; every acknowledged item is already on disk."""

@@ -9,6 +9,8 @@ from typing import Any
 
 import typer
 
+from . import server_options as options
+
 
 def serve(
     engine: str = typer.Option(
@@ -37,21 +39,11 @@ def serve(
     static_decode: bool | None = typer.Option(
         None, "--static-decode/--no-static-decode", help="Decode over fixed buffers (CUDA graphs on CUDA)."
     ),
-    settings: list[str] = typer.Option(
-        [],
-        "--set",
-        help="KEY=VALUE: any engine setting, the engine plugin's own "
-        "included (e.g. sglang_url for --engine sglang).",
+    settings: list[str] = options.ENGINE_SETTINGS,
+    token: str | None = options.secret(
+        "--token", "RLSDK_SERVE_TOKEN", "Bearer token required from clients (needed off loopback)."
     ),
-    token: str | None = typer.Option(
-        None,
-        "--token",
-        envvar="RLSDK_SERVE_TOKEN",
-        help="Bearer token required from clients (needed off loopback).",
-    ),
-    max_connections: int = typer.Option(
-        1024, "--max-connections", min=1, help="Open connections at once; more are answered 503."
-    ),
+    max_connections: int = options.max_connections(1024),
     allow_weights_dir: list[Path] = typer.Option(
         [],
         "--allow-weights-dir",
@@ -62,12 +54,7 @@ def serve(
         "--tool-call-parser",
         help="How /v1/chat/completions reads tool calls: json, hermes, auto, or a plugin.",
     ),
-    allowed_host: list[str] = typer.Option(
-        [],
-        "--allowed-host",
-        help="Host name clients may reach this server by besides loopback names (repeatable; "
-        "other Host headers get 421, against DNS rebinding).",
-    ),
+    allowed_host: list[str] = options.ALLOWED_HOST,
     upstream: str | None = typer.Option(
         None,
         "--upstream",

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from . import server_options as options
+
 app = typer.Typer(
     help="A Tinker-compatible training API: tinker SDK recipes train on rlsdk (docs/tinker.md).",
     no_args_is_help=True,
@@ -22,14 +24,13 @@ def serve(
         "SmolLM2-135M-Instruct as HuggingFaceTB/SmolLM2-135M-Instruct.",
     ),
     engine: str = typer.Option("embedded", "--engine", help="The engine plugin that samples, by name."),
-    settings: list[str] = typer.Option([], "--set", help="KEY=VALUE: an engine setting (as `rlsdk serve`)."),
+    settings: list[str] = options.ENGINE_SETTINGS,
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8000, "--port", help="Port to listen on (0 picks a free one)."),
-    api_key: str | None = typer.Option(
-        None,
+    api_key: str | None = options.secret(
         "--api-key",
-        envvar="RLSDK_TINKER_API_KEY",
-        help="The key clients send (TINKER_API_KEY, tml-...); default: a new one, printed.",
+        "RLSDK_TINKER_API_KEY",
+        "The key clients send (TINKER_API_KEY, tml-...); default: a new one, printed.",
     ),
     checkpoint_dir: Path = typer.Option(
         Path("tinker-checkpoints"), "--checkpoint-dir", help="Where tinker:// checkpoints are kept."
@@ -45,9 +46,7 @@ def serve(
         "--seed",
         help="Seed the samples of requests that give none (reproducible runs); default unseeded.",
     ),
-    allowed_host: list[str] = typer.Option(
-        [], "--allowed-host", help="Host name clients may reach the server by besides loopback (repeatable)."
-    ),
+    allowed_host: list[str] = options.ALLOWED_HOST,
 ) -> None:
     """Serve the Tinker API: recipes set TINKER_BASE_URL to this server and TINKER_API_KEY to its key."""
     import secrets

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import typer
 
+from . import server_options as options
+
 DEFAULT_PORT = 8420
 PORTS_TRIED = 20
 """With the default port taken, the next ones are tried (a second viewer); a port given is used or fails."""
@@ -27,17 +29,12 @@ def view(
     port: int | None = typer.Option(
         None, "--port", help=f"Port to listen on (default {DEFAULT_PORT} or the next free one; 0: any)."
     ),
-    token: str | None = typer.Option(
-        None,
+    token: str | None = options.secret(
         "--token",
-        envvar="RLSDK_VIEW_TOKEN",
-        help="The secret the page's URL carries (default: a new random one each start).",
+        "RLSDK_VIEW_TOKEN",
+        "The secret the page's URL carries (default: a new random one each start).",
     ),
-    allowed_host: list[str] = typer.Option(
-        [],
-        "--allowed-host",
-        help="Host name the page may be reached by besides loopback names (repeatable; others get 421).",
-    ),
+    allowed_host: list[str] = options.ALLOWED_HOST,
     tokenizer: str | None = typer.Option(
         None,
         "--tokenizer",
