@@ -67,7 +67,6 @@ def serve(
     from rlsdk import get_plugin_manager
     from rlsdk.engines.protocol import SERVE_TOKEN_ENV
     from rlsdk.engines.service_guard import check_binding
-    from rlsdk.errors import RlsdkError
     from rlsdk.plugins.calls import call_engine
 
     flags = {
@@ -79,7 +78,7 @@ def serve(
         "engine_threads": threads,
         "engine_static_decode": static_decode,
     }
-    try:
+    with options.serving_errors(host, port):
         check_binding("rlsdk serve", host, token, SERVE_TOKEN_ENV)
         if upstream is not None:
             if model is None:
@@ -113,12 +112,6 @@ def serve(
                 tool_call_parser=tool_call_parser,
             )
         )
-    except (RlsdkError, ValueError) as exc:
-        typer.secho(f"error: {exc}", err=True, fg="red")
-        raise typer.Exit(2) from None
-    except OSError as exc:
-        typer.secho(f"error: cannot listen on {host}:{port}: {exc}", err=True, fg="red")
-        raise typer.Exit(2) from exc
 
 
 def engine_args(flags: dict[str, Any], settings: list[str]) -> Any:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import typer
@@ -29,3 +31,18 @@ def max_connections(default: int) -> Any:
 def secret(flag: str, envvar: str, meaning: str) -> Any:
     """A secret clients must send, from ``flag`` or the environment variable ``envvar``."""
     return typer.Option(None, flag, envvar=envvar, help=meaning)
+
+
+@contextmanager
+def serving_errors(host: str, port: int) -> Iterator[None]:
+    """A bad configuration, or an address the server cannot listen on, as one red line and exit status 2."""
+    from rlsdk.errors import RlsdkError
+
+    try:
+        yield
+    except (RlsdkError, ValueError) as exc:
+        typer.secho(f"error: {exc}", err=True, fg="red")
+        raise typer.Exit(2) from None
+    except OSError as exc:
+        typer.secho(f"error: cannot listen on {host}:{port}: {exc}", err=True, fg="red")
+        raise typer.Exit(2) from exc

@@ -52,7 +52,6 @@ def serve(
     import secrets
 
     from rlsdk import get_plugin_manager
-    from rlsdk.errors import RlsdkError
     from rlsdk.plugins.calls import call_engine
     from rlsdk.tinker.names import parse_models
     from rlsdk.tinker.server import start_tinker_server
@@ -61,7 +60,7 @@ def serve(
 
     from .serve import _until_stopped, engine_args
 
-    try:
+    with options.serving_errors(host, port):
         models = parse_models(model)
         key = api_key or f"tml-{secrets.token_urlsafe(24)}"
         if api_key is None:
@@ -88,9 +87,3 @@ def serve(
                 await server.close()
 
         asyncio.run(main())
-    except (RlsdkError, ValueError) as exc:
-        typer.secho(f"error: {exc}", err=True, fg="red")
-        raise typer.Exit(2) from None
-    except OSError as exc:
-        typer.secho(f"error: cannot listen on {host}:{port}: {exc}", err=True, fg="red")
-        raise typer.Exit(2) from exc
