@@ -31,16 +31,6 @@ from rlsdk_engine_vllm.launch import (
 )
 from rlsdk_engine_vllm.plugin import vllm_engine
 
-FAKE = Path(__file__).with_name("fake_vllm_interpreter.py")
-
-
-@pytest.fixture
-def fake_python(tmp_path: Path) -> str:
-    script = tmp_path / "vllm-python"
-    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
-    script.chmod(0o755)
-    return str(script)
-
 
 def alive(pid: int) -> bool:
     try:
@@ -249,7 +239,9 @@ def test_a_launched_server_starts_answers_on_its_socket_and_stops_as_a_process_g
         hf_checkpoint=str(tmp_path), vllm_python=fake_python, output_dir=str(tmp_path / "out"), colocate=True
     )
     client = vllm_engine(args)
-    assert isinstance(client, VLLMClient) and client.url is None and client.http.socket == client.launcher.socket
+    assert (
+        isinstance(client, VLLMClient) and client.url is None and client.http.socket == client.launcher.socket
+    )
 
     async def scenario() -> dict:
         await client.start()

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,6 @@ ray = pytest.importorskip("ray")
 
 from rlsdk import CustomGenerate, RolloutConfig, get_plugin_manager, get_runtime, hookimpl, single_turn  # noqa: E402
 from rlsdk import run_job  # noqa: E402
-
-FAKE = Path(__file__).with_name("fake_vllm_interpreter.py")
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +34,6 @@ def cluster():
     )
     yield
     ray.shutdown()
-
-
-@pytest.fixture
-def fake_python(tmp_path: Path) -> str:
-    script = tmp_path / "vllm-python"
-    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
-    script.chmod(0o755)
-    return str(script)
 
 
 def server_pid(log: Path) -> int:
