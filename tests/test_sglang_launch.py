@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rlsdk.testing import process_alive, processes_gone
 
 from rlsdk import RolloutConfig
 from rlsdk.engines.launch.sglang import (
@@ -27,27 +28,6 @@ from rlsdk.engines.launch.sglang import (
 )
 from rlsdk.engines.protocol import EngineUnavailableError
 from rlsdk.engines.sglang_client import SGLangClient
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (exited, not yet reaped by its parent) is gone for our purposes.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
-
-
-def wait_gone(pids: list[int], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not any(alive(p) for p in pids):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def recorded_pids(path: Path) -> list[int]:
@@ -188,7 +168,7 @@ def test_launched_servers_and_router_start_and_stop_as_process_groups(fake_pytho
     )  # the router's answer (no --model-path)
     pids = recorded_pids(tmp_path / "pids")
     assert len(pids) == 6  # two servers and the router, each with a worker
-    assert wait_gone(pids, timeout=5), "a launched process outlived close()"
+    assert processes_gone(pids, timeout=5), "a launched process outlived close()"
     assert "fake sglang.launch_server starting" in (tmp_path / "logs" / "sglang-server-1.log").read_text()
     assert "sglang_router.launch_router" in (tmp_path / "logs" / "sglang-router.log").read_text()
 
@@ -205,7 +185,7 @@ def test_startup_timeout_names_the_log_and_leaves_nothing_running(fake_python, t
         error.value
     )
     assert "fake sglang.launch_server starting" in str(error.value)  # the log's tail
-    assert wait_gone(recorded_pids(tmp_path / "pids"), timeout=5)
+    assert processes_gone(recorded_pids(tmp_path / "pids"), timeout=5)
 
 
 def test_a_server_that_dies_while_starting_is_reported_with_its_log(fake_python, tmp_path, monkeypatch):
@@ -240,16 +220,16 @@ def test_no_orphans_when_rlsdk_is_interrupted_or_killed(fake_python, tmp_path, h
     try:
         assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
         server, worker = recorded_pids(pids_file)
-        assert alive(server) and alive(worker)
+        assert process_alive(server) and process_alive(worker)
         parent.send_signal(how)
         parent.wait(timeout=30)
         # The server must go (with Ctrl-C its whole group); the worker of a killed server stops itself, as
         # SGLang's workers watch their parent.
-        assert wait_gone([server, worker], timeout=10)
+        assert processes_gone([server, worker], timeout=10)
     finally:
         parent.kill()
         for pid in recorded_pids(pids_file) if pids_file.exists() else []:
-            if alive(pid):
+            if process_alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -297,7 +277,7 @@ def test_rlsdk_run_passes_unknown_sglang_flags_to_the_servers(fake_python, tmp_p
         'router_policy="round_robin"',
         "router_balance_abs_threshold=4",
     ]
-    assert wait_gone(recorded_pids(tmp_path / "pids"), timeout=10)
+    assert processes_gone(recorded_pids(tmp_path / "pids"), timeout=10)
     typo = CliRunner().invoke(app, ["run", "--rollout-batch-sise", "2"])
     assert typo.exit_code == 2
     assert "did you mean --rollout-batch-size" in " ".join(typo.output.replace("│", " ").split())
@@ -326,7 +306,7 @@ def test_the_gpu_learning_run_launches_colocated_bfloat16_sglang(fake_python, tm
     log = (out / "logs" / "sglang-server-0.log").read_text()
     assert f"--model-path {model} " in log
     assert "--mem-fraction-static 0.4 --dtype bfloat16 --enable-memory-saver" in log
-    assert wait_gone(recorded_pids(tmp_path / "pids"), timeout=10)
+    assert processes_gone(recorded_pids(tmp_path / "pids"), timeout=10)
 
 
 def test_servers_get_nccl_cumem_off_and_no_allocator_settings_unless_set(monkeypatch):

@@ -41,7 +41,14 @@ from .rollout.generate import sampling_params_for
 from .rollout.rewarding import score_group
 from .run.engine_server import start_server
 from .runtime import BackgroundLoop, Runtime, bind_runtime
-from .testing_engine import ENGINE_CONTRACT, EngineKit, check_engine_contract, tiny_llama
+from .testing_engine import (
+    ENGINE_CONTRACT,
+    EngineKit,
+    check_engine_contract,
+    process_alive,
+    processes_gone,
+    tiny_llama,
+)
 from .testing_kinds import (
     check_advantage,
     check_all_samples_process,
@@ -125,6 +132,8 @@ __all__ = [
     "check_trainer",
     "check_update_weight_post_write",
     "make_group",
+    "process_alive",
+    "processes_gone",
 ]
 
 

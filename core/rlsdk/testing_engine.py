@@ -20,8 +20,10 @@ a stand-in serves them: :attr:`EngineKit.serves`) returns the reason it was skip
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -515,3 +517,26 @@ async def a_sync_in_place_pauses_around_the_update(engine: InferenceEngine, kit:
 
 ENGINE_CONTRACT: tuple[str, ...] = tuple(_CHECKS)
 """The names of the engine contract's checks, for :func:`check_engine_contract`."""
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, exited but not yet reaped by its parent, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def processes_gone(pids: list[int], timeout: float = 10.0) -> bool:
+    """Whether every process of ``pids`` is gone within ``timeout`` seconds (an engine's launched servers
+    after its ``close``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(process_alive(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return False

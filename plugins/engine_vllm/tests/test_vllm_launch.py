@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rlsdk.testing import process_alive, processes_gone
 from rlsdk import RolloutConfig, run_job
 from rlsdk_cli.app import app
 from typer.testing import CliRunner
@@ -30,28 +31,6 @@ from rlsdk_engine_vllm.launch import (
     server_environment,
 )
 from rlsdk_engine_vllm.plugin import vllm_engine
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    state = (
-        Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        if Path(f"/proc/{pid}").exists()
-        else "Z"
-    )
-    return state != "Z"
-
-
-def wait_gone(pids: list[int], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not any(alive(p) for p in pids):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def recorded_pids(path: Path) -> list[int]:
@@ -253,7 +232,7 @@ def test_a_launched_server_starts_answers_on_its_socket_and_stops_as_a_process_g
     info = asyncio.run(scenario())
     assert info["model_path"] == str(tmp_path)
     pids = recorded_pids(tmp_path / "pids")
-    assert len(pids) == 2 and wait_gone(pids, timeout=5), "the server or its worker outlived close()"
+    assert len(pids) == 2 and processes_gone(pids, timeout=5), "the server or its worker outlived close()"
     log = (tmp_path / "out" / "logs" / "vllm-server-0.log").read_text()
     assert "--enable-sleep-mode" in log and '{"backend": "ipc"}' in log
     assert "env VLLM_SERVER_DEV_MODE=1" in log and "env VLLM_ALLOW_INSECURE_SERIALIZATION=1" in log
@@ -287,7 +266,7 @@ def test_startup_problems_are_named_with_the_log(fake_python, tmp_path, monkeypa
         EngineUnavailableError, match=r"did not answer /health within 2s \(--vllm-startup-timeout\)"
     ):
         launch(FAKE_VLLM_DELAY="60", FAKE_VLLM_PIDS=str(tmp_path / "pids"))
-    assert wait_gone(recorded_pids(tmp_path / "pids"))
+    assert processes_gone(recorded_pids(tmp_path / "pids"))
 
 
 def test_a_killed_servers_exit_is_named_though_its_socket_refused_first(tmp_path):
@@ -340,14 +319,14 @@ def test_no_server_outlives_a_killed_rlsdk(fake_python, tmp_path):
     try:
         assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
         server, worker = recorded_pids(tmp_path / "pids")
-        assert alive(server) and alive(worker)
+        assert process_alive(server) and process_alive(worker)
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=30)
-        assert wait_gone([server, worker], timeout=10)
+        assert processes_gone([server, worker], timeout=10)
     finally:
         parent.kill()
         for pid in recorded_pids(tmp_path / "pids") if (tmp_path / "pids").exists() else []:
-            if alive(pid):
+            if process_alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
