@@ -23,18 +23,13 @@ list=$(realpath "$list" 2>/dev/null || echo "$list")
 out=${2:-$root/.gpu}
 piece=${3:-58M}
 mkdir -p "$out/wheels"
-platforms=()
-for n in 39 38 37 36 35 34 33 32 31 30 29 28 27 26 25 24 17; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
-platforms+=(--platform manylinux2014_x86_64 --platform linux_x86_64 --platform any)
 # name==version from each file name (its first two dash-separated fields)
 mapfile -t specs < <(sed -E 's/^([^-]+)-([^-]+)-.*/\1==\2/' "$list")
-PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-    --implementation cp --abi cp312 --abi abi3 --abi none "${platforms[@]}" -d "$out/wheels" "${specs[@]}"
+gpu_wheels "$out/wheels" "${specs[@]}"
 missing=$(comm -23 <(sort "$list") <(ls "$out/wheels" | sort))
 [ -z "$missing" ] || { echo "not downloaded: $missing" >&2; exit 1; }
-rm -f "$out"/sglang-wheels.tar.part-*
-(cd "$out/wheels" && tar cf - $(cat "$list")) | split -b "$piece" -d -a 2 - "$out/sglang-wheels.tar.part-"
-ls -l "$out"/sglang-wheels.tar.part-*
+mapfile -t wheels < "$list"
+tar_pieces "$out/wheels" "$out/sglang-wheels.tar" "$piece" "${wheels[@]}"
 if [ -n "${SITE_XZ:-}" ]; then  # the same wheels unpacked and xz'd: 7 pieces instead of 12, fewer device calls
   stage=$(mktemp -d)
   python3 "$root/benchmarks/gpu/unpack_wheels.py" "$out/wheels" "$stage"
@@ -44,9 +39,5 @@ if [ -n "${SITE_XZ:-}" ]; then  # the same wheels unpacked and xz'd: 7 pieces in
   ls -l "$out"/sglang-site.tar.xz.part-*
 fi
 rm -rf "$out/extra-wheels" && mkdir -p "$out/extra-wheels"
-PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-    --implementation cp --abi cp312 --abi abi3 "${platforms[@]}" -d "$out/extra-wheels" \
-    ray==2.60.0 sglang-router==0.3.2
-rm -f "$out"/extra-wheels.tar.part-*
-(cd "$out/extra-wheels" && tar cf - ./*.whl) | split -b "$piece" -d -a 2 - "$out/extra-wheels.tar.part-"
-ls -l "$out"/extra-wheels.tar.part-*
+gpu_wheels "$out/extra-wheels" ray==2.60.0 sglang-router==0.3.2
+tar_pieces "$out/extra-wheels" "$out/extra-wheels.tar" "$piece"
