@@ -4,11 +4,8 @@
 # commit). Usage: scripts/slime_contracts.sh SLIME_GIT_DIR [PYTHON] [pytest args...]
 #   SLIME_GIT_DIR: a clone (or bare mirror) of THUDM/slime; its HEAD is used (issue 37 used 624b824).
 set -euo pipefail
-slime=${1:?usage: scripts/slime_contracts.sh SLIME_GIT_DIR [PYTHON] [pytest args...]}
-python=${2:-python}
-shift $(( $# >= 2 ? 2 : 1 ))
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/slime_copy.sh"
+slime_work "$0" "$@"
 git -C "$slime" archive HEAD slime tests/plugin_contracts | tar -x -C "$work"
 cd "$work"
 export SLIME_CONTRACT_ROLLOUT_FUNCTION_PATH=rlsdk.slime.generate_rollout.sglang
@@ -20,4 +17,4 @@ export SLIME_CONTRACT_BUFFER_FILTER_PATH=rlsdk.slime.buffer_filter.pop_first
 export SLIME_CONTRACT_DATA_SOURCE_PATH=rlsdk.slime.data_source.prompt_data
 export SLIME_CONTRACT_CUSTOM_ROLLOUT_LOG_FUNCTION_PATH=rlsdk.slime.rollout_log.jsonl
 export SLIME_CONTRACT_CUSTOM_EVAL_ROLLOUT_LOG_FUNCTION_PATH=rlsdk.slime.eval_rollout_log.jsonl
-"$python" -m pytest -p no:cacheprovider -n 0 -q -rf tests/plugin_contracts "$@"
+"$python" -m pytest -p no:cacheprovider -n 0 -q -rf tests/plugin_contracts "${rest[@]}"

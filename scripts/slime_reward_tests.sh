@@ -5,13 +5,10 @@
 # Usage: scripts/slime_reward_tests.sh SLIME_GIT_DIR [PYTHON] [pytest args...]
 #   SLIME_GIT_DIR: a clone (or bare mirror) of THUDM/slime; its HEAD is used (issue 52 used 624b824: 106 of 106).
 set -euo pipefail
-slime=${1:?usage: scripts/slime_reward_tests.sh SLIME_GIT_DIR [PYTHON] [pytest args...]}
-python=${2:-python}
-shift $(( $# >= 2 ? 2 : 1 ))
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/slime_copy.sh"
+slime_work "$0" "$@"
 tests=$(git -C "$slime" ls-tree --name-only HEAD tests/ | grep '^tests/test_rm_')
 git -C "$slime" archive HEAD $tests | tar -x -C "$work"
 printf 'from rlsdk.plugins.slime_layer import install\n\ninstall()\n' > "$work/conftest.py"
 cd "$work"
-"$python" -m pytest -p no:cacheprovider -p no:randomly -n 0 -q -rf tests "$@"
+"$python" -m pytest -p no:cacheprovider -p no:randomly -n 0 -q -rf tests "${rest[@]}"
