@@ -18,8 +18,12 @@ import subprocess
 import sys
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import aiohttp
 
 _RUNNING: weakref.WeakSet[ManagedProcess] = weakref.WeakSet()
 _PR_SET_PDEATHSIG = 1
@@ -88,6 +92,48 @@ class ManagedProcess:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+    async def wait_answering(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        *,
+        timeout: float,
+        option: str,
+        exited: type[Exception],
+        ready: Callable[[aiohttp.ClientResponse], Awaitable[bool]] | None = None,
+        waiting_for: str | None = None,
+    ) -> None:
+        """Until this server answers ``url`` with 200 (or ``ready`` of its answer holds), asked every half
+        second through ``session``. Raises ``exited`` when the process exits first, and
+        :class:`~rlsdk.engine_api.EngineUnavailableError` after ``timeout`` seconds, naming ``option`` (the
+        setting of that timeout) and ``waiting_for`` (default: ``answer URL``); both show the log's tail."""
+        import asyncio
+
+        import aiohttp
+
+        from ..protocol import EngineUnavailableError
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            code = self.exit_code()
+            if code is not None:
+                raise exited(
+                    f"{self.name} exited with status {code} while starting; log: {self.log_path}\n{self.log_tail()}"
+                )
+            try:
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=30)) as response:
+                    if await ready(response) if ready else response.status == 200:
+                        return
+            except (TimeoutError, aiohttp.ClientError):
+                pass
+            if loop.time() > deadline:
+                raise EngineUnavailableError(
+                    f"{self.name} did not {waiting_for or f'answer {url}'} within {timeout:.0f}s ({option}); "
+                    f"log: {self.log_path}\n{self.log_tail()}"
+                )
+            await asyncio.sleep(0.5)
 
     def stop(self, grace: float = 20.0) -> None:
         """SIGTERM to the whole process group, SIGKILL to what is left after ``grace`` seconds."""

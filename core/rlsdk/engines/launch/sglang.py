@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 
 from ...training_options import trainer_world_size
-from ..protocol import EngineError, EngineUnavailableError
+from ..protocol import EngineError
 from .arguments import CLIENT_OPTIONS
 from .process_group import ManagedProcess, free_port
 from ...options import RunOptions
@@ -305,28 +305,15 @@ class SGLangLauncher:
     ) -> None:
         """Until ``url + path`` answers 200 (or ``ready`` of the answer holds), or the process exits, or the
         start-up timeout passes."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.startup_timeout
-        while True:
-            code = process.exit_code()
-            if code is not None:
-                raise SGLangLaunchError(
-                    f"{process.name} exited with status {code} while starting; log: "
-                    f"{process.log_path}\n{process.log_tail()}"
-                )
-            try:
-                async with session.get(url + path, timeout=aiohttp.ClientTimeout(total=30)) as response:
-                    if await ready(response) if ready else response.status == 200:
-                        return
-            except (TimeoutError, aiohttp.ClientError):
-                pass
-            if loop.time() > deadline:
-                raise EngineUnavailableError(
-                    f"{process.name} did not {'list every server at' if ready else 'answer'} {path} "
-                    f"within {self.startup_timeout:.0f}s "
-                    f"(--sglang-startup-timeout); log: {process.log_path}\n{process.log_tail()}"
-                )
-            await asyncio.sleep(0.5)
+        await process.wait_answering(
+            session,
+            url + path,
+            timeout=self.startup_timeout,
+            option="--sglang-startup-timeout",
+            exited=SGLangLaunchError,
+            ready=ready,
+            waiting_for=f"{'list every server at' if ready else 'answer'} {path}",
+        )
 
     async def _lists_all_workers(self, response: aiohttp.ClientResponse) -> bool:
         """Whether the router's ``GET /workers`` lists every server, none unhealthy. sglang-router (0.3)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from rlsdk.engine_api import EngineError, EngineUnavailableError, tensor_checksum
+from rlsdk.engine_api import EngineError, tensor_checksum
 from rlsdk.trainer_api import ManagedProcess, trainer_world_size
 
 VLLM_VERSION = "0.26"
@@ -282,31 +282,15 @@ class VLLMLauncher:
             raise
 
     async def _wait_ready(self) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.startup_timeout
-        connector = aiohttp.UnixConnector(path=self.socket)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            while True:
-                code = self.process.exit_code()
-                if code is not None:
-                    raise VLLMLaunchError(
-                        f"{self.process.name} exited with status {code} while starting; log: "
-                        f"{self.process.log_path}\n{self.process.log_tail()}"
-                    )
-                try:
-                    async with session.get(
-                        "http://localhost/health", timeout=aiohttp.ClientTimeout(total=30)
-                    ) as r:
-                        if r.status == 200:
-                            return
-                except (TimeoutError, aiohttp.ClientError):
-                    pass
-                if loop.time() > deadline:
-                    raise EngineUnavailableError(
-                        f"{self.process.name} did not answer /health within {self.startup_timeout:.0f}s "
-                        f"(--vllm-startup-timeout); log: {self.process.log_path}\n{self.process.log_tail()}"
-                    )
-                await asyncio.sleep(0.5)
+        async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=self.socket)) as session:
+            await self.process.wait_answering(
+                session,
+                "http://localhost/health",
+                timeout=self.startup_timeout,
+                option="--vllm-startup-timeout",
+                exited=VLLMLaunchError,
+                waiting_for="answer /health",
+            )
 
     def exited(self) -> str | None:
         """The server's exit status and log once it has exited; None while it runs."""
