@@ -202,6 +202,14 @@ async def _json_body(
     return body
 
 
+def _text(body: dict[str, Any], key: str) -> str:
+    """``body[key]``, a non-empty string (else :class:`EngineRequestError`, SGLang's 400)."""
+    value = body.get(key)
+    if not isinstance(value, str) or not value:
+        raise EngineRequestError(f"{key} must be a non-empty string")
+    return value
+
+
 async def _health(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
@@ -334,9 +342,7 @@ def _outside_weights_dirs(request: web.Request, path: str, *parts: str) -> str |
 
 async def _update_weights_from_disk(request: web.Request) -> web.Response:
     body = await _json_body(request)
-    model_path = body.get("model_path")
-    if not isinstance(model_path, str) or not model_path:
-        raise EngineRequestError("model_path must be a non-empty string")
+    model_path = _text(body, "model_path")
     if why := _outside_weights_dirs(request, model_path):
         message = f"Failed to update weights: {why}"
         return web.json_response({"success": False, "message": message, "num_paused_requests": 0}, status=403)
@@ -392,9 +398,7 @@ async def _load_lora_adapter(request: web.Request) -> web.Response:
     """Load a PEFT adapter folder by path, only from inside the operator's ``weights_dirs`` (its two files
     too, links resolved): a request never makes the server open anything else."""
     body = await _json_body(request)
-    name, path = body.get("lora_name"), body.get("lora_path")
-    if not isinstance(name, str) or not name or not isinstance(path, str) or not path:
-        raise EngineRequestError("lora_name and lora_path must be non-empty strings")
+    name, path = _text(body, "lora_name"), _text(body, "lora_path")
     engine = request.app[_ENGINE]
     if why := _outside_weights_dirs(request, path, ADAPTER_CONFIG, ADAPTER_WEIGHTS):
         return _lora_answer(engine, f"Failed to load LoRA adapter {name!r}: {why}", status=403)
@@ -406,10 +410,7 @@ async def _load_lora_adapter(request: web.Request) -> web.Response:
 
 
 async def _unload_lora_adapter(request: web.Request) -> web.Response:
-    body = await _json_body(request)
-    name = body.get("lora_name")
-    if not isinstance(name, str) or not name:
-        raise EngineRequestError("lora_name must be a non-empty string")
+    name = _text(await _json_body(request), "lora_name")
     engine = request.app[_ENGINE]
     try:
         await engine.unload_lora_adapter(name)
@@ -419,10 +420,7 @@ async def _unload_lora_adapter(request: web.Request) -> web.Response:
 
 
 async def _update_weight_version(request: web.Request) -> web.Response:
-    body = await _json_body(request)
-    version = body.get("new_version")
-    if not isinstance(version, str) or not version:
-        raise EngineRequestError("new_version must be a non-empty string")
+    version = _text(await _json_body(request), "new_version")
     await request.app[_ENGINE].update_weight_version(version)
     return web.json_response(
         {"success": True, "message": f"Weight version updated to {version}", "new_version": version}
