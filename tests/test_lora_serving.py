@@ -16,6 +16,7 @@ import torch
 
 from rlsdk.engine_api import EngineError, EngineRequestError, SGLangClient
 from rlsdk.testing import ServedEngine
+from rlsdk.testing_engine import random_lora
 
 pytestmark = pytest.mark.plugins("rlsdk_embedded")
 
@@ -31,19 +32,10 @@ PROBE = {
 def adapter_folder(tiny_llama: Path, folder: Path) -> tuple[Path, list[float]]:
     """A random (non-zero) rank-4 adapter on the attention projections, saved in PEFT's format, and peft's
     own log-probs of the probe's tokens 3.. with it."""
-    from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(3)
-    model = AutoModelForCausalLM.from_pretrained(tiny_llama)
-    config = LoraConfig(
-        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"], init_lora_weights=False
-    )
-    peft_model = get_peft_model(model, config)
-    for name, parameter in peft_model.named_parameters():
-        if "lora_B" in name:
-            torch.nn.init.normal_(parameter, std=0.5)
-    peft_model.save_pretrained(folder)
+    peft_model = random_lora(AutoModelForCausalLM.from_pretrained(tiny_llama), folder)
     with torch.no_grad():
         ids = torch.tensor([PROBE["input_ids"]])
         logits = peft_model(input_ids=ids).logits[0, :-1]

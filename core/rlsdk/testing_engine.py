@@ -442,16 +442,12 @@ async def a_lora_adapter_loads_serves_and_unloads(engine: InferenceEngine, kit: 
     assert base["meta_info"]["weight_version"] == after["meta_info"]["weight_version"]
 
 
-def lora_adapter(kit: EngineKit) -> tuple[Path, Callable[[list[int]], list[float]]]:
-    """A random rank-4 adapter on the attention projections in PEFT's format (in the kit's folder), and the
-    log-probs of a response under the trainer's weights (the engine's) merged with it."""
+def random_lora(model: Any, folder: Path) -> Any:
+    """``model`` with a random (non-zero) rank-4 LoRA adapter on its attention projections, the adapter saved
+    in PEFT's format in ``folder``: the PEFT model (torch's generator seeded by the caller)."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
 
-    torch.manual_seed(3)
-    model = AutoModelForCausalLM.from_pretrained(kit.model, dtype=torch.float32)
-    model.load_state_dict({k: v.float().cpu() for k, v in kit.trainer.model.state_dict().items()})
     config = LoraConfig(
         r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"], init_lora_weights=False
     )
@@ -459,8 +455,21 @@ def lora_adapter(kit: EngineKit) -> tuple[Path, Callable[[list[int]], list[float
     for name, parameter in peft_model.named_parameters():
         if "lora_B" in name:
             torch.nn.init.normal_(parameter, std=0.5)
-    folder = kit.work / "adapter"
     peft_model.save_pretrained(str(folder))
+    return peft_model
+
+
+def lora_adapter(kit: EngineKit) -> tuple[Path, Callable[[list[int]], list[float]]]:
+    """A random rank-4 adapter on the attention projections in PEFT's format (in the kit's folder), and the
+    log-probs of a response under the trainer's weights (the engine's) merged with it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(3)
+    model = AutoModelForCausalLM.from_pretrained(kit.model, dtype=torch.float32)
+    model.load_state_dict({k: v.float().cpu() for k, v in kit.trainer.model.state_dict().items()})
+    folder = kit.work / "adapter"
+    peft_model = random_lora(model, folder)
 
     def log_probs(response: list[int]) -> list[float]:
         with torch.no_grad():
