@@ -28,6 +28,7 @@ from rlsdk.ray.environments import PluginEnvironmentError, differences
 from rlsdk.ray.task_pool import RayTaskPool
 from rlsdk.ray.trainer_actor import RemoteTrainer, TrainerLostError, launch_trainer, trainer_resources
 from rlsdk.rollout.generate import generate
+from rlsdk.testing import ray_test_cluster
 from rlsdk.run.job import run_job
 from rlsdk.rollout.ledger import audit_run
 from rlsdk.runtime import get_runtime
@@ -52,16 +53,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
     returned)."""
     helpers = tmp_path_factory.mktemp("ray-helpers")
     (helpers / "slow_task.py").write_text(SLOW_TASK)
-    ray.init(
-        num_cpus=2,
-        num_gpus=2,
-        include_dashboard=False,
-        object_store_memory=200 << 20,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(helpers), "FAKE_SGLANG_GENERATE": "1"}},
-    )
-    yield helpers
-    ray.shutdown()
+    with ray_test_cluster({"PYTHONPATH": str(helpers), "FAKE_SGLANG_GENERATE": "1"}):
+        yield helpers
 
 
 @pytest.fixture(autouse=True)
@@ -489,7 +482,9 @@ def test_the_trainer_builds_from_a_named_model_folder_without_waiting_for_the_en
     not a folder) waits for the engines to name the folder. The driver's side then has the trainer's
     device and dtype, which set the trust check's tolerance: without them a CUDA trainer on an H200
     was checked at the CPU tolerance and its run stopped at the first sync."""
-    args = ray_args(tiny_llama, run_files, tmp_path / "a", train=True, train_dtype="bfloat16", sync_check_tol=None)
+    args = ray_args(
+        tiny_llama, run_files, tmp_path / "a", train=True, train_dtype="bfloat16", sync_check_tol=None
+    )
     named = launch_trainer(args)
     later = launch_trainer(ray_args(tiny_llama, run_files, tmp_path / "b", train=True, model="smollm2"))
     try:
@@ -714,7 +709,9 @@ class KillServerInEval(KillServer):
 
 
 @pytest.mark.timeout(120)
-def test_eval_groups_an_engine_death_aborted_run_again_once_it_is_back(cluster, tiny_llama, fake_python, tmp_path):
+def test_eval_groups_an_engine_death_aborted_run_again_once_it_is_back(
+    cluster, tiny_llama, fake_python, tmp_path
+):
     """On 2x H200 an SGLang server killed during the eval before the first step left 764 of its 768
     samples aborted, and the eval reported a held-out reward of 0.0. An aborted eval group now runs again
     from its prompt: the eval here, with one server SIGKILLed mid-way, scores every sample."""
@@ -764,7 +761,9 @@ def test_more_sglang_engine_actors_than_gpus_is_an_error_before_any_starts(
 
 
 @pytest.mark.timeout(90)
-def test_the_version_handshake_leaves_out_an_engine_whose_actor_died(cluster, tiny_llama, fake_python, tmp_path):
+def test_the_version_handshake_leaves_out_an_engine_whose_actor_died(
+    cluster, tiny_llama, fake_python, tmp_path
+):
     """An engine actor killed just before the weight-version handshake asks it what it serves: its pool
     is told and brings it back, and the handshake leaves it out, as it does an engine lost any other way
     (its Ray error once stopped a training run)."""

@@ -47,6 +47,7 @@ from .testing_engine import (
     check_engine_contract,
     process_alive,
     processes_gone,
+    ray_test_cluster,
     tiny_llama,
 )
 from .testing_kinds import (
@@ -134,6 +135,7 @@ __all__ = [
     "make_group",
     "process_alive",
     "processes_gone",
+    "ray_test_cluster",
 ]
 
 

@@ -24,7 +24,8 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -549,3 +550,24 @@ def processes_gone(pids: list[int], timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+@contextmanager
+def ray_test_cluster(env_vars: dict[str, str], gpus: int = 2) -> Iterator[None]:
+    """A local Ray cluster for the test inside: 2 logical CPUs, ``gpus`` declared GPUs (the machine need not
+    have them: engines under test that need none, stand-ins, take them), a 200 MiB object store, no dashboard,
+    and ``env_vars`` in every worker's environment. Shut down after."""
+    import ray
+
+    ray.init(
+        num_cpus=2,
+        num_gpus=gpus,
+        include_dashboard=False,
+        object_store_memory=200 << 20,
+        log_to_driver=False,
+        runtime_env={"env_vars": env_vars},
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()

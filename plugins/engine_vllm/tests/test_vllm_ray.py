@@ -20,20 +20,13 @@ ray = pytest.importorskip("ray")
 
 from rlsdk import CustomGenerate, RolloutConfig, get_plugin_manager, get_runtime, hookimpl, single_turn  # noqa: E402
 from rlsdk import run_job  # noqa: E402
+from rlsdk.testing import ray_test_cluster  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(
-        num_cpus=2,
-        num_gpus=2,
-        include_dashboard=False,
-        object_store_memory=200 << 20,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"FAKE_VLLM_GENERATE": "1"}},
-    )
-    yield
-    ray.shutdown()
+    with ray_test_cluster({"FAKE_VLLM_GENERATE": "1"}):
+        yield
 
 
 def server_pid(log: Path) -> int:
