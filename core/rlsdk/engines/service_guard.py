@@ -23,8 +23,8 @@ import ipaddress
 import os
 import socket
 import time
-from dataclasses import dataclass
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -227,6 +227,7 @@ class Served:
 
     @property
     def url(self) -> str:
+        """Where clients reach it (:attr:`base`, unless a server says otherwise)."""
         return self.base
 
     async def close(self) -> None:

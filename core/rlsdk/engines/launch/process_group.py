@@ -9,6 +9,7 @@ every process still running when the interpreter exits is stopped by an ``atexit
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import ctypes
 import os
@@ -21,6 +22,8 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ..protocol import EngineUnavailableError
 
 if TYPE_CHECKING:
     import aiohttp
@@ -108,11 +111,7 @@ class ManagedProcess:
         second through ``session``. Raises ``exited`` when the process exits first, and
         :class:`~rlsdk.engine_api.EngineUnavailableError` after ``timeout`` seconds, naming ``option`` (the
         setting of that timeout) and ``waiting_for`` (default: ``answer URL``); both show the log's tail."""
-        import asyncio
-
-        import aiohttp
-
-        from ..protocol import EngineUnavailableError
+        import aiohttp  # loaded where a server is launched, not where this module is imported
 
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
