@@ -77,6 +77,37 @@ def test_a_sampler_and_trainer_that_drifted_apart_are_caught(tiny_llama, run_fil
     assert rows[0]["train/rollout_tokens_over_gap"] == 0.0
 
 
+CONTINUING_HOOK = """
+def continued(args, sample, **kwargs):
+    if sample.weight_versions == ["1"] and sample.index % 4 < 2:
+        sample.weight_versions = ["0", "1"] if sample.index % 4 else ["0"]
+        sample.rollout_log_probs = [lp - 0.5 for lp in sample.rollout_log_probs]
+    return sample
+"""
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_samples_continued_from_earlier_weights_are_left_out_of_the_gap(tiny_llama, run_files, tmp_path):
+    """A sample hook plants, in step 1, what an engine death leaves (``test_ray.py``'s engines killed mid-step):
+    in each group a sample continued after the weight sync (versions 0 and 1) and one kept from step 0
+    (version 0), their log-probs half a nat from the trainer's as older weights' would be. No warning: the
+    gap is judged on the samples version 1 sampled, and the metric says how many were left out."""
+    data, reward = run_files
+    hook = tmp_path / "hook.py"
+    hook.write_text(CONTINUING_HOOK)
+    out = tmp_path / "out"
+    args = rollout_run(tiny_llama, data, reward, out, train=True, lr=1e-3, num_rollout=2, train_threads=1,
+                       rollout_sample_hook_path=[f"{hook}:continued"], sync_check_tol=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SilentFailureWarning)
+        output = run_job(args)
+    assert output.findings == []
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["train/rollout_gap_excluded"] == 0.0
+    assert rows[1]["train/rollout_gap_excluded"] == pytest.approx(0.5)  # 2 of each group's 4
+    assert rows[1]["train/rollout_logprob_diff"] < 1e-4 and abs(rows[1]["train/rollout_kl"]) < 1e-4
+
+
 @pytest.mark.plugins("rlsdk_embedded")
 def test_a_healthy_run_is_not_flagged(tiny_llama, run_files, tmp_path):
     """A reward that varies, a sampler and a trainer in step: no detector speaks, even at two steps."""

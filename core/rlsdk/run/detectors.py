@@ -7,7 +7,9 @@ and is repeated in the run's summary (``rlsdk run``'s last lines, and ``detected
   log-probs of the sampled tokens (``train/rollout_logprob_diff``) above 4x the run's own noise (the trust
   check's, ``train/sync_logprob_noise``) and above :data:`GAP_FLOOR`, in a run whose samples come from the
   trainer's current policy (no ``--async``, no policy-version lag); ``train/rollout_kl`` and
-  ``train/rollout_tokens_over_gap`` are its per-step metrics;
+  ``train/rollout_tokens_over_gap`` are its per-step metrics. The gap is measured on the samples the
+  trainer's weights sampled: one continued after a weight sync (a partial rollout, a group back from the
+  buffer after an engine died) differs by design and is left out, its share ``train/rollout_gap_excluded``;
 - a data column named but absent (``--label-key`` that no row has: an error before the engine starts; one
   some rows lack: a warning naming how many).
 """
@@ -75,7 +77,9 @@ class Detectors:
                 f"step {rollout_id}: the engine's log-probs of the sampled tokens differ from the trainer's by "
                 f"{gap:.3g} nats a token on average, {gap / max(noise, 1e-12):.0f}x the run's noise ({noise:.2g}; "
                 f"sampled-token KL {kl if kl is None else format(kl, '.3g')}, "
-                f"{over if over is None else format(over, '.1%')} of tokens past 1 nat): the trainer learns from "
+                f"{over if over is None else format(over, '.1%')} of tokens past 1 nat; "
+                f"{result.metrics.get('train/rollout_gap_excluded', 0.0):.0%} of the samples left out as "
+                "sampled by earlier weights): the trainer learns from "
                 "tokens it would not have sampled. Check that the engine and the trainer load the same model, "
                 "tokenizer and chat template, and what a custom generator or sample hook does to rollout_log_probs",
             )

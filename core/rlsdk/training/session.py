@@ -218,9 +218,7 @@ class TrainingSession:
         if teacher_seconds is not None:
             metrics["train/opd_teacher_seconds"] = teacher_seconds
         self.weight_version += 1
-        if "train/train_rollout_logprob_abs_diff" in metrics:
-            metrics["train/rollout_logprob_diff"] = metrics.pop("train/train_rollout_logprob_abs_diff")
-        return metrics
+        return sampler_gap_means(metrics)
 
     def check(self, probe: Sample, probes: list[Sample] | None = None) -> dict[str, float]:
         """The trust check after a sync: with ``weights_check``, every tensor by checksum; the engine's
@@ -304,3 +302,23 @@ class TrainingSession:
             self.trainer.offload()
         self.weight_version = int(meta["weight_version"])
         self.sync()
+
+
+GAP_SUMS = ("train/train_rollout_logprob_abs_diff", "train/rollout_kl", "train/rollout_tokens_over_gap")
+
+
+def sampler_gap_means(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The loss's sampler-trainer gap sums (:func:`~.losses.sampler_gap`) as means over the samples the
+    trainer's weights sampled: ``train/rollout_logprob_diff``, ``train/rollout_kl``,
+    ``train/rollout_tokens_over_gap``, with ``train/rollout_gap_excluded`` the share left out (continued
+    after a weight sync, kept from a step before, or with no token in the loss); none where every sample
+    was left out."""
+    judged = metrics.pop("train/rollout_gap_judged", None)
+    if judged is None:
+        return metrics
+    sums = {key: metrics.pop(key) for key in GAP_SUMS if key in metrics}
+    metrics["train/rollout_gap_excluded"] = max(0.0, 1.0 - judged)
+    if judged > 0:
+        metrics.update({key: value / judged for key, value in sums.items()})
+        metrics["train/rollout_logprob_diff"] = metrics.pop("train/train_rollout_logprob_abs_diff")
+    return metrics

@@ -29,7 +29,7 @@ from ..plugins.records import Resolved
 from ..runtime import plugins_of
 from ..types import Sample
 from .advantages import approx_kl, compute_advantages, normalize_rewards, raw_advantages, whiten
-from .batch import SharedPrompts, TrainSample, loss_batch, micro_batches, slices
+from .batch import SharedPrompts, TrainSample, loss_batch, micro_batches, newest_version, slices
 from .critic import Critic
 from .distillation import subtract_reverse_kl
 from .losses import log_probs_and_entropy, sum_of_sample_mean_fn
@@ -121,7 +121,8 @@ class TorchTrainer(PolicyTrainer):
         if not samples:
             raise ValueError(f"step {rollout_id}: no samples to train on")
         raw, rewards = self._rewards(rollout_id, samples, groups)
-        data = [TrainSample.from_sample(s, r) for s, r in zip(samples, rewards, strict=True)]
+        newest = newest_version(samples)
+        data = [TrainSample.from_sample(s, r, newest) for s, r in zip(samples, rewards, strict=True)]
         masks = [d.loss_mask for d in data]
         gbs = args.global_batch_size or len(data)
         if args.num_steps_per_rollout:
