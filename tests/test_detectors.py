@@ -4,14 +4,15 @@ its data) and sees it caught: a warning when found, repeated in the run's summar
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 
 import pytest
 
-from rlsdk import RolloutConfig
+from rlsdk import CustomGenerate, RolloutConfig, get_plugin_manager, hookimpl, model_turn
 from rlsdk.errors import DataError
-from rlsdk.run.detectors import SilentFailureWarning
+from rlsdk.run.detectors import SINGLE_TURN_STEPS, SilentFailureWarning
 from rlsdk.run.job import check_data, run_job
 
 ZERO_REWARD = """
@@ -120,3 +121,66 @@ def test_a_healthy_run_is_not_flagged(tiny_llama, run_files, tmp_path):
     assert output.findings == [] and not (tmp_path / "out" / "detected.json").exists()
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert all(abs(row["train/rollout_kl"]) < 1e-4 and row["train/rollout_tokens_over_gap"] == 0.0 for row in rows)
+
+
+IMAGE_HOOK = """
+def with_image(args, sample, **kwargs):
+    sample.multimodal_inputs = {"images": ["data:image/png;base64,iVBORw0KGgo="]}
+    return sample
+"""
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_images_the_trainer_never_sees_are_caught(tiny_llama, run_files, tmp_path):
+    """A sample hook puts an image on every sample after generation (the embedded engine refuses images; a
+    vision-language model under SGLang would take them): the torch trainer's batch holds text only."""
+    data, reward = run_files
+    hook = tmp_path / "hook.py"
+    hook.write_text(IMAGE_HOOK)
+    out = tmp_path / "out"
+    args = rollout_run(tiny_llama, data, reward, out, train=True, lr=1e-3, num_rollout=1, train_threads=1,
+                       rollout_sample_hook_path=[f"{hook}:with_image"])
+    with pytest.warns(SilentFailureWarning, match=r"step 0: 8 trained samples carry multimodal inputs \(images; .*"
+                      r"but the trainer's batch held 0: .* learns from the text alone"):
+        output = run_job(args)
+    assert [f["detector"] for f in output.findings] == ["multimodal_dropped"]
+
+
+class Turns:
+    """A multi-turn generator (it says so) that makes ``turns`` model turns a sample."""
+
+    def __init__(self, turns: int) -> None:
+        self.turns = turns
+
+    @hookimpl
+    def rlsdk_custom_generates(self):
+        yield CustomGenerate(name="turns", func=self.generate, multi_turn=True)
+
+    async def generate(self, args, sample, sampling_params):
+        for _ in range(self.turns):
+            await model_turn(args, sample, {**sampling_params, "max_new_tokens": sample.response_length + 1})
+        return sample
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+@pytest.mark.parametrize("turns", [1, 2])
+def test_a_multi_turn_generator_that_ran_single_turn_is_caught(tiny_llama, run_files, tmp_path, turns):
+    """A generator that declares itself multi-turn: one model turn a sample in each of the run's first steps
+    is caught; two are not."""
+    data, reward = run_files
+    out = tmp_path / "out"
+    args = rollout_run(tiny_llama, data, reward, out, num_rollout=SINGLE_TURN_STEPS,
+                       custom_generate_function_path="turns")
+    pm = get_plugin_manager(plugins=[Turns(turns)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SilentFailureWarning)
+        output = run_job(args, pm)
+    said = [str(w.message) for w in caught if w.category is SilentFailureWarning]
+    if turns == 1:
+        assert [f["detector"] for f in output.findings] == ["single_turn"]
+        assert len(said) == 1 and re.search(
+            r"custom_generate 'turns' .* runs up to 4 model turns a sample \(max_turns\), but every sample of "
+            r"the 3 steps up to step 2 got one: .* fell back to single-turn", said[0]
+        )
+    else:
+        assert said == [] and output.findings == []

@@ -11,7 +11,14 @@ and is repeated in the run's summary (``rlsdk run``'s last lines, and ``detected
   trainer's weights sampled: one continued after a weight sync (a partial rollout, a group back from the
   buffer after an engine died) differs by design and is left out, its share ``train/rollout_gap_excluded``;
 - a data column named but absent (``--label-key`` that no row has: an error before the engine starts; one
-  some rows lack: a warning naming how many).
+  some rows lack: a warning naming how many);
+- images that never reach the trainer: a trained sample with multimodal inputs in a step whose trainer
+  batch held fewer (``train/multimodal_samples``, which a trainer that feeds them to its forward pass
+  reports; rlsdk's ``torch`` and ``megatron`` trainers take text only);
+- multi-turn requested, single-turn ran: a generator or agent that declares ``multi_turn`` whose every
+  sample got one model turn (one ``weight_versions`` entry) over the run's first :data:`SINGLE_TURN_STEPS`
+  steps: a tools column that names nothing, a tool-call format the model does not write, a stop string
+  never hit.
 """
 
 from __future__ import annotations
@@ -22,12 +29,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import RolloutConfig
+from ..plugins.kinds import Agent, CustomGenerate
+from ..runtime import plugins_of
 from ..training_options import overlapped
 from ..types import RolloutFnTrainOutput
 from .learning_signal import cause
 
 GAP_FLOOR = 0.01
 """Nats: a sampler-trainer gap below this is never reported (bfloat16 and batching noise stay well below)."""
+SINGLE_TURN_STEPS = 3
+"""Steps (the run's first; fewer in a shorter run) in which every sample of a multi-turn generator got one
+model turn before the run is warned."""
 DETECTED_FILE = "detected.json"
 """The run's findings, in its output folder: ``{"detected": [{"detector", "message"}, ...]}``."""
 
@@ -46,6 +58,8 @@ class Detectors:
     constant: float | None = None
     """The one reward value of every sample of the last steps (None: the last step's varied)."""
     constant_steps: int = 0
+    single_turn_steps: int | None = 0
+    """Steps so far in which every sample got one model turn (None: one got more, or none was asked)."""
 
     def report(self, detector: str, message: str) -> None:
         """Warn about a finding once and keep it for the summary."""
@@ -59,6 +73,45 @@ class Detectors:
         """The step-by-step detectors, after step ``rollout_id``."""
         self.check_constant_reward(rollout_id, result)
         self.check_logprob_gap(rollout_id, result)
+        self.check_multimodal_trained(rollout_id, result)
+        self.check_turns(rollout_id, result)
+
+    def check_multimodal_trained(self, rollout_id: int, result: RolloutFnTrainOutput) -> None:
+        """Trained samples with images (or other multimodal inputs) against those the trainer's batch held."""
+        if "train/samples" not in result.metrics:  # not trained this step
+            return
+        media = [s for group in result.samples for s in group if any((s.multimodal_inputs or {}).values())]
+        held = int(result.metrics.get("train/multimodal_samples", 0))
+        if len(media) > held:
+            kinds = sorted({key for s in media for key, value in (s.multimodal_inputs or {}).items() if value})
+            self.report(
+                "multimodal_dropped",
+                f"step {rollout_id}: {len(media)} trained samples carry multimodal inputs ({', '.join(kinds)}; "
+                f"the first: sample {media[0].group_index}/{media[0].index}), but the trainer's batch held "
+                f"{held}: the engine sampled with them and the trainer learns from the text alone. Use a "
+                "trainer that feeds them to the model's forward pass (it reports train/multimodal_samples)",
+            )
+
+    def check_turns(self, rollout_id: int, result: RolloutFnTrainOutput) -> None:
+        """A multi-turn generator or agent whose every sample got one model turn, step after step."""
+        if self.single_turn_steps is None or not result.samples:
+            return
+        asked = multi_turn_plugin(self.args)
+        samples = [s for group in result.samples for s in group]
+        turns = [len(s.weight_versions) for s in samples]  # one entry per engine call
+        if asked is None or self.args.max_turns < 2 or max(turns) > 1 or min(turns) == 0:
+            self.single_turn_steps = None
+            return
+        self.single_turn_steps += 1
+        if self.single_turn_steps >= min(SINGLE_TURN_STEPS, max(self.args.num_rollout, 1)):
+            self.report(
+                "single_turn",
+                f"{asked} runs up to {self.args.max_turns} model turns a sample (max_turns), but every sample "
+                f"of the {self.single_turn_steps} steps up to step {rollout_id} got one: the multi-turn "
+                "behaviour fell back to single-turn. Likely causes: the samples name no tools (the data's "
+                "tools column, --tool-key, or tool_names), the model writes no tool call in the format "
+                "read (tool_call_format), or the agent answered at once",
+            )
 
     def check_logprob_gap(self, rollout_id: int, result: RolloutFnTrainOutput) -> None:
         gap, noise = (
@@ -102,3 +155,13 @@ class Detectors:
                 f"learned. Likely cause: {cause(self.args, result.metrics)} (--constant-reward-steps 0 turns this "
                 "check off)",
             )
+
+
+def multi_turn_plugin(args: RolloutConfig) -> str | None:
+    """The run's generator or agent that declares itself multi-turn, described (None: neither does)."""
+    plugins = plugins_of(args)
+    generator = plugins.one(CustomGenerate)
+    if generator.record.multi_turn:
+        return generator.describe()
+    agent = plugins.get(Agent)
+    return agent.describe() if agent is not None and agent.record.multi_turn else None
