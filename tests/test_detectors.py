@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlsdk import CustomGenerate, RolloutConfig, get_plugin_manager, hookimpl, model_turn
+from rlsdk import CustomGenerate, Option, Reward, RolloutConfig, get_plugin_manager, hookimpl, model_turn
 from rlsdk.errors import DataError
 from rlsdk.run.detectors import SINGLE_TURN_STEPS, SilentFailureWarning
 from rlsdk.run.job import check_data, run_job
@@ -184,3 +184,30 @@ def test_a_multi_turn_generator_that_ran_single_turn_is_caught(tiny_llama, run_f
         )
     else:
         assert said == [] and output.findings == []
+
+
+class Scaled:
+    """A reward that reads its option ``scale``; the plugin declares another, ``offset``, that nothing reads."""
+
+    @hookimpl
+    def rlsdk_options(self):
+        yield Option("scale", float, 1.0, help="The reward's factor")
+        yield Option("offset", float, 0.0, help="Read by nothing")
+
+    @hookimpl
+    def rlsdk_rewards(self):
+        yield Reward(name="scaled", func=lambda args, sample: args.scale * (sample.index % 2))
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_a_plugin_option_given_but_never_read_is_caught(tiny_llama, run_files, tmp_path):
+    """Both options given: ``scale``, read by the reward of each sample, is not named; ``offset`` is."""
+    data, _ = run_files
+    pm = get_plugin_manager(plugins=[Scaled()])
+    values = rollout_run(tiny_llama, data, "scaled", tmp_path / "out", num_rollout=1).to_dict()
+    args = RolloutConfig.from_dict({**values, "scale": 2.0, "offset": 0.5}, pm=pm)
+    with pytest.warns(SilentFailureWarning, match=r"option given but read by no plugin during the run: "
+                      r"offset=0\.5 \(.*\)\. The plugin that takes it did not run"):
+        output = run_job(args, pm)
+    assert [f["detector"] for f in output.findings] == ["option_unread"]
+    assert "scale" not in output.findings[0]["message"]

@@ -18,7 +18,11 @@ and is repeated in the run's summary (``rlsdk run``'s last lines, and ``detected
 - multi-turn requested, single-turn ran: a generator or agent that declares ``multi_turn`` whose every
   sample got one model turn (one ``weight_versions`` entry) over the run's first :data:`SINGLE_TURN_STEPS`
   steps: a tools column that names nothing, a tool-call format the model does not write, a stop string
-  never hit.
+  never hit;
+- a plugin option given (``--set``, a config file) at a value other than its default that no plugin read
+  during the run: the plugin that declares it did not run (another one was named) or never needed it.
+  Reads are seen in the run's own process: a run on Ray (``--ray``), whose plugins read options in their
+  actors too, is not checked.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from pathlib import Path
 
 from ..config import RolloutConfig
 from ..plugins.kinds import Agent, CustomGenerate
+from ..plugins.manager import RlsdkPluginManager
 from ..runtime import plugins_of
 from ..training_options import overlapped
 from ..types import RolloutFnTrainOutput
@@ -75,6 +80,18 @@ class Detectors:
         self.check_logprob_gap(rollout_id, result)
         self.check_multimodal_trained(rollout_id, result)
         self.check_turns(rollout_id, result)
+
+    def check_options_read(self, read: set[str], pm: RlsdkPluginManager) -> None:
+        """At the end of the run: plugin options given that no plugin read (not on Ray; see above)."""
+        unread = [] if self.args.ray_address else unread_options(self.args, read, pm)
+        if unread:
+            self.report(
+                "option_unread",
+                f"option{'s' if len(unread) > 1 else ''} given but read by no plugin during the run: "
+                f"{', '.join(unread)}. The plugin that takes {'them' if len(unread) > 1 else 'it'} did not "
+                "run or never needed it: check that the run names that plugin (rlsdk run --print-config "
+                "shows which ones it uses)",
+            )
 
     def check_multimodal_trained(self, rollout_id: int, result: RolloutFnTrainOutput) -> None:
         """Trained samples with images (or other multimodal inputs) against those the trainer's batch held."""
@@ -155,6 +172,17 @@ class Detectors:
                 f"learned. Likely cause: {cause(self.args, result.metrics)} (--constant-reward-steps 0 turns this "
                 "check off)",
             )
+
+
+def unread_options(args: RolloutConfig, read: set[str], pm: RlsdkPluginManager) -> list[str]:
+    """The plugin options ``args`` sets to other than their defaults that are not in ``read``, each with
+    its value and the distribution declaring it."""
+    declared = pm.options(reserved=RolloutConfig.option_names())
+    return [
+        f"{name}={value!r} ({declared[name][1].describe()})"
+        for name, value in args.extra.items()
+        if name in declared and name not in read and value != declared[name][0].default
+    ]
 
 
 def multi_turn_plugin(args: RolloutConfig) -> str | None:
