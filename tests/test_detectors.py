@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import warnings
 from pathlib import Path
 
@@ -211,3 +212,21 @@ def test_a_plugin_option_given_but_never_read_is_caught(tiny_llama, run_files, t
         output = run_job(args, pm)
     assert [f["detector"] for f in output.findings] == ["option_unread"]
     assert "scale" not in output.findings[0]["message"]
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_an_engine_and_a_trainer_that_disagree_on_the_chat_template_are_caught(tiny_llama, run_files, tmp_path):
+    """The trainer loads a copy of the model folder whose tokenizer has a chat template the engine's lacks
+    (the same weights: the trust check passes); the check before the first step names the difference. Two
+    sides that agree (the engine's own tokenizer and the run's) say nothing."""
+    data, reward = run_files
+    other = tmp_path / "other"
+    shutil.copytree(tiny_llama, other)
+    config = json.loads((other / "tokenizer_config.json").read_text())
+    (other / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": "{{ messages[0].content }}"}))
+    args = rollout_run(tiny_llama, data, reward, tmp_path / "out", train=True, lr=1e-3, num_rollout=1,
+                       train_threads=1, hf_checkpoint=str(other))
+    with pytest.warns(SilentFailureWarning, match=r"the engine and the trainer disagree on the tokenizer: "
+                      r"chat_template None against [0-9a-f]{12}: token ids"):
+        output = run_job(args)
+    assert [f["detector"] for f in output.findings] == ["tokenizer_mismatch"]

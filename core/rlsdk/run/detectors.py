@@ -22,23 +22,31 @@ and is repeated in the run's summary (``rlsdk run``'s last lines, and ``detected
 - a plugin option given (``--set``, a config file) at a value other than its default that no plugin read
   during the run: the plugin that declares it did not run (another one was named) or never needed it.
   Reads are seen in the run's own process: a run on Ray (``--ray``), whose plugins read options in their
-  actors too, is not checked.
+  actors too, is not checked;
+- an engine and a trainer that disagree on the tokenizer: its size, end and start tokens or chat template
+  (:func:`~rlsdk.engine_api.tokenizer_fingerprint`) as the engine, the run (its prompt ids) and the trainer
+  report them, before the first step; an engine or trainer that cannot report is named once in the log.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import RolloutConfig
+from ..engines.tokenizer_facts import tokenizer_fingerprint
 from ..plugins.kinds import Agent, CustomGenerate
 from ..plugins.manager import RlsdkPluginManager
-from ..runtime import plugins_of
+from ..runtime import Runtime, plugins_of
+from ..training.trainer import PolicyTrainer
 from ..training_options import overlapped
 from ..types import RolloutFnTrainOutput
 from .learning_signal import cause
+
+log = logging.getLogger(__name__)
 
 GAP_FLOOR = 0.01
 """Nats: a sampler-trainer gap below this is never reported (bfloat16 and batching noise stay well below)."""
@@ -81,6 +89,45 @@ class Detectors:
         self.check_multimodal_trained(rollout_id, result)
         self.check_turns(rollout_id, result)
 
+    def check_tokenizers(self, runtime: Runtime, trainer: PolicyTrainer | None) -> None:
+        """Before the first step: the tokenizer as the engine, the run and the trainer report it."""
+        sides: dict[str, dict[str, object]] = {}
+        engine = runtime.run(runtime.engine.tokenizer_info())
+        if engine is not None:
+            sides["the engine"] = engine
+        if runtime.tokenizer is not None:
+            sides["the run's tokenizer (the prompt ids)"] = tokenizer_fingerprint(runtime.tokenizer)
+        learner = trainer.tokenizer_info() if trainer is not None else None
+        if learner is not None:
+            sides["the trainer"] = learner
+        silent = [
+            name
+            for name, side, reported in (("engine", runtime.engine, engine), ("trainer", trainer, learner))
+            if side is not None and reported is None
+        ]
+        if silent:
+            log.warning(
+                "the %s cannot report %s tokenizer: not compared (%s)",
+                " and the ".join(silent),
+                "their" if len(silent) > 1 else "its",
+                ", ".join(type(side).__name__ for side in (runtime.engine, trainer) if side is not None),
+            )
+        if len(sides) < 2:
+            return
+        (first, reference), *others = sides.items()
+        for name, facts in others:
+            differ = [key for key in reference if facts.get(key) != reference[key]]
+            if differ:
+                self.report(
+                    "tokenizer_mismatch",
+                    f"{first} and {name} disagree on the tokenizer: "
+                    + ", ".join(f"{key} {reference[key]} against {facts.get(key)}" for key in differ)
+                    + ": token ids (or the chat template's text) mean different things on the two sides, so "
+                    "the trainer learns from other tokens than the engine sampled. Load both from one model "
+                    "folder (--model, --hf-checkpoint) and give both the same chat template",
+                )
+                return
+
     def check_options_read(self, read: set[str], pm: RlsdkPluginManager) -> None:
         """At the end of the run: plugin options given that no plugin read (not on Ray; see above)."""
         unread = [] if self.args.ray_address else unread_options(self.args, read, pm)
@@ -100,7 +147,9 @@ class Detectors:
         media = [s for group in result.samples for s in group if any((s.multimodal_inputs or {}).values())]
         held = int(result.metrics.get("train/multimodal_samples", 0))
         if len(media) > held:
-            kinds = sorted({key for s in media for key, value in (s.multimodal_inputs or {}).items() if value})
+            kinds = sorted(
+                {key for s in media for key, value in (s.multimodal_inputs or {}).items() if value}
+            )
             self.report(
                 "multimodal_dropped",
                 f"step {rollout_id}: {len(media)} trained samples carry multimodal inputs ({', '.join(kinds)}; "

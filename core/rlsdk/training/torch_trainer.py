@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ..engines.lora_adapter import ADAPTER_WEIGHTS, lora_adapter_deltas
+from ..engines.tokenizer_facts import tokenizer_fingerprint
 from ..engines.weight_checksums import Layout, engine_checksums
 from ..errors import CheckpointError, RlsdkError
 from ..outputs import TRAIN_LOG_PROBS
@@ -110,6 +111,9 @@ class TorchTrainer(PolicyTrainer):
 
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=self.dtype)
         return torch.nn.Module.to(model, self.device).eval().requires_grad_(False)
+
+    def tokenizer_info(self) -> dict[str, Any] | None:
+        return tokenizer_fingerprint(self.tokenizer)
 
     # ------------------------------------------------------------------ training
 
