@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
-from .conftest import rlsdk_run, run_options
+from .conftest import RLSDK, rlsdk_run, run_options
 
 DEADLINE = 3.0
 
@@ -98,3 +101,67 @@ def test_a_reward_that_never_returns_stops_the_run_at_its_timeout(
     assert "reward.py:hangs': timed out after 3s (reward_timeout)" in cause, cause
     metrics = rows(out / "metrics.jsonl")[0]
     assert metrics["ledger/entered"] == metrics["ledger/dropped"] + metrics["ledger/returned"] + metrics["ledger/failed"]
+
+
+def wait_for(predicate, seconds: float = 60.0) -> None:
+    end = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < end, "not within the test's own limit"
+        time.sleep(0.05)
+
+
+def buffer_item(instance: str, n: int) -> dict:
+    return {
+        "instance_id": instance,
+        "uid": f"{instance}-{n}",
+        "reward": 1.0,
+        "messages": [{"role": "user", "content": "w1"}, {"role": "assistant", "content": f"w{n}"}],
+    }
+
+
+@pytest.mark.plugins("rlsdk_generators")
+def test_the_buffer_service_killed_mid_step_stops_the_run_at_its_wait_and_resume_loses_no_group(
+    buffer_service, misbehaving_engine, chat_tokenizer, tmp_path
+):
+    """``rlsdk buffer serve`` and ``rlsdk run`` (the ``rollout_buffer`` rollout) in subprocesses: the run
+    takes group ``a`` and waits for ``b``; the service is SIGKILLed. The run stops with exit 1 after
+    ``rollout_buffer_wait`` naming the silent service, its lease of ``a`` kept; the service restarted from
+    its folder and the run resumed get both groups: nothing lost."""
+    service = buffer_service()
+    for n in range(2):
+        httpx.post(service.url + "/buffer/write", json=buffer_item("a", n)).raise_for_status()
+    tokenizer = tmp_path / "tokenizer"
+    chat_tokenizer.save_pretrained(tokenizer)
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text(json.dumps({"input": [{"role": "user", "content": "w1"}]}) + "\n")
+    out = tmp_path / "run"
+    options = [
+        "--engine", misbehaving_engine.url, "--hf-checkpoint", str(tokenizer), "--data", str(chats),
+        "--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--num-rollout", "1", "--output", str(out),
+        "--set", "rollout_function_path=rollout_buffer", "--set", f"rollout_buffer_wait={DEADLINE}",
+    ]
+    run = subprocess.Popen([*RLSDK, "run", *options, "--set", f"rollout_buffer_url={service.url}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        leases = out / "rollout_buffer_leases.json"
+        wait_for(lambda: leases.exists() and json.loads(leases.read_text()) or run.poll() is not None)
+        service.kill()
+        output, _ = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    cause = one_line_cause(output)
+    assert run.returncode == 1
+    assert f"rollout buffer {service.url}: 1 of 2 complete groups after 3s (--rollout-buffer-wait)" in cause
+    assert "the service has not answered for" in cause and "ConnectError" in cause
+    assert f"served again on --resume (rlsdk run --resume --output {out})" in cause
+    assert [step for step, _ in json.loads(leases.read_text())] == [0]  # a: leased to the run, not lost
+
+    restarted = buffer_service(data_dir=tmp_path / "buffer")
+    for n in range(2):
+        httpx.post(restarted.url + "/buffer/write", json=buffer_item("b", n)).raise_for_status()
+    resumed = rlsdk_run(*options, "--resume", "--set", f"rollout_buffer_url={restarted.url}")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    samples = rows(out / "rollouts.jsonl")
+    assert sorted(s["metadata"]["uid"] for s in samples) == ["a-0", "a-1", "b-0", "b-1"]
+    assert json.loads(leases.read_text()) == []
