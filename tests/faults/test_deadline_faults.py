@@ -8,6 +8,7 @@ ended is measured, not asserted here (docs/faults.md, "Deadlines on cross-proces
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .conftest import RLSDK, rlsdk_run, run_options
+from .conftest import FAST_RETRIES, RLSDK, rlsdk_run, run_options
 
 DEADLINE = 3.0
 
@@ -165,3 +166,62 @@ def test_the_buffer_service_killed_mid_step_stops_the_run_at_its_wait_and_resume
     samples = rows(out / "rollouts.jsonl")
     assert sorted(s["metadata"]["uid"] for s in samples) == ["a-0", "a-1", "b-0", "b-1"]
     assert json.loads(leases.read_text()) == []
+
+
+FIRST_MOD4 = """
+import os, signal, time
+
+
+def first_mod4(args, sample, **kwargs):
+    return float(sample.tokens[-sample.response_length] % 4 == 0) if sample.response_length else 0.0
+
+
+def kill_engine(args, version_dir, rollout_engines):
+    os.kill(int(os.environ["RLSDK_TEST_ENGINE_PID"]), signal.SIGKILL)
+    time.sleep(0.5)  # gone before the sync asks it to load what was written
+"""
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_an_engine_killed_mid_sync_stops_the_run_naming_it_and_the_resume(tiny_llama, tmp_path):
+    """``rlsdk serve`` (the tiny Llama) and ``rlsdk run --train`` against it, in subprocesses; the engine is
+    SIGKILLed in the middle of the first sync, once the weights are written and before the engine is asked
+    to load them (by the run's ``update_weight_post_write`` plugin, the one point a test can reach in
+    there). The run stops with exit 1 and one line naming the engine and how to resume, and the ledger of
+    the step it trained balances."""
+    out = tmp_path / "run"
+    serve = subprocess.Popen([*RLSDK, "serve", "--model", str(tiny_llama), "--port", "0", "--set", "engine_threads=1",
+                              "--allow-weights-dir", str(out)], stderr=subprocess.PIPE, text=True)
+    run = None
+    try:
+        lines = [serve.stderr.readline() for _ in range(1)]  # type: ignore[union-attr]
+        while not lines[-1].startswith("rlsdk serve: ") and lines[-1]:
+            lines.append(serve.stderr.readline())  # type: ignore[union-attr]
+        line = lines[-1]
+        assert line.startswith("rlsdk serve: "), lines
+        url = line.split(" at ")[1].split()[0]
+        data = tmp_path / "prompts.jsonl"
+        data.write_text("".join(json.dumps({"input": f"w{i} w{i + 1}"}) + "\n" for i in range(8)))
+        reward = tmp_path / "reward.py"
+        reward.write_text(FIRST_MOD4)
+        run = subprocess.Popen(
+            [*RLSDK, "run", "--train", "--engine", url, "--hf-checkpoint", str(tiny_llama), "--data", str(data),
+             "--rm-type", f"{reward}:first_mod4", "--rollout-batch-size", "2", "--n-samples-per-prompt", "2",
+             "--rollout-max-response-len", "2", "--num-rollout", "2", "--output", str(out),
+             "--weight-sync-timeout", str(DEADLINE), "--set", "train_threads=1", *FAST_RETRIES,
+             "--set", f"custom_update_weight_post_write_path={reward}:kill_engine"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "RLSDK_TEST_ENGINE_PID": str(serve.pid)},
+        )
+        output, _ = run.communicate(timeout=120)
+    finally:
+        for process in (serve, run):
+            if process is not None and process.poll() is None:
+                process.kill()
+    cause = one_line_cause(output)
+    assert run.returncode == 1, output
+    assert f"the weight sync of version 1 to SGLangClient ({url}) over the disk transport failed: " in cause
+    assert "cannot reach SGLang at" in cause and f"then continue with: rlsdk run --resume --output {out}" in cause
+    metrics = rows(out / "metrics.jsonl")
+    assert all(m["ledger/entered"] == m["ledger/kept"] + m["ledger/dropped"] + m["ledger/returned"] + m["ledger/failed"]
+               for m in metrics)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RolloutConfig
+from ..engines.protocol import EngineError
 from ..runtime import Runtime
 from ..state_files import read_json, signed, signed_here
 from ..training_options import offloads
@@ -25,6 +26,7 @@ from .sync import (
     check_tolerance,
     choose_sync,
     default_sync_timeout,
+    engine_label,
     sync_weights,
     trains_on_gpu,
     trust_check,
@@ -130,15 +132,20 @@ class TrainingSession:
                 )
             )
         except WeightSyncTimeout as exc:
-            raise WeightSyncTimeout(
-                f"{exc}; the run stops. Restart or replace the engine, then continue with: rlsdk run "
-                f"--resume --output {self.output_folder}"
+            raise WeightSyncTimeout(f"{exc}; the run stops. {self._restart_hint()}") from None
+        except EngineError as exc:  # the engine died or refused during the sync
+            raise WeightSyncError(
+                f"the weight sync of version {self.weight_version} to {engine_label(self.runtime.engine)} over "
+                f"the {self.weight_sync.name} transport failed: {exc}; the run stops. {self._restart_hint()}"
             ) from None
         grew = self.sync_times.add(seconds, self.weight_sync.name)
         if grew:
             warnings.warn(grew, RuntimeWarning, stacklevel=2)
         parts = {f"train/sync_{part}": value for part, value in self.weight_sync.timings.items()}
         return {"train/sync_seconds": seconds, **parts, "train/weight_version": self.weight_version}
+
+    def _restart_hint(self) -> str:
+        return f"Restart or replace the engine, then continue with: rlsdk run --resume --output {self.output_folder}"
 
     def ensure_engine_weights(self) -> int:
         """The weight-version handshake before a step generates (T21): an engine that serves another
