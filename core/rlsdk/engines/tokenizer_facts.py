@@ -14,6 +14,7 @@ def tokenizer_fingerprint(tokenizer: Any) -> dict[str, Any]:
     template = getattr(tokenizer, "chat_template", None)
     if template is not None and not isinstance(template, str):  # several named templates
         template = json.dumps(template, sort_keys=True)
+    size: int | None
     try:
         size = len(tokenizer)
     except TypeError:  # not a Hugging Face tokenizer (a test's byte tokenizer)

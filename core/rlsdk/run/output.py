@@ -307,7 +307,8 @@ def resumed_settings(folder: str | Path, given: dict[str, Any]) -> dict[str, Any
     settings = read_json(path, "settings")["settings"]
     if not isinstance(settings, dict):
         raise CheckpointError(f"{path} is damaged: its settings are not an object")
-    extra = settings.get("extra") if isinstance(settings.get("extra"), dict) else {}
+    saved_extra = settings.get("extra")
+    extra: dict[str, Any] = saved_extra if isinstance(saved_extra, dict) else {}
     saved = {**extra, **settings}  # the plugins' options are saved under extra
     conflicts = [
         f"{key} (saved {saved[key]!r}, given {value!r})"
