@@ -127,7 +127,7 @@ def test_the_buffer_service_killed_mid_step_stops_the_run_at_its_wait_and_resume
     """``rlsdk buffer serve`` and ``rlsdk run`` (the ``rollout_buffer`` rollout) in subprocesses: the run
     takes group ``a`` and waits for ``b``; the service is SIGKILLed. The run stops with exit 1 after
     ``rollout_buffer_wait`` naming the silent service, its lease of ``a`` kept; the service restarted from
-    its folder and the run resumed get both groups: nothing lost."""
+    its folder and the run resumed (in process) get both groups: nothing lost."""
     service = buffer_service()
     for n in range(2):
         httpx.post(service.url + "/buffer/write", json=buffer_item("a", n)).raise_for_status()
@@ -161,8 +161,14 @@ def test_the_buffer_service_killed_mid_step_stops_the_run_at_its_wait_and_resume
     restarted = buffer_service(data_dir=tmp_path / "buffer")
     for n in range(2):
         httpx.post(restarted.url + "/buffer/write", json=buffer_item("b", n)).raise_for_status()
-    resumed = rlsdk_run(*options, "--resume", "--set", f"rollout_buffer_url={restarted.url}")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    from rlsdk import RolloutConfig
+    from rlsdk.run.job import run_job
+
+    run_job(RolloutConfig(  # in process: a second rlsdk run would cost its start-up
+        engine=misbehaving_engine.url, hf_checkpoint=str(tokenizer), prompt_data=str(chats), rollout_batch_size=2,
+        n_samples_per_prompt=2, num_rollout=1, output_dir=str(out), rollout_function_path="rollout_buffer",
+        rollout_buffer_url=restarted.url, rollout_buffer_wait=DEADLINE, resume=True,
+    ))
     samples = rows(out / "rollouts.jsonl")
     assert sorted(s["metadata"]["uid"] for s in samples) == ["a-0", "a-1", "b-0", "b-1"]
     assert json.loads(leases.read_text()) == []
