@@ -136,8 +136,7 @@ class Detectors:
                 "option_unread",
                 f"option{'s' if len(unread) > 1 else ''} given but read by no plugin during the run: "
                 f"{', '.join(unread)}. The plugin that takes {'them' if len(unread) > 1 else 'it'} did not "
-                "run or never needed it: check that the run names that plugin (rlsdk run --print-config "
-                "shows which ones it uses)",
+                "run or never needed it: check that the run names that plugin (its kind's option)",
             )
 
     def check_multimodal_trained(self, rollout_id: int, result: RolloutFnTrainOutput) -> None:
