@@ -321,11 +321,11 @@ def sampler_gap_means(metrics: dict[str, Any]) -> dict[str, Any]:
     after a weight sync, kept from a step before, or with no token in the loss); none where every sample
     was left out."""
     judged = metrics.pop("train/rollout_gap_judged", None)
-    if judged is None:
-        return metrics
-    sums = {key: metrics.pop(key) for key in GAP_SUMS if key in metrics}
-    metrics["train/rollout_gap_excluded"] = max(0.0, 1.0 - judged)
-    if judged > 0:
-        metrics.update({key: value / judged for key, value in sums.items()})
+    if judged is not None:  # rlsdk's policy loss; another loss's gap (slime's name) is taken as it is
+        sums = {key: metrics.pop(key) for key in GAP_SUMS if key in metrics}
+        metrics["train/rollout_gap_excluded"] = max(0.0, 1.0 - judged)
+        if judged > 0:
+            metrics.update({key: value / judged for key, value in sums.items()})
+    if "train/train_rollout_logprob_abs_diff" in metrics:
         metrics["train/rollout_logprob_diff"] = metrics.pop("train/train_rollout_logprob_abs_diff")
     return metrics
