@@ -4,14 +4,16 @@ its data) and sees it caught: a warning when found, repeated in the run's summar
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import warnings
 from pathlib import Path
 
 import pytest
 
-from rlsdk import RolloutConfig
+from rlsdk import CustomGenerate, Option, Reward, RolloutConfig, get_plugin_manager, hookimpl, model_turn
 from rlsdk.errors import DataError
-from rlsdk.run.detectors import SilentFailureWarning
+from rlsdk.run.detectors import SINGLE_TURN_STEPS, SilentFailureWarning
 from rlsdk.run.job import check_data, run_job
 
 ZERO_REWARD = """
@@ -77,6 +79,37 @@ def test_a_sampler_and_trainer_that_drifted_apart_are_caught(tiny_llama, run_fil
     assert rows[0]["train/rollout_tokens_over_gap"] == 0.0
 
 
+CONTINUING_HOOK = """
+def continued(args, sample, **kwargs):
+    if sample.weight_versions == ["1"] and sample.index % 4 < 2:
+        sample.weight_versions = ["0", "1"] if sample.index % 4 else ["0"]
+        sample.rollout_log_probs = [lp - 0.5 for lp in sample.rollout_log_probs]
+    return sample
+"""
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_samples_continued_from_earlier_weights_are_left_out_of_the_gap(tiny_llama, run_files, tmp_path):
+    """A sample hook plants, in step 1, what an engine death leaves (``test_ray.py``'s engines killed mid-step):
+    in each group a sample continued after the weight sync (versions 0 and 1) and one kept from step 0
+    (version 0), their log-probs half a nat from the trainer's as older weights' would be. No warning: the
+    gap is judged on the samples version 1 sampled, and the metric says how many were left out."""
+    data, reward = run_files
+    hook = tmp_path / "hook.py"
+    hook.write_text(CONTINUING_HOOK)
+    out = tmp_path / "out"
+    args = rollout_run(tiny_llama, data, reward, out, train=True, lr=1e-3, num_rollout=2, train_threads=1,
+                       rollout_sample_hook_path=[f"{hook}:continued"], sync_check_tol=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SilentFailureWarning)
+        output = run_job(args)
+    assert output.findings == []
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["train/rollout_gap_excluded"] == 0.0
+    assert rows[1]["train/rollout_gap_excluded"] == pytest.approx(0.5)  # 2 of each group's 4
+    assert rows[1]["train/rollout_logprob_diff"] < 1e-4 and abs(rows[1]["train/rollout_kl"]) < 1e-4
+
+
 @pytest.mark.plugins("rlsdk_embedded")
 def test_a_healthy_run_is_not_flagged(tiny_llama, run_files, tmp_path):
     """A reward that varies, a sampler and a trainer in step: no detector speaks, even at two steps."""
@@ -89,3 +122,111 @@ def test_a_healthy_run_is_not_flagged(tiny_llama, run_files, tmp_path):
     assert output.findings == [] and not (tmp_path / "out" / "detected.json").exists()
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert all(abs(row["train/rollout_kl"]) < 1e-4 and row["train/rollout_tokens_over_gap"] == 0.0 for row in rows)
+
+
+IMAGE_HOOK = """
+def with_image(args, sample, **kwargs):
+    sample.multimodal_inputs = {"images": ["data:image/png;base64,iVBORw0KGgo="]}
+    return sample
+"""
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_images_the_trainer_never_sees_are_caught(tiny_llama, run_files, tmp_path):
+    """A sample hook puts an image on every sample after generation (the embedded engine refuses images; a
+    vision-language model under SGLang would take them): the torch trainer's batch holds text only."""
+    data, reward = run_files
+    hook = tmp_path / "hook.py"
+    hook.write_text(IMAGE_HOOK)
+    out = tmp_path / "out"
+    args = rollout_run(tiny_llama, data, reward, out, train=True, lr=1e-3, num_rollout=1, train_threads=1,
+                       rollout_sample_hook_path=[f"{hook}:with_image"])
+    with pytest.warns(SilentFailureWarning, match=r"step 0: 8 trained samples carry multimodal inputs \(images; .*"
+                      r"but the trainer's batch held 0: .* learns from the text alone"):
+        output = run_job(args)
+    assert [f["detector"] for f in output.findings] == ["multimodal_dropped"]
+
+
+class Turns:
+    """A multi-turn generator (it says so) that makes ``turns`` model turns a sample."""
+
+    def __init__(self, turns: int) -> None:
+        self.turns = turns
+
+    @hookimpl
+    def rlsdk_custom_generates(self):
+        yield CustomGenerate(name="turns", func=self.generate, multi_turn=True)
+
+    async def generate(self, args, sample, sampling_params):
+        for _ in range(self.turns):
+            await model_turn(args, sample, {**sampling_params, "max_new_tokens": sample.response_length + 1})
+        return sample
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+@pytest.mark.parametrize("turns", [1, 2])
+def test_a_multi_turn_generator_that_ran_single_turn_is_caught(tiny_llama, run_files, tmp_path, turns):
+    """A generator that declares itself multi-turn: one model turn a sample in each of the run's first steps
+    is caught; two are not."""
+    data, reward = run_files
+    out = tmp_path / "out"
+    args = rollout_run(tiny_llama, data, reward, out, num_rollout=SINGLE_TURN_STEPS,
+                       custom_generate_function_path="turns")
+    pm = get_plugin_manager(plugins=[Turns(turns)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SilentFailureWarning)
+        output = run_job(args, pm)
+    said = [str(w.message) for w in caught if w.category is SilentFailureWarning]
+    if turns == 1:
+        assert [f["detector"] for f in output.findings] == ["single_turn"]
+        assert len(said) == 1 and re.search(
+            r"custom_generate 'turns' .* runs up to 4 model turns a sample \(max_turns\), but every sample of "
+            r"the 3 steps up to step 2 got one: .* fell back to single-turn", said[0]
+        )
+    else:
+        assert said == [] and output.findings == []
+
+
+class Scaled:
+    """A reward that reads its option ``scale``; the plugin declares another, ``offset``, that nothing reads."""
+
+    @hookimpl
+    def rlsdk_options(self):
+        yield Option("scale", float, 1.0, help="The reward's factor")
+        yield Option("offset", float, 0.0, help="Read by nothing")
+
+    @hookimpl
+    def rlsdk_rewards(self):
+        yield Reward(name="scaled", func=lambda args, sample: args.scale * (sample.index % 2))
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_a_plugin_option_given_but_never_read_is_caught(tiny_llama, run_files, tmp_path):
+    """Both options given: ``scale``, read by the reward of each sample, is not named; ``offset`` is."""
+    data, _ = run_files
+    pm = get_plugin_manager(plugins=[Scaled()])
+    values = rollout_run(tiny_llama, data, "scaled", tmp_path / "out", num_rollout=1).to_dict()
+    args = RolloutConfig.from_dict({**values, "scale": 2.0, "offset": 0.5}, pm=pm)
+    with pytest.warns(SilentFailureWarning, match=r"option given but read by no plugin during the run: "
+                      r"offset=0\.5 \(.*\)\. The plugin that takes it did not run"):
+        output = run_job(args, pm)
+    assert [f["detector"] for f in output.findings] == ["option_unread"]
+    assert "scale" not in output.findings[0]["message"]
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_an_engine_and_a_trainer_that_disagree_on_the_chat_template_are_caught(tiny_llama, run_files, tmp_path):
+    """The trainer loads a copy of the model folder whose tokenizer has a chat template the engine's lacks
+    (the same weights: the trust check passes); the check before the first step names the difference. Two
+    sides that agree (the engine's own tokenizer and the run's) say nothing."""
+    data, reward = run_files
+    other = tmp_path / "other"
+    shutil.copytree(tiny_llama, other)
+    config = json.loads((other / "tokenizer_config.json").read_text())
+    (other / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": "{{ messages[0].content }}"}))
+    args = rollout_run(tiny_llama, data, reward, tmp_path / "out", train=True, lr=1e-3, num_rollout=1,
+                       train_threads=1, hf_checkpoint=str(other))
+    with pytest.warns(SilentFailureWarning, match=r"the engine and the trainer disagree on the tokenizer: "
+                      r"chat_template None against [0-9a-f]{12}: token ids"):
+        output = run_job(args)
+    assert [f["detector"] for f in output.findings] == ["tokenizer_mismatch"]

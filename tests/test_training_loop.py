@@ -161,6 +161,19 @@ def test_resume_refuses_a_conflicting_flag(tmp_path):
         resumed_settings(tmp_path, {"lr": 1e-3})
 
 
+def test_resume_applies_or_refuses_a_plugin_option_as_a_core_one(tmp_path):
+    """Plugins' options are saved under ``extra``: one given again on resume is checked as core's are and,
+    where it may change (a restarted buffer service's address), applied; it was silently the saved one."""
+    from rlsdk.run.output import resumed_settings
+
+    saved = {"num_rollout": 3, "extra": {"rollout_buffer_url": "http://127.0.0.1:1", "rm_url": "http://a"}}
+    (tmp_path / "state.json").write_text(json.dumps({"settings": saved}))
+    resumed = resumed_settings(tmp_path, {"rollout_buffer_url": "http://127.0.0.1:2"})
+    assert resumed["extra"]["rollout_buffer_url"] == "http://127.0.0.1:2"
+    with pytest.raises(ValueError, match=r"rm_url \(saved 'http://a', given 'http://b'\)"):
+        resumed_settings(tmp_path, {"rm_url": "http://b"})
+
+
 def test_the_step_tables_show_a_dash_for_what_a_rollout_did_not_report():
     """A slime-style rollout returning a bare list reports no ledger: the table must not fail (issue 19, item 3)."""
     from rich.console import Console

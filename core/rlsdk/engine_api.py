@@ -8,7 +8,8 @@ SGLang's native protocol) builds on. Plugin authors of the other kinds need none
   :class:`EngineReply`.
 - SGLang's answers as an engine writes them: :func:`generate_response`, :func:`finish_stop`,
   :func:`finish_length`, :func:`finish_abort`, :func:`split_batch`, :func:`new_rid`.
-- The weights check: :func:`tensor_checksum` (SGLang 0.5.17's) and :class:`ServedChecksums`.
+- The weights check: :func:`tensor_checksum` (SGLang 0.5.17's) and :class:`ServedChecksums`; the tokenizer
+  check: :func:`tokenizer_fingerprint` (what :meth:`InferenceEngine.tokenizer_info` returns).
 - Weight transports (:meth:`InferenceEngine.update_weights_from_tensor`, ...): the trainer's weights arrive
   in buckets of :class:`FlatWeights` (every tensor's bytes in one tensor, with their names, shapes, dtypes).
 - LoRA adapters for engines that merge them: :func:`read_lora_adapter`, :func:`lora_adapter_deltas`.
@@ -34,6 +35,7 @@ from .engines.protocol import (
     new_rid,
     split_batch,
 )
+from .engines.tokenizer_facts import tokenizer_fingerprint
 from .engines.weight_checksums import ServedChecksums, tensor_checksum
 
 if TYPE_CHECKING:
@@ -70,5 +72,6 @@ __all__ = [
     "new_rid",
     "read_lora_adapter",
     "split_batch",
+    "tokenizer_fingerprint",
     "tensor_checksum",
 ]

@@ -191,6 +191,18 @@ class Sample:
         return sample
 
 
+def policy_version(label: str) -> int | None:
+    """A ``weight_versions`` entry as a number: ``default`` (the starting weights) is 0; a label the run
+    did not set is None."""
+    return 0 if label == "default" else int(label) if label.isdigit() else None
+
+
+def policy_versions(sample: Sample) -> set[int]:
+    """The policy versions that sampled ``sample``'s tokens (more than one for a sample continued after a
+    weight sync; labels the run did not set left out)."""
+    return {v for v in map(policy_version, sample.weight_versions) if v is not None}
+
+
 def reward_value(reward: RewardValue, reward_key: str | None) -> float | None:
     """Select ``reward_key`` from a dict reward; a missing key is an error naming the keys present."""
     if isinstance(reward, dict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import difflib
@@ -11,6 +12,7 @@ import math
 import types
 import typing
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +33,24 @@ DEFAULT_ENVIRONMENT = "arithmetic"
 """The environment ``rlsdk run`` takes without ``prompt_data`` or ``env``: single-digit arithmetic, shipped in core."""
 DATASETS = Path(__file__).parent.parent / "datasets"
 """The datasets that ship inside core (the arithmetic environment's among them)."""
+
+
+_option_reads: set[str] | None = None
+"""The plugin options read while :func:`recording_option_reads` is active (None: not recording)."""
+
+
+@contextlib.contextmanager
+def recording_option_reads() -> Iterator[set[str]]:
+    """The plugins' options (``extra`` or their declared defaults) read as attributes of any configuration in
+    this process, by any thread, while inside: a run's record of the options its plugins used."""
+    global _option_reads
+    outer, _option_reads = _option_reads, set()
+    try:
+        yield _option_reads
+    finally:
+        if outer is not None:
+            outer.update(_option_reads)
+        _option_reads = outer
 
 
 def shipped_datasets() -> dict[str, Path]:
@@ -122,11 +142,15 @@ class RolloutConfig(RunOptions):
                 return choices[name]
             extra = self.__dict__.get("extra", {})
             if name in extra:
+                if _option_reads is not None:
+                    _option_reads.add(name)
                 return extra[name]
             if not name.startswith("_"):
                 declared = self.__dict__.get("_declared")
                 declared = installed_options() if declared is None else declared
                 if name in declared:
+                    if _option_reads is not None:
+                        _option_reads.add(name)
                     return declared[name].default
                 if name in SLIME_ARG_DEFAULTS:
                     return SLIME_ARG_DEFAULTS[name]

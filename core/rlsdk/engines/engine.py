@@ -171,6 +171,12 @@ class InferenceEngine(abc.ABC):
         mode (``--deterministic``) reports it. The default says the engine does not tell."""
         return f"the engine {type(self).__name__} does not say whether its outputs are reproducible"
 
+    async def tokenizer_info(self) -> dict[str, Any] | None:
+        """The tokenizer the engine samples with, as :func:`rlsdk.engine_api.tokenizer_fingerprint` gives it, for
+        the run's check that the engine and the trainer agree on it. None (the default) where the engine
+        cannot say; the run then says once that it is not compared."""
+        return None
+
     def replicas(self) -> list[InferenceEngine]:
         """The engines behind this one that each serve their own copy of the weights (an engine pool's live
         members); the trust check probes each. An engine on its own is its only replica."""

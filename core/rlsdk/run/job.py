@@ -8,7 +8,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
-from ..config import RolloutConfig, uses_core_data_source
+from ..config import RolloutConfig, recording_option_reads, uses_core_data_source
 from ..data import BadRowPolicy, DataPath, Row
 from ..data.rows import checked_rows
 from ..errors import DataError
@@ -102,6 +102,7 @@ def _run_job(
     loading = " (loading the model)" if engine == "embedded" else ""
     status(f"starting the {engine} engine{loading}")
     with (
+        recording_option_reads() as read,  # what the run's plugins use of the options given
         refusing_code(untrusted, allowed=strings_in(args.to_dict())),
         running(args, pm) as runtime,
         ExitStack() as closing,
@@ -139,6 +140,7 @@ def _run_job(
                 run_overlapped(steps, first)  # --async, --max-policy-version-lag
             else:
                 run_steps(steps, first)
+        steps.detectors.check_options_read(read, runtime.pm)
         if report is not None:
             report.close()
     return output

@@ -256,6 +256,8 @@ RESUME_MAY_CHANGE = frozenset(
         "constant_reward_steps",
         "grader_workers",
         "grader_timeout",
+        "rollout_buffer_url",
+        "rollout_buffer_wait",
         "abort_timeout",
         "engine_max_batch_size",
         "ray_address",
@@ -305,17 +307,21 @@ def resumed_settings(folder: str | Path, given: dict[str, Any]) -> dict[str, Any
     settings = read_json(path, "settings")["settings"]
     if not isinstance(settings, dict):
         raise CheckpointError(f"{path} is damaged: its settings are not an object")
+    saved_extra = settings.get("extra")
+    extra: dict[str, Any] = saved_extra if isinstance(saved_extra, dict) else {}
+    saved = {**extra, **settings}  # the plugins' options are saved under extra
     conflicts = [
-        f"{key} (saved {settings.get(key)!r}, given {value!r})"
+        f"{key} (saved {saved[key]!r}, given {value!r})"
         for key, value in given.items()
-        if key not in RESUME_MAY_CHANGE and key in settings and settings[key] != value
+        if key not in RESUME_MAY_CHANGE and key in saved and saved[key] != value
     ]
     if conflicts:
         raise ValueError(
             f"--resume: options differ from the saved run: {'; '.join(conflicts)}. Only these may "
             f"change on resume: {', '.join(sorted(RESUME_MAY_CHANGE))}"
         )
-    return {**settings, **given, "resume": True}
+    extra = {**extra, **{key: value for key, value in given.items() if key in extra}}  # given ones win
+    return {**settings, **given, "extra": extra, "resume": True}
 
 
 NOT_SIGNED_HERE = (

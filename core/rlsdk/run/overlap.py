@@ -32,7 +32,7 @@ from typing import Any
 from ..training.session import TrainingSession
 from ..training.sync import WeightSyncError
 from ..training.trust import describe_stale, pick_probes
-from ..types import RolloutFnTrainOutput, Sample
+from ..types import RolloutFnTrainOutput, Sample, policy_versions
 from .extensions import source_state
 from .steps import StepRecorder
 
@@ -74,16 +74,9 @@ class BusyClock:
         return busy / (end - start)
 
 
-def policy_version(label: str) -> int | None:
-    """A sample's ``weight_versions`` entry as a number: ``default`` (the starting weights) is 0; a label
-    the run did not set is None."""
-    return 0 if label == "default" else int(label) if label.isdigit() else None
-
-
 def sampled_version(group: list[Sample]) -> int | None:
     """The oldest policy version any sample of the group was (partly) sampled under."""
-    versions = [v for s in group for v in map(policy_version, s.weight_versions) if v is not None]
-    return min(versions, default=None)
+    return min((v for s in group for v in policy_versions(s)), default=None)
 
 
 class Overlap:

@@ -56,6 +56,7 @@ class StepRecorder:
         summary), and in deterministic mode each part that stays non-deterministic, named with why."""
         self.detectors = Detectors(self.args, self.output.folder)
         self.output.findings = self.detectors.findings
+        self.detectors.check_tokenizers(self.runtime, self.training.trainer if self.training else None)
         if self.args.sglang_enable_deterministic_inference:
             report_nondeterminism(self.args, self.runtime, self.output.folder)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..types import Sample
+from ..types import Sample, policy_versions
 
 
 @dataclass
@@ -20,13 +20,17 @@ class TrainSample:
     loss_mask: torch.Tensor
     rollout_log_probs: torch.Tensor | None
     reward: float
+    current_policy: bool = True
+    """Whether the step's newest weights sampled all of it (False: a sample continued after a weight sync,
+    or kept from a step before): the sampler-trainer log-prob gap is measured on the others only."""
 
     @property
     def total_length(self) -> int:
         return int(self.tokens.numel())
 
     @classmethod
-    def from_sample(cls, sample: Sample, reward: float) -> TrainSample:
+    def from_sample(cls, sample: Sample, reward: float, newest: int | None = None) -> TrainSample:
+        """``newest``: the newest policy version that sampled any of the step's samples (None: unknown)."""
         n = sample.response_length
         if n >= len(sample.tokens):
             raise ValueError(
@@ -48,7 +52,14 @@ class TrainSample:
             loss_mask=torch.tensor(mask, dtype=torch.float32),
             rollout_log_probs=None if logps is None else torch.tensor(logps, dtype=torch.float32),
             reward=reward,
+            current_policy=policy_versions(sample) <= {newest} if newest is not None else True,
         )
+
+
+def newest_version(samples: list[Sample]) -> int | None:
+    """The newest policy version that sampled any of ``samples``: in a run that syncs before each step's
+    rollouts, the version the trainer holds when it trains on them."""
+    return max((v for s in samples for v in policy_versions(s)), default=None)
 
 
 def slices(count: int, size: int) -> Iterator[slice]:
@@ -102,6 +113,7 @@ def loss_batch(
         "response_lengths": [samples[i].response_length for i in indices],
         "loss_masks": [samples[i].loss_mask for i in indices],
         "rewards": [samples[i].reward for i in indices],
+        "current_policy": [samples[i].current_policy for i in indices],
     }
     rollout = [samples[i].rollout_log_probs for i in indices]
     batch["rollout_log_probs"] = rollout if all(r is not None for r in rollout) else []

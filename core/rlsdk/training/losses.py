@@ -213,18 +213,36 @@ def policy_loss(
         kl_loss = sum_of_sample_mean(kl)
         loss = loss + args.kl_loss_coef * kl_loss
         metrics["kl_loss"] = kl_loss.detach()
-    if batch.get("rollout_log_probs"):  # the sampler against the trainer, on the sampled tokens
-        compared = log_probs if args.use_rollout_logprobs else old
-        gap = torch.cat(batch["rollout_log_probs"]) - compared.detach()
-        metrics["train_rollout_logprob_abs_diff"] = sum_of_sample_mean(gap.abs())
-        metrics["rollout_kl"] = sum_of_sample_mean(
-            gap
-        )  # the sampled-token estimate of KL(sampler || trainer)
-        metrics["rollout_tokens_over_gap"] = sum_of_sample_mean(
-            (gap.abs() > LOGPROB_GAP_THRESHOLD).to(gap.dtype)
-        )
+    if batch.get("rollout_log_probs"):
+        metrics.update(sampler_gap(args, batch, log_probs, old, sum_of_sample_mean))
     metrics["loss"] = loss.detach()
     return loss, metrics
+
+
+def sampler_gap(
+    args: RolloutConfig,
+    batch: dict[str, Any],
+    log_probs: torch.Tensor,
+    old: torch.Tensor,
+    sum_of_sample_mean: Reducer,
+) -> dict[str, torch.Tensor]:
+    """The sampler against the trainer on the sampled tokens of the samples the trainer's weights sampled
+    (``current_policy``; one continued after a weight sync differs by design), as sums the session divides
+    by ``rollout_gap_judged`` (those samples' share): the mean absolute gap, the sampled-token estimate of
+    KL(sampler || trainer), the share of tokens past :data:`LOGPROB_GAP_THRESHOLD`."""
+    compared = log_probs if args.use_rollout_logprobs else old
+    rollout = batch["rollout_log_probs"]
+    gap = torch.cat(rollout) - compared.detach()
+    current = batch.get("current_policy") or [True] * len(rollout)
+    judged = torch.cat([torch.full_like(r, float(c)) for r, c in zip(rollout, current, strict=True)])
+    return {
+        "train_rollout_logprob_abs_diff": sum_of_sample_mean(gap.abs() * judged),
+        "rollout_kl": sum_of_sample_mean(gap * judged),
+        "rollout_tokens_over_gap": sum_of_sample_mean(
+            (gap.abs() > LOGPROB_GAP_THRESHOLD).to(gap.dtype) * judged
+        ),
+        "rollout_gap_judged": sum_of_sample_mean(judged),
+    }
 
 
 def policy_gradient(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RolloutConfig
+from ..engines.protocol import EngineError
 from ..runtime import Runtime
 from ..state_files import read_json, signed, signed_here
 from ..training_options import offloads
@@ -25,6 +26,7 @@ from .sync import (
     check_tolerance,
     choose_sync,
     default_sync_timeout,
+    engine_label,
     sync_weights,
     trains_on_gpu,
     trust_check,
@@ -130,15 +132,20 @@ class TrainingSession:
                 )
             )
         except WeightSyncTimeout as exc:
-            raise WeightSyncTimeout(
-                f"{exc}; the run stops. Restart or replace the engine, then continue with: rlsdk run "
-                f"--resume --output {self.output_folder}"
+            raise WeightSyncTimeout(f"{exc}; the run stops. {self._restart_hint()}") from None
+        except EngineError as exc:  # the engine died or refused during the sync
+            raise WeightSyncError(
+                f"the weight sync of version {self.weight_version} to {engine_label(self.runtime.engine)} over "
+                f"the {self.weight_sync.name} transport failed: {exc}; the run stops. {self._restart_hint()}"
             ) from None
         grew = self.sync_times.add(seconds, self.weight_sync.name)
         if grew:
             warnings.warn(grew, RuntimeWarning, stacklevel=2)
         parts = {f"train/sync_{part}": value for part, value in self.weight_sync.timings.items()}
         return {"train/sync_seconds": seconds, **parts, "train/weight_version": self.weight_version}
+
+    def _restart_hint(self) -> str:
+        return f"Restart or replace the engine, then continue with: rlsdk run --resume --output {self.output_folder}"
 
     def ensure_engine_weights(self) -> int:
         """The weight-version handshake before a step generates (T21): an engine that serves another
@@ -218,9 +225,7 @@ class TrainingSession:
         if teacher_seconds is not None:
             metrics["train/opd_teacher_seconds"] = teacher_seconds
         self.weight_version += 1
-        if "train/train_rollout_logprob_abs_diff" in metrics:
-            metrics["train/rollout_logprob_diff"] = metrics.pop("train/train_rollout_logprob_abs_diff")
-        return metrics
+        return sampler_gap_means(metrics)
 
     def check(self, probe: Sample, probes: list[Sample] | None = None) -> dict[str, float]:
         """The trust check after a sync: with ``weights_check``, every tensor by checksum; the engine's
@@ -304,3 +309,23 @@ class TrainingSession:
             self.trainer.offload()
         self.weight_version = int(meta["weight_version"])
         self.sync()
+
+
+GAP_SUMS = ("train/train_rollout_logprob_abs_diff", "train/rollout_kl", "train/rollout_tokens_over_gap")
+
+
+def sampler_gap_means(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The loss's sampler-trainer gap sums (:func:`~.losses.sampler_gap`) as means over the samples the
+    trainer's weights sampled: ``train/rollout_logprob_diff``, ``train/rollout_kl``,
+    ``train/rollout_tokens_over_gap``, with ``train/rollout_gap_excluded`` the share left out (continued
+    after a weight sync, kept from a step before, or with no token in the loss); none where every sample
+    was left out."""
+    judged = metrics.pop("train/rollout_gap_judged", None)
+    if judged is not None:  # rlsdk's policy loss; another loss's gap (slime's name) is taken as it is
+        sums = {key: metrics.pop(key) for key in GAP_SUMS if key in metrics}
+        metrics["train/rollout_gap_excluded"] = max(0.0, 1.0 - judged)
+        if judged > 0:
+            metrics.update({key: value / judged for key, value in sums.items()})
+    if "train/train_rollout_logprob_abs_diff" in metrics:
+        metrics["train/rollout_logprob_diff"] = metrics.pop("train/train_rollout_logprob_abs_diff")
+    return metrics

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ..engines.lora_adapter import ADAPTER_WEIGHTS, lora_adapter_deltas
+from ..engines.tokenizer_facts import tokenizer_fingerprint
 from ..engines.weight_checksums import Layout, engine_checksums
 from ..errors import CheckpointError, RlsdkError
 from ..outputs import TRAIN_LOG_PROBS
@@ -29,7 +30,7 @@ from ..plugins.records import Resolved
 from ..runtime import plugins_of
 from ..types import Sample
 from .advantages import approx_kl, compute_advantages, normalize_rewards, raw_advantages, whiten
-from .batch import SharedPrompts, TrainSample, loss_batch, micro_batches, slices
+from .batch import SharedPrompts, TrainSample, loss_batch, micro_batches, newest_version, slices
 from .critic import Critic
 from .distillation import subtract_reverse_kl
 from .losses import log_probs_and_entropy, sum_of_sample_mean_fn
@@ -111,6 +112,9 @@ class TorchTrainer(PolicyTrainer):
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=self.dtype)
         return torch.nn.Module.to(model, self.device).eval().requires_grad_(False)
 
+    def tokenizer_info(self) -> dict[str, Any] | None:
+        return tokenizer_fingerprint(self.tokenizer)
+
     # ------------------------------------------------------------------ training
 
     def train_step(self, rollout_id: int, groups: list[list[Sample]]) -> dict[str, float]:
@@ -121,7 +125,8 @@ class TorchTrainer(PolicyTrainer):
         if not samples:
             raise ValueError(f"step {rollout_id}: no samples to train on")
         raw, rewards = self._rewards(rollout_id, samples, groups)
-        data = [TrainSample.from_sample(s, r) for s, r in zip(samples, rewards, strict=True)]
+        newest = newest_version(samples)
+        data = [TrainSample.from_sample(s, r, newest) for s, r in zip(samples, rewards, strict=True)]
         masks = [d.loss_mask for d in data]
         gbs = args.global_batch_size or len(data)
         if args.num_steps_per_rollout:

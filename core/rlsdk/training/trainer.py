@@ -64,6 +64,12 @@ class PolicyTrainer(abc.ABC):
         tensor out or stale is caught too."""
         return engine_checksums(self.weights(), layout)
 
+    def tokenizer_info(self) -> dict[str, Any] | None:
+        """The tokenizer the trainer's data is read with, as :func:`rlsdk.engine_api.tokenizer_fingerprint`
+        gives it, for the run's check that the engine and the trainer agree on it; None (the default) where
+        the trainer cannot say."""
+        return None
+
     @abc.abstractmethod
     def save_hf_model(self, folder: Path) -> None:
         """Write the policy as a Hugging Face model folder (config, safetensors, tokenizer)."""

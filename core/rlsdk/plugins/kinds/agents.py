@@ -289,3 +289,6 @@ class Agent(PluginRecord):
         ),
     )
     func: AgentCall
+    multi_turn: bool = False
+    """The agent talks to the model more than once a sample (a tool loop): a run in which every sample got
+    one model turn is a silent fallback, and its detector warns."""

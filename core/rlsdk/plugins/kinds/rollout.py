@@ -145,6 +145,9 @@ class CustomGenerate(PluginRecord):
     )
     func: CustomGenerateCall
     default: ClassVar[str | None] = "single_turn"
+    multi_turn: bool = False
+    """The generator runs several model turns a sample (tool calls, an agent, an environment's replies):
+    a run in which every sample got one model turn is a silent fallback, and its detector warns."""
 
 
 class RewardCall(Protocol):

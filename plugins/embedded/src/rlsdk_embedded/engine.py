@@ -32,6 +32,7 @@ from rlsdk.engine_api import (
     read_lora_adapter,
     split_batch,
     tensor_checksum,
+    tokenizer_fingerprint,
 )
 
 from . import attention
@@ -504,6 +505,9 @@ class EmbeddedEngine(InferenceEngine):
             "arrive: a request's log-probs (and, rarely, its tokens) differ in the last bits with the rows it "
             "shared the batch with (--deterministic runs one request at a time)"
         )
+
+    async def tokenizer_info(self) -> dict[str, Any] | None:
+        return tokenizer_fingerprint(self.tokenizer)
 
     async def load(self) -> dict[str, int]:
         with self._lock:

@@ -59,9 +59,10 @@ def reward_range(args: Any, samples: list[Sample], **kwargs: Any) -> DynamicFilt
     if not values:
         return DynamicFilterOutput(keep=False, reason="no_valid_rewards")
     mean = math.fsum(values) / len(values)
-    if mean <= getattr(args, "reward_range_min", 0.0):
+    low, high = getattr(args, "reward_range_min", 0.0), getattr(args, "reward_range_max", 1.0)  # both read
+    if mean <= low:
         return DynamicFilterOutput(keep=False, reason="mean_le_min")
-    if mean >= getattr(args, "reward_range_max", 1.0):
+    if mean >= high:
         return DynamicFilterOutput(keep=False, reason="mean_ge_max")
     return DynamicFilterOutput(keep=True)
 

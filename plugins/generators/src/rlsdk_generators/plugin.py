@@ -9,7 +9,7 @@ from . import calculator, multi_turn, rollout_buffer, sft
 
 @hookimpl
 def rlsdk_custom_generates():
-    yield CustomGenerate(name="multi_turn", func=multi_turn.multi_turn)
+    yield CustomGenerate(name="multi_turn", func=multi_turn.multi_turn, multi_turn=True)
 
 
 @hookimpl

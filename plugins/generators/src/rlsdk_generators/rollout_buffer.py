@@ -96,11 +96,11 @@ class HeldLeases:
         os.replace(tmp, self.path)
 
 
-def _client() -> Any:
+def _client(timeout: float = 60.0) -> Any:
     import httpx
 
     token = os.environ.get(BUFFER_TOKEN_ENV)
-    return httpx.Client(timeout=60, headers={"Authorization": f"Bearer {token}"} if token else {})
+    return httpx.Client(timeout=timeout, headers={"Authorization": f"Bearer {token}"} if token else {})
 
 
 def _post(client: Any, url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -175,13 +175,16 @@ def rollout_buffer(
         raise ValueError(
             "the rollout_buffer rollout needs --rollout-buffer-url (the address of `rlsdk buffer serve`)"
         )
+    import httpx
+
     runtime = get_runtime(args)
     if runtime.tokenizer is None:
         raise RuntimeError("the rollout_buffer rollout needs the run's tokenizer (its chat template)")
     state = runtime.state.setdefault("rollout_buffer", {"started": False, "held": None})
     base = args.rollout_buffer_url.rstrip("/")
     groups: list[list[dict[str, Any]]] = []
-    with _client() as client:
+    silent: tuple[float, str] | None = None  # since when the service has not answered, and how
+    with _client(min(60.0, args.rollout_buffer_wait)) as client:  # a call ends within the wait
         if not state["started"]:
             state["held"] = hold_leases(args, runtime)
             if args.rollout_task_type:
@@ -194,7 +197,12 @@ def rollout_buffer(
                 "max_groups": args.rollout_batch_size - len(groups),
                 "lease_seconds": LEASE_SECONDS if held is None else HELD_LEASE_SECONDS,
             }
-            answer = _post(client, base + "/get_rollout_data", wanted)
+            try:
+                answer = _post(client, base + "/get_rollout_data", wanted)
+                silent = None
+            except httpx.TransportError as exc:  # gone or hung: it may come back within the wait
+                silent = (silent[0] if silent else time.monotonic(), f"{type(exc).__name__}: {exc}")
+                answer = {}
             data = answer.get("data") or {}
             if data.get("meta_info", {}).get("task_errors"):
                 raise RolloutBufferError(
@@ -212,9 +220,16 @@ def rollout_buffer(
                 groups.extend(by_instance.values())
                 continue
             if time.monotonic() > deadline:
+                why = (
+                    "are agents writing to it?"
+                    if silent is None
+                    else f"the service has not answered for {time.monotonic() - silent[0]:.1f}s ({silent[1]}): "
+                    "is `rlsdk buffer serve` running? The groups this run took stay leased to it and are "
+                    f"served again on --resume (rlsdk run --resume --output {args.output_dir})"
+                )
                 raise RolloutBufferError(
                     f"rollout buffer {base}: {len(groups)} of {args.rollout_batch_size} complete groups "
-                    f"after {args.rollout_buffer_wait:g}s (--rollout-buffer-wait); are agents writing to it?"
+                    f"after {args.rollout_buffer_wait:g}s (--rollout-buffer-wait); {why}"
                 )
             time.sleep(POLL_SECONDS)
     samples = []

@@ -10,7 +10,7 @@ from .reward import search_r1_em
 
 @hookimpl
 def rlsdk_custom_generates():
-    yield CustomGenerate(name="search_r1", func=search_r1)
+    yield CustomGenerate(name="search_r1", func=search_r1, multi_turn=True)
 
 
 @hookimpl

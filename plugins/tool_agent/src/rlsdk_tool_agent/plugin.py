@@ -17,8 +17,8 @@ QUESTIONS = Path(__file__).parent / "data" / "questions.jsonl"
 
 @hookimpl
 def rlsdk_agents():
-    yield Agent(name="tool_agent", func=tool_agent)
-    yield Agent(name="tool_agent_anthropic", func=tool_agent_anthropic)
+    yield Agent(name="tool_agent", func=tool_agent, multi_turn=True)
+    yield Agent(name="tool_agent_anthropic", func=tool_agent_anthropic, multi_turn=True)
 
 
 @hookimpl
