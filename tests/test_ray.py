@@ -95,11 +95,9 @@ def ray_args(tiny_llama: Path, run_files: tuple[Path, str], out: Path, **options
 
 async def on_an_engine(pool: RayEnginePool) -> None:
     """Until a request just sent (and the step's others) are on their engines: some engine has requests in
-    flight (under load, a request takes more than a few milliseconds to reach its engine)."""
-    for _ in range(500):
-        await asyncio.sleep(0.01)
-        if any(r.in_flight for r in pool.replicas_):
-            return
+    flight (under load, a request takes more than a few milliseconds to reach its engine). It returns in
+    the loop turn that saw them: nothing runs between it and its caller's next line."""
+    await until(lambda: any(r.in_flight for r in pool.replicas_), 60, every=0.01)
 
 
 async def until(ready, seconds: float, every: float = 0.1) -> None:
@@ -162,8 +160,10 @@ class KillEngines(EngineKiller):
     the engine process with the most requests in flight, then generates as usual: the first kill once the
     pool is at full strength (its spare and standby ready), the second once the first engine is back. Its
     32nd sample (step 0's last) waits for full strength first, so that step 1 runs with the standby ready
-    (it is prepared once the engines and the trainer are up) and its kill meets requests in flight. At its
-    100th sample it waits for both engines to be back (the tiny steps are quicker than an engine's start)."""
+    (it is prepared once the engines and the trainer are up) and its kill meets requests in flight. Step 2's
+    samples (from the 65th) wait for the first engine to be back, so that the second kill meets them in
+    flight (under load, the others finished while the killer alone waited). At its 100th sample it waits
+    for both engines to be back (the tiny steps are quicker than an engine's start)."""
 
     NAME = "kill_engines"
     READY_AT = 32
@@ -177,8 +177,11 @@ class KillEngines(EngineKiller):
     async def on_sample(self, args, sample, sampling_params):
         if self.calls == self.READY_AT:
             await until(lambda: self.pool.at_full_strength, 180)
+        if self.calls > 2 * self.READY_AT and self.killed:
+            await until(self._first_back, 180)
         if self.calls in self.KILL_AT:
-            await until((lambda: self.pool.at_full_strength) if not self.killed else self._first_back, 180)
+            if not self.killed:
+                await until(lambda: self.pool.at_full_strength, 180)
             return await self.kill_busiest(args, sample, sampling_params, self._kill)
         if self.calls == self.WAIT_AT:
             await self.wait_all_alive(90)
