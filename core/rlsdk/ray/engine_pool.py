@@ -175,6 +175,7 @@ class RayEnginePool(InferenceEngine):
         self._changed = asyncio.Condition()
         self._failure: BaseException | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
         self._rids: dict[str, Replica] = {}
         self._spares: list[Replica] = []
         """Engines started beside the serving ones (``ray_spare_engines``), each ready to take the place of
@@ -341,9 +342,11 @@ class RayEnginePool(InferenceEngine):
 
     async def close(self) -> None:
         self._standbys_asked = True  # none prepared from now on
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._closing = True  # nor any task started: a health check ending now would start a restart
+        while self._tasks:
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         ray = import_ray()
         for replica in [*self.replicas_, *self._spares, *self._standbys]:
             if replica.actor is not None:
@@ -355,6 +358,9 @@ class RayEnginePool(InferenceEngine):
             replica.alive = False
 
     def _spawn(self, coro: Any) -> None:
+        if self._closing:  # an actor started now would outlive the pool, holding its GPU
+            coro.close()
+            return
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
