@@ -376,18 +376,12 @@ class SGLangClient(InferenceEngine):
     async def health_problem(self, timeout: float) -> str | None:
         """None while the engine is healthy (the servers it launched run, and it answers ``/health`` within
         ``timeout`` seconds); else what is wrong. Launched servers of which one exited are stopped, each
-        process group whole, so that none is left holding a GPU. A server killed while ``/health`` was
-        asked fails it before its exit shows: its exit is what is said."""
-        launcher = self.launcher if self._launched else None
-        exited = launcher.exited() if launcher is not None else None
-        if exited is None:
-            problem = await self.http.health(timeout)
-            if problem is None or launcher is None or (exited := launcher.exited()) is None:
-                return problem
-        assert launcher is not None
-        await asyncio.to_thread(launcher.stop)
-        self._launched = False
-        return exited
+        process group whole, so that none is left holding a GPU."""
+        if self.launcher is not None and self._launched and (exited := self.launcher.exited()):
+            await asyncio.to_thread(self.launcher.stop)
+            self._launched = False
+            return exited
+        return await self.http.health(timeout)
 
     async def close(self) -> None:
         await self.http.close()
