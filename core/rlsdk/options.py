@@ -507,10 +507,24 @@ class EngineOptions:
     rollout_health_check_timeout: float = 30.0
     """Seconds an engine on Ray may take to answer a health check (checked every second) before it is taken
     for hung and replaced, as slime's flag; one that answers requests meanwhile is busy, not hung."""
+    ray_call_timeout: float = 120.0
+    """Seconds an engine actor on Ray may take to answer a call other than a generation (each sample has
+    ``generate_timeout``), a weight load (``weight_sync_timeout``) and its start (``ray_start_timeout``):
+    pause, resume, abort, its load, a cache flush, what it serves, its weight checksums. One that does not
+    answer is taken for hung and replaced, as one silent to its health check is."""
+    ray_trainer_timeout: float = 1800.0
+    """Seconds one call of the trainer actor on Ray may take (a train step, log-probs, its weights for a
+    sync, a checkpoint's save or load) before the run stops naming the call, the actor and how to resume:
+    the trainer is taken for hung and its actor stopped. The default is torch.distributed's collective
+    timeout, past which a multi-GPU trainer's step fails anyway; raise it for steps or checkpoints that take
+    longer."""
 
     def __post_init__(self) -> None:
         for name in ("sglang_server_concurrency", "num_engines"):
             at_least_one(self, name)
+        for name in ("ray_call_timeout", "ray_trainer_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be above 0 seconds, got {getattr(self, name)}")
         if self.num_engines > 1 and not self.ray_address:
             raise ValueError(
                 f"num_engines {self.num_engines} needs ray_address (--ray): engines are Ray actors"

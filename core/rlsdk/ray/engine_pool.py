@@ -110,7 +110,7 @@ class Replica(InferenceEngine):
         return await self._on_its_own("generate", payload)
 
     async def abort(self, rid: str | None = None) -> None:
-        await self.actor.abort.remote(rid)
+        await self._on_its_own("abort", rid)
 
     async def model_info(self) -> dict[str, Any]:
         """What the engine serves (the weight-version handshake asks each engine)."""
@@ -122,11 +122,17 @@ class Replica(InferenceEngine):
         return await self._on_its_own("weight_checksums")
 
     async def _on_its_own(self, method: str, *args: Any) -> Any:
-        """``method`` of this engine's actor: if the engine is dead or dies meanwhile, its pool is told and
-        a :class:`ReplicaLostError` raised."""
+        """``method`` of this engine's actor: if the engine is dead or dies meanwhile, or does not answer
+        within its deadline (:func:`call_deadline`), its pool is told and a :class:`ReplicaLostError`
+        raised."""
         actor = self.actor
+        timeout, option = call_deadline(self.pool.args, method)
         try:
-            return await getattr(actor, method).remote(*args)
+            return await asyncio.wait_for(_await(getattr(actor, method).remote(*args)), timeout)
+        except TimeoutError:
+            hung = f"{method} not done within {timeout:g}s ({option})"
+            self.pool._lost(self, actor, hung)
+            raise ReplicaLostError(f"{self.name} was taken for hung: {hung}") from None
         except Exception as exc:
             cause = death_cause(exc)
             if cause is None:
@@ -429,7 +435,7 @@ class RayEnginePool(InferenceEngine):
 
     async def model_info(self) -> dict[str, Any]:
         replica = await self._pick()
-        info = await replica.actor.model_info.remote()
+        info = await replica._on_its_own("model_info")
         return {**info, "num_engines": len(self.replicas_)}
 
     async def pause(self, mode: str = "abort") -> None:
@@ -441,11 +447,10 @@ class RayEnginePool(InferenceEngine):
     async def flush_cache(self) -> bool:
         return all(await self._on_each([r for r in self.replicas_ if r.alive], "flush_cache"))
 
-    async def _on_each(
-        self, replicas: list[Replica], method: str, *args: Any, timeout: float | None = None
-    ) -> list[Any]:
+    async def _on_each(self, replicas: list[Replica], method: str, *args: Any) -> list[Any]:
         """Call ``method`` on each engine; an engine that died meanwhile, or that has not answered within
-        ``timeout`` seconds, is left to its restart."""
+        its deadline (:func:`call_deadline`), is left to its restart."""
+        timeout, option = call_deadline(self.args, method)
         actors = [r.actor for r in replicas]
         results = await asyncio.gather(
             *(asyncio.wait_for(_await(getattr(a, method).remote(*args)), timeout) for a in actors),
@@ -456,7 +461,7 @@ class RayEnginePool(InferenceEngine):
             if not isinstance(result, BaseException):
                 answered.append(result)
             elif isinstance(result, TimeoutError):
-                self._lost(replica, actor, f"{method} not done within {timeout:g}s (--weight-sync-timeout)")
+                self._lost(replica, actor, f"{method} not done within {timeout:g}s ({option})")
             elif (cause := death_cause(result)) is not None:
                 self._lost(replica, actor, cause)
             else:
@@ -495,13 +500,7 @@ class RayEnginePool(InferenceEngine):
             self._weights, self._probe = weights, None
             self._pushes += 1
             try:
-                await self._on_each(
-                    [r for r in self.replicas_ if r.alive],
-                    method,
-                    value,
-                    version,
-                    timeout=default_sync_timeout(self.args),
-                )
+                await self._on_each([r for r in self.replicas_ if r.alive], method, value, version)
             finally:
                 self._pushes += 1
 
@@ -659,6 +658,17 @@ class RayEnginePool(InferenceEngine):
             checking.discard(actor)
         if cause is not None and self._pushes == pushes:  # a check that overlapped a push tells nothing
             self._lost(replica, actor, cause)
+
+
+def call_deadline(args: RolloutConfig, method: str) -> tuple[float, str]:
+    """Seconds an engine actor may take to answer ``method``, and the option that sets it: a weight load
+    ``--weight-sync-timeout``, a generation (the trust check's probe) ``--generate-timeout``, any other
+    call ``--ray-call-timeout``."""
+    if method in PUSH_METHODS.values():
+        return default_sync_timeout(args), "--weight-sync-timeout"
+    if method == "generate" and args.generate_timeout:
+        return float(args.generate_timeout), "--generate-timeout"
+    return args.ray_call_timeout, "--ray-call-timeout"
 
 
 def death_cause(exc: BaseException) -> str | None:

@@ -27,7 +27,7 @@ from ..plugins.kinds import Trainer
 
 
 class TrainerLostError(RlsdkError):
-    """The trainer actor died; the run stops."""
+    """The trainer actor died, or did not answer a call within ``ray_trainer_timeout``; the run stops."""
 
 
 class TrainerActor:
@@ -60,6 +60,9 @@ class TrainerActor:
 
     def call(self, method: str, *args: Any) -> Any:
         return getattr(self.trainer, method)(*args)
+
+    def ping(self) -> None:
+        """Nothing: an answer says the actor is alive (:meth:`RemoteTrainer.lost`)."""
 
     def weights_ref(self) -> list[Any]:
         """The state dict put in the object store (:func:`.weights.to_shared`), its reference in a list (so
@@ -116,6 +119,8 @@ class RemoteTrainer(PolicyTrainer):
     ) -> None:
         self.output_dir = Path(args.output_dir)
         self.actor = launch.actor
+        self.timeout = args.ray_trainer_timeout
+        self._ping: Any = None
         self.place_text, built = asyncio.run(self._start(args, spec, driver_plugins, launch))
         self.device, self.dtype = built["device"], built["dtype"]
 
@@ -143,12 +148,38 @@ class RemoteTrainer(PolicyTrainer):
             else self.actor.call.remote(method, *args)
         )
         try:
-            return ray.get(call)
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            return ray.get(call, timeout=self.timeout)
+        except ray.exceptions.GetTimeoutError:
+            ray.kill(self.actor)
             raise TrainerLostError(
-                f"the trainer died ({self.place_text}): {first_line(exc)}. "
+                f"the trainer actor's {method} did not return within {self.timeout:g}s "
+                f"(--ray-trainer-timeout) on {self.place_text}: taken for hung, its actor stopped. "
                 f"{last_checkpoint_advice(self.output_dir)}"
             ) from None
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            raise self._died(first_line(exc)) from None
+
+    def _died(self, cause: str, during: str = "") -> TrainerLostError:
+        return TrainerLostError(
+            f"the trainer died{during} ({self.place_text}): {cause}. {last_checkpoint_advice(self.output_dir)}"
+        )
+
+    def lost(self, during: str) -> TrainerLostError | None:
+        """The error to stop the run with when the trainer actor died, found without waiting: a ping sent
+        earlier failed (one still unanswered is sent again later). Called every second while the run waits
+        for something else (an eval), so that it does not wait on after the trainer is gone."""
+        ray = import_ray()
+        if self._ping is None:
+            self._ping = self.actor.ping.remote()
+        ready, _ = ray.wait([self._ping], timeout=0)
+        if not ready:
+            return None
+        ping, self._ping = self._ping, None
+        try:
+            ray.get(ping)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            return self._died(first_line(exc), during)
+        return None
 
     def train_step(self, rollout_id: int, groups: list[list[Sample]]) -> dict[str, float]:
         return self._call("train_step", rollout_id, groups)

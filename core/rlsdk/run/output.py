@@ -269,6 +269,8 @@ RESUME_MAY_CHANGE = frozenset(
         "ray_sync_rewards",
         "ray_start_timeout",
         "rollout_health_check_timeout",
+        "ray_call_timeout",
+        "ray_trainer_timeout",
         "weight_sync_timeout",
         "train_async",
         "max_policy_version_lag",

@@ -3,6 +3,7 @@ written, the run state saved, the eval, the checkpoint; and the graceful stop th
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -26,6 +27,8 @@ from .preemption import RunStopped
 
 SHOWN_CAUSES = 3
 """Distinct causes a failed step's error quotes; the rest are in discarded.jsonl."""
+TRAINER_POLL_SECONDS = 1.0
+"""How often a run waiting on an eval looks whether its trainer is still there."""
 
 
 @dataclass
@@ -106,7 +109,7 @@ class StepRecorder:
     def evaluate_before_training(self) -> None:
         """The eval before the first step (``rollout_id`` -1): written, logged and shown as every eval."""
         self.status("eval before the first step")
-        evaluated = run_eval(self.args, self.runtime, -1)
+        evaluated = self.run_eval(-1)
         self.output.write_eval(-1, evaluated)
         log_eval(self.args, self.runtime, -1, evaluated)  # eval_rollout_log
         if self.on_eval is not None:
@@ -127,7 +130,7 @@ class StepRecorder:
             self.status(f"eval after step {rollout_id}")
             if before_eval is not None:
                 before_eval()
-            evaluated = run_eval(args, self.runtime, rollout_id)
+            evaluated = self.run_eval(rollout_id)
             evaluated.metrics["run/elapsed_seconds"] = time.monotonic() - self.started
             output.write_eval(rollout_id, evaluated)
             log_eval(args, self.runtime, rollout_id, evaluated)  # eval_rollout_log
@@ -137,6 +140,37 @@ class StepRecorder:
             result.metrics.update(evaluated.metrics)
             if self.on_eval is not None:
                 self.on_eval(rollout_id, evaluated.metrics)
+
+    def run_eval(self, rollout_id: int) -> RolloutFnEvalOutput:
+        """:func:`run_eval`; in a training run whose trainer can be lost on its own (a Ray actor's
+        :meth:`~rlsdk.ray.trainer_actor.RemoteTrainer.lost`), in a thread of its own while this one looks at
+        the trainer every :data:`TRAINER_POLL_SECONDS`: a trainer gone meanwhile stops the run at once,
+        naming it and the last checkpoint, the eval abandoned (its requests end with the run's engines)
+        rather than drained for results nothing will train on (each of its samples may take
+        ``--generate-timeout``)."""
+        lost = getattr(self.training.trainer, "lost", None) if self.training is not None else None
+        if lost is None:
+            return run_eval(self.args, self.runtime, rollout_id)
+        during = " during the eval " + (
+            f"after step {rollout_id}" if rollout_id >= 0 else "before the first step"
+        )
+        outcome: dict[str, Any] = {}
+
+        def evaluate() -> None:
+            try:
+                outcome["value"] = run_eval(self.args, self.runtime, rollout_id)
+            except BaseException as exc:  # handed back to the run's thread
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=evaluate, name="rlsdk-eval", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(TRAINER_POLL_SECONDS)
+            if thread.is_alive() and (error := lost(during)) is not None:
+                raise error
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]
 
     def checkpoint(self, rollout_id: int, result: RolloutFnTrainOutput, state: dict[str, Any]) -> None:
         """A training run's checkpoint after step ``rollout_id`` when due, and the step in the report."""
