@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -231,3 +232,150 @@ def test_an_engine_killed_mid_sync_stops_the_run_naming_it_and_the_resume(tiny_l
     metrics = rows(out / "metrics.jsonl")
     assert all(m["ledger/entered"] == m["ledger/kept"] + m["ledger/dropped"] + m["ledger/returned"] + m["ledger/failed"]
                for m in metrics)
+
+
+HANGING_LOSS = """
+import os, time
+from pathlib import Path
+
+
+def hangs_at_step_1(args, batch, logits, sum_of_sample_mean):
+    # REINFORCE; once step 0's checkpoint is written (step 1 on) it never returns: a deadlocked loss
+    import torch
+    from rlsdk import log_probs_and_entropy
+
+    if (Path(args.output_dir) / "checkpoints" / "step_0").exists():
+        Path(os.environ["RLSDK_TEST_MARKS"]).write_text(str(time.time()))
+        time.sleep(3600)
+    log_probs, _ = log_probs_and_entropy(logits, batch, args, with_entropy=False)
+    loss = sum_of_sample_mean(-torch.cat(batch["advantages"]) * torch.cat(log_probs))
+    return loss, {"loss": loss.detach()}
+"""
+
+EVAL_HANGS = """
+import asyncio, os, time
+from pathlib import Path
+
+from rlsdk import single_turn
+
+
+async def eval_hangs(args, sample, sampling_params, evaluation=False):
+    # training samples as usual; an eval sample never returns (an engine stuck on the eval's long answers)
+    if evaluation:
+        marks = Path(os.environ["RLSDK_TEST_MARKS"])
+        if not marks.exists():
+            marks.write_text(str(time.time()))
+        await asyncio.sleep(3600)
+    return await single_turn(args, sample, sampling_params)
+"""
+
+
+def ray_run(tiny_llama: Path, run_files: tuple[Path, str], out: Path, marks: Path, *more: str) -> subprocess.Popen:
+    """``rlsdk run --ray --train`` of the tiny Llama in a subprocess, on the local Ray cluster it starts for
+    itself; ``RLSDK_TEST_MARKS`` tells its plugins where to note the moment they hang."""
+    data, reward = run_files
+    return subprocess.Popen(
+        [*RLSDK, "run", "--ray", "--train", "--model", str(tiny_llama), "--data", str(data), "--rm-type", reward,
+         "--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--rollout-max-response-len", "2",
+         "--save-interval", "1", "--output", str(out), "--ray-engine-cpus", "0.5", "--ray-standby-engines", "0",
+         "--set", "engine_threads=1", "--set", "train_threads=1", *more],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "RLSDK_TEST_MARKS": str(marks)},
+    )
+
+
+def finished(run: subprocess.Popen) -> str:
+    """The run's output once it ended (no hang: within the test's own limit, far below the 3600 s its plugin
+    sleeps and the 600 s of ``--generate-timeout``)."""
+    try:
+        output, _ = run.communicate(timeout=240)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    return output
+
+
+def descendants_titled(root: int, title: str) -> list[int]:
+    """The processes under ``root`` whose command line starts with ``title`` (Ray names an actor's worker
+    ``ray::ClassName``)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    found = []
+    for pid in parents:
+        ancestor = pid
+        while ancestor in parents and ancestor != root:
+            ancestor = parents[ancestor]
+        try:
+            if ancestor == root and Path(f"/proc/{pid}/cmdline").read_bytes().startswith(title.encode()):
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def resumable_and_balanced(out: Path) -> None:
+    """Every step written balances its ledger, and every sample drawn is in the outputs or the saved buffer."""
+    metrics = rows(out / "metrics.jsonl")
+    assert metrics
+    assert all(m["ledger/entered"] == m["ledger/kept"] + m["ledger/dropped"] + m["ledger/returned"] + m["ledger/failed"]
+               for m in metrics)
+    from rlsdk.rollout.ledger import audit_run
+
+    audit = audit_run(out)
+    assert audit["lost"] == 0 and audit["duplicated"] == 0, audit
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.plugins("rlsdk_embedded")
+def test_a_trainer_actor_whose_train_step_hangs_stops_the_run_at_its_deadline(tiny_llama, run_files, tmp_path):
+    """``rlsdk run --ray --train`` whose loss (run in the trainer actor) never returns from step 1 on: the run
+    stops with exit 1 and one line naming the actor's method, the deadline, where the actor ran and the
+    checkpoint to resume from; step 0 is written and balances."""
+    pytest.importorskip("ray", reason="rlsdk[ray] is not installed")
+    loss = tmp_path / "loss.py"
+    loss.write_text(HANGING_LOSS)
+    out, marks = tmp_path / "run", tmp_path / "marks"
+    run = ray_run(tiny_llama, run_files, out, marks, "--num-rollout", "2", "--loss-type", "custom_loss",
+                  "--custom-loss-function-path", f"{loss}:hangs_at_step_1", "--ray-trainer-timeout", str(DEADLINE))
+    output = finished(run)
+    assert marks.exists(), output  # the loss was called at step 1 and hung
+    cause = one_line_cause(output)
+    assert run.returncode == 1, output
+    assert "the trainer actor's train_step did not return within 3s (--ray-trainer-timeout) on node " in cause
+    assert "taken for hung, its actor stopped" in cause
+    assert f"The last checkpoint is {out / 'checkpoints' / 'step_0'}: continue with rlsdk run --resume" in cause
+    resumable_and_balanced(out)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.plugins("rlsdk_embedded")
+def test_a_trainer_that_dies_while_an_async_run_s_eval_hangs_stops_the_run_at_once(tiny_llama, run_files, tmp_path):
+    """``rlsdk run --ray --train --async`` whose eval after step 1 never ends (every eval sample hangs); the
+    trainer actor's process is SIGKILLed meanwhile (an OOM kill). The run does not drain the eval for a
+    trainer that is gone: it stops with exit 1 and one line naming the trainer, the eval and the checkpoint
+    to resume from; the steps written balance."""
+    pytest.importorskip("ray", reason="rlsdk[ray] is not installed")
+    generate = tmp_path / "generate.py"
+    generate.write_text(EVAL_HANGS)
+    data, _ = run_files
+    out, marks = tmp_path / "run", tmp_path / "marks"
+    run = ray_run(tiny_llama, run_files, out, marks, "--async", "--num-rollout", "3", "--eval-interval", "2",
+                  "--skip-eval-before-train", "--eval-prompt-data", "held", str(data),
+                  "--custom-generate-function-path", f"{generate}:eval_hangs")
+    try:
+        wait_for(lambda: marks.exists() or run.poll() is not None, 240)
+        trainers = descendants_titled(run.pid, "ray::TrainerActor")
+        assert len(trainers) == 1, trainers
+        os.kill(trainers[0], signal.SIGKILL)
+    finally:
+        output = finished(run)
+    cause = one_line_cause(output)
+    assert run.returncode == 1, output
+    assert "the trainer died during the eval after step 1 (node " in cause
+    assert f"The last checkpoint is {out / 'checkpoints' / 'step_0'}: continue with rlsdk run --resume" in cause
+    resumable_and_balanced(out)

@@ -211,6 +211,8 @@ def last_checkpoint_advice(output_dir: Path) -> str:
     except (OSError, ValueError):
         checkpoint = None
     if not checkpoint:
-        return f"No checkpoint was saved yet: start the run again (rlsdk run --output {output_dir})"
+        return (  # the folder may hold the steps written before: --overwrite starts afresh there
+            f"No checkpoint was saved yet: start the run again (rlsdk run --overwrite --output {output_dir})"
+        )
     where = output_dir / checkpoint  # relative to the run folder (older runs stored it absolute)
     return f"The last checkpoint is {where}: continue with rlsdk run --resume --output {output_dir}"
