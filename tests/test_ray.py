@@ -813,6 +813,28 @@ def test_a_hanging_health_check_holds_up_no_other_engines_check(cluster, tiny_ll
 
 
 @pytest.mark.timeout(90)
+def test_an_engine_actor_that_does_not_answer_a_call_within_its_deadline_is_replaced(
+    cluster, tiny_llama, fake_python, tmp_path, monkeypatch
+):
+    """An engine actor's calls other than generations, weight loads and its start have ``ray_call_timeout``:
+    with engine 0's server stopped (SIGSTOP), a cache flush (SGLang's client would wait an hour) gets engine
+    1's answer, and engine 0 is taken for hung, named with the call and the option, and replaced. The health
+    checks are slowed down so that the flush is the first to find it."""
+    monkeypatch.setattr(engine_pool, "HEALTH_INTERVAL", 60.0)
+    args = sglang_args(tiny_llama, fake_python, tmp_path / "out", ray_call_timeout=2.0)
+
+    async def scenario() -> None:
+        async with started_pool(args) as pool:
+            with stopped(server_pid(tmp_path / "out" / "logs" / "sglang-server-0.log")):
+                assert await pool.flush_cache()  # engine 1's answer; engine 0 left to its restart
+                [recovery] = pool.recoveries
+                assert recovery.engine == 0
+                assert recovery.cause == "flush_cache not done within 2s (--ray-call-timeout)"
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.timeout(90)
 def test_no_engine_is_taken_for_dead_for_a_health_check_that_overlapped_a_weight_push(
     cluster, tiny_llama, fake_python, tmp_path
 ):
