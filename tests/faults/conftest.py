@@ -47,6 +47,17 @@ class BufferProcess:
         self.proc.wait()
 
 
+def buffer_item(instance: str, n: int | None = None, reward: float = 1.0) -> dict:
+    """One item for ``/buffer/write``: a two-message chat of group ``instance``, its ``uid`` ``instance-n``
+    (none without ``n``: the service makes one); its words are the word tokenizer's."""
+    body = {
+        "instance_id": instance,
+        "reward": reward,
+        "messages": [{"role": "user", "content": "w1"}, {"role": "assistant", "content": f"w{n}"}],
+    }
+    return body if n is None else {**body, "uid": f"{instance}-{n}"}
+
+
 @pytest.fixture
 def buffer_service(tmp_path) -> Iterator:
     """``buffer_service(*options, data_dir=..., env=...)`` starts one; all are killed at the end."""

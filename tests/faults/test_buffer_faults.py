@@ -11,16 +11,7 @@ import time
 import httpx
 import pytest
 
-from .conftest import BUFFER_CLI
-
-
-def item(instance, n=None, reward=1.0):
-    body = {
-        "instance_id": instance,
-        "reward": reward,
-        "messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": f"A{n}"}],
-    }
-    return body if n is None else {**body, "uid": f"{instance}-{n}"}
+from .conftest import BUFFER_CLI, buffer_item
 
 
 def take(url, **body):
@@ -44,7 +35,7 @@ def test_unacknowledged_groups_are_served_again(buffer_service):
     them. Now they are leased; a lease that is not acknowledged ends and the groups are served again."""
     service = buffer_service()
     for n in range(2):
-        httpx.post(service.url + "/buffer/write", json=item("a", n)).raise_for_status()
+        httpx.post(service.url + "/buffer/write", json=buffer_item("a", n)).raise_for_status()
     first = take(service.url, lease_seconds=3)  # long enough for a loaded machine to ask again within it
     assert uids(first) == ["a-0", "a-1"]
     assert take(service.url, lease_seconds=3)["data"] == []  # leased: not served twice at once
@@ -61,7 +52,7 @@ def test_sigkill_between_lease_and_ack_loses_nothing(buffer_service, tmp_path):
     service = buffer_service()
     for group in ("a", "b"):
         for n in range(2):
-            httpx.post(service.url + "/buffer/write", json=item(group, n)).raise_for_status()
+            httpx.post(service.url + "/buffer/write", json=buffer_item(group, n)).raise_for_status()
     acked = take(service.url, lease_seconds=30, max_groups=1)
     assert (
         httpx.post(
@@ -80,13 +71,13 @@ def test_a_line_cut_by_a_crash_does_not_swallow_the_next_item(buffer_service, tm
     """The cut line was never acknowledged; the next item used to be appended onto it, unreadable at the
     following restart: an acknowledged item lost."""
     service = buffer_service()
-    httpx.post(service.url + "/buffer/write", json=item("a", 0)).raise_for_status()
+    httpx.post(service.url + "/buffer/write", json=buffer_item("a", 0)).raise_for_status()
     service.kill()
     items = tmp_path / "buffer" / "items.jsonl"
     with open(items, "ab") as file:  # what a crash in the middle of a write leaves
-        file.write(json.dumps(item("a", 1)).encode()[:40])
+        file.write(json.dumps(buffer_item("a", 1)).encode()[:40])
     service = buffer_service(data_dir=tmp_path / "buffer")
-    assert httpx.post(service.url + "/buffer/write", json=item("a", 2)).status_code == 200
+    assert httpx.post(service.url + "/buffer/write", json=buffer_item("a", 2)).status_code == 200
     service.kill()
     service = buffer_service(data_dir=tmp_path / "buffer")
     assert uids(take(service.url)) == ["a-0", "a-2"]
@@ -95,9 +86,9 @@ def test_a_line_cut_by_a_crash_does_not_swallow_the_next_item(buffer_service, tm
 def test_a_uid_like_a_generated_one_drops_nothing(buffer_service):
     """Uid-less items used to get ``<instance>#<count>``: an agent's own uid ``a#1`` made them duplicates."""
     service = buffer_service()
-    httpx.post(service.url + "/buffer/write", json={**item("a"), "uid": "a#1"}).raise_for_status()
+    httpx.post(service.url + "/buffer/write", json={**buffer_item("a"), "uid": "a#1"}).raise_for_status()
     for _ in range(3):
-        answer = httpx.post(service.url + "/buffer/write", json=item("a")).json()
+        answer = httpx.post(service.url + "/buffer/write", json=buffer_item("a")).json()
         assert answer["message"] == "Data has been successfully written to buffer"
     assert len(take(service.url)["data"]) == 4
 
@@ -105,12 +96,12 @@ def test_a_uid_like_a_generated_one_drops_nothing(buffer_service):
 def test_non_finite_rewards_are_refused(buffer_service):
     service = buffer_service()
     for reward in ("NaN", "Infinity", "-Infinity", '{"acc": NaN}'):
-        body = json.dumps(item("a", 0)).replace('"reward": 1.0', f'"reward": {reward}')
+        body = json.dumps(buffer_item("a", 0)).replace('"reward": 1.0', f'"reward": {reward}')
         answer = httpx.post(
             service.url + "/buffer/write", content=body, headers={"Content-Type": "application/json"}
         )
         assert answer.status_code == 400 and "not standard JSON" in answer.json()["message"], reward
-    overflow = json.dumps(item("a", 0)).replace('"reward": 1.0', '"reward": 1e999')  # parses as inf
+    overflow = json.dumps(buffer_item("a", 0)).replace('"reward": 1.0', '"reward": 1e999')  # parses as inf
     answer = httpx.post(
         service.url + "/buffer/write", content=overflow, headers={"Content-Type": "application/json"}
     )
@@ -120,7 +111,7 @@ def test_non_finite_rewards_are_refused(buffer_service):
 
 def test_lengths_that_lie_are_refused(buffer_service):
     service = buffer_service("--max-body-mb", "0.01")
-    body = json.dumps(item("a", 0)).encode()
+    body = json.dumps(buffer_item("a", 0)).encode()
     host = service.url.removeprefix("http://")
     for length in (b"-1", b"-100", b"abc"):
         answer = raw_request(
@@ -156,11 +147,11 @@ def test_slow_and_half_open_clients_are_cut_off(buffer_service):
         sock.sendall(b"POST /buffer/write HTTP/1.1\r\nHost: x\r\n")  # and never the rest
         slow.append(sock)
     time.sleep(0.3)
-    assert httpx.post(service.url + "/buffer/write", json=item("a", 0)).status_code == 200
+    assert httpx.post(service.url + "/buffer/write", json=buffer_item("a", 0)).status_code == 200
     started = time.monotonic()
     while time.monotonic() - started < 10:
         try:
-            if httpx.post(service.url + "/buffer/write", json=item("a", 0)).status_code == 200:
+            if httpx.post(service.url + "/buffer/write", json=buffer_item("a", 0)).status_code == 200:
                 break
         except httpx.HTTPError:
             pass
@@ -199,7 +190,7 @@ def test_groups_a_run_took_come_back_when_it_dies_before_saving_them(
 
     service = buffer_service()
     for n in range(2):
-        httpx.post(service.url + "/buffer/write", json=item("a", n)).raise_for_status()
+        httpx.post(service.url + "/buffer/write", json=buffer_item("a", n)).raise_for_status()
     tokenizer = tmp_path / "tokenizer"
     small_tokenizer.save_pretrained(tokenizer)
     chats = tmp_path / "chats.jsonl"
@@ -222,7 +213,7 @@ def test_groups_a_run_took_come_back_when_it_dies_before_saving_them(
     assert take(service.url)["data"] == []  # a is still leased to the dead run
 
     for n in range(2):
-        httpx.post(service.url + "/buffer/write", json=item("b", n)).raise_for_status()
+        httpx.post(service.url + "/buffer/write", json=buffer_item("b", n)).raise_for_status()
     run_job(RolloutConfig(**args, resume=True))
     rows = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
     assert sorted(r["metadata"]["uid"] for r in rows) == ["a-0", "a-1", "b-0", "b-1"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .conftest import FAST_RETRIES, RLSDK, rlsdk_run, run_options
+from .conftest import FAST_RETRIES, RLSDK, buffer_item, rlsdk_run, run_options
 
 DEADLINE = 3.0
 
@@ -110,15 +110,6 @@ def wait_for(predicate, seconds: float = 60.0) -> None:
     while not predicate():
         assert time.monotonic() < end, "not within the test's own limit"
         time.sleep(0.05)
-
-
-def buffer_item(instance: str, n: int) -> dict:
-    return {
-        "instance_id": instance,
-        "uid": f"{instance}-{n}",
-        "reward": 1.0,
-        "messages": [{"role": "user", "content": "w1"}, {"role": "assistant", "content": f"w{n}"}],
-    }
 
 
 @pytest.mark.plugins("rlsdk_generators")
