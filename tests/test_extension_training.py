@@ -16,14 +16,13 @@ from rlsdk import (
     RewardPostProcess,
     RolloutConfig,
     RolloutDataPostprocess,
-    Sample,
     TisFunction,
     get_plugin_manager,
 )
 from rlsdk.errors import PluginCallError
 from rlsdk.run.job import run_job
 from rlsdk.runtime import Runtime, bind_runtime
-from rlsdk.testing import FakeEngine
+from rlsdk.testing import FakeEngine, make_train_groups
 
 SEEN: dict[str, list] = {}
 
@@ -86,24 +85,6 @@ TRAINING_PLUGINS = [
 ]
 
 
-def groups() -> list[list[Sample]]:
-    return [
-        [
-            Sample(
-                group_index=g,
-                index=2 * g + i,
-                tokens=[2, 3, 4 + i, 5 + g],
-                response_length=2,
-                reward=float(i),
-                rollout_log_probs=[-1.0, -1.0],
-                status=Sample.Status.COMPLETED,
-            )
-            for i in range(2)
-        ]
-        for g in range(2)
-    ]
-
-
 @pytest.fixture
 def trainer_for(tiny_llama, plugin_of):
     SEEN.clear()
@@ -133,7 +114,7 @@ def test_trainer_side_plugins_by_name_each_called_once_a_step_in_slimes_order(tr
         use_tis=True,
         micro_batch_size=4,
     )
-    metrics = trainer.train_step(0, groups())
+    metrics = trainer.train_step(0, make_train_groups())
     # the post-processed rewards reach the advantage estimator, with the first sample's tokens masked out
     assert SEEN["advantage"] == [([10.0, 11.0, 10.0, 11.0], [0.0, 2.0, 2.0, 2.0])]
     assert {"rewards", "raw_reward", "loss_masks", "tokens", "truncated"} <= set(SEEN["postprocess"][0])
@@ -144,14 +125,14 @@ def test_trainer_side_plugins_by_name_each_called_once_a_step_in_slimes_order(tr
 
 
 def test_the_default_trainer_calls_none_of_them(trainer_for):
-    trainer_for().train_step(0, groups())
+    trainer_for().train_step(0, make_train_groups())
     assert SEEN == {}
 
 
 def test_an_advantage_plugin_that_sets_the_wrong_shape_is_named(trainer_for):
     trainer = trainer_for(custom_advantage_function_path="wrong")
     with pytest.raises(PluginCallError, match=r"advantage 'wrong' .* set rollout_data\['advantages'\]"):
-        trainer.train_step(0, groups())
+        trainer.train_step(0, make_train_groups())
 
 
 @pytest.mark.slow
