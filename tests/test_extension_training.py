@@ -137,28 +137,16 @@ def test_an_advantage_plugin_that_sets_the_wrong_shape_is_named(trainer_for):
 
 @pytest.mark.slow
 @pytest.mark.plugins("rlsdk_embedded")
-def test_checkpoint_callbacks_run_after_each_checkpoint_is_complete(tiny_llama, plugin_of, tmp_path):
+def test_checkpoint_callbacks_run_after_each_checkpoint_is_complete(tiny_llama, run_files, train_args, plugin_of,
+                                                                   tmp_path):
     SEEN.clear()
     pm = get_plugin_manager(plugins=[plugin_of(*TRAINING_PLUGINS)])
-    data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps({"input": f"w{i} w{i + 1}"}) + "\n" for i in range(8)))
-    reward = tmp_path / "reward.py"
-    reward.write_text("def first(args, sample, **kw):\n    return float(sample.tokens[-1] % 2)\n")
-    options = dict(
-        model=str(tiny_llama),
-        prompt_data=str(data),
-        rm_type=f"{reward}:first",
-        train=True,
-        rollout_batch_size=2,
-        n_samples_per_prompt=2,
-        rollout_max_response_len=2,
-        num_rollout=2,
-        save_interval=1,
-        engine_threads=1,
-        train_threads=1,
-        sync_check_tol=1e-3,
-    )
-    run_job(RolloutConfig(output_dir=str(tmp_path / "a"), checkpoint_callback="record", **options), pm)
+
+    def run(out: str, callback: str) -> RolloutConfig:
+        return train_args(tiny_llama, run_files, tmp_path / out, rollout_batch_size=2, n_samples_per_prompt=2,
+                          num_rollout=2, save_interval=1, checkpoint_callback=callback)
+
+    run_job(run("a", "record"), pm)
     assert SEEN["checkpoints"] == [
         (0, "step_0", True, "checkpoints/step_0"),
         (1, "step_1", True, "checkpoints/step_1"),
@@ -166,5 +154,5 @@ def test_checkpoint_callbacks_run_after_each_checkpoint_is_complete(tiny_llama, 
     with pytest.raises(
         PluginCallError, match=r"checkpoint_callback 'breaks' .* backup disk full .* complete and kept"
     ):
-        run_job(RolloutConfig(output_dir=str(tmp_path / "b"), checkpoint_callback="breaks", **options), pm)
+        run_job(run("b", "breaks"), pm)
     assert (tmp_path / "b/checkpoints/step_0/rlsdk_checkpoint.json").exists()
