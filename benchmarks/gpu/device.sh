@@ -373,7 +373,7 @@ determinism() {  # --deterministic runs of learning_gpu.py (DET_RUNS, default "a
   for run in ${DET_RUNS:-a b}; do
     rm -rf "/tmp/det-$run"
     bench "determinism_gpu_$run" "$here/learning_gpu.py" --trainer torch --gguf "$gguf" --cache-dir "$models" \
-        --sglang-python /tmp/sglang-python --output "/tmp/det-$run" --steps "${DET_STEPS:-20}" --minutes 4.5 \
+        --sglang-python /tmp/sglang-python --output "/tmp/det-$run" --steps "${DET_STEPS:-20}" --minutes 9.5 \
         --eval-interval 10 -- $([ "$run" = default ] || echo --deterministic)
     cp "/tmp/det-$run/metrics.jsonl" "$out/determinism_gpu_$run-metrics.jsonl" 2>/dev/null
     cp "/tmp/det-$run/determinism.json" "$out/determinism_gpu_$run-check.json" 2>/dev/null
