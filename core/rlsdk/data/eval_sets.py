@@ -109,9 +109,9 @@ RUN_OPTIONS: dict[str, tuple[str, ...]] = {
     "eval_pass_threshold": ("eval_pass_threshold",),
 }
 """The settings a dataset takes from its entry, else the run: each with the run's options it falls back to,
-first set one first (slime's ``eval_*`` arguments before the rollout's). A dataset without a ``custom_rm_path`` of its own leaves the run's ``custom_rm_path`` (and
-``group_rm``) to the reward's usual choice; one without ``rm_type`` leaves each row's ``metadata["rm_type"]``
-and the run's ``rm_type``."""
+first set one first (slime's ``eval_*`` arguments before the rollout's). A dataset without a
+``custom_rm_path`` of its own leaves the run's ``custom_rm_path`` (and ``group_rm``) to the reward's usual
+choice; one without ``rm_type`` leaves each row's ``metadata["rm_type"]`` and the run's ``rm_type``."""
 
 DATA_OPTIONS = (
     "input_key",
