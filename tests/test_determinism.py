@@ -176,3 +176,37 @@ def test_deterministic_mode_trains_attention_on_torchs_math_kernels():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.split() == ["False", "False", "False", "True", "True"]
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_a_kernel_without_a_deterministic_implementation_is_named_in_the_check(tiny_llama, run_files, tmp_path):
+    """A reward whose torch op has no deterministic implementation: torch only warns (on one H200 the trainer's
+    memory-efficient attention did, and two runs differed); the run's check names the kernel. The op is torch's
+    own alert (``alert_not_deterministic``, which its kernels call): no CPU kernel lacks a deterministic one."""
+    from rlsdk.run.determinism import NondeterminismWarning
+
+    data, _ = run_files
+    reward = tmp_path / "alerting.py"
+    reward.write_text(
+        "import torch._prims_common as prims\n\n\n"
+        "def alerting(args, sample, **kwargs):\n"
+        "    prims.alert_not_deterministic('scatter_kernel_under_test')\n"
+        "    return 1.0\n"
+    )
+    out = tmp_path / "run"
+    with pytest.warns(NondeterminismWarning, match="kernel 'scatter_kernel_under_test'"):
+        run_job(
+            RolloutConfig(
+                model=str(tiny_llama), prompt_data=str(data), rm_type=f"{reward}:alerting", rollout_batch_size=2,
+                n_samples_per_prompt=2, rollout_max_response_len=2, num_rollout=1, engine_threads=1,
+                output_dir=str(out), sglang_enable_deterministic_inference=True,
+            )
+        )
+    report = json.loads((out / "determinism.json").read_text())
+    assert report["deterministic"] is False
+    assert report["not_deterministic"] == [
+        {
+            "part": "kernel 'scatter_kernel_under_test'",
+            "why": "torch ran it without a deterministic implementation (it only warns)",
+        }
+    ]
