@@ -31,6 +31,23 @@ def rollout_run(tiny_llama: Path, data: Path, reward: str, out: Path, **options)
     return RolloutConfig(**{**values, **options})
 
 
+def hooked_run(tiny_llama: Path, run_files: tuple[Path, str], tmp_path: Path, source: str, hook: str,
+               **options) -> RolloutConfig:
+    """Training steps (two unless ``options`` say otherwise) whose samples pass the sample hook ``hook``
+    that ``source`` defines."""
+    data, reward = run_files
+    path = tmp_path / "hook.py"
+    path.write_text(source)
+    options = {"train": True, "lr": 1e-3, "num_rollout": 2, "train_threads": 1, **options}
+    return rollout_run(tiny_llama, data, reward, tmp_path / "out", rollout_sample_hook_path=[f"{path}:{hook}"],
+                       **options)
+
+
+def metrics_rows(args: RolloutConfig) -> list[dict]:
+    """The run's ``metrics.jsonl``, a row a step."""
+    return [json.loads(line) for line in (Path(args.output_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
 @pytest.mark.plugins("rlsdk_embedded")
 def test_a_reward_constant_over_many_steps_is_caught_and_repeated_in_the_summary(tiny_llama, run_files, tmp_path):
     data, _ = run_files
@@ -65,16 +82,11 @@ def skew(args, sample, **kwargs):
 @pytest.mark.plugins("rlsdk_embedded")
 def test_a_sampler_and_trainer_that_drifted_apart_are_caught(tiny_llama, run_files, tmp_path):
     """A sample hook plants the drift: every rollout log-prob half a nat below the engine's."""
-    data, reward = run_files
-    hook = tmp_path / "hook.py"
-    hook.write_text(SKEWING_HOOK)
-    out = tmp_path / "out"
-    args = rollout_run(tiny_llama, data, reward, out, train=True, lr=1e-3, num_rollout=2, train_threads=1,
-                       rollout_sample_hook_path=[f"{hook}:skew"], sync_check_tol=1e-3)
+    args = hooked_run(tiny_llama, run_files, tmp_path, SKEWING_HOOK, "skew", sync_check_tol=1e-3)
     with pytest.warns(SilentFailureWarning, match=r"step 0: the engine's log-probs of the sampled tokens differ .* by 0\.5 nats"):
         output = run_job(args)
     assert [f["detector"] for f in output.findings] == ["logprob_gap"]
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = metrics_rows(args)
     assert rows[0]["train/rollout_kl"] == pytest.approx(-0.5, abs=1e-3)
     assert rows[0]["train/rollout_tokens_over_gap"] == 0.0
 
@@ -94,17 +106,12 @@ def test_samples_continued_from_earlier_weights_are_left_out_of_the_gap(tiny_lla
     in each group a sample continued after the weight sync (versions 0 and 1) and one kept from step 0
     (version 0), their log-probs half a nat from the trainer's as older weights' would be. No warning: the
     gap is judged on the samples version 1 sampled, and the metric says how many were left out."""
-    data, reward = run_files
-    hook = tmp_path / "hook.py"
-    hook.write_text(CONTINUING_HOOK)
-    out = tmp_path / "out"
-    args = rollout_run(tiny_llama, data, reward, out, train=True, lr=1e-3, num_rollout=2, train_threads=1,
-                       rollout_sample_hook_path=[f"{hook}:continued"], sync_check_tol=1e-3)
+    args = hooked_run(tiny_llama, run_files, tmp_path, CONTINUING_HOOK, "continued", sync_check_tol=1e-3)
     with warnings.catch_warnings():
         warnings.simplefilter("error", SilentFailureWarning)
         output = run_job(args)
     assert output.findings == []
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = metrics_rows(args)
     assert rows[0]["train/rollout_gap_excluded"] == 0.0
     assert rows[1]["train/rollout_gap_excluded"] == pytest.approx(0.5)  # 2 of each group's 4
     assert rows[1]["train/rollout_logprob_diff"] < 1e-4 and abs(rows[1]["train/rollout_kl"]) < 1e-4
@@ -120,7 +127,7 @@ def test_a_healthy_run_is_not_flagged(tiny_llama, run_files, tmp_path):
         warnings.simplefilter("error", SilentFailureWarning)
         output = run_job(args)
     assert output.findings == [] and not (tmp_path / "out" / "detected.json").exists()
-    rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    rows = metrics_rows(args)
     assert all(abs(row["train/rollout_kl"]) < 1e-4 and row["train/rollout_tokens_over_gap"] == 0.0 for row in rows)
 
 
@@ -135,12 +142,7 @@ def with_image(args, sample, **kwargs):
 def test_images_the_trainer_never_sees_are_caught(tiny_llama, run_files, tmp_path):
     """A sample hook puts an image on every sample after generation (the embedded engine refuses images; a
     vision-language model under SGLang would take them): the torch trainer's batch holds text only."""
-    data, reward = run_files
-    hook = tmp_path / "hook.py"
-    hook.write_text(IMAGE_HOOK)
-    out = tmp_path / "out"
-    args = rollout_run(tiny_llama, data, reward, out, train=True, lr=1e-3, num_rollout=1, train_threads=1,
-                       rollout_sample_hook_path=[f"{hook}:with_image"])
+    args = hooked_run(tiny_llama, run_files, tmp_path, IMAGE_HOOK, "with_image", num_rollout=1)
     with pytest.warns(SilentFailureWarning, match=r"step 0: 8 trained samples carry multimodal inputs \(images; .*"
                       r"but the trainer's batch held 0: .* learns from the text alone"):
         output = run_job(args)

@@ -153,3 +153,60 @@ def test_launched_sglang_servers_get_the_deterministic_flag():
     plan = plan_launch(RolloutConfig(sglang_enable_deterministic_inference=True), "/models/m")
     assert "--enable-deterministic-inference" in plan.engines[0].command
     assert "--enable-deterministic-inference" not in plan_launch(RolloutConfig(), "/models/m").engines[0].command
+
+
+def test_machine_figures_leave_metrics_jsonl_in_deterministic_mode():
+    """Wall clocks and GPU memory peaks (the allocator's: two H200 runs differed there by 0.04 GB) are
+    timings; what the seeds decide is not."""
+    from rlsdk.outputs import is_timing
+
+    for key in ("train/seconds", "rollout/tokens_per_s", "train/peak_memory_gb", "memory/peak_gpu_gb_train"):
+        assert is_timing(key), key
+    for key in ("train/loss", "train/grad_norm", "rollout/reward_mean", "ledger/kept"):
+        assert not is_timing(key), key
+
+
+def test_deterministic_mode_trains_attention_on_torchs_math_kernels():
+    """The memory-efficient attention kernel's backward pass is not deterministic (torch only warns): on one
+    H200 it made two runs' first gradients differ. In a process of its own: the switches are global."""
+    code = (
+        "import torch; from rlsdk.training.seeds import seed_everything; seed_everything(3); "
+        "b = torch.backends.cuda; print(b.flash_sdp_enabled(), b.mem_efficient_sdp_enabled(), "
+        "b.cudnn_sdp_enabled(), b.math_sdp_enabled(), torch.are_deterministic_algorithms_enabled())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split() == ["False", "False", "False", "True", "True"]
+
+
+@pytest.mark.plugins("rlsdk_embedded")
+def test_a_kernel_without_a_deterministic_implementation_is_named_in_the_check(tiny_llama, run_files, tmp_path):
+    """A reward whose torch op has no deterministic implementation: torch only warns (on one H200 the trainer's
+    memory-efficient attention did, and two runs differed); the run's check names the kernel. The op is torch's
+    own alert (``alert_not_deterministic``, which its kernels call): no CPU kernel lacks a deterministic one."""
+    from rlsdk.run.determinism import NondeterminismWarning
+
+    data, _ = run_files
+    reward = tmp_path / "alerting.py"
+    reward.write_text(
+        "import torch._prims_common as prims\n\n\n"
+        "def alerting(args, sample, **kwargs):\n"
+        "    prims.alert_not_deterministic('scatter_kernel_under_test')\n"
+        "    return 1.0\n"
+    )
+    out = tmp_path / "run"
+    with pytest.warns(NondeterminismWarning, match="kernel 'scatter_kernel_under_test'"):
+        run_job(
+            RolloutConfig(
+                model=str(tiny_llama), prompt_data=str(data), rm_type=f"{reward}:alerting", rollout_batch_size=2,
+                n_samples_per_prompt=2, rollout_max_response_len=2, num_rollout=1, engine_threads=1,
+                output_dir=str(out), sglang_enable_deterministic_inference=True,
+            )
+        )
+    report = json.loads((out / "determinism.json").read_text())
+    assert report["deterministic"] is False
+    assert report["not_deterministic"] == [
+        {
+            "part": "kernel 'scatter_kernel_under_test'",
+            "why": "torch ran it without a deterministic implementation (it only warns)",
+        }
+    ]

@@ -16,14 +16,13 @@ from rlsdk import (
     RewardPostProcess,
     RolloutConfig,
     RolloutDataPostprocess,
-    Sample,
     TisFunction,
     get_plugin_manager,
 )
 from rlsdk.errors import PluginCallError
 from rlsdk.run.job import run_job
 from rlsdk.runtime import Runtime, bind_runtime
-from rlsdk.testing import FakeEngine
+from rlsdk.testing import FakeEngine, make_train_groups
 
 SEEN: dict[str, list] = {}
 
@@ -86,24 +85,6 @@ TRAINING_PLUGINS = [
 ]
 
 
-def groups() -> list[list[Sample]]:
-    return [
-        [
-            Sample(
-                group_index=g,
-                index=2 * g + i,
-                tokens=[2, 3, 4 + i, 5 + g],
-                response_length=2,
-                reward=float(i),
-                rollout_log_probs=[-1.0, -1.0],
-                status=Sample.Status.COMPLETED,
-            )
-            for i in range(2)
-        ]
-        for g in range(2)
-    ]
-
-
 @pytest.fixture
 def trainer_for(tiny_llama, plugin_of):
     SEEN.clear()
@@ -133,7 +114,7 @@ def test_trainer_side_plugins_by_name_each_called_once_a_step_in_slimes_order(tr
         use_tis=True,
         micro_batch_size=4,
     )
-    metrics = trainer.train_step(0, groups())
+    metrics = trainer.train_step(0, make_train_groups())
     # the post-processed rewards reach the advantage estimator, with the first sample's tokens masked out
     assert SEEN["advantage"] == [([10.0, 11.0, 10.0, 11.0], [0.0, 2.0, 2.0, 2.0])]
     assert {"rewards", "raw_reward", "loss_masks", "tokens", "truncated"} <= set(SEEN["postprocess"][0])
@@ -144,40 +125,28 @@ def test_trainer_side_plugins_by_name_each_called_once_a_step_in_slimes_order(tr
 
 
 def test_the_default_trainer_calls_none_of_them(trainer_for):
-    trainer_for().train_step(0, groups())
+    trainer_for().train_step(0, make_train_groups())
     assert SEEN == {}
 
 
 def test_an_advantage_plugin_that_sets_the_wrong_shape_is_named(trainer_for):
     trainer = trainer_for(custom_advantage_function_path="wrong")
     with pytest.raises(PluginCallError, match=r"advantage 'wrong' .* set rollout_data\['advantages'\]"):
-        trainer.train_step(0, groups())
+        trainer.train_step(0, make_train_groups())
 
 
 @pytest.mark.slow
 @pytest.mark.plugins("rlsdk_embedded")
-def test_checkpoint_callbacks_run_after_each_checkpoint_is_complete(tiny_llama, plugin_of, tmp_path):
+def test_checkpoint_callbacks_run_after_each_checkpoint_is_complete(tiny_llama, run_files, train_args, plugin_of,
+                                                                   tmp_path):
     SEEN.clear()
     pm = get_plugin_manager(plugins=[plugin_of(*TRAINING_PLUGINS)])
-    data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps({"input": f"w{i} w{i + 1}"}) + "\n" for i in range(8)))
-    reward = tmp_path / "reward.py"
-    reward.write_text("def first(args, sample, **kw):\n    return float(sample.tokens[-1] % 2)\n")
-    options = dict(
-        model=str(tiny_llama),
-        prompt_data=str(data),
-        rm_type=f"{reward}:first",
-        train=True,
-        rollout_batch_size=2,
-        n_samples_per_prompt=2,
-        rollout_max_response_len=2,
-        num_rollout=2,
-        save_interval=1,
-        engine_threads=1,
-        train_threads=1,
-        sync_check_tol=1e-3,
-    )
-    run_job(RolloutConfig(output_dir=str(tmp_path / "a"), checkpoint_callback="record", **options), pm)
+
+    def run(out: str, callback: str) -> RolloutConfig:
+        return train_args(tiny_llama, run_files, tmp_path / out, rollout_batch_size=2, n_samples_per_prompt=2,
+                          num_rollout=2, save_interval=1, checkpoint_callback=callback)
+
+    run_job(run("a", "record"), pm)
     assert SEEN["checkpoints"] == [
         (0, "step_0", True, "checkpoints/step_0"),
         (1, "step_1", True, "checkpoints/step_1"),
@@ -185,5 +154,5 @@ def test_checkpoint_callbacks_run_after_each_checkpoint_is_complete(tiny_llama, 
     with pytest.raises(
         PluginCallError, match=r"checkpoint_callback 'breaks' .* backup disk full .* complete and kept"
     ):
-        run_job(RolloutConfig(output_dir=str(tmp_path / "b"), checkpoint_callback="breaks", **options), pm)
+        run_job(run("b", "breaks"), pm)
     assert (tmp_path / "b/checkpoints/step_0/rlsdk_checkpoint.json").exists()

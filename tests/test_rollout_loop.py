@@ -278,6 +278,18 @@ def test_deterministic_mode_seeds_each_sample(make_run):
     assert seeds == [7, 8]
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_deterministic_mode_batches_groups_in_draw_order(make_run, deterministic):
+    """Groups 0 and 1 finish last. The batch is in the order groups finished, except in deterministic mode:
+    there it is in draw order, so a real engine's timing cannot reorder the trainer's batch (on one H200 it
+    did: two runs' first steps matched and their second trained the same samples in another order)."""
+    args, source, runtime, _ = make_run(n_prompts=4, slow={0, 1}, slow_seconds=0.05, rollout_batch_size=4,
+                                        sglang_enable_deterministic_inference=deterministic)
+    out = step(args, source, runtime)
+    drawn = [f"{i} {'slow' if i < 2 else 'fast'}|" for i in range(4)]
+    assert prompts_of(out.samples) == (drawn if deterministic else drawn[2:] + drawn[:2])
+
+
 def test_ledger_balances_over_many_steps_with_partial_rollouts(make_run):
     args, source, runtime, _ = make_run(n_prompts=10, slow={1, 4, 5, 8}, slow_seconds=0.05,
                                         partial_rollout=True, dynamic_sampling_filter_path="even_only")

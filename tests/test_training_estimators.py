@@ -25,8 +25,8 @@ def test_rloo_subtracts_the_mean_of_the_other_rewards():
     # A lone sample has no other to compare with: 0.
     out = normalize_rewards(args(advantage_estimator="rloo"), [1, 0, 0, 1, 5, 2, 7], [4, 2, 1])
     assert close(out, [2 / 3, -2 / 3, -2 / 3, 2 / 3, 3.0, -3.0, 0.0])
-    per_token = compute_advantages(args(advantage_estimator="rloo"), out[:2], [torch.zeros(3), torch.zeros(1)],
-                                   [torch.ones(3), torch.ones(1)])
+    per_token, _ = compute_advantages(args(advantage_estimator="rloo"), out[:2], [torch.zeros(3), torch.zeros(1)],
+                                      [torch.ones(3), torch.ones(1)])
     assert close(per_token[0].tolist(), [2 / 3] * 3) and close(per_token[1].tolist(), [-2 / 3])
 
 
@@ -100,8 +100,9 @@ def test_ppo_advantages_put_the_reward_on_the_last_trained_token_and_need_values
     mask = [torch.tensor([1.0, 1.0, 0.0])]
     values = [torch.tensor([0.1, 0.2, 0.3])]
     # token rewards [-0.1, 1.0, 0.0] (the masked token's KL does not count); returns [0.9, 1.0, 0.0]
-    out = compute_advantages(options, [1.0], kl, mask, values)
+    out, returns = compute_advantages(options, [1.0], kl, mask, values)
     assert close(out[0].tolist(), [0.8, 0.8, -0.3])
+    assert close(returns[0].tolist(), [0.9, 1.0, 0.0])  # the critic's targets: advantages plus values
     with pytest.raises(ValueError, match="needs the critic's values"):
         compute_advantages(options, [1.0], kl, mask)
 

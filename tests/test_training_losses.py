@@ -55,19 +55,21 @@ def test_kl_estimators():
 def test_reinforce_plus_plus_returns_put_the_reward_on_the_last_trained_token():
     kl = [torch.tensor([0.1, 0.2, 0.3])]
     mask = [torch.tensor([1.0, 1.0, 0.0])]
-    out = compute_advantages(args(advantage_estimator="reinforce_plus_plus", kl_coef=0.5), [1.0], kl, mask)
+    out, returns = compute_advantages(args(advantage_estimator="reinforce_plus_plus", kl_coef=0.5), [1.0], kl, mask)
+    assert returns is None  # no critic
     assert close(out[0].tolist(), [0.85, 0.9, 0.0])
-    gamma = compute_advantages(args(advantage_estimator="reinforce_plus_plus", kl_coef=0.5, gamma=0.5), [1.0], kl, mask)
+    gamma, _ = compute_advantages(args(advantage_estimator="reinforce_plus_plus", kl_coef=0.5, gamma=0.5), [1.0], kl,
+                                  mask)
     assert close(gamma[0].tolist(), [-0.05 + 0.45, 0.9, 0.0])
 
 
 def test_baseline_advantages_subtract_kl_and_whitening_keeps_masked_tokens_at_zero():
     kl = [torch.tensor([0.2, 0.0])]
-    out = compute_advantages(args(advantage_estimator="reinforce_plus_plus_baseline", kl_coef=0.5), [1.0], kl,
-                             [torch.ones(2)])
+    out, _ = compute_advantages(args(advantage_estimator="reinforce_plus_plus_baseline", kl_coef=0.5), [1.0], kl,
+                                [torch.ones(2)])
     assert close(out[0].tolist(), [0.9, 1.0])
-    whitened = compute_advantages(args(normalize_advantages=True), [1.0, -1.0], [torch.zeros(2), torch.zeros(2)],
-                                  [torch.tensor([1.0, 0.0]), torch.ones(2)])
+    whitened, _ = compute_advantages(args(normalize_advantages=True), [1.0, -1.0], [torch.zeros(2), torch.zeros(2)],
+                                     [torch.tensor([1.0, 0.0]), torch.ones(2)])
     values = torch.cat(whitened)
     assert values[1] == 0 and abs(float(values[[0, 2, 3]].sum())) < 1e-5
 

@@ -17,7 +17,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import random
 from typing import Any
 
 import pytest
@@ -49,6 +48,7 @@ from rlsdk.engines.tensor_transport import FlatWeights, serialize_for_sglang
 from rlsdk.training.torch_trainer import TorchTrainer
 from rlsdk.training_options import offloads
 from rlsdk import Trainer
+from rlsdk.testing import make_train_groups
 
 
 class InProcessEngine:
@@ -397,24 +397,6 @@ class RecordingTrainer(TorchTrainer):
         return super().weights()
 
 
-def groups() -> list[list[Sample]]:
-    rng = random.Random(0)
-    return [
-        [
-            Sample(
-                group_index=g,
-                index=i,
-                tokens=[rng.randrange(32) for _ in range(8)],
-                response_length=3,
-                reward=float(i % 2),
-                status=Sample.Status.COMPLETED,
-            )
-            for i in range(2)
-        ]
-        for g in range(2)
-    ]
-
-
 def one_step(url: str, tiny_llama: Path, tmp_path: Path, **flags: Any) -> tuple[list[str], list[str], dict]:
     """One training step of a colocated run with ``flags``: the trainer's events, SGLang's calls, metrics."""
     args = RolloutConfig(
@@ -436,7 +418,7 @@ def one_step(url: str, tiny_llama: Path, tmp_path: Path, **flags: Any) -> tuple[
         session.drift.baseline = (
             1.0  # the drift check's noise, which it would measure with /generate (the fake has none)
         )
-        result = RolloutFnTrainOutput(samples=groups())
+        result = RolloutFnTrainOutput(samples=make_train_groups(length=8, response_length=3))
         try:  # the loop's train and sync verbs
             metrics = session.train(0, result)
             metrics.update(session.publish(result))

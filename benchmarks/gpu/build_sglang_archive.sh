@@ -6,8 +6,8 @@
 #
 # WHEEL_LIST: wheel file names, one a line (default: the shared sglang-0.5.17-wheels.txt, the 109 wheels
 # SGLang needs on top of the GPU image's packages). OUT_DIR (default .gpu, ignored by git) receives
-# wheels/ and sglang-wheels.tar split into PIECE_SIZE pieces (default 58M: a call carries at most
-# 64 MiB, the checkout included) named sglang-wheels.tar.part-NN. The wheels are already compressed;
+# wheels/ and sglang-wheels.tar split into PIECE_SIZE pieces (default 52M: a call carries at most
+# 64 MiB, the checkout included, 7.3 MiB on 2026-11-29) named sglang-wheels.tar.part-NN. The wheels are already compressed;
 # an uncompressed tar costs no CPU here and unpacks in seconds there (benchmarks/gpu/device.sh).
 # SITE_XZ=1 also writes sglang-site.tar.xz.part-NN: the wheels unpacked as device.sh's setup would, xz'd
 # (about half the size, 7 pieces instead of 12; but xz took about an hour on a busy 2-core machine, while a
@@ -21,7 +21,7 @@ list=${1:-$(shared_file sglang-0.5.17-wheels.txt)}
 list=$(realpath "$list" 2>/dev/null || echo "$list")
 [ -f "$list" ] || { echo "no wheel list: pass the path of sglang-0.5.17-wheels.txt" >&2; exit 2; }
 out=${2:-$root/.gpu}
-piece=${3:-58M}
+piece=${3:-52M}
 mkdir -p "$out/wheels"
 # name==version from each file name (its first two dash-separated fields)
 mapfile -t specs < <(sed -E 's/^([^-]+)-([^-]+)-.*/\1==\2/' "$list")

@@ -32,7 +32,8 @@
 #                                            # sampler-vs-trainer check, forward_backward overhead at 8k tokens (~8 min;
 #                                            # TINKER_ARGS="--parts rl" or "--parts numerics,overhead" to split it)
 #   bash benchmarks/gpu/device.sh determinism  # learning_gpu.py twice with --deterministic (after setup and model; 20
-#                                            # steps each, DET_STEPS; not yet run): SGLang launched with
+#                                            # steps each, DET_STEPS; DET_RUNS=a, then b, to split the runs over
+#                                            # calls; "default" adds a run without the flag): SGLang launched with
 #                                            # --enable-deterministic-inference; determinism_gpu.json compares the
 #                                            # two runs' reward curves and metrics.jsonl, the first line that differs
 #   bash benchmarks/gpu/device.sh learn_megatron  # the same with --trainer megatron (~9 min)
@@ -366,16 +367,18 @@ scale() {  # SCALE_ARGS: more of scale.py's options
   return 0
 }
 
-determinism() {  # two --deterministic runs of learning_gpu.py; determinism_gpu.json says what differs, if anything
+determinism() {  # --deterministic runs of learning_gpu.py (DET_RUNS, default "a b"; "default" runs without the
+  # flag, for the mode's cost); once a and b both ran, determinism_gpu.json says what differs, if anything
   local run
-  for run in a b; do
+  for run in ${DET_RUNS:-a b}; do
     rm -rf "/tmp/det-$run"
     bench "determinism_gpu_$run" "$here/learning_gpu.py" --trainer torch --gguf "$gguf" --cache-dir "$models" \
-        --sglang-python /tmp/sglang-python --output "/tmp/det-$run" --steps "${DET_STEPS:-20}" --minutes 4 \
-        --eval-interval 10 -- --deterministic
+        --sglang-python /tmp/sglang-python --output "/tmp/det-$run" --steps "${DET_STEPS:-20}" --minutes 9.5 \
+        --eval-interval 10 -- $([ "$run" = default ] || echo --deterministic)
     cp "/tmp/det-$run/metrics.jsonl" "$out/determinism_gpu_$run-metrics.jsonl" 2>/dev/null
     cp "/tmp/det-$run/determinism.json" "$out/determinism_gpu_$run-check.json" 2>/dev/null
   done
+  [ -d /tmp/det-a ] && [ -d /tmp/det-b ] || return 0
   rlsdk_env python3 "$here/../determinism.py" --compare /tmp/det-a /tmp/det-b >"$out/determinism_gpu.json"
   tail -c 2000 "$out/determinism_gpu.json"
 }

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_throughput import best, flush, straight, through_rlsdk
-from workload import machine, make_prompts, random_checkpoint, run_reporting, sample_groups, write_dataset
+from workload import add_workload_options, machine, make_prompts, random_checkpoint, run_reporting, sample_groups, write_dataset
 
 from rlsdk import RolloutConfig, Sample
 from rlsdk.trainer_api import free_port
@@ -444,12 +444,7 @@ def main() -> None:
         help="SGLang's --mem-fraction-static (default 0.7; 0.5 with colocate)",
     )
     parser.add_argument("--startup-timeout", type=float, default=300.0)
-    parser.add_argument("--requests", type=int, default=1024)
-    parser.add_argument("--prompt-len", type=int, default=128)
-    parser.add_argument("--new-tokens", type=int, default=256)
-    parser.add_argument("--in-flight", type=int, default=512)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--repeat", type=int, default=2, help="passes per configuration")
+    add_workload_options(parser, repeat_help="passes per configuration")
     parser.add_argument("--engines", type=int, default=2, help="engines2: engines behind the router")
     parser.add_argument(
         "--router-policies",

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workload import machine, make_prompts, write_dataset
+from workload import add_workload_options, machine, make_prompts, write_dataset
 
 HERE = Path(__file__).resolve().parent
 
@@ -101,13 +101,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="http://127.0.0.1:30000")
     parser.add_argument("--model-config", default=".gpu/bench-model", help="The served model's tokenizer folder.")
-    parser.add_argument("--requests", type=int, default=1024)
-    parser.add_argument("--prompt-len", type=int, default=128)
-    parser.add_argument("--new-tokens", type=int, default=256)
-    parser.add_argument("--in-flight", type=int, default=512)
-    parser.add_argument("--temperature", type=float, default=1.0)
+    add_workload_options(parser)
     parser.add_argument("--rm", default="math")
-    parser.add_argument("--repeat", type=int, default=2)
     opts = parser.parse_args()
     opts.model_config = Path(opts.model_config).resolve()
 

@@ -37,7 +37,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from workload import machine, random_checkpoint, run_reporting
+from workload import machine, random_checkpoint, run_reporting, started_vllm
 
 from rlsdk import RolloutConfig
 
@@ -247,7 +247,6 @@ def main() -> None:
 
     from rlsdk.runtime import BackgroundLoop
     from rlsdk.trainer_api import TorchTrainer
-    from rlsdk_engine_vllm.plugin import vllm_engine
 
     work = Path(tempfile.mkdtemp(prefix="vllm-checks-"))
     folder = random_checkpoint(opts.model_config, work / "weights", dtype="float32", device=opts.device)
@@ -268,15 +267,9 @@ def main() -> None:
         vllm_startup_timeout=opts.startup_timeout,
         output_dir=str(work / "run"),
     )
-    client = vllm_engine(args)
     loop = BackgroundLoop()
-    started = time.perf_counter()
-    loop.run(client.start())
-    report: dict[str, Any] = {
-        "benchmark": "vllm_checks",
-        "startup_seconds": round(time.perf_counter() - started, 1),
-        "command": " ".join(client.launcher.plan.command),
-    }
+    client, started = started_vllm(args, loop)
+    report: dict[str, Any] = {"benchmark": "vllm_checks", **started}
     socket, key = client.launcher.socket, client.launcher.api_key
     try:
         # the trainer holds the served weights whole (no adapter of its own): the contract's truth

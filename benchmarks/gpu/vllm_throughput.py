@@ -37,7 +37,7 @@ from typing import Any
 
 from gpu_loop import hand_started, wait_health
 from sglang_throughput import best, flush, straight
-from workload import machine, make_prompts, run_reporting
+from workload import add_workload_options, machine, make_prompts, run_reporting, started_vllm
 
 from rlsdk import RolloutConfig, free_port
 
@@ -103,7 +103,6 @@ def sglang_figures(opts: argparse.Namespace, prompts: list[list[int]], work: Pat
 
 def vllm_figures(opts: argparse.Namespace, prompts: list[list[int]], work: Path) -> dict[str, Any]:
     from rlsdk.runtime import BackgroundLoop
-    from rlsdk_engine_vllm.plugin import vllm_engine
 
     args = RolloutConfig(
         engine="vllm",
@@ -114,14 +113,8 @@ def vllm_figures(opts: argparse.Namespace, prompts: list[list[int]], work: Path)
         vllm_server_concurrency=opts.in_flight,
         output_dir=str(work / "vllm"),
     )
-    client = vllm_engine(args)
     loop = BackgroundLoop()
-    started = time.perf_counter()
-    loop.run(client.start())
-    figures: dict[str, Any] = {
-        "startup_seconds": round(time.perf_counter() - started, 1),
-        "command": " ".join(client.launcher.plan.command),
-    }
+    client, figures = started_vllm(args, loop)
     socket, key = client.launcher.socket, client.launcher.api_key
     try:
         warm = argparse.Namespace(**{**vars(opts), "new_tokens": 8})
@@ -146,12 +139,7 @@ def main() -> None:
     parser.add_argument("--vllm-python", default="/tmp/vllm-python")
     parser.add_argument("--mem-fraction", type=float, default=0.7, help="SGLang's --mem-fraction-static, vLLM's --gpu-memory-utilization")
     parser.add_argument("--startup-timeout", type=float, default=400.0)
-    parser.add_argument("--requests", type=int, default=1024)
-    parser.add_argument("--prompt-len", type=int, default=128)
-    parser.add_argument("--new-tokens", type=int, default=256)
-    parser.add_argument("--in-flight", type=int, default=512)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--repeat", type=int, default=2)
+    add_workload_options(parser)
     opts = parser.parse_args()
     opts.model_config = Path(opts.model_config).resolve()
 

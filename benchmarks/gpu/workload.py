@@ -1,5 +1,5 @@
 """What the GPU benchmarks share: a random-weight checkpoint built from a config, prompts of an exact
-token length that survive a text round trip, and a description of the machine.
+token length that survive a text round trip, the workload's options, and a description of the machine.
 
 Random weights make the model's next-token distribution nearly flat, so sampled outputs run to their
 length limit (an end-of-sequence token is drawn about once per 49,152 tokens) and every path measured
@@ -8,6 +8,7 @@ generates the same number of tokens.
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import gc
 import json
@@ -27,6 +28,31 @@ TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "nu
         "num_key_value_heads": 2, "head_dim": 16}
 """Config overrides for a model small enough to check the scripts on a CPU in seconds."""
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+
+
+def add_workload_options(parser: argparse.ArgumentParser, repeat_help: str | None = None) -> None:
+    """The shared workload's options: ``--requests`` prompts of ``--prompt-len`` tokens, ``--new-tokens`` each
+    at ``--temperature``, ``--in-flight`` at once, the best of ``--repeat`` passes."""
+    parser.add_argument("--requests", type=int, default=1024)
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--in-flight", type=int, default=512)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--repeat", type=int, default=2, help=repeat_help)
+
+
+def started_vllm(args: Any, loop: Any) -> tuple[Any, dict[str, Any]]:
+    """The vLLM plugin's client for the run ``args``, started on ``loop`` (a ``BackgroundLoop``), and its
+    start's figures: the seconds it took and the server's command line."""
+    from rlsdk_engine_vllm.plugin import vllm_engine
+
+    client = vllm_engine(args)
+    started = time.perf_counter()
+    loop.run(client.start())
+    return client, {
+        "startup_seconds": round(time.perf_counter() - started, 1),
+        "command": " ".join(client.launcher.plan.command),
+    }
 
 
 def random_checkpoint(config_dir: str | Path, out_dir: str | Path, *, dtype: str = "bfloat16",

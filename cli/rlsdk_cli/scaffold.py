@@ -390,47 +390,39 @@ def environment_rows(count: int, offset: int) -> str:
     return "".join(rows)
 
 
-CHECKS = {
-    "reward": """\
+TEST_HEAD = """\
 def test_{name}(rlsdk_pm):
     rlsdk_pm.register(plugin)
+"""
+"""How each generated test begins: the package's plugin registered in the fresh manager ``rlsdk_pm``."""
+
+CHECKS = {
+    "reward": """\
     samples = make_group([None, None], label="The answer is 1")  # responses "The answer is 0" and "... 1"
     assert check_reward(rlsdk_pm, "{record}", samples=samples) == [0.0, 1.0]
 """,
     "dynamic_filter": """\
-def test_{name}(rlsdk_pm):
-    rlsdk_pm.register(plugin)
     groups = [make_group([0.0, 1.0]), make_group([1.0, 1.0])]
     verdicts = check_dynamic_filter(rlsdk_pm, "{record}", groups=groups)
     assert [v.keep for v in verdicts] == [True, False]
 """,
     "over_sampling_filter": """\
-def test_{name}(rlsdk_pm):
-    rlsdk_pm.register(plugin)
     flat, wide = make_group([1.0, 1.0], group_index=0), make_group([0.0, 1.0], group_index=1)
     ordered = check_over_sampling_filter(rlsdk_pm, "{record}", groups=[flat, wide])
     assert ordered == [wide, flat]
 """,
     "buffer_filter": """\
-def test_{name}(rlsdk_pm):
-    rlsdk_pm.register(plugin)
     taken = check_buffer_filter(rlsdk_pm, "{record}", num_samples=2)
     assert [g[0].group_index for g in taken] == [4, 3]
 """,
     "custom_generate": """\
-def test_{name}(rlsdk_pm):
-    rlsdk_pm.register(plugin)
     sample = check_custom_generate(rlsdk_pm, "{record}", replies=["The answer is 5."])
     assert sample.response == "The answer is 5."
 """,
     "generate_rollout": """\
-def test_{name}(rlsdk_pm):
-    rlsdk_pm.register(plugin)
     check_callable(rlsdk_pm, "generate_rollout", "{record}")
 """,
     "environment": """\
-def test_{name}(rlsdk_pm):
-    rlsdk_pm.register(plugin)
     args = check_environment(rlsdk_pm, "{record}", train=True)
     assert args.label_key == "label" and args.eval_datasets
     samples = make_group([None, None], label="7")  # responses "The answer is 0" and "... 1"
@@ -438,76 +430,55 @@ def test_{name}(rlsdk_pm):
     assert check_reward(rlsdk_pm, args.rm_type, args, samples=samples) == [1.0, 0.1]
 """,
 }
+"""Per kind, its generated test after :data:`TEST_HEAD`: the kind's check on the example, and what it gives."""
 
 CHECKS.update(
     {
         "loss": """\
-def test_{name}(rlsdk_pm):
-    rlsdk_pm.register(plugin)
     loss, metrics = check_loss(rlsdk_pm, "{record}")  # a small batch over uniform logits
     assert set(metrics) == {{"reinforce_loss"}}
 """,
         "tool": """\
-def test_{name}(rlsdk_pm):
-    rlsdk_pm.register(plugin)
     tool = check_callable(rlsdk_pm, "tool", "{record}")
     assert tool.func(None, query="three short words") == "3"
 """,
         "agent": """\
-def test_{name}(rlsdk_pm):
     # the signature only: running it needs a served model (rlsdk run --custom-generate openai_agent)
-    rlsdk_pm.register(plugin)
     check_callable(rlsdk_pm, "agent", "{record}")
 """,
         "engine": """\
-def test_{name}(rlsdk_pm):
     # built, not started; a running engine is held to rlsdk.testing.ENGINE_CONTRACT by check_engine_contract
-    rlsdk_pm.register(plugin)
     engine = check_engine(rlsdk_pm, "{record}")
     assert engine.url == "http://10.0.0.5:30000"
 """,
         "trainer": """\
-def test_{name}(rlsdk_pm):
     # the signature only: check_trainer(rlsdk_pm, name, args) trains a step on args.hf_checkpoint's model
-    rlsdk_pm.register(plugin)
     check_callable(rlsdk_pm, "trainer", "{record}")
 """,
         "task_generator": """\
-def test_{name}(rlsdk_pm):
-    rlsdk_pm.register(plugin)
     body = {{"num_repeat_per_sample": 2}}  # the /start_rollout body (task_type added)
     items = check_task_generator(rlsdk_pm, "{record}", body)
     assert len(items) == 6  # three complete groups of two
 """,
         "megatron_init": """\
-def test_{name}(rlsdk_pm):
-    rlsdk_pm.register(plugin)
     check_megatron_init(rlsdk_pm, "{record}")
 """,
         "megatron_before_log_prob": """\
-def test_{name}(rlsdk_pm):
-    rlsdk_pm.register(plugin)
     # with one small torch module by default
     model = check_megatron_before_log_prob(rlsdk_pm, "{record}")
     assert not model[0].training
 """,
         "megatron_before_train_step": """\
-def test_{name}(rlsdk_pm):
-    rlsdk_pm.register(plugin)
     # rollout 0 with the default lr, 1e-6
     _, optimizer = check_megatron_before_train_step(rlsdk_pm, "{record}")
     assert abs(optimizer.param_groups[0]["lr"] - 1e-7) < 1e-15
 """,
         "model_provider": """\
-def test_{name}(rlsdk_pm):
     # the signature only: check_model_provider(rlsdk_pm, name, config=..., model_kwargs=...) builds it
     # where megatron-core is installed
-    rlsdk_pm.register(plugin)
     check_callable(rlsdk_pm, "model_provider", "{record}")
 """,
         "update_weight_post_write": """\
-def test_{name}(rlsdk_pm):
-    rlsdk_pm.register(plugin)
     # a folder holding config.json by default
     folder = check_update_weight_post_write(rlsdk_pm, "{record}")
     assert (folder.parent / f"{{folder.name}}.files").read_text() == "config.json"
@@ -580,11 +551,10 @@ def example(kind: str) -> tuple[str, str, str, str, str]:
 
 
 DECLARED_CHECK = """\
-def test_{name}(rlsdk_pm):
-    rlsdk_pm.register(plugin)
     check_{kind}(rlsdk_pm, "{record}")  # called as a run calls it, on rlsdk.testing's default inputs
 """
-"""The test of a kind whose example comes from its declaration: its kind's check in :mod:`rlsdk.testing`."""
+"""The test (after :data:`TEST_HEAD`) of a kind whose example comes from its declaration: its kind's check in
+:mod:`rlsdk.testing`."""
 
 
 def record_name(package: str, kind: str) -> str:
@@ -657,7 +627,7 @@ def test_module(package: str, kinds: list[str]) -> str:
         lines += [
             "",
             "",
-            CHECKS.get(kind, DECLARED_CHECK)
+            (TEST_HEAD + CHECKS.get(kind, DECLARED_CHECK))
             .format(name=example(kind)[3].lower(), record=record_name(package, kind), kind=kind)
             .rstrip(),
         ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import random
 import tempfile
 import typing
 from collections.abc import Callable, Sequence
@@ -133,6 +134,7 @@ __all__ = [
     "check_trainer",
     "check_update_weight_post_write",
     "make_group",
+    "make_train_groups",
     "process_alive",
     "processes_gone",
     "ray_test_cluster",
@@ -207,6 +209,36 @@ def make_group(
             status=Sample.Status.COMPLETED,
         )
         for i, reward in enumerate(rewards)
+    ]
+
+
+def make_train_groups(
+    groups: int = 2,
+    size: int = 2,
+    *,
+    length: int = 4,
+    response_length: int = 2,
+    vocab: int = 32,
+    seed: int = 0,
+) -> list[list[Sample]]:
+    """``groups`` completed groups of ``size`` samples, ready for a trainer's step: each sample ``length``
+    random token ids below ``vocab`` (drawn from ``seed``), the last ``response_length`` of them its response,
+    each with the engine's log-prob -1.0; rewards 0.0, 1.0, 0.0, ... within a group."""
+    rng = random.Random(seed)
+    return [
+        [
+            Sample(
+                group_index=g,
+                index=g * size + i,
+                tokens=[rng.randrange(vocab) for _ in range(length)],
+                response_length=response_length,
+                reward=float(i % 2),
+                rollout_log_probs=[-1.0] * response_length,
+                status=Sample.Status.COMPLETED,
+            )
+            for i in range(size)
+        ]
+        for g in range(groups)
     ]
 
 
@@ -392,21 +424,7 @@ def check_trainer(pm: RlsdkPluginManager, name: str, args: RolloutConfig) -> Any
 
     resolved = pm.resolve("trainer", name)
     trainer = build_trainer(resolved, args)
-    groups = [
-        [
-            Sample(
-                group_index=g,
-                index=2 * g + i,
-                tokens=[1, 2, 3, 4 + i],
-                response_length=2,
-                reward=float(i),
-                rollout_log_probs=[-1.0, -1.0],
-                status=Sample.Status.COMPLETED,
-            )
-            for i in range(2)
-        ]
-        for g in range(2)
-    ]
+    groups = make_train_groups()
     metrics = trainer.train_step(0, groups)
     assert metrics and all(
         k.startswith("train/") and isinstance(v, int | float) and math.isfinite(v) for k, v in metrics.items()

@@ -18,7 +18,6 @@ from aiohttp import web
 
 from .._version import __version__
 from ..engines.engine import InferenceEngine
-from ..engines import run_tokens
 from ..engines.protocol import SERVE_TOKEN_ENV, EngineRequestError
 from ..engines.service_guard import ConnectionLimits, Served, check_binding, guard
 from ..errors import PluginCallError
@@ -265,10 +264,6 @@ class ChatServer(Served):
 
     chat: ChatEndpoint
 
-    async def close(self) -> None:
-        run_tokens.forget(self.url)
-        await super().close()
-
 
 async def start_chat_server(
     chat: ChatEndpoint,
@@ -288,8 +283,7 @@ async def start_chat_server(
     add_chat_routes(app, chat)
     runner, bound = await limits.serve(app, host, port)
     server = ChatServer(host, bound, runner, limits, chat)
-    if token:  # clients made in this process (a run's agents) send it
-        run_tokens.remember(server.url, token)
+    server.share_token(token)
     return server
 
 

@@ -108,10 +108,10 @@ RUN_OPTIONS: dict[str, tuple[str, ...]] = {
     "eval_pass_key": ("eval_pass_key",),
     "eval_pass_threshold": ("eval_pass_threshold",),
 }
-"""The run's options a setting falls back to, first set one first (slime's ``eval_*`` arguments before the
-rollout's). A dataset without a ``custom_rm_path`` of its own leaves the run's ``custom_rm_path`` (and
-``group_rm``) to the reward's usual choice; one without ``rm_type`` leaves each row's ``metadata["rm_type"]``
-and the run's ``rm_type``."""
+"""The settings a dataset takes from its entry, else the run: each with the run's options it falls back to,
+first set one first (slime's ``eval_*`` arguments before the rollout's). A dataset without a
+``custom_rm_path`` of its own leaves the run's ``custom_rm_path`` (and ``group_rm``) to the reward's usual
+choice; one without ``rm_type`` leaves each row's ``metadata["rm_type"]`` and the run's ``rm_type``."""
 
 DATA_OPTIONS = (
     "input_key",
@@ -438,33 +438,19 @@ def _resolved(args: RunOptions, name: str, path: str, settings: dict[str, Any]) 
                 return value
         return None
 
+    picked = {key: pick(key) for key in RUN_OPTIONS}
     reward_key = settings.get("eval_reward_key", settings.get("reward_key"))
     return EvalDataset(
         name=name,
         path=path,
-        n_samples_per_eval_prompt=pick("n_samples_per_eval_prompt") or 1,
-        input_key=pick("input_key"),
-        label_key=pick("label_key"),
-        tool_key=pick("tool_key"),
-        metadata_key=pick("metadata_key"),
-        multimodal_keys=pick("multimodal_keys"),
-        apply_chat_template=pick("apply_chat_template"),
-        apply_chat_template_kwargs=pick("apply_chat_template_kwargs"),
+        **{
+            **picked,
+            "n_samples_per_eval_prompt": picked["n_samples_per_eval_prompt"] or 1,
+            "reward_key": reward_key if reward_key is not None else picked["reward_key"],
+        },
         rm_type=settings.get("rm_type"),
-        custom_rm_path=pick("custom_rm_path"),
-        reward_key=reward_key if reward_key is not None else pick("reward_key"),
-        eval_pass_key=pick("eval_pass_key"),
-        eval_pass_threshold=pick("eval_pass_threshold"),
         custom_generate_function_path=settings.get("custom_generate_function_path"),
         metadata_overrides=dict(settings.get("metadata_overrides") or {}),
-        temperature=pick("temperature"),
-        top_p=pick("top_p"),
-        top_k=pick("top_k"),
-        max_response_len=pick("max_response_len"),
-        stop=pick("stop"),
-        stop_token_ids=pick("stop_token_ids"),
-        min_new_tokens=pick("min_new_tokens"),
         repetition_penalty=settings.get("repetition_penalty"),
-        skip_special_tokens=pick("skip_special_tokens"),
         no_stop_trim=settings.get("no_stop_trim", True),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +46,8 @@ def split_images(messages: Messages, folder: Path) -> tuple[Messages, list[str]]
     """The messages with each image part replaced by ``{"type": "image"}`` (what chat templates of
     vision models turn into their image placeholder), and the images in order of appearance."""
     images: list[str] = []
-    rendered = []
-    for message in messages:
-        content = message.get("content")
-        if not isinstance(content, list):
-            rendered.append(message)
-            continue
+
+    def placeholders(content: list[Any]) -> list[Any]:
         parts = []
         for part in content:
             image = image_of(part)
@@ -59,8 +56,9 @@ def split_images(messages: Messages, folder: Path) -> tuple[Messages, list[str]]
             else:
                 images.append(resolve_image(image, folder))
                 parts.append({"type": "image"})
-        rendered.append({**message, "content": parts})
-    return rendered, images
+        return parts
+
+    return _with_contents(messages, list, placeholders), images
 
 
 def text_only(messages: Messages) -> Messages | None:
@@ -68,12 +66,9 @@ def text_only(messages: Messages) -> Messages | None:
     models, which take string contents only); None when no content is a list."""
     if not any(isinstance(m.get("content"), list) for m in messages):
         return None
-    return [
-        {**m, "content": "".join(p.get("text", "") for p in m["content"] if isinstance(p, dict))}
-        if isinstance(m.get("content"), list)
-        else m
-        for m in messages
-    ]
+    return _with_contents(
+        messages, list, lambda content: "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    )
 
 
 def with_media(prompt: str | Messages, row: dict[str, Any], keys: dict[str, str]) -> str | Messages:
@@ -99,12 +94,8 @@ def with_media(prompt: str | Messages, row: dict[str, Any], keys: dict[str, str]
         images = [images]
     queue = [_image_part(item) for item in images]
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-    placed = []
-    for message in messages:
-        content = message.get("content")
-        if not isinstance(content, str):
-            placed.append(message)
-            continue
+
+    def placed(content: str) -> list[dict[str, Any]]:
         parts: list[dict[str, Any]] = []
         for segment in re.split(f"({re.escape(PLACEHOLDERS['image'])})", content):
             if segment == PLACEHOLDERS["image"]:
@@ -113,10 +104,23 @@ def with_media(prompt: str | Messages, row: dict[str, Any], keys: dict[str, str]
                 parts.append(queue.pop(0))
             elif segment:
                 parts.append({"type": "text", "text": segment})
-        placed.append({**message, "content": parts})
+        return parts
+
+    with_images = _with_contents(messages, str, placed)
     if queue:
         raise ValueError(f"{len(queue)} more image(s) in the row than <image> placeholders in its prompt")
-    return placed
+    return with_images
+
+
+def _with_contents(messages: Messages, kind: type, rewrite: Callable[[Any], Any]) -> Messages:
+    """The messages, each whose content is a ``kind`` (``str`` or ``list``) with ``rewrite(content)`` in its
+    place, the others as they are."""
+    return [
+        {**message, "content": rewrite(message["content"])}
+        if isinstance(message.get("content"), kind)
+        else message
+        for message in messages
+    ]
 
 
 def _image_part(item: Any) -> dict[str, Any]:

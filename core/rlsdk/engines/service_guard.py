@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from . import run_tokens
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ErrorReply = Callable[[str, int], web.Response]
 READ_TIMEOUT = 60.0
@@ -230,7 +232,14 @@ class Served:
         """Where clients reach it (:attr:`base`, unless a server says otherwise)."""
         return self.base
 
+    def share_token(self, token: str | None) -> None:
+        """Clients made in this process (a run's generators and agents) send ``token`` to this server until it
+        closes (:mod:`rlsdk.engines.run_tokens`)."""
+        if token:
+            run_tokens.remember(self.url, token)
+
     async def close(self) -> None:
+        run_tokens.forget(self.url)
         await self.limits.stop(self.runner)
 
 

@@ -101,6 +101,8 @@ class StepState:
     restarted: list[Group] = field(default_factory=list)
     """Hung past the abort timeout: their state is unknown, they start over."""
     in_flight: dict[asyncio.Task[Group], Group] = field(default_factory=dict)
+    drawn: dict[int, int] = field(default_factory=dict)
+    """``id(group)`` -> its place in the order the step drew its groups (deterministic mode's batch order)."""
     entry_metadata: dict[int, dict[str, Any]] = field(default_factory=dict)
     """``id(sample)`` -> its metadata entering the step, if any (what a restarted sample gets back)."""
     landed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -163,6 +165,7 @@ async def draw(step: StepState) -> None:
     step.pulled += len(groups)
     unsent = 0
     for group in groups:
+        step.drawn[id(group)] = len(step.drawn)
         # custom_generate, sample_hook and reward: the group's samples, as they finish
         task = asyncio.create_task(
             run_group(args, step.plugins, group, step.sampling_params, step.limit, rollout_id=step.rollout_id)
@@ -254,6 +257,8 @@ async def settle(step: StepState) -> list[Group]:
             step.kept.append(group)
         else:
             ledger.drop(group, reason)
+    if args.sglang_enable_deterministic_inference:  # in draw order, not the order the engine finished them
+        step.kept.sort(key=lambda group: step.drawn[id(group)])
     if step.plugins.get(OverSamplingFilter) is not None:  # over_sampling_filter: order the kept groups
         step.kept = await order_groups(step)
     batch, surplus = step.kept[: step.target], step.kept[step.target :]

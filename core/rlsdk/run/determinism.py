@@ -14,9 +14,13 @@ launches). Wall-clock figures (seconds, rates, peak memory) differ between any t
 from __future__ import annotations
 
 import json
+import re
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from ..config import RolloutConfig
 from ..runtime import Runtime
@@ -26,6 +30,14 @@ from .output import RunOutput
 
 REPORT_FILE = "determinism.json"
 """What the check found, written to the output folder of a deterministic run."""
+
+
+KERNEL_ALERT = re.compile(
+    r"(\S.*?) (?:does not have a deterministic implementation|defaults to a non-deterministic)"
+)
+"""How torch words a kernel that ran without a deterministic implementation while its deterministic algorithms
+are on with ``warn_only`` (``index_add_cuda_ does not have ...``, ``Memory Efficient attention defaults to a
+non-deterministic algorithm``): group 1 names the kernel."""
 
 
 class NondeterminismWarning(RuntimeWarning):
@@ -93,16 +105,59 @@ def report_nondeterminism(args: RolloutConfig, runtime: Runtime, folder: Path) -
     """Warn once per part of a deterministic run that is not deterministic, and write them all to
     ``determinism.json`` in the run's folder."""
     parts = nondeterministic_parts(args, runtime)
+    warn_parts(parts)
+    write_report(args, folder, parts)
+    return parts
+
+
+def warn_parts(parts: list[Part]) -> None:
     for part in parts:
         warnings.warn(
             f"--deterministic: {part.part} is not deterministic: {part.why}",
             NondeterminismWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
+
+
+def write_report(args: RolloutConfig, folder: Path, parts: list[Part]) -> None:
     report = {
         "deterministic": not parts,
         "rollout_seed": args.rollout_seed,
         "not_deterministic": [asdict(p) for p in parts],
     }
     (folder / REPORT_FILE).write_text(json.dumps(report, indent=1) + "\n")
-    return parts
+
+
+@contextmanager
+def watching_kernels(args: RolloutConfig, folder: Path) -> Iterator[None]:
+    """In deterministic mode, the kernels torch ran without a deterministic implementation while the run ran
+    (in this process: the driver's and a colocated trainer's), each warned about and added to
+    ``determinism.json`` when the run ends. Torch says so once per process and goes on."""
+    if not args.sglang_enable_deterministic_inference:
+        yield
+        return
+    kernels: list[str] = []
+    shown = warnings.showwarning
+
+    def seeing(message: Any, *rest: Any, **named: Any) -> None:
+        found = KERNEL_ALERT.match(str(message))
+        if found and found.group(1) not in kernels:
+            kernels.append(found.group(1))
+        shown(message, *rest, **named)
+
+    warnings.showwarning = seeing
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+        if kernels and (folder / REPORT_FILE).exists():
+            found = [
+                Part(
+                    f"kernel {kernel!r}",
+                    "torch ran it without a deterministic implementation (it only warns)",
+                )
+                for kernel in kernels
+            ]
+            warn_parts(found)
+            known = json.loads((folder / REPORT_FILE).read_text())["not_deterministic"]
+            write_report(args, folder, [Part(**part) for part in known] + found)

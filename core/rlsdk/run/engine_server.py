@@ -27,7 +27,6 @@ from aiohttp import web
 from .._version import __version__
 from ..agents.server import CHAT_PATHS, NO_CHAT_TEMPLATE, add_chat_routes, chat_endpoint
 from ..aio.streams import merge_streams
-from ..engines import run_tokens
 from ..engines.engine import InferenceEngine
 from ..engines.lora_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from ..engines.protocol import SERVE_TOKEN_ENV, EngineRequestError, error_body, new_rid, split_batch
@@ -67,7 +66,6 @@ class ServerHandle(Served):
     async def close(self) -> None:
         if self.engine.url == self.url:
             self.engine.url = None
-        run_tokens.forget(self.url)
         await super().close()
 
 
@@ -124,8 +122,7 @@ async def start_server(
     # a client that disconnects cancels its handler, which aborts its generation
     runner, bound_port = await limits.serve(app, host, port)
     handle = ServerHandle(host=host, port=bound_port, runner=runner, engine=engine, limits=limits, chat=chat)
-    if token:  # clients made in this process (a run's generators) send it
-        run_tokens.remember(handle.url, token)
+    handle.share_token(token)
     if engine.url is None:  # an engine with a URL of its own (a client, served as a proxy) keeps it
         engine.url = handle.url
     return handle

@@ -102,20 +102,10 @@ def compute_advantages(
     kl: list[torch.Tensor],
     loss_masks: list[torch.Tensor],
     values: list[torch.Tensor] | None = None,
-) -> list[torch.Tensor]:
-    """:func:`raw_advantages`, whitened over the batch's trained tokens with ``normalize_advantages``."""
-    advantages = raw_advantages(args, rewards, kl, loss_masks, values)
-    return whiten(advantages, loss_masks) if args.normalize_advantages else advantages
-
-
-def raw_advantages(
-    args: RolloutConfig,
-    rewards: list[float],
-    kl: list[torch.Tensor],
-    loss_masks: list[torch.Tensor],
-    values: list[torch.Tensor] | None = None,
-) -> list[torch.Tensor]:
-    """Per-token advantages from (normalized) rewards and per-token KL to the reference.
+) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    """Per-token advantages from (normalized) rewards and per-token KL to the reference, whitened over the
+    batch's trained tokens with ``normalize_advantages``; with the critic's ``values``, also the returns it
+    trains on (the advantages plus ``values``, before any whitening).
 
     - grpo, gspo, cispo, sapo, rloo, reinforce: every token of a sample gets its (normalized) reward;
     - ppo: GAE (``gamma``, ``lambd``) over the critic's ``values`` and the token rewards of
@@ -145,7 +135,8 @@ def raw_advantages(
         ]
     else:
         raise ValueError(f"unknown advantage_estimator {estimator!r}")
-    return advantages
+    returns = None if values is None else [a + v for a, v in zip(advantages, values, strict=True)]
+    return (whiten(advantages, loss_masks) if args.normalize_advantages else advantages), returns
 
 
 def whiten(advantages: list[torch.Tensor], loss_masks: list[torch.Tensor]) -> list[torch.Tensor]:

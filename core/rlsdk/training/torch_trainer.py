@@ -29,7 +29,7 @@ from ..plugins.kinds import Loss
 from ..plugins.records import Resolved
 from ..runtime import plugins_of
 from ..types import Sample
-from .advantages import approx_kl, compute_advantages, normalize_rewards, raw_advantages, whiten
+from .advantages import approx_kl, compute_advantages, normalize_rewards
 from .batch import SharedPrompts, TrainSample, loss_batch, micro_batches, newest_version, slices
 from .critic import Critic
 from .distillation import subtract_reverse_kl
@@ -305,11 +305,7 @@ class TorchTrainer(PolicyTrainer):
         args = self.args
         estimator = plugins_of(args).get(Advantage)
         if estimator is None:
-            if values is None:
-                return compute_advantages(args, rewards, kl, masks), None
-            raw = raw_advantages(args, rewards, kl, masks, values)
-            returns = [a + v for a, v in zip(raw, values, strict=True)]
-            return (whiten(raw, masks) if args.normalize_advantages else raw), returns
+            return compute_advantages(args, rewards, kl, masks, values)
         rollout_data: dict[str, Any] = {
             "rewards": rewards,
             "kl": kl,

@@ -110,11 +110,15 @@ def replay(
     return asyncio.run(run())
 
 
+def request(case: str, params: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """SGLang's ``/generate`` body for the fixture ``case``: six greedy tokens with their log-probs unless
+    ``params`` (sampling) and ``extra`` (the body's) say otherwise."""
+    params = params or {"max_new_tokens": 6, "temperature": 0.0}
+    return {"input_ids": PROMPT, "rid": case, "return_logprob": True, "sampling_params": params, **extra}
+
+
 def generate(client: VLLMClient, case: str, **extra: Any) -> Awaitable[Any]:
-    params = {"max_new_tokens": 6, "temperature": 0.0}
-    return client.generate(
-        {"input_ids": PROMPT, "rid": case, "return_logprob": True, "sampling_params": params, **extra}
-    )
+    return client.generate(request(case, **extra))
 
 
 # ------------------------------------------------------------------ the client reads vLLM's answers
@@ -185,13 +189,7 @@ def test_top_log_probs_are_read_by_token_id():
 
 def test_the_trust_probe_reads_prompt_log_probs_and_drops_the_one_token_vllm_must_make():
     async def scenario(client, seen):
-        body = {
-            "input_ids": PROMPT,
-            "rid": "prompt_logprobs",
-            "return_logprob": True,
-            "logprob_start_len": 1,
-            "sampling_params": {"max_new_tokens": 0, "temperature": 1.0},
-        }
+        body = request("prompt_logprobs", {"max_new_tokens": 0, "temperature": 1.0}, logprob_start_len=1)
         return await client.generate(body), seen[-1]
 
     response, sent = replay(scenario)
@@ -207,12 +205,7 @@ def test_the_trust_probe_reads_prompt_log_probs_and_drops_the_one_token_vllm_mus
 
 def test_a_stream_of_deltas_becomes_sglangs_cumulative_stream():
     async def scenario(client, seen):
-        body = {
-            "input_ids": PROMPT,
-            "rid": "stream",
-            "return_logprob": True,
-            "sampling_params": {"max_new_tokens": 3},
-        }
+        body = request("stream", {"max_new_tokens": 3})
         return [chunk async for chunk in client.generate_stream(body)], seen[-1]
 
     chunks, sent = replay(scenario)
@@ -282,11 +275,18 @@ def test_control_calls_read_vllms_answers():
     } in sent
 
 
-def test_a_busy_cache_is_not_flushed():
+@pytest.mark.parametrize(
+    "call,route,case,answer",
+    [
+        ("flush_cache", "/reset_prefix_cache", "reset_prefix_cache_busy", False),  # a busy cache: not flushed
+        ("weight_checksums", "/collective_rpc", "collective_rpc_unknown_method", None),  # no worker extension
+    ],
+)
+def test_what_vllm_cannot_do_is_the_clients_plain_no(call, route, case, answer):
     async def scenario(client, seen):
-        return await client.flush_cache()
+        return await getattr(client, call)()
 
-    assert replay(scenario, {"/reset_prefix_cache": "reset_prefix_cache_busy"}) is False
+    assert replay(scenario, {route: case}) is answer
 
 
 def test_weight_checksums_come_per_worker_with_vllms_fusions():
@@ -304,13 +304,6 @@ def test_weight_checksums_come_per_worker_with_vllms_fusions():
     assert served.checksums[qkv] == worker["checksums"][qkv] and len(served.checksums) == len(
         worker["checksums"]
     )
-
-
-def test_a_server_without_the_worker_extension_has_no_checksums():
-    async def scenario(client, seen):
-        return await client.weight_checksums()
-
-    assert replay(scenario, {"/collective_rpc": "collective_rpc_unknown_method"}) is None
 
 
 def test_a_server_without_the_rl_routes_is_refused_at_start():

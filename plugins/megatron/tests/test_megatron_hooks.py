@@ -9,7 +9,6 @@ at the CPU (cpu_megatron.py). Skipped where megatron-core cannot be imported.
 from __future__ import annotations
 
 import dataclasses
-import random
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from rlsdk import (  # noqa: E402
     hookimpl,
 )
 from rlsdk import load_callable  # noqa: E402
-from rlsdk.testing import bind_runtime  # noqa: E402
+from rlsdk.testing import bind_runtime, make_train_groups  # noqa: E402
 
 CPU_MEGATRON = Path(__file__).with_name("cpu_megatron.py")
 TINY = load_callable(f"{CPU_MEGATRON}:tiny_llama")(
@@ -59,21 +58,7 @@ def cpu_process_group():
 
 
 def groups() -> list[list[Sample]]:
-    rng = random.Random(0)
-    return [
-        [
-            Sample(
-                group_index=g,
-                index=i,
-                tokens=[rng.randrange(TINY["vocab_size"]) for _ in range(7)],
-                response_length=3,
-                reward=float(i % 2),
-                status=Sample.Status.COMPLETED,
-            )
-            for i in range(4)
-        ]
-        for g in range(2)
-    ]
+    return make_train_groups(size=4, length=7, response_length=3, vocab=TINY["vocab_size"])
 
 
 def trainer_with(folder: Path, plugin: Any, **options: Any) -> Any:

@@ -183,24 +183,16 @@ def test_grader_from_several_processes():
         ]
 
 
-SLIME_CASES = [
-    ("slime_math", "so \\boxed{\\frac{1}{2}}", "0.5", 1.0),
-    ("slime_math", "so \\boxed{\\dfrac{1}{2}}", "\\boxed{\\frac12}", 1.0),
-    ("slime_math", "so \\boxed{x^2-1}", "(x-1)(x+1)", 1.0),
-    ("slime_math", "the answer is 5", "5", 0.0),
-    ("slime_math", "\\boxed{10\\%}", "10", 1.0),
-    ("deepscaler", "<think>\\boxed{4}</think> So \\boxed{5}", "5", 1.0),
-    ("deepscaler", "no marker \\boxed{5}", "5", 0.0),
-    ("deepscaler", "###Response \\boxed{90^\\circ}", ["90", "45"], 1.0),
-    ("deepscaler", "</think> \\boxed{6}", "5", 0.0),
-    ("f1", "the cat sat", "The cat sat.", 1.0),
-    ("boxed_f1", "I think \\boxed{Paris}", "paris", 1.0),
-    ("boxed_f1", "Paris", "paris", 0.0),
-]
-
-
-@pytest.mark.parametrize("rm,response,label,expected", SLIME_CASES)
-def test_slime_graders(rm, response, label, expected, graded):
+@pytest.mark.parametrize(
+    "rm,response,label,expected",
+    [
+        ("deepscaler", "###Response \\boxed{90^\\circ}", ["90", "45"], 1.0),  # a list of labels: any one
+        ("boxed_f1", "I think \\boxed{Paris}", "paris", 1.0),  # boxed_: the boxed answer is graded
+        ("boxed_f1", "Paris", "paris", 0.0),
+    ],
+)
+def test_what_rlsdk_adds_to_slimes_graders(rm, response, label, expected, graded):
+    """Beyond slime's verdicts (test_slime_parity.py): several labels, and the ``boxed_`` prefix."""
     sample = graded(response, label, rm=rm)
     assert sample.reward == expected, sample.metadata
 

@@ -34,6 +34,15 @@ from rlsdk_rm_hub.slime_rm_hub.gpqa import _extract_letter_from_response, comput
         ("slime_math", "\\boxed{0}", 0, 0.0),
         ("f1", "yes", "yes it is", 0.0),
         ("f1", "", "", 0.0),
+        ("f1", "the cat sat", "The cat sat.", 1.0),
+        ("slime_math", "so \\boxed{\\frac{1}{2}}", "0.5", 1.0),
+        ("slime_math", "so \\boxed{\\dfrac{1}{2}}", "\\boxed{\\frac12}", 1.0),
+        ("slime_math", "so \\boxed{x^2-1}", "(x-1)(x+1)", 1.0),
+        ("slime_math", "the answer is 5", "5", 0.0),
+        ("slime_math", "\\boxed{10\\%}", "10", 1.0),
+        ("deepscaler", "<think>\\boxed{4}</think> So \\boxed{5}", "5", 1.0),
+        ("deepscaler", "no marker \\boxed{5}", "5", 0.0),
+        ("deepscaler", "</think> \\boxed{6}", "5", 0.0),
     ],
 )
 def test_verdicts_are_slimes(rm, response, label, expected, graded):

@@ -48,7 +48,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import torch
@@ -96,30 +96,20 @@ class State:
     dead: bool = False
 
 
+@dataclass
 class FakeVLLM:
-    """The restated server in front of ``engine`` (started, serving ``model_path``)."""
+    """The restated server in front of ``engine`` (started, serving the model at the path ``model``)."""
 
-    def __init__(
-        self,
-        engine: Any,
-        model_path: str,
-        *,
-        api_key: str | None = None,
-        dev_mode: bool = True,
-        lora: bool = True,
-        weight_transfer: str | None = "ipc",
-        sleep_mode: bool = True,
-        worker_extension: bool = True,
-    ) -> None:
-        self.engine = engine
-        self.model = model_path
-        self.api_key = api_key
-        self.dev_mode = dev_mode
-        self.lora = lora
-        self.weight_transfer = weight_transfer
-        self.sleep_mode = sleep_mode
-        self.worker_extension = worker_extension
-        self.state = State()
+    engine: Any
+    model: str
+    _: KW_ONLY
+    api_key: str | None = None
+    dev_mode: bool = True
+    lora: bool = True
+    weight_transfer: str | None = "ipc"
+    sleep_mode: bool = True
+    worker_extension: bool = True
+    state: State = field(default_factory=State, init=False)
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard], client_max_size=1 << 30)
