@@ -11,7 +11,9 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 BUFFER_CLI = [
@@ -56,6 +58,18 @@ def buffer_item(instance: str, n: int | None = None, reward: float = 1.0) -> dic
         "messages": [{"role": "user", "content": "w1"}, {"role": "assistant", "content": f"w{n}"}],
     }
     return body if n is None else {**body, "uid": f"{instance}-{n}"}
+
+
+def buffer_run_inputs(service: Any, tokenizer: Any, folder: Path, prompt: str) -> tuple[Path, Path]:
+    """A run against ``service`` holding group ``a`` (two items): ``tokenizer`` saved in ``folder`` and a
+    one-chat data file whose user says ``prompt``; their paths."""
+    for n in range(2):
+        httpx.post(service.url + "/buffer/write", json=buffer_item("a", n)).raise_for_status()
+    saved = folder / "tokenizer"
+    tokenizer.save_pretrained(saved)
+    chats = folder / "chats.jsonl"
+    chats.write_text(json.dumps({"input": [{"role": "user", "content": prompt}]}) + "\n")
+    return saved, chats
 
 
 @pytest.fixture

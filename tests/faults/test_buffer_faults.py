@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from .conftest import BUFFER_CLI, buffer_item
+from .conftest import BUFFER_CLI, buffer_item, buffer_run_inputs
 
 
 def take(url, **body):
@@ -189,12 +189,7 @@ def test_groups_a_run_took_come_back_when_it_dies_before_saving_them(
     from rlsdk.run.job import run_job
 
     service = buffer_service()
-    for n in range(2):
-        httpx.post(service.url + "/buffer/write", json=buffer_item("a", n)).raise_for_status()
-    tokenizer = tmp_path / "tokenizer"
-    small_tokenizer.save_pretrained(tokenizer)
-    chats = tmp_path / "chats.jsonl"
-    chats.write_text(json.dumps({"input": [{"role": "user", "content": "Q"}]}) + "\n")
+    tokenizer, chats = buffer_run_inputs(service, small_tokenizer, tmp_path, "Q")
     out = tmp_path / "run"
     args = {
         "engine": misbehaving_engine.url,

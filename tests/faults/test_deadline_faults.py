@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .conftest import FAST_RETRIES, RLSDK, buffer_item, rlsdk_run, run_options
+from .conftest import FAST_RETRIES, RLSDK, buffer_item, buffer_run_inputs, rlsdk_run, run_options
 
 DEADLINE = 3.0
 
@@ -35,15 +35,20 @@ def one_line_cause(output: str) -> str:
     return errors[-1]
 
 
+def run_silent(engine, mode: str, tokenizer: Path, data: Path, folder: Path):
+    """``rlsdk run`` against the misbehaving ``engine`` in ``mode`` with a generation deadline of
+    :data:`DEADLINE`: its result, its one-line cause and its output folder."""
+    engine.mode = mode
+    out = folder / "run"
+    result = rlsdk_run(*run_options(engine.url, tokenizer, data, out, "--generate-timeout", str(DEADLINE)))
+    return result, one_line_cause(result.stdout + result.stderr), out
+
+
 @pytest.mark.plugins("rlsdk_rm_hub")
 def test_an_engine_that_accepts_and_never_answers_stops_the_run_at_its_health_check(
     misbehaving_engine, word_tokenizer, data, tmp_path
 ):
-    misbehaving_engine.mode = "silent"
-    out = tmp_path / "run"
-    options = run_options(misbehaving_engine.url, word_tokenizer, data, out, "--generate-timeout", str(DEADLINE))
-    result = rlsdk_run(*options)
-    cause = one_line_cause(result.stdout + result.stderr)
+    result, cause, out = run_silent(misbehaving_engine, "silent", word_tokenizer, data, tmp_path)
     assert result.returncode == 1
     assert f"at {misbehaving_engine.url} failed its health check" in cause
     assert "no answer to a one-token generation within 3s (generate_timeout)" in cause
@@ -55,11 +60,7 @@ def test_an_engine_that_accepts_and_never_answers_stops_the_run_at_its_health_ch
 def test_an_engine_that_goes_silent_after_its_health_check_fails_the_step_and_loses_no_prompt(
     misbehaving_engine, word_tokenizer, data, tmp_path
 ):
-    misbehaving_engine.mode = "silent_after_probe"
-    out = tmp_path / "run"
-    options = run_options(misbehaving_engine.url, word_tokenizer, data, out, "--generate-timeout", str(DEADLINE))
-    result = rlsdk_run(*options)
-    cause = one_line_cause(result.stdout + result.stderr)
+    result, cause, out = run_silent(misbehaving_engine, "silent_after_probe", word_tokenizer, data, tmp_path)
     assert result.returncode == 1
     assert re.search(r"step 0: all \d+ samples( it ran)? failed", cause), cause
     assert "hung: no result after 3.0 s (generate_timeout)" in cause
@@ -121,12 +122,7 @@ def test_the_buffer_service_killed_mid_step_stops_the_run_at_its_wait_and_resume
     ``rollout_buffer_wait`` naming the silent service, its lease of ``a`` kept; the service restarted from
     its folder and the run resumed (in process) get both groups: nothing lost."""
     service = buffer_service()
-    for n in range(2):
-        httpx.post(service.url + "/buffer/write", json=buffer_item("a", n)).raise_for_status()
-    tokenizer = tmp_path / "tokenizer"
-    chat_tokenizer.save_pretrained(tokenizer)
-    chats = tmp_path / "chats.jsonl"
-    chats.write_text(json.dumps({"input": [{"role": "user", "content": "w1"}]}) + "\n")
+    tokenizer, chats = buffer_run_inputs(service, chat_tokenizer, tmp_path, "w1")
     out = tmp_path / "run"
     options = [
         "--engine", misbehaving_engine.url, "--hf-checkpoint", str(tokenizer), "--data", str(chats),
