@@ -83,7 +83,8 @@ def test_a_tensor_the_base_lacks_is_an_error(tiny_llama, tmp_path):
 def test_a_training_run_syncs_deltas_and_the_engine_serves_the_trainers_weights(tiny_llama, run_files, tmp_path):
     """slime's delta flags on a real run: each sync publishes a version, the engine's local checkpoint takes
     it and the engine reloads it; the weights check compares every tensor the engine serves with the
-    trainer's after each sync (any difference stops the run)."""
+    trainer's after each sync (any difference stops the run). 4 prompts x 8 samples: a step whose every group
+    got equal rewards (1 in 10 at 2 x 4 with this reward) would train nothing and sync no delta."""
     from rlsdk import RolloutConfig
     from rlsdk.run.job import run_job
 
@@ -91,7 +92,7 @@ def test_a_training_run_syncs_deltas_and_the_engine_serves_the_trainers_weights(
     shared, local = tmp_path / "shared", tmp_path / "local"
     args = RolloutConfig.from_dict({
         "model": str(tiny_llama), "prompt_data": str(data), "rm_type": reward, "train": True, "lr": 3e-2,
-        "num_rollout": 2, "rollout_batch_size": 2, "n_samples_per_prompt": 4, "rollout_max_response_len": 4,
+        "num_rollout": 2, "rollout_batch_size": 4, "n_samples_per_prompt": 8, "rollout_max_response_len": 4,
         "update_weight_mode": "delta", "update_weight_transport": "disk", "update_weight_disk_dir": str(shared),
         "update_weight_local_checkpoint_dir": str(local), "update_weight_delta_checksum": "adler32",
         "weights_check": "on", "output_dir": str(tmp_path / "run"), "engine_threads": 1, "train_threads": 1,

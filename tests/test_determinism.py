@@ -178,6 +178,18 @@ def test_deterministic_mode_trains_attention_on_torchs_math_kernels():
     assert done.stdout.split() == ["False", "False", "False", "True", "True"]
 
 
+def torch_switches() -> tuple:
+    import torch
+
+    cuda = torch.backends.cuda
+    return (
+        torch.are_deterministic_algorithms_enabled(),
+        cuda.mem_efficient_sdp_enabled(),
+        cuda.flash_sdp_enabled(),
+        torch.backends.cudnn.deterministic,
+    )
+
+
 @pytest.mark.plugins("rlsdk_embedded")
 def test_a_kernel_without_a_deterministic_implementation_is_named_in_the_check(tiny_llama, run_files, tmp_path):
     """A reward whose torch op has no deterministic implementation: torch only warns (on one H200 the trainer's
@@ -194,6 +206,7 @@ def test_a_kernel_without_a_deterministic_implementation_is_named_in_the_check(t
         "    return 1.0\n"
     )
     out = tmp_path / "run"
+    before = torch_switches()
     with pytest.warns(NondeterminismWarning, match="kernel 'scatter_kernel_under_test'"):
         run_job(
             RolloutConfig(
@@ -202,6 +215,7 @@ def test_a_kernel_without_a_deterministic_implementation_is_named_in_the_check(t
                 output_dir=str(out), sglang_enable_deterministic_inference=True,
             )
         )
+    assert torch_switches() == before  # the mode lasted for its run: the next one in this process is as it was
     report = json.loads((out / "determinism.json").read_text())
     assert report["deterministic"] is False
     assert report["not_deterministic"] == [

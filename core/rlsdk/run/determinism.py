@@ -24,7 +24,7 @@ from typing import Any
 
 from ..config import RolloutConfig
 from ..runtime import Runtime
-from ..training.seeds import seed_everything
+from ..training.seeds import restored_afterwards, seed_everything
 from ..training_options import overlapped
 from .output import RunOutput
 
@@ -52,12 +52,18 @@ class Part:
     why: str
 
 
-def start_deterministic(args: RolloutConfig, output: RunOutput) -> None:
+@contextmanager
+def deterministic_run(args: RolloutConfig, output: RunOutput) -> Iterator[None]:
     """In deterministic mode, before the engine and the trainer draw from any generator: every generator
-    seeded, torch's deterministic algorithms on, the wall-clock figures kept apart from ``metrics.jsonl``."""
-    if args.sglang_enable_deterministic_inference:
+    seeded, torch's deterministic algorithms on, the wall-clock figures kept apart from ``metrics.jsonl``;
+    the process's generators and torch's switches as they were once the run ends."""
+    if not args.sglang_enable_deterministic_inference:
+        yield
+        return
+    with restored_afterwards():
         seed_everything(args.rollout_seed)
         output.timings_apart = True
+        yield
 
 
 def nondeterministic_parts(args: RolloutConfig, runtime: Runtime) -> list[Part]:

@@ -19,7 +19,7 @@ from ..runtime import Runtime
 from ..state_files import signed_here, strings_in
 from ..training.session import TrainingSession, checkpoint_root
 from ..training_options import named_model_folder, overlapped
-from .determinism import start_deterministic, watching_kernels
+from .determinism import deterministic_run, watching_kernels
 from .extensions import build_data_source, load_data_state, source_state
 from .folder import (
     check_base_model_unchanged,
@@ -97,11 +97,11 @@ def _run_job(
     settings = saved.get("settings")
     skip = list(settings) if isinstance(settings, dict) else []  # the settings are the CLI's to refuse
     untrusted = {} if trust_folder or not saved else untrusted_texts(output.folder, saved, skip=skip)
-    start_deterministic(args, output)  # --deterministic: seeds, kernels, wall clocks apart
     engine = args.choices["engine"]
     loading = " (loading the model)" if engine == "embedded" else ""
     status(f"starting the {engine} engine{loading}")
     with (
+        deterministic_run(args, output),  # --deterministic: seeds, kernels, wall clocks apart (for this run)
         recording_option_reads() as read,  # what the run's plugins use of the options given
         refusing_code(untrusted, allowed=strings_in(args.to_dict())),
         running(args, pm) as runtime,

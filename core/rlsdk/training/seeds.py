@@ -6,6 +6,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 
 def seed_everything(seed: int) -> None:
@@ -31,3 +34,48 @@ def seed_everything(seed: int) -> None:
     torch.backends.cuda.enable_flash_sdp(False)
     torch.backends.cuda.enable_mem_efficient_sdp(False)
     torch.backends.cuda.enable_cudnn_sdp(False)
+
+
+@contextmanager
+def restored_afterwards() -> Iterator[None]:
+    """What :func:`seed_everything` changes, as it was before once the block ends: the generators' states,
+    torch's deterministic switches and attention kernels, cuBLAS's workspace setting. Deterministic mode lasts
+    for its run, not for what the process does next (a notebook's next run, the next test)."""
+    python = random.getstate()
+    numpy = importlib.import_module("numpy") if importlib.util.find_spec("numpy") is not None else None
+    numpy_state = numpy.random.get_state() if numpy is not None else None
+    workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    torch: Any = importlib.import_module("torch") if importlib.util.find_spec("torch") is not None else None
+    if torch is not None:
+        cuda = torch.backends.cuda
+        switches = (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.backends.cudnn.deterministic,
+            torch.backends.cudnn.benchmark,
+            cuda.flash_sdp_enabled(),
+            cuda.mem_efficient_sdp_enabled(),
+            cuda.cudnn_sdp_enabled(),
+        )
+        torch_state = torch.get_rng_state()
+    try:
+        yield
+    finally:
+        random.setstate(python)
+        if numpy is not None:
+            numpy.random.set_state(numpy_state)
+        if workspace is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
+        if torch is not None:
+            algorithms, warn_only, cudnn_deterministic, benchmark, flash, efficient, cudnn_sdp = switches
+            torch.use_deterministic_algorithms(algorithms, warn_only=warn_only)
+            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = (
+                cudnn_deterministic,
+                benchmark,
+            )
+            cuda.enable_flash_sdp(flash)
+            cuda.enable_mem_efficient_sdp(efficient)
+            cuda.enable_cudnn_sdp(cudnn_sdp)
+            torch.set_rng_state(torch_state)
