@@ -812,6 +812,16 @@ def test_a_hanging_health_check_holds_up_no_other_engines_check(cluster, tiny_ll
     assert asyncio.run(scenario()) < timeout / 4  # not held up by engine 0's hanging check
 
 
+def test_each_engine_actor_call_waits_as_long_as_its_option_says():
+    """A generation waits ``--generate-timeout``, none meaning as long as it takes (not the 120 s of the other
+    calls, which would replace an engine busy with a long answer); a weight load ``--weight-sync-timeout``."""
+    unbounded = RolloutConfig(generate_timeout=None)
+    assert engine_pool.call_deadline(unbounded, "generate") == (None, "--generate-timeout")
+    assert engine_pool.call_deadline(RolloutConfig(), "generate") == (600.0, "--generate-timeout")
+    assert engine_pool.call_deadline(unbounded, "flush_cache") == (120.0, "--ray-call-timeout")
+    assert engine_pool.call_deadline(unbounded, "update_weights_from_disk")[1] == "--weight-sync-timeout"
+
+
 @pytest.mark.timeout(90)
 def test_an_engine_actor_that_does_not_answer_a_call_within_its_deadline_is_replaced(
     cluster, tiny_llama, fake_python, tmp_path, monkeypatch

@@ -660,14 +660,14 @@ class RayEnginePool(InferenceEngine):
             self._lost(replica, actor, cause)
 
 
-def call_deadline(args: RolloutConfig, method: str) -> tuple[float, str]:
+def call_deadline(args: RolloutConfig, method: str) -> tuple[float | None, str]:
     """Seconds an engine actor may take to answer ``method``, and the option that sets it: a weight load
-    ``--weight-sync-timeout``, a generation (the trust check's probe) ``--generate-timeout``, any other
-    call ``--ray-call-timeout``."""
+    ``--weight-sync-timeout``, a generation (the trust check's probe) ``--generate-timeout`` (None: as long
+    as it takes, as that option promises), any other call ``--ray-call-timeout``."""
     if method in PUSH_METHODS.values():
         return default_sync_timeout(args), "--weight-sync-timeout"
-    if method == "generate" and args.generate_timeout:
-        return float(args.generate_timeout), "--generate-timeout"
+    if method == "generate":
+        return args.generate_timeout, "--generate-timeout"
     return args.ray_call_timeout, "--ray-call-timeout"
 
 
