@@ -56,11 +56,12 @@ class Part:
 def deterministic_run(args: RolloutConfig, output: RunOutput) -> Iterator[None]:
     """In deterministic mode, before the engine and the trainer draw from any generator: every generator
     seeded, torch's deterministic algorithms on, the wall-clock figures kept apart from ``metrics.jsonl``;
-    the process's generators and torch's switches as they were once the run ends."""
+    the process's generators and torch's switches as they were once the run ends; the kernels torch ran
+    without a deterministic implementation meanwhile named in the check (:func:`naming_kernels`)."""
     if not args.sglang_enable_deterministic_inference:
         yield
         return
-    with restored_afterwards():
+    with restored_afterwards(), naming_kernels(args, output.folder):
         seed_everything(args.rollout_seed)
         output.timings_apart = True
         yield
@@ -135,13 +136,10 @@ def write_report(args: RolloutConfig, folder: Path, parts: list[Part]) -> None:
 
 
 @contextmanager
-def watching_kernels(args: RolloutConfig, folder: Path) -> Iterator[None]:
-    """In deterministic mode, the kernels torch ran without a deterministic implementation while the run ran
-    (in this process: the driver's and a colocated trainer's), each warned about and added to
-    ``determinism.json`` when the run ends. Torch says so once per process and goes on."""
-    if not args.sglang_enable_deterministic_inference:
-        yield
-        return
+def naming_kernels(args: RolloutConfig, folder: Path) -> Iterator[None]:
+    """The kernels torch ran without a deterministic implementation in the block (in this process: the
+    driver's and a colocated trainer's), each warned about and added to ``determinism.json`` when it ends.
+    Torch says so once per process and goes on."""
     kernels: list[str] = []
     shown = warnings.showwarning
 

@@ -19,7 +19,7 @@ from ..runtime import Runtime
 from ..state_files import signed_here, strings_in
 from ..training.session import TrainingSession, checkpoint_root
 from ..training_options import named_model_folder, overlapped
-from .determinism import deterministic_run, watching_kernels
+from .determinism import deterministic_run
 from .extensions import build_data_source, load_data_state, source_state
 from .folder import (
     check_base_model_unchanged,
@@ -105,7 +105,6 @@ def _run_job(
         recording_option_reads() as read,  # what the run's plugins use of the options given
         refusing_code(untrusted, allowed=strings_in(args.to_dict())),
         running(args, pm) as runtime,
-        watching_kernels(args, output.folder),  # --deterministic: torch's kernels without a deterministic one
         ExitStack() as closing,
     ):
         assert runtime.args is not None
