@@ -83,9 +83,12 @@ def shot(page, name: str, tmp_path: Path) -> None:
 
 
 def wait_page(page, name: str, hash_part: str = "") -> None:
-    """Until the page named ``name`` has rendered and the address holds ``hash_part``."""
+    """Until the page named ``name`` has rendered for an address that holds ``hash_part``: the address the
+    page was rendered for, not the current one (after a form's submit the address changes at once, and the
+    page of the old address still stands, ready, until the browser reports the change)."""
     page.wait_for_function(
-        "([name, part]) => location.hash.includes(part) && document.querySelector('main').dataset.ready === '1'"
+        "([name, part]) => (document.querySelector('main').dataset.route || '').includes(part)"
+        " && document.querySelector('main').dataset.ready === '1'"
         " && document.querySelector('main').dataset.page === name",
         arg=[name, hash_part],
         timeout=20_000,

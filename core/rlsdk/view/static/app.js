@@ -7,6 +7,7 @@ const crumbs = document.getElementById("crumbs");
 const live = document.getElementById("live");
 const POLL_MS = 4000;
 let generation = 0; // each navigation renders once; an older render that finishes late is dropped
+let routed = ""; // the address the current navigation renders (main.dataset.route once shown)
 let poller = null;
 
 // ------------------------------------------------------------------ DOM and data helpers
@@ -127,6 +128,7 @@ function show(gen, pageName, ...content) {
   if (gen !== generation) return false;
   main.replaceChildren(...content.flat(Infinity).filter(Boolean));
   main.dataset.page = pageName;
+  main.dataset.route = routed;
   main.dataset.ready = "1";
   main.dataset.readyAt = performance.now().toFixed(1); // ms since this document's navigation began
   return true;
@@ -738,6 +740,7 @@ function stopPolling() {
 
 async function route() {
   const gen = ++generation;
+  routed = location.hash;
   stopPolling();
   delete main.dataset.ready;
   delete main.dataset.readyAt;
