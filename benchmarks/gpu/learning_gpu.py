@@ -202,10 +202,19 @@ def heldout_minutes(evals: list[dict]) -> list[tuple[float, float]]:
     ]
 
 
+def step_rows(out: Path) -> list[dict[str, Any]]:
+    """``metrics.jsonl``'s rows, each with its step's wall-clock figures, which a ``--deterministic`` run
+    writes to ``timings.jsonl`` instead."""
+    timings = {
+        row["rollout_id"]: row for row in rows(out / "timings.jsonl") if row["file"] == "metrics.jsonl"
+    }
+    return [{**timings.get(row.get("rollout_id"), {}), **row} for row in rows(out / "metrics.jsonl")]
+
+
 def summary(
     opts: argparse.Namespace, out: Path, code: int | None, timed_out: bool, minutes: float, log: Path
 ) -> dict[str, Any]:
-    steps, curve = rows(out / "metrics.jsonl"), heldout_curve(rows(out / "eval.jsonl"))
+    steps, curve = step_rows(out), heldout_curve(rows(out / "eval.jsonl"))
     start, end = (curve[0][1], curve[-1][1]) if curve else (None, None)
     per_step = {
         name: [round(row[key], 4) for row in steps if row.get(key) is not None]
