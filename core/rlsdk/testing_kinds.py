@@ -13,32 +13,7 @@ from typing import Any
 
 from .config import RolloutConfig
 from .data import BadRowPolicy, DataPath, read_rows
-from .plugins.calls import (
-    call_advantage,
-    call_all_samples_process,
-    call_checkpoint_callback,
-    call_convert_samples_to_train_data,
-    call_custom_generate,
-    call_data_source,
-    call_engine,
-    call_environment,
-    call_eval_rollout_log,
-    call_generate_rollout,
-    call_megatron_before_log_prob,
-    call_megatron_before_train_step,
-    call_megatron_init,
-    call_model_provider,
-    call_pg_loss_reducer,
-    call_plugin,
-    call_reward_post_process,
-    call_rollout_data_postprocess,
-    call_rollout_log,
-    call_rollout_sample_filter,
-    call_sample_hooks,
-    call_tis_function,
-    call_update_weight_post_write,
-    run_to_completion,
-)
+from .plugins import calls
 from .plugins.manager import RlsdkPluginManager
 from .plugins.run_plugins import RunPlugins
 from .rollout.generate import sampling_params_for
@@ -79,7 +54,9 @@ def check_sample_hook(
     resolved = pm.resolve("sample_hook", name)
     out = sample or _finished([None])[0]
     for evaluation in (False, True):
-        out = run_to_completion(call_sample_hooks([resolved], args, out, rollout_id=0, evaluation=evaluation))
+        out = calls.run_to_completion(
+            calls.call_sample_hooks([resolved], args, out, rollout_id=0, evaluation=evaluation)
+        )
         assert "generate_error" not in out.metadata, out.metadata.get("generate_error")
     return out
 
@@ -92,7 +69,7 @@ def check_rollout_sample_filter(
     args = args or RolloutConfig()
     resolved = pm.resolve("rollout_sample_filter", name)
     groups = [_finished([1.0, 0.0]), _finished([0.5, 0.5], 1)]
-    call_rollout_sample_filter(resolved, args, groups)
+    calls.call_rollout_sample_filter(resolved, args, groups)
     return groups
 
 
@@ -102,7 +79,7 @@ def check_all_samples_process(pm: RlsdkPluginManager, name: str, args: RolloutCo
     default, there as in a run."""
     args = args or RolloutConfig(output_dir=tempfile.mkdtemp(prefix="rlsdk-all-samples-"))
     groups = [_finished([1.0, 0.0]), _finished([None, None], 1)]
-    call_all_samples_process(pm.resolve("all_samples_process", name), args, groups, None)
+    calls.call_all_samples_process(pm.resolve("all_samples_process", name), args, groups, None)
 
 
 def check_data_source(
@@ -113,7 +90,7 @@ def check_data_source(
     builds it (:func:`rlsdk.plugins.calls.call_data_source`). Returns the groups served."""
     args = args or RolloutConfig()
     resolved = pm.resolve("data_source", name)
-    source = call_data_source(resolved, args)
+    source = calls.call_data_source(resolved, args)
     groups = source.get_samples(num_groups)
     assert isinstance(groups, list) and len(groups) <= num_groups, (
         f"{resolved.describe()}: get_samples({num_groups}) returned {type(groups).__name__} of {len(groups)}"
@@ -123,7 +100,7 @@ def check_data_source(
     )
     if callable(getattr(source, "state_dict", None)):
         state = json.loads(json.dumps(source.state_dict()))
-        again = call_data_source(resolved, args)
+        again = calls.call_data_source(resolved, args)
         again.load_state_dict(state)
         assert [s.prompt for g in again.get_samples(1) for s in g] == [
             s.prompt for g in source.get_samples(1) for s in g
@@ -138,7 +115,7 @@ def check_environment(pm: RlsdkPluginManager, name: str, train: bool = False) ->
     reward (or rubric), generator and eval sets resolve in ``pm``, as ``rlsdk run --env NAME`` takes them
     (:func:`rlsdk.plugins.calls.call_environment`). Returns the run configuration it gives."""
     resolved = pm.resolve("environment", name)
-    call_environment(resolved)
+    calls.call_environment(resolved)
     args = RolloutConfig.from_dict({"env": name, "train": train}, pm=pm)
     if args.prompt_data:
         assert read_rows(DataPath.parse(args.prompt_data), BadRowPolicy("error")), (
@@ -163,7 +140,7 @@ def check_rollout_log(pm: RlsdkPluginManager, name: str, args: RolloutConfig | N
     resolved = pm.resolve("rollout_log", name)
     samples = _finished([1.0, 0.0])
     metrics = {"rollout/reward_mean": 0.5, "rollout/samples": 2, "rollout/failures": []}
-    return call_rollout_log(resolved, 0, args, samples, metrics, 1.5)
+    return calls.call_rollout_log(resolved, 0, args, samples, metrics, 1.5)
 
 
 def check_rollout_metrics(
@@ -174,7 +151,7 @@ def check_rollout_metrics(
     (:func:`rlsdk.plugins.calls.call_plugin`). Returns the metrics (a run writes them as ``custom/<name>``)."""
     args = args or RolloutConfig()
     resolved = pm.resolve("rollout_metrics", name)
-    return call_plugin(resolved, args, 0, samples if samples is not None else _finished([1.0, 0.0]))
+    return calls.call_plugin(resolved, args, 0, samples if samples is not None else _finished([1.0, 0.0]))
 
 
 def check_eval_rollout_log(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None) -> bool:
@@ -184,7 +161,7 @@ def check_eval_rollout_log(pm: RlsdkPluginManager, name: str, args: RolloutConfi
     resolved = pm.resolve("eval_rollout_log", name)
     samples = _finished([1.0, 0.0])
     data = {"held-out": {"rewards": [1.0, 0.0], "truncated": [False, False], "samples": samples}}
-    return call_eval_rollout_log(resolved, -1, args, data, {"eval/held-out/reward_mean": 0.5})
+    return calls.call_eval_rollout_log(resolved, -1, args, data, {"eval/held-out/reward_mean": 0.5})
 
 
 def check_checkpoint_callback(
@@ -197,7 +174,7 @@ def check_checkpoint_callback(
     if folder is None:
         folder = Path(tempfile.mkdtemp(prefix="rlsdk-ckpt-")) / "step_0"
         folder.mkdir()
-    call_checkpoint_callback(resolved, args, 0, folder)
+    calls.call_checkpoint_callback(resolved, args, 0, folder)
     return folder
 
 
@@ -230,7 +207,7 @@ def check_advantage(pm: RlsdkPluginManager, name: str, args: RolloutConfig | Non
     args = args or RolloutConfig()
     resolved = pm.resolve("advantage", name)
     data = _rollout_data()
-    advantages = call_advantage(resolved, args, data)
+    advantages = calls.call_advantage(resolved, args, data)
     for advantage, n in zip(advantages, data["response_lengths"], strict=True):
         tensor = torch.as_tensor(advantage)
         assert tensor.numel() == n, (
@@ -247,7 +224,7 @@ def check_reward_post_process(
     (:func:`rlsdk.plugins.calls.call_reward_post_process`)."""
     args = args or RolloutConfig()
     resolved = pm.resolve("reward_post_process", name)
-    return call_reward_post_process(resolved, args, _finished([1.0, 0.0]) + _finished([0.5, 0.5], 1))
+    return calls.call_reward_post_process(resolved, args, _finished([1.0, 0.0]) + _finished([0.5, 0.5], 1))
 
 
 def check_rollout_data_postprocess(
@@ -258,7 +235,7 @@ def check_rollout_data_postprocess(
     args = args or RolloutConfig()
     resolved = pm.resolve("rollout_data_postprocess", name)
     data = _rollout_data()
-    call_rollout_data_postprocess(resolved, args, 0, data)
+    calls.call_rollout_data_postprocess(resolved, args, 0, data)
     return data
 
 
@@ -269,7 +246,7 @@ def check_convert_samples_to_train_data(
     (:func:`rlsdk.plugins.calls.call_convert_samples_to_train_data`)."""
     args = args or RolloutConfig()
     resolved = pm.resolve("convert_samples_to_train_data", name)
-    return call_convert_samples_to_train_data(resolved, args, _finished([1.0, 0.0]))
+    return calls.call_convert_samples_to_train_data(resolved, args, _finished([1.0, 0.0]))
 
 
 def check_pg_loss_reducer(pm: RlsdkPluginManager, name: str, calculate_per_token_loss: bool = False) -> Any:
@@ -279,7 +256,7 @@ def check_pg_loss_reducer(pm: RlsdkPluginManager, name: str, calculate_per_token
 
     resolved = pm.resolve("pg_loss_reducer", name)
     masks = [torch.tensor([1.0, 1.0, 0.0]), torch.tensor([1.0])]
-    reduce = call_pg_loss_reducer(resolved, [5, 3], [3, 1], masks, calculate_per_token_loss)
+    reduce = calls.call_pg_loss_reducer(resolved, [5, 3], [3, 1], masks, calculate_per_token_loss)
     x = torch.tensor([0.5, -1.0, 2.0, 0.25], requires_grad=True)
     value = reduce(x)
     assert bool(torch.isfinite(value)), f"{resolved.describe()}: reduced to {value}"
@@ -297,7 +274,7 @@ def check_tis_function(
 
     args = args or RolloutConfig(use_tis=True)
     resolved = pm.resolve("tis_function", name)
-    return call_tis_function(
+    return calls.call_tis_function(
         resolved,
         args=args,
         pg_loss=torch.tensor([0.5, -1.0, 2.0, 0.25]),
@@ -315,7 +292,7 @@ def check_tis_function(
 def check_engine(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None) -> Any:
     """An engine factory builds an :class:`rlsdk.engine_api.InferenceEngine` from ``args``
     (:func:`rlsdk.plugins.calls.call_engine`). Returns the engine (close it when done)."""
-    return call_engine(pm.resolve("engine", name), args or RolloutConfig())
+    return calls.call_engine(pm.resolve("engine", name), args or RolloutConfig())
 
 
 def check_generate_rollout(
@@ -327,7 +304,7 @@ def check_generate_rollout(
     resolved = pm.resolve("generate_rollout", name)
     runtime = bind_runtime(args, Runtime(pm, engine, engine.tokenizer))
     try:
-        output = call_generate_rollout(resolved, args, 0, data_source, runtime=runtime)
+        output = calls.call_generate_rollout(resolved, args, 0, data_source, runtime=runtime)
     finally:
         runtime.loop.close()
     for group in output.samples:
@@ -352,7 +329,7 @@ def check_tool(
     assert parameters.get("type") == "object" and isinstance(parameters.get("properties"), dict), parameters
     missing = [p for p in parameters.get("required", []) if p not in arguments]
     assert not missing, f"tool {tool.name!r}: arguments lack the required {missing}"
-    result = run_to_completion(call_tool(tool, args, arguments))
+    result = calls.run_to_completion(call_tool(tool, args, arguments))
     assert result.error is None, result.error
     return result
 
@@ -379,7 +356,7 @@ def check_agent(
     resolved = runtime.plugins.resolve("custom_generate", generator)
     sample = Sample(group_index=0, index=0, prompt=prompt)
     params = sampling_params or sampling_params_for(args)
-    [result] = served.run(call_custom_generate(resolved, args, sample, params))
+    [result] = served.run(calls.call_custom_generate(resolved, args, sample, params))
     assert "generate_error" not in result.metadata, result.metadata["generate_error"]
     assert result.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED), result.status
     assert result.loss_mask and 1 in result.loss_mask, f"agent {name!r}: no model token in its sample"
@@ -399,7 +376,7 @@ def _small_model() -> list[Any]:
 def check_megatron_init(pm: RlsdkPluginManager, name: str, args: RolloutConfig | None = None) -> None:
     """An init hook takes the run's ``args`` and returns None, as the megatron trainer calls it once megatron is
     initialised (:func:`rlsdk.plugins.calls.call_megatron_init`)."""
-    call_megatron_init(pm.resolve("megatron_init", name), args or RolloutConfig())
+    calls.call_megatron_init(pm.resolve("megatron_init", name), args or RolloutConfig())
 
 
 def check_megatron_before_log_prob(
@@ -412,7 +389,7 @@ def check_megatron_before_log_prob(
     resolved = pm.resolve("megatron_before_log_prob", name)
     model = model if model is not None else _small_model()
     for store_prefix in ("", "ref_"):
-        call_megatron_before_log_prob(resolved, args, model, store_prefix)
+        calls.call_megatron_before_log_prob(resolved, args, model, store_prefix)
     return model
 
 
@@ -434,7 +411,7 @@ def check_megatron_before_train_step(
     if optimizer is None:
         optimizer = torch.optim.AdamW([p for chunk in model for p in chunk.parameters()], lr=args.lr)
     for step_id in range(2):
-        call_megatron_before_train_step(resolved, args, 0, step_id, model, optimizer, None)
+        calls.call_megatron_before_train_step(resolved, args, 0, step_id, model, optimizer, None)
     return model, optimizer
 
 
@@ -444,7 +421,7 @@ def check_model_provider(pm: RlsdkPluginManager, name: str, **extra: Any) -> Any
     (:func:`rlsdk.plugins.calls.call_model_provider`); ``extra`` (``config``, ``model_kwargs``) reaches it where
     it declares them. Returns the model, whose parameters must not be empty."""
     resolved = pm.resolve("model_provider", name)
-    model = call_model_provider(resolved, pre_process=True, post_process=True, vp_stage=None, **extra)
+    model = calls.call_model_provider(resolved, pre_process=True, post_process=True, vp_stage=None, **extra)
     assert any(True for _ in model.parameters()), f"{resolved.describe()} built a model without parameters"
     return model
 
@@ -465,5 +442,5 @@ def check_update_weight_post_write(
         folder = Path(tempfile.mkdtemp(prefix="rlsdk-weights-")) / "sync-weights"
         folder.mkdir()
         (folder / "config.json").write_text("{}")
-    call_update_weight_post_write(resolved, args, str(folder), list(engines or []))
+    calls.call_update_weight_post_write(resolved, args, str(folder), list(engines or []))
     return folder

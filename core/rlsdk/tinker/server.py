@@ -8,6 +8,7 @@ not fit the SDK's schema is a 400 naming the field; an id this key may not see i
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import logging
@@ -140,6 +141,7 @@ def _route(model: Any = None) -> Callable[[Handler], Callable[[web.Request], Awa
     ``model`` (raw JSON without one); the result answered as JSON (nothing: an empty object)."""
 
     def wrap(fn: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        @functools.wraps(fn)
         async def handler(request: web.Request) -> web.StreamResponse:
             body = await _json(request) if request.method in ("POST", "PUT") else None
             if model is not None:
@@ -150,6 +152,11 @@ def _route(model: Any = None) -> Callable[[Handler], Callable[[web.Request], Awa
         return handler
 
     return wrap
+
+
+def _posts(*handlers: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> list[web.RouteDef]:
+    """``POST /api/v1/NAME`` for each handler, NAME its function's name."""
+    return [web.post(f"/api/v1/{handler.__name__}", handler) for handler in handlers]
 
 
 def _future(request_id: str, model_id: str | None = None) -> dict[str, Any]:
@@ -281,27 +288,31 @@ def _model_routes(types: Any) -> list[web.RouteDef]:
         return _future(service.save_state(owner, body), body.model_id)
 
     @_route(types.SaveWeightsForSamplerRequest)
-    async def save_for_sampler(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
+    async def save_weights_for_sampler(
+        service: TinkerService, owner: str, body: Any, request: web.Request
+    ) -> Any:
         return _future(service.save_for_sampler(owner, body), body.model_id)
 
     @_route(types.SaveWeightsExternalRequest)
-    async def save_external(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
+    async def save_weights_external(
+        service: TinkerService, owner: str, body: Any, request: web.Request
+    ) -> Any:
         return _future(service.save_external(owner, body), body.model_id)
 
     @_route(types.LoadWeightsRequest)
     async def load_weights(service: TinkerService, owner: str, body: Any, request: web.Request) -> Any:
         return _future(service.load_weights(owner, body), body.model_id)
 
-    return [
-        web.post("/api/v1/create_model", create_model),
-        web.post("/api/v1/get_info", get_info),
-        web.post("/api/v1/forward_backward", forward_backward),
-        web.post("/api/v1/optim_step", optim_step),
-        web.post("/api/v1/save_weights", save_weights),
-        web.post("/api/v1/save_weights_for_sampler", save_for_sampler),
-        web.post("/api/v1/save_weights_external", save_external),
-        web.post("/api/v1/load_weights", load_weights),
-    ]
+    return _posts(
+        create_model,
+        get_info,
+        forward_backward,
+        optim_step,
+        save_weights,
+        save_weights_for_sampler,
+        save_weights_external,
+        load_weights,
+    )
 
 
 def _sampling_routes(types: Any) -> list[web.RouteDef]:
@@ -345,10 +356,7 @@ def _sampling_routes(types: Any) -> list[web.RouteDef]:
         return service.get_sampler(owner, request.match_info["sampler_id"])
 
     return [
-        web.post("/api/v1/create_sampling_session", create_sampling_session),
-        web.post("/api/v1/asample", asample),
-        web.post("/api/v1/retrieve_future", retrieve_future),
-        web.post("/api/v1/cancel_future", cancel_future),
+        *_posts(create_sampling_session, asample, retrieve_future, cancel_future),
         web.get("/api/v1/samplers/{sampler_id}", get_sampler),
     ]
 
