@@ -26,7 +26,8 @@
 #                                            # --lora-rank 16, the trained adapter applied or not (4 min on an H200)
 #   bash benchmarks/gpu/device.sh trust      # trust_gpu.py (after `model`): checksums against SGLang's, one tensor
 #                                            # sent stale or not sent at each position, correct syncs (`piece setup
-#                                            # model trust` in one call: 4.6 min on an H200 with one fault kind)
+#                                            # model trust` in one call: 4.6 min on an H200 with one fault kind;
+#                                            # TRUST_ARGS="--faults stale" for one kind, more in trust_gpu.py)
 #   bash benchmarks/gpu/device.sh tinker     # tinker_gpu.py (after setup and model): rlsdk tinker serve on CUDA with
 #                                            # SmolLM2; tinker-cookbook's rl_loop learning single-digit addition, its
 #                                            # sampler-vs-trainer check, forward_backward overhead at 8k tokens (~8 min;
@@ -322,8 +323,9 @@ print(converted_gguf(Path('$gguf'), '$models'))") || return 1
 
 trust() {  # trust_gpu.py (after `model`): checksums against SGLang's own, a tensor left out at each position
   rm -rf /tmp/trust
+  # shellcheck disable=SC2086  # TRUST_ARGS is a list of options
   bench trust_gpu "$here/trust_gpu.py" --gguf "$gguf" --cache-dir "$models" --sglang-python /tmp/sglang-python \
-      --output /tmp/trust
+      --output /tmp/trust ${TRUST_ARGS:-}
   cp /tmp/trust/sglang-0.5.17-checksums.json "$out/" 2>/dev/null
   return 0
 }

@@ -122,12 +122,13 @@ def prompt_ids(tokenizer: Any, count: int) -> list[list[int]]:
 
 
 @contextlib.contextmanager
-def leaving_out(trainer: Any, name: str | None, fault: str) -> Iterator[None]:
+def leaving_out(trainer: Any, name: str | None, fault: str) -> Iterator[dict[str, Any]]:
     """Within: the trainer's exported weights (``weights``, ``weight_buckets``) as a faulty sync sends them:
     ``stale``, ``name`` (and the names tied to it) with its values from before; ``omit``, without it (an
-    in-process engine, which needs every name, gets the old values). The trained parameters are untouched."""
+    in-process engine, which needs every name, gets the old values). The trained parameters are untouched.
+    Yields the old values by name (none without ``name``)."""
     if name is None:
-        yield
+        yield {}
         return
     state = trainer.model.state_dict()
     tied = {n for n, t in state.items() if t.data_ptr() == state[name].data_ptr()}
@@ -142,9 +143,18 @@ def leaving_out(trainer: Any, name: str | None, fault: str) -> Iterator[None]:
     trainer.weights = lambda: {**weights(), **old}
     trainer.weight_buckets = lambda size: (sent(b) for b in buckets(size))
     try:
-        yield
+        yield old
     finally:
         del trainer.weights, trainer.weight_buckets
+
+
+def visible_changes(trainer: Any, old: dict[str, Any], dtype: Any) -> int:
+    """Elements of the tensors in ``old`` whose trained value differs from the old one once cast to the
+    engine's ``dtype``: a stale tensor with none holds exactly what a correct sync would have sent, so no
+    check can see it (one Adam step of 1e-5 on SmolLM2's final norm, values near 1.8, changes none of its 576
+    elements in bfloat16, whose spacing there is 0.0078)."""
+    state = trainer.model.state_dict()
+    return sum(int((state[n].detach().to(dtype) != v.to(dtype)).sum()) for n, v in old.items())
 
 
 def main() -> None:
@@ -207,6 +217,9 @@ def trust(opts: argparse.Namespace) -> dict[str, Any]:
         micro_batch_size=32,
         weights_check="on",
     )
+    engine_dtype = (
+        getattr(torch, args.sglang_dtype) if gpu else torch.float32
+    )  # the embedded engine's: float32
     loop = BackgroundLoop()
     if gpu:
         launcher = SGLangLauncher(plan_launch(args, str(model)), work / "logs", 600)
@@ -265,8 +278,9 @@ def trust(opts: argparse.Namespace) -> dict[str, Any]:
         def step(skip: str | None, fault: str = "omit") -> dict[str, Any]:
             nonlocal version
             loop.run(strategy.before_train(engine))
-            with leaving_out(trainer, skip, fault):  # the old values, taken before the step
+            with leaving_out(trainer, skip, fault) as old:  # the old values, taken before the step
                 trainer.train_step(version, groups)
+                changed = visible_changes(trainer, old, engine_dtype)
                 version += 1
                 t0 = time.perf_counter()
                 loop.run(strategy.push(engine, trainer, str(version)))
@@ -278,6 +292,7 @@ def trust(opts: argparse.Namespace) -> dict[str, Any]:
             expected = trainer.response_log_probs([probes[0]])[0]
             return {
                 "sync_seconds": round(synced, 4),
+                "elements_changed_in_engine_dtype": changed,
                 "weights": weights_check(),
                 "logprob_max_gap": round(max(abs(a - b) for a, b in zip(served, expected, strict=True)), 4),
                 "logprob_max_gap_over_tolerance": max(
@@ -298,6 +313,13 @@ def trust(opts: argparse.Namespace) -> dict[str, Any]:
         out["skipped_tensor"] = skipped
         out["correct_syncs"] = [step(None) for _ in range(opts.correct_steps)]
         out["caught_at_first_sync"] = {p: s["weights"]["caught"] for p, s in skipped.items()}
+        # a stale tensor the step did not change in the engine's dtype is the same bytes as a correct sync's
+        visible = {
+            p: s["weights"]["caught"]
+            for p, s in skipped.items()
+            if p.startswith("omit:") or s["elements_changed_in_engine_dtype"]
+        }
+        out["not_visible_in_engine_dtype"] = sorted(set(skipped) - set(visible))
         out["log_prob_checks_caught"] = {
             p: s["logprob_max_gap_over_tolerance"] or s["drift_check_would_fire"] for p, s in skipped.items()
         }
@@ -307,9 +329,7 @@ def trust(opts: argparse.Namespace) -> dict[str, Any]:
         out["checks_of_correct_syncs"] = len(checks)
         out["weights_check_seconds_median"] = statistics.median(c["seconds"] for c in checks)
         out["passed"] = (
-            all(out["caught_at_first_sync"].values())
-            and out["false_alarms"] == 0
-            and all(c.get("complete") for c in checks)
+            all(visible.values()) and out["false_alarms"] == 0 and all(c.get("complete") for c in checks)
         )
     finally:
         loop.run(engine.close())
