@@ -31,7 +31,7 @@ def time_generate(folder: Path, prompts: list[list[int]], opts: argparse.Namespa
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, opts.dtype)).to(opts.device).eval()
     ids = torch.tensor(prompts, device=opts.device)
 
-    def once(new_tokens: int) -> tuple[int, float]:
+    def once(model: Any, new_tokens: int) -> tuple[int, float]:
         if opts.device.startswith("cuda"):
             torch.cuda.synchronize()
         started = time.perf_counter()
@@ -42,8 +42,8 @@ def time_generate(folder: Path, prompts: list[list[int]], opts: argparse.Namespa
             torch.cuda.synchronize()
         return (out.shape[1] - ids.shape[1]) * ids.shape[0], time.perf_counter() - started
 
-    once(opts.new_tokens)  # warm-up: kernels and cache blocks of every length
-    runs = [once(opts.new_tokens) for _ in range(opts.repeat)]
+    once(model, opts.new_tokens)  # warm-up: kernels and cache blocks of every length
+    runs = [once(model, opts.new_tokens) for _ in range(opts.repeat)]
     del model
     if opts.device.startswith("cuda"):
         torch.cuda.empty_cache()
