@@ -217,9 +217,8 @@ def trust(opts: argparse.Namespace) -> dict[str, Any]:
         micro_batch_size=32,
         weights_check="on",
     )
-    engine_dtype = (
-        getattr(torch, args.sglang_dtype) if gpu else torch.float32
-    )  # the embedded engine's: float32
+    # what the engine holds: SGLang its --dtype, the embedded engine float32
+    engine_dtype = getattr(torch, args.sglang_dtype) if gpu else torch.float32
     loop = BackgroundLoop()
     if gpu:
         launcher = SGLangLauncher(plan_launch(args, str(model)), work / "logs", 600)
