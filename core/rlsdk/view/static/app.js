@@ -252,7 +252,9 @@ function seriesOf(rows, keys, xs) {
 async function runsPage(gen) {
   setCrumbs(["runs", null]);
   const { runs } = await api("/api/runs");
-  if (gen !== generation) return; // the user went elsewhere meanwhile: no redirect over their page
+  // the user went elsewhere meanwhile (the address can change before its hashchange event has run route()):
+  // no redirect over their page
+  if (gen !== generation || location.hash !== routed) return;
   if (runs.length === 1) { location.replace(runHref(0)); return; }
   const rows = runs.map((run) => h("tr", { class: "link", onclick: () => { location.hash = runHref(run.id); } },
     h("td", {}, h("a", { href: runHref(run.id) }, run.name)), h("td", {}, statusBadge(run.status)),
